@@ -1,0 +1,51 @@
+"""The platform's customer-managed KMS key."""
+
+from __future__ import annotations
+
+from aws_cdk import Aws, Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+
+class PlatformKey(Construct):
+    """A rotating KMS key for buckets, logs, volumes and job outputs.
+
+    The key policy lets CloudWatch Logs in this account and region use the key for log groups,
+    so every log group the platform creates can be encrypted with it.
+
+    Attributes:
+        key: The KMS key.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, project_name: str, retain: bool) -> None:
+        """Create the key.
+
+        Args:
+            scope: Parent construct.
+            construct_id: Construct id.
+            project_name: Used in the alias ``alias/<project>-platform``.
+            retain: Keep the key on ``cdk destroy`` (default behaviour). When ``False`` the key is
+                scheduled for deletion after the shortest waiting period (sandboxes only).
+        """
+        super().__init__(scope, construct_id)
+        self.key = kms.Key(
+            self,
+            "Key",
+            description=f"{project_name}: datasets, artifacts, logs and training volumes",
+            alias=f"alias/{project_name}-platform",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+            pending_window=None if retain else Duration.days(7),
+        )
+        self.key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchLogsInThisAccount",
+                principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                resources=["*"],  # in a key policy "*" means this key
+                conditions={
+                    "ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"}
+                },
+            )
+        )

@@ -1,0 +1,57 @@
+"""The ECR repository for the training image."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_kms as kms
+from constructs import Construct
+
+
+class TrainingImageRepository(Construct):
+    """Immutable-tag, scan-on-push, KMS-encrypted repository for the training image.
+
+    Attributes:
+        repository: The repository.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        repository_name: str,
+        key: kms.IKey,
+        keep_images: int,
+        retain: bool,
+    ) -> None:
+        """Create the repository.
+
+        Args:
+            scope: Parent construct.
+            construct_id: Construct id.
+            repository_name: Explicit lowercase name (stable across deploys).
+            key: KMS key for image layers.
+            keep_images: Images beyond this many most recent are expired.
+            retain: Keep the repository and its images on ``cdk destroy`` (the default).
+                ``False`` empties and deletes it (sandboxes only).
+        """
+        super().__init__(scope, construct_id)
+        self.repository = ecr.Repository(
+            self,
+            "Repository",
+            repository_name=repository_name,
+            image_scan_on_push=True,
+            image_tag_mutability=ecr.TagMutability.IMMUTABLE,
+            encryption=ecr.RepositoryEncryption.KMS,
+            encryption_key=key,
+            lifecycle_rules=[
+                ecr.LifecycleRule(
+                    description=f"Keep the {keep_images} most recent images",
+                    max_image_count=keep_images,
+                    tag_status=ecr.TagStatus.ANY,
+                )
+            ],
+            removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+            empty_on_delete=not retain,
+        )

@@ -1,0 +1,552 @@
+"""The platform's one typed configuration, validated once before any construct is made.
+
+Settings live under the ``gpu_training`` context key in ``cdk.json``. Any single setting can
+be overridden from the command line with a dotted context key, e.g.::
+
+    npx cdk synth -c gpu_training.cluster.node_count=2 -c gpu_training.training_job.use_spot=false
+
+An override's value is read as JSON when it parses (numbers, booleans, ``null``, objects),
+else as a plain string.
+
+Every problem is reported as one :class:`ConfigError` line that names the setting, the value
+and the fix; ``app.py`` prints it and exits non-zero before CDK builds anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import ipaddress
+import json
+import re
+import types
+import typing
+from collections import abc
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
+
+CONTEXT_KEY = "gpu_training"
+
+
+class ConfigError(ValueError):
+    """A setting is wrong. ``str(err)`` is one line: setting, value, what to do."""
+
+    def __init__(self, setting: str, value: Any, problem: str, fix: str) -> None:
+        self.setting = setting
+        self.value = value
+        super().__init__(f"{setting} = {json.dumps(value, default=str)}: {problem}; {fix}")
+
+
+# --------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Buckets for datasets and artifacts (the stateful data plane).
+
+    Attributes:
+        datasets_bucket_name: Explicit name of the datasets bucket. Default ``None``: CloudFormation
+            generates a unique name (recommended; names are global).
+        artifacts_bucket_name: Explicit name of the bucket for models, checkpoints and outputs.
+            Default ``None`` (generated).
+        checkpoint_expiration_days: Objects under ``checkpoints/`` in the artifacts bucket expire
+            after this many days. Default 30.
+        noncurrent_version_expiration_days: Overwritten or deleted object versions are kept this
+            many days, then removed. Default 90.
+        access_log_expiration_days: S3 server access logs and VPC flow logs are kept this many
+            days. Default 365.
+    """
+
+    datasets_bucket_name: Optional[str] = None
+    artifacts_bucket_name: Optional[str] = None
+    checkpoint_expiration_days: int = 30
+    noncurrent_version_expiration_days: int = 90
+    access_log_expiration_days: int = 365
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """The training image repository and the tag that deploys run.
+
+    Attributes:
+        repository_name: ECR repository name (lowercase, explicit so that names are stable).
+            Default ``gputrain-training``.
+        tag: Image tag jobs and nodes run. Never ``latest``: tags are immutable. Default
+            ``tf2.21.0-gpu-1``.
+        keep_images: The repository keeps this many most recent images. Default 20.
+    """
+
+    repository_name: str = "gputrain-training"
+    tag: str = "tf2.21.0-gpu-1"
+    keep_images: int = 20
+
+
+DEFAULT_INTERFACE_ENDPOINTS: tuple[str, ...] = (
+    "ecr.api",
+    "ecr.dkr",
+    "logs",
+    "monitoring",
+    "sts",
+    "sagemaker.api",
+    "ssm",
+    "ssmmessages",
+    "ec2messages",
+    "cloudformation",
+)
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """The training VPC.
+
+    Attributes:
+        vpc_cidr: IPv4 CIDR of the VPC. Default ``10.40.0.0/16``.
+        max_azs: Availability zones to spread subnets over. Default 2.
+        nat_gateways: NAT gateways. Default 0: subnets are isolated and AWS services are reached
+            through VPC endpoints only. A value above 0 adds egress to the internet.
+        interface_endpoints: Interface endpoint service names (``ecr.api``, ``logs``...). Default:
+            what training needs (ECR, CloudWatch Logs and metrics, STS, SageMaker API, SSM
+            session access, CloudFormation for the boot-time signal).
+        flow_logs: Record VPC flow logs to the log bucket. Default ``True``.
+    """
+
+    vpc_cidr: str = "10.40.0.0/16"
+    max_azs: int = 2
+    nat_gateways: int = 0
+    interface_endpoints: tuple[str, ...] = DEFAULT_INTERFACE_ENDPOINTS
+    flow_logs: bool = True
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """GPU EC2 nodes on the Deep Learning AMI.
+
+    Attributes:
+        enabled: Deploy the cluster stack. Default ``True``.
+        instance_type: EC2 GPU instance type from the GPU table. Default ``g5.xlarge``.
+        node_count: Number of nodes. Default 1. Above 1: placement group, EFA where supported.
+        expected_gpus_per_node: GPUs each node must show. Default ``None``: the table's count;
+            when set it must equal the table's count.
+        dlami_flavour: Deep Learning AMI flavour in the SSM path
+            ``/aws/service/deeplearning/ami/x86_64/<flavour>/latest/ami-id``. Default the Ubuntu
+            22.04 OSS NVIDIA driver GPU DLAMI (driver, CUDA, Docker, NVIDIA container toolkit),
+            which runs the TensorFlow training image.
+        root_volume_gb: Encrypted gp3 root volume size. Default 200.
+        signal_timeout_minutes: How long CloudFormation waits for a node's health signal before
+            failing the deploy. Default 30.
+        start_training_on_boot: Start the training container once the node is healthy.
+            Default ``False``.
+        idle_stop_minutes: Stop a node whose GPUs stayed idle this long; 0 disables. Default 60.
+        idle_gpu_utilization_percent: GPU utilization below which a node counts as idle.
+            Default 5.
+        max_lifetime_hours: Hard maximum lifetime of a node, after which it is shut down;
+            0 disables. Default 24.
+    """
+
+    enabled: bool = True
+    instance_type: str = "g5.xlarge"
+    node_count: int = 1
+    expected_gpus_per_node: Optional[int] = None
+    dlami_flavour: str = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
+    root_volume_gb: int = 200
+    signal_timeout_minutes: int = 30
+    start_training_on_boot: bool = False
+    idle_stop_minutes: int = 60
+    idle_gpu_utilization_percent: int = 5
+    max_lifetime_hours: int = 24
+
+    @property
+    def gpus_per_node(self) -> int:
+        """The GPU count every node must show (validated against the table)."""
+        return typing.cast(int, self.expected_gpus_per_node)
+
+
+INPUT_MODES = ("File", "FastFile")
+
+
+@dataclass(frozen=True)
+class TrainingJobConfig:
+    """The SageMaker training job declared through Step Functions.
+
+    Attributes:
+        enabled: Deploy the training-job stack. Default ``True``.
+        instance_type: SageMaker GPU type (``ml.`` + a GPU table row). Default ``ml.g5.xlarge``.
+        instance_count: Instances per job. Default 1. Above 1 turns on inter-container traffic
+            encryption and multi-worker training.
+        expected_gpus_per_instance: GPUs each instance must show. Default ``None``: the table's
+            count; when set it must equal it.
+        volume_size_gb: ML storage volume per instance. Default 100.
+        max_runtime_seconds: Stop the job after this long. Default 86400 (1 day).
+        use_spot: Managed spot training. Default ``True`` (requires ``checkpointing``).
+        max_wait_seconds: Longest total time including waiting for spot capacity; must be at
+            least ``max_runtime_seconds``. Default 172800 (2 days).
+        checkpointing: Sync ``/opt/ml/checkpoints`` to ``checkpoints/`` in the artifacts bucket.
+            Default ``True``.
+        input_mode: ``File`` or ``FastFile``. Default ``File``.
+        channels: Channel name -> key prefix in the datasets bucket. Default ``{"train": "train/"}``.
+        hyperparameters: Passed to the entrypoint (SageMaker passes every value as a string).
+            Default an MLP for 5 epochs.
+        retry_attempts: SageMaker retries of a job that failed with an internal error. Default 2.
+        notification_email: Subscribe this address to job state changes. Default ``None``.
+    """
+
+    enabled: bool = True
+    instance_type: str = "ml.g5.xlarge"
+    instance_count: int = 1
+    expected_gpus_per_instance: Optional[int] = None
+    volume_size_gb: int = 100
+    max_runtime_seconds: int = 86400
+    use_spot: bool = True
+    max_wait_seconds: int = 172800
+    checkpointing: bool = True
+    input_mode: str = "File"
+    channels: Mapping[str, str] = field(default_factory=lambda: {"train": "train/"})
+    hyperparameters: Mapping[str, str] = field(
+        default_factory=lambda: {"model": "mlp", "epochs": "5", "batch_size": "256"}
+    )
+    retry_attempts: int = 2
+    notification_email: Optional[str] = None
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """The GPU count every instance must show (validated against the table)."""
+        return typing.cast(int, self.expected_gpus_per_instance)
+
+
+@dataclass(frozen=True)
+class PlatformConfig:
+    """Everything a deploy needs; built by :func:`load_config`.
+
+    Attributes:
+        project_name: Prefix of resource names and the ``Project`` tag; 3-20 characters,
+            lowercase letters, digits and hyphens. Default ``gputrain``.
+        delete_data_on_destroy: Sandbox setting. ``False`` (default): ``cdk destroy`` keeps the
+            datasets and artifacts buckets, the log bucket, the KMS key and the image repository.
+            ``True``: destroy empties and deletes them. Never set it where data matters.
+        tags: Extra tags on every resource. Default none.
+        data: Buckets, see :class:`DataConfig`.
+        image: Training image repository, see :class:`ImageConfig`.
+        network: VPC, see :class:`NetworkConfig`.
+        cluster: GPU EC2 nodes, see :class:`ClusterConfig`.
+        training_job: SageMaker job, see :class:`TrainingJobConfig`.
+    """
+
+    project_name: str = "gputrain"
+    delete_data_on_destroy: bool = False
+    tags: Mapping[str, str] = field(default_factory=dict)
+    data: DataConfig = field(default_factory=DataConfig)
+    image: ImageConfig = field(default_factory=ImageConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    training_job: TrainingJobConfig = field(default_factory=TrainingJobConfig)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading: shape and types
+# --------------------------------------------------------------------------------------------
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return f"{_type_name(args[0])} or null"
+    if origin in (abc.Mapping, dict):
+        return "an object of strings"
+    if origin is tuple:
+        return "a list of strings"
+    if dataclasses.is_dataclass(tp):
+        return "an object"
+    return {bool: "true or false", int: "a whole number", str: "a string", float: "a number"}.get(tp, str(tp))
+
+
+def _coerce(path: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotated type ``tp``; return the frozen value."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        inner = [a for a in typing.get_args(tp) if a is not type(None)][0]
+        return _coerce(path, value, inner)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(path, value, "expected an object", f"write {path} as a JSON object of settings")
+        return _build(tp, value, path)
+    if origin in (abc.Mapping, dict):
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(path, value, "expected an object", f"write {path} as a JSON object")
+        out = {}
+        for key, item in value.items():
+            # SageMaker passes every hyperparameter as a string; accept JSON scalars and say so.
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            elif isinstance(item, (int, float)):
+                item = str(item)
+            if not isinstance(item, str):
+                raise ConfigError(f"{path}.{key}", item, "expected a string", "use a string value")
+            out[key] = item
+        return types.MappingProxyType(out)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(path, value, "expected a list of strings", f'write {path} as ["a", "b"]')
+        return tuple(value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, value, "expected true or false", f"set {path} to true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(path, value, "expected a whole number", f"set {path} to a whole number")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, value, "expected a string", f"set {path} to a string")
+        return value
+    raise TypeError(f"unsupported config annotation {tp!r} at {path}")  # programming error
+
+
+def _build(cls: type, raw: Mapping[str, Any], path: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in raw:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+            fix = f"did you mean {path}.{close[0]}?" if close else f"known settings: {', '.join(names)}"
+            raise ConfigError(f"{path}.{key}", raw[key], "unknown setting", fix)
+    return cls(**{k: _coerce(f"{path}.{k}", v, hints[k]) for k, v in raw.items()})
+
+
+# --------------------------------------------------------------------------------------------
+# Validation: meaning
+# --------------------------------------------------------------------------------------------
+
+_PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{1,18}[a-z0-9]$")
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_ECR_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_CHANNEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.\-_]{0,62})$")
+_EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def _check_bucket_name(path: str, name: Optional[str]) -> None:
+    if name is None:
+        return
+    fix = "use 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, or leave it null for a generated name"
+    problem = None
+    if not _BUCKET_RE.match(name):
+        problem = "not a valid S3 bucket name"
+    elif ".." in name or ".-" in name or "-." in name:
+        problem = "S3 bucket names cannot have adjacent dots or a dot next to a hyphen"
+    elif re.match(r"^\d+\.\d+\.\d+\.\d+$", name):
+        problem = "S3 bucket names cannot look like an IP address"
+    elif name.startswith(("xn--", "sthree-", "amzn-s3-demo-")) or name.endswith(("-s3alias", "--ol-s3", "--x-s3")):
+        problem = "S3 reserves this prefix or suffix"
+    if problem:
+        raise ConfigError(path, name, problem, fix)
+
+
+def _known_types_hint(prefix: str = "") -> str:
+    sample = ", ".join(f"{prefix}{n}" for n in ("g5.xlarge", "g5.12xlarge", "g6e.xlarge", "p4d.24xlarge", "p5.48xlarge"))
+    return f"use an NVIDIA GPU type from training_image/trainer/gpu_instances.json (e.g. {sample})"
+
+
+def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool) -> int:
+    """Validate an instance type against the GPU table; return its GPU count."""
+    if sagemaker and not instance_type.startswith(SAGEMAKER_PREFIX):
+        raise ConfigError(path, instance_type, "SageMaker instance types start with 'ml.'", f"use ml.{instance_type}")
+    if not sagemaker and instance_type.startswith(SAGEMAKER_PREFIX):
+        raise ConfigError(
+            path, instance_type, "that is a SageMaker type, EC2 types have no 'ml.' prefix",
+            f"use {instance_type.removeprefix(SAGEMAKER_PREFIX)}",
+        )
+    row = lookup(instance_type)
+    if row is None:
+        raise ConfigError(
+            path, instance_type, "not a known NVIDIA GPU instance type", _known_types_hint("ml." if sagemaker else "")
+        )
+    return row.gpu_count
+
+
+def _check_expected_gpus(path: str, declared: Optional[int], table_count: int, instance_type: str) -> int:
+    if declared is None:
+        return table_count
+    if declared != table_count:
+        raise ConfigError(
+            path, declared, f"{instance_type} has {table_count} GPU(s)",
+            f"set it to {table_count} or leave it null to take the count from the GPU table",
+        )
+    return declared
+
+
+def _check_positive(path: str, value: int, *, minimum: int = 1, maximum: Optional[int] = None) -> None:
+    if value < minimum or (maximum is not None and value > maximum):
+        span = f"between {minimum} and {maximum}" if maximum is not None else f"{minimum} or more"
+        raise ConfigError(path, value, f"must be {span}", f"set it to a value {span}")
+
+
+def _validate(cfg: PlatformConfig) -> PlatformConfig:
+    p = CONTEXT_KEY
+    if not _PROJECT_RE.match(cfg.project_name):
+        raise ConfigError(
+            f"{p}.project_name", cfg.project_name, "not a valid project name",
+            "use 3-20 lowercase letters, digits and hyphens, starting with a letter",
+        )
+
+    d = cfg.data
+    _check_bucket_name(f"{p}.data.datasets_bucket_name", d.datasets_bucket_name)
+    _check_bucket_name(f"{p}.data.artifacts_bucket_name", d.artifacts_bucket_name)
+    if d.datasets_bucket_name and d.datasets_bucket_name == d.artifacts_bucket_name:
+        raise ConfigError(
+            f"{p}.data.artifacts_bucket_name", d.artifacts_bucket_name, "same name as the datasets bucket",
+            "give the two buckets different names",
+        )
+    for name in ("checkpoint_expiration_days", "noncurrent_version_expiration_days", "access_log_expiration_days"):
+        _check_positive(f"{p}.data.{name}", getattr(d, name))
+
+    img = cfg.image
+    if not img.repository_name or not _ECR_RE.match(img.repository_name) or len(img.repository_name) > 256:
+        raise ConfigError(
+            f"{p}.image.repository_name", img.repository_name, "not a valid ECR repository name",
+            "use lowercase letters, digits and . _ - / separators",
+        )
+    if not img.tag.strip():
+        raise ConfigError(f"{p}.image.tag", img.tag, "empty image tag", "set an explicit, versioned tag such as tf2.21.0-gpu-1")
+    if img.tag.strip().lower() == "latest":
+        raise ConfigError(
+            f"{p}.image.tag", img.tag, "'latest' is mutable and the repository's tags are immutable",
+            "set an explicit, versioned tag such as tf2.21.0-gpu-1",
+        )
+    if not _TAG_RE.match(img.tag):
+        raise ConfigError(f"{p}.image.tag", img.tag, "not a valid image tag", "use letters, digits, _ . - (at most 128)")
+    _check_positive(f"{p}.image.keep_images", img.keep_images)
+
+    net = cfg.network
+    try:
+        cidr = ipaddress.IPv4Network(net.vpc_cidr)
+    except ValueError:
+        raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "not an IPv4 CIDR", "use a block such as 10.40.0.0/16") from None
+    if not 16 <= cidr.prefixlen <= 24:
+        raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "VPC blocks must be /16 to /24", "use a block such as 10.40.0.0/16")
+    _check_positive(f"{p}.network.max_azs", net.max_azs, maximum=6)
+    _check_positive(f"{p}.network.nat_gateways", net.nat_gateways, minimum=0, maximum=net.max_azs)
+
+    cl = cfg.cluster
+    count = _check_gpu_type(f"{p}.cluster.instance_type", cl.instance_type, sagemaker=False)
+    cl = dataclasses.replace(
+        cl,
+        expected_gpus_per_node=_check_expected_gpus(
+            f"{p}.cluster.expected_gpus_per_node", cl.expected_gpus_per_node, count, cl.instance_type
+        ),
+    )
+    _check_positive(f"{p}.cluster.node_count", cl.node_count, maximum=64)
+    if not re.match(r"^[a-z0-9][a-z0-9.\-]*$", cl.dlami_flavour):
+        raise ConfigError(
+            f"{p}.cluster.dlami_flavour", cl.dlami_flavour, "not a DLAMI flavour",
+            "use the path segment of a DLAMI SSM parameter, e.g. base-oss-nvidia-driver-gpu-ubuntu-22.04",
+        )
+    _check_positive(f"{p}.cluster.root_volume_gb", cl.root_volume_gb, minimum=75, maximum=16384)
+    _check_positive(f"{p}.cluster.signal_timeout_minutes", cl.signal_timeout_minutes, minimum=5, maximum=720)
+    _check_positive(f"{p}.cluster.idle_stop_minutes", cl.idle_stop_minutes, minimum=0)
+    _check_positive(f"{p}.cluster.idle_gpu_utilization_percent", cl.idle_gpu_utilization_percent, minimum=0, maximum=100)
+    _check_positive(f"{p}.cluster.max_lifetime_hours", cl.max_lifetime_hours, minimum=0)
+
+    tj = cfg.training_job
+    count = _check_gpu_type(f"{p}.training_job.instance_type", tj.instance_type, sagemaker=True)
+    tj = dataclasses.replace(
+        tj,
+        expected_gpus_per_instance=_check_expected_gpus(
+            f"{p}.training_job.expected_gpus_per_instance", tj.expected_gpus_per_instance, count, tj.instance_type
+        ),
+    )
+    _check_positive(f"{p}.training_job.instance_count", tj.instance_count, maximum=64)
+    _check_positive(f"{p}.training_job.volume_size_gb", tj.volume_size_gb, maximum=16384)
+    _check_positive(f"{p}.training_job.max_runtime_seconds", tj.max_runtime_seconds, maximum=28 * 86400)
+    _check_positive(f"{p}.training_job.retry_attempts", tj.retry_attempts, minimum=1, maximum=30)
+    if tj.use_spot and not tj.checkpointing:
+        raise ConfigError(
+            f"{p}.training_job.use_spot", True, "managed spot without checkpointing restarts interrupted jobs from scratch",
+            f"set {p}.training_job.checkpointing to true, or use_spot to false",
+        )
+    if tj.use_spot and tj.max_wait_seconds < tj.max_runtime_seconds:
+        raise ConfigError(
+            f"{p}.training_job.max_wait_seconds", tj.max_wait_seconds,
+            f"must be at least max_runtime_seconds ({tj.max_runtime_seconds})",
+            f"raise it to {tj.max_runtime_seconds} or more, or lower max_runtime_seconds",
+        )
+    if tj.input_mode not in INPUT_MODES:
+        raise ConfigError(f"{p}.training_job.input_mode", tj.input_mode, "unsupported input mode", "use File or FastFile")
+    if not tj.channels:
+        raise ConfigError(f"{p}.training_job.channels", {}, "a job needs at least one channel", 'add e.g. {"train": "train/"}')
+    for name, prefix in tj.channels.items():
+        if not _CHANNEL_RE.match(name):
+            raise ConfigError(f"{p}.training_job.channels.{name}", prefix, "not a valid channel name", "use letters, digits, . - _")
+        if prefix.startswith("/") or "://" in prefix:
+            raise ConfigError(
+                f"{p}.training_job.channels.{name}", prefix, "expected a key prefix inside the datasets bucket",
+                "write a relative prefix such as train/",
+            )
+    if tj.notification_email is not None and not _EMAIL_RE.match(tj.notification_email):
+        raise ConfigError(f"{p}.training_job.notification_email", tj.notification_email, "not an e-mail address", "use name@example.com or null")
+    for key, value in cfg.tags.items():
+        if not key or len(key) > 128 or len(value) > 256 or key.lower().startswith("aws:"):
+            raise ConfigError(f"{p}.tags.{key}", value, "not a valid tag", "use keys of 1-128 characters not starting with aws: and values up to 256")
+
+    return dataclasses.replace(cfg, cluster=cl, training_job=tj)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------
+
+
+def _parse_override(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _merge_overrides(base: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    merged: dict[str, Any] = json.loads(json.dumps(base))  # deep copy of plain JSON
+    prefix = CONTEXT_KEY + "."
+    for key in sorted(k for k in context if k.startswith(prefix)):
+        parts = key[len(prefix):].split(".")
+        node = merged
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(prefix + ".".join(parts[: i + 1]), child, "not an object", f"cannot override {key} inside it")
+            node = child
+        node[parts[-1]] = _parse_override(context[key])
+    return merged
+
+
+def load_config(context: Mapping[str, Any]) -> PlatformConfig:
+    """Build and validate the configuration from CDK context.
+
+    Args:
+        context: All CDK context (``app.node.get_all_context()``): the ``gpu_training`` object
+            from ``cdk.json`` plus any ``gpu_training.<dotted.path>`` overrides.
+
+    Raises:
+        ConfigError: the first problem found, as one line.
+    """
+    raw = _parse_override(context.get(CONTEXT_KEY, {}))
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(CONTEXT_KEY, raw, "expected an object", f'put the settings under "context": {{"{CONTEXT_KEY}": {{...}}}} in cdk.json')
+    merged = _merge_overrides(raw, context)
+    cfg = _build(PlatformConfig, merged, CONTEXT_KEY)
+    return _validate(cfg)
+
+
+def known_gpu_types() -> list[str]:
+    """Names of the GPU table's rows (for messages and docs)."""
+    return sorted(gpu_instance_types())
