@@ -101,7 +101,7 @@ DEFAULT_INTERFACE_ENDPOINTS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class NetworkConfig:
-    """The training VPC.
+    """The training VPC. Flow logs are always on (to the access-log bucket).
 
     Attributes:
         vpc_cidr: IPv4 CIDR of the VPC. Default ``10.40.0.0/16``.
@@ -111,14 +111,12 @@ class NetworkConfig:
         interface_endpoints: Interface endpoint service names (``ecr.api``, ``logs``...). Default:
             what training needs (ECR, CloudWatch Logs and metrics, STS, SageMaker API, SSM
             session access, CloudFormation for the boot-time signal).
-        flow_logs: Record VPC flow logs to the log bucket. Default ``True``.
     """
 
     vpc_cidr: str = "10.40.0.0/16"
     max_azs: int = 2
     nat_gateways: int = 0
     interface_endpoints: tuple[str, ...] = DEFAULT_INTERFACE_ENDPOINTS
-    flow_logs: bool = True
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class DataPlaneStack(Stack):
             max_azs=net.max_azs,
             nat_gateways=net.nat_gateways,
             interface_endpoints=net.interface_endpoints,
-            flow_log_bucket=self.log_bucket if net.flow_logs else None,
+            flow_log_bucket=self.log_bucket,
         )
 
         private_subnets = self.network.vpc.select_subnets(

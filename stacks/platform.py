@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from aws_cdk import App, Environment, Tags
 
 from stacks.config import PlatformConfig
 from stacks.data_plane_stack import DataPlaneStack
+from stacks.gpu_cluster_stack import GpuClusterStack
+from stacks.training_job_stack import TrainingJobStack
 
 
 @dataclass(frozen=True)
@@ -15,14 +18,18 @@ class Platform:
     """Handles to the stacks of one platform instance.
 
     Attributes:
-        data_plane: The stateful stack.
+        data_plane: The stateful stack (kept data).
+        gpu_cluster: GPU EC2 nodes, or ``None`` when ``cluster.enabled`` is false.
+        training_job: SageMaker job workflow, or ``None`` when ``training_job.enabled`` is false.
     """
 
     data_plane: DataPlaneStack
+    gpu_cluster: Optional[GpuClusterStack]
+    training_job: Optional[TrainingJobStack]
 
 
 def stack_name(config: PlatformConfig, unit: str) -> str:
-    """CloudFormation stack name of a deployable unit, e.g. ``gputrain-data``."""
+    """CloudFormation stack name of a deployable unit: ``<project>-data|cluster|training``."""
     return f"{config.project_name}-{unit}"
 
 
@@ -35,10 +42,31 @@ def build_platform(app: App, config: PlatformConfig, env: Environment) -> Platfo
         env=env,
         stack_name=stack_name(config, "data"),
         description=f"{config.project_name}: GPU training data plane (buckets, key, image repository, network)",
-        termination_protection=False,
     )
+    gpu_cluster = None
+    if config.cluster.enabled:
+        gpu_cluster = GpuClusterStack(
+            app,
+            "GpuCluster",
+            config=config,
+            data_plane=data_plane,
+            env=env,
+            stack_name=stack_name(config, "cluster"),
+            description=f"{config.project_name}: GPU EC2 nodes on the Deep Learning AMI",
+        )
+    training_job = None
+    if config.training_job.enabled:
+        training_job = TrainingJobStack(
+            app,
+            "TrainingJob",
+            config=config,
+            data_plane=data_plane,
+            env=env,
+            stack_name=stack_name(config, "training"),
+            description=f"{config.project_name}: SageMaker training job workflow",
+        )
     Tags.of(app).add("Project", config.project_name)
     Tags.of(app).add("ManagedBy", "cdk")
     for key, value in config.tags.items():
         Tags.of(app).add(key, value)
-    return Platform(data_plane=data_plane)
+    return Platform(data_plane=data_plane, gpu_cluster=gpu_cluster, training_job=training_job)

@@ -34,7 +34,7 @@ class TrainingNetwork(Construct):
         max_azs: int,
         nat_gateways: int,
         interface_endpoints: Sequence[str],
-        flow_log_bucket: s3.IBucket | None,
+        flow_log_bucket: s3.IBucket,
     ) -> None:
         """Create the network.
 
@@ -45,7 +45,7 @@ class TrainingNetwork(Construct):
             max_azs: Availability zones used.
             nat_gateways: 0 for isolated subnets; otherwise this many NAT gateways.
             interface_endpoints: Service names for interface endpoints (``ecr.api``...).
-            flow_log_bucket: Bucket receiving flow logs (``None`` disables them).
+            flow_log_bucket: Bucket receiving flow logs of all traffic.
         """
         super().__init__(scope, construct_id)
         private_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
@@ -73,12 +73,11 @@ class TrainingNetwork(Construct):
                 "NIST.800.53.R5-VPCNoUnrestrictedRouteToIGW",
                 "NIST.800.53.R5-VPCSubnetAutoAssignPublicIpDisabled",
             )
-        if flow_log_bucket is not None:
-            self.vpc.add_flow_log(
-                "FlowLogs",
-                destination=ec2.FlowLogDestination.to_s3(flow_log_bucket, "vpc-flow-logs/"),
-                traffic_type=ec2.FlowLogTrafficType.ALL,
-            )
+        self.vpc.add_flow_log(
+            "FlowLogs",
+            destination=ec2.FlowLogDestination.to_s3(flow_log_bucket, "vpc-flow-logs/"),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
         self.vpc.add_gateway_endpoint(
             "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.subnet_selection]
         )
