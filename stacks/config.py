@@ -424,9 +424,11 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
 
     net = cfg.network
     try:
-        cidr = ipaddress.IPv4Network(net.vpc_cidr)
+        cidr = ipaddress.IPv4Network(net.vpc_cidr, strict=False)
     except ValueError:
         raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "not an IPv4 CIDR", "use a block such as 10.40.0.0/16") from None
+    if str(cidr) != net.vpc_cidr:
+        raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "host bits are set", f"use {cidr}")
     if not 16 <= cidr.prefixlen <= 24:
         raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "VPC blocks must be /16 to /24", "use a block such as 10.40.0.0/16")
     _check_positive(f"{p}.network.max_azs", net.max_azs, maximum=6)

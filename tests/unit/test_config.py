@@ -1,0 +1,217 @@
+"""One test per validation rule: the message names the setting, the value and the fix."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from stacks.config import ConfigError, load_config
+from tests.synth import ROOT, project_context
+
+
+def load(**overrides):
+    context = project_context()
+    for key, value in overrides.items():
+        context["gpu_training." + key.replace("__", ".")] = json.dumps(value)
+    return load_config(context)
+
+
+def error_of(**overrides) -> str:
+    with pytest.raises(ConfigError) as info:
+        load(**overrides)
+    message = str(info.value)
+    assert "\n" not in message, "errors are one line"
+    return message
+
+
+def test_defaults_from_cdk_json_are_valid_and_fill_gpu_counts_from_the_table():
+    cfg = load()
+    assert cfg.cluster.instance_type == "g5.xlarge"
+    assert cfg.cluster.gpus_per_node == 1
+    assert cfg.training_job.gpus_per_instance == 1
+    assert cfg.delete_data_on_destroy is False
+
+
+def test_dotted_override_parses_json_values():
+    cfg = load(cluster__instance_type="g5.12xlarge", cluster__node_count=2, training_job__use_spot=False)
+    assert (cfg.cluster.instance_type, cfg.cluster.node_count, cfg.cluster.gpus_per_node) == ("g5.12xlarge", 2, 4)
+    assert cfg.training_job.use_spot is False
+
+
+def test_override_as_plain_string_is_kept_as_string():
+    context = project_context()
+    context["gpu_training.cluster.instance_type"] = "p4d.24xlarge"  # as `-c key=value` passes it
+    assert load_config(context).cluster.gpus_per_node == 8
+
+
+def test_config_is_frozen():
+    cfg = load()
+    with pytest.raises(AttributeError):
+        cfg.cluster.node_count = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        cfg.training_job.hyperparameters["epochs"] = "9"  # type: ignore[index]
+
+
+def test_unknown_key_suggests_the_closest_known_key():
+    msg = error_of(cluster__instance_typ="g5.xlarge")
+    assert msg.startswith("gpu_training.cluster.instance_typ = ")
+    assert "unknown setting" in msg and "did you mean gpu_training.cluster.instance_type?" in msg
+
+
+def test_unknown_top_level_key_lists_known_settings_when_nothing_is_close():
+    msg = error_of(zzz=1)
+    assert "gpu_training.zzz" in msg and "known settings:" in msg and "training_job" in msg
+
+
+def test_non_gpu_ec2_type_is_refused():
+    msg = error_of(cluster__instance_type="m5.large")
+    assert 'gpu_training.cluster.instance_type = "m5.large": not a known NVIDIA GPU instance type' in msg
+    assert "g5.xlarge" in msg
+
+
+def test_non_gpu_sagemaker_type_is_refused():
+    msg = error_of(training_job__instance_type="ml.m5.large")
+    assert 'gpu_training.training_job.instance_type = "ml.m5.large": not a known NVIDIA GPU instance type' in msg
+
+
+def test_sagemaker_type_needs_ml_prefix():
+    msg = error_of(training_job__instance_type="g5.xlarge")
+    assert "start with 'ml.'" in msg and "use ml.g5.xlarge" in msg
+
+
+def test_ec2_type_must_not_have_ml_prefix():
+    msg = error_of(cluster__instance_type="ml.g5.xlarge")
+    assert "use g5.xlarge" in msg
+
+
+def test_declared_gpu_count_must_match_the_table():
+    msg = error_of(cluster__instance_type="g5.12xlarge", cluster__expected_gpus_per_node=8)
+    assert "gpu_training.cluster.expected_gpus_per_node = 8" in msg and "g5.12xlarge has 4 GPU(s)" in msg
+    assert "set it to 4" in msg
+
+
+def test_declared_sagemaker_gpu_count_must_match_the_table():
+    msg = error_of(training_job__instance_type="ml.p4d.24xlarge", training_job__expected_gpus_per_instance=4)
+    assert "ml.p4d.24xlarge has 8 GPU(s)" in msg
+
+
+@pytest.mark.parametrize("key", ["cluster__node_count", "training_job__instance_count"])
+def test_counts_below_one_are_refused(key):
+    msg = error_of(**{key: 0})
+    assert key.replace("__", ".") in msg and "must be between 1 and 64" in msg
+
+
+@pytest.mark.parametrize(
+    "name, problem",
+    [
+        ("My_Bucket", "not a valid S3 bucket name"),
+        ("ab", "not a valid S3 bucket name"),
+        ("a..b", "adjacent dots"),
+        ("192.168.1.10", "IP address"),
+        ("xn--bucket", "reserves this prefix"),
+        ("data-s3alias", "reserves this prefix or suffix"),
+    ],
+)
+def test_bucket_names_follow_s3_rules(name, problem):
+    msg = error_of(data__datasets_bucket_name=name)
+    assert f'gpu_training.data.datasets_bucket_name = "{name}"' in msg and problem in msg
+    assert "lowercase letters" in msg
+
+
+def test_bucket_names_must_differ():
+    msg = error_of(data__datasets_bucket_name="team-data-1", data__artifacts_bucket_name="team-data-1")
+    assert "same name as the datasets bucket" in msg
+
+
+@pytest.mark.parametrize("tag", ["latest", "LATEST", ""])
+def test_latest_or_empty_image_tag_is_refused(tag):
+    msg = error_of(image__tag=tag)
+    assert "gpu_training.image.tag" in msg and "set an explicit, versioned tag" in msg
+
+
+def test_repository_name_must_be_lowercase():
+    msg = error_of(image__repository_name="GpuTrain")
+    assert "not a valid ECR repository name" in msg
+
+
+def test_spot_without_checkpointing_is_refused():
+    msg = error_of(training_job__use_spot=True, training_job__checkpointing=False)
+    assert "gpu_training.training_job.use_spot = true" in msg and "checkpointing to true" in msg
+
+
+def test_max_wait_below_max_runtime_is_refused():
+    msg = error_of(training_job__max_runtime_seconds=7200, training_job__max_wait_seconds=3600)
+    assert "gpu_training.training_job.max_wait_seconds = 3600" in msg and "at least max_runtime_seconds (7200)" in msg
+
+
+def test_on_demand_job_does_not_need_max_wait():
+    cfg = load(training_job__use_spot=False, training_job__checkpointing=False, training_job__max_wait_seconds=1)
+    assert cfg.training_job.use_spot is False
+
+
+def test_wrong_type_names_the_expected_type():
+    msg = error_of(cluster__node_count="two")
+    assert 'gpu_training.cluster.node_count = "two": expected a whole number' in msg
+
+
+def test_bool_is_not_a_number():
+    msg = error_of(cluster__node_count=True)
+    assert "expected a whole number" in msg
+
+
+def test_input_mode_is_file_or_fastfile():
+    msg = error_of(training_job__input_mode="Pipe")
+    assert "use File or FastFile" in msg
+
+
+def test_channel_prefix_must_be_relative():
+    msg = error_of(training_job__channels={"train": "s3://elsewhere/train/"})
+    assert "gpu_training.training_job.channels.train" in msg and "relative prefix" in msg
+
+
+def test_project_name_rules():
+    msg = error_of(project_name="GPU_Train")
+    assert "gpu_training.project_name" in msg and "lowercase" in msg
+
+
+def test_vpc_cidr_must_be_a_network():
+    assert "/16 to /24" in error_of(network__vpc_cidr="10.0.0.0/8")
+    assert "host bits are set; use 10.40.0.0/16" in error_of(network__vpc_cidr="10.40.1.0/16")
+    assert "not an IPv4 CIDR" in error_of(network__vpc_cidr="ten")
+
+
+def test_nat_gateways_cannot_exceed_azs():
+    msg = error_of(network__nat_gateways=3)
+    assert "gpu_training.network.nat_gateways = 3" in msg
+
+
+def test_hyperparameters_are_stringified_like_sagemaker_does():
+    cfg = load(training_job__hyperparameters={"epochs": 3, "xla": True})
+    assert dict(cfg.training_job.hyperparameters) == {"epochs": "3", "xla": "true"}
+
+
+def test_cdk_synth_with_a_non_gpu_type_exits_nonzero_with_one_clear_line():
+    """The app itself (what `cdk synth` runs) refuses before building anything, no traceback."""
+    result = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "PATH": str(ROOT / ".venv" / "bin") + ":/usr/bin:/bin",
+            "CDK_CONTEXT_JSON": json.dumps({**project_context(), "gpu_training.cluster.instance_type": "m5.large"}),
+            "CDK_OUTDIR": "/nonexistent-never-written",
+        },
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        'error: invalid configuration: gpu_training.cluster.instance_type = "m5.large": not a known NVIDIA GPU '
+        "instance type; use an NVIDIA GPU type from training_image/trainer/gpu_instances.json "
+        "(e.g. g5.xlarge, g5.12xlarge, g6e.xlarge, p4d.24xlarge, p5.48xlarge)"
+    ]

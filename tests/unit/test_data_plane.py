@@ -1,0 +1,257 @@
+"""Security and data-retention properties of the data plane stack."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match
+
+# Logical ids of stateful resources. Changing one makes CloudFormation replace the resource
+# (a new, empty bucket or key), so a refactor that moves them must fail here first.
+PINNED_LOGICAL_IDS = {
+    "PlatformKey1C4A1A63": "AWS::KMS::Key",
+    "AccessLogsBucketCD784A59": "AWS::S3::Bucket",
+    "DatasetsBucket9EEDBE5A": "AWS::S3::Bucket",
+    "ArtifactsBucket88671897": "AWS::S3::Bucket",
+    "TrainingImageRepositoryA4686A09": "AWS::ECR::Repository",
+    "NetworkVpc7FB7348F": "AWS::EC2::VPC",
+}
+DATA_BUCKETS = ("DatasetsBucket9EEDBE5A", "ArtifactsBucket88671897")
+
+
+@pytest.fixture(scope="module")
+def template(default_app):
+    return default_app.template("DataPlane")
+
+
+@pytest.fixture(scope="module")
+def resources(default_app):
+    return default_app.template_json("DataPlane")["Resources"]
+
+
+@pytest.fixture(scope="module")
+def sandbox(synth_app):
+    return synth_app({"delete_data_on_destroy": True}).template_json("DataPlane")["Resources"]
+
+
+def test_stateful_logical_ids_are_pinned(resources):
+    assert {k: resources[k]["Type"] for k in PINNED_LOGICAL_IDS if k in resources} == PINNED_LOGICAL_IDS
+
+
+def test_key_rotates_and_is_retained(template):
+    template.has_resource(
+        "AWS::KMS::Key",
+        {"Properties": {"EnableKeyRotation": True}, "DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"},
+    )
+
+
+def test_key_lets_cloudwatch_logs_of_this_account_encrypt(resources):
+    statements = resources["PlatformKey1C4A1A63"]["Properties"]["KeyPolicy"]["Statement"]
+    logs = [s for s in statements if s.get("Sid") == "AllowCloudWatchLogsInThisAccount"]
+    assert len(logs) == 1
+    assert "kms:EncryptionContext:aws:logs:arn" in logs[0]["Condition"]["ArnLike"]
+
+
+@pytest.mark.parametrize("bucket", DATA_BUCKETS)
+def test_data_buckets_are_kms_encrypted_with_the_platform_key(resources, bucket):
+    rule = resources[bucket]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "aws:kms"
+    assert rule["ServerSideEncryptionByDefault"]["KMSMasterKeyID"] == {"Fn::GetAtt": ["PlatformKey1C4A1A63", "Arn"]}
+    assert rule["BucketKeyEnabled"] is True
+
+
+@pytest.mark.parametrize("bucket", (*DATA_BUCKETS, "AccessLogsBucketCD784A59"))
+def test_buckets_block_public_access_version_and_are_retained(resources, bucket):
+    res = resources[bucket]
+    assert res["Properties"]["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert res["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert res["DeletionPolicy"] == "Retain" and res["UpdateReplacePolicy"] == "Retain"
+
+
+@pytest.mark.parametrize("bucket", (*DATA_BUCKETS, "AccessLogsBucketCD784A59"))
+def test_buckets_deny_requests_without_tls(template, bucket):
+    template.has_resource_properties(
+        "AWS::S3::BucketPolicy",
+        {
+            "Bucket": {"Ref": bucket},
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Effect": "Deny",
+                                "Action": "s3:*",
+                                "Principal": {"AWS": "*"},
+                                "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize("bucket, prefix", [(DATA_BUCKETS[0], "s3-access/datasets/"), (DATA_BUCKETS[1], "s3-access/artifacts/")])
+def test_data_buckets_log_access_to_the_log_bucket(resources, bucket, prefix):
+    assert resources[bucket]["Properties"]["LoggingConfiguration"] == {
+        "DestinationBucketName": {"Ref": "AccessLogsBucketCD784A59"},
+        "LogFilePrefix": prefix,
+    }
+
+
+def test_log_bucket_uses_sse_s3_because_access_log_delivery_requires_it(resources):
+    rule = resources["AccessLogsBucketCD784A59"]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+
+
+def _rules(resources, bucket):
+    return {r["Id"]: r for r in resources[bucket]["Properties"]["LifecycleConfiguration"]["Rules"]}
+
+
+def test_lifecycle_expires_noncurrent_versions_and_checkpoints(resources):
+    for bucket in DATA_BUCKETS:
+        rule = _rules(resources, bucket)["ExpireNoncurrentVersions"]
+        assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 90}
+        assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
+    checkpoints = _rules(resources, "ArtifactsBucket88671897")["ExpireCheckpoints"]
+    assert checkpoints["Prefix"] == "checkpoints/" and checkpoints["ExpirationInDays"] == 30
+    assert "ExpireCheckpoints" not in _rules(resources, "DatasetsBucket9EEDBE5A")
+
+
+def test_lifecycle_days_come_from_config(synth_app):
+    res = synth_app({"data.checkpoint_expiration_days": 3}).template_json("DataPlane")["Resources"]
+    assert _rules(res, "ArtifactsBucket88671897")["ExpireCheckpoints"]["ExpirationInDays"] == 3
+
+
+def test_repository_scans_on_push_has_immutable_tags_and_a_lifecycle(template, resources):
+    template.has_resource_properties(
+        "AWS::ECR::Repository",
+        {
+            "RepositoryName": "gputrain-training",
+            "ImageScanningConfiguration": {"ScanOnPush": True},
+            "ImageTagMutability": "IMMUTABLE",
+            "EncryptionConfiguration": {"EncryptionType": "KMS", "KmsKey": Match.any_value()},
+            "LifecyclePolicy": {"LifecyclePolicyText": Match.string_like_regexp('"countNumber":20')},
+        },
+    )
+    assert resources["TrainingImageRepositoryA4686A09"]["DeletionPolicy"] == "Retain"
+    assert resources["TrainingImageRepositoryA4686A09"]["Properties"].get("EmptyOnDelete", False) is False
+
+
+def test_default_destroy_keeps_data_so_no_auto_delete_machinery(resources):
+    types = {r["Type"] for r in resources.values()}
+    assert "Custom::S3AutoDeleteObjects" not in types
+
+
+def test_sandbox_setting_deletes_and_empties_buckets_key_and_repository(sandbox):
+    for bucket in (*DATA_BUCKETS, "AccessLogsBucketCD784A59"):
+        assert sandbox[bucket]["DeletionPolicy"] == "Delete"
+    auto_delete = [r for r in sandbox.values() if r["Type"] == "Custom::S3AutoDeleteObjects"]
+    assert len(auto_delete) == 3
+    assert sandbox["PlatformKey1C4A1A63"]["DeletionPolicy"] == "Delete"
+    assert sandbox["PlatformKey1C4A1A63"]["Properties"]["PendingWindowInDays"] == 7
+    assert sandbox["TrainingImageRepositoryA4686A09"]["DeletionPolicy"] == "Delete"
+    assert sandbox["TrainingImageRepositoryA4686A09"]["Properties"]["EmptyOnDelete"] is True
+
+
+def test_outputs_say_what_destroy_does_with_data(default_app, synth_app):
+    outputs = default_app.template_json("DataPlane")["Outputs"]
+    assert outputs["DataRetention"]["Value"] == "kept on cdk destroy"
+    assert "kept on cdk destroy" in outputs["DatasetsBucketName"]["Description"]
+    sandbox_outputs = synth_app({"delete_data_on_destroy": True}).template_json("DataPlane")["Outputs"]
+    assert sandbox_outputs["DataRetention"]["Value"].startswith("EMPTIED AND DELETED")
+
+
+def test_outputs_the_operator_scripts_read(default_app):
+    outputs = default_app.template_json("DataPlane")["Outputs"]
+    assert {
+        "DatasetsBucketName",
+        "ArtifactsBucketName",
+        "AccessLogBucketName",
+        "KeyArn",
+        "RepositoryUri",
+        "RepositoryName",
+        "ImageUri",
+        "VpcId",
+        "PrivateSubnetIds",
+        "EndpointSecurityGroupId",
+    } <= set(outputs)
+    assert outputs["ImageUri"]["Value"]["Fn::Join"][1][-1].endswith(":tf2.21.0-gpu-1")
+
+
+def test_vpc_has_isolated_subnets_and_no_nat_or_internet_gateway_by_default(template):
+    template.resource_count_is("AWS::EC2::NatGateway", 0)
+    template.resource_count_is("AWS::EC2::InternetGateway", 0)
+    template.resource_count_is("AWS::EC2::Subnet", 2)
+    template.has_resource_properties("AWS::EC2::Subnet", {"MapPublicIpOnLaunch": False})
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.40.0.0/16", "EnableDnsHostnames": True})
+
+
+def test_nat_gateways_setting_adds_egress(synth_app):
+    template = synth_app({"network.nat_gateways": 1}).template("DataPlane")
+    template.resource_count_is("AWS::EC2::NatGateway", 1)
+    template.resource_count_is("AWS::EC2::InternetGateway", 1)
+
+
+def test_flow_logs_capture_all_traffic_to_the_log_bucket(template):
+    template.has_resource_properties(
+        "AWS::EC2::FlowLog",
+        {
+            "ResourceType": "VPC",
+            "TrafficType": "ALL",
+            "LogDestinationType": "s3",
+            "LogDestination": Match.object_like({"Fn::Join": Match.array_with([Match.array_with([Match.object_like({"Fn::GetAtt": ["AccessLogsBucketCD784A59", "Arn"]})])])}),
+        },
+    )
+
+
+def test_default_security_group_is_stripped(template):
+    template.resource_count_is("Custom::VpcRestrictDefaultSG", 1)
+
+
+def test_s3_gateway_endpoint_on_the_private_route_tables(template):
+    template.has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {
+            "VpcEndpointType": "Gateway",
+            "ServiceName": Match.object_like({"Fn::Join": ["", Match.array_with([".s3"])]}),
+            "RouteTableIds": Match.array_with([{"Ref": "NetworkVpcTrainingSubnet1RouteTable28B83122"}]),
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "service", ["ecr.api", "ecr.dkr", "logs", "monitoring", "sts", "sagemaker.api", "ssm", "ssmmessages", "ec2messages", "cloudformation"]
+)
+def test_interface_endpoints_training_needs(resources, service):
+    endpoints = [
+        r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") == "Interface"
+    ]
+    names = {e["ServiceName"] for e in endpoints}
+    assert f"com.amazonaws.us-east-1.{service}" in names
+    assert all(e["PrivateDnsEnabled"] is True for e in endpoints)
+
+
+def test_endpoint_security_group_allows_only_https_from_the_vpc(template):
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {
+            "GroupDescription": Match.string_like_regexp("Interface endpoints"),
+            "SecurityGroupIngress": [Match.object_like({"CidrIp": "10.40.0.0/16", "FromPort": 443, "ToPort": 443, "IpProtocol": "tcp"})],
+            "SecurityGroupEgress": [Match.object_like({"CidrIp": "255.255.255.255/32"})],  # CDK's "no egress" marker
+        },
+    )
+
+
+def test_every_resource_is_tagged_with_the_project(resources):
+    tagged = [r for r in resources.values() if r["Type"] in ("AWS::S3::Bucket", "AWS::KMS::Key", "AWS::ECR::Repository", "AWS::EC2::VPC")]
+    for res in tagged:
+        tags = {t["Key"]: t["Value"] for t in res["Properties"]["Tags"]}
+        assert tags["Project"] == "gputrain" and tags["ManagedBy"] == "cdk" and tags["CostCenter"] == "ml-platform"
