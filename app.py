@@ -34,7 +34,8 @@ def resolve_environment(app: App) -> Environment:
     return Environment(account=account or OFFLINE_ACCOUNT, region=region or OFFLINE_REGION)
 
 
-def main() -> int:
+def main(*, policy_packs: bool = True) -> int:
+    """Synthesize the platform. ``policy_packs=False`` exists for the synth benchmark only."""
     app = App()
     try:
         config = load_config(app.node.get_all_context())
@@ -42,7 +43,8 @@ def main() -> int:
         print(f"error: invalid configuration: {err}", file=sys.stderr)
         return 2
     build_platform(app, config, resolve_environment(app))
-    add_policy_packs(app)
+    if policy_packs:
+        add_policy_packs(app)
     app.synth()
     return 0
 

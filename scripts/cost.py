@@ -1,0 +1,168 @@
+"""Estimate what the configured platform costs: per hour, per job, and standing with no job.
+
+    python -m scripts.cost                                   # the config in cdk.json
+    python -m scripts.cost -c gpu_training.cluster.node_count=4 -c gpu_training.training_job.use_spot=false
+    python -m scripts.cost --hours 12                        # a 12-hour job instead of max runtime
+
+Prices: on-demand EC2 rates come from the GPU table (training_image/trainer/gpu_instances.json,
+whose ``_price_source`` says where and when they were taken); SageMaker training adds a per-family
+surcharge over EC2; spot is an assumed discount, since real spot prices move by AZ and hour.
+Everything is us-east-1 list price before taxes and discounts: a budget estimate, not a bill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from stacks.config import ConfigError, PlatformConfig, load_config  # noqa: E402
+from stacks.gpu_instances import GpuInstanceType, lookup, price_source  # noqa: E402
+
+HOURS_PER_MONTH = 730
+
+# SageMaker training list price over the EC2 on-demand price of the same instance, by family,
+# read off the SageMaker and EC2 pricing pages (us-east-1) on the date of the GPU table's prices.
+SAGEMAKER_SURCHARGE = {"g4dn": 0.40, "g5": 0.40, "g6": 0.40, "g6e": 0.40, "p3": 0.25, "p3dn": 0.25, "p4d": 0.15, "p4de": 0.15, "p5": 0.15, "p5e": 0.15}
+SPOT_DISCOUNT_ASSUMED = 0.65
+"""Assumed spot saving for estimates (EC2 spot and SageMaker managed spot typically save 60-90%)."""
+
+# Standing (no job running) list prices, us-east-1.
+INTERFACE_ENDPOINT_USD_PER_AZ_HOUR = 0.01
+KMS_KEY_USD_PER_MONTH = 1.00
+GP3_USD_PER_GB_MONTH = 0.08
+S3_STANDARD_USD_PER_GB_MONTH = 0.023
+ECR_USD_PER_GB_MONTH = 0.10
+CLOUDWATCH_LOGS_INGEST_USD_PER_GB = 0.50
+NAT_GATEWAY_USD_PER_HOUR = 0.045
+STANDING_PRICE_DATE = "2026-11-01"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One row of the estimate."""
+
+    item: str
+    usd_per_hour: float
+    usd_per_run: float | None
+    note: str
+
+
+def ec2_cluster(cfg: PlatformConfig, hours: float) -> list[Line]:
+    """The GPU EC2 cluster: on-demand and (assumed) spot."""
+    if not cfg.cluster.enabled:
+        return []
+    row = _row(cfg.cluster.instance_type)
+    n = cfg.cluster.node_count
+    hourly = row.on_demand_usd_per_hour * n
+    spot = hourly * (1 - SPOT_DISCOUNT_ASSUMED)
+    what = f"{n} x {row.name} ({n * row.gpu_count} x {row.gpu_model})"
+    return [
+        Line(f"EC2 cluster, on-demand: {what}", hourly, hourly * hours, "GPU table price"),
+        Line(f"EC2 cluster, spot: {what}", spot, spot * hours, f"assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving"),
+    ]
+
+
+def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
+    """The SageMaker training job: on-demand and managed spot, with SageMaker's surcharge."""
+    if not cfg.training_job.enabled:
+        return []
+    tj = cfg.training_job
+    row = _row(tj.instance_type)
+    surcharge = SAGEMAKER_SURCHARGE[row.family]
+    per_instance = row.on_demand_usd_per_hour * (1 + surcharge)
+    hourly = per_instance * tj.instance_count
+    spot = hourly * (1 - SPOT_DISCOUNT_ASSUMED)
+    what = f"{tj.instance_count} x {tj.instance_type}"
+    storage = tj.volume_size_gb * tj.instance_count * 0.14 / HOURS_PER_MONTH  # ML storage gp2-class, $/GB-month
+    lines = [
+        Line(f"SageMaker job, on-demand: {what}", hourly + storage, (hourly + storage) * hours,
+             f"EC2 price + {surcharge:.0%} SageMaker surcharge, + {tj.volume_size_gb} GB ML storage"),
+        Line(f"SageMaker job, managed spot: {what}", spot + storage, (spot + storage) * hours,
+             f"assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving" + (" (configured)" if tj.use_spot else "")),
+    ]
+    return lines
+
+
+def standing(cfg: PlatformConfig, *, dataset_gb: float, artifacts_gb: float, image_gb: float) -> list[Line]:
+    """What still bills with the stacks deployed and no job running (no compute running)."""
+    azs = cfg.network.max_azs
+    endpoints = len(cfg.network.interface_endpoints)
+    lines = [
+        Line(f"VPC interface endpoints: {endpoints} x {azs} AZ", endpoints * azs * INTERFACE_ENDPOINT_USD_PER_AZ_HOUR, None,
+             "largest standing cost; trim network.interface_endpoints to what you use"),
+        Line("KMS key", KMS_KEY_USD_PER_MONTH / HOURS_PER_MONTH, None, "plus $0.03 per 10k requests"),
+        Line(f"S3: {dataset_gb:g} GB datasets + {artifacts_gb:g} GB artifacts", (dataset_gb + artifacts_gb) * S3_STANDARD_USD_PER_GB_MONTH / HOURS_PER_MONTH, None,
+             "versioned: old versions bill until the lifecycle rule expires them"),
+        Line(f"ECR: {image_gb:g} GB of images", image_gb * ECR_USD_PER_GB_MONTH / HOURS_PER_MONTH, None, "lifecycle rule caps the image count"),
+        Line("CloudWatch Logs", 0.0, None, f"${CLOUDWATCH_LOGS_INGEST_USD_PER_GB}/GB ingested while jobs and nodes run; nothing when idle"),
+    ]
+    if cfg.cluster.enabled:
+        gb = cfg.cluster.root_volume_gb * cfg.cluster.node_count
+        lines.append(Line(f"Stopped GPU nodes' root volumes: {gb} GB gp3", gb * GP3_USD_PER_GB_MONTH / HOURS_PER_MONTH, None,
+                          "idle nodes are stopped, not terminated: their volumes still bill"))
+    if cfg.network.nat_gateways:
+        lines.append(Line(f"NAT gateways: {cfg.network.nat_gateways}", cfg.network.nat_gateways * NAT_GATEWAY_USD_PER_HOUR, None, "plus $0.045/GB processed"))
+    return lines
+
+
+def _row(instance_type: str) -> GpuInstanceType:
+    row = lookup(instance_type)
+    assert row is not None, "validated by load_config"
+    return row
+
+
+def _context(overrides: Sequence[str]) -> dict[str, Any]:
+    context = dict(json.loads((ROOT / "cdk.json").read_text())["context"])
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(item, item, "expected KEY=VALUE", "write -c gpu_training.cluster.node_count=2")
+        context[key] = value
+    return context
+
+
+def render(title: str, lines: Sequence[Line], hours: float | None) -> str:
+    out = [title]
+    for line in lines:
+        run = f"  ${line.usd_per_run:>10,.2f}/job" if line.usd_per_run is not None else f"  ${line.usd_per_hour * HOURS_PER_MONTH:>8,.2f}/month"
+        out.append(f"  {line.item:<62} ${line.usd_per_hour:>9,.3f}/h{run}   {line.note}")
+    if hours is not None:
+        out.append(f"  (a job is {hours:g} h)")
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-c", "--context", action="append", default=[], help="config override, as for cdk: -c gpu_training.KEY=VALUE")
+    parser.add_argument("--hours", type=float, help="job length in hours (default: the job's max runtime)")
+    parser.add_argument("--dataset-gb", type=float, default=100.0)
+    parser.add_argument("--artifacts-gb", type=float, default=50.0)
+    parser.add_argument("--image-gb", type=float, default=8.0)
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(_context(args.context))
+    except ConfigError as err:
+        print(f"error: invalid configuration: {err}", file=sys.stderr)
+        return 2
+    hours = args.hours if args.hours is not None else cfg.training_job.max_runtime_seconds / 3600
+    print(f"Prices: {price_source()} SageMaker surcharge per family and standing prices as of {STANDING_PRICE_DATE}; "
+          f"spot is an assumed {SPOT_DISCOUNT_ASSUMED:.0%} saving.\n")
+    print(render("Training compute", [*ec2_cluster(cfg, hours), *sagemaker_job(cfg, hours)], hours))
+    idle = standing(cfg, dataset_gb=args.dataset_gb, artifacts_gb=args.artifacts_gb, image_gb=args.image_gb)
+    print()
+    print(render("Standing cost with no job running (no compute runs)", idle, None))
+    total = sum(line.usd_per_hour for line in idle)
+    print(f"  {'total standing':<62} ${total:>9,.3f}/h  ${total * HOURS_PER_MONTH:>8,.2f}/month")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The cost estimator's arithmetic follows the GPU table and the config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scripts import cost
+from stacks.config import load_config
+from stacks.gpu_instances import gpu_instance_types
+from tests.synth import project_context
+
+
+def config(**overrides):
+    context = project_context()
+    context.update({f"gpu_training.{k.replace('__', '.')}": json.dumps(v) for k, v in overrides.items()})
+    return load_config(context)
+
+
+def test_every_table_family_has_a_sagemaker_surcharge():
+    assert {row.family for row in gpu_instance_types().values()} <= set(cost.SAGEMAKER_SURCHARGE)
+
+
+def test_ec2_cluster_cost_scales_with_nodes_and_hours():
+    lines = cost.ec2_cluster(config(cluster__instance_type="g5.12xlarge", cluster__node_count=2), hours=10)
+    on_demand, spot = lines
+    assert on_demand.usd_per_hour == pytest.approx(2 * 5.672)
+    assert on_demand.usd_per_run == pytest.approx(2 * 5.672 * 10)
+    assert spot.usd_per_hour == pytest.approx(on_demand.usd_per_hour * (1 - cost.SPOT_DISCOUNT_ASSUMED))
+    assert "8 x NVIDIA A10G" in on_demand.item
+
+
+def test_sagemaker_job_adds_the_family_surcharge_and_storage():
+    cfg = config(training_job__instance_type="ml.p4d.24xlarge", training_job__instance_count=2, training_job__volume_size_gb=730)
+    on_demand, _ = cost.sagemaker_job(cfg, hours=1)
+    compute = 2 * 21.958 * 1.15
+    storage = 2 * 730 * 0.14 / 730
+    assert on_demand.usd_per_hour == pytest.approx(compute + storage)
+
+
+def test_disabled_units_cost_nothing():
+    cfg = config(cluster__enabled=False, training_job__enabled=False)
+    assert cost.ec2_cluster(cfg, 1) == [] and cost.sagemaker_job(cfg, 1) == []
+
+
+def test_standing_cost_lists_endpoints_key_and_stopped_volumes_and_nat_when_configured():
+    lines = {line.item.split(":")[0]: line for line in cost.standing(config(network__nat_gateways=1), dataset_gb=0, artifacts_gb=0, image_gb=0)}
+    assert lines["VPC interface endpoints"].usd_per_hour == pytest.approx(10 * 2 * 0.01)
+    assert "KMS key" in lines and "Stopped GPU nodes' root volumes" in lines
+    assert lines["NAT gateways"].usd_per_hour == pytest.approx(0.045)
+
+
+def test_cli_prints_sources_and_totals(capsys):
+    assert cost.main(["--hours", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "as recorded 2026-11-01" in out and "SageMaker job, managed spot" in out and "total standing" in out
+
+
+def test_cli_refuses_bad_config_with_one_line(capsys):
+    assert cost.main(["-c", "gpu_training.cluster.instance_type=m5.large"]) == 2
+    assert capsys.readouterr().err.startswith('error: invalid configuration: gpu_training.cluster.instance_type = "m5.large"')
