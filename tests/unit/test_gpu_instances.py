@@ -1,0 +1,37 @@
+"""The one GPU table: complete for the families the platform promises, and self-consistent."""
+
+from __future__ import annotations
+
+import pytest
+
+from stacks.gpu_instances import gpu_instance_types, lookup
+
+REQUIRED_FAMILIES = {"g4dn", "g5", "g6", "g6e", "p3", "p4d", "p5"}
+
+
+def test_required_families_are_present():
+    assert REQUIRED_FAMILIES <= {row.family for row in gpu_instance_types().values()}
+
+
+@pytest.mark.parametrize("name", sorted(gpu_instance_types()))
+def test_rows_are_plausible(name):
+    row = gpu_instance_types()[name]
+    assert row.gpu_model.startswith("NVIDIA ")
+    assert row.gpu_count in (1, 2, 4, 8)
+    assert row.gpu_memory_gib >= 16 and row.vcpus >= 4 and row.vcpus % row.gpu_count == 0
+    assert row.mixed_precision_dtype in ("bfloat16", "float16")
+    assert row.peak_tflops_half > 0 and row.on_demand_usd_per_hour > 0
+
+
+def test_known_facts():
+    assert (lookup("g5.12xlarge").gpu_count, lookup("g5.12xlarge").gpu_model) == (4, "NVIDIA A10G")
+    assert lookup("ml.p4d.24xlarge").gpu_count == 8 and lookup("p4d.24xlarge").efa
+    assert lookup("p5.48xlarge").gpu_model == "NVIDIA H100" and lookup("p5.48xlarge").efa
+    assert not lookup("g5.xlarge").efa and lookup("g5.xlarge").local_nvme_gb > 0
+    assert lookup("p3.2xlarge").local_nvme_gb == 0
+    assert lookup("g4dn.xlarge").mixed_precision_dtype == "float16"  # Turing has no bf16
+    assert lookup("m5.large") is None
+
+
+def test_quota_family_matches_ec2_quota_buckets():
+    assert lookup("g6e.xlarge").quota_family == "G" and lookup("p5.48xlarge").quota_family == "P"
