@@ -138,7 +138,8 @@ class ClusterConfig:
             failing the deploy. Default 30.
         start_training_on_boot: Start the training container once the node is healthy.
             Default ``False``.
-        idle_stop_minutes: Stop a node whose GPUs stayed idle this long; 0 disables. Default 60.
+        idle_stop_minutes: Stop a node whose GPUs stayed idle this long (at most 1440); 0 disables.
+            Default 60.
         idle_gpu_utilization_percent: GPU utilization below which a node counts as idle.
             Default 5.
         max_lifetime_hours: Hard maximum lifetime of a node, after which it is shut down;
@@ -450,7 +451,8 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         )
     _check_positive(f"{p}.cluster.root_volume_gb", cl.root_volume_gb, minimum=75, maximum=16384)
     _check_positive(f"{p}.cluster.signal_timeout_minutes", cl.signal_timeout_minutes, minimum=5, maximum=720)
-    _check_positive(f"{p}.cluster.idle_stop_minutes", cl.idle_stop_minutes, minimum=0)
+    # CloudWatch evaluates an alarm with periods under an hour over at most one day.
+    _check_positive(f"{p}.cluster.idle_stop_minutes", cl.idle_stop_minutes, minimum=0, maximum=1440)
     _check_positive(f"{p}.cluster.idle_gpu_utilization_percent", cl.idle_gpu_utilization_percent, minimum=0, maximum=100)
     _check_positive(f"{p}.cluster.max_lifetime_hours", cl.max_lifetime_hours, minimum=0)
 
