@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Boot sequence of a GPU training node. cloud-init runs it on every boot (the user data that
+# stacks/components/node_user_data.py renders); the node's settings are in node.env beside it.
+#
+#   1. arm the maximum-lifetime shutdown (cost guard; counted from the node's first boot)
+#   2. start the CloudWatch agent: GPU utilization for the idle alarm, logs to the log group
+#   3. GPU health check, signalled to CloudFormation (health_check.sh); unhealthy: stop here
+#   4. pull the training image from ECR (after the signal: a missing image does not fail the
+#      deploy of healthy hardware; it is logged and training is not started)
+#   5. START_TRAINING=true: start the training container with all GPUs and the host list
+#
+#   bootstrap.sh                   the boot sequence
+#   bootstrap.sh sync-checkpoints  copy /opt/ml/checkpoints to CHECKPOINT_S3_URI
+set -Eeuo pipefail
+
+NODE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+set -a
+# shellcheck source=/dev/null
+. "${GPUTRAIN_ENV_FILE:-$NODE_DIR/node.env}"
+set +a
+LOG_DIR=/var/log/gputrain
+STATE_DIR=/var/lib/gputrain
+LIFETIME_GRACE_MINUTES=15
+CONTAINER=gputrain-training
+
+log() { printf '%s boot %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$*"; }
+
+imds() {
+  local token
+  token=$(curl -fsS --max-time 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' \
+    http://169.254.169.254/latest/api/token)
+  curl -fsS --max-time 5 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/meta-data/$1"
+}
+
+# Any unexpected error before the health signal fails the node with the failing line, rather
+# than leaving CloudFormation to wait for the signal timeout.
+signalled=false
+on_error() {
+  log "ERROR at line $1"
+  if [[ $signalled == false ]]; then
+    signalled=true
+    "$NODE_DIR/health_check.sh" report-failure "boot-error-line-$1" "bootstrap.sh failed at line $1" || true
+  fi
+}
+trap 'on_error $LINENO' ERR
+
+arm_max_lifetime() {
+  if ((MAX_LIFETIME_HOURS == 0)); then
+    log "maximum lifetime: off"
+    return 0
+  fi
+  local stamp=$STATE_DIR/first-boot-epoch now minutes
+  now=$(date +%s)
+  [[ -s $stamp ]] || echo "$now" >"$stamp"
+  minutes=$((($(<"$stamp") + MAX_LIFETIME_HOURS * 3600 - now) / 60))
+  # A node restarted after its deadline gets a short grace period for inspection.
+  ((minutes >= LIFETIME_GRACE_MINUTES)) || minutes=$LIFETIME_GRACE_MINUTES
+  shutdown --poweroff "+$minutes" "gputrain: maximum lifetime of ${MAX_LIFETIME_HOURS}h reached"
+  log "maximum lifetime: powering off in $minutes minutes (the instance stops)"
+}
+
+start_cloudwatch_agent() {
+  local ctl=/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl deb
+  if [[ ! -x $ctl ]]; then
+    # The VPC has no internet route; the regional bucket is reached through the S3 gateway endpoint.
+    deb=$(mktemp --suffix=.deb)
+    curl -fsS --retry 3 --max-time 300 -o "$deb" \
+      "https://amazoncloudwatch-agent-$AWS_REGION.s3.$AWS_REGION.amazonaws.com/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb" &&
+      dpkg -i -E "$deb" >/dev/null || return 1
+    rm -f "$deb"
+  fi
+  "$ctl" -a fetch-config -m ec2 -s -c "file:$NODE_DIR/cloudwatch-agent.json" >/dev/null || return 1
+  log "CloudWatch agent running: GPU metrics and logs to $LOG_GROUP"
+}
+
+pull_image() {
+  local attempt
+  for attempt in 1 2 3; do
+    if aws ecr get-login-password --region "$AWS_REGION" |
+      docker login --username AWS --password-stdin "${IMAGE_URI%%/*}" >/dev/null &&
+      docker pull --quiet "$IMAGE_URI"; then
+      log "pulled $IMAGE_URI"
+      return 0
+    fi
+    sleep $((attempt * 30))
+  done
+  return 1
+}
+
+sync_checkpoints() {
+  mkdir -p /opt/ml/checkpoints
+  aws s3 sync /opt/ml/checkpoints "$CHECKPOINT_S3_URI" --region "$AWS_REGION" --only-show-errors
+}
+
+install_checkpoint_sync() {
+  cat >/etc/systemd/system/gputrain-checkpoint-sync.service <<EOF
+[Unit]
+Description=gputrain: copy /opt/ml/checkpoints to $CHECKPOINT_S3_URI every 5 minutes and at shutdown
+Wants=network-online.target
+After=network-online.target docker.service
+
+[Service]
+ExecStart=/bin/bash -c 'while sleep 300; do $NODE_DIR/bootstrap.sh sync-checkpoints; done'
+ExecStop=-/usr/bin/docker stop --time 120 $CONTAINER
+ExecStop=$NODE_DIR/bootstrap.sh sync-checkpoints
+TimeoutStopSec=900
+
+[Install]
+WantedBy=multi-user.target
+EOF
+  systemctl daemon-reload
+  systemctl enable --now gputrain-checkpoint-sync.service
+}
+
+start_training() {
+  mkdir -p /opt/ml/checkpoints /opt/ml/model /opt/ml/output
+  aws s3 sync "$CHECKPOINT_S3_URI" /opt/ml/checkpoints --region "$AWS_REGION" --only-show-errors ||
+    log "no checkpoints restored from $CHECKPOINT_S3_URI"
+  local devices=() dev
+  for dev in /dev/infiniband/uverbs*; do
+    if [[ -e $dev ]]; then devices+=(--device "$dev"); fi
+  done
+  docker rm -f "$CONTAINER" >/dev/null 2>&1 || true
+  # Host networking: workers reach each other at the node addresses in TRAINING_HOSTS.
+  docker run --detach --name "$CONTAINER" --gpus all --network host --ipc host \
+    --ulimit memlock=-1 --ulimit stack=67108864 "${devices[@]}" \
+    --env EXPECTED_GPU_COUNT --env TRAINING_HOSTS --env TRAINING_CURRENT_HOST \
+    --env TRAINING_WORKER_PORT --env SAGEMAKER_BASE_DIR=/opt/ml --volume /opt/ml:/opt/ml \
+    --log-driver awslogs --log-opt "awslogs-region=$AWS_REGION" \
+    --log-opt "awslogs-group=$LOG_GROUP" --log-opt "awslogs-stream=$INSTANCE_ID/training" \
+    "$IMAGE_URI" >/dev/null
+  install_checkpoint_sync
+  log "training started: $TRAINING_CURRENT_HOST of $TRAINING_HOSTS, ${#devices[@]} EFA device option(s)"
+}
+
+boot() {
+  mkdir -p "$LOG_DIR" "$STATE_DIR"
+  exec > >(tee -a "$LOG_DIR/boot.log") 2>&1
+  INSTANCE_ID=$(imds instance-id)
+  export INSTANCE_ID
+  log "boot of $INSTANCE_ID ($NODE_NAME, $TRAINING_CURRENT_HOST)"
+  arm_max_lifetime
+  start_cloudwatch_agent || log "WARNING: CloudWatch agent not running: no idle stop for this boot"
+
+  signalled=true
+  if ! "$NODE_DIR/health_check.sh"; then
+    log "node unhealthy: not pulling the image, not starting training"
+    exit 1
+  fi
+  if ! pull_image; then
+    log "ERROR: could not pull $IMAGE_URI (pushed yet?); training not started"
+    exit 1
+  fi
+  if [[ $START_TRAINING == true ]]; then
+    start_training
+  else
+    log "ready; start_training_on_boot is off"
+  fi
+}
+
+case ${1:-boot} in
+  boot) boot ;;
+  sync-checkpoints) sync_checkpoints ;;
+  *)
+    echo "usage: $0 [boot | sync-checkpoints]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# GPU health check of a training node, reported to CloudFormation.
+#
+# Stops at the first failure:
+#   1. the NVIDIA driver answers (nvidia-smi is installed and lists GPUs)
+#   2. the GPU count equals EXPECTED_GPU_COUNT (the instance type's count)
+#   3. a small CUDA computation gives the right answer on every GPU
+# Driver and CUDA versions go to the report. The result is signalled to the node's instance
+# resource (CreationPolicy) with `aws cloudformation signal-resource`: SUCCESS with the
+# instance id, or FAILURE with "<instance id>:<node>:<reason>" as the signal's unique id, so
+# the failed deploy names the node and the reason. The reason also goes to the node's log
+# group (stream <instance id>/health) and to stderr (boot.log and the console).
+#
+#   health_check.sh                        run the checks
+#   health_check.sh report-failure CODE MSG  report a failure found elsewhere (bootstrap.sh)
+#
+# Environment (node.env on a node):
+#   EXPECTED_GPU_COUNT  required
+#   NODE_NAME           default: the host name
+#   INSTANCE_ID         signal unique id; default: unknown-instance
+#   STACK_NAME, LOGICAL_RESOURCE_ID, AWS_REGION  where to signal; no STACK_NAME: no signal
+#   LOG_GROUP           also write the result there
+#   GPU_COMPUTE_CMD     runs the computation on the GPU in CUDA_VISIBLE_DEVICES; default:
+#                       gpu_compute_check.cu (next to this script) built with nvcc
+#   HEALTH_REPORT       report file; default /var/log/gputrain/health.env
+# Exit status: 0 healthy, 1 unhealthy, 2 usage error.
+set -uo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+NODE_NAME=${NODE_NAME:-$(hostname)}
+INSTANCE_ID=${INSTANCE_ID:-unknown-instance}
+REPORT=${HEALTH_REPORT:-/var/log/gputrain/health.env}
+AWS_REGION=${AWS_REGION:-}
+mkdir -p "$(dirname "$REPORT")"
+
+log() { printf '%s health %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$*" >&2; }
+record() { printf '%s=%q\n' "$1" "$2" >>"$REPORT"; }
+
+json_string() {
+  local s=${1//\\/\\\\}
+  s=${s//\"/\\\"}
+  printf '"%s"' "$(tr '\n\t\r' '   ' <<<"$s")"
+}
+
+to_log_group() {
+  [[ -n ${LOG_GROUP:-} && -n $AWS_REGION ]] || return 0
+  local stream="$INSTANCE_ID/health" now
+  now=$(($(date +%s) * 1000))
+  aws logs create-log-stream --region "$AWS_REGION" --log-group-name "$LOG_GROUP" \
+    --log-stream-name "$stream" >/dev/null 2>&1 || true
+  aws logs put-log-events --region "$AWS_REGION" --log-group-name "$LOG_GROUP" \
+    --log-stream-name "$stream" --log-events "[{\"timestamp\":$now,\"message\":$(json_string "$1")}]" \
+    >/dev/null || log "could not write to log group $LOG_GROUP"
+}
+
+signal() { # STATUS UNIQUE_ID
+  if [[ -z ${STACK_NAME:-} ]]; then
+    log "STACK_NAME not set: not signalling CloudFormation ($1)"
+    return 0
+  fi
+  local attempt out
+  for attempt in 1 2 3 4 5; do
+    if out=$(aws cloudformation signal-resource --region "$AWS_REGION" --stack-name "$STACK_NAME" \
+      --logical-resource-id "$LOGICAL_RESOURCE_ID" --unique-id "$2" --status "$1" 2>&1); then
+      log "signalled $1 to $STACK_NAME/$LOGICAL_RESOURCE_ID as $2"
+      return 0
+    fi
+    # A ValidationError will not go away: the resource is not being created (a later boot).
+    if [[ $out == *ValidationError* ]]; then
+      log "CloudFormation expects no signal now ($out)"
+      return 0
+    fi
+    log "signal attempt $attempt failed: $out"
+    sleep $((attempt * 5))
+  done
+  return 1
+}
+
+fail() { # CODE DETAIL
+  local unique
+  unique=$(printf '%s' "$INSTANCE_ID:$NODE_NAME:$1" | tr -c 'A-Za-z0-9:._-' '_' | cut -c1-64)
+  record HEALTH FAILURE
+  record REASON "$1: $2"
+  log "UNHEALTHY $1: $2"
+  to_log_group "$NODE_NAME $INSTANCE_ID FAILURE $1: $2"
+  signal FAILURE "$unique"
+  exit 1
+}
+
+build_compute_check() {
+  local nvcc out
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  out=$(mktemp -d)/gpu_compute_check
+  "$nvcc" -O2 -o "$out" "$SCRIPT_DIR/gpu_compute_check.cu" >&2 || return 1
+  printf '%s' "$out"
+}
+
+main() {
+  if [[ ! ${EXPECTED_GPU_COUNT:-} =~ ^[1-9][0-9]*$ ]]; then
+    log "EXPECTED_GPU_COUNT must be a positive number, got '${EXPECTED_GPU_COUNT:-}'"
+    exit 2
+  fi
+  : >"$REPORT"
+  record NODE_NAME "$NODE_NAME"
+  record INSTANCE_ID "$INSTANCE_ID"
+  record EXPECTED_GPU_COUNT "$EXPECTED_GPU_COUNT"
+
+  command -v nvidia-smi >/dev/null 2>&1 ||
+    fail driver-missing "nvidia-smi not found: the NVIDIA driver is not installed"
+  local gpus
+  gpus=$(nvidia-smi --query-gpu=index,uuid,name,driver_version --format=csv,noheader 2>&1) ||
+    fail driver-not-responding "nvidia-smi failed: $(head -c 300 <<<"$gpus")"
+
+  local count driver cuda names
+  count=$(grep -c . <<<"$gpus")
+  driver=$(head -n1 <<<"$gpus" | cut -d, -f4 | tr -d ' ')
+  cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n1)
+  names=$(cut -d, -f3 <<<"$gpus" | sed 's/^ *//' | sort | uniq -c | sed 's/^ *//' | tr '\n' ';')
+  record GPU_COUNT "$count"
+  record GPU_MODELS "$names"
+  record DRIVER_VERSION "${driver:-unknown}"
+  record CUDA_VERSION "${cuda:-unknown}"
+  log "driver ${driver:-unknown}, CUDA ${cuda:-unknown}, $count GPU(s): $names"
+
+  ((count == EXPECTED_GPU_COUNT)) ||
+    fail "gpu-count-$count-of-$EXPECTED_GPU_COUNT" \
+      "nvidia-smi lists $count GPU(s); this instance type has $EXPECTED_GPU_COUNT"
+
+  local compute=${GPU_COMPUTE_CMD:-} index uuid
+  if [[ -z $compute ]]; then
+    compute=$(build_compute_check) || fail cuda-build-failed "nvcc could not build the GPU computation"
+  fi
+  while IFS=', ' read -r index uuid _; do
+    CUDA_VISIBLE_DEVICES=$uuid "$compute" "gpu$index" </dev/null >&2 ||
+      fail "gpu$index-compute-failed" "the test computation failed on GPU $index ($uuid)"
+  done <<<"$gpus"
+
+  record HEALTH SUCCESS
+  log "healthy: $count GPU(s) computed correctly"
+  to_log_group "$NODE_NAME $INSTANCE_ID SUCCESS driver ${driver:-unknown} CUDA ${cuda:-unknown} $count GPU(s): $names"
+  signal SUCCESS "$INSTANCE_ID" || log "WARNING: the success signal did not reach CloudFormation"
+}
+
+case ${1:-check} in
+  check) main ;;
+  report-failure) fail "${2:?code}" "${3:?detail}" ;;
+  *)
+    echo "usage: $0 [check | report-failure CODE DETAIL]" >&2
+    exit 2
+    ;;
+esac

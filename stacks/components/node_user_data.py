@@ -1,0 +1,196 @@
+"""User data of a GPU training node: the boot files in ``node_boot/`` plus the node's settings.
+
+The boot logic is real shell in ``node_boot/`` (shellcheck-clean, tested with a fake
+``nvidia-smi``). At synth time this module writes, for one node:
+
+- a ``#cloud-config`` part that makes cloud-init run the user-data script on *every* boot, so
+  a node restarted after an idle stop (or stopped and started by CloudFormation to apply new
+  user data) checks its GPUs and re-arms its cost guards again;
+- a shell part that writes ``/opt/gputrain/node.env`` (the node's settings, readable in the
+  console) and ``cloudwatch-agent.json``, unpacks the boot files (gzip + base64, byte-for-byte
+  the files in this repository, to stay under EC2's 16 KB user data limit) and runs
+  ``bootstrap.sh``.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from aws_cdk import aws_ec2 as ec2
+
+BOOT_DIR = Path(__file__).resolve().parent / "node_boot"
+"""The boot files, next to the construct that deploys them."""
+
+BOOT_FILES: tuple[str, ...] = ("bootstrap.sh", "health_check.sh", "gpu_compute_check.cu")
+NODE_DIR = "/opt/gputrain"
+"""Where the boot files and ``node.env`` live on a node."""
+
+USER_DATA_LIMIT_BYTES = 16 * 1024
+"""EC2 rejects user data above 16 KB (before base64)."""
+
+GPU_METRIC_NAMESPACE = "CWAgent"
+GPU_UTILIZATION_METRIC = "nvidia_smi_utilization_gpu"
+"""What the CloudWatch agent publishes for ``nvidia_gpu`` ``utilization_gpu``."""
+
+_EOF = "GPUTRAIN_EOF"
+# cloud-init runs user-data scripts once per instance unless scripts-user runs "always". The
+# list keeps the other stock final modules of Ubuntu's cloud.cfg that matter on a node.
+_CLOUD_CONFIG = """#cloud-config
+cloud_final_modules:
+  - scripts-vendor
+  - scripts-per-once
+  - scripts-per-boot
+  - scripts-per-instance
+  - [scripts-user, always]
+  - ssh-authkey-fingerprints
+  - keys-to-console
+  - final-message
+  - power-state-change
+"""
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """What one node's boot needs; written to ``node.env`` (values may be CDK tokens).
+
+    Attributes:
+        node_name: ``node-<index>``; names the node in logs and failure signals.
+        expected_gpu_count: GPUs the node must show (the instance type's count).
+        training_hosts: Every node's address, in node order (identical on every node).
+        current_host: This node's entry in ``training_hosts``.
+        worker_port: Port the training workers listen on.
+        image_uri: ``<repository uri>:<tag>`` of the training image.
+        start_training: Start the training container once the node is healthy.
+        max_lifetime_hours: Power off this long after the first boot; 0 disables.
+        stack_name: Stack whose resource the health check signals.
+        logical_resource_id: The node's instance resource in that stack.
+        region: Region of the stack, log group and bucket.
+        log_group_name: The cluster's log group.
+        checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced.
+    """
+
+    node_name: str
+    expected_gpu_count: int
+    training_hosts: Sequence[str]
+    current_host: str
+    worker_port: int
+    image_uri: str
+    start_training: bool
+    max_lifetime_hours: int
+    stack_name: str
+    logical_resource_id: str
+    region: str
+    log_group_name: str
+    checkpoint_s3_uri: str
+
+    def environment(self) -> dict[str, str]:
+        """The settings as ``node.env`` variables (the training container contract names)."""
+        return {
+            "NODE_NAME": self.node_name,
+            "EXPECTED_GPU_COUNT": str(self.expected_gpu_count),
+            "TRAINING_HOSTS": ",".join(self.training_hosts),
+            "TRAINING_CURRENT_HOST": self.current_host,
+            "TRAINING_WORKER_PORT": str(self.worker_port),
+            "IMAGE_URI": self.image_uri,
+            "START_TRAINING": "true" if self.start_training else "false",
+            "MAX_LIFETIME_HOURS": str(self.max_lifetime_hours),
+            "STACK_NAME": self.stack_name,
+            "LOGICAL_RESOURCE_ID": self.logical_resource_id,
+            "AWS_REGION": self.region,
+            "LOG_GROUP": self.log_group_name,
+            "CHECKPOINT_S3_URI": self.checkpoint_s3_uri,
+        }
+
+
+def cloudwatch_agent_config(log_group_name: str) -> dict[str, Any]:
+    """CloudWatch agent settings: per-GPU metrics aggregated per instance, boot logs.
+
+    ``aggregation_dimensions`` makes the agent also publish each metric with the ``InstanceId``
+    dimension alone, which is what the idle alarm watches (``Maximum`` = the busiest GPU).
+    """
+    streams = {"/var/log/gputrain/boot.log": "boot", "/var/log/cloud-init-output.log": "cloud-init"}
+    return {
+        "agent": {"metrics_collection_interval": 60},
+        "metrics": {
+            "namespace": GPU_METRIC_NAMESPACE,
+            "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
+            "aggregation_dimensions": [["InstanceId"]],
+            "metrics_collected": {
+                "nvidia_gpu": {
+                    "measurement": [
+                        "utilization_gpu",
+                        "utilization_memory",
+                        "memory_used",
+                        "memory_total",
+                        "temperature_gpu",
+                        "power_draw",
+                    ],
+                    "metrics_collection_interval": 60,
+                }
+            },
+        },
+        "logs": {
+            "logs_collected": {
+                "files": {
+                    "collect_list": [
+                        {"file_path": path, "log_group_name": log_group_name, "log_stream_name": f"{{instance_id}}/{name}"}
+                        for path, name in streams.items()
+                    ]
+                }
+            }
+        },
+    }
+
+
+def _env_file(environment: Mapping[str, str]) -> str:
+    lines = []
+    for name, value in environment.items():
+        if "'" in value or "\n" in value:
+            raise ValueError(f"node setting {name} cannot hold quotes or newlines: {value!r}")
+        lines.append(f"{name}='{value}'")
+    return "\n".join(lines)
+
+
+def packed_boot_file(name: str) -> str:
+    """A boot file gzipped (fixed timestamp, so synth is deterministic) and base64-encoded."""
+    data = (BOOT_DIR / name).read_bytes()
+    return base64.encodebytes(gzip.compress(data, compresslevel=9, mtime=0)).decode("ascii").strip()
+
+
+def boot_script(settings: NodeSettings) -> str:
+    """The shell part of the user data for one node."""
+    parts = [
+        "#!/bin/bash",
+        "# gputrain GPU node: writes its settings and boot files, then runs the boot sequence.",
+        "# Source: stacks/components/node_boot/ in the platform repository.",
+        "set -euo pipefail",
+        "umask 022",
+        f"mkdir -p {NODE_DIR}",
+        f"cat > {NODE_DIR}/node.env <<'{_EOF}'",
+        _env_file(settings.environment()),
+        _EOF,
+        f"cat > {NODE_DIR}/cloudwatch-agent.json <<'{_EOF}'",
+        json.dumps(cloudwatch_agent_config(settings.log_group_name), indent=1),
+        _EOF,
+    ]
+    for name in BOOT_FILES:
+        parts += [f"base64 -d <<'{_EOF}' | gunzip > {NODE_DIR}/{name}", packed_boot_file(name), _EOF]
+    parts += [f"chmod 0755 {NODE_DIR}/*.sh", f"exec {NODE_DIR}/bootstrap.sh"]
+    return "\n".join(parts) + "\n"
+
+
+def add_node_boot(user_data: ec2.MultipartUserData, settings: NodeSettings) -> None:
+    """Fill ``user_data`` with the cloud-config part (run every boot) and the node's boot script.
+
+    The instance is created with the empty user data first: the boot script names the
+    instance's own logical id, which exists only once the instance does.
+    """
+    user_data.add_part(ec2.MultipartBody.from_raw_body(content_type='text/cloud-config; charset="utf-8"', body=_CLOUD_CONFIG))
+    user_data.add_part(
+        ec2.MultipartBody.from_raw_body(content_type='text/x-shellscript; charset="utf-8"', body=boot_script(settings))
+    )

