@@ -1,0 +1,486 @@
+"""GPU EC2 nodes on the Deep Learning AMI that prove their GPUs work before a deploy succeeds.
+
+Every node runs ``node_boot/bootstrap.sh`` at boot: a GPU health check signals its instance
+resource's CreationPolicy, so ``cdk deploy`` fails, naming the node and the reason, when a
+node's driver is missing, it shows the wrong number of GPUs or a GPU cannot compute. Healthy
+nodes pull the training image and, when configured, start training with the host list.
+
+The AMI
+    ``/aws/service/deeplearning/ami/x86_64/<cluster.dlami_flavour>/latest/ami-id``, looked up
+    once and cached in ``cdk.context.json`` so that a new DLAMI release never replaces running
+    nodes by surprise. The committed entry for the offline environment (account
+    ``123456789012``, ``us-east-1``) holds a placeholder id, ``ami-00000000000000000``: it only
+    lets synth and tests run without credentials. A real account gets its own entry on the
+    first synth with credentials. To move to the newest DLAMI (this replaces every node)::
+
+        npx cdk context --reset "ssm:account=<ACCOUNT>:parameterName=/aws/service/deeplearning/ami/x86_64/<flavour>/latest/ami-id:region=<REGION>"
+        npx cdk synth        # with credentials: looks the parameter up again
+        git commit cdk.context.json
+
+Addresses and the host list
+    Node ``i`` gets a fixed private address from an *explicit* subnet CIDR reservation (EC2
+    never hands those addresses to other network interfaces) in the first private subnet.
+    Every node's address is thus known at synth, and every node gets the same
+    ``TRAINING_HOSTS`` in node order without a node referring to another node (no circular
+    references, nothing to discover at boot). A cluster placement group needs one subnet
+    anyway. Changes that replace a node (a new AMI, another subnet) cannot reuse its address
+    while the old node exists: destroy the cluster stack, then deploy it (compute only; data
+    stays in the data plane). Changes to the boot settings (image tag, host list...) do not
+    replace nodes: CloudFormation stops and starts them with the new user data, and the boot
+    sequence runs again.
+
+Cost guards (on by default)
+    * Idle stop: a CloudWatch alarm per node on the agent's ``nvidia_smi_utilization_gpu``
+      (busiest GPU) stops the instance when every GPU stayed below
+      ``cluster.idle_gpu_utilization_percent`` for ``cluster.idle_stop_minutes``.
+    * Maximum lifetime: the node powers itself off ``cluster.max_lifetime_hours`` after its
+      first boot (a later start gets 15 minutes). Instances shut down from inside *stop* rather
+      than terminate: the GPU hours end either way, CloudFormation's view stays true (a
+      terminated node would break the next update of the stack), and the root volume with the
+      logs stays for a post-mortem until ``cdk destroy``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import jsii
+from aws_cdk import Aws, CfnCreationPolicy, CfnResourceSignal, Duration, Stack
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct, IValidation
+
+from stacks.components.buckets import CHECKPOINT_PREFIX
+from stacks.components.log_group import encrypted_log_group
+from stacks.components.network import TrainingNetwork
+from stacks.components.node_user_data import (
+    GPU_METRIC_NAMESPACE,
+    GPU_UTILIZATION_METRIC,
+    NodeSettings,
+    add_node_boot,
+)
+from stacks.components.policy import acknowledge
+from stacks.config import ClusterConfig
+from stacks.gpu_instances import lookup
+
+DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/{flavour}/latest/ami-id"
+TRAINING_WORKER_PORT = 2222
+"""Port the training workers listen on (the container's ``TRAINING_WORKER_PORT`` default)."""
+
+ROOT_DEVICE_NAME = "/dev/sda1"
+"""Root device of the Ubuntu DLAMIs; a mapping under another name would add a second volume."""
+
+RESERVATION_PREFIX_LENGTH = 25
+FIRST_NODE_OFFSET = 10
+
+
+def dlami_parameter_name(flavour: str) -> str:
+    """SSM parameter holding the newest AMI id of a Deep Learning AMI flavour."""
+    return DLAMI_PARAMETER.format(flavour=flavour)
+
+
+def node_addresses(subnet_cidr: str, node_count: int) -> tuple[str, tuple[str, ...]]:
+    """The reserved block and the nodes' fixed addresses in a subnet.
+
+    The block is the second-to-last /25 of the subnet, clear of the addresses AWS reserves at
+    both ends; the stack reserves it explicitly, so EC2 never gives its addresses to another
+    interface. Node ``i`` is ``block + 10 + i``; a /25 holds the largest cluster allowed (64).
+
+    Raises:
+        ValueError: the subnet is smaller than a /24, or the nodes do not fit.
+    """
+    subnet = ipaddress.IPv4Network(subnet_cidr)
+    if subnet.prefixlen > RESERVATION_PREFIX_LENGTH - 1:
+        raise ValueError(f"subnet {subnet_cidr} is too small for the GPU node reservation; it needs a /24 or larger")
+    block = list(subnet.subnets(new_prefix=RESERVATION_PREFIX_LENGTH))[-2]
+    if FIRST_NODE_OFFSET + node_count > block.num_addresses:
+        raise ValueError(f"{node_count} nodes do not fit in the reserved block {block}")
+    hosts = tuple(str(block.network_address + FIRST_NODE_OFFSET + i) for i in range(node_count))
+    return str(block), hosts
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """One node of the cluster.
+
+    Attributes:
+        name: ``node-<index>``.
+        instance: The EC2 instance.
+        private_ip: Its fixed address (its ``TRAINING_HOSTS`` entry).
+        idle_alarm: The alarm that stops it when idle, or ``None`` when idle stop is off.
+    """
+
+    name: str
+    instance: ec2.Instance
+    private_ip: str
+    idle_alarm: Optional[cloudwatch.Alarm]
+
+
+class GpuCluster(Construct):
+    """GPU nodes in one private subnet that pass a boot-time health check (see module docs).
+
+    Attributes:
+        nodes: The nodes in host-list order.
+        hosts: Every node's address, in node order (``TRAINING_HOSTS``).
+        security_group: Members only: all traffic between nodes, HTTPS out to AWS endpoints.
+        role: The nodes' instance role.
+        log_group: Boot, health and training logs of every node.
+        placement_group: Cluster placement group, or ``None`` for a single node.
+        efa: Whether nodes have an EFA interface (several nodes of an EFA-capable type).
+        ami_id: The cached Deep Learning AMI id the nodes run.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: ClusterConfig,
+        project_name: str,
+        image_uri: str,
+        network: TrainingNetwork,
+        key: kms.IKey,
+        datasets_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+    ) -> None:
+        """Create the nodes and everything they need.
+
+        Args:
+            scope: Parent construct.
+            construct_id: Construct id.
+            config: The validated cluster settings.
+            project_name: Prefix of names (log group, node names).
+            image_uri: Training image, ``<repository uri>:<tag>`` (never ``latest``).
+            network: The training VPC; nodes go to its first private subnet.
+            key: Platform key: root volumes, the log group, the buckets' objects.
+            datasets_bucket: Read by the nodes.
+            artifacts_bucket: Models and checkpoints, written by the nodes.
+            repository: Where the training image is pulled from.
+        """
+        super().__init__(scope, construct_id)
+        row = lookup(config.instance_type)
+        if row is None:
+            raise ValueError(f"{config.instance_type} is not in the GPU table")  # config validation prevents it
+        self._config = config
+        self._project_name = project_name
+        self.efa = config.node_count > 1 and row.efa
+
+        self._subnet = network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnets[0]
+        reserved_block, self.hosts = node_addresses(self._subnet.ipv4_cidr_block, config.node_count)
+        self._reservation = ec2.CfnSubnetCidrReservation(
+            self,
+            "NodeAddresses",
+            subnet_id=self._subnet.subnet_id,
+            cidr=reserved_block,
+            reservation_type="explicit",
+            description=f"{project_name} GPU nodes: fixed addresses of the training host list",
+        )
+        self.security_group = self._members_only_security_group(network.vpc)
+        self.placement_group = (
+            ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+            if config.node_count > 1
+            else None
+        )
+        self.log_group: logs.LogGroup = encrypted_log_group(
+            self, "NodeLogs", key=key, log_group_name=f"/{project_name}/gpu-cluster"
+        )
+        self.role = self._node_role(key, datasets_bucket, artifacts_bucket, repository)
+        self._instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
+        self._machine_image = ec2.MachineImage.from_ssm_parameter(
+            dlami_parameter_name(config.dlami_flavour), cached_in_context=True
+        )
+        self.ami_id = self._machine_image.get_image(self).image_id
+
+        stack = Stack.of(self)
+        self.nodes: list[GpuNode] = []
+        for index, host in enumerate(self.hosts):
+            name = f"node-{index}"
+            user_data = ec2.MultipartUserData()
+            instance = self._instance(f"Node{index}", name, host, network.vpc, key, user_data)
+            # The boot script names the instance's own logical id, so it is written last.
+            add_node_boot(
+                user_data,
+                NodeSettings(
+                    node_name=name,
+                    expected_gpu_count=config.gpus_per_node,
+                    training_hosts=self.hosts,
+                    current_host=host,
+                    worker_port=TRAINING_WORKER_PORT,
+                    image_uri=image_uri,
+                    start_training=config.start_training_on_boot,
+                    max_lifetime_hours=config.max_lifetime_hours,
+                    stack_name=stack.stack_name,
+                    logical_resource_id=stack.get_logical_id(instance.instance),
+                    region=stack.region,
+                    log_group_name=self.log_group.log_group_name,
+                    checkpoint_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{CHECKPOINT_PREFIX}{stack.stack_name}/{name}/",
+                ),
+            )
+            alarm = self._idle_alarm(f"Node{index}IdleAlarm", name, instance) if config.idle_stop_minutes else None
+            self.nodes.append(GpuNode(name=name, instance=instance, private_ip=host, idle_alarm=alarm))
+
+    def _members_only_security_group(self, vpc: ec2.IVpc) -> ec2.SecurityGroup:
+        group = ec2.SecurityGroup(
+            self,
+            "NodeSecurityGroup",
+            vpc=vpc,
+            description="GPU nodes: all traffic between cluster members only; HTTPS out to AWS service endpoints",
+            allow_all_outbound=False,
+        )
+        # EFA and NCCL need all traffic to and from the group itself; nothing else comes in
+        # (no SSH: access is SSM Session Manager).
+        group.add_ingress_rule(group, ec2.Port.all_traffic(), "Cluster members")
+        group.add_egress_rule(group, ec2.Port.all_traffic(), "Cluster members")
+        # The private subnets' only routes out lead to the VPC endpoints (the S3 gateway endpoint
+        # has no address range a group can name without an account lookup).
+        group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS service endpoints")
+        acknowledge(
+            group,
+            "The only inbound rule admits the group itself (the cluster's own nodes), not an address range; EFA "
+            "requires all protocols between members, so the rule cannot name ports.",
+            "NIST.800.53.R5-EC2RestrictedCommonPorts",
+        )
+        return group
+
+    def _instance(
+        self, construct_id: str, name: str, host: str, vpc: ec2.IVpc, key: kms.IKey, user_data: ec2.UserData
+    ) -> ec2.Instance:
+        config = self._config
+        instance = ec2.Instance(
+            self,
+            construct_id,
+            instance_name=f"{self._project_name}-gpu-{name}",
+            vpc=vpc,
+            vpc_subnets=ec2.SubnetSelection(subnets=[self._subnet]),
+            private_ip_address=host,
+            security_group=self.security_group,
+            instance_type=ec2.InstanceType(config.instance_type),
+            machine_image=self._machine_image,
+            instance_profile=self._instance_profile,
+            user_data=user_data,
+            placement_group=self.placement_group,
+            http_endpoint=True,
+            http_tokens=ec2.HttpTokens.REQUIRED,
+            # The training container uses host networking, so one hop reaches the metadata
+            # service; containers on a bridge network do not get the node's credentials.
+            http_put_response_hop_limit=1,
+            detailed_monitoring=True,
+            ebs_optimized=True,
+            instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.STOP,
+            propagate_tags_to_volume_on_creation=True,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=ROOT_DEVICE_NAME,
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        config.root_volume_gb,
+                        encrypted=True,
+                        kms_key=key,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+        )
+        cfn_instance = instance.instance
+        cfn_instance.availability_zone = None  # the subnet decides it
+        cfn_instance.cfn_options.creation_policy = CfnCreationPolicy(
+            resource_signal=CfnResourceSignal(count=1, timeout=f"PT{config.signal_timeout_minutes}M")
+        )
+        instance.node.add_dependency(self._reservation)
+        if self.efa:
+            self._attach_efa_interface(instance, name, host)
+        acknowledge(
+            instance,
+            "Training nodes are disposable compute: `cdk destroy` of the cluster stack must terminate them, "
+            "and checkpoints and data live in the data plane's S3 buckets. Termination protection would block that.",
+            "AwsSolutions-EC29",
+        )
+        return instance
+
+    def _attach_efa_interface(self, instance: ec2.Instance, name: str, host: str) -> None:
+        """Make the node's primary interface an EFA interface with the same subnet, group and address.
+
+        AWS::EC2::Instance cannot declare an interface type inline, so the interface is its own
+        resource, attached at launch; the stack deletes it after the instance.
+        """
+        efa = ec2.CfnNetworkInterface(
+            instance,
+            "EfaInterface",
+            interface_type="efa",
+            subnet_id=self._subnet.subnet_id,
+            group_set=[self.security_group.security_group_id],
+            private_ip_address=host,
+            description=f"{self._project_name} {name} EFA",
+        )
+        efa.node.add_dependency(self._reservation)
+        cfn_instance = instance.instance
+        cfn_instance.network_interfaces = [
+            ec2.CfnInstance.NetworkInterfaceProperty(device_index="0", network_interface_id=efa.ref)
+        ]
+        cfn_instance.subnet_id = None
+        cfn_instance.security_group_ids = None
+        cfn_instance.private_ip_address = None
+        acknowledge(
+            instance,
+            "The instance is in the training VPC: its subnet is that of its EFA network interface, "
+            "which replaces the top-level subnet on an EFA instance.",
+            "NIST.800.53.R5-EC2InstancesInVPC",
+        )
+
+    def _node_role(
+        self, key: kms.IKey, datasets: s3.IBucket, artifacts: s3.IBucket, repository: ecr.IRepository
+    ) -> iam.Role:
+        role = iam.Role(
+            self,
+            "NodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="GPU training nodes: read datasets, write artifacts, pull the image, own logs, SSM",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        acknowledge(
+            role,
+            "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for Session Manager access, which replaces SSH "
+            "on these nodes; AWS updates it with the agent.",
+            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+        )
+        policy = iam.ManagedPolicy(
+            self,
+            "NodePolicy",
+            description="GPU training nodes: least privilege beyond Session Manager",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(sid="ListDatasets", actions=["s3:ListBucket"], resources=[datasets.bucket_arn]),
+                iam.PolicyStatement(sid="ReadDatasets", actions=["s3:GetObject"], resources=[datasets.arn_for_objects("*")]),
+                iam.PolicyStatement(sid="ListArtifacts", actions=["s3:ListBucket"], resources=[artifacts.bucket_arn]),
+                iam.PolicyStatement(
+                    sid="WriteArtifactsAndCheckpoints",
+                    actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+                    resources=[artifacts.arn_for_objects("*")],
+                ),
+                iam.PolicyStatement(
+                    sid="BucketObjectKeys",
+                    actions=["kms:Decrypt", "kms:GenerateDataKey"],
+                    resources=[key.key_arn],
+                    conditions={"StringEquals": {"kms:ViaService": f"s3.{Aws.REGION}.amazonaws.com"}},
+                ),
+                iam.PolicyStatement(
+                    sid="PullTrainingImage",
+                    actions=["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                    resources=[repository.repository_arn],
+                ),
+                iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+                iam.PolicyStatement(
+                    sid="WriteNodeLogs",
+                    actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                    resources=[self.log_group.log_group_arn],
+                ),
+                iam.PolicyStatement(
+                    sid="PublishGpuMetrics",
+                    actions=["cloudwatch:PutMetricData"],
+                    resources=["*"],
+                    conditions={"StringEquals": {"cloudwatch:namespace": GPU_METRIC_NAMESPACE}},
+                ),
+                iam.PolicyStatement(
+                    sid="SignalHealth", actions=["cloudformation:SignalResource"], resources=[Aws.STACK_ID]
+                ),
+            ],
+        )
+        acknowledge(
+            policy,
+            "ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource-level permissions; "
+            "the metric statement is limited to the CloudWatch agent's namespace by a condition.",
+            "AwsSolutions-IAM5[Resource::*]",
+        )
+        policy.node.add_validation(
+            _AcknowledgeObjectWildcards(
+                policy,
+                ("ReadDatasets", "WriteArtifactsAndCheckpoints"),
+                "The objects of the project's datasets bucket (read) and artifacts bucket (models, checkpoints and "
+                "outputs written under keys chosen at run time); no other bucket.",
+            )
+        )
+        return role
+
+    def _idle_alarm(self, construct_id: str, name: str, instance: ec2.Instance) -> cloudwatch.Alarm:
+        config = self._config
+        minutes = config.idle_stop_minutes
+        period = 5 if minutes % 5 == 0 else 1
+        alarm = cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_description=(
+                f"{name}: stop the instance when every GPU stayed below {config.idle_gpu_utilization_percent}% "
+                f"utilization for {minutes} minutes (cost guard)"
+            ),
+            metric=cloudwatch.Metric(
+                namespace=GPU_METRIC_NAMESPACE,
+                metric_name=GPU_UTILIZATION_METRIC,
+                dimensions_map={"InstanceId": instance.instance_id},
+                statistic=cloudwatch.Stats.MAXIMUM,
+                period=Duration.minutes(period),
+            ),
+            threshold=config.idle_gpu_utilization_percent,
+            comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            evaluation_periods=math.ceil(minutes / period),
+            # No data means the node is stopped or booting: not idle. A node whose agent never
+            # reports is still bounded by the maximum lifetime.
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        alarm.add_alarm_action(cloudwatch_actions.Ec2Action(cloudwatch_actions.Ec2InstanceAction.STOP))
+        return alarm
+
+
+def _flatten_reference(value: Any) -> str:
+    """A resolved CloudFormation value as cdk-nag flattens it into finding ids."""
+    if isinstance(value, str):
+        return value.replace("${", "<").replace("}", ">")
+    if isinstance(value, dict) and "Fn::Join" in value:
+        delimiter, items = value["Fn::Join"]
+        return delimiter.join(_flatten_reference(item) for item in items)
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        resource, attribute = value["Fn::GetAtt"]
+        return f"<{_flatten_reference(resource)}.{_flatten_reference(attribute)}>"
+    if isinstance(value, dict) and "Ref" in value:
+        return f"<{_flatten_reference(value['Ref'])}>"
+    if isinstance(value, dict) and "Fn::ImportValue" in value:
+        return _flatten_reference(value["Fn::ImportValue"])
+    return json.dumps(value, separators=(",", ":"))
+
+
+@jsii.implements(IValidation)
+class _AcknowledgeObjectWildcards:
+    """Acknowledges the bucket-object wildcards of named statements, once their ARNs resolve.
+
+    cdk-nag names such a finding after the resolved resource, and a bucket ARN from the data
+    plane resolves to the data plane's output only once CDK has prepared the app. Construct
+    validation runs after that and before the policy packs, so this acknowledges exactly the
+    findings of those statements, whatever shape the cross-stack reference takes.
+    """
+
+    def __init__(self, policy: iam.ManagedPolicy, sids: tuple[str, ...], reason: str) -> None:
+        self._policy = policy
+        self._sids = sids
+        self._reason = reason
+
+    def validate(self) -> list[str]:
+        cfn_policy = self._policy.node.default_child
+        document = Stack.of(self._policy).resolve(cfn_policy.policy_document)  # type: ignore[union-attr]
+        findings = []
+        for statement in document["Statement"]:
+            if statement.get("Sid") not in self._sids:
+                continue
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            findings += [f"AwsSolutions-IAM5[Resource::{_flatten_reference(r)}]" for r in resources]
+        acknowledge(self._policy, self._reason, *(f for f in findings if f.endswith("/*]")))
+        return []

@@ -1,0 +1,538 @@
+"""The GPU cluster stack: template assertions for one node, several nodes, EFA and teardown.
+
+The training-job stack is left out of these synths: the cluster does not depend on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import ipaddress
+import json
+import re
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match, Template
+
+from stacks.components.gpu_cluster import dlami_parameter_name, node_addresses
+from stacks.components.node_user_data import BOOT_DIR, BOOT_FILES, USER_DATA_LIMIT_BYTES
+from stacks.config import DEFAULT_INTERFACE_ENDPOINTS, ConfigError, load_config
+from stacks.gpu_instances import lookup
+from tests.synth import ROOT, Synth, project_context
+
+BASE = {"training_job.enabled": False}
+SINGLE = BASE
+MULTI_EFA = {**BASE, "cluster.node_count": 2, "cluster.instance_type": "g5.12xlarge"}
+MULTI_PLAIN = {**BASE, "cluster.node_count": 2}
+P4D_TUNED = {
+    **BASE,
+    "cluster.node_count": 3,
+    "cluster.instance_type": "p4d.24xlarge",
+    "cluster.root_volume_gb": 500,
+    "cluster.signal_timeout_minutes": 45,
+    "cluster.start_training_on_boot": True,
+    "cluster.idle_stop_minutes": 0,
+    "cluster.max_lifetime_hours": 0,
+}
+OFFLINE_AMI = "ami-00000000000000000"
+
+
+# ------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------
+
+
+def _cluster(synth_app, overrides) -> tuple[Synth, Template, dict[str, Any]]:
+    synthesized = synth_app(overrides)
+    return synthesized, synthesized.template("GpuCluster"), synthesized.template_json("GpuCluster")
+
+
+def _nodes(template_json: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Instance resources in node order (by their Name tag)."""
+    nodes = [(k, v) for k, v in template_json["Resources"].items() if v["Type"] == "AWS::EC2::Instance"]
+
+    def index(item: tuple[str, dict[str, Any]]) -> int:
+        name = next(t["Value"] for t in item[1]["Properties"]["Tags"] if t["Key"] == "Name")
+        return int(name.rsplit("-", 1)[1])
+
+    return sorted(nodes, key=index)
+
+
+def _user_data(resource: dict[str, Any]) -> str:
+    """The user data text, with CloudFormation expressions shown as ``{{...}}``."""
+    value = resource["Properties"]["UserData"]["Fn::Base64"]
+    parts = value["Fn::Join"][1] if isinstance(value, dict) else [value]
+    return "".join(p if isinstance(p, str) else "{{" + json.dumps(p, sort_keys=True) + "}}" for p in parts)
+
+
+def _node_env(user_data: str) -> dict[str, str]:
+    block = user_data.split("node.env <<'GPUTRAIN_EOF'\n", 1)[1].split("\nGPUTRAIN_EOF", 1)[0]
+    return {k: v.strip("'") for k, v in (line.split("=", 1) for line in block.splitlines())}
+
+
+def _unpacked(user_data: str, name: str) -> bytes:
+    marker = f"| gunzip > /opt/gputrain/{name}\n"
+    packed = user_data.split(marker, 1)[1].split("\nGPUTRAIN_EOF", 1)[0]
+    return gzip.decompress(base64.b64decode(packed))
+
+
+def _agent_config(user_data: str) -> dict[str, Any]:
+    block = user_data.split("cloudwatch-agent.json <<'GPUTRAIN_EOF'\n", 1)[1].split("\nGPUTRAIN_EOF", 1)[0]
+    return json.loads(re.sub(r"\{\{.*?\}\}", "TOKEN", block))
+
+
+def _statements(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    (policy,) = [v for v in template_json["Resources"].values() if v["Type"] == "AWS::IAM::ManagedPolicy"]
+    return {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# ------------------------------------------------------------------------------------------
+# AMI
+# ------------------------------------------------------------------------------------------
+
+
+def test_ami_is_the_dlami_parameter_value_cached_in_context(synth_app):
+    _, template, tj = _cluster(synth_app, SINGLE)
+    parameter = dlami_parameter_name("base-oss-nvidia-driver-gpu-ubuntu-22.04")
+    assert parameter == "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
+    context = json.loads((ROOT / "cdk.context.json").read_text())
+    key = f"ssm:account=123456789012:parameterName={parameter}:region=us-east-1"
+    assert context[key] == OFFLINE_AMI
+    template.all_resources_properties("AWS::EC2::Instance", {"ImageId": OFFLINE_AMI})
+    template.has_output("AmiId", {"Value": OFFLINE_AMI})
+    # A literal id, not an SSM parameter resolved at deploy time: a new DLAMI release never
+    # replaces running nodes.
+    assert "Parameters" not in tj or not any("Ssm" in k for k in tj["Parameters"])
+
+
+# ------------------------------------------------------------------------------------------
+# Instances
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "instance_type", "count"),
+    [(SINGLE, "g5.xlarge", 1), (MULTI_EFA, "g5.12xlarge", 2), (P4D_TUNED, "p4d.24xlarge", 3)],
+    ids=["single", "g5-12xlarge-x2", "p4d-x3"],
+)
+def test_instance_type_and_count_come_from_config(synth_app, overrides, instance_type, count):
+    _, template, tj = _cluster(synth_app, overrides)
+    template.resource_count_is("AWS::EC2::Instance", count)
+    template.all_resources_properties("AWS::EC2::Instance", {"InstanceType": instance_type})
+    for _, node in _nodes(tj):
+        assert _node_env(_user_data(node))["EXPECTED_GPU_COUNT"] == str(lookup(instance_type).gpu_count)
+
+
+def test_node_is_private_without_public_ip_or_ssh(synth_app):
+    _, template, tj = _cluster(synth_app, SINGLE)
+    (_, node), = _nodes(tj)
+    props = node["Properties"]
+    assert "KeyName" not in props and "AssociatePublicIpAddress" not in json.dumps(props)
+    assert props["SubnetId"]["Fn::GetStackOutput"]["StackName"] == "gputrain-data"
+    assert "TrainingSubnet" in props["SubnetId"]["Fn::GetStackOutput"]["OutputName"]
+    for rule in template.find_resources("AWS::EC2::SecurityGroupIngress").values():
+        assert "CidrIp" not in rule["Properties"] and "SourceSecurityGroupId" in rule["Properties"]
+    template.has_resource_properties("AWS::EC2::SecurityGroup", {"SecurityGroupIngress": Match.absent()})
+
+
+def test_access_is_through_session_manager(synth_app):
+    _, template, _ = _cluster(synth_app, SINGLE)
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {"ManagedPolicyArns": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"]]}]},
+    )
+    assert {"ssm", "ssmmessages", "ec2messages"} <= set(DEFAULT_INTERFACE_ENDPOINTS)
+
+
+def test_imdsv2_encrypted_gp3_root_volume_and_detailed_monitoring(synth_app):
+    _, template, _ = _cluster(synth_app, SINGLE)
+    template.all_resources_properties(
+        "AWS::EC2::Instance",
+        {
+            "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required", "HttpPutResponseHopLimit": 1},
+            "Monitoring": True,
+            "EbsOptimized": True,
+            "BlockDeviceMappings": [
+                {
+                    "DeviceName": "/dev/sda1",
+                    "Ebs": {
+                        "Encrypted": True,
+                        "KmsKeyId": Match.any_value(),
+                        "VolumeType": "gp3",
+                        "VolumeSize": 200,
+                        "DeleteOnTermination": True,
+                    },
+                }
+            ],
+        },
+    )
+
+
+def test_root_volume_size_and_signal_timeout_come_from_config(synth_app):
+    _, template, _ = _cluster(synth_app, P4D_TUNED)
+    template.all_resources_properties(
+        "AWS::EC2::Instance", {"BlockDeviceMappings": [Match.object_like({"Ebs": Match.object_like({"VolumeSize": 500})})]}
+    )
+    template.all_resources("AWS::EC2::Instance", {"CreationPolicy": {"ResourceSignal": {"Count": 1, "Timeout": "PT45M"}}})
+
+
+def test_every_node_waits_for_its_health_signal(synth_app):
+    _, template, tj = _cluster(synth_app, MULTI_EFA)
+    template.all_resources("AWS::EC2::Instance", {"CreationPolicy": {"ResourceSignal": {"Count": 1, "Timeout": "PT30M"}}})
+    for logical_id, node in _nodes(tj):
+        env = _node_env(_user_data(node))
+        assert env["LOGICAL_RESOURCE_ID"] == logical_id
+        assert env["STACK_NAME"] == "gputrain-cluster"
+        assert env["AWS_REGION"] == "us-east-1"
+    signal = _statements(tj)["SignalHealth"]
+    assert signal["Action"] == "cloudformation:SignalResource"
+    assert signal["Resource"] == {"Ref": "AWS::StackId"}
+
+
+# ------------------------------------------------------------------------------------------
+# Boot
+# ------------------------------------------------------------------------------------------
+
+
+def test_user_data_carries_the_repository_boot_files(synth_app):
+    _, _, tj = _cluster(synth_app, SINGLE)
+    (_, node), = _nodes(tj)
+    user_data = _user_data(node)
+    for name in BOOT_FILES:
+        assert _unpacked(user_data, name) == (BOOT_DIR / name).read_bytes(), name
+    assert "[scripts-user, always]" in user_data  # the boot sequence runs on every boot
+    assert user_data.rstrip().endswith("--+AWS+CDK+User+Data+Separator==--")
+    assert "exec /opt/gputrain/bootstrap.sh" in user_data
+
+
+def test_user_data_stays_under_the_ec2_limit_for_the_largest_cluster(synth_app):
+    _, _, tj = _cluster(synth_app, P4D_TUNED)
+    for _, node in _nodes(tj):
+        # Resolved names are at most a few dozen characters longer than the expressions.
+        assert len(_user_data(node).encode()) < USER_DATA_LIMIT_BYTES - 2048
+
+
+def test_training_container_contract_in_node_settings(synth_app):
+    _, _, tj = _cluster(synth_app, SINGLE)
+    (_, node), = _nodes(tj)
+    env = _node_env(_user_data(node))
+    registry, _, repository_and_tag = env["IMAGE_URI"].partition("/")
+    assert registry == "123456789012.dkr.ecr.us-east-1.{{" + json.dumps({"Ref": "AWS::URLSuffix"}) + "}}"
+    repository, _, tag = repository_and_tag.rpartition(":")
+    assert tag == "tf2.21.0-gpu-1"  # config.image.tag, never latest
+    reference = json.loads(repository.removeprefix("{{").removesuffix("}}"))["Fn::GetStackOutput"]
+    assert reference["StackName"] == "gputrain-data" and "TrainingImageRepository" in reference["OutputName"]
+    assert env["TRAINING_WORKER_PORT"] == "2222"
+    assert env["START_TRAINING"] == "false"
+    assert env["CHECKPOINT_S3_URI"].startswith("s3://{{")
+    assert env["CHECKPOINT_S3_URI"].endswith("}}/checkpoints/gputrain-cluster/node-0/")
+    bootstrap = (BOOT_DIR / "bootstrap.sh").read_text()
+    for flag in (
+        "--gpus all",
+        "--env EXPECTED_GPU_COUNT",
+        "--env TRAINING_HOSTS",
+        "--env TRAINING_CURRENT_HOST",
+        "--env TRAINING_WORKER_PORT",
+        "--env SAGEMAKER_BASE_DIR=/opt/ml",
+        "--volume /opt/ml:/opt/ml",
+    ):
+        assert flag in bootstrap
+
+
+def test_start_training_on_boot_is_configurable(synth_app):
+    _, _, tj = _cluster(synth_app, P4D_TUNED)
+    assert {_node_env(_user_data(n))["START_TRAINING"] for _, n in _nodes(tj)} == {"true"}
+
+
+# ------------------------------------------------------------------------------------------
+# Several nodes
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides", [MULTI_EFA, MULTI_PLAIN, P4D_TUNED], ids=["g5-12xlarge", "g5-xlarge", "p4d"])
+def test_several_nodes_share_a_cluster_placement_group_in_one_subnet(synth_app, overrides):
+    _, template, tj = _cluster(synth_app, overrides)
+    (group_id,) = template.find_resources("AWS::EC2::PlacementGroup", {"Properties": {"Strategy": "cluster"}})
+    template.all_resources_properties(
+        "AWS::EC2::Instance", {"PlacementGroupName": {"Fn::GetAtt": [group_id, "GroupName"]}}
+    )
+    subnets = {json.dumps(r["Properties"]["SubnetId"], sort_keys=True) for r in tj["Resources"].values()
+               if r["Type"] in ("AWS::EC2::Instance", "AWS::EC2::NetworkInterface") and "SubnetId" in r["Properties"]}
+    assert len(subnets) == 1
+
+
+def test_single_node_has_no_placement_group(synth_app):
+    _, template, _ = _cluster(synth_app, SINGLE)
+    template.resource_count_is("AWS::EC2::PlacementGroup", 0)
+
+
+@pytest.mark.parametrize(("overrides", "nodes"), [(MULTI_EFA, 2), (P4D_TUNED, 3)], ids=["g5-12xlarge", "p4d"])
+def test_efa_interface_on_every_node_of_an_efa_type(synth_app, overrides, nodes):
+    _, template, tj = _cluster(synth_app, overrides)
+    enis = template.find_resources("AWS::EC2::NetworkInterface", {"Properties": {"InterfaceType": "efa"}})
+    assert len(enis) == nodes
+    attached = set()
+    for _, node in _nodes(tj):
+        (interface,) = node["Properties"]["NetworkInterfaces"]
+        assert interface["DeviceIndex"] == "0"
+        attached.add(interface["NetworkInterfaceId"]["Ref"])
+    assert attached == set(enis)
+
+
+@pytest.mark.parametrize("overrides", [SINGLE, MULTI_PLAIN], ids=["single-g5-12xlarge", "g5-xlarge-x2"])
+def test_no_efa_where_unsupported_or_unneeded(synth_app, overrides):
+    _, template, _ = _cluster(synth_app, overrides)
+    template.resource_count_is("AWS::EC2::NetworkInterface", 0)
+    template.all_resources_properties("AWS::EC2::Instance", {"NetworkInterfaces": Match.absent()})
+
+
+@pytest.mark.parametrize("overrides", [MULTI_EFA, MULTI_PLAIN, P4D_TUNED], ids=["g5-12xlarge", "g5-xlarge", "p4d"])
+def test_host_list_is_identical_and_ordered_on_every_node(synth_app, overrides):
+    _, template, tj = _cluster(synth_app, overrides)
+    nodes = _nodes(tj)
+    envs = [_node_env(_user_data(n)) for _, n in nodes]
+    hosts = envs[0]["TRAINING_HOSTS"].split(",")
+    assert len(hosts) == len(envs) == len(set(hosts))
+    for index, env in enumerate(envs):
+        assert env["TRAINING_HOSTS"] == ",".join(hosts)
+        assert env["TRAINING_CURRENT_HOST"] == hosts[index]
+        assert env["NODE_NAME"] == f"node-{index}"
+    template.has_output("PrivateIps", {"Value": ",".join(hosts)})
+    # Each node's (primary or EFA) interface has its host-list address...
+    addresses = []
+    for _, node in nodes:
+        props = node["Properties"]
+        if "NetworkInterfaces" in props:
+            eni = tj["Resources"][props["NetworkInterfaces"][0]["NetworkInterfaceId"]["Ref"]]
+            props = eni["Properties"]
+        addresses.append(props["PrivateIpAddress"])
+    assert addresses == hosts
+    # ...inside a block EC2 never assigns to other interfaces.
+    (reservation,) = template.find_resources("AWS::EC2::SubnetCidrReservation").values()
+    assert reservation["Properties"]["ReservationType"] == "explicit"
+    block = ipaddress.IPv4Network(reservation["Properties"]["Cidr"])
+    assert all(ipaddress.IPv4Address(h) in block for h in hosts)
+
+
+def test_security_group_admits_only_cluster_members(synth_app):
+    _, template, tj = _cluster(synth_app, MULTI_EFA)
+    (group_id,) = template.find_resources("AWS::EC2::SecurityGroup")
+    own = {"Fn::GetAtt": [group_id, "GroupId"]}
+    (ingress,) = template.find_resources("AWS::EC2::SecurityGroupIngress").values()
+    assert ingress["Properties"]["SourceSecurityGroupId"] == own and ingress["Properties"]["GroupId"] == own
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {"SecurityGroupEgress": [{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "Description": Match.any_value()}]},
+    )
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroupEgress", {"DestinationSecurityGroupId": own, "GroupId": own, "IpProtocol": "-1"}
+    )
+    for eni in template.find_resources("AWS::EC2::NetworkInterface").values():
+        assert eni["Properties"]["GroupSet"] == [own]
+
+
+def test_node_addresses_sit_in_a_reserved_block_of_the_subnet():
+    block, hosts = node_addresses("10.40.0.0/20", 3)
+    assert block == "10.40.15.0/25"
+    assert hosts == ("10.40.15.10", "10.40.15.11", "10.40.15.12")
+    _, largest = node_addresses("10.40.0.0/20", 64)
+    assert largest[-1] == "10.40.15.73"
+    with pytest.raises(ValueError, match="too small"):
+        node_addresses("10.40.0.0/25", 1)
+
+
+# ------------------------------------------------------------------------------------------
+# Least privilege
+# ------------------------------------------------------------------------------------------
+
+
+def test_role_has_least_privilege(synth_app):
+    _, template, tj = _cluster(synth_app, SINGLE)
+    statements = _statements(tj)
+    actions = {sid: sorted(_as_list(s["Action"])) for sid, s in statements.items()}
+    assert actions == {
+        "ListDatasets": ["s3:ListBucket"],
+        "ReadDatasets": ["s3:GetObject"],
+        "ListArtifacts": ["s3:ListBucket"],
+        "WriteArtifactsAndCheckpoints": ["s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"],
+        "BucketObjectKeys": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "PullTrainingImage": ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+        "EcrLogin": ["ecr:GetAuthorizationToken"],
+        "WriteNodeLogs": ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+        "PublishGpuMetrics": ["cloudwatch:PutMetricData"],
+        "SignalHealth": ["cloudformation:SignalResource"],
+    }
+    assert all(s["Effect"] == "Allow" and "*" not in "".join(actions[sid]) for sid, s in statements.items())
+    # "*" only where the service has no resource-level permissions.
+    assert {sid for sid, s in statements.items() if s["Resource"] == "*"} == {"EcrLogin", "PublishGpuMetrics"}
+    assert statements["PublishGpuMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "CWAgent"}}
+    assert "kms:ViaService" in statements["BucketObjectKeys"]["Condition"]["StringEquals"]
+    # Own log group only, and no creating log groups outside the stack.
+    (log_group,) = template.find_resources("AWS::Logs::LogGroup")
+    assert statements["WriteNodeLogs"]["Resource"] == {"Fn::GetAtt": [log_group, "Arn"]}
+    # Buckets, key and repository are the data plane's.
+    for sid in ("ListDatasets", "ListArtifacts", "BucketObjectKeys", "PullTrainingImage"):
+        assert statements[sid]["Resource"]["Fn::GetStackOutput"]["StackName"] == "gputrain-data"
+    assert "Datasets" in json.dumps(statements["ReadDatasets"]["Resource"])
+    assert "Artifacts" in json.dumps(statements["WriteArtifactsAndCheckpoints"]["Resource"])
+    # No inline policies; one customer-managed policy plus SSM core.
+    template.all_resources_properties("AWS::IAM::Role", {"Policies": Match.absent()})
+    template.resource_count_is("AWS::IAM::Policy", 0)
+
+
+def _acknowledged(construct) -> dict[str, str]:
+    """Rule id -> reason of the policy-pack findings acknowledged on a construct."""
+    found = {}
+    for entry in construct.node.metadata:
+        if entry.type == "aws:cdk:acknowledged-rules":
+            found.update({k.split("::", 1)[1] if k.startswith("Annotation::") else k: v for k, v in entry.data.items()})
+    return found
+
+
+@pytest.mark.parametrize("overrides", [SINGLE, MULTI_EFA], ids=["single", "multi-efa"])
+def test_every_remaining_wildcard_is_acknowledged_with_a_reason(synth_app, overrides):
+    """The synth runs both policy packs and raises on any unacknowledged finding; here: which."""
+    synthesized, _, tj = _cluster(synth_app, overrides)
+    cluster = synthesized.platform.gpu_cluster.cluster
+    acknowledged = _acknowledged(cluster.node.find_child("NodePolicy"))
+    wildcards = []
+    for statement in _statements(tj).values():
+        for resource in _as_list(statement["Resource"]):
+            if resource == "*":
+                wildcards.append("*")
+            elif "Fn::Join" in resource and resource["Fn::Join"][1][-1].endswith("*"):
+                wildcards.append("".join(p if isinstance(p, str) else json.dumps(p, separators=(",", ":"))
+                                         for p in resource["Fn::Join"][1]))
+    assert len(wildcards) == 4  # ecr login, metrics, datasets objects, artifacts objects
+    for wildcard in wildcards:
+        reason = acknowledged[f"AwsSolutions-IAM5[Resource::{wildcard}]"]
+        assert len(reason) > 60
+    managed = "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]"
+    assert managed in _acknowledged(cluster.role)
+    assert "NIST.800.53.R5-EC2RestrictedCommonPorts" in _acknowledged(cluster.security_group)
+    for node in cluster.nodes:
+        rules = _acknowledged(node.instance)
+        assert "AwsSolutions-EC29" in rules  # no termination protection: destroy must terminate
+        assert ("NIST.800.53.R5-EC2InstancesInVPC" in rules) == cluster.efa
+
+
+# ------------------------------------------------------------------------------------------
+# Cost guards
+# ------------------------------------------------------------------------------------------
+
+
+def test_idle_nodes_are_stopped_by_default(synth_app):
+    _, template, tj = _cluster(synth_app, MULTI_EFA)
+    alarms = template.find_resources("AWS::CloudWatch::Alarm")
+    assert len(alarms) == 2
+    watched = set()
+    for alarm in alarms.values():
+        props = alarm["Properties"]
+        assert props["Namespace"] == "CWAgent" and props["MetricName"] == "nvidia_smi_utilization_gpu"
+        assert props["Statistic"] == "Maximum"  # the busiest GPU: idle means every GPU is idle
+        assert props["ComparisonOperator"] == "LessThanThreshold" and props["Threshold"] == 5
+        assert props["Period"] * props["EvaluationPeriods"] == 60 * 60
+        assert props["AlarmActions"] == ["arn:aws:automate:us-east-1:ec2:stop"]
+        assert props["TreatMissingData"] == "notBreaching"
+        (dimension,) = props["Dimensions"]
+        assert dimension["Name"] == "InstanceId"
+        watched.add(dimension["Value"]["Ref"])
+    assert watched == {logical_id for logical_id, _ in _nodes(tj)}
+    # The agent publishes the metric per instance.
+    (_, node), *_ = _nodes(tj)
+    agent = _agent_config(_user_data(node))["metrics"]
+    assert "utilization_gpu" in agent["metrics_collected"]["nvidia_gpu"]["measurement"]
+    assert agent["aggregation_dimensions"] == [["InstanceId"]]
+    assert agent["append_dimensions"] == {"InstanceId": "${aws:InstanceId}"}
+
+
+def test_maximum_lifetime_is_enforced_by_default(synth_app):
+    _, template, tj = _cluster(synth_app, SINGLE)
+    (_, node), = _nodes(tj)
+    assert _node_env(_user_data(node))["MAX_LIFETIME_HOURS"] == "24"
+    template.all_resources_properties("AWS::EC2::Instance", {"InstanceInitiatedShutdownBehavior": "stop"})
+    assert 'shutdown --poweroff "+$minutes"' in (BOOT_DIR / "bootstrap.sh").read_text()
+
+
+def test_cost_guards_can_be_turned_off(synth_app):
+    _, template, tj = _cluster(synth_app, P4D_TUNED)
+    template.resource_count_is("AWS::CloudWatch::Alarm", 0)
+    assert {_node_env(_user_data(n))["MAX_LIFETIME_HOURS"] for _, n in _nodes(tj)} == {"0"}
+
+
+# ------------------------------------------------------------------------------------------
+# Logs, outputs, teardown
+# ------------------------------------------------------------------------------------------
+
+
+def test_log_group_is_encrypted_and_named_for_operators(synth_app):
+    _, template, _ = _cluster(synth_app, SINGLE)
+    template.has_resource(
+        "AWS::Logs::LogGroup",
+        {
+            "Properties": {"LogGroupName": "/gputrain/gpu-cluster", "KmsKeyId": Match.any_value(), "RetentionInDays": Match.any_value()},
+            "DeletionPolicy": "Delete",
+        },
+    )
+
+
+def test_outputs_for_operator_scripts(synth_app):
+    _, template, tj = _cluster(synth_app, MULTI_EFA)
+    (group_id,) = template.find_resources("AWS::EC2::SecurityGroup")
+    (log_group,) = template.find_resources("AWS::Logs::LogGroup")
+    template.has_output(
+        "InstanceIds", {"Value": {"Fn::Join": [",", [{"Ref": logical_id} for logical_id, _ in _nodes(tj)]]}}
+    )
+    template.has_output("PrivateIps", {"Value": "10.40.15.10,10.40.15.11"})
+    template.has_output("SecurityGroupId", {"Value": {"Fn::GetAtt": [group_id, "GroupId"]}})
+    template.has_output("LogGroupName", {"Value": {"Ref": log_group}})
+    template.has_output("ExpectedGpusPerNode", {"Value": "4"})
+
+
+ALLOWED_TYPES = {
+    "AWS::EC2::Instance",
+    "AWS::EC2::NetworkInterface",
+    "AWS::EC2::SecurityGroup",
+    "AWS::EC2::SecurityGroupIngress",
+    "AWS::EC2::SecurityGroupEgress",
+    "AWS::EC2::PlacementGroup",
+    "AWS::EC2::SubnetCidrReservation",
+    "AWS::IAM::Role",
+    "AWS::IAM::ManagedPolicy",
+    "AWS::IAM::InstanceProfile",
+    "AWS::CloudWatch::Alarm",
+    "AWS::Logs::LogGroup",
+}
+
+
+@pytest.mark.parametrize("overrides", [SINGLE, MULTI_EFA], ids=["single", "multi-efa"])
+def test_destroy_removes_everything_the_stack_created(synth_app, overrides):
+    _, _, tj = _cluster(synth_app, overrides)
+    for logical_id, resource in tj["Resources"].items():
+        assert resource["Type"] in ALLOWED_TYPES, logical_id  # compute only: no buckets, keys, repositories
+        assert resource.get("DeletionPolicy", "Delete") == "Delete", logical_id
+        assert resource.get("UpdateReplacePolicy", "Delete") == "Delete", logical_id
+    for _, node in _nodes(tj):
+        props = node["Properties"]
+        assert props.get("DisableApiTermination") in (None, False)
+        assert all(m["Ebs"]["DeleteOnTermination"] for m in props["BlockDeviceMappings"])
+
+
+def test_cluster_leaves_the_data_plane_untouched(synth_app):
+    with_cluster = synth_app(SINGLE)
+    without_cluster = synth_app({**BASE, "cluster.enabled": False})
+    assert "GpuCluster" not in without_cluster.stack_ids
+    assert (
+        with_cluster.template_json("DataPlane")["Resources"] == without_cluster.template_json("DataPlane")["Resources"]
+    )
+
+
+def test_idle_stop_longer_than_cloudwatch_can_evaluate_is_refused():
+    context = {**project_context(), "gpu_training.cluster.idle_stop_minutes": "1441"}
+    with pytest.raises(ConfigError, match="idle_stop_minutes = 1441: must be between 0 and 1440"):
+        load_config(context)
