@@ -213,6 +213,7 @@ class GpuCluster(Construct):
                 user_data,
                 NodeSettings(
                     node_name=name,
+                    instance_type=config.instance_type,
                     expected_gpu_count=config.gpus_per_node,
                     training_hosts=self.hosts,
                     current_host=host,

@@ -60,6 +60,7 @@ class NodeSettings:
 
     Attributes:
         node_name: ``node-<index>``; names the node in logs and failure signals.
+        instance_type: EC2 instance type of the node.
         expected_gpu_count: GPUs the node must show (the instance type's count).
         training_hosts: Every node's address, in node order (identical on every node).
         current_host: This node's entry in ``training_hosts``.
@@ -75,6 +76,7 @@ class NodeSettings:
     """
 
     node_name: str
+    instance_type: str
     expected_gpu_count: int
     training_hosts: Sequence[str]
     current_host: str
@@ -92,6 +94,7 @@ class NodeSettings:
         """The settings as ``node.env`` variables (the training container contract names)."""
         return {
             "NODE_NAME": self.node_name,
+            "TRAINING_INSTANCE_TYPE": self.instance_type,
             "EXPECTED_GPU_COUNT": str(self.expected_gpu_count),
             "TRAINING_HOSTS": ",".join(self.training_hosts),
             "TRAINING_CURRENT_HOST": self.current_host,

@@ -228,6 +228,7 @@ def test_training_container_contract_in_node_settings(synth_app):
     reference = json.loads(repository.removeprefix("{{").removesuffix("}}"))["Fn::GetStackOutput"]
     assert reference["StackName"] == "gputrain-data" and "TrainingImageRepository" in reference["OutputName"]
     assert env["TRAINING_WORKER_PORT"] == "2222"
+    assert env["TRAINING_INSTANCE_TYPE"] == "g5.xlarge"
     assert env["START_TRAINING"] == "false"
     assert env["CHECKPOINT_S3_URI"].startswith("s3://{{")
     assert env["CHECKPOINT_S3_URI"].endswith("}}/checkpoints/gputrain-cluster/node-0/")
@@ -238,8 +239,9 @@ def test_training_container_contract_in_node_settings(synth_app):
         "--env TRAINING_HOSTS",
         "--env TRAINING_CURRENT_HOST",
         "--env TRAINING_WORKER_PORT",
+        "--env TRAINING_INSTANCE_TYPE",
         "--env SAGEMAKER_BASE_DIR=/opt/ml",
-        "--volume /opt/ml:/opt/ml",
+        '--volume "$ML_DIR:/opt/ml"',
     ):
         assert flag in bootstrap
 

@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -256,3 +257,176 @@ def test_real_gpus_pass_the_real_check(tmp_path):
     result = subprocess.run([BASH, str(HEALTH_CHECK)], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "computation correct" in result.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# The boot sequence (bootstrap.sh) with fake AWS CLI, docker, systemctl, shutdown and IMDS
+# ------------------------------------------------------------------------------------------
+
+FAKE_CURL = """#!/usr/bin/env bash
+# Fake curl for the instance metadata service; FAKE_IMDS_DOWN=1: unreachable.
+[[ ${FAKE_IMDS_DOWN:-0} == 1 ]] && exit 7
+case "$*" in
+  *api/token*) echo fake-token ;;
+  *meta-data/instance-id*) echo i-0123456789abcdef0 ;;
+  *) exit 22 ;;
+esac
+"""
+FAKE_TOOL = """#!/usr/bin/env bash
+# Records the call (and, for docker run, the contract variables it passes on).
+[[ -t 0 ]] || cat >/dev/null
+printf '%s %s\\n' "$(basename "$0")" "$*" >>"$FAKE_CALLS"
+if [[ $(basename "$0") == docker && $1 == run ]]; then
+  env | grep -E '^(EXPECTED_GPU_COUNT|TRAINING_[A-Z_]+)=' | sort >"$FAKE_DOCKER_ENV"
+fi
+if [[ $(basename "$0") == aws && $1 == ecr ]]; then echo fake-password; fi
+"""
+
+
+@dataclass
+class Boot:
+    """One run of the boot sequence."""
+
+    returncode: int
+    log: str
+    calls: list[str]
+    docker_env: dict[str, str]
+
+    def index(self, prefix: str) -> int:
+        """Position of the first call starting with ``prefix``."""
+        return next(i for i, call in enumerate(self.calls) if call.startswith(prefix))
+
+    def called(self, prefix: str) -> bool:
+        return any(call.startswith(prefix) for call in self.calls)
+
+
+@pytest.fixture
+def boot(tmp_path: Path) -> Callable[..., Boot]:
+    """``boot(gpus=4, start_training=True, **env)`` runs bootstrap.sh in a sandbox."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "basename", "tee", *TOOLS):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    _write(bin_dir / "nvidia-smi", FAKE_NVIDIA_SMI)
+    _write(bin_dir / "curl", FAKE_CURL)
+    for tool in ("aws", "docker", "systemctl", "shutdown"):
+        _write(bin_dir / tool, FAKE_TOOL)
+    agent = _write(tmp_path / "amazon-cloudwatch-agent-ctl", FAKE_TOOL)
+    compute = _write(tmp_path / "fake_gpu_compute", FAKE_COMPUTE)
+    node_env = {
+        "NODE_NAME": "node-1",
+        "TRAINING_INSTANCE_TYPE": "g5.12xlarge",
+        "EXPECTED_GPU_COUNT": "4",
+        "TRAINING_HOSTS": "10.40.15.10,10.40.15.11",
+        "TRAINING_CURRENT_HOST": "10.40.15.11",
+        "TRAINING_WORKER_PORT": "2222",
+        "IMAGE_URI": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:tf2.21.0-gpu-1",
+        "MAX_LIFETIME_HOURS": "24",
+        "STACK_NAME": "gputrain-cluster",
+        "LOGICAL_RESOURCE_ID": "ClusterNode15F444E5E",
+        "AWS_REGION": "us-east-1",
+        "LOG_GROUP": "/gputrain/gpu-cluster",
+        "CHECKPOINT_S3_URI": "s3://artifacts/checkpoints/gputrain-cluster/node-1/",
+    }
+
+    def run(
+        *, gpus: int = 4, start_training: bool = True, first_boot: Optional[int] = None, imds_down: bool = False, **extra: str
+    ) -> Boot:
+        env_file = tmp_path / "node.env"
+        settings = {**node_env, "START_TRAINING": "true" if start_training else "false", **extra}
+        env_file.write_text("".join(f"{k}='{v}'\n" for k, v in settings.items()))
+        state = tmp_path / "state"
+        if first_boot is not None:
+            state.mkdir(exist_ok=True)
+            (state / "first-boot-epoch").write_text(f"{first_boot}\n")
+        calls, docker_env = tmp_path / "calls.log", tmp_path / "docker.env"
+        calls.unlink(missing_ok=True)
+        docker_env.unlink(missing_ok=True)
+        env = {
+            "PATH": str(bin_dir),
+            "HOME": str(tmp_path),
+            "GPUTRAIN_ENV_FILE": str(env_file),
+            "GPUTRAIN_LOG_DIR": str(tmp_path / "log"),
+            "GPUTRAIN_STATE_DIR": str(state),
+            "GPUTRAIN_SYSTEMD_DIR": str(tmp_path),
+            "GPUTRAIN_ML_DIR": str(tmp_path / "ml"),
+            "GPUTRAIN_CW_AGENT_CTL": str(agent),
+            "GPU_COMPUTE_CMD": str(compute),
+            "FAKE_CALLS": str(calls),
+            "FAKE_DOCKER_ENV": str(docker_env),
+            "FAKE_AWS_LOG": str(calls),
+            "FAKE_GPU_COUNT": str(gpus),
+            "FAKE_IMDS_DOWN": "1" if imds_down else "0",
+        }
+        result = subprocess.run(
+            [BASH, str(BOOTSTRAP)], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+        )
+        recorded = calls.read_text().splitlines() if calls.exists() else []
+        passed_on = dict(line.split("=", 1) for line in docker_env.read_text().splitlines()) if docker_env.exists() else {}
+        return Boot(result.returncode, result.stdout + result.stderr, recorded, passed_on)
+
+    return run
+
+
+def test_healthy_node_signals_then_pulls_then_trains(boot, tmp_path):
+    run = boot(gpus=4, start_training=True)
+    assert run.returncode == 0, run.log
+    order = [
+        "shutdown --poweroff +1440",
+        "amazon-cloudwatch-agent-ctl -a fetch-config",
+        "aws cloudformation signal-resource",
+        "aws ecr get-login-password --region us-east-1",
+        "docker login --username AWS --password-stdin 123456789012.dkr.ecr.us-east-1.amazonaws.com",
+        "docker pull --quiet 123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:tf2.21.0-gpu-1",
+        "aws s3 sync s3://artifacts/checkpoints/gputrain-cluster/node-1/",
+        "docker run",
+        "systemctl enable --now gputrain-checkpoint-sync.service",
+    ]
+    positions = [run.index(step) for step in order]
+    assert positions == sorted(positions), run.calls
+    signal = run.calls[run.index("aws cloudformation signal-resource")]
+    assert "--status SUCCESS" in signal and f"--unique-id {INSTANCE_ID}" in signal
+    docker_run = run.calls[run.index("docker run")]
+    assert "--gpus all" in docker_run and f"--volume {tmp_path / 'ml'}:/opt/ml" in docker_run
+    assert docker_run.endswith(" 123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:tf2.21.0-gpu-1")
+    assert run.docker_env == {
+        "EXPECTED_GPU_COUNT": "4",
+        "TRAINING_CURRENT_HOST": "10.40.15.11",
+        "TRAINING_HOSTS": "10.40.15.10,10.40.15.11",
+        "TRAINING_INSTANCE_TYPE": "g5.12xlarge",
+        "TRAINING_WORKER_PORT": "2222",
+    }
+    unit = (tmp_path / "gputrain-checkpoint-sync.service").read_text()
+    assert "s3://artifacts/checkpoints/gputrain-cluster/node-1/" in unit
+    assert "training started: 10.40.15.11 of 10.40.15.10,10.40.15.11" in run.log
+
+
+def test_without_start_training_the_node_only_pulls(boot):
+    run = boot(gpus=4, start_training=False, MAX_LIFETIME_HOURS="0")
+    assert run.returncode == 0, run.log
+    assert run.called("docker pull") and not run.called("docker run")
+    assert not run.called("shutdown")  # maximum lifetime off
+    assert "start_training_on_boot is off" in run.log
+
+
+def test_unhealthy_node_signals_failure_and_never_pulls(boot):
+    run = boot(gpus=3)
+    assert run.returncode == 1
+    signal = run.calls[run.index("aws cloudformation signal-resource")]
+    assert "--status FAILURE" in signal and "--unique-id i-0123456789abcdef0:node-1:gpu-count-3-of-4" in signal
+    assert not run.called("aws ecr") and not run.called("docker")
+
+
+def test_a_boot_error_before_the_check_fails_the_node_at_once(boot):
+    """Without a signal CloudFormation would wait out the whole timeout."""
+    run = boot(imds_down=True)
+    assert run.returncode != 0
+    signal = run.calls[run.index("aws cloudformation signal-resource")]
+    assert "--status FAILURE" in signal and ":node-1:boot-error-line-" in signal
+
+
+def test_maximum_lifetime_counts_from_the_first_boot(boot):
+    run = boot(first_boot=int(time.time()) - 23 * 3600)
+    assert run.called("shutdown --poweroff +60 ") or run.called("shutdown --poweroff +59 ")
+    expired = boot(first_boot=int(time.time()) - 30 * 3600)
+    assert expired.called("shutdown --poweroff +15 ")  # a restarted node gets a short grace period

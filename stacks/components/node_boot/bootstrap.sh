@@ -11,6 +11,8 @@
 #
 #   bootstrap.sh                   the boot sequence
 #   bootstrap.sh sync-checkpoints  copy /opt/ml/checkpoints to CHECKPOINT_S3_URI
+#
+# GPUTRAIN_* variables move the node's paths (tests run the sequence in a sandbox).
 set -Eeuo pipefail
 
 NODE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -18,8 +20,12 @@ set -a
 # shellcheck source=/dev/null
 . "${GPUTRAIN_ENV_FILE:-$NODE_DIR/node.env}"
 set +a
-LOG_DIR=/var/log/gputrain
-STATE_DIR=/var/lib/gputrain
+LOG_DIR=${GPUTRAIN_LOG_DIR:-/var/log/gputrain}
+STATE_DIR=${GPUTRAIN_STATE_DIR:-/var/lib/gputrain}
+SYSTEMD_DIR=${GPUTRAIN_SYSTEMD_DIR:-/etc/systemd/system}
+ML_DIR=${GPUTRAIN_ML_DIR:-/opt/ml}
+CW_AGENT_CTL=${GPUTRAIN_CW_AGENT_CTL:-/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl}
+export HEALTH_REPORT=${HEALTH_REPORT:-$LOG_DIR/health.env}
 LIFETIME_GRACE_MINUTES=15
 CONTAINER=gputrain-training
 
@@ -39,7 +45,7 @@ on_error() {
   log "ERROR at line $1"
   if [[ $signalled == false ]]; then
     signalled=true
-    "$NODE_DIR/health_check.sh" report-failure "boot-error-line-$1" "bootstrap.sh failed at line $1" || true
+    bash "$NODE_DIR/health_check.sh" report-failure "boot-error-line-$1" "bootstrap.sh failed at line $1" || true
   fi
 }
 trap 'on_error $LINENO' ERR
@@ -60,8 +66,8 @@ arm_max_lifetime() {
 }
 
 start_cloudwatch_agent() {
-  local ctl=/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl deb
-  if [[ ! -x $ctl ]]; then
+  local deb
+  if [[ ! -x $CW_AGENT_CTL ]]; then
     # The VPC has no internet route; the regional bucket is reached through the S3 gateway endpoint.
     deb=$(mktemp --suffix=.deb)
     curl -fsS --retry 3 --max-time 300 -o "$deb" \
@@ -69,7 +75,7 @@ start_cloudwatch_agent() {
       dpkg -i -E "$deb" >/dev/null || return 1
     rm -f "$deb"
   fi
-  "$ctl" -a fetch-config -m ec2 -s -c "file:$NODE_DIR/cloudwatch-agent.json" >/dev/null || return 1
+  "$CW_AGENT_CTL" -a fetch-config -m ec2 -s -c "file:$NODE_DIR/cloudwatch-agent.json" >/dev/null || return 1
   log "CloudWatch agent running: GPU metrics and logs to $LOG_GROUP"
 }
 
@@ -88,14 +94,14 @@ pull_image() {
 }
 
 sync_checkpoints() {
-  mkdir -p /opt/ml/checkpoints
-  aws s3 sync /opt/ml/checkpoints "$CHECKPOINT_S3_URI" --region "$AWS_REGION" --only-show-errors
+  mkdir -p "$ML_DIR/checkpoints"
+  aws s3 sync "$ML_DIR/checkpoints" "$CHECKPOINT_S3_URI" --region "$AWS_REGION" --only-show-errors
 }
 
 install_checkpoint_sync() {
-  cat >/etc/systemd/system/gputrain-checkpoint-sync.service <<EOF
+  cat >"$SYSTEMD_DIR/gputrain-checkpoint-sync.service" <<EOF
 [Unit]
-Description=gputrain: copy /opt/ml/checkpoints to $CHECKPOINT_S3_URI every 5 minutes and at shutdown
+Description=gputrain: copy $ML_DIR/checkpoints to $CHECKPOINT_S3_URI every 5 minutes and at shutdown
 Wants=network-online.target
 After=network-online.target docker.service
 
@@ -113,8 +119,8 @@ EOF
 }
 
 start_training() {
-  mkdir -p /opt/ml/checkpoints /opt/ml/model /opt/ml/output
-  aws s3 sync "$CHECKPOINT_S3_URI" /opt/ml/checkpoints --region "$AWS_REGION" --only-show-errors ||
+  mkdir -p "$ML_DIR/checkpoints" "$ML_DIR/model" "$ML_DIR/output"
+  aws s3 sync "$CHECKPOINT_S3_URI" "$ML_DIR/checkpoints" --region "$AWS_REGION" --only-show-errors ||
     log "no checkpoints restored from $CHECKPOINT_S3_URI"
   local devices=() dev
   for dev in /dev/infiniband/uverbs*; do
@@ -125,7 +131,8 @@ start_training() {
   docker run --detach --name "$CONTAINER" --gpus all --network host --ipc host \
     --ulimit memlock=-1 --ulimit stack=67108864 "${devices[@]}" \
     --env EXPECTED_GPU_COUNT --env TRAINING_HOSTS --env TRAINING_CURRENT_HOST \
-    --env TRAINING_WORKER_PORT --env SAGEMAKER_BASE_DIR=/opt/ml --volume /opt/ml:/opt/ml \
+    --env TRAINING_WORKER_PORT --env TRAINING_INSTANCE_TYPE --env SAGEMAKER_BASE_DIR=/opt/ml \
+    --volume "$ML_DIR:/opt/ml" \
     --log-driver awslogs --log-opt "awslogs-region=$AWS_REGION" \
     --log-opt "awslogs-group=$LOG_GROUP" --log-opt "awslogs-stream=$INSTANCE_ID/training" \
     "$IMAGE_URI" >/dev/null
@@ -143,7 +150,7 @@ boot() {
   start_cloudwatch_agent || log "WARNING: CloudWatch agent not running: no idle stop for this boot"
 
   signalled=true
-  if ! "$NODE_DIR/health_check.sh"; then
+  if ! bash "$NODE_DIR/health_check.sh"; then
     log "node unhealthy: not pulling the image, not starting training"
     exit 1
   fi

@@ -116,6 +116,7 @@ main() {
   driver=$(head -n1 <<<"$gpus" | cut -d, -f4 | tr -d ' ')
   cuda=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n1)
   names=$(cut -d, -f3 <<<"$gpus" | sed 's/^ *//' | sort | uniq -c | sed 's/^ *//' | tr '\n' ';')
+  names=${names%;}
   record GPU_COUNT "$count"
   record GPU_MODELS "$names"
   record DRIVER_VERSION "${driver:-unknown}"
