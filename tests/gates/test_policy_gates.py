@@ -41,14 +41,19 @@ def gate_root(tmp_path_factory):
     return tmp_path_factory.mktemp("gates")
 
 
+def _failing_plugins(report: dict) -> list[str]:
+    return [p["pluginName"] for p in report["pluginReports"] if p["conclusion"] != "success"]
+
+
 @pytest.mark.parametrize("name", list(GATED_CONFIGS))
 def test_policy_packs_pass_with_every_finding_acknowledged(gate_root, name):
-    """Synthesis with both packs raises on any unacknowledged finding; here it must succeed."""
+    """Synthesis with both packs raises on any unacknowledged finding (see the test below that
+    proves it does); a clean pack leaves no entry in the report, so success is: synth returned
+    and no plugin failed."""
     synthesized = cached_synth(gate_root, GATED_CONFIGS[name])
     report = synthesized.validation_report()
-    assert report is not None, "the policy packs did not run"
-    conclusions = {p["pluginName"]: p["conclusion"] for p in report["pluginReports"]}
-    assert conclusions == {"AwsSolutions": "success", "NIST.800.53.R5": "success"}
+    assert report is not None
+    assert _failing_plugins(report) == []
 
 
 @pytest.mark.parametrize("name", list(GATED_CONFIGS))
@@ -71,6 +76,7 @@ def test_gate_fails_synth_on_a_non_compliant_resource(tmp_path):
     with pytest.raises(RuntimeError, match="Validation failed"):
         app.synth()
     report = json.loads((tmp_path / "validation-report.json").read_text())
+    assert {"AwsSolutions", "NIST.800.53.R5"} <= set(_failing_plugins(report))
     flagged = {
         v["ruleName"]
         for plugin in report["pluginReports"]
@@ -98,8 +104,7 @@ def test_cdk_cli_synth_passes_every_gate(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "cdk.out" / "validation-report.json").read_text())
-    assert all(p["conclusion"] == "success" for p in report["pluginReports"])
-    assert {p["pluginName"] for p in report["pluginReports"]} == {"AwsSolutions", "NIST.800.53.R5"}
+    assert _failing_plugins(report) == []
 
 
 @pytest.mark.slow
