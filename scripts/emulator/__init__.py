@@ -1,0 +1,14 @@
+"""Run the whole platform on a local AWS emulator: deploy -> train -> destroy -> audit.
+
+``scripts/run-local.sh`` (or ``python -m scripts.emulator``) starts moto on loopback, deploys
+every stack with the real CDK CLI, trains a job launched by the operator's launch script with a
+local runner playing SageMaker, destroys, and audits what is left. See :mod:`.lifecycle`.
+
+Modules:
+    server: the in-process moto server, its environment, seeded public parameters.
+    gaps: workarounds for moto's gaps, each naming the gap it covers.
+    custom_resources: local stand-ins for the Lambda functions behind CDK custom resources.
+    sagemaker: the local runner that plays SageMaker for jobs created on the emulator.
+    cdk: the CDK CLI, run as a user runs it.
+    lifecycle: the phases, timed.
+"""

@@ -1,0 +1,115 @@
+"""Command line of the main job: parse options, run the phases, print the summary and audit.
+
+    scripts/run-local.sh                 # emulator: deploy -> train -> destroy -> audit
+    scripts/run-local.sh --keep          # stop after the summary; explore until Ctrl-C
+    scripts/run-local.sh --sandbox       # delete_data_on_destroy=true: data goes too
+    scripts/run-local.sh --real-account  # the same flow on your AWS credentials' account
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from scripts.emulator.lifecycle import DEFAULT_WORK_DIR, Lifecycle, Options
+
+
+def parse_args(argv: Sequence[str] | None) -> Options:
+    """Options from the command line."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/run-local.sh",
+        description="Deploy the platform, train a job on it, destroy it and audit what is left: "
+        "on a local AWS emulator (default) or on a real account.",
+    )
+    parser.add_argument("--keep", action="store_true", help="leave everything up after the summary (Ctrl-C ends it)")
+    parser.add_argument(
+        "--sandbox", action="store_true", help="deploy with delete_data_on_destroy=true: destroy deletes the data too"
+    )
+    parser.add_argument(
+        "--real-account",
+        action="store_true",
+        help="use the account and region of your AWS credentials: no emulator, SageMaker trains (costs money)",
+    )
+    parser.add_argument("--epochs", type=int, default=2, help="epochs of the launched job (default: 2)")
+    parser.add_argument("--examples", type=int, default=2000, help="rows of the synthetic dataset (default: 2000)")
+    parser.add_argument("--no-train", action="store_true", help="deploy, then destroy: no dataset, no job")
+    parser.add_argument("--port", type=int, help="emulator port (default: a free one)")
+    parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="run files (default: .work/emulator)")
+    parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="extra CDK context")
+    parser.add_argument("-v", "--verbose", action="store_true", help="stream the CDK CLI's output")
+    args = parser.parse_args(argv)
+    context = {}
+    for item in args.context:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"-c expects KEY=VALUE, got {item!r}")
+        context[key] = value
+    return Options(
+        real_account=args.real_account,
+        sandbox=args.sandbox,
+        keep=args.keep,
+        context=context,
+        epochs=args.epochs,
+        examples=args.examples,
+        train=not args.no_train,
+        work_dir=args.work_dir,
+        port=args.port,
+        echo_cdk=args.verbose,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every phase; 0 when the job trained and the audit found nothing left behind."""
+    options = parse_args(argv)
+    run = Lifecycle(options)
+    target = "your AWS account (real resources, real cost)" if options.real_account else "a local AWS emulator (moto)"
+    print(f"main job: deploy -> train -> destroy -> audit on {target}")
+    try:
+        run.start()
+        run.bootstrap_and_synth()
+        run.deploy()
+        if options.train:
+            run.upload_dataset()
+            run.launch()
+            run.train()
+        run.summary()
+        if options.keep:
+            _explore(run)
+            return 0
+        run.destroy()
+        run.audit()
+        print("\nphase times\n" + run.progress.table())
+        return 0
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - one line for the user, details are in the logs
+        print(f"\nerror: {err}", file=sys.stderr)
+        if run.cdk is not None and not options.keep and not run.destroyed and run.outputs:
+            print(f"note: stacks may still be deployed; re-run, or `cdk destroy --all` (logs: {options.work_dir})", file=sys.stderr)
+        return 1
+    finally:
+        run.close()
+
+
+def _explore(run: Lifecycle) -> None:
+    if run.emulator is None:
+        print("\n--keep: everything stays deployed. Tear down later with: npx cdk destroy --all")
+        return
+    env = run.emulator.client_env()
+    print("\n--keep: the emulator stays up until Ctrl-C. In another shell:")
+    for key in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        print(f"  export {key}={env[key]}")
+    print("  .venv/bin/python -m scripts.teardown_audit       # what carries the project's tags")
+    print("  PATH=$PWD/.venv/bin:$PATH npx cdk destroy --all   # then audit again")
+    print("New training jobs created there are run by the local runner.")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stop.wait()
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,255 @@
+"""Workarounds for gaps in moto's emulation, applied to the in-process moto server only.
+
+Every patch here fills a hole in the *emulator* so the real templates deploy and destroy as
+they would on AWS. None of them changes a stack: if a template needs something moto lacks,
+the fix goes here, with the gap it covers named next to it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_applied = False
+
+
+def apply_all() -> None:
+    """Install every workaround once per process (idempotent)."""
+    global _applied
+    if _applied:
+        return
+    _kms_key_tags()
+    _flow_log_s3_prefix()
+    _route_table_deletes()
+    _change_set_outputs()
+    _get_stack_output()
+    _iam_deletes()
+    _training_jobs_wait_for_a_runner()
+    _validate_images_and_instance_types()
+    _applied = True
+
+
+def _kms_key_tags() -> None:
+    # Gap: moto's AWS::KMS::Key handler passes CloudFormation's {Key, Value} tags to the KMS
+    # tagger, which expects KMS's {TagKey, TagValue}; every tagged key fails with KeyError.
+    from moto.kms.models import Key
+
+    original = Key.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create(cls: Any, resource_name: str, cfn: dict[str, Any], account_id: str, region_name: str, **kw: Any) -> Any:
+        props = cfn.setdefault("Properties", {})
+        props["Tags"] = [
+            {"TagKey": t.get("Key", t.get("TagKey")), "TagValue": t.get("Value", t.get("TagValue"))}
+            for t in props.get("Tags", [])
+        ]
+        return original(cls, resource_name, cfn, account_id, region_name, **kw)
+
+    Key.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]
+
+
+def _flow_log_s3_prefix() -> None:
+    # Gap (delete): moto's AWS::EC2::FlowLog has no delete handler, so destroying the stack
+    # leaves the flow log (tagged with the project) behind after its VPC is gone.
+    # Gap (create): moto checks an S3 flow-log destination by looking up everything after the ARN's
+    # last colon as a bucket name, so `arn:aws:s3:::bucket/prefix/` (valid on AWS) is "missing"
+    # and the resource handler crashes on an empty result. Create it against the bare bucket
+    # ARN, then record the real destination.
+    from moto.ec2.models.flow_logs import FlowLogs
+
+    original = FlowLogs.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create(cls: Any, resource_name: str, cfn: dict[str, Any], account_id: str, region_name: str, **kw: Any) -> Any:
+        props = cfn.get("Properties", {})
+        destination = props.get("LogDestination")
+        if props.get("LogDestinationType") == "s3" and destination and "/" in destination.split(":", 5)[-1]:
+            props = dict(props, LogDestination=destination.split("/", 1)[0])
+            flow_log = original(cls, resource_name, dict(cfn, Properties=props), account_id, region_name, **kw)
+            flow_log.log_destination = destination
+            return flow_log
+        return original(cls, resource_name, cfn, account_id, region_name, **kw)
+
+    FlowLogs.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]
+
+    def delete(self: Any, account_id: str, region_name: str) -> None:
+        from moto.ec2.models import ec2_backends
+
+        ec2_backends[account_id][region_name].delete_flow_logs([self.id])
+
+    FlowLogs.delete = delete  # type: ignore[attr-defined]
+
+
+def _route_table_deletes() -> None:
+    # Gap: moto's CloudFormation has no delete for AWS::EC2::RouteTable or
+    # AWS::EC2::SubnetRouteTableAssociation, so deleting any stack with a VPC fails on them
+    # (and then on the subnets and VPC that still have them). Supply the deletes.
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.route_tables import RouteTable
+    from moto.ec2.models.subnets import SubnetRouteTableAssociation
+
+    def delete_route_table(self: Any, account_id: str, region_name: str) -> None:
+        ec2_backends[account_id][region_name].delete_route_table(self.id)
+
+    def delete_association(self: Any, account_id: str, region_name: str) -> None:
+        backend = ec2_backends[account_id][region_name]
+        backend.subnet_associations.pop(f"{self.route_table_id}:{self.subnet_id}", None)
+
+    RouteTable.delete = delete_route_table  # type: ignore[attr-defined]
+    SubnetRouteTableAssociation.delete = delete_association  # type: ignore[attr-defined]
+
+
+def _change_set_outputs() -> None:
+    # Gap: a stack created or updated through a change set (how the CDK CLI deploys) keeps the
+    # outputs and exports of the template it had before: moto builds them when the stack object
+    # is made (empty template on create) and never again, and a stack made for a change set
+    # cannot see other stacks' exports. DescribeStacks then shows no outputs, Fn::ImportValue
+    # fails, and the stack's delete trips over exports that were never registered. Give the
+    # stack the region's exports before the change set runs; rebuild and register its outputs
+    # after.
+    from moto.cloudformation.models import CloudFormationBackend
+
+    original = CloudFormationBackend.execute_change_set
+
+    def execute_change_set(self: Any, change_set_name: str, stack_name: str | None = None) -> None:
+        change_set = self.change_sets.get(change_set_name) or next(
+            (cs for cs in self.change_sets.values() if cs.change_set_name == change_set_name), None
+        )
+        if change_set is not None:
+            stack = self.stacks[change_set.stack_id]
+            stack.cross_stack_resources = self.exports
+            stack.resource_map.cross_stack_resources = self.exports
+        original(self, change_set_name, stack_name)
+        if change_set is None:
+            return
+        for name in [n for n, e in self.exports.items() if e.exporting_stack_id == stack.stack_id]:
+            del self.exports[name]
+        stack._parse_template()
+        stack.description = stack.template_dict.get("Description")
+        stack.output_map = stack._create_output_map()
+        self._validate_export_uniqueness(stack)
+        for export in stack.exports:
+            self.exports[export.name] = export
+
+    CloudFormationBackend.execute_change_set = execute_change_set  # type: ignore[method-assign]
+
+
+def _training_jobs_wait_for_a_runner() -> None:
+    # Gap: moto runs no training. CreateTrainingJob returns a job that is already "Completed",
+    # with made-up metrics, a made-up metric definition in place of the requested ones, a model
+    # artifact that was never written, and the request's Environment dropped. Here a new job
+    # stays InProgress (secondary status Starting) with what was asked for, until the local
+    # runner (scripts.emulator.sagemaker) plays SageMaker and records the outcome.
+    from moto.core.utils import utcnow
+    from moto.sagemaker.models import SageMakerModelBackend
+    from moto.sagemaker.responses import SageMakerResponse
+
+    original_create = SageMakerModelBackend.create_training_job
+
+    def create_training_job(self: Any, **kwargs: Any) -> Any:
+        requested = copy.deepcopy(kwargs.get("algorithm_specification") or {})
+        job = original_create(self, **kwargs)
+        now = utcnow()
+        job.algorithm_specification = requested
+        job.training_job_status = "InProgress"
+        job.secondary_status = "Starting"
+        job.secondary_status_transitions = [
+            {"Status": "Starting", "StartTime": now, "StatusMessage": "Waiting for the local runner (emulator)"}
+        ]
+        job.final_metric_data_list = None
+        job.model_artifacts = None
+        job.training_start_time = None
+        job.training_end_time = None
+        return job
+
+    SageMakerModelBackend.create_training_job = create_training_job  # type: ignore[method-assign]
+
+    original_response = SageMakerResponse.create_training_job
+
+    def create_training_job_response(self: Any) -> Any:
+        result = original_response(self)
+        job = self.sagemaker_backend.training_jobs[self._get_param("TrainingJobName")]
+        # Attributes become DescribeTrainingJob fields (moto camel-cases __dict__), as on AWS.
+        job.environment = self._get_param("Environment") or {}
+        retry = self._get_param("RetryStrategy")
+        if retry:
+            job.retry_strategy = retry
+        return result
+
+    SageMakerResponse.create_training_job = create_training_job_response  # type: ignore[method-assign]
+
+
+def _validate_images_and_instance_types() -> None:
+    # Not a gap but a default: moto accepts any AMI id and instance type unless told to check.
+    # Check both, as EC2 does, so a template naming an image or type that does not exist fails
+    # here too (the harness registers the Deep Learning AMI the app has cached).
+    from moto import settings
+
+    settings.ENABLE_AMI_VALIDATION = True
+    settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = True
+
+
+def _get_stack_output() -> None:
+    # Gap: moto does not know Fn::GetStackOutput, the intrinsic CDK's "weak" cross-stack
+    # references (@aws-cdk/core:defaultCrossStackReferences) compile to; it passes the dict
+    # through as the property value. Resolve it as CloudFormation does at create/update time:
+    # the named output of the named stack (Region defaults to the consuming stack's; RoleArn,
+    # for cross-account reads, has no meaning in a single-account emulator).
+    from moto.cloudformation import cloudformation_backends
+    from moto.cloudformation import parsing
+    from moto.cloudformation.exceptions import ValidationError
+
+    original = parsing.clean_json
+
+    def clean_json(resource_json: Any, resources_map: Any) -> Any:
+        if isinstance(resource_json, dict) and "Fn::GetStackOutput" in resource_json:
+            spec = original(resource_json["Fn::GetStackOutput"], resources_map)
+            region = spec.get("Region") or resources_map._region_name
+            backend = cloudformation_backends[resources_map._account_id][region]
+            for stack in backend.stacks.values():
+                if stack.name == spec["StackName"] or stack.stack_id == spec["StackName"]:
+                    for output in stack.outputs or []:
+                        if output["OutputKey"] == spec["OutputName"]:
+                            return output["OutputValue"]
+                    raise ValidationError(message=f"Fn::GetStackOutput: stack {spec['StackName']} has no output {spec['OutputName']}")
+            raise ValidationError(message=f"Fn::GetStackOutput: stack {spec['StackName']} does not exist in {region}")
+        return original(resource_json, resources_map)
+
+    # clean_json recurses through the module global, so nested uses resolve too.
+    parsing.clean_json = clean_json
+
+
+def _iam_deletes() -> None:
+    # Gap: moto's CloudFormation cannot delete a stack that attaches managed policies to a
+    # role. AWS::IAM::ManagedPolicy has no delete handler (the policy stays, attached), and
+    # AWS::IAM::Role's handler deletes inline policies but not attached managed ones
+    # (ManagedPolicyArns), so the role delete fails with "must detach all policies first".
+    # CloudFormation detaches both; so do these.
+    from moto.iam.models import ManagedPolicy, Role, iam_backends
+    from moto.utilities.utils import get_partition
+
+    def delete_managed_policy(self: Any, account_id: str, region_name: str) -> None:
+        backend = iam_backends[account_id][get_partition(region_name)]
+        for entities, detach in (
+            (backend.roles.values(), backend.detach_role_policy),
+            (backend.users.values(), backend.detach_user_policy),
+            (backend.groups.values(), backend.detach_group_policy),
+        ):
+            for entity in list(entities):
+                if self.arn in entity.managed_policies:
+                    detach(self.arn, entity.name)
+        backend.managed_policies.pop(self.arn, None)
+
+    original_role_delete = Role.delete_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def delete_role(cls: Any, resource_name: str, cfn: dict[str, Any], account_id: str, region_name: str) -> None:
+        backend = iam_backends[account_id][get_partition(region_name)]
+        for role in list(backend.roles.values()):
+            if role.name == resource_name:
+                for arn in list(role.managed_policies):
+                    backend.detach_role_policy(arn, role.name)
+        original_role_delete(cls, resource_name, cfn, account_id, region_name)
+
+    ManagedPolicy.delete = delete_managed_policy  # type: ignore[attr-defined]
+    Role.delete_from_cloudformation_json = classmethod(delete_role)  # type: ignore[method-assign,assignment]

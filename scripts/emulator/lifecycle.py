@@ -1,0 +1,505 @@
+"""The main job, phase by phase: deploy -> train -> destroy, then audit what is left.
+
+:class:`Lifecycle` is used by the command line (``python -m scripts.emulator``) and by the
+integration tests, which run the same phases and assert between them. Each phase prints one
+line when it starts and one when it ends, with its own time and the time since the start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import boto3
+
+from scripts.emulator.cdk import Cdk
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_WORK_DIR = ROOT / ".work" / "emulator"
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to run the lifecycle.
+
+    Attributes:
+        real_account: Deploy to the account and region of the current AWS credentials: no
+            emulator, no local runner (SageMaker trains the job).
+        sandbox: Deploy with ``delete_data_on_destroy=true``: destroy deletes buckets, key and
+            repository too, and the audit expects them gone.
+        keep: Stop after the summary: leave everything deployed (and the emulator running
+            until Ctrl-C) for exploration.
+        stacks: Construct ids to deploy (``DataPlane``...); empty for every stack (``--all``).
+        context: Extra ``gpu_training.*`` context settings (``{"gpu_training.x": "1"}``).
+        epochs: Epochs of the launched job (a hyperparameter override at launch).
+        examples: Rows of the synthetic dataset.
+        features: Feature columns of the synthetic dataset.
+        classes: Classes of the synthetic dataset.
+        train: Upload data, launch and train; ``False`` stops after deploy (destroy still runs).
+        work_dir: Run files: CDK assembly and logs, dataset, each job's ``/opt/ml`` tree.
+        port: Emulator port; ``None`` picks a free one.
+        job_timeout_seconds: Longest the run waits for the training job.
+        echo_cdk: Stream the CDK CLI's output instead of only logging it.
+    """
+
+    real_account: bool = False
+    sandbox: bool = False
+    keep: bool = False
+    stacks: Sequence[str] = ()
+    context: Mapping[str, str] = field(default_factory=dict)
+    epochs: int = 2
+    examples: int = 2000
+    features: int = 16
+    classes: int = 4
+    train: bool = True
+    work_dir: Path = DEFAULT_WORK_DIR
+    port: int | None = None
+    job_timeout_seconds: float = 900
+    echo_cdk: bool = False
+
+
+@dataclass
+class Phase:
+    """One timed phase."""
+
+    name: str
+    seconds: float
+    ok: bool
+
+
+class Progress:
+    """Prints phase start/end lines with elapsed time and keeps the phase times."""
+
+    def __init__(self, out: Callable[[str], None] = print) -> None:
+        self.out = out
+        self.started = time.monotonic()
+        self.phases: list[Phase] = []
+
+    def say(self, message: str) -> None:
+        """One indented detail line under the current phase."""
+        self.out(f"           {message}")
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time a phase; the end line says ok or FAILED."""
+        start = time.monotonic()
+        self.out(f"[{start - self.started:7.1f}s] >> {name}")
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            seconds = time.monotonic() - start
+            self.phases.append(Phase(name, seconds, ok))
+            status = "done" if ok else "FAILED"
+            self.out(f"[{time.monotonic() - self.started:7.1f}s] {'ok' if ok else '!!'} {name}: {status} in {seconds:.1f}s")
+
+    def table(self) -> str:
+        """Phase times, one per line, and the total."""
+        lines = [f"  {p.name:<28} {p.seconds:7.1f}s{'' if p.ok else '  FAILED'}" for p in self.phases]
+        lines.append(f"  {'total':<28} {time.monotonic() - self.started:7.1f}s")
+        return "\n".join(lines)
+
+
+@dataclass
+class DeployCheck:
+    """What the emulator did with each template resource.
+
+    Attributes:
+        skipped_types: Resource types the emulator skipped (unsupported), with counts.
+        missing: ``stack/logical id (type)`` of supported resources that were not created.
+        custom_resources: Custom resources answered by a local provider.
+        unserved_custom_resources: Custom resource types with no local provider.
+    """
+
+    skipped_types: dict[str, int] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    custom_resources: list[str] = field(default_factory=list)
+    unserved_custom_resources: list[str] = field(default_factory=list)
+
+
+class Lifecycle:
+    """One run of the platform lifecycle (emulator or real account)."""
+
+    def __init__(self, options: Options, *, out: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.progress = Progress(out)
+        self.work_dir = options.work_dir
+        self.emulator: Any = None
+        self.runner: Any = None
+        self.env: dict[str, str] = {}
+        self.cdk: Cdk | None = None
+        self.assembly = self.work_dir / "cdk.out"
+        self.outputs: dict[str, dict[str, str]] = {}
+        self.deploy_check = DeployCheck()
+        self.job_name: str | None = None
+        self.job: dict[str, Any] = {}
+        self.audit_report: Any = None
+        self.destroyed = False
+        self.account = ""
+        self.region = ""
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    @property
+    def context(self) -> dict[str, str]:
+        """``-c`` settings for every CDK command."""
+        context = dict(self.options.context)
+        if self.options.sandbox:
+            context["gpu_training.delete_data_on_destroy"] = "true"
+        return context
+
+    def config(self) -> Any:
+        """The platform config the CDK app will see (cdk.json + cdk.context.json + ``context``)."""
+        from stacks.config import load_config
+
+        context = dict(json.loads((ROOT / "cdk.json").read_text())["context"])
+        context.update(json.loads((ROOT / "cdk.context.json").read_text()))
+        context.update(self.context)
+        return load_config(context)
+
+    def session(self) -> boto3.session.Session:
+        """A boto3 session for the target: the emulator's dummy credentials, or the user's."""
+        if self.emulator is None:
+            return boto3.session.Session()
+        return boto3.session.Session(
+            aws_access_key_id=self.env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self.env["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=self.env["AWS_SESSION_TOKEN"],
+            region_name=self.region,
+        )
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for the target: the emulator's endpoint, or AWS."""
+        endpoint = self.emulator.endpoint_url if self.emulator else None
+        return self.session().client(service, endpoint_url=endpoint, region_name=self.region)
+
+    def stack_selection(self) -> list[str]:
+        """CLI stack arguments: the chosen construct ids, or ``--all``."""
+        return list(self.options.stacks) or ["--all"]
+
+    # --- phases --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the emulator (or resolve the real account) and prepare the work directory."""
+        if self.work_dir.exists():
+            shutil.rmtree(self.work_dir)
+        self.work_dir.mkdir(parents=True)
+        if self.options.real_account:
+            with self.progress.phase("resolve AWS account"):
+                self.env = dict(os.environ)
+                session = boto3.session.Session()
+                identity = session.client("sts").get_caller_identity()
+                self.account, self.region = identity["Account"], session.region_name or "us-east-1"
+                self.progress.say(f"account {self.account}, region {self.region} ({identity['Arn']})")
+        else:
+            with self.progress.phase("emulator start"):
+                from scripts.emulator import server
+
+                self.emulator = server.start(log_file=self.work_dir / "moto.log", port=self.options.port)
+                self.account, self.region = server.ACCOUNT, server.REGION
+                self.env = self.emulator.environ(os.environ)
+                seeded = server.seed_cached_lookups(ROOT / "cdk.context.json")
+                self.progress.say(f"moto {_moto_version()} at {self.emulator.endpoint_url} (log: {self.emulator.log_file})")
+                for name, value in seeded.items():
+                    self.progress.say(f"seeded public SSM parameter {name} = {value} (registered as an image)")
+                if self.options.train:
+                    from scripts.emulator.sagemaker import LocalSageMaker
+
+                    self.runner = LocalSageMaker(
+                        endpoint_url=self.emulator.endpoint_url,
+                        region=self.region,
+                        account=self.account,
+                        work_dir=self.work_dir / "jobs",
+                        timeout_seconds=self.options.job_timeout_seconds,
+                        on_event=self.progress.say,
+                    )
+                    self.runner.start()
+        self.cdk = Cdk(env=self.env, context=self.context, log_file=self.work_dir / "cdk.log", echo=self.options.echo_cdk)
+
+    def bootstrap_and_synth(self) -> None:
+        """``cdk bootstrap`` and ``cdk synth`` (once, reused by deploy and destroy), side by side."""
+        assert self.cdk is not None
+        with self.progress.phase("cdk bootstrap + synth"):
+            import concurrent.futures
+
+            # Independent CLI processes: bootstrap talks to the target, synth runs the app and
+            # cdk-nag. Running them together saves the shorter one's time.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                bootstrapper = dataclasses.replace(self.cdk, log_file=self.work_dir / "cdk-bootstrap.log", echo=False)
+                boot = pool.submit(bootstrapper.bootstrap, self.account, self.region, cwd=self.work_dir)
+                synth = pool.submit(self.cdk.synth, self.assembly)
+                boot.result()
+                synth.result()
+            stacks = json.loads((self.assembly / "manifest.json").read_text())["artifacts"]
+            names = [a["properties"].get("stackName", k) for k, a in stacks.items() if a.get("type") == "aws:cloudformation:stack"]
+            self.progress.say(f"bootstrapped aws://{self.account}/{self.region}; synthesized {', '.join(names)}")
+
+    def deploy(self) -> None:
+        """``cdk deploy`` every stack (or the chosen ones) and check what the target made of it."""
+        assert self.cdk is not None
+        with self.progress.phase("cdk deploy"):
+            outputs_file = self.work_dir / "outputs.json"
+            self.cdk.run(
+                [
+                    "deploy",
+                    *self.stack_selection(),
+                    "--app",
+                    str(self.assembly),
+                    "--require-approval",
+                    "never",
+                    "--outputs-file",
+                    str(outputs_file),
+                ]
+            )
+            self._read_outputs()
+            if self.emulator is not None:
+                self._check_emulated_deploy()
+            for stack, values in self.outputs.items():
+                self.progress.say(f"{stack}: {len(values)} outputs")
+
+    def _read_outputs(self) -> None:
+        # DescribeStacks rather than --outputs-file: the same call works for every stack that
+        # exists, whoever deployed it.
+        cloudformation = self.client("cloudformation")
+        project = self.config().project_name
+        self.outputs = {}
+        for page in cloudformation.get_paginator("describe_stacks").paginate():
+            for stack in page["Stacks"]:
+                if stack["StackName"].startswith(f"{project}-") and stack["StackStatus"] != "DELETE_COMPLETE":
+                    self.outputs[stack["StackName"]] = {
+                        o["OutputKey"]: o["OutputValue"]
+                        for o in stack.get("Outputs") or []
+                        if not o["OutputKey"].startswith("PublishOutput")
+                    }
+
+    def _check_emulated_deploy(self) -> None:
+        """Compare every template with what the emulator created; wait for custom resources.
+
+        Emulator gap: moto applies a change set inside the ExecuteChangeSet call and reports
+        the stack complete even when a resource handler raised half-way, so a green
+        ``cdk deploy`` proves little. Each template's resources are checked here: a type moto
+        does not support is listed as skipped (known gap), a supported one that is missing fails
+        the deploy.
+        """
+        from moto.cloudformation.parsing import resource_class_from_type
+
+        from scripts.emulator import custom_resources
+
+        cloudformation = self.client("cloudformation")
+        manifest = json.loads((self.assembly / "manifest.json").read_text())["artifacts"]
+        check = DeployCheck()
+        deadline = time.monotonic() + 30
+        for artifact_id, artifact in manifest.items():
+            if artifact.get("type") != "aws:cloudformation:stack":
+                continue
+            if self.options.stacks and artifact_id not in self.options.stacks:
+                continue
+            stack_name = artifact["properties"].get("stackName", artifact_id)
+            template = json.loads((self.assembly / artifact["properties"]["templateFile"]).read_text())
+            while True:
+                created = {
+                    r["LogicalResourceId"]: r
+                    for r in cloudformation.list_stack_resources(StackName=stack_name)["StackResourceSummaries"]
+                }
+                pending = self._pending_custom_resources(stack_name)
+                if not pending or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            for logical_id, resource in template.get("Resources", {}).items():
+                resource_type = resource["Type"]
+                if logical_id in created:
+                    continue
+                condition = resource.get("Condition")
+                if condition is not None:
+                    continue  # a conditional resource may rightly be absent
+                with _quiet_moto():
+                    supported = resource_class_from_type(resource_type) is not None
+                if supported:
+                    check.missing.append(f"{stack_name}/{logical_id} ({resource_type})")
+                else:
+                    check.skipped_types[resource_type] = check.skipped_types.get(resource_type, 0) + 1
+            for logical_id in pending:
+                check.missing.append(f"{stack_name}/{logical_id} (custom resource never answered)")
+        check.custom_resources = list(custom_resources.SERVED)
+        check.unserved_custom_resources = list(custom_resources.UNSERVED)
+        self.deploy_check = check
+        skipped = ", ".join(f"{t} x{n}" for t, n in sorted(check.skipped_types.items()))
+        if skipped:
+            self.progress.say(f"skipped by the emulator (unsupported types, known gap): {skipped}")
+        for entry in check.custom_resources:
+            self.progress.say(f"custom resource served by a local provider: {entry}")
+        for resource_type in check.unserved_custom_resources:
+            self.progress.say(f"WARNING custom resource {resource_type} has no local provider: its effect is missing")
+        if check.missing:
+            raise RuntimeError(
+                "the emulator reported success but did not create: " + "; ".join(check.missing)
+                + f" (see {self.emulator.log_file})"
+            )
+
+    def _pending_custom_resources(self, stack_name: str) -> list[str]:
+        from moto.cloudformation import cloudformation_backends
+
+        backend = cloudformation_backends[self.account][self.region]
+        for stack in backend.stacks.values():
+            if stack.name == stack_name:
+                return [logical_id for logical_id, cr in stack.custom_resources.items() if not cr.is_created()]
+        return []
+
+    def upload_dataset(self) -> None:
+        """Write a small synthetic dataset with the trainer's generator; upload it to each channel."""
+        with self.progress.phase("dataset upload"):
+            config = self.config()
+            data = self.outputs[f"{config.project_name}-data"]
+            bucket = data["DatasetsBucketName"]
+            local = self.work_dir / "dataset"
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "trainer.synthetic",
+                    "--format",
+                    "csv",
+                    "--out",
+                    str(local),
+                    "--examples",
+                    str(self.options.examples),
+                    "--features",
+                    str(self.options.features),
+                    "--classes",
+                    str(self.options.classes),
+                    "--shards",
+                    "2",
+                ],
+                cwd=ROOT / "training_image",
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            s3 = self.client("s3")
+            for channel, prefix in config.training_job.channels.items():
+                for path in sorted(local.iterdir()):
+                    s3.upload_file(str(path), bucket, f"{prefix}{path.name}")
+                self.progress.say(f"channel {channel}: {len(list(local.iterdir()))} CSV files -> s3://{bucket}/{prefix}")
+
+    def launch(self) -> None:
+        """Start a training job with the operator's launch script."""
+        with self.progress.phase("launch training job"):
+            from scripts.emulator import launching
+
+            self.job_name = launching.launch(self)
+            self.progress.say(f"training job {self.job_name} created")
+
+    def train(self) -> None:
+        """Wait for the job: the local runner trains it (emulator) or SageMaker does (AWS)."""
+        assert self.job_name is not None
+        with self.progress.phase("train (local SageMaker runner)" if self.runner else "train (SageMaker)"):
+            sagemaker = self.client("sagemaker")
+            deadline = time.monotonic() + self.options.job_timeout_seconds
+            last = ""
+            while True:
+                job = sagemaker.describe_training_job(TrainingJobName=self.job_name)
+                state = f"{job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')}"
+                if state != last and self.emulator is None:
+                    self.progress.say(f"job {self.job_name}: {state}")
+                last = state
+                if job["TrainingJobStatus"] in {"Completed", "Failed", "Stopped"}:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"training job {self.job_name} still {state} after {self.options.job_timeout_seconds:.0f}s")
+                time.sleep(1 if self.emulator else 30)
+            self.job = job
+            if job["TrainingJobStatus"] != "Completed":
+                raise RuntimeError(f"training job {self.job_name} {job['TrainingJobStatus']}: {job.get('FailureReason', '')}")
+
+    def summary(self) -> str:
+        """Stack outputs, job outcome, final metrics, artifact location."""
+        lines = ["", "=" * 100, "SUMMARY", "=" * 100]
+        for stack, values in self.outputs.items():
+            lines.append(f"stack {stack}")
+            for key, value in values.items():
+                lines.append(f"  {key:<26} {value}")
+        if self.job:
+            lines.append(f"training job {self.job['TrainingJobName']}: {self.job['TrainingJobStatus']}")
+            if self.job.get("FailureReason"):
+                lines.append(f"  failure reason   {self.job['FailureReason']}")
+            for metric in self.job.get("FinalMetricDataList") or []:
+                lines.append(f"  {metric['MetricName']:<26} {metric['Value']:.6g}")
+            artifact = (self.job.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+            if artifact:
+                lines.append(f"  model artifact             {artifact}")
+            if self.runner and self.job_name in self.runner.outcomes:
+                outcome = self.runner.outcomes[self.job_name]
+                lines.append(f"  container log              {outcome.log_file}")
+        if self.emulator and self.deploy_check.skipped_types:
+            skipped = ", ".join(sorted(self.deploy_check.skipped_types))
+            lines.append(f"emulator skipped (unsupported resource types): {skipped}")
+        lines.append("phase times")
+        lines.append(self.progress.table())
+        text = "\n".join(lines)
+        self.progress.out(text)
+        return text
+
+    def destroy(self) -> None:
+        """``cdk destroy`` what was deployed, from the same assembly."""
+        assert self.cdk is not None
+        with self.progress.phase("cdk destroy"):
+            self.cdk.run(["destroy", *self.stack_selection(), "--force", "--app", str(self.assembly)])
+            self.destroyed = True
+
+    def audit(self) -> Any:
+        """Teardown audit: list everything still tagged with the project and judge it."""
+        from scripts.teardown_audit import audit
+
+        with self.progress.phase("teardown audit"):
+            endpoint = self.emulator.endpoint_url if self.emulator else None
+            self.audit_report = audit(
+                project=self.config().project_name,
+                data_retained=not self.options.sandbox,
+                session=self.session(),
+                endpoint_url=endpoint,
+            )
+            self.progress.out(self.audit_report.render())
+            if not self.audit_report.ok:
+                raise RuntimeError(f"teardown audit found {len(self.audit_report.errors)} error(s)")
+        return self.audit_report
+
+    def close(self) -> None:
+        """Stop the local runner and the emulator (its state is lost)."""
+        if self.runner is not None:
+            self.runner.stop()
+            self.runner = None
+        if self.emulator is not None:
+            self.emulator.stop()
+            self.emulator = None
+
+
+@contextmanager
+def _quiet_moto() -> Iterator[None]:
+    import logging
+    import warnings
+
+    logger = logging.getLogger("moto")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _moto_version() -> str:
+    import moto
+
+    return str(moto.__version__)

@@ -1,0 +1,353 @@
+"""A local runner that plays SageMaker's part for training jobs created on the emulator.
+
+The emulator accepts CreateTrainingJob but runs no containers. For each job this runner does
+what SageMaker does around the training image, in the same order:
+
+1. reads the job's description (DescribeTrainingJob), as the service would read the request;
+2. lays out the container's ``/opt/ml`` tree under a temporary base directory:
+   ``input/config/hyperparameters.json``, ``resourceconfig.json``, ``inputdataconfig.json``,
+   and every channel downloaded from its S3 prefix into ``input/data/<channel>/`` (File mode);
+3. runs the real entrypoint (``python -m trainer`` from ``training_image/``) with
+   ``SAGEMAKER_BASE_DIR`` pointing at that tree and the job's Environment;
+4. on success packs ``model/`` into ``model.tar.gz`` and uploads it to
+   ``<S3OutputPath>/<job name>/output/model.tar.gz`` (and checkpoints to the CheckpointConfig
+   URI), encrypted with the job's output KMS key;
+5. records the outcome on the job: status, FailureReason (from ``output/failure``),
+   ModelArtifacts, and FinalMetricDataList parsed from the log with the job's
+   MetricDefinitions, as SageMaker parses CloudWatch logs.
+
+It also serves the same description-in, artifacts-out contract against the emulator only:
+against a real account SageMaker does all of this itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINING_IMAGE_DIR = ROOT / "training_image"
+
+
+@dataclass
+class JobOutcome:
+    """What happened to one training job.
+
+    Attributes:
+        name: Training job name.
+        status: ``Completed`` or ``Failed``.
+        failure_reason: SageMaker's FailureReason (``output/failure`` of the container), if failed.
+        model_artifact: S3 URI of ``model.tar.gz``, if completed.
+        final_metrics: Last value of each metric the job's MetricDefinitions match in the log.
+        seconds: Wall time of the training process.
+        log_file: The container's stdout and stderr.
+        base_dir: The local ``/opt/ml`` tree it ran in.
+    """
+
+    name: str
+    status: str
+    failure_reason: str | None
+    model_artifact: str | None
+    final_metrics: dict[str, float]
+    seconds: float
+    log_file: Path
+    base_dir: Path
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an S3 URI: {uri}")
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    return bucket, key
+
+
+def parse_final_metrics(log_text: str, definitions: list[Mapping[str, str]]) -> dict[str, float]:
+    """Last value of each metric in ``log_text``, matched line by line with SageMaker's regexes."""
+    found: dict[str, float] = {}
+    compiled = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
+    for line in log_text.splitlines():
+        for name, regex in compiled:
+            match = regex.search(line)
+            if match:
+                try:
+                    found[name] = float(match.group(1))
+                except (IndexError, ValueError):
+                    continue
+    return found
+
+
+@dataclass
+class LocalSageMaker:
+    """Runs training jobs that appear on the emulator, one at a time, in a background thread.
+
+    Attributes:
+        endpoint_url: The emulator.
+        region: Region of the jobs.
+        account: Account of the jobs (for moto's backend).
+        work_dir: Where each job's ``/opt/ml`` tree and log are kept.
+        timeout_seconds: Upper bound on one job's training process, below MaxRuntimeInSeconds.
+        extra_env: Added to every job's environment (after the job's own Environment).
+        on_event: Called with a one-line progress message (job picked up, finished...).
+    """
+
+    endpoint_url: str
+    region: str
+    account: str
+    work_dir: Path
+    timeout_seconds: float = 900
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    on_event: Callable[[str], None] = print
+    outcomes: dict[str, JobOutcome] = field(default_factory=dict)
+    _seen: set[str] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _client(self, service: str) -> Any:
+        from scripts.emulator.server import client
+
+        return client(service, endpoint_url=self.endpoint_url, region=self.region)
+
+    def start(self) -> None:
+        """Watch for new InProgress jobs and run each (as the SageMaker service would)."""
+        self._thread = threading.Thread(target=self._watch, name="local-sagemaker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (a job already running finishes first)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.timeout_seconds + 60)
+
+    def _backend_jobs(self) -> dict[str, Any]:
+        from moto.sagemaker.models import sagemaker_backends
+
+        return sagemaker_backends[self.account][self.region].training_jobs
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            pending = [
+                name
+                for name, job in list(self._backend_jobs().items())
+                if name not in self._seen and job.training_job_status == "InProgress"
+            ]
+            for name in pending:
+                self._seen.add(name)
+                try:
+                    self.run_job(name)
+                except Exception as err:  # noqa: BLE001 - a runner bug fails the job, not the harness
+                    self._record(name, "Failed", failure_reason=f"local runner error: {type(err).__name__}: {err}")
+                    self.on_event(f"job {name}: local runner error: {err}")
+            self._stop.wait(0.5)
+
+    def wait(self, name: str, timeout: float) -> JobOutcome:
+        """Block until the runner has recorded an outcome for ``name``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if name in self.outcomes:
+                return self.outcomes[name]
+            time.sleep(0.5)
+        raise TimeoutError(f"training job {name} did not finish within {timeout:.0f}s")
+
+    # --- one job ---------------------------------------------------------------------------
+
+    def run_job(self, name: str) -> JobOutcome:
+        """Materialize, train, upload and record one job; returns its outcome."""
+        sagemaker, s3 = self._client("sagemaker"), self._client("s3")
+        job = sagemaker.describe_training_job(TrainingJobName=name)
+        base = self.work_dir / name / "opt-ml"
+        log_file = self.work_dir / name / "container.log"
+        self.on_event(f"job {name}: SageMaker's part played locally; /opt/ml at {base}")
+        self._set_status(name, "InProgress", "Downloading", "Downloading input data (local runner)")
+        self._materialize(job, base, s3)
+
+        self._set_status(name, "InProgress", "Training", "Training the model (local runner, CPU)")
+        env = self._container_env(job, base)
+        timeout = min(self.timeout_seconds, float(job.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 1e9)))
+        started = time.monotonic()
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("w", encoding="utf-8") as log:
+            try:
+                code = subprocess.run(
+                    [sys.executable, "-m", "trainer"],
+                    cwd=TRAINING_IMAGE_DIR,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    timeout=timeout,
+                    check=False,
+                ).returncode
+            except subprocess.TimeoutExpired:
+                code = None
+        seconds = time.monotonic() - started
+        log_text = log_file.read_text(encoding="utf-8", errors="replace")
+        definitions = job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or _default_metric_definitions()
+        metrics = parse_final_metrics(log_text, definitions)
+
+        failure_file = base / "output" / "failure"
+        model_dir = base / "model"
+        if code == 0 and model_dir.is_dir() and any(model_dir.iterdir()):
+            self._set_status(name, "InProgress", "Uploading", "Uploading generated training model (local runner)")
+            artifact = self._upload_outputs(job, base, s3)
+            outcome = JobOutcome(name, "Completed", None, artifact, metrics, seconds, log_file, base)
+        else:
+            if code is None:
+                reason = f"MaxRuntimeExceeded: training stopped after {timeout:.0f}s (local runner limit)"
+            elif failure_file.is_file():
+                reason = failure_file.read_text(encoding="utf-8", errors="replace").strip()
+            elif code == 0:
+                reason = "AlgorithmError: the container exited 0 but wrote nothing to /opt/ml/model"
+            else:
+                reason = f"AlgorithmError: the container exited {code}; see {log_file}"
+            outcome = JobOutcome(name, "Failed", reason[:1024], None, metrics, seconds, log_file, base)
+        self._record(name, outcome.status, outcome.failure_reason, outcome.model_artifact, metrics, seconds)
+        self.outcomes[name] = outcome
+        self.on_event(f"job {name}: {outcome.status} after {seconds:.1f}s of training")
+        return outcome
+
+    def _materialize(self, job: Mapping[str, Any], base: Path, s3: Any) -> None:
+        config_dir = base / "input" / "config"
+        config_dir.mkdir(parents=True, exist_ok=True)
+        for sub in ("model", "output", "checkpoints"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        (config_dir / "hyperparameters.json").write_text(json.dumps(job.get("HyperParameters", {}), indent=2))
+        # One host: the local runner trains in a single process (InstanceCount > 1 would need
+        # one process per host with a shared TF_CONFIG; the emulated jobs use one).
+        (config_dir / "resourceconfig.json").write_text(
+            json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}, indent=2)
+        )
+        channels: dict[str, Any] = {}
+        for channel in job.get("InputDataConfig", []):
+            name = channel["ChannelName"]
+            source = channel["DataSource"]["S3DataSource"]
+            channels[name] = {
+                "TrainingInputMode": channel.get("InputMode", job["AlgorithmSpecification"].get("TrainingInputMode", "File")),
+                "S3DistributionType": source.get("S3DataDistributionType", "FullyReplicated"),
+                "RecordWrapperType": channel.get("RecordWrapperType", "None"),
+                **({"ContentType": channel["ContentType"]} if channel.get("ContentType") else {}),
+            }
+            self._download_prefix(s3, source["S3Uri"], base / "input" / "data" / name)
+        (config_dir / "inputdataconfig.json").write_text(json.dumps(channels, indent=2))
+        checkpoint_uri = (job.get("CheckpointConfig") or {}).get("S3Uri")
+        if checkpoint_uri:
+            # SageMaker restores the checkpoint prefix before training starts (spot restarts).
+            self._download_prefix(s3, checkpoint_uri, base / "checkpoints")
+
+    @staticmethod
+    def _download_prefix(s3: Any, uri: str, target: Path) -> None:
+        bucket, prefix = _split_s3(uri)
+        target.mkdir(parents=True, exist_ok=True)
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                key = item["Key"]
+                if key.endswith("/"):
+                    continue
+                relative = key[len(prefix) :].lstrip("/") if prefix else key
+                destination = target / (relative or Path(key).name)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                s3.download_file(bucket, key, str(destination))
+
+    def _container_env(self, job: Mapping[str, Any], base: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG"))}
+        env.update(job.get("Environment") or {})
+        env.update(
+            {
+                "SAGEMAKER_BASE_DIR": str(base),
+                "CHECKPOINT_DIR": str(base / "checkpoints"),
+                "TRAINING_JOB_NAME": job["TrainingJobName"],
+                "TRAINING_JOB_ARN": job["TrainingJobArn"],
+                # The emulator has no GPU: the trainer, which fails hard when it sees fewer GPUs
+                # than the instance type has, is told to expect none and trains on the CPU.
+                "EXPECTED_GPU_COUNT": "0",
+                "CUDA_VISIBLE_DEVICES": "",
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        env.update(self.extra_env)
+        return env
+
+    def _upload_outputs(self, job: Mapping[str, Any], base: Path, s3: Any) -> str:
+        output = job["OutputDataConfig"]
+        bucket, prefix = _split_s3(output["S3OutputPath"].rstrip("/") + "/")
+        key = f"{prefix}{job['TrainingJobName']}/output/model.tar.gz"
+        extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": output["KmsKeyId"]} if output.get("KmsKeyId") else {}
+        archive = base.parent / "model.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            for item in sorted((base / "model").iterdir()):
+                tar.add(item, arcname=item.name)
+        s3.upload_file(str(archive), bucket, key, ExtraArgs=extra)
+        data_dir = base / "output" / "data"
+        if data_dir.is_dir() and any(data_dir.iterdir()):
+            data_archive = base.parent / "output.tar.gz"
+            with tarfile.open(data_archive, "w:gz") as tar:
+                for item in sorted(data_dir.iterdir()):
+                    tar.add(item, arcname=item.name)
+            s3.upload_file(str(data_archive), bucket, f"{prefix}{job['TrainingJobName']}/output/output.tar.gz", ExtraArgs=extra)
+        checkpoint_uri = (job.get("CheckpointConfig") or {}).get("S3Uri")
+        if checkpoint_uri:
+            ck_bucket, ck_prefix = _split_s3(checkpoint_uri.rstrip("/") + "/")
+            for path in sorted(p for p in (base / "checkpoints").rglob("*") if p.is_file()):
+                s3.upload_file(str(path), ck_bucket, ck_prefix + path.relative_to(base / "checkpoints").as_posix(), ExtraArgs=extra)
+        return f"s3://{bucket}/{key}"
+
+    # --- recording on the emulator ---------------------------------------------------------
+
+    def _set_status(self, name: str, status: str, secondary: str, message: str) -> None:
+        # The runner owns the in-process moto server, so it records progress straight on the
+        # job, as SageMaker's control plane would; DescribeTrainingJob then shows it.
+        from moto.core.utils import utcnow
+
+        job = self._backend_jobs()[name]
+        now = utcnow()
+        transitions = list(job.secondary_status_transitions or [])
+        if transitions and "EndTime" not in transitions[-1]:
+            transitions[-1] = {**transitions[-1], "EndTime": now}
+        transitions.append({"Status": secondary, "StartTime": now, "StatusMessage": message})
+        job.secondary_status_transitions = transitions
+        job.training_job_status, job.secondary_status = status, secondary
+        job.last_modified_time = now
+        if secondary == "Training" and job.training_start_time is None:
+            job.training_start_time = now
+
+    def _record(
+        self,
+        name: str,
+        status: str,
+        failure_reason: str | None = None,
+        model_artifact: str | None = None,
+        metrics: Mapping[str, float] | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        from moto.core.utils import utcnow
+
+        self._set_status(name, status, status, "Training job completed" if status == "Completed" else (failure_reason or "failed"))
+        job = self._backend_jobs()[name]
+        now = utcnow()
+        transitions = list(job.secondary_status_transitions)
+        transitions[-1] = {**transitions[-1], "EndTime": now}
+        job.secondary_status_transitions = transitions
+        job.training_end_time = now
+        if failure_reason:
+            job.failure_reason = failure_reason
+        if model_artifact:
+            job.model_artifacts = {"S3ModelArtifacts": model_artifact}
+        job.final_metric_data_list = [
+            {"MetricName": k, "Value": v, "Timestamp": now} for k, v in (metrics or {}).items()
+        ] or None
+        if seconds is not None:
+            job.training_time_in_seconds = max(1, int(seconds))
+            job.billable_time_in_seconds = max(1, int(seconds))
+
+
+def _default_metric_definitions() -> list[dict[str, str]]:
+    path = TRAINING_IMAGE_DIR / "trainer" / "metric_definitions.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []

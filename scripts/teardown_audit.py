@@ -1,0 +1,279 @@
+"""After ``cdk destroy``: list everything still carrying the project's tag and judge it.
+
+    python -m scripts.teardown_audit                       # the account and region of your credentials
+    python -m scripts.teardown_audit --sandbox             # data should be gone too
+    AWS_ENDPOINT_URL=http://localhost:5000 python -m scripts.teardown_audit   # an emulator
+
+Every resource tagged ``Project=<project>`` is listed (Resource Groups Tagging API, plus IAM
+roles and ECR repositories, which that API does not cover everywhere) with a verdict:
+
+* ``ERROR``: compute left behind (an instance not terminated, a volume, a network interface, a
+  launch template, an Elastic IP, a state machine, a function, a running training job), a
+  project stack that still exists, or, with ``--sandbox``, data that should have been deleted;
+* ``kept``: data kept by design (buckets, KMS key, image repository) when
+  ``delete_data_on_destroy`` is off: reported, not flagged;
+* ``info``: history that cannot be deleted (finished training jobs, terminated instances,
+  a KMS key pending deletion);
+* ``warning``: anything else still there (network, roles, log groups...).
+
+Exit status 1 when any ERROR is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import boto3
+from botocore.exceptions import ClientError
+
+ERROR, KEPT, INFO, WARNING = "ERROR", "kept", "info", "warning"
+
+COMPUTE_TYPES = {
+    "ec2:instance",
+    "ec2:volume",
+    "ec2:network-interface",
+    "ec2:launch-template",
+    "ec2:elastic-ip",
+    "ec2:spot-instances-request",
+    "ec2:fleet",
+    "autoscaling:autoScalingGroup",
+    "states:stateMachine",
+    "lambda:function",
+    "sagemaker:training-job",
+    "sagemaker:notebook-instance",
+    "sagemaker:endpoint",
+    "ecs:cluster",
+    "ecs:service",
+    "batch:compute-environment",
+}
+"""Resource types that run or bill by the hour: left behind after destroy is an error."""
+
+DATA_TYPES = {"s3:bucket", "kms:key", "ecr:repository"}
+"""Resource types the data plane keeps on destroy unless ``delete_data_on_destroy`` is set."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One tagged resource still present.
+
+    Attributes:
+        arn: The resource's ARN.
+        kind: ``service:type`` taken from the ARN (``ec2:instance``, ``s3:bucket``...).
+        verdict: ``ERROR``, ``kept``, ``info`` or ``warning``.
+        note: Why.
+    """
+
+    arn: str
+    kind: str
+    verdict: str
+    note: str
+
+
+@dataclass
+class AuditReport:
+    """Everything found, judged.
+
+    Attributes:
+        project: The ``Project`` tag value audited.
+        region: The region audited.
+        findings: One per resource, errors first.
+        stacks_left: Project stacks that still exist (each also an error finding).
+    """
+
+    project: str
+    region: str
+    findings: list[Finding] = field(default_factory=list)
+    stacks_left: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Finding]:
+        """Findings that fail the audit."""
+        return [f for f in self.findings if f.verdict == ERROR]
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing that should be gone is left."""
+        return not self.errors
+
+    def of(self, *verdicts: str) -> list[Finding]:
+        """Findings with any of these verdicts."""
+        return [f for f in self.findings if f.verdict in verdicts]
+
+    def render(self) -> str:
+        """Human-readable report, one line per resource."""
+        order = {ERROR: 0, WARNING: 1, KEPT: 2, INFO: 3}
+        lines = [f"teardown audit: resources tagged Project={self.project} in {self.region}"]
+        if not self.findings:
+            lines.append("  nothing left")
+        for f in sorted(self.findings, key=lambda f: (order.get(f.verdict, 9), f.kind, f.arn)):
+            lines.append(f"  {f.verdict:<7} {f.kind:<28} {short_name(f.arn):<60} {f.note}")
+        counts = {v: len(self.of(v)) for v in (ERROR, WARNING, KEPT, INFO)}
+        lines.append(
+            f"  => {'FAIL' if self.errors else 'OK'}: {counts[ERROR]} error(s), {counts[WARNING]} warning(s), "
+            f"{counts[KEPT]} kept by design, {counts[INFO]} info"
+        )
+        return "\n".join(lines)
+
+
+def short_name(arn: str) -> str:
+    """The part of an ARN after the service and account that names the resource."""
+    parts = arn.split(":", 5)
+    return parts[5] if len(parts) == 6 else arn
+
+
+def kind_of(arn: str) -> str:
+    """``service:type`` of an ARN (``arn:aws:ec2:...:instance/i-1`` -> ``ec2:instance``)."""
+    parts = arn.split(":", 5)
+    if len(parts) < 6:
+        return "unknown"
+    service, resource = parts[2], parts[5]
+    if service == "s3":
+        return "s3:bucket" if "/" not in resource else "s3:object"
+    if service == "sns":
+        return "sns:topic"
+    if service == "sqs":
+        return "sqs:queue"
+    if service == "elasticloadbalancing":
+        return "elasticloadbalancing:" + resource.split("/")[0]
+    resource_type = resource.split("/")[0].split(":")[0]
+    return f"{service}:{resource_type}"
+
+
+def audit(
+    *,
+    project: str,
+    data_retained: bool,
+    session: boto3.session.Session | None = None,
+    endpoint_url: str | None = None,
+) -> AuditReport:
+    """Audit one account/region for resources tagged ``Project=<project>``.
+
+    Args:
+        project: Value of the ``Project`` tag (``gpu_training.project_name``).
+        data_retained: ``True`` when buckets/key/repository are kept by design (the default);
+            ``False`` for sandboxes deployed with ``delete_data_on_destroy``, where they are errors.
+        session: boto3 session (credentials and region); the default session if ``None``.
+        endpoint_url: An emulator's endpoint; ``None`` for AWS (or ``AWS_ENDPOINT_URL``).
+    """
+    session = session or boto3.session.Session()
+    region = session.region_name or "us-east-1"
+
+    def client(service: str) -> Any:
+        return session.client(service, endpoint_url=endpoint_url, region_name=region)
+
+    report = AuditReport(project=project, region=region)
+    arns: dict[str, None] = {}
+    tagging = client("resourcegroupstaggingapi")
+    for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": "Project", "Values": [project]}]):
+        for item in page.get("ResourceTagMappingList", []):
+            arns[item["ResourceARN"]] = None
+    for arn in _tagged_roles(client("iam"), project) + _tagged_repositories(client("ecr"), project):
+        arns[arn] = None
+
+    ec2 = client("ec2")
+    for arn in arns:
+        report.findings.append(_judge(arn, data_retained=data_retained, client=client, ec2=ec2))
+
+    cloudformation = client("cloudformation")
+    for page in cloudformation.get_paginator("list_stacks").paginate():
+        for stack in page.get("StackSummaries", []):
+            if stack["StackName"].startswith(f"{project}-") and stack["StackStatus"] != "DELETE_COMPLETE":
+                report.stacks_left.append(stack["StackName"])
+                report.findings.append(
+                    Finding(stack["StackId"], "cloudformation:stack", ERROR, f"stack still exists ({stack['StackStatus']})")
+                )
+    return report
+
+
+def _tagged_roles(iam: Any, project: str) -> list[str]:
+    # The tagging API does not list IAM roles; CDK names a stack's roles <stack name>-..., and
+    # every project stack is named <project>-..., so only those roles' tags need reading.
+    found = []
+    for page in iam.get_paginator("list_roles").paginate():
+        for role in page["Roles"]:
+            if not role["RoleName"].startswith(f"{project}-"):
+                continue
+            tags = iam.list_role_tags(RoleName=role["RoleName"]).get("Tags", [])
+            if any(t["Key"] == "Project" and t["Value"] == project for t in tags):
+                found.append(role["Arn"])
+    return found
+
+
+def _tagged_repositories(ecr: Any, project: str) -> list[str]:
+    # ECR is in the tagging API on AWS but not in every emulator: read the tags directly.
+    found = []
+    for page in ecr.get_paginator("describe_repositories").paginate():
+        for repo in page["repositories"]:
+            tags = ecr.list_tags_for_resource(resourceArn=repo["repositoryArn"]).get("tags", [])
+            if any(t["Key"] == "Project" and t["Value"] == project for t in tags):
+                found.append(repo["repositoryArn"])
+    return found
+
+
+def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: Any) -> Finding:
+    kind = kind_of(arn)
+    name = short_name(arn).split("/")[-1]
+    if kind in DATA_TYPES:
+        if kind == "kms:key":
+            state = _kms_state(client("kms"), arn)
+            if state == "PendingDeletion":
+                return Finding(arn, kind, INFO, "deletion scheduled (KMS waiting period)")
+        if data_retained:
+            return Finding(arn, kind, KEPT, "data kept by design (delete_data_on_destroy=false)")
+        return Finding(arn, kind, ERROR, "sandbox mode: should have been deleted with the stack")
+    if kind == "ec2:instance":
+        state = _instance_state(ec2, name)
+        if state in {None, "terminated"}:
+            return Finding(arn, kind, INFO, "terminated")
+        return Finding(arn, kind, ERROR, f"compute left behind: instance is {state}")
+    if kind == "sagemaker:training-job":
+        status = _training_job_status(client("sagemaker"), name)
+        if status in {"InProgress", "Stopping"}:
+            return Finding(arn, kind, ERROR, f"compute left behind: training job is {status}")
+        return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
+    if kind in COMPUTE_TYPES:
+        return Finding(arn, kind, ERROR, "compute left behind")
+    return Finding(arn, kind, WARNING, "left behind (not compute, not kept data)")
+
+
+def _kms_state(kms: Any, arn: str) -> str | None:
+    try:
+        return kms.describe_key(KeyId=arn)["KeyMetadata"].get("KeyState")
+    except ClientError:
+        return None
+
+
+def _instance_state(ec2: Any, instance_id: str) -> str | None:
+    try:
+        reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+    except ClientError:
+        return None
+    instances = [i for r in reservations for i in r["Instances"]]
+    return instances[0]["State"]["Name"] if instances else None
+
+
+def _training_job_status(sagemaker: Any, name: str) -> str | None:
+    try:
+        return sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    except ClientError:
+        return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: audit, print, exit 1 on errors."""
+    parser = argparse.ArgumentParser(prog="python -m scripts.teardown_audit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--project", default="gputrain", help="value of the Project tag (default: gputrain)")
+    parser.add_argument(
+        "--sandbox", action="store_true", help="the platform was deployed with delete_data_on_destroy=true"
+    )
+    args = parser.parse_args(argv)
+    report = audit(project=args.project, data_retained=not args.sandbox)
+    print(report.render())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
