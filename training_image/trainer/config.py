@@ -1,0 +1,238 @@
+"""Hyperparameters: parsed and validated once, up front, with errors that name the key.
+
+SageMaker writes every hyperparameter value as a string (the SageMaker Python SDK's framework
+estimators additionally JSON-encode them, so ``"mlp"`` may arrive as ``'"mlp"'``); both forms are
+accepted. Unknown keys are refused by name with the closest known key, because a typo such as
+``learning_rat`` would otherwise train silently with the default. Keys that SageMaker or its SDK
+inject (``sagemaker_*``, ``_tuning_objective_metric``, ``model_dir``) are tolerated and ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.errors import ConfigError
+
+MODELS = ("mlp", "cnn")
+DATA_FORMATS = ("auto", "csv", "tfrecord")
+MIXED_PRECISION_MODES = ("auto", "on", "off")
+
+# Injected by SageMaker or the SageMaker Python SDK, never by a user: tolerated, ignored.
+INJECTED_PREFIXES = ("sagemaker_", "_")
+INJECTED_KEYS = frozenset({"model_dir"})
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """The resolved training configuration (saved beside the model as ``trainer_config.json``).
+
+    Attributes:
+        model: Built-in model: ``mlp`` (tabular features) or ``cnn`` (images, needs
+            ``image_shape``).
+        epochs: Total epochs to train, counting epochs completed before a restart.
+        batch_size: Global batch size, split evenly over all replicas of all workers; must be
+            divisible by the number of replicas.
+        learning_rate: Adam learning rate.
+        hidden_units: Dense layer widths of the MLP (``"128,64"``); empty for a linear model.
+        conv_filters: Filters of the CNN's 3x3 convolution blocks (``"16,32"``).
+        dropout: Dropout rate after each hidden block, in [0, 1).
+        image_shape: ``HxWxC`` of the images the CNN reshapes each flat feature row into.
+        num_classes: Number of classes; 0 infers it as the largest label + 1 from the data scan.
+        data_format: ``csv``, ``tfrecord`` or ``auto`` (from file extensions, else the channel's
+            ContentType in inputdataconfig.json).
+        train_channel: Name of the input channel to train on.
+        shuffle_buffer: Examples in the shuffle buffer (per input pipeline).
+        mixed_precision: ``auto`` (bf16 on compute capability >= 8.0, fp16 on >= 7.0, else
+            float32; float32 on CPU), ``on`` (required: fails on GPUs without tensor cores,
+            bf16 on CPU) or ``off``.
+        xla: Compile the forward and backward pass with XLA.
+        expected_gpu_count: GPUs per host, used when ``EXPECTED_GPU_COUNT`` is not set.
+        seed: Seed for weight initialisation and shuffling.
+        checkpoint_every_epochs: Checkpoint every this many epochs (the last epoch always is).
+    """
+
+    model: str = "mlp"
+    epochs: int = 10
+    batch_size: int = 256
+    learning_rate: float = 1e-3
+    hidden_units: tuple[int, ...] = (128, 64)
+    conv_filters: tuple[int, ...] = (16, 32)
+    dropout: float = 0.0
+    image_shape: tuple[int, int, int] | None = None
+    num_classes: int = 0
+    data_format: str = "auto"
+    train_channel: str = "train"
+    shuffle_buffer: int = 10_000
+    mixed_precision: str = "auto"
+    xla: bool = False
+    expected_gpu_count: int | None = None
+    seed: int = 1234
+    checkpoint_every_epochs: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_hyperparameters(cls, raw: Mapping[str, Any]) -> TrainingConfig:
+        """Parses SageMaker-style hyperparameters; raises ConfigError listing every problem."""
+        return parse_hyperparameters(raw)
+
+
+def known_hyperparameters() -> tuple[str, ...]:
+    """Names a user may set, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(TrainingConfig))
+
+
+def is_injected(key: str) -> bool:
+    """Whether SageMaker or its SDK, not the user, put this key in hyperparameters.json."""
+    return key in INJECTED_KEYS or key.startswith(INJECTED_PREFIXES)
+
+
+def _unquote(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        try:
+            decoded = json.loads(text)
+        except json.JSONDecodeError:
+            return text
+        return decoded if isinstance(decoded, str) else text
+    return text
+
+
+def _int(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _optional_int(text: str) -> int | None:
+    return None if text == "" else _int(0)(text)
+
+
+def _float(low: float, high: float, low_inclusive: bool) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"must be a number, got {text!r}") from None
+        below = value < low if low_inclusive else value <= low
+        if not math.isfinite(value) or below or value >= high:
+            bracket = "[" if low_inclusive else "("
+            raise ValueError(f"must be in {bracket}{low}, {high}), got {text!r}")
+        return value
+
+    return parse
+
+
+def _bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"must be true or false, got {text!r}")
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text.lower() not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {text!r}")
+        return text.lower()
+
+    return parse
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    body = text.strip().strip("[]")
+    if not body.strip():
+        return ()
+    try:
+        values = tuple(int(part) for part in body.replace("x", ",").split(","))
+    except ValueError:
+        raise ValueError(f"must be comma-separated positive integers, got {text!r}") from None
+    if any(v <= 0 for v in values):
+        raise ValueError(f"must be comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _image_shape(text: str) -> tuple[int, int, int] | None:
+    if not text.strip():
+        return None
+    values = _int_list(text.lower())
+    if len(values) != 3:
+        raise ValueError(f"must be HxWxC, e.g. 28x28x1, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+def _channel(text: str) -> str:
+    if not text or "/" in text:
+        raise ValueError(f"must be a channel name, got {text!r}")
+    return text
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "model": _choice(MODELS),
+    "epochs": _int(1),
+    "batch_size": _int(1),
+    "learning_rate": _float(0.0, math.inf, low_inclusive=False),
+    "hidden_units": _int_list,
+    "conv_filters": _int_list,
+    "dropout": _float(0.0, 1.0, low_inclusive=True),
+    "image_shape": _image_shape,
+    "num_classes": _int(0),
+    "data_format": _choice(DATA_FORMATS),
+    "train_channel": _channel,
+    "shuffle_buffer": _int(1),
+    "mixed_precision": _choice(MIXED_PRECISION_MODES),
+    "xla": _bool,
+    "expected_gpu_count": _optional_int,
+    "seed": _int(0),
+    "checkpoint_every_epochs": _int(1),
+}
+
+
+def parse_hyperparameters(raw: Mapping[str, Any]) -> TrainingConfig:
+    """Parses and validates hyperparameters; every problem is reported, each naming its key."""
+    known = known_hyperparameters()
+    assert set(known) == set(_PARSERS), "every TrainingConfig field needs a parser"
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for key in sorted(raw):
+        if is_injected(key):
+            continue
+        if key not in _PARSERS:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            problems.append(f"unknown hyperparameter {key!r} ({hint}known: {', '.join(known)})")
+            continue
+        try:
+            values[key] = _PARSERS[key](_unquote(raw[key]))
+        except ValueError as err:
+            problems.append(f"hyperparameter {key!r} {err}")
+
+    if not problems:
+        config = TrainingConfig(**values)
+        if config.model == "cnn" and config.image_shape is None:
+            problems.append("hyperparameter 'image_shape' is required with model=cnn (e.g. 28x28x1)")
+        if config.model == "cnn" and not config.conv_filters:
+            problems.append("hyperparameter 'conv_filters' must name at least one block with model=cnn")
+        if config.num_classes == 1:
+            problems.append("hyperparameter 'num_classes' must be >= 2 (or 0 to infer it)")
+    if problems:
+        raise ConfigError("Invalid hyperparameters: " + "; ".join(problems) + ".")
+    return config

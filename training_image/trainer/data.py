@@ -1,0 +1,500 @@
+"""Input data: a channel directory of CSV or TFRecord shards, checked once, then streamed.
+
+Formats (the synthetic writer, ``trainer.synthetic``, produces both):
+
+- CSV: numeric features, then an integer class label in the last column; a header line is
+  optional (detected per file: a first line without any numeric field is a header). Every
+  other line is a row; an empty line is a malformed row.
+- TFRecord: serialized ``tf.train.Example`` with ``features`` (float list, one value per
+  feature; images flattened row-major HxWxC) and ``label`` (one int64).
+
+Before training, :func:`scan_channel` reads every file once (on every worker, so all workers
+agree without talking) to count examples, infer the number of classes and find malformed rows,
+corrupt records and empty datasets, with the file and line or record that is wrong. Training
+then streams each worker's shard through a parallel interleave/map pipeline with prefetch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from trainer.config import TrainingConfig
+from trainer.environment import Paths
+from trainer.errors import ConfigError, DataError
+
+CSV_SUFFIXES = (".csv",)
+TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
+CONTENT_TYPES = {
+    "text/csv": "csv",
+    "application/x-tfrecord": "tfrecord",
+    "application/x-tfexample": "tfrecord",
+}
+FEATURES_KEY = "features"
+LABEL_KEY = "label"
+SCAN_BATCH = 4096
+# File sharding must keep at least this share of the examples, else every worker reads all files.
+MIN_FILE_SHARDING_EFFICIENCY = 0.9
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One input file.
+
+    Attributes:
+        path: Absolute path.
+        examples: Number of examples (known after the scan).
+        header: Whether the first line of a CSV file is a header.
+    """
+
+    path: str
+    examples: int = 0
+    header: bool = False
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A channel's data as found by discovery and, once scanned, counted and checked.
+
+    Attributes:
+        channel: Channel name, e.g. ``train``.
+        directory: Directory the files were found in.
+        data_format: ``csv`` or ``tfrecord``.
+        files: The input files in sorted order.
+        num_features: Values per example (0 until scanned).
+        num_classes: Classes the model predicts (0 until scanned).
+        scanned: Whether :func:`scan_channel` has filled in counts and shapes.
+    """
+
+    channel: str
+    directory: Path
+    data_format: str
+    files: tuple[DataFile, ...]
+    num_features: int = 0
+    num_classes: int = 0
+    scanned: bool = False
+
+    @property
+    def examples(self) -> int:
+        """Total examples over all files."""
+        return sum(f.examples for f in self.files)
+
+
+def _format_of(path: Path) -> str | None:
+    suffix = path.suffix.lower()
+    if suffix in CSV_SUFFIXES:
+        return "csv"
+    if suffix in TFRECORD_SUFFIXES:
+        return "tfrecord"
+    return None
+
+
+def discover_channel(paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any]) -> DatasetSpec:
+    """Finds the channel's files and their format; pure Python, safe before TensorFlow starts.
+
+    Raises:
+        DataError: the channel is missing, not declared, in Pipe mode, empty, or of unknown format.
+    """
+    channel = config.train_channel
+    declared = input_data_config.get(channel)
+    if input_data_config and declared is None:
+        raise DataError(
+            f"Input channel {channel!r} is missing: inputdataconfig.json declares only "
+            f"{', '.join(sorted(input_data_config)) or 'no channels'}. Pass the data as channel {channel!r} "
+            "or set the train_channel hyperparameter."
+        )
+    declared = declared or {}
+    if str(declared.get("TrainingInputMode", "File")).lower() == "pipe":
+        raise ConfigError(
+            f"Input channel {channel!r} uses Pipe mode, which this trainer does not read; use File or FastFile."
+        )
+    directory = paths.channel_dir(channel)
+    if not directory.is_dir():
+        present = sorted(p.name for p in paths.data_dir.iterdir() if p.is_dir()) if paths.data_dir.is_dir() else []
+        raise DataError(
+            f"Input channel {channel!r} is missing: {directory} does not exist "
+            f"(channels present under {paths.data_dir}: {', '.join(present) or 'none'})."
+        )
+    files = sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+    )
+    if not files:
+        raise DataError(f"Input channel {channel!r} is empty: {directory} holds no files.")
+
+    if config.data_format != "auto":
+        data_format = config.data_format
+    else:
+        formats = {p: _format_of(p) for p in files}
+        known = {f for f in formats.values() if f}
+        content_type = str(declared.get("ContentType", "")).split(";")[0].strip().lower()
+        if len(known) > 1:
+            raise DataError(
+                f"Input channel {channel!r} at {directory} mixes CSV and TFRecord files; "
+                "keep one format per channel or set the data_format hyperparameter."
+            )
+        unknown = [p for p, f in formats.items() if f is None]
+        if unknown and content_type in CONTENT_TYPES:
+            data_format = CONTENT_TYPES[content_type]
+        elif unknown:
+            raise DataError(
+                f"Cannot tell the format of {unknown[0]} in channel {channel!r}: name files *.csv or *.tfrecord, "
+                "declare the channel's ContentType (text/csv or application/x-tfrecord), or set data_format."
+            )
+        else:
+            data_format = known.pop()
+    return DatasetSpec(
+        channel=channel,
+        directory=directory,
+        data_format=data_format,
+        files=tuple(DataFile(path=str(p)) for p in files),
+    )
+
+
+# --- CSV -------------------------------------------------------------------------------------
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _csv_header_and_width(path: str) -> tuple[bool, int | None]:
+    """Whether the file starts with a header, and the field count of its first data line."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        lines = (line.rstrip("\r\n") for line in handle)
+        first = next(lines, None)
+        if first is None:
+            return False, None
+        # A header has no numeric field; a first row with some numbers is data (maybe malformed).
+        if not first.strip() or any(_is_number(field) for field in first.split(",")):
+            return False, len(first.split(","))
+        second = next(lines, None)
+        return True, len(second.split(",")) if second is not None else None
+
+
+def _locate_csv_problem(file: DataFile, num_features: int, num_classes: int) -> str | None:
+    """Walks a CSV file in Python to name the first bad line; only used after a failure."""
+    with open(file.path, encoding="utf-8", errors="replace") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if number == 1 and file.header:
+                continue
+            line = raw.rstrip("\r\n")
+            where = f"{file.path} line {number}"
+            if not line.strip():
+                return f"Malformed CSV row in {where}: the line is empty"
+            fields = line.split(",")
+            if len(fields) != num_features + 1:
+                return (
+                    f"Malformed CSV row in {where}: {len(fields)} fields, expected {num_features + 1} "
+                    f"({num_features} features and a label): {line[:120]!r}"
+                )
+            for column, text in enumerate(fields, start=1):
+                if not _is_number(text) or not text.strip():
+                    return f"Malformed CSV row in {where}, column {column}: {text!r} is not a number"
+                if not math.isfinite(float(text)):
+                    return f"Malformed CSV row in {where}, column {column}: {text!r} is not a finite number"
+            problem = _label_problem(float(fields[-1]), num_classes)
+            if problem:
+                return f"Malformed CSV row in {where}: label {fields[-1]!r} {problem}"
+    return None
+
+
+def _label_problem(label: float, num_classes: int) -> str | None:
+    if label != math.floor(label) or label < 0:
+        return "is not a non-negative integer"
+    if num_classes and label >= num_classes:
+        return f"is out of range for num_classes={num_classes}"
+    return None
+
+
+# --- TFRecord --------------------------------------------------------------------------------
+
+
+def _example_problem(record: bytes, num_features: int, num_classes: int) -> str | None:
+    import tensorflow as tf
+    from google.protobuf.message import DecodeError
+
+    try:
+        example = tf.train.Example.FromString(record)
+    except DecodeError:
+        return "is not a serialized tf.train.Example"
+    feature = example.features.feature
+    if FEATURES_KEY not in feature or LABEL_KEY not in feature:
+        return f"lacks the {FEATURES_KEY!r} (float list) or {LABEL_KEY!r} (int64) feature"
+    values = feature[FEATURES_KEY].float_list.value
+    labels = feature[LABEL_KEY].int64_list.value
+    if len(values) != num_features:
+        return f"has {len(values)} values in {FEATURES_KEY!r}, expected {num_features}"
+    if len(labels) != 1:
+        return f"has {len(labels)} values in {LABEL_KEY!r}, expected one int64"
+    if not all(math.isfinite(v) for v in values):
+        return f"has a non-finite value in {FEATURES_KEY!r}"
+    problem = _label_problem(float(labels[0]), num_classes)
+    return f"has label {labels[0]} that {problem}" if problem else None
+
+
+def _locate_tfrecord_problem(file: DataFile, num_features: int, num_classes: int) -> str | None:
+    """Walks a TFRecord file record by record to name the first bad one; only used after a failure."""
+    import tensorflow as tf
+
+    iterator = iter(tf.data.TFRecordDataset(file.path))
+    index = 0
+    while True:
+        try:
+            record = next(iterator)
+        except StopIteration:
+            return None
+        except tf.errors.OpError as err:
+            return f"Corrupt TFRecord file {file.path}: record {index} is damaged or truncated ({_first_line_of(err)})"
+        problem = _example_problem(record.numpy(), num_features, num_classes)
+        if problem:
+            return f"Malformed record in {file.path}: record {index} {problem}"
+        index += 1
+
+
+def _first_tfrecord_width(files: tuple[DataFile, ...]) -> int | None:
+    import tensorflow as tf
+
+    for file in files:
+        try:
+            for record in tf.data.TFRecordDataset(file.path).take(1):
+                example = tf.train.Example.FromString(record.numpy())
+                if FEATURES_KEY not in example.features.feature:
+                    return None  # the scan names the record
+                return len(example.features.feature[FEATURES_KEY].float_list.value)
+        except Exception:  # noqa: BLE001 - the scan below reports this file precisely
+            return None
+    return None
+
+
+def _first_line_of(err: Exception) -> str:
+    message = getattr(err, "message", None) or str(err)
+    return message.strip().splitlines()[0] if message.strip() else type(err).__name__
+
+
+# --- parsing (shared by the scan and the training pipeline) ----------------------------------
+
+
+def _parse_batch(data_format: str, num_features: int) -> Any:
+    """Returns ``fn(serialized_batch) -> (features float32 [B, F], labels float64 [B])``."""
+    import tensorflow as tf
+
+    if data_format == "csv":
+        # Empty defaults make every field required: an empty field is malformed, not zero.
+        defaults = [tf.constant([], tf.float32)] * num_features + [tf.constant([], tf.float64)]
+
+        def parse_csv(lines: Any) -> Any:
+            columns = tf.io.decode_csv(lines, record_defaults=defaults)
+            return tf.stack(columns[:-1], axis=1), columns[-1]
+
+        return parse_csv
+
+    spec = {
+        FEATURES_KEY: tf.io.FixedLenFeature([num_features], tf.float32),
+        LABEL_KEY: tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse_examples(records: Any) -> Any:
+        parsed = tf.io.parse_example(records, spec)
+        return parsed[FEATURES_KEY], tf.cast(parsed[LABEL_KEY], tf.float64)
+
+    return parse_examples
+
+
+def _read_file(data_format: str) -> Any:
+    import tensorflow as tf
+
+    if data_format == "csv":
+
+        def read_csv(path: Any, header: Any) -> Any:
+            # No per-line filter (blank lines are malformed rows): it would cost more than the parse.
+            return tf.data.TextLineDataset(path).skip(header)
+
+        return read_csv
+    return lambda path, header: tf.data.TFRecordDataset(path)
+
+
+def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
+    """Reads every file once: counts, feature width, classes, and the first bad row if any.
+
+    Raises:
+        DataError: naming the file and line/record of a malformed row or corrupt record, or
+            saying the channel holds no examples.
+    """
+    import tensorflow as tf
+
+    files = spec.files
+    if spec.data_format == "csv":
+        shapes = [_csv_header_and_width(f.path) for f in files]
+        files = tuple(replace(f, header=header) for f, (header, _) in zip(files, shapes, strict=True))
+        widths = [w for _, w in shapes if w is not None]
+        num_features = widths[0] - 1 if widths else 0
+        if widths and num_features < 1:
+            raise DataError(f"CSV files in {spec.directory} need at least one feature column before the label column.")
+    else:
+        num_features = _first_tfrecord_width(files) or 0
+
+    locate = _locate_csv_problem if spec.data_format == "csv" else _locate_tfrecord_problem
+    parse = _parse_batch(spec.data_format, max(num_features, 1))
+    read = _read_file(spec.data_format)
+
+    def file_stats(file: DataFile) -> tuple[int, float, float, int]:
+        dataset = read(tf.constant(file.path), tf.constant(int(file.header), tf.int64))
+        dataset = dataset.batch(SCAN_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+
+        def accumulate(state: Any, batch: Any) -> Any:
+            features, labels = batch
+            count, low, high, bad = state
+            bad_labels = tf.logical_or(labels < 0, tf.not_equal(labels, tf.floor(labels)))
+            bad_rows = tf.logical_or(bad_labels, tf.reduce_any(tf.logical_not(tf.math.is_finite(features)), axis=1))
+            return (
+                count + tf.cast(tf.size(labels), tf.int64),
+                tf.minimum(low, tf.reduce_min(labels)),
+                tf.maximum(high, tf.reduce_max(labels)),
+                bad + tf.reduce_sum(tf.cast(bad_rows, tf.int64)),
+            )
+
+        initial = (
+            tf.constant(0, tf.int64),
+            tf.constant(math.inf, tf.float64),
+            tf.constant(-math.inf, tf.float64),
+            tf.constant(0, tf.int64),
+        )
+        count, low, high, bad = dataset.reduce(initial, accumulate)
+        return int(count), float(low), float(high), int(bad)
+
+    scanned = []
+    highest = -math.inf
+    for file in files:
+        try:
+            count, _, high, bad = file_stats(file)
+        except tf.errors.OpError as err:
+            raise DataError(
+                locate(file, num_features, num_classes)
+                or f"Could not read {spec.data_format} file {file.path}: {_first_line_of(err)}"
+            ) from err
+        if bad or (num_classes and count and high >= num_classes):
+            raise DataError(
+                locate(file, num_features, num_classes) or f"File {file.path} holds an invalid label or feature value."
+            )
+        highest = max(highest, high) if count else highest
+        scanned.append(replace(file, examples=count))
+
+    result = replace(spec, files=tuple(scanned), num_features=num_features, scanned=True)
+    if result.examples == 0:
+        raise DataError(
+            f"Input channel {spec.channel!r} at {spec.directory} holds {len(files)} file(s) but no examples "
+            f"({spec.data_format}{', header lines only' if spec.data_format == 'csv' else ''}); the dataset is empty."
+        )
+    inferred = int(highest) + 1
+    if num_classes == 0 and inferred < 2:
+        raise DataError(
+            f"Every label in channel {spec.channel!r} is {int(highest)}: a classifier needs at least 2 classes "
+            "(or set the num_classes hyperparameter)."
+        )
+    return replace(result, num_classes=num_classes or inferred)
+
+
+# --- sharding and the training pipeline ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """What one input pipeline (one worker) reads.
+
+    Attributes:
+        by_file: Whether the worker reads only its own files (else it reads every file and keeps
+            every n-th example).
+        files: The files this pipeline opens.
+        examples: The examples this pipeline yields per epoch before batching.
+    """
+
+    by_file: bool
+    files: tuple[DataFile, ...]
+    examples: int
+
+
+def plan_shards(spec: DatasetSpec, num_pipelines: int) -> tuple[ShardPlan, ...]:
+    """Splits the files over the workers' input pipelines, deterministically on every worker.
+
+    Files go to the least-loaded worker, largest first. If that would leave a worker with much
+    less data than the others (fewer files than workers, or very uneven files), every worker
+    reads all files and keeps every n-th example instead, so no data is wasted.
+    """
+    files = [f for f in spec.files if f.examples > 0]
+    if num_pipelines == 1:
+        return (ShardPlan(by_file=False, files=tuple(files), examples=spec.examples),)
+    if len(files) >= num_pipelines:
+        loads = [0] * num_pipelines
+        assigned: list[list[DataFile]] = [[] for _ in range(num_pipelines)]
+        for file in sorted(files, key=lambda f: (-f.examples, f.path)):
+            target = loads.index(min(loads))
+            assigned[target].append(file)
+            loads[target] += file.examples
+        if min(loads) * num_pipelines >= MIN_FILE_SHARDING_EFFICIENCY * spec.examples:
+            return tuple(
+                ShardPlan(by_file=True, files=tuple(sorted(group, key=lambda f: f.path)), examples=load)
+                for group, load in zip(assigned, loads, strict=True)
+            )
+    return tuple(
+        ShardPlan(by_file=False, files=tuple(files), examples=len(range(index, spec.examples, num_pipelines)))
+        for index in range(num_pipelines)
+    )
+
+
+def steps_per_epoch(plans: tuple[ShardPlan, ...], per_pipeline_batch: int) -> int:
+    """Global steps per epoch: equal on every worker, so no worker waits in an all-reduce alone."""
+    return min(plan.examples // per_pipeline_batch for plan in plans)
+
+
+def make_dataset(
+    spec: DatasetSpec,
+    plan: ShardPlan,
+    *,
+    pipeline_index: int,
+    num_pipelines: int,
+    per_replica_batch: int,
+    batches: int,
+    shuffle_buffer: int,
+    seed: int,
+    epoch: int,
+) -> Any:
+    """One epoch of per-replica batches ``(features float32 [B, F], labels int32 [B])``.
+
+    The order depends only on ``seed`` and ``epoch``, so a resumed run replays the same epochs.
+    """
+    import tensorflow as tf
+
+    paths = tf.constant([f.path for f in plan.files])
+    headers = tf.constant([int(f.header) for f in plan.files], tf.int64)
+    files = tf.data.Dataset.from_tensor_slices((paths, headers))
+    # Every worker shuffles the file list with the same seed, so data sharding stays a partition.
+    files = files.shuffle(len(plan.files), seed=seed + epoch)
+    records = files.interleave(
+        _read_file(spec.data_format),
+        cycle_length=min(len(plan.files), 16),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        # Data sharding keeps every n-th record, which needs the same order on every worker.
+        deterministic=not plan.by_file,
+    )
+    if not plan.by_file and num_pipelines > 1:
+        records = records.shard(num_pipelines, pipeline_index)
+    records = records.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
+    parse = _parse_batch(spec.data_format, spec.num_features)
+
+    def to_training(lines: Any) -> Any:
+        features, labels = parse(lines)
+        return features, tf.cast(labels, tf.int32)
+
+    batched = records.batch(per_replica_batch, drop_remainder=True).map(
+        to_training, num_parallel_calls=tf.data.AUTOTUNE
+    )
+    return batched.take(batches).prefetch(tf.data.AUTOTUNE)

@@ -1,0 +1,120 @@
+"""Choosing the distribution strategy from what is there, and a rendezvous that cannot hang.
+
+- one host, one device (a GPU, or the CPU when ``EXPECTED_GPU_COUNT=0``): OneDeviceStrategy;
+- one host, several GPUs (or several logical CPUs in tests): MirroredStrategy;
+- several hosts: MultiWorkerMirroredStrategy with TF_CONFIG built from the host list, the same
+  code for SageMaker's resourceconfig.json and the EC2 cluster's TRAINING_HOSTS.
+
+MultiWorkerMirroredStrategy blocks inside TensorFlow (holding the GIL) until every worker has
+connected, so :func:`rendezvous_deadline` bounds it with a watchdog process that records a
+failure naming the peers and ends the trainer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from trainer.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_WORKER_PORT, Cluster
+from trainer.errors import RendezvousError
+from trainer.gpu_check import DeviceInventory
+from trainer.logs import log
+from trainer.watchdog import Watchdog
+
+
+def _host_only(address: str) -> str:
+    return address.rsplit(":", 1)[0]
+
+
+def wait_for_dns(cluster: Cluster, deadline: float) -> None:
+    """Waits until every host name resolves; SageMaker's DNS entries can lag the container start."""
+    pending = sorted({_host_only(a) for a in cluster.addresses})
+    while True:
+        unresolved = []
+        for host in pending:
+            try:
+                socket.getaddrinfo(host, None)
+            except OSError:
+                unresolved.append(host)
+        if not unresolved:
+            return
+        if time.monotonic() >= deadline:
+            raise RendezvousError(
+                f"Rendezvous failed: host name(s) {', '.join(unresolved)} from {cluster.source} did not "
+                f"resolve within {ENV_RENDEZVOUS_TIMEOUT}; check the host list."
+            )
+        pending = unresolved
+        time.sleep(1.0)
+
+
+def rendezvous_failure_message(cluster: Cluster, timeout_seconds: float) -> str:
+    """What to tell the operator when the workers did not all meet in time."""
+    return (
+        f"Rendezvous timed out after {timeout_seconds:g} s ({ENV_RENDEZVOUS_TIMEOUT}): worker "
+        f"{cluster.worker_index} of {cluster.num_workers} ({cluster.addresses[cluster.worker_index]}) could not "
+        f"complete the handshake with all of {', '.join(cluster.addresses)} (host list from {cluster.source}). "
+        f"Check that the trainer started on every node with the same {ENV_HOSTS} order, that the workers' "
+        f"port ({ENV_WORKER_PORT}, default 2222) is open between the nodes, and that no node failed earlier."
+    )
+
+
+@contextlib.contextmanager
+def rendezvous_deadline(cluster: Cluster, timeout_seconds: float) -> Iterator[float]:
+    """Ends the process with a failure file if the body has not finished in ``timeout_seconds``.
+
+    Yields the absolute ``time.monotonic()`` deadline. On a single host there is nobody to wait
+    for, so no watchdog is started.
+    """
+    deadline = time.monotonic() + timeout_seconds
+    if cluster.num_workers == 1:
+        yield deadline
+        return
+    watchdog = Watchdog(timeout_seconds, rendezvous_failure_message(cluster, timeout_seconds))
+    try:
+        yield deadline
+    finally:
+        watchdog.cancel()
+
+
+def create_strategy(cluster: Cluster, inventory: DeviceInventory) -> Any:
+    """Builds the strategy for this host; call inside :func:`rendezvous_deadline`."""
+    import tensorflow as tf
+
+    if cluster.num_workers > 1:
+        os.environ["TF_CONFIG"] = json.dumps(cluster.tf_config())
+        implementation = (
+            tf.distribute.experimental.CommunicationImplementation.NCCL
+            if inventory.uses_gpus
+            else tf.distribute.experimental.CommunicationImplementation.AUTO
+        )
+        log(
+            "rendezvous",
+            worker=cluster.worker_index,
+            workers=cluster.num_workers,
+            addresses=",".join(cluster.addresses),
+            source=repr(cluster.source),
+        )
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+        )
+    elif inventory.uses_gpus and inventory.expected.count > 1:
+        strategy = tf.distribute.MirroredStrategy([f"/gpu:{i}" for i in range(inventory.expected.count)])
+    elif inventory.uses_gpus:
+        strategy = tf.distribute.OneDeviceStrategy("/gpu:0")
+    elif inventory.logical_cpu_devices > 1:
+        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(inventory.logical_cpu_devices)])
+    else:
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    log(
+        "strategy",
+        name=type(strategy).__name__,
+        replicas=strategy.num_replicas_in_sync,
+        worker=cluster.worker_index,
+        workers=cluster.num_workers,
+    )
+    return strategy

@@ -1,0 +1,297 @@
+"""The container contract: where things are and who the other workers are.
+
+One small module, in the spirit of the SageMaker training toolkit's ``environment.py``: every
+path and environment variable the trainer reads is resolved here, with fallbacks, so the same
+image runs as a SageMaker training job, with ``docker run --gpus all`` on an EC2 GPU node, and in
+tests (``SAGEMAKER_BASE_DIR`` points at a temporary directory).
+
+Nothing here imports TensorFlow: the paths must resolve even when TensorFlow is broken, because
+the failure file has to be written somewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import ConfigError
+
+DEFAULT_BASE_DIR = "/opt/ml"
+# SageMaker syncs this local path to the job's CheckpointConfig S3 URI (and back on restart).
+DEFAULT_CHECKPOINT_DIR = "/opt/ml/checkpoints"
+# The port TensorFlow examples use for gRPC workers; any free port works if every node agrees.
+DEFAULT_WORKER_PORT = 2222
+DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS = 600.0
+
+ENV_BASE_DIR = "SAGEMAKER_BASE_DIR"
+ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"
+ENV_EXPECTED_GPU_COUNT = "EXPECTED_GPU_COUNT"
+ENV_HOSTS = "TRAINING_HOSTS"
+ENV_CURRENT_HOST = "TRAINING_CURRENT_HOST"
+ENV_WORKER_PORT = "TRAINING_WORKER_PORT"
+ENV_RENDEZVOUS_TIMEOUT = "RENDEZVOUS_TIMEOUT_SECONDS"
+ENV_INSTANCE_TYPE = "TRAINING_INSTANCE_TYPE"
+ENV_LOGICAL_CPU_DEVICES = "TRAINER_LOGICAL_CPU_DEVICES"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Filesystem layout of one training run.
+
+    Attributes:
+        base_dir: Root of the SageMaker layout (``/opt/ml`` or ``SAGEMAKER_BASE_DIR``).
+        hyperparameters_file: ``input/config/hyperparameters.json`` (all values strings).
+        resource_config_file: ``input/config/resourceconfig.json`` (current_host, hosts).
+        input_data_config_file: ``input/config/inputdataconfig.json`` (declared channels).
+        data_dir: Parent of the channel directories, ``input/data``.
+        model_dir: Where the chief writes ``model.keras`` and the resolved config
+            (``SM_MODEL_DIR`` overrides).
+        output_dir: ``output/``; holds ``failure`` (``SM_OUTPUT_DIR`` overrides).
+        tensorboard_dir: TensorBoard event files, ``output/tensorboard`` (the path SageMaker's
+            TensorBoardOutputConfig uploads by default).
+        checkpoint_dir: Periodic checkpoints. ``CHECKPOINT_DIR`` if set, else
+            ``<SAGEMAKER_BASE_DIR>/checkpoints`` if that is set, else ``/opt/ml/checkpoints``.
+    """
+
+    base_dir: Path
+    hyperparameters_file: Path
+    resource_config_file: Path
+    input_data_config_file: Path
+    data_dir: Path
+    model_dir: Path
+    output_dir: Path
+    tensorboard_dir: Path
+    checkpoint_dir: Path
+
+    @property
+    def failure_file(self) -> Path:
+        """``output/failure``: the one-paragraph reason SageMaker reports for a failed job."""
+        return self.output_dir / "failure"
+
+    def channel_dir(self, channel: str, env: Mapping[str, str] | None = None) -> Path:
+        """Directory of an input channel: ``SM_CHANNEL_<NAME>`` if set, else ``input/data/<name>``."""
+        env = os.environ if env is None else env
+        override = env.get(f"SM_CHANNEL_{channel.upper()}")
+        return Path(override) if override else self.data_dir / channel
+
+
+def resolve_paths(env: Mapping[str, str] | None = None) -> Paths:
+    """Resolves the layout from the environment; never raises, so a failure can always be recorded."""
+    env = os.environ if env is None else env
+    base_override = env.get(ENV_BASE_DIR)
+    base = Path(base_override or DEFAULT_BASE_DIR)
+    config_dir = base / "input" / "config"
+    output_dir = Path(env.get("SM_OUTPUT_DIR") or base / "output")
+    if env.get(ENV_CHECKPOINT_DIR):
+        checkpoint_dir = Path(env[ENV_CHECKPOINT_DIR])
+    elif base_override:
+        # Keeps tests and local runs inside their own directory instead of /opt/ml.
+        checkpoint_dir = base / "checkpoints"
+    else:
+        checkpoint_dir = Path(DEFAULT_CHECKPOINT_DIR)
+    return Paths(
+        base_dir=base,
+        hyperparameters_file=config_dir / "hyperparameters.json",
+        resource_config_file=config_dir / "resourceconfig.json",
+        input_data_config_file=config_dir / "inputdataconfig.json",
+        data_dir=base / "input" / "data",
+        model_dir=Path(env.get("SM_MODEL_DIR") or base / "model"),
+        output_dir=output_dir,
+        tensorboard_dir=output_dir / "tensorboard",
+        checkpoint_dir=checkpoint_dir,
+    )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The hosts of a training job and which one this process is.
+
+    Attributes:
+        hosts: Every host in the job, in the same order on every node. An entry may carry its
+            own port (``10.0.0.5:2345``); otherwise ``worker_port`` applies.
+        current_host: This node's entry in ``hosts``.
+        worker_port: gRPC port for entries without one (``TRAINING_WORKER_PORT``, default 2222).
+        source: Where the host list came from, for logs and error messages.
+    """
+
+    hosts: tuple[str, ...]
+    current_host: str
+    worker_port: int
+    source: str
+
+    @property
+    def num_workers(self) -> int:
+        """Number of hosts (TensorFlow workers)."""
+        return len(self.hosts)
+
+    @property
+    def worker_index(self) -> int:
+        """This host's position in ``hosts``; worker 0 is the chief."""
+        return self.hosts.index(self.current_host)
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this host writes the final model, checkpoints and TensorBoard logs."""
+        return self.worker_index == 0
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """``host:port`` of every worker, as TF_CONFIG lists them."""
+        return tuple(host if _has_port(host) else f"{host}:{self.worker_port}" for host in self.hosts)
+
+    def tf_config(self) -> dict[str, Any]:
+        """The TF_CONFIG that MultiWorkerMirroredStrategy reads (worker 0 acts as chief)."""
+        return {
+            "cluster": {"worker": list(self.addresses)},
+            "task": {"type": "worker", "index": self.worker_index},
+        }
+
+
+def _has_port(host: str) -> bool:
+    head, sep, tail = host.rpartition(":")
+    return bool(sep and head and tail.isdigit())
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path} is not valid JSON: {err}.") from err
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"Environment variable {name} must be an integer, got {raw!r}.") from None
+    if value < minimum:
+        raise ConfigError(f"Environment variable {name} must be >= {minimum}, got {value}.")
+    return value
+
+
+def resolve_cluster(paths: Paths, env: Mapping[str, str] | None = None) -> Cluster:
+    """Finds the host list: TRAINING_HOSTS, else resourceconfig.json, else SM_HOSTS, else one host.
+
+    TRAINING_HOSTS/TRAINING_CURRENT_HOST come first because the EC2 cluster has no
+    resourceconfig.json and the stacks set them explicitly; SM_HOSTS is what the SageMaker
+    toolkit exports when it wraps a script.
+    """
+    env = os.environ if env is None else env
+    port = _int_env(env, ENV_WORKER_PORT, DEFAULT_WORKER_PORT, minimum=1)
+    if port > 65535:
+        raise ConfigError(f"Environment variable {ENV_WORKER_PORT} must be a TCP port, got {port}.")
+
+    if env.get(ENV_HOSTS, "").strip():
+        hosts = tuple(h.strip() for h in env[ENV_HOSTS].split(",") if h.strip())
+        current = env.get(ENV_CURRENT_HOST, "").strip()
+        if not current:
+            raise ConfigError(
+                f"{ENV_HOSTS} is set ({','.join(hosts)}) but {ENV_CURRENT_HOST} is not: "
+                "every node must say which entry it is."
+            )
+        source = ENV_HOSTS
+    elif paths.resource_config_file.is_file():
+        resource_config = _read_json(paths.resource_config_file)
+        hosts = tuple(resource_config.get("hosts") or ())
+        current = resource_config.get("current_host", "")
+        source = str(paths.resource_config_file)
+    elif env.get("SM_HOSTS", "").strip():
+        try:
+            hosts = tuple(json.loads(env["SM_HOSTS"]))
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"SM_HOSTS is not a JSON list: {err}.") from err
+        current = env.get("SM_CURRENT_HOST", "")
+        source = "SM_HOSTS"
+    else:
+        return Cluster(hosts=("localhost",), current_host="localhost", worker_port=port, source="single host")
+
+    if not hosts:
+        raise ConfigError(f"The host list from {source} is empty.")
+    if len(set(hosts)) != len(hosts):
+        raise ConfigError(f"The host list from {source} repeats an entry: {', '.join(hosts)}.")
+    if current not in hosts:
+        raise ConfigError(
+            f"The current host {current!r} is not in the host list from {source} ({', '.join(hosts)}); "
+            f"{ENV_CURRENT_HOST} must be exactly one of the {ENV_HOSTS} entries."
+        )
+    return Cluster(hosts=hosts, current_host=current, worker_port=port, source=source)
+
+
+@dataclass(frozen=True)
+class TrainingEnvironment:
+    """Everything the trainer reads from outside its own code, resolved once.
+
+    Attributes:
+        paths: The filesystem layout.
+        cluster: The hosts and this node's place among them.
+        hyperparameters: Raw hyperparameters as SageMaker writes them (string values).
+        input_data_config: Declared channels from ``inputdataconfig.json`` (empty if absent).
+        expected_gpu_count: ``EXPECTED_GPU_COUNT`` if set (the stacks set it), else ``None``.
+        instance_type: The instance type, for the GPU-count fallback:
+            ``TRAINING_INSTANCE_TYPE``, else resourceconfig's ``current_instance_type``, else
+            ``SM_CURRENT_INSTANCE_TYPE``.
+        rendezvous_timeout_seconds: How long workers wait for each other before failing.
+        logical_cpu_devices: ``TRAINER_LOGICAL_CPU_DEVICES``: split the CPU into this many
+            devices when running on CPU, to exercise MirroredStrategy without GPUs (tests).
+    """
+
+    paths: Paths
+    cluster: Cluster
+    hyperparameters: Mapping[str, str]
+    input_data_config: Mapping[str, Any]
+    expected_gpu_count: int | None
+    instance_type: str | None
+    rendezvous_timeout_seconds: float
+    logical_cpu_devices: int
+
+
+def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironment:
+    """Reads the contract from files and environment variables; raises ConfigError naming the field."""
+    env = os.environ if env is None else env
+    paths = resolve_paths(env)
+
+    if paths.hyperparameters_file.is_file():
+        hyperparameters = _read_json(paths.hyperparameters_file)
+    elif env.get("SM_HPS"):
+        hyperparameters = json.loads(env["SM_HPS"])
+    else:
+        hyperparameters = {}
+    if not isinstance(hyperparameters, dict):
+        raise ConfigError(f"{paths.hyperparameters_file} must hold a JSON object of hyperparameters.")
+
+    input_data_config = _read_json(paths.input_data_config_file) if paths.input_data_config_file.is_file() else {}
+
+    expected: int | None = None
+    if env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
+        expected = _int_env(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
+
+    instance_type = env.get(ENV_INSTANCE_TYPE) or None
+    if instance_type is None and paths.resource_config_file.is_file():
+        instance_type = _read_json(paths.resource_config_file).get("current_instance_type") or None
+    instance_type = instance_type or env.get("SM_CURRENT_INSTANCE_TYPE") or None
+
+    raw_timeout = env.get(ENV_RENDEZVOUS_TIMEOUT, "").strip()
+    try:
+        timeout = float(raw_timeout) if raw_timeout else DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+    except ValueError:
+        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be a number of seconds, got {raw_timeout!r}.") from None
+    if not timeout > 0:
+        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be positive, got {raw_timeout!r}.")
+
+    return TrainingEnvironment(
+        paths=paths,
+        cluster=resolve_cluster(paths, env),
+        hyperparameters={str(k): v for k, v in hyperparameters.items()},
+        input_data_config=input_data_config,
+        expected_gpu_count=expected,
+        instance_type=instance_type,
+        rendezvous_timeout_seconds=timeout,
+        logical_cpu_devices=_int_env(env, ENV_LOGICAL_CPU_DEVICES, 1, minimum=1),
+    )

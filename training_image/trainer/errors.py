@@ -1,0 +1,60 @@
+"""Failures the trainer explains.
+
+Every error the trainer can name derives from :class:`TrainerError`; its message is written
+verbatim to ``output/failure`` (SageMaker shows it as the job's FailureReason), so it says
+what went wrong, where, and what to do about it in one paragraph.
+"""
+
+from __future__ import annotations
+
+
+class TrainerError(Exception):
+    """A failure with a message written for the operator.
+
+    Attributes:
+        exit_code: Process exit status for this kind of failure (always non-zero).
+    """
+
+    exit_code: int = 1
+
+
+class ConfigError(TrainerError):
+    """A hyperparameter or environment variable is missing, unknown or invalid."""
+
+    exit_code = 2
+
+
+class GpuCheckError(TrainerError):
+    """The GPUs TensorFlow sees do not match what the job expects, or do not work."""
+
+    exit_code = 3
+
+
+class RendezvousError(TrainerError):
+    """The workers of a multi-host job could not all meet within the timeout."""
+
+    exit_code = 4
+
+
+class DataError(TrainerError):
+    """An input channel is missing, empty or holds a malformed record."""
+
+    exit_code = 5
+
+
+class TrainingDivergedError(TrainerError):
+    """The loss became NaN or infinite."""
+
+    exit_code = 6
+
+
+class CheckpointError(TrainerError):
+    """A checkpoint exists but cannot be restored into this model, or workers disagree."""
+
+    exit_code = 7
+
+
+class TrainingInterrupted(TrainerError):
+    """SIGTERM arrived (spot interruption, job stop); completed epochs are checkpointed."""
+
+    exit_code = 143  # 128 + SIGTERM, what a shell reports for a process killed by TERM
