@@ -201,6 +201,8 @@ def install(*, endpoint_url: str) -> None:
     """Route custom-resource events to the local providers (idempotent; latest endpoint wins)."""
     global _endpoint_url
     _endpoint_url = endpoint_url
+    SERVED.clear()
+    UNSERVED.clear()
 
     from moto.awslambda.models import LambdaFunction
     from moto.cloudformation.custom_model import CustomModel

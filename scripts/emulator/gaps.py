@@ -27,6 +27,7 @@ def apply_all() -> None:
     _change_set_outputs()
     _get_stack_output()
     _iam_deletes()
+    _non_empty_bucket_delete_fails()
     _training_jobs_wait_for_a_runner()
     _validate_images_and_instance_types()
     _applied = True
@@ -253,3 +254,22 @@ def _iam_deletes() -> None:
 
     ManagedPolicy.delete = delete_managed_policy  # type: ignore[attr-defined]
     Role.delete_from_cloudformation_json = classmethod(delete_role)  # type: ignore[method-assign,assignment]
+
+
+def _non_empty_bucket_delete_fails() -> None:
+    # Gap: moto's AWS::S3::Bucket delete handler silently keeps a bucket that still has
+    # objects (the backend returns None instead of raising BucketNotEmpty), so the stack
+    # delete "succeeds" and the bucket stays, depending on the order moto happens to delete
+    # in. On AWS the delete fails until the bucket is empty. Raise, so that moto's delete
+    # loop retries it after the auto-delete-objects custom resource has emptied it, and a
+    # bucket nobody empties fails the destroy, as on AWS.
+    from moto.s3.exceptions import BucketNotEmpty
+    from moto.s3.models import FakeBucket, s3_backends
+    from moto.utilities.utils import get_partition
+
+    def delete(cls: Any, resource_name: str, cfn: dict[str, Any], account_id: str, region_name: str) -> None:
+        backend = s3_backends[account_id][get_partition(region_name)]
+        if resource_name in backend.buckets and backend.delete_bucket(resource_name) is None:
+            raise BucketNotEmpty(resource_name)
+
+    FakeBucket.delete_from_cloudformation_json = classmethod(delete)  # type: ignore[method-assign,assignment]

@@ -112,8 +112,12 @@ def start(*, log_file: Path, port: int | None = None) -> Emulator:
     with log_file.open("a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
         settings.moto_server_host()
 
+    from moto.moto_api._internal.models import moto_api_backend
     from moto.server import ThreadedMotoServer
 
+    # moto keeps its state in module-level backends shared by every server in this process: a
+    # new emulator starts empty, like a fresh account (the tests run several in one process).
+    moto_api_backend.reset()
     emulator = Emulator(port=port or _free_port(), log_file=log_file)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=emulator.port, verbose=False)
     server.start()
