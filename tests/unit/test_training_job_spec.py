@@ -1,0 +1,166 @@
+"""The CreateTrainingJob request as ``scripts.launch --direct`` builds it (pure Python).
+
+The state machine's copy of the same request is tested in test_training_job_stack.py and, where
+Node's jsonata package is available, evaluated against this one in test_training_job_jsonata.py.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import pytest
+from botocore.session import get_session
+from botocore.validate import validate_parameters
+
+from stacks.components import buckets
+from stacks.components.training_job_spec import (
+    CHECKPOINT_PREFIX,
+    STATE_MACHINE_VALUES,
+    Jsonata,
+    JobResources,
+    JobTemplate,
+    LaunchError,
+    LaunchOptions,
+    create_training_job_request,
+    default_job_name,
+    instance_facts,
+    load_metric_definitions,
+    resolve_launch,
+    to_jsonata,
+    when,
+)
+from stacks.config import load_config
+from tests.synth import project_context
+
+RESOURCES = JobResources(
+    role_arn="arn:aws:iam::123456789012:role/job",
+    image_uri="123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:tf2.21.0-gpu-1",
+    datasets_bucket="datasets-bucket",
+    artifacts_bucket="artifacts-bucket",
+    key_arn="arn:aws:kms:us-east-1:123456789012:key/k",
+    subnet_ids=("subnet-a", "subnet-b"),
+    security_group_ids=("sg-1",),
+)
+LOG_LINE = "[metrics] epoch=3 loss=0.4123 accuracy=0.871 examples_per_sec=10234.1 step_time_ms=3.21"
+INPUT_SHAPE = get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob").input_shape
+
+
+def template(**overrides) -> JobTemplate:
+    context = project_context()
+    for key, value in overrides.items():
+        context[f"gpu_training.training_job.{key}"] = value
+    return JobTemplate.from_config(load_config(context), RESOURCES)
+
+
+def request(tmpl: JobTemplate | None = None, **options) -> dict:
+    tmpl = tmpl or template()
+    options.setdefault("job_name", "gputrain-test-1")
+    return create_training_job_request(tmpl, resolve_launch(tmpl, LaunchOptions(**options)))
+
+
+def test_default_request_is_valid_for_the_api_model_and_complete():
+    req = request()
+    validate_parameters(req, INPUT_SHAPE)
+    assert req["TrainingJobName"] == "gputrain-test-1"
+    assert req["ResourceConfig"] == {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100}
+    assert req["EnableManagedSpotTraining"] is True
+    assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 172800}
+    assert req["CheckpointConfig"] == {"S3Uri": "s3://artifacts-bucket/checkpoints/gputrain-test-1/", "LocalPath": "/opt/ml/checkpoints"}
+    assert req["RetryStrategy"] == {"MaximumRetryAttempts": 2}
+    assert req["EnableNetworkIsolation"] is True
+    assert req["EnableInterContainerTrafficEncryption"] is False
+    assert req["VpcConfig"] == {"SecurityGroupIds": ["sg-1"], "Subnets": ["subnet-a", "subnet-b"]}
+    assert req["OutputDataConfig"] == {"S3OutputPath": "s3://artifacts-bucket/training-jobs/", "KmsKeyId": RESOURCES.key_arn}
+    assert req["Environment"] == {"EXPECTED_GPU_COUNT": "1"}
+    assert req["HyperParameters"] == {"model": "mlp", "epochs": "5", "batch_size": "256"}
+    assert req["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://datasets-bucket/train/"
+    assert {"Key": "Project", "Value": "gputrain"} in req["Tags"]
+
+
+@pytest.mark.parametrize(
+    "instance_type, gpus, volume_key",
+    [("ml.g5.xlarge", "1", False), ("ml.g5.12xlarge", "4", False), ("ml.p3.2xlarge", "1", True), ("ml.p3.16xlarge", "8", True)],
+)
+def test_volume_key_only_for_ebs_only_types_and_gpu_count_from_the_table(instance_type, gpus, volume_key):
+    req = request(instance_type=instance_type)
+    validate_parameters(req, INPUT_SHAPE)
+    assert ("VolumeKmsKeyId" in req["ResourceConfig"]) is volume_key
+    assert req["Environment"]["EXPECTED_GPU_COUNT"] == gpus
+    assert instance_facts(instance_type).local_nvme is not volume_key
+
+
+def test_on_demand_drops_max_wait_and_multi_instance_encrypts_traffic():
+    req = request(use_spot=False, instance_count=3, hyperparameters={"epochs": 9, "mixed": True, "lr": 0.5})
+    validate_parameters(req, INPUT_SHAPE)
+    assert req["EnableManagedSpotTraining"] is False
+    assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400}
+    assert req["EnableInterContainerTrafficEncryption"] is True
+    assert req["HyperParameters"] == {"model": "mlp", "epochs": "9", "batch_size": "256", "mixed": "true", "lr": "0.5"}
+
+
+def test_fast_file_channels_and_no_checkpoints_when_off():
+    tmpl = template(input_mode="FastFile", channels='{"train": "a/", "eval": "b/"}', use_spot="false", checkpointing="false")
+    req = request(tmpl)
+    validate_parameters(req, INPUT_SHAPE)
+    assert "CheckpointConfig" not in req
+    assert req["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
+    assert [(c["ChannelName"], c["InputMode"]) for c in req["InputDataConfig"]] == [("train", "FastFile"), ("eval", "FastFile")]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"instance_type": "ml.m5.xlarge"}, "not a known SageMaker GPU type"),
+        ({"instance_type": "g5.xlarge"}, "not a known SageMaker GPU type"),
+        ({"instance_count": 0}, "from 1 to 64"),
+        ({"instance_count": 65}, "from 1 to 64"),
+        ({"job_name": "other-1"}, "use gputrain-<letters"),
+        ({"job_name": "gputrain-has_underscore"}, "not allowed"),
+        ({"job_name": "gputrain-" + "x" * 60}, "at most 63"),
+        ({"hyperparameters": {"layers": [1, 2]}}, "must be a string, number or boolean"),
+    ],
+)
+def test_bad_options_are_refused_with_one_line(options, message):
+    with pytest.raises(LaunchError, match=re.escape(message)):
+        request(**options)
+
+
+def test_spot_needs_checkpointing():
+    tmpl = template(use_spot="false", checkpointing="false")
+    with pytest.raises(LaunchError, match="checkpointing off"):
+        request(tmpl, use_spot=True)
+
+
+def test_generated_job_names_carry_the_project_prefix():
+    name = default_job_name(template(), datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), "ab12")
+    assert name == "gputrain-20260102-030405-ab12"
+    assert resolve_launch(template(), LaunchOptions()).job_name.startswith("gputrain-")
+
+
+def test_state_machine_input_carries_only_overrides_as_strings():
+    options = LaunchOptions(job_name="gputrain-x", instance_count=2, hyperparameters={"epochs": 3})
+    assert options.state_machine_input() == {"job_name": "gputrain-x", "instance_count": 2, "hyperparameters": {"epochs": "3"}}
+    assert LaunchOptions().state_machine_input() == {}
+
+
+def test_checkpoint_prefix_is_the_buckets_lifecycle_prefix():
+    assert CHECKPOINT_PREFIX == buckets.CHECKPOINT_PREFIX
+
+
+def test_metric_definitions_match_the_container_log_line():
+    values = {}
+    for definition in load_metric_definitions():
+        match = re.search(definition["Regex"], LOG_LINE)
+        assert match, definition
+        values[definition["Name"].rsplit(":", 1)[-1]] = match.group(1)
+    assert values == {"epoch": "3", "loss": "0.4123", "accuracy": "0.871", "examples_per_sec": "10234.1", "step_time_ms": "3.21"}
+
+
+def test_jsonata_rendering_of_run_time_choices():
+    assert when(True, {"a": 1}, {"b": 2}) == {"a": 1}
+    chosen = when(Jsonata("$x"), {"a": Jsonata("$y")}, {"b": "s"})
+    assert to_jsonata(chosen) == '(($x) ? {"a": ($y)} : {"b": "s"})'
+    symbolic = create_training_job_request(template(), STATE_MACHINE_VALUES)
+    assert symbolic["TrainingJobName"] == "{% $job_name %}"
+    assert symbolic["EnableNetworkIsolation"] is True
