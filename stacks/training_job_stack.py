@@ -1,23 +1,73 @@
 """SageMaker training jobs declared through Step Functions (compute; no data of its own).
 
-Placeholder: the SageMaker training-job issue fills this stack in.
+``cdk destroy`` cannot stop a running job, and deleting the workflow's role would leave its
+jobs running unobserved. Run the pre-destroy step first (the README's teardown does)::
+
+    python -m scripts.teardown --stop-running
+
+It stops the workflow's running executions and every in-progress ``<project>-*`` job, and waits
+until they have ended.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack
+from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
+from stacks.components.training_job_notifications import TrainingJobNotifications
+from stacks.components.training_job_workflow import TrainingJobWorkflow
 from stacks.config import PlatformConfig
 from stacks.data_plane_stack import DataPlaneStack
 
+PRE_DESTROY_COMMAND = "python -m scripts.teardown --stop-running"
+
 
 class TrainingJobStack(Stack):
-    """A state machine that runs the configured SageMaker training job."""
+    """A state machine that runs the configured SageMaker training job, and its notifications.
+
+    Attributes:
+        workflow: The job's role, security group and state machine.
+        notifications: The topic job state changes are published to.
+    """
 
     def __init__(
         self, scope: Construct, construct_id: str, *, config: PlatformConfig, data_plane: DataPlaneStack, **kwargs: Any
     ) -> None:
+        """Build the workflow on the data plane's key, buckets, repository and network."""
         super().__init__(scope, construct_id, **kwargs)
+        network = data_plane.network
+        self.workflow = TrainingJobWorkflow(
+            self,
+            "Workflow",
+            config=config,
+            key=data_plane.key,
+            datasets_bucket=data_plane.datasets_bucket,
+            artifacts_bucket=data_plane.artifacts_bucket,
+            repository=data_plane.repository,
+            image_tag=config.image.tag,
+            vpc=network.vpc,
+            subnet_ids=network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids,
+        )
+        self.notifications = TrainingJobNotifications(
+            self,
+            "Notifications",
+            project_name=config.project_name,
+            state_machine=self.workflow.state_machine,
+            email=config.training_job.notification_email,
+        )
+        outputs = {
+            "StateMachineArn": (
+                self.workflow.state_machine.state_machine_arn,
+                f"Training workflow; before cdk destroy run: {PRE_DESTROY_COMMAND}",
+            ),
+            "JobRoleArn": (self.workflow.job_role.role_arn, "Execution role of the training jobs"),
+            "JobSecurityGroupId": (self.workflow.security_group.security_group_id, "Security group of the training jobs"),
+            "JobNamePrefix": (self.workflow.template.job_name_prefix, "Every training job of the project is named so"),
+            "NotificationTopicArn": (self.notifications.topic.topic_arn, "Job completed/failed/stopped notifications"),
+            "StateMachineLogGroup": (self.workflow.log_group.log_group_name, "Workflow execution logs"),
+            "PreDestroyCommand": (PRE_DESTROY_COMMAND, "Stops running executions and jobs so destroy orphans none"),
+        }
+        for name, (value, description) in outputs.items():
+            CfnOutput(self, name, value=value, description=description)

@@ -1,0 +1,506 @@
+"""The SageMaker training job, declared as a Step Functions workflow.
+
+CloudFormation has no training-job resource, and the L2 ``SageMakerCreateTrainingJob`` task
+cannot express managed spot, checkpoints, ``MaxWaitTimeInSeconds``, ``RetryStrategy`` or
+inter-container traffic encryption. So the workflow calls ``createTrainingJob.sync`` from a
+custom state with the complete request from :mod:`stacks.components.training_job_spec`, the
+same function ``scripts.launch --direct`` calls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+import jsii
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct, IValidation
+
+from stacks.components.log_group import encrypted_log_group
+from stacks.components.policy import acknowledge
+from stacks.components.training_job_spec import (
+    CHECKPOINT_PREFIX,
+    OUTPUT_PREFIX,
+    SAGEMAKER_LOG_GROUP,
+    STATE_MACHINE_VALUES,
+    JobResources,
+    JobTemplate,
+    create_training_job_request,
+    state_machine_assignments,
+    state_machine_launch_check,
+    state_machine_launch_problem,
+)
+from stacks.config import PlatformConfig
+
+SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
+"""The managed EventBridge rule through which Step Functions learns that a ``.sync`` job ended."""
+
+
+def _flatten_reference(node: Any) -> str:
+    """A resolved CloudFormation value as cdk-nag names it in a finding id (``flattenCfnReference``)."""
+    if isinstance(node, str):
+        return node.replace("${", "<").replace("}", ">")
+    if isinstance(node, Mapping):
+        if "Fn::Join" in node:
+            delimiter, items = node["Fn::Join"]
+            return delimiter.join(_flatten_reference(i) for i in items)
+        if "Fn::Sub" in node:
+            return _flatten_reference(node["Fn::Sub"])
+        if "Fn::GetAtt" in node:
+            resource, attribute = node["Fn::GetAtt"]
+            return f"<{_flatten_reference(resource)}.{_flatten_reference(attribute)}>"
+        if "Fn::ImportValue" in node:
+            return _flatten_reference(node["Fn::ImportValue"])
+        if "Ref" in node:
+            return f"<{_flatten_reference(node['Ref'])}>"
+    return json.dumps(node, separators=(",", ":"), ensure_ascii=False)
+
+
+@jsii.implements(IValidation)
+class _AcknowledgeWildcardResources:
+    """Acknowledges ``AwsSolutions-IAM5`` for exactly the listed wildcard resources of a policy.
+
+    A finding id names the resource as it appears in the final template, and a reference to the
+    data-plane stack (a bucket ARN) only takes that form once CDK has resolved cross-stack
+    references. Construct validations run after that and before the policy packs, so the ids are
+    computed there; the list of resources stays next to the policy that grants them.
+    """
+
+    def __init__(self, scope: Construct, reason: str, resources: Sequence[str]) -> None:
+        self._scope = scope
+        self._reason = reason
+        self._resources = list(resources)
+
+    def validate(self) -> list[str]:
+        stack = Stack.of(self._scope)
+        finding_ids = sorted({f"AwsSolutions-IAM5[Resource::{_flatten_reference(stack.resolve(r))}]" for r in self._resources})
+        acknowledge(self._scope, self._reason, *finding_ids)
+        return []
+
+
+def acknowledge_wildcard_resources(scope: Construct, reason: str, resources: Sequence[str]) -> None:
+    """Acknowledge the IAM5 findings of ``resources`` (wildcard ARNs, possibly cross-stack) on ``scope``."""
+    scope.node.add_validation(_AcknowledgeWildcardResources(scope, reason, resources))
+
+
+class TrainingJobSecurityGroup(Construct):
+    """Network of a job's instances: each other (distributed training) and HTTPS out.
+
+    The subnets have no internet route by default (``network.nat_gateways = 0``), so HTTPS out
+    reaches only the VPC endpoints and the S3 gateway endpoint (whose prefix list cannot be named
+    without a lookup). The container itself has no network at all (``EnableNetworkIsolation``).
+
+    Attributes:
+        security_group: The group.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
+        """Create the group in ``vpc``."""
+        super().__init__(scope, construct_id)
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description="SageMaker training instances: traffic between the instances of a job, HTTPS to AWS endpoints",
+            allow_all_outbound=False,
+        )
+        self.security_group.connections.allow_internally(
+            ec2.Port.all_traffic(), "Between the instances of one training job"
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
+        )
+        acknowledge(
+            self.security_group,
+            "The all-protocol rule's source and destination is this group itself, i.e. only the instances of one "
+            "training job; distributed training (NCCL over TCP, and EFA, which AWS requires to be allowed for all "
+            "protocols within the group) uses arbitrary ports. Nothing outside the group is admitted.",
+            "NIST.800.53.R5-EC2RestrictedCommonPorts",
+        )
+
+
+class TrainingJobRole(Construct):
+    """The execution role SageMaker assumes for a job, limited to the project's resources.
+
+    Reads only the configured channel prefixes of the datasets bucket; reads and writes only the
+    output and checkpoint prefixes of the artifacts bucket; uses the platform key; pulls from the
+    project's repository; writes logs only to the project's streams in SageMaker's log group;
+    manages network interfaces only in the training VPC.
+
+    Attributes:
+        role: The role.
+        policy: Its customer-managed policy.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project_name: str,
+        channels: Mapping[str, str],
+        key: kms.IKey,
+        datasets_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        vpc: ec2.IVpc,
+    ) -> None:
+        """Create the role.
+
+        Args:
+            scope: Parent construct.
+            construct_id: Construct id.
+            project_name: Job names and log streams start with ``<project_name>-``.
+            channels: Channel name -> key prefix in the datasets bucket (read access).
+            key: Platform KMS key (data, outputs, volumes).
+            datasets_bucket: Training data.
+            artifacts_bucket: Outputs and checkpoints.
+            repository: Training image repository.
+            vpc: The training VPC.
+        """
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        input_prefixes = sorted(set(channels.values()))
+        artifact_prefixes = [OUTPUT_PREFIX, CHECKPOINT_PREFIX]
+        input_objects = [datasets_bucket.arn_for_objects(f"{p}*") for p in input_prefixes]
+        artifact_objects = [artifacts_bucket.arn_for_objects(f"{p}*") for p in artifact_prefixes]
+        log_group = stack.format_arn(
+            service="logs", resource="log-group", resource_name=SAGEMAKER_LOG_GROUP, arn_format=ArnFormat.COLON_RESOURCE_NAME
+        )
+        log_group_children = f"{log_group}:*"
+        project_streams = f"{log_group}:log-stream:{project_name}-*"
+        statements = [
+            iam.PolicyStatement(sid="ReadInputChannels", actions=["s3:GetObject"], resources=input_objects),
+            iam.PolicyStatement(
+                sid="ListInputChannels",
+                actions=["s3:ListBucket"],
+                resources=[datasets_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in input_prefixes]}},
+            ),
+            iam.PolicyStatement(
+                sid="ReadWriteOutputsAndCheckpoints",
+                actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
+                resources=artifact_objects,
+            ),
+            iam.PolicyStatement(
+                sid="ListOutputsAndCheckpoints",
+                actions=["s3:ListBucket"],
+                resources=[artifacts_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in artifact_prefixes]}},
+            ),
+            iam.PolicyStatement(
+                sid="UsePlatformKey",
+                actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+                resources=[key.key_arn],
+            ),
+            iam.PolicyStatement(
+                sid="EncryptMlVolumes",
+                actions=["kms:CreateGrant"],
+                resources=[key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+            ),
+            iam.PolicyStatement(
+                sid="PullTrainingImage",
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+                resources=[repository.repository_arn],
+            ),
+            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            iam.PolicyStatement(
+                sid="PublishTrainingMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": SAGEMAKER_LOG_GROUP}},
+            ),
+            iam.PolicyStatement(
+                sid="SageMakerLogGroup",
+                actions=["logs:CreateLogGroup", "logs:DescribeLogStreams", "logs:CreateLogStream"],
+                resources=[log_group, log_group_children],
+            ),
+            iam.PolicyStatement(
+                sid="WriteProjectLogStreams",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[project_streams],
+            ),
+            iam.PolicyStatement(
+                sid="DescribeNetwork",
+                actions=[
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                ],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="NetworkInterfacesInTrainingVpc",
+                actions=[
+                    "ec2:CreateNetworkInterface",
+                    "ec2:CreateNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DeleteNetworkInterfacePermission",
+                ],
+                resources=["*"],
+                conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)}},
+            ),
+        ]
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"{project_name}: execution role of the project's SageMaker training jobs",
+        )
+        # A customer-managed policy rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy).
+        self.policy = iam.ManagedPolicy(self, "Policy", statements=statements, roles=[self.role])
+        acknowledge_wildcard_resources(
+            self.policy,
+            "Each wildcard is the narrowest the API allows: objects under the configured channel prefixes (read) and "
+            "under the output and checkpoint prefixes (read/write); SageMaker's fixed /aws/sagemaker/TrainingJobs log "
+            "group and the project's job streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* "
+            "(no resource-level permissions), cloudwatch:PutMetricData (limited by namespace) and network interfaces "
+            "(limited to the training VPC by the ec2:Vpc condition).",
+            [*input_objects, *artifact_objects, log_group_children, project_streams, "*"],
+        )
+
+
+class TrainingJobWorkflow(Construct):
+    """A state machine that runs the configured SageMaker training job to completion.
+
+    Input (all optional): ``job_name`` (``<project>-...``; default ``<project>-<execution
+    name>``), ``instance_type``, ``instance_count``, ``use_spot``, ``hyperparameters`` (merged
+    over the config's). Defaults come from ``config.training_job``. The workflow checks the
+    options, then calls ``createTrainingJob.sync``; it fails with SageMaker's error when the job
+    fails or is stopped. Logging (ALL, with execution data) and X-Ray tracing are on.
+
+    Attributes:
+        template: The job's fixed settings and defaults (:class:`JobTemplate`).
+        security_group: The job instances' security group.
+        job_role: The jobs' execution role.
+        log_group: The state machine's log group.
+        role: The state machine's role.
+        state_machine: The workflow.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: PlatformConfig,
+        key: kms.IKey,
+        datasets_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        image_tag: str,
+        vpc: ec2.IVpc,
+        subnet_ids: Sequence[str],
+    ) -> None:
+        """Create the workflow.
+
+        Args:
+            scope: Parent construct.
+            construct_id: Construct id.
+            config: The validated platform config (``training_job`` and ``project_name``).
+            key: Platform KMS key.
+            datasets_bucket: Bucket with the input channels.
+            artifacts_bucket: Bucket for outputs and checkpoints.
+            repository: Training image repository.
+            image_tag: The image tag jobs run.
+            vpc: The training VPC.
+            subnet_ids: The private subnets jobs run in.
+        """
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        project = config.project_name
+        self.security_group = TrainingJobSecurityGroup(self, "Network", vpc=vpc).security_group
+        self.job_role = TrainingJobRole(
+            self,
+            "JobRole",
+            project_name=project,
+            channels=config.training_job.channels,
+            key=key,
+            datasets_bucket=datasets_bucket,
+            artifacts_bucket=artifacts_bucket,
+            repository=repository,
+            vpc=vpc,
+        ).role
+        self.template = JobTemplate.from_config(
+            config,
+            JobResources(
+                role_arn=self.job_role.role_arn,
+                # Same account and region as the repository's stack. Built here rather than with
+                # repository_uri_for_tag(), whose Fn::Split of an imported ARN cfn-lint rejects.
+                image_uri=f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}",
+                datasets_bucket=datasets_bucket.bucket_name,
+                artifacts_bucket=artifacts_bucket.bucket_name,
+                key_arn=key.key_arn,
+                subnet_ids=list(subnet_ids),
+                security_group_ids=[self.security_group.security_group_id],
+            ),
+        )
+
+        resolve = sfn.Pass.jsonata(
+            self,
+            "ResolveLaunchOptions",
+            comment="Execution input over the deployed defaults",
+            assign=state_machine_assignments(self.template),
+        )
+        invalid = sfn.Fail.jsonata(
+            self,
+            "InvalidLaunchOptions",
+            error="InvalidLaunchOptions",
+            cause=state_machine_launch_problem(self.template),
+        )
+        failed = sfn.Fail.jsonata(
+            self,
+            "TrainingJobFailed",
+            comment="SageMaker's error for a job that failed or was stopped, or a refused request",
+            error="{% $states.input.Error %}",
+            cause="{% $states.input.Cause %}",
+        )
+        train = sfn.CustomState(
+            self,
+            "CreateTrainingJob",
+            state_json={
+                "Type": "Task",
+                "Comment": "CreateTrainingJob with the full API, then wait for the job to end",
+                "Resource": f"arn:{stack.partition}:states:::sagemaker:createTrainingJob.sync",
+                "Arguments": create_training_job_request(self.template, STATE_MACHINE_VALUES),
+                "Output": (
+                    "{% {'TrainingJobName': $states.result.TrainingJobName, 'TrainingJobArn': $states.result.TrainingJobArn,"
+                    " 'TrainingJobStatus': $states.result.TrainingJobStatus,"
+                    " 'ModelArtifacts': $states.result.ModelArtifacts.S3ModelArtifacts,"
+                    " 'BillableTimeInSeconds': $states.result.BillableTimeInSeconds} %}"
+                ),
+            },
+        )
+        train.add_catch(failed, errors=["States.ALL"])
+        definition = resolve.next(
+            sfn.Choice.jsonata(self, "CheckLaunchOptions")
+            .when(sfn.Condition.jsonata(state_machine_launch_check(self.template)), train)
+            .otherwise(invalid)
+        )
+
+        self.log_group: logs.LogGroup = encrypted_log_group(
+            self, "Logs", key=key, log_group_name=f"/aws/vendedlogs/states/{project}-training-job"
+        )
+        state_machine_name = f"{project}-training-job"
+        self.role = iam.Role(
+            self,
+            "Role",
+            description=f"{project}: the training workflow (creates, follows and stops the project's jobs)",
+            assumed_by=iam.ServicePrincipal(
+                "states.amazonaws.com",
+                conditions={
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="states",
+                            resource="stateMachine",
+                            resource_name=state_machine_name,
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                },
+            ),
+        )
+        policy = iam.ManagedPolicy(
+            self, "RolePolicy", statements=self._workflow_statements(project), roles=[self.role]
+        )
+        acknowledge_wildcard_resources(
+            policy,
+            "Training-job actions are limited to the project's job names (<project>-*), a prefix because every launch "
+            "creates a new job; the CloudWatch Logs delivery and X-Ray actions that Step Functions logging and tracing "
+            "need support no resource-level permissions.",
+            [self._jobs_arn(project), "*"],
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=state_machine_name,
+            comment=f"{project}: runs one SageMaker training job (spot, checkpoints, VPC, KMS) to completion",
+            query_language=sfn.QueryLanguage.JSONATA,
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            # The managed policy above holds every permission (NIST.800.53.R5-IAMNoInlinePolicy), so the
+            # state machine must not add its own inline policy to the role.
+            role=self.role.without_policy_updates(),
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            tracing_enabled=True,
+        )
+        # Step Functions checks log delivery permissions when it creates the state machine.
+        self.state_machine.node.add_dependency(policy)
+
+    def _jobs_arn(self, project: str) -> str:
+        return Stack.of(self).format_arn(service="sagemaker", resource="training-job", resource_name=f"{project}-*")
+
+    def _workflow_statements(self, project: str) -> list[iam.PolicyStatement]:
+        """What ``createTrainingJob.sync``, logging and tracing need, limited to the project's jobs."""
+        stack = Stack.of(self)
+        jobs = self._jobs_arn(project)
+        r = self.template.resources
+        return [
+            iam.PolicyStatement(
+                sid="CreateHardenedTrainingJobs",
+                actions=["sagemaker:CreateTrainingJob"],
+                resources=[jobs],
+                # The role itself refuses a request that drops isolation, the VPC or the output key.
+                conditions={
+                    "Bool": {"sagemaker:NetworkIsolation": "true"},
+                    "StringEquals": {"sagemaker:OutputKmsKey": r.key_arn},
+                    "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
+                    "Null": {"sagemaker:VpcSubnets": "false"},
+                },
+            ),
+            iam.PolicyStatement(
+                sid="FollowAndStopProjectJobs",
+                actions=[
+                    "sagemaker:DescribeTrainingJob",
+                    "sagemaker:StopTrainingJob",
+                    "sagemaker:AddTags",
+                    "sagemaker:ListTags",
+                ],
+                resources=[jobs],
+            ),
+            iam.PolicyStatement(
+                sid="PassJobRole",
+                actions=["iam:PassRole"],
+                resources=[self.job_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+            ),
+            iam.PolicyStatement(
+                sid="SyncIntegrationRule",
+                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[stack.format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)],
+            ),
+            iam.PolicyStatement(
+                sid="LogDelivery",
+                actions=[
+                    "logs:CreateLogDelivery",
+                    "logs:GetLogDelivery",
+                    "logs:UpdateLogDelivery",
+                    "logs:DeleteLogDelivery",
+                    "logs:ListLogDeliveries",
+                    "logs:PutResourcePolicy",
+                    "logs:DescribeResourcePolicies",
+                    "logs:DescribeLogGroups",
+                ],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="Tracing",
+                actions=[
+                    "xray:PutTraceSegments",
+                    "xray:PutTelemetryRecords",
+                    "xray:GetSamplingRules",
+                    "xray:GetSamplingTargets",
+                ],
+                resources=["*"],
+            ),
+        ]

@@ -1,0 +1,392 @@
+"""The training-job stack: the state machine definition parsed field by field, IAM, notifications.
+
+The definition is a ``Fn::Join`` of JSON text and references; :func:`parse_definition` puts a
+readable placeholder where each reference goes and parses the result.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Match
+
+from stacks.components.training_job_spec import (
+    SAGEMAKER_LOG_GROUP,
+    instance_facts_table,
+    load_metric_definitions,
+)
+
+FAST_FILE_MULTI_NODE = {
+    "training_job.instance_type": "ml.p3.8xlarge",
+    "training_job.instance_count": 2,
+    "training_job.use_spot": False,
+    "training_job.checkpointing": False,
+    "training_job.input_mode": "FastFile",
+    "training_job.channels": {"train": "train/", "validation": "validation/"},
+    "training_job.notification_email": "ml-team@example.com",
+    "training_job.retry_attempts": 5,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def placeholder(value: Any) -> str:
+    """A readable stand-in for a CloudFormation reference inside the definition text."""
+    if isinstance(value, dict) and "Ref" in value:
+        return "${Ref:" + value["Ref"] + "}"
+    if isinstance(value, dict) and "Fn::GetAtt" in value:
+        return "${GetAtt:" + ".".join(value["Fn::GetAtt"]) + "}"
+    if isinstance(value, dict) and "Fn::GetStackOutput" in value:
+        out = value["Fn::GetStackOutput"]
+        return "${Output:" + out["StackName"] + "." + out["OutputName"] + "}"
+    return "${" + json.dumps(value, sort_keys=True, separators=(",", ":")).replace('"', "'") + "}"
+
+
+def _text(value: Any) -> str:
+    """A resolved value as text, references replaced by placeholders (joins flattened)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        delimiter, parts = value["Fn::Join"]
+        return delimiter.join(_text(p) for p in parts)
+    return placeholder(value)
+
+
+def parse_definition(template: dict[str, Any]) -> dict[str, Any]:
+    """The state machine's definition with placeholders for references."""
+    (machine,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+    definition = machine["Properties"]["DefinitionString"]
+    if isinstance(definition, str):
+        return json.loads(definition)
+    delimiter, parts = definition["Fn::Join"]
+    text = delimiter.join(p if isinstance(p, str) else json.dumps(_text(p))[1:-1] for p in parts)
+    return json.loads(text)
+
+
+def ref(synth: Any, token: Any) -> str:
+    """The placeholder a construct attribute (a token) becomes in the training stack's definition."""
+    return _text(synth.platform.training_job.resolve(token))
+
+
+def task(definition: dict[str, Any]) -> dict[str, Any]:
+    return definition["States"]["CreateTrainingJob"]
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default(default_app):
+    return default_app
+
+
+@pytest.fixture(scope="module")
+def definition(default_app) -> dict[str, Any]:
+    return parse_definition(default_app.template_json("TrainingJob"))
+
+
+@pytest.fixture(scope="module")
+def args(definition) -> dict[str, Any]:
+    return task(definition)["Arguments"]
+
+
+@pytest.fixture(scope="module")
+def alternative(synth_app):
+    return synth_app(FAST_FILE_MULTI_NODE)
+
+
+@pytest.fixture(scope="module")
+def alt_definition(alternative) -> dict[str, Any]:
+    return parse_definition(alternative.template_json("TrainingJob"))
+
+
+# --------------------------------------------------------------------------------------------
+# The workflow
+# --------------------------------------------------------------------------------------------
+
+
+def test_workflow_resolves_options_checks_them_then_runs_the_job_synchronously(definition):
+    assert definition["QueryLanguage"] == "JSONata"
+    assert definition["StartAt"] == "ResolveLaunchOptions"
+    states = definition["States"]
+    assert states["ResolveLaunchOptions"]["Type"] == "Pass"
+    assert states["ResolveLaunchOptions"]["Next"] == "CheckLaunchOptions"
+    choice = states["CheckLaunchOptions"]
+    assert choice["Type"] == "Choice" and choice["Choices"][0]["Next"] == "CreateTrainingJob"
+    assert choice["Default"] == "InvalidLaunchOptions"
+    assert states["InvalidLaunchOptions"] == {
+        "Type": "Fail",
+        "Error": "InvalidLaunchOptions",
+        "Cause": states["InvalidLaunchOptions"]["Cause"],
+    }
+    train = states["CreateTrainingJob"]
+    assert train["Type"] == "Task"
+    assert train["Resource"] == "arn:aws:states:::sagemaker:createTrainingJob.sync"
+    assert train["End"] is True
+    assert train["Catch"] == [{"ErrorEquals": ["States.ALL"], "Next": "TrainingJobFailed"}]
+    assert states["TrainingJobFailed"]["Type"] == "Fail"
+    assert states["TrainingJobFailed"]["Error"] == "{% $states.input.Error %}"
+
+
+def test_launch_options_default_to_the_config(definition):
+    assign = definition["States"]["ResolveLaunchOptions"]["Assign"]
+    assert assign["job_name"] == (
+        '{% $exists($states.input.job_name) ? $states.input.job_name : "gputrain-" & $states.context.Execution.Name %}'
+    )
+    assert assign["instance_type"].endswith(': "ml.g5.xlarge" %}')
+    assert assign["instance_count"].endswith(": 1 %}")
+    assert assign["use_spot"].endswith(": true %}")
+    assert '{"model": "mlp", "epochs": "5", "batch_size": "256"}' in assign["hyperparameters"]
+    assert assign["instance_facts"] == instance_facts_table()
+    condition = definition["States"]["CheckLaunchOptions"]["Choices"][0]["Condition"]
+    assert "$contains($job_name, /^gputrain\\-" in condition and "$instance_count <= 64" in condition
+
+
+def test_the_gpu_table_feeds_expected_gpus_and_the_nvme_rule(definition):
+    facts = definition["States"]["ResolveLaunchOptions"]["Assign"]["instance_facts"]
+    assert facts["ml.g5.xlarge"] == {"expected_gpu_count": "1", "local_nvme": True}
+    assert facts["ml.g5.12xlarge"] == {"expected_gpu_count": "4", "local_nvme": True}
+    assert facts["ml.p3.2xlarge"] == {"expected_gpu_count": "1", "local_nvme": False}
+    assert facts["ml.p4d.24xlarge"]["expected_gpu_count"] == "8"
+
+
+# --------------------------------------------------------------------------------------------
+# The CreateTrainingJob request, field by field
+# --------------------------------------------------------------------------------------------
+
+
+def test_name_role_image_and_metrics(default, args):
+    assert args["TrainingJobName"] == "{% $job_name %}"
+    assert args["RoleArn"] == ref(default, default.platform.training_job.workflow.job_role.role_arn)
+    assert args["RoleArn"].startswith("${GetAtt:WorkflowJobRole")
+    algorithm = args["AlgorithmSpecification"]
+    repository_name = ref(default, default.platform.data_plane.repository.repository_name)
+    assert algorithm["TrainingImage"] == f"123456789012.dkr.ecr.us-east-1.${{Ref:AWS::URLSuffix}}/{repository_name}:tf2.21.0-gpu-1"
+    assert algorithm["TrainingInputMode"] == "File"
+    assert algorithm["MetricDefinitions"] == load_metric_definitions()
+    names = {d["Name"].rsplit(":", 1)[-1] for d in algorithm["MetricDefinitions"]}
+    assert {"loss", "accuracy", "examples_per_sec", "epoch"} <= names
+
+
+def test_hyperparameters_and_expected_gpu_count(args):
+    assert args["HyperParameters"] == "{% $hyperparameters %}"
+    assert args["Environment"] == {"EXPECTED_GPU_COUNT": "{% $lookup($instance_facts, $instance_type).expected_gpu_count %}"}
+
+
+def test_input_channels_and_output_in_the_project_buckets(default, args):
+    datasets = ref(default, default.platform.data_plane.datasets_bucket.bucket_name)
+    artifacts = ref(default, default.platform.data_plane.artifacts_bucket.bucket_name)
+    key = ref(default, default.platform.data_plane.key.key_arn)
+    assert args["InputDataConfig"] == [
+        {
+            "ChannelName": "train",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": f"s3://{datasets}/train/",
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": "File",
+        }
+    ]
+    assert args["OutputDataConfig"] == {"S3OutputPath": f"s3://{artifacts}/training-jobs/", "KmsKeyId": key}
+
+
+def test_resources_volume_key_only_without_local_nvme(default, args):
+    key = ref(default, default.platform.data_plane.key.key_arn)
+    without_key = '{"InstanceType": ($instance_type), "InstanceCount": ($instance_count), "VolumeSizeInGB": 100}'
+    with_key = without_key[:-1] + f', "VolumeKmsKeyId": "{key}"' + "}"
+    assert args["ResourceConfig"] == (
+        "{% ($lookup($instance_facts, $instance_type).local_nvme) ? " + without_key + " : " + with_key + " %}"
+    )
+
+
+def test_spot_by_default_with_max_wait_checkpoints_and_retries(default, args, definition):
+    artifacts = ref(default, default.platform.data_plane.artifacts_bucket.bucket_name)
+    assert definition["States"]["ResolveLaunchOptions"]["Assign"]["use_spot"].endswith("true %}")
+    assert args["EnableManagedSpotTraining"] == "{% $use_spot %}"
+    assert args["StoppingCondition"] == (
+        '{% ($use_spot) ? {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 172800} : {"MaxRuntimeInSeconds": 86400} %}'
+    )
+    assert args["CheckpointConfig"] == {
+        "S3Uri": '{% "s3://' + artifacts + '/checkpoints/" & ($job_name) & "/" %}',
+        "LocalPath": "/opt/ml/checkpoints",
+    }
+    assert args["RetryStrategy"] == {"MaximumRetryAttempts": 2}
+
+
+def test_isolated_encrypted_and_in_the_private_subnets(default, args):
+    platform = default.platform
+    subnets = platform.data_plane.network.vpc.select_subnets(
+        subnet_type=platform.data_plane.network.subnet_selection.subnet_type
+    ).subnet_ids
+    assert args["EnableNetworkIsolation"] is True
+    assert args["EnableInterContainerTrafficEncryption"] == "{% ($instance_count) > 1 %}"
+    assert args["VpcConfig"] == {
+        "SecurityGroupIds": [ref(default, platform.training_job.workflow.security_group.security_group_id)],
+        "Subnets": [ref(default, s) for s in subnets],
+    }
+    assert len(args["VpcConfig"]["Subnets"]) == 2
+    assert {"Key": "Project", "Value": "gputrain"} in args["Tags"]
+
+
+def test_task_output_is_the_job_outcome(definition):
+    output = task(definition)["Output"]
+    for field in ("TrainingJobName", "TrainingJobStatus", "ModelArtifacts", "BillableTimeInSeconds"):
+        assert f"'{field}': $states.result." in output
+
+
+def test_other_config_changes_every_default_and_drops_checkpoints(alternative, alt_definition):
+    assign = alt_definition["States"]["ResolveLaunchOptions"]["Assign"]
+    assert assign["instance_type"].endswith(': "ml.p3.8xlarge" %}')
+    assert assign["instance_count"].endswith(": 2 %}")
+    assert assign["use_spot"].endswith(": false %}")
+    args = task(alt_definition)["Arguments"]
+    assert "CheckpointConfig" not in args
+    assert args["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
+    assert [(c["ChannelName"], c["InputMode"]) for c in args["InputDataConfig"]] == [
+        ("train", "FastFile"),
+        ("validation", "FastFile"),
+    ]
+    assert args["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"].endswith("/validation/")
+    assert args["RetryStrategy"] == {"MaximumRetryAttempts": 5}
+    condition = alt_definition["States"]["CheckLaunchOptions"]["Choices"][0]["Condition"]
+    assert "$use_spot = false" in condition  # spot cannot be requested without checkpoints
+
+
+# --------------------------------------------------------------------------------------------
+# State machine, roles, network, notifications
+# --------------------------------------------------------------------------------------------
+
+
+def test_state_machine_logs_everything_and_traces(default):
+    template = default.template("TrainingJob")
+    template.has_resource_properties(
+        "AWS::StepFunctions::StateMachine",
+        {
+            "StateMachineName": "gputrain-training-job",
+            "LoggingConfiguration": {
+                "Level": "ALL",
+                "IncludeExecutionData": True,
+                "Destinations": [{"CloudWatchLogsLogGroup": {"LogGroupArn": Match.any_value()}}],
+            },
+            "TracingConfiguration": {"Enabled": True},
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Logs::LogGroup",
+        {"LogGroupName": "/aws/vendedlogs/states/gputrain-training-job", "KmsKeyId": Match.any_value(), "RetentionInDays": 365},
+    )
+
+
+def _policy_statements(template, logical_prefix: str) -> dict[str, dict[str, Any]]:
+    policies = template.find_resources("AWS::IAM::ManagedPolicy")
+    (policy,) = [p for k, p in policies.items() if k.startswith(logical_prefix)]
+    return {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_workflow_role_is_scoped_to_the_jobs_it_creates(default):
+    template = default.template("TrainingJob")
+    statements = _policy_statements(template, "WorkflowRolePolicy")
+    jobs = "arn:aws:sagemaker:us-east-1:123456789012:training-job/gputrain-*"
+    create = statements["CreateHardenedTrainingJobs"]
+    assert create["Action"] == "sagemaker:CreateTrainingJob" and create["Resource"] == jobs
+    assert create["Condition"]["Bool"] == {"sagemaker:NetworkIsolation": "true"}
+    assert statements["FollowAndStopProjectJobs"]["Resource"] == jobs
+    assert set(statements["FollowAndStopProjectJobs"]["Action"]) == {
+        "sagemaker:DescribeTrainingJob",
+        "sagemaker:StopTrainingJob",
+        "sagemaker:AddTags",
+        "sagemaker:ListTags",
+    }
+    assert statements["PassJobRole"]["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert statements["SyncIntegrationRule"]["Resource"] == (
+        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule"
+    )
+    # Every permission is in the managed policy: no inline policy on the role.
+    assert template.find_resources("AWS::IAM::Policy") == {}
+
+
+def test_job_role_is_scoped_to_the_project_prefixes_key_repository_and_log_streams(default):
+    template = default.template("TrainingJob")
+    statements = _policy_statements(template, "WorkflowJobRolePolicy")
+    reads = json.dumps(statements["ReadInputChannels"]["Resource"])
+    assert reads.count("/train/*") == 1
+    writes = json.dumps(statements["ReadWriteOutputsAndCheckpoints"]["Resource"])
+    assert "/training-jobs/*" in writes and "/checkpoints/*" in writes
+    assert statements["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["train/*"]}}
+    assert "Fn::GetStackOutput" in json.dumps(statements["UsePlatformKey"]["Resource"])
+    assert statements["EncryptMlVolumes"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    assert "Fn::GetStackOutput" in json.dumps(statements["PullTrainingImage"]["Resource"])
+    streams = json.dumps(statements["WriteProjectLogStreams"]["Resource"])
+    assert f"log-group:{SAGEMAKER_LOG_GROUP}:log-stream:gputrain-*" in streams
+    assert statements["PublishTrainingMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": SAGEMAKER_LOG_GROUP}}
+    assert "ec2:Vpc" in statements["NetworkInterfacesInTrainingVpc"]["Condition"]["ArnEquals"]
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {"AssumeRolePolicyDocument": {"Statement": [Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})]}},
+    )
+
+
+def test_job_security_group_admits_only_its_own_instances(default):
+    template = default.template("TrainingJob")
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {"SecurityGroupEgress": [{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "Description": Match.any_value()}]},
+    )
+    (ingress,) = template.find_resources("AWS::EC2::SecurityGroupIngress").values()
+    assert ingress["Properties"]["IpProtocol"] == "-1"
+    assert ingress["Properties"]["SourceSecurityGroupId"] == ingress["Properties"]["GroupId"]
+
+
+def test_job_state_changes_go_to_an_encrypted_topic(default, alternative):
+    template = default.template("TrainingJob")
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.sagemaker"],
+                "detail-type": ["SageMaker Training Job State Change"],
+                "detail": {"TrainingJobStatus": ["Completed", "Failed", "Stopped"], "TrainingJobName": [{"prefix": "gputrain-"}]},
+            },
+            "Targets": [Match.object_like({"Arn": {"Ref": Match.string_like_regexp("NotificationsTopic")}})],
+        },
+    )
+    template.has_resource_properties(
+        "AWS::Events::Rule",
+        {"EventPattern": Match.object_like({"source": ["aws.states"], "detail": Match.object_like({"status": ["FAILED", "TIMED_OUT", "ABORTED"]})})},
+    )
+    template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
+    template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
+    template.resource_count_is("AWS::SNS::Subscription", 0)
+    alternative.template("TrainingJob").has_resource_properties(
+        "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ml-team@example.com"}
+    )
+
+
+def test_outputs_the_scripts_read_and_the_pre_destroy_step(default):
+    outputs = default.template_json("TrainingJob")["Outputs"]
+    assert {"StateMachineArn", "JobRoleArn", "JobSecurityGroupId", "JobNamePrefix", "NotificationTopicArn", "PreDestroyCommand"} <= set(outputs)
+    assert outputs["PreDestroyCommand"]["Value"] == "python -m scripts.teardown --stop-running"
+    assert outputs["JobNamePrefix"]["Value"] == "gputrain-"
+
+
+def test_stack_passes_both_policy_packs(default):
+    report = default.validation_report()
+    if report is not None:
+        failing = [
+            (v["ruleName"], c["constructPath"])
+            for p in report["pluginReports"]
+            for v in p.get("violations", [])
+            for c in v["violatingConstructs"]
+            if c["constructPath"].startswith("TrainingJob/")
+        ]
+        assert failing == []
