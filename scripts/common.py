@@ -1,0 +1,383 @@
+"""What every operator script shares: config, AWS clients, stack outputs and one-line errors.
+
+AWS access goes through one boto3 session. botocore honours ``AWS_ENDPOINT_URL`` (and
+``AWS_ENDPOINT_URL_<SERVICE>``) by itself, so pointing the scripts at a local emulator needs no
+flag: ``AWS_ENDPOINT_URL=http://localhost:5000 python -m scripts.list_jobs``.
+
+Exit codes, the same in every script:
+
+====  =====================================================================================
+0     done; the job completed; every preflight check passed
+1     the job failed; a preflight check failed; something is still running after teardown
+2     bad command line (argparse)
+3     cannot proceed: no credentials or region, stack or output missing, job not found,
+      an AWS call was refused, invalid configuration or launch option
+4     the job was stopped (``watch``)
+130   interrupted (Ctrl-C)
+====  =====================================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import boto3
+import botocore.loaders
+import botocore.session
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
+
+from stacks.components.training_job_spec import JobResources
+from stacks.config import CONTEXT_KEY, ConfigError, PlatformConfig, load_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ERROR = 3
+EXIT_STOPPED = 4
+EXIT_INTERRUPTED = 130
+
+DATA_OUTPUTS = ("DatasetsBucketName", "ArtifactsBucketName", "KeyArn", "ImageUri", "PrivateSubnetIds")
+"""Outputs of ``<project>-data`` that a direct launch needs."""
+TRAINING_OUTPUTS = ("StateMachineArn", "JobRoleArn", "JobSecurityGroupId", "JobNamePrefix")
+"""Outputs of ``<project>-training`` that the scripts read."""
+
+
+class OperatorError(Exception):
+    """Something the operator must fix; printed as one ``error:`` line, exit code :data:`EXIT_ERROR`."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+
+def project_context(overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """CDK context as ``cdk synth`` sees it: ``cdk.json``, ``cdk.context.json`` and ``-c`` overrides.
+
+    Args:
+        overrides: ``KEY=VALUE`` strings; ``KEY`` may omit the ``gpu_training.`` prefix.
+    """
+    context = dict(json.loads((ROOT / "cdk.json").read_text(encoding="utf-8"))["context"])
+    cached = ROOT / "cdk.context.json"
+    if cached.exists():
+        context.update(json.loads(cached.read_text(encoding="utf-8")))
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise OperatorError(f"context override {item!r} is not KEY=VALUE, e.g. training_job.instance_count=2")
+        if not key.startswith(CONTEXT_KEY + "."):
+            key = f"{CONTEXT_KEY}.{key}"
+        context[key] = value
+    return context
+
+
+def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:
+    """The validated config the deploy used (``cdk.json`` plus the same ``-c`` overrides)."""
+    try:
+        return load_config(project_context(overrides))
+    except ConfigError as err:
+        raise OperatorError(f"invalid configuration: {err}") from None
+
+
+def stack_name(config: PlatformConfig, unit: str) -> str:
+    """``<project>-data|cluster|training``, as :func:`stacks.platform.stack_name` names them."""
+    return f"{config.project_name}-{unit}"
+
+
+# --------------------------------------------------------------------------------------------
+# AWS
+# --------------------------------------------------------------------------------------------
+
+
+_MODEL_LOADER = botocore.loaders.create_loader()
+"""Service models are read from disk once per process, however many sessions are made."""
+
+
+@dataclass
+class Aws:
+    """One boto3 session and its clients (retries in standard mode).
+
+    Attributes:
+        session: The session (``--profile``/``--region`` or the environment).
+    """
+
+    session: boto3.Session
+    _clients: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Aws":
+        """Session from ``--profile``/``--region`` (see :func:`add_common_arguments`)."""
+        core = botocore.session.get_session()
+        core.register_component("data_loader", _MODEL_LOADER)
+        try:
+            session = boto3.Session(
+                botocore_session=core,
+                profile_name=getattr(args, "profile", None),
+                # botocore itself only reads AWS_DEFAULT_REGION; the AWS CLI v2 and newer SDKs prefer AWS_REGION.
+                region_name=getattr(args, "region", None) or os.environ.get("AWS_REGION") or None,
+            )
+        except ProfileNotFound as err:
+            raise OperatorError(f"{err}: check --profile or AWS_PROFILE") from None
+        return cls(session)
+
+    @property
+    def region(self) -> str:
+        """The region, or an :class:`OperatorError` saying how to set one."""
+        if not self.session.region_name:
+            raise OperatorError("no AWS region: pass --region or set AWS_REGION (or AWS_DEFAULT_REGION, or a region in your AWS profile)")
+        return self.session.region_name
+
+    def client(self, service: str) -> Any:
+        """A cached client for ``service`` in :attr:`region`."""
+        if service not in self._clients:
+            self._clients[service] = self.session.client(
+                service,
+                region_name=self.region,
+                config=Config(retries={"mode": "standard", "max_attempts": 4}, user_agent_extra="gputrain-scripts"),
+            )
+        return self._clients[service]
+
+    def account(self) -> str:
+        """The caller's account id (STS)."""
+        return str(self.client("sts").get_caller_identity()["Account"])
+
+
+def error_code(err: ClientError) -> str:
+    """The AWS error code of a ``ClientError``."""
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def error_message(err: ClientError) -> str:
+    """The AWS error message of a ``ClientError``."""
+    return str(err.response.get("Error", {}).get("Message", "")).strip()
+
+
+def stack_outputs(aws: Aws, name: str, required: Sequence[str] = ()) -> dict[str, str]:
+    """Outputs of stack ``name``; an :class:`OperatorError` if it or a required output is missing.
+
+    Args:
+        aws: Session.
+        name: CloudFormation stack name, e.g. ``gputrain-training``.
+        required: Output keys that must be present.
+    """
+    try:
+        stacks = aws.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
+    except ClientError as err:
+        if "does not exist" in error_message(err):
+            raise OperatorError(
+                f"stack {name} not found in {aws.region}: deploy it first (npx cdk deploy), or check --region/-c project_name"
+            ) from None
+        raise
+    stack = stacks[0]
+    if stack["StackStatus"].endswith("_FAILED") or stack["StackStatus"].startswith("DELETE_"):
+        raise OperatorError(f"stack {name} is {stack['StackStatus']}: fix or redeploy it first")
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    missing = [key for key in required if key not in outputs]
+    if missing:
+        raise OperatorError(
+            f"stack {name} has no output {', '.join(missing)}: redeploy it with this version of the code (npx cdk deploy {name})"
+        )
+    return outputs
+
+
+@dataclass
+class Deployment:
+    """The deployed platform as the scripts see it: config, session and the stacks' outputs.
+
+    Attributes:
+        config: Validated configuration (``cdk.json`` and ``-c`` overrides).
+        aws: The session.
+    """
+
+    config: PlatformConfig
+    aws: Aws
+    _outputs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Deployment":
+        """Config and session from the common arguments."""
+        return cls(config=load_platform_config(getattr(args, "context", None) or ()), aws=Aws.from_args(args))
+
+    @property
+    def job_name_prefix(self) -> str:
+        """Every job of the project is named ``<project>-...``."""
+        return f"{self.config.project_name}-"
+
+    def outputs(self, unit: str, required: Sequence[str]) -> dict[str, str]:
+        """Outputs of ``<project>-<unit>``, read once."""
+        if unit not in self._outputs:
+            self._outputs[unit] = stack_outputs(self.aws, stack_name(self.config, unit), required)
+        else:
+            stack_outputs_check(self._outputs[unit], stack_name(self.config, unit), required)
+        return self._outputs[unit]
+
+    def training_outputs(self) -> dict[str, str]:
+        """Outputs of ``<project>-training``."""
+        return self.outputs("training", TRAINING_OUTPUTS)
+
+    def has_training_stack(self) -> bool:
+        """Whether ``<project>-training`` is deployed (it is optional for jobs launched directly)."""
+        try:
+            self.training_outputs()
+        except OperatorError:
+            return False
+        return True
+
+    def job_resources(self) -> JobResources:
+        """What a job runs with, from both stacks' outputs (for a direct launch)."""
+        data = self.outputs("data", DATA_OUTPUTS)
+        training = self.training_outputs()
+        return JobResources(
+            role_arn=training["JobRoleArn"],
+            image_uri=data["ImageUri"],
+            datasets_bucket=data["DatasetsBucketName"],
+            artifacts_bucket=data["ArtifactsBucketName"],
+            key_arn=data["KeyArn"],
+            subnet_ids=[s for s in data["PrivateSubnetIds"].split(",") if s],
+            security_group_ids=[training["JobSecurityGroupId"]],
+        )
+
+    def execution_arn(self, name: str) -> str:
+        """ARN of the workflow execution named ``name`` (launch names executions after their job)."""
+        state_machine = self.training_outputs()["StateMachineArn"]
+        return state_machine.replace(":stateMachine:", ":execution:", 1) + f":{name}"
+
+
+def stack_outputs_check(outputs: Mapping[str, str], name: str, required: Sequence[str]) -> None:
+    """Raise the same error as :func:`stack_outputs` for outputs read earlier."""
+    missing = [key for key in required if key not in outputs]
+    if missing:
+        raise OperatorError(f"stack {name} has no output {', '.join(missing)}: redeploy it with this version of the code")
+
+
+def job_console_url(region: str, job_name: str) -> str:
+    """The SageMaker console page of a training job."""
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
+
+
+def execution_console_url(region: str, execution_arn: str) -> str:
+    """The Step Functions console page of an execution."""
+    return f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{execution_arn}"
+
+
+def describe_job(aws: Aws, name: str) -> Optional[dict[str, Any]]:
+    """``DescribeTrainingJob``, or ``None`` when there is no such job."""
+    try:
+        return dict(aws.client("sagemaker").describe_training_job(TrainingJobName=name))
+    except ClientError as err:
+        if error_code(err) in ("ValidationException", "ResourceNotFound") and "not find" in error_message(err).lower():
+            return None
+        raise
+
+
+def describe_execution(aws: Aws, arn: str) -> Optional[dict[str, Any]]:
+    """``DescribeExecution``, or ``None`` when there is no such execution."""
+    try:
+        return dict(aws.client("stepfunctions").describe_execution(executionArn=arn))
+    except ClientError as err:
+        if error_code(err) == "ExecutionDoesNotExist":
+            return None
+        raise
+
+
+def project_jobs(aws: Aws, prefix: str, *, status: Optional[str] = None, limit: int = 100) -> list[dict[str, Any]]:
+    """The newest training jobs named ``<prefix>...`` (``ListTrainingJobs`` summaries), newest first."""
+    paginator = aws.client("sagemaker").get_paginator("list_training_jobs")
+    params: dict[str, Any] = {"NameContains": prefix, "SortBy": "CreationTime", "SortOrder": "Descending"}
+    if status:
+        params["StatusEquals"] = status
+    jobs: list[dict[str, Any]] = []
+    for page in paginator.paginate(**params):
+        jobs.extend(j for j in page["TrainingJobSummaries"] if j["TrainingJobName"].startswith(prefix))
+        if len(jobs) >= limit:
+            break
+    jobs.sort(key=lambda j: j["CreationTime"], reverse=True)
+    return jobs[:limit]
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--region``, ``--profile`` and ``-c KEY=VALUE`` (the same overrides as ``cdk -c``)."""
+    parser.add_argument("--region", help="AWS region (default: AWS_REGION or the profile's)")
+    parser.add_argument("--profile", help="AWS profile (default: AWS_PROFILE or the default chain)")
+    parser.add_argument(
+        "-c",
+        "--context",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override as given to cdk, e.g. -c training_job.instance_count=2 (repeatable)",
+    )
+
+
+def run(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Sequence[str]] = None) -> int:
+    """Run ``main(argv)``; turn every expected failure into one ``error:`` line and an exit code."""
+    try:
+        return main(argv)
+    except OperatorError as err:
+        return fail(str(err), err.exit_code)
+    except (NoCredentialsError, PartialCredentialsError):
+        return fail(
+            "no AWS credentials found: set AWS_PROFILE (after aws sso login) or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY"
+        )
+    except ProfileNotFound as err:
+        return fail(f"{err}: check --profile or AWS_PROFILE")
+    except NoRegionError:
+        return fail("no AWS region: pass --region or set AWS_REGION")
+    except EndpointConnectionError as err:
+        return fail(f"cannot reach AWS at {err.kwargs.get('endpoint_url', '?')}: check the network or AWS_ENDPOINT_URL")
+    except ClientError as err:
+        operation = getattr(err, "operation_name", "an AWS call")
+        return fail(f"{operation} failed: {error_code(err)}: {error_message(err)}")
+    except BotoCoreError as err:
+        return fail(f"AWS client error: {err}")
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def fail(message: str, exit_code: int = EXIT_ERROR) -> int:
+    """Print ``error: <message>`` on stderr; return ``exit_code``."""
+    print(f"error: {message}", file=sys.stderr)
+    return exit_code
+
+
+def format_duration(seconds: float) -> str:
+    """``1234`` -> ``00:20:34`` (days are folded into hours)."""
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def print_table(rows: Sequence[Sequence[str]], headers: Sequence[str], out: Any = None) -> None:
+    """A plain left-aligned text table."""
+    out = out or sys.stdout
+    widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows)]
+    for row in (headers, *rows):
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip(), file=out)
+

@@ -1,0 +1,114 @@
+"""Stop a training job, and the workflow execution running it.
+
+Usage (from the repository root)::
+
+    python -m scripts.stop gputrain-20260101-120000-ab12
+    python -m scripts.stop JOB --wait        # until SageMaker reports it Stopped
+
+Stopping the workflow execution makes Step Functions stop its job too; the job is also stopped
+directly, so a job launched with ``--direct`` stops the same way. A job that has already ended is
+reported and left alone (exit 0). Exit 3 when there is neither a job nor an execution of that name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Callable, Optional, Sequence
+
+from botocore.exceptions import ClientError
+
+from scripts.common import (
+    Deployment,
+    OperatorError,
+    add_common_arguments,
+    describe_execution,
+    describe_job,
+    error_code,
+    error_message,
+    run,
+)
+
+ACTIVE_JOB_STATES = ("InProgress",)
+
+
+def stop_execution(deployment: Deployment, name: str) -> bool:
+    """Stop the running workflow execution named ``name``; whether there was one."""
+    if not deployment.has_training_stack():
+        return False
+    arn = deployment.execution_arn(name)
+    execution = describe_execution(deployment.aws, arn)
+    if execution is None or execution["status"] != "RUNNING":
+        return False
+    deployment.aws.client("stepfunctions").stop_execution(
+        executionArn=arn, error="StoppedByOperator", cause="python -m scripts.stop"
+    )
+    return True
+
+
+def stop_job(deployment: Deployment, name: str) -> Optional[str]:
+    """Ask SageMaker to stop job ``name``; its status before (``None`` if it does not exist)."""
+    job = describe_job(deployment.aws, name)
+    if job is None:
+        return None
+    status = str(job["TrainingJobStatus"])
+    if status in ACTIVE_JOB_STATES:
+        try:
+            deployment.aws.client("sagemaker").stop_training_job(TrainingJobName=name)
+        except ClientError as err:
+            # The workflow's own stop may have got there first.
+            if not (error_code(err) == "ValidationException" and "stop" in error_message(err).lower()):
+                raise
+    return status
+
+
+def wait_until_ended(
+    deployment: Deployment, name: str, *, timeout: float, interval: float, sleep: Callable[[float], None] = time.sleep
+) -> str:
+    """Poll until the job leaves InProgress/Stopping; its final status."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = describe_job(deployment.aws, name)
+        status = str(job["TrainingJobStatus"]) if job else "Stopped"
+        if status not in ("InProgress", "Stopping"):
+            return status
+        if time.monotonic() > deadline:
+            raise OperatorError(f"{name} is still {status} after {timeout:.0f}s", 1)
+        sleep(interval)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m scripts.stop", description="Stop a training job.")
+    parser.add_argument("job_name", help="the training job (and workflow execution) to stop")
+    parser.add_argument("--wait", action="store_true", help="wait until the job has stopped")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds --wait waits (default 900)")
+    parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
+    add_common_arguments(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    deployment = Deployment.from_args(args)
+    name = args.job_name
+    stopped_execution = stop_execution(deployment, name)
+    before = stop_job(deployment, name)
+    if before is None and not stopped_execution:
+        raise OperatorError(f"training job {name} not found in {deployment.aws.region} (see python -m scripts.list_jobs)")
+    if stopped_execution:
+        print(f"stopped workflow execution {name}")
+    if before is None:
+        print(f"{name}: the execution had not created its job yet")
+        return 0
+    if before not in ACTIVE_JOB_STATES:
+        print(f"{name} already {before}; nothing to stop")
+        return 0
+    print(f"stopping {name}")
+    if args.wait:
+        print(f"{name} {wait_until_ended(deployment, name, timeout=args.timeout, interval=args.interval)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

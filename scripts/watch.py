@@ -1,0 +1,241 @@
+"""Follow a training job until it ends: status, secondary status transitions, elapsed time, the
+last metric values and the job's CloudWatch log lines.
+
+Usage (from the repository root)::
+
+    python -m scripts.watch gputrain-20260101-120000-ab12
+    python -m scripts.watch                      # the project's newest job
+    python -m scripts.watch JOB --no-logs --interval 30
+
+Exit code: 0 completed, 1 failed (the failure reason is printed in full), 4 stopped, 3 when the
+job does not exist. A job launched through the workflow may take a moment to appear; while its
+execution is still running, ``watch`` waits for it (``--start-timeout``), and if the execution
+failed before creating a job, prints the execution's error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional, Sequence, TextIO
+
+from botocore.exceptions import ClientError
+
+from scripts.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_STOPPED,
+    Aws,
+    Deployment,
+    OperatorError,
+    add_common_arguments,
+    describe_execution,
+    describe_job,
+    error_code,
+    format_duration,
+    job_console_url,
+    project_jobs,
+    run,
+)
+from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
+
+END_STATES = {"Completed": EXIT_OK, "Failed": EXIT_FAILED, "Stopped": EXIT_STOPPED}
+
+
+class MetricParser:
+    """Applies the image's metric definitions to log lines, keeping the last value of each."""
+
+    def __init__(self, definitions: Sequence[dict[str, str]]) -> None:
+        self._patterns = [(d["Name"], re.compile(d["Regex"])) for d in definitions]
+        self.last: dict[str, str] = {}
+
+    def feed(self, line: str) -> bool:
+        """Parse one line; whether it carried a metric."""
+        found = False
+        for name, pattern in self._patterns:
+            match = pattern.search(line)
+            if match:
+                self.last[name] = match.group(1)
+                found = True
+        return found
+
+    def summary(self) -> str:
+        """``epoch=3 loss=0.41 ...`` in definition order."""
+        return " ".join(f"{name}={self.last[name]}" for name, _ in self._patterns if name in self.last)
+
+
+@dataclass
+class LogFollower:
+    """Reads new events of a job's log streams (``/aws/sagemaker/TrainingJobs``, ``<job>/...``)."""
+
+    aws: Aws
+    job_name: str
+    _tokens: dict[str, Optional[str]] = field(default_factory=dict)
+
+    def poll(self) -> list[tuple[str, str]]:
+        """New ``(stream suffix, message)`` pairs since the last call, oldest first per stream."""
+        logs = self.aws.client("logs")
+        try:
+            streams = logs.describe_log_streams(
+                logGroupName=SAGEMAKER_LOG_GROUP, logStreamNamePrefix=f"{self.job_name}/"
+            ).get("logStreams", [])
+        except ClientError as err:
+            if error_code(err) == "ResourceNotFoundException":
+                return []
+            raise
+        lines: list[tuple[str, str]] = []
+        for stream in sorted(s["logStreamName"] for s in streams):
+            params: dict[str, Any] = {"logGroupName": SAGEMAKER_LOG_GROUP, "logStreamName": stream, "startFromHead": True}
+            while True:
+                token = self._tokens.get(stream)
+                if token:
+                    params["nextToken"] = token
+                page = logs.get_log_events(**params)
+                events = page.get("events", [])
+                lines.extend((stream.split("/", 1)[-1], e["message"].rstrip("\n")) for e in events)
+                self._tokens[stream] = page.get("nextForwardToken")
+                if not events or page.get("nextForwardToken") == token:
+                    break
+        return lines
+
+
+def _elapsed(job: dict[str, Any], now: datetime) -> float:
+    start = job.get("TrainingStartTime") or job.get("CreationTime") or now
+    end = job.get("TrainingEndTime") if job.get("TrainingJobStatus") in END_STATES else None
+    return ((end or now) - start).total_seconds()
+
+
+def wait_for_job(
+    deployment: Deployment,
+    job_name: str,
+    *,
+    start_timeout: float,
+    interval: float,
+    out: TextIO,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Describe the job; while the workflow execution of that name runs and has no job yet, wait."""
+    deadline = time.monotonic() + start_timeout
+    said = False
+    while True:
+        job = describe_job(deployment.aws, job_name)
+        if job is not None:
+            return job
+        execution = describe_execution(deployment.aws, deployment.execution_arn(job_name)) if deployment.has_training_stack() else None
+        if execution is None:
+            raise OperatorError(f"training job {job_name} not found in {deployment.aws.region} (see python -m scripts.list_jobs)")
+        if execution["status"] != "RUNNING":
+            cause = execution.get("cause") or execution.get("error") or "no cause recorded"
+            raise OperatorError(
+                f"the workflow execution {job_name} is {execution['status']} and created no job: {cause}", EXIT_FAILED
+            )
+        if time.monotonic() > deadline:
+            raise OperatorError(f"the workflow execution {job_name} has not created its job after {start_timeout:.0f}s")
+        if not said:
+            print(f"waiting for the workflow to create {job_name} ...", file=out)
+            said = True
+        sleep(interval)
+
+
+def follow(
+    deployment: Deployment,
+    job_name: str,
+    *,
+    interval: float = 15.0,
+    logs: bool = True,
+    start_timeout: float = 120.0,
+    heartbeat: float = 60.0,
+    out: Optional[TextIO] = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Follow ``job_name`` until it ends; return the exit code of its outcome.
+
+    Args:
+        deployment: Config, session and outputs.
+        job_name: The training job.
+        interval: Seconds between polls.
+        logs: Print the job's log lines.
+        start_timeout: How long to wait for a workflow execution to create the job.
+        heartbeat: Print an unchanged status line again after this many seconds.
+        out: Where the progress goes (default stdout).
+        sleep: Injected for tests.
+    """
+    out = out or sys.stdout
+    aws = deployment.aws
+    job = wait_for_job(deployment, job_name, start_timeout=start_timeout, interval=interval, out=out, sleep=sleep)
+    print(f"following {job_name}  {job_console_url(aws.region, job_name)}", file=out)
+    metrics = MetricParser(job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or load_metric_definitions())
+    follower = LogFollower(aws, job_name) if logs else None
+    seen_transitions = 0
+    last_line = ""
+    last_print = 0.0
+    while True:
+        now = datetime.now(timezone.utc)
+        status = job["TrainingJobStatus"]
+        transitions = job.get("SecondaryStatusTransitions") or []
+        for transition in transitions[seen_transitions:]:
+            print(f"  -> {transition['Status']}: {transition.get('StatusMessage', '')}".rstrip(), file=out)
+        seen_transitions = len(transitions)
+        if follower:
+            for stream, message in follower.poll():
+                metrics.feed(message)
+                print(f"  [{stream}] {message}", file=out)
+        for item in job.get("FinalMetricDataList") or []:
+            metrics.last.setdefault(item["MetricName"], f"{item['Value']:g}")
+        line = f"[{format_duration(_elapsed(job, now))}] {status} / {job.get('SecondaryStatus', '-')}"
+        if metrics.summary():
+            line += f"  {metrics.summary()}"
+        if line.split("]", 1)[1] != last_line.split("]", 1)[-1] or time.monotonic() - last_print >= heartbeat:
+            print(line, file=out)
+            last_line, last_print = line, time.monotonic()
+        if status in END_STATES:
+            return _report_end(job, out)
+        sleep(interval)
+        job = describe_job(aws, job_name) or job
+
+
+def _report_end(job: dict[str, Any], out: TextIO) -> int:
+    status = job["TrainingJobStatus"]
+    print(f"{job['TrainingJobName']} {status}", file=out)
+    for key in ("TrainingTimeInSeconds", "BillableTimeInSeconds"):
+        if key in job:
+            print(f"  {key}: {job[key]}", file=out)
+    artifacts = job.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+    if artifacts and status == "Completed":
+        print(f"  model: {artifacts}", file=out)
+    if job.get("FailureReason"):
+        print(f"  FailureReason: {job['FailureReason']}", file=out)
+    return END_STATES[status]
+
+
+def newest_job(deployment: Deployment) -> str:
+    """Name of the project's most recently created job."""
+    jobs = project_jobs(deployment.aws, deployment.job_name_prefix, limit=1)
+    if not jobs:
+        raise OperatorError(f"no training jobs named {deployment.job_name_prefix}* in {deployment.aws.region}")
+    return str(jobs[0]["TrainingJobName"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m scripts.watch", description="Follow a training job until it ends.")
+    parser.add_argument("job_name", nargs="?", help="training job (default: the project's newest)")
+    parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
+    parser.add_argument("--no-logs", dest="logs", action="store_false", help="do not print the job's log lines")
+    parser.add_argument("--start-timeout", type=float, default=120.0, help="wait this long for the workflow to create the job")
+    add_common_arguments(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    deployment = Deployment.from_args(args)
+    name = args.job_name or newest_job(deployment)
+    return follow(deployment, name, interval=args.interval, logs=args.logs, start_timeout=args.start_timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

@@ -1,0 +1,297 @@
+"""The operator scripts against a moto server on loopback.
+
+One ``moto.server.ThreadedMotoServer`` per session, on a free port of 127.0.0.1. The scripts reach
+it the way they reach any emulator: ``AWS_ENDPOINT_URL``, fake credentials, ``us-east-1``. The
+stacks' outputs come from two small CloudFormation stacks deployed into moto
+(``gputrain-data``/``gputrain-training``) whose outputs have the names the real stacks export and
+point at real moto resources (buckets, KMS key, VPC, subnets, role, security group, state machine).
+
+What moto 5.2.5 cannot do, and how the tests deal with it (everything else is the real moto):
+
+- ``StopTrainingJob`` is not implemented (500 "not been implemented"): :func:`_patch_moto` adds
+  it in-process; the job goes straight to ``Stopped`` (SageMaker passes through ``Stopping``).
+- Training jobs are ``Completed`` the moment they are created, and ``CreateTrainingJob`` replaces
+  the request's ``MetricDefinitions`` with its own: tests that need a running or failed job, or
+  the real metric regexes, edit the job in moto's backend (:class:`MotoBackends`).
+- Service Quotas only knows the ``vpc`` service and has no ``ListServiceQuotas`` or
+  ``GetAWSDefaultServiceQuota``: the patch serves the EC2 and SageMaker quotas a test sets.
+- SSM has no Deep Learning AMI parameters and refuses ``PutParameter`` under ``/aws/``: the DLAMI
+  parameter is put into the backend directly.
+- Step Functions executions stay ``RUNNING`` and never run the definition (no ``.sync``
+  integration): a test plays the workflow by creating the job itself.
+- CloudFormation requires a resource in every stack and does not validate the real templates
+  here; deploying the synthesized stacks is the integration suite's job.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+import boto3
+import pytest
+from moto.backends import get_backend
+from moto.server import ThreadedMotoServer
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+PROJECT = "gputrain"
+
+
+class FakeQuotas:
+    """Quota values the patched Service Quotas serves; tests set them."""
+
+    def __init__(self) -> None:
+        self.applied: dict[tuple[str, str], float] = {}
+        self.sagemaker_defaults: dict[str, float] = {}
+
+
+QUOTAS = FakeQuotas()
+
+
+def _quota(service: str, code: str, name: str, value: float) -> dict[str, Any]:
+    return {
+        "ServiceCode": service,
+        "QuotaCode": code,
+        "QuotaName": name,
+        "Value": value,
+        "Unit": "None",
+        "Adjustable": True,
+        "GlobalQuota": False,
+    }
+
+
+def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fill the moto gaps listed in the module docstring (in this process, where the server runs)."""
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.responses import SageMakerResponse
+    from moto.servicequotas.exceptions import NoSuchResource
+    from moto.servicequotas.responses import ServiceQuotasResponse
+
+    def stop_training_job(self: SageMakerResponse) -> ActionResult:
+        name = self._get_param("TrainingJobName")
+        self.sagemaker_backend.describe_training_job(name)  # raises ValidationException when missing
+        job = self.sagemaker_backend.training_jobs[name]
+        job.training_job_status = "Stopped"
+        job.secondary_status = "Stopped"
+        return ActionResult({})
+
+    monkeypatch.setattr(SageMakerResponse, "stop_training_job", stop_training_job, raising=False)
+
+    def get_service_quota(self: ServiceQuotasResponse) -> str:
+        params = json.loads(self.body)
+        key = (params["ServiceCode"], params["QuotaCode"])
+        if key not in QUOTAS.applied:
+            raise NoSuchResource
+        return json.dumps({"Quota": _quota(*key, name=key[1], value=QUOTAS.applied[key])})
+
+    def get_aws_default_service_quota(self: ServiceQuotasResponse) -> str:
+        raise NoSuchResource
+
+    def list_sagemaker(self: ServiceQuotasResponse) -> str:
+        params = json.loads(self.body)
+        if params["ServiceCode"] != "sagemaker":
+            raise NoSuchResource
+        quotas = [_quota("sagemaker", f"L-{i:08d}", n, v) for i, (n, v) in enumerate(QUOTAS.sagemaker_defaults.items())]
+        return json.dumps({"Quotas": quotas})
+
+    def list_applied(self: ServiceQuotasResponse) -> str:
+        return json.dumps({"Quotas": []})
+
+    monkeypatch.setattr(ServiceQuotasResponse, "get_service_quota", get_service_quota)
+    monkeypatch.setattr(ServiceQuotasResponse, "get_aws_default_service_quota", get_aws_default_service_quota, raising=False)
+    monkeypatch.setattr(ServiceQuotasResponse, "list_aws_default_service_quotas", list_sagemaker)
+    monkeypatch.setattr(ServiceQuotasResponse, "list_service_quotas", list_applied, raising=False)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A patched moto server on a free loopback port."""
+    patcher = pytest.MonkeyPatch()
+    _patch_moto(patcher)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+    patcher.undo()
+
+
+def _aws_env(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/aws-credentials")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+DATA_TEMPLATE = {
+    "Resources": {
+        "Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.40.0.0/16"}},
+        "SubnetA": {
+            "Type": "AWS::EC2::Subnet",
+            "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.40.0.0/20", "AvailabilityZone": "us-east-1a"},
+        },
+        "SubnetB": {
+            "Type": "AWS::EC2::Subnet",
+            "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.40.16.0/20", "AvailabilityZone": "us-east-1b"},
+        },
+        "Datasets": {"Type": "AWS::S3::Bucket"},
+        "Artifacts": {"Type": "AWS::S3::Bucket"},
+        "Key": {
+            "Type": "AWS::KMS::Key",
+            "Properties": {
+                "KeyPolicy": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}, "Action": "kms:*", "Resource": "*"}],
+                }
+            },
+        },
+    },
+    "Outputs": {
+        "DatasetsBucketName": {"Value": {"Ref": "Datasets"}},
+        "ArtifactsBucketName": {"Value": {"Ref": "Artifacts"}},
+        "KeyArn": {"Value": {"Fn::GetAtt": ["Key", "Arn"]}},
+        "ImageUri": {"Value": {"Fn::Sub": "${AWS::AccountId}.dkr.ecr.${AWS::Region}.amazonaws.com/gputrain-training:tf2.21.0-gpu-1"}},
+        "VpcId": {"Value": {"Ref": "Vpc"}},
+        "PrivateSubnetIds": {"Value": {"Fn::Join": [",", [{"Ref": "SubnetA"}, {"Ref": "SubnetB"}]]}},
+    },
+}
+
+TRAINING_TEMPLATE = {
+    "Resources": {
+        "JobRole": {
+            "Type": "AWS::IAM::Role",
+            "Properties": {
+                "AssumeRolePolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+                }
+            },
+        },
+        "WorkflowRole": {
+            "Type": "AWS::IAM::Role",
+            "Properties": {
+                "AssumeRolePolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Principal": {"Service": "states.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+                }
+            },
+        },
+        "JobSecurityGroup": {
+            "Type": "AWS::EC2::SecurityGroup",
+            "Properties": {"GroupDescription": "training jobs", "VpcId": "{vpc_id}"},
+        },
+        "StateMachine": {
+            "Type": "AWS::StepFunctions::StateMachine",
+            "Properties": {
+                "StateMachineName": f"{PROJECT}-training-job",
+                "RoleArn": {"Fn::GetAtt": ["WorkflowRole", "Arn"]},
+                # moto records executions but never runs a definition; the real one is tested in tests/unit.
+                "DefinitionString": json.dumps({"StartAt": "Train", "States": {"Train": {"Type": "Pass", "End": True}}}),
+            },
+        },
+    },
+    "Outputs": {
+        "StateMachineArn": {"Value": {"Ref": "StateMachine"}},
+        "JobRoleArn": {"Value": {"Fn::GetAtt": ["JobRole", "Arn"]}},
+        "JobSecurityGroupId": {"Value": {"Fn::GetAtt": ["JobSecurityGroup", "GroupId"]}},
+        "JobNamePrefix": {"Value": f"{PROJECT}-"},
+    },
+}
+
+
+@dataclass
+class Platform:
+    """The deployed (moto) platform: outputs of both stacks."""
+
+    data: dict[str, str]
+    training: dict[str, str]
+
+
+def _deploy(cfn: Any, name: str, template: dict[str, Any]) -> dict[str, str]:
+    cfn.create_stack(StackName=name, TemplateBody=json.dumps(template))
+    stack = cfn.describe_stacks(StackName=name)["Stacks"][0]
+    assert stack["StackStatus"] == "CREATE_COMPLETE", stack
+    return {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+
+
+@pytest.fixture(scope="session")
+def platform(moto_endpoint: str) -> Platform:
+    """``gputrain-data`` and ``gputrain-training`` with the outputs the scripts read."""
+    patcher = pytest.MonkeyPatch()
+    _aws_env(patcher, moto_endpoint)
+    try:
+        cfn = boto3.client("cloudformation", region_name=REGION)
+        data = _deploy(cfn, f"{PROJECT}-data", DATA_TEMPLATE)
+        training_template = json.loads(json.dumps(TRAINING_TEMPLATE).replace('"{vpc_id}"', json.dumps(data["VpcId"])))
+        training = _deploy(cfn, f"{PROJECT}-training", training_template)
+        # A stack of another project that lacks most outputs (an old or partial deploy).
+        partial = {"Resources": {"Topic": {"Type": "AWS::SNS::Topic"}}, "Outputs": {"StateMachineArn": {"Value": "arn:aws:states:us-east-1:123456789012:stateMachine:x"}}}
+        _deploy(cfn, "partial-training", partial)
+        _deploy(cfn, "partial-data", partial)
+    finally:
+        patcher.undo()
+    return Platform(data=data, training=training)
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, platform: Platform, monkeypatch: pytest.MonkeyPatch) -> Platform:
+    """The environment a script sees: the moto endpoint, fake credentials, us-east-1."""
+    _aws_env(monkeypatch, moto_endpoint)
+    QUOTAS.applied.clear()
+    QUOTAS.sagemaker_defaults.clear()
+    return platform
+
+
+class MotoBackends:
+    """Direct access to moto's in-process state, for what its API cannot express."""
+
+    def __init__(self) -> None:
+        self.sagemaker = get_backend("sagemaker")[ACCOUNT][REGION]
+        self.ssm = get_backend("ssm")[ACCOUNT][REGION]
+
+    def job(self, name: str) -> Any:
+        return self.sagemaker.training_jobs[name]
+
+    def set_job(self, name: str, status: str, secondary: str, message: str = "", **attributes: Any) -> None:
+        """Put a job in ``status``/``secondary`` and record the transition, as SageMaker would."""
+        job = self.job(name)
+        now = datetime.now(timezone.utc)
+        job.training_job_status = status
+        job.secondary_status = secondary
+        job.secondary_status_transitions = [*job.secondary_status_transitions, {"Status": secondary, "StartTime": now, "StatusMessage": message}]
+        job.last_modified_time = now
+        for key, value in attributes.items():
+            setattr(job, key, value)
+
+    def put_public_parameter(self, name: str, value: str) -> None:
+        """An ``/aws/service/...`` parameter (moto's PutParameter refuses that prefix, like AWS)."""
+        from moto.ssm.models import Parameter
+
+        self.ssm._parameters[name].append(
+            Parameter(
+                account_id=ACCOUNT,
+                name=name,
+                value=value,
+                parameter_type="String",
+                description=None,
+                allowed_pattern=None,
+                keyid=None,
+                last_modified_date=datetime.now(timezone.utc),
+                version=1,
+                data_type="text",
+            )
+        )
+
+
+@pytest.fixture
+def moto_backends(aws: Platform) -> MotoBackends:
+    return MotoBackends()

@@ -1,0 +1,109 @@
+"""scripts.stop, scripts.list_jobs and scripts.teardown against moto.
+
+moto has no StopTrainingJob; conftest adds one that moves the job straight to Stopped.
+"""
+
+from __future__ import annotations
+
+import boto3
+
+from scripts import list_jobs, stop, teardown
+from scripts.common import Aws, Deployment, load_platform_config, run
+from scripts.launch import main as launch_main
+from tests.scripts.conftest import PROJECT, REGION
+
+
+def _running_job(moto_backends, name: str) -> None:
+    assert launch_main(["--direct", "--name", name]) == 0
+    moto_backends.set_job(name, "InProgress", "Training", "Training in progress")
+
+
+def _execution_status(aws, name: str) -> str:
+    arn = aws.training["StateMachineArn"].replace(":stateMachine:", ":execution:") + f":{name}"
+    return boto3.client("stepfunctions", region_name=REGION).describe_execution(executionArn=arn)["status"]
+
+
+def test_list_shows_only_the_projects_jobs_newest_first(aws, moto_backends, capsys):
+    assert launch_main(["--direct", "--name", f"{PROJECT}-list-a"]) == 0
+    assert launch_main(["--direct", "--name", f"{PROJECT}-list-b"]) == 0
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    other = sagemaker.describe_training_job(TrainingJobName=f"{PROJECT}-list-a")
+    sagemaker.create_training_job(
+        TrainingJobName="someone-else-job",
+        RoleArn=other["RoleArn"],
+        AlgorithmSpecification={"TrainingImage": "img", "TrainingInputMode": "File"},
+        OutputDataConfig={"S3OutputPath": "s3://x/"},
+        ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 1},
+        StoppingCondition={"MaxRuntimeInSeconds": 60},
+    )
+    capsys.readouterr()
+    assert run(list_jobs.main, []) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["NAME", "STATUS", "SECONDARY", "CREATED", "(UTC)", "DURATION"]
+    assert "someone-else-job" not in out
+    assert out.index(f"{PROJECT}-list-b") < out.index(f"{PROJECT}-list-a")
+
+
+def test_list_filters_by_status(aws, moto_backends, capsys):
+    _running_job(moto_backends, f"{PROJECT}-list-running")
+    capsys.readouterr()
+    assert run(list_jobs.main, ["--status", "InProgress"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split()[0] for r in rows] == [f"{PROJECT}-list-running"]
+    assert run(stop.main, [f"{PROJECT}-list-running"]) == 0
+
+
+def test_stop_stops_the_execution_and_the_job(aws, moto_backends, capsys):
+    name = f"{PROJECT}-stop-me"
+    assert launch_main(["--name", name]) == 0  # the workflow execution
+    _running_job(moto_backends, name)  # ... and the job it created (moto does not run workflows)
+    capsys.readouterr()
+    assert run(stop.main, [name, "--wait", "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"stopped workflow execution {name}" in out and f"{name} Stopped" in out
+    assert _execution_status(aws, name) == "ABORTED"
+    assert moto_backends.job(name).training_job_status == "Stopped"
+
+
+def test_stop_leaves_an_ended_job_alone(aws, moto_backends, capsys):
+    assert launch_main(["--direct", "--name", f"{PROJECT}-stop-done"]) == 0  # moto: Completed at once
+    capsys.readouterr()
+    assert run(stop.main, [f"{PROJECT}-stop-done"]) == 0
+    assert f"{PROJECT}-stop-done already Completed; nothing to stop" in capsys.readouterr().out
+
+
+def test_stop_of_an_unknown_job_is_one_line_and_exit_3(aws, capsys):
+    assert run(stop.main, [f"{PROJECT}-not-there"]) == 3
+    assert capsys.readouterr().err == f"error: training job {PROJECT}-not-there not found in {REGION} (see python -m scripts.list_jobs)\n"
+
+
+def test_teardown_lists_then_stops_running_executions_and_jobs(aws, moto_backends, capsys):
+    _running_job(moto_backends, f"{PROJECT}-td-direct")
+    assert launch_main(["--name", f"{PROJECT}-td-workflow"]) == 0
+    capsys.readouterr()
+
+    assert run(teardown.main, []) == 1  # without --stop-running: report only
+    out = capsys.readouterr().out
+    assert f"running training job: {PROJECT}-td-direct" in out
+    assert f"running workflow execution: {PROJECT}-td-workflow" in out
+
+    assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+    assert "nothing left running" in capsys.readouterr().out
+    assert moto_backends.job(f"{PROJECT}-td-direct").training_job_status == "Stopped"
+    assert _execution_status(aws, f"{PROJECT}-td-workflow") == "ABORTED"
+    assert not teardown.find_running(Deployment(config=load_platform_config(), aws=Aws(boto3.Session())))
+
+
+def test_teardown_destroy_runs_cdk_destroy_only_when_nothing_is_left(aws, moto_backends, monkeypatch, capsys):
+    calls = []
+    monkeypatch.setattr(teardown.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or type("R", (), {"returncode": 0})())
+    assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0"]) == 0
+    assert calls and calls[0][-3:] == ["destroy", "--all", "--force"]
+
+    calls.clear()
+    _running_job(moto_backends, f"{PROJECT}-td-stuck")
+    monkeypatch.setattr(teardown, "stop_job", lambda deployment, name: None)  # a job that will not stop
+    assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "0"]) == 1
+    assert not calls
+    assert "not destroying" in capsys.readouterr().err
+    moto_backends.set_job(f"{PROJECT}-td-stuck", "Stopped", "Stopped")

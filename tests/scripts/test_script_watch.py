@@ -1,0 +1,129 @@
+"""scripts.watch against moto: progress, log lines, metrics, and the outcome as the exit code.
+
+moto's jobs are Completed the moment they are created; the running and failing phases are played
+by editing the job in moto's backend between polls (see conftest's module docstring).
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import boto3
+import pytest
+
+from scripts.common import Aws, Deployment, load_platform_config, run
+from scripts.launch import main as launch_main
+from scripts.watch import follow, main
+from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
+from tests.scripts.conftest import PROJECT, REGION
+
+METRIC_LINE = "[metrics] epoch={epoch} loss={loss} accuracy=0.871 examples_per_sec=10234.1 step_time_ms=3.21"
+
+
+def _deployment() -> Deployment:
+    return Deployment(config=load_platform_config(), aws=Aws(boto3.Session()))
+
+
+def _launch_direct(name: str) -> None:
+    assert launch_main(["--direct", "--name", name]) == 0
+
+
+def _log(name: str, *messages: str) -> None:
+    logs = boto3.client("logs", region_name=REGION)
+    try:
+        logs.create_log_group(logGroupName=SAGEMAKER_LOG_GROUP)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    stream = f"{name}/algo-1-1700000000"
+    try:
+        logs.create_log_stream(logGroupName=SAGEMAKER_LOG_GROUP, logStreamName=stream)
+    except logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    now = int(time.time() * 1000)
+    logs.put_log_events(
+        logGroupName=SAGEMAKER_LOG_GROUP,
+        logStreamName=stream,
+        logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(messages)],
+    )
+
+
+def test_follow_shows_transitions_logs_and_last_metrics_until_completed(aws, moto_backends):
+    name = f"{PROJECT}-watch-progress"
+    _launch_direct(name)
+    # As SageMaker does (moto substitutes its own metric definitions).
+    moto_backends.job(name).algorithm_specification["MetricDefinitions"] = load_metric_definitions()
+    moto_backends.set_job(name, "InProgress", "Downloading", "Downloading input data")
+    phases = iter(
+        [
+            lambda: (moto_backends.set_job(name, "InProgress", "Training", "Training image download completed"),
+                     _log(name, "starting", METRIC_LINE.format(epoch=1, loss=0.9))),
+            lambda: _log(name, METRIC_LINE.format(epoch=2, loss=0.41)),
+            lambda: moto_backends.set_job(name, "Completed", "Completed", "Training job completed"),
+        ]
+    )
+    out = io.StringIO()
+    code = follow(_deployment(), name, interval=0, out=out, sleep=lambda _: next(phases)())
+    text = out.getvalue()
+    assert code == 0
+    assert "-> Downloading: Downloading input data" in text
+    assert "-> Training: Training image download completed" in text
+    assert "[algo-1-1700000000] starting" in text
+    last = {"epoch": "2", "loss": "0.41", "accuracy": "0.871", "examples_per_sec": "10234.1", "step_time_ms": "3.21"}
+    shown = " ".join(f"{d['Name']}={last[d['Name'].rsplit(':', 1)[-1]]}" for d in load_metric_definitions())
+    assert f"InProgress / Training  {shown}\n" in text
+    assert f"{name} Completed\n" in text and "  model: s3://" in text
+
+
+@pytest.mark.parametrize(
+    "status, expected",
+    [("Completed", 0), ("Failed", 1), ("Stopped", 4)],
+)
+def test_exit_code_is_the_outcome_and_the_failure_reason_is_printed_in_full(aws, moto_backends, capsys, status, expected):
+    name = f"{PROJECT}-watch-{status.lower()}"
+    _launch_direct(name)
+    reason = "AlgorithmError: ExpectedGpuCountMismatch: expected 4 GPUs, found 1; " + "x" * 600 if status == "Failed" else None
+    extra = {"failure_reason": reason} if reason else {}
+    moto_backends.set_job(name, status, status, **extra)
+    capsys.readouterr()
+    assert run(main, [name, "--interval", "0", "--no-logs"]) == expected
+    out = capsys.readouterr().out
+    assert f"{name} {status}" in out
+    if reason:
+        assert f"FailureReason: {reason}\n" in out
+
+
+def test_watch_without_a_name_follows_the_newest_job(aws, capsys):
+    name = f"{PROJECT}-zz-newest"
+    _launch_direct(name)
+    assert run(main, ["--interval", "0"]) == 0
+    assert f"following {name}" in capsys.readouterr().out
+
+
+def test_watch_waits_while_the_workflow_has_not_created_the_job(aws, capsys):
+    """moto never runs the workflow, so the test plays it: the job appears during the wait."""
+    assert launch_main(["--name", f"{PROJECT}-via-workflow"]) == 0
+    out = io.StringIO()
+
+    def workflow_creates_the_job(_: float) -> None:
+        assert launch_main(["--direct", "--name", f"{PROJECT}-via-workflow"]) == 0
+
+    assert follow(_deployment(), f"{PROJECT}-via-workflow", interval=0, out=out, sleep=workflow_creates_the_job) == 0
+    assert "waiting for the workflow to create" in out.getvalue()
+
+
+def test_watch_reports_a_workflow_that_failed_before_creating_the_job(aws, capsys):
+    name = f"{PROJECT}-wf-failed"
+    assert launch_main(["--name", name]) == 0
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    arn = aws.training["StateMachineArn"].replace(":stateMachine:", ":execution:") + f":{name}"
+    sfn.stop_execution(executionArn=arn, error="InvalidLaunchOptions", cause="Invalid launch options: instance_count=0")
+    capsys.readouterr()
+    assert run(main, [name, "--interval", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the workflow execution {name} is ABORTED and created no job:")
+
+
+def test_unknown_job_is_one_line_and_exit_3(aws, capsys):
+    assert run(main, [f"{PROJECT}-no-such-job", "--interval", "0"]) == 3
+    assert capsys.readouterr().err == f"error: training job {PROJECT}-no-such-job not found in {REGION} (see python -m scripts.list_jobs)\n"
