@@ -5,9 +5,9 @@ with the reference JSONata implementation (the npm package ``jsonata``, the lang
 implements, 2.0.x) and compared with the request :func:`resolve_launch` builds in Python, for
 several launches; invalid options must take the ``InvalidLaunchOptions`` branch.
 
-Needs Node and the ``jsonata`` package, which the project does not install: the test is skipped
-without them. To run it: ``npm install --no-save jsonata@2.0.6`` in the repository root, or point
-``JSONATA_NODE_PATH`` at a ``node_modules`` folder that has it.
+Needs Node and the ``jsonata`` package, both installed by ``scripts/bootstrap.sh`` (package.json
+pins jsonata 2.0.6); ``JSONATA_NODE_PATH`` can point at another ``node_modules`` folder. Without
+them the test fails rather than skips, so a broken setup cannot hide a drift.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def _node_env() -> dict[str, str] | None:
 
 
 NODE_ENV = _node_env()
-pytestmark = pytest.mark.skipif(NODE_ENV is None, reason="needs node and the npm package jsonata (see module docstring)")
+if NODE_ENV is None:
+    pytest.fail("needs node and the npm package jsonata: run `bash scripts/bootstrap.sh`", pytrace=False)
 
 RESOURCES = JobResources("arn:role", "img:tag", "datasets", "artifacts", "arn:key", ("subnet-a", "subnet-b"), ("sg-1",))
 VALID = [
