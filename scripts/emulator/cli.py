@@ -104,9 +104,11 @@ def _explore(run: Lifecycle) -> None:
     print("\n--keep: the emulator stays up until Ctrl-C. In another shell:")
     for key in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         print(f"  export {key}={env[key]}")
-    print("  .venv/bin/python -m scripts.teardown_audit       # what carries the project's tags")
-    print("  PATH=$PWD/.venv/bin:$PATH npx cdk destroy --all   # then audit again")
-    print("New training jobs created there are run by the local runner.")
+    sandbox = " --sandbox" if run.options.sandbox else ""
+    print(f"  .venv/bin/python -m scripts.teardown_audit{sandbox}   # what carries the project's tags")
+    print(f"  PATH=$PWD/.venv/bin:$PATH npx cdk destroy --all --force --app {run.assembly}   # then audit again")
+    if run.runner is not None:
+        print("Training jobs created there (python -m scripts.launch ...) are run by the local runner.")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

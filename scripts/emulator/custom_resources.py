@@ -19,6 +19,7 @@ recorded in :data:`UNSERVED`, so the deploy report can say which effects are mis
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -46,9 +47,16 @@ UNSERVED: list[str] = []
 
 
 def _client(service: str, event: Event) -> Any:
+    return _cached_client(service, _endpoint_url or "", event["StackId"].split(":")[3])
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_client(service: str, endpoint_url: str, region: str) -> Any:
+    # Making a boto3 client costs about a second on a busy 2-core machine; a Delete event is
+    # answered while the stack delete waits, so each provider reuses one client per service.
     from scripts.emulator.server import client
 
-    return client(service, endpoint_url=_endpoint_url or "", region=event["StackId"].split(":")[3])
+    return client(service, endpoint_url=endpoint_url, region=region)
 
 
 # --- providers: one per CDK custom resource type the stacks use -------------------------------

@@ -8,6 +8,7 @@ the fix goes here, with the gap it covers named next to it.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from typing import Any
 
@@ -21,21 +22,24 @@ def apply_all() -> None:
     global _applied
     if _applied:
         return
-    _kms_key_tags()
+    _kms_key_from_template()
     _flow_log_s3_prefix()
     _route_table_deletes()
     _change_set_outputs()
     _get_stack_output()
     _iam_deletes()
     _non_empty_bucket_delete_fails()
+    _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
     _validate_images_and_instance_types()
     _applied = True
 
 
-def _kms_key_tags() -> None:
-    # Gap: moto's AWS::KMS::Key handler passes CloudFormation's {Key, Value} tags to the KMS
+def _kms_key_from_template() -> None:
+    # Gap 1: moto's AWS::KMS::Key handler passes CloudFormation's {Key, Value} tags to the KMS
     # tagger, which expects KMS's {TagKey, TagValue}; every tagged key fails with KeyError.
+    # Gap 2: it stores the KeyPolicy object as given (a dict), while the KMS API layer parses
+    # the stored policy as a JSON string, so DescribeKey on such a key fails with a 500.
     from moto.kms.models import Key
 
     original = Key.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
@@ -46,6 +50,8 @@ def _kms_key_tags() -> None:
             {"TagKey": t.get("Key", t.get("TagKey")), "TagValue": t.get("Value", t.get("TagValue"))}
             for t in props.get("Tags", [])
         ]
+        if isinstance(props.get("KeyPolicy"), dict):
+            props["KeyPolicy"] = json.dumps(props["KeyPolicy"])
         return original(cls, resource_name, cfn, account_id, region_name, **kw)
 
     Key.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]
@@ -273,3 +279,29 @@ def _non_empty_bucket_delete_fails() -> None:
             raise BucketNotEmpty(resource_name)
 
     FakeBucket.delete_from_cloudformation_json = classmethod(delete)  # type: ignore[method-assign,assignment]
+
+
+def _bucket_versioning_and_public_access_block() -> None:
+    # Gap: moto's AWS::S3::Bucket handler applies only BucketEncryption and Tags; the
+    # template's VersioningConfiguration and PublicAccessBlockConfiguration are dropped, so
+    # the emulated buckets are unversioned and public-access-unblocked. Apply both, as
+    # CloudFormation does. (Lifecycle rules, access logging, ownership controls and the
+    # AWS::S3::BucketPolicy resources remain unemulated; the deploy report lists the latter.)
+    from moto.s3.models import FakeBucket, s3_backends
+    from moto.utilities.utils import get_partition
+
+    original = FakeBucket.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
+
+    def create(cls: Any, resource_name: str, cfn: dict[str, Any], account_id: str, region_name: str, **kw: Any) -> Any:
+        bucket = original(cls, resource_name, cfn, account_id, region_name, **kw)
+        props = cfn.get("Properties", {})
+        backend = s3_backends[account_id][get_partition(region_name)]
+        status = (props.get("VersioningConfiguration") or {}).get("Status")
+        if status:
+            backend.put_bucket_versioning(bucket.name, status)
+        block = props.get("PublicAccessBlockConfiguration")
+        if block:
+            backend.put_public_access_block(bucket.name, {k: str(v).lower() for k, v in block.items()})
+        return bucket
+
+    FakeBucket.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]

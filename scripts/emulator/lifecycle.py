@@ -105,8 +105,8 @@ class Progress:
 
     def table(self) -> str:
         """Phase times, one per line, and the total."""
-        lines = [f"  {p.name:<28} {p.seconds:7.1f}s{'' if p.ok else '  FAILED'}" for p in self.phases]
-        lines.append(f"  {'total':<28} {time.monotonic() - self.started:7.1f}s")
+        lines = [f"  {p.name:<32} {p.seconds:7.1f}s{'' if p.ok else '  FAILED'}" for p in self.phases]
+        lines.append(f"  {'total':<32} {time.monotonic() - self.started:7.1f}s")
         return "\n".join(lines)
 
 

@@ -14,7 +14,12 @@ from botocore.exceptions import ClientError
 from scripts.emulator.lifecycle import Lifecycle, Options
 from scripts.teardown_audit import KEPT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    # The harness reports the resource types the emulator skips (Lifecycle.deploy_check).
+    pytest.mark.filterwarnings("ignore:Tried to parse AWS::.*not supported by moto:UserWarning"),
+]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,220 @@
+"""The main job in pytest: deploy -> train -> destroy on the local emulator, asserting between phases.
+
+One lifecycle for the module (deploying is the slow part): the tests below run in file order
+against it: first what ``cdk deploy`` made, then what training produced, then what
+``cdk destroy`` left. Select with ``-m integration``; skip with ``-m "not slow"``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from scripts.emulator.lifecycle import Lifecycle, Options
+from scripts.teardown_audit import COMPUTE_TYPES, ERROR, KEPT
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    # The harness reports the resource types the emulator skips (Lifecycle.deploy_check).
+    pytest.mark.filterwarnings("ignore:Tried to parse AWS::.*not supported by moto:UserWarning"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    """A lifecycle with every stack deployed on a fresh emulator."""
+    lifecycle = Lifecycle(Options(work_dir=tmp_path_factory.mktemp("lifecycle"), epochs=2))
+    try:
+        lifecycle.start()
+        lifecycle.bootstrap_and_synth()
+        lifecycle.deploy()
+        yield lifecycle
+    finally:
+        lifecycle.close()
+
+
+@pytest.fixture(scope="module")
+def deployed(run: Lifecycle) -> Lifecycle:
+    """The lifecycle before destroy (tests of the deployed state must not run after it)."""
+    if run.destroyed:
+        pytest.fail("the platform was already destroyed: run the integration tests in file order")
+    return run
+
+
+@pytest.fixture(scope="module")
+def trained(deployed: Lifecycle) -> Lifecycle:
+    """Dataset uploaded, job launched with the launch script, trained by the local runner."""
+    deployed.upload_dataset()
+    deployed.launch()
+    deployed.train()
+    return deployed
+
+
+@pytest.fixture(scope="module")
+def destroyed(trained: Lifecycle) -> Lifecycle:
+    """``cdk destroy --all`` done and the teardown audit taken."""
+    trained.destroy()
+    trained.audit()
+    return trained
+
+
+def _stack_resources(run: Lifecycle, stack: str, resource_type: str) -> list[str]:
+    cloudformation = run.client("cloudformation")
+    return [
+        r["PhysicalResourceId"]
+        for r in cloudformation.list_stack_resources(StackName=stack)["StackResourceSummaries"]
+        if r["ResourceType"] == resource_type
+    ]
+
+
+def _project_instances(run: Lifecycle, *states: str) -> list[dict[str, Any]]:
+    ec2 = run.client("ec2")
+    filters = [{"Name": "tag:Project", "Values": [run.config().project_name]}]
+    if states:
+        filters.append({"Name": "instance-state-name", "Values": list(states)})
+    return [i for r in ec2.describe_instances(Filters=filters)["Reservations"] for i in r["Instances"]]
+
+
+# --- after deploy ------------------------------------------------------------------------------
+
+
+def test_every_stack_deployed_and_nothing_supported_is_missing(deployed: Lifecycle) -> None:
+    project = deployed.config().project_name
+    assert set(deployed.outputs) == {f"{project}-data", f"{project}-cluster", f"{project}-training"}
+    assert deployed.deploy_check.missing == []
+    assert deployed.deploy_check.unserved_custom_resources == []
+
+
+def test_gpu_instances_of_the_configured_type_and_count_are_running(deployed: Lifecycle) -> None:
+    cluster = deployed.config().cluster
+    instances = _project_instances(deployed, "pending", "running")
+    assert len(instances) == cluster.node_count
+    assert {i["InstanceType"] for i in instances} == {cluster.instance_type}
+    ids = deployed.outputs[f"{deployed.config().project_name}-cluster"]["InstanceIds"].split(",")
+    assert sorted(ids) == sorted(i["InstanceId"] for i in instances)
+
+
+def test_nodes_run_the_cached_deep_learning_ami(deployed: Lifecycle) -> None:
+    ami = deployed.outputs[f"{deployed.config().project_name}-cluster"]["AmiId"]
+    assert {i["ImageId"] for i in _project_instances(deployed, "pending", "running")} == {ami}
+
+
+def test_data_buckets_are_kms_encrypted_with_the_platform_key(deployed: Lifecycle) -> None:
+    data = deployed.outputs[f"{deployed.config().project_name}-data"]
+    s3 = deployed.client("s3")
+    for bucket in (data["DatasetsBucketName"], data["ArtifactsBucketName"]):
+        rules = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+        default = rules[0]["ApplyServerSideEncryptionByDefault"]
+        assert default["SSEAlgorithm"] == "aws:kms"
+        assert default["KMSMasterKeyID"] == data["KeyArn"]
+        assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+        block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+        assert all(block.values()), block
+
+
+def test_default_security_group_was_closed_by_the_custom_resource(deployed: Lifecycle) -> None:
+    vpc = deployed.outputs[f"{deployed.config().project_name}-data"]["VpcId"]
+    ec2 = deployed.client("ec2")
+    groups = ec2.describe_security_groups(
+        Filters=[{"Name": "vpc-id", "Values": [vpc]}, {"Name": "group-name", "Values": ["default"]}]
+    )["SecurityGroups"]
+    assert groups and groups[0]["IpPermissions"] == [] and groups[0]["IpPermissionsEgress"] == []
+
+
+def test_image_repository_exists(deployed: Lifecycle) -> None:
+    name = deployed.outputs[f"{deployed.config().project_name}-data"]["RepositoryName"]
+    repos = deployed.client("ecr").describe_repositories(repositoryNames=[name])["repositories"]
+    assert repos[0]["imageTagMutability"] == "IMMUTABLE"
+
+
+def test_roles_exist(deployed: Lifecycle) -> None:
+    project = deployed.config().project_name
+    iam = deployed.client("iam")
+    for stack in (f"{project}-cluster", f"{project}-training"):
+        roles = _stack_resources(deployed, stack, "AWS::IAM::Role")
+        assert roles, f"{stack} has no IAM role"
+        for role in roles:
+            assert iam.get_role(RoleName=role)["Role"]["RoleName"] == role
+
+
+def test_state_machine_exists(deployed: Lifecycle) -> None:
+    arns = _stack_resources(deployed, f"{deployed.config().project_name}-training", "AWS::StepFunctions::StateMachine")
+    assert len(arns) == 1
+    description = deployed.client("stepfunctions").describe_state_machine(stateMachineArn=arns[0])
+    assert "createTrainingJob" in description["definition"]
+
+
+# --- after training ----------------------------------------------------------------------------
+
+
+def test_training_job_completed_with_final_metrics(trained: Lifecycle) -> None:
+    job = trained.job
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    metrics = {m["MetricName"]: m["Value"] for m in job["FinalMetricDataList"]}
+    assert metrics["train:epoch"] == trained.options.epochs
+    assert 0.0 <= metrics["train:accuracy"] <= 1.0
+
+
+def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lifecycle, tmp_path: Path) -> None:
+    artifact = trained.job["ModelArtifacts"]["S3ModelArtifacts"]
+    artifacts_bucket = trained.outputs[f"{trained.config().project_name}-data"]["ArtifactsBucketName"]
+    bucket, key = artifact[len("s3://") :].split("/", 1)
+    assert bucket == artifacts_bucket
+    assert key.endswith(f"{trained.job_name}/output/model.tar.gz")
+    s3 = trained.client("s3")
+    assert s3.head_object(Bucket=bucket, Key=key)["ServerSideEncryption"] == "aws:kms"
+    archive = tmp_path / "model.tar.gz"
+    s3.download_file(bucket, key, str(archive))
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path / "model", filter="data")
+    features = trained.options.features
+    # A separate interpreter loads it, as a user would; TensorFlow stays out of this process.
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json, sys, numpy as np, keras; m = keras.models.load_model(sys.argv[1]); "
+            f"p = m.predict(np.zeros((3, {features}), dtype='float32'), verbose=0); print(json.dumps(list(p.shape)))",
+            str(tmp_path / "model" / "model.keras"),
+        ],
+        cwd=ROOT / "training_image",
+        capture_output=True,
+        text=True,
+        env={"TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert json.loads(check.stdout.strip().splitlines()[-1]) == [3, trained.options.classes]
+
+
+# --- after destroy -----------------------------------------------------------------------------
+
+
+def test_no_instance_is_left_running(destroyed: Lifecycle) -> None:
+    assert _project_instances(destroyed, "pending", "running", "stopping", "stopped") == []
+
+
+def test_no_compute_resource_remains(destroyed: Lifecycle) -> None:
+    report = destroyed.audit_report
+    assert report.errors == []
+    assert report.stacks_left == []
+    assert not [f for f in report.findings if f.kind in COMPUTE_TYPES and f.verdict == ERROR]
+
+
+def test_datasets_and_artifacts_buckets_are_kept_by_default(destroyed: Lifecycle) -> None:
+    data = destroyed.outputs[f"{destroyed.config().project_name}-data"]
+    kept = {f.arn.split(":::")[-1] for f in destroyed.audit_report.of(KEPT) if f.kind == "s3:bucket"}
+    assert {data["DatasetsBucketName"], data["ArtifactsBucketName"]} <= kept
+    s3 = destroyed.client("s3")
+    # The trained model and the dataset are still there.
+    assert s3.list_objects_v2(Bucket=data["DatasetsBucketName"])["KeyCount"] > 0
+    assert s3.list_objects_v2(Bucket=data["ArtifactsBucketName"])["KeyCount"] > 0
