@@ -71,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run.start()
         run.bootstrap_and_synth()
+        if options.real_account:
+            run.preflight()
         run.deploy()
         if options.train:
             run.upload_dataset()

@@ -29,6 +29,8 @@ import urllib.request
 import uuid
 from typing import Any, Callable
 
+from scripts.emulator.patching import PATCHES
+
 from botocore.exceptions import ClientError
 
 log = logging.getLogger("scripts.emulator.custom_resources")
@@ -206,17 +208,15 @@ def _is_custom_resource_event(body: Any) -> bool:
 
 
 def install(*, endpoint_url: str) -> None:
-    """Route custom-resource events to the local providers (idempotent; latest endpoint wins)."""
+    """Route custom-resource events to the local providers of the emulator at ``endpoint_url``."""
     global _endpoint_url
     _endpoint_url = endpoint_url
     SERVED.clear()
     UNSERVED.clear()
+    _cached_client.cache_clear()
 
     from moto.awslambda.models import LambdaFunction
     from moto.cloudformation.custom_model import CustomModel
-
-    if getattr(LambdaFunction.invoke, "_local_providers", False):
-        return
 
     original_invoke = LambdaFunction.invoke
 
@@ -227,8 +227,7 @@ def install(*, endpoint_url: str) -> None:
             return b""
         return original_invoke(self, body, request_headers, response_headers)
 
-    invoke._local_providers = True  # type: ignore[attr-defined]
-    LambdaFunction.invoke = invoke  # type: ignore[method-assign]
+    PATCHES.set(LambdaFunction, "invoke", invoke)
 
     original_create = CustomModel.create_from_cloudformation_json.__func__  # type: ignore[attr-defined]
 
@@ -264,8 +263,8 @@ def install(*, endpoint_url: str) -> None:
         if status != "SUCCESS":
             raise RuntimeError(f"{self.resource_type} {self.logical_id}: Delete failed: {reason}")
 
-    CustomModel.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]
-    CustomModel.delete = delete  # type: ignore[attr-defined]
+    PATCHES.set(CustomModel, "create_from_cloudformation_json", classmethod(create))
+    PATCHES.set(CustomModel, "delete", delete)
 
     from moto.cloudformation.models import Stack
 
@@ -280,4 +279,4 @@ def install(*, endpoint_url: str) -> None:
         if all(r.is_created() for r in parsed):
             self.mark_creation_complete()
 
-    Stack.verify_readiness = verify_readiness  # type: ignore[method-assign]
+    PATCHES.set(Stack, "verify_readiness", verify_readiness)

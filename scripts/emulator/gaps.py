@@ -2,7 +2,9 @@
 
 Every patch here fills a hole in the *emulator* so the real templates deploy and destroy as
 they would on AWS. None of them changes a stack: if a template needs something moto lacks,
-the fix goes here, with the gap it covers named next to it.
+the fix goes here, with the gap it covers named next to it. Every patch goes through
+:data:`~scripts.emulator.patching.PATCHES`, so stopping the emulator gives the process moto as
+shipped again.
 """
 
 from __future__ import annotations
@@ -12,16 +14,12 @@ import json
 import logging
 from typing import Any
 
+from scripts.emulator.patching import PATCHES
+
 log = logging.getLogger(__name__)
 
-_applied = False
-
-
 def apply_all() -> None:
-    """Install every workaround once per process (idempotent)."""
-    global _applied
-    if _applied:
-        return
+    """Install every workaround (undone by ``PATCHES.revert()``, which ``Emulator.stop`` calls)."""
     _kms_key_from_template()
     _flow_log_s3_prefix()
     _route_table_deletes()
@@ -32,7 +30,6 @@ def apply_all() -> None:
     _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
     _validate_images_and_instance_types()
-    _applied = True
 
 
 def _kms_key_from_template() -> None:
@@ -54,7 +51,7 @@ def _kms_key_from_template() -> None:
             props["KeyPolicy"] = json.dumps(props["KeyPolicy"])
         return original(cls, resource_name, cfn, account_id, region_name, **kw)
 
-    Key.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]
+    PATCHES.set(Key, "create_from_cloudformation_json", classmethod(create))
 
 
 def _flow_log_s3_prefix() -> None:
@@ -78,14 +75,14 @@ def _flow_log_s3_prefix() -> None:
             return flow_log
         return original(cls, resource_name, cfn, account_id, region_name, **kw)
 
-    FlowLogs.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]
+    PATCHES.set(FlowLogs, "create_from_cloudformation_json", classmethod(create))
 
     def delete(self: Any, account_id: str, region_name: str) -> None:
         from moto.ec2.models import ec2_backends
 
         ec2_backends[account_id][region_name].delete_flow_logs([self.id])
 
-    FlowLogs.delete = delete  # type: ignore[attr-defined]
+    PATCHES.set(FlowLogs, "delete", delete)
 
 
 def _route_table_deletes() -> None:
@@ -103,8 +100,8 @@ def _route_table_deletes() -> None:
         backend = ec2_backends[account_id][region_name]
         backend.subnet_associations.pop(f"{self.route_table_id}:{self.subnet_id}", None)
 
-    RouteTable.delete = delete_route_table  # type: ignore[attr-defined]
-    SubnetRouteTableAssociation.delete = delete_association  # type: ignore[attr-defined]
+    PATCHES.set(RouteTable, "delete", delete_route_table)
+    PATCHES.set(SubnetRouteTableAssociation, "delete", delete_association)
 
 
 def _change_set_outputs() -> None:
@@ -139,7 +136,7 @@ def _change_set_outputs() -> None:
         for export in stack.exports:
             self.exports[export.name] = export
 
-    CloudFormationBackend.execute_change_set = execute_change_set  # type: ignore[method-assign]
+    PATCHES.set(CloudFormationBackend, "execute_change_set", execute_change_set)
 
 
 def _training_jobs_wait_for_a_runner() -> None:
@@ -170,7 +167,7 @@ def _training_jobs_wait_for_a_runner() -> None:
         job.training_end_time = None
         return job
 
-    SageMakerModelBackend.create_training_job = create_training_job  # type: ignore[method-assign]
+    PATCHES.set(SageMakerModelBackend, "create_training_job", create_training_job)
 
     original_response = SageMakerResponse.create_training_job
 
@@ -184,7 +181,7 @@ def _training_jobs_wait_for_a_runner() -> None:
             job.retry_strategy = retry
         return result
 
-    SageMakerResponse.create_training_job = create_training_job_response  # type: ignore[method-assign]
+    PATCHES.set(SageMakerResponse, "create_training_job", create_training_job_response)
 
 
 def _validate_images_and_instance_types() -> None:
@@ -193,8 +190,8 @@ def _validate_images_and_instance_types() -> None:
     # here too (the harness registers the Deep Learning AMI the app has cached).
     from moto import settings
 
-    settings.ENABLE_AMI_VALIDATION = True
-    settings.EC2_ENABLE_INSTANCE_TYPE_VALIDATION = True
+    PATCHES.set(settings, "ENABLE_AMI_VALIDATION", True)
+    PATCHES.set(settings, "EC2_ENABLE_INSTANCE_TYPE_VALIDATION", True)
 
 
 def _get_stack_output() -> None:
@@ -224,7 +221,7 @@ def _get_stack_output() -> None:
         return original(resource_json, resources_map)
 
     # clean_json recurses through the module global, so nested uses resolve too.
-    parsing.clean_json = clean_json
+    PATCHES.set(parsing, "clean_json", clean_json)
 
 
 def _iam_deletes() -> None:
@@ -258,8 +255,8 @@ def _iam_deletes() -> None:
                     backend.detach_role_policy(arn, role.name)
         original_role_delete(cls, resource_name, cfn, account_id, region_name)
 
-    ManagedPolicy.delete = delete_managed_policy  # type: ignore[attr-defined]
-    Role.delete_from_cloudformation_json = classmethod(delete_role)  # type: ignore[method-assign,assignment]
+    PATCHES.set(ManagedPolicy, "delete", delete_managed_policy)
+    PATCHES.set(Role, "delete_from_cloudformation_json", classmethod(delete_role))
 
 
 def _non_empty_bucket_delete_fails() -> None:
@@ -278,7 +275,7 @@ def _non_empty_bucket_delete_fails() -> None:
         if resource_name in backend.buckets and backend.delete_bucket(resource_name) is None:
             raise BucketNotEmpty(resource_name)
 
-    FakeBucket.delete_from_cloudformation_json = classmethod(delete)  # type: ignore[method-assign,assignment]
+    PATCHES.set(FakeBucket, "delete_from_cloudformation_json", classmethod(delete))
 
 
 def _bucket_versioning_and_public_access_block() -> None:
@@ -304,4 +301,4 @@ def _bucket_versioning_and_public_access_block() -> None:
             backend.put_public_access_block(bucket.name, {k: str(v).lower() for k, v in block.items()})
         return bucket
 
-    FakeBucket.create_from_cloudformation_json = classmethod(create)  # type: ignore[method-assign,assignment]
+    PATCHES.set(FakeBucket, "create_from_cloudformation_json", classmethod(create))

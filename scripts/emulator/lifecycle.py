@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import boto3
+from botocore.exceptions import ClientError
 
 from scripts.emulator.cdk import Cdk
 
@@ -183,6 +184,24 @@ class Lifecycle:
         endpoint = self.emulator.endpoint_url if self.emulator else None
         return self.session().client(service, endpoint_url=endpoint, region_name=self.region)
 
+    def run_script(self, module: str, *args: str) -> str:
+        """Run an operator script (``python -m scripts.<module>``) on the target; return its stdout.
+
+        Raises:
+            RuntimeError: it exited non-zero (its output is in ``<work dir>/<module>.log``).
+        """
+        command = [sys.executable, "-m", f"scripts.{module}", *args]
+        for key, value in self.context.items():
+            command += ["-c", f"{key}={value}"]
+        result = subprocess.run(command, cwd=ROOT, env=self.env, capture_output=True, text=True, check=False)
+        log = self.work_dir / f"{module}.log"
+        with log.open("a", encoding="utf-8") as handle:
+            handle.write(f"$ {' '.join(command[1:])}\n{result.stdout}{result.stderr}")
+        if result.returncode != 0:
+            detail = (result.stdout.strip() + "\n" + result.stderr.strip()).strip()
+            raise RuntimeError(f"python -m scripts.{module} {' '.join(args)} exited {result.returncode}:\n{detail}")
+        return result.stdout
+
     def stack_selection(self) -> list[str]:
         """CLI stack arguments: the chosen construct ids, or ``--all``."""
         return list(self.options.stacks) or ["--all"]
@@ -243,6 +262,16 @@ class Lifecycle:
             stacks = json.loads((self.assembly / "manifest.json").read_text())["artifacts"]
             names = [a["properties"].get("stackName", k) for k, a in stacks.items() if a.get("type") == "aws:cloudformation:stack"]
             self.progress.say(f"bootstrapped aws://{self.account}/{self.region}; synthesized {', '.join(names)}")
+
+    def preflight(self) -> None:
+        """``python -m scripts.preflight``: quotas, instance offerings, DLAMI, bootstrap (real account only).
+
+        Not run on the emulator: moto's Service Quotas knows none of the GPU quotas (GetServiceQuota
+        fails), and an emulated quota would prove nothing about the account that matters.
+        """
+        with self.progress.phase("preflight"):
+            for line in self.run_script("preflight").splitlines():
+                self.progress.say(line)
 
     def deploy(self) -> None:
         """``cdk deploy`` every stack (or the chosen ones) and check what the target made of it."""
@@ -407,7 +436,15 @@ class Lifecycle:
             deadline = time.monotonic() + self.options.job_timeout_seconds
             last = ""
             while True:
-                job = sagemaker.describe_training_job(TrainingJobName=self.job_name)
+                try:
+                    job = sagemaker.describe_training_job(TrainingJobName=self.job_name)
+                except ClientError as err:
+                    # Through the workflow (real account) the job appears a few seconds after
+                    # the execution starts.
+                    if "could not find" not in str(err).lower() or time.monotonic() > deadline:
+                        raise
+                    time.sleep(5)
+                    continue
                 state = f"{job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')}"
                 if state != last and self.emulator is None:
                     self.progress.say(f"job {self.job_name}: {state}")
@@ -453,6 +490,11 @@ class Lifecycle:
         """``cdk destroy`` what was deployed, from the same assembly."""
         assert self.cdk is not None
         with self.progress.phase("cdk destroy"):
+            if self.outputs.get(f"{self.config().project_name}-training") is not None:
+                # The documented pre-destroy step (the training stack's PreDestroyCommand output):
+                # stop running jobs and workflow executions, which CloudFormation cannot.
+                for line in self.run_script("teardown", "--stop-running").splitlines():
+                    self.progress.say(f"pre-destroy (scripts.teardown --stop-running): {line}")
             self.cdk.run(["destroy", *self.stack_selection(), "--force", "--app", str(self.assembly)])
             self.destroyed = True
 

@@ -13,7 +13,6 @@ import datetime as dt
 import logging
 import os
 import socket
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -73,10 +72,14 @@ class Emulator:
         return env
 
     def stop(self) -> None:
-        """Shut the server down (its state is lost)."""
+        """Shut the server down (its state is lost) and give the process moto as shipped back."""
+        from scripts.emulator.patching import PATCHES
+
         if self._server is not None:
             self._server.stop()  # type: ignore[attr-defined]
             self._server = None
+        PATCHES.revert()
+        _unroute_moto_logs()
 
 
 def client(service: str, *, endpoint_url: str, region: str = REGION) -> Any:
@@ -99,9 +102,11 @@ def start(*, log_file: Path, port: int | None = None) -> Emulator:
         port: Fixed port; ``None`` picks a free one.
     """
     from scripts.emulator import custom_resources, gaps
+    from scripts.emulator.patching import PATCHES
 
     log_file.parent.mkdir(parents=True, exist_ok=True)
     _route_moto_logs(log_file)
+    PATCHES.revert()  # one emulator per process: drop what an unstopped one left
     gaps.apply_all()
     # moto works out, once, the host a Lambda container would call back on (ResponseURL of
     # custom resources); inside a container without Docker it shells out to curl and prints
@@ -126,18 +131,34 @@ def start(*, log_file: Path, port: int | None = None) -> Emulator:
     return emulator
 
 
+_ROUTED_LOGGERS = ("werkzeug", "moto", "botocore", "py.warnings")
+_saved_logging: list[tuple[logging.Logger, list[logging.Handler], bool, int]] = []
+
+
 def _route_moto_logs(log_file: Path) -> None:
     # moto logs every request and warns about each resource type it skips; the harness reports
     # what matters itself, so the raw stream goes to a file for when something needs digging.
+    _unroute_moto_logs()
     handler = logging.FileHandler(log_file)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    for name in ("werkzeug", "moto", "botocore", "py.warnings"):
+    for name in _ROUTED_LOGGERS:
         logger = logging.getLogger(name)
+        _saved_logging.append((logger, list(logger.handlers), logger.propagate, logger.level))
         logger.handlers[:] = [handler]
         logger.propagate = False
         logger.setLevel(logging.INFO if name != "botocore" else logging.WARNING)
     logging.captureWarnings(True)
-    warnings.filterwarnings("default", module="moto")
+
+
+def _unroute_moto_logs() -> None:
+    while _saved_logging:
+        logger, handlers, propagate, level = _saved_logging.pop()
+        for handler in logger.handlers:
+            if handler not in handlers:
+                handler.close()
+        logger.handlers[:] = handlers
+        logger.propagate, logger.level = propagate, level
+    logging.captureWarnings(False)
 
 
 def seed_ssm_parameters(parameters: Mapping[str, str], *, account: str = ACCOUNT, region: str = REGION) -> None:

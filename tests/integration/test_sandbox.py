@@ -18,7 +18,7 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     # The harness reports the resource types the emulator skips (Lifecycle.deploy_check).
-    pytest.mark.filterwarnings("ignore:Tried to parse AWS::.*not supported by moto:UserWarning"),
+    pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"),
 ]
 
 
