@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -95,28 +94,21 @@ class Cdk:
         """Synthesize every stack into ``outdir`` once; deploy and destroy then reuse it."""
         return self.run(["synth", "--quiet", "--output", str(outdir)])
 
-    def deploy_all(self, assembly: Path, outputs_file: Path) -> str:
-        """``cdk deploy --all`` from a synthesized assembly, writing stack outputs as JSON."""
+    def deploy(self, stacks: Sequence[str], assembly: Path, outputs_file: Path) -> str:
+        """``cdk deploy <stacks>`` (``--all`` when empty) from a synthesized assembly, no approval prompt."""
         return self.run(
             [
                 "deploy",
-                "--all",
+                *(stacks or ["--all"]),
                 "--app",
                 str(assembly),
                 "--require-approval",
                 "never",
                 "--outputs-file",
                 str(outputs_file),
-                "--progress",
-                "events",
             ]
         )
 
-    def destroy_all(self, assembly: Path) -> str:
-        """``cdk destroy --all --force`` from the same assembly the deploy used."""
-        return self.run(["destroy", "--all", "--force", "--app", str(assembly)])
-
-
-def elapsed(start: float) -> str:
-    """``12.3s`` since ``start`` (a ``time.monotonic()`` value)."""
-    return f"{time.monotonic() - start:.1f}s"
+    def destroy(self, stacks: Sequence[str], assembly: Path) -> str:
+        """``cdk destroy <stacks> --force`` (``--all`` when empty) from the assembly the deploy used."""
+        return self.run(["destroy", *(stacks or ["--all"]), "--force", "--app", str(assembly)])

@@ -16,8 +16,7 @@ what SageMaker does around the training image, in the same order:
    ModelArtifacts, and FinalMetricDataList parsed from the log with the job's
    MetricDefinitions, as SageMaker parses CloudWatch logs.
 
-It also serves the same description-in, artifacts-out contract against the emulator only:
-against a real account SageMaker does all of this itself.
+Emulator only: against a real account SageMaker does all of this itself, in the container.
 """
 
 from __future__ import annotations
