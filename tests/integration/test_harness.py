@@ -1,0 +1,132 @@
+"""The harness's own parts on a bare emulator (no CDK): the local runner's failure path and the audit.
+
+Faster than the lifecycle: each test starts moto in-process and creates only what it needs.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from scripts.emulator import server
+from scripts.emulator.sagemaker import LocalSageMaker, parse_final_metrics
+from scripts.teardown_audit import ERROR, INFO, KEPT, audit
+
+pytestmark = [pytest.mark.integration]
+
+PROJECT = "gputrain"
+TAGS = [{"Key": "Project", "Value": PROJECT}]
+
+
+@pytest.fixture()
+def emulator(tmp_path: Path) -> Iterator[server.Emulator]:
+    emu = server.start(log_file=tmp_path / "moto.log")
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+def _client(emu: server.Emulator, service: str) -> Any:
+    return server.client(service, endpoint_url=emu.endpoint_url)
+
+
+def test_final_metrics_are_the_last_value_each_definition_matches() -> None:
+    log = "\n".join(
+        [
+            "[metrics] epoch=1 loss=1.5 accuracy=0.30",
+            "noise",
+            "[metrics] epoch=2 loss=0.7 accuracy=0.81",
+        ]
+    )
+    definitions = [
+        {"Name": "train:epoch", "Regex": r"\[metrics\] epoch=([0-9]+) "},
+        {"Name": "train:loss", "Regex": r"\[metrics\] .* loss=([0-9.eE+-]+)"},
+        {"Name": "train:missing", "Regex": r"nothing=([0-9]+)"},
+    ]
+    assert parse_final_metrics(log, definitions) == {"train:epoch": 2.0, "train:loss": 0.7}
+
+
+def test_a_failing_job_is_recorded_failed_with_the_containers_reason(emulator: server.Emulator, tmp_path: Path) -> None:
+    s3, sagemaker = _client(emulator, "s3"), _client(emulator, "sagemaker")
+    s3.create_bucket(Bucket="data")
+    s3.put_object(Bucket="data", Key="train/part-00000.csv", Body=b"f0,f1,label\n0.1,0.2,0\n0.3,0.1,1\n")
+    runner = LocalSageMaker(
+        endpoint_url=emulator.endpoint_url,
+        region=server.REGION,
+        account=server.ACCOUNT,
+        work_dir=tmp_path / "jobs",
+        timeout_seconds=300,
+        on_event=lambda _: None,
+    )
+    runner.start()
+    try:
+        sagemaker.create_training_job(
+            TrainingJobName=f"{PROJECT}-bad-hyperparameter",
+            # A typo the trainer refuses by name: the job must fail with that sentence.
+            HyperParameters={"model": "mlp", "epochs": "1", "learning_rat": "0.1"},
+            AlgorithmSpecification={"TrainingImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1", "TrainingInputMode": "File"},
+            RoleArn="arn:aws:iam::123456789012:role/job",
+            InputDataConfig=[
+                {
+                    "ChannelName": "train",
+                    "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://data/train/"}},
+                }
+            ],
+            OutputDataConfig={"S3OutputPath": "s3://data/out"},
+            ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 50},
+            StoppingCondition={"MaxRuntimeInSeconds": 600},
+            Tags=TAGS,
+        )
+        # The emulator keeps the job InProgress for the runner (moto alone would say Completed).
+        first = sagemaker.describe_training_job(TrainingJobName=f"{PROJECT}-bad-hyperparameter")
+        assert first["TrainingJobStatus"] == "InProgress"
+        outcome = runner.wait(f"{PROJECT}-bad-hyperparameter", timeout=300)
+    finally:
+        runner.stop()
+    job = sagemaker.describe_training_job(TrainingJobName=f"{PROJECT}-bad-hyperparameter")
+    assert outcome.status == job["TrainingJobStatus"] == "Failed"
+    assert "learning_rat" in job["FailureReason"]
+    assert "ModelArtifacts" not in job
+    assert (outcome.base_dir / "input" / "data" / "train" / "part-00000.csv").is_file()
+    assert [t["Status"] for t in job["SecondaryStatusTransitions"]][-1] == "Failed"
+
+
+def test_audit_flags_running_compute_and_reports_kept_data(emulator: server.Emulator) -> None:
+    ec2, s3 = _client(emulator, "ec2"), _client(emulator, "s3")
+    s3.create_bucket(Bucket=f"{PROJECT}-data-datasets")
+    s3.put_bucket_tagging(Bucket=f"{PROJECT}-data-datasets", Tagging={"TagSet": TAGS})
+    image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    instance = ec2.run_instances(
+        ImageId=image,
+        InstanceType="g5.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": TAGS}],
+    )["Instances"][0]["InstanceId"]
+    boto_session = _session()
+
+    report = audit(project=PROJECT, data_retained=True, session=boto_session, endpoint_url=emulator.endpoint_url)
+    verdicts = {f.kind: f.verdict for f in report.findings}
+    assert verdicts["ec2:instance"] == ERROR and not report.ok
+    assert verdicts["s3:bucket"] == KEPT
+
+    ec2.terminate_instances(InstanceIds=[instance])
+    time.sleep(0.1)
+    report = audit(project=PROJECT, data_retained=True, session=boto_session, endpoint_url=emulator.endpoint_url)
+    assert {f.kind: f.verdict for f in report.findings}["ec2:instance"] == INFO
+    assert report.ok
+
+    sandbox = audit(project=PROJECT, data_retained=False, session=boto_session, endpoint_url=emulator.endpoint_url)
+    assert {f.kind: f.verdict for f in sandbox.findings}["s3:bucket"] == ERROR
+
+
+def _session() -> Any:
+    import boto3
+
+    return boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", aws_session_token="testing", region_name=server.REGION
+    )
