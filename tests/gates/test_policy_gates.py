@@ -73,7 +73,7 @@ def test_gate_fails_synth_on_a_non_compliant_resource(tmp_path):
     platform = build_platform(app, load_config(context), TEST_ENV)
     s3.Bucket(platform.data_plane, "CarelessBucket")
     add_policy_packs(app)
-    with pytest.raises(RuntimeError, match="Validation failed"):
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
         app.synth()
     report = json.loads((tmp_path / "validation-report.json").read_text())
     assert {"AwsSolutions", "NIST.800.53.R5"} <= set(_failing_plugins(report))
