@@ -37,6 +37,9 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the launched job (default: 2)")
     parser.add_argument("--examples", type=int, default=2000, help="rows of the synthetic dataset (default: 2000)")
     parser.add_argument("--no-train", action="store_true", help="deploy, then destroy: no dataset, no job")
+    parser.add_argument(
+        "--job-timeout", type=float, default=900, metavar="SECONDS", help="longest wait for the training job (default: 900)"
+    )
     parser.add_argument("--port", type=int, help="emulator port (default: a free one)")
     parser.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR, help="run files (default: .work/emulator)")
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="extra CDK context")
@@ -56,6 +59,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         epochs=args.epochs,
         examples=args.examples,
         train=not args.no_train,
+        job_timeout_seconds=args.job_timeout,
         work_dir=args.work_dir,
         port=args.port,
         echo_cdk=args.verbose,
