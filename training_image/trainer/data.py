@@ -346,41 +346,42 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     parse = _parse_batch(spec.data_format, max(num_features, 1))
     read = _read_file(spec.data_format)
 
-    def file_stats(file: DataFile) -> tuple[int, float, float, int]:
-        dataset = read(tf.constant(file.path), tf.constant(int(file.header), tf.int64))
-        dataset = dataset.batch(SCAN_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-
-        def accumulate(state: Any, batch: Any) -> Any:
-            features, labels = batch
-            count, low, high, bad = state
-            bad_labels = tf.logical_or(labels < 0, tf.not_equal(labels, tf.floor(labels)))
-            bad_rows = tf.logical_or(bad_labels, tf.reduce_any(tf.logical_not(tf.math.is_finite(features)), axis=1))
-            return (
-                count + tf.cast(tf.size(labels), tf.int64),
-                tf.minimum(low, tf.reduce_min(labels)),
-                tf.maximum(high, tf.reduce_max(labels)),
-                bad + tf.reduce_sum(tf.cast(bad_rows, tf.int64)),
-            )
-
-        initial = (
-            tf.constant(0, tf.int64),
-            tf.constant(math.inf, tf.float64),
-            tf.constant(-math.inf, tf.float64),
-            tf.constant(0, tf.int64),
+    def accumulate(state: Any, batch: Any) -> Any:
+        features, labels = batch
+        count, high, bad = state
+        bad_labels = tf.logical_or(labels < 0, tf.not_equal(labels, tf.floor(labels)))
+        bad_rows = tf.logical_or(bad_labels, tf.reduce_any(tf.logical_not(tf.math.is_finite(features)), axis=1))
+        return (
+            count + tf.cast(tf.size(labels), tf.int64),
+            tf.maximum(high, tf.reduce_max(labels)),
+            bad + tf.reduce_sum(tf.cast(bad_rows, tf.int64)),
         )
-        count, low, high, bad = dataset.reduce(initial, accumulate)
-        return int(count), float(low), float(high), int(bad)
+
+    def file_stats(path: Any, header: Any) -> Any:
+        batches = read(path, header).batch(SCAN_BATCH).map(parse)
+        initial = (tf.constant(0, tf.int64), tf.constant(-math.inf, tf.float64), tf.constant(0, tf.int64))
+        return batches.reduce(initial, accumulate)
+
+    # One pipeline over all files (per-file statistics, files scanned in parallel) rather than
+    # one per file: building and tracing a pipeline per file costs more than reading a shard.
+    stats = tf.data.Dataset.from_tensor_slices(
+        (tf.constant([f.path for f in files]), tf.constant([int(f.header) for f in files], tf.int64))
+    ).map(file_stats, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    try:
+        per_file = [(int(count), float(high), int(bad)) for count, high, bad in stats.as_numpy_iterator()]
+    except tf.errors.OpError as err:
+        # The error does not say which file; walking them in Python does, with the line or record.
+        for file in files:
+            problem = locate(file, num_features, num_classes)
+            if problem:
+                raise DataError(problem) from err
+        raise DataError(
+            f"Could not read the {spec.data_format} files in {spec.directory}: {_first_line_of(err)}"
+        ) from err
 
     scanned = []
     highest = -math.inf
-    for file in files:
-        try:
-            count, _, high, bad = file_stats(file)
-        except tf.errors.OpError as err:
-            raise DataError(
-                locate(file, num_features, num_classes)
-                or f"Could not read {spec.data_format} file {file.path}: {_first_line_of(err)}"
-            ) from err
+    for file, (count, high, bad) in zip(files, per_file, strict=True):
         if bad or (num_classes and count and high >= num_classes):
             raise DataError(
                 locate(file, num_features, num_classes) or f"File {file.path} holds an invalid label or feature value."

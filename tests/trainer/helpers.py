@@ -1,0 +1,218 @@
+"""Running the trainer the way SageMaker does: a base directory, a subprocess, its outputs.
+
+Every trainer run is a separate process, as in production: TensorFlow's device configuration
+and MultiWorkerMirroredStrategy can only be set up once per process, before its first op.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer.metrics import metric_definitions
+from trainer.synthetic import SyntheticSpec, write_dataset
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINING_IMAGE = ROOT / "training_image"
+# Bounded waits everywhere: a hung trainer fails the test instead of the whole CI job.
+RUN_TIMEOUT_SECONDS = 240
+# Variables a developer's shell or CI may have set that would leak into the trainer.
+_SCRUBBED_PREFIXES = ("SM_", "TRAINING_", "TF_CONFIG", "SAGEMAKER_", "RENDEZVOUS_", "TRAINER_", "CHECKPOINT_DIR")
+_SCRUBBED = ("EXPECTED_GPU_COUNT", "CUDA_VISIBLE_DEVICES")
+
+
+def trainer_env(base: Path, **overrides: Any) -> dict[str, str]:
+    """Environment for a trainer process in ``base``: CPU on purpose, nothing inherited by accident.
+
+    An override of ``None`` removes the variable.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED}
+    env.update(
+        SAGEMAKER_BASE_DIR=str(base),
+        EXPECTED_GPU_COUNT="0",
+        PYTHONPATH=str(TRAINING_IMAGE),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+    )
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+def write_job(
+    base: Path,
+    hyperparameters: dict[str, Any],
+    data: SyntheticSpec | None,
+    *,
+    channel: str = "train",
+    input_data_config: dict[str, Any] | None = None,
+) -> Path:
+    """Lays out ``base`` like /opt/ml: hyperparameters.json (string values), data, optional configs."""
+    config_dir = base / "input" / "config"
+    config_dir.mkdir(parents=True, exist_ok=True)
+    (config_dir / "hyperparameters.json").write_text(json.dumps({k: str(v) for k, v in hyperparameters.items()}))
+    if input_data_config is not None:
+        (config_dir / "inputdataconfig.json").write_text(json.dumps(input_data_config))
+    if data is not None:
+        write_dataset(base / "input" / "data" / channel, data)
+    return base
+
+
+@dataclass(frozen=True)
+class TrainerRun:
+    """A finished trainer process and where it wrote.
+
+    Attributes:
+        base: Its SAGEMAKER_BASE_DIR.
+        returncode: Exit status.
+        stdout: Everything it printed on stdout (log, metric and report lines).
+        stderr: TensorFlow's own logging and tracebacks.
+    """
+
+    base: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def failure(self) -> str | None:
+        """Contents of output/failure, or None when there is none."""
+        path = self.base / "output" / "failure"
+        return path.read_text(encoding="utf-8") if path.exists() else None
+
+    @property
+    def model_path(self) -> Path:
+        """Where the chief writes the final model."""
+        return self.base / "model" / "model.keras"
+
+    def metrics(self) -> list[dict[str, float]]:
+        """Metric lines parsed with the SageMaker MetricDefinitions the stacks use."""
+        return parse_metrics(self.stdout)
+
+    def events(self, name: str) -> list[dict[str, str]]:
+        """``[trainer] <name> key=value ...`` lines as dicts."""
+        found = []
+        for line in self.stdout.splitlines():
+            if line.startswith(f"[trainer] {name} ") or line == f"[trainer] {name}":
+                found.append(dict(re.findall(r"(\w+)=(\S+)", line[len(f"[trainer] {name}") :])))
+        return found
+
+    def report(self, tag: str) -> list[dict[str, Any]]:
+        """``[tag] {json}`` report lines."""
+        prefix = f"[{tag}] "
+        return [json.loads(line[len(prefix) :]) for line in self.stdout.splitlines() if line.startswith(prefix)]
+
+    def explain(self) -> str:
+        """Context for assertion messages."""
+        return f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
+
+
+def parse_metrics(text: str) -> list[dict[str, float]]:
+    """One dict per line on which any MetricDefinition matches, keyed by the field name."""
+    definitions = [(d["Name"].split(":", 1)[1], re.compile(d["Regex"])) for d in metric_definitions()]
+    rows = []
+    for line in text.splitlines():
+        row = {name: float(m.group(1)) for name, regex in definitions if (m := regex.search(line))}
+        if row:
+            rows.append(row)
+    return rows
+
+
+def run_trainer(base: Path, *args: str, timeout: float = RUN_TIMEOUT_SECONDS, **env: Any) -> TrainerRun:
+    """Runs ``python -m trainer [args]`` from training_image/ to completion."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "trainer", *args],
+        cwd=TRAINING_IMAGE,
+        env=trainer_env(base, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return TrainerRun(base, completed.returncode, completed.stdout, completed.stderr)
+
+
+def start_trainer(base: Path, *args: str, **env: Any) -> subprocess.Popen[str]:
+    """Starts ``python -m trainer [args]`` with stdout piped line by line; stderr to a file in base."""
+    base.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainer", *args],
+        cwd=TRAINING_IMAGE,
+        env=trainer_env(base, **env),
+        stdout=subprocess.PIPE,
+        stderr=(base / "stderr.txt").open("w"),
+        text=True,
+        bufsize=1,
+    )
+
+
+def finish(
+    process: subprocess.Popen[str], base: Path, stdout_so_far: str = "", timeout: float = RUN_TIMEOUT_SECONDS
+) -> TrainerRun:
+    """Waits (bounded) for a started trainer and collects what it printed."""
+    try:
+        rest, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        rest, _ = process.communicate()
+    stderr = (base / "stderr.txt").read_text(encoding="utf-8", errors="replace")
+    return TrainerRun(base, process.returncode, stdout_so_far + (rest or ""), stderr)
+
+
+def read_until(process: subprocess.Popen[str], prefix: str, timeout: float = RUN_TIMEOUT_SECONDS) -> str:
+    """Reads stdout lines until one starts with ``prefix``; returns everything read so far."""
+    assert process.stdout is not None
+    seen = []
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(int(timeout))
+    try:
+        for line in process.stdout:
+            seen.append(line)
+            if line.startswith(prefix):
+                return "".join(seen)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    raise AssertionError(f"trainer ended without printing {prefix!r}:\n{''.join(seen)[-4000:]}")
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise TimeoutError("the trainer did not print the expected line in time")
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the OS reports free right now (bind to port 0), for loopback workers."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("localhost", 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def read_scalars(directory: Path) -> dict[str, dict[int, float]]:
+    """TensorBoard scalars in ``directory``: tag -> {step: value}."""
+    import tensorflow as tf
+
+    scalars: dict[str, dict[int, float]] = {}
+    for path in sorted(directory.glob("events.out.tfevents.*")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+    return scalars

@@ -1,0 +1,139 @@
+"""Hyperparameters: SageMaker's string values parsed, every mistake refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trainer.config import TrainingConfig, known_hyperparameters
+from trainer.errors import ConfigError
+
+
+def test_no_hyperparameters_gives_the_documented_defaults():
+    config = TrainingConfig.from_hyperparameters({})
+    assert config == TrainingConfig()
+    assert (config.model, config.epochs, config.batch_size, config.mixed_precision, config.xla) == (
+        "mlp",
+        10,
+        256,
+        "auto",
+        False,
+    )
+
+
+def test_string_values_as_sagemaker_writes_them_are_typed():
+    config = TrainingConfig.from_hyperparameters(
+        {
+            "model": "cnn",
+            "epochs": "4",
+            "batch_size": "128",
+            "learning_rate": "0.01",
+            "hidden_units": "64,32",
+            "conv_filters": "8",
+            "dropout": "0.25",
+            "image_shape": "28x28x1",
+            "num_classes": "10",
+            "data_format": "TFRecord",
+            "mixed_precision": "OFF",
+            "xla": "True",
+            "expected_gpu_count": "8",
+            "seed": "7",
+            "checkpoint_every_epochs": "2",
+        }
+    )
+    assert config.model == "cnn"
+    assert config.epochs == 4 and config.batch_size == 128
+    assert config.learning_rate == pytest.approx(0.01)
+    assert config.hidden_units == (64, 32) and config.conv_filters == (8,)
+    assert config.dropout == pytest.approx(0.25)
+    assert config.image_shape == (28, 28, 1)
+    assert config.num_classes == 10 and config.data_format == "tfrecord"
+    assert config.mixed_precision == "off" and config.xla is True
+    assert config.expected_gpu_count == 8 and config.seed == 7 and config.checkpoint_every_epochs == 2
+
+
+def test_json_encoded_values_from_the_sagemaker_sdk_are_accepted():
+    # Framework estimators json.dumps every value, so strings arrive quoted.
+    config = TrainingConfig.from_hyperparameters({"model": '"mlp"', "epochs": "3", "hidden_units": "[32, 16]"})
+    assert (config.model, config.epochs, config.hidden_units) == ("mlp", 3, (32, 16))
+
+
+def test_keys_that_sagemaker_injects_are_tolerated():
+    config = TrainingConfig.from_hyperparameters(
+        {
+            "sagemaker_program": "train.py",
+            "sagemaker_submit_directory": "s3://bucket/code.tar.gz",
+            "sagemaker_region": '"eu-west-1"',
+            "_tuning_objective_metric": "train:loss",
+            "model_dir": "s3://bucket/model",
+            "epochs": "2",
+        }
+    )
+    assert config.epochs == 2
+
+
+def test_unknown_key_is_refused_by_name_with_the_closest_known_key():
+    with pytest.raises(ConfigError) as caught:
+        TrainingConfig.from_hyperparameters({"learning_rat": "0.1"})
+    assert "unknown hyperparameter 'learning_rat'" in str(caught.value)
+    assert "did you mean 'learning_rate'?" in str(caught.value)
+
+
+def test_unknown_key_without_a_close_match_lists_the_known_keys():
+    with pytest.raises(ConfigError) as caught:
+        TrainingConfig.from_hyperparameters({"optimiser_schedule": "cosine"})
+    message = str(caught.value)
+    assert "'optimiser_schedule'" in message and "did you mean" not in message
+    assert all(name in message for name in known_hyperparameters())
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as caught:
+        TrainingConfig.from_hyperparameters({"epochs": "0", "batch_size": "abc", "model": "resnet", "lr": "1"})
+    message = str(caught.value)
+    for fragment in ("'epochs' must be >= 1", "'batch_size' must be an integer", "'model' must be one of", "'lr'"):
+        assert fragment in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("epochs", "2.5"),
+        ("learning_rate", "-1"),
+        ("learning_rate", "nan"),
+        ("dropout", "1.0"),
+        ("xla", "maybe"),
+        ("image_shape", "28x28"),
+        ("hidden_units", "64,-1"),
+        ("mixed_precision", "fp8"),
+        ("data_format", "parquet"),
+        ("train_channel", "a/b"),
+        ("expected_gpu_count", "-2"),
+        ("shuffle_buffer", "0"),
+    ],
+)
+def test_invalid_values_are_refused_naming_key_and_value(key, value):
+    with pytest.raises(ConfigError) as caught:
+        TrainingConfig.from_hyperparameters({key: value})
+    assert f"hyperparameter '{key}'" in str(caught.value)
+    assert value in str(caught.value)
+
+
+def test_cnn_needs_an_image_shape():
+    with pytest.raises(ConfigError, match="'image_shape' is required with model=cnn"):
+        TrainingConfig.from_hyperparameters({"model": "cnn"})
+
+
+def test_a_single_class_is_refused():
+    with pytest.raises(ConfigError, match="'num_classes' must be >= 2"):
+        TrainingConfig.from_hyperparameters({"num_classes": "1"})
+
+
+def test_resolved_config_round_trips_through_json_and_sagemaker_strings():
+    config = TrainingConfig.from_hyperparameters({"model": "cnn", "image_shape": "8x8x3", "hidden_units": ""})
+    saved = json.loads(json.dumps(config.to_dict()))
+    as_sagemaker_strings = {
+        k: "" if v is None else json.dumps(v) if isinstance(v, list) else str(v) for k, v in saved.items()
+    }
+    assert TrainingConfig.from_hyperparameters(as_sagemaker_strings) == config

@@ -1,0 +1,304 @@
+"""The input pipeline: discovery, the scan that names bad rows, sharding and the tf.data stream."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer import data
+from trainer.config import TrainingConfig
+from trainer.environment import resolve_paths
+from trainer.errors import ConfigError, DataError
+from trainer.synthetic import SyntheticSpec, write_dataset
+
+
+def _channel(tmp_path: Path, spec: SyntheticSpec | None = None) -> Path:
+    directory = tmp_path / "input" / "data" / "train"
+    if spec is not None:
+        write_dataset(directory, spec)
+    else:
+        directory.mkdir(parents=True)
+    return directory
+
+
+def _discover(tmp_path: Path, input_data_config=None, **hyperparameters) -> data.DatasetSpec:
+    config = TrainingConfig.from_hyperparameters(hyperparameters)
+    return data.discover_channel(resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)}), config, input_data_config or {})
+
+
+def _scan(tmp_path: Path, num_classes: int = 0, **hyperparameters) -> data.DatasetSpec:
+    return data.scan_channel(_discover(tmp_path, **hyperparameters), num_classes)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+# --- discovery and scan ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", [True, False])
+def test_csv_scan_counts_examples_and_infers_width_and_classes(tmp_path, header):
+    _channel(tmp_path, SyntheticSpec("csv", examples=250, features=6, classes=3, shards=3, header=header))
+    spec = _scan(tmp_path)
+    assert spec.data_format == "csv" and spec.scanned
+    assert [f.examples for f in spec.files] == [84, 83, 83]
+    assert all(f.header is header for f in spec.files)
+    assert (spec.examples, spec.num_features, spec.num_classes) == (250, 6, 3)
+
+
+def test_tfrecord_scan_counts_examples(tmp_path):
+    _channel(tmp_path, SyntheticSpec("tfrecord", examples=90, features=16, classes=4, shards=2, image_shape=(4, 4, 1)))
+    spec = _scan(tmp_path)
+    assert (spec.data_format, spec.examples, spec.num_features, spec.num_classes) == ("tfrecord", 90, 16, 4)
+
+
+def test_explicit_num_classes_is_kept(tmp_path):
+    _channel(tmp_path, SyntheticSpec("csv", examples=40, features=3, classes=2))
+    assert _scan(tmp_path, num_classes=5).num_classes == 5
+
+
+def test_missing_channel_names_the_directory_and_the_channels_present(tmp_path):
+    (tmp_path / "input" / "data" / "validation").mkdir(parents=True)
+    with pytest.raises(DataError) as caught:
+        _discover(tmp_path)
+    message = str(caught.value)
+    assert "Input channel 'train' is missing" in message
+    assert str(tmp_path / "input" / "data" / "train") in message and "validation" in message
+
+
+def test_channel_not_declared_in_inputdataconfig(tmp_path):
+    _channel(tmp_path, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    with pytest.raises(DataError, match="declares only validation"):
+        _discover(tmp_path, input_data_config={"validation": {"TrainingInputMode": "File"}})
+
+
+def test_pipe_mode_is_refused(tmp_path):
+    _channel(tmp_path, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    with pytest.raises(ConfigError, match="Pipe mode"):
+        _discover(tmp_path, input_data_config={"train": {"TrainingInputMode": "Pipe"}})
+
+
+def test_empty_channel_directory(tmp_path):
+    _channel(tmp_path)
+    with pytest.raises(DataError, match="is empty: .* holds no files"):
+        _discover(tmp_path)
+
+
+def test_format_comes_from_content_type_when_extensions_do_not_tell(tmp_path):
+    _write(_channel(tmp_path) / "part-0", "1,2,0\n3,4,1\n")
+    with pytest.raises(DataError, match="Cannot tell the format of .*part-0"):
+        _discover(tmp_path)
+    spec = _discover(tmp_path, input_data_config={"train": {"ContentType": "text/csv"}})
+    assert spec.data_format == "csv"
+    assert _discover(tmp_path, data_format="csv").data_format == "csv"
+
+
+def test_mixed_formats_are_refused(tmp_path):
+    directory = _channel(tmp_path, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    write_dataset(directory / "more", SyntheticSpec("tfrecord", examples=10, features=2, classes=2))
+    with pytest.raises(DataError, match="mixes CSV and TFRecord"):
+        _discover(tmp_path)
+
+
+def test_hidden_files_are_ignored(tmp_path):
+    directory = _channel(tmp_path, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    _write(directory / ".manifest", "not data")
+    assert [Path(f.path).name for f in _discover(tmp_path).files] == ["part-00000.csv"]
+
+
+def test_header_only_csv_is_an_empty_dataset(tmp_path):
+    _write(_channel(tmp_path) / "a.csv", "f0,f1,label\n")
+    with pytest.raises(DataError, match="holds 1 file\\(s\\) but no examples .*the dataset is empty"):
+        _scan(tmp_path)
+
+
+def test_single_class_data_needs_num_classes(tmp_path):
+    _write(_channel(tmp_path) / "a.csv", "1,2,0\n3,4,0\n")
+    with pytest.raises(DataError, match="Every label .* is 0"):
+        _scan(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("bad_row", "fragment"),
+    [
+        ("0.5,abc,1", "column 2: 'abc' is not a number"),
+        ("0.5,1", "2 fields, expected 3"),
+        ("0.5,0.1,0.2,1", "4 fields, expected 3"),
+        ("", "the line is empty"),
+        ("0.5,,1", "column 2: '' is not a number"),
+        ("0.5,nan,1", "column 2: 'nan' is not a finite number"),
+        ("0.5,0.1,-1", "label '-1' is not a non-negative integer"),
+        ("0.5,0.1,1.5", "label '1.5' is not a non-negative integer"),
+    ],
+)
+def test_malformed_csv_row_is_named_by_file_and_line(tmp_path, bad_row, fragment):
+    rows = ["f0,f1,label", "0.1,0.2,0", "0.3,0.4,1", bad_row, "0.5,0.6,1"]
+    path = _write(_channel(tmp_path) / "part-1.csv", "\n".join(rows) + "\n")
+    with pytest.raises(DataError) as caught:
+        _scan(tmp_path)
+    message = str(caught.value)
+    assert f"Malformed CSV row in {path} line 4" in message
+    assert fragment in message
+
+
+def test_label_beyond_num_classes_is_named(tmp_path):
+    path = _write(_channel(tmp_path) / "a.csv", "0.1,0\n0.2,1\n0.3,7\n")
+    with pytest.raises(DataError, match=f"{path} line 3: label '7' is out of range for num_classes=3"):
+        _scan(tmp_path, num_classes=3)
+
+
+def test_corrupt_tfrecord_names_the_file_and_record(tmp_path):
+    directory = _channel(tmp_path, SyntheticSpec("tfrecord", examples=40, features=8, classes=2, shards=2))
+    target = directory / "part-00001.tfrecord"
+    raw = bytearray(target.read_bytes())
+    record_size = len(raw) // 20
+    raw[5 * record_size + record_size // 2] ^= 0xFF  # flip a byte inside the sixth record
+    target.write_bytes(bytes(raw))
+    with pytest.raises(DataError) as caught:
+        _scan(tmp_path)
+    assert f"Corrupt TFRecord file {target}: record 5 is damaged or truncated" in str(caught.value)
+
+
+def test_truncated_tfrecord_is_named(tmp_path):
+    directory = _channel(tmp_path, SyntheticSpec("tfrecord", examples=10, features=8, classes=2))
+    target = directory / "part-00000.tfrecord"
+    target.write_bytes(target.read_bytes()[:-7])
+    with pytest.raises(DataError, match=f"Corrupt TFRecord file {target}: record 9"):
+        _scan(tmp_path)
+
+
+def test_tfrecord_example_of_the_wrong_width_is_named(tmp_path):
+    directory = _channel(tmp_path, SyntheticSpec("tfrecord", examples=10, features=8, classes=2))
+    write_dataset(directory / "zz", SyntheticSpec("tfrecord", examples=3, features=5, classes=2))
+    with pytest.raises(DataError) as caught:
+        _scan(tmp_path)
+    assert f"Malformed record in {directory / 'zz' / 'part-00000.tfrecord'}: record 0 has 5 values" in str(caught.value)
+
+
+# --- sharding --------------------------------------------------------------------------------
+
+
+def _spec_with(*counts: int) -> data.DatasetSpec:
+    files = tuple(data.DataFile(path=f"/d/part-{i}.csv", examples=n) for i, n in enumerate(counts))
+    return data.DatasetSpec("train", Path("/d"), "csv", files, num_features=2, num_classes=2, scanned=True)
+
+
+def test_balanced_files_are_sharded_by_file():
+    plans = data.plan_shards(_spec_with(100, 100, 100, 100), 2)
+    assert all(p.by_file for p in plans)
+    assert [p.examples for p in plans] == [200, 200]
+    assert {f.path for p in plans for f in p.files} == {f"/d/part-{i}.csv" for i in range(4)}
+    assert not {f.path for f in plans[0].files} & {f.path for f in plans[1].files}
+
+
+def test_too_few_or_uneven_files_fall_back_to_sharding_examples():
+    for counts in [(300,), (100, 100, 100), (1000, 10, 10)]:
+        plans = data.plan_shards(_spec_with(*counts), 2)
+        assert not any(p.by_file for p in plans)
+        total = sum(counts)
+        assert [p.examples for p in plans] == [(total + 1) // 2, total // 2]
+
+
+def test_steps_per_epoch_is_equal_for_every_worker():
+    plans = data.plan_shards(_spec_with(300, 301, 299, 300), 2)
+    assert data.steps_per_epoch(plans, 64) == min(p.examples for p in plans) // 64
+    # A batch larger than a worker's share leaves no step at all; the loop refuses to start.
+    assert data.steps_per_epoch(plans, 601) == 0
+
+
+def _rows(dataset) -> list[tuple]:
+    rows = []
+    for features, labels in dataset:
+        for row, label in zip(features.numpy(), labels.numpy(), strict=True):
+            rows.append((*np.round(row, 4).tolist(), int(label)))
+    return rows
+
+
+@pytest.mark.parametrize("shards", [1, 4])
+def test_two_workers_partition_the_examples(tmp_path, shards):
+    _channel(tmp_path, SyntheticSpec("csv", examples=120, features=3, classes=2, shards=shards))
+    spec = _scan(tmp_path)
+    plans = data.plan_shards(spec, 2)
+    assert plans[0].by_file is (shards == 4)
+    seen = []
+    for index, plan in enumerate(plans):
+        dataset = data.make_dataset(
+            spec,
+            plan,
+            pipeline_index=index,
+            num_pipelines=2,
+            per_replica_batch=10,
+            batches=6,
+            shuffle_buffer=1000,
+            seed=1,
+            epoch=1,
+        )
+        rows = _rows(dataset)
+        assert len(rows) == 60
+        seen.append(set(rows))
+    assert not seen[0] & seen[1]
+    everything = _rows(
+        data.make_dataset(
+            spec,
+            data.plan_shards(spec, 1)[0],
+            pipeline_index=0,
+            num_pipelines=1,
+            per_replica_batch=10,
+            batches=12,
+            shuffle_buffer=1000,
+            seed=1,
+            epoch=1,
+        )
+    )
+    assert seen[0] | seen[1] == set(everything)
+
+
+def test_pipeline_order_depends_only_on_seed_and_epoch(tmp_path):
+    _channel(tmp_path, SyntheticSpec("tfrecord", examples=64, features=4, classes=2, shards=2))
+    spec = _scan(tmp_path)
+    plan = data.plan_shards(spec, 1)[0]
+
+    def epoch(number: int) -> list[tuple]:
+        return _rows(
+            data.make_dataset(
+                spec,
+                plan,
+                pipeline_index=0,
+                num_pipelines=1,
+                per_replica_batch=16,
+                batches=4,
+                shuffle_buffer=64,
+                seed=3,
+                epoch=number,
+            )
+        )
+
+    first = epoch(1)
+    assert first == epoch(1)
+    assert first != epoch(2) and sorted(first) == sorted(epoch(2))
+
+
+def test_batches_have_the_training_shapes_and_types(tmp_path):
+    _channel(tmp_path, SyntheticSpec("csv", examples=50, features=5, classes=3))
+    spec = _scan(tmp_path)
+    dataset = data.make_dataset(
+        spec,
+        data.plan_shards(spec, 1)[0],
+        pipeline_index=0,
+        num_pipelines=1,
+        per_replica_batch=8,
+        batches=100,
+        shuffle_buffer=10,
+        seed=0,
+        epoch=1,
+    )
+    batches = list(dataset)
+    assert len(batches) == 50 // 8  # drop_remainder: every step has a full batch
+    features, labels = batches[0]
+    assert features.shape == (8, 5) and features.dtype.name == "float32"
+    assert labels.shape == (8,) and labels.dtype.name == "int32"

