@@ -29,6 +29,7 @@ def test_string_values_as_sagemaker_writes_them_are_typed():
             "epochs": "4",
             "batch_size": "128",
             "learning_rate": "0.01",
+            "optimizer": "SGD",
             "hidden_units": "64,32",
             "conv_filters": "8",
             "dropout": "0.25",
@@ -44,7 +45,7 @@ def test_string_values_as_sagemaker_writes_them_are_typed():
     )
     assert config.model == "cnn"
     assert config.epochs == 4 and config.batch_size == 128
-    assert config.learning_rate == pytest.approx(0.01)
+    assert config.learning_rate == pytest.approx(0.01) and config.optimizer == "sgd"
     assert config.hidden_units == (64, 32) and config.conv_filters == (8,)
     assert config.dropout == pytest.approx(0.25)
     assert config.image_shape == (28, 28, 1)
@@ -102,6 +103,7 @@ def test_every_problem_is_reported_at_once():
         ("epochs", "2.5"),
         ("learning_rate", "-1"),
         ("learning_rate", "nan"),
+        ("optimizer", "adagrad"),
         ("dropout", "1.0"),
         ("xla", "maybe"),
         ("image_shape", "28x28"),

@@ -39,7 +39,9 @@ def test_gpu_job_verifies_reports_and_trains_on_every_gpu(tmp_path, gpu_count):
     (strategy,) = run.events("strategy")
     assert strategy["name"] == ("MirroredStrategy" if gpu_count > 1 else "OneDeviceStrategy")
     capability = min(tuple(map(int, g["compute_capability"].split("."))) for g in report["gpus"])
-    expected_policy = "mixed_bfloat16" if capability >= (8, 0) else "mixed_float16" if capability >= (7, 0) else "float32"
+    expected_policy = (
+        "mixed_bfloat16" if capability >= (8, 0) else "mixed_float16" if capability >= (7, 0) else "float32"
+    )
     resolved = json.loads((tmp_path / "model" / "trainer_config.json").read_text())
     assert resolved["precision_policy"] == expected_policy
     assert run.metrics()[-1]["accuracy"] > 0.8

@@ -30,7 +30,8 @@ from trainer.synthetic import SyntheticSpec
 
 # 4 classes: chance is 0.25; the synthetic clusters are separable enough for > 0.8 in 3 epochs.
 TABULAR = SyntheticSpec("csv", examples=1536, features=12, classes=4, shards=2, seed=11)
-TABULAR_HP = {"epochs": 3, "batch_size": 64, "learning_rate": 0.005, "hidden_units": "32"}
+# SGD, not Adam: Adam normalises gradient scale away, so it would hide a wrong loss scaling.
+TABULAR_HP = {"epochs": 3, "batch_size": 64, "optimizer": "sgd", "learning_rate": 0.05, "hidden_units": "32"}
 LEARNED = 0.8
 
 
@@ -117,7 +118,7 @@ def test_two_replicas_compute_what_one_device_computes(tmp_path, one_device_run)
     assert (strategy["name"], strategy["replicas"]) == ("MirroredStrategy", "2")
     assert run.report("gpu-check")[0]["all_reduce_replicas"] == 2
     # Same global batch, same data order: the per-replica loss scaling and the all-reduce must
-    # reproduce the single-device trajectory (a wrong scale doubles every step).
+    # reproduce the single-device trajectory (with SGD a wrong scale doubles every step).
     for mirrored, single in zip(run.metrics(), one_device_run.metrics(), strict=True):
         assert mirrored["loss"] == pytest.approx(single["loss"], rel=1e-3, abs=1e-4)
         assert mirrored["accuracy"] == pytest.approx(single["accuracy"], abs=2e-3)
@@ -138,20 +139,24 @@ def test_small_cnn_learns_images_from_tfrecords(tmp_path):
     assert keras.models.load_model(run.model_path).input_shape == (None, 64)
 
 
+def _run_workers(bases, ports, **env) -> list[TrainerRun]:
+    """Starts one trainer per base directory as the workers of one job on loopback; waits for all."""
+    hosts = ",".join(f"localhost:{port}" for port in ports)
+    processes = [
+        start_trainer(base, "train", TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{port}",
+                      RENDEZVOUS_TIMEOUT_SECONDS=120, **env)
+        for base, port in zip(bases, ports, strict=True)
+    ]  # fmt: skip
+    return [finish(p, b) for p, b in zip(processes, bases, strict=True)]
+
+
 @pytest.mark.slow
 def test_two_workers_over_loopback_finish_with_identical_weights(tmp_path):
-    ports = free_ports(2)
-    hosts = ",".join(f"localhost:{port}" for port in ports)
     # Four shards: each worker reads its own two files.
     data = SyntheticSpec("csv", examples=768, features=12, classes=4, shards=4, seed=5)
     hp = {"epochs": 2, "batch_size": 32, "learning_rate": 0.01, "hidden_units": "32"}
     bases = [write_job(tmp_path / f"host-{i}", hp, data) for i in range(2)]
-    processes = [
-        start_trainer(base, "train", TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{port}",
-                      RENDEZVOUS_TIMEOUT_SECONDS=120)
-        for base, port in zip(bases, ports, strict=True)
-    ]  # fmt: skip
-    chief, worker = (finish(p, b) for p, b in zip(processes, bases, strict=True))
+    chief, worker = _run_workers(bases, free_ports(2))
     assert chief.returncode == 0, chief.explain()
     assert worker.returncode == 0, worker.explain()
 
@@ -172,6 +177,44 @@ def test_two_workers_over_loopback_finish_with_identical_weights(tmp_path):
     assert resolved["weights_sha256"] == digests[0]
     assert resolved["distribution"]["workers"] == 2
     assert not list((worker.base / "checkpoints").glob("**/*.index"))  # non-chief copies are temporary
+
+
+@pytest.mark.slow
+def test_two_workers_resume_together_and_refuse_diverging_checkpoints(tmp_path):
+    data = SyntheticSpec("csv", examples=512, features=12, classes=4, shards=2, seed=8)
+    hp = {"epochs": 1, "batch_size": 32, "learning_rate": 0.01, "hidden_units": "32"}
+    bases = [write_job(tmp_path / f"host-{i}", hp, data) for i in range(2)]
+    shared = tmp_path / "shared-checkpoints"  # what SageMaker's S3 sync gives every host
+
+    first = _run_workers(bases, free_ports(2), CHECKPOINT_DIR=shared)
+    assert [run.returncode for run in first] == [0, 0], first[0].explain() + first[1].explain()
+    assert (shared / "ckpt-1.index").exists()
+
+    for base in bases:
+        write_job(base, {**hp, "epochs": 2}, None)
+    # The second worker does not see the chief's checkpoint: both refuse instead of diverging.
+    empty = tmp_path / "empty-checkpoints"
+    ports = free_ports(2)
+    hosts = ",".join(f"localhost:{port}" for port in ports)
+    processes = [
+        start_trainer(base, "train", TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{port}",
+                      RENDEZVOUS_TIMEOUT_SECONDS=120, CHECKPOINT_DIR=directory)
+        for base, port, directory in zip(bases, ports, (shared, empty), strict=True)
+    ]  # fmt: skip
+    refused = [finish(p, b) for p, b in zip(processes, bases, strict=True)]
+    for run in refused:
+        assert run.returncode != 0, run.explain()
+        assert "Workers restored different checkpoints" in run.failure and "completed epochs [0, 1]" in run.failure
+    for base in bases:
+        (base / "output" / "failure").unlink()
+
+    resumed = _run_workers(bases, free_ports(2), CHECKPOINT_DIR=shared)
+    assert [run.returncode for run in resumed] == [0, 0], resumed[0].explain() + resumed[1].explain()
+    for run in resumed:
+        assert run.events("resume")[0]["completed_epochs"] == "1"
+    assert [m["epoch"] for m in resumed[0].metrics()] == [2]
+    assert len({run.events("finished")[0]["weights_sha256"] for run in resumed}) == 1
+    assert resumed[0].model_path.exists() and not resumed[1].model_path.exists()
 
 
 @pytest.mark.slow

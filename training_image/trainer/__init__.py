@@ -6,4 +6,10 @@ in :mod:`trainer.train`. Modules that need TensorFlow import it lazily where dev
 configuration has to happen before TensorFlow initialises its runtime.
 """
 
+import os
+
+# The training loop is TensorFlow code (tf.distribute, tf.data): a KERAS_BACKEND=jax inherited
+# from a notebook or a base image would break it in obscure ways, so the backend is not a choice.
+os.environ["KERAS_BACKEND"] = "tensorflow"
+
 __version__ = "1.0.0"

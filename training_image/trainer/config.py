@@ -22,6 +22,7 @@ from trainer.errors import ConfigError
 MODELS = ("mlp", "cnn")
 DATA_FORMATS = ("auto", "csv", "tfrecord")
 MIXED_PRECISION_MODES = ("auto", "on", "off")
+OPTIMIZERS = ("adam", "sgd")
 
 # Injected by SageMaker or the SageMaker Python SDK, never by a user: tolerated, ignored.
 INJECTED_PREFIXES = ("sagemaker_", "_")
@@ -38,7 +39,8 @@ class TrainingConfig:
         epochs: Total epochs to train, counting epochs completed before a restart.
         batch_size: Global batch size, split evenly over all replicas of all workers; must be
             divisible by the number of replicas.
-        learning_rate: Adam learning rate.
+        learning_rate: Learning rate of the optimizer.
+        optimizer: ``adam``, or ``sgd`` (with momentum 0.9).
         hidden_units: Dense layer widths of the MLP (``"128,64"``); empty for a linear model.
         conv_filters: Filters of the CNN's 3x3 convolution blocks (``"16,32"``).
         dropout: Dropout rate after each hidden block, in [0, 1).
@@ -61,6 +63,7 @@ class TrainingConfig:
     epochs: int = 10
     batch_size: int = 256
     learning_rate: float = 1e-3
+    optimizer: str = "adam"
     hidden_units: tuple[int, ...] = (128, 64)
     conv_filters: tuple[int, ...] = (16, 32)
     dropout: float = 0.0
@@ -190,6 +193,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "epochs": _int(1),
     "batch_size": _int(1),
     "learning_rate": _float(0.0, math.inf, low_inclusive=False),
+    "optimizer": _choice(OPTIMIZERS),
     "hidden_units": _int_list,
     "conv_filters": _int_list,
     "dropout": _float(0.0, 1.0, low_inclusive=True),

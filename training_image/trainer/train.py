@@ -270,7 +270,11 @@ def _train_loop(
 
     with strategy.scope():
         model = models.build_model(config, spec.num_features, spec.num_classes)
-        optimizer: Any = keras.optimizers.Adam(learning_rate=config.learning_rate)
+        optimizer: Any = (
+            keras.optimizers.SGD(learning_rate=config.learning_rate, momentum=0.9)
+            if config.optimizer == "sgd"
+            else keras.optimizers.Adam(learning_rate=config.learning_rate)
+        )
         if precision == "mixed_float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
         optimizer.build(model.trainable_variables)
