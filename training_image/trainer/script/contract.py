@@ -67,7 +67,10 @@ def deserialize(value: Any) -> Any:
 
 
 def _truthy(value: Any) -> bool:
-    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "1", "yes"))
+    """The toolkit's test for a switch (plain truthiness of the deserialized value), plus "true"/"yes" strings."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
 
 
 def to_cmd_args(hyperparameters: Mapping[str, Any]) -> list[str]:

@@ -151,7 +151,7 @@ def _failure(job: contract.ScriptJob, returncode: int, report: dict[str, Any] | 
                 where += f": {report['code']}"
         inside = f" (raised inside {report['raised_in']})" if report.get("raised_in") and report.get("file") else ""
         if report.get("type") == "SystemExit":
-            said = f": {report['message']}" if report.get("message") else ""
+            said = f": {report['message']}" if report.get("message") and report["message"] not in where else ""
             return UserScriptError(f"The training script {script} called sys.exit({returncode}){where}{said}.")
         return UserScriptError(
             f"The training script {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
@@ -183,6 +183,9 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
         log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
 
         code = source.prepare(job.submit_directory, job.program, env.paths, env.input_data_config)
+        # SageMaker creates these before the container starts; on an EC2 node or locally we do.
+        for directory in (env.paths.model_dir, env.paths.output_dir / "data", env.paths.output_dir / "intermediate"):
+            directory.mkdir(parents=True, exist_ok=True)
         child_env = {k: v for k, v in process_env.items() if not k.startswith("SM_")}
         child_env.update(contract.sm_environment(env, job, num_gpus=int(gpu["gpus"]), process_env=process_env))
         if job.multi_worker_mirrored and env.cluster.num_workers > 1:

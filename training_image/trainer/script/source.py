@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.environment import Paths
+from trainer.environment import DEFAULT_BASE_DIR, Paths
 from trainer.errors import SourceError
 from trainer.logs import log
 
@@ -81,6 +81,9 @@ def locate(submit_directory: str, paths: Paths, input_data_config: Mapping[str, 
     local = Path(submit_directory)
     if not local.is_absolute():
         local = paths.base_dir / local
+    elif local.is_relative_to(DEFAULT_BASE_DIR) and paths.base_dir != Path(DEFAULT_BASE_DIR):
+        # SAGEMAKER_BASE_DIR moved the tree (local runner, tests): /opt/ml/... means the same place in it.
+        local = paths.base_dir / local.relative_to(DEFAULT_BASE_DIR)
     if not local.exists():
         raise SourceError(
             f"sagemaker_submit_directory {submit_directory} does not exist in the container; "
