@@ -238,6 +238,7 @@ def test_missing_entry_point_lists_what_was_packed(tmp_path: Path) -> None:
     run = run_trainer(base)
     assert run.returncode == 9, run.explain()
     assert "The training script 'train.py' is not in the source directory (main.py)" in (run.failure or "")
+    assert not (base / "model" / "model.keras").exists(), "never falls back to a built-in model"
 
 
 def test_sigterm_reaches_the_script_and_resume_continues(tmp_path: Path) -> None:
