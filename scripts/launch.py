@@ -233,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source-dir", type=Path, help="your training code's directory (SageMaker script mode)")
     parser.add_argument("--entry-point", help="the script in --source-dir to run, e.g. train.py")
     parser.add_argument("--legacy-keras", action="store_true", help="run the script with Keras 2 (tf-keras)")
+    parser.add_argument(
+        "--upload-only",
+        action="store_true",
+        help="upload --source-dir and print its code_key for the GPU cluster (cluster.code_key); start no job",
+    )
     parser.add_argument("--direct", action="store_true", help="call CreateTrainingJob instead of starting the workflow")
     parser.add_argument("--dry-run", action="store_true", help="print the request, send nothing")
     parser.add_argument("--watch", action="store_true", help="follow the job until it ends (exit code = outcome)")
@@ -243,6 +248,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     deployment = Deployment.from_args(args)
+    if args.upload_only:
+        if args.source_dir is None:
+            raise OperatorError("--upload-only needs --source-dir DIR and --entry-point SCRIPT")
+        options = with_job_name(deployment, options_from_args(args))
+        uploaded = upload_source(deployment, options, args.source_dir, dry_run=args.dry_run)
+        key = code_key(str(options.job_name))
+        print(f"code: {uploaded.code_uri}")
+        print(f"code_key: {key}")
+        print(
+            "cluster: npx cdk deploy gputrain-cluster "
+            f"-c gpu_training.cluster.code_key={key} -c gpu_training.cluster.entry_point={args.entry_point}"
+            + (" -c gpu_training.cluster.legacy_keras=true" if args.legacy_keras else "")
+        )
+        return 0
     launched = launch(
         deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir
     )

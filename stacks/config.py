@@ -144,6 +144,14 @@ class ClusterConfig:
             Default 5.
         max_lifetime_hours: Hard maximum lifetime of a node, after which it is shut down;
             0 disables. Default 24.
+        code_key: Key of a user's ``sourcedir.tar.gz`` in the artifacts bucket, under ``code/``
+            (``python -m scripts.launch --source-dir DIR --entry-point train.py --upload-only``
+            puts one there). With ``entry_point``, the nodes run that script (SageMaker script
+            mode, MultiWorkerMirroredStrategy across nodes) instead of the built-in trainer.
+            Default ``None``.
+        entry_point: The script inside ``code_key`` to run, e.g. ``train.py``. Default ``None``.
+        legacy_keras: Run the script with Keras 2 (tf-keras, ``TF_USE_LEGACY_KERAS=1``).
+            Default ``False``.
     """
 
     enabled: bool = True
@@ -157,6 +165,9 @@ class ClusterConfig:
     idle_stop_minutes: int = 60
     idle_gpu_utilization_percent: int = 5
     max_lifetime_hours: int = 24
+    code_key: Optional[str] = None
+    entry_point: Optional[str] = None
+    legacy_keras: bool = False
 
     @property
     def gpus_per_node(self) -> int:
@@ -387,6 +398,34 @@ def _check_positive(path: str, value: int, *, minimum: int = 1, maximum: Optiona
         raise ConfigError(path, value, f"must be {span}", f"set it to a value {span}")
 
 
+USER_CODE_PREFIX = "code/"
+"""Where users' ``sourcedir.tar.gz`` live in the artifacts bucket (the only code the roles read)."""
+ENTRY_POINT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*[.](py|sh)$"
+"""A script path inside the source directory: no leading ``/`` or ``-``, no quotes or spaces."""
+_CODE_KEY_PATTERN = r"^code/[A-Za-z0-9_.=-]+(/[A-Za-z0-9_.=-]+)*[.]tar[.]gz$"
+
+
+def _check_user_code(path: str, code_key: Optional[str], entry_point: Optional[str]) -> None:
+    if code_key is None and entry_point is None:
+        return
+    if code_key is None or entry_point is None:
+        missing = "code_key" if code_key is None else "entry_point"
+        raise ConfigError(
+            f"{path}.{missing}", None, "a user script needs both code_key and entry_point",
+            "set both (scripts.launch --upload-only prints them), or neither for the built-in trainer",
+        )
+    if not re.match(_CODE_KEY_PATTERN, code_key) or ".." in code_key:
+        raise ConfigError(
+            f"{path}.code_key", code_key, f"not a .tar.gz key under {USER_CODE_PREFIX} in the artifacts bucket",
+            "use the key scripts.launch --upload-only printed, e.g. code/my-run/sourcedir.tar.gz",
+        )
+    if not re.match(ENTRY_POINT_PATTERN, entry_point) or ".." in entry_point:
+        raise ConfigError(
+            f"{path}.entry_point", entry_point, "not a .py or .sh path inside the source directory",
+            "use the script's path relative to the source directory, e.g. train.py",
+        )
+
+
 def _validate(cfg: PlatformConfig) -> PlatformConfig:
     p = CONTEXT_KEY
     if not _PROJECT_RE.match(cfg.project_name):
@@ -455,6 +494,7 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     _check_positive(f"{p}.cluster.idle_stop_minutes", cl.idle_stop_minutes, minimum=0, maximum=1440)
     _check_positive(f"{p}.cluster.idle_gpu_utilization_percent", cl.idle_gpu_utilization_percent, minimum=0, maximum=100)
     _check_positive(f"{p}.cluster.max_lifetime_hours", cl.max_lifetime_hours, minimum=0)
+    _check_user_code(f"{p}.cluster", cl.code_key, cl.entry_point)
 
     tj = cfg.training_job
     count = _check_gpu_type(f"{p}.training_job.instance_type", tj.instance_type, sagemaker=True)

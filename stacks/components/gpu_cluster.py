@@ -226,6 +226,9 @@ class GpuCluster(Construct):
                     region=stack.region,
                     log_group_name=self.log_group.log_group_name,
                     checkpoint_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{CHECKPOINT_PREFIX}{stack.stack_name}/{name}/",
+                    code_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{config.code_key}" if config.code_key else "",
+                    entry_point=config.entry_point or "",
+                    legacy_keras=config.legacy_keras,
                 ),
             )
             alarm = self._idle_alarm(f"Node{index}IdleAlarm", name, instance) if config.idle_stop_minutes else None

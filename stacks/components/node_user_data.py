@@ -73,6 +73,9 @@ class NodeSettings:
         region: Region of the stack, log group and bucket.
         log_group_name: The cluster's log group.
         checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced.
+        code_s3_uri: A user's ``sourcedir.tar.gz`` to run in script mode; empty for the built-in trainer.
+        entry_point: The script inside it; empty for the built-in trainer.
+        legacy_keras: Run the script with Keras 2 (tf-keras).
     """
 
     node_name: str
@@ -89,6 +92,9 @@ class NodeSettings:
     region: str
     log_group_name: str
     checkpoint_s3_uri: str
+    code_s3_uri: str = ""
+    entry_point: str = ""
+    legacy_keras: bool = False
 
     def environment(self) -> dict[str, str]:
         """The settings as ``node.env`` variables (the training container contract names)."""
@@ -107,6 +113,9 @@ class NodeSettings:
             "AWS_REGION": self.region,
             "LOG_GROUP": self.log_group_name,
             "CHECKPOINT_S3_URI": self.checkpoint_s3_uri,
+            "CODE_S3_URI": self.code_s3_uri,
+            "ENTRY_POINT": self.entry_point,
+            "TF_USE_LEGACY_KERAS": "1" if self.legacy_keras else "0",
         }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
 
-from stacks.config import PlatformConfig
+from stacks.config import ENTRY_POINT_PATTERN, USER_CODE_PREFIX, PlatformConfig
 from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
 
 METRIC_DEFINITIONS_PATH = (
@@ -37,7 +37,7 @@ Repeated because that module imports CDK; a unit test keeps the two equal."""
 OUTPUT_PREFIX = "training-jobs/"
 """Key prefix in the artifacts bucket for job outputs (SageMaker adds ``<job>/output/``)."""
 
-CODE_PREFIX = "code/"
+CODE_PREFIX = USER_CODE_PREFIX
 """Key prefix in the artifacts bucket for users' ``sourcedir.tar.gz`` (``code/<job>/sourcedir.tar.gz``)."""
 
 CODE_CHANNEL = "code"
@@ -48,7 +48,6 @@ SUBMIT_DIRECTORY_HYPERPARAMETER = "sagemaker_submit_directory"
 MULTI_WORKER_HYPERPARAMETER = "sagemaker_multi_worker_mirrored_strategy_enabled"
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 MAX_ENTRY_POINT_LENGTH = 256
-ENTRY_POINT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*[.](py|sh)$"
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"

@@ -162,3 +162,20 @@ def test_bad_source_options_get_one_line_and_exit_3(aws, capsys, tmp_path, extra
     assert run(main, ["--direct", *extra]) == 3
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_upload_only_prints_the_cluster_code_key(aws, capsys, tmp_path):
+    from scripts.common import load_platform_config
+
+    name = f"{PROJECT}-cluster-code"
+    assert main(["--upload-only", "--name", name, "--source-dir", str(_user_code(tmp_path)), "--entry-point", "train.py"]) == 0
+    out = capsys.readouterr().out
+    key = f"code/{name}/sourcedir.tar.gz"
+    assert f"code_key: {key}" in out
+    s3 = boto3.client("s3", region_name=REGION)
+    assert s3.head_object(Bucket=aws.data["ArtifactsBucketName"], Key=key)["ServerSideEncryption"] == "aws:kms"
+    command = next(line for line in out.splitlines() if line.startswith("cluster: "))
+    overrides = [part for part in command.split() if part.startswith("gpu_training.")]
+    config = load_platform_config([o.removeprefix("gpu_training.") for o in overrides])
+    assert (config.cluster.code_key, config.cluster.entry_point) == (key, "train.py"), "the printed settings validate"
+    assert boto3.client("sagemaker", region_name=REGION).list_training_jobs(NameContains=name)["TrainingJobSummaries"] == []

@@ -215,3 +215,27 @@ def test_cdk_synth_with_a_non_gpu_type_exits_nonzero_with_one_clear_line():
         "instance type; use an NVIDIA GPU type from training_image/trainer/gpu_instances.json "
         "(e.g. g5.xlarge, g5.12xlarge, g6e.xlarge, p4d.24xlarge, p5.48xlarge)"
     ]
+
+
+def test_cluster_user_script_needs_code_and_entry_point():
+    config = load(**{"cluster.code_key": "code/run-1/sourcedir.tar.gz", "cluster.entry_point": "src/train.py"})
+    assert (config.cluster.code_key, config.cluster.entry_point, config.cluster.legacy_keras) == (
+        "code/run-1/sourcedir.tar.gz", "src/train.py", False)
+    assert "cluster.entry_point = null: a user script needs both" in error_of(**{"cluster.code_key": "code/a/sourcedir.tar.gz"})
+    assert "cluster.code_key = null: a user script needs both" in error_of(**{"cluster.entry_point": "train.py"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("cluster.code_key", "training-jobs/x/sourcedir.tar.gz", "not a .tar.gz key under code/"),
+        ("cluster.code_key", "code/../secrets/sourcedir.tar.gz", "not a .tar.gz key under code/"),
+        ("cluster.code_key", "code/x/sourcedir.zip", "not a .tar.gz key under code/"),
+        ("cluster.entry_point", "../train.py", "not a .py or .sh path"),
+        ("cluster.entry_point", "train.ipynb", "not a .py or .sh path"),
+        ("cluster.entry_point", "it's.py", "not a .py or .sh path"),
+    ],
+)
+def test_cluster_user_script_settings_are_checked(key, value, problem):
+    settings = {"cluster.code_key": "code/run/sourcedir.tar.gz", "cluster.entry_point": "train.py", key: value}
+    assert problem in error_of(**settings)

@@ -246,6 +246,20 @@ def test_training_container_contract_in_node_settings(synth_app):
         assert flag in bootstrap
 
 
+def test_nodes_run_the_configured_user_script(synth_app):
+    _, _, built_in = _cluster(synth_app, SINGLE)
+    env = _node_env(_user_data(_nodes(built_in)[0][1]))
+    assert (env["CODE_S3_URI"], env["ENTRY_POINT"], env["TF_USE_LEGACY_KERAS"]) == ("", "", "0")
+    script = {**SINGLE, "cluster.code_key": "code/run-1/sourcedir.tar.gz", "cluster.entry_point": "train.py",
+              "cluster.legacy_keras": True}
+    _, _, tj = _cluster(synth_app, script)
+    env = _node_env(_user_data(_nodes(tj)[0][1]))
+    assert env["CODE_S3_URI"].startswith("s3://{{") and env["CODE_S3_URI"].endswith("}}/code/run-1/sourcedir.tar.gz")
+    assert "ArtifactsBucket" in env["CODE_S3_URI"]
+    assert (env["ENTRY_POINT"], env["TF_USE_LEGACY_KERAS"]) == ("train.py", "1")
+    assert "--env TF_USE_LEGACY_KERAS" in (BOOT_DIR / "bootstrap.sh").read_text()
+
+
 def test_start_training_on_boot_is_configurable(synth_app):
     _, _, tj = _cluster(synth_app, P4D_TUNED)
     assert {_node_env(_user_data(n))["START_TRAINING"] for _, n in _nodes(tj)} == {"true"}

@@ -7,6 +7,8 @@ the log-group write) and a fake GPU computation.
 
 from __future__ import annotations
 
+import json
+
 import os
 import shlex
 import shutil
@@ -277,7 +279,7 @@ FAKE_TOOL = """#!/usr/bin/env bash
 [[ -t 0 ]] || cat >/dev/null
 printf '%s %s\\n' "$(basename "$0")" "$*" >>"$FAKE_CALLS"
 if [[ $(basename "$0") == docker && $1 == run ]]; then
-  env | grep -E '^(EXPECTED_GPU_COUNT|TRAINING_[A-Z_]+)=' | sort >"$FAKE_DOCKER_ENV"
+  env | grep -E '^(EXPECTED_GPU_COUNT|TRAINING_[A-Z_]+|TF_USE_LEGACY_KERAS)=' | sort >"$FAKE_DOCKER_ENV"
 fi
 if [[ $(basename "$0") == aws && $1 == ecr ]]; then echo fake-password; fi
 """
@@ -391,14 +393,45 @@ def test_healthy_node_signals_then_pulls_then_trains(boot, tmp_path):
     assert docker_run.endswith(" 123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:tf2.21.0-gpu-1")
     assert run.docker_env == {
         "EXPECTED_GPU_COUNT": "4",
+        "TF_USE_LEGACY_KERAS": "0",
         "TRAINING_CURRENT_HOST": "10.40.15.11",
         "TRAINING_HOSTS": "10.40.15.10,10.40.15.11",
         "TRAINING_INSTANCE_TYPE": "g5.12xlarge",
         "TRAINING_WORKER_PORT": "2222",
     }
+    assert not (tmp_path / "ml" / "input" / "config" / "hyperparameters.json").exists(), "built-in trainer: no script"
     unit = (tmp_path / "gputrain-checkpoint-sync.service").read_text()
     assert "s3://artifacts/checkpoints/gputrain-cluster/node-1/" in unit
     assert "training started: 10.40.15.11 of 10.40.15.10,10.40.15.11" in run.log
+
+
+def test_script_mode_node_fetches_the_code_and_runs_the_script(boot, tmp_path):
+    run = boot(
+        gpus=4,
+        start_training=True,
+        CODE_S3_URI="s3://artifacts/code/run-1/sourcedir.tar.gz",
+        ENTRY_POINT="src/train.py",
+        TF_USE_LEGACY_KERAS="1",
+    )
+    assert run.returncode == 0, run.log
+    fetch = f"aws s3 cp s3://artifacts/code/run-1/sourcedir.tar.gz {tmp_path / 'ml'}/input/data/code/sourcedir.tar.gz"
+    assert run.index(fetch) < run.index("docker run"), run.calls
+    hyperparameters = json.loads((tmp_path / "ml" / "input" / "config" / "hyperparameters.json").read_text())
+    assert hyperparameters == {
+        "sagemaker_program": "src/train.py",
+        "sagemaker_submit_directory": "/opt/ml/input/data/code/sourcedir.tar.gz",
+        "sagemaker_multi_worker_mirrored_strategy_enabled": "true",  # two nodes in TRAINING_HOSTS
+    }
+    assert run.docker_env["TF_USE_LEGACY_KERAS"] == "1"
+    assert "script mode: src/train.py from s3://artifacts/code/run-1/sourcedir.tar.gz" in run.log
+
+
+def test_script_mode_without_an_entry_point_does_not_start_training(boot):
+    run = boot(gpus=4, start_training=True, CODE_S3_URI="s3://artifacts/code/run-1/sourcedir.tar.gz")
+    assert run.returncode != 0
+    assert not run.called("docker run")
+    assert "script mode needs both CODE_S3_URI and ENTRY_POINT" in run.log
+    assert "training not started" in run.log
 
 
 def test_without_start_training_the_node_only_pulls(boot):

@@ -7,10 +7,13 @@
 #   3. GPU health check, signalled to CloudFormation (health_check.sh); unhealthy: stop here
 #   4. pull the training image from ECR (after the signal: a missing image does not fail the
 #      deploy of healthy hardware; it is logged and training is not started)
-#   5. START_TRAINING=true: start the training container with all GPUs and the host list
+#   5. START_TRAINING=true: start the training container with all GPUs and the host list;
+#      with CODE_S3_URI and ENTRY_POINT, the container runs that user script (script mode)
 #
 #   bootstrap.sh                   the boot sequence
 #   bootstrap.sh sync-checkpoints  copy /opt/ml/checkpoints to CHECKPOINT_S3_URI
+#   bootstrap.sh start-training    (re)start the training container on a healthy node;
+#                                  GPUTRAIN_CODE_S3_URI / GPUTRAIN_ENTRY_POINT override the code
 #
 # GPUTRAIN_* variables move the node's paths (tests run the sequence in a sandbox).
 set -Eeuo pipefail
@@ -19,6 +22,9 @@ NODE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 set -a
 # shellcheck source=/dev/null
 . "${GPUTRAIN_ENV_FILE:-$NODE_DIR/node.env}"
+CODE_S3_URI=${GPUTRAIN_CODE_S3_URI:-${CODE_S3_URI:-}}
+ENTRY_POINT=${GPUTRAIN_ENTRY_POINT:-${ENTRY_POINT:-}}
+TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS:-0}
 set +a
 LOG_DIR=${GPUTRAIN_LOG_DIR:-/var/log/gputrain}
 STATE_DIR=${GPUTRAIN_STATE_DIR:-/var/lib/gputrain}
@@ -118,8 +124,32 @@ EOF
   systemctl enable --now gputrain-checkpoint-sync.service
 }
 
+# Script mode: the user's sourcedir.tar.gz becomes the container's code channel, and
+# hyperparameters.json carries what the SageMaker SDK would set, so the image runs the script
+# (after its GPU check) instead of a built-in model; several nodes get MultiWorkerMirroredStrategy.
+prepare_user_code() {
+  local code_dir=$ML_DIR/input/data/code config_dir=$ML_DIR/input/config multi_worker=false
+  if [[ -z $CODE_S3_URI && -z $ENTRY_POINT ]]; then
+    return 0
+  fi
+  if [[ -z $CODE_S3_URI || -z $ENTRY_POINT ]]; then
+    log "ERROR: script mode needs both CODE_S3_URI and ENTRY_POINT (got '$CODE_S3_URI', '$ENTRY_POINT')"
+    return 1
+  fi
+  mkdir -p "$code_dir" "$config_dir" || return 1
+  aws s3 cp "$CODE_S3_URI" "$code_dir/sourcedir.tar.gz" --region "$AWS_REGION" --only-show-errors || return 1
+  if [[ $TRAINING_HOSTS == *,* ]]; then multi_worker=true; fi
+  printf '{"sagemaker_program": "%s", "sagemaker_submit_directory": "/opt/ml/input/data/code/sourcedir.tar.gz", "sagemaker_multi_worker_mirrored_strategy_enabled": "%s"}\n' \
+    "$ENTRY_POINT" "$multi_worker" >"$config_dir/hyperparameters.json" || return 1
+  log "script mode: $ENTRY_POINT from $CODE_S3_URI (multi-worker: $multi_worker)"
+}
+
 start_training() {
   mkdir -p "$ML_DIR/checkpoints" "$ML_DIR/model" "$ML_DIR/output"
+  if ! prepare_user_code; then
+    log "ERROR: could not prepare the user's code; training not started"
+    return 1
+  fi
   aws s3 sync "$CHECKPOINT_S3_URI" "$ML_DIR/checkpoints" --region "$AWS_REGION" --only-show-errors ||
     log "no checkpoints restored from $CHECKPOINT_S3_URI"
   local devices=() dev
@@ -132,6 +162,7 @@ start_training() {
     --ulimit memlock=-1 --ulimit stack=67108864 "${devices[@]}" \
     --env EXPECTED_GPU_COUNT --env TRAINING_HOSTS --env TRAINING_CURRENT_HOST \
     --env TRAINING_WORKER_PORT --env TRAINING_INSTANCE_TYPE --env SAGEMAKER_BASE_DIR=/opt/ml \
+    --env TF_USE_LEGACY_KERAS \
     --volume "$ML_DIR:/opt/ml" \
     --log-driver awslogs --log-opt "awslogs-region=$AWS_REGION" \
     --log-opt "awslogs-group=$LOG_GROUP" --log-opt "awslogs-stream=$INSTANCE_ID/training" \
@@ -159,7 +190,7 @@ boot() {
     exit 1
   fi
   if [[ $START_TRAINING == true ]]; then
-    start_training
+    start_training || exit 1
   else
     log "ready; start_training_on_boot is off"
   fi
@@ -168,8 +199,13 @@ boot() {
 case ${1:-boot} in
   boot) boot ;;
   sync-checkpoints) sync_checkpoints ;;
+  start-training)
+    mkdir -p "$LOG_DIR"
+    INSTANCE_ID=$(imds instance-id)
+    start_training
+    ;;
   *)
-    echo "usage: $0 [boot | sync-checkpoints]" >&2
+    echo "usage: $0 [boot | sync-checkpoints | start-training]" >&2
     exit 2
     ;;
 esac
