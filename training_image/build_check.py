@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -40,11 +41,16 @@ def problems_with_trainer() -> list[str]:
     try:
         metrics = importlib.import_module("trainer.metrics")
         gpu_table = importlib.import_module("trainer.gpu_table")
+        # Script mode and the helper library user scripts import.
+        importlib.import_module("trainer.script.runner")
+        importlib.import_module("trainer.toolkit")
         definitions = metrics.metric_definitions()
         instance_types = gpu_table.known_instance_types()
     except Exception as err:  # noqa: BLE001 - any failure here is a broken image
         return [f"the trainer package is broken: {type(err).__name__}: {err}"]
     found = []
+    if importlib.util.find_spec("tf_keras") is None:
+        found.append("tf-keras is not installed: scripts run with TF_USE_LEGACY_KERAS=1 would fail")
     if not definitions:
         found.append("trainer/metric_definitions.json is empty")
     if not instance_types:

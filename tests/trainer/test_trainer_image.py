@@ -175,3 +175,32 @@ def test_build_check_reports_every_problem():
     assert build_check.problems_with(_fake_tf(cuda=False), None) == [
         "TensorFlow 2.21.0 was built without CUDA (tf.test.is_built_with_cuda() is False)"
     ]
+
+
+def test_the_built_package_ships_every_mode_and_the_toolkit(tmp_path):
+    """A wheel of training_image/ (as the Dockerfile builds it) holds the subpackages, not just trainer/."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    # A copy: building in place would leave build/ and *.egg-info in the repository.
+    context = tmp_path / "context"
+    shutil.copytree(TRAINING_IMAGE, context, ignore=shutil.ignore_patterns("__pycache__", "examples"))
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(tmp_path), str(context)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    (wheel,) = tmp_path.glob("trainer-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for module in ("trainer/entrypoint.py", "trainer/toolkit.py", "trainer/script/runner.py", "trainer/script/launcher.py",
+                   "trainer/script/contract.py", "trainer/script/source.py", "trainer/gpu_instances.json"):
+        assert module in names, module
+
+
+def test_image_ships_tf_keras_for_legacy_keras_scripts():
+    pins = {r.name: r for r in _requirements()}
+    assert str(pins["tf-keras"].specifier) == "==2.21.0"
+    nodeps = (TRAINING_IMAGE.parent / "requirements-nodeps.txt").read_text()
+    assert "tf-keras==2.21.0" in nodeps, "the tests run the image's tf-keras version"
