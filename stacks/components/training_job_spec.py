@@ -24,6 +24,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from stacks.config import PlatformConfig
 from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
+from stacks.sagemaker_limits import training_job_limits
 
 METRIC_DEFINITIONS_PATH = (
     Path(__file__).resolve().parent.parent.parent / "training_image" / "trainer" / "metric_definitions.json"
@@ -42,7 +43,7 @@ SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 """SageMaker always writes training logs here, in streams named ``<job name>/algo-<n>-<ts>``."""
 
 MAX_INSTANCE_COUNT = 64
-MAX_JOB_NAME_LENGTH = 63
+MAX_JOB_NAME_LENGTH = training_job_limits().job_name.max_length
 EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
 
 
@@ -129,20 +130,29 @@ class InstanceFacts:
 
 
 def instance_facts(instance_type: str) -> InstanceFacts:
-    """Facts for a ``ml.`` GPU type; :class:`LaunchError` for anything else."""
+    """Facts for a ``ml.`` GPU type SageMaker trains on; :class:`LaunchError` for anything else."""
     row = lookup(instance_type) if instance_type.startswith(SAGEMAKER_PREFIX) else None
     if row is None:
         raise LaunchError(
             f"instance type {instance_type!r} is not a known SageMaker GPU type; "
             "use ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge"
         )
+    limits = training_job_limits()
+    if instance_type not in limits.training_instance_types:
+        raise LaunchError(
+            f"instance type {instance_type!r} is not offered for SageMaker training ({limits.source}); "
+            "use another GPU type, e.g. ml.g5.xlarge"
+        )
     return InstanceFacts(expected_gpu_count=str(row.gpu_count), local_nvme=row.local_nvme_gb > 0)
 
 
 def instance_facts_table() -> dict[str, dict[str, Any]]:
-    """:func:`instance_facts` for every GPU type, keyed by SageMaker name (the state machine's copy)."""
+    """:func:`instance_facts` for every GPU type SageMaker trains on, keyed by SageMaker name (the state machine's copy)."""
     table = {}
+    offered = training_job_limits().training_instance_types
     for name in sorted(gpu_instance_types()):
+        if SAGEMAKER_PREFIX + name not in offered:
+            continue
         facts = instance_facts(SAGEMAKER_PREFIX + name)
         table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": facts.expected_gpu_count, "local_nvme": facts.local_nvme}
     return table
@@ -340,6 +350,41 @@ def _hyperparameter_string(value: Any) -> str:
     raise LaunchError(f"hyperparameter value {value!r} must be a string, number or boolean")
 
 
+def check_request_limits(template: JobTemplate, hyperparameters: Mapping[str, str]) -> None:
+    """SageMaker's limits on hyperparameters, channels and tags (from botocore's model).
+
+    Raises:
+        LaunchError: one line naming what is over which limit.
+    """
+    limits = training_job_limits()
+    if len(hyperparameters) > limits.max_hyperparameters:
+        raise LaunchError(
+            f"{len(hyperparameters)} hyperparameters (the config's defaults and --hp together); SageMaker accepts "
+            f"at most {limits.max_hyperparameters}: drop some, or pass them in one value the training script parses"
+        )
+    for name, value in hyperparameters.items():
+        for what, text, rule in (("name", name, limits.hyperparameter_name), ("value", value, limits.hyperparameter_value)):
+            problem = rule.problem(text)
+            if problem:
+                raise LaunchError(f"hyperparameter {name[:60]!r}: the {what} {problem} (SageMaker's limit)")
+    if len(template.channels) > limits.max_channels:
+        raise LaunchError(
+            f"{len(template.channels)} input channels; SageMaker accepts at most {limits.max_channels}: "
+            "change training_job.channels"
+        )
+    for name in template.channels:
+        problem = limits.channel_name.problem(name)
+        if problem:
+            raise LaunchError(f"channel name {name!r} {problem}: change training_job.channels")
+    if len(template.tags) > limits.max_tags:
+        raise LaunchError(f"{len(template.tags)} tags; SageMaker accepts at most {limits.max_tags} per job: change tags")
+    for key, value in template.tags.items():
+        for what, text, rule in (("key", key, limits.tag_key), ("value", value, limits.tag_value)):
+            problem = rule.problem(text)
+            if problem:
+                raise LaunchError(f"tag {key!r}: the {what} {problem}: change tags")
+
+
 def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None) -> LaunchValues:
     """Apply ``options`` over the template's defaults and check them (the direct path).
 
@@ -359,6 +404,7 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
         )
     hyperparameters = dict(template.default_hyperparameters)
     hyperparameters.update({str(k): _hyperparameter_string(v) for k, v in options.hyperparameters.items()})
+    check_request_limits(template, hyperparameters)
     job_name = check_job_name(template, options.job_name or default_job_name(template, now))
     return LaunchValues(
         job_name=job_name,
@@ -391,48 +437,92 @@ def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
     """``Assign`` of the workflow's first state: execution input over the baked-in defaults.
 
     The execution input may carry ``job_name``, ``instance_type``, ``instance_count``,
-    ``use_spot`` and ``hyperparameters`` (merged over the defaults, values made strings), the
-    same options as :class:`LaunchOptions`. Without ``job_name`` the job is named
-    ``<project>-<execution name>``.
+    ``use_spot`` and ``hyperparameters`` (merged over the defaults, numbers and booleans made
+    strings), the same options as :class:`LaunchOptions`. Without ``job_name`` the job is named
+    ``<project>-<execution name>``. ``hyperparameters`` that is not an object (an array, a
+    string...) is kept as given, so that :func:`state_machine_launch_check` refuses it with a
+    reason rather than the assignment failing with a JSONata error.
     """
-    stringified = "$each($states.input.hyperparameters, function($v, $k) {{$k: $string($v)}})"
+    given = "$states.input.hyperparameters"
+    stringified = f"$each({given}, function($v, $k) {{{{$k: $type($v) in ['number', 'boolean'] ? $string($v) : $v}}}})"
+    merged = f"$merge($append([{to_jsonata(dict(template.default_hyperparameters))}], {stringified}))"
     return {
         "job_name": _input_or("job_name", f"{json.dumps(template.job_name_prefix)} & $states.context.Execution.Name"),
         "instance_type": _input_or("instance_type", json.dumps(template.default_instance_type)),
         "instance_count": _input_or("instance_count", json.dumps(template.default_instance_count)),
         "use_spot": _input_or("use_spot", json.dumps(template.default_use_spot)),
-        "hyperparameters": "{% $merge($append(["
-        + to_jsonata(dict(template.default_hyperparameters))
-        + f"], $exists($states.input.hyperparameters) ? {stringified} : [])) %}}",
+        "hyperparameters": "{% "
+        + f"$not($exists({given})) ? {to_jsonata(dict(template.default_hyperparameters))}"
+        + f" : $type({given}) = 'object' ? {merged} : {given}"
+        + " %}",
         "instance_facts": instance_facts_table(),
     }
 
 
+def _launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
+    """``(JSONata condition, JSONata reason when it is false)`` for every launch option.
+
+    Each condition guards its own types, so every one can be evaluated whatever the input holds.
+    """
+    limits = training_job_limits()
+    prefix = template.job_name_prefix
+    value_ok = (
+        f"$type($lookup($hyperparameters, $k)) = 'string'"
+        f" and $length($lookup($hyperparameters, $k)) <= {limits.hyperparameter_value.max_length}"
+        f" and $length($k) <= {limits.hyperparameter_name.max_length}"
+    )
+    bad_hyperparameters = f"$filter($keys($hyperparameters), function($k) {{$not({value_ok})}})"
+    is_object = "$type($hyperparameters) = 'object'"
+    spot = "" if template.checkpointing else " and $use_spot = false"
+    spot_reason = "a boolean" if template.checkpointing else "false (this deployment has checkpointing off)"
+    return [
+        (
+            f"$type($job_name) = 'string' and $length($job_name) <= {MAX_JOB_NAME_LENGTH}"
+            f" and $contains($job_name, /^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
+            f"'job_name ' & $string($job_name) & ' must be {prefix}<letters, digits, hyphens>,"
+            f" at most {MAX_JOB_NAME_LENGTH} characters'",
+        ),
+        (
+            "$type($instance_type) = 'string' and $exists($lookup($instance_facts, $instance_type))",
+            "'instance_type ' & $string($instance_type) & ' must be a SageMaker training GPU type from the table (ml.*)'",
+        ),
+        (
+            "$type($instance_count) = 'number' and $instance_count = $floor($instance_count)"
+            f" and $instance_count >= 1 and $instance_count <= {MAX_INSTANCE_COUNT}",
+            f"'instance_count ' & $string($instance_count) & ' must be a whole number from 1 to {MAX_INSTANCE_COUNT}'",
+        ),
+        (
+            f"$type($use_spot) = 'boolean'{spot}",
+            f"'use_spot ' & $string($use_spot) & ' must be {spot_reason}'",
+        ),
+        (
+            is_object,
+            "'hyperparameters must be an object of names to values, not ' & $type($hyperparameters)",
+        ),
+        (
+            f"$not({is_object}) or $count($keys($hyperparameters)) <= {limits.max_hyperparameters}",
+            f"'hyperparameters has ' & $string($count($keys($hyperparameters))) & ' entries with the defaults;"
+            f" SageMaker accepts at most {limits.max_hyperparameters}'",
+        ),
+        (
+            f"$not({is_object}) or $count({bad_hyperparameters}) = 0",
+            f"'hyperparameters ' & $join({bad_hyperparameters}, ', ') & ' must be strings, numbers or booleans"
+            f" of at most {limits.hyperparameter_value.max_length} characters, with names of at most"
+            f" {limits.hyperparameter_name.max_length}'",
+        ),
+    ]
+
+
 def state_machine_launch_check(template: JobTemplate) -> str:
     """JSONata condition that the resolved variables are a launch :func:`resolve_launch` accepts."""
-    prefix = re.escape(template.job_name_prefix)
-    checks = [
-        f"$type($job_name) = 'string' and $length($job_name) <= {MAX_JOB_NAME_LENGTH}",
-        f"$contains($job_name, /^{prefix}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
-        "$type($instance_type) = 'string' and $exists($lookup($instance_facts, $instance_type))",
-        f"$type($instance_count) = 'number' and $instance_count = $floor($instance_count)"
-        f" and $instance_count >= 1 and $instance_count <= {MAX_INSTANCE_COUNT}",
-        "$type($use_spot) = 'boolean'" + ("" if template.checkpointing else " and $use_spot = false"),
-        "$type($hyperparameters) = 'object'",
-    ]
-    return "{% " + " and ".join(f"({c})" for c in checks) + " %}"
+    return "{% " + " and ".join(f"({condition})" for condition, _ in _launch_rules(template)) + " %}"
 
 
 def state_machine_launch_problem(template: JobTemplate) -> str:
-    """The ``Cause`` of the workflow's failure when :func:`state_machine_launch_check` is false."""
-    spot = "use_spot a boolean" if template.checkpointing else "use_spot false (checkpointing is off)"
-    return (
-        "{% 'Invalid launch options: job_name=' & $string($job_name) & ', instance_type=' & $string($instance_type)"
-        " & ', instance_count=' & $string($instance_count) & ', use_spot=' & $string($use_spot)"
-        f" & '. Expected job_name {template.job_name_prefix}<letters, digits, hyphens> (<= {MAX_JOB_NAME_LENGTH} chars),"
-        f" instance_type a GPU type from the table (ml.*), instance_count 1-{MAX_INSTANCE_COUNT}, {spot},"
-        " hyperparameters an object.' %}"
-    )
+    """The ``Cause`` of the workflow's failure when :func:`state_machine_launch_check` is false:
+    every broken rule's reason."""
+    reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in _launch_rules(template))
+    return "{% 'Invalid launch options: ' & $join([" + reasons + "], '; ') & '.' %}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -110,6 +110,14 @@ def test_ami_is_the_dlami_parameter_value_cached_in_context(synth_app):
     assert "Parameters" not in tj or not any("Ssm" in k for k in tj["Parameters"])
 
 
+def test_a_pinned_dlami_replaces_the_lookup(synth_app):
+    """V100 nodes (p3) run only on a pinned DLAMI release whose driver still supports Volta."""
+    pinned = {"ami_id": "ami-0123456789abcdef0", "nvidia_driver_branch": 580}
+    _, template, _ = _cluster(synth_app, {"cluster.instance_type": "p3.2xlarge", "cluster.pinned_dlami": pinned})
+    template.all_resources_properties("AWS::EC2::Instance", {"ImageId": "ami-0123456789abcdef0"})
+    template.has_output("AmiId", {"Value": "ami-0123456789abcdef0"})
+
+
 # ------------------------------------------------------------------------------------------
 # Instances
 # ------------------------------------------------------------------------------------------
