@@ -16,6 +16,11 @@ using the stacks' outputs and ``cdk.json``; use it where Step Functions cannot r
 local emulator) or to bypass the workflow. Options: ``--instance-type``, ``--instance-count``,
 ``--spot``/``--on-demand``, ``--hp KEY=VALUE`` (repeatable), ``--name`` (must start with
 ``<project>-``), plus ``--region``, ``--profile``, ``-c KEY=VALUE``.
+
+``--dry-run`` works offline too: when no stack can be read (no region, no credentials, no
+network, not deployed) it prints the full CreateTrainingJob request the deployed workflow's
+template holds, built from the config by the same function, with each deploy-time value shown as
+the stack output it comes from (``<gputrain-training.JobRoleArn>``), and says why on stderr.
 """
 
 from __future__ import annotations
@@ -27,14 +32,20 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from scripts.common import (
+    DATA_OUTPUTS,
+    TRAINING_OUTPUTS,
     Deployment,
     OperatorError,
     add_common_arguments,
     execution_console_url,
     job_console_url,
     run,
+    stack_name,
 )
+from stacks.config import PlatformConfig
 from stacks.components.training_job_spec import (
     JobResources,
     JobTemplate,
@@ -57,15 +68,38 @@ class Launched:
 
     Attributes:
         job_name: The training job's name.
-        console_url: Its SageMaker console page.
+        console_url: Its SageMaker console page (empty for an offline dry run).
         execution_arn: The workflow execution running it (``None`` for a direct launch).
         request: What was sent (execution input, or the CreateTrainingJob request).
+        offline_reason: Set by a dry run that could read no stack: why; ``request`` is then the
+            full CreateTrainingJob request with deploy-time values as placeholders.
     """
 
     job_name: str
     console_url: str
     execution_arn: Optional[str]
     request: dict[str, Any]
+    offline_reason: Optional[str] = None
+
+
+def offline_resources(config: PlatformConfig) -> JobResources:
+    """Each deploy-time value of a job as ``<stack.Output>``: the output it is read from when deployed."""
+    data, training = stack_name(config, "data"), stack_name(config, "training")
+    assert {"ImageUri", "DatasetsBucketName", "ArtifactsBucketName", "KeyArn", "PrivateSubnetIds"} <= set(DATA_OUTPUTS)
+    assert {"JobRoleArn", "JobSecurityGroupId"} <= set(TRAINING_OUTPUTS)
+    return JobResources(
+        role_arn=f"<{training}.JobRoleArn>",
+        image_uri=f"<{data}.ImageUri>",
+        datasets_bucket=f"<{data}.DatasetsBucketName>",
+        artifacts_bucket=f"<{data}.ArtifactsBucketName>",
+        key_arn=f"<{data}.KeyArn>",
+        subnet_ids=(f"<{data}.PrivateSubnetIds>",),
+        security_group_ids=(f"<{training}.JobSecurityGroupId>",),
+    )
+
+
+_UNREADABLE_STACK = (OperatorError, BotoCoreError, ClientError)
+"""What reading the stacks raises without region, credentials, network or deployment."""
 
 
 def parse_hyperparameters(items: Sequence[str]) -> dict[str, str]:
@@ -128,6 +162,24 @@ def launch(deployment: Deployment, options: LaunchOptions, *, direct: bool = Fal
     """
     options = with_job_name(deployment, options)
     name = str(options.job_name)
+    check_options(deployment, options)  # a bad option is an error, online or not
+    if dry_run:
+        try:
+            return _launch(deployment, options, direct=direct, dry_run=True)
+        except _UNREADABLE_STACK as err:
+            template = JobTemplate.from_config(deployment.config, offline_resources(deployment.config))
+            request = create_training_job_request(template, resolve_launch(template, options))
+            return Launched(name, "", None, request, offline_reason=_one_line(err))
+    return _launch(deployment, options, direct=direct, dry_run=False)
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _launch(deployment: Deployment, options: LaunchOptions, *, direct: bool, dry_run: bool) -> Launched:
+    name = str(options.job_name)
     region = deployment.aws.region
     if direct:
         request = direct_request(deployment, options)
@@ -135,7 +187,6 @@ def launch(deployment: Deployment, options: LaunchOptions, *, direct: bool = Fal
             deployment.aws.client("sagemaker").create_training_job(**request)
         return Launched(name, job_console_url(region, name), None, request)
 
-    check_options(deployment, options)
     state_machine_arn = deployment.training_outputs()["StateMachineArn"]
     execution_input = options.state_machine_input()
     execution_arn = deployment.execution_arn(name)
@@ -169,6 +220,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     deployment = Deployment.from_args(args)
     launched = launch(deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run)
     if args.dry_run:
+        if launched.offline_reason:
+            print(
+                f"note: no deployed stack could be read ({launched.offline_reason}); this is the CreateTrainingJob "
+                "request the workflow's template holds, from the config, with each deploy-time value as "
+                "<stack.Output>",
+                file=sys.stderr,
+            )
         print(json.dumps(launched.request, indent=2, sort_keys=True))
         return 0
     print(f"job: {launched.job_name}")
