@@ -39,7 +39,7 @@ class Options:
             repository too, and the audit expects them gone.
         keep: Stop after the summary: leave everything deployed (and the emulator running
             until Ctrl-C) for exploration.
-        stacks: Construct ids to deploy (``DataPlane``...); empty for every stack (``--all``).
+        stacks: Stacks to deploy by name (``gputrain-data``...); empty for every stack (``--all``).
         context: Extra ``gpu_training.*`` context settings (``{"gpu_training.x": "1"}``).
         epochs: Epochs of the launched job (a hyperparameter override at launch).
         examples: Rows of the synthetic dataset.

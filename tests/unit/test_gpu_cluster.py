@@ -45,7 +45,7 @@ OFFLINE_AMI = "ami-00000000000000000"
 
 def _cluster(synth_app, overrides) -> tuple[Synth, Template, dict[str, Any]]:
     synthesized = synth_app(overrides)
-    return synthesized, synthesized.template("GpuCluster"), synthesized.template_json("GpuCluster")
+    return synthesized, synthesized.template("gputrain-cluster"), synthesized.template_json("gputrain-cluster")
 
 
 def _nodes(template_json: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -536,9 +536,9 @@ def test_destroy_removes_everything_the_stack_created(synth_app, overrides):
 def test_cluster_leaves_the_data_plane_untouched(synth_app):
     with_cluster = synth_app(SINGLE)
     without_cluster = synth_app({**BASE, "cluster.enabled": False})
-    assert "GpuCluster" not in without_cluster.stack_ids
+    assert "gputrain-cluster" not in without_cluster.stack_ids
     assert (
-        with_cluster.template_json("DataPlane")["Resources"] == without_cluster.template_json("DataPlane")["Resources"]
+        with_cluster.template_json("gputrain-data")["Resources"] == without_cluster.template_json("gputrain-data")["Resources"]
     )
 
 
