@@ -218,6 +218,15 @@ class Lifecycle:
 
     # --- phases --------------------------------------------------------------------------------
 
+    def check_launch(self) -> None:
+        """Before anything starts: the job's launch options and hyperparameters, as the launch
+        script and the training entrypoint will check them after the deploy."""
+        from scripts.emulator import launching
+
+        with self.progress.phase("check launch options"):
+            hyperparameters = launching.check(self)
+            self.progress.say("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in sorted(hyperparameters.items())))
+
     def start(self) -> None:
         """Start the emulator (or resolve the real account) and prepare the work directory."""
         self._fresh_work_dir()
