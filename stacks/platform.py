@@ -28,10 +28,6 @@ class Platform:
     training_job: Optional[TrainingJobStack]
 
 
-UNITS = ("data", "cluster", "training")
-"""The deployable units, in deploy order."""
-
-
 def stack_name(config: PlatformConfig, unit: str) -> str:
     """Name of a deployable unit's stack: ``<project>-data|cluster|training``.
 
