@@ -221,7 +221,8 @@ class TrainingJobConfig:
 
     Attributes:
         enabled: Deploy the training-job stack. Default ``True``.
-        instance_type: SageMaker GPU type (``ml.`` + a GPU table row). Default ``ml.g5.xlarge``.
+        instance_type: SageMaker GPU type (``ml.`` + a GPU table row that SageMaker offers for
+            training, per botocore's API model). Default ``ml.g5.xlarge``.
         instance_count: Instances per job. Default 1. Above 1 turns on inter-container traffic
             encryption and multi-worker training.
         expected_gpus_per_instance: GPUs each instance must show. Default ``None``: the table's
@@ -234,9 +235,11 @@ class TrainingJobConfig:
         checkpointing: Sync ``/opt/ml/checkpoints`` to ``checkpoints/`` in the artifacts bucket.
             Default ``True``.
         input_mode: ``File`` or ``FastFile``. Default ``File``.
-        channels: Channel name -> key prefix in the datasets bucket. Default ``{"train": "train/"}``.
-        hyperparameters: Passed to the entrypoint (SageMaker passes every value as a string).
-            Default an MLP for 5 epochs.
+        channels: Channel name -> key prefix in the datasets bucket; at most 20 (SageMaker's
+            limit). Default ``{"train": "train/"}``.
+        hyperparameters: Passed to the entrypoint (SageMaker passes every value as a string);
+            at most 100, values up to 2,500 characters (SageMaker's limits). Default an MLP for
+            5 epochs.
         retry_attempts: SageMaker retries of a job that failed with an internal error. Default 2.
         notification_email: Subscribe this address to job state changes. Default ``None``.
     """
@@ -274,7 +277,9 @@ class PlatformConfig:
         delete_data_on_destroy: Sandbox setting. ``False`` (default): ``cdk destroy`` keeps the
             datasets and artifacts buckets, the log bucket, the KMS key and the image repository.
             ``True``: destroy empties and deletes them. Never set it where data matters.
-        tags: Extra tags on every resource. Default none.
+        tags: Extra tags on every resource and job; keys and values in AWS's tag pattern
+            (letters, digits, spaces, ``_ . : / = + - @``), at most 49 besides ``Project``.
+            Default none.
         data: Buckets, see :class:`DataConfig`.
         image: Training image repository, see :class:`ImageConfig`.
         network: VPC, see :class:`NetworkConfig`.
