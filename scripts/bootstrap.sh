@@ -51,6 +51,7 @@ pip_install() {
     while IFS= read -r line; do
       case "$line" in
         "Collecting "*) say "  fetching ${line#Collecting }" ;;
+        "Processing "*) say "  fetching ${line##*/}" ;;  # a wheel from a local index or --find-links
         "Installing collected packages: "*)
           count=$(tr ',' '\n' <<<"${line#Installing collected packages: }" | wc -l | tr -d ' ')
           say "  installing $count package(s) (unpacking; large wheels take a minute)" ;;

@@ -25,6 +25,7 @@ FAKE_VENV_PYTHON = """#!/usr/bin/env bash
 echo "pip $*" >> "$BOOTSTRAP_LOG"
 if [[ "$*" == *"-r "* ]]; then
   echo "Collecting aws-cdk-lib==2.275.0"
+  echo "Processing /opt/wheels/constructs-10.8.1-py3-none-any.whl"
   echo "  Downloading aws_cdk_lib-2.275.0-py3-none-any.whl (40.1 MB)"
   echo "Requirement already satisfied: typing-extensions in ./.venv/lib"
   echo "Installing collected packages: constructs, aws-cdk-lib"
@@ -103,6 +104,7 @@ def test_it_says_what_it_is_doing_while_pip_works(checkout):
     assert "bootstrap: creating virtualenv .venv" in lines
     assert any(line.startswith("bootstrap: installing Python packages (requirements-dev.txt:") and "--deploy-only" in line for line in lines)
     assert "bootstrap:   fetching aws-cdk-lib==2.275.0" in lines
+    assert "bootstrap:   fetching constructs-10.8.1-py3-none-any.whl" in lines  # from a local index
     assert "bootstrap:   installing 2 package(s) (unpacking; large wheels take a minute)" in lines
     assert lines[-1].startswith("bootstrap: ready (full setup; cdk 2.1148.1")
     assert result.stdout == ""
