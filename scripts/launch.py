@@ -83,15 +83,17 @@ class Launched:
 
 
 def offline_resources(config: PlatformConfig) -> JobResources:
-    """Each deploy-time value of a job as ``<stack.Output>``: the output it is read from when deployed."""
+    """Each deploy-time value of a job as ``<stack.Output>``, the output it is read from when deployed
+    (the config's bucket names where it sets them)."""
     data, training = stack_name(config, "data"), stack_name(config, "training")
     assert {"ImageUri", "DatasetsBucketName", "ArtifactsBucketName", "KeyArn", "PrivateSubnetIds"} <= set(DATA_OUTPUTS)
     assert {"JobRoleArn", "JobSecurityGroupId"} <= set(TRAINING_OUTPUTS)
     return JobResources(
         role_arn=f"<{training}.JobRoleArn>",
         image_uri=f"<{data}.ImageUri>",
-        datasets_bucket=f"<{data}.DatasetsBucketName>",
-        artifacts_bucket=f"<{data}.ArtifactsBucketName>",
+        # Explicitly named buckets are known before the deploy; generated names are not.
+        datasets_bucket=config.data.datasets_bucket_name or f"<{data}.DatasetsBucketName>",
+        artifacts_bucket=config.data.artifacts_bucket_name or f"<{data}.ArtifactsBucketName>",
         key_arn=f"<{data}.KeyArn>",
         subnet_ids=(f"<{data}.PrivateSubnetIds>",),
         security_group_ids=(f"<{training}.JobSecurityGroupId>",),

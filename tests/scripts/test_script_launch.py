@@ -131,3 +131,11 @@ def test_dry_run_offline_still_refuses_bad_options(monkeypatch, capsys):
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     assert run(main, ["--dry-run", "--instance-type", "ml.g4dn.metal"]) == 3
     assert "is not offered for SageMaker training" in capsys.readouterr().err
+
+
+def test_offline_resources_use_the_configs_bucket_names_where_it_sets_them():
+    from scripts.launch import offline_resources
+
+    config = load_platform_config(["data.artifacts_bucket_name=my-artifacts"])
+    resources = offline_resources(config)
+    assert (resources.artifacts_bucket, resources.datasets_bucket) == ("my-artifacts", "<gputrain-data.DatasetsBucketName>")
