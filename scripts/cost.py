@@ -3,6 +3,10 @@
     python -m scripts.cost                                   # the config in cdk.json
     python -m scripts.cost -c gpu_training.cluster.node_count=4 -c gpu_training.training_job.use_spot=false
     python -m scripts.cost --hours 12                        # a 12-hour job instead of max runtime
+    python -m scripts.cost -c cluster.node_count=4           # -c takes the same overrides as cdk -c
+
+No AWS call is made: ``--region`` only says which region the (us-east-1) list prices stand in for,
+and ``--profile`` is accepted like every operator script's, for the same command lines.
 
 Prices: on-demand EC2 rates come from the GPU table (training_image/trainer/gpu_instances.json,
 whose ``_price_source`` says where and when they were taken); SageMaker training adds a per-family
@@ -13,7 +17,7 @@ Everything is us-east-1 list price before taxes and discounts: a budget estimate
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from stacks.config import ConfigError, PlatformConfig, load_config  # noqa: E402
+from scripts.common import add_common_arguments, load_platform_config, run  # noqa: E402
+from stacks.config import PlatformConfig  # noqa: E402
 from stacks.gpu_instances import GpuInstanceType, lookup, price_source  # noqa: E402
 
 HOURS_PER_MONTH = 730
@@ -43,6 +48,7 @@ ECR_USD_PER_GB_MONTH = 0.10
 CLOUDWATCH_LOGS_INGEST_USD_PER_GB = 0.50
 NAT_GATEWAY_USD_PER_HOUR = 0.045
 STANDING_PRICE_DATE = "2026-11-01"
+PRICE_REGION = "us-east-1"
 
 
 @dataclass(frozen=True)
@@ -119,14 +125,19 @@ def _row(instance_type: str) -> GpuInstanceType:
     return row
 
 
-def _context(overrides: Sequence[str]) -> dict[str, Any]:
-    context = dict(json.loads((ROOT / "cdk.json").read_text())["context"])
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(item, item, "expected KEY=VALUE", "write -c gpu_training.cluster.node_count=2")
-        context[key] = value
-    return context
+def _amount(minimum_exclusive: bool) -> Any:
+    """An argparse type: a finite number above 0 (hours) or at least 0 (sizes)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < 0 or (minimum_exclusive and value == 0):
+            raise argparse.ArgumentTypeError(f"{text} must be {'above 0' if minimum_exclusive else '0 or more'}")
+        return value
+
+    return parse
 
 
 def render(title: str, lines: Sequence[Line], hours: float | None) -> str:
@@ -140,18 +151,16 @@ def render(title: str, lines: Sequence[Line], hours: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-c", "--context", action="append", default=[], help="config override, as for cdk: -c gpu_training.KEY=VALUE")
-    parser.add_argument("--hours", type=float, help="job length in hours (default: the job's max runtime)")
-    parser.add_argument("--dataset-gb", type=float, default=100.0)
-    parser.add_argument("--artifacts-gb", type=float, default=50.0)
-    parser.add_argument("--image-gb", type=float, default=8.0)
+    parser = argparse.ArgumentParser(prog="python -m scripts.cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--hours", type=_amount(True), help="job length in hours, above 0 (default: the job's max runtime)")
+    parser.add_argument("--dataset-gb", type=_amount(False), default=100.0)
+    parser.add_argument("--artifacts-gb", type=_amount(False), default=50.0)
+    parser.add_argument("--image-gb", type=_amount(False), default=8.0)
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        cfg = load_config(_context(args.context))
-    except ConfigError as err:
-        print(f"error: invalid configuration: {err}", file=sys.stderr)
-        return 2
+    cfg = load_platform_config(args.context)
+    if args.region and args.region != PRICE_REGION:
+        print(f"note: prices are {PRICE_REGION} list prices; {args.region} may differ by a few percent\n")
     hours = args.hours if args.hours is not None else cfg.training_job.max_runtime_seconds / 3600
     print(f"Prices: {price_source()} SageMaker surcharge per family and standing prices as of {STANDING_PRICE_DATE}; "
           f"spot is an assumed {SPOT_DISCOUNT_ASSUMED:.0%} saving.\n")
@@ -165,4 +174,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

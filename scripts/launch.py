@@ -18,6 +18,11 @@ local emulator) or to bypass the workflow. Options: ``--instance-type``, ``--ins
 ``--spot``/``--on-demand``, ``--hp KEY=VALUE`` (repeatable), ``--name`` (must start with
 ``<project>-``), plus ``--region``, ``--profile``, ``-c KEY=VALUE``.
 
+``--dry-run`` works offline too: when no stack can be read (no region, no credentials, no
+network, not deployed) it prints the full CreateTrainingJob request the deployed workflow's
+template holds, built from the config by the same function, with each deploy-time value shown as
+the stack output it comes from (``<gputrain-training.JobRoleArn>``), and says why on stderr.
+
 Your own script (SageMaker script mode): ``--source-dir DIR --entry-point train.py`` packs DIR
 into ``sourcedir.tar.gz``, uploads it KMS-encrypted to ``code/<job name>/`` in the artifacts
 bucket (the only code prefix the job role may read), and the job gets it as its ``code``
@@ -37,14 +42,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from scripts.common import (
+    DATA_OUTPUTS,
+    TRAINING_OUTPUTS,
     Deployment,
     OperatorError,
     add_common_arguments,
     execution_console_url,
     job_console_url,
     run,
+    stack_name,
 )
+from stacks.config import PlatformConfig
 from stacks.components.training_job_spec import (
     CODE_PREFIX,
     JobResources,
@@ -68,15 +79,40 @@ class Launched:
 
     Attributes:
         job_name: The training job's name.
-        console_url: Its SageMaker console page.
+        console_url: Its SageMaker console page (empty for an offline dry run).
         execution_arn: The workflow execution running it (``None`` for a direct launch).
         request: What was sent (execution input, or the CreateTrainingJob request).
+        offline_reason: Set by a dry run that could read no stack: why; ``request`` is then the
+            full CreateTrainingJob request with deploy-time values as placeholders.
     """
 
     job_name: str
     console_url: str
     execution_arn: Optional[str]
     request: dict[str, Any]
+    offline_reason: Optional[str] = None
+
+
+def offline_resources(config: PlatformConfig) -> JobResources:
+    """Each deploy-time value of a job as ``<stack.Output>``, the output it is read from when deployed
+    (the config's bucket names where it sets them)."""
+    data, training = stack_name(config, "data"), stack_name(config, "training")
+    assert {"ImageUri", "DatasetsBucketName", "ArtifactsBucketName", "KeyArn", "PrivateSubnetIds"} <= set(DATA_OUTPUTS)
+    assert {"JobRoleArn", "JobSecurityGroupId"} <= set(TRAINING_OUTPUTS)
+    return JobResources(
+        role_arn=f"<{training}.JobRoleArn>",
+        image_uri=f"<{data}.ImageUri>",
+        # Explicitly named buckets are known before the deploy; generated names are not.
+        datasets_bucket=config.data.datasets_bucket_name or f"<{data}.DatasetsBucketName>",
+        artifacts_bucket=config.data.artifacts_bucket_name or f"<{data}.ArtifactsBucketName>",
+        key_arn=f"<{data}.KeyArn>",
+        subnet_ids=(f"<{data}.PrivateSubnetIds>",),
+        security_group_ids=(f"<{training}.JobSecurityGroupId>",),
+    )
+
+
+_UNREADABLE_STACK = (OperatorError, BotoCoreError, ClientError)
+"""What reading the stacks raises without region, credentials, network or deployment."""
 
 
 def parse_hyperparameters(items: Sequence[str]) -> dict[str, str]:
@@ -198,9 +234,37 @@ def launch(
     """
     options = with_job_name(deployment, options)
     name = str(options.job_name)
+    # A bad option is an error, online or not; the code's location is checked once it is uploaded.
+    check_options(deployment, replace(options, code_uri=None, entry_point=None) if source_dir else options)
+    if dry_run:
+        try:
+            if source_dir is not None:
+                options = upload_source(deployment, options, source_dir, dry_run=True)
+            return _launch(deployment, options, direct=direct, dry_run=True)
+        except _UNREADABLE_STACK as err:
+            resources = offline_resources(deployment.config)
+            if source_dir is not None:
+                pack_source(source_dir, str(options.entry_point))
+                options = replace(options, code_uri=f"s3://{resources.artifacts_bucket}/{code_key(name)}")
+            template = JobTemplate.from_config(deployment.config, resources)
+            try:
+                request = create_training_job_request(template, resolve_launch(template, options))
+            except LaunchError as launch_err:
+                raise OperatorError(str(launch_err)) from None
+            return Launched(name, "", None, request, offline_reason=_one_line(err))
     if source_dir is not None:
-        check_options(deployment, replace(options, code_uri=None, entry_point=None))
-        options = upload_source(deployment, options, source_dir, dry_run=dry_run)
+        options = upload_source(deployment, options, source_dir, dry_run=False)
+        check_options(deployment, options)
+    return _launch(deployment, options, direct=direct, dry_run=False)
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _launch(deployment: Deployment, options: LaunchOptions, *, direct: bool, dry_run: bool) -> Launched:
+    name = str(options.job_name)
     region = deployment.aws.region
     if direct:
         request = direct_request(deployment, options)
@@ -208,7 +272,6 @@ def launch(
             deployment.aws.client("sagemaker").create_training_job(**request)
         return Launched(name, job_console_url(region, name), None, request)
 
-    check_options(deployment, options)
     state_machine_arn = deployment.training_outputs()["StateMachineArn"]
     execution_input = options.state_machine_input()
     execution_arn = deployment.execution_arn(name)
@@ -266,6 +329,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir
     )
     if args.dry_run:
+        if launched.offline_reason:
+            print(
+                f"note: no deployed stack could be read ({launched.offline_reason}); this is the CreateTrainingJob "
+                "request the workflow's template holds, from the config, with each deploy-time value as "
+                "<stack.Output>",
+                file=sys.stderr,
+            )
         print(json.dumps(launched.request, indent=2, sort_keys=True))
         return 0
     print(f"job: {launched.job_name}")

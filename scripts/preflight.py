@@ -207,6 +207,8 @@ def check_dlami(deployment: Deployment) -> list[Check]:
     cluster = deployment.config.cluster
     if not cluster.enabled:
         return []
+    if cluster.pinned_dlami is not None:
+        return [check_pinned_dlami(deployment, cluster.pinned_dlami.ami_id)]
     name = DLAMI_PARAMETER.format(flavour=cluster.dlami_flavour)
     try:
         value = deployment.aws.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
@@ -215,6 +217,23 @@ def check_dlami(deployment: Deployment) -> list[Check]:
             raise
         return [Check("DLAMI parameter", f"{name} not found", FAIL, "check cluster.dlami_flavour against the DLAMI release notes")]
     return [Check("DLAMI parameter", f"{name} = {value}", OK)]
+
+
+def check_pinned_dlami(deployment: Deployment, ami_id: str) -> Check:
+    """``cluster.pinned_dlami`` names an AMI this account can launch in this region."""
+    region = deployment.aws.region
+    try:
+        images = deployment.aws.client("ec2").describe_images(ImageIds=[ami_id])["Images"]
+    except ClientError as err:
+        if not error_code(err).startswith("InvalidAMIID"):
+            raise
+        images = []
+    if not images:
+        return Check(
+            "pinned DLAMI", f"{ami_id} not found in {region}", FAIL,
+            "AMI ids differ per region: take the id for this region from the DLAMI release notes (cluster.pinned_dlami.ami_id)",
+        )
+    return Check("pinned DLAMI", f"{ami_id} = {images[0].get('Name', '?')}", OK)
 
 
 def check_bootstrap(deployment: Deployment, qualifier: str) -> Check:

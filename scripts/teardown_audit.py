@@ -2,6 +2,7 @@
 
     python -m scripts.teardown_audit                       # the account and region of your credentials
     python -m scripts.teardown_audit --sandbox             # data should be gone too
+    python -m scripts.teardown_audit --region eu-west-1 --profile ml -c project_name=team2
     AWS_ENDPOINT_URL=http://localhost:5000 python -m scripts.teardown_audit   # an emulator
 
 Every resource tagged ``Project=<project>`` is listed (Resource Groups Tagging API, plus IAM
@@ -16,7 +17,10 @@ roles and ECR repositories, which that API does not cover everywhere) with a ver
   a KMS key pending deletion);
 * ``warning``: anything else still there (network, roles, log groups...).
 
-Exit status 1 when any ERROR is found.
+The project comes from the config (``cdk.json`` and ``-c`` overrides, as for ``cdk``), and a
+sandbox (``delete_data_on_destroy``) expects its data gone without ``--sandbox``. Exit status 1
+when any ERROR is found; 3, with one line, when the audit cannot run (no credentials, no region,
+AWS unreachable), like every operator script.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import boto3
 from botocore.exceptions import ClientError
+
+from scripts.common import Aws, add_common_arguments, load_platform_config, run
 
 ERROR, KEPT, INFO, WARNING = "ERROR", "kept", "info", "warning"
 
@@ -148,6 +154,7 @@ def audit(
     data_retained: bool,
     session: boto3.session.Session | None = None,
     endpoint_url: str | None = None,
+    region: str | None = None,
 ) -> AuditReport:
     """Audit one account/region for resources tagged ``Project=<project>``.
 
@@ -157,9 +164,10 @@ def audit(
             ``False`` for sandboxes deployed with ``delete_data_on_destroy``, where they are errors.
         session: boto3 session (credentials and region); the default session if ``None``.
         endpoint_url: An emulator's endpoint; ``None`` for AWS (or ``AWS_ENDPOINT_URL``).
+        region: The region to audit; default the session's, else ``us-east-1``.
     """
     session = session or boto3.session.Session()
-    region = session.region_name or "us-east-1"
+    region = region or session.region_name or "us-east-1"
 
     def client(service: str) -> Any:
         return session.client(service, endpoint_url=endpoint_url, region_name=region)
@@ -262,18 +270,26 @@ def _training_job_status(sagemaker: Any, name: str) -> str | None:
         return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line: audit, print, exit 1 on errors."""
     parser = argparse.ArgumentParser(prog="python -m scripts.teardown_audit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--project", default="gputrain", help="value of the Project tag (default: gputrain)")
+    parser.add_argument("--project", help="value of the Project tag (default: the config's project_name)")
     parser.add_argument(
         "--sandbox", action="store_true", help="the platform was deployed with delete_data_on_destroy=true"
     )
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
-    report = audit(project=args.project, data_retained=not args.sandbox)
+    config = load_platform_config(args.context)
+    aws = Aws.from_args(args)
+    report = audit(
+        project=args.project or config.project_name,
+        data_retained=not (args.sandbox or config.delete_data_on_destroy),
+        session=aws.session,
+        region=aws.region,  # one clear line when no region is set, before any call
+    )
     print(report.render())
     return 0 if report.ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run(main))

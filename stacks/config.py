@@ -25,7 +25,8 @@ from collections import abc
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
+from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup
+from stacks.sagemaker_limits import FieldRule, training_job_limits
 
 CONTEXT_KEY = "gpu_training"
 
@@ -36,7 +37,15 @@ class ConfigError(ValueError):
     def __init__(self, setting: str, value: Any, problem: str, fix: str) -> None:
         self.setting = setting
         self.value = value
-        super().__init__(f"{setting} = {json.dumps(value, default=str)}: {problem}; {fix}")
+        shown = json.dumps(value, default=str)
+        if len(shown) > _MAX_SHOWN_VALUE:
+            size = len(value) if isinstance(value, str) else len(shown)
+            shown = f"{shown[:_MAX_SHOWN_VALUE]}... ({size} characters)"
+        super().__init__(f"{setting} = {shown}: {problem}; {fix}")
+
+
+_MAX_SHOWN_VALUE = 120
+"""A value longer than this is cut short in the message, which stays one readable line."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,6 +128,41 @@ class NetworkConfig:
     interface_endpoints: tuple[str, ...] = DEFAULT_INTERFACE_ENDPOINTS
 
 
+LATEST_DLAMI_DRIVER_BRANCH = 595
+"""NVIDIA driver branch of the current Base OSS NVIDIA-driver DLAMIs (default toolkit CUDA 13.2).
+
+The ``latest`` SSM parameter follows new releases, so the nodes get at least this branch."""
+
+LAST_VOLTA_DRIVER_BRANCH = 580
+"""The last NVIDIA driver branch that supports Volta (compute capability 7.0, the V100 of p3 types)."""
+
+LATEST_DLAMI_MIN_COMPUTE_CAPABILITY = (7, 5)
+"""Oldest GPU architecture the latest DLAMI supports: driver 595 dropped Volta, and CUDA 13 no
+longer compiles for compute capability below 7.5."""
+
+_AMI_ID_RE = re.compile(r"^ami-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+
+
+@dataclass(frozen=True)
+class PinnedDlamiConfig:
+    """An explicit Deep Learning AMI for the nodes, instead of the flavour's ``latest`` release.
+
+    Needed for GPUs the latest DLAMI no longer supports (p3/p3dn: V100, compute capability 7.0):
+    pin a DLAMI release whose NVIDIA driver branch still supports them (580 or older). AMI ids are
+    per region: pin the id of the region you deploy to.
+
+    Attributes:
+        ami_id: The AMI id, ``ami-`` and 8 or 17 hex digits, from the DLAMI release notes or
+            ``aws ec2 describe-images``. No default.
+        nvidia_driver_branch: The NVIDIA driver branch that AMI ships (the release notes'
+            "NVIDIA Driver" line, e.g. 580 for 580.95.05), checked against the nodes' GPUs.
+            No default.
+    """
+
+    ami_id: str
+    nvidia_driver_branch: int
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """GPU EC2 nodes on the Deep Learning AMI.
@@ -133,6 +177,9 @@ class ClusterConfig:
             ``/aws/service/deeplearning/ami/x86_64/<flavour>/latest/ami-id``. Default the Ubuntu
             22.04 OSS NVIDIA driver GPU DLAMI (driver, CUDA, Docker, NVIDIA container toolkit),
             which runs the TensorFlow training image.
+        pinned_dlami: An explicit DLAMI instead of the flavour's ``latest`` (see
+            :class:`PinnedDlamiConfig`). Default ``None``: the latest release, cached in
+            ``cdk.context.json``. Required for GPUs older than compute capability 7.5 (p3).
         root_volume_gb: Encrypted gp3 root volume size. Default 200.
         signal_timeout_minutes: How long CloudFormation waits for a node's health signal before
             failing the deploy. Default 30.
@@ -159,6 +206,7 @@ class ClusterConfig:
     node_count: int = 1
     expected_gpus_per_node: Optional[int] = None
     dlami_flavour: str = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
+    pinned_dlami: Optional[PinnedDlamiConfig] = None
     root_volume_gb: int = 200
     signal_timeout_minutes: int = 30
     start_training_on_boot: bool = False
@@ -184,7 +232,8 @@ class TrainingJobConfig:
 
     Attributes:
         enabled: Deploy the training-job stack. Default ``True``.
-        instance_type: SageMaker GPU type (``ml.`` + a GPU table row). Default ``ml.g5.xlarge``.
+        instance_type: SageMaker GPU type (``ml.`` + a GPU table row that SageMaker offers for
+            training, per botocore's API model). Default ``ml.g5.xlarge``.
         instance_count: Instances per job. Default 1. Above 1 turns on inter-container traffic
             encryption and multi-worker training.
         expected_gpus_per_instance: GPUs each instance must show. Default ``None``: the table's
@@ -197,9 +246,11 @@ class TrainingJobConfig:
         checkpointing: Sync ``/opt/ml/checkpoints`` to ``checkpoints/`` in the artifacts bucket.
             Default ``True``.
         input_mode: ``File`` or ``FastFile``. Default ``File``.
-        channels: Channel name -> key prefix in the datasets bucket. Default ``{"train": "train/"}``.
-        hyperparameters: Passed to the entrypoint (SageMaker passes every value as a string).
-            Default an MLP for 5 epochs.
+        channels: Channel name -> key prefix in the datasets bucket; at most 20 (SageMaker's
+            limit). Default ``{"train": "train/"}``.
+        hyperparameters: Passed to the entrypoint (SageMaker passes every value as a string);
+            at most 100, values up to 2,500 characters (SageMaker's limits). Default an MLP for
+            5 epochs.
         retry_attempts: SageMaker retries of a job that failed with an internal error. Default 2.
         notification_email: Subscribe this address to job state changes. Default ``None``.
     """
@@ -237,7 +288,9 @@ class PlatformConfig:
         delete_data_on_destroy: Sandbox setting. ``False`` (default): ``cdk destroy`` keeps the
             datasets and artifacts buckets, the log bucket, the KMS key and the image repository.
             ``True``: destroy empties and deletes them. Never set it where data matters.
-        tags: Extra tags on every resource. Default none.
+        tags: Extra tags on every resource and job; keys and values in AWS's tag pattern
+            (letters, digits, spaces, ``_ . : / = + - @``), at most 49 besides ``Project``.
+            Default none.
         data: Buckets, see :class:`DataConfig`.
         image: Training image repository, see :class:`ImageConfig`.
         network: VPC, see :class:`NetworkConfig`.
@@ -327,6 +380,12 @@ def _build(cls: type, raw: Mapping[str, Any], path: str) -> Any:
             close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
             fix = f"did you mean {path}.{close[0]}?" if close else f"known settings: {', '.join(names)}"
             raise ConfigError(f"{path}.{key}", raw[key], "unknown setting", fix)
+    missing = [
+        f.name for f in dataclasses.fields(cls)
+        if f.name not in raw and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ConfigError(path, dict(raw), f"{', '.join(missing)} missing", f"set {', '.join(f'{path}.{m}' for m in missing)}")
     return cls(**{k: _coerce(f"{path}.{k}", v, hints[k]) for k, v in raw.items()})
 
 
@@ -338,7 +397,6 @@ _PROJECT_RE = re.compile(r"^[a-z][a-z0-9-]{1,18}[a-z0-9]$")
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _ECR_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_CHANNEL_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.\-_]{0,62})$")
 _EMAIL_RE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
@@ -378,7 +436,66 @@ def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool) -> int:
         raise ConfigError(
             path, instance_type, "not a known NVIDIA GPU instance type", _known_types_hint("ml." if sagemaker else "")
         )
+    limits = training_job_limits()
+    if sagemaker and instance_type not in limits.training_instance_types:
+        raise ConfigError(
+            path, instance_type, f"SageMaker training does not offer this type ({limits.source})",
+            f"use a training type such as {_nearest_training_type(row)}",
+        )
     return row.gpu_count
+
+
+def _nearest_training_type(row: GpuInstanceType) -> str:
+    """A SageMaker training type of the same GPU model, the closest GPU count first."""
+    offered = training_job_limits().training_instance_types
+    same_gpu = [r for r in gpu_instance_types().values() if r.gpu_model == row.gpu_model and SAGEMAKER_PREFIX + r.name in offered]
+    if not same_gpu:
+        return "ml.g5.xlarge"
+    best = min(same_gpu, key=lambda r: (abs(r.gpu_count - row.gpu_count), -r.gpu_count, r.vcpus))
+    return SAGEMAKER_PREFIX + best.name
+
+
+def _check_field(path: str, value: str, rule: FieldRule, what: str, fix: str = "shorten it") -> None:
+    """``value`` against a length/pattern rule of SageMaker's API model."""
+    problem = rule.problem(value)
+    if problem:
+        raise ConfigError(path, value, f"{what} {problem} ({training_job_limits().source})", fix)
+
+
+_TAG_FIX = "use letters, digits, spaces and _ . : / = + - @ only (keys 1-128 characters, values up to 256)"
+
+
+def _check_dlami(path: str, cluster: ClusterConfig) -> None:
+    """The nodes' GPUs must be supported by the DLAMI they boot (the latest one, or the pinned one)."""
+    row = lookup(cluster.instance_type)
+    assert row is not None, "checked before"
+    pinned = cluster.pinned_dlami
+    if pinned is not None:
+        if not _AMI_ID_RE.match(pinned.ami_id):
+            raise ConfigError(
+                f"{path}.pinned_dlami.ami_id", pinned.ami_id, "not an AMI id",
+                "use ami- and 8 or 17 hex digits, from the DLAMI release notes of your region",
+            )
+        _check_positive(f"{path}.pinned_dlami.nvidia_driver_branch", pinned.nvidia_driver_branch, minimum=400, maximum=999)
+    volta = row.compute_capability_version < LATEST_DLAMI_MIN_COMPUTE_CAPABILITY
+    if not volta:
+        return
+    gpu = f"{cluster.instance_type} has {row.gpu_model} GPUs (compute capability {row.compute_capability})"
+    if pinned is None:
+        raise ConfigError(
+            f"{path}.instance_type", cluster.instance_type,
+            f"{gpu}, which the latest DLAMI (NVIDIA driver {LATEST_DLAMI_DRIVER_BRANCH}, CUDA 13) no longer supports",
+            f"use a type with compute capability {'.'.join(map(str, LATEST_DLAMI_MIN_COMPUTE_CAPABILITY))} or newer "
+            "(g4dn, g5, g6, g6e, p4d, p5), or pin a DLAMI release with driver branch "
+            f"{LAST_VOLTA_DRIVER_BRANCH} or older: {path}.pinned_dlami = "
+            f'{{"ami_id": "ami-...", "nvidia_driver_branch": {LAST_VOLTA_DRIVER_BRANCH}}}',
+        )
+    if pinned.nvidia_driver_branch > LAST_VOLTA_DRIVER_BRANCH:
+        raise ConfigError(
+            f"{path}.pinned_dlami.nvidia_driver_branch", pinned.nvidia_driver_branch,
+            f"{gpu}; NVIDIA driver branch {LAST_VOLTA_DRIVER_BRANCH} was the last to support them",
+            f"pin a DLAMI release with driver branch {LAST_VOLTA_DRIVER_BRANCH} or older, or use a newer GPU type",
+        )
 
 
 def _check_expected_gpus(path: str, declared: Optional[int], table_count: int, instance_type: str) -> int:
@@ -488,6 +605,8 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
             f"{p}.cluster.dlami_flavour", cl.dlami_flavour, "not a DLAMI flavour",
             "use the path segment of a DLAMI SSM parameter, e.g. base-oss-nvidia-driver-gpu-ubuntu-22.04",
         )
+    if cl.enabled:
+        _check_dlami(f"{p}.cluster", cl)
     _check_positive(f"{p}.cluster.root_volume_gb", cl.root_volume_gb, minimum=75, maximum=16384)
     _check_positive(f"{p}.cluster.signal_timeout_minutes", cl.signal_timeout_minutes, minimum=5, maximum=720)
     # CloudWatch evaluates an alarm with periods under an hour over at most one day.
@@ -521,21 +640,49 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         )
     if tj.input_mode not in INPUT_MODES:
         raise ConfigError(f"{p}.training_job.input_mode", tj.input_mode, "unsupported input mode", "use File or FastFile")
+    limits = training_job_limits()
     if not tj.channels:
         raise ConfigError(f"{p}.training_job.channels", {}, "a job needs at least one channel", 'add e.g. {"train": "train/"}')
+    if len(tj.channels) > limits.max_channels:
+        raise ConfigError(
+            f"{p}.training_job.channels", f"{len(tj.channels)} channels",
+            f"SageMaker accepts at most {limits.max_channels} input channels per job",
+            f"merge channels under shared prefixes until there are {limits.max_channels} or fewer",
+        )
     for name, prefix in tj.channels.items():
-        if not _CHANNEL_RE.match(name):
-            raise ConfigError(f"{p}.training_job.channels.{name}", prefix, "not a valid channel name", "use letters, digits, . - _")
+        if limits.channel_name.problem(name):
+            raise ConfigError(
+                f"{p}.training_job.channels.{name}", prefix, "not a valid channel name",
+                f"use 1-{limits.channel_name.max_length} letters, digits, . - _",
+            )
         if prefix.startswith("/") or "://" in prefix:
             raise ConfigError(
                 f"{p}.training_job.channels.{name}", prefix, "expected a key prefix inside the datasets bucket",
                 "write a relative prefix such as train/",
             )
+    if len(tj.hyperparameters) > limits.max_hyperparameters:
+        raise ConfigError(
+            f"{p}.training_job.hyperparameters", f"{len(tj.hyperparameters)} entries",
+            f"SageMaker accepts at most {limits.max_hyperparameters} hyperparameters",
+            "drop some, or pass them in one value (e.g. a JSON string) that the training script parses",
+        )
+    for name, value in tj.hyperparameters.items():
+        _check_field(f"{p}.training_job.hyperparameters.{name}", name, limits.hyperparameter_name, "the name")
+        _check_field(f"{p}.training_job.hyperparameters.{name}", value, limits.hyperparameter_value, "the value")
     if tj.notification_email is not None and not _EMAIL_RE.match(tj.notification_email):
         raise ConfigError(f"{p}.training_job.notification_email", tj.notification_email, "not an e-mail address", "use name@example.com or null")
+    # Every job carries Project plus these tags; the same rules hold for the other resources' tags.
+    job_tags = {"Project", *cfg.tags}
+    if len(job_tags) > limits.max_tags:
+        raise ConfigError(
+            f"{p}.tags", f"{len(cfg.tags)} tags", f"a training job takes at most {limits.max_tags} tags, Project included",
+            f"keep at most {limits.max_tags - 1} extra tags",
+        )
     for key, value in cfg.tags.items():
-        if not key or len(key) > 128 or len(value) > 256 or key.lower().startswith("aws:"):
-            raise ConfigError(f"{p}.tags.{key}", value, "not a valid tag", "use keys of 1-128 characters not starting with aws: and values up to 256")
+        if key.lower().startswith("aws:"):
+            raise ConfigError(f"{p}.tags.{key}", value, "tag keys starting with aws: are reserved by AWS", "rename the key")
+        _check_field(f"{p}.tags.{key}", key, limits.tag_key, "the tag key", _TAG_FIX)
+        _check_field(f"{p}.tags.{key}", value, limits.tag_value, "the tag value", _TAG_FIX)
 
     return dataclasses.replace(cfg, cluster=cl, training_job=tj)
 

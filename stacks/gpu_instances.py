@@ -24,6 +24,8 @@ class GpuInstanceType:
     Attributes:
         name: EC2 instance type name, e.g. ``g5.12xlarge`` (SageMaker adds ``ml.``).
         gpu_model: Marketing name of the GPU, e.g. ``NVIDIA A10G``.
+        compute_capability: CUDA compute capability of the GPU, e.g. ``"8.6"``; decides which
+            NVIDIA driver branches and CUDA toolkits still support it.
         gpu_count: GPUs per instance; what the boot check and the entrypoint expect to see.
         gpu_memory_gib: Memory per GPU in GiB.
         vcpus: vCPUs per instance (what EC2 vCPU quotas count).
@@ -37,6 +39,7 @@ class GpuInstanceType:
 
     name: str
     gpu_model: str
+    compute_capability: str
     gpu_count: int
     gpu_memory_gib: int
     vcpus: int
@@ -50,6 +53,12 @@ class GpuInstanceType:
     def family(self) -> str:
         """Instance family, e.g. ``g5`` or ``p4d``."""
         return self.name.split(".", 1)[0]
+
+    @property
+    def compute_capability_version(self) -> tuple[int, int]:
+        """:attr:`compute_capability` as ``(major, minor)``, for comparisons."""
+        major, minor = self.compute_capability.split(".")
+        return int(major), int(minor)
 
     @property
     def quota_family(self) -> str:

@@ -29,7 +29,13 @@ class Platform:
 
 
 def stack_name(config: PlatformConfig, unit: str) -> str:
-    """CloudFormation stack name of a deployable unit: ``<project>-data|cluster|training``."""
+    """Name of a deployable unit's stack: ``<project>-data|cluster|training``.
+
+    It is both the CloudFormation stack name and the stack's construct id. The CDK CLI selects
+    stacks by construct id only (``cdk deploy gputrain-data``), so the two are one name: the name
+    the console, the operator scripts and the README show is the one ``cdk`` accepts. Logical ids
+    inside a stack do not depend on the stack's construct id, so no resource is replaced by it.
+    """
     return f"{config.project_name}-{unit}"
 
 
@@ -37,7 +43,7 @@ def build_platform(app: App, config: PlatformConfig, env: Environment) -> Platfo
     """Create every enabled stack under ``app`` and tag all resources with the project."""
     data_plane = DataPlaneStack(
         app,
-        "DataPlane",
+        stack_name(config, "data"),
         config=config,
         env=env,
         stack_name=stack_name(config, "data"),
@@ -47,7 +53,7 @@ def build_platform(app: App, config: PlatformConfig, env: Environment) -> Platfo
     if config.cluster.enabled:
         gpu_cluster = GpuClusterStack(
             app,
-            "GpuCluster",
+            stack_name(config, "cluster"),
             config=config,
             data_plane=data_plane,
             env=env,
@@ -58,7 +64,7 @@ def build_platform(app: App, config: PlatformConfig, env: Environment) -> Platfo
     if config.training_job.enabled:
         training_job = TrainingJobStack(
             app,
-            "TrainingJob",
+            stack_name(config, "training"),
             config=config,
             data_plane=data_plane,
             env=env,

@@ -35,7 +35,7 @@ class Synth:
     outdir: Path
 
     def template(self, stack_id: str) -> Template:
-        """Assertions template of a stack by construct id (``DataPlane``...)."""
+        """Assertions template of a stack by construct id, which is its stack name (``gputrain-data``...)."""
         return Template.from_stack(self.app.node.find_child(stack_id))
 
     def template_json(self, stack_id: str) -> dict[str, Any]:

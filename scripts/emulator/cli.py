@@ -34,8 +34,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         action="store_true",
         help="use the account and region of your AWS credentials: no emulator, SageMaker trains (costs money)",
     )
-    parser.add_argument("--epochs", type=int, default=2, help="epochs of the launched job (default: 2)")
-    parser.add_argument("--examples", type=int, default=2000, help="rows of the synthetic dataset (default: 2000)")
+    parser.add_argument("--epochs", type=_positive_int, default=2, help="epochs of the launched job (default: 2)")
+    parser.add_argument("--examples", type=_positive_int, default=2000, help="rows of the synthetic dataset (default: 2000)")
     parser.add_argument("--no-train", action="store_true", help="deploy, then destroy: no dataset, no job")
     parser.add_argument(
         "--user-script",
@@ -73,6 +73,30 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     )
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return value
+
+
+def failure_note(run: Lifecycle) -> str | None:
+    """What is left after a failed run, and how to clean it up; ``None`` when nothing is."""
+    logs = f"logs: {run.options.work_dir}"
+    if run.emulator is not None:
+        # The emulator stops with this process and keeps no state: whatever was deployed on it is gone.
+        return f"note: the emulator stops now and everything deployed on it goes with it; nothing to clean up ({logs})"
+    if run.options.real_account and run.cdk is not None and not run.destroyed:
+        return (
+            f"note: stacks may still be deployed in {run.account}/{run.region}: re-run, or "
+            f"`python -m scripts.teardown --stop-running --destroy` then `python -m scripts.teardown_audit` ({logs})"
+        )
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every phase; 0 when the job trained and the audit found nothing left behind."""
     options = parse_args(argv)
@@ -80,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = "your AWS account (real resources, real cost)" if options.real_account else "a local AWS emulator (moto)"
     print(f"main job: deploy -> train -> destroy -> audit on {target}")
     try:
+        if options.train:
+            run.check_launch()
         run.start()
         run.bootstrap_and_synth()
         if options.real_account:
@@ -102,8 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as err:  # noqa: BLE001 - one line for the user, details are in the logs
         print(f"\nerror: {err}", file=sys.stderr)
-        if run.cdk is not None and not options.keep and not run.destroyed and run.outputs:
-            print(f"note: stacks may still be deployed; re-run, or `cdk destroy --all` (logs: {options.work_dir})", file=sys.stderr)
+        note = failure_note(run)
+        if note:
+            print(note, file=sys.stderr)
         return 1
     finally:
         run.close()

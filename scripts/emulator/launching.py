@@ -7,6 +7,8 @@ script, its config loading and its reading of the stacks' outputs, not a copy of
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,9 @@ root, where the launch script runs)."""
 
 if TYPE_CHECKING:
     from scripts.emulator.lifecycle import Lifecycle
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINING_IMAGE = ROOT / "training_image"
 
 
 def launch_arguments(run: "Lifecycle", *, user_script: bool = False) -> list[str]:
@@ -34,6 +39,52 @@ def launch_arguments(run: "Lifecycle", *, user_script: bool = False) -> list[str
         # CreateTrainingJob request the workflow would send (built by the same function).
         arguments.append("--direct")
     return arguments
+
+
+def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
+    """Refuse the run's launch before anything is deployed; return the job's hyperparameters.
+
+    The same checks, on the same options, as after the deploy: ``scripts.launch``'s own parser
+    and :func:`~stacks.components.training_job_spec.resolve_launch` (SageMaker's limits, the
+    instance type, the job name), then the training entrypoint's parser of every hyperparameter
+    (``trainer.config``: unknown names, values out of range), which would otherwise fail only
+    once the job runs.
+
+    Raises:
+        RuntimeError: one line naming what is wrong.
+    """
+    from scripts.common import OperatorError, load_platform_config
+    from scripts.launch import build_parser, options_from_args
+    from stacks.components.training_job_spec import JobResources, JobTemplate, LaunchError, resolve_launch
+
+    args = build_parser().parse_args(launch_arguments(run, user_script=user_script))
+    try:
+        config = load_platform_config([f"{k}={v}" for k, v in run.context.items()])
+        template = JobTemplate.from_config(config, JobResources("", "", "", "", "", (), ()), metric_definitions=())
+        options = options_from_args(args)
+        if user_script:
+            # The code is packed now (the directory and entry point must exist) and uploaded after the deploy.
+            from scripts.launch import pack_source
+
+            pack_source(ROOT / args.source_dir, args.entry_point)
+            options = replace(options, entry_point=None)
+        values = resolve_launch(template, options)
+    except (OperatorError, LaunchError) as err:
+        raise RuntimeError(f"launch refused before deploy: {err}") from None
+    if user_script:
+        # A script parses its own arguments; the trainer's hyperparameter rules do not apply.
+        return dict(values.hyperparameters)  # type: ignore[arg-type]
+    if str(TRAINING_IMAGE) not in sys.path:
+        sys.path.insert(0, str(TRAINING_IMAGE))
+    from trainer.config import parse_hyperparameters
+    from trainer.errors import ConfigError
+
+    hyperparameters = dict(values.hyperparameters)  # type: ignore[arg-type]
+    try:
+        parse_hyperparameters(hyperparameters)
+    except ConfigError as err:
+        raise RuntimeError(f"launch refused before deploy: {err}") from None
+    return hyperparameters
 
 
 def launch(run: "Lifecycle", *, user_script: bool = False) -> str:

@@ -39,7 +39,7 @@ class Options:
             repository too, and the audit expects them gone.
         keep: Stop after the summary: leave everything deployed (and the emulator running
             until Ctrl-C) for exploration.
-        stacks: Construct ids to deploy (``DataPlane``...); empty for every stack (``--all``).
+        stacks: Stacks to deploy by name (``gputrain-data``...); empty for every stack (``--all``).
         context: Extra ``gpu_training.*`` context settings (``{"gpu_training.x": "1"}``).
         epochs: Epochs of the launched job (a hyperparameter override at launch).
         examples: Rows of the synthetic dataset.
@@ -220,6 +220,15 @@ class Lifecycle:
         marker.write_text("scratch space of python -m scripts.emulator; cleared at the start of each run\n")
 
     # --- phases --------------------------------------------------------------------------------
+
+    def check_launch(self) -> None:
+        """Before anything starts: the job's launch options and hyperparameters, as the launch
+        script and the training entrypoint will check them after the deploy."""
+        from scripts.emulator import launching
+
+        with self.progress.phase("check launch options"):
+            hyperparameters = launching.check(self, user_script=self.options.user_script)
+            self.progress.say("hyperparameters: " + ", ".join(f"{k}={v}" for k, v in sorted(hyperparameters.items())))
 
     def start(self) -> None:
         """Start the emulator (or resolve the real account) and prepare the work directory."""

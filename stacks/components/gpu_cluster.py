@@ -17,6 +17,9 @@ The AMI
         npx cdk synth        # with credentials: looks the parameter up again
         git commit cdk.context.json
 
+    ``cluster.pinned_dlami`` replaces the lookup with an explicit release, e.g. for V100 nodes
+    (p3), which the latest DLAMI's driver no longer supports (the config refuses p3 without it).
+
 Addresses and the host list
     Node ``i`` gets a fixed private address from an *explicit* subnet CIDR reservation (EC2
     never hands those addresses to other network interfaces) in the first private subnet.
@@ -197,9 +200,15 @@ class GpuCluster(Construct):
         )
         self.role = self._node_role(key, datasets_bucket, artifacts_bucket, repository)
         self._instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
-        self._machine_image = ec2.MachineImage.from_ssm_parameter(
-            dlami_parameter_name(config.dlami_flavour), cached_in_context=True
-        )
+        if config.pinned_dlami is not None:
+            # An explicit release (config validation checked its driver against the GPUs).
+            self._machine_image: ec2.IMachineImage = ec2.MachineImage.generic_linux(
+                {Stack.of(self).region: config.pinned_dlami.ami_id}
+            )
+        else:
+            self._machine_image = ec2.MachineImage.from_ssm_parameter(
+                dlami_parameter_name(config.dlami_flavour), cached_in_context=True
+            )
         self.ami_id = self._machine_image.get_image(self).image_id
 
         stack = Stack.of(self)

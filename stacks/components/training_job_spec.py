@@ -24,6 +24,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from stacks.config import ENTRY_POINT_PATTERN, USER_CODE_PREFIX, PlatformConfig
 from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
+from stacks.sagemaker_limits import training_job_limits
 
 METRIC_DEFINITIONS_PATH = (
     Path(__file__).resolve().parent.parent.parent / "training_image" / "trainer" / "metric_definitions.json"
@@ -54,7 +55,7 @@ SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 """SageMaker always writes training logs here, in streams named ``<job name>/algo-<n>-<ts>``."""
 
 MAX_INSTANCE_COUNT = 64
-MAX_JOB_NAME_LENGTH = 63
+MAX_JOB_NAME_LENGTH = training_job_limits().job_name.max_length
 EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
 
 
@@ -165,20 +166,29 @@ class InstanceFacts:
 
 
 def instance_facts(instance_type: str) -> InstanceFacts:
-    """Facts for a ``ml.`` GPU type; :class:`LaunchError` for anything else."""
+    """Facts for a ``ml.`` GPU type SageMaker trains on; :class:`LaunchError` for anything else."""
     row = lookup(instance_type) if instance_type.startswith(SAGEMAKER_PREFIX) else None
     if row is None:
         raise LaunchError(
             f"instance type {instance_type!r} is not a known SageMaker GPU type; "
             "use ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge"
         )
+    limits = training_job_limits()
+    if instance_type not in limits.training_instance_types:
+        raise LaunchError(
+            f"instance type {instance_type!r} is not offered for SageMaker training ({limits.source}); "
+            "use another GPU type, e.g. ml.g5.xlarge"
+        )
     return InstanceFacts(expected_gpu_count=str(row.gpu_count), local_nvme=row.local_nvme_gb > 0)
 
 
 def instance_facts_table() -> dict[str, dict[str, Any]]:
-    """:func:`instance_facts` for every GPU type, keyed by SageMaker name (the state machine's copy)."""
+    """:func:`instance_facts` for every GPU type SageMaker trains on, keyed by SageMaker name (the state machine's copy)."""
     table = {}
+    offered = training_job_limits().training_instance_types
     for name in sorted(gpu_instance_types()):
+        if SAGEMAKER_PREFIX + name not in offered:
+            continue
         facts = instance_facts(SAGEMAKER_PREFIX + name)
         table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": facts.expected_gpu_count, "local_nvme": facts.local_nvme}
     return table
@@ -415,6 +425,41 @@ def check_source(template: JobTemplate, code_uri: Optional[str], entry_point: Op
     return code_uri, entry_point
 
 
+def check_request_limits(template: JobTemplate, hyperparameters: Mapping[str, str]) -> None:
+    """SageMaker's limits on hyperparameters, channels and tags (from botocore's model).
+
+    Raises:
+        LaunchError: one line naming what is over which limit.
+    """
+    limits = training_job_limits()
+    if len(hyperparameters) > limits.max_hyperparameters:
+        raise LaunchError(
+            f"{len(hyperparameters)} hyperparameters (the config's defaults and --hp together); SageMaker accepts "
+            f"at most {limits.max_hyperparameters}: drop some, or pass them in one value the training script parses"
+        )
+    for name, value in hyperparameters.items():
+        for what, text, rule in (("name", name, limits.hyperparameter_name), ("value", value, limits.hyperparameter_value)):
+            problem = rule.problem(text)
+            if problem:
+                raise LaunchError(f"hyperparameter {name[:60]!r}: the {what} {problem} (SageMaker's limit)")
+    if len(template.channels) > limits.max_channels:
+        raise LaunchError(
+            f"{len(template.channels)} input channels; SageMaker accepts at most {limits.max_channels}: "
+            "change training_job.channels"
+        )
+    for name in template.channels:
+        problem = limits.channel_name.problem(name)
+        if problem:
+            raise LaunchError(f"channel name {name!r} {problem}: change training_job.channels")
+    if len(template.tags) > limits.max_tags:
+        raise LaunchError(f"{len(template.tags)} tags; SageMaker accepts at most {limits.max_tags} per job: change tags")
+    for key, value in template.tags.items():
+        for what, text, rule in (("key", key, limits.tag_key), ("value", value, limits.tag_value)):
+            problem = rule.problem(text)
+            if problem:
+                raise LaunchError(f"tag {key!r}: the {what} {problem}: change tags")
+
+
 def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None) -> LaunchValues:
     """Apply ``options`` over the template's defaults and check them (the direct path).
 
@@ -435,6 +480,7 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
     # The configured hyperparameters are the built-in trainer's; a user's script gets only its own.
     hyperparameters = {} if options.code_uri else dict(template.default_hyperparameters)
     hyperparameters.update({str(k): _hyperparameter_string(v) for k, v in options.hyperparameters.items()})
+    check_request_limits(template, hyperparameters)
     job_name = check_job_name(template, options.job_name or default_job_name(template, now))
     code_uri, entry_point = check_source(template, options.code_uri, options.entry_point)
     if options.legacy_keras is not None and not isinstance(options.legacy_keras, bool):
@@ -478,20 +524,27 @@ def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
     """``Assign`` of the workflow's first state: execution input over the baked-in defaults.
 
     The execution input may carry ``job_name``, ``instance_type``, ``instance_count``,
-    ``use_spot``, ``hyperparameters`` (merged over the defaults, values made strings),
-    ``code_uri``, ``entry_point`` and ``legacy_keras``, the same options as :class:`LaunchOptions`.
-    Without ``job_name`` the job is named ``<project>-<execution name>``.
+    ``use_spot``, ``hyperparameters`` (merged over the defaults, numbers and booleans made
+    strings), ``code_uri``, ``entry_point`` and ``legacy_keras``, the same options as
+    :class:`LaunchOptions`. Without ``job_name`` the job is named ``<project>-<execution name>``.
+    ``hyperparameters`` that is not an object (an array, a string...) is kept as given, so that
+    :func:`state_machine_launch_check` refuses it with a reason rather than the assignment failing
+    with a JSONata error. The configured hyperparameters are the built-in trainer's: a launch
+    with ``code_uri`` (a user's script) gets only its own.
     """
-    stringified = "$each($states.input.hyperparameters, function($v, $k) {{$k: $string($v)}})"
+    given = "$states.input.hyperparameters"
+    stringified = f"$each({given}, function($v, $k) {{{{$k: $type($v) in ['number', 'boolean'] ? $string($v) : $v}}}})"
+    defaults = f"($exists($states.input.code_uri) ? {{}} : {to_jsonata(dict(template.default_hyperparameters))})"
+    merged = f"$merge($append([{defaults}], {stringified}))"
     return {
         "job_name": _input_or("job_name", f"{json.dumps(template.job_name_prefix)} & $states.context.Execution.Name"),
         "instance_type": _input_or("instance_type", json.dumps(template.default_instance_type)),
         "instance_count": _input_or("instance_count", json.dumps(template.default_instance_count)),
         "use_spot": _input_or("use_spot", json.dumps(template.default_use_spot)),
-        # The configured hyperparameters are the built-in trainer's; a user's script gets only its own.
-        "hyperparameters": "{% $merge($append([$exists($states.input.code_uri) ? {} : "
-        + to_jsonata(dict(template.default_hyperparameters))
-        + f"], $exists($states.input.hyperparameters) ? {stringified} : [])) %}}",
+        "hyperparameters": "{% "
+        + f"$not($exists({given})) ? {defaults}"
+        + f" : $type({given}) = 'object' ? {merged} : {given}"
+        + " %}",
         "code_uri": _input_or("code_uri", '""'),
         "entry_point": _input_or("entry_point", '""'),
         "legacy_keras": _input_or("legacy_keras", "false"),
@@ -499,42 +552,84 @@ def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
     }
 
 
+def _launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
+    """``(JSONata condition, JSONata reason when it is false)`` for every launch option.
+
+    Each condition guards its own types, so every one can be evaluated whatever the input holds.
+    """
+    limits = training_job_limits()
+    prefix = template.job_name_prefix
+    value_ok = (
+        f"$type($lookup($hyperparameters, $k)) = 'string'"
+        f" and $length($lookup($hyperparameters, $k)) <= {limits.hyperparameter_value.max_length}"
+        f" and $length($k) <= {limits.hyperparameter_name.max_length}"
+    )
+    bad_hyperparameters = f"$filter($keys($hyperparameters), function($k) {{$not({value_ok})}})"
+    is_object = "$type($hyperparameters) = 'object'"
+    spot = "" if template.checkpointing else " and $use_spot = false"
+    spot_reason = "a boolean" if template.checkpointing else "false (this deployment has checkpointing off)"
+    return [
+        (
+            f"$type($job_name) = 'string' and $length($job_name) <= {MAX_JOB_NAME_LENGTH}"
+            f" and $contains($job_name, /^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
+            f"'job_name ' & $string($job_name) & ' must be {prefix}<letters, digits, hyphens>,"
+            f" at most {MAX_JOB_NAME_LENGTH} characters'",
+        ),
+        (
+            "$type($instance_type) = 'string' and $exists($lookup($instance_facts, $instance_type))",
+            "'instance_type ' & $string($instance_type) & ' must be a SageMaker training GPU type from the table (ml.*)'",
+        ),
+        (
+            "$type($instance_count) = 'number' and $instance_count = $floor($instance_count)"
+            f" and $instance_count >= 1 and $instance_count <= {MAX_INSTANCE_COUNT}",
+            f"'instance_count ' & $string($instance_count) & ' must be a whole number from 1 to {MAX_INSTANCE_COUNT}'",
+        ),
+        (
+            f"$type($use_spot) = 'boolean'{spot}",
+            f"'use_spot ' & $string($use_spot) & ' must be {spot_reason}'",
+        ),
+        (
+            is_object,
+            "'hyperparameters must be an object of names to values, not ' & $type($hyperparameters)",
+        ),
+        (
+            f"$not({is_object}) or $count($keys($hyperparameters)) <= {limits.max_hyperparameters}",
+            f"'hyperparameters has ' & $string($count($keys($hyperparameters))) & ' entries with the defaults;"
+            f" SageMaker accepts at most {limits.max_hyperparameters}'",
+        ),
+        (
+            f"$not({is_object}) or $count({bad_hyperparameters}) = 0",
+            f"'hyperparameters ' & $join({bad_hyperparameters}, ', ') & ' must be strings, numbers or booleans"
+            f" of at most {limits.hyperparameter_value.max_length} characters, with names of at most"
+            f" {limits.hyperparameter_name.max_length}'",
+        ),
+        (
+            "$type($legacy_keras) = 'boolean'",
+            "'legacy_keras ' & $string($legacy_keras) & ' must be true or false'",
+        ),
+        (
+            "$type($code_uri) = 'string' and $type($entry_point) = 'string' and (($code_uri = '' and $entry_point = '') or ("
+            + f"$substring($code_uri, 0, {len(CODE_PREFIX) + 6} + $length({to_jsonata(template.resources.artifacts_bucket)}))"
+            + f" = {to_jsonata(code_uri_prefix(template))}"
+            + " and $substring($code_uri, -7) = '.tar.gz'"
+            + f" and $length($entry_point) <= {MAX_ENTRY_POINT_LENGTH}"
+            + f" and $contains($entry_point, /{ENTRY_POINT_PATTERN}/) and $not($contains($entry_point, '..'))))",
+            "'code_uri ' & $string($code_uri) & ' and entry_point ' & $string($entry_point) & ' must both be absent,"
+            f" or a .tar.gz under s3://<artifacts bucket>/{CODE_PREFIX} and a .py or .sh path inside it'",
+        ),
+    ]
+
+
 def state_machine_launch_check(template: JobTemplate) -> str:
     """JSONata condition that the resolved variables are a launch :func:`resolve_launch` accepts."""
-    prefix = re.escape(template.job_name_prefix)
-    checks = [
-        f"$type($job_name) = 'string' and $length($job_name) <= {MAX_JOB_NAME_LENGTH}",
-        f"$contains($job_name, /^{prefix}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
-        "$type($instance_type) = 'string' and $exists($lookup($instance_facts, $instance_type))",
-        f"$type($instance_count) = 'number' and $instance_count = $floor($instance_count)"
-        f" and $instance_count >= 1 and $instance_count <= {MAX_INSTANCE_COUNT}",
-        "$type($use_spot) = 'boolean'" + ("" if template.checkpointing else " and $use_spot = false"),
-        "$type($hyperparameters) = 'object'",
-        "$type($legacy_keras) = 'boolean'",
-        "$type($code_uri) = 'string' and $type($entry_point) = 'string'",
-        "($code_uri = '' and $entry_point = '') or ("
-        + f"$substring($code_uri, 0, {len(CODE_PREFIX) + 6} + $length({to_jsonata(template.resources.artifacts_bucket)}))"
-        + f" = {to_jsonata(code_uri_prefix(template))}"
-        + " and $substring($code_uri, -7) = '.tar.gz'"
-        + f" and $length($entry_point) <= {MAX_ENTRY_POINT_LENGTH}"
-        + f" and $contains($entry_point, /{ENTRY_POINT_PATTERN}/) and $not($contains($entry_point, '..')))",
-    ]
-    return "{% " + " and ".join(f"({c})" for c in checks) + " %}"
+    return "{% " + " and ".join(f"({condition})" for condition, _ in _launch_rules(template)) + " %}"
 
 
 def state_machine_launch_problem(template: JobTemplate) -> str:
-    """The ``Cause`` of the workflow's failure when :func:`state_machine_launch_check` is false."""
-    spot = "use_spot a boolean" if template.checkpointing else "use_spot false (checkpointing is off)"
-    return (
-        "{% 'Invalid launch options: job_name=' & $string($job_name) & ', instance_type=' & $string($instance_type)"
-        " & ', instance_count=' & $string($instance_count) & ', use_spot=' & $string($use_spot)"
-        " & ', code_uri=' & $string($code_uri) & ', entry_point=' & $string($entry_point)"
-        " & ', legacy_keras=' & $string($legacy_keras)"
-        f" & '. Expected job_name {template.job_name_prefix}<letters, digits, hyphens> (<= {MAX_JOB_NAME_LENGTH} chars),"
-        f" instance_type a GPU type from the table (ml.*), instance_count 1-{MAX_INSTANCE_COUNT}, {spot},"
-        " hyperparameters an object, legacy_keras a boolean, and code_uri (a .tar.gz under "
-        + f"s3://<artifacts bucket>/{CODE_PREFIX}) with entry_point (a .py or .sh path) both set or both absent.' %}}"
-    )
+    """The ``Cause`` of the workflow's failure when :func:`state_machine_launch_check` is false:
+    every broken rule's reason."""
+    reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in _launch_rules(template))
+    return "{% 'Invalid launch options: ' & $join([" + reasons + "], '; ') & '.' %}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     """A lifecycle with every stack deployed on a fresh emulator."""
     lifecycle = Lifecycle(Options(work_dir=tmp_path_factory.mktemp("lifecycle"), epochs=2))
     try:
+        lifecycle.check_launch()  # the command line's first phase: nothing is started before it passes
         lifecycle.start()
         lifecycle.bootstrap_and_synth()
         lifecycle.deploy()
@@ -92,6 +93,7 @@ def test_every_stack_deployed_and_nothing_supported_is_missing(deployed: Lifecyc
     assert set(deployed.outputs) == {f"{project}-data", f"{project}-cluster", f"{project}-training"}
     assert deployed.deploy_check.missing == []
     assert deployed.deploy_check.unserved_custom_resources == []
+    assert deployed.progress.phases[0].name == "check launch options" and deployed.progress.phases[0].ok
 
 
 def test_gpu_instances_of_the_configured_type_and_count_are_running(deployed: Lifecycle) -> None:

@@ -26,7 +26,7 @@ pytestmark = [
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     """Data plane deployed with delete_data_on_destroy, objects written, destroyed, audited."""
     lifecycle = Lifecycle(
-        Options(work_dir=tmp_path_factory.mktemp("sandbox"), sandbox=True, stacks=("DataPlane",), train=False)
+        Options(work_dir=tmp_path_factory.mktemp("sandbox"), sandbox=True, stacks=("gputrain-data",), train=False)
     )
     try:
         lifecycle.start()

@@ -94,6 +94,53 @@ def test_direct_launch_reads_the_deployed_resources_from_the_outputs(aws):
     assert resources.security_group_ids == [aws.training["JobSecurityGroupId"]]
 
 
+@pytest.mark.parametrize("extra_env", [{}, {"AWS_REGION": "eu-west-1"}], ids=["no-region", "no-credentials"])
+@pytest.mark.parametrize("direct", [[], ["--direct"]], ids=["workflow", "direct"])
+def test_dry_run_offline_prints_the_full_request_from_the_config(tmp_path, extra_env, direct):
+    """No region, no credentials, no stack: the request with deploy-time values as <stack.Output>."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.synth import ROOT
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_CONFIG_FILE=str(tmp_path / "config"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "credentials"),
+        AWS_EC2_METADATA_DISABLED="true",
+        **extra_env,
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.launch", "--dry-run", *direct, "--hp", "epochs=3", "--name", "gputrain-offline-1"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.startswith("note: no deployed stack could be read (") and result.stderr.count("\n") == 1
+    request = json.loads(result.stdout)
+    shape = get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob").input_shape
+    validate_parameters(request, shape)
+    assert request["TrainingJobName"] == "gputrain-offline-1"
+    assert request["RoleArn"] == "<gputrain-training.JobRoleArn>"
+    assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://<gputrain-data.DatasetsBucketName>/train/"
+    assert request["HyperParameters"]["epochs"] == "3" and request["EnableManagedSpotTraining"] is True
+
+
+def test_dry_run_offline_still_refuses_bad_options(monkeypatch, capsys):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    assert run(main, ["--dry-run", "--instance-type", "ml.g4dn.metal"]) == 3
+    assert "is not offered for SageMaker training" in capsys.readouterr().err
+
+
+def test_offline_resources_use_the_configs_bucket_names_where_it_sets_them():
+    from scripts.launch import offline_resources
+
+    config = load_platform_config(["data.artifacts_bucket_name=my-artifacts"])
+    resources = offline_resources(config)
+    assert (resources.artifacts_bucket, resources.datasets_bucket) == ("my-artifacts", "<gputrain-data.DatasetsBucketName>")
+
+
 def _user_code(tmp_path):
     source = tmp_path / "my_code"
     (source / "lib").mkdir(parents=True)

@@ -7,6 +7,8 @@ parameter (an AWS public parameter moto lacks) is put into moto's backend.
 
 from __future__ import annotations
 
+import json
+
 import boto3
 import pytest
 
@@ -84,3 +86,14 @@ def test_missing_dlami_parameter_fails(healthy_account, capsys):
     out = capsys.readouterr().out
     assert _rows(out)["DLAMI parameter"] == "FAIL"
     assert "check cluster.dlami_flavour" in out
+
+
+def test_a_pinned_dlami_is_looked_up_in_the_region(healthy_account, capsys):
+    pinned = '{"ami_id": "ami-0fedcba9876543210", "nvidia_driver_branch": 580}'
+    assert run(main, ["-c", "cluster.instance_type=p3.2xlarge", "-c", f"cluster.pinned_dlami={pinned}"]) == 1
+    out = capsys.readouterr().out
+    assert _rows(out)["pinned DLAMI"] == "FAIL" and "ami-0fedcba9876543210 not found in us-east-1" in out
+    image = boto3.client("ec2", region_name=REGION).describe_images()["Images"][0]
+    pinned = json.dumps({"ami_id": image["ImageId"], "nvidia_driver_branch": 580})
+    run(main, ["-c", f"cluster.pinned_dlami={pinned}"])
+    assert _rows(capsys.readouterr().out)["pinned DLAMI"] == "OK"

@@ -53,7 +53,7 @@ def snapshot_json(snapshot):
 
 
 @pytest.mark.parametrize("config_name", list(CONFIGS))
-@pytest.mark.parametrize("stack_id", ["DataPlane", "GpuCluster", "TrainingJob"])
+@pytest.mark.parametrize("stack_id", ["gputrain-data", "gputrain-cluster", "gputrain-training"])
 def test_template_snapshot(snapshot_root, snapshot_json, config_name, stack_id):
     synthesized = cached_synth(snapshot_root, CONFIGS[config_name])
     assert normalize(synthesized.template_json(stack_id)) == snapshot_json

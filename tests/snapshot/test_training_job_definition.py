@@ -24,5 +24,5 @@ def synth_root(tmp_path_factory):
 
 @pytest.mark.parametrize("config_name", list(CONFIGS))
 def test_training_job_definition_snapshot(synth_root, snapshot, config_name):
-    template = cached_synth(synth_root, CONFIGS[config_name]).template_json("TrainingJob")
+    template = cached_synth(synth_root, CONFIGS[config_name]).template_json("gputrain-training")
     assert parse_definition(template) == snapshot.use_extension(JSONSnapshotExtension)

@@ -239,3 +239,98 @@ def test_cluster_user_script_needs_code_and_entry_point():
 def test_cluster_user_script_settings_are_checked(key, value, problem):
     settings = {"cluster.code_key": "code/run/sourcedir.tar.gz", "cluster.entry_point": "train.py", key: value}
     assert problem in error_of(**settings)
+
+
+# --- SageMaker's limits, from botocore's service model ----------------------------------------
+
+
+def test_sagemaker_limits_come_from_botocores_model():
+    from stacks.sagemaker_limits import training_job_limits
+
+    limits = training_job_limits()
+    assert "botocore" in limits.source
+    assert "ml.g5.xlarge" in limits.training_instance_types and "ml.g4dn.metal" not in limits.training_instance_types
+    assert (limits.max_hyperparameters, limits.hyperparameter_value.max_length, limits.max_channels) == (100, 2500, 20)
+
+
+def test_gpu_type_sagemaker_does_not_train_on_is_refused():
+    msg = error_of(training_job__instance_type="ml.g4dn.metal")
+    assert msg.startswith('gpu_training.training_job.instance_type = "ml.g4dn.metal": SageMaker training does not offer')
+    assert "use a training type such as ml.g4dn." in msg
+
+
+def test_more_than_100_hyperparameters_is_refused():
+    msg = error_of(training_job__hyperparameters={f"h{i}": "1" for i in range(101)})
+    assert msg.startswith('gpu_training.training_job.hyperparameters = "101 entries": SageMaker accepts at most 100')
+
+
+def test_hyperparameter_value_over_2500_characters_is_refused_in_one_short_line():
+    msg = error_of(training_job__hyperparameters={"notes": "x" * 2501})
+    assert msg.startswith("gpu_training.training_job.hyperparameters.notes = ")
+    assert "the value must be 0-2500 characters long (it has 2501)" in msg and len(msg) < 400
+
+
+def test_more_than_20_channels_is_refused():
+    msg = error_of(training_job__channels={f"c{i}": f"c{i}/" for i in range(21)})
+    assert msg.startswith('gpu_training.training_job.channels = "21 channels": SageMaker accepts at most 20')
+
+
+@pytest.mark.parametrize("value", ["a,b", "semi;colon", "x" * 257, "quote\"d"])
+def test_tag_values_outside_aws_pattern_are_refused(value):
+    msg = error_of(tags={"Team": value})
+    assert msg.startswith("gpu_training.tags.Team = ") and "the tag value" in msg and "use letters, digits" in msg
+
+
+@pytest.mark.parametrize("value", ["", "ml-platform", "Équipe données", "a:b/c=d+e-f@g.h_i", "x" * 256])
+def test_tag_values_inside_aws_pattern_pass(value):
+    assert load(tags={"Team": value}).tags["Team"] == value
+
+
+def test_tag_keys_follow_the_pattern_and_aws_prefix_is_reserved():
+    assert "the tag key" in error_of(tags={"Team!": "x"})
+    assert "reserved by AWS" in error_of(tags={"aws:team": "x"})
+
+
+def test_more_tags_than_a_job_takes_is_refused():
+    msg = error_of(tags={f"T{i}": "x" for i in range(50)})
+    assert msg.startswith('gpu_training.tags = "50 tags": a training job takes at most 50 tags, Project included')
+
+
+# --- DLAMI and GPU architecture ----------------------------------------------------------------
+
+
+def test_p3_on_the_latest_dlami_is_refused_with_the_fix():
+    msg = error_of(cluster__instance_type="p3.8xlarge")
+    assert msg.startswith('gpu_training.cluster.instance_type = "p3.8xlarge": p3.8xlarge has NVIDIA V100 GPUs (compute capability 7.0)')
+    assert "latest DLAMI (NVIDIA driver 595, CUDA 13) no longer supports" in msg
+    assert 'gpu_training.cluster.pinned_dlami = {"ami_id": "ami-...", "nvidia_driver_branch": 580}' in msg
+
+
+def test_p3_on_a_pinned_dlami_with_a_volta_driver_is_accepted():
+    pinned = {"ami_id": "ami-0123456789abcdef0", "nvidia_driver_branch": 580}
+    cfg = load(cluster__instance_type="p3.2xlarge", cluster__pinned_dlami=pinned)
+    assert cfg.cluster.pinned_dlami.ami_id == "ami-0123456789abcdef0"
+
+
+def test_p3_on_a_pinned_dlami_without_volta_support_is_refused():
+    msg = error_of(cluster__instance_type="p3.2xlarge", cluster__pinned_dlami={"ami_id": "ami-01234567", "nvidia_driver_branch": 590})
+    assert msg.startswith("gpu_training.cluster.pinned_dlami.nvidia_driver_branch = 590: ")
+    assert "580 was the last to support them" in msg
+
+
+@pytest.mark.parametrize(
+    ("pinned", "start"),
+    [
+        ({"ami_id": "ami-xyz", "nvidia_driver_branch": 580}, 'gpu_training.cluster.pinned_dlami.ami_id = "ami-xyz": not an AMI id'),
+        ({"ami_id": "ami-01234567"}, "gpu_training.cluster.pinned_dlami = "),
+        ({"ami_id": "ami-01234567", "nvidia_driver_branch": 58}, "gpu_training.cluster.pinned_dlami.nvidia_driver_branch = 58"),
+        ({"ami_id": "ami-01234567", "nvidia_driver_branch": 580, "region": "x"}, "gpu_training.cluster.pinned_dlami.region"),
+    ],
+)
+def test_pinned_dlami_is_validated(pinned, start):
+    assert error_of(cluster__pinned_dlami=pinned).startswith(start)
+
+
+def test_newer_gpus_need_no_pin_and_a_disabled_cluster_is_not_checked():
+    assert load(cluster__instance_type="g4dn.xlarge").cluster.pinned_dlami is None  # Turing, 7.5
+    assert load(cluster__instance_type="p3.2xlarge", cluster__enabled=False).cluster.enabled is False

@@ -58,5 +58,22 @@ def test_cli_prints_sources_and_totals(capsys):
 
 
 def test_cli_refuses_bad_config_with_one_line(capsys):
-    assert cost.main(["-c", "gpu_training.cluster.instance_type=m5.large"]) == 2
+    from scripts.common import run
+
+    assert run(cost.main, ["-c", "gpu_training.cluster.instance_type=m5.large"]) == 3
     assert capsys.readouterr().err.startswith('error: invalid configuration: gpu_training.cluster.instance_type = "m5.large"')
+
+
+def test_cli_takes_the_common_options_and_the_short_override_keys(capsys):
+    assert cost.main(["--region", "eu-west-1", "--profile", "unused", "-c", "cluster.node_count=2", "--hours", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "prices are us-east-1 list prices; eu-west-1 may differ" in out and "2 x g5.xlarge" in out
+
+
+@pytest.mark.parametrize("argv", [["--hours", "-3"], ["--hours", "0"], ["--hours", "nan"], ["--dataset-gb", "-1"], ["--hours", "x"]])
+def test_cli_refuses_negative_or_zero_amounts(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cost.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "$" not in err and err.strip().splitlines()[-1].startswith("python -m scripts.cost: error: argument")

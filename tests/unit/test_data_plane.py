@@ -20,17 +20,17 @@ DATA_BUCKETS = ("DatasetsBucket9EEDBE5A", "ArtifactsBucket88671897")
 
 @pytest.fixture(scope="module")
 def template(default_app):
-    return default_app.template("DataPlane")
+    return default_app.template("gputrain-data")
 
 
 @pytest.fixture(scope="module")
 def resources(default_app):
-    return default_app.template_json("DataPlane")["Resources"]
+    return default_app.template_json("gputrain-data")["Resources"]
 
 
 @pytest.fixture(scope="module")
 def sandbox(synth_app):
-    return synth_app({"delete_data_on_destroy": True}).template_json("DataPlane")["Resources"]
+    return synth_app({"delete_data_on_destroy": True}).template_json("gputrain-data")["Resources"]
 
 
 def test_stateful_logical_ids_are_pinned(resources):
@@ -124,7 +124,7 @@ def test_lifecycle_expires_noncurrent_versions_and_checkpoints(resources):
 
 
 def test_lifecycle_days_come_from_config(synth_app):
-    res = synth_app({"data.checkpoint_expiration_days": 3}).template_json("DataPlane")["Resources"]
+    res = synth_app({"data.checkpoint_expiration_days": 3}).template_json("gputrain-data")["Resources"]
     assert _rules(res, "ArtifactsBucket88671897")["ExpireCheckpoints"]["ExpirationInDays"] == 3
 
 
@@ -160,15 +160,15 @@ def test_sandbox_setting_deletes_and_empties_buckets_key_and_repository(sandbox)
 
 
 def test_outputs_say_what_destroy_does_with_data(default_app, synth_app):
-    outputs = default_app.template_json("DataPlane")["Outputs"]
+    outputs = default_app.template_json("gputrain-data")["Outputs"]
     assert outputs["DataRetention"]["Value"] == "kept on cdk destroy"
     assert "kept on cdk destroy" in outputs["DatasetsBucketName"]["Description"]
-    sandbox_outputs = synth_app({"delete_data_on_destroy": True}).template_json("DataPlane")["Outputs"]
+    sandbox_outputs = synth_app({"delete_data_on_destroy": True}).template_json("gputrain-data")["Outputs"]
     assert sandbox_outputs["DataRetention"]["Value"].startswith("EMPTIED AND DELETED")
 
 
 def test_outputs_the_operator_scripts_read(default_app):
-    outputs = default_app.template_json("DataPlane")["Outputs"]
+    outputs = default_app.template_json("gputrain-data")["Outputs"]
     assert {
         "DatasetsBucketName",
         "ArtifactsBucketName",
@@ -193,7 +193,7 @@ def test_vpc_has_isolated_subnets_and_no_nat_or_internet_gateway_by_default(temp
 
 
 def test_nat_gateways_setting_adds_egress(synth_app):
-    template = synth_app({"network.nat_gateways": 1}).template("DataPlane")
+    template = synth_app({"network.nat_gateways": 1}).template("gputrain-data")
     template.resource_count_is("AWS::EC2::NatGateway", 1)
     template.resource_count_is("AWS::EC2::InternetGateway", 1)
 

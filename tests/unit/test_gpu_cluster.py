@@ -45,7 +45,7 @@ OFFLINE_AMI = "ami-00000000000000000"
 
 def _cluster(synth_app, overrides) -> tuple[Synth, Template, dict[str, Any]]:
     synthesized = synth_app(overrides)
-    return synthesized, synthesized.template("GpuCluster"), synthesized.template_json("GpuCluster")
+    return synthesized, synthesized.template("gputrain-cluster"), synthesized.template_json("gputrain-cluster")
 
 
 def _nodes(template_json: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -108,6 +108,14 @@ def test_ami_is_the_dlami_parameter_value_cached_in_context(synth_app):
     # A literal id, not an SSM parameter resolved at deploy time: a new DLAMI release never
     # replaces running nodes.
     assert "Parameters" not in tj or not any("Ssm" in k for k in tj["Parameters"])
+
+
+def test_a_pinned_dlami_replaces_the_lookup(synth_app):
+    """V100 nodes (p3) run only on a pinned DLAMI release whose driver still supports Volta."""
+    pinned = {"ami_id": "ami-0123456789abcdef0", "nvidia_driver_branch": 580}
+    _, template, _ = _cluster(synth_app, {"cluster.instance_type": "p3.2xlarge", "cluster.pinned_dlami": pinned})
+    template.all_resources_properties("AWS::EC2::Instance", {"ImageId": "ami-0123456789abcdef0"})
+    template.has_output("AmiId", {"Value": "ami-0123456789abcdef0"})
 
 
 # ------------------------------------------------------------------------------------------
@@ -542,9 +550,9 @@ def test_destroy_removes_everything_the_stack_created(synth_app, overrides):
 def test_cluster_leaves_the_data_plane_untouched(synth_app):
     with_cluster = synth_app(SINGLE)
     without_cluster = synth_app({**BASE, "cluster.enabled": False})
-    assert "GpuCluster" not in without_cluster.stack_ids
+    assert "gputrain-cluster" not in without_cluster.stack_ids
     assert (
-        with_cluster.template_json("DataPlane")["Resources"] == without_cluster.template_json("DataPlane")["Resources"]
+        with_cluster.template_json("gputrain-data")["Resources"] == without_cluster.template_json("gputrain-data")["Resources"]
     )
 
 

@@ -98,6 +98,18 @@ INVALID = [{"job_name": "other-x"}, {"instance_type": "ml.m5.large"}, {"instance
            {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "../etc/train.py"},
            {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.txt"},
            {"legacy_keras": "yes"}]
+# (execution input, what the failure's reason must name): each one broke ResolveLaunchOptions with
+# a JSONata error, or passed the check and failed at SageMaker, before the limits were checked.
+INVALID_WITH_REASON = [
+    ({"hyperparameters": ["epochs", 3]}, "hyperparameters must be an object of names to values, not array"),
+    ({"hyperparameters": "epochs=3"}, "hyperparameters must be an object of names to values, not string"),
+    ({"hyperparameters": None}, "hyperparameters must be an object of names to values, not null"),
+    ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries with the defaults; SageMaker accepts at most 100"),
+    ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameters notes must be strings, numbers or booleans of at most 2500 characters"),
+    ({"hyperparameters": {"nested": {"a": 1}, "ok": 1}}, "hyperparameters nested must be strings"),
+    ({"instance_type": "ml.g4dn.metal"}, "instance_type ml.g4dn.metal must be a SageMaker training GPU type"),
+    ({"instance_count": 0, "use_spot": "yes"}, "instance_count 0 must be a whole number from 1 to 64; use_spot yes must be a boolean"),
+]
 
 
 def _evaluate(template: JobTemplate, cases: list[dict]) -> list[dict]:
@@ -132,7 +144,7 @@ def test_invalid_options_take_the_failure_branch():
     results = _evaluate(template, [{"input": bad, "execution_name": "e"} for bad in INVALID])
     for bad, result in zip(INVALID, results):
         assert result["ok"] is False, bad
-        assert result["problem"].startswith("Invalid launch options: job_name=")
+        assert result["problem"].startswith("Invalid launch options: ")
         # The Python path refuses the same options.
         options = LaunchOptions(job_name=bad.get("job_name", "gputrain-x1") if isinstance(bad.get("job_name", ""), str) else None,
                                 instance_type=bad.get("instance_type"), instance_count=bad.get("instance_count"),
@@ -161,3 +173,20 @@ def test_script_mode_request_carries_the_code_channel_and_the_sdk_hyperparameter
     assert [c["ChannelName"] for c in built_in["InputDataConfig"]] == list(template.channels)
     assert not any(k.startswith("sagemaker_") for k in built_in["HyperParameters"])
     assert "TF_USE_LEGACY_KERAS" not in built_in["Environment"]
+
+
+
+@pytest.mark.parametrize(("execution_input", "reason"), INVALID_WITH_REASON, ids=lambda v: str(v)[:40])
+def test_invalid_options_fail_with_a_reason_not_a_jsonata_error(execution_input, reason):
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    [result] = _evaluate(template, [{"input": execution_input, "execution_name": "e"}])
+    assert result["ok"] is False
+    assert reason in result["problem"], result["problem"]
+
+
+def test_the_limits_are_the_direct_launchs_limits():
+    """What the workflow refuses for SageMaker's limits, ``resolve_launch`` refuses too."""
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    for execution_input, _ in INVALID_WITH_REASON[3:7]:
+        with pytest.raises(LaunchError):
+            resolve_launch(template, LaunchOptions(job_name="gputrain-x", **execution_input))

@@ -119,6 +119,11 @@ def test_fast_file_channels_and_no_checkpoints_when_off():
         ({"job_name": "gputrain-has_underscore"}, "not allowed"),
         ({"job_name": "gputrain-" + "x" * 60}, "at most 63"),
         ({"hyperparameters": {"layers": [1, 2]}}, "must be a string, number or boolean"),
+        # SageMaker's limits, from botocore's model: each passed here and failed at the service.
+        ({"instance_type": "ml.g4dn.metal"}, "'ml.g4dn.metal' is not offered for SageMaker training"),
+        ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "101 hyperparameters (the config's defaults and --hp together); SageMaker accepts at most 100"),
+        ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameter 'notes': the value must be 0-2500 characters long (it has 2501)"),
+        ({"hyperparameters": {"n" * 257: "1"}}, "the name must be 0-256 characters long"),
     ],
 )
 def test_bad_options_are_refused_with_one_line(options, message):
@@ -164,3 +169,23 @@ def test_jsonata_rendering_of_run_time_choices():
     symbolic = create_training_job_request(template(), STATE_MACHINE_VALUES)
     assert symbolic["TrainingJobName"] == "{% $job_name %}"
     assert symbolic["EnableNetworkIsolation"] is True
+
+
+def test_channels_and_tags_beyond_sagemakers_limits_are_refused_at_launch():
+    import dataclasses
+    from types import MappingProxyType
+
+    tmpl = template()
+    many_channels = dataclasses.replace(tmpl, channels=MappingProxyType({f"c{i}": f"c{i}/" for i in range(21)}))
+    with pytest.raises(LaunchError, match=re.escape("21 input channels; SageMaker accepts at most 20")):
+        request(many_channels)
+    bad_tag = dataclasses.replace(tmpl, tags=MappingProxyType({"Project": "gputrain", "Team": "a,b"}))
+    with pytest.raises(LaunchError, match=re.escape("tag 'Team': the value must match SageMaker's pattern")):
+        request(bad_tag)
+
+
+def test_the_state_machines_instance_table_holds_only_types_sagemaker_trains_on():
+    from stacks.components.training_job_spec import instance_facts_table
+
+    table = instance_facts_table()
+    assert "ml.g4dn.metal" not in table and "ml.g4dn.12xlarge" in table and "ml.p5.48xlarge" in table

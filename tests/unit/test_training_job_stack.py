@@ -89,7 +89,7 @@ def default(default_app):
 
 @pytest.fixture(scope="module")
 def definition(default_app) -> dict[str, Any]:
-    return parse_definition(default_app.template_json("TrainingJob"))
+    return parse_definition(default_app.template_json("gputrain-training"))
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def alternative(synth_app):
 
 @pytest.fixture(scope="module")
 def alt_definition(alternative) -> dict[str, Any]:
-    return parse_definition(alternative.template_json("TrainingJob"))
+    return parse_definition(alternative.template_json("gputrain-training"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ def test_other_config_changes_every_default_and_drops_checkpoints(alternative, a
 
 
 def test_state_machine_logs_everything_and_traces(default):
-    template = default.template("TrainingJob")
+    template = default.template("gputrain-training")
     template.has_resource_properties(
         "AWS::StepFunctions::StateMachine",
         {
@@ -310,7 +310,7 @@ def _policy_statements(template, logical_prefix: str) -> dict[str, dict[str, Any
 
 
 def test_workflow_role_is_scoped_to_the_jobs_it_creates(default):
-    template = default.template("TrainingJob")
+    template = default.template("gputrain-training")
     statements = _policy_statements(template, "WorkflowRolePolicy")
     jobs = "arn:aws:sagemaker:us-east-1:123456789012:training-job/gputrain-*"
     create = statements["CreateHardenedTrainingJobs"]
@@ -332,7 +332,7 @@ def test_workflow_role_is_scoped_to_the_jobs_it_creates(default):
 
 
 def test_job_role_is_scoped_to_the_project_prefixes_key_repository_and_log_streams(default):
-    template = default.template("TrainingJob")
+    template = default.template("gputrain-training")
     statements = _policy_statements(template, "WorkflowJobRolePolicy")
     reads = json.dumps(statements["ReadInputChannels"]["Resource"])
     assert reads.count("/train/*") == 1
@@ -356,7 +356,7 @@ def test_job_role_is_scoped_to_the_project_prefixes_key_repository_and_log_strea
 
 
 def test_job_security_group_admits_only_its_own_instances(default):
-    template = default.template("TrainingJob")
+    template = default.template("gputrain-training")
     template.has_resource_properties(
         "AWS::EC2::SecurityGroup",
         {"SecurityGroupEgress": [{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "Description": Match.any_value()}]},
@@ -367,7 +367,7 @@ def test_job_security_group_admits_only_its_own_instances(default):
 
 
 def test_job_state_changes_go_to_an_encrypted_topic(default, alternative):
-    template = default.template("TrainingJob")
+    template = default.template("gputrain-training")
     template.has_resource_properties(
         "AWS::Events::Rule",
         {
@@ -386,13 +386,13 @@ def test_job_state_changes_go_to_an_encrypted_topic(default, alternative):
     template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
     template.has_resource_properties("AWS::KMS::Key", {"EnableKeyRotation": True})
     template.resource_count_is("AWS::SNS::Subscription", 0)
-    alternative.template("TrainingJob").has_resource_properties(
+    alternative.template("gputrain-training").has_resource_properties(
         "AWS::SNS::Subscription", {"Protocol": "email", "Endpoint": "ml-team@example.com"}
     )
 
 
 def test_outputs_the_scripts_read_and_the_pre_destroy_step(default):
-    outputs = default.template_json("TrainingJob")["Outputs"]
+    outputs = default.template_json("gputrain-training")["Outputs"]
     assert {"StateMachineArn", "JobRoleArn", "JobSecurityGroupId", "JobNamePrefix", "NotificationTopicArn", "PreDestroyCommand"} <= set(outputs)
     assert outputs["PreDestroyCommand"]["Value"] == "python -m scripts.teardown --stop-running"
     assert outputs["JobNamePrefix"]["Value"] == "gputrain-"
@@ -406,6 +406,6 @@ def test_stack_passes_both_policy_packs(default):
             for p in report["pluginReports"]
             for v in p.get("violations", [])
             for c in v["violatingConstructs"]
-            if c["constructPath"].startswith("TrainingJob/")
+            if c["constructPath"].startswith("gputrain-training/")
         ]
         assert failing == []

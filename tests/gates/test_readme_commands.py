@@ -1,0 +1,220 @@
+"""Every command the README shows works as written, or is checked against what exists.
+
+Commands are taken from the README's ``bash`` blocks and from inline code that starts with
+``npx cdk``, ``cdk``, ``python -m scripts.`` or ``scripts/``. Running them would need AWS, so:
+
+* ``npx cdk <verb> <stack>...``: the real CDK CLI (``cdk ls`` over a synthesized assembly) must
+  select every stack named, and each ``-c gpu_training...`` override must load;
+* ``python -m scripts.<tool> ...``: the tool's own argument parser must accept the command line
+  (optional ``[...]`` parts included, each ``a|b`` alternative on its own), and every tool accepts
+  ``--region``, ``--profile`` and ``-c`` as the README promises;
+* ``scripts/*.sh`` and ``bash scripts/*.sh``: the script exists and its options are its parser's;
+* paths and pytest arguments exist.
+
+A command no rule knows fails the test: a new kind of command needs a rule here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from stacks.config import CONTEXT_KEY, load_config
+from tests.synth import ROOT, cached_synth, project_context
+
+README = ROOT / "README.md"
+JOB = "gputrain-20260101-000000-abcd"
+SKIPPED_PROGRAMS = {"export", "git", "source"}
+"""Shell built-ins and tools outside the project: nothing of ours to check."""
+
+
+def readme_commands(text: str) -> list[str]:
+    """Every command line shown: bash blocks (one per line, split at ``&&``) and inline code."""
+    commands: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                commands.extend(part.strip() for part in line.split("&&"))
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    for span in re.findall(r"`([^`\n]+)`", prose):
+        if re.match(r"((npx )?cdk (synth|deploy|destroy|diff|ls|context|bootstrap)\b|python -m scripts\.|(bash )?scripts/\S+\.sh)", span):
+            commands.append(span.strip())
+    return list(dict.fromkeys(commands))
+
+
+COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+
+
+def _variants(tokens: list[str]) -> Iterator[list[str]]:
+    """``[--spot|--on-demand]`` -> one command line per alternative; brackets of optional parts dropped."""
+    choices = []
+    for token in tokens:
+        bare = token.strip("[]")
+        if not bare:
+            continue
+        choices.append(bare.split("|") if bare.startswith("-") and "|" in bare else [bare])
+    for picked in itertools.product(*choices):
+        yield [JOB if t == "JOB" else t for t in picked]
+
+
+class _Parsed(Exception):
+    def __init__(self, namespace: argparse.Namespace) -> None:
+        super().__init__()
+        self.namespace = namespace
+
+
+def parse_with_tool(module_name: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> argparse.Namespace:
+    """``argv`` through the tool's real parser; nothing after parsing runs."""
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self: argparse.ArgumentParser, args: Any = None, namespace: Any = None) -> Any:
+        raise _Parsed(original(self, args, namespace))
+
+    module = importlib.import_module(module_name)
+    with monkeypatch.context() as patch:
+        patch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+        try:
+            module.main(argv)
+        except _Parsed as parsed:
+            return parsed.namespace
+        except SystemExit as exc:
+            raise AssertionError(f"{module_name} refuses {argv}: exit {exc.code}") from None
+    raise AssertionError(f"{module_name}.main never parsed its arguments")
+
+
+@pytest.fixture(scope="module")
+def assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return cached_synth(tmp_path_factory.mktemp("readme")).outdir
+
+
+def cdk_selects(assembly: Path, pattern: str) -> list[str]:
+    """The stacks the real CDK CLI selects for ``pattern`` (``cdk ls <pattern>``)."""
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"}
+    result = subprocess.run(
+        [str(ROOT / "node_modules" / ".bin" / "cdk"), "ls", pattern, "--app", str(assembly)],
+        cwd=assembly.parent, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )
+    return result.stdout.split()
+
+
+def check_cdk(tokens: list[str], assembly: Path) -> None:
+    verb, rest = tokens[0], tokens[1:]
+    assert verb in {"synth", "deploy", "destroy", "diff", "ls", "context", "bootstrap"}, f"unknown cdk verb {verb}"
+    names: list[str] = []
+    overrides: dict[str, str] = {}
+    skip_next = False
+    for i, token in enumerate(rest):
+        if skip_next:
+            skip_next = False
+            continue
+        if token in ("-c", "--context"):
+            key, _, value = rest[i + 1].partition("=")
+            assert key.startswith(CONTEXT_KEY + "."), key
+            overrides[key] = value
+            skip_next = True
+        elif token in ("--reset", "--app"):
+            skip_next = True
+        elif not token.startswith("-"):
+            names.append(token)
+    load_config({**project_context(), **overrides})  # raises ConfigError on a bad example
+    if verb in ("context", "bootstrap"):
+        return  # their arguments are context keys and environments, not stacks
+    for name in names:
+        assert name in cdk_selects(assembly, name), f"`cdk {verb} {name}` selects no stack"
+
+
+def check_script(path: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    script = ROOT / path
+    assert script.is_file(), f"{path} does not exist"
+    if script.name == "run-local.sh":
+        from scripts.emulator.cli import parse_args
+
+        for variant in _variants(args):
+            parse_args(variant)
+    elif script.name == "bootstrap.sh":
+        assert set(args) <= {"--deploy-only"}, args
+    elif script.name == "test.sh":
+        paths = [a for a in args if a.startswith("tests")]
+        assert all((ROOT / p).exists() for p in paths), paths
+    else:
+        raise AssertionError(f"no rule for {path}")
+
+
+def check(command: str, assembly: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tokens = shlex.split(command)
+    if tokens[0] in SKIPPED_PROGRAMS:
+        return
+    if tokens[:2] == ["npx", "cdk"]:
+        return check_cdk(tokens[2:], assembly)
+    if tokens[0] == "cdk":
+        return check_cdk(tokens[1:], assembly)
+    if tokens[0] == "bash":
+        tokens = tokens[1:]
+    if tokens[0].startswith("scripts/"):
+        return check_script(tokens[0], tokens[1:], monkeypatch)
+    if tokens[0] in ("python", ".venv/bin/python") and tokens[1] == "-m":
+        module, args = tokens[2], tokens[3:]
+        if module == "pytest":
+            assert all((ROOT / a).exists() for a in args if not a.startswith("-")), args
+            return
+        assert module.startswith("scripts."), module
+        for variant in _variants(args):
+            parse_with_tool(module, variant, monkeypatch)
+        return
+    raise AssertionError(f"the README shows a command no rule covers: {command}")
+
+
+def test_the_readme_shows_the_commands_this_test_is_about():
+    assert "npx cdk destroy gputrain-cluster" in COMMANDS and "npx cdk deploy gputrain-data" in COMMANDS
+    assert any(c.startswith("python -m scripts.teardown_audit") for c in COMMANDS)
+    assert "bash scripts/bootstrap.sh --deploy-only" in COMMANDS
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_readme_command(command, assembly, monkeypatch):
+    check(command, assembly, monkeypatch)
+
+
+def test_cdk_would_have_matched_nothing_for_a_name_that_is_not_a_stack(assembly):
+    """The check is real: the construct ids the stacks had before select nothing."""
+    assert cdk_selects(assembly, "GpuCluster") == []
+
+
+OPERATOR_TOOLS = sorted({c.split()[2] for c in COMMANDS if c.startswith("python -m scripts.")})
+
+
+@pytest.mark.parametrize("module", OPERATOR_TOOLS)
+def test_every_operator_tool_takes_region_profile_and_context(module, monkeypatch):
+    required = {"scripts.stop": [JOB]}.get(module, [])
+    common = ["--region", "eu-west-1", "--profile", "ml", "-c", "training_job.instance_count=2"]
+    namespace = parse_with_tool(module, [*required, *common], monkeypatch)
+    assert (namespace.region, namespace.profile, namespace.context) == ("eu-west-1", "ml", ["training_job.instance_count=2"])
+
+
+def test_commands_are_split_and_cleaned_as_a_shell_would_read_them():
+    text = "```bash\nbash a.sh && export X=1   # comment\n# only a comment\n```\nsee `npx cdk ls` and `pip x`\n"
+    assert readme_commands(text) == ["bash a.sh", "export X=1", "npx cdk ls"]
+    assert list(_variants(["[--spot|--on-demand]", "[JOB]"])) == [["--spot", JOB], ["--on-demand", JOB]]
+
+
+def test_the_emulator_options_the_readme_lists_exist(capsys):
+    from scripts.emulator.cli import parse_args
+
+    text = README.read_text(encoding="utf-8")
+    section = text.split("**Run the platform on a local AWS emulator**", 1)[1].split("**Run the tests**", 1)[0]
+    options = {span.split()[0] for span in re.findall(r"`(-[^`]+)`", section)}
+    assert {"--keep", "--sandbox", "--real-account", "--epochs", "-c"} <= options
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    usage = capsys.readouterr().out
+    assert [o for o in sorted(options) if not re.search(rf"(^|[\s\[,]){re.escape(o)}\b", usage)] == []

@@ -1,0 +1,76 @@
+"""The main job's command line: what it refuses before deploying, and what it says after a failure.
+
+The phases themselves run in tests/integration; here they are replaced, so nothing starts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.emulator import cli
+from scripts.emulator.lifecycle import Lifecycle
+
+
+class _Emulator:
+    endpoint_url = "http://127.0.0.1:1"
+    stopped = False
+
+    def stop(self) -> None:
+        _Emulator.stopped = True
+
+
+def _never(*_args, **_kwargs):
+    raise AssertionError("must not run")
+
+
+def test_bad_hyperparameters_are_refused_before_anything_starts(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(Lifecycle, "start", _never)
+    argv = ["--work-dir", str(tmp_path), "-c", 'gpu_training.training_job.hyperparameters={"learning_rat": "0.1"}']
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "error: launch refused before deploy: Invalid hyperparameters: unknown hyperparameter 'learning_rat'" in err
+    assert "did you mean 'learning_rate'" in err and "note:" not in err
+
+
+def test_launch_over_sagemakers_limits_is_refused_before_anything_starts(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(Lifecycle, "start", _never)
+    argv = ["--work-dir", str(tmp_path), "-c", "gpu_training.training_job.instance_type=ml.g4dn.metal"]
+    assert cli.main(argv) == 1
+    assert "SageMaker training does not offer this type" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--epochs", "0"], ["--examples", "-5"]])
+def test_non_positive_sizes_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.parse_args(argv)
+    assert exc.value.code == 2
+
+
+def test_after_a_failed_emulator_run_the_note_says_the_emulator_took_the_stacks_with_it(monkeypatch, tmp_path, capsys):
+    def start(self: Lifecycle) -> None:
+        self.emulator = _Emulator()
+        self.cdk = object()  # type: ignore[assignment]
+
+    def deploy(self: Lifecycle) -> None:
+        self.outputs = {"gputrain-data": {"VpcId": "vpc-1"}}  # half-way through
+        raise RuntimeError("the emulator reported success but did not create: x")
+
+    monkeypatch.setattr(Lifecycle, "start", start)
+    monkeypatch.setattr(Lifecycle, "bootstrap_and_synth", lambda self: None)
+    monkeypatch.setattr(Lifecycle, "deploy", deploy)
+    _Emulator.stopped = False
+    assert cli.main(["--work-dir", str(tmp_path), "--no-train"]) == 1
+    err = capsys.readouterr().err
+    assert "stacks may still be deployed" not in err and "cdk destroy" not in err
+    assert "note: the emulator stops now and everything deployed on it goes with it; nothing to clean up" in err
+    assert _Emulator.stopped
+
+
+def test_after_a_failed_real_account_run_the_note_names_the_cleanup(tmp_path):
+    run = Lifecycle(cli.parse_args(["--real-account", "--work-dir", str(tmp_path)]))
+    run.cdk, run.account, run.region = object(), "111122223333", "eu-west-1"  # type: ignore[assignment]
+    note = cli.failure_note(run)
+    assert note is not None and note.startswith("note: stacks may still be deployed in 111122223333/eu-west-1")
+    assert "python -m scripts.teardown --stop-running --destroy" in note
+    run.destroyed = True
+    assert cli.failure_note(run) is None
