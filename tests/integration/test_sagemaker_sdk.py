@@ -1,0 +1,217 @@
+"""The SageMaker Python SDK as the client: defaults file -> TensorFlow estimator -> fit, on the emulator.
+
+What a user of the SDK does, with nothing platform-specific in their code but the image URI:
+``python -m scripts.sdk_config``, ``export SAGEMAKER_USER_CONFIG_OVERRIDE=...``, then a
+``sagemaker.tensorflow.TensorFlow`` estimator with ``entry_point="train.py"`` and a source
+directory, and ``fit({"training": s3_uri})``. The job the emulator records must carry what the
+platform's own jobs carry, no request may leave the emulator, the local runner must train the
+user's script (not the built-in model) to a model in the artifacts bucket, and the teardown
+audit must see the job.
+
+Its own deploy (data and training stacks only, no GPU cluster): the lifecycle in
+``test_lifecycle.py`` is module-scoped and destroys at its end, so it cannot be shared.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import boto3
+import numpy as np
+import pytest
+
+from scripts.common import Aws, Deployment
+from scripts.emulator.lifecycle import Lifecycle, Options
+from scripts.sdk_config import CONFIG_ENV, estimator_arguments, sdk_defaults
+from scripts.teardown_audit import INFO
+from stacks.components.training_job_spec import CHECKPOINT_PREFIX, OUTPUT_PREFIX
+from tests.offline import loopback_only
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"),
+]
+
+USER_CODE = Path(__file__).resolve().parent / "sdk_user_code"
+INSTANCE_TYPE = "ml.g5.xlarge"
+EPOCHS = 2
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    """Data and training stacks deployed on a fresh emulator, local runner watching."""
+    lifecycle = Lifecycle(
+        Options(work_dir=tmp_path_factory.mktemp("sdk"), stacks=("DataPlane", "TrainingJob"), job_timeout_seconds=600)
+    )
+    try:
+        lifecycle.start()
+        lifecycle.bootstrap_and_synth()
+        lifecycle.deploy()
+        yield lifecycle
+    finally:
+        lifecycle.close()
+
+
+class SdkRun:
+    """What one ``fit`` left: the generated file, the job as recorded, the hosts the SDK tried."""
+
+    def __init__(self) -> None:
+        self.config_file = Path()
+        self.printed = ""
+        self.job_name = ""
+        self.job: dict[str, Any] = {}
+        self.tags: list[dict[str, str]] = []
+        self.outside: list[str] = []
+        self.wait_error: Exception | None = None
+        self.data_uri = ""
+
+
+def _outputs(run: Lifecycle, unit: str) -> dict[str, str]:
+    return run.outputs[f"{run.config().project_name}-{unit}"]
+
+
+def _upload_tiny_dataset(run: Lifecycle) -> str:
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(96, 4)).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype(int)
+    text = "f0,f1,f2,f3,label\n" + "".join(",".join(f"{v:.5f}" for v in row) + f",{label}\n" for row, label in zip(x, y))
+    bucket = _outputs(run, "data")["DatasetsBucketName"]
+    run.client("s3").put_object(Bucket=bucket, Key="sdk-example/training/part-0.csv", Body=text.encode())
+    return f"s3://{bucket}/sdk-example/training/"
+
+
+@pytest.fixture(scope="module")
+def sdk_run(platform: Lifecycle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdkRun]:
+    """The README's two commands, then the user's estimator code, with the emulator's environment."""
+    result = SdkRun()
+    result.data_uri = _upload_tiny_dataset(platform)
+    out = tmp_path_factory.mktemp("sdk-config") / "config.yaml"
+    # The first command, as documented, in a child process with the emulator's environment.
+    result.printed = platform.run_script("sdk_config", "--out", str(out))
+    export = next(line for line in result.printed.splitlines() if line.startswith(f"export {CONFIG_ENV}="))
+    result.config_file = Path(export.split("=", 1)[1])
+
+    patch = pytest.MonkeyPatch()
+    try:
+        for key in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                    "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+            patch.setenv(key, platform.env[key])
+        patch.delenv("AWS_PROFILE", raising=False)
+        # The second command.
+        patch.setenv(CONFIG_ENV, str(result.config_file))
+        patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+        patch.setattr(boto3, "DEFAULT_SESSION", None)
+
+        deployment = Deployment(config=platform.config(), aws=Aws(boto3.Session(region_name=platform.region)))
+        result.job_name = f"{deployment.config.project_name}-sdk-{os.getpid()}"
+        extra = estimator_arguments(sdk_defaults(deployment), result.job_name)
+
+        with loopback_only(patch) as outside:
+            from sagemaker.tensorflow import TensorFlow
+
+            estimator = TensorFlow(
+                entry_point="train.py",
+                source_dir=str(USER_CODE),
+                image_uri=_outputs(platform, "data")["ImageUri"],
+                instance_type=INSTANCE_TYPE,
+                instance_count=1,
+                hyperparameters={"epochs": EPOCHS, "batch-size": 16},
+                **extra,
+            )
+            estimator.fit({"training": result.data_uri}, job_name=result.job_name, wait=False)
+            try:
+                estimator.latest_training_job.wait(logs="None")
+            except Exception as err:  # noqa: BLE001 - a failed job is asserted on below, with its reason
+                result.wait_error = err
+        result.outside = list(outside)
+        sagemaker = platform.client("sagemaker")
+        result.job = sagemaker.describe_training_job(TrainingJobName=result.job_name)
+        result.tags = sagemaker.list_tags(ResourceArn=result.job["TrainingJobArn"])["Tags"]
+        yield result
+    finally:
+        patch.undo()
+
+
+def test_the_sdk_never_left_the_emulator(sdk_run: SdkRun) -> None:
+    # No STS lookup for a bucket name, no telemetry GET to a public S3 bucket.
+    assert sdk_run.outside == []
+
+
+def test_the_job_carries_the_platforms_tags(sdk_run: SdkRun, platform: Lifecycle) -> None:
+    config = platform.config()
+    assert sdk_run.tags == [{"Key": "Project", "Value": config.project_name}, *({"Key": k, "Value": v} for k, v in config.tags.items())]
+
+
+def test_the_job_runs_in_the_platforms_network_role_and_keys(sdk_run: SdkRun, platform: Lifecycle) -> None:
+    data, training = _outputs(platform, "data"), _outputs(platform, "training")
+    job = sdk_run.job
+    assert job["RoleArn"] == training["JobRoleArn"]
+    assert job["VpcConfig"] == {"SecurityGroupIds": [training["JobSecurityGroupId"]], "Subnets": data["PrivateSubnetIds"].split(",")}
+    assert job["EnableNetworkIsolation"] is True
+    assert job["OutputDataConfig"] == {"KmsKeyId": data["KeyArn"], "S3OutputPath": f"s3://{data['ArtifactsBucketName']}/{OUTPUT_PREFIX}"}
+    # g5 has local NVMe: SageMaker rejects a volume key, and the SDK leaves it out, as the platform does.
+    assert "VolumeKmsKeyId" not in job["ResourceConfig"]
+    assert job["AlgorithmSpecification"]["TrainingImage"] == data["ImageUri"]
+
+
+def test_the_volume_key_is_set_where_the_instance_type_takes_one(sdk_run: SdkRun, platform: Lifecycle, monkeypatch) -> None:
+    monkeypatch.setenv(CONFIG_ENV, str(sdk_run.config_file))
+    for key in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.setenv(key, platform.env[key])
+    from sagemaker.tensorflow import TensorFlow
+
+    estimator = TensorFlow(
+        entry_point="train.py", source_dir=str(USER_CODE), image_uri=_outputs(platform, "data")["ImageUri"],
+        instance_type="ml.p3.2xlarge", instance_count=1,
+    )
+    assert estimator.volume_kms_key == _outputs(platform, "data")["KeyArn"]
+
+
+def test_what_the_schema_cannot_hold_arrives_through_the_printed_arguments(sdk_run: SdkRun, platform: Lifecycle) -> None:
+    job, artifacts = sdk_run.job, _outputs(platform, "data")["ArtifactsBucketName"]
+    tj = platform.config().training_job
+    assert job["RetryStrategy"] == {"MaximumRetryAttempts": tj.retry_attempts}
+    assert job["EnableManagedSpotTraining"] is tj.use_spot
+    assert job["StoppingCondition"]["MaxRuntimeInSeconds"] == tj.max_runtime_seconds
+    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{artifacts}/{CHECKPOINT_PREFIX}{sdk_run.job_name}/"
+    assert "max_retry_attempts=" in sdk_run.printed
+
+
+def test_the_code_travels_as_a_channel_into_the_isolated_job(sdk_run: SdkRun, platform: Lifecycle) -> None:
+    artifacts, key_arn = _outputs(platform, "data")["ArtifactsBucketName"], _outputs(platform, "data")["KeyArn"]
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in sdk_run.job["InputDataConfig"]}
+    code_uri = f"s3://{artifacts}/{OUTPUT_PREFIX}{sdk_run.job_name}/source/sourcedir.tar.gz"
+    assert channels == {"training": sdk_run.data_uri, "code": code_uri}
+    hyperparameters = sdk_run.job["HyperParameters"]
+    assert json.loads(hyperparameters["sagemaker_program"]) == "train.py"
+    assert json.loads(hyperparameters["sagemaker_submit_directory"]) == "/opt/ml/input/data/code/sourcedir.tar.gz"
+    assert json.loads(hyperparameters["epochs"]) == EPOCHS
+    head = platform.client("s3").head_object(Bucket=artifacts, Key=code_uri.split("/", 3)[3])
+    assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"] == key_arn
+
+
+def test_the_local_runner_trained_the_users_script_to_a_model(sdk_run: SdkRun, platform: Lifecycle) -> None:
+    job = sdk_run.job
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason") or sdk_run.wait_error
+    artifact = job["ModelArtifacts"]["S3ModelArtifacts"]
+    artifacts = _outputs(platform, "data")["ArtifactsBucketName"]
+    assert artifact == f"s3://{artifacts}/{OUTPUT_PREFIX}{sdk_run.job_name}/output/model.tar.gz"
+    body = platform.client("s3").get_object(Bucket=artifacts, Key=artifact.split("/", 3)[3])["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        names = set(tar.getnames())
+        summary = json.loads(tar.extractfile("summary.json").read())  # type: ignore[union-attr]
+    # The user's script ran (it writes summary.json), with the hyperparameters as its arguments.
+    assert {"model.keras", "summary.json"} <= names
+    assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": EPOCHS, "batch_size": 16, "examples": 96}
+
+
+def test_the_teardown_audit_sees_the_sdk_job(sdk_run: SdkRun, platform: Lifecycle) -> None:
+    platform.destroy()
+    report = platform.audit()
+    assert [f.verdict for f in report.findings if f.arn == sdk_run.job["TrainingJobArn"]] == [INFO]
