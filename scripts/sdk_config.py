@@ -228,10 +228,15 @@ def usage(defaults: SdkDefaults, path: Path) -> str:
         "The SDK's config schema has no place for: " + ", ".join(NOT_IN_SCHEMA) + ".",
         "Give your estimator these arguments for the platform's values, and fit(..., job_name=...):",
     ]
-    lines += [f"    {key}={value!r}," for key, value in arguments.items()]
+    lines += [f"    {key}={python_literal(value)}," for key, value in arguments.items()]
     lines.append(f"    metric_definitions=<the {metric_count} regexes in training_image/trainer/metric_definitions.json>,")
     lines.append(f"(checkpoint_s3_uri is per job: s3://{defaults.artifacts_bucket}/{CHECKPOINT_PREFIX}<job name>/)")
     return "\n".join(lines)
+
+
+def python_literal(value: Any) -> str:
+    """``value`` as Python source, strings in double quotes (as the README writes them)."""
+    return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
 def build_parser() -> argparse.ArgumentParser:

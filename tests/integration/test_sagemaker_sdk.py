@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import tarfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -27,7 +26,7 @@ import pytest
 
 from scripts.common import Aws, Deployment
 from scripts.emulator.lifecycle import Lifecycle, Options
-from scripts.sdk_config import CONFIG_ENV, estimator_arguments, sdk_defaults
+from scripts.sdk_config import CONFIG_ENV, estimator_arguments, python_literal, sdk_defaults
 from scripts.teardown_audit import INFO
 from stacks.components.training_job_spec import CHECKPOINT_PREFIX, OUTPUT_PREFIX
 from tests.offline import loopback_only
@@ -38,9 +37,11 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"),
 ]
 
+ROOT = Path(__file__).resolve().parents[2]
 USER_CODE = Path(__file__).resolve().parent / "sdk_user_code"
 INSTANCE_TYPE = "ml.g5.xlarge"
-EPOCHS = 2
+EPOCHS = 10  # as in the README's example (96 rows: a second of training)
+BATCH_SIZE = 64
 
 
 @pytest.fixture(scope="module")
@@ -70,32 +71,48 @@ class SdkRun:
         self.outside: list[str] = []
         self.wait_error: Exception | None = None
         self.data_uri = ""
+        self.expected_arguments: dict[str, Any] = {}
 
 
 def _outputs(run: Lifecycle, unit: str) -> dict[str, str]:
     return run.outputs[f"{run.config().project_name}-{unit}"]
 
 
-def _upload_tiny_dataset(run: Lifecycle) -> str:
+def _upload_tiny_dataset(run: Lifecycle, uri: str) -> str:
     rng = np.random.default_rng(7)
     x = rng.normal(size=(96, 4)).astype("float32")
     y = (x[:, 0] + x[:, 1] > 0).astype(int)
     text = "f0,f1,f2,f3,label\n" + "".join(",".join(f"{v:.5f}" for v in row) + f",{label}\n" for row, label in zip(x, y))
-    bucket = _outputs(run, "data")["DatasetsBucketName"]
-    run.client("s3").put_object(Bucket=bucket, Key="sdk-example/training/part-0.csv", Body=text.encode())
-    return f"s3://{bucket}/sdk-example/training/"
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
+    run.client("s3").put_object(Bucket=bucket, Key=f"{prefix}part-0.csv", Body=text.encode())
+    return uri
+
+
+def readme_section() -> str:
+    """The README's "With the SageMaker Python SDK" subsection."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split("### With the SageMaker Python SDK", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+
+
+def readme_block(language: str) -> str:
+    """The first ``language`` code block of that subsection."""
+    return readme_section().split(f"```{language}\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.fixture(scope="module")
-def sdk_run(platform: Lifecycle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SdkRun]:
-    """The README's two commands, then the user's estimator code, with the emulator's environment."""
+def sdk_run(platform: Lifecycle) -> Iterator[SdkRun]:
+    """The README's two commands and its estimator code, run as written, against the emulator."""
     result = SdkRun()
-    result.data_uri = _upload_tiny_dataset(platform)
-    out = tmp_path_factory.mktemp("sdk-config") / "config.yaml"
-    # The first command, as documented, in a child process with the emulator's environment.
-    result.printed = platform.run_script("sdk_config", "--out", str(out))
-    export = next(line for line in result.printed.splitlines() if line.startswith(f"export {CONFIG_ENV}="))
-    result.config_file = Path(export.split("=", 1)[1])
+    datasets = _outputs(platform, "data")["DatasetsBucketName"]
+    result.data_uri = _upload_tiny_dataset(platform, f"s3://{datasets}/my-data/")
+    commands = [line for line in readme_block("bash").splitlines() if line.strip()]
+    assert commands[0] == "python -m scripts.sdk_config", commands
+    # The first command, in a child process with the emulator's environment (cwd: the repository).
+    result.printed = platform.run_script("sdk_config")
+    export, _, value = commands[1].partition("=")
+    assert export == f"export {CONFIG_ENV}", commands
+    result.config_file = Path(value.replace("$PWD", str(ROOT)))
+    assert f"export {CONFIG_ENV}={result.config_file}" in result.printed.splitlines()
 
     patch = pytest.MonkeyPatch()
     try:
@@ -108,34 +125,40 @@ def sdk_run(platform: Lifecycle, tmp_path_factory: pytest.TempPathFactory) -> It
         patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
         patch.setattr(boto3, "DEFAULT_SESSION", None)
 
-        deployment = Deployment(config=platform.config(), aws=Aws(boto3.Session(region_name=platform.region)))
-        result.job_name = f"{deployment.config.project_name}-sdk-{os.getpid()}"
-        extra = estimator_arguments(sdk_defaults(deployment), result.job_name)
-
+        # The user's code, as the README shows it, with its placeholders filled in.
+        code = readme_block("python")
+        for placeholder, value in {
+            '"<ImageUri output of gputrain-data>"': repr(_outputs(platform, "data")["ImageUri"]),
+            "<ArtifactsBucketName>": _outputs(platform, "data")["ArtifactsBucketName"],
+            "<DatasetsBucketName>": datasets,
+            '"my_code/"': repr(str(USER_CODE)),
+        }.items():
+            assert placeholder in code, f"the README's example lost {placeholder}"
+            code = code.replace(placeholder, value)
+        namespace: dict[str, Any] = {}
         with loopback_only(patch) as outside:
-            from sagemaker.tensorflow import TensorFlow
-
-            estimator = TensorFlow(
-                entry_point="train.py",
-                source_dir=str(USER_CODE),
-                image_uri=_outputs(platform, "data")["ImageUri"],
-                instance_type=INSTANCE_TYPE,
-                instance_count=1,
-                hyperparameters={"epochs": EPOCHS, "batch-size": 16},
-                **extra,
-            )
-            estimator.fit({"training": result.data_uri}, job_name=result.job_name, wait=False)
             try:
-                estimator.latest_training_job.wait(logs="None")
-            except Exception as err:  # noqa: BLE001 - a failed job is asserted on below, with its reason
+                exec(compile(code, "README.md (With the SageMaker Python SDK)", "exec"), namespace)  # noqa: S102
+            except Exception as err:  # noqa: BLE001 - fit raises when the job fails; asserted on below
                 result.wait_error = err
         result.outside = list(outside)
+        result.job_name = namespace["job_name"]
+        deployment = Deployment(config=platform.config(), aws=Aws(boto3.Session(region_name=platform.region)))
+        result.expected_arguments = estimator_arguments(sdk_defaults(deployment), result.job_name)
         sagemaker = platform.client("sagemaker")
         result.job = sagemaker.describe_training_job(TrainingJobName=result.job_name)
         result.tags = sagemaker.list_tags(ResourceArn=result.job["TrainingJobArn"])["Tags"]
         yield result
     finally:
         patch.undo()
+
+
+def test_the_readme_example_passes_the_arguments_sdk_config_prints(sdk_run: SdkRun) -> None:
+    code = readme_block("python")
+    for key, value in sdk_run.expected_arguments.items():
+        if key not in ("metric_definitions", "checkpoint_local_path", "checkpoint_s3_uri"):
+            assert f"{key}={python_literal(value)}" in code, f"README example: {key} should be {value!r}"
+            assert f"    {key}={python_literal(value)}," in sdk_run.printed.splitlines(), f"scripts.sdk_config output: {key}"
 
 
 def test_the_sdk_never_left_the_emulator(sdk_run: SdkRun) -> None:
@@ -208,7 +231,7 @@ def test_the_local_runner_trained_the_users_script_to_a_model(sdk_run: SdkRun, p
         summary = json.loads(tar.extractfile("summary.json").read())  # type: ignore[union-attr]
     # The user's script ran (it writes summary.json), with the hyperparameters as its arguments.
     assert {"model.keras", "summary.json"} <= names
-    assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": EPOCHS, "batch_size": 16, "examples": 96}
+    assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": EPOCHS, "batch_size": BATCH_SIZE, "examples": 96}
 
 
 def test_the_teardown_audit_sees_the_sdk_job(sdk_run: SdkRun, platform: Lifecycle) -> None:
