@@ -63,8 +63,6 @@ def test_json_encoded_values_from_the_sagemaker_sdk_are_accepted():
 def test_keys_that_sagemaker_injects_are_tolerated():
     config = TrainingConfig.from_hyperparameters(
         {
-            "sagemaker_program": "train.py",
-            "sagemaker_submit_directory": "s3://bucket/code.tar.gz",
             "sagemaker_region": '"eu-west-1"',
             "_tuning_objective_metric": "train:loss",
             "model_dir": "s3://bucket/model",
@@ -72,6 +70,12 @@ def test_keys_that_sagemaker_injects_are_tolerated():
         }
     )
     assert config.epochs == 2
+
+
+def test_a_named_script_is_never_trained_as_a_built_in_model():
+    # The SDK's entry_point once trained the built-in MLP and reported Completed.
+    with pytest.raises(ConfigError, match="names a training script"):
+        TrainingConfig.from_hyperparameters({"sagemaker_program": '"train.py"', "epochs": "2"})
 
 
 def test_unknown_key_is_refused_by_name_with_the_closest_known_key():

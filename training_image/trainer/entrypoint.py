@@ -3,6 +3,10 @@
 SageMaker starts training images with the single argument ``train``; ``docker run`` on an EC2
 node may pass none. Both mean the same. Everything else is refused, so a wrong command line
 fails loudly instead of training with defaults.
+
+A job whose hyperparameters name a script (``sagemaker_program``, what the SageMaker SDK's
+``entry_point`` sets) runs that script (:mod:`trainer.script`); only a job without one trains a
+built-in model. A script the image cannot run is refused, never replaced by a built-in model.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import traceback
 from collections.abc import Sequence
 
 from trainer import environment, train
+from trainer.script import contract as script_contract
+from trainer.script import runner as script_runner
 from trainer.errors import ConfigError, TrainerError
 from trainer.failure import record_failure
 from trainer.logs import log
@@ -29,7 +35,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"Unexpected arguments {args}: the trainer takes no argument or 'train' (what SageMaker passes); "
                 "configure it with hyperparameters.json and environment variables."
             )
-        train.run(environment.load_environment())
+        env = environment.load_environment()
+        job = script_contract.script_job(env.hyperparameters)
+        if job is not None:
+            script_runner.run(env, job)
+        else:
+            train.run(env)
     except TrainerError as err:
         record_failure(paths, str(err))
         return err.exit_code
@@ -37,5 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         record_failure(paths, f"Unexpected {type(err).__name__} in the trainer: {err}")
         return 1
+    # A failure file left by an interrupted earlier attempt must not outlive this success.
+    paths.failure_file.unlink(missing_ok=True)
     log("success")
     return 0

@@ -58,3 +58,20 @@ class TrainingInterrupted(TrainerError):
     """SIGTERM arrived (spot interruption, job stop); completed epochs are checkpointed."""
 
     exit_code = 143  # 128 + SIGTERM, what a shell reports for a process killed by TERM
+
+
+class UserScriptError(TrainerError):
+    """The user's training script raised, exited non-zero or was killed."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class SourceError(TrainerError):
+    """The user's code cannot be found, unpacked or its requirements installed (offline)."""
+
+    exit_code = 9

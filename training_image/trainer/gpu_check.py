@@ -319,3 +319,35 @@ def choose_precision(mode: str, inventory: DeviceInventory) -> str:
             "bf16/fp16 training needs 7.0 or later. Use mixed_precision=auto or off."
         )
     return "float32"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trainer.gpu_check RESULT_FILE``: the whole check in a process of its own.
+
+    Script mode runs it before the user's script so that the check's TensorFlow runtime (and
+    its GPU memory) is gone when the script starts. Writes ``{"ok", "gpus", "report"}`` or
+    ``{"ok": false, "error", "exit_code"}`` to RESULT_FILE; exits 0 or the error's exit code.
+    """
+    import json
+    import sys
+    from pathlib import Path
+
+    from trainer import distribute, environment
+    from trainer.errors import TrainerError
+
+    result_file = Path((sys.argv[1:] if argv is None else argv)[0])
+    try:
+        env = environment.load_environment()
+        expectation = resolve_expectation(env.expected_gpu_count, None, env.instance_type)
+        inventory = inspect_devices(expectation)
+        this_host = environment.Cluster(hosts=("localhost",), current_host="localhost", worker_port=1, source="this host")
+        report = smoke_test(distribute.create_strategy(this_host, inventory), inventory)
+    except TrainerError as err:
+        result_file.write_text(json.dumps({"ok": False, "error": str(err), "exit_code": err.exit_code}), encoding="utf-8")
+        return err.exit_code
+    result_file.write_text(json.dumps({"ok": True, "gpus": expectation.count, "report": report}, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -2,6 +2,10 @@
 
     python -m trainer.synthetic --format csv --out data/train --examples 4000 --features 16 --classes 4
     python -m trainer.synthetic --format tfrecord --out data/train --examples 2000 --classes 4 --image 12x12x1
+    python -m trainer.synthetic --format image-dir --out data/train --examples 400 --classes 4 --image 16x16x3
+
+``image-dir`` is the layout Keras' ``image_dataset_from_directory`` reads: one sub-directory per
+class (``class_0``...) of real PNG files, for user scripts.
 
 Tabular data: one Gaussian cluster per class (centroid ~ N(0, separation^2), unit noise), so an
 MLP reaches high accuracy in a few epochs. Images: each class lights a square patch at its own
@@ -13,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import struct
 import sys
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +106,31 @@ def _write_tfrecord(path: Path, features: np.ndarray, labels: np.ndarray) -> Non
             writer.write(example.SerializeToString())
 
 
+def png_bytes(image: np.ndarray) -> bytes:
+    """A PNG file of an ``HxWx1`` (grey) or ``HxWx3`` (RGB) uint8 array; no imaging library needed."""
+    height, width, channels = image.shape
+    color_type = {1: 0, 3: 2}[channels]
+    rows = b"".join(b"\x00" + image[row].tobytes() for row in range(height))
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def _write_image_dir(out_dir: Path, spec: SyntheticSpec, features: np.ndarray, labels: np.ndarray, start: int) -> list[Path]:
+    assert spec.image_shape is not None
+    pixels = np.clip(64.0 + 48.0 * features, 0, 255).astype(np.uint8).reshape(-1, *spec.image_shape)
+    written = []
+    for offset, (image, label) in enumerate(zip(pixels, labels, strict=True)):
+        path = out_dir / f"class_{int(label)}" / f"img-{start + offset:06d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(png_bytes(image))
+        written.append(path)
+    return written
+
+
 def write_dataset(out_dir: Path, spec: SyntheticSpec) -> list[Path]:
     """Writes ``spec.shards`` files into ``out_dir`` (created) and returns their paths."""
     if spec.examples < 1 or spec.features < 1 or spec.classes < 2 or spec.shards < 1:
@@ -108,9 +139,14 @@ def write_dataset(out_dir: Path, spec: SyntheticSpec) -> list[Path]:
         raise ValueError(
             f"image shape {spec.image_shape} holds {math.prod(spec.image_shape)} values, not {spec.features}"
         )
+    if spec.data_format == "image-dir" and (spec.image_shape is None or spec.image_shape[2] not in (1, 3)):
+        raise ValueError("image-dir needs --image HxWx1 or HxWx3")
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(spec.seed)
     templates = _class_templates(spec, rng)
+    if spec.data_format == "image-dir":
+        features, labels = generate(spec, spec.examples, rng, templates)
+        return _write_image_dir(out_dir, spec, features, labels, 0)
     suffix = ".csv" if spec.data_format == "csv" else ".tfrecord"
     written = []
     for shard, count in enumerate(np.array_split(np.arange(spec.examples), spec.shards)):
@@ -134,7 +170,7 @@ def _image_shape(text: str) -> tuple[int, int, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: parse arguments, write the files, print one summary line."""
     parser = argparse.ArgumentParser(prog="python -m trainer.synthetic", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--format", required=True, choices=("csv", "tfrecord"))
+    parser.add_argument("--format", required=True, choices=("csv", "tfrecord", "image-dir"))
     parser.add_argument("--out", required=True, type=Path, help="directory to write the shards into")
     parser.add_argument("--examples", required=True, type=int)
     parser.add_argument("--features", type=int, help="values per example (implied by --image)")

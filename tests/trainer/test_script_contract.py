@@ -1,0 +1,183 @@
+"""Script mode's contract against AWS's reference implementation, for the same /opt/ml tree.
+
+The SageMaker training toolkit (``sagemaker-training``) and ``sagemaker-tensorflow-training``
+are what AWS's TensorFlow containers run; a script written for them reads ``SM_*`` variables,
+its hyperparameters as arguments and ``TF_CONFIG``. Here both build the environment for the
+same tree, and ours must match: every variable the toolkit sets, with the same value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.script_helpers import script_job
+from trainer import environment
+from trainer.errors import ConfigError
+from trainer.script import contract
+
+RESOURCE_CONFIG = {
+    "current_host": "algo-2",
+    "current_instance_type": "ml.g5.12xlarge",
+    "current_group_name": "homogeneousCluster",
+    "hosts": ["algo-1", "algo-2"],
+    "instance_groups": [
+        {"instance_group_name": "homogeneousCluster", "instance_type": "ml.g5.12xlarge", "hosts": ["algo-1", "algo-2"]}
+    ],
+    "network_interface_name": "eth0",
+}
+CHANNELS = {
+    "training": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"},
+    "code": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"},
+}
+# What the SageMaker Python SDK's TensorFlow estimator writes for a network-isolated job with
+# distribution={"multi_worker_mirrored_strategy": {"enabled": True}} and three user hyperparameters.
+SDK_HYPERPARAMETERS = {
+    "epochs": 10,
+    "batch-size": 64,
+    "learning_rate": 0.001,
+    "use-augmentation": True,
+    "layers": {"a": 1, "b": 2},
+    "x": "y",
+    "sagemaker_submit_directory": "/opt/ml/input/data/code/sourcedir.tar.gz",
+    "sagemaker_container_log_level": 20,
+    "sagemaker_job_name": "gputrain-sdk-1",
+    "sagemaker_region": "eu-west-1",
+    "sagemaker_multi_worker_mirrored_strategy_enabled": True,
+    "model_dir": "s3://bucket/gputrain-sdk-1/model",
+}
+
+
+def _toolkit_environment(base: Path) -> dict[str, object]:
+    """The toolkit's SM_* variables, user args and TF_CONFIG, computed in a clean process."""
+    code = """
+import json, sys
+from sagemaker_training import environment
+from sagemaker_tensorflow_container.training import _build_tf_config_for_mwms
+env = environment.Environment()
+print(json.dumps({
+    "env": env.to_env_vars(),
+    "args": env.to_cmd_args(),
+    "tf_config": _build_tf_config_for_mwms(env.distribution_hosts, env.current_host),
+}))
+"""
+    process_env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "TRAINING_"))}
+    process_env.update(SAGEMAKER_BASE_DIR=str(base), TRAINING_JOB_NAME="gputrain-sdk-1", AWS_DEFAULT_REGION="eu-west-1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=process_env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def sdk_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("opt-ml")
+    return script_job(
+        base,
+        "/opt/ml/input/data/code/sourcedir.tar.gz",
+        hyperparameters=SDK_HYPERPARAMETERS,
+        channels=CHANNELS,
+        resource_config=RESOURCE_CONFIG,
+    )
+
+
+def _ours(base: Path) -> tuple[dict[str, str], list[str], dict[str, object]]:
+    process_env = {"SAGEMAKER_BASE_DIR": str(base), "TRAINING_JOB_NAME": "gputrain-sdk-1"}
+    env = environment.load_environment(process_env)
+    job = contract.script_job(env.hyperparameters, process_env)
+    assert job is not None
+    return (
+        contract.sm_environment(env, job, num_gpus=0, process_env=process_env),
+        contract.to_cmd_args(job.user_hyperparameters),
+        contract.tf_config(env, process_env),
+    )
+
+
+def test_every_toolkit_variable_is_set_with_the_toolkit_value(sdk_tree: Path) -> None:
+    reference = _toolkit_environment(sdk_tree)
+    ours, _, _ = _ours(sdk_tree)
+    toolkit_env = reference["env"]
+    assert isinstance(toolkit_env, dict)
+    missing = sorted(set(toolkit_env) - set(ours))
+    assert not missing, f"variables the toolkit sets and we do not: {missing}"
+    # SM_TRAINING_ENV is the toolkit's whole Environment object as JSON; compared field by field below.
+    different = {
+        key: (toolkit_env[key], ours[key]) for key in toolkit_env if key != "SM_TRAINING_ENV" and toolkit_env[key] != ours[key]
+    }
+    assert not different, f"values that differ from the toolkit's: {json.dumps(different, indent=1)}"
+
+
+def test_training_env_json_agrees_on_what_scripts_read(sdk_tree: Path) -> None:
+    reference = json.loads(_toolkit_environment(sdk_tree)["env"]["SM_TRAINING_ENV"])  # type: ignore[index]
+    ours = json.loads(_ours(sdk_tree)[0]["SM_TRAINING_ENV"])
+    fields = (
+        "channel_input_dirs", "hyperparameters", "additional_framework_parameters", "hosts", "current_host",
+        "model_dir", "module_dir", "user_entry_point", "module_name", "num_gpus", "num_cpus", "job_name",
+        "output_data_dir", "output_dir", "input_dir", "input_config_dir", "resource_config", "input_data_config",
+        "master_hostname", "is_master", "distribution_hosts", "current_instance_type", "log_level",
+    )
+    assert {f: ours.get(f) for f in fields} == {f: reference.get(f) for f in fields}
+
+
+def test_hyperparameters_become_the_toolkit_arguments(sdk_tree: Path) -> None:
+    reference = _toolkit_environment(sdk_tree)
+    _, args, _ = _ours(sdk_tree)
+    assert args == reference["args"]
+    # What an argparse script sees: values as SageMaker delivers them, sagemaker_* never.
+    assert args[:4] == ["--batch-size", "64", "--epochs", "10"]
+    assert "--use-augmentation" in args and args[args.index("--use-augmentation") + 1] == "True"
+    assert not any(a.startswith("--sagemaker_") for a in args)
+
+
+def test_tf_config_matches_sagemaker_tensorflow_training(sdk_tree: Path) -> None:
+    reference = _toolkit_environment(sdk_tree)
+    _, _, tf_config = _ours(sdk_tree)
+    assert tf_config == reference["tf_config"]
+    assert tf_config["task"] == {"index": 1, "type": "worker"}
+
+
+def test_tf_config_uses_the_ec2_worker_port_and_host_ports() -> None:
+    process_env = {"TRAINING_HOSTS": "10.0.0.1,10.0.0.2", "TRAINING_CURRENT_HOST": "10.0.0.1", "TRAINING_WORKER_PORT": "2222"}
+    env = environment.load_environment(process_env)
+    assert contract.tf_config(env, process_env)["cluster"]["worker"] == ["10.0.0.1:2222", "10.0.0.2:2222"]
+    loopback = {"TRAINING_HOSTS": "localhost:4001,localhost:4002", "TRAINING_CURRENT_HOST": "localhost:4002"}
+    env = environment.load_environment(loopback)
+    config = contract.tf_config(env, loopback)
+    assert config["cluster"]["worker"] == ["localhost:4001", "localhost:4002"] and config["task"]["index"] == 1
+
+
+def test_no_program_means_the_built_in_trainer() -> None:
+    assert contract.script_job({"epochs": "3", "sagemaker_region": '"eu-west-1"'}, {}) is None
+
+
+def test_program_from_the_environment_for_code_baked_into_the_image() -> None:
+    job = contract.script_job({"epochs": "3"}, {"SAGEMAKER_PROGRAM": "train.py"})
+    assert job is not None and job.program == "train.py" and job.submit_directory == "/opt/ml/code"
+
+
+def test_plain_string_hyperparameters_as_scripts_launch_sends_them() -> None:
+    job = contract.script_job({"sagemaker_program": "train.py", "sagemaker_submit_directory": "/x.tar.gz", "epochs": "3"}, {})
+    assert job is not None and job.program == "train.py" and job.user_hyperparameters == {"epochs": 3}
+
+
+def test_submit_directory_without_a_program_is_refused() -> None:
+    with pytest.raises(ConfigError, match="sagemaker_program is not"):
+        contract.script_job({"sagemaker_submit_directory": '"s3://b/k/sourcedir.tar.gz"'}, {})
+
+
+@pytest.mark.parametrize(
+    ("switch", "what"),
+    [
+        ("sagemaker_parameter_server_enabled", "parameter servers"),
+        ("sagemaker_mpi_enabled", "MPI"),
+        ("sagemaker_distributed_dataparallel_enabled", "distributed data parallel"),
+    ],
+)
+def test_distributions_this_image_lacks_are_refused(switch: str, what: str) -> None:
+    with pytest.raises(ConfigError, match=what):
+        contract.script_job({"sagemaker_program": '"train.py"', switch: "true"}, {})

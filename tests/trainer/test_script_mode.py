@@ -1,0 +1,358 @@
+"""Script mode end to end on CPU: the user's script runs inside the platform's guarantees.
+
+Each test lays out a job the way SageMaker does (hyperparameters from the SDK, the code as the
+``code`` channel's ``sourcedir.tar.gz``), runs the real entrypoint (``python -m trainer``) in a
+subprocess and checks what the job would report: exit status, ``output/failure``, the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.helpers import finish, free_ports, read_until, run_trainer, start_trainer
+from tests.trainer.script_helpers import build_wheel, pack, script_job, write_source
+from trainer.synthetic import SyntheticSpec, write_dataset
+
+TRAINING_CHANNEL = {"training": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}
+CODE_CHANNEL = {"code": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}
+
+# A script as a SageMaker TensorFlow user writes it: argparse hyperparameters, SM_CHANNEL_TRAINING,
+# SM_MODEL_DIR, plain Keras 3 (no platform import).
+SAGEMAKER_SCRIPT = """
+import argparse, glob, json, os
+import numpy as np
+import tensorflow as tf
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--batch-size", type=int, default=32)
+parser.add_argument("--learning-rate", type=float, default=0.01)
+parser.add_argument("--model_dir", default=None)
+parser.add_argument("--train", default=os.environ["SM_CHANNEL_TRAINING"])
+args = parser.parse_args()
+
+rows = np.concatenate([np.loadtxt(f, delimiter=",", skiprows=1, ndmin=2) for f in sorted(glob.glob(args.train + "/*.csv"))])
+x, y = rows[:, :-1].astype("float32"), rows[:, -1].astype("int64")
+model = tf.keras.Sequential([tf.keras.Input((x.shape[1],)), tf.keras.layers.Dense(16, activation="relu"), tf.keras.layers.Dense(int(y.max()) + 1)])
+model.compile(tf.keras.optimizers.Adam(args.learning_rate), tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+history = model.fit(x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=0)
+model.save(os.path.join(os.environ["SM_MODEL_DIR"], "model.keras"))
+seen = {k: v for k, v in os.environ.items() if k.startswith("SM_")}
+seen["argv"] = os.sys.argv[1:]
+seen["accuracy"] = history.history["accuracy"][-1]
+seen["keras"] = tf.keras.__name__ if hasattr(tf.keras, "__name__") else str(tf.keras)
+json.dump(seen, open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "seen.json"), "w"))
+"""
+
+# Keras 2 idioms that Keras 3 rejects: model.save(directory) as a SavedModel, metric.reset_states().
+KERAS2_SCRIPT = """
+import argparse, os
+import numpy as np
+import tensorflow as tf
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+args = parser.parse_args()
+model = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
+model.compile(optimizer="adam", loss="mse")
+model.fit(np.zeros((16, 4)), np.zeros((16, 3)), epochs=args.epochs, verbose=0)
+mean = tf.keras.metrics.Mean()
+mean.update_state(1.0)
+mean.reset_states()
+model.save(os.path.join(os.environ["SM_MODEL_DIR"], "1"))
+"""
+
+
+def _csv_data(base: Path, examples: int = 256) -> None:
+    write_dataset(base / "input" / "data" / "training", SyntheticSpec("csv", examples=examples, features=6, classes=3, seed=3))
+
+
+def _job_with_code(base: Path, tmp: Path, files: dict[str, str], hyperparameters: dict | None = None, **kwargs) -> Path:
+    """The SDK's network-isolation layout: sourcedir.tar.gz in the code channel, the submit dir pointing at it."""
+    source = write_source(tmp / "src", files)
+    pack(source, base / "input" / "data" / "code" / "sourcedir.tar.gz")
+    return script_job(
+        base,
+        "/opt/ml/input/data/code/sourcedir.tar.gz",
+        hyperparameters=hyperparameters,
+        channels={**TRAINING_CHANNEL, **CODE_CHANNEL},
+        **kwargs,
+    )
+
+
+def test_sagemaker_script_runs_unchanged_with_keras_3(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    _job_with_code(base, tmp_path, {"train.py": SAGEMAKER_SCRIPT}, {"epochs": 3, "batch-size": 32, "learning-rate": 0.05})
+    _csv_data(base)
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert (base / "model" / "model.keras").is_file()
+    seen = json.loads((base / "output" / "data" / "seen.json").read_text())
+    assert seen["argv"] == ["--batch-size", "32", "--epochs", "3", "--learning-rate", "0.05"]
+    assert seen["SM_CHANNEL_TRAINING"] == str(base / "input" / "data" / "training")
+    assert seen["SM_MODEL_DIR"] == str(base / "model")
+    assert json.loads(seen["SM_HPS"]) == {"batch-size": 32, "epochs": 3, "learning-rate": 0.05}
+    assert seen["SM_NUM_GPUS"] == "0" and seen["SM_CURRENT_HOST"] == "localhost"
+    assert seen["accuracy"] > 0.6, "the script trained on the channel's data"
+    # The GPU check ran first, then the script: the order is in the log.
+    lines = run.stdout.splitlines()
+    check = next(i for i, line in enumerate(lines) if line.startswith("[gpu-check] "))
+    start = next(i for i, line in enumerate(lines) if line.startswith("[trainer] script-start"))
+    assert check < start
+    assert run.failure is None
+
+
+def test_keras_2_script_needs_the_legacy_setting(tmp_path: Path) -> None:
+    keras3 = tmp_path / "keras3"
+    _job_with_code(keras3, tmp_path / "a", {"train.py": KERAS2_SCRIPT})
+    run = run_trainer(keras3)
+    assert run.returncode == 8, run.explain()
+    assert "raised AttributeError: 'Mean' object has no attribute 'reset_states' at train.py line 13" in (run.failure or "")
+
+    legacy = tmp_path / "legacy"
+    _job_with_code(legacy, tmp_path / "b", {"train.py": KERAS2_SCRIPT})
+    run = run_trainer(legacy, TF_USE_LEGACY_KERAS="1")
+    assert run.returncode == 0, run.explain()
+    assert (legacy / "model" / "1" / "saved_model.pb").is_file(), "Keras 2 wrote a SavedModel directory"
+
+
+def test_gpu_promised_on_a_cpu_host_never_starts_the_script(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    marker = tmp_path / "script-started"
+    _job_with_code(base, tmp_path, {"train.py": f"open({str(marker)!r}, 'w').write('ran')\nimport tensorflow\n"})
+    run = run_trainer(base, EXPECTED_GPU_COUNT="1")
+    assert run.returncode == 3, run.explain()
+    assert "GPU check failed: expected 1 GPU(s)" in (run.failure or "")
+    assert "The training script was not started" in (run.failure or "")
+    assert not marker.exists(), "the user's first line ran before the GPU check"
+
+
+def test_a_raising_script_names_exception_file_and_line(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    script = """
+    import os
+
+    def load(path):
+        raise FileNotFoundError(f"no labels file at {path}")
+
+    def main():
+        load(os.path.join(os.environ["SM_CHANNEL_TRAINING"], "labels.txt"))
+
+    main()
+    """
+    _job_with_code(base, tmp_path, {"train.py": script, "lib/__init__.py": ""})
+    run = run_trainer(base)
+    assert run.returncode == 8, run.explain()
+    failure = run.failure or ""
+    assert "raised FileNotFoundError: no labels file at" in failure
+    assert "at train.py line 4 in load()" in failure
+    assert len(failure) < 600, "one paragraph, not a traceback"
+    assert "Traceback (most recent call last)" in run.stderr, "the full traceback stays in the log"
+    assert "site-packages" not in failure
+
+
+def test_exception_raised_inside_a_library_points_at_the_users_line(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    _job_with_code(base, tmp_path, {"train.py": "import json\n\nconfig = json.loads('{not json')\n"})
+    run = run_trainer(base)
+    assert run.returncode == 8, run.explain()
+    assert "JSONDecodeError" in (run.failure or "") and "at train.py line 3" in (run.failure or "")
+    assert "raised inside" in (run.failure or "")
+
+
+def test_sys_exit_and_a_kill_are_reported_distinctly(tmp_path: Path) -> None:
+    exits = tmp_path / "exits"
+    _job_with_code(exits, tmp_path / "a", {"train.py": "import sys\nsys.exit('dataset too small')\n"})
+    run = run_trainer(exits)
+    assert run.returncode == 8, run.explain()
+    assert "called sys.exit(1) at train.py line 2: sys.exit('dataset too small')" in (run.failure or "")
+
+    killed = tmp_path / "killed"
+    _job_with_code(killed, tmp_path / "b", {"train.py": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"})
+    run = run_trainer(killed)
+    assert run.returncode == 137, run.explain()
+    assert "killed by SIGKILL" in (run.failure or "") and "out-of-memory" in (run.failure or "")
+
+
+def test_requirements_install_offline_from_shipped_wheels(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    source = tmp_path / "src"
+    build_wheel(source / "wheels", "platformdemo", "1.0", "VALUE = 42\n")
+    files = {
+        "requirements.txt": "# what the script needs\nnumpy\nplatformdemo==1.0\n",
+        "train.py": "import os, platformdemo\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'value.txt'), 'w').write(str(platformdemo.VALUE))\n",
+    }
+    _job_with_code(base, tmp_path, files)
+    # _job_with_code wrote src/ again: the wheel is packed with it.
+    pack(source, base / "input" / "data" / "code" / "sourcedir.tar.gz")
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert (base / "model" / "value.txt").read_text() == "42"
+    installed = run.events("requirements")
+    assert installed and installed[0]["installed"] == "platformdemo==1.0", "numpy came from the image, not a wheel"
+
+
+def test_a_requirement_without_a_wheel_is_refused_with_its_line(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    marker = tmp_path / "script-started"
+    files = {
+        "requirements.txt": "numpy\nnot-shipped-package==9.9\n",
+        "train.py": f"open({str(marker)!r}, 'w').write('ran')\n",
+    }
+    _job_with_code(base, tmp_path, files)
+    run = run_trainer(base)
+    assert run.returncode == 9, run.explain()
+    failure = run.failure or ""
+    assert "requirements.txt line 2 ('not-shipped-package==9.9') cannot be installed" in failure
+    assert "network isolation" in failure and "wheels" in failure
+    assert not marker.exists()
+
+
+def test_s3_submit_directory_without_the_code_channel_is_refused(tmp_path: Path) -> None:
+    base = script_job(tmp_path / "opt-ml", "s3://bucket/gputrain/code/sourcedir.tar.gz", channels=TRAINING_CHANNEL)
+    run = run_trainer(base)
+    assert run.returncode == 9, run.explain()
+    assert "cannot read S3 itself: add an input channel named 'code'" in (run.failure or "")
+    assert not (base / "model" / "model.keras").exists(), "never falls back to a built-in model"
+
+
+def test_s3_submit_directory_is_read_from_the_code_channel(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    source = write_source(tmp_path / "src", {"entry.py": "import os\nopen(os.environ['SM_MODEL_DIR'] + '/ok', 'w').write('1')\n"})
+    pack(source, base / "input" / "data" / "code" / "sourcedir.tar.gz")
+    script_job(base, "s3://bucket/gputrain/code/sourcedir.tar.gz", program="entry.py", channels={**TRAINING_CHANNEL, **CODE_CHANNEL})
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert (base / "model" / "ok").is_file()
+
+
+def test_missing_entry_point_lists_what_was_packed(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    _job_with_code(base, tmp_path, {"main.py": "print('hi')\n"})
+    run = run_trainer(base)
+    assert run.returncode == 9, run.explain()
+    assert "The training script 'train.py' is not in the source directory (main.py)" in (run.failure or "")
+    assert not (base / "model" / "model.keras").exists(), "never falls back to a built-in model"
+
+
+def test_sigterm_reaches_the_script_and_resume_continues(tmp_path: Path) -> None:
+    """Spot interruption: SIGTERM stops the script, a restart resumes from the helper's checkpoint."""
+    base = tmp_path / "opt-ml"
+    script = """
+    import argparse, os, time
+    import numpy as np
+    import tensorflow as tf
+    from trainer import toolkit
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--epoch-seconds", type=float)
+    args = parser.parse_args()
+    keras = tf.keras
+    keras.utils.set_random_seed(1)
+    with toolkit.strategy().scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    slow = keras.callbacks.LambdaCallback(on_epoch_end=lambda epoch, logs: time.sleep(args.epoch_seconds))
+    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    model.fit(x, y, batch_size=16, epochs=args.epochs, verbose=0, callbacks=[*toolkit.callbacks(batch_size=16), slow])
+    model.save(os.path.join(os.environ["SM_MODEL_DIR"], "model.keras"))
+    """
+    _job_with_code(base, tmp_path, {"train.py": script}, {"epochs": 6, "epoch-seconds": 1.0})
+    process = start_trainer(base, SCRIPT_STOP_GRACE_SECONDS="30")
+    seen = read_until(process, "[metrics] epoch=2 ")
+    stopped = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    first = finish(process, base, seen, timeout=60)
+    assert time.monotonic() - stopped < 30, "the job ended within the grace period"
+    assert first.returncode == 143, first.explain()
+    assert "Training stopped by SIGTERM" in (first.failure or "")
+    assert not (base / "model" / "model.keras").exists()
+    done = [int(m["epoch"]) for m in first.metrics()]
+
+    second = run_trainer(base)
+    assert second.returncode == 0, second.explain()
+    resumed = [int(m["epoch"]) for m in second.metrics()]
+    assert resumed and resumed[0] == max(done) + 1, f"first run printed {done}, resumed run {resumed}"
+    assert resumed[-1] == 6
+    assert second.failure is None, "a stale failure file does not outlive the successful resume"
+    assert (base / "model" / "model.keras").is_file()
+
+
+MWMS_SCRIPT = """
+import hashlib, json, os
+import numpy as np
+import tensorflow as tf
+from trainer import toolkit
+
+strategy = toolkit.strategy()
+assert isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy), type(strategy)
+tf.keras.utils.set_random_seed(5)
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3)])
+    optimizer = tf.keras.optimizers.SGD(0.1)
+rng = np.random.default_rng(0)
+x = rng.normal(size=(128, 4)).astype("float32")
+y = rng.integers(0, 3, size=128)
+
+def dataset_fn(context):
+    data = tf.data.Dataset.from_tensor_slices((x, y)).shard(context.num_input_pipelines, context.input_pipeline_id)
+    return data.batch(context.get_per_replica_batch_size(32)).repeat()
+
+iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+
+@tf.function
+def step(batch):
+    def replica(features, labels):
+        with tf.GradientTape() as tape:
+            logits = model(features, training=True)
+            loss = tf.nn.compute_average_loss(
+                tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits), global_batch_size=32)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    return strategy.run(replica, args=batch)
+
+for _ in range(5):
+    step(next(iterator))
+digest = hashlib.sha256(b"".join(np.ascontiguousarray(w).tobytes() for w in model.get_weights())).hexdigest()
+config = json.loads(os.environ["TF_CONFIG"])
+json.dump({"digest": digest, "task": config["task"], "workers": config["cluster"]["worker"]},
+          open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "weights.json"), "w"))
+"""
+
+
+@pytest.mark.slow
+def test_two_workers_run_a_user_script_with_multi_worker_mirrored_strategy(tmp_path: Path) -> None:
+    ports = free_ports(2)
+    hosts = ",".join(f"localhost:{p}" for p in ports)
+    processes = []
+    bases = []
+    for index in range(2):
+        base = tmp_path / f"worker-{index}"
+        (base / "output" / "data").mkdir(parents=True)
+        _job_with_code(base, tmp_path / f"src-{index}", {"train.py": MWMS_SCRIPT}, {"sagemaker_multi_worker_mirrored_strategy_enabled": True})
+        bases.append(base)
+        processes.append(
+            start_trainer(
+                base,
+                TRAINING_HOSTS=hosts,
+                TRAINING_CURRENT_HOST=f"localhost:{ports[index]}",
+                RENDEZVOUS_TIMEOUT_SECONDS="120",
+            )
+        )
+    runs = [finish(p, b, timeout=240) for p, b in zip(processes, bases)]
+    for run in runs:
+        assert run.returncode == 0, run.explain()
+    results = [json.loads((b / "output" / "data" / "weights.json").read_text()) for b in bases]
+    assert [r["task"]["index"] for r in results] == [0, 1]
+    assert results[0]["workers"] == [f"localhost:{p}" for p in ports]
+    assert results[0]["digest"] == results[1]["digest"], "workers ended with different weights"
+    assert hashlib.sha256(b"").hexdigest() != results[0]["digest"]

@@ -1,0 +1,289 @@
+"""The script-mode contract: the environment and arguments a SageMaker training script expects.
+
+AWS's reference is the SageMaker training toolkit (``sagemaker_training.environment`` and
+``mapping``) plus ``sagemaker_tensorflow_container.training`` for ``TF_CONFIG``. The image does
+not ship the toolkit: it would download code from S3 (impossible under network isolation),
+install requirements from PyPI (likewise) and log "No GPUs detected" and carry on. This module
+rebuilds the part a script sees, and ``tests/trainer/test_script_contract.py`` checks it against
+the toolkit for the same ``/opt/ml`` tree, so a script written for AWS's TensorFlow containers
+runs here unchanged.
+
+No TensorFlow here: the contract is built before any user code or GPU work starts.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainer.environment import TrainingEnvironment
+from trainer.errors import ConfigError
+
+PROGRAM = "sagemaker_program"
+SUBMIT_DIR = "sagemaker_submit_directory"
+LOG_LEVEL = "sagemaker_container_log_level"
+JOB_NAME = "sagemaker_job_name"
+REGION = "sagemaker_region"
+MULTI_WORKER_MIRRORED = "sagemaker_multi_worker_mirrored_strategy_enabled"
+
+# The toolkit's SAGEMAKER_HYPERPARAMETERS: consumed by the toolkit, never passed to the script.
+RESERVED = (
+    PROGRAM,
+    SUBMIT_DIR,
+    "sagemaker_enable_cloudwatch_metrics",
+    REGION,
+    LOG_LEVEL,
+    JOB_NAME,
+    "default_user_module_name",
+    "_tuning_objective_metric",
+    "sagemaker_s3_output",
+)
+# Distribution modes of other SageMaker containers that this image does not provide: a job asking
+# for one is refused, instead of silently running one process per host without them.
+UNSUPPORTED_DISTRIBUTIONS = {
+    "sagemaker_parameter_server_enabled": "parameter servers",
+    "sagemaker_mpi_enabled": "MPI / Horovod",
+    "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel",
+}
+# The port sagemaker-tensorflow-training puts in TF_CONFIG for MultiWorkerMirroredStrategy.
+TOOLKIT_MWMS_PORT = 8890
+ENV_WORKER_PORT = "TRAINING_WORKER_PORT"
+DEFAULT_CODE_DIR = "/opt/ml/code"
+DEFAULT_LOG_LEVEL = 20  # logging.INFO, the toolkit's default
+
+
+def deserialize(value: Any) -> Any:
+    """A hyperparameter as the toolkit reads it: JSON if it parses (the SDK JSON-encodes values), else the string."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _truthy(value: Any) -> bool:
+    """The toolkit's test for a switch (plain truthiness of the deserialized value), plus "true"/"yes" strings."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def to_cmd_args(hyperparameters: Mapping[str, Any]) -> list[str]:
+    """``{"epochs": 10, "batch-size": 64}`` -> ``["--batch-size", "64", "--epochs", "10"]`` (the toolkit's rules).
+
+    Keys sorted; one-letter keys get a single dash; a mapping value becomes ``k=v,k2=v2``;
+    everything else is ``str(value)`` (so JSON ``true`` arrives as ``True``, as on SageMaker).
+    """
+    args: list[str] = []
+    for key in sorted(hyperparameters):
+        name = str(key)
+        args.append(f"--{name}" if len(name) > 1 else f"-{name}")
+        value = hyperparameters[key]
+        if isinstance(value, Mapping):
+            args.append(",".join(f"{k}={v}" for k, v in sorted(value.items())))
+        else:
+            args.append("" if value is None else str(value))
+    return args
+
+
+def _env_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+@dataclass(frozen=True)
+class ScriptJob:
+    """What a script-mode job runs and with which settings.
+
+    Attributes:
+        program: The entry point (``train.py``), relative to the source directory.
+        submit_directory: Where the code is: a directory, a ``.tar.gz``, or an ``s3://`` URI that
+            must also have arrived as the ``code`` channel (network isolation).
+        user_hyperparameters: Everything the script receives as arguments (deserialized).
+        framework_params: The other ``sagemaker_*`` hyperparameters (distribution switches...).
+        log_level: ``sagemaker_container_log_level`` (``SM_LOG_LEVEL``).
+        multi_worker_mirrored: The SDK's ``distribution={"multi_worker_mirrored_strategy": ...}``.
+    """
+
+    program: str
+    submit_directory: str
+    user_hyperparameters: Mapping[str, Any]
+    framework_params: Mapping[str, Any]
+    log_level: Any
+    multi_worker_mirrored: bool
+
+
+def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None = None) -> ScriptJob | None:
+    """The script this job runs, or ``None`` for the built-in trainer.
+
+    ``sagemaker_program`` (or the ``SAGEMAKER_PROGRAM`` environment variable, for images with the
+    code baked into ``/opt/ml/code``) selects script mode.
+
+    Raises:
+        ConfigError: a submit directory without a program, or a distribution this image lacks.
+    """
+    env = os.environ if env is None else env
+    values = {str(k): deserialize(v) for k, v in hyperparameters.items()}
+    program = values.get(PROGRAM) or env.get("SAGEMAKER_PROGRAM") or None
+    if program is None:
+        if values.get(SUBMIT_DIR):
+            raise ConfigError(
+                f"hyperparameter {SUBMIT_DIR}={values[SUBMIT_DIR]!r} is set but {PROGRAM} is not: say which script "
+                "to run (the SageMaker SDK's entry_point, or scripts.launch --entry-point)."
+            )
+        return None
+    if not isinstance(program, str) or not program.strip():
+        raise ConfigError(f"hyperparameter {PROGRAM} must name the training script, got {program!r}.")
+    framework = {k: v for k, v in values.items() if k.startswith("sagemaker_") and k not in RESERVED}
+    for key, what in UNSUPPORTED_DISTRIBUTIONS.items():
+        if _truthy(framework.get(key)):
+            raise ConfigError(
+                f"hyperparameter {key} asks for {what}, which this image does not provide; use "
+                "distribution={'multi_worker_mirrored_strategy': {'enabled': True}} (TensorFlow's "
+                "MultiWorkerMirroredStrategy) or one host with several GPUs (MirroredStrategy)."
+            )
+    user = {k: v for k, v in values.items() if not k.startswith("sagemaker_") and k not in RESERVED}
+    return ScriptJob(
+        program=program.strip(),
+        submit_directory=str(values.get(SUBMIT_DIR) or env.get("SAGEMAKER_SUBMIT_DIRECTORY") or DEFAULT_CODE_DIR),
+        user_hyperparameters=user,
+        framework_params=framework,
+        log_level=values.get(LOG_LEVEL, DEFAULT_LOG_LEVEL),
+        multi_worker_mirrored=_truthy(framework.get(MULTI_WORKER_MIRRORED)),
+    )
+
+
+def _host_name(address: str) -> str:
+    head, sep, tail = address.rpartition(":")
+    return head if sep and head and tail.isdigit() else address
+
+
+def resource_config(env: TrainingEnvironment) -> dict[str, Any]:
+    """``resourceconfig.json`` as SageMaker wrote it, or its equivalent on an EC2 node."""
+    path = env.paths.resource_config_file
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    hosts = [_host_name(h) for h in env.cluster.hosts]
+    return {
+        "current_host": _host_name(env.cluster.current_host),
+        "hosts": hosts,
+        "network_interface_name": "eth0",
+        **({"current_instance_type": env.instance_type} if env.instance_type else {}),
+    }
+
+
+def tf_config(env: TrainingEnvironment, process_env: Mapping[str, str]) -> dict[str, Any]:
+    """TF_CONFIG for MultiWorkerMirroredStrategy, as sagemaker-tensorflow-training builds it.
+
+    Port 8890 like the toolkit on SageMaker; on EC2 nodes ``TRAINING_WORKER_PORT`` (which the
+    cluster's security group opens) or a port carried by a ``TRAINING_HOSTS`` entry wins.
+    """
+    port = process_env.get(ENV_WORKER_PORT, "").strip()
+    addresses = []
+    for host in env.cluster.hosts:
+        if host != _host_name(host):
+            addresses.append(host)
+        else:
+            addresses.append(f"{host}:{port or TOOLKIT_MWMS_PORT}")
+    return {
+        "cluster": {"worker": addresses},
+        "environment": "cloud",
+        "task": {"index": env.cluster.worker_index, "type": "worker"},
+    }
+
+
+def sm_environment(
+    env: TrainingEnvironment,
+    job: ScriptJob,
+    *,
+    num_gpus: int,
+    process_env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The ``SM_*`` variables the SageMaker training toolkit exports to a script (``Environment.to_env_vars``).
+
+    Args:
+        env: The resolved container contract.
+        job: The script job.
+        num_gpus: GPUs on this host, as verified by the GPU check (the toolkit counts nvidia-smi lines).
+        process_env: The container's environment (job name, instance type fallbacks).
+    """
+    process_env = os.environ if process_env is None else process_env
+    paths = env.paths
+    resources = resource_config(env)
+    hosts = list(resources.get("hosts") or [])
+    current_host = resources.get("current_host", "")
+    instance_type = resources.get("current_instance_type", "local")
+    group = resources.get("current_group_name", "homogeneousCluster")
+    groups_config = resources.get("instance_groups") or []
+    instance_groups = [g["instance_group_name"] for g in groups_config]
+    groups_dict = {g["instance_group_name"]: g for g in groups_config}
+    group_hosts = next((g["hosts"] for g in groups_config if g["instance_group_name"] == group), [])
+    distributed = any(
+        _truthy(job.framework_params.get(k))
+        for k in (MULTI_WORKER_MIRRORED, *UNSUPPORTED_DISTRIBUTIONS)
+    )
+    distribution_groups = job.framework_params.get("sagemaker_distribution_instance_groups") or (
+        [group] if distributed else []
+    )
+    channels = {name: str(paths.channel_dir(name, {})) for name in env.input_data_config}
+    model_dir = str(paths.model_dir)
+    input_dir = str(paths.base_dir / "input")
+    output_dir = str(paths.output_dir)
+    module_name = job.program[:-3] if job.program.endswith(".py") else job.program
+    user_args = to_cmd_args(job.user_hyperparameters)
+    values: dict[str, Any] = {
+        "hosts": hosts,
+        "network_interface_name": resources.get("network_interface_name", "eth0"),
+        "hps": dict(job.user_hyperparameters),
+        "user_entry_point": job.program,
+        "framework_params": dict(job.framework_params),
+        "resource_config": resources,
+        "input_data_config": dict(env.input_data_config),
+        "output_data_dir": str(paths.output_dir / "data"),
+        "channels": sorted(channels),
+        "current_host": current_host,
+        "current_instance_type": instance_type,
+        "current_instance_group": group,
+        "current_instance_group_hosts": group_hosts,
+        "instance_groups": instance_groups,
+        "instance_groups_dict": groups_dict,
+        "distribution_instance_groups": distribution_groups,
+        "is_hetero": len(instance_groups) > 1,
+        "module_name": module_name,
+        "log_level": job.log_level,
+        "framework_module": process_env.get("SAGEMAKER_TRAINING_MODULE"),
+        "input_dir": input_dir,
+        "input_config_dir": str(paths.hyperparameters_file.parent),
+        "output_dir": output_dir,
+        "num_cpus": multiprocessing.cpu_count(),
+        "num_gpus": num_gpus,
+        "num_neurons": 0,
+        "model_dir": model_dir,
+        "module_dir": job.submit_directory,
+        "user_args": user_args,
+        "output_intermediate_dir": str(paths.output_dir / "intermediate"),
+    }
+    training_env = {
+        **{k: v for k, v in values.items() if k not in ("hps", "channels", "framework_params", "user_args")},
+        "hyperparameters": dict(job.user_hyperparameters),
+        "additional_framework_parameters": dict(job.framework_params),
+        "channel_input_dirs": channels,
+        "job_name": process_env.get("TRAINING_JOB_NAME"),
+        "master_hostname": hosts[0] if hosts else current_host,
+        "is_master": bool(hosts) and current_host == hosts[0],
+        "distribution_hosts": hosts if distributed else [],
+    }
+    values["training_env"] = training_env
+    for name, path in channels.items():
+        values[f"channel_{name}"] = path
+    for key, value in job.user_hyperparameters.items():
+        values[f"hp_{key}"] = value
+    return {f"SM_{str(k).upper()}": _env_value(v) for k, v in values.items()}

@@ -1,0 +1,233 @@
+"""Script mode, start to end: GPU check, code, requirements, the user's process, its outcome.
+
+Order is the guarantee: the GPU check runs (in a process of its own, so its TensorFlow runtime
+and GPU memory are gone before the script starts) and must pass before any user code is
+unpacked or run; then requirements install; then the script runs in its own process group with
+the toolkit's environment. The runner stays in Python without TensorFlow, forwards SIGTERM and
+SIGINT to the whole group, and kills it after :data:`STOP_GRACE_SECONDS` so the job ends inside
+the 120 s SageMaker allows after a stop or spot interruption.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import trainer
+from trainer.environment import TrainingEnvironment
+from trainer.errors import ConfigError, GpuCheckError, TrainingInterrupted, UserScriptError
+from trainer.logs import log
+from trainer.script import contract, source
+
+ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+ENV_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
+ENV_JOB_START = "TRAINER_JOB_START_TIME"
+# SageMaker sends SIGKILL 120 s after SIGTERM; the rest is for uploading what the script wrote.
+STOP_GRACE_SECONDS = 100.0
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def legacy_keras(env: Mapping[str, str]) -> bool:
+    """Whether the job asked for Keras 2 (``tf-keras``) through ``TF_USE_LEGACY_KERAS``."""
+    raw = env.get(ENV_LEGACY_KERAS, "").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise ConfigError(f"Environment variable {ENV_LEGACY_KERAS} must be 1 or 0, got {env[ENV_LEGACY_KERAS]!r}.")
+    if raw in _TRUE and importlib.util.find_spec("tf_keras") is None:
+        raise ConfigError(
+            f"{ENV_LEGACY_KERAS}=1 asks for Keras 2, but the tf-keras package is not installed in this image; "
+            "rebuild the image from training_image/ (its requirements include tf-keras)."
+        )
+    return raw in _TRUE
+
+
+def _stop_grace(env: Mapping[str, str]) -> float:
+    raw = env.get(ENV_STOP_GRACE, "").strip()
+    try:
+        value = float(raw) if raw else STOP_GRACE_SECONDS
+    except ValueError:
+        raise ConfigError(f"{ENV_STOP_GRACE} must be a number of seconds, got {raw!r}.") from None
+    if not 0 < value <= 115:
+        raise ConfigError(f"{ENV_STOP_GRACE} must be in (0, 115] seconds (SageMaker kills at 120 s), got {raw!r}.")
+    return value
+
+
+class _Supervisor:
+    """Runs one child process at a time in its own group and relays SIGTERM/SIGINT to it."""
+
+    def __init__(self, grace_seconds: float) -> None:
+        self.grace_seconds = grace_seconds
+        self.stop_requested_at: float | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+        self._killer: threading.Timer | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._relay)
+        signal.signal(signal.SIGINT, self._relay)
+
+    def _signal_group(self, signum: int) -> None:
+        child = self._child
+        if child is not None and child.poll() is None:
+            try:
+                os.killpg(child.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def _relay(self, signum: int, frame: Any) -> None:
+        if self.stop_requested_at is None:
+            self.stop_requested_at = time.monotonic()
+            log("sigterm", action=f"forwarded to the script; killed after {self.grace_seconds:g} s if still running")
+            self._killer = threading.Timer(self.grace_seconds, self._signal_group, args=(signal.SIGKILL,))
+            self._killer.daemon = True
+            self._killer.start()
+        self._signal_group(signum)
+
+    def run(self, command: list[str], *, env: Mapping[str, str], cwd: Path) -> int:
+        if self.stop_requested_at is not None:
+            raise TrainingInterrupted("Training stopped by SIGTERM before the training script started.")
+        self._child = subprocess.Popen(command, env=dict(env), cwd=cwd, start_new_session=True)  # noqa: S603
+        try:
+            return self._child.wait()
+        finally:
+            self._child = None
+            if self._killer is not None and self.stop_requested_at is None:
+                self._killer.cancel()
+
+
+def _trainer_root() -> str:
+    return str(Path(trainer.__file__).resolve().parent.parent)
+
+
+def verify_gpus(supervisor: _Supervisor, env: TrainingEnvironment, scratch: Path) -> dict[str, Any]:
+    """The GPU check (``python -m trainer.gpu_check``) in its own process; raises GpuCheckError."""
+    result_file = scratch / "gpu-check.json"
+    child_env = dict(os.environ)
+    child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [_trainer_root(), child_env.get("PYTHONPATH")]))
+    code = supervisor.run([sys.executable, "-m", "trainer.gpu_check", str(result_file)], env=child_env, cwd=scratch)
+    if supervisor.stop_requested_at is not None:
+        raise TrainingInterrupted("Training stopped by SIGTERM during the GPU check; the training script never started.")
+    try:
+        result = json.loads(result_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise GpuCheckError(
+            f"GPU check failed: the check process ended with status {code} without a result (a crash in the driver "
+            "or CUDA libraries); see the log above. The training script was not started."
+        ) from None
+    if not result.get("ok"):
+        raise GpuCheckError(f"{result.get('error')} The training script was not started.")
+    return result
+
+
+def _failure(job: contract.ScriptJob, returncode: int, report: dict[str, Any] | None) -> UserScriptError:
+    script = job.program
+    if returncode < 0:
+        signum = -returncode
+        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+        if signum == signal.SIGKILL:
+            return UserScriptError(
+                f"The training script {script} was killed by SIGKILL, most often the kernel's out-of-memory killer: "
+                "the instance ran out of host memory. Use a larger instance type, a smaller batch, or smaller "
+                "shuffle/prefetch buffers.",
+                exit_code=128 + signum,
+            )
+        return UserScriptError(f"The training script {script} was killed by {name}; see the job's log.", exit_code=128 + signum)
+    if report:
+        where = ""
+        if report.get("file"):
+            where = f" at {report['file']} line {report.get('line')}"
+            if report.get("function") and report["function"] != "<module>":
+                where += f" in {report['function']}()"
+            if report.get("code"):
+                where += f": {report['code']}"
+        inside = f" (raised inside {report['raised_in']})" if report.get("raised_in") and report.get("file") else ""
+        if report.get("type") == "SystemExit":
+            said = f": {report['message']}" if report.get("message") and report["message"] not in where else ""
+            return UserScriptError(f"The training script {script} called sys.exit({returncode}){where}{said}.")
+        return UserScriptError(
+            f"The training script {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
+            "The full traceback is in the job's log."
+        )
+    return UserScriptError(f"The training script {script} exited with status {returncode}; see the job's log.")
+
+
+def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
+    """Runs the user's script inside the platform's guarantees; returns its wall time in seconds.
+
+    Raises:
+        GpuCheckError: the host does not show the GPUs it promised (the script never started).
+        SourceError: the code or its requirements cannot be had.
+        UserScriptError: the script failed; the message names the exception, file and line.
+        TrainingInterrupted: SIGTERM arrived (stop, spot interruption).
+    """
+    started_wall = time.time()
+    started = time.monotonic()
+    process_env = os.environ
+    supervisor = _Supervisor(_stop_grace(process_env))
+    supervisor.install()
+    legacy = legacy_keras(process_env)
+    log("script-mode", program=job.program, submit_directory=job.submit_directory, legacy_keras=legacy)
+
+    with tempfile.TemporaryDirectory(prefix="trainer-script-") as scratch_text:
+        scratch = Path(scratch_text)
+        gpu = verify_gpus(supervisor, env, scratch)
+        log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
+
+        code = source.prepare(job.submit_directory, job.program, env.paths, env.input_data_config)
+        # SageMaker creates these before the container starts; on an EC2 node or locally we do.
+        for directory in (env.paths.model_dir, env.paths.output_dir / "data", env.paths.output_dir / "intermediate"):
+            directory.mkdir(parents=True, exist_ok=True)
+        child_env = {k: v for k, v in process_env.items() if not k.startswith("SM_")}
+        child_env.update(contract.sm_environment(env, job, num_gpus=int(gpu["gpus"]), process_env=process_env))
+        if job.multi_worker_mirrored and env.cluster.num_workers > 1:
+            child_env["TF_CONFIG"] = json.dumps(contract.tf_config(env, process_env))
+        else:
+            child_env.pop("TF_CONFIG", None)
+        if int(gpu["gpus"]) == 0:
+            child_env["CUDA_VISIBLE_DEVICES"] = ""  # EXPECTED_GPU_COUNT=0: CPU on purpose, as the check did
+        child_env[ENV_LEGACY_KERAS] = "1" if legacy else "0"
+        child_env.setdefault("KERAS_BACKEND", "tensorflow")
+        child_env[ENV_JOB_START] = f"{started_wall:.3f}"
+        child_env["PYTHONUNBUFFERED"] = "1"
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(code.site_dir) if code.site_dir else None, str(code.directory), _trainer_root(), process_env.get("PYTHONPATH")])
+        )
+        report_file = scratch / "script-failure.json"
+        args = contract.to_cmd_args(job.user_hyperparameters)
+        if code.entry_point.suffix == ".py":
+            command = [sys.executable, "-m", "trainer.script.launcher", str(report_file), str(code.directory), str(code.entry_point), *args]
+        else:
+            command = ["/bin/sh", str(code.entry_point), *args]
+        log(
+            "script-start",
+            script=code.entry_point.relative_to(code.directory).as_posix(),
+            args=json.dumps(args),
+            seconds_since_start=f"{time.monotonic() - started:.1f}",
+        )
+        script_started = time.monotonic()
+        returncode = supervisor.run(command, env=child_env, cwd=code.directory)
+        seconds = time.monotonic() - script_started
+        report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else None
+
+    log("script-exit", status=returncode, seconds=f"{seconds:.1f}")
+    if returncode == 0:
+        model_files = [p for p in env.paths.model_dir.rglob("*") if p.is_file()] if env.paths.model_dir.is_dir() else []
+        if not model_files:
+            log("warning", message=f"the script wrote nothing to {env.paths.model_dir} (SM_MODEL_DIR); the job's model.tar.gz will be empty")
+        return seconds
+    if supervisor.stop_requested_at is not None:
+        raise TrainingInterrupted(
+            f"Training stopped by SIGTERM: the training script {job.program} was stopped after {seconds:.0f} s. "
+            f"With trainer.toolkit's callbacks (BackupAndRestore in {env.paths.checkpoint_dir}), a restart resumes at "
+            "the last completed epoch."
+        )
+    raise _failure(job, returncode, report)

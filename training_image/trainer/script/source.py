@@ -1,0 +1,217 @@
+"""The user's code: where it is, unpacking it, and installing its requirements without a network.
+
+Training jobs run with network isolation: the container reaches neither S3 nor PyPI. So, like the
+SageMaker Python SDK does for isolated jobs, the source tarball travels as the ``code`` input
+channel and ``sagemaker_submit_directory`` names it (``/opt/ml/input/data/code/sourcedir.tar.gz``);
+an ``s3://`` submit directory is mapped onto that channel, never downloaded. ``requirements.txt``
+is installed from wheels shipped in the source directory (``wheels/`` or the directory itself),
+into a separate directory put first on the script's ``PYTHONPATH``: the image's own packages
+(TensorFlow, CUDA libraries) are never replaced, and only what is missing is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from trainer.environment import DEFAULT_BASE_DIR, Paths
+from trainer.errors import SourceError
+from trainer.logs import log
+
+CODE_CHANNEL = "code"
+REQUIREMENTS_FILE = "requirements.txt"
+WHEELS_DIR = "wheels"
+SUPPORTED_SUFFIXES = (".py", ".sh")
+
+
+@dataclass(frozen=True)
+class SourceCode:
+    """The user's code, ready to run.
+
+    Attributes:
+        directory: The unpacked source directory (the script's working directory).
+        entry_point: The script, inside ``directory``.
+        site_dir: Where missing requirements were installed (first on ``PYTHONPATH``), if any.
+        installed: ``name==version`` of every package installed from the shipped wheels.
+    """
+
+    directory: Path
+    entry_point: Path
+    site_dir: Path | None
+    installed: tuple[str, ...]
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    return bucket, key
+
+
+def locate(submit_directory: str, paths: Paths, input_data_config: Mapping[str, Any]) -> Path:
+    """The local file or directory ``submit_directory`` refers to.
+
+    Raises:
+        SourceError: it does not exist, or is in S3 without a ``code`` channel carrying it.
+    """
+    if submit_directory.startswith("s3://"):
+        _, key = _split_s3(submit_directory)
+        name = PurePosixPath(key).name
+        if CODE_CHANNEL in input_data_config or paths.channel_dir(CODE_CHANNEL).is_dir():
+            candidate = paths.channel_dir(CODE_CHANNEL) / name
+            if candidate.exists():
+                return candidate
+            raise SourceError(
+                f"sagemaker_submit_directory is {submit_directory}, but the '{CODE_CHANNEL}' channel "
+                f"({paths.channel_dir(CODE_CHANNEL)}) holds no {name}: point the channel at the tarball's S3 URI."
+            )
+        raise SourceError(
+            f"sagemaker_submit_directory is {submit_directory}, but this job runs with network isolation and cannot "
+            f"read S3 itself: add an input channel named '{CODE_CHANNEL}' with that S3 URI and set "
+            f"sagemaker_submit_directory to /opt/ml/input/data/{CODE_CHANNEL}/{name} (scripts.launch --source-dir and "
+            "the SageMaker SDK with enable_network_isolation=True both do this)."
+        )
+    local = Path(submit_directory)
+    if not local.is_absolute():
+        local = paths.base_dir / local
+    elif local.is_relative_to(DEFAULT_BASE_DIR) and paths.base_dir != Path(DEFAULT_BASE_DIR):
+        # SAGEMAKER_BASE_DIR moved the tree (local runner, tests): /opt/ml/... means the same place in it.
+        local = paths.base_dir / local.relative_to(DEFAULT_BASE_DIR)
+    if not local.exists():
+        raise SourceError(
+            f"sagemaker_submit_directory {submit_directory} does not exist in the container; "
+            f"expected a directory or a .tar.gz (e.g. /opt/ml/input/data/{CODE_CHANNEL}/sourcedir.tar.gz)."
+        )
+    return local
+
+
+def unpack(source: Path, destination: Path) -> Path:
+    """``source`` as a directory: a directory as is, a tarball extracted into ``destination``."""
+    if source.is_dir():
+        return source
+    if not tarfile.is_tarfile(source):
+        raise SourceError(f"The source {source} is neither a directory nor a tar archive (sourcedir.tar.gz).")
+    destination.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(source) as archive:
+            # The "data" filter refuses absolute paths, '..', device files and links out of the tree.
+            archive.extractall(destination, filter="data")
+    except (tarfile.TarError, OSError) as err:
+        raise SourceError(f"Cannot unpack the source archive {source}: {err}.") from err
+    return destination
+
+
+def find_entry_point(directory: Path, program: str) -> Path:
+    """The script ``program`` inside ``directory``; refuses paths that leave it and unknown kinds."""
+    entry = (directory / program).resolve()
+    if directory.resolve() not in entry.parents:
+        raise SourceError(f"sagemaker_program {program!r} points outside the source directory {directory}.")
+    if not entry.is_file():
+        present = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+        listing = ", ".join(present[:10]) + (" ..." if len(present) > 10 else "") if present else "no files"
+        raise SourceError(
+            f"The training script {program!r} is not in the source directory ({listing}); "
+            "check the entry point against the directory you packed."
+        )
+    if entry.suffix not in SUPPORTED_SUFFIXES:
+        raise SourceError(
+            f"The training script {program!r} must be a Python file (.py) or a shell script (.sh); "
+            "to run a package, add a small train.py that imports and calls it."
+        )
+    return entry
+
+
+_MISSING = re.compile(r"(?:No matching distribution found for|Could not find a version that satisfies the requirement) (\S+)")
+
+
+def _requirement_line(requirements: Path, requirement: str) -> str:
+    name = re.split(r"[<>=!~\[;@ ]", requirement, maxsplit=1)[0].lower()
+    for number, line in enumerate(requirements.read_text(encoding="utf-8").splitlines(), start=1):
+        if re.split(r"[<>=!~\[;@ ]", line.strip(), maxsplit=1)[0].lower() == name and name:
+            return f"{requirements.name} line {number} ({line.strip()!r})"
+    return f"{requirements.name} ({requirement!r}, needed by another requirement)"
+
+
+def install_requirements(directory: Path, site_dir: Path, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Installs what ``requirements.txt`` needs and the image lacks, from wheels in the source.
+
+    pip first resolves against the image's packages (``--dry-run --report``), so a satisfied
+    requirement installs nothing; then the missing wheels go to ``site_dir`` without
+    dependencies of their own (the resolution already included them). ``PIP_INDEX_URL`` in the
+    job's environment allows an index for jobs that run without network isolation.
+
+    Raises:
+        SourceError: naming the requirement and its line when no shipped wheel satisfies it.
+    """
+    env = os.environ if env is None else env
+    requirements = directory / REQUIREMENTS_FILE
+    finders = ["--find-links", str(directory / WHEELS_DIR), "--find-links", str(directory)]
+    index = [] if env.get("PIP_INDEX_URL") else ["--no-index"]
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    with tempfile.TemporaryDirectory() as scratch:
+        report_file = Path(scratch) / "report.json"
+        resolve = subprocess.run(  # noqa: S603 - our interpreter's pip on the user's own requirements file
+            [*pip, "install", "--dry-run", "--quiet", "--report", str(report_file), *index, *finders, "-r", str(requirements)],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=directory,
+        )
+        if resolve.returncode != 0:
+            output = resolve.stderr + resolve.stdout
+            missing = _MISSING.search(output)
+            if missing:
+                where = _requirement_line(requirements, missing.group(1))
+                raise SourceError(
+                    f"{where} cannot be installed: no wheel for it in the source directory and the job has no "
+                    f"package index (network isolation). Ship it: pip download --only-binary=:all: "
+                    f"--platform manylinux2014_x86_64 --python-version 3.12 -d {WHEELS_DIR} '{missing.group(1)}', "
+                    f"then pack {WHEELS_DIR}/ with the code."
+                )
+            detail = " ".join(output.split())[-600:]
+            raise SourceError(f"pip could not resolve {requirements.name} in the source directory: {detail}")
+        report = json.loads(report_file.read_text(encoding="utf-8"))
+    wanted = report.get("install") or []
+    if not wanted:
+        log("requirements", file=requirements.name, installed="none (all satisfied by the image)")
+        return ()
+    files = []
+    names = []
+    for item in wanted:
+        url = str(item.get("download_info", {}).get("url", ""))
+        meta = item.get("metadata", {})
+        names.append(f"{meta.get('name')}=={meta.get('version')}")
+        files.append(url[len("file://") :] if url.startswith("file://") else url)
+    site_dir.mkdir(parents=True, exist_ok=True)
+    install = subprocess.run(  # noqa: S603
+        [*pip, "install", "--quiet", "--no-deps", "--target", str(site_dir), *index, *finders, *files],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=directory,
+    )
+    if install.returncode != 0:
+        detail = " ".join((install.stderr + install.stdout).split())[-600:]
+        raise SourceError(f"Installing {', '.join(names)} from the source directory failed: {detail}")
+    log("requirements", file=requirements.name, installed=",".join(names))
+    return tuple(names)
+
+
+def prepare(submit_directory: str, program: str, paths: Paths, input_data_config: Mapping[str, Any]) -> SourceCode:
+    """Locates, unpacks and checks the user's code, and installs its requirements."""
+    location = locate(submit_directory, paths, input_data_config)
+    directory = unpack(location, paths.base_dir / "code")
+    entry = find_entry_point(directory, program)
+    site_dir = None
+    installed: tuple[str, ...] = ()
+    if (directory / REQUIREMENTS_FILE).is_file():
+        site_dir = paths.base_dir / "code-packages"
+        installed = install_requirements(directory, site_dir)
+    return SourceCode(directory=directory, entry_point=entry, site_dir=site_dir, installed=installed)

@@ -1,0 +1,173 @@
+"""The platform's behaviour for your own training script, in a few lines.
+
+Script mode runs any SageMaker-style script unchanged; this module is optional and gives it what
+the built-in trainer does::
+
+    from trainer import toolkit
+
+    strategy = toolkit.strategy()            # Mirrored / MultiWorkerMirrored / one device, bounded rendezvous
+    toolkit.mixed_precision()                # bf16 / fp16 where the GPUs support it
+    with strategy.scope():
+        model = build_model()
+        model.compile(...)
+    model.fit(data, epochs=args.epochs, callbacks=toolkit.callbacks(batch_size=args.batch_size))
+
+- :func:`strategy` picks the strategy from ``TF_CONFIG`` and the GPUs the image verified (the same
+  selection as the built-in trainer) and bounds the multi-host rendezvous with
+  ``RENDEZVOUS_TIMEOUT_SECONDS``: a missing peer fails the job with the peers named instead of hanging.
+- :func:`callbacks` resumes after an interruption from ``/opt/ml/checkpoints`` (Keras
+  ``BackupAndRestore``; SageMaker syncs that directory for spot restarts) and prints one
+  ``[metrics]`` line per epoch in the format of the stacks' metric definitions.
+- Works with Keras 3 and, with ``TF_USE_LEGACY_KERAS=1``, with Keras 2 (``tf.keras`` is then tf-keras).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer import environment, gpu_check
+from trainer.logs import log
+from trainer.metrics import EpochMetrics, emit
+
+_STATE: dict[str, Any] = {}
+
+
+def keras_module() -> Any:
+    """The Keras the script is using: Keras 3, or tf-keras when ``TF_USE_LEGACY_KERAS=1``."""
+    import tensorflow as tf
+
+    return tf.keras
+
+
+def checkpoint_dir() -> Path:
+    """Where resumable state goes: ``CHECKPOINT_DIR``, else ``/opt/ml/checkpoints`` (synced by SageMaker)."""
+    return environment.resolve_paths().checkpoint_dir
+
+
+def model_dir() -> Path:
+    """``SM_MODEL_DIR`` (``/opt/ml/model``): what is written here becomes the job's model.tar.gz."""
+    return Path(os.environ.get("SM_MODEL_DIR") or environment.resolve_paths().model_dir)
+
+
+def _cluster_from_tf_config() -> environment.Cluster | None:
+    raw = os.environ.get("TF_CONFIG", "").strip()
+    if not raw:
+        return None
+    config = json.loads(raw)
+    workers = tuple(config.get("cluster", {}).get("worker") or ())
+    if len(workers) < 2:
+        return None
+    index = int(config.get("task", {}).get("index", 0))
+    return environment.Cluster(hosts=workers, current_host=workers[index], worker_port=0, source="TF_CONFIG")
+
+
+def _inventory() -> gpu_check.DeviceInventory:
+    if "inventory" not in _STATE:
+        raw = os.environ.get(environment.ENV_EXPECTED_GPU_COUNT, "").strip()
+        count = int(raw) if raw else int(os.environ.get("SM_NUM_GPUS", "0") or 0)
+        source = environment.ENV_EXPECTED_GPU_COUNT if raw else "SM_NUM_GPUS"
+        _STATE["inventory"] = gpu_check.inspect_devices(gpu_check.GpuExpectation(count, source))
+    return _STATE["inventory"]
+
+
+def strategy() -> Any:
+    """The distribution strategy for this job (call once, before building the model).
+
+    Several hosts (``TF_CONFIG``, set when the job enables multi_worker_mirrored_strategy):
+    MultiWorkerMirroredStrategy, NCCL on GPUs, with a bounded rendezvous. One host with several
+    GPUs: MirroredStrategy. Otherwise the single GPU or the CPU.
+    """
+    if "strategy" in _STATE:
+        return _STATE["strategy"]
+    from trainer import distribute
+
+    inventory = _inventory()
+    cluster = _cluster_from_tf_config() or environment.Cluster(
+        hosts=("localhost",), current_host="localhost", worker_port=0, source="single host"
+    )
+    raw_timeout = os.environ.get(environment.ENV_RENDEZVOUS_TIMEOUT, "").strip()
+    timeout = float(raw_timeout) if raw_timeout else environment.DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+    with distribute.rendezvous_deadline(cluster, timeout):
+        created = distribute.create_strategy(cluster, inventory)
+    _STATE["strategy"] = created
+    return created
+
+
+def is_chief() -> bool:
+    """Whether this process writes the model (worker 0, or the only one)."""
+    cluster = _cluster_from_tf_config()
+    return cluster is None or cluster.is_chief
+
+
+def mixed_precision(mode: str = "auto") -> str:
+    """Sets the Keras dtype policy the GPUs support (``auto``: bf16 on >= 8.0, fp16 on >= 7.0, else float32)."""
+    policy = gpu_check.choose_precision(mode, _inventory())
+    keras_module().mixed_precision.set_global_policy(policy)
+    log("precision", policy=policy)
+    return policy
+
+
+def _metrics_callback_class() -> Any:
+    keras = keras_module()
+
+    class PlatformMetrics(keras.callbacks.Callback):  # type: ignore[misc, name-defined]
+        """Prints the ``[metrics]`` line per epoch, and the time from job start to the first step."""
+
+        def __init__(self, batch_size: int | None) -> None:
+            super().__init__()
+            self.batch_size = batch_size
+            self._epoch_start = 0.0
+            self._steps = 0
+            self._first_step_logged = False
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch_start = time.perf_counter()
+            self._steps = 0
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            self._steps += 1
+            if not self._first_step_logged:
+                self._first_step_logged = True
+                started = os.environ.get("TRAINER_JOB_START_TIME")
+                if started:
+                    log("first-step", seconds_since_job_start=f"{time.time() - float(started):.1f}")
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            logs = logs or {}
+            elapsed = max(time.perf_counter() - self._epoch_start, 1e-9)
+            steps = max(self._steps, 1)
+            accuracy = logs.get("accuracy", logs.get("sparse_categorical_accuracy", logs.get("acc", float("nan"))))
+            examples = (self.batch_size or 0) * steps
+            if is_chief():
+                emit(
+                    EpochMetrics(
+                        epoch=epoch + 1,
+                        loss=float(logs.get("loss", float("nan"))),
+                        accuracy=float(accuracy),
+                        examples_per_sec=examples / elapsed,
+                        step_time_ms=1000.0 * elapsed / steps,
+                    )
+                )
+
+    return PlatformMetrics
+
+
+def callbacks(batch_size: int | None = None, *, resume: bool = True) -> list[Any]:
+    """Keras callbacks: resume from ``checkpoint_dir()`` after an interruption, and the metric lines.
+
+    Args:
+        batch_size: The global batch size, for ``examples_per_sec`` (0 when not given).
+        resume: Add ``BackupAndRestore`` (on by default; saves at every epoch end).
+    """
+    keras = keras_module()
+    result: list[Any] = []
+    if resume:
+        backup = checkpoint_dir() / "backup"
+        backup.mkdir(parents=True, exist_ok=True)
+        result.append(keras.callbacks.BackupAndRestore(backup_dir=str(backup)))
+    result.append(_metrics_callback_class()(batch_size))
+    return result
