@@ -161,6 +161,11 @@ def estimator_arguments(defaults: SdkDefaults, job_name: str) -> dict[str, Any]:
     return arguments
 
 
+def input_locations(request: Mapping[str, Any]) -> list[str]:
+    """The S3 prefixes the platform's job role may read input from (its channels' locations)."""
+    return sorted({c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]})
+
+
 def to_yaml(value: Any, indent: int = 0) -> str:
     """Block-style YAML for dicts, lists, strings, booleans and numbers (no PyYAML needed).
 
@@ -231,6 +236,11 @@ def usage(defaults: SdkDefaults, path: Path) -> str:
     lines += [f"    {key}={python_literal(value)}," for key, value in arguments.items()]
     lines.append(f"    metric_definitions=<the {metric_count} regexes in training_image/trainer/metric_definitions.json>,")
     lines.append(f"(checkpoint_s3_uri is per job: s3://{defaults.artifacts_bucket}/{CHECKPOINT_PREFIX}<job name>/)")
+    lines.append("")
+    lines.append(
+        "Input data: the job role reads only " + ", ".join(input_locations(defaults.request))
+        + " (training_job.channels); put your channels' data there."
+    )
     return "\n".join(lines)
 
 

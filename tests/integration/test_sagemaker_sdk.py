@@ -14,8 +14,10 @@ Its own deploy (data and training stacks only, no GPU cluster): the lifecycle in
 
 from __future__ import annotations
 
+import fnmatch
 import io
 import json
+import urllib.parse
 import tarfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -104,7 +106,7 @@ def sdk_run(platform: Lifecycle) -> Iterator[SdkRun]:
     """The README's two commands and its estimator code, run as written, against the emulator."""
     result = SdkRun()
     datasets = _outputs(platform, "data")["DatasetsBucketName"]
-    result.data_uri = _upload_tiny_dataset(platform, f"s3://{datasets}/my-data/")
+    result.data_uri = _upload_tiny_dataset(platform, f"s3://{datasets}/train/")
     commands = [line for line in readme_block("bash").splitlines() if line.strip()]
     assert commands[0] == "python -m scripts.sdk_config", commands
     # The first command, in a child process with the emulator's environment (cwd: the repository).
@@ -232,6 +234,58 @@ def test_the_local_runner_trained_the_users_script_to_a_model(sdk_run: SdkRun, p
     # The user's script ran (it writes summary.json), with the hyperparameters as its arguments.
     assert {"model.keras", "summary.json"} <= names
     assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": EPOCHS, "batch_size": BATCH_SIZE, "examples": 96}
+
+
+def _role_statements(platform: Lifecycle, role_arn: str) -> list[dict[str, Any]]:
+    iam = platform.client("iam")
+    name = role_arn.rsplit("/", 1)[1]
+    documents = [
+        iam.get_role_policy(RoleName=name, PolicyName=policy)["PolicyDocument"]
+        for policy in iam.list_role_policies(RoleName=name)["PolicyNames"]
+    ]
+    for attached in iam.list_attached_role_policies(RoleName=name)["AttachedPolicies"]:
+        version = iam.get_policy(PolicyArn=attached["PolicyArn"])["Policy"]["DefaultVersionId"]
+        documents.append(iam.get_policy_version(PolicyArn=attached["PolicyArn"], VersionId=version)["PolicyVersion"]["Document"])
+    statements = []
+    for document in documents:
+        if isinstance(document, str):
+            document = json.loads(urllib.parse.unquote(document))
+        found = document["Statement"]
+        statements += found if isinstance(found, list) else [found]
+    return statements
+
+
+def _allows(statements: list[dict[str, Any]], action: str, resource: str) -> bool:
+    def listed(value: Any) -> list[str]:
+        return value if isinstance(value, list) else [value]
+
+    return any(
+        s["Effect"] == "Allow"
+        and any(fnmatch.fnmatchcase(action, a) for a in listed(s["Action"]))
+        and any(fnmatch.fnmatchcase(resource, r) for r in listed(s["Resource"]))
+        for s in statements
+    )
+
+
+def test_the_job_role_may_use_every_location_the_sdk_job_names(sdk_run: SdkRun, platform: Lifecycle) -> None:
+    # The emulator does not enforce IAM, AWS does: the deployed role's policy must cover the
+    # data, the code the SDK uploaded, the output and the checkpoints of the SDK's job.
+    job = sdk_run.job
+    statements = _role_statements(platform, job["RoleArn"])
+    assert statements, "the job role has no policy"
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
+    reads = [channels["training"] + "part-0.csv", channels["code"]]
+    writes = [
+        f"{job['OutputDataConfig']['S3OutputPath']}{sdk_run.job_name}/output/model.tar.gz",
+        f"{job['CheckpointConfig']['S3Uri']}ckpt.index",
+    ]
+    arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
+    assert [u for u in reads if not _allows(statements, "s3:GetObject", arn(u))] == []
+    assert [u for u in writes if not _allows(statements, "s3:PutObject", arn(u))] == []
+    assert _allows(statements, "kms:GenerateDataKey", job["OutputDataConfig"]["KmsKeyId"])
+
+
+# --- last: destroys the platform -------------------------------------------------------------
 
 
 def test_the_teardown_audit_sees_the_sdk_job(sdk_run: SdkRun, platform: Lifecycle) -> None:

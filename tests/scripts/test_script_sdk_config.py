@@ -36,6 +36,7 @@ def test_prints_where_it_wrote_and_the_export_line(aws, tmp_path, capsys):
     # The schema gaps are named, with the estimator arguments that close them.
     assert "RetryStrategy" in printed and "max_retry_attempts=2," in printed
     assert f"s3://{aws.data['ArtifactsBucketName']}/{CHECKPOINT_PREFIX}<job name>/" in printed
+    assert f"the job role reads only s3://{aws.data['DatasetsBucketName']}/train/ " in printed
 
 
 def test_the_file_validates_against_the_sdks_own_schema(aws, tmp_path, capsys):
