@@ -39,17 +39,14 @@ def test_prints_where_it_wrote_and_the_export_line(aws, tmp_path, capsys):
     assert f"the job role reads only s3://{aws.data['DatasetsBucketName']}/train/ " in printed
 
 
-def test_the_file_validates_against_the_sdks_own_schema(aws, tmp_path, capsys):
+def test_the_file_validates_against_the_sdks_own_schema(aws, tmp_path, capsys, monkeypatch):
     from sagemaker.config import load_sagemaker_config, validate_sagemaker_config
 
     out, document, _ = _generate(tmp_path, capsys)
     validate_sagemaker_config(document)  # raises jsonschema.ValidationError
     # And the SDK's loader picks it up from the variable the script prints.
-    os.environ[CONFIG_ENV] = str(out)
-    try:
-        assert load_sagemaker_config() == document
-    finally:
-        del os.environ[CONFIG_ENV]
+    monkeypatch.setenv(CONFIG_ENV, str(out))
+    assert load_sagemaker_config() == document
 
 
 def test_every_value_comes_from_the_stack_outputs_and_the_config(aws, tmp_path, capsys):
@@ -129,3 +126,30 @@ def test_sdk_and_platform_agree_where_a_volume_key_is_allowed(instance_type):
     from sagemaker.utils import instance_supports_kms
 
     assert instance_supports_kms(f"ml.{instance_type}") is (lookup(f"ml.{instance_type}").local_nvme_gb == 0)
+
+
+def test_telemetry_stays_home_only_with_the_file(aws, tmp_path, capsys, monkeypatch):
+    # Every Estimator.fit is wrapped in the SDK's telemetry emitter: unless opted out, it sends a
+    # GET with the account id to a public AWS S3 bucket, whatever AWS_ENDPOINT_URL says.
+    from sagemaker.telemetry.constants import Feature
+    from sagemaker.telemetry.telemetry_logging import _telemetry_emitter
+
+    class Fitting:
+        def __init__(self, session: Any) -> None:
+            self.sagemaker_session = session
+
+        @_telemetry_emitter(feature=Feature.ESTIMATOR_V2, func_name="estimator.fit")
+        def fit(self) -> str:
+            return "fitted"
+
+    out, _, _ = _generate(tmp_path, capsys)
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("SchemaVersion: '1.0'\n")
+    tried = {}
+    for name, path in (("generated", out), ("bare", bare)):
+        monkeypatch.setenv(CONFIG_ENV, str(path))
+        with loopback_only(monkeypatch) as outside:
+            assert Fitting(_session()).fit() == "fitted"
+        tried[name] = outside
+    assert tried["generated"] == []
+    assert tried["bare"] == [f"sm-pysdk-t-{REGION}.s3.{REGION}.amazonaws.com"]
