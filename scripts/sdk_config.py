@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python -m scripts.sdk_config                    # writes .work/sagemaker-sdk/config.yaml
-    python -m scripts.sdk_config --out PATH         # e.g. ~/.config/sagemaker/config.yaml
+    python -m scripts.sdk_config --out PATH         # e.g. ~/.config/sagemaker/config.yaml (Linux)
     export SAGEMAKER_USER_CONFIG_OVERRIDE=$PWD/.work/sagemaker-sdk/config.yaml
 
 The SDK's "intelligent defaults" (``sagemaker.config``, schema ``1.0``) fill in what an
@@ -41,7 +41,8 @@ from scripts.launch import direct_request
 from stacks.components.training_job_spec import CHECKPOINT_LOCAL_PATH, CHECKPOINT_PREFIX, LaunchOptions
 
 CONFIG_ENV = "SAGEMAKER_USER_CONFIG_OVERRIDE"
-"""The SDK reads its user defaults file from here (else ``~/.config/sagemaker/config.yaml``)."""
+"""The SDK reads its user defaults file from here (else the user config folder,
+``~/.config/sagemaker/config.yaml`` on Linux)."""
 
 DEFAULT_OUT = ROOT / ".work" / "sagemaker-sdk" / "config.yaml"
 
