@@ -7,6 +7,7 @@ Usage (from the repository root)::
     python -m scripts.launch --watch                          # then follow it (scripts.watch)
     python -m scripts.launch --direct                         # CreateTrainingJob without the workflow
     python -m scripts.launch --dry-run [--direct]             # print what would be sent
+    python -m scripts.launch --source-dir my_code --entry-point train.py --hp epochs=5   # your own script
 
 By default the job runs through the deployed workflow (``<project>-training``): the execution,
 named after the job, carries only the overrides and the workflow fills in the hardened rest.
@@ -16,15 +17,24 @@ using the stacks' outputs and ``cdk.json``; use it where Step Functions cannot r
 local emulator) or to bypass the workflow. Options: ``--instance-type``, ``--instance-count``,
 ``--spot``/``--on-demand``, ``--hp KEY=VALUE`` (repeatable), ``--name`` (must start with
 ``<project>-``), plus ``--region``, ``--profile``, ``-c KEY=VALUE``.
+
+Your own script (SageMaker script mode): ``--source-dir DIR --entry-point train.py`` packs DIR
+into ``sourcedir.tar.gz``, uploads it KMS-encrypted to ``code/<job name>/`` in the artifacts
+bucket (the only code prefix the job role may read), and the job gets it as its ``code``
+channel, as the SageMaker SDK does for network-isolated jobs. ``--legacy-keras`` runs the script
+with Keras 2 (tf-keras). Hyperparameters reach the script as ``--key value`` arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import secrets
 import sys
-from dataclasses import dataclass
+import tarfile
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from scripts.common import (
@@ -36,6 +46,7 @@ from scripts.common import (
     run,
 )
 from stacks.components.training_job_spec import (
+    CODE_PREFIX,
     JobResources,
     JobTemplate,
     LaunchError,
@@ -80,14 +91,64 @@ def parse_hyperparameters(items: Sequence[str]) -> dict[str, str]:
 
 
 def options_from_args(args: argparse.Namespace) -> LaunchOptions:
-    """The launch options the command line asks for."""
+    """The launch options the command line asks for (the code is uploaded later, by :func:`launch`)."""
+    if args.source_dir is None and (args.entry_point or args.legacy_keras):
+        raise OperatorError("--entry-point and --legacy-keras need --source-dir DIR (the directory with your script)")
+    if args.source_dir is not None and not args.entry_point:
+        raise OperatorError("--source-dir needs --entry-point, the script to run inside it, e.g. --entry-point train.py")
     return LaunchOptions(
         job_name=args.name,
         instance_type=args.instance_type,
         instance_count=args.instance_count,
         use_spot=args.spot,
         hyperparameters=parse_hyperparameters(args.hp),
+        entry_point=args.entry_point,
+        legacy_keras=True if args.legacy_keras else None,
     )
+
+
+_SKIPPED_NAMES = {"__pycache__", ".git", ".ipynb_checkpoints", ".DS_Store"}
+
+
+def pack_source(source_dir: Path, entry_point: str) -> bytes:
+    """``sourcedir.tar.gz`` of ``source_dir``'s contents (what the SageMaker SDK uploads).
+
+    Raises:
+        OperatorError: the directory or the entry point inside it is missing.
+    """
+    if not source_dir.is_dir():
+        raise OperatorError(f"--source-dir {source_dir} is not a directory")
+    if not (source_dir / entry_point).is_file():
+        raise OperatorError(f"--entry-point {entry_point} is not a file in {source_dir}")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(source_dir.rglob("*")):
+            relative = path.relative_to(source_dir)
+            if any(part in _SKIPPED_NAMES for part in relative.parts) or path.suffix == ".pyc":
+                continue
+            tar.add(path, arcname=relative.as_posix(), recursive=False)
+    return buffer.getvalue()
+
+
+def code_key(job_name: str) -> str:
+    """Where a job's ``sourcedir.tar.gz`` goes in the artifacts bucket."""
+    return f"{CODE_PREFIX}{job_name}/sourcedir.tar.gz"
+
+
+def upload_source(deployment: Deployment, options: LaunchOptions, source_dir: Path, *, dry_run: bool) -> LaunchOptions:
+    """Packs and uploads the code (KMS, like every object of the platform); returns options with its URI."""
+    archive = pack_source(source_dir, str(options.entry_point))
+    resources = deployment.job_resources()
+    key = code_key(str(options.job_name))
+    if not dry_run:
+        deployment.aws.client("s3").put_object(
+            Bucket=resources.artifacts_bucket,
+            Key=key,
+            Body=archive,
+            ServerSideEncryption="aws:kms",
+            SSEKMSKeyId=resources.key_arn,
+        )
+    return replace(options, code_uri=f"s3://{resources.artifacts_bucket}/{key}")
 
 
 def with_job_name(deployment: Deployment, options: LaunchOptions) -> LaunchOptions:
@@ -95,8 +156,7 @@ def with_job_name(deployment: Deployment, options: LaunchOptions) -> LaunchOptio
     if options.job_name:
         return options
     template = JobTemplate.from_config(deployment.config, _PLACEHOLDER_RESOURCES, metric_definitions=())
-    name = default_job_name(template, suffix=secrets.token_hex(2))
-    return LaunchOptions(name, options.instance_type, options.instance_count, options.use_spot, options.hyperparameters)
+    return replace(options, job_name=default_job_name(template, suffix=secrets.token_hex(2)))
 
 
 def direct_request(deployment: Deployment, options: LaunchOptions) -> dict[str, Any]:
@@ -110,24 +170,37 @@ def direct_request(deployment: Deployment, options: LaunchOptions) -> dict[str, 
 
 def check_options(deployment: Deployment, options: LaunchOptions) -> None:
     """Refuse what the workflow would refuse, before starting an execution (one clear line)."""
-    template = JobTemplate.from_config(deployment.config, _PLACEHOLDER_RESOURCES, metric_definitions=())
+    # A code URI is checked against the deployed artifacts bucket, as the workflow does.
+    resources = deployment.job_resources() if options.code_uri else _PLACEHOLDER_RESOURCES
+    template = JobTemplate.from_config(deployment.config, resources, metric_definitions=())
     try:
         resolve_launch(template, options)
     except LaunchError as err:
         raise OperatorError(str(err)) from None
 
 
-def launch(deployment: Deployment, options: LaunchOptions, *, direct: bool = False, dry_run: bool = False) -> Launched:
+def launch(
+    deployment: Deployment,
+    options: LaunchOptions,
+    *,
+    direct: bool = False,
+    dry_run: bool = False,
+    source_dir: Optional[Path] = None,
+) -> Launched:
     """Start the job through the workflow, or with CreateTrainingJob when ``direct``.
 
     Args:
         deployment: Config, session and outputs.
         options: Overrides; a missing job name is generated.
         direct: Call CreateTrainingJob instead of starting a workflow execution.
-        dry_run: Build and return the request without sending it.
+        dry_run: Build and return the request without sending (or uploading) anything.
+        source_dir: Your script's directory (with ``options.entry_point``): packed and uploaded first.
     """
     options = with_job_name(deployment, options)
     name = str(options.job_name)
+    if source_dir is not None:
+        check_options(deployment, replace(options, code_uri=None, entry_point=None))
+        options = upload_source(deployment, options, source_dir, dry_run=dry_run)
     region = deployment.aws.region
     if direct:
         request = direct_request(deployment, options)
@@ -157,6 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     spot.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand instances")
     parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="hyperparameter override (repeatable)")
     parser.add_argument("--name", help="job name, <project>-... (default: <project>-<UTC time>-<random>)")
+    parser.add_argument("--source-dir", type=Path, help="your training code's directory (SageMaker script mode)")
+    parser.add_argument("--entry-point", help="the script in --source-dir to run, e.g. train.py")
+    parser.add_argument("--legacy-keras", action="store_true", help="run the script with Keras 2 (tf-keras)")
     parser.add_argument("--direct", action="store_true", help="call CreateTrainingJob instead of starting the workflow")
     parser.add_argument("--dry-run", action="store_true", help="print the request, send nothing")
     parser.add_argument("--watch", action="store_true", help="follow the job until it ends (exit code = outcome)")
@@ -167,7 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     deployment = Deployment.from_args(args)
-    launched = launch(deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run)
+    launched = launch(
+        deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir
+    )
     if args.dry_run:
         print(json.dumps(launched.request, indent=2, sort_keys=True))
         return 0

@@ -37,6 +37,19 @@ Repeated because that module imports CDK; a unit test keeps the two equal."""
 OUTPUT_PREFIX = "training-jobs/"
 """Key prefix in the artifacts bucket for job outputs (SageMaker adds ``<job>/output/``)."""
 
+CODE_PREFIX = "code/"
+"""Key prefix in the artifacts bucket for users' ``sourcedir.tar.gz`` (``code/<job>/sourcedir.tar.gz``)."""
+
+CODE_CHANNEL = "code"
+CODE_CHANNEL_SOURCEDIR = "/opt/ml/input/data/code/sourcedir.tar.gz"
+"""Where the ``code`` channel puts the tarball; the SageMaker SDK uses the same path for isolated jobs."""
+PROGRAM_HYPERPARAMETER = "sagemaker_program"
+SUBMIT_DIRECTORY_HYPERPARAMETER = "sagemaker_submit_directory"
+MULTI_WORKER_HYPERPARAMETER = "sagemaker_multi_worker_mirrored_strategy_enabled"
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+MAX_ENTRY_POINT_LENGTH = 256
+ENTRY_POINT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*[.](py|sh)$"
+
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 """SageMaker always writes training logs here, in streams named ``<job name>/algo-<n>-<ts>``."""
@@ -88,6 +101,30 @@ def greater_than(value: Union[int, Jsonata], limit: int) -> Union[bool, Jsonata]
     if isinstance(value, Jsonata):
         return Jsonata(f"{to_jsonata(value)} > {limit}")
     return value > limit
+
+
+def append(first: Value, second: Value) -> Value:
+    """List concatenation, now or by the state machine."""
+    if isinstance(first, Jsonata) or isinstance(second, Jsonata):
+        return Jsonata(f"$append({to_jsonata(first)}, {to_jsonata(second)})")
+    return [*first, *second]
+
+
+def merge(*parts: Value) -> Value:
+    """Objects merged left to right (later keys win), now or by the state machine."""
+    if any(isinstance(p, Jsonata) for p in parts):
+        return Jsonata("$merge([" + ", ".join(to_jsonata(p) for p in parts) + "])")
+    merged: dict[str, Any] = {}
+    for part in parts:
+        merged.update(part)
+    return merged
+
+
+def logical_and(*conditions: Union[bool, Jsonata]) -> Union[bool, Jsonata]:
+    """``a and b``, decided now or by the state machine."""
+    if any(isinstance(c, Jsonata) for c in conditions):
+        return Jsonata(" and ".join(to_jsonata(c) for c in conditions))
+    return all(conditions)
 
 
 def concat(*parts: Union[str, Jsonata]) -> Union[str, Jsonata]:
@@ -276,6 +313,10 @@ class LaunchOptions:
         instance_count: Instances (1-64).
         use_spot: Managed spot training (needs checkpointing in the template).
         hyperparameters: Merged over the defaults; values are passed as strings.
+        code_uri: ``s3://<artifacts bucket>/code/.../sourcedir.tar.gz``: run the user's script
+            from it (script mode; it travels as the ``code`` channel). ``None``: the built-in trainer.
+        entry_point: The script inside the tarball (``train.py``); required with ``code_uri``.
+        legacy_keras: Run the script with Keras 2 (``TF_USE_LEGACY_KERAS=1``, tf-keras).
     """
 
     job_name: Optional[str] = None
@@ -283,11 +324,14 @@ class LaunchOptions:
     instance_count: Optional[int] = None
     use_spot: Optional[bool] = None
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
+    code_uri: Optional[str] = None
+    entry_point: Optional[str] = None
+    legacy_keras: Optional[bool] = None
 
     def state_machine_input(self) -> dict[str, Any]:
         """The execution input the workflow reads: only what is overridden."""
         data: dict[str, Any] = {}
-        for key in ("job_name", "instance_type", "instance_count", "use_spot"):
+        for key in ("job_name", "instance_type", "instance_count", "use_spot", "code_uri", "entry_point", "legacy_keras"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         if self.hyperparameters:
@@ -306,6 +350,10 @@ class LaunchValues:
     hyperparameters: Union[Mapping[str, str], Jsonata]
     expected_gpu_count: Union[str, Jsonata]
     local_nvme: Union[bool, Jsonata]
+    code_uri: Union[str, Jsonata] = ""
+    entry_point: Union[str, Jsonata] = ""
+    legacy_keras: Union[bool, Jsonata] = False
+    has_code: Union[bool, Jsonata] = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -340,6 +388,34 @@ def _hyperparameter_string(value: Any) -> str:
     raise LaunchError(f"hyperparameter value {value!r} must be a string, number or boolean")
 
 
+def code_uri_prefix(template: JobTemplate) -> str:
+    """Where a launch's ``sourcedir.tar.gz`` must be: the job role may read only this prefix."""
+    return f"s3://{template.resources.artifacts_bucket}/{CODE_PREFIX}"
+
+
+def check_source(template: JobTemplate, code_uri: Optional[str], entry_point: Optional[str]) -> tuple[str, str]:
+    """``(code_uri, entry_point)`` checked for a script-mode launch, or ``("", "")`` for the built-in trainer."""
+    if not code_uri and not entry_point:
+        return "", ""
+    if not code_uri or not entry_point:
+        raise LaunchError(
+            "a script needs both its code and its entry point: --source-dir DIR --entry-point train.py "
+            "(workflow input: code_uri and entry_point)"
+        )
+    prefix = code_uri_prefix(template)
+    if not code_uri.startswith(prefix) or not code_uri.endswith(".tar.gz"):
+        raise LaunchError(
+            f"code_uri {code_uri!r} must be a .tar.gz under {prefix} (the only code the job role may read); "
+            "scripts.launch --source-dir uploads it there"
+        )
+    if len(entry_point) > MAX_ENTRY_POINT_LENGTH or not re.match(ENTRY_POINT_PATTERN, entry_point) or ".." in entry_point:
+        raise LaunchError(
+            f"entry point {entry_point!r} must be a .py or .sh file's path inside the source directory "
+            "(letters, digits, _ . / -; no '..'), e.g. train.py"
+        )
+    return code_uri, entry_point
+
+
 def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None) -> LaunchValues:
     """Apply ``options`` over the template's defaults and check them (the direct path).
 
@@ -360,6 +436,9 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
     hyperparameters = dict(template.default_hyperparameters)
     hyperparameters.update({str(k): _hyperparameter_string(v) for k, v in options.hyperparameters.items()})
     job_name = check_job_name(template, options.job_name or default_job_name(template, now))
+    code_uri, entry_point = check_source(template, options.code_uri, options.entry_point)
+    if options.legacy_keras is not None and not isinstance(options.legacy_keras, bool):
+        raise LaunchError(f"legacy_keras {options.legacy_keras!r} must be true or false")
     return LaunchValues(
         job_name=job_name,
         instance_type=instance_type,
@@ -368,6 +447,10 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
         hyperparameters=hyperparameters,
         expected_gpu_count=facts.expected_gpu_count,
         local_nvme=facts.local_nvme,
+        code_uri=code_uri,
+        entry_point=entry_point,
+        legacy_keras=bool(options.legacy_keras),
+        has_code=bool(code_uri),
     )
 
 
@@ -379,6 +462,10 @@ STATE_MACHINE_VALUES = LaunchValues(
     hyperparameters=Jsonata("$hyperparameters"),
     expected_gpu_count=Jsonata("$lookup($instance_facts, $instance_type).expected_gpu_count"),
     local_nvme=Jsonata("$lookup($instance_facts, $instance_type).local_nvme"),
+    code_uri=Jsonata("$code_uri"),
+    entry_point=Jsonata("$entry_point"),
+    legacy_keras=Jsonata("$legacy_keras"),
+    has_code=Jsonata("$code_uri != ''"),
 )
 """The launch values as the workflow's variables (assigned by :func:`state_machine_assignments`)."""
 
@@ -391,9 +478,9 @@ def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
     """``Assign`` of the workflow's first state: execution input over the baked-in defaults.
 
     The execution input may carry ``job_name``, ``instance_type``, ``instance_count``,
-    ``use_spot`` and ``hyperparameters`` (merged over the defaults, values made strings), the
-    same options as :class:`LaunchOptions`. Without ``job_name`` the job is named
-    ``<project>-<execution name>``.
+    ``use_spot``, ``hyperparameters`` (merged over the defaults, values made strings),
+    ``code_uri``, ``entry_point`` and ``legacy_keras``, the same options as :class:`LaunchOptions`.
+    Without ``job_name`` the job is named ``<project>-<execution name>``.
     """
     stringified = "$each($states.input.hyperparameters, function($v, $k) {{$k: $string($v)}})"
     return {
@@ -404,6 +491,9 @@ def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
         "hyperparameters": "{% $merge($append(["
         + to_jsonata(dict(template.default_hyperparameters))
         + f"], $exists($states.input.hyperparameters) ? {stringified} : [])) %}}",
+        "code_uri": _input_or("code_uri", '""'),
+        "entry_point": _input_or("entry_point", '""'),
+        "legacy_keras": _input_or("legacy_keras", "false"),
         "instance_facts": instance_facts_table(),
     }
 
@@ -419,6 +509,14 @@ def state_machine_launch_check(template: JobTemplate) -> str:
         f" and $instance_count >= 1 and $instance_count <= {MAX_INSTANCE_COUNT}",
         "$type($use_spot) = 'boolean'" + ("" if template.checkpointing else " and $use_spot = false"),
         "$type($hyperparameters) = 'object'",
+        "$type($legacy_keras) = 'boolean'",
+        "$type($code_uri) = 'string' and $type($entry_point) = 'string'",
+        "($code_uri = '' and $entry_point = '') or ("
+        + f"$substring($code_uri, 0, {len(CODE_PREFIX) + 6} + $length({to_jsonata(template.resources.artifacts_bucket)}))"
+        + f" = {to_jsonata(code_uri_prefix(template))}"
+        + " and $substring($code_uri, -7) = '.tar.gz'"
+        + f" and $length($entry_point) <= {MAX_ENTRY_POINT_LENGTH}"
+        + f" and $contains($entry_point, /{ENTRY_POINT_PATTERN}/) and $not($contains($entry_point, '..')))",
     ]
     return "{% " + " and ".join(f"({c})" for c in checks) + " %}"
 
@@ -429,9 +527,12 @@ def state_machine_launch_problem(template: JobTemplate) -> str:
     return (
         "{% 'Invalid launch options: job_name=' & $string($job_name) & ', instance_type=' & $string($instance_type)"
         " & ', instance_count=' & $string($instance_count) & ', use_spot=' & $string($use_spot)"
+        " & ', code_uri=' & $string($code_uri) & ', entry_point=' & $string($entry_point)"
+        " & ', legacy_keras=' & $string($legacy_keras)"
         f" & '. Expected job_name {template.job_name_prefix}<letters, digits, hyphens> (<= {MAX_JOB_NAME_LENGTH} chars),"
         f" instance_type a GPU type from the table (ml.*), instance_count 1-{MAX_INSTANCE_COUNT}, {spot},"
-        " hyperparameters an object.' %}"
+        " hyperparameters an object, legacy_keras a boolean, and code_uri (a .tar.gz under "
+        + f"s3://<artifacts bucket>/{CODE_PREFIX}) with entry_point (a .py or .sh path) both set or both absent.' %}}"
     )
 
 
@@ -454,6 +555,31 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
         "VolumeSizeInGB": template.volume_size_gb,
     }
     max_runtime = {"MaxRuntimeInSeconds": template.max_runtime_seconds}
+    data_channels = [
+        {
+            "ChannelName": name,
+            "DataSource": {
+                "S3DataSource": {
+                    "S3DataType": "S3Prefix",
+                    "S3Uri": f"s3://{r.datasets_bucket}/{prefix}",
+                    "S3DataDistributionType": "FullyReplicated",
+                }
+            },
+            "InputMode": template.input_mode,
+        }
+        for name, prefix in template.channels.items()
+    ]
+    code_channel = {
+        "ChannelName": CODE_CHANNEL,
+        "DataSource": {
+            "S3DataSource": {
+                "S3DataType": "S3Prefix",
+                "S3Uri": launch.code_uri,
+                "S3DataDistributionType": "FullyReplicated",
+            }
+        },
+        "InputMode": "File",
+    }
     request: dict[str, Any] = {
         "TrainingJobName": launch.job_name,
         "RoleArn": r.role_arn,
@@ -463,23 +589,24 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
             "MetricDefinitions": [dict(m) for m in template.metric_definitions],
             "EnableSageMakerMetricsTimeSeries": True,
         },
-        "HyperParameters": launch.hyperparameters,
+        # Script mode (the user's code) is selected by the same hyperparameters the SageMaker SDK
+        # sets; the launch's own hyperparameters come last, so a user may override the switch.
+        "HyperParameters": merge(
+            when(
+                launch.has_code,
+                {PROGRAM_HYPERPARAMETER: launch.entry_point, SUBMIT_DIRECTORY_HYPERPARAMETER: CODE_CHANNEL_SOURCEDIR},
+                {},
+            ),
+            when(logical_and(launch.has_code, greater_than(launch.instance_count, 1)), {MULTI_WORKER_HYPERPARAMETER: "true"}, {}),
+            launch.hyperparameters,
+        ),
         # The entrypoint fails hard unless it sees exactly this many GPUs.
-        "Environment": {EXPECTED_GPU_COUNT_ENV: launch.expected_gpu_count},
-        "InputDataConfig": [
-            {
-                "ChannelName": name,
-                "DataSource": {
-                    "S3DataSource": {
-                        "S3DataType": "S3Prefix",
-                        "S3Uri": f"s3://{r.datasets_bucket}/{prefix}",
-                        "S3DataDistributionType": "FullyReplicated",
-                    }
-                },
-                "InputMode": template.input_mode,
-            }
-            for name, prefix in template.channels.items()
-        ],
+        "Environment": merge(
+            {EXPECTED_GPU_COUNT_ENV: launch.expected_gpu_count},
+            when(launch.legacy_keras, {LEGACY_KERAS_ENV: "1"}, {}),
+        ),
+        # Network isolation: the container cannot read S3, so a script's code travels as a channel.
+        "InputDataConfig": append(data_channels, when(launch.has_code, [code_channel], [])),
         "OutputDataConfig": {"S3OutputPath": f"s3://{r.artifacts_bucket}/{OUTPUT_PREFIX}", "KmsKeyId": r.key_arn},
         # Types with local NVMe keep data on hardware-encrypted instance storage, and SageMaker
         # rejects a VolumeKmsKeyId for them; EBS-only types get the platform key.

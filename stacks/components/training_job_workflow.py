@@ -27,6 +27,7 @@ from stacks.components.log_group import encrypted_log_group
 from stacks.components.policy import acknowledge
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
+    CODE_PREFIX,
     OUTPUT_PREFIX,
     SAGEMAKER_LOG_GROUP,
     STATE_MACHINE_VALUES,
@@ -171,6 +172,7 @@ class TrainingJobRole(Construct):
         artifact_prefixes = [OUTPUT_PREFIX, CHECKPOINT_PREFIX]
         input_objects = [datasets_bucket.arn_for_objects(f"{p}*") for p in input_prefixes]
         artifact_objects = [artifacts_bucket.arn_for_objects(f"{p}*") for p in artifact_prefixes]
+        code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
         log_group = stack.format_arn(
             service="logs", resource="log-group", resource_name=SAGEMAKER_LOG_GROUP, arn_format=ArnFormat.COLON_RESOURCE_NAME
         )
@@ -193,7 +195,13 @@ class TrainingJobRole(Construct):
                 sid="ListOutputsAndCheckpoints",
                 actions=["s3:ListBucket"],
                 resources=[artifacts_bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in artifact_prefixes]}},
+                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in [*artifact_prefixes, CODE_PREFIX]]}},
+            ),
+            # Script mode: the user's sourcedir.tar.gz arrives as the job's code channel; read only.
+            iam.PolicyStatement(
+                sid="ReadUserCode",
+                actions=["s3:GetObject"],
+                resources=[code_objects],
             ),
             iam.PolicyStatement(
                 sid="UsePlatformKey",
@@ -262,11 +270,11 @@ class TrainingJobRole(Construct):
         acknowledge_wildcard_resources(
             self.policy,
             "Each wildcard is the narrowest the API allows: objects under the configured channel prefixes (read) and "
-            "under the output and checkpoint prefixes (read/write); SageMaker's fixed /aws/sagemaker/TrainingJobs log "
+            "under the output and checkpoint prefixes (read/write), users' code under the code prefix (read); SageMaker's fixed /aws/sagemaker/TrainingJobs log "
             "group and the project's job streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* "
             "(no resource-level permissions), cloudwatch:PutMetricData (limited by namespace) and network interfaces "
             "(limited to the training VPC by the ec2:Vpc condition).",
-            [*input_objects, *artifact_objects, log_group_children, project_streams, "*"],
+            [*input_objects, *artifact_objects, code_objects, log_group_children, project_streams, "*"],
         )
 
 

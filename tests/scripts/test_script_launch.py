@@ -92,3 +92,73 @@ def test_direct_launch_reads_the_deployed_resources_from_the_outputs(aws):
     resources = deployment.job_resources()
     assert resources.subnet_ids == aws.data["PrivateSubnetIds"].split(",")
     assert resources.security_group_ids == [aws.training["JobSecurityGroupId"]]
+
+
+def _user_code(tmp_path):
+    source = tmp_path / "my_code"
+    (source / "lib").mkdir(parents=True)
+    (source / "train.py").write_text("import lib\n")
+    (source / "lib" / "__init__.py").write_text("")
+    (source / "__pycache__").mkdir()
+    (source / "__pycache__" / "train.cpython-311.pyc").write_bytes(b"junk")
+    return source
+
+
+def test_source_dir_is_uploaded_encrypted_and_travels_as_the_code_channel(aws, capsys, tmp_path):
+    import io
+    import tarfile
+
+    name = f"{PROJECT}-script-1"
+    source = _user_code(tmp_path)
+    argv = ["--direct", "--name", name, "--source-dir", str(source), "--entry-point", "train.py",
+            "--hp", "epochs=3", "--legacy-keras", "--instance-count", "2"]
+    assert main(argv) == 0, capsys.readouterr()
+    bucket = aws.data["ArtifactsBucketName"]
+    key = f"code/{name}/sourcedir.tar.gz"
+    s3 = boto3.client("s3", region_name=REGION)
+    head = s3.head_object(Bucket=bucket, Key=key)
+    assert head["ServerSideEncryption"] == "aws:kms" and head["SSEKMSKeyId"].endswith(aws.data["KeyArn"].split("/")[-1])
+    with tarfile.open(fileobj=io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read())) as tar:
+        assert sorted(tar.getnames()) == ["lib", "lib/__init__.py", "train.py"], "no __pycache__ in the upload"
+    job = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)
+    code = [c for c in job["InputDataConfig"] if c["ChannelName"] == "code"]
+    assert code and code[0]["DataSource"]["S3DataSource"]["S3Uri"] == f"s3://{bucket}/{key}"
+    assert job["HyperParameters"]["sagemaker_program"] == "train.py"
+    assert job["HyperParameters"]["sagemaker_submit_directory"] == "/opt/ml/input/data/code/sourcedir.tar.gz"
+    assert job["HyperParameters"]["sagemaker_multi_worker_mirrored_strategy_enabled"] == "true"
+    assert job["HyperParameters"]["epochs"] == "3"
+    # moto drops Environment from DescribeTrainingJob; the dry run shows what is sent.
+    capsys.readouterr()
+    assert main([*argv[:2], f"{name}-dry", *argv[3:], "--dry-run"]) == 0
+    request = json.loads(capsys.readouterr().out)
+    assert request["Environment"]["TF_USE_LEGACY_KERAS"] == "1"
+    assert "Contents" not in s3.list_objects_v2(Bucket=bucket, Prefix=f"code/{name}-dry/"), "a dry run uploads nothing"
+
+
+def test_source_dir_through_the_workflow_sends_the_code_location(aws, capsys, tmp_path):
+    name = f"{PROJECT}-script-2"
+    assert main(["--name", name, "--source-dir", str(_user_code(tmp_path)), "--entry-point", "train.py"]) == 0
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    arn = aws.training["StateMachineArn"].replace(":stateMachine:", ":execution:") + f":{name}"
+    assert json.loads(sfn.describe_execution(executionArn=arn)["input"]) == {
+        "job_name": name,
+        "code_uri": f"s3://{aws.data['ArtifactsBucketName']}/code/{name}/sourcedir.tar.gz",
+        "entry_point": "train.py",
+    }
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--entry-point", "train.py"], "need --source-dir"),
+        (["--source-dir", "."], "--source-dir needs --entry-point"),
+        (["--source-dir", "/nonexistent-dir", "--entry-point", "train.py"], "is not a directory"),
+        (["--source-dir", "SRC", "--entry-point", "missing.py"], "--entry-point missing.py is not a file in"),
+        (["--source-dir", "SRC", "--entry-point", "../train.py"], "--entry-point ../train.py is not a file in"),
+    ],
+)
+def test_bad_source_options_get_one_line_and_exit_3(aws, capsys, tmp_path, extra, message):
+    extra = [str(_user_code(tmp_path)) if item == "SRC" else item for item in extra]
+    assert run(main, ["--direct", *extra]) == 3
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err

@@ -24,6 +24,7 @@ from stacks.components.training_job_spec import (
     STATE_MACHINE_VALUES,
     JobResources,
     JobTemplate,
+    LaunchError,
     LaunchOptions,
     create_training_job_request,
     resolve_launch,
@@ -80,9 +81,23 @@ VALID = [
     LaunchOptions(job_name="gputrain-b2", instance_type="ml.p3.2xlarge", instance_count=2, use_spot=False,
                   hyperparameters={"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}),
     LaunchOptions(job_name="gputrain-c3", instance_type="ml.g5.12xlarge", instance_count=4),
+    # Script mode: the code channel, the SDK's hyperparameters, legacy Keras, and MWMS with 2 hosts.
+    LaunchOptions(job_name="gputrain-d4", code_uri="s3://artifacts/code/gputrain-d4/sourcedir.tar.gz",
+                  entry_point="train.py", hyperparameters={"epochs": 2}),
+    LaunchOptions(job_name="gputrain-e5", instance_count=2, code_uri="s3://artifacts/code/e5/sourcedir.tar.gz",
+                  entry_point="src/train.py", legacy_keras=True),
+    LaunchOptions(job_name="gputrain-f6", legacy_keras=False),
 ]
 INVALID = [{"job_name": "other-x"}, {"instance_type": "ml.m5.large"}, {"instance_count": 0}, {"instance_count": 1.5},
-           {"use_spot": "yes"}, {"job_name": 5}]
+           {"use_spot": "yes"}, {"job_name": 5},
+           {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz"},
+           {"entry_point": "train.py"},
+           {"code_uri": "s3://other-bucket/code/x/sourcedir.tar.gz", "entry_point": "train.py"},
+           {"code_uri": "s3://artifacts/training-jobs/x/sourcedir.tar.gz", "entry_point": "train.py"},
+           {"code_uri": "s3://artifacts/code/x/sourcedir.zip", "entry_point": "train.py"},
+           {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "../etc/train.py"},
+           {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.txt"},
+           {"legacy_keras": "yes"}]
 
 
 def _evaluate(template: JobTemplate, cases: list[dict]) -> list[dict]:
@@ -118,3 +133,28 @@ def test_invalid_options_take_the_failure_branch():
     for bad, result in zip(INVALID, results):
         assert result["ok"] is False, bad
         assert result["problem"].startswith("Invalid launch options: job_name=")
+        # The Python path refuses the same options.
+        options = LaunchOptions(job_name=bad.get("job_name", "gputrain-x1") if isinstance(bad.get("job_name", ""), str) else None,
+                                instance_type=bad.get("instance_type"), instance_count=bad.get("instance_count"),
+                                code_uri=bad.get("code_uri"), entry_point=bad.get("entry_point"),
+                                legacy_keras=bad.get("legacy_keras"))
+        if "use_spot" not in bad and not isinstance(bad.get("job_name", ""), int):
+            with pytest.raises(LaunchError):
+                resolve_launch(template, options)
+
+
+def test_script_mode_request_carries_the_code_channel_and_the_sdk_hyperparameters():
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    request = create_training_job_request(template, resolve_launch(template, VALID[4]))
+    code = [c for c in request["InputDataConfig"] if c["ChannelName"] == "code"]
+    assert code == [{"ChannelName": "code", "InputMode": "File", "DataSource": {"S3DataSource": {
+        "S3DataType": "S3Prefix", "S3Uri": "s3://artifacts/code/e5/sourcedir.tar.gz", "S3DataDistributionType": "FullyReplicated"}}}]
+    hps = request["HyperParameters"]
+    assert hps["sagemaker_program"] == "src/train.py"
+    assert hps["sagemaker_submit_directory"] == "/opt/ml/input/data/code/sourcedir.tar.gz"
+    assert hps["sagemaker_multi_worker_mirrored_strategy_enabled"] == "true"
+    assert request["Environment"]["TF_USE_LEGACY_KERAS"] == "1"
+    built_in = create_training_job_request(template, resolve_launch(template, VALID[0]))
+    assert [c["ChannelName"] for c in built_in["InputDataConfig"]] == list(template.channels)
+    assert not any(k.startswith("sagemaker_") for k in built_in["HyperParameters"])
+    assert "TF_USE_LEGACY_KERAS" not in built_in["Environment"]

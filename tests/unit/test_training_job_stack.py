@@ -175,16 +175,31 @@ def test_name_role_image_and_metrics(default, args):
     assert {"loss", "accuracy", "examples_per_sec", "epoch"} <= names
 
 
+def _data_channels(input_data_config: str) -> list:
+    """The static channel list of ``$append([...], <code channel if a script>)``."""
+    assert input_data_config.startswith("{% $append([")
+    channels, end = json.JSONDecoder().raw_decode(input_data_config, len("{% $append("))
+    assert input_data_config[end:].startswith(", (($code_uri != '') ? [{\"ChannelName\": \"code\"")
+    return channels
+
+
 def test_hyperparameters_and_expected_gpu_count(args):
-    assert args["HyperParameters"] == "{% $hyperparameters %}"
-    assert args["Environment"] == {"EXPECTED_GPU_COUNT": "{% $lookup($instance_facts, $instance_type).expected_gpu_count %}"}
+    assert args["HyperParameters"] == (
+        "{% $merge([(($code_uri != '') ? {\"sagemaker_program\": ($entry_point), \"sagemaker_submit_directory\": "
+        "\"/opt/ml/input/data/code/sourcedir.tar.gz\"} : {}), ((($code_uri != '') and (($instance_count) > 1)) ? "
+        "{\"sagemaker_multi_worker_mirrored_strategy_enabled\": \"true\"} : {}), ($hyperparameters)]) %}"
+    )
+    assert args["Environment"] == (
+        "{% $merge([{\"EXPECTED_GPU_COUNT\": ($lookup($instance_facts, $instance_type).expected_gpu_count)}, "
+        "(($legacy_keras) ? {\"TF_USE_LEGACY_KERAS\": \"1\"} : {})]) %}"
+    )
 
 
 def test_input_channels_and_output_in_the_project_buckets(default, args):
     datasets = ref(default, default.platform.data_plane.datasets_bucket.bucket_name)
     artifacts = ref(default, default.platform.data_plane.artifacts_bucket.bucket_name)
     key = ref(default, default.platform.data_plane.key.key_arn)
-    assert args["InputDataConfig"] == [
+    assert _data_channels(args["InputDataConfig"]) == [
         {
             "ChannelName": "train",
             "DataSource": {
@@ -252,11 +267,12 @@ def test_other_config_changes_every_default_and_drops_checkpoints(alternative, a
     args = task(alt_definition)["Arguments"]
     assert "CheckpointConfig" not in args
     assert args["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
-    assert [(c["ChannelName"], c["InputMode"]) for c in args["InputDataConfig"]] == [
+    channels = _data_channels(args["InputDataConfig"])
+    assert [(c["ChannelName"], c["InputMode"]) for c in channels] == [
         ("train", "FastFile"),
         ("validation", "FastFile"),
     ]
-    assert args["InputDataConfig"][1]["DataSource"]["S3DataSource"]["S3Uri"].endswith("/validation/")
+    assert channels[1]["DataSource"]["S3DataSource"]["S3Uri"].endswith("/validation/")
     assert args["RetryStrategy"] == {"MaximumRetryAttempts": 5}
     condition = alt_definition["States"]["CheckLaunchOptions"]["Choices"][0]["Condition"]
     assert "$use_spot = false" in condition  # spot cannot be requested without checkpoints
@@ -321,7 +337,10 @@ def test_job_role_is_scoped_to_the_project_prefixes_key_repository_and_log_strea
     reads = json.dumps(statements["ReadInputChannels"]["Resource"])
     assert reads.count("/train/*") == 1
     writes = json.dumps(statements["ReadWriteOutputsAndCheckpoints"]["Resource"])
-    assert "/training-jobs/*" in writes and "/checkpoints/*" in writes
+    assert "/training-jobs/*" in writes and "/checkpoints/*" in writes and "/code/" not in writes
+    # Users' code (script mode) is read-only for the job: a script cannot rewrite another job's code.
+    assert statements["ReadUserCode"]["Action"] == "s3:GetObject"
+    assert json.dumps(statements["ReadUserCode"]["Resource"]).endswith('/code/*"]]}')
     assert statements["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["train/*"]}}
     assert "Fn::GetStackOutput" in json.dumps(statements["UsePlatformKey"]["Resource"])
     assert statements["EncryptMlVolumes"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
