@@ -22,7 +22,7 @@ the account with an explicit ``endpoint_url`` of the public regional STS endpoin
 bucket after every ``fit``.
 
 The schema has no place for a retry strategy, managed spot, stopping conditions, per-job
-checkpoints, metric definitions or the job name prefix. The script prints the estimator
+checkpoints, metric definitions, the job name prefix or the code location. The script prints the estimator
 arguments that give a job the same values (:func:`estimator_arguments`).
 """
 
@@ -38,7 +38,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from scripts.common import ROOT, Deployment, add_common_arguments, run
 from scripts.launch import direct_request
-from stacks.components.training_job_spec import CHECKPOINT_LOCAL_PATH, CHECKPOINT_PREFIX, LaunchOptions
+from stacks.components.training_job_spec import CHECKPOINT_LOCAL_PATH, CHECKPOINT_PREFIX, CODE_PREFIX, LaunchOptions
 
 CONFIG_ENV = "SAGEMAKER_USER_CONFIG_OVERRIDE"
 """The SDK reads its user defaults file from here (else the user config folder,
@@ -53,6 +53,7 @@ NOT_IN_SCHEMA = (
     "CheckpointConfig",
     "MetricDefinitions",
     "job name prefix",
+    "code location",
 )
 """What the platform's jobs carry that the SDK's config schema (1.0) cannot hold."""
 
@@ -153,6 +154,9 @@ def estimator_arguments(defaults: SdkDefaults, job_name: str) -> dict[str, Any]:
         "max_run": stopping["MaxRuntimeInSeconds"],
         "volume_size": request["ResourceConfig"]["VolumeSizeInGB"],
         "metric_definitions": list(request["AlgorithmSpecification"]["MetricDefinitions"]),
+        # Users' code lives under the code prefix, which the job role may read but not write;
+        # the SDK adds <job>/source/sourcedir.tar.gz and encrypts it with the output key.
+        "code_location": f"s3://{defaults.artifacts_bucket}/{CODE_PREFIX.rstrip('/')}",
     }
     if "MaxWaitTimeInSeconds" in stopping:
         arguments["max_wait"] = stopping["MaxWaitTimeInSeconds"]

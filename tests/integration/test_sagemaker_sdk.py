@@ -30,7 +30,7 @@ from scripts.common import Aws, Deployment
 from scripts.emulator.lifecycle import Lifecycle, Options
 from scripts.sdk_config import CONFIG_ENV, estimator_arguments, python_literal, sdk_defaults
 from scripts.teardown_audit import INFO
-from stacks.components.training_job_spec import CHECKPOINT_PREFIX, OUTPUT_PREFIX
+from stacks.components.training_job_spec import CHECKPOINT_PREFIX, CODE_PREFIX, OUTPUT_PREFIX
 from tests.offline import loopback_only
 
 pytestmark = [
@@ -155,12 +155,15 @@ def sdk_run(platform: Lifecycle) -> Iterator[SdkRun]:
         patch.undo()
 
 
-def test_the_readme_example_passes_the_arguments_sdk_config_prints(sdk_run: SdkRun) -> None:
+def test_the_readme_example_passes_the_arguments_sdk_config_prints(sdk_run: SdkRun, platform: Lifecycle) -> None:
     code = readme_block("python")
+    artifacts = _outputs(platform, "data")["ArtifactsBucketName"]
     for key, value in sdk_run.expected_arguments.items():
         if key not in ("metric_definitions", "checkpoint_local_path", "checkpoint_s3_uri"):
-            assert f"{key}={python_literal(value)}" in code, f"README example: {key} should be {value!r}"
-            assert f"    {key}={python_literal(value)}," in sdk_run.printed.splitlines(), f"scripts.sdk_config output: {key}"
+            literal = python_literal(value)
+            assert f"    {key}={literal}," in sdk_run.printed.splitlines(), f"scripts.sdk_config output: {key}"
+            literal = literal.replace(artifacts, "<ArtifactsBucketName>")
+            assert f"{key}={literal}" in code, f"README example: {key} should be {literal}"
 
 
 def test_the_sdk_never_left_the_emulator(sdk_run: SdkRun) -> None:
@@ -211,7 +214,7 @@ def test_what_the_schema_cannot_hold_arrives_through_the_printed_arguments(sdk_r
 def test_the_code_travels_as_a_channel_into_the_isolated_job(sdk_run: SdkRun, platform: Lifecycle) -> None:
     artifacts, key_arn = _outputs(platform, "data")["ArtifactsBucketName"], _outputs(platform, "data")["KeyArn"]
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in sdk_run.job["InputDataConfig"]}
-    code_uri = f"s3://{artifacts}/{OUTPUT_PREFIX}{sdk_run.job_name}/source/sourcedir.tar.gz"
+    code_uri = f"s3://{artifacts}/{CODE_PREFIX}{sdk_run.job_name}/source/sourcedir.tar.gz"
     assert channels == {"training": sdk_run.data_uri, "code": code_uri}
     hyperparameters = sdk_run.job["HyperParameters"]
     assert json.loads(hyperparameters["sagemaker_program"]) == "train.py"

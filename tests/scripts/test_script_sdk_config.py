@@ -82,6 +82,7 @@ def test_values_match_the_platforms_own_job_request(aws):
     assert arguments["metric_definitions"] == load_metric_definitions()
     assert arguments["checkpoint_s3_uri"] == f"s3://{aws.data['ArtifactsBucketName']}/{CHECKPOINT_PREFIX}{PROJECT}-run-7/"
     assert arguments["base_job_name"] == PROJECT
+    assert arguments["code_location"] == f"s3://{aws.data['ArtifactsBucketName']}/code"
 
 
 def test_missing_stack_is_one_line_and_exit_3(aws, tmp_path, capsys):
