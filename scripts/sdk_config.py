@@ -128,8 +128,8 @@ def build_config(request: Mapping[str, Any], *, key_arn: str) -> dict[str, Any]:
             "PythonSDK": {
                 "Modules": {
                     "TelemetryOptOut": True,
-                    # Output path and uploaded code go to s3://<bucket>/<prefix>/<job>/..., where
-                    # the platform's jobs put their output; no STS lookup for a bucket name.
+                    # Outputs go to s3://<bucket>/<prefix>/<job>/output/, where the platform's jobs
+                    # put theirs (code too, without code_location); no STS lookup for a bucket name.
                     "Session": {"DefaultS3Bucket": bucket, "DefaultS3ObjectKeyPrefix": prefix.strip("/")},
                     "Estimator": {"DebugHookConfig": False},
                 }

@@ -285,6 +285,8 @@ def test_the_job_role_may_use_every_location_the_sdk_job_names(sdk_run: SdkRun, 
     arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
     assert [u for u in reads if not _allows(statements, "s3:GetObject", arn(u))] == []
     assert [u for u in writes if not _allows(statements, "s3:PutObject", arn(u))] == []
+    # The user's code is read-only to the job (code_location puts it under the code prefix).
+    assert not _allows(statements, "s3:PutObject", arn(channels["code"]))
     assert _allows(statements, "kms:GenerateDataKey", job["OutputDataConfig"]["KmsKeyId"])
 
 
