@@ -38,6 +38,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--examples", type=int, default=2000, help="rows of the synthetic dataset (default: 2000)")
     parser.add_argument("--no-train", action="store_true", help="deploy, then destroy: no dataset, no job")
     parser.add_argument(
+        "--user-script",
+        action="store_true",
+        help="train the example Keras script (training_image/examples/keras_image_classifier) in SageMaker script "
+        "mode on synthetic images, instead of the built-in MLP",
+    )
+    parser.add_argument(
         "--job-timeout", type=float, default=900, metavar="SECONDS", help="longest wait for the training job (default: 900)"
     )
     parser.add_argument("--port", type=int, help="emulator port (default: a free one)")
@@ -63,6 +69,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         work_dir=args.work_dir,
         port=args.port,
         echo_cdk=args.verbose,
+        user_script=args.user_script,
     )
 
 

@@ -50,6 +50,8 @@ class Options:
         port: Emulator port; ``None`` picks a free one.
         job_timeout_seconds: Longest the run waits for the training job.
         echo_cdk: Stream the CDK CLI's output instead of only logging it.
+        user_script: Train the example user script (training_image/examples/keras_image_classifier,
+            SageMaker script mode) on a synthetic image dataset instead of the built-in MLP on CSV rows.
     """
 
     real_account: bool = False
@@ -66,6 +68,7 @@ class Options:
     port: int | None = None
     job_timeout_seconds: float = 900
     echo_cdk: bool = False
+    user_script: bool = False
 
 
 @dataclass
@@ -387,30 +390,32 @@ class Lifecycle:
                 return [logical_id for logical_id, cr in stack.custom_resources.items() if not cr.is_created()]
         return []
 
-    def upload_dataset(self) -> None:
-        """Write a small synthetic dataset with the trainer's generator; upload it to each channel."""
+    def upload_dataset(self, *, images: bool | None = None) -> None:
+        """Write a small synthetic dataset with the trainer's generator; upload it to each channel.
+
+        Args:
+            images: A directory of PNG files per class (what the example user script reads)
+                instead of CSV rows; default ``options.user_script``.
+        """
+        images = self.options.user_script if images is None else images
         with self.progress.phase("dataset upload"):
             config = self.config()
             data = self.outputs[f"{config.project_name}-data"]
             bucket = data["DatasetsBucketName"]
-            local = self.work_dir / "dataset"
+            local = self.work_dir / ("images" if images else "dataset")
+            shape = ["--format", "image-dir", "--image", "16x16x3"] if images else ["--format", "csv", "--features", str(self.options.features), "--shards", "2"]
             subprocess.run(
                 [
                     sys.executable,
                     "-m",
                     "trainer.synthetic",
-                    "--format",
-                    "csv",
+                    *shape,
                     "--out",
                     str(local),
                     "--examples",
-                    str(self.options.examples),
-                    "--features",
-                    str(self.options.features),
+                    str(min(self.options.examples, 400) if images else self.options.examples),
                     "--classes",
                     str(self.options.classes),
-                    "--shards",
-                    "2",
                 ],
                 cwd=ROOT / "training_image",
                 check=True,
@@ -418,17 +423,20 @@ class Lifecycle:
                 text=True,
             )
             s3 = self.client("s3")
+            files = sorted(p for p in local.rglob("*") if p.is_file())
             for channel, prefix in config.training_job.channels.items():
-                for path in sorted(local.iterdir()):
-                    s3.upload_file(str(path), bucket, f"{prefix}{path.name}")
-                self.progress.say(f"channel {channel}: {len(list(local.iterdir()))} CSV files -> s3://{bucket}/{prefix}")
+                for path in files:
+                    s3.upload_file(str(path), bucket, f"{prefix}{path.relative_to(local).as_posix()}")
+                kind = "PNG images in class directories" if images else "CSV files"
+                self.progress.say(f"channel {channel}: {len(files)} {kind} -> s3://{bucket}/{prefix}")
 
-    def launch(self) -> None:
-        """Start a training job with the operator's launch script."""
+    def launch(self, *, user_script: bool | None = None) -> None:
+        """Start a training job with the operator's launch script (the example user script if asked)."""
+        user_script = self.options.user_script if user_script is None else user_script
         with self.progress.phase("launch training job"):
             from scripts.emulator import launching
 
-            self.job_name = launching.launch(self)
+            self.job_name = launching.launch(self, user_script=user_script)
             self.progress.say(f"training job {self.job_name} created")
 
     def train(self) -> None:

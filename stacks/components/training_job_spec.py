@@ -433,7 +433,8 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
             "spot was requested but this deployment has checkpointing off, so an interrupted job would "
             "restart from scratch; launch on demand (--on-demand) or deploy with training_job.checkpointing=true"
         )
-    hyperparameters = dict(template.default_hyperparameters)
+    # The configured hyperparameters are the built-in trainer's; a user's script gets only its own.
+    hyperparameters = {} if options.code_uri else dict(template.default_hyperparameters)
     hyperparameters.update({str(k): _hyperparameter_string(v) for k, v in options.hyperparameters.items()})
     job_name = check_job_name(template, options.job_name or default_job_name(template, now))
     code_uri, entry_point = check_source(template, options.code_uri, options.entry_point)
@@ -488,7 +489,8 @@ def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
         "instance_type": _input_or("instance_type", json.dumps(template.default_instance_type)),
         "instance_count": _input_or("instance_count", json.dumps(template.default_instance_count)),
         "use_spot": _input_or("use_spot", json.dumps(template.default_use_spot)),
-        "hyperparameters": "{% $merge($append(["
+        # The configured hyperparameters are the built-in trainer's; a user's script gets only its own.
+        "hyperparameters": "{% $merge($append([$exists($states.input.code_uri) ? {} : "
         + to_jsonata(dict(template.default_hyperparameters))
         + f"], $exists($states.input.hyperparameters) ? {stringified} : [])) %}}",
         "code_uri": _input_or("code_uri", '""'),

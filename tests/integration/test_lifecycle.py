@@ -196,6 +196,41 @@ def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lif
     assert json.loads(check.stdout.strip().splitlines()[-1]) == [3, trained.options.classes]
 
 
+# --- a user's own script (SageMaker script mode) on the same deployment --------------------------
+
+
+@pytest.fixture(scope="module")
+def script_trained(trained: Lifecycle) -> Lifecycle:
+    """The example Keras image classifier launched with --source-dir, trained by the local runner."""
+    trained.upload_dataset(images=True)
+    trained.launch(user_script=True)
+    trained.train()
+    return trained
+
+
+def test_user_script_trained_through_the_launch_script(script_trained: Lifecycle, tmp_path: Path) -> None:
+    job = script_trained.job
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["HyperParameters"]["sagemaker_program"] == "train.py"
+    code = next(c for c in job["InputDataConfig"] if c["ChannelName"] == "code")
+    data = script_trained.outputs[f"{script_trained.config().project_name}-data"]
+    assert code["DataSource"]["S3DataSource"]["S3Uri"] == (
+        f"s3://{data['ArtifactsBucketName']}/code/{script_trained.job_name}/sourcedir.tar.gz"
+    )
+    metrics = {m["MetricName"]: m["Value"] for m in job["FinalMetricDataList"]}
+    assert metrics["train:epoch"] == script_trained.options.epochs, "the toolkit's metric lines reach the job"
+    log = script_trained.runner.outcomes[script_trained.job_name].log_file.read_text()
+    assert log.index("[gpu-check] ") < log.index("[trainer] script-start"), "GPU check before user code"
+    artifact = job["ModelArtifacts"]["S3ModelArtifacts"]
+    bucket, key = artifact[len("s3://") :].split("/", 1)
+    archive = tmp_path / "model.tar.gz"
+    script_trained.client("s3").download_file(bucket, key, str(archive))
+    with tarfile.open(archive) as tar:
+        assert sorted(tar.getnames()) == ["classes.txt", "model.keras"], "the script's model, not a built-in one"
+        tar.extractall(tmp_path / "model", filter="data")
+    assert (tmp_path / "model" / "classes.txt").read_text().split() == [f"class_{i}" for i in range(script_trained.options.classes)]
+
+
 # --- after destroy -----------------------------------------------------------------------------
 
 

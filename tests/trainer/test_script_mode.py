@@ -180,6 +180,16 @@ def test_sys_exit_and_a_kill_are_reported_distinctly(tmp_path: Path) -> None:
     assert "killed by SIGKILL" in (run.failure or "") and "out-of-memory" in (run.failure or "")
 
 
+def test_an_argument_the_script_does_not_accept_is_named(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    script = "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--epochs')\nparser.parse_args()\n"
+    _job_with_code(base, tmp_path, {"train.py": script}, {"epochs": 2, "batch_size": 64})
+    run = run_trainer(base)
+    assert run.returncode == 8, run.explain()
+    assert "called sys.exit(2) at train.py line 4" in (run.failure or "")
+    assert "unrecognized arguments: --batch_size 64" in (run.failure or "")
+
+
 def test_requirements_install_offline_from_shipped_wheels(tmp_path: Path) -> None:
     base = tmp_path / "opt-ml"
     source = tmp_path / "src"

@@ -154,6 +154,9 @@ def test_script_mode_request_carries_the_code_channel_and_the_sdk_hyperparameter
     assert hps["sagemaker_submit_directory"] == "/opt/ml/input/data/code/sourcedir.tar.gz"
     assert hps["sagemaker_multi_worker_mirrored_strategy_enabled"] == "true"
     assert request["Environment"]["TF_USE_LEGACY_KERAS"] == "1"
+    # The deployment's hyperparameters are the built-in trainer's: a script receives only its own.
+    assert set(hps) == {"sagemaker_program", "sagemaker_submit_directory", "sagemaker_multi_worker_mirrored_strategy_enabled"}
+    assert create_training_job_request(template, resolve_launch(template, VALID[3]))["HyperParameters"]["epochs"] == "2"
     built_in = create_training_job_request(template, resolve_launch(template, VALID[0]))
     assert [c["ChannelName"] for c in built_in["InputDataConfig"]] == list(template.channels)
     assert not any(k.startswith("sagemaker_") for k in built_in["HyperParameters"])

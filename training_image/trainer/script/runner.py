@@ -10,6 +10,7 @@ the 120 s SageMaker allows after a stop or spot interruption.
 
 from __future__ import annotations
 
+import collections
 import importlib.util
 import json
 import os
@@ -34,6 +35,7 @@ ENV_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
 ENV_JOB_START = "TRAINER_JOB_START_TIME"
 # SageMaker sends SIGKILL 120 s after SIGTERM; the rest is for uploading what the script wrote.
 STOP_GRACE_SECONDS = 100.0
+STDERR_TAIL_LINES = 20
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
 
@@ -70,6 +72,7 @@ class _Supervisor:
         self.stop_requested_at: float | None = None
         self._child: subprocess.Popen[bytes] | None = None
         self._killer: threading.Timer | None = None
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._relay)
@@ -93,15 +96,33 @@ class _Supervisor:
         self._signal_group(signum)
 
     def run(self, command: list[str], *, env: Mapping[str, str], cwd: Path) -> int:
+        """Runs ``command`` to its end; its stderr is passed through, the last lines kept in :attr:`stderr_tail`."""
         if self.stop_requested_at is not None:
             raise TrainingInterrupted("Training stopped by SIGTERM before the training script started.")
-        self._child = subprocess.Popen(command, env=dict(env), cwd=cwd, start_new_session=True)  # noqa: S603
+        self.stderr_tail = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self._child = subprocess.Popen(  # noqa: S603
+            command, env=dict(env), cwd=cwd, start_new_session=True, stderr=subprocess.PIPE
+        )
+        relay = threading.Thread(target=self._relay_stderr, args=(self._child,), daemon=True)
+        relay.start()
         try:
-            return self._child.wait()
+            code = self._child.wait()
+            relay.join(timeout=10)
+            return code
         finally:
             self._child = None
             if self._killer is not None and self.stop_requested_at is None:
                 self._killer.cancel()
+
+
+    def _relay_stderr(self, child: subprocess.Popen[bytes]) -> None:
+        assert child.stderr is not None
+        for raw in child.stderr:
+            sys.stderr.buffer.write(raw)
+            sys.stderr.flush()
+            line = raw.decode("utf-8", errors="replace").strip()
+            if line:
+                self.stderr_tail.append(line)
 
 
 def _trainer_root() -> str:
@@ -128,8 +149,17 @@ def verify_gpus(supervisor: _Supervisor, env: TrainingEnvironment, scratch: Path
     return result
 
 
-def _failure(job: contract.ScriptJob, returncode: int, report: dict[str, Any] | None) -> UserScriptError:
+def _last_error_line(stderr_tail: Any) -> str:
+    """The script's last stderr line that reads like an error (argparse's usage error, a shell message)."""
+    lines = [line for line in stderr_tail if not line.startswith(("WARNING:", "I0000", "W0000", "E0000"))]
+    errors = [line for line in lines if "error" in line.lower()]
+    chosen = (errors or lines or [""])[-1]
+    return chosen[:300]
+
+
+def _failure(job: contract.ScriptJob, returncode: int, report: dict[str, Any] | None, stderr_tail: Any = ()) -> UserScriptError:
     script = job.program
+    said_last = _last_error_line(stderr_tail)
     if returncode < 0:
         signum = -returncode
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
@@ -152,12 +182,15 @@ def _failure(job: contract.ScriptJob, returncode: int, report: dict[str, Any] | 
         inside = f" (raised inside {report['raised_in']})" if report.get("raised_in") and report.get("file") else ""
         if report.get("type") == "SystemExit":
             said = f": {report['message']}" if report.get("message") and report["message"] not in where else ""
+            if not said and said_last:
+                said = f"; its last error output: {said_last}"
             return UserScriptError(f"The training script {script} called sys.exit({returncode}){where}{said}.")
         return UserScriptError(
             f"The training script {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
             "The full traceback is in the job's log."
         )
-    return UserScriptError(f"The training script {script} exited with status {returncode}; see the job's log.")
+    last = f"; its last error output: {said_last}" if said_last else ""
+    return UserScriptError(f"The training script {script} exited with status {returncode}{last}. See the job's log.")
 
 
 def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
@@ -230,4 +263,4 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
             f"With trainer.toolkit's callbacks (BackupAndRestore in {env.paths.checkpoint_dir}), a restart resumes at "
             "the last completed epoch."
         )
-    raise _failure(job, returncode, report)
+    raise _failure(job, returncode, report, supervisor.stderr_tail)
