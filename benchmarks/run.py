@@ -47,6 +47,12 @@ def _gpu(repeats: int) -> list[dict]:
     return gpu_bench.run(repeats)
 
 
+def _script(repeats: int) -> list[dict]:
+    from benchmarks import script_bench
+
+    return script_bench.run(repeats)
+
+
 def _cost(repeats: int) -> list[dict]:
     from benchmarks import cost_bench
 
@@ -59,6 +65,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "throughput": _throughput,
     "gpu": _gpu,
     "cost": _cost,
+    "script": _script,
 }
 COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
 
