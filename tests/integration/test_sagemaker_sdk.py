@@ -50,7 +50,7 @@ BATCH_SIZE = 64
 def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     """Data and training stacks deployed on a fresh emulator, local runner watching."""
     lifecycle = Lifecycle(
-        Options(work_dir=tmp_path_factory.mktemp("sdk"), stacks=("DataPlane", "TrainingJob"), job_timeout_seconds=600)
+        Options(work_dir=tmp_path_factory.mktemp("sdk"), stacks=("gputrain-data", "gputrain-training"), job_timeout_seconds=600)
     )
     try:
         lifecycle.start()
