@@ -176,6 +176,11 @@ class TrainingJobRole(Construct):
         )
         log_group_children = f"{log_group}:*"
         project_streams = f"{log_group}:log-stream:{project_name}-*"
+        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
+        subnets, security_groups, network_interfaces = (
+            stack.format_arn(service="ec2", resource=kind, resource_name="*")
+            for kind in ("subnet", "security-group", "network-interface")
+        )
         statements = [
             iam.PolicyStatement(sid="ReadInputChannels", actions=["s3:GetObject"], resources=input_objects),
             iam.PolicyStatement(
@@ -197,7 +202,9 @@ class TrainingJobRole(Construct):
             ),
             iam.PolicyStatement(
                 sid="UsePlatformKey",
-                actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+                # kms:Encrypt: SageMaker requires it of the execution role when
+                # OutputDataConfig.KmsKeyId is set (CreateTrainingJob API reference).
+                actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
                 resources=[key.key_arn],
             ),
             iam.PolicyStatement(
@@ -239,16 +246,30 @@ class TrainingJobRole(Construct):
                 ],
                 resources=["*"],
             ),
+            # CreateNetworkInterface authorizes the new interface, the subnet and the security
+            # groups; ec2:Vpc is in the request context of the subnet and the groups only, so the
+            # VPC condition goes on those, and the interface itself is unconditioned: it can
+            # only be created in a subnet the first statement allows.
+            iam.PolicyStatement(
+                sid="NetworkInterfacesInTrainingVpcSubnets",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[subnets, security_groups],
+                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
+            ),
+            iam.PolicyStatement(
+                sid="NewNetworkInterfaces",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[network_interfaces],
+            ),
             iam.PolicyStatement(
                 sid="NetworkInterfacesInTrainingVpc",
                 actions=[
-                    "ec2:CreateNetworkInterface",
                     "ec2:CreateNetworkInterfacePermission",
                     "ec2:DeleteNetworkInterface",
                     "ec2:DeleteNetworkInterfacePermission",
                 ],
-                resources=["*"],
-                conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)}},
+                resources=[network_interfaces],
+                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
             ),
         ]
         self.role = iam.Role(
@@ -264,9 +285,11 @@ class TrainingJobRole(Construct):
             "Each wildcard is the narrowest the API allows: objects under the configured channel prefixes (read) and "
             "under the output and checkpoint prefixes (read/write); SageMaker's fixed /aws/sagemaker/TrainingJobs log "
             "group and the project's job streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* "
-            "(no resource-level permissions), cloudwatch:PutMetricData (limited by namespace) and network interfaces "
-            "(limited to the training VPC by the ec2:Vpc condition).",
-            [*input_objects, *artifact_objects, log_group_children, project_streams, "*"],
+            "(no resource-level permissions) and cloudwatch:PutMetricData (limited by namespace); subnets, security "
+            "groups and network interfaces of this account and region, limited to the training VPC by the ec2:Vpc "
+            "condition (a new interface by the subnet it must be created in).",
+            [*input_objects, *artifact_objects, log_group_children, project_streams, subnets, security_groups,
+             network_interfaces, "*"],
         )
 
 
@@ -453,7 +476,8 @@ class TrainingJobWorkflow(Construct):
                 # The role itself refuses a request that drops isolation, the VPC or the output key.
                 conditions={
                     "Bool": {"sagemaker:NetworkIsolation": "true"},
-                    "StringEquals": {"sagemaker:OutputKmsKey": r.key_arn},
+                    # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
+                    "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
                     "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
                     "Null": {"sagemaker:VpcSubnets": "false"},
                 },
