@@ -72,7 +72,8 @@ class NodeSettings:
         logical_resource_id: The node's instance resource in that stack.
         region: Region of the stack, log group and bucket.
         log_group_name: The cluster's log group.
-        checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced.
+        checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced (this node's own prefix).
+        output_s3_uri: Where the cluster's nodes may write models and other outputs.
     """
 
     node_name: str
@@ -89,6 +90,7 @@ class NodeSettings:
     region: str
     log_group_name: str
     checkpoint_s3_uri: str
+    output_s3_uri: str
 
     def environment(self) -> dict[str, str]:
         """The settings as ``node.env`` variables (the training container contract names)."""
@@ -107,6 +109,7 @@ class NodeSettings:
             "AWS_REGION": self.region,
             "LOG_GROUP": self.log_group_name,
             "CHECKPOINT_S3_URI": self.checkpoint_s3_uri,
+            "OUTPUT_S3_URI": self.output_s3_uri,
         }
 
 

@@ -24,6 +24,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IValidation
 
 from stacks.components.log_group import encrypted_log_group
+from stacks.components.network import TrainingNetwork
 from stacks.components.policy import acknowledge
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
@@ -93,30 +94,28 @@ def acknowledge_wildcard_resources(scope: Construct, reason: str, resources: Seq
 class TrainingJobSecurityGroup(Construct):
     """Network of a job's instances: each other (distributed training) and HTTPS out.
 
-    The subnets have no internet route by default (``network.nat_gateways = 0``), so HTTPS out
-    reaches only the VPC endpoints and the S3 gateway endpoint (whose prefix list cannot be named
-    without a lookup). The container itself has no network at all (``EnableNetworkIsolation``).
+    HTTPS out reaches only the VPC interface endpoints and S3 through the gateway endpoint (and
+    the internet only where ``network.nat_gateways > 0``). The container itself has no network at
+    all (``EnableNetworkIsolation``).
 
     Attributes:
         security_group: The group.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
-        """Create the group in ``vpc``."""
+    def __init__(self, scope: Construct, construct_id: str, *, network: TrainingNetwork) -> None:
+        """Create the group in the training VPC."""
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
-            vpc=vpc,
+            vpc=network.vpc,
             description="SageMaker training instances: traffic between the instances of a job, HTTPS to AWS endpoints",
             allow_all_outbound=False,
         )
         self.security_group.connections.allow_internally(
             ec2.Port.all_traffic(), "Between the instances of one training job"
         )
-        self.security_group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
-        )
+        network.allow_https_to_aws(self.security_group)
         acknowledge(
             self.security_group,
             "The all-protocol rule's source and destination is this group itself, i.e. only the instances of one "
@@ -275,7 +274,15 @@ class TrainingJobRole(Construct):
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            # Only SageMaker acting for this account's resources in this region may assume it
+            # (cross-service confused deputy prevention).
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": stack.format_arn(service="sagemaker", resource="*", resource_name=None)},
+                },
+            ),
             description=f"{project_name}: execution role of the project's SageMaker training jobs",
         )
         # A customer-managed policy rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy).
@@ -322,7 +329,7 @@ class TrainingJobWorkflow(Construct):
         artifacts_bucket: s3.IBucket,
         repository: ecr.IRepository,
         image_tag: str,
-        vpc: ec2.IVpc,
+        network: TrainingNetwork,
         subnet_ids: Sequence[str],
     ) -> None:
         """Create the workflow.
@@ -336,13 +343,14 @@ class TrainingJobWorkflow(Construct):
             artifacts_bucket: Bucket for outputs and checkpoints.
             repository: Training image repository.
             image_tag: The image tag jobs run.
-            vpc: The training VPC.
+            network: The training VPC and its endpoints.
             subnet_ids: The private subnets jobs run in.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         project = config.project_name
-        self.security_group = TrainingJobSecurityGroup(self, "Network", vpc=vpc).security_group
+        vpc = network.vpc
+        self.security_group = TrainingJobSecurityGroup(self, "Network", network=network).security_group
         self.job_role = TrainingJobRole(
             self,
             "JobRole",

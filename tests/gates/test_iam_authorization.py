@@ -136,10 +136,13 @@ def iam_root(tmp_path_factory):
 
 
 def test_every_kind_of_policy_is_read(iam_root):
-    """Identity, trust and resource policies (bucket, key, topic) are all checked."""
+    """Identity, trust and resource policies (bucket, key, topic, VPC endpoints) are all checked."""
     templates = cached_synth(iam_root, {}).templates_by_stack_name()
     properties = {s.where.split("/", 2)[2].rsplit("[", 1)[0] for s in policy_statements(templates)}
     assert {"PolicyDocument", "AssumeRolePolicyDocument", "KeyPolicy", "Policies[0].PolicyDocument"} <= properties
+    resources = {s.where.split("/")[1] for s in policy_statements(templates)}
+    assert any(r.startswith("NetworkVpcS3Endpoint") for r in resources), resources
+    assert any(r.startswith("NetworkVpcEcrApiEndpoint") for r in resources), resources
 
 
 @pytest.mark.parametrize("name", list(ALL_CONFIGS))
