@@ -33,6 +33,16 @@ NODE_DIR = "/opt/gputrain"
 USER_DATA_LIMIT_BYTES = 16 * 1024
 """EC2 rejects user data above 16 KB (before base64)."""
 
+CLOUDWATCH_AGENT_VERSION = "1.300072.0b1766"
+"""CloudWatch agent release nodes install when the AMI has none (never ``latest``: a deploy
+installs what was reviewed). To move on, pick a release of aws/amazon-cloudwatch-agent and
+check that ``ubuntu/amd64/<version>/amazon-cloudwatch-agent.deb`` exists in the
+``amazoncloudwatch-agent-<region>`` bucket."""
+
+CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
+"""Fingerprint of AWS's CloudWatch agent signing key (CloudWatch user guide, "Verify the
+signature of the CloudWatch agent package"): the package is installed only if this key signed it."""
+
 GPU_METRIC_NAMESPACE = "CWAgent"
 GPU_UTILIZATION_METRIC = "nvidia_smi_utilization_gpu"
 """What the CloudWatch agent publishes for ``nvidia_gpu`` ``utilization_gpu``."""
@@ -110,6 +120,8 @@ class NodeSettings:
             "LOG_GROUP": self.log_group_name,
             "CHECKPOINT_S3_URI": self.checkpoint_s3_uri,
             "OUTPUT_S3_URI": self.output_s3_uri,
+            "CW_AGENT_VERSION": CLOUDWATCH_AGENT_VERSION,
+            "CW_AGENT_KEY_FINGERPRINT": CLOUDWATCH_AGENT_KEY_FINGERPRINT,
         }
 
 
