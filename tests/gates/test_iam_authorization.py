@@ -72,6 +72,11 @@ def test_an_arn_key_compared_as_a_string_is_flagged():
     assert _kinds(statement, ("arn:aws:sagemaker:us-east-1:123456789012:training-job/p-*",)) == []
 
 
+def test_global_arn_keys_need_arn_operators_too():
+    statement = {"Effect": "Allow", "Action": "sns:Publish", "Condition": {"StringEquals": {"aws:SourceArn": "arn:aws:events:us-east-1:1:rule/r"}}}
+    assert _kinds(statement, ("arn:aws:sns:us-east-1:123456789012:topic",)) == ["operator-type"]
+
+
 def test_unknown_actions_and_empty_wildcards_are_flagged():
     assert _kinds({"Effect": "Allow", "Action": "s3:GetObjekt", "Resource": "*"}) == ["unknown-action"]
     assert _kinds({"Effect": "Allow", "Action": "kms:Nothing*", "Resource": "*"}) == ["unknown-action"]
