@@ -47,7 +47,7 @@ class TrainingJobStack(Stack):
             artifacts_bucket=data_plane.artifacts_bucket,
             repository=data_plane.repository,
             image_tag=config.image.tag,
-            vpc=network.vpc,
+            network=network,
             subnet_ids=network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids,
         )
         self.notifications = TrainingJobNotifications(

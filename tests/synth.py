@@ -43,6 +43,14 @@ class Synth:
         stack = self.app.node.find_child(stack_id)
         return json.loads((self.outdir / stack.template_file).read_text())
 
+    def templates_by_stack_name(self) -> dict[str, dict[str, Any]]:
+        """Every stack's raw template under its CloudFormation stack name (``gputrain-data``...),
+        the name cross-stack references use."""
+        return {
+            self.app.node.find_child(sid).stack_name: self.template_json(sid)  # type: ignore[attr-defined]
+            for sid in self.stack_ids
+        }
+
     @property
     def stack_ids(self) -> list[str]:
         return [c.node.id for c in self.app.node.children if hasattr(c, "template_file")]

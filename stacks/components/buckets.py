@@ -14,6 +14,10 @@ from stacks.components.policy import acknowledge
 CHECKPOINT_PREFIX = "checkpoints/"
 """Key prefix in the artifacts bucket where SageMaker and EC2 nodes sync checkpoints."""
 
+CLUSTER_OUTPUT_PREFIX = "cluster-outputs/"
+"""Key prefix in the artifacts bucket for what GPU cluster nodes write besides checkpoints
+(``cluster-outputs/<cluster stack>/``); SageMaker job outputs live elsewhere (``training-jobs/``)."""
+
 
 def _removal(retain: bool) -> dict:
     if retain:

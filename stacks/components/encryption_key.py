@@ -42,7 +42,9 @@ class PlatformKey(Construct):
             iam.PolicyStatement(
                 sid="AllowCloudWatchLogsInThisAccount",
                 principals=[iam.ServicePrincipal(f"logs.{Aws.REGION}.amazonaws.com")],
-                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                # No kms:Describe* (AWS's example has it): DescribeKey's request context has no
+                # encryption context, so under this condition it could never be allowed.
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy "*" means this key
                 conditions={
                     "ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"}

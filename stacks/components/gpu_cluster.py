@@ -63,7 +63,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IValidation
 
-from stacks.components.buckets import CHECKPOINT_PREFIX
+from stacks.components.buckets import CHECKPOINT_PREFIX, CLUSTER_OUTPUT_PREFIX
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork
 from stacks.components.node_user_data import (
@@ -73,7 +73,7 @@ from stacks.components.node_user_data import (
     add_node_boot,
 )
 from stacks.components.policy import acknowledge
-from stacks.config import ClusterConfig
+from stacks.config import USER_CODE_PREFIX, ClusterConfig
 from stacks.gpu_instances import lookup
 
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/{flavour}/latest/ami-id"
@@ -85,6 +85,24 @@ ROOT_DEVICE_NAME = "/dev/sda1"
 
 RESERVATION_PREFIX_LENGTH = 25
 FIRST_NODE_OFFSET = 10
+
+NODES_PER_CHECKPOINT_POLICY = 16
+"""Per-node checkpoint statements per managed policy (a managed policy holds at most 6,144
+characters; 64 nodes need 4 policies)."""
+
+SESSION_MANAGER_ACTIONS: tuple[str, ...] = (
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+    "ec2messages:AcknowledgeMessage",
+    "ec2messages:DeleteMessage",
+    "ec2messages:FailMessage",
+    "ec2messages:GetEndpoint",
+    "ec2messages:GetMessages",
+    "ec2messages:SendReply",
+)
+"""What SSM Agent needs for Session Manager (the message channels), none with a resource."""
 
 
 def dlami_parameter_name(flavour: str) -> str:
@@ -189,7 +207,7 @@ class GpuCluster(Construct):
             reservation_type="explicit",
             description=f"{project_name} GPU nodes: fixed addresses of the training host list",
         )
-        self.security_group = self._members_only_security_group(network.vpc)
+        self.security_group = self._members_only_security_group(network)
         self.placement_group = (
             ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
             if config.node_count > 1
@@ -199,6 +217,7 @@ class GpuCluster(Construct):
             self, "NodeLogs", key=key, log_group_name=f"/{project_name}/gpu-cluster"
         )
         self.role = self._node_role(key, datasets_bucket, artifacts_bucket, repository)
+        self._checkpoint_policies(artifacts_bucket)
         self._instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
         if config.pinned_dlami is not None:
             # An explicit release (config validation checked its driver against the GPUs).
@@ -234,7 +253,8 @@ class GpuCluster(Construct):
                     logical_resource_id=stack.get_logical_id(instance.instance),
                     region=stack.region,
                     log_group_name=self.log_group.log_group_name,
-                    checkpoint_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{CHECKPOINT_PREFIX}{stack.stack_name}/{name}/",
+                    checkpoint_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{self._checkpoint_prefix(name)}",
+                    output_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{self._output_prefix()}",
                     code_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{config.code_key}" if config.code_key else "",
                     entry_point=config.entry_point or "",
                     legacy_keras=config.legacy_keras,
@@ -243,11 +263,11 @@ class GpuCluster(Construct):
             alarm = self._idle_alarm(f"Node{index}IdleAlarm", name, instance) if config.idle_stop_minutes else None
             self.nodes.append(GpuNode(name=name, instance=instance, private_ip=host, idle_alarm=alarm))
 
-    def _members_only_security_group(self, vpc: ec2.IVpc) -> ec2.SecurityGroup:
+    def _members_only_security_group(self, network: TrainingNetwork) -> ec2.SecurityGroup:
         group = ec2.SecurityGroup(
             self,
             "NodeSecurityGroup",
-            vpc=vpc,
+            vpc=network.vpc,
             description="GPU nodes: all traffic between cluster members only; HTTPS out to AWS service endpoints",
             allow_all_outbound=False,
         )
@@ -255,9 +275,8 @@ class GpuCluster(Construct):
         # (no SSH: access is SSM Session Manager).
         group.add_ingress_rule(group, ec2.Port.all_traffic(), "Cluster members")
         group.add_egress_rule(group, ec2.Port.all_traffic(), "Cluster members")
-        # The private subnets' only routes out lead to the VPC endpoints (the S3 gateway endpoint
-        # has no address range a group can name without an account lookup).
-        group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS service endpoints")
+        # Out: only the VPC endpoints (and the internet only where a NAT gateway was asked for).
+        network.allow_https_to_aws(group)
         acknowledge(
             group,
             "The only inbound rule admits the group itself (the cluster's own nodes), not an address range; EFA "
@@ -351,35 +370,56 @@ class GpuCluster(Construct):
             "NIST.800.53.R5-EC2InstancesInVPC",
         )
 
+    def _checkpoint_prefix(self, node_name: str) -> str:
+        return f"{CHECKPOINT_PREFIX}{Stack.of(self).stack_name}/{node_name}/"
+
+    def _output_prefix(self) -> str:
+        return f"{CLUSTER_OUTPUT_PREFIX}{Stack.of(self).stack_name}/"
+
     def _node_role(
         self, key: kms.IKey, datasets: s3.IBucket, artifacts: s3.IBucket, repository: ecr.IRepository
     ) -> iam.Role:
+        stack = Stack.of(self)
         role = iam.Role(
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="GPU training nodes: read datasets, write artifacts, pull the image, own logs, SSM",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+            description="GPU training nodes: read datasets, write the cluster's artifacts, pull the image, own logs, SSM",
         )
-        acknowledge(
-            role,
-            "AmazonSSMManagedInstanceCore is the AWS-maintained minimum for Session Manager access, which replaces SSH "
-            "on these nodes; AWS updates it with the agent.",
-            "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
-        )
+        cluster_checkpoints = f"{CHECKPOINT_PREFIX}{stack.stack_name}/"
+        cluster_outputs = self._output_prefix()
+        instances = stack.format_arn(service="ec2", resource="instance", resource_name="*")
         policy = iam.ManagedPolicy(
             self,
             "NodePolicy",
-            description="GPU training nodes: least privilege beyond Session Manager",
+            description="GPU training nodes: least privilege, Session Manager included",
             roles=[role],
             statements=[
                 iam.PolicyStatement(sid="ListDatasets", actions=["s3:ListBucket"], resources=[datasets.bucket_arn]),
                 iam.PolicyStatement(sid="ReadDatasets", actions=["s3:GetObject"], resources=[datasets.arn_for_objects("*")]),
-                iam.PolicyStatement(sid="ListArtifacts", actions=["s3:ListBucket"], resources=[artifacts.bucket_arn]),
                 iam.PolicyStatement(
-                    sid="WriteArtifactsAndCheckpoints",
-                    actions=["s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"],
-                    resources=[artifacts.arn_for_objects("*")],
+                    sid="ListClusterArtifacts",
+                    actions=["s3:ListBucket"],
+                    resources=[artifacts.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{cluster_checkpoints}*", f"{cluster_outputs}*"]}},
+                ),
+                iam.PolicyStatement(
+                    sid="ReadClusterArtifacts",
+                    actions=["s3:GetObject"],
+                    resources=[
+                        artifacts.arn_for_objects(f"{cluster_checkpoints}*"),
+                        artifacts.arn_for_objects(f"{cluster_outputs}*"),
+                        # Script mode: users' sourcedir.tar.gz (cluster.code_key), read-only.
+                        artifacts.arn_for_objects(f"{USER_CODE_PREFIX}*"),
+                    ],
+                ),
+                # Each node writes its own checkpoints (the per-node policies below); models and
+                # other outputs go to the cluster's prefix. Nothing else in the bucket, so a node
+                # (or its container) cannot overwrite SageMaker jobs' outputs or checkpoints.
+                iam.PolicyStatement(
+                    sid="WriteClusterOutputs",
+                    actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                    resources=[artifacts.arn_for_objects(f"{cluster_outputs}*")],
                 ),
                 iam.PolicyStatement(
                     sid="BucketObjectKeys",
@@ -407,23 +447,75 @@ class GpuCluster(Construct):
                 iam.PolicyStatement(
                     sid="SignalHealth", actions=["cloudformation:SignalResource"], resources=[Aws.STACK_ID]
                 ),
+                # Session Manager only (AWS's minimal instance profile for it), instead of
+                # AmazonSSMManagedInstanceCore, whose ssm:GetParameter(s) on "*" would let every
+                # node and its host-network container read every parameter in the account.
+                iam.PolicyStatement(sid="SessionManagerChannels", actions=list(SESSION_MANAGER_ACTIONS), resources=["*"]),
+                iam.PolicyStatement(
+                    sid="SsmAgentRegistration", actions=["ssm:UpdateInstanceInformation"], resources=[instances]
+                ),
             ],
         )
         acknowledge(
             policy,
-            "ecr:GetAuthorizationToken and cloudwatch:PutMetricData support no resource-level permissions; "
-            "the metric statement is limited to the CloudWatch agent's namespace by a condition.",
+            "ecr:GetAuthorizationToken, cloudwatch:PutMetricData and Session Manager's ssmmessages/ec2messages "
+            "channel actions support no resource-level permissions; the metric statement is limited to the "
+            "CloudWatch agent's namespace by a condition.",
             "AwsSolutions-IAM5[Resource::*]",
         )
         policy.node.add_validation(
             _AcknowledgeObjectWildcards(
                 policy,
-                ("ReadDatasets", "WriteArtifactsAndCheckpoints"),
-                "The objects of the project's datasets bucket (read) and artifacts bucket (models, checkpoints and "
-                "outputs written under keys chosen at run time); no other bucket.",
+                ("ReadDatasets", "ReadClusterArtifacts", "WriteClusterOutputs"),
+                "The objects of the project's datasets bucket (read) and, in the artifacts bucket, only this "
+                "cluster's checkpoints (read) and outputs (read/write) and users' code (read), whose keys are chosen "
+                "at run time.",
+            )
+        )
+        policy.node.add_validation(
+            _AcknowledgeObjectWildcards(
+                policy,
+                ("SsmAgentRegistration",),
+                "SSM Agent registers the instance it runs on; the role is created before its instances (they "
+                "need it to boot), so it names the account's instances in this region rather than ids.",
             )
         )
         return role
+
+    def _checkpoint_policies(self, artifacts: s3.IBucket) -> None:
+        """Each node may write only its own checkpoint prefix.
+
+        The nodes share one role; a node is told apart by the private address its role
+        credentials were issued to (``aws:Ec2InstanceSourcePrivateIPv4``), which is fixed per
+        node (see the module docs), so node ``i`` cannot overwrite node ``j``'s checkpoints.
+        """
+        hosts = list(enumerate(self.hosts))
+        for chunk in range(0, len(hosts), NODES_PER_CHECKPOINT_POLICY):
+            members = hosts[chunk : chunk + NODES_PER_CHECKPOINT_POLICY]
+            sids = tuple(f"Node{index}Checkpoints" for index, _ in members)
+            policy = iam.ManagedPolicy(
+                self,
+                f"NodeCheckpointPolicy{chunk // NODES_PER_CHECKPOINT_POLICY}",
+                description="GPU training nodes: each node writes its own checkpoint prefix only",
+                roles=[self.role],
+                statements=[
+                    iam.PolicyStatement(
+                        sid=sid,
+                        actions=["s3:PutObject", "s3:AbortMultipartUpload"],
+                        resources=[artifacts.arn_for_objects(f"{self._checkpoint_prefix(f'node-{index}')}*")],
+                        conditions={"IpAddress": {"aws:Ec2InstanceSourcePrivateIPv4": f"{host}/32"}},
+                    )
+                    for sid, (index, host) in zip(sids, members)
+                ],
+            )
+            policy.node.add_validation(
+                _AcknowledgeObjectWildcards(
+                    policy,
+                    sids,
+                    "One node's checkpoint objects, whose keys the training loop chooses at run time; the statement "
+                    "applies only to credentials issued to that node's fixed private address.",
+                )
+            )
 
     def _idle_alarm(self, construct_id: str, name: str, instance: ec2.Instance) -> cloudwatch.Alarm:
         config = self._config

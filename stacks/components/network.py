@@ -1,14 +1,65 @@
-"""The training VPC: private subnets, VPC endpoints instead of a NAT gateway, flow logs."""
+"""The training VPC: private subnets, VPC endpoints instead of a NAT gateway, flow logs.
+
+Every endpoint has a policy, so that the VPC is a data perimeter and not only a network
+without a route out: through the endpoints, only this account's principals reach this
+account's resources, plus the AWS-owned resources the nodes and jobs need (the pattern of
+AWS's data perimeter examples, aws-samples/data-perimeter-policy-examples, for one account).
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.components.policy import acknowledge
+
+AWS_OWNED_BUCKETS: tuple[str, ...] = (
+    # ECR keeps image layers in an AWS-owned bucket; the layer URLs are presigned by ECR's
+    # account (ECR user guide, "Minimum Amazon S3 bucket permissions for Amazon ECR").
+    "prod-{region}-starport-layer-bucket",
+    # The CloudWatch agent package and its signature (CloudWatch user guide, "Download the
+    # CloudWatch agent package").
+    "amazoncloudwatch-agent-{region}",
+    "amazoncloudwatch-agent",
+    # What SSM Agent downloads (Systems Manager user guide, "SSM Agent communications with
+    # AWS managed S3 buckets").
+    "aws-ssm-{region}",
+    "amazon-ssm-{region}",
+    "amazon-ssm-packages-{region}",
+    "{region}-birdwatcher-prod",
+    "aws-ssm-distributor-file-{region}",
+    "aws-ssm-document-attachments-{region}",
+    "patch-baseline-snapshot-{region}",
+    # Amazon Linux package repositories, for Amazon Linux DLAMI flavours (yum/dnf).
+    "amazonlinux-2-repos-{region}",
+    "al2023-repos-{region}-de612dc2",
+    "packages.{region}.amazonaws.com",
+    "repo.{region}.amazonaws.com",
+)
+"""AWS-owned buckets whose objects stay readable through the S3 gateway endpoint."""
+
+RESOURCELESS_ACTIONS: dict[str, tuple[str, ...]] = {
+    "ecr.api": ("ecr:GetAuthorizationToken",),
+    "monitoring": ("cloudwatch:PutMetricData",),
+    "sts": ("sts:GetCallerIdentity",),
+    "ssmmessages": ("ssmmessages:*",),
+    "ec2messages": ("ec2messages:*",),
+}
+"""Per interface endpoint, the actions the platform calls that name no resource (no resource
+account to check), allowed for this account's principals."""
+
+AWS_OWNED_SSM_RESOURCES: tuple[str, ...] = ("parameter/aws/*", "document/*")
+"""Public parameters and AWS-owned documents (Session Manager's shell document) in the region."""
+
+
+def s3_prefix_list_name(region: str) -> str:
+    """Name of the AWS-managed prefix list of S3 in ``region`` (the gateway endpoint's routes)."""
+    return f"com.amazonaws.{region}.s3"
 
 
 class TrainingNetwork(Construct):
@@ -23,6 +74,10 @@ class TrainingNetwork(Construct):
         vpc: The VPC.
         subnet_selection: The private subnets training runs in.
         endpoint_security_group: Security group of the interface endpoints (HTTPS from the VPC).
+        s3_prefix_list_id: The region's S3 prefix list, which the gateway endpoint routes; a
+            lookup cached in ``cdk.context.json`` (a placeholder for the offline account).
+        internet_egress: Whether the subnets have a NAT route to the internet.
+        endpoints: Every endpoint by service name (``s3``, ``ecr.api``...).
     """
 
     def __init__(
@@ -78,8 +133,24 @@ class TrainingNetwork(Construct):
             destination=ec2.FlowLogDestination.to_s3(flow_log_bucket, "vpc-flow-logs/"),
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
-        self.vpc.add_gateway_endpoint(
+        stack = Stack.of(self)
+        self.internet_egress = nat_gateways > 0
+        self.s3_prefix_list_id = ec2.PrefixList.from_lookup(
+            self, "S3PrefixList", prefix_list_name=s3_prefix_list_name(stack.region)
+        ).prefix_list_id
+        s3_endpoint = self.vpc.add_gateway_endpoint(
             "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.subnet_selection]
+        )
+        self.endpoints: dict[str, ec2.IVpcEndpoint] = {"s3": s3_endpoint}
+        for statement in self._account_perimeter(stack):
+            s3_endpoint.add_to_policy(statement)
+        s3_endpoint.add_to_policy(
+            iam.PolicyStatement(
+                sid="AwsOwnedBuckets",
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:GetObject"],
+                resources=[f"arn:{stack.partition}:s3:::{b.format(region=stack.region)}/*" for b in AWS_OWNED_BUCKETS],
+            )
         )
         self.endpoint_security_group = ec2.SecurityGroup(
             self,
@@ -94,7 +165,7 @@ class TrainingNetwork(Construct):
         )
         for name in interface_endpoints:
             construct_name = "".join(part.capitalize() for part in name.replace("-", ".").split(".")) + "Endpoint"
-            self.vpc.add_interface_endpoint(
+            endpoint = self.vpc.add_interface_endpoint(
                 construct_name,
                 service=ec2.InterfaceVpcEndpointAwsService(name),
                 subnets=self.subnet_selection,
@@ -102,3 +173,61 @@ class TrainingNetwork(Construct):
                 private_dns_enabled=True,
                 open=False,
             )
+            for statement in self._account_perimeter(stack, RESOURCELESS_ACTIONS.get(name, ())):
+                endpoint.add_to_policy(statement)
+            if name == "ssm":
+                endpoint.add_to_policy(
+                    iam.PolicyStatement(
+                        sid="ThisAccountToAwsOwnedSsmResources",
+                        principals=[iam.AnyPrincipal()],
+                        actions=["ssm:Describe*", "ssm:List*", "ssm:Get*"],
+                        resources=[f"arn:{stack.partition}:ssm:{stack.region}::{r}" for r in AWS_OWNED_SSM_RESOURCES],
+                        conditions={"StringEquals": {"aws:PrincipalAccount": stack.account}},
+                    )
+                )
+            self.endpoints[name] = endpoint
+
+    def allow_https_to_aws(self, group: ec2.SecurityGroup) -> None:
+        """Let ``group`` reach AWS services the way this VPC offers them: HTTPS to the interface
+        endpoints' security group and to the S3 prefix list (the gateway endpoint's routes), and,
+        only where the subnets have a NAT route (``nat_gateways > 0``), HTTPS to the internet."""
+        group.add_egress_rule(self.endpoint_security_group, ec2.Port.tcp(443), "HTTPS to the VPC interface endpoints")
+        group.add_egress_rule(
+            ec2.Peer.prefix_list(self.s3_prefix_list_id), ec2.Port.tcp(443), "HTTPS to S3 through the gateway endpoint"
+        )
+        if self.internet_egress:
+            group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS out through the NAT gateway (nat_gateways > 0)")
+
+    @staticmethod
+    def _account_perimeter(stack: Stack, resourceless_actions: Sequence[str] = ()) -> list[iam.PolicyStatement]:
+        """This account's principals to this account's resources, AWS services on its behalf,
+        and the named actions that have no resource."""
+        statements = [
+            iam.PolicyStatement(
+                sid="ThisAccountToThisAccount",
+                principals=[iam.AnyPrincipal()],
+                actions=["*"],
+                resources=["*"],
+                conditions={
+                    "StringEquals": {"aws:PrincipalAccount": stack.account, "aws:ResourceAccount": stack.account}
+                },
+            ),
+            iam.PolicyStatement(
+                sid="AwsServicePrincipals",
+                principals=[iam.AnyPrincipal()],
+                actions=["*"],
+                resources=["*"],
+                conditions={"Bool": {"aws:PrincipalIsAWSService": "true"}},
+            ),
+        ]
+        if resourceless_actions:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="ThisAccountActionsWithoutResource",
+                    principals=[iam.AnyPrincipal()],
+                    actions=list(resourceless_actions),
+                    resources=["*"],
+                    conditions={"StringEquals": {"aws:PrincipalAccount": stack.account}},
+                )
+            )
+        return statements

@@ -33,6 +33,16 @@ NODE_DIR = "/opt/gputrain"
 USER_DATA_LIMIT_BYTES = 16 * 1024
 """EC2 rejects user data above 16 KB (before base64)."""
 
+CLOUDWATCH_AGENT_VERSION = "1.300072.0b1766"
+"""CloudWatch agent release nodes install when the AMI has none (never ``latest``: a deploy
+installs what was reviewed). To move on, pick a release of aws/amazon-cloudwatch-agent and
+check that ``ubuntu/amd64/<version>/amazon-cloudwatch-agent.deb`` exists in the
+``amazoncloudwatch-agent-<region>`` bucket."""
+
+CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
+"""Fingerprint of AWS's CloudWatch agent signing key (CloudWatch user guide, "Verify the
+signature of the CloudWatch agent package"): the package is installed only if this key signed it."""
+
 GPU_METRIC_NAMESPACE = "CWAgent"
 GPU_UTILIZATION_METRIC = "nvidia_smi_utilization_gpu"
 """What the CloudWatch agent publishes for ``nvidia_gpu`` ``utilization_gpu``."""
@@ -72,7 +82,8 @@ class NodeSettings:
         logical_resource_id: The node's instance resource in that stack.
         region: Region of the stack, log group and bucket.
         log_group_name: The cluster's log group.
-        checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced.
+        checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced (this node's own prefix).
+        output_s3_uri: Where the cluster's nodes may write models and other outputs.
         code_s3_uri: A user's ``sourcedir.tar.gz`` to run in script mode; empty for the built-in trainer.
         entry_point: The script inside it; empty for the built-in trainer.
         legacy_keras: Run the script with Keras 2 (tf-keras).
@@ -92,6 +103,7 @@ class NodeSettings:
     region: str
     log_group_name: str
     checkpoint_s3_uri: str
+    output_s3_uri: str
     code_s3_uri: str = ""
     entry_point: str = ""
     legacy_keras: bool = False
@@ -113,6 +125,9 @@ class NodeSettings:
             "AWS_REGION": self.region,
             "LOG_GROUP": self.log_group_name,
             "CHECKPOINT_S3_URI": self.checkpoint_s3_uri,
+            "OUTPUT_S3_URI": self.output_s3_uri,
+            "CW_AGENT_VERSION": CLOUDWATCH_AGENT_VERSION,
+            "CW_AGENT_KEY_FINGERPRINT": CLOUDWATCH_AGENT_KEY_FINGERPRINT,
             "CODE_S3_URI": self.code_s3_uri,
             "ENTRY_POINT": self.entry_point,
             "TF_USE_LEGACY_KERAS": "1" if self.legacy_keras else "0",
@@ -168,10 +183,24 @@ def _env_file(environment: Mapping[str, str]) -> str:
     return "\n".join(lines)
 
 
+def boot_file_bytes(name: str) -> bytes:
+    """A boot file as it goes onto the node: shell scripts without their comment lines.
+
+    EC2 caps user data at 16 KB; the scripts' comments (kept in the repository, where people
+    read them) are a third of their size. Only whole comment lines go (the shebang stays), so
+    what runs is the tested script line for line.
+    """
+    data = (BOOT_DIR / name).read_bytes()
+    if not name.endswith(".sh"):
+        return data
+    lines = data.decode("utf-8").splitlines(keepends=True)
+    kept = lines[:1] + [line for line in lines[1:] if not line.lstrip().startswith("#") and line.strip()]
+    return "".join(kept).encode("utf-8")
+
+
 def packed_boot_file(name: str) -> str:
     """A boot file gzipped (fixed timestamp, so synth is deterministic) and base64-encoded."""
-    data = (BOOT_DIR / name).read_bytes()
-    return base64.encodebytes(gzip.compress(data, compresslevel=9, mtime=0)).decode("ascii").strip()
+    return base64.encodebytes(gzip.compress(boot_file_bytes(name), compresslevel=9, mtime=0)).decode("ascii").strip()
 
 
 def boot_script(settings: NodeSettings) -> str:

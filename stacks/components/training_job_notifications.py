@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from aws_cdk import Duration, RemovalPolicy
+import jsii
+from aws_cdk import Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
-from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
@@ -27,7 +27,10 @@ class TrainingJobNotifications(Construct):
       when it failed before creating a job, e.g. on invalid launch options).
 
     The topic has its own key: EventBridge may only publish to a topic whose key policy lets it,
-    and the platform key's policy belongs to the data-plane stack.
+    and the platform key's policy belongs to the data-plane stack. The topic and key policies
+    admit ``events.amazonaws.com`` only for these two rules of this account (``aws:SourceArn``,
+    ``aws:SourceAccount``: no other account's rule can use the service to publish here); the rules
+    have fixed names so the key policy can name them without a reference cycle.
 
     Attributes:
         topic: Subscribe here (e-mail, SQS, Lambda, chat integrations).
@@ -54,6 +57,15 @@ class TrainingJobNotifications(Construct):
             email: Subscribe this address (it must confirm). Default none.
         """
         super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        rule_names = {"job": f"{project_name}-training-job-state", "workflow": f"{project_name}-training-workflow-failure"}
+        events_from_these_rules = {
+            "StringEquals": {"aws:SourceAccount": stack.account},
+            "ArnEquals": {
+                "aws:SourceArn": [stack.format_arn(service="events", resource="rule", resource_name=n) for n in rule_names.values()]
+            },
+        }
+        publisher = iam.PrincipalWithConditions(iam.ServicePrincipal("events.amazonaws.com"), events_from_these_rules)
         key = kms.Key(
             self,
             "TopicKey",
@@ -61,14 +73,6 @@ class TrainingJobNotifications(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.DESTROY,
             pending_window=Duration.days(7),
-        )
-        key.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="AllowEventBridgeToPublish",
-                principals=[iam.ServicePrincipal("events.amazonaws.com")],
-                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
-                resources=["*"],  # in a key policy "*" means this key
-            )
         )
         self.topic = sns.Topic(
             self,
@@ -79,6 +83,9 @@ class TrainingJobNotifications(Construct):
         )
         if email:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        # One grant with conditions: sns:Publish in the topic policy and kms:Decrypt and
+        # kms:GenerateDataKey* in the key policy (the targets below grant nothing themselves).
+        self.topic.grant_publish(publisher)
 
         job = events.EventField.from_path("$.detail.TrainingJobName")
         status = events.EventField.from_path("$.detail.TrainingJobStatus")
@@ -86,6 +93,7 @@ class TrainingJobNotifications(Construct):
         self.job_rule = events.Rule(
             self,
             "JobStateChange",
+            rule_name=rule_names["job"],
             description=f"{project_name}: a training job completed, failed or stopped",
             event_pattern=events.EventPattern(
                 source=["aws.sagemaker"],
@@ -95,18 +103,14 @@ class TrainingJobNotifications(Construct):
                     "TrainingJobName": [{"prefix": f"{project_name}-"}],
                 },
             ),
-            targets=[
-                targets.SnsTopic(
-                    self.topic,
-                    message=events.RuleTargetInput.from_text(f"Training job {job} is {status}. {reason}"),
-                )
-            ],
+            targets=[_PublishTo(self.topic, events.RuleTargetInput.from_text(f"Training job {job} is {status}. {reason}"))],
         )
         execution = events.EventField.from_path("$.detail.name")
         exec_status = events.EventField.from_path("$.detail.status")
         self.workflow_rule = events.Rule(
             self,
             "WorkflowFailure",
+            rule_name=rule_names["workflow"],
             description=f"{project_name}: a training workflow execution failed, timed out or was aborted",
             event_pattern=events.EventPattern(
                 source=["aws.states"],
@@ -114,11 +118,21 @@ class TrainingJobNotifications(Construct):
                 detail={"status": list(EXECUTION_FAILURES), "stateMachineArn": [state_machine.state_machine_arn]},
             ),
             targets=[
-                targets.SnsTopic(
-                    self.topic,
-                    message=events.RuleTargetInput.from_text(
-                        f"Training workflow execution {execution} is {exec_status}."
-                    ),
+                _PublishTo(
+                    self.topic, events.RuleTargetInput.from_text(f"Training workflow execution {execution} is {exec_status}.")
                 )
             ],
         )
+
+
+@jsii.implements(events.IRuleTarget)
+class _PublishTo:
+    """A topic as a rule target, without the unconditioned grant to ``events.amazonaws.com``
+    that ``aws_events_targets.SnsTopic`` adds to the topic and key policies."""
+
+    def __init__(self, topic: sns.ITopic, message: events.RuleTargetInput) -> None:
+        self._topic = topic
+        self._message = message
+
+    def bind(self, _rule: events.IRule, _id: Optional[str] = None) -> events.RuleTargetConfig:
+        return events.RuleTargetConfig(arn=self._topic.topic_arn, input=self._message, target_resource=self._topic)

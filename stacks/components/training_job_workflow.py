@@ -24,6 +24,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IValidation
 
 from stacks.components.log_group import encrypted_log_group
+from stacks.components.network import TrainingNetwork
 from stacks.components.policy import acknowledge
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
@@ -94,30 +95,28 @@ def acknowledge_wildcard_resources(scope: Construct, reason: str, resources: Seq
 class TrainingJobSecurityGroup(Construct):
     """Network of a job's instances: each other (distributed training) and HTTPS out.
 
-    The subnets have no internet route by default (``network.nat_gateways = 0``), so HTTPS out
-    reaches only the VPC endpoints and the S3 gateway endpoint (whose prefix list cannot be named
-    without a lookup). The container itself has no network at all (``EnableNetworkIsolation``).
+    HTTPS out reaches only the VPC interface endpoints and S3 through the gateway endpoint (and
+    the internet only where ``network.nat_gateways > 0``). The container itself has no network at
+    all (``EnableNetworkIsolation``).
 
     Attributes:
         security_group: The group.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc) -> None:
-        """Create the group in ``vpc``."""
+    def __init__(self, scope: Construct, construct_id: str, *, network: TrainingNetwork) -> None:
+        """Create the group in the training VPC."""
         super().__init__(scope, construct_id)
         self.security_group = ec2.SecurityGroup(
             self,
             "SecurityGroup",
-            vpc=vpc,
+            vpc=network.vpc,
             description="SageMaker training instances: traffic between the instances of a job, HTTPS to AWS endpoints",
             allow_all_outbound=False,
         )
         self.security_group.connections.allow_internally(
             ec2.Port.all_traffic(), "Between the instances of one training job"
         )
-        self.security_group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
-        )
+        network.allow_https_to_aws(self.security_group)
         acknowledge(
             self.security_group,
             "The all-protocol rule's source and destination is this group itself, i.e. only the instances of one "
@@ -178,6 +177,11 @@ class TrainingJobRole(Construct):
         )
         log_group_children = f"{log_group}:*"
         project_streams = f"{log_group}:log-stream:{project_name}-*"
+        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
+        subnets, security_groups, network_interfaces = (
+            stack.format_arn(service="ec2", resource=kind, resource_name="*")
+            for kind in ("subnet", "security-group", "network-interface")
+        )
         statements = [
             iam.PolicyStatement(sid="ReadInputChannels", actions=["s3:GetObject"], resources=input_objects),
             iam.PolicyStatement(
@@ -205,7 +209,9 @@ class TrainingJobRole(Construct):
             ),
             iam.PolicyStatement(
                 sid="UsePlatformKey",
-                actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+                # kms:Encrypt: SageMaker requires it of the execution role when
+                # OutputDataConfig.KmsKeyId is set (CreateTrainingJob API reference).
+                actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
                 resources=[key.key_arn],
             ),
             iam.PolicyStatement(
@@ -247,22 +253,44 @@ class TrainingJobRole(Construct):
                 ],
                 resources=["*"],
             ),
+            # CreateNetworkInterface authorizes the new interface, the subnet and the security
+            # groups; ec2:Vpc is in the request context of the subnet and the groups only, so the
+            # VPC condition goes on those, and the interface itself is unconditioned: it can
+            # only be created in a subnet the first statement allows.
+            iam.PolicyStatement(
+                sid="NetworkInterfacesInTrainingVpcSubnets",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[subnets, security_groups],
+                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
+            ),
+            iam.PolicyStatement(
+                sid="NewNetworkInterfaces",
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[network_interfaces],
+            ),
             iam.PolicyStatement(
                 sid="NetworkInterfacesInTrainingVpc",
                 actions=[
-                    "ec2:CreateNetworkInterface",
                     "ec2:CreateNetworkInterfacePermission",
                     "ec2:DeleteNetworkInterface",
                     "ec2:DeleteNetworkInterfacePermission",
                 ],
-                resources=["*"],
-                conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)}},
+                resources=[network_interfaces],
+                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
             ),
         ]
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            # Only SageMaker acting for this account's resources in this region may assume it
+            # (cross-service confused deputy prevention).
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com",
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnLike": {"aws:SourceArn": stack.format_arn(service="sagemaker", resource="*", resource_name=None)},
+                },
+            ),
             description=f"{project_name}: execution role of the project's SageMaker training jobs",
         )
         # A customer-managed policy rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy).
@@ -272,9 +300,11 @@ class TrainingJobRole(Construct):
             "Each wildcard is the narrowest the API allows: objects under the configured channel prefixes (read) and "
             "under the output and checkpoint prefixes (read/write), users' code under the code prefix (read); SageMaker's fixed /aws/sagemaker/TrainingJobs log "
             "group and the project's job streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* "
-            "(no resource-level permissions), cloudwatch:PutMetricData (limited by namespace) and network interfaces "
-            "(limited to the training VPC by the ec2:Vpc condition).",
-            [*input_objects, *artifact_objects, code_objects, log_group_children, project_streams, "*"],
+            "(no resource-level permissions) and cloudwatch:PutMetricData (limited by namespace); subnets, security "
+            "groups and network interfaces of this account and region, limited to the training VPC by the ec2:Vpc "
+            "condition (a new interface by the subnet it must be created in).",
+            [*input_objects, *artifact_objects, code_objects, log_group_children, project_streams, subnets, security_groups,
+             network_interfaces, "*"],
         )
 
 
@@ -307,7 +337,7 @@ class TrainingJobWorkflow(Construct):
         artifacts_bucket: s3.IBucket,
         repository: ecr.IRepository,
         image_tag: str,
-        vpc: ec2.IVpc,
+        network: TrainingNetwork,
         subnet_ids: Sequence[str],
     ) -> None:
         """Create the workflow.
@@ -321,13 +351,14 @@ class TrainingJobWorkflow(Construct):
             artifacts_bucket: Bucket for outputs and checkpoints.
             repository: Training image repository.
             image_tag: The image tag jobs run.
-            vpc: The training VPC.
+            network: The training VPC and its endpoints.
             subnet_ids: The private subnets jobs run in.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         project = config.project_name
-        self.security_group = TrainingJobSecurityGroup(self, "Network", vpc=vpc).security_group
+        vpc = network.vpc
+        self.security_group = TrainingJobSecurityGroup(self, "Network", network=network).security_group
         self.job_role = TrainingJobRole(
             self,
             "JobRole",
@@ -461,7 +492,8 @@ class TrainingJobWorkflow(Construct):
                 # The role itself refuses a request that drops isolation, the VPC or the output key.
                 conditions={
                     "Bool": {"sagemaker:NetworkIsolation": "true"},
-                    "StringEquals": {"sagemaker:OutputKmsKey": r.key_arn},
+                    # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
+                    "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
                     "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
                     "Null": {"sagemaker:VpcSubnets": "false"},
                 },

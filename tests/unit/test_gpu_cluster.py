@@ -9,14 +9,15 @@ import base64
 import gzip
 import ipaddress
 import json
+import subprocess
 import re
 from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from stacks.components.gpu_cluster import dlami_parameter_name, node_addresses
-from stacks.components.node_user_data import BOOT_DIR, BOOT_FILES, USER_DATA_LIMIT_BYTES
+from stacks.components.gpu_cluster import SESSION_MANAGER_ACTIONS, dlami_parameter_name, node_addresses
+from stacks.components.node_user_data import BOOT_DIR, BOOT_FILES, USER_DATA_LIMIT_BYTES, boot_file_bytes
 from stacks.config import DEFAULT_INTERFACE_ENDPOINTS, ConfigError, load_config
 from stacks.gpu_instances import lookup
 from tests.synth import ROOT, Synth, project_context
@@ -82,9 +83,13 @@ def _agent_config(user_data: str) -> dict[str, Any]:
     return json.loads(re.sub(r"\{\{.*?\}\}", "TOKEN", block))
 
 
-def _statements(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    (policy,) = [v for v in template_json["Resources"].values() if v["Type"] == "AWS::IAM::ManagedPolicy"]
-    return {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+def _statements(template_json: dict[str, Any], policy_prefix: str = "ClusterNodePolicy") -> dict[str, dict[str, Any]]:
+    """Statements by Sid of the managed policies whose logical id starts with ``policy_prefix``."""
+    policies = [
+        v for k, v in template_json["Resources"].items() if v["Type"] == "AWS::IAM::ManagedPolicy" and k.startswith(policy_prefix)
+    ]
+    assert policies
+    return {s["Sid"]: s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]}
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -148,12 +153,16 @@ def test_node_is_private_without_public_ip_or_ssh(synth_app):
     template.has_resource_properties("AWS::EC2::SecurityGroup", {"SecurityGroupIngress": Match.absent()})
 
 
-def test_access_is_through_session_manager(synth_app):
-    _, template, _ = _cluster(synth_app, SINGLE)
-    template.has_resource_properties(
-        "AWS::IAM::Role",
-        {"ManagedPolicyArns": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"]]}]},
-    )
+def test_access_is_through_session_manager_and_nothing_more_of_ssm(synth_app):
+    """Only what Session Manager needs: no AmazonSSMManagedInstanceCore, whose ssm:GetParameter(s)
+    on "*" would let a node (and its host-network container) read every parameter in the account."""
+    _, template, tj = _cluster(synth_app, SINGLE)
+    template.all_resources_properties("AWS::IAM::Role", {"ManagedPolicyArns": Match.absent()})
+    statements = _statements(tj)
+    ssm_actions = {a for s in statements.values() for a in _as_list(s["Action"]) if a.split(":")[0].startswith(("ssm", "ec2messages"))}
+    assert {a.split(":")[0] for a in ssm_actions} == {"ssm", "ssmmessages", "ec2messages"}
+    assert {a for a in ssm_actions if a.startswith("ssm:")} == {"ssm:UpdateInstanceInformation"}
+    assert statements["SsmAgentRegistration"]["Resource"] == "arn:aws:ec2:us-east-1:123456789012:instance/*"
     assert {"ssm", "ssmmessages", "ec2messages"} <= set(DEFAULT_INTERFACE_ENDPOINTS)
 
 
@@ -212,7 +221,13 @@ def test_user_data_carries_the_repository_boot_files(synth_app):
     (_, node), = _nodes(tj)
     user_data = _user_data(node)
     for name in BOOT_FILES:
-        assert _unpacked(user_data, name) == (BOOT_DIR / name).read_bytes(), name
+        assert _unpacked(user_data, name) == boot_file_bytes(name), name
+        if name.endswith(".sh"):
+            # The node's copy is the repository's without comment lines: same commands, valid bash.
+            code = [l for l in (BOOT_DIR / name).read_text().splitlines()[1:] if l.strip() and not l.lstrip().startswith("#")]
+            assert _unpacked(user_data, name).decode().splitlines()[1:] == code
+            check = subprocess.run(["bash", "-n"], input=_unpacked(user_data, name), capture_output=True, check=False)
+            assert check.returncode == 0, check.stderr
     assert "[scripts-user, always]" in user_data  # the boot sequence runs on every boot
     assert user_data.rstrip().endswith("--+AWS+CDK+User+Data+Separator==--")
     assert "exec /opt/gputrain/bootstrap.sh" in user_data
@@ -350,10 +365,6 @@ def test_security_group_admits_only_cluster_members(synth_app):
     (ingress,) = template.find_resources("AWS::EC2::SecurityGroupIngress").values()
     assert ingress["Properties"]["SourceSecurityGroupId"] == own and ingress["Properties"]["GroupId"] == own
     template.has_resource_properties(
-        "AWS::EC2::SecurityGroup",
-        {"SecurityGroupEgress": [{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "Description": Match.any_value()}]},
-    )
-    template.has_resource_properties(
         "AWS::EC2::SecurityGroupEgress", {"DestinationSecurityGroupId": own, "GroupId": own, "IpProtocol": "-1"}
     )
     for eni in template.find_resources("AWS::EC2::NetworkInterface").values():
@@ -382,31 +393,82 @@ def test_role_has_least_privilege(synth_app):
     assert actions == {
         "ListDatasets": ["s3:ListBucket"],
         "ReadDatasets": ["s3:GetObject"],
-        "ListArtifacts": ["s3:ListBucket"],
-        "WriteArtifactsAndCheckpoints": ["s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject"],
+        "ListClusterArtifacts": ["s3:ListBucket"],
+        "ReadClusterArtifacts": ["s3:GetObject"],
+        "WriteClusterOutputs": ["s3:AbortMultipartUpload", "s3:PutObject"],
         "BucketObjectKeys": ["kms:Decrypt", "kms:GenerateDataKey"],
         "PullTrainingImage": ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
         "EcrLogin": ["ecr:GetAuthorizationToken"],
         "WriteNodeLogs": ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
         "PublishGpuMetrics": ["cloudwatch:PutMetricData"],
         "SignalHealth": ["cloudformation:SignalResource"],
+        "SessionManagerChannels": sorted(SESSION_MANAGER_ACTIONS),
+        "SsmAgentRegistration": ["ssm:UpdateInstanceInformation"],
     }
     assert all(s["Effect"] == "Allow" and "*" not in "".join(actions[sid]) for sid, s in statements.items())
     # "*" only where the service has no resource-level permissions.
-    assert {sid for sid, s in statements.items() if s["Resource"] == "*"} == {"EcrLogin", "PublishGpuMetrics"}
+    assert {sid for sid, s in statements.items() if s["Resource"] == "*"} == {"EcrLogin", "PublishGpuMetrics", "SessionManagerChannels"}
     assert statements["PublishGpuMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "CWAgent"}}
     assert "kms:ViaService" in statements["BucketObjectKeys"]["Condition"]["StringEquals"]
     # Own log group only, and no creating log groups outside the stack.
     (log_group,) = template.find_resources("AWS::Logs::LogGroup")
     assert statements["WriteNodeLogs"]["Resource"] == {"Fn::GetAtt": [log_group, "Arn"]}
     # Buckets, key and repository are the data plane's.
-    for sid in ("ListDatasets", "ListArtifacts", "BucketObjectKeys", "PullTrainingImage"):
+    for sid in ("ListDatasets", "ListClusterArtifacts", "BucketObjectKeys", "PullTrainingImage"):
         assert statements[sid]["Resource"]["Fn::GetStackOutput"]["StackName"] == "gputrain-data"
     assert "Datasets" in json.dumps(statements["ReadDatasets"]["Resource"])
-    assert "Artifacts" in json.dumps(statements["WriteArtifactsAndCheckpoints"]["Resource"])
-    # No inline policies; one customer-managed policy plus SSM core.
+    # No inline policies; customer-managed policies only.
     template.all_resources_properties("AWS::IAM::Role", {"Policies": Match.absent()})
     template.resource_count_is("AWS::IAM::Policy", 0)
+
+
+def _object_keys(resource: Any) -> list[str]:
+    """The key patterns of bucket-object ARNs (``{"Fn::Join": ["", [<bucket arn>, "/key*"]]}``)."""
+    return [r["Fn::Join"][1][-1] for r in _as_list(resource)]
+
+
+def test_nodes_write_only_their_cluster_outputs_and_their_own_checkpoints(synth_app):
+    """Nodes cannot overwrite SageMaker job outputs (training-jobs/) or checkpoints, nor another
+    node's checkpoints: node i's writes are tied to its fixed private address."""
+    synthesized, _, tj = _cluster(synth_app, MULTI_PLAIN)
+    statements = _statements(tj)
+    writes = {sid: s for sid, s in _statements(tj, "ClusterNode").items() if "s3:PutObject" in _as_list(s["Action"])}
+    assert set(writes) == {"WriteClusterOutputs", "Node0Checkpoints", "Node1Checkpoints"}
+    assert _object_keys(writes["WriteClusterOutputs"]["Resource"]) == ["/cluster-outputs/gputrain-cluster/*"]
+    hosts = synthesized.platform.gpu_cluster.cluster.hosts
+    for index, host in enumerate(hosts):
+        node = writes[f"Node{index}Checkpoints"]
+        assert _object_keys(node["Resource"]) == [f"/checkpoints/gputrain-cluster/node-{index}/*"]
+        assert node["Condition"] == {"IpAddress": {"aws:Ec2InstanceSourcePrivateIPv4": f"{host}/32"}}
+    assert _object_keys(statements["ReadClusterArtifacts"]["Resource"]) == [
+        "/checkpoints/gputrain-cluster/*", "/cluster-outputs/gputrain-cluster/*", "/code/*"  # users' code: read only
+    ]
+    assert statements["ListClusterArtifacts"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["checkpoints/gputrain-cluster/*", "cluster-outputs/gputrain-cluster/*"]}
+    }
+    assert "training-jobs" not in json.dumps(_statements(tj, "ClusterNode"))
+
+
+def test_checkpoint_statements_of_a_large_cluster_fit_managed_policy_limits(synth_app):
+    _, _, tj = _cluster(synth_app, {**BASE, "cluster.node_count": 40})
+    policies = [v for k, v in tj["Resources"].items() if k.startswith("ClusterNodeCheckpointPolicy")]
+    assert len(policies) == 3
+    longest_bucket_arn = "arn:aws:s3:::" + "b" * 63
+
+    def resolved(value: Any) -> Any:
+        if isinstance(value, dict) and "Fn::GetStackOutput" in value:
+            return longest_bucket_arn
+        if isinstance(value, dict) and "Fn::Join" in value:
+            return value["Fn::Join"][0].join(resolved(v) for v in value["Fn::Join"][1])
+        if isinstance(value, dict):
+            return {k: resolved(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [resolved(v) for v in value]
+        return value
+
+    for policy in policies:
+        # IAM's limit: 6,144 characters per managed policy, whitespace not counted.
+        assert len(json.dumps(resolved(policy["Properties"]["PolicyDocument"]), separators=(",", ":"))) < 6144
 
 
 def _acknowledged(construct) -> dict[str, str]:
@@ -432,12 +494,13 @@ def test_every_remaining_wildcard_is_acknowledged_with_a_reason(synth_app, overr
             elif "Fn::Join" in resource and resource["Fn::Join"][1][-1].endswith("*"):
                 wildcards.append("".join(p if isinstance(p, str) else json.dumps(p, separators=(",", ":"))
                                          for p in resource["Fn::Join"][1]))
-    assert len(wildcards) == 4  # ecr login, metrics, datasets objects, artifacts objects
+    # "*" (ECR login, metrics, SSM channels), datasets objects, cluster checkpoints and outputs, users' code
+    assert len(set(wildcards)) == 5
     for wildcard in wildcards:
         reason = acknowledged[f"AwsSolutions-IAM5[Resource::{wildcard}]"]
         assert len(reason) > 60
-    managed = "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]"
-    assert managed in _acknowledged(cluster.role)
+    assert acknowledged["AwsSolutions-IAM5[Resource::arn:aws:ec2:us-east-1:123456789012:instance/*]"]
+    assert not any("IAM4" in rule for rule in _acknowledged(cluster.role))
     assert "NIST.800.53.R5-EC2RestrictedCommonPorts" in _acknowledged(cluster.security_group)
     for node in cluster.nodes:
         rules = _acknowledged(node.instance)

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from stacks.components.node_user_data import BOOT_DIR
+from stacks.components.node_user_data import BOOT_DIR, CLOUDWATCH_AGENT_KEY_FINGERPRINT, CLOUDWATCH_AGENT_VERSION
 
 HEALTH_CHECK = BOOT_DIR / "health_check.sh"
 BOOTSTRAP = BOOT_DIR / "bootstrap.sh"
@@ -36,11 +36,28 @@ if [[ ${FAKE_DRIVER_DOWN:-0} == 1 ]]; then
   echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
   exit 9
 fi
-if [[ $* == *--query-gpu=* ]]; then
+if [[ $* == *--query-gpu=compute_cap* ]]; then
+  for ((i = 0; i < FAKE_GPU_COUNT; i++)); do echo "${FAKE_COMPUTE_CAP:-8.6}"; done
+elif [[ $* == *--query-gpu=* ]]; then
   for ((i = 0; i < FAKE_GPU_COUNT; i++)); do echo "$i, GPU-fake-uuid-$i, NVIDIA A10G, 550.127.05"; done
 else
-  echo "| NVIDIA-SMI 550.127.05    Driver Version: 550.127.05    CUDA Version: 12.4 |"
+  echo "| NVIDIA-SMI 550.127.05    Driver Version: 550.127.05    CUDA Version: ${FAKE_DRIVER_CUDA:-12.4} |"
 fi
+"""
+FAKE_NVCC = """#!/usr/bin/env bash
+# Fake nvcc of the toolkit it sits in (cuda-<version>/bin/nvcc): reports that version, and a
+# build records its arguments and writes a computation that succeeds.
+version=$(basename "$(dirname "$(dirname "$0")")")
+version=${version#cuda-}
+if [[ $1 == --version ]]; then
+  echo "Cuda compilation tools, release $version, V$version.0"
+  exit 0
+fi
+printf '%s %s\\n' "$version" "$*" >>"$FAKE_NVCC_LOG"
+while (($#)); do
+  if [[ $1 == -o ]]; then printf '#!/usr/bin/env bash\\necho computation correct\\n' >"$2" && chmod +x "$2"; fi
+  shift
+done
 """
 FAKE_AWS = """#!/usr/bin/env bash
 printf '%s\\n' "$*" >>"$FAKE_AWS_LOG"
@@ -84,7 +101,7 @@ def health_check(tmp_path: Path) -> Callable[..., Run]:
     """``health_check(gpus=4, expected=4, driver=True, **env)`` runs the script in a sandbox."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in ("bash", *TOOLS):
+    for tool in ("bash", "basename", "chmod", *TOOLS):
         found = shutil.which(tool)
         assert found, f"{tool} is needed to run the health check"
         (bin_dir / tool).symlink_to(found)
@@ -226,6 +243,54 @@ def test_a_signal_cloudformation_rejects_is_not_retried(health_check, tmp_path):
     assert "expects no signal" in run.log
 
 
+@pytest.fixture
+def toolkits(tmp_path: Path) -> Callable[..., dict[str, str]]:
+    """``toolkits("12.4", "13.2")`` -> fake CUDA toolkits; the env that makes the check build with them."""
+
+    def make(*versions: str) -> dict[str, str]:
+        root = tmp_path / "cuda"
+        for version in versions:
+            bin_dir = root / f"cuda-{version}" / "bin"
+            bin_dir.mkdir(parents=True, exist_ok=True)
+            _write(bin_dir / "nvcc", FAKE_NVCC)
+        return {"GPU_COMPUTE_CMD": None, "CUDA_TOOLKITS": f"{root}/cuda-*", "FAKE_NVCC_LOG": str(tmp_path / "nvcc.log")}
+
+    return make
+
+
+def _builds(env: dict[str, str]) -> list[str]:
+    path = Path(env["FAKE_NVCC_LOG"])
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize(
+    "driver_cuda, capability, toolkit, arch",
+    [
+        ("13.2", "8.6", "13.2", "sm_86"),  # today's DLAMI on an A10G: the newest toolkit
+        ("13.2", "7.0", "12.4", "sm_70"),  # a V100: CUDA 13 no longer compiles for 7.0
+        ("12.4", "9.0", "12.4", "sm_90"),  # an older driver cannot run code built with CUDA 13
+    ],
+)
+def test_the_computation_is_built_with_a_toolkit_the_driver_and_gpu_support(
+    health_check, toolkits, driver_cuda, capability, toolkit, arch
+):
+    env = toolkits("12.4", "13.2")
+    run = health_check(FAKE_DRIVER_CUDA=driver_cuda, FAKE_COMPUTE_CAP=capability, **env)
+    assert run.returncode == 0, run.log
+    (build,) = _builds(env)
+    assert build.startswith(f"{toolkit} ") and f"arch=compute_{arch[3:]},code={arch}" in build
+    assert run.report["CUDA_TOOLKIT"] == toolkit and run.report["COMPUTE_CAPABILITY"] == capability
+
+
+def test_no_suitable_toolkit_fails_with_a_reason_that_says_why(health_check, toolkits):
+    env = toolkits("13.2")
+    run = health_check(FAKE_DRIVER_CUDA="13.2", FAKE_COMPUTE_CAP="7.0", **env)
+    assert run.returncode == 1
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:no-cuda-toolkit"
+    assert "compiles for compute capability 7.0" in run.report["REASON"]
+    assert _builds(env) == []
+
+
 def test_expected_gpu_count_is_required(health_check):
     run = health_check(expected="")
     assert run.returncode == 2
@@ -266,13 +331,25 @@ def test_real_gpus_pass_the_real_check(tmp_path):
 # ------------------------------------------------------------------------------------------
 
 FAKE_CURL = """#!/usr/bin/env bash
-# Fake curl for the instance metadata service; FAKE_IMDS_DOWN=1: unreachable.
+# Fake curl for the instance metadata service (FAKE_IMDS_DOWN=1: unreachable) and the
+# CloudWatch agent bucket (records the URL, writes the -o file).
 [[ ${FAKE_IMDS_DOWN:-0} == 1 ]] && exit 7
 case "$*" in
   *api/token*) echo fake-token ;;
   *meta-data/instance-id*) echo i-0123456789abcdef0 ;;
+  *amazoncloudwatch-agent*)
+    printf 'curl %s\\n' "${*: -1}" >>"$FAKE_CALLS"
+    while (($#)); do [[ $1 == -o ]] && echo fake >"$2"; shift; done ;;
   *) exit 22 ;;
 esac
+"""
+FAKE_GPG = """#!/usr/bin/env bash
+# Fake gpg: --verify prints the status of a signature by FAKE_SIGNER (default: AWS's key).
+printf 'gpg %s\\n' "$*" >>"$FAKE_CALLS"
+if [[ $* == *--verify* ]]; then
+  [[ ${FAKE_SIGNER:-} == none ]] && { echo "[GNUPG:] BADSIG D58167303B789C72 Amazon CloudWatch Agent"; exit 1; }
+  echo "[GNUPG:] VALIDSIG ${FAKE_SIGNER:-937616F3450B7D806CBD9725D58167303B789C72} 2025-01-01 0 4 0 1 10 00 ${FAKE_SIGNER:-937616F3450B7D806CBD9725D58167303B789C72}"
+fi
 """
 FAKE_TOOL = """#!/usr/bin/env bash
 # Records the call (and, for docker run, the contract variables it passes on).
@@ -311,8 +388,9 @@ def boot(tmp_path: Path) -> Callable[..., Boot]:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     _write(bin_dir / "nvidia-smi", FAKE_NVIDIA_SMI)
     _write(bin_dir / "curl", FAKE_CURL)
-    for tool in ("aws", "docker", "systemctl", "shutdown"):
+    for tool in ("aws", "docker", "systemctl", "shutdown", "dpkg"):
         _write(bin_dir / tool, FAKE_TOOL)
+    _write(bin_dir / "gpg", FAKE_GPG)
     agent = _write(tmp_path / "amazon-cloudwatch-agent-ctl", FAKE_TOOL)
     compute = _write(tmp_path / "fake_gpu_compute", FAKE_COMPUTE)
     node_env = {
@@ -329,10 +407,19 @@ def boot(tmp_path: Path) -> Callable[..., Boot]:
         "AWS_REGION": "us-east-1",
         "LOG_GROUP": "/gputrain/gpu-cluster",
         "CHECKPOINT_S3_URI": "s3://artifacts/checkpoints/gputrain-cluster/node-1/",
+        "CW_AGENT_VERSION": CLOUDWATCH_AGENT_VERSION,
+        "CW_AGENT_KEY_FINGERPRINT": CLOUDWATCH_AGENT_KEY_FINGERPRINT,
     }
 
     def run(
-        *, gpus: int = 4, start_training: bool = True, first_boot: Optional[int] = None, imds_down: bool = False, **extra: str
+        *args: str,
+        gpus: int = 4,
+        start_training: bool = True,
+        first_boot: Optional[int] = None,
+        imds_down: bool = False,
+        agent_installed: bool = True,
+        fake_env: Optional[dict[str, str]] = None,
+        **extra: str,
     ) -> Boot:
         env_file = tmp_path / "node.env"
         settings = {**node_env, "START_TRAINING": "true" if start_training else "false", **extra}
@@ -352,16 +439,17 @@ def boot(tmp_path: Path) -> Callable[..., Boot]:
             "GPUTRAIN_STATE_DIR": str(state),
             "GPUTRAIN_SYSTEMD_DIR": str(tmp_path),
             "GPUTRAIN_ML_DIR": str(tmp_path / "ml"),
-            "GPUTRAIN_CW_AGENT_CTL": str(agent),
+            "GPUTRAIN_CW_AGENT_CTL": str(agent if agent_installed else tmp_path / "no-agent-ctl"),
             "GPU_COMPUTE_CMD": str(compute),
             "FAKE_CALLS": str(calls),
             "FAKE_DOCKER_ENV": str(docker_env),
             "FAKE_AWS_LOG": str(calls),
             "FAKE_GPU_COUNT": str(gpus),
             "FAKE_IMDS_DOWN": "1" if imds_down else "0",
+            **(fake_env or {}),
         }
         result = subprocess.run(
-            [BASH, str(BOOTSTRAP)], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+            [BASH, str(BOOTSTRAP), *args], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
         )
         recorded = calls.read_text().splitlines() if calls.exists() else []
         passed_on = dict(line.split("=", 1) for line in docker_env.read_text().splitlines()) if docker_env.exists() else {}
@@ -463,3 +551,39 @@ def test_maximum_lifetime_counts_from_the_first_boot(boot):
     assert run.called("shutdown --poweroff +60 ") or run.called("shutdown --poweroff +59 ")
     expired = boot(first_boot=int(time.time()) - 30 * 3600)
     assert expired.called("shutdown --poweroff +15 ")  # a restarted node gets a short grace period
+
+
+def test_the_cloudwatch_agent_is_a_pinned_release_installed_only_with_a_valid_signature(boot):
+    run = boot(agent_installed=False, gpus=4)
+    downloads = [c.split(" ", 1)[1] for c in run.calls if c.startswith("curl ")]
+    base = "https://amazoncloudwatch-agent-us-east-1.s3.us-east-1.amazonaws.com"
+    assert downloads == [
+        f"{base}/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb",
+        f"{base}/ubuntu/amd64/{CLOUDWATCH_AGENT_VERSION}/amazon-cloudwatch-agent.deb.sig",
+        f"{base}/assets/amazon-cloudwatch-agent.gpg",
+    ]
+    assert run.index("gpg") < run.index("dpkg -i")
+    assert f"installed CloudWatch agent {CLOUDWATCH_AGENT_VERSION} (signature verified)" in run.log
+    assert "latest" not in CLOUDWATCH_AGENT_VERSION and "latest" not in BOOTSTRAP.read_text().replace("169.254.169.254/latest", "")
+
+
+@pytest.mark.parametrize("signer", ["none", "0123456789ABCDEF0123456789ABCDEF01234567"], ids=["bad-signature", "other-key"])
+def test_an_agent_package_without_aws_signature_is_never_installed(boot, signer):
+    run = boot(agent_installed=False, gpus=4, fake_env={"FAKE_SIGNER": signer})
+    assert not run.called("dpkg")
+    assert "NOT installed: no valid signature" in run.log
+    # The node still boots: no agent means no idle stop, not an unhealthy node.
+    assert run.returncode == 0, run.log
+    assert "--status SUCCESS" in run.calls[run.index("aws cloudformation signal-resource")]
+
+
+def test_a_failed_checkpoint_sync_never_reports_the_node(boot, tmp_path):
+    """Health is decided once, at boot: a transient `aws s3 sync` failure is logged, nothing more."""
+    failing_aws = tmp_path / "bin" / "aws"
+    _write(failing_aws, FAKE_TOOL + '[[ $1 == s3 ]] && exit 1\nexit 0\n')
+    run = boot("sync-checkpoints")
+    assert run.returncode == 1
+    assert run.called("aws s3 sync")
+    assert not run.called("aws cloudformation") and not run.called("aws logs")
+    assert "checkpoint sync to s3://artifacts/checkpoints/gputrain-cluster/node-1/ failed" in run.log
+    assert not (tmp_path / "log" / "health.env").exists()

@@ -355,12 +355,40 @@ def test_job_role_is_scoped_to_the_project_prefixes_key_repository_and_log_strea
     )
 
 
+def test_job_role_can_create_network_interfaces_only_in_the_training_vpc(default):
+    """ec2:Vpc sits on the resource types whose request context has it (the old statement put it on
+    a network interface being created, which has no ec2:Vpc, so a VPC job could never start)."""
+    statements = _policy_statements(default.template("gputrain-training"), "WorkflowJobRolePolicy")
+    arn = "arn:aws:ec2:us-east-1:123456789012:"
+    in_vpc = statements["NetworkInterfacesInTrainingVpcSubnets"]
+    assert in_vpc["Action"] == "ec2:CreateNetworkInterface"
+    assert sorted(in_vpc["Resource"]) == [f"{arn}security-group/*", f"{arn}subnet/*"]
+    assert "vpc/" in json.dumps(in_vpc["Condition"]["ArnEquals"]["ec2:Vpc"])
+    assert statements["NewNetworkInterfaces"] == {
+        "Sid": "NewNetworkInterfaces", "Effect": "Allow", "Action": "ec2:CreateNetworkInterface",
+        "Resource": f"{arn}network-interface/*",
+    }
+    managed = statements["NetworkInterfacesInTrainingVpc"]
+    assert managed["Resource"] == f"{arn}network-interface/*"
+    assert "ec2:CreateNetworkInterface" not in managed["Action"]
+
+
+def test_job_role_may_encrypt_outputs_with_the_platform_key(default):
+    """SageMaker requires kms:Encrypt of the execution role when OutputDataConfig.KmsKeyId is set."""
+    statements = _policy_statements(default.template("gputrain-training"), "WorkflowJobRolePolicy")
+    assert "kms:Encrypt" in statements["UsePlatformKey"]["Action"]
+
+
+def test_workflow_compares_the_output_key_as_an_arn(default):
+    statements = _policy_statements(default.template("gputrain-training"), "WorkflowRolePolicy")
+    condition = statements["CreateHardenedTrainingJobs"]["Condition"]
+    assert "sagemaker:OutputKmsKey" in condition["ArnEquals"]
+    assert "sagemaker:OutputKmsKey" not in condition.get("StringEquals", {})
+
+
+
 def test_job_security_group_admits_only_its_own_instances(default):
     template = default.template("gputrain-training")
-    template.has_resource_properties(
-        "AWS::EC2::SecurityGroup",
-        {"SecurityGroupEgress": [{"CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443, "Description": Match.any_value()}]},
-    )
     (ingress,) = template.find_resources("AWS::EC2::SecurityGroupIngress").values()
     assert ingress["Properties"]["IpProtocol"] == "-1"
     assert ingress["Properties"]["SourceSecurityGroupId"] == ingress["Properties"]["GroupId"]

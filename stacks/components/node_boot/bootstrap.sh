@@ -4,6 +4,8 @@
 #
 #   1. arm the maximum-lifetime shutdown (cost guard; counted from the node's first boot)
 #   2. start the CloudWatch agent: GPU utilization for the idle alarm, logs to the log group
+#      (installed, when the AMI lacks it, at the pinned CW_AGENT_VERSION and only after its
+#      signature verified against AWS's key, CW_AGENT_KEY_FINGERPRINT)
 #   3. GPU health check, signalled to CloudFormation (health_check.sh); unhealthy: stop here
 #   4. pull the training image from ECR (after the signal: a missing image does not fail the
 #      deploy of healthy hardware; it is logged and training is not started)
@@ -11,7 +13,9 @@
 #      with CODE_S3_URI and ENTRY_POINT, the container runs that user script (script mode)
 #
 #   bootstrap.sh                   the boot sequence
-#   bootstrap.sh sync-checkpoints  copy /opt/ml/checkpoints to CHECKPOINT_S3_URI
+#   bootstrap.sh sync-checkpoints  copy /opt/ml/checkpoints to CHECKPOINT_S3_URI (the systemd
+#                                  unit, every 5 minutes; a failure is logged and retried, it
+#                                  never changes the node's health, which is decided at boot)
 #   bootstrap.sh start-training    (re)start the training container on a healthy node;
 #                                  GPUTRAIN_CODE_S3_URI / GPUTRAIN_ENTRY_POINT override the code
 #
@@ -44,8 +48,9 @@ imds() {
   curl -fsS --max-time 5 -H "X-aws-ec2-metadata-token: $token" "http://169.254.169.254/latest/meta-data/$1"
 }
 
-# Any unexpected error before the health signal fails the node with the failing line, rather
-# than leaving CloudFormation to wait for the signal timeout.
+# Any unexpected error of the boot sequence before the health signal fails the node with the
+# failing line, rather than leaving CloudFormation to wait for the signal timeout. Only boot()
+# sets this trap: sync-checkpoints runs later, from systemd, and must never report the node.
 signalled=false
 on_error() {
   log "ERROR at line $1"
@@ -54,7 +59,6 @@ on_error() {
     bash "$NODE_DIR/health_check.sh" report-failure "boot-error-line-$1" "bootstrap.sh failed at line $1" || true
   fi
 }
-trap 'on_error $LINENO' ERR
 
 arm_max_lifetime() {
   if ((MAX_LIFETIME_HOURS == 0)); then
@@ -71,15 +75,37 @@ arm_max_lifetime() {
   log "maximum lifetime: powering off in $minutes minutes (the instance stops)"
 }
 
+# The agent package, its detached signature and AWS's public key come from the regional
+# bucket (the VPC reaches it through the S3 gateway endpoint). The key is trusted only if its
+# fingerprint is the one AWS documents, and the package only if that key signed it.
+install_cloudwatch_agent() {
+  local dir base package="amazon-cloudwatch-agent.deb" status
+  dir=$(mktemp -d)
+  base="https://amazoncloudwatch-agent-$AWS_REGION.s3.$AWS_REGION.amazonaws.com"
+  fetch() { curl -fsS --retry 3 --max-time 300 -o "$dir/$1" "$2"; }
+  if ! { fetch "$package" "$base/ubuntu/amd64/$CW_AGENT_VERSION/$package" &&
+    fetch "$package.sig" "$base/ubuntu/amd64/$CW_AGENT_VERSION/$package.sig" &&
+    fetch agent.gpg "$base/assets/amazon-cloudwatch-agent.gpg"; }; then
+    log "could not download CloudWatch agent $CW_AGENT_VERSION"
+    rm -rf "$dir"
+    return 1
+  fi
+  mkdir -m 0700 "$dir/gnupg"
+  status=$(gpg --homedir "$dir/gnupg" --batch --quiet --import "$dir/agent.gpg" 2>&1 &&
+    gpg --homedir "$dir/gnupg" --batch --status-fd 1 --verify "$dir/$package.sig" "$dir/$package" 2>/dev/null) || true
+  if ! grep -Eq "^\[GNUPG:\] VALIDSIG .*\b$CW_AGENT_KEY_FINGERPRINT\b" <<<"$status"; then
+    log "CloudWatch agent $CW_AGENT_VERSION NOT installed: no valid signature by key $CW_AGENT_KEY_FINGERPRINT"
+    rm -rf "$dir"
+    return 1
+  fi
+  dpkg -i -E "$dir/$package" >/dev/null || return 1
+  rm -rf "$dir"
+  log "installed CloudWatch agent $CW_AGENT_VERSION (signature verified)"
+}
+
 start_cloudwatch_agent() {
-  local deb
   if [[ ! -x $CW_AGENT_CTL ]]; then
-    # The VPC has no internet route; the regional bucket is reached through the S3 gateway endpoint.
-    deb=$(mktemp --suffix=.deb)
-    curl -fsS --retry 3 --max-time 300 -o "$deb" \
-      "https://amazoncloudwatch-agent-$AWS_REGION.s3.$AWS_REGION.amazonaws.com/ubuntu/amd64/latest/amazon-cloudwatch-agent.deb" &&
-      dpkg -i -E "$deb" >/dev/null || return 1
-    rm -f "$deb"
+    install_cloudwatch_agent || return 1
   fi
   "$CW_AGENT_CTL" -a fetch-config -m ec2 -s -c "file:$NODE_DIR/cloudwatch-agent.json" >/dev/null || return 1
   log "CloudWatch agent running: GPU metrics and logs to $LOG_GROUP"
@@ -101,7 +127,10 @@ pull_image() {
 
 sync_checkpoints() {
   mkdir -p "$ML_DIR/checkpoints"
-  aws s3 sync "$ML_DIR/checkpoints" "$CHECKPOINT_S3_URI" --region "$AWS_REGION" --only-show-errors
+  if ! aws s3 sync "$ML_DIR/checkpoints" "$CHECKPOINT_S3_URI" --region "$AWS_REGION" --only-show-errors; then
+    log "WARNING: checkpoint sync to $CHECKPOINT_S3_URI failed; the next sync retries"
+    return 1
+  fi
 }
 
 install_checkpoint_sync() {
@@ -172,6 +201,7 @@ start_training() {
 }
 
 boot() {
+  trap 'on_error $LINENO' ERR
   mkdir -p "$LOG_DIR" "$STATE_DIR"
   exec > >(tee -a "$LOG_DIR/boot.log") 2>&1
   INSTANCE_ID=$(imds instance-id)

@@ -21,7 +21,10 @@
 #   STACK_NAME, LOGICAL_RESOURCE_ID, AWS_REGION  where to signal; no STACK_NAME: no signal
 #   LOG_GROUP           also write the result there
 #   GPU_COMPUTE_CMD     runs the computation on the GPU in CUDA_VISIBLE_DEVICES; default:
-#                       gpu_compute_check.cu (next to this script) built with nvcc
+#                       gpu_compute_check.cu (next to this script) built with the newest CUDA
+#                       toolkit on the AMI that both the driver and the GPU support, for the
+#                       GPU's own architecture (not whichever toolkit /usr/local/cuda points at)
+#   CUDA_TOOLKITS       where toolkits are looked for; default: /usr/local/cuda-* /usr/local/cuda
 #   HEALTH_REPORT       report file; default /var/log/gputrain/health.env
 # Exit status: 0 healthy, 1 unhealthy, 2 usage error.
 set -uo pipefail
@@ -87,11 +90,46 @@ fail() { # CODE DETAIL
   exit 1
 }
 
-build_compute_check() {
-  local nvcc out
-  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+version_le() { # A B: A <= B as versions
+  [[ $(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1) == "$1" ]]
+}
+
+# The lowest compute capability a CUDA release still compiles for (CUDA 13 dropped everything
+# below Turing, 7.5; CUDA 12 below Maxwell, 5.0; CUDA 11 below Kepler, 3.5).
+min_compute_capability() {
+  local major=${1%%.*}
+  if ((major >= 13)); then echo 7.5; elif ((major >= 12)); then echo 5.0; else echo 3.5; fi
+}
+
+# Prints "<nvcc> <toolkit version>" of the newest toolkit that the driver runs (toolkit <=
+# the driver's CUDA version) and that still compiles for the GPU's compute capability.
+pick_cuda_toolkit() { # DRIVER_CUDA COMPUTE_CAPABILITY
+  local nvcc version best="" best_version="" toolkit
+  # shellcheck disable=SC2086 # CUDA_TOOLKITS is a list of globs
+  for toolkit in ${CUDA_TOOLKITS:-/usr/local/cuda-* /usr/local/cuda}; do
+    nvcc=$toolkit/bin/nvcc
+    [[ -x $nvcc ]] || continue
+    version=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n1)
+    [[ -n $version ]] || continue
+    version_le "$version" "$1" || continue
+    version_le "$(min_compute_capability "$version")" "$2" || continue
+    if [[ -z $best ]] || ! version_le "$version" "$best_version"; then
+      best=$nvcc
+      best_version=$version
+    fi
+  done
+  [[ -n $best ]] && printf '%s %s' "$best" "$best_version"
+}
+
+build_compute_check() { # DRIVER_CUDA COMPUTE_CAPABILITY
+  local picked nvcc version arch out
+  picked=$(pick_cuda_toolkit "$1" "$2") || return 1
+  read -r nvcc version <<<"$picked"
+  record CUDA_TOOLKIT "$version"
+  arch=${2//./}
+  log "building the GPU computation with CUDA $version ($nvcc) for sm_$arch"
   out=$(mktemp -d)/gpu_compute_check
-  "$nvcc" -O2 -o "$out" "$SCRIPT_DIR/gpu_compute_check.cu" >&2 || return 1
+  "$nvcc" -O2 -gencode "arch=compute_$arch,code=sm_$arch" -o "$out" "$SCRIPT_DIR/gpu_compute_check.cu" >&2 || return 1
   printf '%s' "$out"
 }
 
@@ -127,9 +165,17 @@ main() {
     fail "gpu-count-$count-of-$EXPECTED_GPU_COUNT" \
       "nvidia-smi lists $count GPU(s); this instance type has $EXPECTED_GPU_COUNT"
 
-  local compute=${GPU_COMPUTE_CMD:-} index uuid
+  local compute=${GPU_COMPUTE_CMD:-} index uuid capability
   if [[ -z $compute ]]; then
-    compute=$(build_compute_check) || fail cuda-build-failed "nvcc could not build the GPU computation"
+    capability=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sort -V | head -n1 | tr -d ' ')
+    [[ $capability =~ ^[0-9]+\.[0-9]+$ ]] ||
+      fail compute-capability-unknown "nvidia-smi does not report the GPUs' compute capability ('$capability')"
+    record COMPUTE_CAPABILITY "$capability"
+    [[ -n $cuda ]] || fail driver-cuda-unknown "nvidia-smi does not report the driver's CUDA version"
+    pick_cuda_toolkit "$cuda" "$capability" >/dev/null ||
+      fail no-cuda-toolkit "no CUDA toolkit on this AMI runs on driver $driver (CUDA $cuda) and compiles for compute capability $capability"
+    compute=$(build_compute_check "$cuda" "$capability") ||
+      fail cuda-build-failed "nvcc could not build the GPU computation for compute capability $capability"
   fi
   while IFS=', ' read -r index uuid _; do
     CUDA_VISIBLE_DEVICES=$uuid "$compute" "gpu$index" </dev/null >&2 ||

@@ -1,0 +1,92 @@
+"""The one-command security report: IAM check, cfn-lint and cdk-nag over the synthesized templates."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts import security_report
+from scripts.common import run
+from scripts.security_report import VARIANTS, ConfigReport, check_configuration, print_report
+from tests.gates.test_policy_gates import GATED_CONFIGS
+from tests.synth import ROOT
+
+KNOWN_BAD_STATEMENT = {
+    "Sid": "NetworkInterfacesInTrainingVpc",
+    "Effect": "Allow",
+    "Action": ["ec2:CreateNetworkInterface"],
+    "Resource": "*",
+    "Condition": {"ArnEquals": {"ec2:Vpc": "arn:aws:ec2:us-east-1:123456789012:vpc/vpc-0abc"}},
+}
+
+
+def test_the_report_runs_every_check_and_the_platform_is_clean(capsys):
+    assert security_report.main([]) == 0
+    out = capsys.readouterr().out
+    header, row = [line.split() for line in out.splitlines() if line.startswith(("configuration", "default"))]
+    counts = dict(zip(["configuration", "templates", "iam_statements", "iam_findings", "lint_errors",
+                       "lint_warnings", "nag_findings", "nag_acknowledged"], row))
+    assert counts["templates"] == "3"
+    assert int(counts["iam_statements"]) > 40
+    assert counts["iam_findings"] == counts["lint_errors"] == counts["nag_findings"] == "0"
+    assert int(counts["nag_acknowledged"]) > 10
+    assert "security report: clean (1 configuration(s))" in out
+
+
+def test_each_check_is_wired_into_the_counts(tmp_path, monkeypatch):
+    """A bad policy, a template cfn-lint rejects and an unacknowledged finding each count."""
+    template = {
+        "Resources": {
+            "Policy": {
+                "Type": "AWS::IAM::ManagedPolicy",
+                "Properties": {"PolicyDocument": {"Version": "2012-10-17", "Statement": [KNOWN_BAD_STATEMENT]}},
+            },
+            "Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"NoSuchProperty": True}},
+        }
+    }
+
+    def fake_synthesize(context, outdir: Path):
+        outdir.mkdir(parents=True)
+        (outdir / "Bad.template.json").write_text(json.dumps(template))
+        return {"bad": template}, ["AwsSolutions-S1 Bad/Bucket"], 0
+
+    monkeypatch.setattr(security_report, "_synthesize", fake_synthesize)
+    report = check_configuration("bad", {}, tmp_path)
+    assert len(report.iam_findings) == 1 and "ec2:Vpc" in report.iam_findings[0]
+    assert any("E3002" in e for e in report.lint_errors), report.lint_errors
+    assert report.nag_findings == ["AwsSolutions-S1 Bad/Bucket"]
+    out = io.StringIO()
+    assert print_report([report], out=out) == 1
+    assert "bad: iam: " in out.getvalue() and "PROBLEMS FOUND" in out.getvalue()
+
+
+def test_cfn_lint_warnings_alone_do_not_fail_the_report():
+    out = io.StringIO()
+    assert print_report([ConfigReport("w", templates=3, lint_warnings=["x:W3005:y"])], out=out) == 0
+
+
+def test_variants_are_the_gate_configurations():
+    assert VARIANTS == {name: overrides for name, overrides in GATED_CONFIGS.items() if name != "default"}
+
+
+@pytest.mark.slow
+def test_the_command_line_checks_every_variant():
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.security_report", "--variants"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "security report: clean (5 configuration(s))" in result.stdout
+
+
+def test_an_invalid_configuration_is_one_line_and_exit_3(capsys):
+    assert run(security_report.main, ["-c", "cluster.instance_type=m5.large"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: invalid configuration: gpu_training.cluster.instance_type")

@@ -1,0 +1,136 @@
+"""The isolated VPC is a data perimeter: endpoint policies, egress only to the endpoints,
+confused-deputy conditions on service principals."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from stacks.components.network import AWS_OWNED_BUCKETS, s3_prefix_list_name
+from tests.synth import ROOT, Synth
+
+ACCOUNT = "123456789012"
+PREFIX_LIST = "pl-00000000"  # the committed lookup of the offline account (cdk.context.json)
+
+
+def _resources(synthesized: Synth, stack_id: str, kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in synthesized.template_json(stack_id)["Resources"].items() if v["Type"] == kind}
+
+
+def _endpoints(synthesized: Synth) -> dict[str, dict[str, Any]]:
+    """Endpoint properties by service suffix (``s3``, ``ecr.api``...)."""
+    found = {}
+    for endpoint in _resources(synthesized, "gputrain-data", "AWS::EC2::VPCEndpoint").values():
+        name = endpoint["Properties"]["ServiceName"]
+        # Interface: "com.amazonaws.us-east-1.<service>"; gateway: a join over the region.
+        name = name if isinstance(name, str) else "".join(p if isinstance(p, str) else "us-east-1" for p in name["Fn::Join"][1])
+        found[name.removeprefix("com.amazonaws.us-east-1.")] = endpoint["Properties"]
+    return found
+
+
+def _by_sid(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["Sid"]: s for s in document["Statement"]}
+
+
+def test_every_endpoint_limits_requests_to_this_accounts_principals_and_resources(default_app):
+    endpoints = _endpoints(default_app)
+    assert "s3" in endpoints and len(endpoints) == 11
+    for service, endpoint in endpoints.items():
+        statements = _by_sid(endpoint["PolicyDocument"])
+        perimeter = statements["ThisAccountToThisAccount"]
+        assert perimeter["Condition"] == {"StringEquals": {"aws:PrincipalAccount": ACCOUNT, "aws:ResourceAccount": ACCOUNT}}, service
+        assert statements["AwsServicePrincipals"]["Condition"] == {"Bool": {"aws:PrincipalIsAWSService": "true"}}
+        # Every statement is conditioned on this account, except the AWS-owned buckets' objects.
+        for sid, statement in statements.items():
+            assert "Condition" in statement or sid == "AwsOwnedBuckets", (service, sid)
+
+
+def test_s3_endpoint_reaches_only_the_aws_owned_buckets_the_platform_needs(default_app):
+    statements = _by_sid(_endpoints(default_app)["s3"]["PolicyDocument"])
+    owned = statements["AwsOwnedBuckets"]
+    assert owned["Action"] == "s3:GetObject"
+    buckets = {r.removeprefix("arn:aws:s3:::").removesuffix("/*") for r in owned["Resource"]}
+    assert {"prod-us-east-1-starport-layer-bucket", "amazoncloudwatch-agent-us-east-1", "aws-ssm-us-east-1"} <= buckets
+    assert len(buckets) == len(AWS_OWNED_BUCKETS)
+
+
+def test_resourceless_actions_are_named_per_endpoint(default_app):
+    endpoints = _endpoints(default_app)
+    assert _by_sid(endpoints["ecr.api"]["PolicyDocument"])["ThisAccountActionsWithoutResource"]["Action"] == "ecr:GetAuthorizationToken"
+    assert _by_sid(endpoints["ssmmessages"]["PolicyDocument"])["ThisAccountActionsWithoutResource"]["Action"] == "ssmmessages:*"
+    assert "ThisAccountActionsWithoutResource" not in _by_sid(endpoints["logs"]["PolicyDocument"])
+
+
+def _egress(synthesized: Synth, stack_id: str, group_prefix: str) -> list[dict[str, Any]]:
+    """Every egress rule of the security group whose logical id starts with ``group_prefix``."""
+    groups = _resources(synthesized, stack_id, "AWS::EC2::SecurityGroup")
+    (group_id,) = [k for k in groups if k.startswith(group_prefix)]
+    rules = list(groups[group_id]["Properties"].get("SecurityGroupEgress", []))
+    rules += [
+        r["Properties"]
+        for r in _resources(synthesized, stack_id, "AWS::EC2::SecurityGroupEgress").values()
+        if r["Properties"]["GroupId"] == {"Fn::GetAtt": [group_id, "GroupId"]}
+    ]
+    return rules
+
+
+GROUPS = [("gputrain-cluster", "ClusterNodeSecurityGroup"), ("gputrain-training", "WorkflowNetworkSecurityGroup")]
+
+
+@pytest.mark.parametrize("stack_id, group_prefix", GROUPS)
+def test_node_and_job_groups_reach_only_the_endpoints(default_app, stack_id, group_prefix):
+    rules = _egress(default_app, stack_id, group_prefix)
+    assert not [r for r in rules if "CidrIp" in r]
+    https = [r for r in rules if r["IpProtocol"] == "tcp"]
+    assert all((r["FromPort"], r["ToPort"]) == (443, 443) for r in https)
+    assert {r.get("DestinationPrefixListId") for r in https} == {PREFIX_LIST, None}
+    (to_endpoints,) = [r for r in https if "DestinationSecurityGroupId" in r]
+    assert "EndpointSecurityGroup" in json.dumps(to_endpoints["DestinationSecurityGroupId"])
+    # Besides HTTPS, only all traffic to the group itself (distributed training).
+    for rule in rules:
+        if rule["IpProtocol"] != "tcp":
+            assert rule["DestinationSecurityGroupId"] == {"Fn::GetAtt": [rule["GroupId"]["Fn::GetAtt"][0], "GroupId"]}
+
+
+@pytest.mark.parametrize("stack_id, group_prefix", GROUPS)
+def test_with_a_nat_gateway_the_groups_may_also_reach_the_internet_over_https(synth_app, stack_id, group_prefix):
+    rules = _egress(synth_app({"network.nat_gateways": 1}), stack_id, group_prefix)
+    assert [(r["CidrIp"], r["FromPort"]) for r in rules if "CidrIp" in r] == [("0.0.0.0/0", 443)]
+
+
+def test_the_s3_prefix_list_is_a_committed_lookup():
+    context = json.loads((ROOT / "cdk.context.json").read_text())
+    (key,) = [k for k in context if s3_prefix_list_name("us-east-1") in k and f"account={ACCOUNT}" in k]
+    assert context[key] == [{"PrefixListId": PREFIX_LIST}]
+
+
+def _statements(synthesized: Synth, stack_id: str, kind: str, prefix: str, field: str) -> list[dict[str, Any]]:
+    (resource,) = [v for k, v in _resources(synthesized, stack_id, kind).items() if k.startswith(prefix)]
+    return resource["Properties"][field]["Statement"]
+
+
+def test_eventbridge_publishes_only_for_this_accounts_rules(default_app):
+    rules = [
+        f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-training-job-state",
+        f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-training-workflow-failure",
+    ]
+    names = sorted(r["Properties"]["Name"] for r in _resources(default_app, "gputrain-training", "AWS::Events::Rule").values())
+    assert [f"arn:aws:events:us-east-1:{ACCOUNT}:rule/{n}" for n in names] == rules
+    expected = {"StringEquals": {"aws:SourceAccount": ACCOUNT}, "ArnEquals": {"aws:SourceArn": rules}}
+    key_statements = _statements(default_app, "gputrain-training", "AWS::KMS::Key", "NotificationsTopicKey", "KeyPolicy")
+    topic_statements = _statements(default_app, "gputrain-training", "AWS::SNS::TopicPolicy", "NotificationsTopicPolicy", "PolicyDocument")
+    for statements in (key_statements, topic_statements):
+        events = [s for s in statements if s.get("Principal") == {"Service": "events.amazonaws.com"}]
+        assert len(events) == 1, events  # the key statement is no longer duplicated
+        assert events[0]["Condition"] == expected
+
+
+def test_only_sagemaker_for_this_account_may_assume_the_job_role(default_app):
+    (trust,) = _statements(default_app, "gputrain-training", "AWS::IAM::Role", "WorkflowJobRole", "AssumeRolePolicyDocument")
+    assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert trust["Condition"] == {
+        "StringEquals": {"aws:SourceAccount": ACCOUNT},
+        "ArnLike": {"aws:SourceArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:*"},
+    }
