@@ -11,28 +11,15 @@ from pathlib import Path
 import pytest
 from aws_cdk import App, aws_s3 as s3
 
+from scripts.security_report import VARIANTS
 from stacks.components.policy import acknowledge, add_policy_packs
 from stacks.config import load_config
 from stacks.platform import build_platform
 from tests.synth import ROOT, TEST_ENV, cached_synth, project_context
 
-# Configurations whose templates must be clean: each exercises different resources.
-GATED_CONFIGS = {
-    "default": {},
-    "multinode-efa": {
-        "cluster.instance_type": "p4d.24xlarge",
-        "cluster.node_count": 2,
-        "training_job.instance_type": "ml.g5.12xlarge",
-        "training_job.instance_count": 2,
-    },
-    "sandbox": {"delete_data_on_destroy": True},
-    "nat-egress": {"network.nat_gateways": 1},
-    "on-demand-ebs-only": {
-        "training_job.use_spot": False,
-        "training_job.checkpointing": False,
-        "training_job.instance_type": "ml.p3.2xlarge",
-    },
-}
+# Configurations whose templates must be clean: each exercises different resources (the same
+# variants the security report checks with --variants).
+GATED_CONFIGS = {"default": {}, **VARIANTS}
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
 
 
