@@ -266,6 +266,7 @@ def test_sigterm_reaches_the_script_and_resume_continues(tmp_path: Path) -> None
     args = parser.parse_args()
     keras = tf.keras
     keras.utils.set_random_seed(1)
+    toolkit.mixed_precision()
     with toolkit.strategy().scope():
         model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
         model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
@@ -293,6 +294,7 @@ def test_sigterm_reaches_the_script_and_resume_continues(tmp_path: Path) -> None
     assert resumed and resumed[0] == max(done) + 1, f"first run printed {done}, resumed run {resumed}"
     assert resumed[-1] == 6
     assert second.failure is None, "a stale failure file does not outlive the successful resume"
+    assert second.events("precision") == [{"policy": "float32"}], "the toolkit keeps float32 on CPU"
     assert (base / "model" / "model.keras").is_file()
 
 
@@ -366,3 +368,23 @@ def test_two_workers_run_a_user_script_with_multi_worker_mirrored_strategy(tmp_p
     assert results[0]["workers"] == [f"localhost:{p}" for p in ports]
     assert results[0]["digest"] == results[1]["digest"], "workers ended with different weights"
     assert hashlib.sha256(b"").hexdigest() != results[0]["digest"]
+
+
+@pytest.mark.slow
+def test_toolkit_rendezvous_is_bounded_and_names_the_missing_peer(tmp_path: Path) -> None:
+    ports = free_ports(2)
+    base = tmp_path / "worker-0"
+    _job_with_code(base, tmp_path / "src", {"train.py": MWMS_SCRIPT}, {"sagemaker_multi_worker_mirrored_strategy_enabled": True})
+    started = time.monotonic()
+    run = run_trainer(
+        base,
+        TRAINING_HOSTS=",".join(f"localhost:{p}" for p in ports),
+        TRAINING_CURRENT_HOST=f"localhost:{ports[0]}",
+        RENDEZVOUS_TIMEOUT_SECONDS="8",
+        timeout=120,
+    )
+    assert run.returncode == 4, run.explain()
+    failure = run.failure or ""
+    assert failure.startswith("Rendezvous timed out after 8 s"), failure
+    assert f"localhost:{ports[1]}" in failure
+    assert time.monotonic() - started < 90

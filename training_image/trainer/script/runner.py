@@ -26,7 +26,7 @@ from typing import Any
 
 import trainer
 from trainer.environment import TrainingEnvironment
-from trainer.errors import ConfigError, GpuCheckError, TrainingInterrupted, UserScriptError
+from trainer.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
 from trainer.logs import log
 from trainer.script import contract, source
 
@@ -246,6 +246,9 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
             args=json.dumps(args),
             seconds_since_start=f"{time.monotonic() - started:.1f}",
         )
+        # The platform's helpers inside the script (trainer.toolkit's rendezvous watchdog) record
+        # their own failure; a stale file from an earlier attempt must not pass for one.
+        env.paths.failure_file.unlink(missing_ok=True)
         script_started = time.monotonic()
         returncode = supervisor.run(command, env=child_env, cwd=code.directory)
         seconds = time.monotonic() - script_started
@@ -263,4 +266,10 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
             f"With trainer.toolkit's callbacks (BackupAndRestore in {env.paths.checkpoint_dir}), a restart resumes at "
             "the last completed epoch."
         )
+    if env.paths.failure_file.is_file():
+        recorded = " ".join(env.paths.failure_file.read_text(encoding="utf-8", errors="replace").split())
+        if recorded:
+            # Written inside the script by the platform's helpers; more precise than the exit status.
+            error_class = RendezvousError if recorded.startswith("Rendezvous") else UserScriptError
+            raise error_class(recorded)
     raise _failure(job, returncode, report, supervisor.stderr_tail)
