@@ -1,0 +1,177 @@
+"""Dynamic batching: concurrent requests share one model call.
+
+A GPU answers a batch of 64 rows in about the time it answers one, so the server queues requests
+and one task drains the queue: it takes the first request, waits at most ``max_delay`` for more,
+stops at ``max_batch_size`` rows, runs the model once on the concatenation in a worker thread (the
+event loop keeps accepting requests meanwhile; TensorFlow releases the GIL), and hands every
+request its rows back. Under load, requests that arrive while the model runs form the next batch
+without any waiting at all. With batching off, every request is one model call (the baseline the
+benchmark compares against), still one call at a time on the device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+# How many recent batch sizes /stats keeps (bounded, so a long-lived endpoint does not grow).
+RECENT_BATCHES = 4096
+
+
+class QueueFull(Exception):
+    """More requests are waiting than ``max_queued_requests``; the caller answers 503."""
+
+
+@dataclass
+class _Pending:
+    rows: np.ndarray
+    future: asyncio.Future[np.ndarray]
+
+
+@dataclass
+class BatchStats:
+    """What the batcher has done, for ``/stats``, tests and the benchmark.
+
+    Attributes:
+        batches: Model calls made.
+        requests: Requests answered through those calls.
+        rows: Rows predicted.
+        recent_batch_requests: Requests per model call, most recent last (bounded).
+        recent_batch_rows: Rows per model call, most recent last (bounded).
+    """
+
+    batches: int = 0
+    requests: int = 0
+    rows: int = 0
+    recent_batch_requests: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES))
+    recent_batch_rows: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES))
+
+    def as_dict(self) -> dict[str, object]:
+        sizes = list(self.recent_batch_requests)
+        return {
+            "batches": self.batches,
+            "requests": self.requests,
+            "rows": self.rows,
+            "max_batch_requests": max(sizes, default=0),
+            "mean_batch_requests": round(sum(sizes) / len(sizes), 3) if sizes else 0.0,
+            "recent_batch_requests": sizes[-256:],
+            "recent_batch_rows": list(self.recent_batch_rows)[-256:],
+        }
+
+
+class DynamicBatcher:
+    """Queues requests and runs the model on batches of them.
+
+    Args:
+        predict: Function from a ``[n, features]`` float32 matrix to ``[n, classes]`` outputs;
+            called from one worker thread only, never concurrently.
+        max_batch_size: Most rows per call made of several requests.
+        max_delay_seconds: Longest the first request of a batch waits for more.
+        max_queued_requests: Queue bound; beyond it :meth:`submit` raises :class:`QueueFull`.
+        batching: ``False``: one request per call.
+    """
+
+    def __init__(
+        self,
+        predict: Callable[[np.ndarray], np.ndarray],
+        *,
+        max_batch_size: int,
+        max_delay_seconds: float,
+        max_queued_requests: int,
+        batching: bool = True,
+    ) -> None:
+        self._predict = predict
+        self._max_rows = max_batch_size if batching else 1
+        self._max_delay = max_delay_seconds if batching else 0.0
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=max_queued_requests)
+        # One thread: the device runs one batch at a time, and Keras/TF objects are not shared
+        # between concurrent Python callers.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
+        self._carry: _Pending | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.stats = BatchStats()
+
+    def start(self) -> None:
+        """Starts the draining task on the running loop."""
+        self._task = asyncio.get_running_loop().create_task(self._drain(), name="dynamic-batcher")
+
+    async def stop(self) -> None:
+        """Stops draining and releases the worker thread."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def submit(self, rows: np.ndarray) -> np.ndarray:
+        """Predicts ``rows`` as part of some batch; raises QueueFull when the queue is at its bound."""
+        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait(_Pending(rows, future))
+        except asyncio.QueueFull:
+            raise QueueFull from None
+        return await future
+
+    async def _next(self, timeout: float | None) -> _Pending | None:
+        if self._carry is not None:
+            item, self._carry = self._carry, None
+            return item
+        if timeout is None:
+            return await self._queue.get()
+        if timeout <= 0:
+            try:
+                return self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self._next(None)
+            assert first is not None
+            batch = [first]
+            rows = len(first.rows)
+            deadline = time.monotonic() + self._max_delay
+            while rows < self._max_rows:
+                item = await self._next(deadline - time.monotonic())
+                if item is None:
+                    break
+                if rows + len(item.rows) > self._max_rows:
+                    self._carry = item  # starts the next batch, so no request is ever split
+                    break
+                batch.append(item)
+                rows += len(item.rows)
+            batch = [p for p in batch if not p.future.done()]  # the client went away
+            if not batch:
+                continue
+            matrix = batch[0].rows if len(batch) == 1 else np.concatenate([p.rows for p in batch])
+            try:
+                outputs = await loop.run_in_executor(self._executor, self._predict, matrix)
+            except Exception as err:  # noqa: BLE001 - delivered to each waiting request
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(err)
+                continue
+            self.stats.batches += 1
+            self.stats.requests += len(batch)
+            self.stats.rows += len(matrix)
+            self.stats.recent_batch_requests.append(len(batch))
+            self.stats.recent_batch_rows.append(len(matrix))
+            start = 0
+            for pending in batch:
+                end = start + len(pending.rows)
+                if not pending.future.done():
+                    pending.future.set_result(outputs[start:end])
+                start = end
