@@ -53,12 +53,19 @@ def _cost(repeats: int) -> list[dict]:
     return cost_bench.run()
 
 
+def _serve(repeats: int) -> list[dict]:
+    from benchmarks import serve_bench
+
+    return serve_bench.run(repeats)
+
+
 BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "synth": _synth,
     "pipeline": _pipeline,
     "throughput": _throughput,
     "gpu": _gpu,
     "cost": _cost,
+    "serve": _serve,
 }
 COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,21 @@ def test_batcher_never_splits_a_request_and_runs_a_large_one_alone():
     model = _RecordingModel()
     _run(model, [3, 2, 9, 1], max_batch_size=4, max_delay_seconds=0.05)
     assert model.calls == [3, 2, 9, 1]  # 3+2 > 4, so 2 starts the next call; 9 > 4 runs alone
+
+
+def test_a_lone_request_does_not_wait_for_company():
+    async def go():
+        batcher = DynamicBatcher(_RecordingModel(), max_batch_size=64, max_delay_seconds=2.0, max_queued_requests=10)
+        batcher.start()
+        try:
+            started = time.monotonic()
+            for _ in range(3):
+                await asyncio.wait_for(batcher.submit(np.ones((1, 2), np.float32)), 5)
+            return time.monotonic() - started
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(go()) < 1.0  # not 3 x the 2 s window: nobody else was waiting
 
 
 def test_batching_off_makes_one_call_per_request():

@@ -22,6 +22,8 @@ import numpy as np
 
 # How many recent batch sizes /stats keeps (bounded, so a long-lived endpoint does not grow).
 RECENT_BATCHES = 4096
+WAIT_WHEN_MEAN_AT_LEAST = 1.5
+_SMOOTHING = 0.2
 
 
 class QueueFull(Exception):
@@ -94,6 +96,7 @@ class DynamicBatcher:
         # between concurrent Python callers.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
         self._carry: _Pending | None = None
+        self._mean_requests_per_call = 1.0
         self._task: asyncio.Task[None] | None = None
         self.stats = BatchStats()
 
@@ -143,7 +146,8 @@ class DynamicBatcher:
             assert first is not None
             batch = [first]
             rows = len(first.rows)
-            deadline = time.monotonic() + self._max_delay
+            waits = self._mean_requests_per_call >= WAIT_WHEN_MEAN_AT_LEAST
+            deadline = time.monotonic() + (self._max_delay if waits else 0.0)
             while rows < self._max_rows:
                 item = await self._next(deadline - time.monotonic())
                 if item is None:
@@ -164,6 +168,7 @@ class DynamicBatcher:
                     if not pending.future.done():
                         pending.future.set_exception(err)
                 continue
+            self._mean_requests_per_call += _SMOOTHING * (len(batch) - self._mean_requests_per_call)
             self.stats.batches += 1
             self.stats.requests += len(batch)
             self.stats.rows += len(matrix)
