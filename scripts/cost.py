@@ -91,6 +91,30 @@ def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
     return lines
 
 
+def serving(cfg: PlatformConfig) -> list[Line]:
+    """The GPU endpoint: what it bills at its floor (idle) and at its ceiling (busiest).
+
+    SageMaker real-time variants cannot scale below one instance, so an idle endpoint bills
+    ``min_instances`` around the clock; the way to pay nothing is to remove it
+    (``serving.enabled=false`` and deploy, or ``cdk destroy <project>-serving``).
+    """
+    if not cfg.serving.enabled:
+        return []
+    sv = cfg.serving
+    row = _row(sv.instance_type)
+    # SageMaker real-time inference lists the same per-family premium over EC2 as training.
+    per_instance = row.on_demand_usd_per_hour * (1 + SAGEMAKER_SURCHARGE[row.family])
+    lines = [
+        Line(f"Endpoint idle: {sv.min_instances} x {sv.instance_type} (min_instances)", per_instance * sv.min_instances, None,
+             f"bills with no traffic; destroy the {cfg.project_name}-serving stack to pay nothing"),
+        Line(f"Endpoint at max_instances: {sv.max_instances} x {sv.instance_type}", per_instance * sv.max_instances, None,
+             "under sustained load (autoscaling ceiling)"),
+    ]
+    if sv.scale_in_schedule:
+        lines.append(Line("Endpoint during scheduled scale-in: 1 instance", per_instance, None, sv.scale_in_schedule))
+    return lines
+
+
 def standing(cfg: PlatformConfig, *, dataset_gb: float, artifacts_gb: float, image_gb: float) -> list[Line]:
     """What still bills with the stacks deployed and no job running (no compute running)."""
     azs = cfg.network.max_azs
@@ -159,8 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     idle = standing(cfg, dataset_gb=args.dataset_gb, artifacts_gb=args.artifacts_gb, image_gb=args.image_gb)
     print()
     print(render("Standing cost with no job running (no compute runs)", idle, None))
-    total = sum(line.usd_per_hour for line in idle)
-    print(f"  {'total standing':<62} ${total:>9,.3f}/h  ${total * HOURS_PER_MONTH:>8,.2f}/month")
+    endpoint = serving(cfg)
+    total = sum(line.usd_per_hour for line in idle) + (endpoint[0].usd_per_hour if endpoint else 0.0)
+    if endpoint:
+        print()
+        print(render("Serving (GPU endpoint)", endpoint, None))
+    else:
+        print("\nServing: no endpoint deployed (serving.enabled=false): $0 when idle.")
+    label = "total standing" + (" incl. idle endpoint" if endpoint else "")
+    print(f"  {label:<62} ${total:>9,.3f}/h  ${total * HOURS_PER_MONTH:>8,.2f}/month")
     return 0
 
 

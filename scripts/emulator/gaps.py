@@ -30,6 +30,7 @@ def apply_all() -> None:
     _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
     _validate_images_and_instance_types()
+    _hosting_instance_types()
 
 
 def _kms_key_from_template() -> None:
@@ -192,6 +193,27 @@ def _validate_images_and_instance_types() -> None:
 
     PATCHES.set(settings, "ENABLE_AMI_VALIDATION", True)
     PATCHES.set(settings, "EC2_ENABLE_INSTANCE_TYPE_VALIDATION", True)
+
+
+def _hosting_instance_types() -> None:
+    # Gap: moto checks an endpoint config's InstanceType against its own list from before the
+    # g5/g6/p4d/p5 families, so a valid GPU endpoint (the serving stack's ml.g5.xlarge) is
+    # refused. Check against the real list instead: botocore's ProductionVariantInstanceType,
+    # the enum SageMaker validates CreateEndpointConfig with.
+    import botocore.session
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.models import FakeEndpointConfig
+
+    valid = set(botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariantInstanceType").enum)
+
+    def validate_instance_type(self: Any, instance_type: str) -> None:
+        if instance_type not in valid:
+            raise ValidationError(
+                message=f"Value '{instance_type}' at 'instanceType' failed to satisfy constraint: "
+                "Member must satisfy enum value set (ProductionVariantInstanceType)"
+            )
+
+    PATCHES.set(FakeEndpointConfig, "validate_instance_type", validate_instance_type)
 
 
 def _get_stack_output() -> None:

@@ -130,3 +130,29 @@ def _session() -> Any:
     return boto3.session.Session(
         aws_access_key_id="testing", aws_secret_access_key="testing", aws_session_token="testing", region_name=server.REGION
     )
+
+
+def test_audit_flags_a_live_endpoint_as_compute_left_behind(emulator: server.Emulator) -> None:
+    sagemaker = _client(emulator, "sagemaker")
+    role = f"arn:aws:iam::123456789012:role/{PROJECT}-serving-role"
+    sagemaker.create_model(
+        ModelName=f"{PROJECT}-model", ExecutionRoleArn=role, PrimaryContainer={"Image": "img:1"}, Tags=TAGS
+    )
+    sagemaker.create_endpoint_config(
+        EndpointConfigName=f"{PROJECT}-config",
+        ProductionVariants=[
+            {"VariantName": "AllTraffic", "ModelName": f"{PROJECT}-model", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}
+        ],
+        Tags=TAGS,
+    )
+    sagemaker.create_endpoint(EndpointName=f"{PROJECT}-endpoint", EndpointConfigName=f"{PROJECT}-config", Tags=TAGS)
+    boto_session = _session()
+
+    report = audit(project=PROJECT, data_retained=True, session=boto_session, endpoint_url=emulator.endpoint_url)
+    (endpoint,) = [f for f in report.findings if f.kind == "sagemaker:endpoint"]
+    assert endpoint.verdict == ERROR and "compute left behind: endpoint is" in endpoint.note
+    assert not report.ok
+
+    sagemaker.delete_endpoint(EndpointName=f"{PROJECT}-endpoint")
+    report = audit(project=PROJECT, data_retained=True, session=boto_session, endpoint_url=emulator.endpoint_url)
+    assert not [f for f in report.findings if f.kind == "sagemaker:endpoint" and f.verdict == ERROR]

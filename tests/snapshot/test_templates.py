@@ -59,6 +59,14 @@ def test_template_snapshot(snapshot_root, snapshot_json, config_name, stack_id):
     assert normalize(synthesized.template_json(stack_id)) == snapshot_json
 
 
+SERVING = {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"}
+
+
+def test_serving_template_snapshot(snapshot_root, snapshot_json):
+    synthesized = cached_synth(snapshot_root, SERVING)
+    assert normalize(synthesized.template_json("Serving")) == snapshot_json
+
+
 def test_normalize_removes_asset_hashes_but_keeps_real_changes():
     template = {
         "Resources": {

@@ -60,3 +60,22 @@ def test_cli_prints_sources_and_totals(capsys):
 def test_cli_refuses_bad_config_with_one_line(capsys):
     assert cost.main(["-c", "gpu_training.cluster.instance_type=m5.large"]) == 2
     assert capsys.readouterr().err.startswith('error: invalid configuration: gpu_training.cluster.instance_type = "m5.large"')
+
+
+def test_serving_idle_cost_is_min_instances_around_the_clock():
+    assert cost.serving(config()) == []
+    cfg = config(serving__enabled=True, serving__training_job_name="job-1", serving__min_instances=2, serving__max_instances=4, serving__initial_instance_count=2)
+    idle, busiest = cost.serving(cfg)
+    per_instance = 1.006 * 1.40  # ml.g5.xlarge: EC2 price + SageMaker's premium
+    assert idle.usd_per_hour == pytest.approx(2 * per_instance)
+    assert busiest.usd_per_hour == pytest.approx(4 * per_instance)
+    assert "destroy the gputrain-serving stack to pay nothing" in idle.note
+
+
+def test_cost_prints_the_idle_endpoint_in_the_standing_total(capsys):
+    assert cost.main(["-c", "gpu_training.serving.enabled=true", "-c", "gpu_training.serving.training_job_name=job-1"]) == 0
+    out = capsys.readouterr().out
+    assert "Endpoint idle: 1 x ml.g5.xlarge (min_instances)" in out
+    assert "total standing incl. idle endpoint" in out
+    assert cost.main([]) == 0
+    assert "no endpoint deployed (serving.enabled=false): $0 when idle" in capsys.readouterr().out

@@ -1,0 +1,420 @@
+"""A SageMaker real-time endpoint on GPUs serving a trained model with the project's image.
+
+The same image that trains serves: SageMaker hosting starts it as ``<image> serve``
+(``python -m trainer serve``), which verifies the GPUs before ``/ping`` turns healthy. Model,
+endpoint config and endpoint are CloudFormation resources; a new model artifact makes a new
+Model and EndpointConfig, and the Endpoint moves to them with a blue/green deployment that
+rolls back on its alarms.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from stacks.components.policy import acknowledge
+from stacks.components.training_job_workflow import acknowledge_wildcard_resources
+from stacks.config import ServingConfig
+from stacks.gpu_instances import lookup
+
+ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
+DATA_CAPTURE_PREFIX = "data-capture/"
+VARIANT_NAME = "AllTraffic"
+# The serving mode's environment (training_image/trainer/serve/settings.py).
+EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
+
+
+def endpoint_name(project_name: str) -> str:
+    """The endpoint's fixed name: operators and ``scripts.invoke`` find it without a lookup."""
+    return f"{project_name}-endpoint"
+
+
+def volume_kms_allowed(instance_type: str) -> bool:
+    """SageMaker rejects a volume key on types with local NVMe (the store is hardware-encrypted)."""
+    row = lookup(instance_type)
+    return row is None or row.local_nvme_gb == 0
+
+
+class EndpointRole(Construct):
+    """The execution role of the endpoint's instances.
+
+    Reads exactly one object (the model artifact), decrypts with the platform key, pulls from the
+    project's repository, writes only to the endpoint's log group, manages network interfaces only
+    in the training VPC, and (with data capture) writes only under ``data-capture/<endpoint>/``.
+
+    Attributes:
+        role: The role.
+        policy: Its customer-managed policy.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        endpoint: str,
+        model_object_arn: str,
+        key: kms.IKey,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        vpc: ec2.IVpc,
+        data_capture: bool,
+    ) -> None:
+        """Create the role for ``endpoint`` serving the object ``model_object_arn``."""
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        log_group = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"{ENDPOINT_LOG_GROUP_PREFIX}/{endpoint}",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        log_streams = f"{log_group}:*"
+        statements = [
+            iam.PolicyStatement(sid="ReadModelArtifact", actions=["s3:GetObject"], resources=[model_object_arn]),
+            iam.PolicyStatement(
+                sid="UsePlatformKey", actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"], resources=[key.key_arn]
+            ),
+            iam.PolicyStatement(
+                sid="EncryptMlVolumes",
+                actions=["kms:CreateGrant"],
+                resources=[key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+            ),
+            iam.PolicyStatement(
+                sid="PullServingImage",
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+                resources=[repository.repository_arn],
+            ),
+            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            iam.PolicyStatement(
+                sid="WriteEndpointLogs",
+                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[log_group, log_streams],
+            ),
+            iam.PolicyStatement(
+                sid="DescribeNetwork",
+                actions=[
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                ],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="NetworkInterfacesInTrainingVpc",
+                actions=[
+                    "ec2:CreateNetworkInterface",
+                    "ec2:CreateNetworkInterfacePermission",
+                    "ec2:DeleteNetworkInterface",
+                    "ec2:DeleteNetworkInterfacePermission",
+                ],
+                resources=["*"],
+                conditions={"ArnEquals": {"ec2:Vpc": stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)}},
+            ),
+        ]
+        wildcards = [log_streams, "*"]
+        if data_capture:
+            capture_objects = artifacts_bucket.arn_for_objects(f"{DATA_CAPTURE_PREFIX}{endpoint}/*")
+            statements.append(
+                iam.PolicyStatement(sid="WriteDataCapture", actions=["s3:PutObject"], resources=[capture_objects])
+            )
+            wildcards.append(capture_objects)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"{endpoint}: execution role of the GPU endpoint (one model artifact, image pull, its logs)",
+        )
+        self.policy = iam.ManagedPolicy(self, "Policy", statements=statements, roles=[self.role])
+        acknowledge_wildcard_resources(
+            self.policy,
+            "Each wildcard is the narrowest the API allows: the streams of this endpoint's own log group, captured "
+            "requests under data-capture/<endpoint>/ (object keys are generated per hour), and '*' only for "
+            "ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions) and network interfaces "
+            "(limited to the training VPC by the ec2:Vpc condition). The model artifact is one exact object.",
+            wildcards,
+        )
+
+
+class EndpointAlarms(Construct):
+    """5xx errors and model latency of the endpoint's variant, to an encrypted SNS topic.
+
+    The same alarms roll a blue/green deployment back.
+
+    Attributes:
+        topic: Alarm notifications.
+        errors: ``Invocation5XXErrors`` sum per minute at or above the threshold, 2 minutes running.
+        latency: Average ``ModelLatency`` above the threshold, 3 minutes running.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, endpoint: str, config: ServingConfig) -> None:
+        super().__init__(scope, construct_id)
+        key = kms.Key(
+            self,
+            "TopicKey",
+            description=f"{endpoint}: endpoint alarms topic",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,
+            pending_window=Duration.days(7),
+        )
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarmsToPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy "*" means this key
+            )
+        )
+        self.topic = sns.Topic(self, "Topic", display_name=f"{endpoint} alarms", master_key=key, enforce_ssl=True)
+        dimensions = {"EndpointName": endpoint, "VariantName": VARIANT_NAME}
+        self.errors = cloudwatch.Alarm(
+            self,
+            "Errors5xx",
+            alarm_description=f"{endpoint}: the model container answers 5xx; rolls a deployment back",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="Invocation5XXErrors",
+                dimensions_map=dimensions,
+                statistic="Sum",
+                period=Duration.minutes(1),
+            ),
+            threshold=config.error_alarm_threshold,
+            evaluation_periods=2,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.latency = cloudwatch.Alarm(
+            self,
+            "ModelLatency",
+            alarm_description=f"{endpoint}: average model latency above {config.latency_alarm_ms} ms; rolls a deployment back",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="ModelLatency",  # microseconds
+                dimensions_map=dimensions,
+                statistic="Average",
+                period=Duration.minutes(1),
+            ),
+            threshold=config.latency_alarm_ms * 1000,
+            evaluation_periods=3,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        for alarm in (self.errors, self.latency):
+            alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
+            alarm.add_ok_action(cw_actions.SnsAction(self.topic))
+
+
+class GpuEndpoint(Construct):
+    """Model, endpoint config and endpoint, with autoscaling and alarms.
+
+    Attributes:
+        endpoint_name: The endpoint's name (fixed: ``<project>-endpoint``).
+        role: The execution role.
+        security_group: The instances' security group (HTTPS out to the VPC endpoints only).
+        model: ``AWS::SageMaker::Model``.
+        endpoint_config: ``AWS::SageMaker::EndpointConfig``.
+        endpoint: ``AWS::SageMaker::Endpoint``.
+        alarms: 5xx and latency alarms (also the rollback alarms).
+        scaling_target: The Application Auto Scaling target of the variant.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project_name: str,
+        config: ServingConfig,
+        key: kms.IKey,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        image_tag: str,
+        vpc: ec2.IVpc,
+        subnet_ids: Sequence[str],
+    ) -> None:
+        """Create the endpoint for ``config`` (validated: a model source is set)."""
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.endpoint_name = endpoint_name(project_name)
+        model_key = config.model_key
+        self.role = EndpointRole(
+            self,
+            "ExecutionRole",
+            endpoint=self.endpoint_name,
+            model_object_arn=artifacts_bucket.arn_for_objects(model_key),
+            key=key,
+            artifacts_bucket=artifacts_bucket,
+            repository=repository,
+            vpc=vpc,
+            data_capture=config.data_capture,
+        ).role
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description=f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only",
+            allow_all_outbound=False,
+        )
+        self.security_group.add_egress_rule(
+            ec2.Peer.ipv4(vpc.vpc_cidr_block), ec2.Port.tcp(443), "HTTPS to the VPC interface endpoints"
+        )
+        image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
+        self.model = sagemaker.CfnModel(
+            self,
+            "Model",
+            execution_role_arn=self.role.role_arn,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                image=image_uri,
+                mode="SingleModel",
+                model_data_url=f"s3://{artifacts_bucket.bucket_name}/{model_key}",
+                environment={
+                    EXPECTED_GPU_COUNT_ENV: str(config.gpus_per_instance),
+                    "SERVING_INSTANCE_TYPE": config.instance_type,
+                    "SERVE_MAX_BATCH_SIZE": str(config.max_batch_size),
+                    "SERVE_MAX_BATCH_DELAY_MS": str(config.max_batch_delay_ms),
+                },
+            ),
+            enable_network_isolation=config.network_isolation,
+            vpc_config=sagemaker.CfnModel.VpcConfigProperty(
+                security_group_ids=[self.security_group.security_group_id], subnets=list(subnet_ids)
+            ),
+        )
+        # The role's policy must exist before SageMaker checks that the role can read the model.
+        self.model.node.add_dependency(self.role)
+
+        data_capture: Optional[sagemaker.CfnEndpointConfig.DataCaptureConfigProperty] = None
+        if config.data_capture:
+            data_capture = sagemaker.CfnEndpointConfig.DataCaptureConfigProperty(
+                enable_capture=True,
+                initial_sampling_percentage=config.data_capture_sampling_percent,
+                destination_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{DATA_CAPTURE_PREFIX}{self.endpoint_name}",
+                kms_key_id=key.key_arn,
+                capture_options=[
+                    sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Input"),
+                    sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Output"),
+                ],
+                capture_content_type_header=sagemaker.CfnEndpointConfig.CaptureContentTypeHeaderProperty(
+                    csv_content_types=["text/csv"], json_content_types=["application/json"]
+                ),
+            )
+        self.endpoint_config = sagemaker.CfnEndpointConfig(
+            self,
+            "EndpointConfig",
+            production_variants=[
+                sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                    variant_name=VARIANT_NAME,
+                    model_name=self.model.attr_model_name,
+                    instance_type=config.instance_type,
+                    initial_instance_count=config.initial_instance_count,
+                    initial_variant_weight=1.0,
+                    # GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
+                    container_startup_health_check_timeout_in_seconds=900,
+                    model_data_download_timeout_in_seconds=900,
+                )
+            ],
+            kms_key_id=key.key_arn if volume_kms_allowed(config.instance_type) else None,
+            data_capture_config=data_capture,
+        )
+        if not volume_kms_allowed(config.instance_type):
+            acknowledge(
+                self.endpoint_config,
+                f"{config.instance_type} serves from local NVMe instance storage, which AWS encrypts in hardware with "
+                "keys generated per instance; SageMaker rejects a KmsKeyId for such types. Data capture (when on) is "
+                "still encrypted with the platform key.",
+                "NIST.800.53.R5-SageMakerEndpointConfigurationKMSKeyConfigured",
+            )
+        self.alarms = EndpointAlarms(self, "Alarms", endpoint=self.endpoint_name, config=config)
+        traffic = (
+            sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
+                type="CANARY",
+                canary_size=sagemaker.CfnEndpoint.CapacitySizeProperty(type="CAPACITY_PERCENT", value=config.canary_percent),
+                wait_interval_in_seconds=config.bake_seconds,
+            )
+            if config.rollout == "canary"
+            else sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
+                type="ALL_AT_ONCE", wait_interval_in_seconds=config.bake_seconds
+            )
+        )
+        self.endpoint = sagemaker.CfnEndpoint(
+            self,
+            "Endpoint",
+            endpoint_name=self.endpoint_name,
+            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+            deployment_config=sagemaker.CfnEndpoint.DeploymentConfigProperty(
+                blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
+                    traffic_routing_configuration=traffic,
+                    termination_wait_in_seconds=config.bake_seconds,
+                    maximum_execution_timeout_in_seconds=3 * config.bake_seconds + 3600,
+                ),
+                auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
+                    alarms=[
+                        sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.alarm_name)
+                        for alarm in (self.alarms.errors, self.alarms.latency)
+                    ]
+                ),
+            ),
+        )
+
+        self.scaling_target = appscaling.ScalableTarget(
+            self,
+            "Scaling",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}",
+            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+            min_capacity=config.min_instances,
+            max_capacity=config.max_instances,
+            role=iam.Role.from_role_arn(
+                self,
+                "ScalingRole",
+                # Application Auto Scaling's service-linked role for SageMaker (created on first use).
+                stack.format_arn(
+                    service="iam",
+                    region="",
+                    resource="role",
+                    resource_name="aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+                    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint",
+                ),
+            ),
+        )
+        self.scaling_target.node.add_dependency(self.endpoint)
+        self.scaling_target.scale_to_track_metric(
+            "InvocationsPerInstance",
+            target_value=config.target_invocations_per_instance,
+            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+            scale_in_cooldown=Duration.seconds(config.scale_in_cooldown_seconds),
+            scale_out_cooldown=Duration.seconds(config.scale_out_cooldown_seconds),
+        )
+        if config.scale_in_schedule and config.scale_out_schedule:
+            self.scaling_target.scale_on_schedule(
+                "ScaleIn",
+                schedule=appscaling.Schedule.expression(config.scale_in_schedule),
+                min_capacity=1,
+                max_capacity=1,
+            )
+            self.scaling_target.scale_on_schedule(
+                "ScaleOut",
+                schedule=appscaling.Schedule.expression(config.scale_out_schedule),
+                min_capacity=config.min_instances,
+                max_capacity=config.max_instances,
+            )
+        acknowledge(
+            self.security_group,
+            "Egress is HTTPS to the VPC's own CIDR only (the interface endpoints); with network isolation the model "
+            "container has no network at all.",
+            "NIST.800.53.R5-EC2RestrictedCommonPorts",
+        )
