@@ -75,7 +75,6 @@ def deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -
         *command,
         "deploy",
         stack_name(deployment.config, "serving"),
-        "--exclusively",
         "--require-approval",
         "never",
         *context,
@@ -100,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     model = check_job(deployment, args.job_name)
     command = deploy_command(deployment, args.job_name, args.context)
     print(f"{args.job_name} completed; model {model}")
-    print("deploy: " + " ".join(command[command.index("deploy") - 1 :]))
+    print("deploy: cdk " + " ".join(command[command.index("deploy") :]))
     if args.dry_run:
         return 0
     env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -37,6 +37,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the launched job (default: 2)")
     parser.add_argument("--examples", type=int, default=2000, help="rows of the synthetic dataset (default: 2000)")
     parser.add_argument("--no-train", action="store_true", help="deploy, then destroy: no dataset, no job")
+    parser.add_argument("--no-serve", action="store_true", help="train, but do not deploy and invoke the endpoint")
     parser.add_argument(
         "--job-timeout", type=float, default=900, metavar="SECONDS", help="longest wait for the training job (default: 900)"
     )
@@ -63,6 +64,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         work_dir=args.work_dir,
         port=args.port,
         echo_cdk=args.verbose,
+        serve=not args.no_serve,
     )
 
 
@@ -82,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             run.upload_dataset()
             run.launch()
             run.train()
+            if options.serve:
+                run.deploy_endpoint()
+                run.invoke_endpoint()
         run.summary()
         if options.keep:
             _explore(run)

@@ -31,6 +31,8 @@ def apply_all() -> None:
     _training_jobs_wait_for_a_runner()
     _validate_images_and_instance_types()
     _hosting_instance_types()
+    _endpoint_names_from_template()
+    _endpoint_invocations()
 
 
 def _kms_key_from_template() -> None:
@@ -214,6 +216,23 @@ def _hosting_instance_types() -> None:
             )
 
     PATCHES.set(FakeEndpointConfig, "validate_instance_type", validate_instance_type)
+
+
+def _endpoint_names_from_template() -> None:
+    # Gap: moto's AWS::SageMaker::Endpoint handler ignores the EndpointName property and names
+    # the endpoint after the logical id plus a random suffix; CloudFormation uses the property
+    # (the serving stack's fixed <project>-endpoint, which scripts.invoke calls by default).
+    from moto.sagemaker.models import FakeEndpoint
+
+    PATCHES.set(FakeEndpoint, "cloudformation_name_type", staticmethod(lambda: "EndpointName"))
+
+
+def _endpoint_invocations() -> None:
+    # Gap: moto's InvokeEndpoint answers canned data for any name, deployed or not, and runs no
+    # model. scripts.emulator.hosting routes it to local serving processes (see there).
+    from scripts.emulator.hosting import install_invoke_route
+
+    install_invoke_route()
 
 
 def _get_stack_output() -> None:

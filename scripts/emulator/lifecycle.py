@@ -50,6 +50,7 @@ class Options:
         port: Emulator port; ``None`` picks a free one.
         job_timeout_seconds: Longest the run waits for the training job.
         echo_cdk: Stream the CDK CLI's output instead of only logging it.
+        serve: After training, serve the model on the endpoint and invoke it (with ``train``).
     """
 
     real_account: bool = False
@@ -66,6 +67,7 @@ class Options:
     port: int | None = None
     job_timeout_seconds: float = 900
     echo_cdk: bool = False
+    serve: bool = True
 
 
 @dataclass
@@ -151,6 +153,13 @@ class Lifecycle:
         self.destroyed = False
         self.account = ""
         self.region = ""
+        # Serving (after training): its own assembly, so destroy can remove the serving stack.
+        self.serving_cdk: Cdk | None = None
+        self.serving_assembly: Path | None = None
+        self.hosting: Any = None
+        self.endpoint_name: str | None = None
+        self.predictions: list[dict[str, Any]] = []
+        self.heldout_accuracy: float | None = None
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -493,6 +502,7 @@ class Lifecycle:
         """``cdk destroy`` what was deployed, from the same assembly."""
         assert self.cdk is not None
         with self.progress.phase("cdk destroy"):
+            self._destroy_serving()
             if self.outputs.get(f"{self.config().project_name}-training") is not None:
                 # The documented pre-destroy step (the training stack's PreDestroyCommand output):
                 # stop running jobs and workflow executions, which CloudFormation cannot.
@@ -500,6 +510,116 @@ class Lifecycle:
                     self.progress.say(f"pre-destroy (scripts.teardown --stop-running): {line}")
             self.cdk.destroy(self.options.stacks, self.assembly)
             self.destroyed = True
+
+    # --- serving (after training) --------------------------------------------------------------
+
+    def deploy_endpoint(self) -> None:
+        """Serve the trained job's model: ``scripts.promote`` checks the job, the serving stack deploys.
+
+        The serving stack is synthesized into its own assembly with ``serving.training_job_name``
+        set to the job, exactly the deploy that ``python -m scripts.promote JOB`` runs, and deployed
+        with the real CDK CLI. On the emulator a local process then plays SageMaker hosting: the
+        real serving mode on the extracted model (:mod:`scripts.emulator.hosting`).
+        """
+        assert self.cdk is not None and self.job_name is not None
+        with self.progress.phase("promote + deploy endpoint"):
+            for line in self.run_script("promote", self.job_name, "--dry-run").splitlines():
+                self.progress.say(f"scripts.promote: {line}")
+            context = {
+                **self.context,
+                "gpu_training.serving.enabled": "true",
+                "gpu_training.serving.training_job_name": self.job_name,
+            }
+            self.serving_cdk = dataclasses.replace(self.cdk, context=context, log_file=self.work_dir / "cdk-serving.log")
+            assembly = self.work_dir / "cdk.out.serving"
+            self.serving_cdk.synth(assembly)
+            self.serving_assembly = assembly
+            self.serving_cdk.run(
+                ["deploy", "Serving", "--app", str(assembly), "--require-approval", "never"], timeout=3600
+            )
+            self._read_outputs()
+            project = self.config().project_name
+            self.endpoint_name = self.outputs[f"{project}-serving"]["EndpointName"]
+            endpoint = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint_name)
+            self.progress.say(f"endpoint {self.endpoint_name}: {endpoint['EndpointStatus']} ({endpoint['EndpointConfigName']})")
+            if self.emulator is not None:
+                from scripts.emulator.hosting import LocalHosting
+
+                self.hosting = LocalHosting(
+                    endpoint_url=self.emulator.endpoint_url,
+                    region=self.region,
+                    work_dir=self.work_dir / "endpoints",
+                    on_event=self.progress.say,
+                )
+                self.hosting.serve(self.endpoint_name)
+
+    def invoke_endpoint(self, rows: int = 200) -> float | None:
+        """Held-out rows through ``scripts.invoke`` and the endpoint; prints predictions and accuracy.
+
+        The held-out rows come from the same generator, seed and class centroids as the training
+        data (a third shard after the two that were uploaded), so they are new examples of the
+        same task. Returns the accuracy, or ``None`` when ``--examples`` is odd (no exact split).
+        """
+        assert self.endpoint_name is not None
+        with self.progress.phase("invoke endpoint (held-out rows)"):
+            features_file, labels = self._heldout_rows(rows)
+            output = self.run_script("invoke", "--endpoint", self.endpoint_name, str(features_file), "--json")
+            self.predictions = json.loads(output)["predictions"]
+            for index, prediction in enumerate(self.predictions[:5], start=1):
+                probabilities = ", ".join(f"{p:.3f}" for p in prediction["probabilities"])
+                truth = f" (label {labels[index - 1]})" if labels else ""
+                self.progress.say(f"row {index}: class {prediction['predicted_class']}{truth}  [{probabilities}]")
+            if labels:
+                correct = sum(int(p["predicted_class"] == label) for p, label in zip(self.predictions, labels))
+                self.heldout_accuracy = correct / len(labels)
+                self.progress.say(
+                    f"held-out accuracy {self.heldout_accuracy:.3f} ({correct}/{len(labels)} rows, "
+                    f"python -m scripts.invoke -> {self.endpoint_name})"
+                )
+        return self.heldout_accuracy
+
+    def _heldout_rows(self, rows: int) -> tuple[Path, list[int]]:
+        local = self.work_dir / "heldout"
+        examples = self.options.examples
+        if examples % 2:
+            raise RuntimeError("held-out rows need an even --examples (the training data is two equal shards)")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer.synthetic",
+                "--format",
+                "csv",
+                "--out",
+                str(local),
+                "--examples",
+                str(examples // 2 * 3),
+                "--features",
+                str(self.options.features),
+                "--classes",
+                str(self.options.classes),
+                "--shards",
+                "3",
+            ],
+            cwd=ROOT / "training_image",
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        lines = (local / "part-00002.csv").read_text(encoding="utf-8").splitlines()[1 : rows + 1]  # no header
+        features = [line.rsplit(",", 1)[0] for line in lines]
+        labels = [int(line.rsplit(",", 1)[1]) for line in lines]
+        path = local / "heldout-features.csv"
+        path.write_text("\n".join(features) + "\n", encoding="utf-8")
+        return path, labels
+
+    def _destroy_serving(self) -> None:
+        if self.serving_cdk is None or self.serving_assembly is None:
+            return
+        self.serving_cdk.destroy(["Serving"], self.serving_assembly)
+        if self.hosting is not None:
+            self.hosting.stop()
+        self.progress.say("serving stack destroyed; local serving process stopped")
 
     def audit(self) -> Any:
         """Teardown audit: list everything still tagged with the project and judge it."""
@@ -520,6 +640,9 @@ class Lifecycle:
 
     def close(self) -> None:
         """Stop the local runner and the emulator (its state is lost)."""
+        if self.hosting is not None:
+            self.hosting.stop()
+            self.hosting = None
         if self.runner is not None:
             self.runner.stop()
             self.runner = None

@@ -245,9 +245,15 @@ class GpuEndpoint(Construct):
         repository: ecr.IRepository,
         image_tag: str,
         vpc: ec2.IVpc,
+        vpc_cidr: str,
         subnet_ids: Sequence[str],
     ) -> None:
-        """Create the endpoint for ``config`` (validated: a model source is set)."""
+        """Create the endpoint for ``config`` (validated: a model source is set).
+
+        ``vpc_cidr`` is the configured block rather than the VPC's attribute: a reference to a
+        data-plane attribute nothing else uses would make deploying this stack alone also update
+        the data plane (to publish it).
+        """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.endpoint_name = endpoint_name(project_name)
@@ -271,7 +277,7 @@ class GpuEndpoint(Construct):
             allow_all_outbound=False,
         )
         self.security_group.add_egress_rule(
-            ec2.Peer.ipv4(vpc.vpc_cidr_block), ec2.Port.tcp(443), "HTTPS to the VPC interface endpoints"
+            ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(443), "HTTPS to the VPC interface endpoints"
         )
         image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
         self.model = sagemaker.CfnModel(

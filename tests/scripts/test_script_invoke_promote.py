@@ -149,7 +149,7 @@ def test_promote_checks_the_job_and_prints_the_blue_green_deploy(aws, moto_backe
     assert run(promote.main, [f"{PROJECT}-promote-ok", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert f"{PROJECT}-promote-ok completed; model s3://" in out
-    assert f"deploy {PROJECT}-serving --exclusively --require-approval never -c gpu_training.serving.enabled=true " in out
+    assert f"deploy {PROJECT}-serving --require-approval never -c gpu_training.serving.enabled=true " in out
     assert f"-c gpu_training.serving.training_job_name={PROJECT}-promote-ok" in out
 
 
