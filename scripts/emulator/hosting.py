@@ -204,7 +204,8 @@ def install_invoke_route() -> None:
         endpoints = sagemaker_backends[self.current_account][self.region].endpoints
         if name not in endpoints:
             body = {"message": f"Endpoint {name} of account {self.current_account} not found."}
-            return 400, {"x-amzn-ErrorType": "ValidationError", "Content-Type": "application/json"}, json.dumps(body)
+            # moto takes the status from a "status" header, not from the tuple.
+            return 400, {"status": "400", "x-amzn-ErrorType": "ValidationError", "Content-Type": "application/json"}, json.dumps(body)
         if name not in ROUTES:
             return original(self)
         request = urllib.request.Request(
@@ -225,7 +226,7 @@ def install_invoke_route() -> None:
                 "OriginalMessage": original_message,
                 "LogStreamArn": f"arn:aws:logs:{self.region}:{self.current_account}:log-group:/aws/sagemaker/Endpoints/{name}",
             }
-            return 424, {"x-amzn-ErrorType": "ModelError", "Content-Type": "application/json"}, json.dumps(body)
+            return 424, {"status": "424", "x-amzn-ErrorType": "ModelError", "Content-Type": "application/json"}, json.dumps(body)
 
     invoke_endpoint._routes_locally = True  # type: ignore[attr-defined]
     PATCHES.set(SageMakerRuntimeResponse, "invoke_endpoint", invoke_endpoint)
