@@ -41,7 +41,6 @@ class ServingStack(Stack):
             repository=data_plane.repository,
             image_tag=config.image.tag,
             vpc=network.vpc,
-            vpc_cidr=config.network.vpc_cidr,
             subnet_ids=network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids,
         )
         outputs = {

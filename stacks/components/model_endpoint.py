@@ -245,15 +245,9 @@ class GpuEndpoint(Construct):
         repository: ecr.IRepository,
         image_tag: str,
         vpc: ec2.IVpc,
-        vpc_cidr: str,
         subnet_ids: Sequence[str],
     ) -> None:
-        """Create the endpoint for ``config`` (validated: a model source is set).
-
-        ``vpc_cidr`` is the configured block rather than the VPC's attribute: a reference to a
-        data-plane attribute nothing else uses would make deploying this stack alone also update
-        the data plane (to publish it).
-        """
+        """Create the endpoint for ``config`` (validated: a model source is set)."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.endpoint_name = endpoint_name(project_name)
@@ -276,8 +270,12 @@ class GpuEndpoint(Construct):
             description=f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only",
             allow_all_outbound=False,
         )
+        # SageMaker pulls the image and downloads the model through the VPC: the ECR interface
+        # endpoints and the S3 gateway endpoint, whose prefix list cannot be named without a
+        # lookup. The subnets have no route to the internet (network.nat_gateways = 0), so HTTPS
+        # out reaches only those endpoints.
         self.security_group.add_egress_rule(
-            ec2.Peer.ipv4(vpc_cidr), ec2.Port.tcp(443), "HTTPS to the VPC interface endpoints"
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
         )
         image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
         self.model = sagemaker.CfnModel(
@@ -418,9 +416,3 @@ class GpuEndpoint(Construct):
                 min_capacity=config.min_instances,
                 max_capacity=config.max_instances,
             )
-        acknowledge(
-            self.security_group,
-            "Egress is HTTPS to the VPC's own CIDR only (the interface endpoints); with network isolation the model "
-            "container has no network at all.",
-            "NIST.800.53.R5-EC2RestrictedCommonPorts",
-        )
