@@ -6,7 +6,8 @@ batches dynamically (``SERVE_MAX_BATCH_SIZE=64``, ``SERVE_MAX_BATCH_DELAY_MS=2``
 every request as its own model call (``SERVE_BATCHING=off``), which is what a server without a
 batcher does. A closed-loop aiohttp client keeps ``concurrency`` one-row JSON requests in flight
 for a fixed time per level (1, 8, 32), against each server in turn, interleaved and repeated, so
-drift in machine load lands on both alike; the median repeat is reported. Ratios compare the two
+drift in machine load lands on both alike (which server goes first alternates between repeats);
+the median repeat is reported. Ratios compare the two
 servers in the same run.
 
 Both servers run on the GPUs TensorFlow sees in the runner (``EXPECTED_GPU_COUNT``), else on CPU.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +67,12 @@ class Level:
             f"{self.rps:.0f} req/s, p50 {self.percentile(50):.2f} ms, p99 {self.percentile(99):.2f} ms, "
             f"{self.mean_batch:.1f} req/call"
         )
+
+
+def median_level(levels: list[Level]) -> Level:
+    """The repeat with the median requests/s (the lower one of an even count)."""
+    ordered = sorted(levels, key=lambda level: level.rps)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def save_model(model_dir: Path) -> None:
@@ -189,19 +195,18 @@ def run(repeats: int = 3, seconds: float = 2.0) -> list[dict]:
             for server in servers.values():
                 server.wait_ready()
             results: dict[tuple[str, int], list[Level]] = {}
-            for _ in range(repeats):
+            for repeat in range(repeats):
                 for concurrency in CONCURRENCY:
-                    for name, server in servers.items():
+                    # Alternate which server goes first, so neither always follows the other's load.
+                    order = list(servers.items())[:: 1 if repeat % 2 == 0 else -1]
+                    for name, server in order:
                         results.setdefault((name, concurrency), []).append(measure(server, concurrency, seconds))
         finally:
             for server in servers.values():
                 server.stop()
     rows = []
     for concurrency in CONCURRENCY:
-        median = {
-            name: statistics.median_low(sorted(results[(name, concurrency)], key=lambda level: level.rps))
-            for name in servers
-        }
+        median = {name: median_level(results[(name, concurrency)]) for name in servers}
         batched, single = median["batched"], median["one per call"]
         for name, level in median.items():
             rows.append(

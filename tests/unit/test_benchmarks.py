@@ -101,3 +101,7 @@ def test_serve_bench_level_figures():
     assert level.rps == 50.0
     assert (level.percentile(50), level.percentile(99)) == (51.0, 100.0)
     assert level.describe() == "50 req/s, p50 51.00 ms, p99 100.00 ms, 4.0 req/call"
+    from benchmarks.serve_bench import median_level
+
+    levels = [Level(n, 1.0, (1.0,), 1.0) for n in (30, 10, 20, 40)]
+    assert median_level(levels).requests == 20 and median_level(levels[:3]).requests == 20
