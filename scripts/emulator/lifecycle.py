@@ -157,6 +157,7 @@ class Lifecycle:
         self.serving_cdk: Cdk | None = None
         self.serving_assembly: Path | None = None
         self.hosting: Any = None
+        self.serving_deploy_check = DeployCheck()
         self.endpoint_name: str | None = None
         self.predictions: list[dict[str, Any]] = []
         self.heldout_accuracy: float | None = None
@@ -316,8 +317,11 @@ class Lifecycle:
                         if not o["OutputKey"].startswith("PublishOutput")
                     }
 
-    def _check_emulated_deploy(self) -> None:
+    def _check_emulated_deploy(self, assembly: Path | None = None, stacks: Sequence[str] | None = None) -> DeployCheck:
         """Compare every template with what the emulator created; wait for custom resources.
+
+        ``assembly``/``stacks`` default to the main deploy's (whose check becomes
+        :attr:`deploy_check`); the serving phase checks its own assembly's ``Serving`` stack.
 
         Emulator gap: moto applies a change set inside the ExecuteChangeSet call and reports
         the stack complete even when a resource handler raised half-way, so a green
@@ -329,17 +333,20 @@ class Lifecycle:
 
         from scripts.emulator import custom_resources
 
+        main_deploy = assembly is None
+        assembly = self.assembly if assembly is None else assembly
+        stacks = self.options.stacks if stacks is None else stacks
         cloudformation = self.client("cloudformation")
-        manifest = json.loads((self.assembly / "manifest.json").read_text())["artifacts"]
+        manifest = json.loads((assembly / "manifest.json").read_text())["artifacts"]
         check = DeployCheck()
         deadline = time.monotonic() + 30
         for artifact_id, artifact in manifest.items():
             if artifact.get("type") != "aws:cloudformation:stack":
                 continue
-            if self.options.stacks and artifact_id not in self.options.stacks:
+            if stacks and artifact_id not in stacks:
                 continue
             stack_name = artifact["properties"].get("stackName", artifact_id)
-            template = json.loads((self.assembly / artifact["properties"]["templateFile"]).read_text())
+            template = json.loads((assembly / artifact["properties"]["templateFile"]).read_text())
             while True:
                 created = {
                     r["LogicalResourceId"]: r
@@ -366,9 +373,11 @@ class Lifecycle:
                     check.skipped_types[resource_type] = check.skipped_types.get(resource_type, 0) + 1
             for logical_id in pending:
                 check.missing.append(f"{stack_name}/{logical_id} (custom resource never answered)")
-        check.custom_resources = list(custom_resources.SERVED)
-        check.unserved_custom_resources = list(custom_resources.UNSERVED)
-        self.deploy_check = check
+        # The providers' records cover the whole run: they belong to the main deploy's check.
+        check.custom_resources = list(custom_resources.SERVED) if main_deploy else []
+        check.unserved_custom_resources = list(custom_resources.UNSERVED) if main_deploy else []
+        if main_deploy:
+            self.deploy_check = check
         skipped = ", ".join(f"{t} x{n}" for t, n in sorted(check.skipped_types.items()))
         if skipped:
             self.progress.say(f"skipped by the emulator (unsupported types, known gap): {skipped}")
@@ -386,6 +395,7 @@ class Lifecycle:
                 "the emulator reported success but did not create: " + "; ".join(check.missing)
                 + f" (see {self.emulator.log_file})"
             )
+        return check
 
     def _pending_custom_resources(self, stack_name: str) -> list[str]:
         from moto.cloudformation import cloudformation_backends
@@ -538,6 +548,8 @@ class Lifecycle:
                 ["deploy", "Serving", "--app", str(assembly), "--require-approval", "never"], timeout=3600
             )
             self._read_outputs()
+            if self.emulator is not None:
+                self.serving_deploy_check = self._check_emulated_deploy(assembly, ["Serving"])
             project = self.config().project_name
             self.endpoint_name = self.outputs[f"{project}-serving"]["EndpointName"]
             endpoint = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint_name)

@@ -166,3 +166,19 @@ def test_response_has_class_and_probabilities_per_row():
             {"predicted_class": 0, "probabilities": [0.5, 0.25, 0.25]},
         ]
     }
+
+
+def test_the_image_installs_the_serving_package_and_its_pinned_http_stack():
+    import tomllib
+    from pathlib import Path
+
+    import aiohttp
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "training_image" / "pyproject.toml").read_text())
+    assert "trainer.serve" in project["tool"]["setuptools"]["packages"]
+    image_pins = (root / "training_image" / "requirements.txt").read_text().splitlines()
+    dev_pins = (root / "requirements-dev.txt").read_text().splitlines()
+    assert f"aiohttp=={aiohttp.__version__}" in image_pins and f"aiohttp=={aiohttp.__version__}" in dev_pins
+    assert 'CMD ["train"]' in (root / "training_image" / "Dockerfile").read_text()  # SageMaker passes "serve" itself
+    assert "EXPOSE 8080" in (root / "training_image" / "Dockerfile").read_text()
