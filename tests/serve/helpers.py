@@ -50,9 +50,13 @@ class Server:
     process: subprocess.Popen[bytes]
     log: Path
 
-    def request(self, method: str, path: str, body: bytes | None = None, content_type: str | None = None) -> Reply:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, content_type: str | None = None, accept: str | None = None
+    ) -> Reply:
         """One request, bounded; HTTP errors are returned, not raised."""
         headers = {"Content-Type": content_type} if content_type is not None else {}
+        if accept is not None:
+            headers["Accept"] = accept
         request = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:  # nosec B310 - loopback
@@ -63,9 +67,9 @@ class Server:
     def ping(self) -> Reply:
         return self.request("GET", "/ping")
 
-    def invoke(self, body: bytes | str, content_type: str | None = "application/json") -> Reply:
+    def invoke(self, body: bytes | str, content_type: str | None = "application/json", accept: str | None = None) -> Reply:
         data = body.encode() if isinstance(body, str) else body
-        return self.request("POST", "/invocations", data, content_type)
+        return self.request("POST", "/invocations", data, content_type, accept)
 
     def stats(self) -> dict[str, Any]:
         return self.request("GET", "/stats").json()

@@ -127,6 +127,14 @@ def test_bad_request_gets_a_4xx_with_one_line(server, body, content_type, status
     assert "\n" not in error and "Traceback" not in error and len(error) < 200
 
 
+def test_accept_other_than_json_is_406_and_json_or_any_is_served(server, expected):
+    reply = server.invoke(json.dumps(ROWS), accept="text/csv")
+    assert reply.status == 406
+    assert reply.json()["error"] == "Unsupported Accept 'text/csv'; predictions are returned as application/json."
+    _check(server.invoke(json.dumps(ROWS), accept="application/json"), expected)
+    _check(server.invoke(json.dumps(ROWS), accept="*/*"), expected)
+
+
 def test_bad_requests_never_take_the_server_down(server, expected):
     for body in ("[[", "{}", "[[1]]", "\x00"):
         assert 400 <= server.invoke(body).status < 500
@@ -192,3 +200,6 @@ def test_a_missing_model_keeps_ping_failing_with_the_reason(tmp_path):
         ping = server.ping()
         assert ping.status == 503
         assert ping.json()["error"].startswith(f"Model directory {tmp_path / 'empty'} does not exist")
+    # SIGTERM (SageMaker scaling in) ends the server cleanly.
+    assert server.process.returncode == 0
+    assert "serve-stopped" in server.output()

@@ -129,6 +129,9 @@ async def invocations(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if not state.ready.is_set() or state.model is None or state.batcher is None:
         return _error(503, state.failure or "Not ready: the model is still loading.")
+    accept = request.headers.get("Accept", "").strip()
+    if accept and not any(t in accept for t in (codec.JSON, "*/*", "application/*")):
+        return _error(406, f"Unsupported Accept {accept!r}; predictions are returned as application/json.")
     limit = state.settings.max_request_bytes
     if request.content_length is not None and request.content_length > limit:
         return _error(413, f"Request body of {request.content_length} bytes is over the {limit}-byte limit.")
