@@ -159,9 +159,13 @@ def test_promote_refuses_a_job_that_did_not_complete(aws, moto_backends, capsys,
     assert launch_main(["--direct", "--name", name]) == 0
     moto_backends.set_job(name, status, status, failure_reason="AlgorithmError: diverged" if status == "Failed" else None)
     capsys.readouterr()
-    assert run(promote.main, [name]) == 1
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(f"error: {name} is {status}") and err.endswith("only a Completed job's model can be promoted")
+    try:
+        assert run(promote.main, [name]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {name} is {status}") and err.endswith("only a Completed job's model can be promoted")
+    finally:
+        # The moto server is shared by the session: leave no job running for the other scripts' tests.
+        moto_backends.set_job(name, "Stopped", "Stopped")
 
 
 def test_promote_of_a_missing_job_or_artifact_is_one_line(aws, moto_backends, capsys):
