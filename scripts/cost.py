@@ -95,8 +95,8 @@ def serving(cfg: PlatformConfig) -> list[Line]:
     """The GPU endpoint: what it bills at its floor (idle) and at its ceiling (busiest).
 
     SageMaker real-time variants cannot scale below one instance, so an idle endpoint bills
-    ``min_instances`` around the clock; the way to pay nothing is to remove it
-    (``serving.enabled=false`` and deploy, or ``cdk destroy <project>-serving``).
+    ``min_instances`` around the clock, unless ``serving.scale_to_zero`` serves the model as an
+    inference component that scales to nothing, or the stack is destroyed.
     """
     if not cfg.serving.enabled:
         return []
@@ -104,14 +104,20 @@ def serving(cfg: PlatformConfig) -> list[Line]:
     row = _row(sv.instance_type)
     # SageMaker real-time inference lists the same per-family premium over EC2 as training.
     per_instance = row.on_demand_usd_per_hour * (1 + SAGEMAKER_SURCHARGE[row.family])
+    if sv.scale_to_zero:
+        idle = Line(f"Endpoint idle: 0 x {sv.instance_type} (scale_to_zero)", 0.0, None,
+                    "no copy and no instance without traffic; the first request after idling waits for a GPU instance")
+    else:
+        idle = Line(f"Endpoint idle: {sv.min_instances} x {sv.instance_type} (min_instances)", per_instance * sv.min_instances, None,
+                    f"bills with no traffic; serving.scale_to_zero=true or destroying {cfg.project_name}-serving pays nothing")
     lines = [
-        Line(f"Endpoint idle: {sv.min_instances} x {sv.instance_type} (min_instances)", per_instance * sv.min_instances, None,
-             f"bills with no traffic; destroy the {cfg.project_name}-serving stack to pay nothing"),
+        idle,
         Line(f"Endpoint at max_instances: {sv.max_instances} x {sv.instance_type}", per_instance * sv.max_instances, None,
              "under sustained load (autoscaling ceiling)"),
     ]
     if sv.scale_in_schedule:
-        lines.append(Line("Endpoint during scheduled scale-in: 1 instance", per_instance, None, sv.scale_in_schedule))
+        floor = 0 if sv.scale_to_zero else 1
+        lines.append(Line(f"Endpoint during scheduled scale-in: {floor} instance(s)", per_instance * floor, None, sv.scale_in_schedule))
     return lines
 
 

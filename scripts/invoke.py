@@ -34,7 +34,7 @@ from scripts.common import (
     load_platform_config,
     run,
 )
-from stacks.components.model_endpoint import endpoint_name
+from stacks.components.model_endpoint import endpoint_name, inference_component_name
 
 JSON, CSV = "application/json", "text/csv"
 # SageMaker real-time invocations accept at most 6 MB of payload.
@@ -74,11 +74,12 @@ def read_payload(source: str, content_type: Optional[str] = None) -> tuple[bytes
     return body, content_type
 
 
-def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str) -> dict[str, Any]:
+def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: Optional[str] = None) -> dict[str, Any]:
     """``InvokeEndpoint``; the parsed JSON answer. Every failure becomes one OperatorError line."""
+    extra = {"InferenceComponentName": component} if component else {}
     try:
         response = aws.client("sagemaker-runtime").invoke_endpoint(
-            EndpointName=endpoint, ContentType=content_type, Accept=JSON, Body=body
+            EndpointName=endpoint, ContentType=content_type, Accept=JSON, Body=body, **extra
         )
     except ClientError as err:
         code, message = error_code(err), error_message(err)
@@ -116,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m scripts.invoke", description="Send rows to the GPU endpoint.")
     parser.add_argument("file", help="CSV or JSON rows, or - for standard input")
     parser.add_argument("--endpoint", help="endpoint name (default: <project>-endpoint)")
+    parser.add_argument(
+        "--inference-component", help="component to invoke (default with serving.scale_to_zero: <project>-model)"
+    )
     parser.add_argument("--content-type", choices=[CSV, JSON], help="default: from the extension or the first character")
     parser.add_argument("--json", action="store_true", help="print the endpoint's JSON answer")
     add_common_arguments(parser)
@@ -125,8 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     body, content_type = read_payload(args.file, args.content_type)
-    name = args.endpoint or endpoint_name(load_platform_config(args.context).project_name)
-    answer = invoke(Aws.from_args(args), name, body, content_type)
+    config = load_platform_config(args.context)
+    name = args.endpoint or endpoint_name(config.project_name)
+    component = args.inference_component
+    if component is None and args.endpoint is None and config.serving.scale_to_zero:
+        component = inference_component_name(config.project_name)
+    answer = invoke(Aws.from_args(args), name, body, content_type, component)
     print(json.dumps(answer) if args.json else render(answer))
     return 0
 

@@ -265,6 +265,12 @@ class ServingConfig:
             is scaled to 1 instance (e.g. nights). Default ``None``.
         scale_out_schedule: Cron at which ``min_instances``/``max_instances`` are restored.
             Required with ``scale_in_schedule``. Default ``None``.
+        scale_to_zero: Pay nothing when idle: serve the model as an inference component
+            (``<project>-model``) whose copies, and the instances under them (managed instance
+            scaling), scale down to zero without traffic; the first request after that fails
+            fast and wakes a copy (minutes on a GPU). New models roll out as a rolling update of
+            the component with the same rollback alarms; ``rollout=canary`` does not apply.
+            Default ``False`` (a real-time variant, never below ``min_instances`` >= 1).
     """
 
     enabled: bool = False
@@ -290,6 +296,7 @@ class ServingConfig:
     bake_seconds: int = 600
     scale_in_schedule: Optional[str] = None
     scale_out_schedule: Optional[str] = None
+    scale_to_zero: bool = False
 
     @property
     def gpus_per_instance(self) -> int:
@@ -642,6 +649,11 @@ def _validate_serving(sv: ServingConfig) -> ServingConfig:
     _check_positive(f"{p}.bake_seconds", sv.bake_seconds, minimum=0, maximum=3600)
     if sv.rollout not in ROLLOUTS:
         raise ConfigError(f"{p}.rollout", sv.rollout, "unknown rollout", "use all_at_once or canary")
+    if sv.scale_to_zero and sv.rollout == "canary":
+        raise ConfigError(
+            f"{p}.rollout", sv.rollout, "with scale_to_zero a new model rolls out as a rolling update of the inference component",
+            f"set {p}.rollout to all_at_once, or scale_to_zero to false",
+        )
     if sv.rollout == "canary":
         _check_positive(f"{p}.canary_percent", sv.canary_percent, maximum=50)
         if sv.min_instances < 2:

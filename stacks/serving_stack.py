@@ -50,5 +50,10 @@ class ServingStack(Stack):
             "AlarmTopicArn": (self.endpoint.alarms.topic.topic_arn, "5xx and latency alarms (also roll deployments back)"),
             "InstanceType": (config.serving.instance_type, "GPU hosting instance type"),
         }
+        if self.endpoint.inference_component_name is not None:
+            outputs["InferenceComponentName"] = (
+                self.endpoint.inference_component_name,
+                "Scale-to-zero: invocations name this component (scripts.invoke does)",
+            )
         for name, (value, description) in outputs.items():
             CfnOutput(self, name, value=value, description=description)

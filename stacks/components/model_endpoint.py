@@ -32,6 +32,8 @@ from stacks.gpu_instances import lookup
 ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
 DATA_CAPTURE_PREFIX = "data-capture/"
 VARIANT_NAME = "AllTraffic"
+# GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
+STARTUP_TIMEOUT_SECONDS = 900
 # The serving mode's environment (training_image/trainer/serve/settings.py).
 EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
 
@@ -39,6 +41,17 @@ EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
 def endpoint_name(project_name: str) -> str:
     """The endpoint's fixed name: operators and ``scripts.invoke`` find it without a lookup."""
     return f"{project_name}-endpoint"
+
+
+def inference_component_name(project_name: str) -> str:
+    """The model's inference component (``serving.scale_to_zero``): ``<project>-model``."""
+    return f"{project_name}-model"
+
+
+def typing_cast_str(value: Optional[str]) -> str:
+    """A name that is set in the mode that uses it."""
+    assert value is not None
+    return value
 
 
 def volume_kms_allowed(instance_type: str) -> bool:
@@ -162,7 +175,10 @@ class EndpointAlarms(Construct):
         latency: Average ``ModelLatency`` above the threshold, 3 minutes running.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, endpoint: str, config: ServingConfig) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, endpoint: str, config: ServingConfig, dimensions: dict[str, str]
+    ) -> None:
+        """Alarms on the metrics of ``dimensions`` (the variant, or the inference component)."""
         super().__init__(scope, construct_id)
         key = kms.Key(
             self,
@@ -181,7 +197,6 @@ class EndpointAlarms(Construct):
             )
         )
         self.topic = sns.Topic(self, "Topic", display_name=f"{endpoint} alarms", master_key=key, enforce_ssl=True)
-        dimensions = {"EndpointName": endpoint, "VariantName": VARIANT_NAME}
         self.errors = cloudwatch.Alarm(
             self,
             "Errors5xx",
@@ -230,7 +245,11 @@ class GpuEndpoint(Construct):
         endpoint_config: ``AWS::SageMaker::EndpointConfig``.
         endpoint: ``AWS::SageMaker::Endpoint``.
         alarms: 5xx and latency alarms (also the rollback alarms).
-        scaling_target: The Application Auto Scaling target of the variant.
+        scaling_target: The Application Auto Scaling target of the variant (or, with
+            ``scale_to_zero``, of the inference component's copies).
+        inference_component: With ``scale_to_zero``: the model as an inference component whose
+            copies (and the instances under them) scale to zero when idle; else ``None``.
+        inference_component_name: Its fixed name (``<project>-model``), else ``None``.
     """
 
     def __init__(
@@ -319,20 +338,19 @@ class GpuEndpoint(Construct):
         self.endpoint_config = sagemaker.CfnEndpointConfig(
             self,
             "EndpointConfig",
-            production_variants=[
-                sagemaker.CfnEndpointConfig.ProductionVariantProperty(
-                    variant_name=VARIANT_NAME,
-                    model_name=self.model.attr_model_name,
-                    instance_type=config.instance_type,
-                    initial_instance_count=config.initial_instance_count,
-                    initial_variant_weight=1.0,
-                    # GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
-                    container_startup_health_check_timeout_in_seconds=900,
-                    model_data_download_timeout_in_seconds=900,
-                )
-            ],
+            production_variants=[self._variant(config)],
             kms_key_id=key.key_arn if volume_kms_allowed(config.instance_type) else None,
             data_capture_config=data_capture,
+            # An endpoint of inference components names its role and network itself.
+            execution_role_arn=self.role.role_arn if config.scale_to_zero else None,
+            enable_network_isolation=config.network_isolation if config.scale_to_zero else None,
+            vpc_config=(
+                sagemaker.CfnEndpointConfig.VpcConfigProperty(
+                    security_group_ids=[self.security_group.security_group_id], subnets=list(subnet_ids)
+                )
+                if config.scale_to_zero
+                else None
+            ),
         )
         if not volume_kms_allowed(config.instance_type):
             acknowledge(
@@ -342,7 +360,14 @@ class GpuEndpoint(Construct):
                 "still encrypted with the platform key.",
                 "NIST.800.53.R5-SageMakerEndpointConfigurationKMSKeyConfigured",
             )
-        self.alarms = EndpointAlarms(self, "Alarms", endpoint=self.endpoint_name, config=config)
+        self.inference_component_name: Optional[str] = None
+        if config.scale_to_zero:
+            self.inference_component_name = inference_component_name(project_name)
+            dimensions = {"InferenceComponentName": self.inference_component_name}
+        else:
+            dimensions = {"EndpointName": self.endpoint_name, "VariantName": VARIANT_NAME}
+        self.alarms = EndpointAlarms(self, "Alarms", endpoint=self.endpoint_name, config=config, dimensions=dimensions)
+        rollback_alarms = [alarm.alarm_name for alarm in (self.alarms.errors, self.alarms.latency)]
         traffic = (
             sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
                 type="CANARY",
@@ -359,28 +384,40 @@ class GpuEndpoint(Construct):
             "Endpoint",
             endpoint_name=self.endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
-            deployment_config=sagemaker.CfnEndpoint.DeploymentConfigProperty(
+            # With inference components a new model is a rolling update of the component (below).
+            deployment_config=None
+            if config.scale_to_zero
+            else sagemaker.CfnEndpoint.DeploymentConfigProperty(
                 blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
                     traffic_routing_configuration=traffic,
                     termination_wait_in_seconds=config.bake_seconds,
                     maximum_execution_timeout_in_seconds=3 * config.bake_seconds + 3600,
                 ),
                 auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
-                    alarms=[
-                        sagemaker.CfnEndpoint.AlarmProperty(alarm_name=alarm.alarm_name)
-                        for alarm in (self.alarms.errors, self.alarms.latency)
-                    ]
+                    alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=name) for name in rollback_alarms]
                 ),
             ),
         )
+        self.inference_component: Optional[sagemaker.CfnInferenceComponent] = None
+        if config.scale_to_zero:
+            self.inference_component = self._inference_component(config, rollback_alarms)
 
         self.scaling_target = appscaling.ScalableTarget(
             self,
             "Scaling",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}",
-            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
-            min_capacity=config.min_instances,
+            resource_id=(
+                f"inference-component/{self.inference_component_name}"
+                if config.scale_to_zero
+                else f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}"
+            ),
+            scalable_dimension=(
+                "sagemaker:inference-component:DesiredCopyCount"
+                if config.scale_to_zero
+                else "sagemaker:variant:DesiredInstanceCount"
+            ),
+            # Copies of the model (one per instance: each takes every GPU) or instances.
+            min_capacity=0 if config.scale_to_zero else config.min_instances,
             max_capacity=config.max_instances,
             role=iam.Role.from_role_arn(
                 self,
@@ -395,24 +432,109 @@ class GpuEndpoint(Construct):
                 ),
             ),
         )
-        self.scaling_target.node.add_dependency(self.endpoint)
+        self.scaling_target.node.add_dependency(self.inference_component or self.endpoint)
         self.scaling_target.scale_to_track_metric(
             "InvocationsPerInstance",
             target_value=config.target_invocations_per_instance,
-            predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+            predefined_metric=(
+                appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_INVOCATIONS_PER_COPY
+                if config.scale_to_zero
+                else appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE
+            ),
             scale_in_cooldown=Duration.seconds(config.scale_in_cooldown_seconds),
             scale_out_cooldown=Duration.seconds(config.scale_out_cooldown_seconds),
         )
+        if config.scale_to_zero:
+            # Target tracking cannot wake a component at zero copies (no invocations, no metric):
+            # a request that finds no copy counts in NoCapacityInvocationFailures, and that adds one.
+            self.scaling_target.scale_on_metric(
+                "ScaleOutFromZero",
+                metric=cloudwatch.Metric(
+                    namespace="AWS/SageMaker",
+                    metric_name="NoCapacityInvocationFailures",
+                    dimensions_map={"InferenceComponentName": typing_cast_str(self.inference_component_name)},
+                    statistic="Maximum",
+                    period=Duration.minutes(1),
+                ),
+                scaling_steps=[
+                    appscaling.ScalingInterval(upper=0, change=0),
+                    appscaling.ScalingInterval(lower=1, change=1),
+                ],
+                adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+                cooldown=Duration.seconds(config.scale_out_cooldown_seconds),
+            )
         if config.scale_in_schedule and config.scale_out_schedule:
+            # Real-time variants cannot go below one instance; a component can go to zero copies.
+            floor = 0 if config.scale_to_zero else 1
             self.scaling_target.scale_on_schedule(
                 "ScaleIn",
                 schedule=appscaling.Schedule.expression(config.scale_in_schedule),
-                min_capacity=1,
-                max_capacity=1,
+                min_capacity=floor,
+                max_capacity=floor,
             )
             self.scaling_target.scale_on_schedule(
                 "ScaleOut",
                 schedule=appscaling.Schedule.expression(config.scale_out_schedule),
-                min_capacity=config.min_instances,
+                min_capacity=0 if config.scale_to_zero else config.min_instances,
                 max_capacity=config.max_instances,
             )
+
+    def _variant(self, config: ServingConfig) -> sagemaker.CfnEndpointConfig.ProductionVariantProperty:
+        if config.scale_to_zero:
+            # Instances come and go with the component's copies, down to none when idle.
+            return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                variant_name=VARIANT_NAME,
+                instance_type=config.instance_type,
+                initial_instance_count=config.initial_instance_count,
+                managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
+                    status="ENABLED", min_instance_count=0, max_instance_count=config.max_instances
+                ),
+                routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(routing_strategy="LEAST_OUTSTANDING_REQUESTS"),
+            )
+        return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+            variant_name=VARIANT_NAME,
+            model_name=self.model.attr_model_name,
+            instance_type=config.instance_type,
+            initial_instance_count=config.initial_instance_count,
+            initial_variant_weight=1.0,
+            # GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
+            container_startup_health_check_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+            model_data_download_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+        )
+
+    def _inference_component(self, config: ServingConfig, rollback_alarms: Sequence[str]) -> sagemaker.CfnInferenceComponent:
+        component = sagemaker.CfnInferenceComponent(
+            self,
+            "InferenceComponent",
+            inference_component_name=self.inference_component_name,
+            endpoint_name=self.endpoint.attr_endpoint_name,
+            variant_name=VARIANT_NAME,
+            specification=sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty(
+                model_name=self.model.attr_model_name,
+                compute_resource_requirements=sagemaker.CfnInferenceComponent.InferenceComponentComputeResourceRequirementsProperty(
+                    # One copy per instance, with every GPU: the serving mode verifies them all.
+                    number_of_accelerator_devices_required=config.gpus_per_instance,
+                    min_memory_required_in_mb=1024,
+                ),
+                startup_parameters=sagemaker.CfnInferenceComponent.InferenceComponentStartupParametersProperty(
+                    container_startup_health_check_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+                    model_data_download_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+                ),
+            ),
+            runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
+                copy_count=config.initial_instance_count
+            ),
+            deployment_config=sagemaker.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty(
+                rolling_update_policy=sagemaker.CfnInferenceComponent.InferenceComponentRollingUpdatePolicyProperty(
+                    maximum_batch_size=sagemaker.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
+                        type="COPY_COUNT", value=1
+                    ),
+                    wait_interval_in_seconds=config.bake_seconds,
+                    maximum_execution_timeout_in_seconds=3 * config.bake_seconds + 3600,
+                ),
+                auto_rollback_configuration=sagemaker.CfnInferenceComponent.AutoRollbackConfigurationProperty(
+                    alarms=[sagemaker.CfnInferenceComponent.AlarmProperty(alarm_name=name) for name in rollback_alarms]
+                ),
+            ),
+        )
+        return component

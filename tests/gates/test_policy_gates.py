@@ -33,6 +33,12 @@ GATED_CONFIGS = {
         "training_job.instance_type": "ml.p3.2xlarge",
     },
     "serving-nvme": {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"},
+    "serving-scale-to-zero": {
+        "serving.enabled": True,
+        "serving.training_job_name": "gputrain-job-1",
+        "serving.scale_to_zero": True,
+        "serving.data_capture": True,
+    },
     "serving-ebs-capture-canary": {
         "serving.enabled": True,
         "serving.model_artifact_key": "models/candidate/model.tar.gz",

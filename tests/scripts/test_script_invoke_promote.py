@@ -57,6 +57,23 @@ def test_csv_file_is_sent_as_csv_to_the_projects_endpoint(runtime, tmp_path, cap
     ]
 
 
+def test_scale_to_zero_invocations_name_the_inference_component(runtime, tmp_path, capsys):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("0.1,0.2\n")
+    runtime.add_response(
+        "invoke_endpoint",
+        {"Body": _body(ANSWER)},
+        {
+            "EndpointName": f"{PROJECT}-endpoint",
+            "InferenceComponentName": f"{PROJECT}-model",
+            "ContentType": "text/csv",
+            "Accept": "application/json",
+            "Body": rows.read_bytes(),
+        },
+    )
+    assert run(invoke.main, [str(rows), "-c", "serving.scale_to_zero=true"]) == 0
+
+
 def test_json_from_stdin_to_a_named_endpoint(runtime, monkeypatch, capsys):
     body = b'{"instances": [[0.1, 0.2]]}'
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(body)))

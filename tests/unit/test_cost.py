@@ -69,7 +69,7 @@ def test_serving_idle_cost_is_min_instances_around_the_clock():
     per_instance = 1.006 * 1.40  # ml.g5.xlarge: EC2 price + SageMaker's premium
     assert idle.usd_per_hour == pytest.approx(2 * per_instance)
     assert busiest.usd_per_hour == pytest.approx(4 * per_instance)
-    assert "destroy the gputrain-serving stack to pay nothing" in idle.note
+    assert "serving.scale_to_zero=true or destroying gputrain-serving pays nothing" in idle.note
 
 
 def test_cost_prints_the_idle_endpoint_in_the_standing_total(capsys):
@@ -79,3 +79,10 @@ def test_cost_prints_the_idle_endpoint_in_the_standing_total(capsys):
     assert "total standing incl. idle endpoint" in out
     assert cost.main([]) == 0
     assert "no endpoint deployed (serving.enabled=false): $0 when idle" in capsys.readouterr().out
+
+
+def test_scale_to_zero_endpoint_costs_nothing_idle():
+    cfg = config(serving__enabled=True, serving__training_job_name="job-1", serving__scale_to_zero=True, serving__max_instances=3)
+    idle, busiest = cost.serving(cfg)
+    assert idle.usd_per_hour == 0.0 and "scale_to_zero" in idle.item
+    assert busiest.usd_per_hour == pytest.approx(3 * 1.006 * 1.40)

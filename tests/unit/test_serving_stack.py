@@ -27,6 +27,17 @@ ALTERNATIVE = {
 }
 
 
+SCALE_TO_ZERO = {
+    "serving.enabled": True,
+    "serving.training_job_name": "gputrain-job-1",
+    "serving.instance_type": "ml.g5.12xlarge",
+    "serving.scale_to_zero": True,
+    "serving.max_instances": 3,
+    "serving.scale_in_schedule": "cron(0 20 ? * MON-FRI *)",
+    "serving.scale_out_schedule": "cron(0 6 ? * MON-FRI *)",
+}
+
+
 @pytest.fixture(scope="module")
 def default(synth_app):
     return synth_app(DEFAULT).template("Serving")
@@ -182,6 +193,63 @@ def test_scheduled_scale_in_and_out(alternative):
     }
 
 
+@pytest.fixture(scope="module")
+def zero(synth_app):
+    return synth_app(SCALE_TO_ZERO).template("Serving")
+
+
+def test_scale_to_zero_serves_the_model_as_an_inference_component_with_all_gpus(zero):
+    config = _only(zero, "AWS::SageMaker::EndpointConfig")
+    (variant,) = config["ProductionVariants"]
+    assert "ModelName" not in variant
+    assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 3}
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    assert config["EnableNetworkIsolation"] is True and "ExecutionRole" in _text(config["ExecutionRoleArn"])
+    assert len(config["VpcConfig"]["Subnets"]) == 2
+    component = _only(zero, "AWS::SageMaker::InferenceComponent")
+    assert component["InferenceComponentName"] == "gputrain-model"
+    assert component["VariantName"] == "AllTraffic"
+    assert "Endpoint" in _text(component["EndpointName"])
+    spec = component["Specification"]
+    assert "ModelName" in _text(spec["ModelName"])
+    assert spec["ComputeResourceRequirements"]["NumberOfAcceleratorDevicesRequired"] == 4  # g5.12xlarge
+    assert component["RuntimeConfig"] == {"CopyCount": 1}
+
+
+def test_scale_to_zero_rolls_new_models_out_with_rollback_on_both_alarms(zero):
+    endpoint = _only(zero, "AWS::SageMaker::Endpoint")
+    assert "DeploymentConfig" not in endpoint
+    deployment = _only(zero, "AWS::SageMaker::InferenceComponent")["DeploymentConfig"]
+    assert deployment["RollingUpdatePolicy"]["MaximumBatchSize"] == {"Type": "COPY_COUNT", "Value": 1}
+    assert deployment["RollingUpdatePolicy"]["WaitIntervalInSeconds"] == 600
+    rollback = {a["AlarmName"]["Ref"] for a in deployment["AutoRollbackConfiguration"]["Alarms"]}
+    alarms = zero.find_resources("AWS::CloudWatch::Alarm")
+    assert len(rollback) == 2 and rollback <= set(alarms)
+    for logical_id in rollback:
+        assert alarms[logical_id]["Properties"]["Dimensions"] == [{"Name": "InferenceComponentName", "Value": "gputrain-model"}]
+
+
+def test_scale_to_zero_scales_copies_to_zero_and_wakes_on_a_request(zero):
+    target = _only(zero, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["ResourceId"] == "inference-component/gputrain-model"
+    assert target["ScalableDimension"] == "sagemaker:inference-component:DesiredCopyCount"
+    assert (target["MinCapacity"], target["MaxCapacity"]) == (0, 3)
+    assert {a["Schedule"]: a["ScalableTargetAction"] for a in target["ScheduledActions"]} == {
+        "cron(0 20 ? * MON-FRI *)": {"MinCapacity": 0, "MaxCapacity": 0},
+        "cron(0 6 ? * MON-FRI *)": {"MinCapacity": 0, "MaxCapacity": 3},
+    }
+    policies = {p["Properties"]["PolicyType"]: p["Properties"] for p in zero.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy").values()}
+    tracking = policies["TargetTrackingScaling"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"] == {"PredefinedMetricType": "SageMakerInferenceComponentInvocationsPerCopy"}
+    steps = policies["StepScaling"]["StepScalingPolicyConfiguration"]
+    assert steps["AdjustmentType"] == "ChangeInCapacity" and steps["StepAdjustments"] == [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
+    zero.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "NoCapacityInvocationFailures", "Threshold": 1, "AlarmActions": [{"Ref": Match.string_like_regexp("ScaleOutFromZero")}]},
+    )
+    assert zero.find_outputs("InferenceComponentName")["InferenceComponentName"]["Value"] == "gputrain-model"
+
+
 def _role_policy(template):
     policies = template.find_resources("AWS::IAM::ManagedPolicy")
     (policy,) = policies.values()
@@ -232,6 +300,10 @@ def test_outputs_name_the_endpoint_and_the_model(default):
         ({"serving.data_capture_sampling_percent": 0}, "data_capture_sampling_percent = 0: must be between 1 and 100"),
         ({"serving.scale_in_schedule": "cron(0 20 * * ? *)"}, "scale_in_schedule and scale_out_schedule go together"),
         ({"serving.bake_seconds": 7200}, "serving.bake_seconds = 7200: must be between 0 and 3600"),
+        (
+            {"serving.scale_to_zero": True, "serving.rollout": "canary"},
+            "with scale_to_zero a new model rolls out as a rolling update of the inference component",
+        ),
     ],
 )
 def test_bad_serving_settings_are_one_line_naming_the_setting(overrides, message):
