@@ -183,6 +183,32 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(server, mode
     assert max(after["recent_batch_rows"][-calls:]) <= 16  # never more rows than SERVE_MAX_BATCH_SIZE
 
 
+def test_replicas_on_separate_devices_share_the_load(model_and_dir, tmp_path):
+    import aiohttp
+
+    model, model_dir = model_and_dir
+    # Two logical CPU devices stand in for two GPUs: one replica on each, one queue.
+    with serving(model_dir, tmp_path, SERVE_REPLICAS=2, SERVE_MAX_BATCH_SIZE=4, SERVE_MAX_BATCH_DELAY_MS=0) as server:
+        assert server.stats()["replicas"] == ["/CPU:0", "/CPU:1"]
+        assert "replicas=/CPU:0,/CPU:1" in server.output()
+
+        async def send_all():
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+                async def one(index):
+                    async with session.post(server.url + "/invocations", json=[ROWS[index % 3]]) as response:
+                        return response.status, await response.json()
+
+                return await asyncio.gather(*(one(i) for i in range(48)))
+
+        expected = softmax_rows(model.predict(np.asarray(ROWS, dtype=np.float32), verbose=0))
+        for index, (status, payload) in enumerate(asyncio.run(send_all())):
+            assert status == 200
+            assert payload["predictions"][0]["probabilities"] == pytest.approx(expected[index % 3], abs=1e-5)
+        stats = server.stats()
+        assert stats["requests"] == 48 and all(count > 0 for count in stats["replica_batches"]), stats["replica_batches"]
+
+
 def test_a_host_without_the_promised_gpu_never_turns_healthy(model_and_dir, tmp_path):
     _, model_dir = model_and_dir
     with serving(model_dir, tmp_path, wait_for="failed", EXPECTED_GPU_COUNT=1) as server:

@@ -182,3 +182,35 @@ def test_the_image_installs_the_serving_package_and_its_pinned_http_stack():
     assert f"aiohttp=={aiohttp.__version__}" in image_pins and f"aiohttp=={aiohttp.__version__}" in dev_pins
     assert 'CMD ["train"]' in (root / "training_image" / "Dockerfile").read_text()  # SageMaker passes "serve" itself
     assert "EXPOSE 8080" in (root / "training_image" / "Dockerfile").read_text()
+
+
+def test_replicas_take_batches_from_the_same_queue_in_parallel():
+    first, second = _RecordingModel(), _RecordingModel()
+    first.gate.clear()  # the first replica blocks: the second must serve meanwhile
+
+    async def go():
+        batcher = DynamicBatcher([first, second], max_batch_size=2, max_delay_seconds=0, max_queued_requests=10)
+        batcher.start()
+        try:
+            blocked = asyncio.ensure_future(batcher.submit(np.ones((1, 2), np.float32)))
+            await asyncio.sleep(0.05)
+            others = await asyncio.wait_for(asyncio.gather(*(batcher.submit(np.full((1, 2), i, np.float32)) for i in range(4))), 5)
+            first.gate.set()
+            await asyncio.wait_for(blocked, 5)
+            return others, batcher.stats
+        finally:
+            await batcher.stop()
+
+    others, stats = asyncio.run(go())
+    assert [o.tolist() for o in others] == [[[2 * i, 2 * i]] for i in range(4)]
+    assert first.calls == [1] and sum(second.calls) == 4
+    assert stats.replica_batches == [1, len(second.calls)]
+
+
+def test_one_replica_per_gpu_found_or_per_logical_cpu():
+    from trainer.serve.server import replica_devices
+
+    assert replica_devices({"expected": 4, "found": 4}, 0) == ["/GPU:0", "/GPU:1", "/GPU:2", "/GPU:3"]
+    assert replica_devices({"expected": 4, "found": 4}, 2) == ["/GPU:0", "/GPU:1"]
+    assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 1}, 0) == ["/CPU:0"]
+    assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 2}, 2) == ["/CPU:0", "/CPU:1"]

@@ -114,6 +114,7 @@ class LoadedModel:
         predict_fn: The compiled function (a ``tf.function`` with a fixed input signature, so it
             is traced once and never retraced for a new batch size).
         owner: What must stay alive for ``predict_fn`` (the loaded SavedModel owns its variables).
+        device: The device this replica's variables and ops are on (``None``: TensorFlow's choice).
     """
 
     source: ModelSource
@@ -122,6 +123,7 @@ class LoadedModel:
     output: str
     predict_fn: Callable[[Any], Any]
     owner: Any = None
+    device: str | None = None
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
         """Class probabilities (float64, rows sum to 1) for a ``[n, num_features]`` float32 batch."""
@@ -144,6 +146,7 @@ class LoadedModel:
             "num_features": self.num_features,
             "num_classes": self.num_classes,
             "output": self.output,
+            "device": self.device,
         }
 
 
@@ -156,33 +159,39 @@ def _flat_width(shape: Any, what: str) -> tuple[int, tuple[int, ...]]:
     return math.prod(int(d) for d in dims), tuple(int(d) for d in dims)
 
 
-def _compile(call: Callable[[Any], Any], num_features: int, inner_shape: tuple[int, ...], dtype: Any) -> Any:
+def _compile(
+    call: Callable[[Any], Any], num_features: int, inner_shape: tuple[int, ...], dtype: Any, device: str | None
+) -> Any:
     import tensorflow as tf
 
     # Fixed input signature: traced once, any batch size, never retraced by a new batch size.
     @tf.function(input_signature=[tf.TensorSpec([None, num_features], tf.float32, name="features")])
     def predict(features: Any) -> Any:
-        inputs = tf.reshape(features, [-1, *inner_shape]) if len(inner_shape) > 1 else features
-        outputs = call(tf.cast(inputs, dtype))
-        return tf.cast(outputs, tf.float32)
+        with tf.device(device):
+            inputs = tf.reshape(features, [-1, *inner_shape]) if len(inner_shape) > 1 else features
+            outputs = call(tf.cast(inputs, dtype))
+            return tf.cast(outputs, tf.float32)
 
     return predict
 
 
-def load_model(model_dir: Path, output: str = "auto") -> LoadedModel:
-    """Finds, loads and compiles the model; raises ModelLoadError with the reason."""
+def load_model(model_dir: Path, output: str = "auto", device: str | None = None) -> LoadedModel:
+    """Finds, loads and compiles the model (its variables on ``device``); raises ModelLoadError."""
+    import tensorflow as tf
+
     source = find_model(model_dir)
     try:
-        if source.kind == "saved_model":
-            return _load_saved_model(source, output)
-        return _load_keras(source, output)
+        with tf.device(device):
+            if source.kind == "saved_model":
+                return _load_saved_model(source, output, device)
+            return _load_keras(source, output, device)
     except ModelLoadError:
         raise
     except Exception as err:  # noqa: BLE001 - any loader failure becomes one line in /ping and the log
         raise ModelLoadError(f"Cannot load {source.path}: {type(err).__name__}: {err}".splitlines()[0]) from err
 
 
-def _load_keras(source: ModelSource, output: str) -> LoadedModel:
+def _load_keras(source: ModelSource, output: str, device: str | None) -> LoadedModel:
     import keras
 
     model = keras.saving.load_model(str(source.path), compile=False)
@@ -204,11 +213,11 @@ def _load_keras(source: ModelSource, output: str) -> LoadedModel:
     def call(inputs: Any) -> Any:
         return model(inputs, training=False)
 
-    fn = _compile(call, num_features, inner_shape, dtype)
-    return LoadedModel(source, num_features, max(num_classes, 2), output, fn)
+    fn = _compile(call, num_features, inner_shape, dtype, device)
+    return LoadedModel(source, num_features, max(num_classes, 2), output, fn, device=device)
 
 
-def _load_saved_model(source: ModelSource, output: str) -> LoadedModel:
+def _load_saved_model(source: ModelSource, output: str, device: str | None) -> LoadedModel:
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(source.path))
@@ -241,5 +250,5 @@ def _load_saved_model(source: ModelSource, output: str) -> LoadedModel:
     def call(inputs: Any) -> Any:
         return signature(**{input_name: inputs})[output_name]
 
-    fn = _compile(call, num_features, inner_shape, spec.dtype)
-    return LoadedModel(source, num_features, max(num_classes, 2), output, fn, owner=loaded)
+    fn = _compile(call, num_features, inner_shape, spec.dtype, device)
+    return LoadedModel(source, num_features, max(num_classes, 2), output, fn, owner=loaded, device=device)

@@ -41,15 +41,17 @@ class ServingState:
 
     Attributes:
         settings: The resolved settings.
-        model: The loaded model, once start-up has loaded it.
+        model: The loaded model (the first replica), once start-up has loaded it.
+        replicas: Every replica (one per device), once loaded.
         ready: ``/ping`` answers 200 only when this is set (after the warm-up).
         failure: Why start-up failed, for ``/ping`` and the log.
         gpu_report: The ``[gpu-check]`` report.
-        batcher: Created when the application starts (it needs the event loop).
+        batcher: Created on the event loop once the replicas are known.
     """
 
     settings: ServeSettings
     model: LoadedModel | None = None
+    replicas: list[LoadedModel] = field(default_factory=list)
     ready: threading.Event = field(default_factory=threading.Event)
     failure: str | None = None
     gpu_report: dict[str, Any] = field(default_factory=dict)
@@ -68,10 +70,18 @@ def verify_gpus(settings: ServeSettings) -> dict[str, Any]:
     import tensorflow as tf
 
     expectation = resolve_expectation(settings.expected_gpu_count, None, settings.instance_type)
-    inventory = inspect_devices(expectation)
+    inventory = inspect_devices(expectation, logical_cpu_devices=max(1, settings.replicas))
     # The model runs on the first GPU; every GPU still has to work, since SageMaker bills them all.
     strategy = tf.distribute.MirroredStrategy() if inventory.uses_gpus else tf.distribute.OneDeviceStrategy("/cpu:0")
     return smoke_test(strategy, inventory)
+
+
+def replica_devices(report: dict[str, Any], replicas: int) -> list[str]:
+    """One device per replica: the GPUs found (or the first ``replicas``), else the CPU(s)."""
+    if report.get("expected", 0) > 0:
+        found = int(report.get("found", 1))
+        return [f"/GPU:{index}" for index in range(min(replicas, found) if replicas else found)]
+    return [f"/CPU:{index}" for index in range(max(1, int(report.get("logical_cpu_devices", 1))))]
 
 
 def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str, Any]] = verify_gpus) -> None:
@@ -80,16 +90,20 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
     started = time.monotonic()
     try:
         state.gpu_report = gpu_check(settings)
-        model = load_model(settings.model_dir, settings.output)
+        devices = replica_devices(state.gpu_report, settings.replicas)
+        replicas = [load_model(settings.model_dir, settings.output, device) for device in devices]
         warm_sizes = sorted({1, settings.max_batch_size if settings.batching else 1})
-        for size in warm_sizes:
-            model.predict(np.zeros((size, model.num_features), dtype=np.float32))
-        state.model = model
+        for replica in replicas:
+            for size in warm_sizes:
+                replica.predict(np.zeros((size, replica.num_features), dtype=np.float32))
+        state.replicas = replicas
+        state.model = replicas[0]
         log(
             "serve-ready",
             seconds=f"{time.monotonic() - started:.2f}",
             warmed_batch_sizes=",".join(map(str, warm_sizes)),
-            **model.describe(),
+            replicas=",".join(devices),
+            **{k: v for k, v in replicas[0].describe().items() if k != "device"},
         )
         state.ready.set()
     except TrainerError as err:
@@ -127,7 +141,7 @@ async def ping(request: web.Request) -> web.Response:
 async def invocations(request: web.Request) -> web.Response:
     """One prediction request: decode, batch, encode. Bad requests get a 4xx and one line."""
     state = request.app[STATE]
-    if not state.ready.is_set() or state.model is None or state.batcher is None:
+    if not state.ready.is_set() or state.model is None:
         return _error(503, state.failure or "Not ready: the model is still loading.")
     accept = request.headers.get("Accept", "").strip()
     if accept and not any(t in accept for t in (codec.JSON, "*/*", "application/*")):
@@ -144,7 +158,7 @@ async def invocations(request: web.Request) -> web.Response:
     except codec.RequestError as err:
         return _error(err.status, str(err))
     try:
-        probabilities = await state.batcher.submit(rows)
+        probabilities = await _batcher(state).submit(rows)
     except QueueFull:
         return _error(503, "Too many requests are waiting; retry with backoff.")
     except Exception as err:  # noqa: BLE001 - the model failed on valid input: a server error, one line
@@ -160,39 +174,40 @@ async def stats(request: web.Request) -> web.Response:
         "ready": state.ready.is_set(),
         "failure": state.failure,
         "model": state.model.describe() if state.model else None,
+        "replicas": [replica.device for replica in state.replicas],
         "batching": state.settings.batching,
         "max_batch_size": state.settings.max_batch_size,
         "max_batch_delay_ms": state.settings.max_batch_delay_ms,
-        **(state.batcher.stats.as_dict() if state.batcher else {}),
+        **(state.batcher.stats.as_dict() if state.batcher else {"batches": 0, "requests": 0, "rows": 0}),
     }
     return web.json_response(payload)
 
 
-def create_app(state: ServingState) -> web.Application:
-    """The aiohttp application; its batcher starts and stops with it."""
-    settings = state.settings
-    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[one_line_errors])
-    app[STATE] = state
-
-    def predict(rows: np.ndarray) -> np.ndarray:
-        assert state.model is not None
-        return state.model.predict(rows)
-
-    async def start_batcher(app: web.Application) -> None:
+def _batcher(state: ServingState) -> DynamicBatcher:
+    """The batcher over every replica, made on the event loop by the first request after start-up."""
+    if state.batcher is None:
+        settings = state.settings
         state.batcher = DynamicBatcher(
-            predict,
+            [replica.predict for replica in state.replicas],
             max_batch_size=settings.max_batch_size,
             max_delay_seconds=settings.max_batch_delay_ms / 1000.0,
             max_queued_requests=settings.max_queued_requests,
             batching=settings.batching,
         )
         state.batcher.start()
+    return state.batcher
+
+
+def create_app(state: ServingState) -> web.Application:
+    """The aiohttp application; its batcher stops with it."""
+    settings = state.settings
+    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[one_line_errors])
+    app[STATE] = state
 
     async def stop_batcher(app: web.Application) -> None:
         if state.batcher is not None:
             await state.batcher.stop()
 
-    app.on_startup.append(start_batcher)
     app.on_cleanup.append(stop_batcher)
     app.router.add_get("/ping", ping)
     app.router.add_post("/invocations", invocations)

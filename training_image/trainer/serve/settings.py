@@ -47,6 +47,9 @@ class ServeSettings:
         max_queued_requests: ``SERVE_MAX_QUEUED_REQUESTS``: beyond this, requests get 503 at once
             instead of waiting in an unbounded queue.
         max_request_bytes: ``SERVE_MAX_REQUEST_BYTES``: larger bodies get 413.
+        replicas: ``SERVE_REPLICAS``: model replicas, each on its own device with its own batches.
+            0 (default): one per GPU found, one on CPU. On CPU (``EXPECTED_GPU_COUNT=0``) a
+            larger number splits the CPU into that many logical devices (tests).
         output: ``SERVE_MODEL_OUTPUT`` = auto|logits|probabilities: what the model returns.
             ``auto``: the trainer's models return logits; a Keras model ending in softmax or
             sigmoid returns probabilities; a SavedModel's rows are taken as probabilities when
@@ -64,6 +67,7 @@ class ServeSettings:
     max_queued_requests: int
     max_request_bytes: int
     output: str
+    replicas: int = 0
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None) -> int:
@@ -111,4 +115,5 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         max_queued_requests=_int(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
         max_request_bytes=_int(env, "SERVE_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1024),
         output=output,
+        replicas=_int(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
     )
