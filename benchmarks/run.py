@@ -59,6 +59,12 @@ def _cost(repeats: int) -> list[dict]:
     return cost_bench.run()
 
 
+def _serve(repeats: int) -> list[dict]:
+    from benchmarks import serve_bench
+
+    return serve_bench.run(repeats)
+
+
 BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "synth": _synth,
     "pipeline": _pipeline,
@@ -66,6 +72,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "gpu": _gpu,
     "cost": _cost,
     "script": _script,
+    "serve": _serve,
 }
 COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
 

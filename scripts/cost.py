@@ -97,6 +97,36 @@ def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
     return lines
 
 
+def serving(cfg: PlatformConfig) -> list[Line]:
+    """The GPU endpoint: what it bills at its floor (idle) and at its ceiling (busiest).
+
+    SageMaker real-time variants cannot scale below one instance, so an idle endpoint bills
+    ``min_instances`` around the clock, unless ``serving.scale_to_zero`` serves the model as an
+    inference component that scales to nothing, or the stack is destroyed.
+    """
+    if not cfg.serving.enabled:
+        return []
+    sv = cfg.serving
+    row = _row(sv.instance_type)
+    # SageMaker real-time inference lists the same per-family premium over EC2 as training.
+    per_instance = row.on_demand_usd_per_hour * (1 + SAGEMAKER_SURCHARGE[row.family])
+    if sv.scale_to_zero:
+        idle = Line(f"Endpoint idle: 0 x {sv.instance_type} (scale_to_zero)", 0.0, None,
+                    "no copy and no instance without traffic; the first request after idling waits for a GPU instance")
+    else:
+        idle = Line(f"Endpoint idle: {sv.min_instances} x {sv.instance_type} (min_instances)", per_instance * sv.min_instances, None,
+                    f"bills with no traffic; serving.scale_to_zero=true or destroying {cfg.project_name}-serving pays nothing")
+    lines = [
+        idle,
+        Line(f"Endpoint at max_instances: {sv.max_instances} x {sv.instance_type}", per_instance * sv.max_instances, None,
+             "under sustained load (autoscaling ceiling)"),
+    ]
+    if sv.scale_in_schedule:
+        floor = 0 if sv.scale_to_zero else 1
+        lines.append(Line(f"Endpoint during scheduled scale-in: {floor} instance(s)", per_instance * floor, None, sv.scale_in_schedule))
+    return lines
+
+
 def standing(cfg: PlatformConfig, *, dataset_gb: float, artifacts_gb: float, image_gb: float) -> list[Line]:
     """What still bills with the stacks deployed and no job running (no compute running)."""
     azs = cfg.network.max_azs
@@ -168,8 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     idle = standing(cfg, dataset_gb=args.dataset_gb, artifacts_gb=args.artifacts_gb, image_gb=args.image_gb)
     print()
     print(render("Standing cost with no job running (no compute runs)", idle, None))
-    total = sum(line.usd_per_hour for line in idle)
-    print(f"  {'total standing':<62} ${total:>9,.3f}/h  ${total * HOURS_PER_MONTH:>8,.2f}/month")
+    endpoint = serving(cfg)
+    total = sum(line.usd_per_hour for line in idle) + (endpoint[0].usd_per_hour if endpoint else 0.0)
+    if endpoint:
+        print()
+        print(render("Serving (GPU endpoint)", endpoint, None))
+    else:
+        print("\nServing: no endpoint deployed (serving.enabled=false): $0 when idle.")
+    label = "total standing" + (" incl. idle endpoint" if endpoint else "")
+    print(f"  {label:<62} ${total:>9,.3f}/h  ${total * HOURS_PER_MONTH:>8,.2f}/month")
     return 0
 
 

@@ -47,6 +47,25 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "training_job.checkpointing": False,
         "training_job.instance_type": "ml.p3.2xlarge",
     },
+    "serving-nvme": {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"},
+    "serving-scale-to-zero": {
+        "serving.enabled": True,
+        "serving.training_job_name": "gputrain-job-1",
+        "serving.scale_to_zero": True,
+        "serving.data_capture": True,
+    },
+    "serving-ebs-capture-canary": {
+        "serving.enabled": True,
+        "serving.model_artifact_key": "models/candidate/model.tar.gz",
+        "serving.instance_type": "ml.p3.2xlarge",
+        "serving.data_capture": True,
+        "serving.min_instances": 2,
+        "serving.initial_instance_count": 2,
+        "serving.max_instances": 4,
+        "serving.rollout": "canary",
+        "serving.scale_in_schedule": "cron(0 20 ? * MON-FRI *)",
+        "serving.scale_out_schedule": "cron(0 6 ? * MON-FRI *)",
+    },
 }
 """Configurations whose templates differ in ways the checks care about (EFA, deletion
 machinery, NAT egress, on-demand jobs without checkpoints)."""

@@ -9,7 +9,8 @@ Every resource tagged ``Project=<project>`` is listed (Resource Groups Tagging A
 roles and ECR repositories, which that API does not cover everywhere) with a verdict:
 
 * ``ERROR``: compute left behind (an instance not terminated, a volume, a network interface, a
-  launch template, an Elastic IP, a state machine, a function, a running training job), a
+  launch template, an Elastic IP, a state machine, a function, a running training job, a live
+  SageMaker endpoint), a
   project stack that still exists, or, with ``--sandbox``, data that should have been deleted;
 * ``kept``: data kept by design (buckets, KMS key, image repository) when
   ``delete_data_on_destroy`` is off: reported, not flagged;
@@ -178,7 +179,12 @@ def audit(
     for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": "Project", "Values": [project]}]):
         for item in page.get("ResourceTagMappingList", []):
             arns[item["ResourceARN"]] = None
-    for arn in _tagged_roles(client("iam"), project) + _tagged_repositories(client("ecr"), project):
+    project_resources = (
+        _tagged_roles(client("iam"), project)
+        + _tagged_repositories(client("ecr"), project)
+        + _project_endpoints(client("sagemaker"), project)
+    )
+    for arn in project_resources:
         arns[arn] = None
 
     ec2 = client("ec2")
@@ -221,6 +227,18 @@ def _tagged_repositories(ecr: Any, project: str) -> list[str]:
     return found
 
 
+def _project_endpoints(sagemaker: Any, project: str) -> list[str]:
+    # A live endpoint bills per instance-hour: look for the project's endpoints by name as well,
+    # in case the tagging API (or an emulator) does not list SageMaker endpoints.
+    found = []
+    try:
+        for page in sagemaker.get_paginator("list_endpoints").paginate(NameContains=project):
+            found += [e["EndpointArn"] for e in page["Endpoints"] if e["EndpointName"].startswith(f"{project}-")]
+    except ClientError:
+        return []
+    return found
+
+
 def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: Any) -> Finding:
     kind = kind_of(arn)
     name = short_name(arn).split("/")[-1]
@@ -242,6 +260,11 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
         if status in {"InProgress", "Stopping"}:
             return Finding(arn, kind, ERROR, f"compute left behind: training job is {status}")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
+    if kind == "sagemaker:endpoint":
+        status = _endpoint_status(client("sagemaker"), name)
+        if status is None:
+            return Finding(arn, kind, INFO, "endpoint deleted")
+        return Finding(arn, kind, ERROR, f"compute left behind: endpoint is {status} (GPU instances bill by the hour)")
     if kind in COMPUTE_TYPES:
         return Finding(arn, kind, ERROR, "compute left behind")
     return Finding(arn, kind, WARNING, "left behind (not compute, not kept data)")
@@ -266,6 +289,13 @@ def _instance_state(ec2: Any, instance_id: str) -> str | None:
 def _training_job_status(sagemaker: Any, name: str) -> str | None:
     try:
         return sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    except ClientError:
+        return None
+
+
+def _endpoint_status(sagemaker: Any, name: str) -> str | None:
+    try:
+        return sagemaker.describe_endpoint(EndpointName=name)["EndpointStatus"]
     except ClientError:
         return None
 

@@ -25,7 +25,7 @@ from collections import abc
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup
+from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup, sagemaker_hosting_instance_types
 from stacks.sagemaker_limits import FieldRule, training_job_limits
 
 CONTEXT_KEY = "gpu_training"
@@ -278,6 +278,101 @@ class TrainingJobConfig:
         return typing.cast(int, self.expected_gpus_per_instance)
 
 
+ROLLOUTS = ("all_at_once", "canary")
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """A SageMaker real-time endpoint serving a trained model on GPUs (its own stack).
+
+    Attributes:
+        enabled: Deploy the serving stack. Default ``False``: there is no model to serve before
+            the first training job; set it with ``training_job_name`` or ``model_artifact_key``.
+        training_job_name: Serve the model of this finished training job
+            (``training-jobs/<name>/output/model.tar.gz`` in the artifacts bucket). Exclusive with
+            ``model_artifact_key``. ``python -m scripts.promote JOB`` checks that the job completed
+            and deploys with this set.
+        model_artifact_key: Serve this ``model.tar.gz`` (a key in the artifacts bucket).
+            Exclusive with ``training_job_name``.
+        instance_type: SageMaker GPU hosting type (``ml.`` + a GPU table row that SageMaker
+            hosting accepts). Default ``ml.g5.xlarge``.
+        expected_gpus_per_instance: GPUs each instance must show before ``/ping`` turns healthy.
+            Default ``None``: the table's count; when set it must equal it.
+        initial_instance_count: Instances at creation. Default 1.
+        min_instances: Autoscaling floor (SageMaker real-time variants cannot go below 1).
+            Default 1.
+        max_instances: Autoscaling ceiling. Default 2.
+        target_invocations_per_instance: Target tracking on
+            ``SageMakerVariantInvocationsPerInstance`` (invocations per instance per minute).
+            Default 600.
+        scale_in_cooldown_seconds: Wait after a scale-in before the next. Default 600.
+        scale_out_cooldown_seconds: Wait after a scale-out before the next. Default 60.
+        network_isolation: The container gets no network (it needs none: the model arrives from
+            S3 through SageMaker). Default ``True``.
+        data_capture: Capture requests and responses to ``data-capture/`` in the artifacts
+            bucket, KMS-encrypted. Default ``False``.
+        data_capture_sampling_percent: Share of requests captured. Default 10.
+        max_batch_size: ``SERVE_MAX_BATCH_SIZE`` of the serving mode. Default 64.
+        max_batch_delay_ms: ``SERVE_MAX_BATCH_DELAY_MS`` of the serving mode. Default 2.
+        error_alarm_threshold: Alarm (and roll back a deployment) when 5xx errors per minute reach
+            this in 2 consecutive minutes. Default 5.
+        latency_alarm_ms: Alarm (and roll back) when the average model latency exceeds this for 3
+            consecutive minutes. Default 200.
+        rollout: ``all_at_once`` (blue/green: the new fleet takes all traffic, then bakes) or
+            ``canary`` (a share first; needs at least 2 instances). Default ``all_at_once``.
+        canary_percent: Capacity share of the canary. Default 50.
+        bake_seconds: How long alarms watch the new fleet before the old one is removed (and
+            between canary and the rest). Default 600.
+        scale_in_schedule: Cron (Application Auto Scaling ``cron(...)``, UTC) at which the fleet
+            is scaled to 1 instance (e.g. nights). Default ``None``.
+        scale_out_schedule: Cron at which ``min_instances``/``max_instances`` are restored.
+            Required with ``scale_in_schedule``. Default ``None``.
+        scale_to_zero: Pay nothing when idle: serve the model as an inference component
+            (``<project>-model``) whose copies, and the instances under them (managed instance
+            scaling), scale down to zero without traffic; the first request after that fails
+            fast and wakes a copy (minutes on a GPU). New models roll out as a rolling update of
+            the component with the same rollback alarms; ``rollout=canary`` does not apply.
+            Default ``False`` (a real-time variant, never below ``min_instances`` >= 1).
+    """
+
+    enabled: bool = False
+    training_job_name: Optional[str] = None
+    model_artifact_key: Optional[str] = None
+    instance_type: str = "ml.g5.xlarge"
+    expected_gpus_per_instance: Optional[int] = None
+    initial_instance_count: int = 1
+    min_instances: int = 1
+    max_instances: int = 2
+    target_invocations_per_instance: int = 600
+    scale_in_cooldown_seconds: int = 600
+    scale_out_cooldown_seconds: int = 60
+    network_isolation: bool = True
+    data_capture: bool = False
+    data_capture_sampling_percent: int = 10
+    max_batch_size: int = 64
+    max_batch_delay_ms: int = 2
+    error_alarm_threshold: int = 5
+    latency_alarm_ms: int = 200
+    rollout: str = "all_at_once"
+    canary_percent: int = 50
+    bake_seconds: int = 600
+    scale_in_schedule: Optional[str] = None
+    scale_out_schedule: Optional[str] = None
+    scale_to_zero: bool = False
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """The GPU count every instance must show (validated against the table)."""
+        return typing.cast(int, self.expected_gpus_per_instance)
+
+    @property
+    def model_key(self) -> str:
+        """Key of the served ``model.tar.gz`` in the artifacts bucket (validated: one source is set)."""
+        if self.training_job_name:
+            return f"training-jobs/{self.training_job_name}/output/model.tar.gz"
+        return typing.cast(str, self.model_artifact_key)
+
+
 @dataclass(frozen=True)
 class PlatformConfig:
     """Everything a deploy needs; built by :func:`load_config`.
@@ -296,6 +391,7 @@ class PlatformConfig:
         network: VPC, see :class:`NetworkConfig`.
         cluster: GPU EC2 nodes, see :class:`ClusterConfig`.
         training_job: SageMaker job, see :class:`TrainingJobConfig`.
+        serving: SageMaker endpoint, see :class:`ServingConfig`.
     """
 
     project_name: str = "gputrain"
@@ -306,6 +402,7 @@ class PlatformConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     training_job: TrainingJobConfig = field(default_factory=TrainingJobConfig)
+    serving: ServingConfig = field(default_factory=ServingConfig)
 
 
 # --------------------------------------------------------------------------------------------
@@ -684,7 +781,83 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         _check_field(f"{p}.tags.{key}", key, limits.tag_key, "the tag key", _TAG_FIX)
         _check_field(f"{p}.tags.{key}", value, limits.tag_value, "the tag value", _TAG_FIX)
 
-    return dataclasses.replace(cfg, cluster=cl, training_job=tj)
+    return dataclasses.replace(cfg, cluster=cl, training_job=tj, serving=_validate_serving(cfg.serving))
+
+
+_JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+_CRON_RE = re.compile(r"^(cron|rate|at)\(.+\)$")
+
+
+def _validate_serving(sv: ServingConfig) -> ServingConfig:
+    p = f"{CONTEXT_KEY}.serving"
+    count = _check_gpu_type(f"{p}.instance_type", sv.instance_type, sagemaker=True)
+    if sv.instance_type not in sagemaker_hosting_instance_types():
+        raise ConfigError(
+            f"{p}.instance_type", sv.instance_type, "SageMaker hosting does not offer this type (it can only train)",
+            "use a GPU type SageMaker endpoints accept, e.g. ml.g5.xlarge, ml.g6.xlarge, ml.g6e.xlarge, ml.p4d.24xlarge",
+        )
+    sv = dataclasses.replace(
+        sv,
+        expected_gpus_per_instance=_check_expected_gpus(
+            f"{p}.expected_gpus_per_instance", sv.expected_gpus_per_instance, count, sv.instance_type
+        ),
+    )
+    if sv.training_job_name is not None and sv.model_artifact_key is not None:
+        raise ConfigError(
+            f"{p}.model_artifact_key", sv.model_artifact_key, "training_job_name and model_artifact_key are exclusive",
+            "set one of them to null",
+        )
+    if sv.enabled and sv.training_job_name is None and sv.model_artifact_key is None:
+        raise ConfigError(
+            f"{p}.training_job_name", None, "an endpoint needs a model",
+            f"set {p}.training_job_name to a completed job (python -m scripts.promote JOB) or {p}.model_artifact_key",
+        )
+    if sv.training_job_name is not None and not _JOB_NAME_RE.match(sv.training_job_name):
+        raise ConfigError(f"{p}.training_job_name", sv.training_job_name, "not a training job name", "use the job's exact name")
+    if sv.model_artifact_key is not None:
+        key = sv.model_artifact_key
+        if key.startswith(("s3://", "/")) or not key.endswith(".tar.gz") or ".." in key.split("/"):
+            raise ConfigError(
+                f"{p}.model_artifact_key", key, "expected the key of a model.tar.gz inside the artifacts bucket",
+                "write a relative key such as training-jobs/<job>/output/model.tar.gz",
+            )
+    _check_positive(f"{p}.min_instances", sv.min_instances, maximum=100)
+    _check_positive(f"{p}.max_instances", sv.max_instances, minimum=sv.min_instances, maximum=100)
+    _check_positive(f"{p}.initial_instance_count", sv.initial_instance_count, minimum=sv.min_instances, maximum=sv.max_instances)
+    _check_positive(f"{p}.target_invocations_per_instance", sv.target_invocations_per_instance, maximum=1_000_000)
+    _check_positive(f"{p}.scale_in_cooldown_seconds", sv.scale_in_cooldown_seconds, minimum=0, maximum=86400)
+    _check_positive(f"{p}.scale_out_cooldown_seconds", sv.scale_out_cooldown_seconds, minimum=0, maximum=86400)
+    _check_positive(f"{p}.data_capture_sampling_percent", sv.data_capture_sampling_percent, maximum=100)
+    _check_positive(f"{p}.max_batch_size", sv.max_batch_size, maximum=65536)
+    _check_positive(f"{p}.max_batch_delay_ms", sv.max_batch_delay_ms, minimum=0, maximum=1000)
+    _check_positive(f"{p}.error_alarm_threshold", sv.error_alarm_threshold)
+    _check_positive(f"{p}.latency_alarm_ms", sv.latency_alarm_ms)
+    # SageMaker bounds the baking period (WaitIntervalInSeconds) to 0-3600 seconds.
+    _check_positive(f"{p}.bake_seconds", sv.bake_seconds, minimum=0, maximum=3600)
+    if sv.rollout not in ROLLOUTS:
+        raise ConfigError(f"{p}.rollout", sv.rollout, "unknown rollout", "use all_at_once or canary")
+    if sv.scale_to_zero and sv.rollout == "canary":
+        raise ConfigError(
+            f"{p}.rollout", sv.rollout, "with scale_to_zero a new model rolls out as a rolling update of the inference component",
+            f"set {p}.rollout to all_at_once, or scale_to_zero to false",
+        )
+    if sv.rollout == "canary":
+        _check_positive(f"{p}.canary_percent", sv.canary_percent, maximum=50)
+        if sv.min_instances < 2:
+            raise ConfigError(
+                f"{p}.rollout", sv.rollout, "a canary needs a fleet of at least 2 instances",
+                f"set {p}.min_instances to 2 or more, or rollout to all_at_once",
+            )
+    for name in ("scale_in_schedule", "scale_out_schedule"):
+        value = getattr(sv, name)
+        if value is not None and not _CRON_RE.match(value):
+            raise ConfigError(f"{p}.{name}", value, "not a schedule expression", "use e.g. cron(0 20 ? * MON-FRI *)")
+    if (sv.scale_in_schedule is None) != (sv.scale_out_schedule is None):
+        raise ConfigError(
+            f"{p}.scale_out_schedule", sv.scale_out_schedule, "scale_in_schedule and scale_out_schedule go together",
+            "set both, or neither",
+        )
+    return sv
 
 
 # --------------------------------------------------------------------------------------------

@@ -87,3 +87,18 @@ def lookup(instance_type: str) -> GpuInstanceType | None:
     """Row for an EC2 (``g5.xlarge``) or SageMaker (``ml.g5.xlarge``) type, or ``None``."""
     name = instance_type.removeprefix(SAGEMAKER_PREFIX)
     return gpu_instance_types().get(name)
+
+
+@lru_cache(maxsize=1)
+def sagemaker_hosting_instance_types() -> frozenset[str]:
+    """Instance types SageMaker real-time hosting accepts (``ProductionVariantInstanceType``).
+
+    Read from botocore's bundled SageMaker service model: offline, and the same list the API
+    validates a CreateEndpointConfig request against. A GPU type can train but not host (and
+    the other way round), so serving checks both this and the GPU table.
+    """
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    return frozenset(model.shape_for("ProductionVariantInstanceType").enum)
+

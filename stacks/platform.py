@@ -10,6 +10,7 @@ from aws_cdk import App, Environment, Tags
 from stacks.config import PlatformConfig
 from stacks.data_plane_stack import DataPlaneStack
 from stacks.gpu_cluster_stack import GpuClusterStack
+from stacks.serving_stack import ServingStack
 from stacks.training_job_stack import TrainingJobStack
 
 
@@ -21,15 +22,17 @@ class Platform:
         data_plane: The stateful stack (kept data).
         gpu_cluster: GPU EC2 nodes, or ``None`` when ``cluster.enabled`` is false.
         training_job: SageMaker job workflow, or ``None`` when ``training_job.enabled`` is false.
+        serving: GPU endpoint, or ``None`` when ``serving.enabled`` is false.
     """
 
     data_plane: DataPlaneStack
     gpu_cluster: Optional[GpuClusterStack]
     training_job: Optional[TrainingJobStack]
+    serving: Optional[ServingStack] = None
 
 
 def stack_name(config: PlatformConfig, unit: str) -> str:
-    """Name of a deployable unit's stack: ``<project>-data|cluster|training``.
+    """Name of a deployable unit's stack: ``<project>-data|cluster|training|serving``.
 
     It is both the CloudFormation stack name and the stack's construct id. The CDK CLI selects
     stacks by construct id only (``cdk deploy gputrain-data``), so the two are one name: the name
@@ -71,8 +74,19 @@ def build_platform(app: App, config: PlatformConfig, env: Environment) -> Platfo
             stack_name=stack_name(config, "training"),
             description=f"{config.project_name}: SageMaker training job workflow",
         )
+    serving = None
+    if config.serving.enabled:
+        serving = ServingStack(
+            app,
+            stack_name(config, "serving"),
+            config=config,
+            data_plane=data_plane,
+            env=env,
+            stack_name=stack_name(config, "serving"),
+            description=f"{config.project_name}: SageMaker GPU endpoint serving a trained model",
+        )
     Tags.of(app).add("Project", config.project_name)
     Tags.of(app).add("ManagedBy", "cdk")
     for key, value in config.tags.items():
         Tags.of(app).add(key, value)
-    return Platform(data_plane=data_plane, gpu_cluster=gpu_cluster, training_job=training_job)
+    return Platform(data_plane=data_plane, gpu_cluster=gpu_cluster, training_job=training_job, serving=serving)

@@ -37,11 +37,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--epochs", type=_positive_int, default=2, help="epochs of the launched job (default: 2)")
     parser.add_argument("--examples", type=_positive_int, default=2000, help="rows of the synthetic dataset (default: 2000)")
     parser.add_argument("--no-train", action="store_true", help="deploy, then destroy: no dataset, no job")
+    parser.add_argument("--no-serve", action="store_true", help="train, but do not deploy and invoke the endpoint")
     parser.add_argument(
         "--user-script",
         action="store_true",
         help="train the example Keras script (training_image/examples/keras_image_classifier) in SageMaker script "
-        "mode on synthetic images, instead of the built-in MLP",
+        "mode on synthetic images, instead of the built-in MLP (no serving phase)",
     )
     parser.add_argument(
         "--job-timeout", type=float, default=900, metavar="SECONDS", help="longest wait for the training job (default: 900)"
@@ -70,6 +71,9 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         port=args.port,
         echo_cdk=args.verbose,
         user_script=args.user_script,
+        # The serving phase checks held-out feature rows against the built-in model; the example
+        # user script is an image classifier, so --user-script stops after training.
+        serve=not args.no_serve and not args.user_script,
     )
 
 
@@ -115,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             run.upload_dataset()
             run.launch()
             run.train()
+            if options.serve:
+                run.deploy_endpoint()
+                run.invoke_endpoint()
         run.summary()
         if options.keep:
             _explore(run)

@@ -30,6 +30,9 @@ def apply_all() -> None:
     _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
     _validate_images_and_instance_types()
+    _hosting_instance_types()
+    _endpoint_names_from_template()
+    _endpoint_invocations()
 
 
 def _kms_key_from_template() -> None:
@@ -192,6 +195,44 @@ def _validate_images_and_instance_types() -> None:
 
     PATCHES.set(settings, "ENABLE_AMI_VALIDATION", True)
     PATCHES.set(settings, "EC2_ENABLE_INSTANCE_TYPE_VALIDATION", True)
+
+
+def _hosting_instance_types() -> None:
+    # Gap: moto checks an endpoint config's InstanceType against its own list from before the
+    # g5/g6/p4d/p5 families, so a valid GPU endpoint (the serving stack's ml.g5.xlarge) is
+    # refused. Check against the real list instead: botocore's ProductionVariantInstanceType,
+    # the enum SageMaker validates CreateEndpointConfig with.
+    import botocore.session
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.models import FakeEndpointConfig
+
+    valid = set(botocore.session.get_session().get_service_model("sagemaker").shape_for("ProductionVariantInstanceType").enum)
+
+    def validate_instance_type(self: Any, instance_type: str) -> None:
+        if instance_type not in valid:
+            raise ValidationError(
+                message=f"Value '{instance_type}' at 'instanceType' failed to satisfy constraint: "
+                "Member must satisfy enum value set (ProductionVariantInstanceType)"
+            )
+
+    PATCHES.set(FakeEndpointConfig, "validate_instance_type", validate_instance_type)
+
+
+def _endpoint_names_from_template() -> None:
+    # Gap: moto's AWS::SageMaker::Endpoint handler ignores the EndpointName property and names
+    # the endpoint after the logical id plus a random suffix; CloudFormation uses the property
+    # (the serving stack's fixed <project>-endpoint, which scripts.invoke calls by default).
+    from moto.sagemaker.models import FakeEndpoint
+
+    PATCHES.set(FakeEndpoint, "cloudformation_name_type", staticmethod(lambda: "EndpointName"))
+
+
+def _endpoint_invocations() -> None:
+    # Gap: moto's InvokeEndpoint answers canned data for any name, deployed or not, and runs no
+    # model. scripts.emulator.hosting routes it to local serving processes (see there).
+    from scripts.emulator.hosting import install_invoke_route
+
+    install_invoke_route()
 
 
 def _get_stack_output() -> None:

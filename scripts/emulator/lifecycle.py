@@ -52,6 +52,7 @@ class Options:
         echo_cdk: Stream the CDK CLI's output instead of only logging it.
         user_script: Train the example user script (training_image/examples/keras_image_classifier,
             SageMaker script mode) on a synthetic image dataset instead of the built-in MLP on CSV rows.
+        serve: After training, serve the model on the endpoint and invoke it (with ``train``).
     """
 
     real_account: bool = False
@@ -69,6 +70,7 @@ class Options:
     job_timeout_seconds: float = 900
     echo_cdk: bool = False
     user_script: bool = False
+    serve: bool = True
 
 
 @dataclass
@@ -154,6 +156,14 @@ class Lifecycle:
         self.destroyed = False
         self.account = ""
         self.region = ""
+        # Serving (after training): its own assembly, so destroy can remove the serving stack.
+        self.serving_cdk: Cdk | None = None
+        self.serving_assembly: Path | None = None
+        self.hosting: Any = None
+        self.serving_deploy_check = DeployCheck()
+        self.endpoint_name: str | None = None
+        self.predictions: list[dict[str, Any]] = []
+        self.heldout_accuracy: float | None = None
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -319,8 +329,11 @@ class Lifecycle:
                         if not o["OutputKey"].startswith("PublishOutput")
                     }
 
-    def _check_emulated_deploy(self) -> None:
+    def _check_emulated_deploy(self, assembly: Path | None = None, stacks: Sequence[str] | None = None) -> DeployCheck:
         """Compare every template with what the emulator created; wait for custom resources.
+
+        ``assembly``/``stacks`` default to the main deploy's (whose check becomes
+        :attr:`deploy_check`); the serving phase checks its own assembly's ``Serving`` stack.
 
         Emulator gap: moto applies a change set inside the ExecuteChangeSet call and reports
         the stack complete even when a resource handler raised half-way, so a green
@@ -332,17 +345,20 @@ class Lifecycle:
 
         from scripts.emulator import custom_resources
 
+        main_deploy = assembly is None
+        assembly = self.assembly if assembly is None else assembly
+        stacks = self.options.stacks if stacks is None else stacks
         cloudformation = self.client("cloudformation")
-        manifest = json.loads((self.assembly / "manifest.json").read_text())["artifacts"]
+        manifest = json.loads((assembly / "manifest.json").read_text())["artifacts"]
         check = DeployCheck()
         deadline = time.monotonic() + 30
         for artifact_id, artifact in manifest.items():
             if artifact.get("type") != "aws:cloudformation:stack":
                 continue
-            if self.options.stacks and artifact_id not in self.options.stacks:
+            if stacks and artifact_id not in stacks:
                 continue
             stack_name = artifact["properties"].get("stackName", artifact_id)
-            template = json.loads((self.assembly / artifact["properties"]["templateFile"]).read_text())
+            template = json.loads((assembly / artifact["properties"]["templateFile"]).read_text())
             while True:
                 created = {
                     r["LogicalResourceId"]: r
@@ -369,9 +385,11 @@ class Lifecycle:
                     check.skipped_types[resource_type] = check.skipped_types.get(resource_type, 0) + 1
             for logical_id in pending:
                 check.missing.append(f"{stack_name}/{logical_id} (custom resource never answered)")
-        check.custom_resources = list(custom_resources.SERVED)
-        check.unserved_custom_resources = list(custom_resources.UNSERVED)
-        self.deploy_check = check
+        # The providers' records cover the whole run: they belong to the main deploy's check.
+        check.custom_resources = list(custom_resources.SERVED) if main_deploy else []
+        check.unserved_custom_resources = list(custom_resources.UNSERVED) if main_deploy else []
+        if main_deploy:
+            self.deploy_check = check
         skipped = ", ".join(f"{t} x{n}" for t, n in sorted(check.skipped_types.items()))
         if skipped:
             self.progress.say(f"skipped by the emulator (unsupported types, known gap): {skipped}")
@@ -389,6 +407,7 @@ class Lifecycle:
                 "the emulator reported success but did not create: " + "; ".join(check.missing)
                 + f" (see {self.emulator.log_file})"
             )
+        return check
 
     def _pending_custom_resources(self, stack_name: str) -> list[str]:
         from moto.cloudformation import cloudformation_backends
@@ -510,6 +529,7 @@ class Lifecycle:
         """``cdk destroy`` what was deployed, from the same assembly."""
         assert self.cdk is not None
         with self.progress.phase("cdk destroy"):
+            self._destroy_serving()
             if self.outputs.get(f"{self.config().project_name}-training") is not None:
                 # The documented pre-destroy step (the training stack's PreDestroyCommand output):
                 # stop running jobs and workflow executions, which CloudFormation cannot.
@@ -517,6 +537,118 @@ class Lifecycle:
                     self.progress.say(f"pre-destroy (scripts.teardown --stop-running): {line}")
             self.cdk.destroy(self.options.stacks, self.assembly)
             self.destroyed = True
+
+    # --- serving (after training) --------------------------------------------------------------
+
+    def deploy_endpoint(self) -> None:
+        """Serve the trained job's model: ``scripts.promote`` checks the job, the serving stack deploys.
+
+        The serving stack is synthesized into its own assembly with ``serving.training_job_name``
+        set to the job, exactly the deploy that ``python -m scripts.promote JOB`` runs, and deployed
+        with the real CDK CLI. On the emulator a local process then plays SageMaker hosting: the
+        real serving mode on the extracted model (:mod:`scripts.emulator.hosting`).
+        """
+        assert self.cdk is not None and self.job_name is not None
+        with self.progress.phase("promote + deploy endpoint"):
+            for line in self.run_script("promote", self.job_name, "--dry-run").splitlines():
+                self.progress.say(f"scripts.promote: {line}")
+            context = {
+                **self.context,
+                "gpu_training.serving.enabled": "true",
+                "gpu_training.serving.training_job_name": self.job_name,
+            }
+            self.serving_cdk = dataclasses.replace(self.cdk, context=context, log_file=self.work_dir / "cdk-serving.log")
+            assembly = self.work_dir / "cdk.out.serving"
+            self.serving_cdk.synth(assembly)
+            self.serving_assembly = assembly
+            self.serving_cdk.run(
+                ["deploy", f"{self.config().project_name}-serving", "--app", str(assembly), "--require-approval", "never"], timeout=3600
+            )
+            self._read_outputs()
+            if self.emulator is not None:
+                self.serving_deploy_check = self._check_emulated_deploy(assembly, [f"{self.config().project_name}-serving"])
+            project = self.config().project_name
+            self.endpoint_name = self.outputs[f"{project}-serving"]["EndpointName"]
+            endpoint = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint_name)
+            self.progress.say(f"endpoint {self.endpoint_name}: {endpoint['EndpointStatus']} ({endpoint['EndpointConfigName']})")
+            if self.emulator is not None:
+                from scripts.emulator.hosting import LocalHosting
+
+                self.hosting = LocalHosting(
+                    endpoint_url=self.emulator.endpoint_url,
+                    region=self.region,
+                    work_dir=self.work_dir / "endpoints",
+                    on_event=self.progress.say,
+                )
+                self.hosting.serve(self.endpoint_name)
+
+    def invoke_endpoint(self, rows: int = 200) -> float | None:
+        """Held-out rows through ``scripts.invoke`` and the endpoint; prints predictions and accuracy.
+
+        The held-out rows come from the same generator, seed and class centroids as the training
+        data (a third shard after the two that were uploaded), so they are new examples of the
+        same task. Returns the accuracy, or ``None`` when ``--examples`` is odd (no exact split).
+        """
+        assert self.endpoint_name is not None
+        with self.progress.phase("invoke endpoint (held-out rows)"):
+            features_file, labels = self._heldout_rows(rows)
+            output = self.run_script("invoke", "--endpoint", self.endpoint_name, str(features_file), "--json")
+            self.predictions = json.loads(output)["predictions"]
+            for index, prediction in enumerate(self.predictions[:5], start=1):
+                probabilities = ", ".join(f"{p:.3f}" for p in prediction["probabilities"])
+                truth = f" (label {labels[index - 1]})" if labels else ""
+                self.progress.say(f"row {index}: class {prediction['predicted_class']}{truth}  [{probabilities}]")
+            if labels:
+                correct = sum(int(p["predicted_class"] == label) for p, label in zip(self.predictions, labels))
+                self.heldout_accuracy = correct / len(labels)
+                self.progress.say(
+                    f"held-out accuracy {self.heldout_accuracy:.3f} ({correct}/{len(labels)} rows, "
+                    f"python -m scripts.invoke -> {self.endpoint_name})"
+                )
+        return self.heldout_accuracy
+
+    def _heldout_rows(self, rows: int) -> tuple[Path, list[int]]:
+        local = self.work_dir / "heldout"
+        examples = self.options.examples
+        if examples % 2:
+            raise RuntimeError("held-out rows need an even --examples (the training data is two equal shards)")
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "trainer.synthetic",
+                "--format",
+                "csv",
+                "--out",
+                str(local),
+                "--examples",
+                str(examples // 2 * 3),
+                "--features",
+                str(self.options.features),
+                "--classes",
+                str(self.options.classes),
+                "--shards",
+                "3",
+            ],
+            cwd=ROOT / "training_image",
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        lines = (local / "part-00002.csv").read_text(encoding="utf-8").splitlines()[1 : rows + 1]  # no header
+        features = [line.rsplit(",", 1)[0] for line in lines]
+        labels = [int(line.rsplit(",", 1)[1]) for line in lines]
+        path = local / "heldout-features.csv"
+        path.write_text("\n".join(features) + "\n", encoding="utf-8")
+        return path, labels
+
+    def _destroy_serving(self) -> None:
+        if self.serving_cdk is None or self.serving_assembly is None:
+            return
+        self.serving_cdk.destroy([f"{self.config().project_name}-serving"], self.serving_assembly)
+        if self.hosting is not None:
+            self.hosting.stop()
+        self.progress.say("serving stack destroyed; local serving process stopped")
 
     def audit(self) -> Any:
         """Teardown audit: list everything still tagged with the project and judge it."""
@@ -537,6 +669,9 @@ class Lifecycle:
 
     def close(self) -> None:
         """Stop the local runner and the emulator (its state is lost)."""
+        if self.hosting is not None:
+            self.hosting.stop()
+            self.hosting = None
         if self.runner is not None:
             self.runner.stop()
             self.runner = None

@@ -6,7 +6,9 @@ a reason, next to the construct it concerns.
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, App, Validations
+from aws_cdk import Acknowledgment, App, Stack, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 from constructs import IConstruct
 
@@ -29,3 +31,49 @@ def acknowledge(construct: IConstruct, reason: str, *rule_ids: str) -> None:
     if len(reason) < 20:
         raise ValueError(f"acknowledgment of {rule_ids} needs a real reason, got {reason!r}")
     Validations.of(construct).acknowledge(*(Acknowledgment(id=rule_id, reason=reason) for rule_id in rule_ids))
+
+
+def sagemaker_vpc_network_statements(stack: Stack, vpc: ec2.IVpc) -> tuple[list[iam.PolicyStatement], list[str]]:
+    """What a SageMaker execution role needs to put a job's or endpoint's interfaces in ``vpc``.
+
+    CreateNetworkInterface authorizes the new interface, the subnet and the security groups;
+    ``ec2:Vpc`` is in the request context of the subnet and the groups only (AWS's Service
+    Authorization Reference, checked by tests/gates/test_iam_authorization.py), so the VPC
+    condition goes on those, and the interface itself is unconditioned: it can only be created
+    in a subnet the first statement allows.
+
+    Returns:
+        The statements, and the wildcard resource ARNs they use (for the IAM5 acknowledgment).
+    """
+    vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
+    subnets, security_groups, network_interfaces = (
+        stack.format_arn(service="ec2", resource=kind, resource_name="*")
+        for kind in ("subnet", "security-group", "network-interface")
+    )
+    statements = [
+        iam.PolicyStatement(
+            sid="NetworkInterfacesInTrainingVpcSubnets",
+            actions=["ec2:CreateNetworkInterface"],
+            resources=[subnets, security_groups],
+            conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
+        ),
+        iam.PolicyStatement(sid="NewNetworkInterfaces", actions=["ec2:CreateNetworkInterface"], resources=[network_interfaces]),
+        iam.PolicyStatement(
+            sid="NetworkInterfacesInTrainingVpc",
+            actions=["ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"],
+            resources=[network_interfaces],
+            conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
+        ),
+    ]
+    return statements, [subnets, security_groups, network_interfaces]
+
+
+def sagemaker_principal(stack: Stack) -> iam.ServicePrincipal:
+    """SageMaker, acting only for this account's resources in this region (confused deputy prevention)."""
+    return iam.ServicePrincipal(
+        "sagemaker.amazonaws.com",
+        conditions={
+            "StringEquals": {"aws:SourceAccount": stack.account},
+            "ArnLike": {"aws:SourceArn": stack.format_arn(service="sagemaker", resource="*", resource_name=None)},
+        },
+    )

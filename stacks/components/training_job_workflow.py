@@ -25,7 +25,7 @@ from constructs import Construct, IValidation
 
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork
-from stacks.components.policy import acknowledge
+from stacks.components.policy import acknowledge, sagemaker_principal, sagemaker_vpc_network_statements
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
     CODE_PREFIX,
@@ -177,11 +177,7 @@ class TrainingJobRole(Construct):
         )
         log_group_children = f"{log_group}:*"
         project_streams = f"{log_group}:log-stream:{project_name}-*"
-        vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
-        subnets, security_groups, network_interfaces = (
-            stack.format_arn(service="ec2", resource=kind, resource_name="*")
-            for kind in ("subnet", "security-group", "network-interface")
-        )
+        network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
         statements = [
             iam.PolicyStatement(sid="ReadInputChannels", actions=["s3:GetObject"], resources=input_objects),
             iam.PolicyStatement(
@@ -253,44 +249,14 @@ class TrainingJobRole(Construct):
                 ],
                 resources=["*"],
             ),
-            # CreateNetworkInterface authorizes the new interface, the subnet and the security
-            # groups; ec2:Vpc is in the request context of the subnet and the groups only, so the
-            # VPC condition goes on those, and the interface itself is unconditioned: it can
-            # only be created in a subnet the first statement allows.
-            iam.PolicyStatement(
-                sid="NetworkInterfacesInTrainingVpcSubnets",
-                actions=["ec2:CreateNetworkInterface"],
-                resources=[subnets, security_groups],
-                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
-            ),
-            iam.PolicyStatement(
-                sid="NewNetworkInterfaces",
-                actions=["ec2:CreateNetworkInterface"],
-                resources=[network_interfaces],
-            ),
-            iam.PolicyStatement(
-                sid="NetworkInterfacesInTrainingVpc",
-                actions=[
-                    "ec2:CreateNetworkInterfacePermission",
-                    "ec2:DeleteNetworkInterface",
-                    "ec2:DeleteNetworkInterfacePermission",
-                ],
-                resources=[network_interfaces],
-                conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
-            ),
+            *network_statements,
         ]
         self.role = iam.Role(
             self,
             "Role",
             # Only SageMaker acting for this account's resources in this region may assume it
             # (cross-service confused deputy prevention).
-            assumed_by=iam.ServicePrincipal(
-                "sagemaker.amazonaws.com",
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnLike": {"aws:SourceArn": stack.format_arn(service="sagemaker", resource="*", resource_name=None)},
-                },
-            ),
+            assumed_by=sagemaker_principal(stack),
             description=f"{project_name}: execution role of the project's SageMaker training jobs",
         )
         # A customer-managed policy rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy).
@@ -303,8 +269,7 @@ class TrainingJobRole(Construct):
             "(no resource-level permissions) and cloudwatch:PutMetricData (limited by namespace); subnets, security "
             "groups and network interfaces of this account and region, limited to the training VPC by the ec2:Vpc "
             "condition (a new interface by the subnet it must be created in).",
-            [*input_objects, *artifact_objects, code_objects, log_group_children, project_streams, subnets, security_groups,
-             network_interfaces, "*"],
+            [*input_objects, *artifact_objects, code_objects, log_group_children, project_streams, *network_wildcards, "*"],
         )
 
 

@@ -94,7 +94,9 @@ def parse_with_tool(module_name: str, argv: list[str], monkeypatch: pytest.Monke
 
 @pytest.fixture(scope="module")
 def assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return cached_synth(tmp_path_factory.mktemp("readme")).outdir
+    # Every stack the README names: the serving stack exists only with serving enabled.
+    serving = {"serving.enabled": True, "serving.training_job_name": JOB}
+    return cached_synth(tmp_path_factory.mktemp("readme"), serving).outdir
 
 
 def cdk_selects(assembly: Path, pattern: str) -> list[str]:
@@ -195,7 +197,7 @@ OPERATOR_TOOLS = sorted({c.split()[2] for c in COMMANDS if c.startswith("python 
 
 @pytest.mark.parametrize("module", OPERATOR_TOOLS)
 def test_every_operator_tool_takes_region_profile_and_context(module, monkeypatch):
-    required = {"scripts.stop": [JOB]}.get(module, [])
+    required = {"scripts.stop": [JOB], "scripts.promote": [JOB], "scripts.invoke": ["-"]}.get(module, [])
     common = ["--region", "eu-west-1", "--profile", "ml", "-c", "training_job.instance_count=2"]
     namespace = parse_with_tool(module, [*required, *common], monkeypatch)
     assert (namespace.region, namespace.profile, namespace.context) == ("eu-west-1", "ml", ["training_job.instance_count=2"])

@@ -5,6 +5,7 @@ Faster than the lifecycle: each test starts moto in-process and creates only wha
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -130,3 +131,83 @@ def _session() -> Any:
     return boto3.session.Session(
         aws_access_key_id="testing", aws_secret_access_key="testing", aws_session_token="testing", region_name=server.REGION
     )
+
+
+def test_audit_flags_a_live_endpoint_as_compute_left_behind(emulator: server.Emulator) -> None:
+    sagemaker = _client(emulator, "sagemaker")
+    role = f"arn:aws:iam::123456789012:role/{PROJECT}-serving-role"
+    sagemaker.create_model(
+        ModelName=f"{PROJECT}-model", ExecutionRoleArn=role, PrimaryContainer={"Image": "img:1"}, Tags=TAGS
+    )
+    sagemaker.create_endpoint_config(
+        EndpointConfigName=f"{PROJECT}-config",
+        ProductionVariants=[
+            {"VariantName": "AllTraffic", "ModelName": f"{PROJECT}-model", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}
+        ],
+        Tags=TAGS,
+    )
+    sagemaker.create_endpoint(EndpointName=f"{PROJECT}-endpoint", EndpointConfigName=f"{PROJECT}-config", Tags=TAGS)
+    boto_session = _session()
+
+    report = audit(project=PROJECT, data_retained=True, session=boto_session, endpoint_url=emulator.endpoint_url)
+    (endpoint,) = [f for f in report.findings if f.kind == "sagemaker:endpoint"]
+    assert endpoint.verdict == ERROR and "compute left behind: endpoint is" in endpoint.note
+    assert not report.ok
+
+    sagemaker.delete_endpoint(EndpointName=f"{PROJECT}-endpoint")
+    report = audit(project=PROJECT, data_retained=True, session=boto_session, endpoint_url=emulator.endpoint_url)
+    assert not [f for f in report.findings if f.kind == "sagemaker:endpoint" and f.verdict == ERROR]
+
+
+@pytest.mark.slow
+def test_local_hosting_serves_an_endpoint_with_sagemakers_error_contract(emulator: server.Emulator, tmp_path: Path) -> None:
+    import tarfile
+
+    from botocore.exceptions import ClientError
+
+    from scripts.emulator.hosting import ROUTES, LocalHosting
+    from tests.serve.helpers import save_tiny_model
+
+    save_tiny_model(tmp_path / "model")
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted((tmp_path / "model").iterdir()):
+            tar.add(path, arcname=path.name)
+    s3, sagemaker = _client(emulator, "s3"), _client(emulator, "sagemaker")
+    s3.create_bucket(Bucket="artifacts-bucket")
+    s3.upload_file(str(archive), "artifacts-bucket", "training-jobs/j/output/model.tar.gz")
+    sagemaker.create_model(
+        ModelName="m",
+        ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+        PrimaryContainer={
+            "Image": "img:1",
+            "ModelDataUrl": "s3://artifacts-bucket/training-jobs/j/output/model.tar.gz",
+            "Environment": {"EXPECTED_GPU_COUNT": "1", "SERVE_MAX_BATCH_SIZE": "8"},
+        },
+    )
+    sagemaker.create_endpoint_config(
+        EndpointConfigName="c",
+        ProductionVariants=[{"VariantName": "AllTraffic", "ModelName": "m", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}],
+    )
+    sagemaker.create_endpoint(EndpointName=f"{PROJECT}-endpoint", EndpointConfigName="c")
+    hosting = LocalHosting(endpoint_url=emulator.endpoint_url, region="us-east-1", work_dir=tmp_path / "endpoints")
+    runtime = _client(emulator, "sagemaker-runtime")
+    try:
+        hosted = hosting.serve(f"{PROJECT}-endpoint")
+        assert "warmed_batch_sizes=1,8" in hosted.log_file.read_text()  # the Model's Environment reached it
+        answer = runtime.invoke_endpoint(EndpointName=f"{PROJECT}-endpoint", ContentType="text/csv", Body=b"1,2,3,4\n")
+        assert len(json.loads(answer["Body"].read())["predictions"][0]["probabilities"]) == 3
+
+        with pytest.raises(ClientError) as refused:
+            runtime.invoke_endpoint(EndpointName=f"{PROJECT}-endpoint", ContentType="text/csv", Body=b"1,2,3\n")
+        assert refused.value.response["Error"]["Code"] == "ModelError"
+        assert refused.value.response["OriginalStatusCode"] == 400
+        assert json.loads(refused.value.response["OriginalMessage"]) == {"error": "Row 1 has 3 values but the model takes 4 features."}
+
+        with pytest.raises(ClientError) as missing:
+            runtime.invoke_endpoint(EndpointName="no-such-endpoint", ContentType="text/csv", Body=b"1\n")
+        assert missing.value.response["Error"]["Code"] == "ValidationError"
+        assert "Endpoint no-such-endpoint of account 123456789012 not found." == missing.value.response["Error"]["Message"]
+    finally:
+        hosting.stop()
+    assert f"{PROJECT}-endpoint" not in ROUTES and hosted.process.poll() is not None

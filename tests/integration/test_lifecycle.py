@@ -61,11 +61,19 @@ def trained(deployed: Lifecycle) -> Lifecycle:
 
 
 @pytest.fixture(scope="module")
-def destroyed(trained: Lifecycle) -> Lifecycle:
-    """``cdk destroy --all`` done and the teardown audit taken."""
-    trained.destroy()
-    trained.audit()
+def served(trained: Lifecycle) -> Lifecycle:
+    """The trained model promoted to the GPU endpoint (serving stack), served locally, invoked."""
+    trained.deploy_endpoint()
+    trained.invoke_endpoint()
     return trained
+
+
+@pytest.fixture(scope="module")
+def destroyed(served: Lifecycle) -> Lifecycle:
+    """``cdk destroy --all`` (the serving stack first) done and the teardown audit taken."""
+    served.destroy()
+    served.audit()
+    return served
 
 
 def _stack_resources(run: Lifecycle, stack: str, resource_type: str) -> list[str]:
@@ -198,16 +206,61 @@ def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lif
     assert json.loads(check.stdout.strip().splitlines()[-1]) == [3, trained.options.classes]
 
 
+# --- after serving -----------------------------------------------------------------------------
+
+
+def test_the_endpoint_serves_the_trained_jobs_model(served: Lifecycle) -> None:
+    project = served.config().project_name
+    outputs = served.outputs[f"{project}-serving"]
+    assert outputs["EndpointName"] == served.endpoint_name == f"{project}-endpoint"
+    assert outputs["ModelDataUrl"] == served.job["ModelArtifacts"]["S3ModelArtifacts"]
+    sagemaker = served.client("sagemaker")
+    config = sagemaker.describe_endpoint_config(
+        EndpointConfigName=sagemaker.describe_endpoint(EndpointName=served.endpoint_name)["EndpointConfigName"]
+    )
+    model = sagemaker.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])
+    assert model["PrimaryContainer"]["ModelDataUrl"] == outputs["ModelDataUrl"]
+    assert model["PrimaryContainer"]["Environment"]["EXPECTED_GPU_COUNT"] == "1"
+    # Model, config, endpoint, role, alarms are emulated; moto has no Application Auto Scaling
+    # in CloudFormation, so the scaling target and policy are reported as skipped.
+    check = served.serving_deploy_check
+    assert check.missing == []
+    assert {"AWS::ApplicationAutoScaling::ScalableTarget", "AWS::ApplicationAutoScaling::ScalingPolicy"} <= set(check.skipped_types)
+
+
+def test_invocations_reach_the_serving_mode_and_predict_held_out_rows(served: Lifecycle) -> None:
+    assert len(served.predictions) == 200
+    for prediction in served.predictions:
+        assert sum(prediction["probabilities"]) == pytest.approx(1.0, abs=1e-4)
+        assert len(prediction["probabilities"]) == served.options.classes
+    # The synthetic task is learnable in 2 epochs; chance is 1/classes.
+    assert served.heldout_accuracy is not None and served.heldout_accuracy > 0.8
+    hosted = served.hosting.hosted[served.endpoint_name]
+    assert "serve-ready" in hosted.log_file.read_text()
+
+
+def test_a_bad_request_through_the_endpoint_is_one_line_from_the_model(served: Lifecycle, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1,2,3\n")
+    with pytest.raises(RuntimeError) as caught:
+        served.run_script("invoke", "--endpoint", served.endpoint_name, str(bad))
+    message = str(caught.value)
+    assert f"error: {served.endpoint_name} refused the request (HTTP 400): Row 1 has 3 values" in message
+    with pytest.raises(RuntimeError, match="endpoint no-such-endpoint not found"):
+        served.run_script("invoke", "--endpoint", "no-such-endpoint", str(bad))
+
+
 # --- a user's own script (SageMaker script mode) on the same deployment --------------------------
 
 
 @pytest.fixture(scope="module")
-def script_trained(trained: Lifecycle) -> Lifecycle:
-    """The example Keras image classifier launched with --source-dir, trained by the local runner."""
-    trained.upload_dataset(images=True)
-    trained.launch(user_script=True)
-    trained.train()
-    return trained
+def script_trained(served: Lifecycle) -> Lifecycle:
+    """The example Keras image classifier launched with --source-dir, trained by the local runner
+    (after the built-in job's model was served, so the endpoint tests see that model)."""
+    served.upload_dataset(images=True)
+    served.launch(user_script=True)
+    served.train()
+    return served
 
 
 def test_user_script_trained_through_the_launch_script(script_trained: Lifecycle, tmp_path: Path) -> None:
@@ -242,6 +295,8 @@ def test_no_instance_is_left_running(destroyed: Lifecycle) -> None:
 
 def test_no_compute_resource_remains(destroyed: Lifecycle) -> None:
     report = destroyed.audit_report
+    assert destroyed.client("sagemaker").list_endpoints()["Endpoints"] == []
+    assert destroyed.hosting is None or not destroyed.hosting.hosted
     assert report.errors == []
     assert report.stacks_left == []
     assert not [f for f in report.findings if f.kind in COMPUTE_TYPES and f.verdict == ERROR]

@@ -59,6 +59,18 @@ def test_template_snapshot(snapshot_root, snapshot_json, config_name, stack_id):
     assert normalize(synthesized.template_json(stack_id)) == snapshot_json
 
 
+SERVING = {
+    "default": {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"},
+    "scale-to-zero": {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1", "serving.scale_to_zero": True},
+}
+
+
+@pytest.mark.parametrize("config_name", list(SERVING))
+def test_serving_template_snapshot(snapshot_root, snapshot_json, config_name):
+    synthesized = cached_synth(snapshot_root, SERVING[config_name])
+    assert normalize(synthesized.template_json("gputrain-serving")) == snapshot_json
+
+
 def test_normalize_removes_asset_hashes_but_keeps_real_changes():
     template = {
         "Resources": {

@@ -374,6 +374,7 @@ def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
 
 
 def test_unexpected_command_line_arguments_are_refused(tmp_path):
-    run = run_trainer(write_job(tmp_path, TABULAR_HP, TABULAR), "serve")
+    # ("serve" is SageMaker hosting's command: the serving mode, tests/serve.)
+    run = run_trainer(write_job(tmp_path, TABULAR_HP, TABULAR), "evaluate")
     assert run.returncode != 0
-    assert "Unexpected arguments ['serve']" in run.failure
+    assert "Unexpected arguments ['evaluate']" in run.failure

@@ -92,3 +92,16 @@ def test_median_epoch_keeps_rate_and_step_time_of_one_epoch():
     summary = median_epoch(parse_metrics(text + "\n[trainer] something else"))
     assert (summary.examples_per_sec, summary.step_time_ms) == (200.0, 5.0)
     assert (summary.low, summary.high, summary.epochs) == (100.0, 400.0, 4)
+
+
+def test_serve_bench_level_figures():
+    from benchmarks.serve_bench import Level
+
+    level = Level(requests=100, seconds=2.0, latencies_ms=tuple(float(i) for i in range(1, 101)), mean_batch=4.0)
+    assert level.rps == 50.0
+    assert (level.percentile(50), level.percentile(99)) == (51.0, 100.0)
+    assert level.describe() == "50 req/s, p50 51.00 ms, p99 100.00 ms, 4.0 req/call"
+    from benchmarks.serve_bench import median_level
+
+    levels = [Level(n, 1.0, (1.0,), 1.0) for n in (30, 10, 20, 40)]
+    assert median_level(levels).requests == 20 and median_level(levels[:3]).requests == 20

@@ -77,3 +77,29 @@ def test_cli_refuses_negative_or_zero_amounts(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "$" not in err and err.strip().splitlines()[-1].startswith("python -m scripts.cost: error: argument")
+
+
+def test_serving_idle_cost_is_min_instances_around_the_clock():
+    assert cost.serving(config()) == []
+    cfg = config(serving__enabled=True, serving__training_job_name="job-1", serving__min_instances=2, serving__max_instances=4, serving__initial_instance_count=2)
+    idle, busiest = cost.serving(cfg)
+    per_instance = 1.006 * 1.40  # ml.g5.xlarge: EC2 price + SageMaker's premium
+    assert idle.usd_per_hour == pytest.approx(2 * per_instance)
+    assert busiest.usd_per_hour == pytest.approx(4 * per_instance)
+    assert "serving.scale_to_zero=true or destroying gputrain-serving pays nothing" in idle.note
+
+
+def test_cost_prints_the_idle_endpoint_in_the_standing_total(capsys):
+    assert cost.main(["-c", "gpu_training.serving.enabled=true", "-c", "gpu_training.serving.training_job_name=job-1"]) == 0
+    out = capsys.readouterr().out
+    assert "Endpoint idle: 1 x ml.g5.xlarge (min_instances)" in out
+    assert "total standing incl. idle endpoint" in out
+    assert cost.main([]) == 0
+    assert "no endpoint deployed (serving.enabled=false): $0 when idle" in capsys.readouterr().out
+
+
+def test_scale_to_zero_endpoint_costs_nothing_idle():
+    cfg = config(serving__enabled=True, serving__training_job_name="job-1", serving__scale_to_zero=True, serving__max_instances=3)
+    idle, busiest = cost.serving(cfg)
+    assert idle.usd_per_hour == 0.0 and "scale_to_zero" in idle.item
+    assert busiest.usd_per_hour == pytest.approx(3 * 1.006 * 1.40)

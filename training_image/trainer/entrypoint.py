@@ -1,5 +1,7 @@
 """``python -m trainer [train]``: run the training job; on any failure write ``output/failure``.
 
+``python -m trainer serve`` (SageMaker hosting) is dispatched to :mod:`trainer.serve`.
+
 SageMaker starts training images with the single argument ``train``; ``docker run`` on an EC2
 node may pass none. Both mean the same. Everything else is refused, so a wrong command line
 fails loudly instead of training with defaults.
@@ -28,12 +30,16 @@ ACCEPTED_ARGUMENTS = ([], ["train"])
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one training job and returns the process exit status (0 only on success)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["serve"]:  # SageMaker hosting: its own runner, its own failure handling
+        from trainer.serve import main as serve
+
+        return serve(args[1:])
     paths = environment.resolve_paths()
     try:
         if args not in ACCEPTED_ARGUMENTS:
             raise ConfigError(
-                f"Unexpected arguments {args}: the trainer takes no argument or 'train' (what SageMaker passes); "
-                "configure it with hyperparameters.json and environment variables."
+                f"Unexpected arguments {args}: the image takes 'train' (or no argument) for training and 'serve' "
+                "for hosting, what SageMaker passes; configure it with hyperparameters.json and environment variables."
             )
         env = environment.load_environment()
         job = script_contract.script_job(env.hyperparameters)

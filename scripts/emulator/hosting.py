@@ -1,0 +1,232 @@
+"""A local runner that plays SageMaker hosting for endpoints deployed on the emulator.
+
+moto accepts AWS::SageMaker::Model, EndpointConfig and Endpoint (through CloudFormation too) and
+reports the endpoint InService, but runs no container, and its InvokeEndpoint answers with canned
+data. For an endpoint, this runner does what SageMaker hosting does around the image:
+
+1. reads the endpoint, its config and its model (DescribeEndpoint/-Config/-Model);
+2. downloads the model's ``ModelDataUrl`` and extracts it into a model directory (SageMaker's
+   ``/opt/ml/model``);
+3. starts the real serving mode (``python -m trainer serve`` from ``training_image/``) with the
+   model's Environment, on a free loopback port, and waits for ``/ping`` to turn healthy;
+4. routes the emulator's InvokeEndpoint for that endpoint to the process's ``/invocations``, with
+   SageMaker's error contract: a container answer other than 200 becomes a 424 ``ModelError``
+   carrying ``OriginalStatusCode`` and ``OriginalMessage``; an unknown endpoint is a
+   ``ValidationError``.
+
+Emulator only: on AWS, SageMaker runs the image on the GPU instances itself. The emulator has no
+GPU, so the process is told to expect none (``EXPECTED_GPU_COUNT=0``), as the training runner does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAINING_IMAGE_DIR = ROOT / "training_image"
+START_TIMEOUT_SECONDS = 180
+INVOKE_TIMEOUT_SECONDS = 60
+
+ROUTES: dict[str, str] = {}
+"""Endpoint name -> base URL of the local serving process (read by the patched InvokeEndpoint)."""
+
+
+@dataclass
+class HostedEndpoint:
+    """One endpoint served locally.
+
+    Attributes:
+        name: Endpoint name.
+        model_name: The Model the endpoint's variant runs.
+        model_data_url: The artifact that was extracted.
+        url: ``http://127.0.0.1:<port>`` of the serving process.
+        model_dir: Where the artifact was extracted (``/opt/ml/model``).
+        log_file: The container's stdout and stderr.
+        process: The serving process.
+    """
+
+    name: str
+    model_name: str
+    model_data_url: str
+    url: str
+    model_dir: Path
+    log_file: Path
+    process: subprocess.Popen[bytes]
+
+
+def _split_s3(uri: str) -> tuple[str, str]:
+    bucket, _, key = uri[len("s3://") :].partition("/")
+    return bucket, key
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LocalHosting:
+    """Starts and stops local serving processes for emulated endpoints.
+
+    Attributes:
+        endpoint_url: The emulator.
+        region: Region of the endpoints.
+        work_dir: Model directories and container logs.
+        on_event: Called with one-line progress messages.
+        hosted: Endpoints served, by name.
+    """
+
+    endpoint_url: str
+    region: str
+    work_dir: Path
+    on_event: Callable[[str], None] = print
+    hosted: dict[str, HostedEndpoint] = field(default_factory=dict)
+
+    def _client(self, service: str) -> Any:
+        from scripts.emulator.server import client
+
+        return client(service, endpoint_url=self.endpoint_url, region=self.region)
+
+    def serve(self, endpoint_name: str) -> HostedEndpoint:
+        """Play SageMaker hosting for ``endpoint_name`` until :meth:`stop`."""
+        install_invoke_route()
+        sagemaker, s3 = self._client("sagemaker"), self._client("s3")
+        endpoint = sagemaker.describe_endpoint(EndpointName=endpoint_name)
+        config = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
+        variant = config["ProductionVariants"][0]
+        model = sagemaker.describe_model(ModelName=variant["ModelName"])
+        container = model["PrimaryContainer"]
+        model_data_url = container["ModelDataUrl"]
+
+        base = self.work_dir / endpoint_name
+        model_dir = base / "model"
+        model_dir.mkdir(parents=True, exist_ok=True)
+        archive = base / "model.tar.gz"
+        bucket, key = _split_s3(model_data_url)
+        s3.download_file(bucket, key, str(archive))
+        with tarfile.open(archive) as tar:
+            tar.extractall(model_dir, filter="data")
+        self.on_event(f"endpoint {endpoint_name}: {model_data_url} extracted to {model_dir} (SageMaker's /opt/ml/model)")
+
+        port = _free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "SERVE_", "TRAINING_"))}
+        env.update(container.get("Environment") or {})
+        env.update(
+            {
+                "SM_MODEL_DIR": str(model_dir),
+                "SAGEMAKER_BIND_TO_PORT": str(port),
+                "SERVE_HOST": "127.0.0.1",
+                # The emulator has no GPU (see the module docstring).
+                "EXPECTED_GPU_COUNT": "0",
+                "CUDA_VISIBLE_DEVICES": "",
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        log_file = base / "container.log"
+        with log_file.open("wb") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "trainer", "serve"], cwd=TRAINING_IMAGE_DIR, env=env, stdout=sink, stderr=sink
+            )
+        hosted = HostedEndpoint(endpoint_name, variant["ModelName"], model_data_url, f"http://127.0.0.1:{port}", model_dir, log_file, process)
+        self.hosted[endpoint_name] = hosted
+        started = time.monotonic()
+        self._wait_healthy(hosted)
+        ROUTES[endpoint_name] = hosted.url
+        self.on_event(
+            f"endpoint {endpoint_name}: python -m trainer serve healthy on {hosted.url} after "
+            f"{time.monotonic() - started:.1f}s (log: {log_file})"
+        )
+        return hosted
+
+    @staticmethod
+    def _wait_healthy(hosted: HostedEndpoint) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        last = ""
+        while time.monotonic() < deadline:
+            if hosted.process.poll() is not None:
+                raise RuntimeError(f"serving process for {hosted.name} exited {hosted.process.returncode}; see {hosted.log_file}")
+            try:
+                with urllib.request.urlopen(hosted.url + "/ping", timeout=5) as reply:  # nosec B310 - loopback
+                    if reply.status == 200:
+                        return
+            except urllib.error.HTTPError as err:
+                last = err.read().decode("utf-8", "replace")
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"{hosted.name} never answered /ping 200 within {START_TIMEOUT_SECONDS}s: {last} (see {hosted.log_file})")
+
+    def stop(self) -> None:
+        """Stop every serving process (SIGTERM, then SIGKILL) and drop its route."""
+        for name, hosted in list(self.hosted.items()):
+            ROUTES.pop(name, None)
+            if hosted.process.poll() is None:
+                hosted.process.terminate()
+                try:
+                    hosted.process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    hosted.process.kill()
+                    hosted.process.wait(timeout=15)
+            del self.hosted[name]
+
+
+def install_invoke_route() -> None:
+    """Route the emulator's InvokeEndpoint to local serving processes (undone with moto's patches).
+
+    Gap: moto's InvokeEndpoint returns canned data for any name, existing or not. Here an endpoint
+    that does not exist is SageMaker's ValidationError, one with a local process gets the
+    process's answer, and any other keeps moto's behaviour.
+    """
+    from moto.sagemaker.models import sagemaker_backends
+    from moto.sagemakerruntime.responses import SageMakerRuntimeResponse
+
+    from scripts.emulator.patching import PATCHES
+
+    if getattr(SageMakerRuntimeResponse.invoke_endpoint, "_routes_locally", False):
+        return
+    original = SageMakerRuntimeResponse.invoke_endpoint
+
+    def invoke_endpoint(self: Any) -> Any:
+        name = self._get_param("EndpointName") or self.path.split("/")[2]
+        endpoints = sagemaker_backends[self.current_account][self.region].endpoints
+        if name not in endpoints:
+            body = {"message": f"Endpoint {name} of account {self.current_account} not found."}
+            # moto takes the status from a "status" header, not from the tuple.
+            return 400, {"status": "400", "x-amzn-ErrorType": "ValidationError", "Content-Type": "application/json"}, json.dumps(body)
+        if name not in ROUTES:
+            return original(self)
+        request = urllib.request.Request(
+            ROUTES[name] + "/invocations",
+            data=self.body if isinstance(self.body, bytes) else str(self.body).encode("utf-8"),
+            method="POST",
+            headers={"Content-Type": self.headers.get("Content-Type", ""), "Accept": self.headers.get("Accept", "*/*")},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=INVOKE_TIMEOUT_SECONDS) as reply:  # nosec B310 - loopback
+                headers = {"Content-Type": reply.headers.get("Content-Type", "application/json"), "x-Amzn-Invoked-Production-Variant": "AllTraffic"}
+                return 200, headers, reply.read()
+        except urllib.error.HTTPError as err:
+            original_message = err.read().decode("utf-8", "replace")
+            body = {
+                "message": f"Received client error ({err.code}) from primary with message \"{original_message}\".",
+                "OriginalStatusCode": err.code,
+                "OriginalMessage": original_message,
+                "LogStreamArn": f"arn:aws:logs:{self.region}:{self.current_account}:log-group:/aws/sagemaker/Endpoints/{name}",
+            }
+            return 424, {"status": "424", "x-amzn-ErrorType": "ModelError", "Content-Type": "application/json"}, json.dumps(body)
+
+    invoke_endpoint._routes_locally = True  # type: ignore[attr-defined]
+    PATCHES.set(SageMakerRuntimeResponse, "invoke_endpoint", invoke_endpoint)

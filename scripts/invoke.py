@@ -1,0 +1,143 @@
+"""Send rows to the GPU endpoint and print its predictions.
+
+Usage (from the repository root)::
+
+    python -m scripts.invoke rows.csv                      # the project's endpoint (<project>-endpoint)
+    python -m scripts.invoke --endpoint my-endpoint rows.json
+    printf '0.1,0.2,0.3,0.4\\n' | python -m scripts.invoke -
+    python -m scripts.invoke rows.csv --json               # the endpoint's JSON as it came
+
+CSV (one row of features per line, no header, no label) or JSON (``{"instances": [[...]]}``, a
+list of rows, or one row): by the file's extension, else by its first character. The file is
+checked before anything is sent, so a bad file is one line naming the line or the JSON error.
+Exit codes as for every script (common.py): 1 when the endpoint refused the request, 3 when it
+cannot be reached (missing endpoint, throttled, no credentials).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from botocore.exceptions import ClientError
+
+from scripts.common import (
+    EXIT_FAILED,
+    Aws,
+    OperatorError,
+    add_common_arguments,
+    error_code,
+    error_message,
+    load_platform_config,
+    run,
+)
+from stacks.components.model_endpoint import endpoint_name, inference_component_name
+
+JSON, CSV = "application/json", "text/csv"
+# SageMaker real-time invocations accept at most 6 MB of payload.
+MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
+
+
+def read_payload(source: str, content_type: Optional[str] = None) -> tuple[bytes, str]:
+    """The body and content type to send, checked; raises OperatorError naming what is wrong."""
+    try:
+        body = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as err:
+        raise OperatorError(f"cannot read {source}: {err.strerror or err}") from None
+    where = "standard input" if source == "-" else source
+    if len(body) > MAX_PAYLOAD_BYTES:
+        raise OperatorError(f"{where} is {len(body)} bytes, over SageMaker's 6 MB invocation limit: split it")
+    text = body.decode("utf-8", errors="replace")
+    if not text.strip():
+        raise OperatorError(f"{where} is empty: give at least one row of features")
+    if content_type is None:
+        suffix = Path(source).suffix.lower() if source != "-" else ""
+        content_type = {".csv": CSV, ".json": JSON}.get(suffix) or (JSON if text.lstrip()[:1] in "[{" else CSV)
+    if content_type == JSON:
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as err:
+            raise OperatorError(f"{where} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+    else:
+        for number, line in enumerate(text.splitlines(), start=1):
+            for column, field in enumerate(line.split(",") if line.strip() else [], start=1):
+                try:
+                    float(field)
+                except ValueError:
+                    raise OperatorError(
+                        f"{where} line {number} value {column} is {field.strip()[:30]!r}, not a number "
+                        "(CSV rows are features only: no header, no label)"
+                    ) from None
+    return body, content_type
+
+
+def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: Optional[str] = None) -> dict[str, Any]:
+    """``InvokeEndpoint``; the parsed JSON answer. Every failure becomes one OperatorError line."""
+    extra = {"InferenceComponentName": component} if component else {}
+    try:
+        response = aws.client("sagemaker-runtime").invoke_endpoint(
+            EndpointName=endpoint, ContentType=content_type, Accept=JSON, Body=body, **extra
+        )
+    except ClientError as err:
+        code, message = error_code(err), error_message(err)
+        if code in ("ThrottlingException", "TooManyRequestsException") or "throttl" in message.lower():
+            raise OperatorError(f"{endpoint} is throttling requests ({code}): retry later or raise serving.max_instances") from None
+        if code == "ModelError":
+            detail = err.response.get("OriginalMessage") or message
+            try:
+                detail = json.loads(detail).get("error", detail)
+            except (ValueError, AttributeError):
+                pass
+            status = err.response.get("OriginalStatusCode", "?")
+            raise OperatorError(f"{endpoint} refused the request (HTTP {status}): {detail}", EXIT_FAILED) from None
+        if code == "ValidationError" and "not found" in message.lower():
+            raise OperatorError(
+                f"endpoint {endpoint} not found in {aws.region}: deploy it (serving.enabled, python -m scripts.promote JOB) "
+                "or pass --endpoint"
+            ) from None
+        raise
+    return dict(json.loads(response["Body"].read()))
+
+
+def render(answer: dict[str, Any]) -> str:
+    """One line per row: the predicted class, its probability, all probabilities."""
+    lines = []
+    for index, prediction in enumerate(answer.get("predictions", []), start=1):
+        probabilities = prediction["probabilities"]
+        best = prediction["predicted_class"]
+        shown = ", ".join(f"{p:.3f}" for p in probabilities)
+        lines.append(f"row {index}: class {best} (p={probabilities[best]:.3f})  [{shown}]")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m scripts.invoke", description="Send rows to the GPU endpoint.")
+    parser.add_argument("file", help="CSV or JSON rows, or - for standard input")
+    parser.add_argument("--endpoint", help="endpoint name (default: <project>-endpoint)")
+    parser.add_argument(
+        "--inference-component", help="component to invoke (default with serving.scale_to_zero: <project>-model)"
+    )
+    parser.add_argument("--content-type", choices=[CSV, JSON], help="default: from the extension or the first character")
+    parser.add_argument("--json", action="store_true", help="print the endpoint's JSON answer")
+    add_common_arguments(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    body, content_type = read_payload(args.file, args.content_type)
+    config = load_platform_config(args.context)
+    name = args.endpoint or endpoint_name(config.project_name)
+    component = args.inference_component
+    if component is None and args.endpoint is None and config.serving.scale_to_zero:
+        component = inference_component_name(config.project_name)
+    answer = invoke(Aws.from_args(args), name, body, content_type, component)
+    print(json.dumps(answer) if args.json else render(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

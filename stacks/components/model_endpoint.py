@@ -1,0 +1,532 @@
+"""A SageMaker real-time endpoint on GPUs serving a trained model with the project's image.
+
+The same image that trains serves: SageMaker hosting starts it as ``<image> serve``
+(``python -m trainer serve``), which verifies the GPUs before ``/ping`` turns healthy. Model,
+endpoint config and endpoint are CloudFormation resources; a new model artifact makes a new
+Model and EndpointConfig, and the Endpoint moves to them with a blue/green deployment that
+rolls back on its alarms.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sagemaker as sagemaker
+from aws_cdk import aws_sns as sns
+from constructs import Construct
+
+from stacks.components.policy import acknowledge, sagemaker_principal, sagemaker_vpc_network_statements
+from stacks.components.training_job_workflow import acknowledge_wildcard_resources
+from stacks.config import ServingConfig
+from stacks.gpu_instances import lookup
+
+ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
+DATA_CAPTURE_PREFIX = "data-capture/"
+VARIANT_NAME = "AllTraffic"
+# GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
+STARTUP_TIMEOUT_SECONDS = 900
+# The serving mode's environment (training_image/trainer/serve/settings.py).
+EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
+
+
+def endpoint_name(project_name: str) -> str:
+    """The endpoint's fixed name: operators and ``scripts.invoke`` find it without a lookup."""
+    return f"{project_name}-endpoint"
+
+
+def inference_component_name(project_name: str) -> str:
+    """The model's inference component (``serving.scale_to_zero``): ``<project>-model``."""
+    return f"{project_name}-model"
+
+
+def typing_cast_str(value: Optional[str]) -> str:
+    """A name that is set in the mode that uses it."""
+    assert value is not None
+    return value
+
+
+def volume_kms_allowed(instance_type: str) -> bool:
+    """SageMaker rejects a volume key on types with local NVMe (the store is hardware-encrypted)."""
+    row = lookup(instance_type)
+    return row is None or row.local_nvme_gb == 0
+
+
+class EndpointRole(Construct):
+    """The execution role of the endpoint's instances.
+
+    Reads exactly one object (the model artifact), decrypts with the platform key, pulls from the
+    project's repository, writes only to the endpoint's log group, manages network interfaces only
+    in the training VPC, and (with data capture) writes only under ``data-capture/<endpoint>/``.
+
+    Attributes:
+        role: The role.
+        policy: Its customer-managed policy.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        endpoint: str,
+        model_object_arn: str,
+        key: kms.IKey,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        vpc: ec2.IVpc,
+        data_capture: bool,
+    ) -> None:
+        """Create the role for ``endpoint`` serving the object ``model_object_arn``."""
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        log_group = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"{ENDPOINT_LOG_GROUP_PREFIX}/{endpoint}",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        log_streams = f"{log_group}:*"
+        network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
+        statements = [
+            iam.PolicyStatement(sid="ReadModelArtifact", actions=["s3:GetObject"], resources=[model_object_arn]),
+            iam.PolicyStatement(
+                sid="UsePlatformKey", actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"], resources=[key.key_arn]
+            ),
+            iam.PolicyStatement(
+                sid="EncryptMlVolumes",
+                actions=["kms:CreateGrant"],
+                resources=[key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+            ),
+            iam.PolicyStatement(
+                sid="PullServingImage",
+                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+                resources=[repository.repository_arn],
+            ),
+            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            iam.PolicyStatement(
+                sid="WriteEndpointLogs",
+                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[log_group, log_streams],
+            ),
+            iam.PolicyStatement(
+                sid="DescribeNetwork",
+                actions=[
+                    "ec2:DescribeNetworkInterfaces",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeDhcpOptions",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeSecurityGroups",
+                ],
+                resources=["*"],
+            ),
+            *network_statements,
+        ]
+        wildcards = [log_streams, *network_wildcards, "*"]
+        if data_capture:
+            capture_objects = artifacts_bucket.arn_for_objects(f"{DATA_CAPTURE_PREFIX}{endpoint}/*")
+            statements.append(
+                iam.PolicyStatement(sid="WriteDataCapture", actions=["s3:PutObject"], resources=[capture_objects])
+            )
+            wildcards.append(capture_objects)
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=sagemaker_principal(stack),
+            description=f"{endpoint}: execution role of the GPU endpoint (one model artifact, image pull, its logs)",
+        )
+        self.policy = iam.ManagedPolicy(self, "Policy", statements=statements, roles=[self.role])
+        acknowledge_wildcard_resources(
+            self.policy,
+            "Each wildcard is the narrowest the API allows: the streams of this endpoint's own log group, captured "
+            "requests under data-capture/<endpoint>/ (object keys are generated per hour), and '*' only for "
+            "ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions); subnets, security groups and "
+            "network interfaces of this account and region, limited to the training VPC by the ec2:Vpc condition (a "
+            "new interface by the subnet it must be created in). The model artifact is one exact object.",
+            wildcards,
+        )
+
+
+class EndpointAlarms(Construct):
+    """5xx errors and model latency of the endpoint's variant, to an encrypted SNS topic.
+
+    The same alarms roll a blue/green deployment back.
+
+    Attributes:
+        topic: Alarm notifications.
+        errors: ``Invocation5XXErrors`` sum per minute at or above the threshold, 2 minutes running.
+        latency: Average ``ModelLatency`` above the threshold, 3 minutes running.
+    """
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, endpoint: str, config: ServingConfig, dimensions: dict[str, str]
+    ) -> None:
+        """Alarms on the metrics of ``dimensions`` (the variant, or the inference component)."""
+        super().__init__(scope, construct_id)
+        key = kms.Key(
+            self,
+            "TopicKey",
+            description=f"{endpoint}: endpoint alarms topic",
+            enable_key_rotation=True,
+            removal_policy=RemovalPolicy.DESTROY,
+            pending_window=Duration.days(7),
+        )
+        key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarmsToPublish",
+                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                actions=["kms:Decrypt", "kms:GenerateDataKey*"],
+                resources=["*"],  # in a key policy "*" means this key
+            )
+        )
+        self.topic = sns.Topic(self, "Topic", display_name=f"{endpoint} alarms", master_key=key, enforce_ssl=True)
+        self.errors = cloudwatch.Alarm(
+            self,
+            "Errors5xx",
+            alarm_description=f"{endpoint}: the model container answers 5xx; rolls a deployment back",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="Invocation5XXErrors",
+                dimensions_map=dimensions,
+                statistic="Sum",
+                period=Duration.minutes(1),
+            ),
+            threshold=config.error_alarm_threshold,
+            evaluation_periods=2,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        self.latency = cloudwatch.Alarm(
+            self,
+            "ModelLatency",
+            alarm_description=f"{endpoint}: average model latency above {config.latency_alarm_ms} ms; rolls a deployment back",
+            metric=cloudwatch.Metric(
+                namespace="AWS/SageMaker",
+                metric_name="ModelLatency",  # microseconds
+                dimensions_map=dimensions,
+                statistic="Average",
+                period=Duration.minutes(1),
+            ),
+            threshold=config.latency_alarm_ms * 1000,
+            evaluation_periods=3,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+        for alarm in (self.errors, self.latency):
+            alarm.add_alarm_action(cw_actions.SnsAction(self.topic))
+            alarm.add_ok_action(cw_actions.SnsAction(self.topic))
+
+
+class GpuEndpoint(Construct):
+    """Model, endpoint config and endpoint, with autoscaling and alarms.
+
+    Attributes:
+        endpoint_name: The endpoint's name (fixed: ``<project>-endpoint``).
+        role: The execution role.
+        security_group: The instances' security group (HTTPS out to the VPC endpoints only).
+        model: ``AWS::SageMaker::Model``.
+        endpoint_config: ``AWS::SageMaker::EndpointConfig``.
+        endpoint: ``AWS::SageMaker::Endpoint``.
+        alarms: 5xx and latency alarms (also the rollback alarms).
+        scaling_target: The Application Auto Scaling target of the variant (or, with
+            ``scale_to_zero``, of the inference component's copies).
+        inference_component: With ``scale_to_zero``: the model as an inference component whose
+            copies (and the instances under them) scale to zero when idle; else ``None``.
+        inference_component_name: Its fixed name (``<project>-model``), else ``None``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project_name: str,
+        config: ServingConfig,
+        key: kms.IKey,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        image_tag: str,
+        vpc: ec2.IVpc,
+        subnet_ids: Sequence[str],
+    ) -> None:
+        """Create the endpoint for ``config`` (validated: a model source is set)."""
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        self.endpoint_name = endpoint_name(project_name)
+        model_key = config.model_key
+        self.role = EndpointRole(
+            self,
+            "ExecutionRole",
+            endpoint=self.endpoint_name,
+            model_object_arn=artifacts_bucket.arn_for_objects(model_key),
+            key=key,
+            artifacts_bucket=artifacts_bucket,
+            repository=repository,
+            vpc=vpc,
+            data_capture=config.data_capture,
+        ).role
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=vpc,
+            description=f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only",
+            allow_all_outbound=False,
+        )
+        # SageMaker pulls the image and downloads the model through the VPC: the ECR interface
+        # endpoints and the S3 gateway endpoint, whose prefix list cannot be named without a
+        # lookup. The subnets have no route to the internet (network.nat_gateways = 0), so HTTPS
+        # out reaches only those endpoints.
+        self.security_group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
+        )
+        image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
+        self.model = sagemaker.CfnModel(
+            self,
+            "Model",
+            execution_role_arn=self.role.role_arn,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                image=image_uri,
+                mode="SingleModel",
+                model_data_url=f"s3://{artifacts_bucket.bucket_name}/{model_key}",
+                environment={
+                    EXPECTED_GPU_COUNT_ENV: str(config.gpus_per_instance),
+                    "SERVING_INSTANCE_TYPE": config.instance_type,
+                    "SERVE_MAX_BATCH_SIZE": str(config.max_batch_size),
+                    "SERVE_MAX_BATCH_DELAY_MS": str(config.max_batch_delay_ms),
+                },
+            ),
+            enable_network_isolation=config.network_isolation,
+            vpc_config=sagemaker.CfnModel.VpcConfigProperty(
+                security_group_ids=[self.security_group.security_group_id], subnets=list(subnet_ids)
+            ),
+        )
+        # The role's policy must exist before SageMaker checks that the role can read the model.
+        self.model.node.add_dependency(self.role)
+
+        data_capture: Optional[sagemaker.CfnEndpointConfig.DataCaptureConfigProperty] = None
+        if config.data_capture:
+            data_capture = sagemaker.CfnEndpointConfig.DataCaptureConfigProperty(
+                enable_capture=True,
+                initial_sampling_percentage=config.data_capture_sampling_percent,
+                destination_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{DATA_CAPTURE_PREFIX}{self.endpoint_name}",
+                kms_key_id=key.key_arn,
+                capture_options=[
+                    sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Input"),
+                    sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Output"),
+                ],
+                capture_content_type_header=sagemaker.CfnEndpointConfig.CaptureContentTypeHeaderProperty(
+                    csv_content_types=["text/csv"], json_content_types=["application/json"]
+                ),
+            )
+        self.endpoint_config = sagemaker.CfnEndpointConfig(
+            self,
+            "EndpointConfig",
+            production_variants=[self._variant(config)],
+            kms_key_id=key.key_arn if volume_kms_allowed(config.instance_type) else None,
+            data_capture_config=data_capture,
+            # An endpoint of inference components names its role and network itself.
+            execution_role_arn=self.role.role_arn if config.scale_to_zero else None,
+            enable_network_isolation=config.network_isolation if config.scale_to_zero else None,
+            vpc_config=(
+                sagemaker.CfnEndpointConfig.VpcConfigProperty(
+                    security_group_ids=[self.security_group.security_group_id], subnets=list(subnet_ids)
+                )
+                if config.scale_to_zero
+                else None
+            ),
+        )
+        if not volume_kms_allowed(config.instance_type):
+            acknowledge(
+                self.endpoint_config,
+                f"{config.instance_type} serves from local NVMe instance storage, which AWS encrypts in hardware with "
+                "keys generated per instance; SageMaker rejects a KmsKeyId for such types. Data capture (when on) is "
+                "still encrypted with the platform key.",
+                "NIST.800.53.R5-SageMakerEndpointConfigurationKMSKeyConfigured",
+            )
+        self.inference_component_name: Optional[str] = None
+        if config.scale_to_zero:
+            self.inference_component_name = inference_component_name(project_name)
+            dimensions = {"InferenceComponentName": self.inference_component_name}
+        else:
+            dimensions = {"EndpointName": self.endpoint_name, "VariantName": VARIANT_NAME}
+        self.alarms = EndpointAlarms(self, "Alarms", endpoint=self.endpoint_name, config=config, dimensions=dimensions)
+        rollback_alarms = [alarm.alarm_name for alarm in (self.alarms.errors, self.alarms.latency)]
+        traffic = (
+            sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
+                type="CANARY",
+                canary_size=sagemaker.CfnEndpoint.CapacitySizeProperty(type="CAPACITY_PERCENT", value=config.canary_percent),
+                wait_interval_in_seconds=config.bake_seconds,
+            )
+            if config.rollout == "canary"
+            else sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
+                type="ALL_AT_ONCE", wait_interval_in_seconds=config.bake_seconds
+            )
+        )
+        self.endpoint = sagemaker.CfnEndpoint(
+            self,
+            "Endpoint",
+            endpoint_name=self.endpoint_name,
+            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+            # With inference components a new model is a rolling update of the component (below).
+            deployment_config=None
+            if config.scale_to_zero
+            else sagemaker.CfnEndpoint.DeploymentConfigProperty(
+                blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
+                    traffic_routing_configuration=traffic,
+                    termination_wait_in_seconds=config.bake_seconds,
+                    maximum_execution_timeout_in_seconds=3 * config.bake_seconds + 3600,
+                ),
+                auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
+                    alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=name) for name in rollback_alarms]
+                ),
+            ),
+        )
+        self.inference_component: Optional[sagemaker.CfnInferenceComponent] = None
+        if config.scale_to_zero:
+            self.inference_component = self._inference_component(config, rollback_alarms)
+
+        self.scaling_target = appscaling.ScalableTarget(
+            self,
+            "Scaling",
+            service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+            resource_id=(
+                f"inference-component/{self.inference_component_name}"
+                if config.scale_to_zero
+                else f"endpoint/{self.endpoint_name}/variant/{VARIANT_NAME}"
+            ),
+            scalable_dimension=(
+                "sagemaker:inference-component:DesiredCopyCount"
+                if config.scale_to_zero
+                else "sagemaker:variant:DesiredInstanceCount"
+            ),
+            # Copies of the model (one per instance: each takes every GPU) or instances.
+            min_capacity=0 if config.scale_to_zero else config.min_instances,
+            max_capacity=config.max_instances,
+            role=iam.Role.from_role_arn(
+                self,
+                "ScalingRole",
+                # Application Auto Scaling's service-linked role for SageMaker (created on first use).
+                stack.format_arn(
+                    service="iam",
+                    region="",
+                    resource="role",
+                    resource_name="aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+                    "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint",
+                ),
+            ),
+        )
+        self.scaling_target.node.add_dependency(self.inference_component or self.endpoint)
+        self.scaling_target.scale_to_track_metric(
+            "InvocationsPerInstance",
+            target_value=config.target_invocations_per_instance,
+            predefined_metric=(
+                appscaling.PredefinedMetric.SAGEMAKER_INFERENCE_COMPONENT_INVOCATIONS_PER_COPY
+                if config.scale_to_zero
+                else appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE
+            ),
+            scale_in_cooldown=Duration.seconds(config.scale_in_cooldown_seconds),
+            scale_out_cooldown=Duration.seconds(config.scale_out_cooldown_seconds),
+        )
+        if config.scale_to_zero:
+            # Target tracking cannot wake a component at zero copies (no invocations, no metric):
+            # a request that finds no copy counts in NoCapacityInvocationFailures, and that adds one.
+            self.scaling_target.scale_on_metric(
+                "ScaleOutFromZero",
+                metric=cloudwatch.Metric(
+                    namespace="AWS/SageMaker",
+                    metric_name="NoCapacityInvocationFailures",
+                    dimensions_map={"InferenceComponentName": typing_cast_str(self.inference_component_name)},
+                    statistic="Maximum",
+                    period=Duration.minutes(1),
+                ),
+                scaling_steps=[
+                    appscaling.ScalingInterval(upper=0, change=0),
+                    appscaling.ScalingInterval(lower=1, change=1),
+                ],
+                adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+                cooldown=Duration.seconds(config.scale_out_cooldown_seconds),
+            )
+        if config.scale_in_schedule and config.scale_out_schedule:
+            # Real-time variants cannot go below one instance; a component can go to zero copies.
+            floor = 0 if config.scale_to_zero else 1
+            self.scaling_target.scale_on_schedule(
+                "ScaleIn",
+                schedule=appscaling.Schedule.expression(config.scale_in_schedule),
+                min_capacity=floor,
+                max_capacity=floor,
+            )
+            self.scaling_target.scale_on_schedule(
+                "ScaleOut",
+                schedule=appscaling.Schedule.expression(config.scale_out_schedule),
+                min_capacity=0 if config.scale_to_zero else config.min_instances,
+                max_capacity=config.max_instances,
+            )
+
+    def _variant(self, config: ServingConfig) -> sagemaker.CfnEndpointConfig.ProductionVariantProperty:
+        if config.scale_to_zero:
+            # Instances come and go with the component's copies, down to none when idle.
+            return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                variant_name=VARIANT_NAME,
+                instance_type=config.instance_type,
+                initial_instance_count=config.initial_instance_count,
+                managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
+                    status="ENABLED", min_instance_count=0, max_instance_count=config.max_instances
+                ),
+                routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(routing_strategy="LEAST_OUTSTANDING_REQUESTS"),
+            )
+        return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+            variant_name=VARIANT_NAME,
+            model_name=self.model.attr_model_name,
+            instance_type=config.instance_type,
+            initial_instance_count=config.initial_instance_count,
+            initial_variant_weight=1.0,
+            # GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
+            container_startup_health_check_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+            model_data_download_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+        )
+
+    def _inference_component(self, config: ServingConfig, rollback_alarms: Sequence[str]) -> sagemaker.CfnInferenceComponent:
+        component = sagemaker.CfnInferenceComponent(
+            self,
+            "InferenceComponent",
+            inference_component_name=self.inference_component_name,
+            endpoint_name=self.endpoint.attr_endpoint_name,
+            variant_name=VARIANT_NAME,
+            specification=sagemaker.CfnInferenceComponent.InferenceComponentSpecificationProperty(
+                model_name=self.model.attr_model_name,
+                compute_resource_requirements=sagemaker.CfnInferenceComponent.InferenceComponentComputeResourceRequirementsProperty(
+                    # One copy per instance, with every GPU: the serving mode verifies them all.
+                    number_of_accelerator_devices_required=config.gpus_per_instance,
+                    min_memory_required_in_mb=1024,
+                ),
+                startup_parameters=sagemaker.CfnInferenceComponent.InferenceComponentStartupParametersProperty(
+                    container_startup_health_check_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+                    model_data_download_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
+                ),
+            ),
+            runtime_config=sagemaker.CfnInferenceComponent.InferenceComponentRuntimeConfigProperty(
+                copy_count=config.initial_instance_count
+            ),
+            deployment_config=sagemaker.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty(
+                rolling_update_policy=sagemaker.CfnInferenceComponent.InferenceComponentRollingUpdatePolicyProperty(
+                    maximum_batch_size=sagemaker.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
+                        type="COPY_COUNT", value=1
+                    ),
+                    wait_interval_in_seconds=config.bake_seconds,
+                    maximum_execution_timeout_in_seconds=3 * config.bake_seconds + 3600,
+                ),
+                auto_rollback_configuration=sagemaker.CfnInferenceComponent.AutoRollbackConfigurationProperty(
+                    alarms=[sagemaker.CfnInferenceComponent.AlarmProperty(alarm_name=name) for name in rollback_alarms]
+                ),
+            ),
+        )
+        return component

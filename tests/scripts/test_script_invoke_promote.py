@@ -1,0 +1,194 @@
+"""scripts.invoke (files, answers, one-line errors) and scripts.promote (refusals, the deploy command).
+
+``invoke`` talks to SageMaker's runtime through a botocore Stubber: moto answers every
+InvokeEndpoint with a canned body, so the error paths (a model's 4xx, throttling, a missing
+endpoint) are played exactly as SageMaker's runtime returns them. The emulator lifecycle test
+invokes a real serving process through the deployed endpoint.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
+
+from scripts import invoke, promote
+from scripts.common import Aws, run
+from scripts.launch import main as launch_main
+from tests.scripts.conftest import PROJECT, REGION
+
+ANSWER = {"predictions": [{"predicted_class": 1, "probabilities": [0.2, 0.8]}, {"predicted_class": 0, "probabilities": [0.9, 0.1]}]}
+
+
+@pytest.fixture
+def runtime(monkeypatch):
+    """An Aws whose sagemaker-runtime client is stubbed; scripts.invoke uses it."""
+    session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name=REGION)
+    aws = Aws(session)
+    client = aws.client("sagemaker-runtime")
+    stubber = Stubber(client)
+    monkeypatch.setattr(invoke.Aws, "from_args", classmethod(lambda cls, args: aws))
+    with stubber:
+        yield stubber
+    stubber.assert_no_pending_responses()
+
+
+def _body(payload: dict) -> StreamingBody:
+    raw = json.dumps(payload).encode()
+    return StreamingBody(io.BytesIO(raw), len(raw))
+
+
+def test_csv_file_is_sent_as_csv_to_the_projects_endpoint(runtime, tmp_path, capsys):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("0.1,0.2\n0.3,0.4\n")
+    runtime.add_response(
+        "invoke_endpoint",
+        {"Body": _body(ANSWER), "ContentType": "application/json"},
+        {"EndpointName": f"{PROJECT}-endpoint", "ContentType": "text/csv", "Accept": "application/json", "Body": rows.read_bytes()},
+    )
+    assert run(invoke.main, [str(rows)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "row 1: class 1 (p=0.800)  [0.200, 0.800]",
+        "row 2: class 0 (p=0.900)  [0.900, 0.100]",
+    ]
+
+
+def test_scale_to_zero_invocations_name_the_inference_component(runtime, tmp_path, capsys):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("0.1,0.2\n")
+    runtime.add_response(
+        "invoke_endpoint",
+        {"Body": _body(ANSWER)},
+        {
+            "EndpointName": f"{PROJECT}-endpoint",
+            "InferenceComponentName": f"{PROJECT}-model",
+            "ContentType": "text/csv",
+            "Accept": "application/json",
+            "Body": rows.read_bytes(),
+        },
+    )
+    assert run(invoke.main, [str(rows), "-c", "serving.scale_to_zero=true"]) == 0
+
+
+def test_json_from_stdin_to_a_named_endpoint(runtime, monkeypatch, capsys):
+    body = b'{"instances": [[0.1, 0.2]]}'
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(body)))
+    runtime.add_response(
+        "invoke_endpoint",
+        {"Body": _body(ANSWER)},
+        {"EndpointName": "other", "ContentType": "application/json", "Accept": "application/json", "Body": body},
+    )
+    assert run(invoke.main, ["-", "--endpoint", "other", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == ANSWER
+
+
+@pytest.mark.parametrize(
+    ("code", "extra", "exit_code", "line"),
+    [
+        (
+            "ModelError",
+            {"OriginalStatusCode": 400, "OriginalMessage": '{"error": "Row 1 has 3 values but the model takes 4 features."}'},
+            1,
+            "error: gputrain-endpoint refused the request (HTTP 400): Row 1 has 3 values but the model takes 4 features.",
+        ),
+        ("ThrottlingException", {}, 3, "error: gputrain-endpoint is throttling requests (ThrottlingException): retry later"),
+        (
+            "ValidationError",
+            {},
+            3,
+            "error: endpoint gputrain-endpoint not found in us-east-1: deploy it",
+        ),
+    ],
+    ids=["model-4xx", "throttled", "missing-endpoint"],
+)
+def test_endpoint_failures_are_one_line(runtime, tmp_path, capsys, code, extra, exit_code, line):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("1,2,3\n")
+    message = "Endpoint gputrain-endpoint of account 123456789012 not found." if code == "ValidationError" else "no"
+    runtime.add_client_error("invoke_endpoint", service_error_code=code, service_message=message, response_meta=None)
+    if extra:
+        # Stubber cannot set top-level error fields; patch the response the client sees.
+        original = runtime.client._make_api_call
+
+        def call(operation, params):
+            try:
+                return original(operation, params)
+            except Exception as err:
+                err.response.update(extra)
+                raise
+
+        runtime.client._make_api_call = call
+    assert run(invoke.main, [str(rows)]) == exit_code
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(line) and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "line"),
+    [
+        ("missing.csv", None, "error: cannot read {path}: No such file or directory"),
+        ("empty.csv", "", "error: {path} is empty: give at least one row of features"),
+        ("header.csv", "a,b\n1,2\n", "error: {path} line 1 value 1 is 'a', not a number (CSV rows are features only"),
+        ("bad.json", "[[1, 2]", "error: {path} is not valid JSON: Expecting"),
+    ],
+)
+def test_bad_files_are_one_line_and_nothing_is_sent(tmp_path, capsys, name, content, line):
+    path = tmp_path / name
+    if content is not None:
+        path.write_text(content)
+    assert run(invoke.main, [str(path)]) == 3
+    assert capsys.readouterr().err.strip().startswith(line.format(path=path))
+
+
+def test_a_payload_over_6_mb_is_refused_before_sending(tmp_path, capsys):
+    path = tmp_path / "big.csv"
+    path.write_text("1.0,2.0\n" * 800_000)
+    assert run(invoke.main, [str(path)]) == 3
+    assert "over SageMaker's 6 MB invocation limit" in capsys.readouterr().err
+
+
+def _completed_job_with_model(moto_backends, name: str, *, upload: bool = True) -> None:
+    assert launch_main(["--direct", "--name", name]) == 0
+    bucket = boto3.client("cloudformation", region_name=REGION).describe_stacks(StackName=f"{PROJECT}-data")["Stacks"][0]
+    artifacts = {o["OutputKey"]: o["OutputValue"] for o in bucket["Outputs"]}["ArtifactsBucketName"]
+    key = f"training-jobs/{name}/output/model.tar.gz"
+    moto_backends.set_job(name, "Completed", "Completed", model_artifacts={"S3ModelArtifacts": f"s3://{artifacts}/{key}"})
+    if upload:
+        boto3.client("s3", region_name=REGION).put_object(Bucket=artifacts, Key=key, Body=b"model")
+
+
+def test_promote_checks_the_job_and_prints_the_blue_green_deploy(aws, moto_backends, capsys):
+    _completed_job_with_model(moto_backends, f"{PROJECT}-promote-ok")
+    assert run(promote.main, [f"{PROJECT}-promote-ok", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"{PROJECT}-promote-ok completed; model s3://" in out
+    assert f"deploy {PROJECT}-serving --require-approval never -c gpu_training.serving.enabled=true " in out
+    assert f"-c gpu_training.serving.training_job_name={PROJECT}-promote-ok" in out
+
+
+@pytest.mark.parametrize("status", ["Failed", "Stopped", "InProgress"])
+def test_promote_refuses_a_job_that_did_not_complete(aws, moto_backends, capsys, status):
+    name = f"{PROJECT}-promote-{status.lower()}"
+    assert launch_main(["--direct", "--name", name]) == 0
+    moto_backends.set_job(name, status, status, failure_reason="AlgorithmError: diverged" if status == "Failed" else None)
+    capsys.readouterr()
+    try:
+        assert run(promote.main, [name]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: {name} is {status}") and err.endswith("only a Completed job's model can be promoted")
+    finally:
+        # The moto server is shared by the session: leave no job running for the other scripts' tests.
+        moto_backends.set_job(name, "Stopped", "Stopped")
+
+
+def test_promote_of_a_missing_job_or_artifact_is_one_line(aws, moto_backends, capsys):
+    assert run(promote.main, [f"{PROJECT}-no-such-job"]) == 3
+    assert "training job gputrain-no-such-job not found" in capsys.readouterr().err
+    _completed_job_with_model(moto_backends, f"{PROJECT}-promote-gone", upload=False)
+    capsys.readouterr()
+    assert run(promote.main, [f"{PROJECT}-promote-gone", "--dry-run"]) == 3
+    assert "model.tar.gz does not exist" in capsys.readouterr().err

@@ -1,0 +1,217 @@
+"""Serving parts without a server: settings, the batcher, the codec's response, the entrypoint dispatch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer.entrypoint import main as entrypoint_main
+from trainer.errors import ConfigError
+from trainer.serve import codec
+from trainer.serve.batching import DynamicBatcher, QueueFull
+from trainer.serve.settings import load_settings
+
+
+def test_settings_follow_the_hosting_contract():
+    settings = load_settings({})
+    assert (settings.port, settings.model_dir, settings.host) == (8080, Path("/opt/ml/model"), "0.0.0.0")
+    assert settings.batching and settings.expected_gpu_count is None
+    settings = load_settings({"SAGEMAKER_BIND_TO_PORT": "9090", "SAGEMAKER_BASE_DIR": "/tmp/job", "EXPECTED_GPU_COUNT": "1"})
+    assert (settings.port, settings.model_dir, settings.expected_gpu_count) == (9090, Path("/tmp/job/model"), 1)
+    assert load_settings({"SAGEMAKER_BASE_DIR": "/tmp/job", "SM_MODEL_DIR": "/m"}).model_dir == Path("/m")
+    assert load_settings({"SERVING_INSTANCE_TYPE": "ml.g5.xlarge"}).instance_type == "ml.g5.xlarge"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SAGEMAKER_BIND_TO_PORT": "http"}, "SAGEMAKER_BIND_TO_PORT must be an integer, got 'http'"),
+        ({"SAGEMAKER_BIND_TO_PORT": "70000"}, "SAGEMAKER_BIND_TO_PORT must be between 1 and 65535"),
+        ({"SERVE_MAX_BATCH_SIZE": "0"}, "SERVE_MAX_BATCH_SIZE must be between 1 and 65536"),
+        ({"SERVE_MAX_BATCH_DELAY_MS": "soon"}, "SERVE_MAX_BATCH_DELAY_MS must be a number of milliseconds"),
+        ({"SERVE_BATCHING": "maybe"}, "SERVE_BATCHING must be on or off"),
+        ({"SERVE_MODEL_OUTPUT": "scores"}, "SERVE_MODEL_OUTPUT must be one of auto, logits, probabilities"),
+    ],
+)
+def test_bad_settings_name_the_variable(env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(env)
+
+
+def test_serve_refuses_arguments_and_bad_settings(monkeypatch, capsys):
+    assert entrypoint_main(["serve", "--port", "1"]) == 2
+    monkeypatch.setenv("SAGEMAKER_BIND_TO_PORT", "x")
+    assert entrypoint_main(["serve"]) == 2
+    assert "SAGEMAKER_BIND_TO_PORT must be an integer" in capsys.readouterr().out
+
+
+class _RecordingModel:
+    """Doubles every value; records the rows of each call; can be slowed down or made to fail."""
+
+    def __init__(self, delay: float = 0.0, fail: bool = False) -> None:
+        self.calls: list[int] = []
+        self.delay = delay
+        self.fail = fail
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        self.gate.wait(5)
+        self.calls.append(len(rows))
+        if self.fail:
+            raise RuntimeError("boom")
+        return rows * 2
+
+
+def _run(model, sizes, **options):
+    async def go():
+        batcher = DynamicBatcher(model, max_queued_requests=options.pop("max_queued_requests", 100), **options)
+        batcher.start()
+        try:
+            inputs = [np.full((n, 2), i, dtype=np.float32) for i, n in enumerate(sizes)]
+            outputs = await asyncio.wait_for(asyncio.gather(*(batcher.submit(x) for x in inputs)), 10)
+            for x, y in zip(inputs, outputs):
+                np.testing.assert_array_equal(y, x * 2)
+            return batcher.stats
+        finally:
+            await batcher.stop()
+
+    return asyncio.run(go())
+
+
+def test_batcher_groups_waiting_requests_up_to_the_row_limit():
+    model = _RecordingModel()
+    stats = _run(model, [1] * 10, max_batch_size=4, max_delay_seconds=0.05)
+    assert model.calls == [4, 4, 2]
+    assert list(stats.recent_batch_requests) == [4, 4, 2] and stats.requests == 10
+
+
+def test_batcher_never_splits_a_request_and_runs_a_large_one_alone():
+    model = _RecordingModel()
+    _run(model, [3, 2, 9, 1], max_batch_size=4, max_delay_seconds=0.05)
+    assert model.calls == [3, 2, 9, 1]  # 3+2 > 4, so 2 starts the next call; 9 > 4 runs alone
+
+
+def test_a_lone_request_does_not_wait_for_company():
+    async def go():
+        batcher = DynamicBatcher(_RecordingModel(), max_batch_size=64, max_delay_seconds=2.0, max_queued_requests=10)
+        batcher.start()
+        try:
+            started = time.monotonic()
+            for _ in range(3):
+                await asyncio.wait_for(batcher.submit(np.ones((1, 2), np.float32)), 5)
+            return time.monotonic() - started
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(go()) < 1.0  # not 3 x the 2 s window: nobody else was waiting
+
+
+def test_batching_off_makes_one_call_per_request():
+    model = _RecordingModel()
+    stats = _run(model, [1, 2, 1, 3], max_batch_size=64, max_delay_seconds=0.05, batching=False)
+    assert model.calls == [1, 2, 1, 3] and stats.batches == 4
+
+
+def test_a_failing_model_call_fails_its_requests_not_the_batcher():
+    model = _RecordingModel(fail=True)
+
+    async def go():
+        batcher = DynamicBatcher(model, max_batch_size=4, max_delay_seconds=0.01, max_queued_requests=10)
+        batcher.start()
+        try:
+            with pytest.raises(RuntimeError, match="boom"):
+                await asyncio.wait_for(batcher.submit(np.ones((1, 2), np.float32)), 5)
+            model.fail = False
+            return await asyncio.wait_for(batcher.submit(np.ones((1, 2), np.float32)), 5)
+        finally:
+            await batcher.stop()
+
+    np.testing.assert_array_equal(asyncio.run(go()), [[2, 2]])
+
+
+def test_a_full_queue_refuses_at_once():
+    model = _RecordingModel()
+    model.gate.clear()  # the first call blocks, so the queue fills
+
+    async def go():
+        batcher = DynamicBatcher(model, max_batch_size=1, max_delay_seconds=0, max_queued_requests=2)
+        batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.submit(np.ones((1, 2), np.float32)))
+            await asyncio.sleep(0.05)  # taken off the queue, blocked in the model
+            waiting = [asyncio.ensure_future(batcher.submit(np.ones((1, 2), np.float32))) for _ in range(2)]
+            await asyncio.sleep(0)
+            with pytest.raises(QueueFull):
+                await batcher.submit(np.ones((1, 2), np.float32))
+            model.gate.set()
+            await asyncio.wait_for(asyncio.gather(first, *waiting), 5)
+        finally:
+            await batcher.stop()
+
+    asyncio.run(go())
+
+
+def test_response_has_class_and_probabilities_per_row():
+    body = json.loads(codec.encode(np.array([[0.1, 0.7, 0.2], [0.5, 0.25, 0.25]])))
+    assert body == {
+        "predictions": [
+            {"predicted_class": 1, "probabilities": [0.1, 0.7, 0.2]},
+            {"predicted_class": 0, "probabilities": [0.5, 0.25, 0.25]},
+        ]
+    }
+
+
+def test_the_image_installs_the_serving_package_and_its_pinned_http_stack():
+    import tomllib
+    from pathlib import Path
+
+    import aiohttp
+
+    root = Path(__file__).resolve().parents[2]
+    project = tomllib.loads((root / "training_image" / "pyproject.toml").read_text())
+    # Every subpackage ships (test_trainer_image builds the wheel and finds trainer/serve/ in it).
+    assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["trainer", "trainer.*"]
+    image_pins = (root / "training_image" / "requirements.txt").read_text().splitlines()
+    dev_pins = (root / "requirements-dev.txt").read_text().splitlines()
+    assert f"aiohttp=={aiohttp.__version__}" in image_pins and f"aiohttp=={aiohttp.__version__}" in dev_pins
+    assert 'CMD ["train"]' in (root / "training_image" / "Dockerfile").read_text()  # SageMaker passes "serve" itself
+    assert "EXPOSE 8080" in (root / "training_image" / "Dockerfile").read_text()
+
+
+def test_replicas_take_batches_from_the_same_queue_in_parallel():
+    first, second = _RecordingModel(), _RecordingModel()
+    first.gate.clear()  # the first replica blocks: the second must serve meanwhile
+
+    async def go():
+        batcher = DynamicBatcher([first, second], max_batch_size=2, max_delay_seconds=0, max_queued_requests=10)
+        batcher.start()
+        try:
+            blocked = asyncio.ensure_future(batcher.submit(np.ones((1, 2), np.float32)))
+            await asyncio.sleep(0.05)
+            others = await asyncio.wait_for(asyncio.gather(*(batcher.submit(np.full((1, 2), i, np.float32)) for i in range(4))), 5)
+            first.gate.set()
+            await asyncio.wait_for(blocked, 5)
+            return others, batcher.stats
+        finally:
+            await batcher.stop()
+
+    others, stats = asyncio.run(go())
+    assert [o.tolist() for o in others] == [[[2 * i, 2 * i]] for i in range(4)]
+    assert first.calls == [1] and sum(second.calls) == 4
+    assert stats.replica_batches == [1, len(second.calls)]
+
+
+def test_one_replica_per_gpu_found_or_per_logical_cpu():
+    from trainer.serve.server import replica_devices
+
+    assert replica_devices({"expected": 4, "found": 4}, 0) == ["/GPU:0", "/GPU:1", "/GPU:2", "/GPU:3"]
+    assert replica_devices({"expected": 4, "found": 4}, 2) == ["/GPU:0", "/GPU:1"]
+    assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 1}, 0) == ["/CPU:0"]
+    assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 2}, 2) == ["/CPU:0", "/CPU:1"]

@@ -1,0 +1,321 @@
+"""The serving stack: model, endpoint config, endpoint, role, autoscaling, alarms, blue/green."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Match
+
+from stacks.config import ConfigError, load_config
+
+DEFAULT = {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"}
+ALTERNATIVE = {
+    "serving.enabled": True,
+    "serving.model_artifact_key": "models/candidate/model.tar.gz",
+    "serving.instance_type": "ml.p3.2xlarge",
+    "serving.data_capture": True,
+    "serving.data_capture_sampling_percent": 25,
+    "serving.min_instances": 2,
+    "serving.initial_instance_count": 2,
+    "serving.max_instances": 4,
+    "serving.rollout": "canary",
+    "serving.canary_percent": 25,
+    "serving.network_isolation": False,
+    "serving.scale_in_schedule": "cron(0 20 ? * MON-FRI *)",
+    "serving.scale_out_schedule": "cron(0 6 ? * MON-FRI *)",
+}
+
+
+SCALE_TO_ZERO = {
+    "serving.enabled": True,
+    "serving.training_job_name": "gputrain-job-1",
+    "serving.instance_type": "ml.g5.12xlarge",
+    "serving.scale_to_zero": True,
+    "serving.max_instances": 3,
+    "serving.scale_in_schedule": "cron(0 20 ? * MON-FRI *)",
+    "serving.scale_out_schedule": "cron(0 6 ? * MON-FRI *)",
+}
+
+
+@pytest.fixture(scope="module")
+def default(synth_app):
+    return synth_app(DEFAULT).template("gputrain-serving")
+
+
+@pytest.fixture(scope="module")
+def alternative(synth_app):
+    return synth_app(ALTERNATIVE).template("gputrain-serving")
+
+
+def _only(template, resource_type):
+    resources = template.find_resources(resource_type)
+    assert len(resources) == 1, resources
+    return next(iter(resources.values()))["Properties"]
+
+
+def _text(value):
+    return json.dumps(value, sort_keys=True)
+
+
+def test_serving_is_off_by_default(default_app):
+    assert "gputrain-serving" not in default_app.stack_ids
+    assert default_app.platform.serving is None
+
+
+def test_the_stack_is_its_own_unit_named_after_the_project(synth_app):
+    synthesized = synth_app(DEFAULT)
+    assert synthesized.platform.serving.stack_name == "gputrain-serving"
+    assert "gputrain-serving" in synthesized.stack_ids
+
+
+def test_model_runs_the_project_image_on_the_finished_jobs_artifact(default):
+    model = _only(default, "AWS::SageMaker::Model")
+    container = model["PrimaryContainer"]
+    assert container["Mode"] == "SingleModel"
+    assert _text(container["Image"]).endswith('":tf2.21.0-gpu-1"]]}') and "TrainingImageRepository" in _text(container["Image"])
+    assert "training-jobs/gputrain-job-1/output/model.tar.gz" in _text(container["ModelDataUrl"])
+    assert "ArtifactsBucket" in _text(container["ModelDataUrl"])
+    assert container["Environment"] == {
+        "EXPECTED_GPU_COUNT": "1",
+        "SERVING_INSTANCE_TYPE": "ml.g5.xlarge",
+        "SERVE_MAX_BATCH_SIZE": "64",
+        "SERVE_MAX_BATCH_DELAY_MS": "2",
+    }
+
+
+def test_model_is_network_isolated_in_the_private_subnets(default, alternative):
+    model = _only(default, "AWS::SageMaker::Model")
+    assert model["EnableNetworkIsolation"] is True
+    assert len(model["VpcConfig"]["Subnets"]) == 2
+    assert all("NetworkVpcTrainingSubnet" in _text(subnet) for subnet in model["VpcConfig"]["Subnets"])
+    assert len(model["VpcConfig"]["SecurityGroupIds"]) == 1
+    assert _only(alternative, "AWS::SageMaker::Model")["EnableNetworkIsolation"] is False
+
+
+def test_security_group_admits_nothing_and_sends_only_https(default):
+    group = _only(default, "AWS::EC2::SecurityGroup")
+    assert "SecurityGroupIngress" not in group
+    (egress,) = group["SecurityGroupEgress"]
+    # HTTPS to the VPC endpoints (the S3 gateway's prefix list needs a lookup); no internet route.
+    assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"], egress["CidrIp"]) == ("tcp", 443, 443, "0.0.0.0/0")
+
+
+def test_endpoint_config_gpu_variant_without_volume_key_on_local_nvme(default):
+    config = _only(default, "AWS::SageMaker::EndpointConfig")
+    (variant,) = config["ProductionVariants"]
+    assert variant["VariantName"] == "AllTraffic"
+    assert variant["InstanceType"] == "ml.g5.xlarge"
+    assert variant["InitialInstanceCount"] == 1
+    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] == 900
+    assert "ModelName" in _text(variant["ModelName"])
+    assert "KmsKeyId" not in config  # g5 has local NVMe: SageMaker refuses a volume key
+    assert "DataCaptureConfig" not in config
+
+
+def test_endpoint_config_volume_key_and_data_capture_on_ebs_types(alternative):
+    config = _only(alternative, "AWS::SageMaker::EndpointConfig")
+    assert "PlatformKey" in _text(config["KmsKeyId"])
+    capture = config["DataCaptureConfig"]
+    assert capture["EnableCapture"] is True and capture["InitialSamplingPercentage"] == 25
+    assert "PlatformKey" in _text(capture["KmsKeyId"])
+    assert "data-capture/gputrain-endpoint" in _text(capture["DestinationS3Uri"])
+    assert {o["CaptureMode"] for o in capture["CaptureOptions"]} == {"Input", "Output"}
+    assert config["ProductionVariants"][0]["InstanceType"] == "ml.p3.2xlarge"
+    assert config["ProductionVariants"][0]["InitialInstanceCount"] == 2
+    model = _only(alternative, "AWS::SageMaker::Model")
+    assert "models/candidate/model.tar.gz" in _text(model["PrimaryContainer"]["ModelDataUrl"])
+
+
+def test_endpoint_blue_green_with_rollback_on_both_alarms(default):
+    endpoint = _only(default, "AWS::SageMaker::Endpoint")
+    assert endpoint["EndpointName"] == "gputrain-endpoint"
+    deployment = endpoint["DeploymentConfig"]
+    policy = deployment["BlueGreenUpdatePolicy"]
+    assert policy["TrafficRoutingConfiguration"] == {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 600}
+    assert policy["TerminationWaitInSeconds"] == 600
+    alarms = deployment["AutoRollbackConfiguration"]["Alarms"]
+    assert len(alarms) == 2
+    alarm_ids = {a["AlarmName"]["Ref"] for a in alarms}
+    assert alarm_ids == set(default.find_resources("AWS::CloudWatch::Alarm"))
+
+
+def test_canary_rollout(alternative):
+    traffic = _only(alternative, "AWS::SageMaker::Endpoint")["DeploymentConfig"]["BlueGreenUpdatePolicy"][
+        "TrafficRoutingConfiguration"
+    ]
+    assert traffic == {"Type": "CANARY", "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": 25}, "WaitIntervalInSeconds": 600}
+
+
+def test_alarms_on_5xx_and_model_latency_notify_an_encrypted_topic(default):
+    default.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "MetricName": "Invocation5XXErrors",
+            "Namespace": "AWS/SageMaker",
+            "Statistic": "Sum",
+            "Period": 60,
+            "Threshold": 5,
+            "EvaluationPeriods": 2,
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "Dimensions": Match.array_with([{"Name": "EndpointName", "Value": "gputrain-endpoint"}]),
+            "AlarmActions": [{"Ref": Match.string_like_regexp("AlarmsTopic")}],
+        },
+    )
+    default.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "ModelLatency", "Statistic": "Average", "Threshold": 200_000, "EvaluationPeriods": 3},
+    )
+    topic = _only(default, "AWS::SNS::Topic")
+    assert "KmsMasterKeyId" in topic
+
+
+def test_autoscaling_tracks_invocations_per_instance_within_min_and_max(default):
+    target = _only(default, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["ResourceId"] == "endpoint/gputrain-endpoint/variant/AllTraffic"
+    assert target["ScalableDimension"] == "sagemaker:variant:DesiredInstanceCount"
+    assert (target["MinCapacity"], target["MaxCapacity"]) == (1, 2)
+    assert "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint" in _text(target["RoleARN"])
+    assert "ScheduledActions" not in target
+    policy = _only(default, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"] == {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}
+    assert (tracking["TargetValue"], tracking["ScaleInCooldown"], tracking["ScaleOutCooldown"]) == (600, 600, 60)
+    default.has_resource("AWS::ApplicationAutoScaling::ScalableTarget", {"DependsOn": Match.array_with([Match.string_like_regexp("Endpoint")])})
+
+
+def test_scheduled_scale_in_and_out(alternative):
+    actions = _only(alternative, "AWS::ApplicationAutoScaling::ScalableTarget")["ScheduledActions"]
+    by_schedule = {a["Schedule"]: a["ScalableTargetAction"] for a in actions}
+    assert by_schedule == {
+        "cron(0 20 ? * MON-FRI *)": {"MinCapacity": 1, "MaxCapacity": 1},
+        "cron(0 6 ? * MON-FRI *)": {"MinCapacity": 2, "MaxCapacity": 4},
+    }
+
+
+@pytest.fixture(scope="module")
+def zero(synth_app):
+    return synth_app(SCALE_TO_ZERO).template("gputrain-serving")
+
+
+def test_scale_to_zero_serves_the_model_as_an_inference_component_with_all_gpus(zero):
+    config = _only(zero, "AWS::SageMaker::EndpointConfig")
+    (variant,) = config["ProductionVariants"]
+    assert "ModelName" not in variant
+    assert variant["ManagedInstanceScaling"] == {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 3}
+    assert variant["RoutingConfig"] == {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"}
+    assert config["EnableNetworkIsolation"] is True and "ExecutionRole" in _text(config["ExecutionRoleArn"])
+    assert len(config["VpcConfig"]["Subnets"]) == 2
+    component = _only(zero, "AWS::SageMaker::InferenceComponent")
+    assert component["InferenceComponentName"] == "gputrain-model"
+    assert component["VariantName"] == "AllTraffic"
+    assert "Endpoint" in _text(component["EndpointName"])
+    spec = component["Specification"]
+    assert "ModelName" in _text(spec["ModelName"])
+    assert spec["ComputeResourceRequirements"]["NumberOfAcceleratorDevicesRequired"] == 4  # g5.12xlarge
+    assert component["RuntimeConfig"] == {"CopyCount": 1}
+
+
+def test_scale_to_zero_rolls_new_models_out_with_rollback_on_both_alarms(zero):
+    endpoint = _only(zero, "AWS::SageMaker::Endpoint")
+    assert "DeploymentConfig" not in endpoint
+    deployment = _only(zero, "AWS::SageMaker::InferenceComponent")["DeploymentConfig"]
+    assert deployment["RollingUpdatePolicy"]["MaximumBatchSize"] == {"Type": "COPY_COUNT", "Value": 1}
+    assert deployment["RollingUpdatePolicy"]["WaitIntervalInSeconds"] == 600
+    rollback = {a["AlarmName"]["Ref"] for a in deployment["AutoRollbackConfiguration"]["Alarms"]}
+    alarms = zero.find_resources("AWS::CloudWatch::Alarm")
+    assert len(rollback) == 2 and rollback <= set(alarms)
+    for logical_id in rollback:
+        assert alarms[logical_id]["Properties"]["Dimensions"] == [{"Name": "InferenceComponentName", "Value": "gputrain-model"}]
+
+
+def test_scale_to_zero_scales_copies_to_zero_and_wakes_on_a_request(zero):
+    target = _only(zero, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["ResourceId"] == "inference-component/gputrain-model"
+    assert target["ScalableDimension"] == "sagemaker:inference-component:DesiredCopyCount"
+    assert (target["MinCapacity"], target["MaxCapacity"]) == (0, 3)
+    assert {a["Schedule"]: a["ScalableTargetAction"] for a in target["ScheduledActions"]} == {
+        "cron(0 20 ? * MON-FRI *)": {"MinCapacity": 0, "MaxCapacity": 0},
+        "cron(0 6 ? * MON-FRI *)": {"MinCapacity": 0, "MaxCapacity": 3},
+    }
+    policies = {p["Properties"]["PolicyType"]: p["Properties"] for p in zero.find_resources("AWS::ApplicationAutoScaling::ScalingPolicy").values()}
+    tracking = policies["TargetTrackingScaling"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"] == {"PredefinedMetricType": "SageMakerInferenceComponentInvocationsPerCopy"}
+    steps = policies["StepScaling"]["StepScalingPolicyConfiguration"]
+    assert steps["AdjustmentType"] == "ChangeInCapacity" and steps["StepAdjustments"] == [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]
+    zero.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {"MetricName": "NoCapacityInvocationFailures", "Threshold": 1, "AlarmActions": [{"Ref": Match.string_like_regexp("ScaleOutFromZero")}]},
+    )
+    assert zero.find_outputs("InferenceComponentName")["InferenceComponentName"]["Value"] == "gputrain-model"
+
+
+def _role_policy(template):
+    policies = template.find_resources("AWS::IAM::ManagedPolicy")
+    (policy,) = policies.values()
+    return {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_execution_role_reads_only_the_model_artifact(default, alternative):
+    statements = _role_policy(default)
+    read = statements["ReadModelArtifact"]
+    assert read["Action"] == "s3:GetObject"
+    assert _text(read["Resource"]).endswith('"/training-jobs/gputrain-job-1/output/model.tar.gz"]]}')
+    assert "*" not in _text(read["Resource"])
+    assert not any("s3:ListBucket" in _text(s["Action"]) for s in statements.values())
+    assert "WriteDataCapture" not in statements
+    assert "data-capture/gputrain-endpoint/*" in _text(_role_policy(alternative)["WriteDataCapture"]["Resource"])
+    assert set(statements["PullServingImage"]["Action"]) == {
+        "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"
+    }
+    assert "/aws/sagemaker/Endpoints/gputrain-endpoint" in _text(statements["WriteEndpointLogs"]["Resource"])
+    # The VPC condition only where the authorization data has ec2:Vpc (the IAM gate checks every key).
+    assert statements["NetworkInterfacesInTrainingVpc"]["Condition"]["ArnEquals"]["ec2:Vpc"]
+    assert statements["NetworkInterfacesInTrainingVpcSubnets"]["Condition"]["ArnEquals"]["ec2:Vpc"]
+    assert "Condition" not in statements["NewNetworkInterfaces"]
+    role = _only(default, "AWS::IAM::Role")
+    trust = role["AssumeRolePolicyDocument"]["Statement"][0]
+    assert trust["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    # Confused deputy: SageMaker acting for this account only.
+    assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": "123456789012"}
+    assert "arn:aws:sagemaker:us-east-1:123456789012:" in _text(trust["Condition"]["ArnLike"]["aws:SourceArn"])
+
+
+def test_outputs_name_the_endpoint_and_the_model(default):
+    outputs = default.find_outputs("*")
+    assert outputs["EndpointName"]["Value"] == "gputrain-endpoint"
+    assert {"ModelDataUrl", "EndpointRoleArn", "AlarmTopicArn", "InstanceType"} <= set(outputs)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"serving.enabled": True}, "serving.training_job_name = null: an endpoint needs a model"),
+        (
+            {"serving.training_job_name": "a", "serving.model_artifact_key": "m/model.tar.gz"},
+            "training_job_name and model_artifact_key are exclusive",
+        ),
+        ({"serving.instance_type": "ml.p3dn.24xlarge"}, "SageMaker hosting does not offer this type"),
+        ({"serving.instance_type": "ml.m5.xlarge"}, "not a known NVIDIA GPU instance type"),
+        ({"serving.instance_type": "g5.xlarge"}, "SageMaker instance types start with 'ml.'"),
+        ({"serving.expected_gpus_per_instance": 4}, "ml.g5.xlarge has 1 GPU(s)"),
+        ({"serving.model_artifact_key": "s3://b/model.tar.gz"}, "expected the key of a model.tar.gz"),
+        ({"serving.training_job_name": "bad_name"}, "not a training job name"),
+        ({"serving.min_instances": 3, "serving.max_instances": 2}, "serving.max_instances = 2: must be between 3 and 100"),
+        ({"serving.rollout": "canary"}, "a canary needs a fleet of at least 2 instances"),
+        ({"serving.rollout": "linear"}, "unknown rollout"),
+        ({"serving.data_capture_sampling_percent": 0}, "data_capture_sampling_percent = 0: must be between 1 and 100"),
+        ({"serving.scale_in_schedule": "cron(0 20 * * ? *)"}, "scale_in_schedule and scale_out_schedule go together"),
+        ({"serving.bake_seconds": 7200}, "serving.bake_seconds = 7200: must be between 0 and 3600"),
+        (
+            {"serving.scale_to_zero": True, "serving.rollout": "canary"},
+            "with scale_to_zero a new model rolls out as a rolling update of the inference component",
+        ),
+    ],
+)
+def test_bad_serving_settings_are_one_line_naming_the_setting(overrides, message):
+    context = {f"gpu_training.{k}": json.dumps(v) for k, v in overrides.items()}
+    with pytest.raises(ConfigError) as caught:
+        load_config(context)
+    assert message in str(caught.value)
+    assert str(caught.value).startswith("gpu_training.serving.")

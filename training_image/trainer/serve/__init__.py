@@ -1,0 +1,21 @@
+"""Serving mode: ``python -m trainer serve`` answers SageMaker's hosting contract.
+
+SageMaker starts a hosting container as ``<image> serve`` and talks to it on port 8080 (or
+``SAGEMAKER_BIND_TO_PORT``): ``GET /ping`` must answer 200 once the container can serve, and
+``POST /invocations`` carries one request. One small module per concern, in the spirit of
+sagemaker-inference-toolkit (``model_server.py``, ``transformer.py``):
+
+- ``settings``  the environment variables serving reads (port, batching, limits, model dir)
+- ``model``     finds and loads the model once (the trainer's ``model.keras``, a user's ``*.keras``
+                or SavedModel) behind one compiled predict function
+- ``codec``     request bodies (JSON, CSV) to a float32 matrix, or a one-line 4xx; responses to JSON
+- ``batching``  the dynamic batcher: concurrent requests share one model call
+- ``server``    the aiohttp application and the start-up sequence (GPU check, load, warm-up)
+
+Only the shared contract (``environment``, ``gpu_check``, ``gpu_table``, ``logs``, ``errors``) is
+imported from the rest of the package: serving never reaches into the training mode.
+"""
+
+from trainer.serve.server import main
+
+__all__ = ["main"]

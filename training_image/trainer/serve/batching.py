@@ -1,0 +1,194 @@
+"""Dynamic batching: concurrent requests share one model call.
+
+A GPU answers a batch of 64 rows in about the time it answers one, so the server queues requests
+and one task drains the queue: it takes the first request, waits at most ``max_delay`` for more,
+stops at ``max_batch_size`` rows, runs the model once on the concatenation in a worker thread (the
+event loop keeps accepting requests meanwhile; TensorFlow releases the GIL), and hands every
+request its rows back. Under load, requests that arrive while the model runs form the next batch
+without any waiting at all. With batching off, every request is one model call (the baseline the
+benchmark compares against), still one call at a time on the device.
+
+With several model replicas (one per GPU), one draining task per replica takes from the same
+queue, each with its own worker thread, so the GPUs work on different batches at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+# How many recent batch sizes /stats keeps (bounded, so a long-lived endpoint does not grow).
+RECENT_BATCHES = 4096
+WAIT_WHEN_MEAN_AT_LEAST = 1.5
+_SMOOTHING = 0.2
+
+
+class QueueFull(Exception):
+    """More requests are waiting than ``max_queued_requests``; the caller answers 503."""
+
+
+@dataclass
+class _Pending:
+    rows: np.ndarray
+    future: asyncio.Future[np.ndarray]
+
+
+@dataclass
+class BatchStats:
+    """What the batcher has done, for ``/stats``, tests and the benchmark.
+
+    Attributes:
+        batches: Model calls made.
+        requests: Requests answered through those calls.
+        rows: Rows predicted.
+        recent_batch_requests: Requests per model call, most recent last (bounded).
+        recent_batch_rows: Rows per model call, most recent last (bounded).
+        replica_batches: Model calls made by each replica.
+    """
+
+    batches: int = 0
+    requests: int = 0
+    rows: int = 0
+    recent_batch_requests: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES))
+    recent_batch_rows: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES))
+    replica_batches: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        sizes = list(self.recent_batch_requests)
+        return {
+            "batches": self.batches,
+            "requests": self.requests,
+            "rows": self.rows,
+            "max_batch_requests": max(sizes, default=0),
+            "mean_batch_requests": round(sum(sizes) / len(sizes), 3) if sizes else 0.0,
+            "recent_batch_requests": sizes[-256:],
+            "recent_batch_rows": list(self.recent_batch_rows)[-256:],
+            "replica_batches": list(self.replica_batches),
+        }
+
+
+class DynamicBatcher:
+    """Queues requests and runs the model on batches of them.
+
+    Args:
+        predict: Function from a ``[n, features]`` float32 matrix to ``[n, classes]`` outputs,
+            or one such function per model replica (device). Each is called from its own
+            worker thread only, never concurrently with itself.
+        max_batch_size: Most rows per call made of several requests.
+        max_delay_seconds: Longest the first request of a batch waits for more.
+        max_queued_requests: Queue bound; beyond it :meth:`submit` raises :class:`QueueFull`.
+        batching: ``False``: one request per call.
+    """
+
+    def __init__(
+        self,
+        predict: Callable[[np.ndarray], np.ndarray] | Sequence[Callable[[np.ndarray], np.ndarray]],
+        *,
+        max_batch_size: int,
+        max_delay_seconds: float,
+        max_queued_requests: int,
+        batching: bool = True,
+    ) -> None:
+        self._predicts = list(predict) if isinstance(predict, (list, tuple)) else [predict]
+        self._max_rows = max_batch_size if batching else 1
+        self._max_delay = max_delay_seconds if batching else 0.0
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=max_queued_requests)
+        # One thread per replica: a device runs one batch at a time, and a replica's Keras/TF
+        # objects are not shared between concurrent Python callers.
+        self._executors = [
+            concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"predict-{index}")
+            for index in range(len(self._predicts))
+        ]
+        self._mean_requests_per_call = 1.0
+        self._tasks: list[asyncio.Task[None]] = []
+        self.stats = BatchStats(replica_batches=[0] * len(self._predicts))
+
+    def start(self) -> None:
+        """Starts one draining task per replica on the running loop."""
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._drain(i), name=f"dynamic-batcher-{i}") for i in range(len(self._predicts))]
+
+    async def stop(self) -> None:
+        """Stops draining and releases the worker threads."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        for executor in self._executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    async def submit(self, rows: np.ndarray) -> np.ndarray:
+        """Predicts ``rows`` as part of some batch; raises QueueFull when the queue is at its bound."""
+        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        try:
+            self._queue.put_nowait(_Pending(rows, future))
+        except asyncio.QueueFull:
+            raise QueueFull from None
+        return await future
+
+    async def _next(self, timeout: float | None) -> _Pending | None:
+        if timeout is None:
+            return await self._queue.get()
+        if timeout <= 0:
+            try:
+                return self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout)
+        except TimeoutError:
+            return None
+
+    async def _drain(self, replica: int) -> None:
+        loop = asyncio.get_running_loop()
+        carry: _Pending | None = None
+        while True:
+            first = carry if carry is not None else await self._next(None)
+            carry = None
+            assert first is not None
+            batch = [first]
+            rows = len(first.rows)
+            waits = self._mean_requests_per_call >= WAIT_WHEN_MEAN_AT_LEAST
+            deadline = time.monotonic() + (self._max_delay if waits else 0.0)
+            while rows < self._max_rows:
+                item = await self._next(deadline - time.monotonic())
+                if item is None:
+                    break
+                if rows + len(item.rows) > self._max_rows:
+                    carry = item  # starts this replica's next batch, so no request is ever split
+                    break
+                batch.append(item)
+                rows += len(item.rows)
+            batch = [p for p in batch if not p.future.done()]  # the client went away
+            if not batch:
+                continue
+            matrix = batch[0].rows if len(batch) == 1 else np.concatenate([p.rows for p in batch])
+            try:
+                outputs = await loop.run_in_executor(self._executors[replica], self._predicts[replica], matrix)
+            except Exception as err:  # noqa: BLE001 - delivered to each waiting request
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(err)
+                continue
+            self._mean_requests_per_call += _SMOOTHING * (len(batch) - self._mean_requests_per_call)
+            self.stats.batches += 1
+            self.stats.replica_batches[replica] += 1
+            self.stats.requests += len(batch)
+            self.stats.rows += len(matrix)
+            self.stats.recent_batch_requests.append(len(batch))
+            self.stats.recent_batch_rows.append(len(matrix))
+            start = 0
+            for pending in batch:
+                end = start + len(pending.rows)
+                if not pending.future.done():
+                    pending.future.set_result(outputs[start:end])
+                start = end

@@ -1,0 +1,144 @@
+"""Request bodies to a float32 matrix, responses to JSON; every bad request is one 4xx line.
+
+Accepted bodies (``Content-Type``):
+
+- ``application/json``: TensorFlow Serving's ``{"instances": [[...], ...]}``, a plain list of
+  rows ``[[...], ...]``, or one row ``[...]``. Values must be JSON numbers (no strings, booleans,
+  NaN or Infinity).
+- ``text/csv``: one row per line, numbers only, no header and no label column.
+
+The response is ``application/json``: ``{"predictions": [{"predicted_class": 2,
+"probabilities": [...]}, ...]}``, one entry per row in request order.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+JSON = "application/json"
+CSV = "text/csv"
+ACCEPTED_CONTENT_TYPES = (JSON, CSV)
+# Figures in an error message are cut so that a huge bad body cannot make a huge error line.
+_SHOWN = 40
+
+
+class RequestError(Exception):
+    """A request the server refuses; its message is the whole response body's ``error`` line.
+
+    Attributes:
+        status: The HTTP status (4xx).
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+def _reject_constant(name: str) -> float:
+    raise RequestError(400, f"JSON body holds {name}; every feature must be a finite number.")
+
+
+def decode(body: bytes, content_type: str, num_features: int) -> np.ndarray:
+    """Parses a request body into a ``[rows, num_features]`` float32 matrix.
+
+    Raises:
+        RequestError: 415 for an unsupported content type, 400 for an empty or malformed body or
+            a row with the wrong number of features.
+    """
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if mime not in ACCEPTED_CONTENT_TYPES:
+        raise RequestError(
+            415, f"Unsupported content type {content_type or '(none)'!r}; send application/json or text/csv."
+        )
+    if not body.strip():
+        raise RequestError(400, "Empty request body; send at least one row of features.")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(400, f"Request body is not UTF-8 text (byte {err.start}).") from None
+    rows = _json_rows(text) if mime == JSON else _csv_rows(text)
+    if not rows:
+        raise RequestError(400, "The request holds no rows; send at least one row of features.")
+    for index, row in enumerate(rows, start=1):
+        if len(row) != num_features:
+            hint = " (send features only, no label column)" if len(row) == num_features + 1 else ""
+            raise RequestError(
+                400, f"Row {index} has {len(row)} values but the model takes {num_features} features{hint}."
+            )
+    return np.asarray(rows, dtype=np.float32)
+
+
+def _json_rows(text: str) -> list[list[float]]:
+    try:
+        payload = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as err:
+        raise RequestError(400, f"Malformed JSON body: {err.msg} at line {err.lineno} column {err.colno}.") from None
+    if isinstance(payload, dict):
+        if "instances" not in payload:
+            keys = ", ".join(sorted(map(str, payload))[:5]) or "none"
+            raise RequestError(400, f'JSON object body needs an "instances" list of rows (got keys: {keys}).')
+        payload = payload["instances"]
+        where = '"instances"'
+    else:
+        where = "JSON body"
+    if not isinstance(payload, list):
+        raise RequestError(400, f"{where} must be a list of rows, got {type(payload).__name__}.")
+    if payload and all(_is_number(v) for v in payload):
+        payload = [payload]  # one row sent as a flat list
+    rows = []
+    for index, row in enumerate(payload, start=1):
+        if not isinstance(row, list):
+            raise RequestError(400, f"Row {index} of the {where} is {_shown(row)}, not a list of numbers.")
+        for column, value in enumerate(row, start=1):
+            if not _is_number(value):
+                raise RequestError(400, f"Row {index} value {column} is {_shown(value)}, not a number.")
+        rows.append(row)
+    return rows
+
+
+def _is_number(value: Any) -> bool:
+    # bool is an int subclass, and True is not a feature value anyone means to send.
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _csv_rows(text: str) -> list[list[float]]:
+    rows = []
+    for line_number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue  # a trailing newline or blank separator line is not a row
+        row = []
+        for column, field in enumerate(line.split(","), start=1):
+            try:
+                value = float(field)
+            except ValueError:
+                raise RequestError(
+                    400, f"CSV line {line_number} value {column} is {_shown(field.strip())}, not a number (no header line)."
+                ) from None
+            if not math.isfinite(value):
+                raise RequestError(400, f"CSV line {line_number} value {column} is {field.strip()}; values must be finite.")
+            row.append(value)
+        rows.append(row)
+    return rows
+
+
+def encode(probabilities: np.ndarray) -> bytes:
+    """The response body for a batch of probability rows."""
+    predictions = [
+        {"predicted_class": int(np.argmax(row)), "probabilities": [round(float(p), 6) for p in row]}
+        for row in probabilities
+    ]
+    return json.dumps({"predictions": predictions}, separators=(",", ":")).encode("utf-8")
+
+
+def error_body(message: str) -> bytes:
+    """``{"error": "<one line>"}``."""
+    return json.dumps({"error": " ".join(message.split())}).encode("utf-8")

@@ -1,0 +1,119 @@
+"""What the serving mode reads from its environment, resolved and validated once.
+
+SageMaker hosting sets ``SAGEMAKER_BIND_TO_PORT`` (and ``SAGEMAKER_SAFE_PORT_RANGE``) when the
+container must listen on another port than 8080; the stacks set ``EXPECTED_GPU_COUNT`` on the
+Model. The ``SERVE_*`` variables tune batching and limits and have defaults that suit small
+tabular models on one GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE, resolve_paths
+from trainer.errors import ConfigError
+
+DEFAULT_PORT = 8080
+# SageMaker real-time endpoints accept request payloads up to 6 MB; larger bodies cannot be a
+# legitimate invocation, so they are refused before they are read.
+DEFAULT_MAX_REQUEST_BYTES = 6 * 1024 * 1024
+DEFAULT_MAX_BATCH_SIZE = 64
+DEFAULT_MAX_BATCH_DELAY_MS = 2.0
+DEFAULT_MAX_QUEUED_REQUESTS = 2048
+OUTPUT_KINDS = ("auto", "logits", "probabilities")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Serving configuration.
+
+    Attributes:
+        host: Address to listen on (``SERVE_HOST``, default all interfaces, as SageMaker needs).
+        port: TCP port: ``SAGEMAKER_BIND_TO_PORT``, else 8080.
+        model_dir: Where the model is (``SM_MODEL_DIR``, else ``<SAGEMAKER_BASE_DIR>/model``, else
+            ``/opt/ml/model``, where SageMaker extracts ``model.tar.gz``).
+        expected_gpu_count: ``EXPECTED_GPU_COUNT`` if set; ``0`` serves on CPU on purpose.
+        instance_type: ``TRAINING_INSTANCE_TYPE`` or ``SERVING_INSTANCE_TYPE``, the fallback for
+            the expected GPU count (the GPU table).
+        batching: ``SERVE_BATCHING`` = on|off; off runs every request as its own model call.
+        max_batch_size: ``SERVE_MAX_BATCH_SIZE``: most rows one model call takes from queued
+            requests (a single larger request still runs, alone).
+        max_batch_delay_ms: ``SERVE_MAX_BATCH_DELAY_MS``: the longest the first request of a
+            batch waits for company. Requests that arrive while the model runs wait anyway, so
+            this only matters when the server is idle.
+        max_queued_requests: ``SERVE_MAX_QUEUED_REQUESTS``: beyond this, requests get 503 at once
+            instead of waiting in an unbounded queue.
+        max_request_bytes: ``SERVE_MAX_REQUEST_BYTES``: larger bodies get 413.
+        replicas: ``SERVE_REPLICAS``: model replicas, each on its own device with its own batches.
+            0 (default): one per GPU found, one on CPU. On CPU (``EXPECTED_GPU_COUNT=0``) a
+            larger number splits the CPU into that many logical devices (tests).
+        output: ``SERVE_MODEL_OUTPUT`` = auto|logits|probabilities: what the model returns.
+            ``auto``: the trainer's models return logits; a Keras model ending in softmax or
+            sigmoid returns probabilities; a SavedModel's rows are taken as probabilities when
+            they are non-negative and sum to 1.
+    """
+
+    host: str
+    port: int
+    model_dir: Path
+    expected_gpu_count: int | None
+    instance_type: str | None
+    batching: bool
+    max_batch_size: int
+    max_batch_delay_ms: float
+    max_queued_requests: int
+    max_request_bytes: int
+    output: str
+    replicas: int = 0
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"Environment variable {name} must be an integer, got {raw!r}.") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"Environment variable {name} must be {bound}, got {value}.")
+    return value
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
+    """Reads the serving settings; raises ConfigError naming the variable."""
+    env = os.environ if env is None else env
+    raw_delay = env.get("SERVE_MAX_BATCH_DELAY_MS", "").strip()
+    try:
+        delay = float(raw_delay) if raw_delay else DEFAULT_MAX_BATCH_DELAY_MS
+    except ValueError:
+        raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be a number of milliseconds, got {raw_delay!r}.") from None
+    if not 0 <= delay <= 1000:
+        raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be between 0 and 1000, got {raw_delay!r}.")
+    batching = env.get("SERVE_BATCHING", "on").strip().lower() or "on"
+    if batching not in ("on", "off"):
+        raise ConfigError(f"SERVE_BATCHING must be on or off, got {batching!r}.")
+    output = env.get("SERVE_MODEL_OUTPUT", "auto").strip().lower() or "auto"
+    if output not in OUTPUT_KINDS:
+        raise ConfigError(f"SERVE_MODEL_OUTPUT must be one of {', '.join(OUTPUT_KINDS)}, got {output!r}.")
+    expected = None
+    if env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
+        expected = _int(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
+    return ServeSettings(
+        host=env.get("SERVE_HOST", "").strip() or "0.0.0.0",  # nosec B104 - SageMaker connects from outside the container
+        port=_int(env, "SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT, minimum=1, maximum=65535),
+        model_dir=resolve_paths(env).model_dir,
+        expected_gpu_count=expected,
+        instance_type=(env.get(ENV_INSTANCE_TYPE) or env.get("SERVING_INSTANCE_TYPE") or "").strip() or None,
+        batching=batching == "on",
+        max_batch_size=_int(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),
+        max_batch_delay_ms=delay,
+        max_queued_requests=_int(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
+        max_request_bytes=_int(env, "SERVE_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1024),
+        output=output,
+        replicas=_int(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
+    )
