@@ -302,3 +302,31 @@ def test_batches_have_the_training_shapes_and_types(tmp_path):
     features, labels = batches[0]
     assert features.shape == (8, 5) and features.dtype.name == "float32"
     assert labels.shape == (8,) and labels.dtype.name == "int32"
+
+
+# --- which channel is the training channel -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["train", "training", "mydata"])
+def test_training_channel_is_found_without_a_hyperparameter(tmp_path, name):
+    write_dataset(tmp_path / "input" / "data" / name, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    (tmp_path / "input" / "data" / "code").mkdir()  # script mode's channel never counts
+    config = {name: {"TrainingInputMode": "File"}, "code": {"TrainingInputMode": "File"}}
+    assert _discover(tmp_path).channel == name
+    assert _discover(tmp_path, input_data_config=config).channel == name
+
+
+def test_train_and_training_together_are_ambiguous(tmp_path):
+    for name in ("train", "training"):
+        write_dataset(tmp_path / "input" / "data" / name, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    with pytest.raises(DataError, match="'train' and 'training' are both declared"):
+        _discover(tmp_path)
+    assert _discover(tmp_path, train_channel="training").channel == "training"
+
+
+def test_several_other_channels_need_the_hyperparameter(tmp_path):
+    for name in ("a", "b"):
+        write_dataset(tmp_path / "input" / "data" / name, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    with pytest.raises(DataError, match="Input channel 'train' is missing"):
+        _discover(tmp_path)
+    assert _discover(tmp_path, train_channel="b").channel == "b"

@@ -48,7 +48,8 @@ class TrainingConfig:
         num_classes: Number of classes; 0 infers it as the largest label + 1 from the data scan.
         data_format: ``csv``, ``tfrecord`` or ``auto`` (from file extensions, else the channel's
             ContentType in inputdataconfig.json).
-        train_channel: Name of the input channel to train on.
+        train_channel: Name of the input channel to train on; empty (the default) takes ``train``
+            or ``training``, else the only data channel declared (``code`` and ``validation`` aside).
         shuffle_buffer: Examples in the shuffle buffer (per input pipeline).
         mixed_precision: ``auto`` (bf16 on compute capability >= 8.0, fp16 on >= 7.0, else
             float32; float32 on CPU), ``on`` (required: fails on GPUs without tensor cores,
@@ -70,7 +71,7 @@ class TrainingConfig:
     image_shape: tuple[int, int, int] | None = None
     num_classes: int = 0
     data_format: str = "auto"
-    train_channel: str = "train"
+    train_channel: str = ""
     shuffle_buffer: int = 10_000
     mixed_precision: str = "auto"
     xla: bool = False
@@ -183,7 +184,7 @@ def _image_shape(text: str) -> tuple[int, int, int] | None:
 
 
 def _channel(text: str) -> str:
-    if not text or "/" in text:
+    if "/" in text:
         raise ValueError(f"must be a channel name, got {text!r}")
     return text
 

@@ -17,6 +17,7 @@ then streams each worker's shard through a parallel interleave/map pipeline with
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -92,19 +93,62 @@ def _format_of(path: Path) -> str | None:
     return None
 
 
-def discover_channel(paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any]) -> DatasetSpec:
+TRAINING_CHANNEL_NAMES = ("train", "training")
+# Channels that never hold the training data: script mode's code, and the held-out set.
+NON_TRAINING_CHANNELS = ("code", "validation")
+
+
+def _declared_channels(paths: Paths, input_data_config: Mapping[str, Any]) -> list[str]:
+    """Channel names the job declares: inputdataconfig.json, else SM_CHANNEL_* and input/data/*."""
+    if input_data_config:
+        return sorted(input_data_config)
+    found = {k[len("SM_CHANNEL_") :].lower() for k in os.environ if k.startswith("SM_CHANNEL_")}
+    if paths.data_dir.is_dir():
+        found |= {p.name for p in paths.data_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    return sorted(found)
+
+
+def resolve_train_channel(paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any]) -> str:
+    """The channel to train on: the ``train_channel`` hyperparameter if set, else ``train`` or
+    ``training`` (what the SageMaker SDK calls it), else the only data channel declared.
+
+    Raises:
+        DataError: both ``train`` and ``training`` are declared.
+    """
+    if config.train_channel:
+        return config.train_channel
+    declared = _declared_channels(paths, input_data_config)
+    named = [c for c in TRAINING_CHANNEL_NAMES if c in declared]
+    if len(named) > 1:
+        raise DataError(
+            f"Input channels {' and '.join(repr(c) for c in named)} are both declared; set the train_channel "
+            "hyperparameter to say which one to train on."
+        )
+    if named:
+        return named[0]
+    data_channels = [c for c in declared if c not in NON_TRAINING_CHANNELS]
+    if len(data_channels) == 1:
+        return data_channels[0]
+    return TRAINING_CHANNEL_NAMES[0]  # missing: discover_channel names what is there
+
+
+def discover_channel(
+    paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any], channel: str | None = None
+) -> DatasetSpec:
     """Finds the channel's files and their format; pure Python, safe before TensorFlow starts.
+
+    ``channel`` defaults to the training channel (:func:`resolve_train_channel`).
 
     Raises:
         DataError: the channel is missing, not declared, in Pipe mode, empty, or of unknown format.
     """
-    channel = config.train_channel
+    channel = channel or resolve_train_channel(paths, config, input_data_config)
     declared = input_data_config.get(channel)
     if input_data_config and declared is None:
         raise DataError(
             f"Input channel {channel!r} is missing: inputdataconfig.json declares only "
-            f"{', '.join(sorted(input_data_config)) or 'no channels'}. Pass the data as channel {channel!r} "
-            "or set the train_channel hyperparameter."
+            f"{', '.join(sorted(input_data_config)) or 'no channels'}. Pass the data as channel 'train' or "
+            "'training' (or as the only data channel), or set the train_channel hyperparameter."
         )
     declared = declared or {}
     if str(declared.get("TrainingInputMode", "File")).lower() == "pipe":
