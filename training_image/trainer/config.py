@@ -58,6 +58,17 @@ class TrainingConfig:
         expected_gpu_count: GPUs per host, used when ``EXPECTED_GPU_COUNT`` is not set.
         seed: Seed for weight initialisation and shuffling.
         checkpoint_every_epochs: Checkpoint every this many epochs (the last epoch always is).
+        steps_per_execution: Training steps run per call into TensorFlow (like Keras'
+            ``steps_per_execution``); SIGTERM is honoured at the end of such a call.
+        validation_channel: Input channel evaluated after training epochs, if the job has it.
+        validation_every_epochs: Evaluate the validation channel every this many epochs (the
+            last epoch always is).
+        early_stopping_patience: Stop after this many evaluations without a lower ``val_loss``;
+            0 never stops early.
+        divergence_factor: The loss has diverged when it stays above this multiple of its value
+            over the first steps; 0 turns the check off.
+        divergence_steps: For this many consecutive steps.
+        on_divergence: ``fail`` (no model is written) or ``warn`` (a warning line, training goes on).
     """
 
     model: str = "mlp"
@@ -78,6 +89,13 @@ class TrainingConfig:
     expected_gpu_count: int | None = None
     seed: int = 1234
     checkpoint_every_epochs: int = 1
+    steps_per_execution: int = 16
+    validation_channel: str = "validation"
+    validation_every_epochs: int = 1
+    early_stopping_patience: int = 0
+    divergence_factor: float = 10.0
+    divergence_steps: int = 20
+    on_divergence: str = "fail"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (tuples become lists)."""
@@ -189,6 +207,10 @@ def _channel(text: str) -> str:
     return text
 
 
+def _factor_or_zero(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0.0") else _float(1.0, math.inf, low_inclusive=False)(text)
+
+
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "model": _choice(MODELS),
     "epochs": _int(1),
@@ -208,6 +230,13 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "expected_gpu_count": _optional_int,
     "seed": _int(0),
     "checkpoint_every_epochs": _int(1),
+    "steps_per_execution": _int(1),
+    "validation_channel": _channel,
+    "validation_every_epochs": _int(1),
+    "early_stopping_patience": _int(0),
+    "divergence_factor": _factor_or_zero,
+    "divergence_steps": _int(1),
+    "on_divergence": _choice(("fail", "warn")),
 }
 
 

@@ -199,6 +199,21 @@ def discover_channel(
     )
 
 
+def discover_validation(
+    paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any], *, train_channel: str
+) -> DatasetSpec | None:
+    """The validation channel's files, if the job has that channel (declared, or its directory exists)."""
+    channel = config.validation_channel
+    if not channel or channel == train_channel:
+        return None
+    if input_data_config:
+        if channel not in input_data_config:
+            return None
+    elif not paths.channel_dir(channel).is_dir():
+        return None
+    return discover_channel(paths, config, input_data_config, channel=channel)
+
+
 # --- CSV -------------------------------------------------------------------------------------
 
 
@@ -543,3 +558,34 @@ def make_dataset(
         to_training, num_parallel_calls=tf.data.AUTOTUNE
     )
     return batched.take(batches).prefetch(tf.data.AUTOTUNE)
+
+
+def make_epochs(spec: DatasetSpec, plan: ShardPlan, *, first_epoch: int, last_epoch: int, **kwargs: Any) -> Any:
+    """Epochs ``first_epoch..last_epoch`` of :func:`make_dataset` back to back, as one dataset.
+
+    One stream rather than one per epoch: the prefetch fills the next epoch's shuffle buffer
+    while the current epoch trains, so an epoch boundary costs no stall. Each epoch's order
+    is still a function of ``seed`` and its number only, so a resumed run replays it exactly.
+    """
+    import tensorflow as tf
+
+    epochs = tf.data.Dataset.range(first_epoch, last_epoch + 1)
+    return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs)).prefetch(tf.data.AUTOTUNE)
+
+
+def make_eval_dataset(spec: DatasetSpec, batch_size: int) -> Any:
+    """Every example of ``spec`` once, in file order, in batches of ``batch_size`` (the last may be short)."""
+    import tensorflow as tf
+
+    paths = tf.constant([f.path for f in spec.files])
+    headers = tf.constant([int(f.header) for f in spec.files], tf.int64)
+    records = tf.data.Dataset.from_tensor_slices((paths, headers)).interleave(
+        _read_file(spec.data_format), cycle_length=1, deterministic=True
+    )
+    parse = _parse_batch(spec.data_format, spec.num_features)
+
+    def to_eval(lines: Any) -> Any:
+        features, labels = parse(lines)
+        return features, tf.cast(labels, tf.int32)
+
+    return records.batch(batch_size).map(to_eval, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
