@@ -330,3 +330,28 @@ def test_several_other_channels_need_the_hyperparameter(tmp_path):
     with pytest.raises(DataError, match="Input channel 'train' is missing"):
         _discover(tmp_path)
     assert _discover(tmp_path, train_channel="b").channel == "b"
+
+
+# --- bad input that TensorFlow alone would accept ----------------------------------------------
+
+
+def test_tfrecord_cut_inside_a_record_header_is_named_with_its_byte_offset(tmp_path):
+    directory = _channel(tmp_path, SyntheticSpec("tfrecord", examples=10, features=8, classes=2))
+    target = directory / "part-00000.tfrecord"
+    raw = target.read_bytes()
+    assert len(raw) % 10 == 0  # equal-sized records
+    boundary = 9 * (len(raw) // 10)
+    target.write_bytes(raw[: boundary + 5])  # TensorFlow's reader takes this as a clean end of file
+    with pytest.raises(DataError) as caught:
+        _scan(tmp_path)
+    message = str(caught.value)
+    assert f"Corrupt TFRecord file {target}: 5 byte(s) at byte offset {boundary}" in message
+    assert "record 9 is cut inside its header" in message
+
+
+def test_csv_with_the_numbered_header_pandas_writes_is_not_read_as_a_row(tmp_path, capsys):
+    path = _write(_channel(tmp_path) / "a.csv", "0,1,2\n0.1,0.2,1\n0.3,0.4,0\n0.5,0.6,1\n")
+    spec = _scan(tmp_path)
+    assert spec.files[0].header is True
+    assert (spec.examples, spec.num_features, spec.num_classes) == (3, 2, 2)
+    assert f"line 1 of {path} is 0,1,...,2, the column names pandas writes" in capsys.readouterr().out

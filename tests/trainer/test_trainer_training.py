@@ -340,6 +340,12 @@ def _job_nan_loss(base):
     return {}, ["The loss became nan in epoch 1 at step", "learning_rate=1e+30", "no model was written"]
 
 
+def _job_exploding_loss(base):
+    # Adam at lr 1000: the loss reaches ~1e7 and stays finite, so the NaN check alone passes it.
+    write_job(base, {**TABULAR_HP, "optimizer": "adam", "learning_rate": "1000"}, TABULAR)
+    return {}, ["The loss diverged", "in epoch 1 at step", "for 20 steps in a row", "No model was written"]
+
+
 def _job_unknown_hyperparameter(base):
     write_job(base, {**TABULAR_HP, "learning_rat": "0.1"}, TABULAR)
     return {}, ["unknown hyperparameter 'learning_rat'", "did you mean 'learning_rate'?"]
@@ -356,6 +362,7 @@ BAD_INPUTS = {
     "malformed-csv-row": _job_malformed_csv,
     "corrupt-tfrecord": _job_corrupt_tfrecord,
     "nan-loss": _job_nan_loss,
+    "exploding-loss": _job_exploding_loss,
     "unknown-hyperparameter": _job_unknown_hyperparameter,
     "gpu-promised-on-cpu": _job_gpu_promised_on_cpu,
 }
@@ -374,6 +381,55 @@ def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
         assert fragment in run.failure, (fragment, run.failure)
     assert not run.model_path.exists()
     assert not list((tmp_path / "model").glob("*.keras"))
+
+
+def test_exploding_loss_can_be_only_a_warning(tmp_path):
+    write_job(tmp_path, {**TABULAR_HP, "optimizer": "adam", "learning_rate": "1000", "on_divergence": "warn",
+                         "epochs": 1}, TABULAR)  # fmt: skip
+    run = run_trainer(tmp_path, "train")
+    assert run.returncode == 0, run.explain()
+    assert "WARNING: The loss diverged" in run.stderr
+    assert run.events("WARNING") and run.model_path.exists()
+
+
+# --- validation channel ------------------------------------------------------------------------
+
+# Other centroids than the training data: the better the model fits TABULAR, the worse it does here.
+UNRELATED = SyntheticSpec("csv", examples=256, features=12, classes=4, shards=1, seed=99)
+
+
+def test_validation_channel_is_reported_and_the_best_model_kept(tmp_path):
+    base = write_job(tmp_path, {**TABULAR_HP, "epochs": 2}, TABULAR, channel="training")
+    write_job(base, {**TABULAR_HP, "epochs": 2}, SyntheticSpec("csv", examples=256, features=12, classes=4, seed=11),
+              channel="validation")  # fmt: skip
+    run = run_trainer(base, "train")
+    assert run.returncode == 0, run.explain()
+    assert run.events("data")[0]["channel"] == "training"
+    metrics = run.metrics()
+    assert [set(m) for m in metrics] == [
+        {"epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms", "val_loss", "val_accuracy"}
+    ] * 2
+    # Same centroids as the training data: the model generalises.
+    assert metrics[-1]["val_accuracy"] > LEARNED, run.explain()
+    import keras
+
+    best = keras.models.load_model(base / "model" / "best.keras")
+    assert best.input_shape == (None, 12) and run.model_path.exists()
+
+
+def test_early_stopping_ends_training_when_val_loss_stops_improving(tmp_path):
+    hp = {**TABULAR_HP, "epochs": 8, "early_stopping_patience": 1}
+    base = write_job(tmp_path, hp, TABULAR)
+    write_job(base, hp, UNRELATED, channel="validation")
+    run = run_trainer(base, "train")
+    assert run.returncode == 0, run.explain()
+    (stop,) = run.events("early-stop")
+    epochs = [int(m["epoch"]) for m in run.metrics()]
+    assert epochs[-1] == int(stop["epoch"]) < 8
+    losses = [m["val_loss"] for m in run.metrics()]
+    assert min(losses[:-1]) <= losses[-1]  # the last evaluation did not improve on the best
+    assert float(stop["best_val_loss"]) == pytest.approx(min(losses), abs=1e-5)
+    assert (base / "model" / "best.keras").exists() and run.model_path.exists()
 
 
 def test_unexpected_command_line_arguments_are_refused(tmp_path):

@@ -60,6 +60,8 @@ class TrainingConfig:
         checkpoint_every_epochs: Checkpoint every this many epochs (the last epoch always is).
         steps_per_execution: Training steps run per call into TensorFlow (like Keras'
             ``steps_per_execution``); SIGTERM is honoured at the end of such a call.
+        cache_max_mb: Keep a worker's parsed examples in memory after the first epoch when its
+            files take at most this many MB on disk; 0 reads and parses the files every epoch.
         validation_channel: Input channel evaluated after training epochs, if the job has it.
         validation_every_epochs: Evaluate the validation channel every this many epochs (the
             last epoch always is).
@@ -90,6 +92,7 @@ class TrainingConfig:
     seed: int = 1234
     checkpoint_every_epochs: int = 1
     steps_per_execution: int = 16
+    cache_max_mb: int = 2048
     validation_channel: str = "validation"
     validation_every_epochs: int = 1
     early_stopping_patience: int = 0
@@ -231,6 +234,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "seed": _int(0),
     "checkpoint_every_epochs": _int(1),
     "steps_per_execution": _int(1),
+    "cache_max_mb": _int(0),
     "validation_channel": _channel,
     "validation_every_epochs": _int(1),
     "early_stopping_patience": _int(0),

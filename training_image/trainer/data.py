@@ -16,6 +16,7 @@ then streams each worker's shard through a parallel interleave/map pipeline with
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from typing import Any
 from trainer.config import TrainingConfig
 from trainer.environment import Paths
 from trainer.errors import ConfigError, DataError
+from trainer.logs import log
 
 CSV_SUFFIXES = (".csv",)
 TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
@@ -225,6 +227,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _numbered_header(fields: list[str]) -> bool:
+    """Whether a line is exactly ``0,1,...,n-1``: the column names ``pandas.DataFrame.to_csv`` writes."""
+    return len(fields) >= 2 and all(field.strip() == str(index) for index, field in enumerate(fields))
+
+
 def _csv_header_and_width(path: str) -> tuple[bool, int | None]:
     """Whether the file starts with a header, and the field count of its first data line."""
     with open(path, encoding="utf-8", errors="replace") as handle:
@@ -232,9 +239,22 @@ def _csv_header_and_width(path: str) -> tuple[bool, int | None]:
         first = next(lines, None)
         if first is None:
             return False, None
-        # A header has no numeric field; a first row with some numbers is data (maybe malformed).
-        if not first.strip() or any(_is_number(field) for field in first.split(",")):
-            return False, len(first.split(","))
+        fields = first.split(",")
+        numbered = _numbered_header(fields)
+        # A header has no numeric field; a first row with some numbers is data (maybe malformed),
+        # except 0,1,...,n-1, which is what pandas writes for unnamed columns.
+        if not first.strip() or (not numbered and any(_is_number(field) for field in fields)):
+            return False, len(fields)
+        if numbered:
+            log(
+                "WARNING",
+                file=path,
+                header=json.dumps(
+                    f"line 1 of {path} is 0,1,...,{len(fields) - 1}, the column names pandas writes; it is taken "
+                    "as a header, not as a row with label "
+                    f"{len(fields) - 1}. Write the file with header=False or named columns to silence this."
+                ),
+            )
         second = next(lines, None)
         return True, len(second.split(",")) if second is not None else None
 
@@ -317,6 +337,23 @@ def _locate_tfrecord_problem(file: DataFile, num_features: int, num_classes: int
         if problem:
             return f"Malformed record in {file.path}: record {index} {problem}"
         index += 1
+
+
+def check_tfrecord_size(path: str, consumed: int, records: int) -> None:
+    """Fails if a TFRecord file has bytes after its last whole record.
+
+    TensorFlow's reader takes a file that ends inside a record header (its first 12 bytes) as a
+    clean end of file, so a shard cut there would silently lose the rest of its records.
+
+    Raises:
+        DataError: naming the file, the byte offset where the stray bytes start, and the record.
+    """
+    size = os.path.getsize(path)
+    if size != consumed:
+        raise DataError(
+            f"Corrupt TFRecord file {path}: {size - consumed} byte(s) at byte offset {consumed} do not make a "
+            f"record (record {records} is cut inside its header): the file is truncated or damaged."
+        )
 
 
 def _first_tfrecord_width(files: tuple[DataFile, ...]) -> int | None:
@@ -406,20 +443,24 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     read = _read_file(spec.data_format)
 
     def accumulate(state: Any, batch: Any) -> Any:
-        features, labels = batch
-        count, high, bad = state
+        (features, labels), size = batch
+        count, high, bad, consumed = state
         bad_labels = tf.logical_or(labels < 0, tf.not_equal(labels, tf.floor(labels)))
         bad_rows = tf.logical_or(bad_labels, tf.reduce_any(tf.logical_not(tf.math.is_finite(features)), axis=1))
         return (
             count + tf.cast(tf.size(labels), tf.int64),
             tf.maximum(high, tf.reduce_max(labels)),
             bad + tf.reduce_sum(tf.cast(bad_rows, tf.int64)),
+            consumed + size,
         )
 
     def file_stats(path: Any, header: Any) -> Any:
-        batches = read(path, header).batch(SCAN_BATCH).map(parse)
-        initial = (tf.constant(0, tf.int64), tf.constant(-math.inf, tf.float64), tf.constant(0, tf.int64))
-        return batches.reduce(initial, accumulate)
+        # Bytes as TFRecord framing counts them (length, CRCs: 16 bytes around each record).
+        batches = read(path, header).batch(SCAN_BATCH).map(
+            lambda lines: (parse(lines), tf.reduce_sum(tf.cast(tf.strings.length(lines), tf.int64) + 16))
+        )
+        zero = tf.constant(0, tf.int64)
+        return batches.reduce((zero, tf.constant(-math.inf, tf.float64), zero, zero), accumulate)
 
     # One pipeline over all files (per-file statistics, files scanned in parallel) rather than
     # one per file: building and tracing a pipeline per file costs more than reading a shard.
@@ -427,7 +468,7 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
         (tf.constant([f.path for f in files]), tf.constant([int(f.header) for f in files], tf.int64))
     ).map(file_stats, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     try:
-        per_file = [(int(count), float(high), int(bad)) for count, high, bad in stats.as_numpy_iterator()]
+        per_file = [(int(n), float(high), int(bad), int(size)) for n, high, bad, size in stats.as_numpy_iterator()]
     except tf.errors.OpError as err:
         # The error does not say which file; walking them in Python does, with the line or record.
         for file in files:
@@ -440,7 +481,9 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
 
     scanned = []
     highest = -math.inf
-    for file, (count, high, bad) in zip(files, per_file, strict=True):
+    for file, (count, high, bad, consumed) in zip(files, per_file, strict=True):
+        if spec.data_format == "tfrecord":
+            check_tfrecord_size(file.path, consumed, count)
         if bad or (num_classes and count and high >= num_classes):
             raise DataError(
                 locate(file, num_features, num_classes) or f"File {file.path} holds an invalid label or feature value."
@@ -560,17 +603,69 @@ def make_dataset(
     return batched.take(batches).prefetch(tf.data.AUTOTUNE)
 
 
-def make_epochs(spec: DatasetSpec, plan: ShardPlan, *, first_epoch: int, last_epoch: int, **kwargs: Any) -> Any:
-    """Epochs ``first_epoch..last_epoch`` of :func:`make_dataset` back to back, as one dataset.
+def plan_bytes(plan: ShardPlan) -> int:
+    """Bytes on disk of the files a pipeline opens (a stat per file, no read)."""
+    return sum(os.path.getsize(f.path) for f in plan.files)
+
+
+def make_epochs(
+    spec: DatasetSpec,
+    plan: ShardPlan,
+    *,
+    first_epoch: int,
+    last_epoch: int,
+    cache: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Epochs ``first_epoch..last_epoch`` of training batches back to back, as one dataset.
 
     One stream rather than one per epoch: the prefetch fills the next epoch's shuffle buffer
-    while the current epoch trains, so an epoch boundary costs no stall. Each epoch's order
-    is still a function of ``seed`` and its number only, so a resumed run replays it exactly.
+    while the current epoch trains, so an epoch boundary costs no stall. Each epoch's order is a
+    function of ``seed`` and its number only, so a resumed run replays it exactly.
+
+    With ``cache``, the pipeline's examples are parsed once (in file order, in batches) and kept
+    in memory as tensors; every later epoch shuffles and batches those, with no file read or
+    parse. Without it, every epoch is :func:`make_dataset`.
     """
     import tensorflow as tf
 
     epochs = tf.data.Dataset.range(first_epoch, last_epoch + 1)
-    return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs)).prefetch(tf.data.AUTOTUNE)
+    if not cache:
+        return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs)).prefetch(
+            tf.data.AUTOTUNE
+        )
+    examples = _parsed_examples(spec, plan, kwargs["pipeline_index"], kwargs["num_pipelines"]).cache()
+    seed, shuffle_buffer = kwargs["seed"], kwargs["shuffle_buffer"]
+    per_replica_batch, batches = kwargs["per_replica_batch"], kwargs["batches"]
+
+    def epoch_batches(epoch: Any) -> Any:
+        shuffled = examples.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
+        return shuffled.batch(per_replica_batch, drop_remainder=True).take(batches)
+
+    return epochs.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)
+
+
+def _parsed_examples(spec: DatasetSpec, plan: ShardPlan, pipeline_index: int, num_pipelines: int) -> Any:
+    """The pipeline's examples ``(features [F], label int32)`` in a fixed order, parsed in batches."""
+    import tensorflow as tf
+
+    paths = tf.constant([f.path for f in plan.files])
+    headers = tf.constant([int(f.header) for f in plan.files], tf.int64)
+    records = tf.data.Dataset.from_tensor_slices((paths, headers)).interleave(
+        _read_file(spec.data_format),
+        cycle_length=min(len(plan.files), 16),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if not plan.by_file and num_pipelines > 1:
+        records = records.shard(num_pipelines, pipeline_index)
+    parse = _parse_batch(spec.data_format, spec.num_features)
+
+    def to_training(lines: Any) -> Any:
+        features, labels = parse(lines)
+        return features, tf.cast(labels, tf.int32)
+
+    return records.batch(SCAN_BATCH).map(to_training, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
 
 
 def make_eval_dataset(spec: DatasetSpec, batch_size: int) -> Any:

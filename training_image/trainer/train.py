@@ -252,12 +252,12 @@ class DivergenceWatch:
     """Flags a loss that explodes without becoming NaN (Adam at a huge learning rate does this).
 
     The loss has diverged when it stays above ``factor`` times a reference for ``steps``
-    consecutive steps. The reference is the larger of the mean loss over the first steps this
-    process trains and chance level (``ln(num_classes)``), so a resumed run whose loss is already
-    low does not count ordinary batch noise as divergence.
+    consecutive steps. The reference is the larger of the first step's loss (before any update
+    by this process) and chance level (``ln(num_classes)``), so a resumed run whose loss is
+    already low does not count ordinary batch noise as divergence.
     """
 
-    REFERENCE_STEPS = 10
+    REFERENCE_STEPS = 1
 
     def __init__(self, factor: float, steps: int, num_classes: int) -> None:
         self.factor = factor
@@ -392,11 +392,16 @@ def _train_loop(
             totals += stats
         return losses.stack(), totals
 
+    # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
+    cache = max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
+    log("input", cache=cache, cache_max_mb=config.cache_max_mb)
+
     def pipeline(context: Any | None, first_epoch: int) -> Any:
         index = context.input_pipeline_id if context else 0
         return data.make_epochs(
             spec,
             plans[index],
+            cache=cache,
             first_epoch=first_epoch,
             last_epoch=config.epochs,
             pipeline_index=index,
