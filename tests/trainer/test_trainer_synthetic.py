@@ -19,7 +19,7 @@ def test_command_line_writes_csv_shards_with_headers(tmp_path):
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     assert "wrote format=csv files=3 examples=101" in completed.stdout
-    files = sorted((tmp_path / "d").iterdir())
+    files = sorted(p for p in (tmp_path / "d").iterdir() if not p.name.startswith("."))
     assert [f.name for f in files] == ["part-00000.csv", "part-00001.csv", "part-00002.csv"]
     lines = [f.read_text().splitlines() for f in files]
     assert all(chunk[0] == "f0,f1,f2,f3,f4,label" for chunk in lines)
@@ -69,3 +69,22 @@ def test_inconsistent_arguments_are_refused(tmp_path, argv):
     with pytest.raises(SystemExit) as caught:
         main(base + argv)
     assert caught.value.code == 2
+
+
+def test_the_writer_records_a_manifest_that_matches_a_scan(tmp_path):
+    import os
+
+    from trainer import data, manifest
+    from trainer.config import TrainingConfig
+    from trainer.environment import resolve_paths
+
+    for fmt in ("csv", "tfrecord"):
+        directory = tmp_path / "input" / "data" / fmt
+        write_dataset(directory, SyntheticSpec(fmt, examples=101, features=5, classes=3, shards=3, seed=1))
+        recorded = manifest.read(directory)
+        config = TrainingConfig.from_hyperparameters({"train_channel": fmt})
+        discovered = data.discover_channel(resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)}), config, {})
+        scanned = data.scan_channel(discovered, 3)
+        assert recorded == data.manifest_of(scanned)
+        assert [f.bytes for f in recorded.files] == [os.path.getsize(f.path) for f in scanned.files]
+        assert data.count_channel(discovered, 0) == scanned

@@ -326,6 +326,17 @@ def _job_malformed_csv(base):
     return {}, [f"Malformed CSV row in {path} line 8", "is not a number"]
 
 
+def _job_malformed_csv_met_while_training(base):
+    # Same file size, so the manifest still matches: no scan, the pipeline meets the bad row.
+    write_job(base, TABULAR_HP, TABULAR)
+    path = base / "input" / "data" / "train" / "part-00001.csv"
+    lines = path.read_text().splitlines()
+    first, rest = lines[7].split(",", 1)
+    lines[7] = "x" * len(first) + "," + rest
+    path.write_text("\n".join(lines) + "\n")
+    return {}, [f"Malformed CSV row in {path} line 8", "column 1", "is not a number", "met in epoch 1"]
+
+
 def _job_corrupt_tfrecord(base):
     write_job(base, TABULAR_HP, SyntheticSpec("tfrecord", examples=400, features=12, classes=4, shards=2))
     path = base / "input" / "data" / "train" / "part-00000.tfrecord"
@@ -360,6 +371,7 @@ BAD_INPUTS = {
     "missing-channel": _job_missing_channel,
     "empty-dataset": _job_empty_dataset,
     "malformed-csv-row": _job_malformed_csv,
+    "malformed-csv-row-met-while-training": _job_malformed_csv_met_while_training,
     "corrupt-tfrecord": _job_corrupt_tfrecord,
     "nan-loss": _job_nan_loss,
     "exploding-loss": _job_exploding_loss,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from trainer import manifest
 from trainer.config import TrainingConfig
 from trainer.environment import Paths
 from trainer.errors import ConfigError, DataError
@@ -506,6 +507,94 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     return replace(result, num_classes=num_classes or inferred)
 
 
+# --- counts without a scan: the channel manifest ---------------------------------------------
+
+
+def manifest_of(spec: DatasetSpec) -> manifest.Manifest:
+    """The manifest of a scanned channel."""
+    assert spec.scanned, "only a scanned channel has counts to record"
+    return manifest.Manifest(
+        data_format=spec.data_format,
+        num_features=spec.num_features,
+        num_classes=spec.num_classes,
+        files=tuple(
+            manifest.FileEntry(
+                path=str(Path(f.path).relative_to(spec.directory)),
+                examples=f.examples,
+                bytes=os.path.getsize(f.path),
+                header=f.header,
+            )
+            for f in spec.files
+        ),
+    )
+
+
+def _from_manifest(spec: DatasetSpec, num_classes: int) -> tuple[DatasetSpec | None, str]:
+    """The channel counted from its manifest, or None and why the manifest cannot be used."""
+    try:
+        recorded = manifest.read(spec.directory)
+    except ValueError as err:
+        return None, str(err)
+    if recorded is None:
+        return None, f"no {manifest.MANIFEST_NAME} in {spec.directory}"
+    if recorded.data_format != spec.data_format:
+        return None, f"the manifest is for {recorded.data_format} files, the channel holds {spec.data_format}"
+    entries = {entry.path: entry for entry in recorded.files}
+    files = []
+    for file in spec.files:
+        entry = entries.pop(str(Path(file.path).relative_to(spec.directory)), None)
+        if entry is None:
+            return None, f"the manifest does not list {file.path}"
+        size = os.path.getsize(file.path)
+        if size != entry.bytes:
+            return None, f"{file.path} is {size} bytes, the manifest recorded {entry.bytes}"
+        files.append(replace(file, examples=entry.examples, header=entry.header))
+    if entries:
+        return None, f"the manifest lists {len(entries)} file(s) the channel lacks, e.g. {next(iter(entries))}"
+    counted = replace(
+        spec,
+        files=tuple(files),
+        num_features=recorded.num_features,
+        num_classes=num_classes or recorded.num_classes,
+        scanned=True,
+    )
+    return counted, ""
+
+
+def count_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
+    """Counts and shapes from the channel's manifest when it matches the files, else from a scan.
+
+    With a manifest nothing is read before training (start-up does not grow with the data);
+    bad rows are then found by the training pipeline itself (:func:`checked_batch`) and named
+    by :func:`locate_problem`.
+
+    Raises:
+        DataError: as :func:`scan_channel`, or the manifest records no examples.
+    """
+    counted, reason = _from_manifest(spec, num_classes)
+    if counted is None:
+        log("scan", channel=spec.channel, reason=json.dumps(reason),
+            hint=json.dumps(f"python -m trainer.manifest DIR writes {manifest.MANIFEST_NAME}; then no scan"))  # fmt: skip
+        return scan_channel(spec, num_classes)
+    if counted.examples == 0:
+        raise DataError(
+            f"Input channel {spec.channel!r} at {spec.directory} holds {len(spec.files)} file(s) but no examples "
+            f"(per {manifest.MANIFEST_NAME}); the dataset is empty."
+        )
+    log("manifest", channel=spec.channel, files=len(counted.files), examples=counted.examples)
+    return counted
+
+
+def locate_problem(spec: DatasetSpec) -> str | None:
+    """Walks the channel's files in Python to name the first bad line or record; after a failure only."""
+    locate = _locate_csv_problem if spec.data_format == "csv" else _locate_tfrecord_problem
+    for file in spec.files:
+        problem = locate(file, spec.num_features, spec.num_classes)
+        if problem:
+            return problem
+    return None
+
+
 # --- sharding and the training pipeline ------------------------------------------------------
 
 
@@ -591,11 +680,7 @@ def make_dataset(
     if not plan.by_file and num_pipelines > 1:
         records = records.shard(num_pipelines, pipeline_index)
     records = records.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
-    parse = _parse_batch(spec.data_format, spec.num_features)
-
-    def to_training(lines: Any) -> Any:
-        features, labels = parse(lines)
-        return features, tf.cast(labels, tf.int32)
+    to_training = checked_batch(spec)
 
     batched = records.batch(per_replica_batch, drop_remainder=True).map(
         to_training, num_parallel_calls=tf.data.AUTOTUNE
@@ -659,13 +744,35 @@ def _parsed_examples(spec: DatasetSpec, plan: ShardPlan, pipeline_index: int, nu
     )
     if not plan.by_file and num_pipelines > 1:
         records = records.shard(num_pipelines, pipeline_index)
+    return records.batch(SCAN_BATCH).map(checked_batch(spec), num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
+def checked_batch(spec: DatasetSpec) -> Any:
+    """``fn(serialized_batch) -> (features, labels int32)`` that fails on a bad value.
+
+    A non-finite feature, or a label that is negative, fractional or not below
+    ``spec.num_classes``, raises InvalidArgumentError in the pipeline; without a scan this is
+    where bad rows are met, and :func:`locate_problem` then names the file and line or record.
+    """
+    import tensorflow as tf
+
     parse = _parse_batch(spec.data_format, spec.num_features)
 
     def to_training(lines: Any) -> Any:
         features, labels = parse(lines)
-        return features, tf.cast(labels, tf.int32)
+        valid = tf.reduce_all(
+            [
+                tf.reduce_all(tf.math.is_finite(features)),
+                tf.reduce_all(labels >= 0),
+                tf.reduce_all(tf.equal(labels, tf.floor(labels))),
+                tf.reduce_all(labels < spec.num_classes),
+            ]
+        )
+        check = tf.debugging.Assert(valid, ["invalid feature value or label in channel", spec.channel])
+        with tf.control_dependencies([check]):
+            return tf.identity(features), tf.cast(labels, tf.int32)
 
-    return records.batch(SCAN_BATCH).map(to_training, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    return to_training
 
 
 def make_eval_dataset(spec: DatasetSpec, batch_size: int) -> Any:
@@ -677,10 +784,4 @@ def make_eval_dataset(spec: DatasetSpec, batch_size: int) -> Any:
     records = tf.data.Dataset.from_tensor_slices((paths, headers)).interleave(
         _read_file(spec.data_format), cycle_length=1, deterministic=True
     )
-    parse = _parse_batch(spec.data_format, spec.num_features)
-
-    def to_eval(lines: Any) -> Any:
-        features, labels = parse(lines)
-        return features, tf.cast(labels, tf.int32)
-
-    return records.batch(batch_size).map(to_eval, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    return records.batch(batch_size).map(checked_batch(spec), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

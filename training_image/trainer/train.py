@@ -106,7 +106,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
 
     keras.mixed_precision.set_dtype_policy(precision)
     keras.utils.set_random_seed(config.seed)
-    spec = data.scan_channel(spec, config.num_classes)
+    spec = data.count_channel(spec, config.num_classes)
     log(
         "data",
         channel=spec.channel,
@@ -117,7 +117,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
         classes=spec.num_classes,
     )
     if val_spec is not None:
-        val_spec = data.scan_channel(val_spec, spec.num_classes)
+        val_spec = data.count_channel(val_spec, spec.num_classes)
         if val_spec.num_features != spec.num_features:
             raise DataError(
                 f"Validation channel {val_spec.channel!r} has {val_spec.num_features} features per example, "
@@ -236,7 +236,12 @@ def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConf
     return restored
 
 
-def _step_failure(err: Exception, epoch: int, step: int, spec: data.DatasetSpec) -> TrainerError:
+def _step_failure(
+    err: Exception, epoch: int, step: int, spec: data.DatasetSpec, problem: str | None = None
+) -> TrainerError:
+    """The failure of a training call: the bad line or record if the files have one, else the error."""
+    if problem:
+        return DataError(f"{problem} (met in epoch {epoch} near step {step})")
     message = " ".join(str(getattr(err, "message", err)).split())[:400]
     if "IteratorGetNext" in str(err) or "Iterator" in type(err).__name__:
         return DataError(
@@ -442,7 +447,7 @@ def _train_loop(
                     "during training."
                 ) from err
             except tf.errors.OpError as err:
-                raise _step_failure(err, epoch, step + 1, spec) from err
+                raise _step_failure(err, epoch, step + 1, spec, data.locate_problem(spec)) from err
             for offset, loss in enumerate(losses.tolist(), start=1):
                 _check_loss(loss, watch, config, epoch, step + offset, steps, precision)
             step += count
@@ -553,6 +558,9 @@ def _evaluator(model: Any, val_spec: data.DatasetSpec, config: TrainingConfig) -
         try:
             loss_sum, correct, count = totals().numpy().tolist()
         except tf.errors.OpError as err:
+            problem = data.locate_problem(val_spec)
+            if problem:
+                raise DataError(f"{problem} (validation channel)") from err
             raise DataError(
                 f"Reading validation channel {val_spec.channel!r} ({val_spec.directory}) failed: "
                 f"{' '.join(str(getattr(err, 'message', err)).split())[:400]}"
