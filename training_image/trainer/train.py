@@ -448,6 +448,9 @@ def _train_loop(
                 ) from err
             except tf.errors.OpError as err:
                 raise _step_failure(err, epoch, step + 1, spec, data.locate_problem(spec)) from err
+            if step == 0 and epoch == first_epoch:
+                # Start-up ends here: the benchmark times process start to this line.
+                log("first-step", epoch=epoch, steps=count, loss=f"{float(losses[0]):.6f}")
             for offset, loss in enumerate(losses.tolist(), start=1):
                 _check_loss(loss, watch, config, epoch, step + offset, steps, precision)
             step += count
