@@ -238,6 +238,26 @@ def test_a_missing_worker_fails_the_rendezvous_in_bounded_time(tmp_path):
     assert run.failure is not None
     assert "Rendezvous timed out after 4 s" in run.failure
     assert f"localhost:{ports[1]}" in run.failure and "TRAINING_WORKER_PORT" in run.failure
+    assert f"Did not answer: localhost:{ports[1]} (refused the connection" in run.failure
+    assert not run.model_path.exists()
+
+
+@pytest.mark.slow
+def test_a_peer_that_refuses_connections_fails_the_rendezvous_before_the_timeout(tmp_path):
+    ports = free_ports(2)
+    base = write_job(tmp_path, TABULAR_HP, TABULAR)
+    run = run_trainer(
+        base,
+        "train",
+        timeout=120,
+        TRAINING_HOSTS=f"localhost:{ports[0]},localhost:{ports[1]}",
+        TRAINING_CURRENT_HOST=f"localhost:{ports[0]}",
+        RENDEZVOUS_TIMEOUT_SECONDS=100,
+        RENDEZVOUS_REFUSED_SECONDS=3,
+    )
+    assert run.returncode != 0
+    assert f"localhost:{ports[1]} refused connections for" in run.failure, run.explain()
+    assert "RENDEZVOUS_REFUSED_SECONDS=3" in run.failure and "Rendezvous timed out" not in run.failure.split(". ")[0]
     assert not run.model_path.exists()
 
 

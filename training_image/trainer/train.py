@@ -95,12 +95,14 @@ def run(env: TrainingEnvironment) -> TrainingResult:
 
     stop = StopRequest()
     stop.install()
-    with distribute.rendezvous_deadline(cluster, env.rendezvous_timeout_seconds) as deadline:
+    with distribute.rendezvous_deadline(
+        cluster, env.rendezvous_timeout_seconds, env.rendezvous_refused_seconds
+    ) as deadline:
         if cluster.num_workers > 1:
             distribute.wait_for_dns(cluster, deadline)
         strategy = distribute.create_strategy(cluster, inventory)
         stop.install()
-        gpu_report = gpu_check.smoke_test(strategy, inventory)
+        gpu_report = _smoke_test(strategy, inventory, cluster)
 
     import keras
 
@@ -138,6 +140,18 @@ def run(env: TrainingEnvironment) -> TrainingResult:
         weights_sha256=result.weights_sha256,
     )
     return result
+
+
+def _smoke_test(strategy: Any, inventory: gpu_check.DeviceInventory, cluster: Cluster) -> dict[str, Any]:
+    """The GPU check; a peer lost in its all-reduce is the named multi-host failure, not a traceback."""
+    import tensorflow as tf
+
+    try:
+        return gpu_check.smoke_test(strategy, inventory)
+    except tf.errors.OpError as err:
+        if cluster.num_workers > 1:
+            raise distribute.peer_failure(cluster, "the start-up GPU check's all-reduce", err) from err
+        raise
 
 
 def _resolved_config(
@@ -237,12 +251,15 @@ def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConf
 
 
 def _step_failure(
-    err: Exception, epoch: int, step: int, spec: data.DatasetSpec, problem: str | None = None
+    err: Exception, epoch: int, step: int, spec: data.DatasetSpec, problem: str | None = None,
+    cluster: Cluster | None = None,
 ) -> TrainerError:
     """The failure of a training call: the bad line or record if the files have one, else the error."""
     if problem:
         return DataError(f"{problem} (met in epoch {epoch} near step {step})")
     message = " ".join(str(getattr(err, "message", err)).split())[:400]
+    if cluster is not None and cluster.num_workers > 1 and not problem and "Iterator" not in str(err):
+        return distribute.peer_failure(cluster, f"training step {step} of epoch {epoch}", err)
     if "IteratorGetNext" in str(err) or "Iterator" in type(err).__name__:
         return DataError(
             f"Reading channel {spec.channel!r} ({spec.directory}) failed in epoch {epoch} at step {step}: {message}"
@@ -447,7 +464,10 @@ def _train_loop(
                     "during training."
                 ) from err
             except tf.errors.OpError as err:
-                raise _step_failure(err, epoch, step + 1, spec, data.locate_problem(spec)) from err
+                # Only errors a bad file raises are worth a walk over the files (after a failure only).
+                data_like = (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.NotFoundError)
+                problem = data.locate_problem(spec) if isinstance(err, data_like) else None
+                raise _step_failure(err, epoch, step + 1, spec, problem, cluster) from err
             if step == 0 and epoch == first_epoch:
                 # Start-up ends here: the benchmark times process start to this line.
                 log("first-step", epoch=epoch, steps=count, loss=f"{float(losses[0]):.6f}")
