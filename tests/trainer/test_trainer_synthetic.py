@@ -88,3 +88,9 @@ def test_the_writer_records_a_manifest_that_matches_a_scan(tmp_path):
         assert recorded == data.manifest_of(scanned)
         assert [f.bytes for f in recorded.files] == [os.path.getsize(f.path) for f in scanned.files]
         assert data.count_channel(discovered, 0) == scanned
+
+
+def test_image_directories_have_one_folder_per_class_and_no_manifest(tmp_path):
+    written = write_dataset(tmp_path, SyntheticSpec("image-dir", examples=6, features=12, classes=2, image_shape=(2, 2, 3)))
+    assert len(written) == 6 and {p.parent.name for p in written} <= {"class_0", "class_1"}
+    assert not (tmp_path / ".trainer-manifest.json").exists()

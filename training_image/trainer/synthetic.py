@@ -132,8 +132,6 @@ def _write_image_dir(out_dir: Path, spec: SyntheticSpec, features: np.ndarray, l
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(png_bytes(image))
         written.append(path)
-        entries.append(manifest.FileEntry(path.name, len(count), path.stat().st_size, spec.header and spec.data_format == "csv"))
-    manifest.write(out_dir, manifest.Manifest(spec.data_format, spec.features, spec.classes, tuple(entries)))
     return written
 
 
@@ -164,7 +162,8 @@ def write_dataset(out_dir: Path, spec: SyntheticSpec) -> list[Path]:
         else:
             _write_tfrecord(path, features, labels)
         written.append(path)
-        entries.append(manifest.FileEntry(path.name, len(count), path.stat().st_size, spec.header and spec.data_format == "csv"))
+        header = spec.header and spec.data_format == "csv"
+        entries.append(manifest.FileEntry(path.name, len(count), path.stat().st_size, header))
     manifest.write(out_dir, manifest.Manifest(spec.data_format, spec.features, spec.classes, tuple(entries)))
     return written
 
