@@ -355,3 +355,35 @@ def test_csv_with_the_numbered_header_pandas_writes_is_not_read_as_a_row(tmp_pat
     assert spec.files[0].header is True
     assert (spec.examples, spec.num_features, spec.num_classes) == (3, 2, 2)
     assert f"line 1 of {path} is 0,1,...,2, the column names pandas writes" in capsys.readouterr().out
+
+
+# --- the per-format hook -----------------------------------------------------------------------
+
+
+def test_a_new_format_plugs_in_through_its_reader_and_parser(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    def parse_tsv(num_features):
+        defaults = [tf.constant([], tf.float32)] * num_features + [tf.constant([], tf.float64)]
+
+        def parse(lines):
+            columns = tf.io.decode_csv(lines, record_defaults=defaults, field_delim="\t")
+            return tf.stack(columns[:-1], axis=1), columns[-1]
+
+        return parse
+
+    tsv = data.RecordFormat(
+        name="tsv", label="TSV", suffixes=(".tsv",), content_types=("text/tab-separated-values",),
+        read=lambda path, header: tf.data.TextLineDataset(path),
+        parse=parse_tsv,
+        inspect=lambda directory, files: (files, 2),
+        locate_problem=lambda file, num_features, num_classes: f"bad row in {file.path}",
+    )  # fmt: skip
+    monkeypatch.setitem(data.FORMATS, "tsv", tsv)
+    _write(_channel(tmp_path) / "a.tsv", "0.1\t0.2\t0\n0.3\t0.4\t1\n0.5\t0.6\t1\n0.7\t0.8\t0\n")
+    spec = _scan(tmp_path)
+    assert (spec.data_format, spec.examples, spec.num_features, spec.num_classes) == ("tsv", 4, 2, 2)
+    (plan,) = data.plan_shards(spec, 1)
+    batches = list(data.make_epochs(spec, plan, first_epoch=1, last_epoch=2, cache=True, pipeline_index=0,
+                                    num_pipelines=1, per_replica_batch=2, batches=2, shuffle_buffer=4, seed=0))  # fmt: skip
+    assert len(batches) == 4 and batches[0][0].shape == (2, 2)

@@ -1,17 +1,23 @@
-"""Input data: a channel directory of CSV or TFRecord shards, checked once, then streamed.
+"""Input data: a channel directory of CSV or TFRecord shards, counted from metadata, then streamed.
 
-Formats (the synthetic writer, ``trainer.synthetic``, produces both):
+Formats (the synthetic writer, ``trainer.synthetic``, produces both); each is a
+:class:`RecordFormat` (reader, vectorised parser, inspection, error locator) registered in
+:data:`FORMATS`, which is the hook another format implements:
 
 - CSV: numeric features, then an integer class label in the last column; a header line is
-  optional (detected per file: a first line without any numeric field is a header). Every
-  other line is a row; an empty line is a malformed row.
+  optional (detected per file: a first line without any numeric field is a header, and so is a
+  first line that is exactly ``0,1,...,n-1``, the column names ``pandas.DataFrame.to_csv``
+  writes, with a warning). Every other line is a row; an empty line is a malformed row.
 - TFRecord: serialized ``tf.train.Example`` with ``features`` (float list, one value per
   feature; images flattened row-major HxWxC) and ``label`` (one int64).
 
-Before training, :func:`scan_channel` reads every file once (on every worker, so all workers
-agree without talking) to count examples, infer the number of classes and find malformed rows,
-corrupt records and empty datasets, with the file and line or record that is wrong. Training
-then streams each worker's shard through a parallel interleave/map pipeline with prefetch.
+Counts and shapes come from the channel's manifest (:mod:`trainer.manifest`) when it matches
+the files, so nothing is read before the first step; the pipeline then checks every value as it
+parses it, and a failure is traced back to the file and line or record by
+:func:`locate_problem`. Without a manifest, :func:`scan_channel` reads every file once first (on
+every worker, so all workers agree without talking). Training streams each worker's shard
+through a parallel interleave, shuffle, batch-then-parse pipeline with prefetch, its epochs back
+to back; a shard small enough is parsed once and kept in memory (``cache_max_mb``).
 """
 
 from __future__ import annotations
@@ -30,13 +36,6 @@ from trainer.environment import Paths
 from trainer.errors import ConfigError, DataError
 from trainer.logs import log
 
-CSV_SUFFIXES = (".csv",)
-TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
-CONTENT_TYPES = {
-    "text/csv": "csv",
-    "application/x-tfrecord": "tfrecord",
-    "application/x-tfexample": "tfrecord",
-}
 FEATURES_KEY = "features"
 LABEL_KEY = "label"
 SCAN_BATCH = 4096
@@ -89,11 +88,7 @@ class DatasetSpec:
 
 def _format_of(path: Path) -> str | None:
     suffix = path.suffix.lower()
-    if suffix in CSV_SUFFIXES:
-        return "csv"
-    if suffix in TFRECORD_SUFFIXES:
-        return "tfrecord"
-    return None
+    return next((f.name for f in FORMATS.values() if suffix in f.suffixes), None)
 
 
 TRAINING_CHANNEL_NAMES = ("train", "training")
@@ -180,13 +175,15 @@ def discover_channel(
         known = {f for f in formats.values() if f}
         content_type = str(declared.get("ContentType", "")).split(";")[0].strip().lower()
         if len(known) > 1:
+            labels = " and ".join(sorted(FORMATS[f].label for f in known))
             raise DataError(
-                f"Input channel {channel!r} at {directory} mixes CSV and TFRecord files; "
+                f"Input channel {channel!r} at {directory} mixes {labels} files; "
                 "keep one format per channel or set the data_format hyperparameter."
             )
         unknown = [p for p, f in formats.items() if f is None]
-        if unknown and content_type in CONTENT_TYPES:
-            data_format = CONTENT_TYPES[content_type]
+        by_content_type = {t: f.name for f in FORMATS.values() for t in f.content_types}
+        if unknown and content_type in by_content_type:
+            data_format = by_content_type[content_type]
         elif unknown:
             raise DataError(
                 f"Cannot tell the format of {unknown[0]} in channel {channel!r}: name files *.csv or *.tfrecord, "
@@ -380,19 +377,21 @@ def _first_line_of(err: Exception) -> str:
 # --- parsing (shared by the scan and the training pipeline) ----------------------------------
 
 
-def _parse_batch(data_format: str, num_features: int) -> Any:
-    """Returns ``fn(serialized_batch) -> (features float32 [B, F], labels float64 [B])``."""
+def _parse_csv(num_features: int) -> Any:
     import tensorflow as tf
 
-    if data_format == "csv":
-        # Empty defaults make every field required: an empty field is malformed, not zero.
-        defaults = [tf.constant([], tf.float32)] * num_features + [tf.constant([], tf.float64)]
+    # Empty defaults make every field required: an empty field is malformed, not zero.
+    defaults = [tf.constant([], tf.float32)] * num_features + [tf.constant([], tf.float64)]
 
-        def parse_csv(lines: Any) -> Any:
-            columns = tf.io.decode_csv(lines, record_defaults=defaults)
-            return tf.stack(columns[:-1], axis=1), columns[-1]
+    def parse_csv(lines: Any) -> Any:
+        columns = tf.io.decode_csv(lines, record_defaults=defaults)
+        return tf.stack(columns[:-1], axis=1), columns[-1]
 
-        return parse_csv
+    return parse_csv
+
+
+def _parse_tfrecord(num_features: int) -> Any:
+    import tensorflow as tf
 
     spec = {
         FEATURES_KEY: tf.io.FixedLenFeature([num_features], tf.float32),
@@ -406,17 +405,84 @@ def _parse_batch(data_format: str, num_features: int) -> Any:
     return parse_examples
 
 
-def _read_file(data_format: str) -> Any:
+def _read_csv(path: Any, header: Any) -> Any:
     import tensorflow as tf
 
-    if data_format == "csv":
+    # No per-line filter (blank lines are malformed rows): it would cost more than the parse.
+    return tf.data.TextLineDataset(path).skip(header)
 
-        def read_csv(path: Any, header: Any) -> Any:
-            # No per-line filter (blank lines are malformed rows): it would cost more than the parse.
-            return tf.data.TextLineDataset(path).skip(header)
 
-        return read_csv
-    return lambda path, header: tf.data.TFRecordDataset(path)
+def _read_tfrecord(path: Any, header: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.data.TFRecordDataset(path)
+
+
+def _inspect_csv(directory: Path, files: tuple[DataFile, ...]) -> tuple[tuple[DataFile, ...], int]:
+    shapes = [_csv_header_and_width(f.path) for f in files]
+    files = tuple(replace(f, header=header) for f, (header, _) in zip(files, shapes, strict=True))
+    widths = [w for _, w in shapes if w is not None]
+    num_features = widths[0] - 1 if widths else 0
+    if widths and num_features < 1:
+        raise DataError(f"CSV files in {directory} need at least one feature column before the label column.")
+    return files, num_features
+
+
+def _inspect_tfrecord(directory: Path, files: tuple[DataFile, ...]) -> tuple[tuple[DataFile, ...], int]:
+    return files, _first_tfrecord_width(files) or 0
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """A file format of feature rows: the hook another format implements, then registers.
+
+    Every function works on one format's records (a CSV line, a serialized ``tf.train.Example``);
+    the scan, the training pipeline (shuffle, batch, then ``parse`` a whole batch at once) and
+    the error reports are shared.
+
+    Attributes:
+        name: The ``data_format`` hyperparameter's value.
+        label: How messages name the format.
+        suffixes: File name endings that imply the format.
+        content_types: Channel ContentTypes (inputdataconfig.json) that imply it.
+        read: ``read(path, header) -> tf.data.Dataset`` of one file's records, one per example
+            (``header``: lines to skip).
+        parse: ``parse(num_features)`` -> ``fn(records [B]) -> (features float32 [B, F],
+            labels float64 [B])``, vectorised over a batch.
+        inspect: ``inspect(directory, files) -> (files, num_features)``: header flags and the
+            feature width, from the first records of the files only.
+        locate_problem: ``locate(file, num_features, num_classes) -> str | None``: walks one file
+            in Python to name its first bad line or record (after a failure only).
+        check_end: ``check_end(path, framed_bytes, records)`` after a scan has read a whole file,
+            or None: raises DataError if the file holds bytes its reader skipped.
+    """
+
+    name: str
+    label: str
+    suffixes: tuple[str, ...]
+    content_types: tuple[str, ...]
+    read: Any
+    parse: Any
+    inspect: Any
+    locate_problem: Any
+    check_end: Any = None
+
+
+FORMATS: dict[str, RecordFormat] = {}
+
+
+def register_format(record_format: RecordFormat) -> None:
+    """Makes a format known to discovery, the scan and the pipeline."""
+    FORMATS[record_format.name] = record_format
+
+
+def _parse_batch(data_format: str, num_features: int) -> Any:
+    """Returns ``fn(serialized_batch) -> (features float32 [B, F], labels float64 [B])``."""
+    return FORMATS[data_format].parse(num_features)
+
+
+def _read_file(data_format: str) -> Any:
+    return FORMATS[data_format].read
 
 
 def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
@@ -428,18 +494,9 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     """
     import tensorflow as tf
 
-    files = spec.files
-    if spec.data_format == "csv":
-        shapes = [_csv_header_and_width(f.path) for f in files]
-        files = tuple(replace(f, header=header) for f, (header, _) in zip(files, shapes, strict=True))
-        widths = [w for _, w in shapes if w is not None]
-        num_features = widths[0] - 1 if widths else 0
-        if widths and num_features < 1:
-            raise DataError(f"CSV files in {spec.directory} need at least one feature column before the label column.")
-    else:
-        num_features = _first_tfrecord_width(files) or 0
-
-    locate = _locate_csv_problem if spec.data_format == "csv" else _locate_tfrecord_problem
+    record_format = FORMATS[spec.data_format]
+    files, num_features = record_format.inspect(spec.directory, spec.files)
+    locate = record_format.locate_problem
     parse = _parse_batch(spec.data_format, max(num_features, 1))
     read = _read_file(spec.data_format)
 
@@ -483,8 +540,8 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     scanned = []
     highest = -math.inf
     for file, (count, high, bad, consumed) in zip(files, per_file, strict=True):
-        if spec.data_format == "tfrecord":
-            check_tfrecord_size(file.path, consumed, count)
+        if record_format.check_end is not None:
+            record_format.check_end(file.path, consumed, count)
         if bad or (num_classes and count and high >= num_classes):
             raise DataError(
                 locate(file, num_features, num_classes) or f"File {file.path} holds an invalid label or feature value."
@@ -587,7 +644,7 @@ def count_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
 
 def locate_problem(spec: DatasetSpec) -> str | None:
     """Walks the channel's files in Python to name the first bad line or record; after a failure only."""
-    locate = _locate_csv_problem if spec.data_format == "csv" else _locate_tfrecord_problem
+    locate = FORMATS[spec.data_format].locate_problem
     for file in spec.files:
         problem = locate(file, spec.num_features, spec.num_classes)
         if problem:
@@ -785,3 +842,30 @@ def make_eval_dataset(spec: DatasetSpec, batch_size: int) -> Any:
         _read_file(spec.data_format), cycle_length=1, deterministic=True
     )
     return records.batch(batch_size).map(checked_batch(spec), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+register_format(
+    RecordFormat(
+        name="csv",
+        label="CSV",
+        suffixes=(".csv",),
+        content_types=("text/csv",),
+        read=_read_csv,
+        parse=_parse_csv,
+        inspect=_inspect_csv,
+        locate_problem=_locate_csv_problem,
+    )
+)
+register_format(
+    RecordFormat(
+        name="tfrecord",
+        label="TFRecord",
+        suffixes=(".tfrecord", ".tfrecords", ".tfr"),
+        content_types=("application/x-tfrecord", "application/x-tfexample"),
+        read=_read_tfrecord,
+        parse=_parse_tfrecord,
+        inspect=_inspect_tfrecord,
+        locate_problem=_locate_tfrecord_problem,
+        check_end=check_tfrecord_size,
+    )
+)
