@@ -406,6 +406,7 @@ def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
     # A model from an earlier run in the same directory must not survive as if it were this run's.
     (tmp_path / "model").mkdir(exist_ok=True)
     (tmp_path / "model" / "model.keras").write_text("stale")
+    (tmp_path / "model" / "best.keras").write_text("stale best-by-validation model")
     run = run_trainer(tmp_path, "train", **env)
     assert run.returncode != 0, run.explain()
     assert run.failure is not None, run.explain()
