@@ -469,3 +469,15 @@ def test_unexpected_command_line_arguments_are_refused(tmp_path):
     run = run_trainer(write_job(tmp_path, TABULAR_HP, TABULAR), "serve")
     assert run.returncode != 0
     assert "Unexpected arguments ['serve']" in run.failure
+
+
+def test_a_manifest_that_promises_more_examples_than_the_files_hold_fails_the_epoch(tmp_path):
+    base = write_job(tmp_path, {**TABULAR_HP, "epochs": 2}, TABULAR)
+    manifest_path = base / "input" / "data" / "train" / ".trainer-manifest.json"
+    recorded = json.loads(manifest_path.read_text())
+    recorded["files"][0]["examples"] += 200  # sizes still match: the manifest is trusted
+    manifest_path.write_text(json.dumps(recorded))
+    run = run_trainer(base, "train")
+    assert run.returncode != 0, run.explain()
+    assert "Epoch 1 ended after fewer than" in run.failure and ".trainer-manifest.json" in run.failure, run.failure
+    assert not run.model_path.exists()

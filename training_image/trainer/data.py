@@ -772,8 +772,11 @@ def make_epochs(
     import tensorflow as tf
 
     epochs = tf.data.Dataset.range(first_epoch, last_epoch + 1)
+    # An epoch short of batches (counts that promise more than the files hold) must fail, not
+    # let the next epoch's batches slide into it.
+    exactly = tf.data.experimental.assert_cardinality(kwargs["batches"])
     if not cache:
-        return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs)).prefetch(
+        return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs).apply(exactly)).prefetch(
             tf.data.AUTOTUNE
         )
     examples = _parsed_examples(spec, plan, kwargs["pipeline_index"], kwargs["num_pipelines"]).cache()
@@ -782,7 +785,7 @@ def make_epochs(
 
     def epoch_batches(epoch: Any) -> Any:
         shuffled = examples.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
-        return shuffled.batch(per_replica_batch, drop_remainder=True).take(batches)
+        return shuffled.batch(per_replica_batch, drop_remainder=True).take(batches).apply(exactly)
 
     return epochs.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)
 

@@ -458,10 +458,13 @@ def _train_loop(
             try:
                 losses, sums = run_steps(iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0))
                 losses, sums = losses.numpy(), sums.numpy()
-            except tf.errors.OutOfRangeError as err:
+            except (tf.errors.OutOfRangeError, tf.errors.FailedPreconditionError) as err:
+                if isinstance(err, tf.errors.FailedPreconditionError) and "expected to contain" not in str(err):
+                    raise _step_failure(err, epoch, step + 1, spec, None, cluster) from err
                 raise DataError(
-                    f"Epoch {epoch} ended after fewer than {steps} steps: the files in {spec.directory} changed "
-                    "during training."
+                    f"Epoch {epoch} ended after fewer than {steps} steps: the files in {spec.directory} hold fewer "
+                    f"examples than counted ({spec.examples} per {manifest_or_scan(spec)}); they changed during "
+                    "training, or the manifest is wrong (rewrite it with python -m trainer.manifest)."
                 ) from err
             except tf.errors.OpError as err:
                 # Only errors a bad file raises are worth a walk over the files (after a failure only).
@@ -531,6 +534,13 @@ def _train_loop(
         best_model=best_path if evaluate is not None and best_path.exists() else None,
     )
     return result, model
+
+
+def manifest_or_scan(spec: data.DatasetSpec) -> str:
+    """Where the channel's counts came from, for messages."""
+    from trainer.manifest import MANIFEST_NAME
+
+    return MANIFEST_NAME if (spec.directory / MANIFEST_NAME).is_file() else "the scan"
 
 
 def _check_loss(
