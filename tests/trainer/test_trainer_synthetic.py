@@ -94,3 +94,21 @@ def test_image_directories_have_one_folder_per_class_and_no_manifest(tmp_path):
     written = write_dataset(tmp_path, SyntheticSpec("image-dir", examples=6, features=12, classes=2, image_shape=(2, 2, 3)))
     assert len(written) == 6 and {p.parent.name for p in written} <= {"class_0", "class_1"}
     assert not (tmp_path / ".trainer-manifest.json").exists()
+
+
+def test_the_manifest_command_records_what_the_writer_would(tmp_path):
+    from trainer import manifest
+
+    directory = tmp_path / "channel"
+    write_dataset(directory, SyntheticSpec("tfrecord", examples=30, features=4, classes=3, shards=2, seed=2))
+    written = manifest.read(directory)
+    (directory / manifest.MANIFEST_NAME).unlink()
+    completed = subprocess.run(
+        [sys.executable, "-m", "trainer.manifest", str(directory)],
+        cwd=TRAINING_IMAGE, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "2 files, 30 examples" in completed.stdout
+    recorded = manifest.read(directory)
+    # The scan infers classes as largest label + 1; the writer knows them. Everything else agrees.
+    assert recorded.files == written.files and recorded.num_features == written.num_features

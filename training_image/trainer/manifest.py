@@ -119,16 +119,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--data-format", default="auto", choices=("auto", "csv", "tfrecord"))
     args = parser.parse_args(argv)
+    import dataclasses
+
     from trainer import data
     from trainer.config import TrainingConfig
     from trainer.environment import resolve_paths
 
-    paths = resolve_paths({"SM_CHANNEL_MANIFEST": str(args.directory)})
-    config = TrainingConfig.from_hyperparameters({"data_format": args.data_format, "train_channel": "manifest"})
-    import os
-
-    os.environ["SM_CHANNEL_MANIFEST"] = str(args.directory)
-    spec = data.scan_channel(data.discover_channel(paths, config, {}, channel="manifest"), 0)
+    directory = args.directory.resolve()
+    paths = dataclasses.replace(resolve_paths({}), data_dir=directory.parent)
+    config = TrainingConfig.from_hyperparameters({"data_format": args.data_format, "train_channel": directory.name})
+    spec = data.scan_channel(data.discover_channel(paths, config, {}, channel=directory.name), 0)
     path = write(args.directory, data.manifest_of(spec))
     print(f"[manifest] wrote {path}: {len(spec.files)} files, {spec.examples} examples", flush=True)
     return 0
