@@ -5,7 +5,12 @@ four of the trainer's module functions (the training loop looks them up at call 
 
 - ``gpu_check.inspect_devices`` and ``gpu_check.smoke_test``: how long GPU verification takes
   (the TensorFlow import, which the trainer does inside ``inspect_devices``, is timed apart);
-- ``data.scan_channel``: how long the pre-training read of every file takes;
+- ``data.count_channel``: how long counting the channel takes before training (reading its
+  manifest, or the scan of every file without one); reported as ``scan_channel_s``;
+- the trainer's ``first-step`` log line: when the first call of training steps (its
+  ``steps_per_execution`` steps) returned. With one replica the trainer reads its iterator
+  inside the graph, so no ``next()`` is visible to time; the input waits below exist only for
+  runs through ``distribute_datasets_from_function`` (several replicas);
 - ``distribute.create_strategy``: the strategy's ``distribute_datasets_from_function`` returns
   the same distributed dataset behind an iterator that times every ``next()``, which is how long
   the loop waited for input before each step, and when the first step finished (the second
@@ -114,7 +119,18 @@ def install(report: dict[str, Any], input_mode: str) -> None:
 
     gpu_check.inspect_devices = inspect_after_import
     gpu_check.smoke_test = _timed(report, "smoke_test_s", gpu_check.smoke_test)
-    data.scan_channel = _timed(report, "scan_channel_s", data.scan_channel)
+    data.count_channel = _timed(report, "scan_channel_s", data.count_channel)
+
+    from trainer import train
+
+    trainer_log = train.log
+
+    def probing_log(event: str, **fields: Any) -> None:
+        if event == "first-step":
+            report["first_step_at"] = time.time()
+        trainer_log(event, **fields)
+
+    train.log = probing_log
 
     create_strategy = distribute.create_strategy
     epochs: list[dict[str, Any]] = report.setdefault("epochs", [])
@@ -130,6 +146,26 @@ def install(report: dict[str, Any], input_mode: str) -> None:
     distribute.create_strategy = create_timed_strategy
     if input_mode == "memory":
         data.make_dataset = _in_memory(data.make_dataset, report)
+        data.make_epochs = _in_memory_epochs(data.make_epochs, report)
+
+
+def _in_memory_epochs(make_epochs: Any, report: dict[str, Any]) -> Any:
+    """``make_epochs`` that reads the first epoch once, then serves its batches from tensors every epoch."""
+
+    def in_memory_epochs(spec: Any, plan: Any, *, first_epoch: int, last_epoch: int, **kwargs: Any) -> Any:
+        import tensorflow as tf
+
+        report["make_dataset_calls"] = report.get("make_dataset_calls", 0) + 1
+        started = time.perf_counter()
+        batches = list(make_epochs(spec, plan, first_epoch=first_epoch, last_epoch=first_epoch, **kwargs))
+        features = tf.stack([f for f, _ in batches])
+        labels = tf.stack([label for _, label in batches])
+        report["materialise_s"] = report.get("materialise_s", 0.0) + time.perf_counter() - started
+        one_epoch = tf.data.Dataset.from_tensor_slices((features, labels))
+        epochs = tf.data.Dataset.range(first_epoch, last_epoch + 1)
+        return epochs.flat_map(lambda _: one_epoch).prefetch(tf.data.AUTOTUNE)
+
+    return in_memory_epochs
 
 
 @dataclass(frozen=True)
@@ -174,7 +210,10 @@ def epoch_timings(report: dict[str, Any]) -> list[EpochTiming]:
 
 
 def first_step_done_at(report: dict[str, Any]) -> float | None:
-    """When the first training step's result was back: the start of the first epoch's second ``next()``."""
+    """When the first training step's result was back: the trainer's ``first-step`` line, else the
+    start of the first epoch's second ``next()``."""
+    if report.get("first_step_at"):
+        return float(report["first_step_at"])
     epochs = report.get("epochs", [])
     return epochs[0]["next_at"][1] if epochs and len(epochs[0]["next_at"]) > 1 else None
 
@@ -194,8 +233,9 @@ def main() -> int:
         report["exited_at"] = time.time()
         Path(os.environ[ENV_REPORT]).write_text(json.dumps(report), encoding="utf-8")
     # A probe that measured nothing must fail loudly, e.g. after the training loop changed shape.
-    if code == 0 and not report["epochs"]:
-        print("[probe] no epoch went through the timed dataset: the probe no longer fits train.py", file=sys.stderr)
+    if code == 0 and not report["epochs"] and not report.get("first_step_at"):
+        print("[probe] saw neither a timed epoch nor the first-step line: the probe no longer fits train.py",
+              file=sys.stderr)  # fmt: skip
         return 2
     if code == 0 and input_mode == "memory" and not report.get("make_dataset_calls"):
         print("[probe] data.make_dataset was never called: the in-memory run read files", file=sys.stderr)

@@ -116,9 +116,14 @@ class Finished:
         return {}
 
 
+def _field(regex: str) -> str:
+    return re.findall(r"(\w+)=\(", regex)[-1]
+
+
 def parse_metrics(text: str) -> list[dict[str, float]]:
     """One dict per line on which the SageMaker MetricDefinitions match, keyed by field name."""
-    definitions = [(d["Name"].split(":", 1)[1], re.compile(d["Regex"])) for d in metric_definitions()]
+    # Keyed by the field the regex reads (``loss``, ``val_loss``), not the metric's name.
+    definitions = [(_field(d["Regex"]), re.compile(d["Regex"])) for d in metric_definitions()]
     rows = []
     for line in text.splitlines():
         row = {name: float(m.group(1)) for name, regex in definitions if (m := regex.search(line))}

@@ -95,7 +95,8 @@ class GpuRun:
         tf_import_s: The trainer's TensorFlow import.
         scan_s: The data scan before training.
         first_step_s: Process start to the first step's result.
-        wait_fraction: Share of the steady epochs spent blocked in ``next()``.
+        wait_fraction: Share of the steady epochs spent blocked in ``next()`` (NaN with one
+            replica, whose iterator is read inside the graph).
     """
 
     epochs: tuple[dict[str, float], ...]
@@ -149,7 +150,8 @@ def _measure(reference: Reference, gpus: int, precision: str, input_mode: str, c
         tf_import_s=report["tf_import_s"],
         scan_s=report["scan_channel_s"],
         first_step_s=first_step - finished.started_at,
-        wait_fraction=sum(t.wait_s for t in timings) / sum(t.wall_s for t in timings),
+        # One replica reads its iterator inside the graph: no next() to time (NaN, shown as such).
+        wait_fraction=sum(t.wait_s for t in timings) / sum(t.wall_s for t in timings) if timings else math.nan,
     )
 
 

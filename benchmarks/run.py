@@ -35,6 +35,12 @@ def _pipeline(repeats: int) -> list[dict]:
     return pipeline_bench.run(repeats)
 
 
+def _startup(repeats: int) -> list[dict]:
+    from benchmarks import startup_bench
+
+    return startup_bench.run(repeats)
+
+
 def _throughput(repeats: int) -> list[dict]:
     from benchmarks import throughput_bench
 
@@ -68,6 +74,7 @@ def _serve(repeats: int) -> list[dict]:
 BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "synth": _synth,
     "pipeline": _pipeline,
+    "startup": _startup,
     "throughput": _throughput,
     "gpu": _gpu,
     "cost": _cost,

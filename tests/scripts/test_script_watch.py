@@ -18,7 +18,10 @@ from scripts.watch import follow, main
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
 from tests.scripts.conftest import PROJECT, REGION
 
-METRIC_LINE = "[metrics] epoch={epoch} loss={loss} accuracy=0.871 examples_per_sec=10234.1 step_time_ms=3.21"
+METRIC_LINE = (
+    "[metrics] epoch={epoch} loss={loss} accuracy=0.871 examples_per_sec=10234.1 step_time_ms=3.21 "
+    "val_loss=0.5 val_accuracy=0.8"
+)
 
 
 def _deployment() -> Deployment:
@@ -69,8 +72,9 @@ def test_follow_shows_transitions_logs_and_last_metrics_until_completed(aws, mot
     assert "-> Downloading: Downloading input data" in text
     assert "-> Training: Training image download completed" in text
     assert "[algo-1-1700000000] starting" in text
-    last = {"epoch": "2", "loss": "0.41", "accuracy": "0.871", "examples_per_sec": "10234.1", "step_time_ms": "3.21"}
-    shown = " ".join(f"{d['Name']}={last[d['Name'].rsplit(':', 1)[-1]]}" for d in load_metric_definitions())
+    last = {"train:epoch": "2", "train:loss": "0.41", "train:accuracy": "0.871", "train:examples_per_sec": "10234.1",
+            "train:step_time_ms": "3.21", "validation:loss": "0.5", "validation:accuracy": "0.8"}  # fmt: skip
+    shown = " ".join(f"{d['Name']}={last[d['Name']]}" for d in load_metric_definitions())
     assert f"InProgress / Training  {shown}\n" in text
     assert f"{name} Completed\n" in text and "  model: s3://" in text
 

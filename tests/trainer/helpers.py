@@ -118,9 +118,14 @@ class TrainerRun:
         return f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
 
 
+def _field(regex: str) -> str:
+    return re.findall(r"(\w+)=\(", regex)[-1]
+
+
 def parse_metrics(text: str) -> list[dict[str, float]]:
     """One dict per line on which any MetricDefinition matches, keyed by the field name."""
-    definitions = [(d["Name"].split(":", 1)[1], re.compile(d["Regex"])) for d in metric_definitions()]
+    # Keyed by the field the regex reads (``loss``, ``val_loss``), not the metric's name.
+    definitions = [(_field(d["Regex"]), re.compile(d["Regex"])) for d in metric_definitions()]
     rows = []
     for line in text.splitlines():
         row = {name: float(m.group(1)) for name, regex in definitions if (m := regex.search(line))}

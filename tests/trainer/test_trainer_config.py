@@ -117,6 +117,12 @@ def test_every_problem_is_reported_at_once():
         ("train_channel", "a/b"),
         ("expected_gpu_count", "-2"),
         ("shuffle_buffer", "0"),
+        ("steps_per_execution", "0"),
+        ("validation_every_epochs", "0"),
+        ("early_stopping_patience", "-1"),
+        ("divergence_factor", "0.5"),
+        ("on_divergence", "ignore"),
+        ("cache_max_mb", "-1"),
     ],
 )
 def test_invalid_values_are_refused_naming_key_and_value(key, value):
@@ -143,3 +149,9 @@ def test_resolved_config_round_trips_through_json_and_sagemaker_strings():
         k: "" if v is None else json.dumps(v) if isinstance(v, list) else str(v) for k, v in saved.items()
     }
     assert TrainingConfig.from_hyperparameters(as_sagemaker_strings) == config
+
+
+def test_divergence_check_can_be_turned_off_or_relaxed():
+    assert TrainingConfig.from_hyperparameters({"divergence_factor": "0"}).divergence_factor == 0.0
+    relaxed = TrainingConfig.from_hyperparameters({"divergence_factor": "100", "on_divergence": "warn"})
+    assert (relaxed.divergence_factor, relaxed.on_divergence) == (100.0, "warn")

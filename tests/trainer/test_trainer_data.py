@@ -302,3 +302,88 @@ def test_batches_have_the_training_shapes_and_types(tmp_path):
     features, labels = batches[0]
     assert features.shape == (8, 5) and features.dtype.name == "float32"
     assert labels.shape == (8,) and labels.dtype.name == "int32"
+
+
+# --- which channel is the training channel -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["train", "training", "mydata"])
+def test_training_channel_is_found_without_a_hyperparameter(tmp_path, name):
+    write_dataset(tmp_path / "input" / "data" / name, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    (tmp_path / "input" / "data" / "code").mkdir()  # script mode's channel never counts
+    config = {name: {"TrainingInputMode": "File"}, "code": {"TrainingInputMode": "File"}}
+    assert _discover(tmp_path).channel == name
+    assert _discover(tmp_path, input_data_config=config).channel == name
+
+
+def test_train_and_training_together_are_ambiguous(tmp_path):
+    for name in ("train", "training"):
+        write_dataset(tmp_path / "input" / "data" / name, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    with pytest.raises(DataError, match="'train' and 'training' are both declared"):
+        _discover(tmp_path)
+    assert _discover(tmp_path, train_channel="training").channel == "training"
+
+
+def test_several_other_channels_need_the_hyperparameter(tmp_path):
+    for name in ("a", "b"):
+        write_dataset(tmp_path / "input" / "data" / name, SyntheticSpec("csv", examples=10, features=2, classes=2))
+    with pytest.raises(DataError, match="Input channel 'train' is missing"):
+        _discover(tmp_path)
+    assert _discover(tmp_path, train_channel="b").channel == "b"
+
+
+# --- bad input that TensorFlow alone would accept ----------------------------------------------
+
+
+def test_tfrecord_cut_inside_a_record_header_is_named_with_its_byte_offset(tmp_path):
+    directory = _channel(tmp_path, SyntheticSpec("tfrecord", examples=10, features=8, classes=2))
+    target = directory / "part-00000.tfrecord"
+    raw = target.read_bytes()
+    assert len(raw) % 10 == 0  # equal-sized records
+    boundary = 9 * (len(raw) // 10)
+    target.write_bytes(raw[: boundary + 5])  # TensorFlow's reader takes this as a clean end of file
+    with pytest.raises(DataError) as caught:
+        _scan(tmp_path)
+    message = str(caught.value)
+    assert f"Corrupt TFRecord file {target}: 5 byte(s) at byte offset {boundary}" in message
+    assert "record 9 is cut inside its header" in message
+
+
+def test_csv_with_the_numbered_header_pandas_writes_is_not_read_as_a_row(tmp_path, capsys):
+    path = _write(_channel(tmp_path) / "a.csv", "0,1,2\n0.1,0.2,1\n0.3,0.4,0\n0.5,0.6,1\n")
+    spec = _scan(tmp_path)
+    assert spec.files[0].header is True
+    assert (spec.examples, spec.num_features, spec.num_classes) == (3, 2, 2)
+    assert f"line 1 of {path} is 0,1,...,2, the column names pandas writes" in capsys.readouterr().out
+
+
+# --- the per-format hook -----------------------------------------------------------------------
+
+
+def test_a_new_format_plugs_in_through_its_reader_and_parser(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    def parse_tsv(num_features):
+        defaults = [tf.constant([], tf.float32)] * num_features + [tf.constant([], tf.float64)]
+
+        def parse(lines):
+            columns = tf.io.decode_csv(lines, record_defaults=defaults, field_delim="\t")
+            return tf.stack(columns[:-1], axis=1), columns[-1]
+
+        return parse
+
+    tsv = data.RecordFormat(
+        name="tsv", label="TSV", suffixes=(".tsv",), content_types=("text/tab-separated-values",),
+        read=lambda path, header: tf.data.TextLineDataset(path),
+        parse=parse_tsv,
+        inspect=lambda directory, files: (files, 2),
+        locate_problem=lambda file, num_features, num_classes: f"bad row in {file.path}",
+    )  # fmt: skip
+    monkeypatch.setitem(data.FORMATS, "tsv", tsv)
+    _write(_channel(tmp_path) / "a.tsv", "0.1\t0.2\t0\n0.3\t0.4\t1\n0.5\t0.6\t1\n0.7\t0.8\t0\n")
+    spec = _scan(tmp_path)
+    assert (spec.data_format, spec.examples, spec.num_features, spec.num_classes) == ("tsv", 4, 2, 2)
+    (plan,) = data.plan_shards(spec, 1)
+    batches = list(data.make_epochs(spec, plan, first_epoch=1, last_epoch=2, cache=True, pipeline_index=0,
+                                    num_pipelines=1, per_replica_batch=2, batches=2, shuffle_buffer=4, seed=0))  # fmt: skip
+    assert len(batches) == 4 and batches[0][0].shape == (2, 2)

@@ -164,3 +164,51 @@ def test_instance_type_precedence(tmp_path):
     assert load_environment(base).instance_type == "ml.p4d.24xlarge"
     (tmp_path / "input" / "config" / "resourceconfig.json").unlink()
     assert load_environment(base).instance_type == "ml.g5.xlarge"
+
+
+# --- multi-host failure messages ---------------------------------------------------------------
+
+
+def _cluster(source: str):
+    from trainer.environment import Cluster
+
+    return Cluster(hosts=("algo-1", "algo-2"), current_host="algo-1", worker_port=2222, source=source)
+
+
+def test_rendezvous_message_speaks_the_platform_the_job_runs_on():
+    from trainer.distribute import rendezvous_failure_message
+
+    sagemaker = rendezvous_failure_message(_cluster("/opt/ml/input/config/resourceconfig.json"), 600)
+    assert "algo-2:2222" in sagemaker and "On SageMaker" in sagemaker and "port 2222" in sagemaker
+    assert "TRAINING_HOSTS" not in sagemaker and "TRAINING_WORKER_PORT" not in sagemaker
+    ec2 = rendezvous_failure_message(_cluster("TRAINING_HOSTS"), 600)
+    assert "TRAINING_HOSTS" in ec2 and "TRAINING_WORKER_PORT" in ec2
+
+
+def test_a_peer_lost_in_the_startup_all_reduce_is_the_named_multi_host_failure():
+    import tensorflow as tf
+
+    from trainer.distribute import peer_failure
+    from trainer.errors import PeerFailedError
+
+    err = tf.errors.UnavailableError(None, None, "Collective ops is aborted by: failed to connect to all addresses")
+    failure = peer_failure(_cluster("SM_HOSTS"), "the start-up GPU check's all-reduce", err)
+    assert isinstance(failure, PeerFailedError) and failure.exit_code == 10
+    message = str(failure)
+    assert message.startswith("A peer of this 2-host job failed during the start-up GPU check's all-reduce")
+    assert "algo-2:2222" in message and "check its log" in message and "UnavailableError" in message
+
+
+def test_the_watchdog_tells_a_refused_port_from_silence():
+    import socket
+
+    from trainer.watchdog import describe_unanswered, knock
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        open_port = listening.getsockname()[1]
+        assert knock(f"127.0.0.1:{open_port}") == "answered"
+    assert knock(f"127.0.0.1:{open_port}") == "refused"
+    text = describe_unanswered({"a:1": "answered", "b:2": "refused", "c:3": "silent"})
+    assert text == " Did not answer: b:2 (refused the connection: the host is up but no trainer listens there), c:3 (no reply)."

@@ -19,7 +19,7 @@ def test_command_line_writes_csv_shards_with_headers(tmp_path):
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     assert "wrote format=csv files=3 examples=101" in completed.stdout
-    files = sorted((tmp_path / "d").iterdir())
+    files = sorted(p for p in (tmp_path / "d").iterdir() if not p.name.startswith("."))
     assert [f.name for f in files] == ["part-00000.csv", "part-00001.csv", "part-00002.csv"]
     lines = [f.read_text().splitlines() for f in files]
     assert all(chunk[0] == "f0,f1,f2,f3,f4,label" for chunk in lines)
@@ -69,3 +69,46 @@ def test_inconsistent_arguments_are_refused(tmp_path, argv):
     with pytest.raises(SystemExit) as caught:
         main(base + argv)
     assert caught.value.code == 2
+
+
+def test_the_writer_records_a_manifest_that_matches_a_scan(tmp_path):
+    import os
+
+    from trainer import data, manifest
+    from trainer.config import TrainingConfig
+    from trainer.environment import resolve_paths
+
+    for fmt in ("csv", "tfrecord"):
+        directory = tmp_path / "input" / "data" / fmt
+        write_dataset(directory, SyntheticSpec(fmt, examples=101, features=5, classes=3, shards=3, seed=1))
+        recorded = manifest.read(directory)
+        config = TrainingConfig.from_hyperparameters({"train_channel": fmt})
+        discovered = data.discover_channel(resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)}), config, {})
+        scanned = data.scan_channel(discovered, 3)
+        assert recorded == data.manifest_of(scanned)
+        assert [f.bytes for f in recorded.files] == [os.path.getsize(f.path) for f in scanned.files]
+        assert data.count_channel(discovered, 0) == scanned
+
+
+def test_image_directories_have_one_folder_per_class_and_no_manifest(tmp_path):
+    written = write_dataset(tmp_path, SyntheticSpec("image-dir", examples=6, features=12, classes=2, image_shape=(2, 2, 3)))
+    assert len(written) == 6 and {p.parent.name for p in written} <= {"class_0", "class_1"}
+    assert not (tmp_path / ".trainer-manifest.json").exists()
+
+
+def test_the_manifest_command_records_what_the_writer_would(tmp_path):
+    from trainer import manifest
+
+    directory = tmp_path / "channel"
+    write_dataset(directory, SyntheticSpec("tfrecord", examples=30, features=4, classes=3, shards=2, seed=2))
+    written = manifest.read(directory)
+    (directory / manifest.MANIFEST_NAME).unlink()
+    completed = subprocess.run(
+        [sys.executable, "-m", "trainer.manifest", str(directory)],
+        cwd=TRAINING_IMAGE, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "2 files, 30 examples" in completed.stdout
+    recorded = manifest.read(directory)
+    # The scan infers classes as largest label + 1; the writer knows them. Everything else agrees.
+    assert recorded.files == written.files and recorded.num_features == written.num_features

@@ -103,9 +103,12 @@ def test_metric_definitions_parse_exactly_the_metric_lines(one_device_run):
     for line in lines:
         for definition in metric_definitions():
             match = re.search(definition["Regex"], line)
-            if line in metric_lines:
-                field = definition["Name"].split(":", 1)[1]
+            field = re.findall(r"(\w+)=\(", definition["Regex"])[-1]
+            if line in metric_lines and f" {field}=" in f" {line[len('[metrics] ') :]}":
                 assert match and f" {field}={match.group(1)}" in f" {line[len('[metrics] ') :]}", (definition, line)
+            elif line in metric_lines:
+                # Validation fields appear only with a validation channel (none here).
+                assert field.startswith("val_") and match is None, (definition, line)
             else:
                 assert match is None, (definition, line)
 
@@ -235,6 +238,26 @@ def test_a_missing_worker_fails_the_rendezvous_in_bounded_time(tmp_path):
     assert run.failure is not None
     assert "Rendezvous timed out after 4 s" in run.failure
     assert f"localhost:{ports[1]}" in run.failure and "TRAINING_WORKER_PORT" in run.failure
+    assert f"Did not answer: localhost:{ports[1]} (refused the connection" in run.failure
+    assert not run.model_path.exists()
+
+
+@pytest.mark.slow
+def test_a_peer_that_refuses_connections_fails_the_rendezvous_before_the_timeout(tmp_path):
+    ports = free_ports(2)
+    base = write_job(tmp_path, TABULAR_HP, TABULAR)
+    run = run_trainer(
+        base,
+        "train",
+        timeout=120,
+        TRAINING_HOSTS=f"localhost:{ports[0]},localhost:{ports[1]}",
+        TRAINING_CURRENT_HOST=f"localhost:{ports[0]}",
+        RENDEZVOUS_TIMEOUT_SECONDS=100,
+        RENDEZVOUS_REFUSED_SECONDS=3,
+    )
+    assert run.returncode != 0
+    assert f"localhost:{ports[1]} refused connections for" in run.failure, run.explain()
+    assert "RENDEZVOUS_REFUSED_SECONDS=3" in run.failure and "Rendezvous timed out" not in run.failure.split(". ")[0]
     assert not run.model_path.exists()
 
 
@@ -323,6 +346,17 @@ def _job_malformed_csv(base):
     return {}, [f"Malformed CSV row in {path} line 8", "is not a number"]
 
 
+def _job_malformed_csv_met_while_training(base):
+    # Same file size, so the manifest still matches: no scan, the pipeline meets the bad row.
+    write_job(base, TABULAR_HP, TABULAR)
+    path = base / "input" / "data" / "train" / "part-00001.csv"
+    lines = path.read_text().splitlines()
+    first, rest = lines[7].split(",", 1)
+    lines[7] = "x" * len(first) + "," + rest
+    path.write_text("\n".join(lines) + "\n")
+    return {}, [f"Malformed CSV row in {path} line 8", "column 1", "is not a number", "met in epoch 1"]
+
+
 def _job_corrupt_tfrecord(base):
     write_job(base, TABULAR_HP, SyntheticSpec("tfrecord", examples=400, features=12, classes=4, shards=2))
     path = base / "input" / "data" / "train" / "part-00000.tfrecord"
@@ -335,6 +369,12 @@ def _job_corrupt_tfrecord(base):
 def _job_nan_loss(base):
     write_job(base, {**TABULAR_HP, "learning_rate": "1e30"}, TABULAR)
     return {}, ["The loss became nan in epoch 1 at step", "learning_rate=1e+30", "no model was written"]
+
+
+def _job_exploding_loss(base):
+    # Adam at lr 1000: the loss reaches ~1e7 and stays finite, so the NaN check alone passes it.
+    write_job(base, {**TABULAR_HP, "optimizer": "adam", "learning_rate": "1000"}, TABULAR)
+    return {}, ["The loss diverged", "in epoch 1 at step", "for 20 steps in a row", "No model was written"]
 
 
 def _job_unknown_hyperparameter(base):
@@ -351,8 +391,10 @@ BAD_INPUTS = {
     "missing-channel": _job_missing_channel,
     "empty-dataset": _job_empty_dataset,
     "malformed-csv-row": _job_malformed_csv,
+    "malformed-csv-row-met-while-training": _job_malformed_csv_met_while_training,
     "corrupt-tfrecord": _job_corrupt_tfrecord,
     "nan-loss": _job_nan_loss,
+    "exploding-loss": _job_exploding_loss,
     "unknown-hyperparameter": _job_unknown_hyperparameter,
     "gpu-promised-on-cpu": _job_gpu_promised_on_cpu,
 }
@@ -364,6 +406,7 @@ def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
     # A model from an earlier run in the same directory must not survive as if it were this run's.
     (tmp_path / "model").mkdir(exist_ok=True)
     (tmp_path / "model" / "model.keras").write_text("stale")
+    (tmp_path / "model" / "best.keras").write_text("stale best-by-validation model")
     run = run_trainer(tmp_path, "train", **env)
     assert run.returncode != 0, run.explain()
     assert run.failure is not None, run.explain()
@@ -373,8 +416,69 @@ def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
     assert not list((tmp_path / "model").glob("*.keras"))
 
 
+def test_exploding_loss_can_be_only_a_warning(tmp_path):
+    write_job(tmp_path, {**TABULAR_HP, "optimizer": "adam", "learning_rate": "1000", "on_divergence": "warn",
+                         "epochs": 1}, TABULAR)  # fmt: skip
+    run = run_trainer(tmp_path, "train")
+    assert run.returncode == 0, run.explain()
+    assert "WARNING: The loss diverged" in run.stderr
+    assert run.events("WARNING") and run.model_path.exists()
+
+
+# --- validation channel ------------------------------------------------------------------------
+
+# Other centroids than the training data: the better the model fits TABULAR, the worse it does here.
+UNRELATED = SyntheticSpec("csv", examples=256, features=12, classes=4, shards=1, seed=99)
+
+
+def test_validation_channel_is_reported_and_the_best_model_kept(tmp_path):
+    base = write_job(tmp_path, {**TABULAR_HP, "epochs": 2}, TABULAR, channel="training")
+    write_job(base, {**TABULAR_HP, "epochs": 2}, SyntheticSpec("csv", examples=256, features=12, classes=4, seed=11),
+              channel="validation")  # fmt: skip
+    run = run_trainer(base, "train")
+    assert run.returncode == 0, run.explain()
+    assert run.events("data")[0]["channel"] == "training"
+    metrics = run.metrics()
+    assert [set(m) for m in metrics] == [
+        {"epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms", "val_loss", "val_accuracy"}
+    ] * 2
+    # Same centroids as the training data: the model generalises.
+    assert metrics[-1]["val_accuracy"] > LEARNED, run.explain()
+    import keras
+
+    best = keras.models.load_model(base / "model" / "best.keras")
+    assert best.input_shape == (None, 12) and run.model_path.exists()
+
+
+def test_early_stopping_ends_training_when_val_loss_stops_improving(tmp_path):
+    hp = {**TABULAR_HP, "epochs": 8, "early_stopping_patience": 1}
+    base = write_job(tmp_path, hp, TABULAR)
+    write_job(base, hp, UNRELATED, channel="validation")
+    run = run_trainer(base, "train")
+    assert run.returncode == 0, run.explain()
+    (stop,) = run.events("early-stop")
+    epochs = [int(m["epoch"]) for m in run.metrics()]
+    assert epochs[-1] == int(stop["epoch"]) < 8
+    losses = [m["val_loss"] for m in run.metrics()]
+    assert min(losses[:-1]) <= losses[-1]  # the last evaluation did not improve on the best
+    assert float(stop["best_val_loss"]) == pytest.approx(min(losses), abs=1e-5)
+    assert (base / "model" / "best.keras").exists() and run.model_path.exists()
+
+
 def test_unexpected_command_line_arguments_are_refused(tmp_path):
     # ("serve" is SageMaker hosting's command: the serving mode, tests/serve.)
     run = run_trainer(write_job(tmp_path, TABULAR_HP, TABULAR), "evaluate")
     assert run.returncode != 0
     assert "Unexpected arguments ['evaluate']" in run.failure
+
+
+def test_a_manifest_that_promises_more_examples_than_the_files_hold_fails_the_epoch(tmp_path):
+    base = write_job(tmp_path, {**TABULAR_HP, "epochs": 2}, TABULAR)
+    manifest_path = base / "input" / "data" / "train" / ".trainer-manifest.json"
+    recorded = json.loads(manifest_path.read_text())
+    recorded["files"][0]["examples"] += 200  # sizes still match: the manifest is trusted
+    manifest_path.write_text(json.dumps(recorded))
+    run = run_trainer(base, "train")
+    assert run.returncode != 0, run.explain()
+    assert "Epoch 1 ended after fewer than" in run.failure and ".trainer-manifest.json" in run.failure, run.failure
+    assert not run.model_path.exists()

@@ -42,7 +42,10 @@ RESOURCES = JobResources(
     subnet_ids=("subnet-a", "subnet-b"),
     security_group_ids=("sg-1",),
 )
-LOG_LINE = "[metrics] epoch=3 loss=0.4123 accuracy=0.871 examples_per_sec=10234.1 step_time_ms=3.21"
+LOG_LINE = (
+    "[metrics] epoch=3 loss=0.4123 accuracy=0.871 examples_per_sec=10234.1 step_time_ms=3.21 "
+    "val_loss=0.5 val_accuracy=0.8"
+)
 INPUT_SHAPE = get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob").input_shape
 
 
@@ -158,8 +161,10 @@ def test_metric_definitions_match_the_container_log_line():
     for definition in load_metric_definitions():
         match = re.search(definition["Regex"], LOG_LINE)
         assert match, definition
-        values[definition["Name"].rsplit(":", 1)[-1]] = match.group(1)
-    assert values == {"epoch": "3", "loss": "0.4123", "accuracy": "0.871", "examples_per_sec": "10234.1", "step_time_ms": "3.21"}
+        values[definition["Name"]] = match.group(1)
+    assert values == {"train:epoch": "3", "train:loss": "0.4123", "train:accuracy": "0.871",
+                      "train:examples_per_sec": "10234.1", "train:step_time_ms": "3.21",
+                      "validation:loss": "0.5", "validation:accuracy": "0.8"}  # fmt: skip
 
 
 def test_jsonata_rendering_of_run_time_choices():

@@ -48,7 +48,8 @@ class TrainingConfig:
         num_classes: Number of classes; 0 infers it as the largest label + 1 from the data scan.
         data_format: ``csv``, ``tfrecord`` or ``auto`` (from file extensions, else the channel's
             ContentType in inputdataconfig.json).
-        train_channel: Name of the input channel to train on.
+        train_channel: Name of the input channel to train on; empty (the default) takes ``train``
+            or ``training``, else the only data channel declared (``code`` and ``validation`` aside).
         shuffle_buffer: Examples in the shuffle buffer (per input pipeline).
         mixed_precision: ``auto`` (bf16 on compute capability >= 8.0, fp16 on >= 7.0, else
             float32; float32 on CPU), ``on`` (required: fails on GPUs without tensor cores,
@@ -57,6 +58,19 @@ class TrainingConfig:
         expected_gpu_count: GPUs per host, used when ``EXPECTED_GPU_COUNT`` is not set.
         seed: Seed for weight initialisation and shuffling.
         checkpoint_every_epochs: Checkpoint every this many epochs (the last epoch always is).
+        steps_per_execution: Training steps run per call into TensorFlow (like Keras'
+            ``steps_per_execution``); SIGTERM is honoured at the end of such a call.
+        cache_max_mb: Keep a worker's parsed examples in memory after the first epoch when its
+            files take at most this many MB on disk; 0 reads and parses the files every epoch.
+        validation_channel: Input channel evaluated after training epochs, if the job has it.
+        validation_every_epochs: Evaluate the validation channel every this many epochs (the
+            last epoch always is).
+        early_stopping_patience: Stop after this many evaluations without a lower ``val_loss``;
+            0 never stops early.
+        divergence_factor: The loss has diverged when it stays above this multiple of its value
+            over the first steps; 0 turns the check off.
+        divergence_steps: For this many consecutive steps.
+        on_divergence: ``fail`` (no model is written) or ``warn`` (a warning line, training goes on).
     """
 
     model: str = "mlp"
@@ -70,13 +84,21 @@ class TrainingConfig:
     image_shape: tuple[int, int, int] | None = None
     num_classes: int = 0
     data_format: str = "auto"
-    train_channel: str = "train"
+    train_channel: str = ""
     shuffle_buffer: int = 10_000
     mixed_precision: str = "auto"
     xla: bool = False
     expected_gpu_count: int | None = None
     seed: int = 1234
     checkpoint_every_epochs: int = 1
+    steps_per_execution: int = 16
+    cache_max_mb: int = 2048
+    validation_channel: str = "validation"
+    validation_every_epochs: int = 1
+    early_stopping_patience: int = 0
+    divergence_factor: float = 10.0
+    divergence_steps: int = 20
+    on_divergence: str = "fail"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (tuples become lists)."""
@@ -183,9 +205,13 @@ def _image_shape(text: str) -> tuple[int, int, int] | None:
 
 
 def _channel(text: str) -> str:
-    if not text or "/" in text:
+    if "/" in text:
         raise ValueError(f"must be a channel name, got {text!r}")
     return text
+
+
+def _factor_or_zero(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0.0") else _float(1.0, math.inf, low_inclusive=False)(text)
 
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
@@ -207,6 +233,14 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "expected_gpu_count": _optional_int,
     "seed": _int(0),
     "checkpoint_every_epochs": _int(1),
+    "steps_per_execution": _int(1),
+    "cache_max_mb": _int(0),
+    "validation_channel": _channel,
+    "validation_every_epochs": _int(1),
+    "early_stopping_patience": _int(0),
+    "divergence_factor": _factor_or_zero,
+    "divergence_steps": _int(1),
+    "on_divergence": _choice(("fail", "warn")),
 }
 
 

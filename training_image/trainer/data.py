@@ -1,38 +1,41 @@
-"""Input data: a channel directory of CSV or TFRecord shards, checked once, then streamed.
+"""Input data: a channel directory of CSV or TFRecord shards, counted from metadata, then streamed.
 
-Formats (the synthetic writer, ``trainer.synthetic``, produces both):
+Formats (the synthetic writer, ``trainer.synthetic``, produces both); each is a
+:class:`RecordFormat` (reader, vectorised parser, inspection, error locator) registered in
+:data:`FORMATS`, which is the hook another format implements:
 
 - CSV: numeric features, then an integer class label in the last column; a header line is
-  optional (detected per file: a first line without any numeric field is a header). Every
-  other line is a row; an empty line is a malformed row.
+  optional (detected per file: a first line without any numeric field is a header, and so is a
+  first line that is exactly ``0,1,...,n-1``, the column names ``pandas.DataFrame.to_csv``
+  writes, with a warning). Every other line is a row; an empty line is a malformed row.
 - TFRecord: serialized ``tf.train.Example`` with ``features`` (float list, one value per
   feature; images flattened row-major HxWxC) and ``label`` (one int64).
 
-Before training, :func:`scan_channel` reads every file once (on every worker, so all workers
-agree without talking) to count examples, infer the number of classes and find malformed rows,
-corrupt records and empty datasets, with the file and line or record that is wrong. Training
-then streams each worker's shard through a parallel interleave/map pipeline with prefetch.
+Counts and shapes come from the channel's manifest (:mod:`trainer.manifest`) when it matches
+the files, so nothing is read before the first step; the pipeline then checks every value as it
+parses it, and a failure is traced back to the file and line or record by
+:func:`locate_problem`. Without a manifest, :func:`scan_channel` reads every file once first (on
+every worker, so all workers agree without talking). Training streams each worker's shard
+through a parallel interleave, shuffle, batch-then-parse pipeline with prefetch, its epochs back
+to back; a shard small enough is parsed once and kept in memory (``cache_max_mb``).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from trainer import manifest
 from trainer.config import TrainingConfig
 from trainer.environment import Paths
 from trainer.errors import ConfigError, DataError
+from trainer.logs import log
 
-CSV_SUFFIXES = (".csv",)
-TFRECORD_SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
-CONTENT_TYPES = {
-    "text/csv": "csv",
-    "application/x-tfrecord": "tfrecord",
-    "application/x-tfexample": "tfrecord",
-}
 FEATURES_KEY = "features"
 LABEL_KEY = "label"
 SCAN_BATCH = 4096
@@ -85,26 +88,65 @@ class DatasetSpec:
 
 def _format_of(path: Path) -> str | None:
     suffix = path.suffix.lower()
-    if suffix in CSV_SUFFIXES:
-        return "csv"
-    if suffix in TFRECORD_SUFFIXES:
-        return "tfrecord"
-    return None
+    return next((f.name for f in FORMATS.values() if suffix in f.suffixes), None)
 
 
-def discover_channel(paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any]) -> DatasetSpec:
+TRAINING_CHANNEL_NAMES = ("train", "training")
+# Channels that never hold the training data: script mode's code, and the held-out set.
+NON_TRAINING_CHANNELS = ("code", "validation")
+
+
+def _declared_channels(paths: Paths, input_data_config: Mapping[str, Any]) -> list[str]:
+    """Channel names the job declares: inputdataconfig.json, else SM_CHANNEL_* and input/data/*."""
+    if input_data_config:
+        return sorted(input_data_config)
+    found = {k[len("SM_CHANNEL_") :].lower() for k in os.environ if k.startswith("SM_CHANNEL_")}
+    if paths.data_dir.is_dir():
+        found |= {p.name for p in paths.data_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    return sorted(found)
+
+
+def resolve_train_channel(paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any]) -> str:
+    """The channel to train on: the ``train_channel`` hyperparameter if set, else ``train`` or
+    ``training`` (what the SageMaker SDK calls it), else the only data channel declared.
+
+    Raises:
+        DataError: both ``train`` and ``training`` are declared.
+    """
+    if config.train_channel:
+        return config.train_channel
+    declared = _declared_channels(paths, input_data_config)
+    named = [c for c in TRAINING_CHANNEL_NAMES if c in declared]
+    if len(named) > 1:
+        raise DataError(
+            f"Input channels {' and '.join(repr(c) for c in named)} are both declared; set the train_channel "
+            "hyperparameter to say which one to train on."
+        )
+    if named:
+        return named[0]
+    data_channels = [c for c in declared if c not in NON_TRAINING_CHANNELS]
+    if len(data_channels) == 1:
+        return data_channels[0]
+    return TRAINING_CHANNEL_NAMES[0]  # missing: discover_channel names what is there
+
+
+def discover_channel(
+    paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any], channel: str | None = None
+) -> DatasetSpec:
     """Finds the channel's files and their format; pure Python, safe before TensorFlow starts.
+
+    ``channel`` defaults to the training channel (:func:`resolve_train_channel`).
 
     Raises:
         DataError: the channel is missing, not declared, in Pipe mode, empty, or of unknown format.
     """
-    channel = config.train_channel
+    channel = channel or resolve_train_channel(paths, config, input_data_config)
     declared = input_data_config.get(channel)
     if input_data_config and declared is None:
         raise DataError(
             f"Input channel {channel!r} is missing: inputdataconfig.json declares only "
-            f"{', '.join(sorted(input_data_config)) or 'no channels'}. Pass the data as channel {channel!r} "
-            "or set the train_channel hyperparameter."
+            f"{', '.join(sorted(input_data_config)) or 'no channels'}. Pass the data as channel 'train' or "
+            "'training' (or as the only data channel), or set the train_channel hyperparameter."
         )
     declared = declared or {}
     if str(declared.get("TrainingInputMode", "File")).lower() == "pipe":
@@ -133,13 +175,15 @@ def discover_channel(paths: Paths, config: TrainingConfig, input_data_config: Ma
         known = {f for f in formats.values() if f}
         content_type = str(declared.get("ContentType", "")).split(";")[0].strip().lower()
         if len(known) > 1:
+            labels = " and ".join(sorted(FORMATS[f].label for f in known))
             raise DataError(
-                f"Input channel {channel!r} at {directory} mixes CSV and TFRecord files; "
+                f"Input channel {channel!r} at {directory} mixes {labels} files; "
                 "keep one format per channel or set the data_format hyperparameter."
             )
         unknown = [p for p, f in formats.items() if f is None]
-        if unknown and content_type in CONTENT_TYPES:
-            data_format = CONTENT_TYPES[content_type]
+        by_content_type = {t: f.name for f in FORMATS.values() for t in f.content_types}
+        if unknown and content_type in by_content_type:
+            data_format = by_content_type[content_type]
         elif unknown:
             raise DataError(
                 f"Cannot tell the format of {unknown[0]} in channel {channel!r}: name files *.csv or *.tfrecord, "
@@ -155,6 +199,21 @@ def discover_channel(paths: Paths, config: TrainingConfig, input_data_config: Ma
     )
 
 
+def discover_validation(
+    paths: Paths, config: TrainingConfig, input_data_config: Mapping[str, Any], *, train_channel: str
+) -> DatasetSpec | None:
+    """The validation channel's files, if the job has that channel (declared, or its directory exists)."""
+    channel = config.validation_channel
+    if not channel or channel == train_channel:
+        return None
+    if input_data_config:
+        if channel not in input_data_config:
+            return None
+    elif not paths.channel_dir(channel).is_dir():
+        return None
+    return discover_channel(paths, config, input_data_config, channel=channel)
+
+
 # --- CSV -------------------------------------------------------------------------------------
 
 
@@ -166,6 +225,11 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def _numbered_header(fields: list[str]) -> bool:
+    """Whether a line is exactly ``0,1,...,n-1``: the column names ``pandas.DataFrame.to_csv`` writes."""
+    return len(fields) >= 2 and all(field.strip() == str(index) for index, field in enumerate(fields))
+
+
 def _csv_header_and_width(path: str) -> tuple[bool, int | None]:
     """Whether the file starts with a header, and the field count of its first data line."""
     with open(path, encoding="utf-8", errors="replace") as handle:
@@ -173,9 +237,22 @@ def _csv_header_and_width(path: str) -> tuple[bool, int | None]:
         first = next(lines, None)
         if first is None:
             return False, None
-        # A header has no numeric field; a first row with some numbers is data (maybe malformed).
-        if not first.strip() or any(_is_number(field) for field in first.split(",")):
-            return False, len(first.split(","))
+        fields = first.split(",")
+        numbered = _numbered_header(fields)
+        # A header has no numeric field; a first row with some numbers is data (maybe malformed),
+        # except 0,1,...,n-1, which is what pandas writes for unnamed columns.
+        if not first.strip() or (not numbered and any(_is_number(field) for field in fields)):
+            return False, len(fields)
+        if numbered:
+            log(
+                "WARNING",
+                file=path,
+                header=json.dumps(
+                    f"line 1 of {path} is 0,1,...,{len(fields) - 1}, the column names pandas writes; it is taken "
+                    "as a header, not as a row with label "
+                    f"{len(fields) - 1}. Write the file with header=False or named columns to silence this."
+                ),
+            )
         second = next(lines, None)
         return True, len(second.split(",")) if second is not None else None
 
@@ -260,6 +337,23 @@ def _locate_tfrecord_problem(file: DataFile, num_features: int, num_classes: int
         index += 1
 
 
+def check_tfrecord_size(path: str, consumed: int, records: int) -> None:
+    """Fails if a TFRecord file has bytes after its last whole record.
+
+    TensorFlow's reader takes a file that ends inside a record header (its first 12 bytes) as a
+    clean end of file, so a shard cut there would silently lose the rest of its records.
+
+    Raises:
+        DataError: naming the file, the byte offset where the stray bytes start, and the record.
+    """
+    size = os.path.getsize(path)
+    if size != consumed:
+        raise DataError(
+            f"Corrupt TFRecord file {path}: {size - consumed} byte(s) at byte offset {consumed} do not make a "
+            f"record (record {records} is cut inside its header): the file is truncated or damaged."
+        )
+
+
 def _first_tfrecord_width(files: tuple[DataFile, ...]) -> int | None:
     import tensorflow as tf
 
@@ -283,19 +377,21 @@ def _first_line_of(err: Exception) -> str:
 # --- parsing (shared by the scan and the training pipeline) ----------------------------------
 
 
-def _parse_batch(data_format: str, num_features: int) -> Any:
-    """Returns ``fn(serialized_batch) -> (features float32 [B, F], labels float64 [B])``."""
+def _parse_csv(num_features: int) -> Any:
     import tensorflow as tf
 
-    if data_format == "csv":
-        # Empty defaults make every field required: an empty field is malformed, not zero.
-        defaults = [tf.constant([], tf.float32)] * num_features + [tf.constant([], tf.float64)]
+    # Empty defaults make every field required: an empty field is malformed, not zero.
+    defaults = [tf.constant([], tf.float32)] * num_features + [tf.constant([], tf.float64)]
 
-        def parse_csv(lines: Any) -> Any:
-            columns = tf.io.decode_csv(lines, record_defaults=defaults)
-            return tf.stack(columns[:-1], axis=1), columns[-1]
+    def parse_csv(lines: Any) -> Any:
+        columns = tf.io.decode_csv(lines, record_defaults=defaults)
+        return tf.stack(columns[:-1], axis=1), columns[-1]
 
-        return parse_csv
+    return parse_csv
+
+
+def _parse_tfrecord(num_features: int) -> Any:
+    import tensorflow as tf
 
     spec = {
         FEATURES_KEY: tf.io.FixedLenFeature([num_features], tf.float32),
@@ -309,17 +405,84 @@ def _parse_batch(data_format: str, num_features: int) -> Any:
     return parse_examples
 
 
-def _read_file(data_format: str) -> Any:
+def _read_csv(path: Any, header: Any) -> Any:
     import tensorflow as tf
 
-    if data_format == "csv":
+    # No per-line filter (blank lines are malformed rows): it would cost more than the parse.
+    return tf.data.TextLineDataset(path).skip(header)
 
-        def read_csv(path: Any, header: Any) -> Any:
-            # No per-line filter (blank lines are malformed rows): it would cost more than the parse.
-            return tf.data.TextLineDataset(path).skip(header)
 
-        return read_csv
-    return lambda path, header: tf.data.TFRecordDataset(path)
+def _read_tfrecord(path: Any, header: Any) -> Any:
+    import tensorflow as tf
+
+    return tf.data.TFRecordDataset(path)
+
+
+def _inspect_csv(directory: Path, files: tuple[DataFile, ...]) -> tuple[tuple[DataFile, ...], int]:
+    shapes = [_csv_header_and_width(f.path) for f in files]
+    files = tuple(replace(f, header=header) for f, (header, _) in zip(files, shapes, strict=True))
+    widths = [w for _, w in shapes if w is not None]
+    num_features = widths[0] - 1 if widths else 0
+    if widths and num_features < 1:
+        raise DataError(f"CSV files in {directory} need at least one feature column before the label column.")
+    return files, num_features
+
+
+def _inspect_tfrecord(directory: Path, files: tuple[DataFile, ...]) -> tuple[tuple[DataFile, ...], int]:
+    return files, _first_tfrecord_width(files) or 0
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """A file format of feature rows: the hook another format implements, then registers.
+
+    Every function works on one format's records (a CSV line, a serialized ``tf.train.Example``);
+    the scan, the training pipeline (shuffle, batch, then ``parse`` a whole batch at once) and
+    the error reports are shared.
+
+    Attributes:
+        name: The ``data_format`` hyperparameter's value.
+        label: How messages name the format.
+        suffixes: File name endings that imply the format.
+        content_types: Channel ContentTypes (inputdataconfig.json) that imply it.
+        read: ``read(path, header) -> tf.data.Dataset`` of one file's records, one per example
+            (``header``: lines to skip).
+        parse: ``parse(num_features)`` -> ``fn(records [B]) -> (features float32 [B, F],
+            labels float64 [B])``, vectorised over a batch.
+        inspect: ``inspect(directory, files) -> (files, num_features)``: header flags and the
+            feature width, from the first records of the files only.
+        locate_problem: ``locate(file, num_features, num_classes) -> str | None``: walks one file
+            in Python to name its first bad line or record (after a failure only).
+        check_end: ``check_end(path, framed_bytes, records)`` after a scan has read a whole file,
+            or None: raises DataError if the file holds bytes its reader skipped.
+    """
+
+    name: str
+    label: str
+    suffixes: tuple[str, ...]
+    content_types: tuple[str, ...]
+    read: Any
+    parse: Any
+    inspect: Any
+    locate_problem: Any
+    check_end: Any = None
+
+
+FORMATS: dict[str, RecordFormat] = {}
+
+
+def register_format(record_format: RecordFormat) -> None:
+    """Makes a format known to discovery, the scan and the pipeline."""
+    FORMATS[record_format.name] = record_format
+
+
+def _parse_batch(data_format: str, num_features: int) -> Any:
+    """Returns ``fn(serialized_batch) -> (features float32 [B, F], labels float64 [B])``."""
+    return FORMATS[data_format].parse(num_features)
+
+
+def _read_file(data_format: str) -> Any:
+    return FORMATS[data_format].read
 
 
 def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
@@ -331,36 +494,31 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     """
     import tensorflow as tf
 
-    files = spec.files
-    if spec.data_format == "csv":
-        shapes = [_csv_header_and_width(f.path) for f in files]
-        files = tuple(replace(f, header=header) for f, (header, _) in zip(files, shapes, strict=True))
-        widths = [w for _, w in shapes if w is not None]
-        num_features = widths[0] - 1 if widths else 0
-        if widths and num_features < 1:
-            raise DataError(f"CSV files in {spec.directory} need at least one feature column before the label column.")
-    else:
-        num_features = _first_tfrecord_width(files) or 0
-
-    locate = _locate_csv_problem if spec.data_format == "csv" else _locate_tfrecord_problem
+    record_format = FORMATS[spec.data_format]
+    files, num_features = record_format.inspect(spec.directory, spec.files)
+    locate = record_format.locate_problem
     parse = _parse_batch(spec.data_format, max(num_features, 1))
     read = _read_file(spec.data_format)
 
     def accumulate(state: Any, batch: Any) -> Any:
-        features, labels = batch
-        count, high, bad = state
+        (features, labels), size = batch
+        count, high, bad, consumed = state
         bad_labels = tf.logical_or(labels < 0, tf.not_equal(labels, tf.floor(labels)))
         bad_rows = tf.logical_or(bad_labels, tf.reduce_any(tf.logical_not(tf.math.is_finite(features)), axis=1))
         return (
             count + tf.cast(tf.size(labels), tf.int64),
             tf.maximum(high, tf.reduce_max(labels)),
             bad + tf.reduce_sum(tf.cast(bad_rows, tf.int64)),
+            consumed + size,
         )
 
     def file_stats(path: Any, header: Any) -> Any:
-        batches = read(path, header).batch(SCAN_BATCH).map(parse)
-        initial = (tf.constant(0, tf.int64), tf.constant(-math.inf, tf.float64), tf.constant(0, tf.int64))
-        return batches.reduce(initial, accumulate)
+        # Bytes as TFRecord framing counts them (length, CRCs: 16 bytes around each record).
+        batches = read(path, header).batch(SCAN_BATCH).map(
+            lambda lines: (parse(lines), tf.reduce_sum(tf.cast(tf.strings.length(lines), tf.int64) + 16))
+        )
+        zero = tf.constant(0, tf.int64)
+        return batches.reduce((zero, tf.constant(-math.inf, tf.float64), zero, zero), accumulate)
 
     # One pipeline over all files (per-file statistics, files scanned in parallel) rather than
     # one per file: building and tracing a pipeline per file costs more than reading a shard.
@@ -368,7 +526,7 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
         (tf.constant([f.path for f in files]), tf.constant([int(f.header) for f in files], tf.int64))
     ).map(file_stats, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     try:
-        per_file = [(int(count), float(high), int(bad)) for count, high, bad in stats.as_numpy_iterator()]
+        per_file = [(int(n), float(high), int(bad), int(size)) for n, high, bad, size in stats.as_numpy_iterator()]
     except tf.errors.OpError as err:
         # The error does not say which file; walking them in Python does, with the line or record.
         for file in files:
@@ -381,7 +539,9 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
 
     scanned = []
     highest = -math.inf
-    for file, (count, high, bad) in zip(files, per_file, strict=True):
+    for file, (count, high, bad, consumed) in zip(files, per_file, strict=True):
+        if record_format.check_end is not None:
+            record_format.check_end(file.path, consumed, count)
         if bad or (num_classes and count and high >= num_classes):
             raise DataError(
                 locate(file, num_features, num_classes) or f"File {file.path} holds an invalid label or feature value."
@@ -402,6 +562,94 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
             "(or set the num_classes hyperparameter)."
         )
     return replace(result, num_classes=num_classes or inferred)
+
+
+# --- counts without a scan: the channel manifest ---------------------------------------------
+
+
+def manifest_of(spec: DatasetSpec) -> manifest.Manifest:
+    """The manifest of a scanned channel."""
+    assert spec.scanned, "only a scanned channel has counts to record"
+    return manifest.Manifest(
+        data_format=spec.data_format,
+        num_features=spec.num_features,
+        num_classes=spec.num_classes,
+        files=tuple(
+            manifest.FileEntry(
+                path=str(Path(f.path).relative_to(spec.directory)),
+                examples=f.examples,
+                bytes=os.path.getsize(f.path),
+                header=f.header,
+            )
+            for f in spec.files
+        ),
+    )
+
+
+def _from_manifest(spec: DatasetSpec, num_classes: int) -> tuple[DatasetSpec | None, str]:
+    """The channel counted from its manifest, or None and why the manifest cannot be used."""
+    try:
+        recorded = manifest.read(spec.directory)
+    except ValueError as err:
+        return None, str(err)
+    if recorded is None:
+        return None, f"no {manifest.MANIFEST_NAME} in {spec.directory}"
+    if recorded.data_format != spec.data_format:
+        return None, f"the manifest is for {recorded.data_format} files, the channel holds {spec.data_format}"
+    entries = {entry.path: entry for entry in recorded.files}
+    files = []
+    for file in spec.files:
+        entry = entries.pop(str(Path(file.path).relative_to(spec.directory)), None)
+        if entry is None:
+            return None, f"the manifest does not list {file.path}"
+        size = os.path.getsize(file.path)
+        if size != entry.bytes:
+            return None, f"{file.path} is {size} bytes, the manifest recorded {entry.bytes}"
+        files.append(replace(file, examples=entry.examples, header=entry.header))
+    if entries:
+        return None, f"the manifest lists {len(entries)} file(s) the channel lacks, e.g. {next(iter(entries))}"
+    counted = replace(
+        spec,
+        files=tuple(files),
+        num_features=recorded.num_features,
+        num_classes=num_classes or recorded.num_classes,
+        scanned=True,
+    )
+    return counted, ""
+
+
+def count_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
+    """Counts and shapes from the channel's manifest when it matches the files, else from a scan.
+
+    With a manifest nothing is read before training (start-up does not grow with the data);
+    bad rows are then found by the training pipeline itself (:func:`checked_batch`) and named
+    by :func:`locate_problem`.
+
+    Raises:
+        DataError: as :func:`scan_channel`, or the manifest records no examples.
+    """
+    counted, reason = _from_manifest(spec, num_classes)
+    if counted is None:
+        log("scan", channel=spec.channel, reason=json.dumps(reason),
+            hint=json.dumps(f"python -m trainer.manifest DIR writes {manifest.MANIFEST_NAME}; then no scan"))  # fmt: skip
+        return scan_channel(spec, num_classes)
+    if counted.examples == 0:
+        raise DataError(
+            f"Input channel {spec.channel!r} at {spec.directory} holds {len(spec.files)} file(s) but no examples "
+            f"(per {manifest.MANIFEST_NAME}); the dataset is empty."
+        )
+    log("manifest", channel=spec.channel, files=len(counted.files), examples=counted.examples)
+    return counted
+
+
+def locate_problem(spec: DatasetSpec) -> str | None:
+    """Walks the channel's files in Python to name the first bad line or record; after a failure only."""
+    locate = FORMATS[spec.data_format].locate_problem
+    for file in spec.files:
+        problem = locate(file, spec.num_features, spec.num_classes)
+        if problem:
+            return problem
+    return None
 
 
 # --- sharding and the training pipeline ------------------------------------------------------
@@ -489,13 +737,138 @@ def make_dataset(
     if not plan.by_file and num_pipelines > 1:
         records = records.shard(num_pipelines, pipeline_index)
     records = records.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
-    parse = _parse_batch(spec.data_format, spec.num_features)
-
-    def to_training(lines: Any) -> Any:
-        features, labels = parse(lines)
-        return features, tf.cast(labels, tf.int32)
+    to_training = checked_batch(spec)
 
     batched = records.batch(per_replica_batch, drop_remainder=True).map(
         to_training, num_parallel_calls=tf.data.AUTOTUNE
     )
     return batched.take(batches).prefetch(tf.data.AUTOTUNE)
+
+
+def plan_bytes(plan: ShardPlan) -> int:
+    """Bytes on disk of the files a pipeline opens (a stat per file, no read)."""
+    return sum(os.path.getsize(f.path) for f in plan.files)
+
+
+def make_epochs(
+    spec: DatasetSpec,
+    plan: ShardPlan,
+    *,
+    first_epoch: int,
+    last_epoch: int,
+    cache: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """Epochs ``first_epoch..last_epoch`` of training batches back to back, as one dataset.
+
+    One stream rather than one per epoch: the prefetch fills the next epoch's shuffle buffer
+    while the current epoch trains, so an epoch boundary costs no stall. Each epoch's order is a
+    function of ``seed`` and its number only, so a resumed run replays it exactly.
+
+    With ``cache``, the pipeline's examples are parsed once (in file order, in batches) and kept
+    in memory as tensors; every later epoch shuffles and batches those, with no file read or
+    parse. Without it, every epoch is :func:`make_dataset`.
+    """
+    import tensorflow as tf
+
+    epochs = tf.data.Dataset.range(first_epoch, last_epoch + 1)
+    # An epoch short of batches (counts that promise more than the files hold) must fail, not
+    # let the next epoch's batches slide into it.
+    exactly = tf.data.experimental.assert_cardinality(kwargs["batches"])
+    if not cache:
+        return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs).apply(exactly)).prefetch(
+            tf.data.AUTOTUNE
+        )
+    examples = _parsed_examples(spec, plan, kwargs["pipeline_index"], kwargs["num_pipelines"]).cache()
+    seed, shuffle_buffer = kwargs["seed"], kwargs["shuffle_buffer"]
+    per_replica_batch, batches = kwargs["per_replica_batch"], kwargs["batches"]
+
+    def epoch_batches(epoch: Any) -> Any:
+        shuffled = examples.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
+        return shuffled.batch(per_replica_batch, drop_remainder=True).take(batches).apply(exactly)
+
+    return epochs.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)
+
+
+def _parsed_examples(spec: DatasetSpec, plan: ShardPlan, pipeline_index: int, num_pipelines: int) -> Any:
+    """The pipeline's examples ``(features [F], label int32)`` in a fixed order, parsed in batches."""
+    import tensorflow as tf
+
+    paths = tf.constant([f.path for f in plan.files])
+    headers = tf.constant([int(f.header) for f in plan.files], tf.int64)
+    records = tf.data.Dataset.from_tensor_slices((paths, headers)).interleave(
+        _read_file(spec.data_format),
+        cycle_length=min(len(plan.files), 16),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    if not plan.by_file and num_pipelines > 1:
+        records = records.shard(num_pipelines, pipeline_index)
+    return records.batch(SCAN_BATCH).map(checked_batch(spec), num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+
+
+def checked_batch(spec: DatasetSpec) -> Any:
+    """``fn(serialized_batch) -> (features, labels int32)`` that fails on a bad value.
+
+    A non-finite feature, or a label that is negative, fractional or not below
+    ``spec.num_classes``, raises InvalidArgumentError in the pipeline; without a scan this is
+    where bad rows are met, and :func:`locate_problem` then names the file and line or record.
+    """
+    import tensorflow as tf
+
+    parse = _parse_batch(spec.data_format, spec.num_features)
+
+    def to_training(lines: Any) -> Any:
+        features, labels = parse(lines)
+        valid = tf.reduce_all(
+            [
+                tf.reduce_all(tf.math.is_finite(features)),
+                tf.reduce_all(labels >= 0),
+                tf.reduce_all(tf.equal(labels, tf.floor(labels))),
+                tf.reduce_all(labels < spec.num_classes),
+            ]
+        )
+        check = tf.debugging.Assert(valid, ["invalid feature value or label in channel", spec.channel])
+        with tf.control_dependencies([check]):
+            return tf.identity(features), tf.cast(labels, tf.int32)
+
+    return to_training
+
+
+def make_eval_dataset(spec: DatasetSpec, batch_size: int) -> Any:
+    """Every example of ``spec`` once, in file order, in batches of ``batch_size`` (the last may be short)."""
+    import tensorflow as tf
+
+    paths = tf.constant([f.path for f in spec.files])
+    headers = tf.constant([int(f.header) for f in spec.files], tf.int64)
+    records = tf.data.Dataset.from_tensor_slices((paths, headers)).interleave(
+        _read_file(spec.data_format), cycle_length=1, deterministic=True
+    )
+    return records.batch(batch_size).map(checked_batch(spec), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+
+register_format(
+    RecordFormat(
+        name="csv",
+        label="CSV",
+        suffixes=(".csv",),
+        content_types=("text/csv",),
+        read=_read_csv,
+        parse=_parse_csv,
+        inspect=_inspect_csv,
+        locate_problem=_locate_csv_problem,
+    )
+)
+register_format(
+    RecordFormat(
+        name="tfrecord",
+        label="TFRecord",
+        suffixes=(".tfrecord", ".tfrecords", ".tfr"),
+        content_types=("application/x-tfrecord", "application/x-tfexample"),
+        read=_read_tfrecord,
+        parse=_parse_tfrecord,
+        inspect=_inspect_tfrecord,
+        locate_problem=_locate_tfrecord_problem,
+        check_end=check_tfrecord_size,
+    )
+)

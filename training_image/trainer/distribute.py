@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainer.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_WORKER_PORT, Cluster
-from trainer.errors import RendezvousError
+from trainer.errors import PeerFailedError, RendezvousError, TrainerError
 from trainer.gpu_check import DeviceInventory
 from trainer.logs import log
 from trainer.watchdog import Watchdog
@@ -52,29 +52,56 @@ def wait_for_dns(cluster: Cluster, deadline: float) -> None:
         time.sleep(1.0)
 
 
+def platform_hint(cluster: Cluster) -> str:
+    """What to check, in the terms of the platform the host list came from."""
+    port = cluster.worker_port
+    if cluster.source == ENV_HOSTS:
+        return (
+            f"Check that the trainer started on every node with the same {ENV_HOSTS} order, that the workers' "
+            f"port ({ENV_WORKER_PORT}, now {port}) is open between the nodes, and that no node failed earlier."
+        )
+    return (
+        f"On SageMaker (hosts from {cluster.source}): check that every instance of the job started and did not "
+        "fail earlier (each host has its own log stream, algo-1, algo-2, ...), and that the job's security group "
+        f"allows traffic between its instances on port {port}."
+    )
+
+
 def rendezvous_failure_message(cluster: Cluster, timeout_seconds: float) -> str:
     """What to tell the operator when the workers did not all meet in time."""
     return (
         f"Rendezvous timed out after {timeout_seconds:g} s ({ENV_RENDEZVOUS_TIMEOUT}): worker "
         f"{cluster.worker_index} of {cluster.num_workers} ({cluster.addresses[cluster.worker_index]}) could not "
         f"complete the handshake with all of {', '.join(cluster.addresses)} (host list from {cluster.source}). "
-        f"Check that the trainer started on every node with the same {ENV_HOSTS} order, that the workers' "
-        f"port ({ENV_WORKER_PORT}, default 2222) is open between the nodes, and that no node failed earlier."
+        f"{platform_hint(cluster)}"
+    )
+
+
+def peer_failure(cluster: Cluster, phase: str, err: Exception) -> TrainerError:
+    """The named failure of a multi-host collective whose peer went away (died, or was stopped)."""
+    message = " ".join(str(getattr(err, "message", err)).split())[:300]
+    return PeerFailedError(
+        f"A peer of this {cluster.num_workers}-host job failed during {phase} ({type(err).__name__}): worker "
+        f"{cluster.worker_index} ({cluster.addresses[cluster.worker_index]}) lost the collective with "
+        f"{', '.join(a for i, a in enumerate(cluster.addresses) if i != cluster.worker_index)}. The first failure "
+        f"is the other worker's: check its log. {platform_hint(cluster)} ({message})"
     )
 
 
 @contextlib.contextmanager
-def rendezvous_deadline(cluster: Cluster, timeout_seconds: float) -> Iterator[float]:
+def rendezvous_deadline(cluster: Cluster, timeout_seconds: float, refused_seconds: float | None = None) -> Iterator[float]:
     """Ends the process with a failure file if the body has not finished in ``timeout_seconds``.
 
     Yields the absolute ``time.monotonic()`` deadline. On a single host there is nobody to wait
-    for, so no watchdog is started.
+    for, so no watchdog is started. A peer whose port refuses connections for
+    ``refused_seconds`` ends the wait sooner (see :class:`trainer.watchdog.Watchdog`).
     """
     deadline = time.monotonic() + timeout_seconds
     if cluster.num_workers == 1:
         yield deadline
         return
-    watchdog = Watchdog(timeout_seconds, rendezvous_failure_message(cluster, timeout_seconds))
+    peers = [a for i, a in enumerate(cluster.addresses) if i != cluster.worker_index]
+    watchdog = Watchdog(timeout_seconds, rendezvous_failure_message(cluster, timeout_seconds), peers, refused_seconds)
     try:
         yield deadline
     finally:

@@ -26,6 +26,8 @@ DEFAULT_CHECKPOINT_DIR = "/opt/ml/checkpoints"
 # The port TensorFlow examples use for gRPC workers; any free port works if every node agrees.
 DEFAULT_WORKER_PORT = 2222
 DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS = 600.0
+# A peer whose port refuses connections this long is up but has no trainer: fail before the timeout.
+DEFAULT_RENDEZVOUS_REFUSED_SECONDS = 120.0
 
 ENV_BASE_DIR = "SAGEMAKER_BASE_DIR"
 ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"
@@ -34,6 +36,7 @@ ENV_HOSTS = "TRAINING_HOSTS"
 ENV_CURRENT_HOST = "TRAINING_CURRENT_HOST"
 ENV_WORKER_PORT = "TRAINING_WORKER_PORT"
 ENV_RENDEZVOUS_TIMEOUT = "RENDEZVOUS_TIMEOUT_SECONDS"
+ENV_RENDEZVOUS_REFUSED = "RENDEZVOUS_REFUSED_SECONDS"
 ENV_INSTANCE_TYPE = "TRAINING_INSTANCE_TYPE"
 ENV_LOGICAL_CPU_DEVICES = "TRAINER_LOGICAL_CPU_DEVICES"
 
@@ -238,6 +241,9 @@ class TrainingEnvironment:
             ``TRAINING_INSTANCE_TYPE``, else resourceconfig's ``current_instance_type``, else
             ``SM_CURRENT_INSTANCE_TYPE``.
         rendezvous_timeout_seconds: How long workers wait for each other before failing.
+        rendezvous_refused_seconds: How long a peer's port may refuse connections in a row
+            before the rendezvous fails (``RENDEZVOUS_REFUSED_SECONDS``, default 120 s, at most
+            the timeout): a refusal means the host is up but runs no trainer, unlike silence.
         logical_cpu_devices: ``TRAINER_LOGICAL_CPU_DEVICES``: split the CPU into this many
             devices when running on CPU, to exercise MirroredStrategy without GPUs (tests).
     """
@@ -250,6 +256,7 @@ class TrainingEnvironment:
     instance_type: str | None
     rendezvous_timeout_seconds: float
     logical_cpu_devices: int
+    rendezvous_refused_seconds: float = DEFAULT_RENDEZVOUS_REFUSED_SECONDS
 
 
 def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironment:
@@ -284,6 +291,13 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
         raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be a number of seconds, got {raw_timeout!r}.") from None
     if not timeout > 0:
         raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be positive, got {raw_timeout!r}.")
+    raw_refused = env.get(ENV_RENDEZVOUS_REFUSED, "").strip()
+    try:
+        refused = float(raw_refused) if raw_refused else DEFAULT_RENDEZVOUS_REFUSED_SECONDS
+    except ValueError:
+        raise ConfigError(f"{ENV_RENDEZVOUS_REFUSED} must be a number of seconds, got {raw_refused!r}.") from None
+    if not refused > 0:
+        raise ConfigError(f"{ENV_RENDEZVOUS_REFUSED} must be positive, got {raw_refused!r}.")
 
     return TrainingEnvironment(
         paths=paths,
@@ -293,5 +307,6 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
         expected_gpu_count=expected,
         instance_type=instance_type,
         rendezvous_timeout_seconds=timeout,
+        rendezvous_refused_seconds=min(refused, timeout),
         logical_cpu_devices=_int_env(env, ENV_LOGICAL_CPU_DEVICES, 1, minimum=1),
     )

@@ -36,6 +36,12 @@ class RendezvousError(TrainerError):
     exit_code = 4
 
 
+class PeerFailedError(TrainerError):
+    """Another worker of a multi-host job died or stopped during a collective (all-reduce)."""
+
+    exit_code = 10
+
+
 class DataError(TrainerError):
     """An input channel is missing, empty or holds a malformed record."""
 

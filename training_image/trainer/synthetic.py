@@ -11,6 +11,9 @@ Tabular data: one Gaussian cluster per class (centroid ~ N(0, separation^2), uni
 MLP reaches high accuracy in a few epochs. Images: each class lights a square patch at its own
 position on a noisy background, which a small CNN learns quickly. The same seed gives the same
 files, so tests and the local emulator harness are reproducible.
+
+CSV and TFRecord datasets come with their manifest (``trainer.manifest``): per-file example
+counts and sizes, features and classes, so the trainer starts without reading the data.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer import manifest
 from trainer.data import FEATURES_KEY, LABEL_KEY
 
 
@@ -149,6 +153,7 @@ def write_dataset(out_dir: Path, spec: SyntheticSpec) -> list[Path]:
         return _write_image_dir(out_dir, spec, features, labels, 0)
     suffix = ".csv" if spec.data_format == "csv" else ".tfrecord"
     written = []
+    entries: list[manifest.FileEntry] = []
     for shard, count in enumerate(np.array_split(np.arange(spec.examples), spec.shards)):
         features, labels = generate(spec, len(count), rng, templates)
         path = out_dir / f"part-{shard:05d}{suffix}"
@@ -157,6 +162,9 @@ def write_dataset(out_dir: Path, spec: SyntheticSpec) -> list[Path]:
         else:
             _write_tfrecord(path, features, labels)
         written.append(path)
+        header = spec.header and spec.data_format == "csv"
+        entries.append(manifest.FileEntry(path.name, len(count), path.stat().st_size, header))
+    manifest.write(out_dir, manifest.Manifest(spec.data_format, spec.features, spec.classes, tuple(entries)))
     return written
 
 

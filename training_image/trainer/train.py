@@ -16,8 +16,9 @@ import json
 import math
 import shutil
 import signal
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from trainer.logs import log
 from trainer.metrics import EpochMetrics, emit
 
 MODEL_FILENAME = "model.keras"
+BEST_MODEL_FILENAME = "best.keras"
 CONFIG_FILENAME = "trainer_config.json"
 KEEP_CHECKPOINTS = 3
 
@@ -70,12 +72,14 @@ class TrainingResult:
         resumed_from_epoch: Completed epochs restored from a checkpoint at the start (0 if none).
         last_metrics: Metrics of the last epoch this process trained, if it trained any.
         weights_sha256: Digest of the final weights; identical on every worker.
+        best_model: The best-by-``val_loss`` model (chief, with a validation channel), else None.
     """
 
     completed_epochs: int
     resumed_from_epoch: int
     last_metrics: EpochMetrics | None
     weights_sha256: str
+    best_model: Path | None = None
 
 
 def run(env: TrainingEnvironment) -> TrainingResult:
@@ -84,24 +88,27 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     cluster = env.cluster
     log("config", **{k: json.dumps(v) for k, v in config.to_dict().items()})
     spec = data.discover_channel(env.paths, config, env.input_data_config)
+    val_spec = data.discover_validation(env.paths, config, env.input_data_config, train_channel=spec.channel)
     expectation = gpu_check.resolve_expectation(env.expected_gpu_count, config.expected_gpu_count, env.instance_type)
     inventory = gpu_check.inspect_devices(expectation, env.logical_cpu_devices)
     precision = gpu_check.choose_precision(config.mixed_precision, inventory)
 
     stop = StopRequest()
     stop.install()
-    with distribute.rendezvous_deadline(cluster, env.rendezvous_timeout_seconds) as deadline:
+    with distribute.rendezvous_deadline(
+        cluster, env.rendezvous_timeout_seconds, env.rendezvous_refused_seconds
+    ) as deadline:
         if cluster.num_workers > 1:
             distribute.wait_for_dns(cluster, deadline)
         strategy = distribute.create_strategy(cluster, inventory)
         stop.install()
-        gpu_report = gpu_check.smoke_test(strategy, inventory)
+        gpu_report = _smoke_test(strategy, inventory, cluster)
 
     import keras
 
     keras.mixed_precision.set_dtype_policy(precision)
     keras.utils.set_random_seed(config.seed)
-    spec = data.scan_channel(spec, config.num_classes)
+    spec = data.count_channel(spec, config.num_classes)
     log(
         "data",
         channel=spec.channel,
@@ -111,12 +118,20 @@ def run(env: TrainingEnvironment) -> TrainingResult:
         features=spec.num_features,
         classes=spec.num_classes,
     )
+    if val_spec is not None:
+        val_spec = data.count_channel(val_spec, spec.num_classes)
+        if val_spec.num_features != spec.num_features:
+            raise DataError(
+                f"Validation channel {val_spec.channel!r} has {val_spec.num_features} features per example, "
+                f"the training channel {spec.num_features}."
+            )
+        log("validation-data", channel=val_spec.channel, files=len(val_spec.files), examples=val_spec.examples)
     result, model = _train_loop(
-        config=config, spec=spec, strategy=strategy, cluster=cluster, paths=env.paths, stop=stop, precision=precision
+        config=config, spec=spec, val_spec=val_spec, strategy=strategy, cluster=cluster, paths=env.paths, stop=stop, precision=precision
     )
     if cluster.is_chief:
         resolved = _resolved_config(config, spec, strategy, cluster, precision, gpu_report, result)
-        _save_model(env.paths, model, resolved)
+        _save_model(env.paths, model, resolved, result.best_model)
     log(
         "finished",
         worker=cluster.worker_index,
@@ -125,6 +140,18 @@ def run(env: TrainingEnvironment) -> TrainingResult:
         weights_sha256=result.weights_sha256,
     )
     return result
+
+
+def _smoke_test(strategy: Any, inventory: gpu_check.DeviceInventory, cluster: Cluster) -> dict[str, Any]:
+    """The GPU check; a peer lost in its all-reduce is the named multi-host failure, not a traceback."""
+    import tensorflow as tf
+
+    try:
+        return gpu_check.smoke_test(strategy, inventory)
+    except tf.errors.OpError as err:
+        if cluster.num_workers > 1:
+            raise distribute.peer_failure(cluster, "the start-up GPU check's all-reduce", err) from err
+        raise
 
 
 def _resolved_config(
@@ -223,8 +250,16 @@ def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConf
     return restored
 
 
-def _step_failure(err: Exception, epoch: int, step: int, spec: data.DatasetSpec) -> TrainerError:
+def _step_failure(
+    err: Exception, epoch: int, step: int, spec: data.DatasetSpec, problem: str | None = None,
+    cluster: Cluster | None = None,
+) -> TrainerError:
+    """The failure of a training call: the bad line or record if the files have one, else the error."""
+    if problem:
+        return DataError(f"{problem} (met in epoch {epoch} near step {step})")
     message = " ".join(str(getattr(err, "message", err)).split())[:400]
+    if cluster is not None and cluster.num_workers > 1 and not problem and "Iterator" not in str(err):
+        return distribute.peer_failure(cluster, f"training step {step} of epoch {epoch}", err)
     if "IteratorGetNext" in str(err) or "Iterator" in type(err).__name__:
         return DataError(
             f"Reading channel {spec.channel!r} ({spec.directory}) failed in epoch {epoch} at step {step}: {message}"
@@ -235,21 +270,64 @@ def _step_failure(err: Exception, epoch: int, step: int, spec: data.DatasetSpec)
     )
 
 
+class DivergenceWatch:
+    """Flags a loss that explodes without becoming NaN (Adam at a huge learning rate does this).
+
+    The loss has diverged when it stays above ``factor`` times a reference for ``steps``
+    consecutive steps. The reference is the larger of the first step's loss (before any update
+    by this process) and chance level (``ln(num_classes)``), so a resumed run whose loss is
+    already low does not count ordinary batch noise as divergence.
+    """
+
+    REFERENCE_STEPS = 1
+
+    def __init__(self, factor: float, steps: int, num_classes: int) -> None:
+        self.factor = factor
+        self.steps = steps
+        self.chance = math.log(max(num_classes, 2))
+        self.first: list[float] = []
+        self.above = 0
+
+    @property
+    def reference(self) -> float:
+        """The loss that ``factor`` multiplies."""
+        return max(sum(self.first) / len(self.first) if self.first else 0.0, self.chance)
+
+    def observe(self, loss: float) -> bool:
+        """Takes one step's loss; True on the step that completes a diverged stretch."""
+        if not self.factor:
+            return False
+        if len(self.first) < self.REFERENCE_STEPS:
+            self.first.append(loss)
+            return False
+        self.above = self.above + 1 if loss > self.factor * self.reference else 0
+        return self.above == self.steps
+
+
 def _train_loop(
     *,
     config: TrainingConfig,
     spec: data.DatasetSpec,
+    val_spec: data.DatasetSpec | None,
     strategy: Any,
     cluster: Cluster,
     paths: Paths,
     stop: StopRequest,
     precision: str,
 ) -> tuple[TrainingResult, Any]:
-    """Trains from the last checkpoint to ``config.epochs``; returns the result and the model."""
+    """Trains from the last checkpoint to ``config.epochs``; returns the result and the model.
+
+    With one replica the step is a plain ``tf.function`` over a plain ``tf.data`` iterator,
+    what ``keras.fit`` runs; only with several replicas does it go through ``strategy.run`` and a
+    distributed dataset. Either way ``steps_per_execution`` steps run per call, with the
+    iterator read inside the graph, and the per-step losses come back for the NaN and
+    divergence checks.
+    """
     import keras
     import tensorflow as tf
 
     replicas = strategy.num_replicas_in_sync
+    distributed = replicas > 1
     if config.batch_size % replicas:
         raise ConfigError(
             f"hyperparameter 'batch_size' {config.batch_size} is the global batch and must be divisible by the "
@@ -281,11 +359,22 @@ def _train_loop(
     log("model", name=config.model, parameters=models.parameter_count(model), precision=precision, xla=config.xla)
 
     completed = tf.Variable(0, dtype=tf.int64, trainable=False, name="completed_epochs")
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, completed_epochs=completed)
+    best_val_loss = tf.Variable(math.inf, dtype=tf.float64, trainable=False, name="best_val_loss")
+    evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
+    checkpoint = tf.train.Checkpoint(
+        model=model,
+        optimizer=optimizer,
+        completed_epochs=completed,
+        best_val_loss=best_val_loss,
+        evals_since_best=evals_since_best,
+    )
     resumed_from = _restore(checkpoint, completed, paths, config, spec)
     _agree_on_resume(strategy, resumed_from, cluster, paths)
     write_dir = _checkpoint_write_dir(paths, cluster)
     manager = tf.train.CheckpointManager(checkpoint, str(write_dir), max_to_keep=KEEP_CHECKPOINTS)
+    best_path = paths.checkpoint_dir / BEST_MODEL_FILENAME
+    if cluster.is_chief and resumed_from == 0:
+        best_path.unlink(missing_ok=True)  # from another job that used this checkpoint directory
 
     @tf.function(jit_compile=config.xla)
     def gradients(features: Any, labels: Any) -> Any:
@@ -306,72 +395,96 @@ def _train_loop(
         return tf.stack([tf.reduce_sum(per_example), correct, count, stop_vote])
 
     @tf.function
-    def train_step(batch: Any, stop_vote: Any) -> Any:
-        features, labels = batch
-        stats = strategy.run(replica_step, args=(features, labels, stop_vote))
-        # One small all-reduce carries the metrics and every worker's stop vote, so all
-        # workers see the same loss and stop at the same step.
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, stats, axis=None)
+    def run_steps(iterator: Any, count: Any, stop_vote: Any) -> Any:
+        losses = tf.TensorArray(tf.float32, size=count)
+        totals = tf.zeros([4])
+        for index in tf.range(count):
+            features, labels = next(iterator)
+            if distributed:
+                # One small all-reduce carries the metrics and every worker's stop vote, so all
+                # workers see the same loss and stop at the same step.
+                stats = strategy.reduce(
+                    tf.distribute.ReduceOp.SUM,
+                    strategy.run(replica_step, args=(features, labels, stop_vote)),
+                    axis=None,
+                )
+            else:
+                stats = replica_step(features, labels, stop_vote)
+            losses = losses.write(index, stats[0] / stats[2])
+            totals += stats
+        return losses.stack(), totals
 
-    def dataset_fn(epoch: int) -> Any:
-        def build(context: Any) -> Any:
-            return data.make_dataset(
-                spec,
-                plans[context.input_pipeline_id],
-                pipeline_index=context.input_pipeline_id,
-                num_pipelines=context.num_input_pipelines,
-                per_replica_batch=context.get_per_replica_batch_size(config.batch_size),
-                batches=steps * replicas_per_pipeline,
-                shuffle_buffer=config.shuffle_buffer,
-                seed=config.seed,
-                epoch=epoch,
-            )
+    # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
+    cache = max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
+    log("input", cache=cache, cache_max_mb=config.cache_max_mb)
 
-        return build
+    def pipeline(context: Any | None, first_epoch: int) -> Any:
+        index = context.input_pipeline_id if context else 0
+        return data.make_epochs(
+            spec,
+            plans[index],
+            cache=cache,
+            first_epoch=first_epoch,
+            last_epoch=config.epochs,
+            pipeline_index=index,
+            num_pipelines=context.num_input_pipelines if context else 1,
+            per_replica_batch=per_replica_batch,
+            batches=steps * replicas_per_pipeline,
+            shuffle_buffer=config.shuffle_buffer,
+            seed=config.seed,
+        )
 
+    evaluate = _evaluator(model, val_spec, config) if val_spec is not None else None
+    watch = DivergenceWatch(config.divergence_factor, config.divergence_steps, spec.num_classes)
     writer = tf.summary.create_file_writer(str(paths.tensorboard_dir)) if cluster.is_chief else None
     last_metrics = None
-    for epoch in range(resumed_from + 1, config.epochs + 1):
-        dataset = strategy.distribute_datasets_from_function(dataset_fn(epoch))
+    stopped_early = config.early_stopping_patience and int(evals_since_best.numpy()) >= config.early_stopping_patience
+    first_epoch = resumed_from + 1
+    if first_epoch <= config.epochs and not stopped_early:
+        dataset = (
+            strategy.distribute_datasets_from_function(lambda context: pipeline(context, first_epoch))
+            if distributed
+            else pipeline(None, first_epoch)
+        )
+        iterator = iter(dataset)
+    for epoch in range(first_epoch, config.epochs + 1):
+        if stopped_early:
+            break
         totals = [0.0, 0.0, 0.0]
         step = 0
         started = time.perf_counter()
-        iterator = iter(dataset)
-        while True:
+        while step < steps:
+            count = min(config.steps_per_execution, steps - step)
             try:
-                batch = next(iterator)
-            except StopIteration:
-                break
+                losses, sums = run_steps(iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0))
+                losses, sums = losses.numpy(), sums.numpy()
+            except (tf.errors.OutOfRangeError, tf.errors.FailedPreconditionError) as err:
+                if isinstance(err, tf.errors.FailedPreconditionError) and "expected to contain" not in str(err):
+                    raise _step_failure(err, epoch, step + 1, spec, None, cluster) from err
+                raise DataError(
+                    f"Epoch {epoch} ended after fewer than {steps} steps: the files in {spec.directory} hold fewer "
+                    f"examples than counted ({spec.examples} per {manifest_or_scan(spec)}); they changed during "
+                    "training, or the manifest is wrong (rewrite it with python -m trainer.manifest)."
+                ) from err
             except tf.errors.OpError as err:
-                raise _step_failure(err, epoch, step + 1, spec) from err
-            step += 1
-            try:
-                loss_sum, correct, count, stop_votes = train_step(
-                    batch, tf.constant(1.0 if stop.requested else 0.0)
-                ).numpy()
-            except tf.errors.OpError as err:
-                raise _step_failure(err, epoch, step, spec) from err
-            if not math.isfinite(loss_sum):
-                raise TrainingDivergedError(
-                    f"The loss became {loss_sum} in epoch {epoch} at step {step} of {steps} "
-                    f"(learning_rate={config.learning_rate}, precision {precision}); training diverged and no model "
-                    "was written. Lower the learning rate or check the inputs for extreme values."
-                )
-            if stop_votes > 0:
+                # Only errors a bad file raises are worth a walk over the files (after a failure only).
+                data_like = (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.NotFoundError)
+                problem = data.locate_problem(spec) if isinstance(err, data_like) else None
+                raise _step_failure(err, epoch, step + 1, spec, problem, cluster) from err
+            if step == 0 and epoch == first_epoch:
+                # Start-up ends here: the benchmark times process start to this line.
+                log("first-step", epoch=epoch, steps=count, loss=f"{float(losses[0]):.6f}")
+            for offset, loss in enumerate(losses.tolist(), start=1):
+                _check_loss(loss, watch, config, epoch, step + offset, steps, precision)
+            step += count
+            if sums[3] > 0:
                 raise TrainingInterrupted(
                     f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}. Completed epochs: "
                     f"{epoch - 1} (checkpointed in {paths.checkpoint_dir} every {config.checkpoint_every_epochs} "
                     "epoch(s)); a restart with the same checkpoint directory resumes from the last checkpoint."
                 )
-            totals[0] += float(loss_sum)
-            totals[1] += float(correct)
-            totals[2] += float(count)
+            totals = [t + float(v) for t, v in zip(totals, sums[:3], strict=True)]
         elapsed = time.perf_counter() - started
-        if step != steps:
-            raise DataError(
-                f"Epoch {epoch} produced {step} steps instead of {steps}: the files in {spec.directory} changed "
-                "during training."
-            )
         metrics = EpochMetrics(
             epoch=epoch,
             loss=totals[0] / totals[2],
@@ -379,8 +492,21 @@ def _train_loop(
             examples_per_sec=totals[2] / elapsed,
             step_time_ms=1000.0 * elapsed / steps,
         )
+        if evaluate is not None and (epoch % config.validation_every_epochs == 0 or epoch == config.epochs):
+            val_loss, val_accuracy = evaluate()
+            metrics = replace(metrics, val_loss=val_loss, val_accuracy=val_accuracy)
+            if val_loss < float(best_val_loss.numpy()):
+                best_val_loss.assign(val_loss)
+                evals_since_best.assign(0)
+                if cluster.is_chief:
+                    _save_keras(model, best_path)
+            else:
+                evals_since_best.assign_add(1)
+            stopped_early = bool(
+                config.early_stopping_patience and int(evals_since_best.numpy()) >= config.early_stopping_patience
+            )
         completed.assign(epoch)
-        if epoch % config.checkpoint_every_epochs == 0 or epoch == config.epochs:
+        if epoch % config.checkpoint_every_epochs == 0 or epoch == config.epochs or stopped_early:
             saved = manager.save(checkpoint_number=epoch)
             if not cluster.is_chief:
                 shutil.rmtree(write_dir, ignore_errors=True)
@@ -392,14 +518,97 @@ def _train_loop(
             assert writer is not None
             _write_scalars(writer, metrics)
         last_metrics = metrics
+        if stopped_early:
+            log(
+                "early-stop",
+                epoch=epoch,
+                best_val_loss=f"{float(best_val_loss.numpy()):.6f}",
+                patience=config.early_stopping_patience,
+            )
 
     result = TrainingResult(
         completed_epochs=int(completed.numpy()),
         resumed_from_epoch=resumed_from,
         last_metrics=last_metrics,
         weights_sha256=_weights_digest(model),
+        best_model=best_path if evaluate is not None and best_path.exists() else None,
     )
     return result, model
+
+
+def manifest_or_scan(spec: data.DatasetSpec) -> str:
+    """Where the channel's counts came from, for messages."""
+    from trainer.manifest import MANIFEST_NAME
+
+    return MANIFEST_NAME if (spec.directory / MANIFEST_NAME).is_file() else "the scan"
+
+
+def _check_loss(
+    loss: float, watch: DivergenceWatch, config: TrainingConfig, epoch: int, step: int, steps: int, precision: str
+) -> None:
+    """Fails on a NaN/infinite loss; fails or warns on a loss that explodes (``on_divergence``)."""
+    if not math.isfinite(loss):
+        raise TrainingDivergedError(
+            f"The loss became {loss} in epoch {epoch} at step {step} of {steps} "
+            f"(learning_rate={config.learning_rate}, precision {precision}); training diverged and no model "
+            "was written. Lower the learning rate or check the inputs for extreme values."
+        )
+    if watch.observe(loss):
+        message = (
+            f"The loss diverged: {loss:.4g} in epoch {epoch} at step {step} of {steps}, above "
+            f"{config.divergence_factor:g}x its starting level {watch.reference:.4g} for {config.divergence_steps} "
+            f"steps in a row (learning_rate={config.learning_rate}, optimizer {config.optimizer})."
+        )
+        if config.on_divergence == "fail":
+            raise TrainingDivergedError(
+                f"{message} No model was written. Lower the learning rate, or set on_divergence=warn or "
+                "divergence_factor=0 to train on."
+            )
+        log("WARNING", divergence=json.dumps(message))
+        print(f"WARNING: {message}", file=sys.stderr, flush=True)
+
+
+def _evaluator(model: Any, val_spec: data.DatasetSpec, config: TrainingConfig) -> Any:
+    """``evaluate() -> (val_loss, val_accuracy)`` over the whole validation channel."""
+    import tensorflow as tf
+
+    dataset = data.make_eval_dataset(val_spec, config.batch_size)
+
+    @tf.function
+    def totals() -> Any:
+        sums = tf.zeros([3], tf.float64)
+        for features, labels in dataset:
+            logits = model(features, training=False)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float64))
+            sums += tf.stack(
+                [tf.reduce_sum(tf.cast(per_example, tf.float64)), correct, tf.cast(tf.shape(labels)[0], tf.float64)]
+            )
+        return sums
+
+    def evaluate() -> tuple[float, float]:
+        try:
+            loss_sum, correct, count = totals().numpy().tolist()
+        except tf.errors.OpError as err:
+            problem = data.locate_problem(val_spec)
+            if problem:
+                raise DataError(f"{problem} (validation channel)") from err
+            raise DataError(
+                f"Reading validation channel {val_spec.channel!r} ({val_spec.directory}) failed: "
+                f"{' '.join(str(getattr(err, 'message', err)).split())[:400]}"
+            ) from err
+        return loss_sum / count, correct / count
+
+    return evaluate
+
+
+def _save_keras(model: Any, path: Path) -> None:
+    """Saves atomically: a reader never finds a half-written file under ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".incomplete-{path.name}")
+    model.save(str(partial))
+    partial.replace(path)
 
 
 def _write_scalars(writer: Any, metrics: EpochMetrics) -> None:
@@ -422,13 +631,17 @@ def _write_scalars(writer: Any, metrics: EpochMetrics) -> None:
     writer.flush()
 
 
-def _save_model(paths: Paths, model: Any, resolved: dict[str, Any]) -> None:
-    """Writes the resolved config, then the model atomically, so a partial model is never taken as good."""
+def _save_model(paths: Paths, model: Any, resolved: dict[str, Any], best_model: Path | None) -> None:
+    """Writes the resolved config, the best-by-validation model if any, then the last model, each
+    atomically, so a partial model is never taken as good."""
     paths.model_dir.mkdir(parents=True, exist_ok=True)
     (paths.model_dir / CONFIG_FILENAME).write_text(
         json.dumps(resolved, indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
-    partial = paths.model_dir / f".incomplete-{MODEL_FILENAME}"
-    model.save(str(partial))
-    partial.replace(paths.model_dir / MODEL_FILENAME)
+    if best_model is not None:
+        partial = paths.model_dir / f".incomplete-{BEST_MODEL_FILENAME}"
+        shutil.copyfile(best_model, partial)
+        partial.replace(paths.model_dir / BEST_MODEL_FILENAME)
+        log("model-saved", path=paths.model_dir / BEST_MODEL_FILENAME, kind="best_val_loss")
+    _save_keras(model, paths.model_dir / MODEL_FILENAME)
     log("model-saved", path=paths.model_dir / MODEL_FILENAME)
