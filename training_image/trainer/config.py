@@ -19,8 +19,8 @@ from typing import Any
 
 from trainer.errors import ConfigError
 
-MODELS = ("mlp", "cnn")
-DATA_FORMATS = ("auto", "csv", "tfrecord")
+MODELS = ("mlp", "cnn", "resnet50")
+DATA_FORMATS = ("auto", "csv", "tfrecord", "image-tfrecord", "image-dir")
 MIXED_PRECISION_MODES = ("auto", "on", "off")
 OPTIMIZERS = ("adam", "sgd")
 
@@ -34,8 +34,9 @@ class TrainingConfig:
     """The resolved training configuration (saved beside the model as ``trainer_config.json``).
 
     Attributes:
-        model: Built-in model: ``mlp`` (tabular features) or ``cnn`` (images, needs
-            ``image_shape``).
+        model: Built-in model: ``mlp`` (tabular features), ``cnn`` (images as flat feature
+            rows, needs ``image_shape``) or ``resnet50`` (Keras applications ResNet-50, random
+            initial weights, on ``image-tfrecord`` / ``image-dir`` data at ``image_size``).
         epochs: Total epochs to train, counting epochs completed before a restart.
         batch_size: Global batch size, split evenly over all replicas of all workers; must be
             divisible by the number of replicas.
@@ -46,8 +47,9 @@ class TrainingConfig:
         dropout: Dropout rate after each hidden block, in [0, 1).
         image_shape: ``HxWxC`` of the images the CNN reshapes each flat feature row into.
         num_classes: Number of classes; 0 infers it as the largest label + 1 from the data scan.
-        data_format: ``csv``, ``tfrecord`` or ``auto`` (from file extensions, else the channel's
-            ContentType in inputdataconfig.json).
+        data_format: ``csv``, ``tfrecord``, ``image-tfrecord`` (``image/encoded`` +
+            ``image/class/label`` examples), ``image-dir`` (one sub-directory per class) or
+            ``auto`` (from the files, else the channel's ContentType in inputdataconfig.json).
         train_channel: Name of the input channel to train on.
         shuffle_buffer: Examples in the shuffle buffer (per input pipeline).
         mixed_precision: ``auto`` (bf16 on compute capability >= 8.0, fp16 on >= 7.0, else
@@ -57,6 +59,12 @@ class TrainingConfig:
         expected_gpu_count: GPUs per host, used when ``EXPECTED_GPU_COUNT`` is not set.
         seed: Seed for weight initialisation and shuffling.
         checkpoint_every_epochs: Checkpoint every this many epochs (the last epoch always is).
+        image_size: Side in pixels of the square images ``resnet50`` trains on (decoded images
+            are cropped and resized to it; at least 32).
+        image_examples: Images in an ``image-tfrecord`` channel without ``manifest.json``;
+            unset: the record headers are counted (a seek per record, no image read).
+        image_label_base: Label value of class 0 in ``image-tfrecord`` data; unset: the
+            manifest's, else 1 (the TensorFlow/TPU ImageNet tooling numbers classes from 1).
     """
 
     model: str = "mlp"
@@ -77,6 +85,9 @@ class TrainingConfig:
     expected_gpu_count: int | None = None
     seed: int = 1234
     checkpoint_every_epochs: int = 1
+    image_size: int = 224
+    image_examples: int | None = None
+    image_label_base: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (tuples become lists)."""
@@ -207,6 +218,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "expected_gpu_count": _optional_int,
     "seed": _int(0),
     "checkpoint_every_epochs": _int(1),
+    "image_size": _int(32),
+    "image_examples": _optional_int,
+    "image_label_base": _optional_int,
 }
 
 
