@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.config import TrainingConfig
 from trainer.errors import DataError
 
 IMAGE_KEY = "image/encoded"
@@ -291,6 +292,55 @@ def _discover_dir(directory: Path, files: list[Path], *, channel: str, num_class
     )
 
 
+def from_config(directory: Path, config: TrainingConfig, *, channel: str) -> ImageDataset | None:
+    """The channel as an image dataset if it is one, per the hyperparameters; pure Python.
+
+    ``data_format`` ``image-tfrecord``/``image-dir`` says so; ``auto`` asks
+    :func:`detect_format`. Returns None for feature-row channels (``trainer.data`` reads those)
+    and for a missing directory (``trainer.data.discover_channel`` names it).
+
+    Raises:
+        DataError: ``model=resnet50`` on a channel that holds no image dataset, or a layout
+            problem (see :func:`discover`).
+    """
+    if not directory.is_dir():
+        return None
+    if config.data_format in IMAGE_FORMATS:
+        data_format: str | None = config.data_format
+    elif config.data_format == "auto":
+        data_format = detect_format(directory)
+    else:
+        data_format = None
+    if data_format is None:
+        if config.model == "resnet50":
+            raise DataError(
+                f"model=resnet50 trains on images, but channel {channel!r} ({directory}) holds neither image "
+                "TFRecord shards (image/encoded, image/class/label) nor one sub-directory of .jpg/.png files per "
+                "class; set data_format=image-tfrecord or image-dir if it does."
+            )
+        return None
+    return discover(
+        directory,
+        channel=channel,
+        data_format=data_format,
+        num_classes=config.num_classes,
+        examples=config.image_examples,
+        label_base=config.image_label_base,
+    )
+
+
+def explain_failure(
+    spec: ImageDataset, err: Exception, *, epoch: int, step: int, pipeline_index: int = 0, num_pipelines: int = 1
+) -> DataError:
+    """The DataError for a failed image pipeline: the broken picture named when one is found."""
+    message = " ".join(str(getattr(err, "message", err)).split())[:400]
+    if "Bad label in" in message:
+        return DataError(f"Reading channel {spec.channel!r} failed in epoch {epoch} at step {step}: {message}")
+    problem = locate_problem(spec, pipeline_index=pipeline_index, num_pipelines=num_pipelines)
+    where = f"Reading channel {spec.channel!r} ({spec.directory}) failed in epoch {epoch} at step {step}"
+    return DataError(f"{where}: {problem}" if problem else f"{where}: {message}")
+
+
 def steps_per_epoch(spec: ImageDataset, global_batch: int) -> int:
     """Steps per epoch for every worker: the channel's images over the global batch (floor)."""
     return spec.examples // global_batch
@@ -425,23 +475,25 @@ def make_dataset(
         if training:
             # The list of names is small: shuffle it whole, then read in that order.
             items = items.shuffle(len(spec.files), seed=seed * 7919 + epoch, reshuffle_each_iteration=True).repeat()
-        encoded = items.map(
-            lambda path, label: (tf.io.read_file(path), tf.cast(label, tf.int32)),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=not training,
-        )
-    else:
-        records = _records_with_source(spec, pipeline_index, num_pipelines, deterministic=not training)
-        if training:
-            records = records.repeat().shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
-        encoded = records.map(_parse_record(spec), num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
 
-    def preprocess(index: Any, item: Any) -> Any:
-        raw, label = item
-        element_seed = tf.stack([tf.constant(seed * 1_000_003 + epoch, tf.int64), index])
+        def read(path: Any, label: Any) -> Any:
+            return tf.io.read_file(path), tf.cast(label, tf.int32)
+
+    else:
+        items = _records_with_source(spec, pipeline_index, num_pipelines, deterministic=not training)
+        if training:
+            items = items.repeat().shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
+        read = _parse_record(spec)
+
+    def load(position: Any, item: Any) -> Any:
+        raw, label = read(*item)
+        # Seeded by the picture's place in the (seeded) order, not by when a thread gets to it.
+        element_seed = tf.stack([tf.constant(seed * 1_000_003 + epoch, tf.int64), position])
         return _crop_and_resize(raw, image_size, training, element_seed), label
 
-    images = encoded.enumerate().map(preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+    # One map (read or parse, decode, crop, flip) in parallel; out of order in training, where
+    # pictures of uneven size would otherwise hold the queue behind the slowest.
+    images = items.enumerate().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
     batched = images.batch(per_replica_batch, drop_remainder=training, num_parallel_calls=tf.data.AUTOTUNE)
     if batches is not None:
         batched = batched.take(batches)
