@@ -351,6 +351,8 @@ def test_the_hyperparameters_pick_the_image_reader_and_failures_name_the_picture
     assert spec is not None and spec.data_format == "image-dir" and spec.examples == 6
     assert images.from_config(tmp_path / "rows", TrainingConfig(), channel="train") is None
     assert images.from_config(tmp_path / "absent", auto, channel="train") is None
+    with pytest.raises(DataError, match="which model=mlp does not read"):
+        images.from_config(tmp_path / "pictures", TrainingConfig(), channel="train")
     with pytest.raises(DataError, match="model=resnet50 trains on images, but channel 'train'"):
         images.from_config(tmp_path / "rows", auto, channel="train")
 
@@ -363,3 +365,36 @@ def test_the_hyperparameters_pick_the_image_reader_and_failures_name_the_picture
         f"Reading channel 'train' ({tmp_path / 'pictures'}) failed in epoch 2 at step 1: Cannot decode image {victim}: "
         "not a readable JPEG or PNG file (corrupt or truncated)."
     )
+
+
+# --- through the entrypoint ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data_format", ["image-tfrecord", "image-dir"])
+def test_the_trainer_trains_resnet50_on_an_image_channel(tmp_path, data_format):
+    from tests.trainer.helpers import run_trainer, write_job
+
+    data = _spec(data_format, examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3, shards=2)
+    hp = {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8, "optimizer": "sgd",
+          "learning_rate": 0.01}  # fmt: skip
+    run = run_trainer(write_job(tmp_path, hp, data))
+    assert run.returncode == 0, run.explain()
+    assert run.model_path.exists()
+    (event,) = run.events("data")
+    assert (event["format"], event["examples"], event["classes"]) == (data_format, "16", "2")
+    assert len(run.metrics()) == 1
+
+
+@pytest.mark.slow
+def test_the_trainer_fails_naming_a_corrupt_jpeg(tmp_path):
+    from tests.trainer.helpers import run_trainer, write_job
+
+    data = _spec("image-dir", examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3)
+    base = write_job(tmp_path, {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8}, data)
+    victim = sorted((base / "input" / "data" / "train" / "class_1").iterdir())[2]
+    victim.write_bytes(victim.read_bytes()[:100])
+    run = run_trainer(base)
+    assert run.returncode == 5, run.explain()
+    assert f"Cannot decode image {victim}" in (run.failure or ""), run.failure
+    assert not run.model_path.exists()

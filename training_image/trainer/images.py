@@ -82,6 +82,11 @@ class ImageDataset:
     class_names: tuple[str, ...] = ()
     label_base: int = 0
 
+    @property
+    def num_features(self) -> int:
+        """0: pictures are not feature rows (lets the trainer's shared log lines and config read it)."""
+        return 0
+
 
 def _data_files(directory: Path) -> list[Path]:
     return sorted(
@@ -319,6 +324,11 @@ def from_config(directory: Path, config: TrainingConfig, *, channel: str) -> Ima
                 "class; set data_format=image-tfrecord or image-dir if it does."
             )
         return None
+    if config.model != "resnet50":
+        raise DataError(
+            f"Channel {channel!r} ({directory}) holds an image dataset ({data_format}), which model={config.model} "
+            "does not read (it takes feature rows); use model=resnet50."
+        )
     return discover(
         directory,
         channel=channel,

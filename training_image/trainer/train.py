@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, data, distribute, gpu_check, models
+from trainer import __version__, data, distribute, gpu_check, images, models
 from trainer.config import TrainingConfig
 from trainer.environment import Cluster, Paths, TrainingEnvironment
 from trainer.errors import (
@@ -83,7 +83,10 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     config = TrainingConfig.from_hyperparameters(env.hyperparameters)
     cluster = env.cluster
     log("config", **{k: json.dumps(v) for k, v in config.to_dict().items()})
-    spec = data.discover_channel(env.paths, config, env.input_data_config)
+    # Image channels (trainer.images) are counted without a scan; feature rows are scanned below.
+    spec: Any = images.from_config(env.paths.channel_dir(config.train_channel), config, channel=config.train_channel)
+    if spec is None:
+        spec = data.discover_channel(env.paths, config, env.input_data_config)
     expectation = gpu_check.resolve_expectation(env.expected_gpu_count, config.expected_gpu_count, env.instance_type)
     inventory = gpu_check.inspect_devices(expectation, env.logical_cpu_devices)
     precision = gpu_check.choose_precision(config.mixed_precision, inventory)
@@ -101,7 +104,8 @@ def run(env: TrainingEnvironment) -> TrainingResult:
 
     keras.mixed_precision.set_dtype_policy(precision)
     keras.utils.set_random_seed(config.seed)
-    spec = data.scan_channel(spec, config.num_classes)
+    if not isinstance(spec, images.ImageDataset):
+        spec = data.scan_channel(spec, config.num_classes)
     log(
         "data",
         channel=spec.channel,
@@ -226,6 +230,8 @@ def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConf
 def _step_failure(err: Exception, epoch: int, step: int, spec: data.DatasetSpec) -> TrainerError:
     message = " ".join(str(getattr(err, "message", err)).split())[:400]
     if "IteratorGetNext" in str(err) or "Iterator" in type(err).__name__:
+        if isinstance(spec, images.ImageDataset):
+            return images.explain_failure(spec, err, epoch=epoch, step=step)
         return DataError(
             f"Reading channel {spec.channel!r} ({spec.directory}) failed in epoch {epoch} at step {step}: {message}"
         )
@@ -258,15 +264,24 @@ def _train_loop(
     num_pipelines = cluster.num_workers
     per_replica_batch = config.batch_size // replicas
     replicas_per_pipeline = replicas // num_pipelines
-    plans = data.plan_shards(spec, num_pipelines)
-    steps = data.steps_per_epoch(plans, config.batch_size // num_pipelines)
+    if isinstance(spec, images.ImageDataset):
+        plans: Any = (None,) * num_pipelines
+        steps = images.steps_per_epoch(spec, config.batch_size)
+    else:
+        plans = data.plan_shards(spec, num_pipelines)
+        steps = data.steps_per_epoch(plans, config.batch_size // num_pipelines)
     if steps == 0:
         raise DataError(
             f"Input channel {spec.channel!r} has {spec.examples} examples, fewer than one global batch "
             f"(batch_size={config.batch_size}) per epoch across {num_pipelines} worker(s); "
             "lower batch_size or add data."
         )
-    log("sharding", by_file=plans[0].by_file, steps_per_epoch=steps, per_replica_batch=per_replica_batch)
+    log(
+        "sharding",
+        by_file=plans[0].by_file if plans[0] is not None else len(spec.files) >= num_pipelines,
+        steps_per_epoch=steps,
+        per_replica_batch=per_replica_batch,
+    )
 
     with strategy.scope():
         model = models.build_model(config, spec.num_features, spec.num_classes)
@@ -315,6 +330,19 @@ def _train_loop(
 
     def dataset_fn(epoch: int) -> Any:
         def build(context: Any) -> Any:
+            if isinstance(spec, images.ImageDataset):
+                return images.make_dataset(
+                    spec,
+                    training=True,
+                    image_size=config.image_size,
+                    per_replica_batch=context.get_per_replica_batch_size(config.batch_size),
+                    batches=steps * replicas_per_pipeline,
+                    pipeline_index=context.input_pipeline_id,
+                    num_pipelines=context.num_input_pipelines,
+                    shuffle_buffer=config.shuffle_buffer,
+                    seed=config.seed,
+                    epoch=epoch,
+                )
             return data.make_dataset(
                 spec,
                 plans[context.input_pipeline_id],
