@@ -359,14 +359,22 @@ def steps_per_epoch(spec: ImageDataset, global_batch: int) -> int:
 # --- the tf.data pipeline --------------------------------------------------------------------
 
 
-def _records_with_source(spec: ImageDataset, pipeline_index: int, num_pipelines: int, deterministic: bool) -> Any:
-    """``(source, index, serialized)`` of this pipeline's records; source is the shard path."""
+def _records_with_source(
+    spec: ImageDataset, pipeline_index: int, num_pipelines: int, deterministic: bool, shuffle_seed: int | None = None
+) -> Any:
+    """``(source, index, serialized)`` of this pipeline's records; source is the shard path.
+
+    With ``shuffle_seed`` the pipeline's shards are opened in a seeded random order (training),
+    so the interleave does not visit the same shards together every epoch.
+    """
     import tensorflow as tf
 
     paths = tf.data.Dataset.from_tensor_slices(list(spec.files))
     by_file = len(spec.files) >= num_pipelines
     if by_file and num_pipelines > 1:
         paths = paths.shard(num_pipelines, pipeline_index)
+    if shuffle_seed is not None and by_file:
+        paths = paths.shuffle(len(spec.files), seed=shuffle_seed)
 
     def read(path: Any) -> Any:
         return tf.data.TFRecordDataset(path).enumerate().map(lambda index, record: (path, index, record))
@@ -490,7 +498,9 @@ def make_dataset(
             return tf.io.read_file(path), tf.cast(label, tf.int32)
 
     else:
-        items = _records_with_source(spec, pipeline_index, num_pipelines, deterministic=not training)
+        items = _records_with_source(
+            spec, pipeline_index, num_pipelines, deterministic=not training, shuffle_seed=seed + epoch if training else None
+        )
         if training:
             items = items.repeat().shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
         read = _parse_record(spec)
