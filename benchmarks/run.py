@@ -53,6 +53,12 @@ def _gpu(repeats: int) -> list[dict]:
     return gpu_bench.run(repeats)
 
 
+def _resnet50(repeats: int) -> list[dict]:
+    from benchmarks import resnet_bench
+
+    return resnet_bench.run(repeats)
+
+
 def _script(repeats: int) -> list[dict]:
     from benchmarks import script_bench
 
@@ -77,6 +83,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "startup": _startup,
     "throughput": _throughput,
     "gpu": _gpu,
+    "resnet50": _resnet50,
     "cost": _cost,
     "script": _script,
     "serve": _serve,

@@ -19,8 +19,8 @@ from typing import Any
 
 from trainer.errors import ConfigError
 
-MODELS = ("mlp", "cnn")
-DATA_FORMATS = ("auto", "csv", "tfrecord")
+MODELS = ("mlp", "cnn", "resnet50")
+DATA_FORMATS = ("auto", "csv", "tfrecord", "image-tfrecord", "image-dir")
 MIXED_PRECISION_MODES = ("auto", "on", "off")
 OPTIMIZERS = ("adam", "sgd")
 
@@ -34,8 +34,9 @@ class TrainingConfig:
     """The resolved training configuration (saved beside the model as ``trainer_config.json``).
 
     Attributes:
-        model: Built-in model: ``mlp`` (tabular features) or ``cnn`` (images, needs
-            ``image_shape``).
+        model: Built-in model: ``mlp`` (tabular features), ``cnn`` (images as flat feature
+            rows, needs ``image_shape``) or ``resnet50`` (Keras applications ResNet-50, random
+            initial weights, on ``image-tfrecord`` / ``image-dir`` data at ``image_size``).
         epochs: Total epochs to train, counting epochs completed before a restart.
         batch_size: Global batch size, split evenly over all replicas of all workers; must be
             divisible by the number of replicas.
@@ -46,8 +47,9 @@ class TrainingConfig:
         dropout: Dropout rate after each hidden block, in [0, 1).
         image_shape: ``HxWxC`` of the images the CNN reshapes each flat feature row into.
         num_classes: Number of classes; 0 infers it as the largest label + 1 from the data scan.
-        data_format: ``csv``, ``tfrecord`` or ``auto`` (from file extensions, else the channel's
-            ContentType in inputdataconfig.json).
+        data_format: ``csv``, ``tfrecord``, ``image-tfrecord`` (``image/encoded`` +
+            ``image/class/label`` examples), ``image-dir`` (one sub-directory per class) or
+            ``auto`` (from the files, else the channel's ContentType in inputdataconfig.json).
         train_channel: Name of the input channel to train on; empty (the default) takes ``train``
             or ``training``, else the only data channel declared (``code`` and ``validation`` aside).
         shuffle_buffer: Examples in the shuffle buffer (per input pipeline).
@@ -71,6 +73,12 @@ class TrainingConfig:
             over the first steps; 0 turns the check off.
         divergence_steps: For this many consecutive steps.
         on_divergence: ``fail`` (no model is written) or ``warn`` (a warning line, training goes on).
+        image_size: Side in pixels of the square images ``resnet50`` trains on (decoded images
+            are cropped and resized to it; at least 32).
+        image_examples: Images in an ``image-tfrecord`` channel without ``manifest.json``;
+            unset: the record headers are counted (a seek per record, no image read).
+        image_label_base: Label value of class 0 in ``image-tfrecord`` data; unset: the
+            manifest's, else 1 (the TensorFlow/TPU ImageNet tooling numbers classes from 1).
     """
 
     model: str = "mlp"
@@ -99,6 +107,9 @@ class TrainingConfig:
     divergence_factor: float = 10.0
     divergence_steps: int = 20
     on_divergence: str = "fail"
+    image_size: int = 224
+    image_examples: int | None = None
+    image_label_base: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (tuples become lists)."""
@@ -241,6 +252,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "divergence_factor": _factor_or_zero,
     "divergence_steps": _int(1),
     "on_divergence": _choice(("fail", "warn")),
+    "image_size": _int(32),
+    "image_examples": _optional_int,
+    "image_label_base": _optional_int,
 }
 
 

@@ -1,7 +1,9 @@
 """The built-in models, selected by the ``model`` hyperparameter.
 
-Both take a flat float vector per example (what the CSV and TFRecord readers produce) and end
-in a float32 logits layer, so mixed precision never computes the loss in bf16/fp16.
+``mlp`` and ``cnn`` take a flat float vector per example (what the CSV and TFRecord readers
+produce); ``resnet50`` takes ``[S, S, 3]`` uint8 images (what ``trainer.images`` produces) and
+rescales them itself, so a saved model takes raw pixels. Every model ends in a float32 logits
+layer, so mixed precision never computes the loss in bf16/fp16.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ def build_model(config: TrainingConfig, num_features: int, num_classes: int) -> 
     """
     import keras
 
+    if config.model == "resnet50":
+        return build_image_model(config, num_classes)
     inputs = keras.Input(shape=(num_features,), name="features")
     if config.model == "mlp":
         hidden = inputs
@@ -48,6 +52,28 @@ def build_model(config: TrainingConfig, num_features: int, num_classes: int) -> 
     else:  # pragma: no cover - config validation allows only the models above
         raise ConfigError(f"unknown model {config.model!r}")
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(hidden)
+    return keras.Model(inputs, logits, name=config.model)
+
+
+def build_image_model(config: TrainingConfig, num_classes: int) -> Any:
+    """ResNet-50 (Keras applications, ``weights=None``: nothing is downloaded) on uint8 images.
+
+    The input is ``[image_size, image_size, 3]`` uint8, rescaled to [-1, 1] inside the model; the
+    backbone follows the global dtype policy (set before building, as ``train.run`` does), the
+    global-average-pooled features feed a float32 logits layer. Call inside ``strategy.scope()``.
+    """
+    import keras
+
+    size = config.image_size
+    inputs = keras.Input(shape=(size, size, 3), dtype="uint8", name="image")
+    scaled = keras.layers.Rescaling(1.0 / 127.5, offset=-1.0, name="rescale")(inputs)
+    backbone = keras.applications.ResNet50(
+        include_top=False, weights=None, input_shape=(size, size, 3), pooling="avg", name="resnet50_backbone"
+    )
+    features = backbone(scaled)
+    if config.dropout:
+        features = keras.layers.Dropout(config.dropout, name="dropout")(features)
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(features)
     return keras.Model(inputs, logits, name=config.model)
 
 

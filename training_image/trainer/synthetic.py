@@ -4,8 +4,16 @@
     python -m trainer.synthetic --format tfrecord --out data/train --examples 2000 --classes 4 --image 12x12x1
     python -m trainer.synthetic --format image-dir --out data/train --examples 400 --classes 4 --image 16x16x3
 
+    python -m trainer.synthetic --format image-tfrecord --out data/train --examples 400 --classes 4 --image 32x32x3
+
 ``image-dir`` is the layout Keras' ``image_dataset_from_directory`` reads: one sub-directory per
-class (``class_0``...) of real PNG files, for user scripts.
+class (``class_0``... zero-padded when there are more than 10, so sorted names keep label order)
+of real JPEG files (``--encoding png`` for PNG). ``image-tfrecord`` is the TensorFlow/TPU ImageNet
+layout: ``tf.train.Example`` with the JPEG under ``image/encoded`` and the label under
+``image/class/label`` counted from ``--label-base`` (1, as that tooling writes), plus the
+``manifest.json`` the trainer counts from (see ``trainer.images``). Image pixels: each class has
+its own colour (grey level for one channel) over the whole picture, with noise, so it survives
+the random crops and flips of training.
 
 Tabular data: one Gaussian cluster per class (centroid ~ N(0, separation^2), unit noise), so an
 MLP reaches high accuracy in a few epochs. Images: each class lights a square patch at its own
@@ -31,6 +39,12 @@ import numpy as np
 
 from trainer import manifest
 from trainer.data import FEATURES_KEY, LABEL_KEY
+from trainer.images import IMAGE_KEY
+from trainer.images import LABEL_KEY as IMAGE_LABEL_KEY
+from trainer.images import write_manifest
+
+IMAGE_FORMATS = ("image-dir", "image-tfrecord")
+ENCODINGS = ("jpeg", "png")
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,8 @@ class SyntheticSpec:
         header: Whether CSV files start with a header line.
         separation: Scale of the class centroids (tabular) or patch brightness (images)
             relative to the unit noise; lower makes the task harder.
+        encoding: ``jpeg`` or ``png``: how ``image-dir`` and ``image-tfrecord`` encode pictures.
+        label_base: ``image-tfrecord``: the label written for class 0 (1 as the ImageNet tooling).
     """
 
     data_format: str
@@ -59,6 +75,8 @@ class SyntheticSpec:
     seed: int = 0
     header: bool = True
     separation: float = 1.0
+    encoding: str = "jpeg"
+    label_base: int = 1
 
 
 def _class_templates(spec: SyntheticSpec, rng: np.random.Generator) -> np.ndarray:
@@ -123,15 +141,71 @@ def png_bytes(image: np.ndarray) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
 
 
-def _write_image_dir(out_dir: Path, spec: SyntheticSpec, features: np.ndarray, labels: np.ndarray, start: int) -> list[Path]:
+def image_pixels(spec: SyntheticSpec, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` uint8 pictures ``[N, H, W, C]`` and their labels: a colour per class, plus noise."""
     assert spec.image_shape is not None
-    pixels = np.clip(64.0 + 48.0 * features, 0, 255).astype(np.uint8).reshape(-1, *spec.image_shape)
+    height, width, channels = spec.image_shape
+    # Balanced and shuffled: every class appears once there are as many pictures as classes.
+    labels = rng.permutation(np.arange(count) % spec.classes)
+    if channels == 1:
+        colours = np.linspace(40.0, 215.0, spec.classes)[:, None]
+    else:
+        # Evenly spaced hues, fully saturated: neighbouring classes differ in at least one channel.
+        hues = np.arange(spec.classes) / spec.classes
+        phase = (hues[:, None] + np.array([0.0, 1.0 / 3.0, 2.0 / 3.0])[None, :]) * 2.0 * np.pi
+        colours = 127.5 + 100.0 * np.cos(phase)
+        colours = np.concatenate([colours, np.full((spec.classes, channels - 3), 127.5)], axis=1)
+    noise = rng.normal(0.0, 40.0 / max(spec.separation, 1e-3), size=(count, height, width, channels))
+    pixels = colours[labels][:, None, None, :] + noise
+    return np.clip(pixels, 0, 255).astype(np.uint8), labels.astype(np.int64)
+
+
+def encode_image(image: np.ndarray, encoding: str) -> bytes:
+    """The bytes of a JPEG (quality 95) or PNG file of an ``HxWxC`` uint8 array."""
+    if encoding == "png":
+        return png_bytes(image)
+    import tensorflow as tf
+
+    return bytes(tf.io.encode_jpeg(image, quality=95).numpy())
+
+
+def _class_dir(label: int, classes: int) -> str:
+    return f"class_{label:0{len(str(classes - 1))}d}"
+
+
+def _write_image_dir(out_dir: Path, spec: SyntheticSpec, rng: np.random.Generator) -> list[Path]:
+    pixels, labels = image_pixels(spec, spec.examples, rng)
+    suffix = ".png" if spec.encoding == "png" else ".jpg"
     written = []
     for offset, (image, label) in enumerate(zip(pixels, labels, strict=True)):
-        path = out_dir / f"class_{int(label)}" / f"img-{start + offset:06d}.png"
+        path = out_dir / _class_dir(int(label), spec.classes) / f"img-{offset:06d}{suffix}"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(png_bytes(image))
+        path.write_bytes(encode_image(image, spec.encoding))
         written.append(path)
+    return written
+
+
+def _write_image_tfrecords(out_dir: Path, spec: SyntheticSpec, rng: np.random.Generator) -> list[Path]:
+    import tensorflow as tf
+
+    written = []
+    for shard, indices in enumerate(np.array_split(np.arange(spec.examples), spec.shards)):
+        pixels, labels = image_pixels(spec, len(indices), rng)
+        path = out_dir / f"train-{shard:05d}-of-{spec.shards:05d}.tfrecord"
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            for image, label in zip(pixels, labels, strict=True):
+                feature = {
+                    IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[encode_image(image, spec.encoding)])),
+                    "image/format": tf.train.Feature(bytes_list=tf.train.BytesList(value=[spec.encoding.encode()])),
+                    "image/height": tf.train.Feature(int64_list=tf.train.Int64List(value=[image.shape[0]])),
+                    "image/width": tf.train.Feature(int64_list=tf.train.Int64List(value=[image.shape[1]])),
+                    IMAGE_LABEL_KEY: tf.train.Feature(
+                        int64_list=tf.train.Int64List(value=[int(label) + spec.label_base])
+                    ),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+        written.append(path)
+    write_manifest(out_dir, num_classes=spec.classes, label_base=spec.label_base)
     return written
 
 
@@ -143,14 +217,17 @@ def write_dataset(out_dir: Path, spec: SyntheticSpec) -> list[Path]:
         raise ValueError(
             f"image shape {spec.image_shape} holds {math.prod(spec.image_shape)} values, not {spec.features}"
         )
-    if spec.data_format == "image-dir" and (spec.image_shape is None or spec.image_shape[2] not in (1, 3)):
-        raise ValueError("image-dir needs --image HxWx1 or HxWx3")
+    if spec.data_format in IMAGE_FORMATS and (spec.image_shape is None or spec.image_shape[2] not in (1, 3)):
+        raise ValueError(f"{spec.data_format} needs --image HxWx1 or HxWx3")
+    if spec.encoding not in ENCODINGS:
+        raise ValueError(f"encoding must be one of {', '.join(ENCODINGS)}, got {spec.encoding!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(spec.seed)
-    templates = _class_templates(spec, rng)
     if spec.data_format == "image-dir":
-        features, labels = generate(spec, spec.examples, rng, templates)
-        return _write_image_dir(out_dir, spec, features, labels, 0)
+        return _write_image_dir(out_dir, spec, rng)
+    if spec.data_format == "image-tfrecord":
+        return _write_image_tfrecords(out_dir, spec, rng)
+    templates = _class_templates(spec, rng)
     suffix = ".csv" if spec.data_format == "csv" else ".tfrecord"
     written = []
     entries: list[manifest.FileEntry] = []
@@ -178,7 +255,7 @@ def _image_shape(text: str) -> tuple[int, int, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: parse arguments, write the files, print one summary line."""
     parser = argparse.ArgumentParser(prog="python -m trainer.synthetic", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--format", required=True, choices=("csv", "tfrecord", "image-dir"))
+    parser.add_argument("--format", required=True, choices=("csv", "tfrecord", *IMAGE_FORMATS))
     parser.add_argument("--out", required=True, type=Path, help="directory to write the shards into")
     parser.add_argument("--examples", required=True, type=int)
     parser.add_argument("--features", type=int, help="values per example (implied by --image)")
@@ -188,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--separation", type=float, default=1.0, help="class separation; lower is harder")
     parser.add_argument("--no-header", action="store_true", help="CSV files without a header line")
+    parser.add_argument("--encoding", choices=ENCODINGS, default="jpeg", help="image-dir / image-tfrecord pictures")
+    parser.add_argument("--label-base", type=int, default=1, help="image-tfrecord: label written for class 0")
     args = parser.parse_args(argv)
 
     features = math.prod(args.image) if args.image else args.features
@@ -207,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         header=not args.no_header,
         separation=args.separation,
+        encoding=args.encoding,
+        label_base=args.label_base,
     )
     try:
         paths = write_dataset(args.out, spec)

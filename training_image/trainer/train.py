@@ -11,6 +11,7 @@ the expected GPU count) run first and fail fast, and the data scan runs after th
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -22,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, data, distribute, gpu_check, models
+from trainer import __version__, data, distribute, gpu_check, images, models
 from trainer.config import TrainingConfig
 from trainer.environment import Cluster, Paths, TrainingEnvironment
 from trainer.errors import (
@@ -87,7 +88,12 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     config = TrainingConfig.from_hyperparameters(env.hyperparameters)
     cluster = env.cluster
     log("config", **{k: json.dumps(v) for k, v in config.to_dict().items()})
-    spec = data.discover_channel(env.paths, config, env.input_data_config)
+    # Image channels (trainer.images) are counted from their listing or manifest; feature rows by
+    # data.count_channel below.
+    train_channel = data.resolve_train_channel(env.paths, config, env.input_data_config)
+    spec: Any = images.from_config(env.paths.channel_dir(train_channel), config, channel=train_channel)
+    if spec is None:
+        spec = data.discover_channel(env.paths, config, env.input_data_config)
     val_spec = data.discover_validation(env.paths, config, env.input_data_config, train_channel=spec.channel)
     expectation = gpu_check.resolve_expectation(env.expected_gpu_count, config.expected_gpu_count, env.instance_type)
     inventory = gpu_check.inspect_devices(expectation, env.logical_cpu_devices)
@@ -108,7 +114,8 @@ def run(env: TrainingEnvironment) -> TrainingResult:
 
     keras.mixed_precision.set_dtype_policy(precision)
     keras.utils.set_random_seed(config.seed)
-    spec = data.count_channel(spec, config.num_classes)
+    if not isinstance(spec, images.ImageDataset):
+        spec = data.count_channel(spec, config.num_classes)
     log(
         "data",
         channel=spec.channel,
@@ -261,6 +268,8 @@ def _step_failure(
     if cluster is not None and cluster.num_workers > 1 and not problem and "Iterator" not in str(err):
         return distribute.peer_failure(cluster, f"training step {step} of epoch {epoch}", err)
     if "IteratorGetNext" in str(err) or "Iterator" in type(err).__name__:
+        if isinstance(spec, images.ImageDataset):
+            return images.explain_failure(spec, err, epoch=epoch, step=step)
         return DataError(
             f"Reading channel {spec.channel!r} ({spec.directory}) failed in epoch {epoch} at step {step}: {message}"
         )
@@ -336,15 +345,24 @@ def _train_loop(
     num_pipelines = cluster.num_workers
     per_replica_batch = config.batch_size // replicas
     replicas_per_pipeline = replicas // num_pipelines
-    plans = data.plan_shards(spec, num_pipelines)
-    steps = data.steps_per_epoch(plans, config.batch_size // num_pipelines)
+    if isinstance(spec, images.ImageDataset):
+        plans: Any = (None,) * num_pipelines
+        steps = images.steps_per_epoch(spec, config.batch_size)
+    else:
+        plans = data.plan_shards(spec, num_pipelines)
+        steps = data.steps_per_epoch(plans, config.batch_size // num_pipelines)
     if steps == 0:
         raise DataError(
             f"Input channel {spec.channel!r} has {spec.examples} examples, fewer than one global batch "
             f"(batch_size={config.batch_size}) per epoch across {num_pipelines} worker(s); "
             "lower batch_size or add data."
         )
-    log("sharding", by_file=plans[0].by_file, steps_per_epoch=steps, per_replica_batch=per_replica_batch)
+    log(
+        "sharding",
+        by_file=plans[0].by_file if plans[0] is not None else len(spec.files) >= num_pipelines,
+        steps_per_epoch=steps,
+        per_replica_batch=per_replica_batch,
+    )
 
     with strategy.scope():
         model = models.build_model(config, spec.num_features, spec.num_classes)
@@ -415,11 +433,30 @@ def _train_loop(
         return losses.stack(), totals
 
     # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
-    cache = max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
+    is_images = isinstance(spec, images.ImageDataset)
+    cache = not is_images and max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
     log("input", cache=cache, cache_max_mb=config.cache_max_mb)
 
     def pipeline(context: Any | None, first_epoch: int) -> Any:
         index = context.input_pipeline_id if context else 0
+        if is_images:
+            # Every epoch's decode/crop/flip pipeline, back to back, as make_epochs streams rows.
+            epochs = [
+                images.make_dataset(
+                    spec,
+                    training=True,
+                    image_size=config.image_size,
+                    per_replica_batch=per_replica_batch,
+                    batches=steps * replicas_per_pipeline,
+                    pipeline_index=index,
+                    num_pipelines=context.num_input_pipelines if context else 1,
+                    shuffle_buffer=config.shuffle_buffer,
+                    seed=config.seed,
+                    epoch=epoch,
+                )
+                for epoch in range(first_epoch, config.epochs + 1)
+            ]
+            return functools.reduce(lambda first, second: first.concatenate(second), epochs)
         return data.make_epochs(
             spec,
             plans[index],
@@ -469,6 +506,8 @@ def _train_loop(
             except tf.errors.OpError as err:
                 # Only errors a bad file raises are worth a walk over the files (after a failure only).
                 data_like = (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.NotFoundError)
+                if is_images and isinstance(err, data_like):
+                    raise images.explain_failure(spec, err, epoch=epoch, step=step + 1) from err
                 problem = data.locate_problem(spec) if isinstance(err, data_like) else None
                 raise _step_failure(err, epoch, step + 1, spec, problem, cluster) from err
             if step == 0 and epoch == first_epoch:

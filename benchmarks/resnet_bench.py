@@ -1,0 +1,246 @@
+"""Benchmark 4b: ResNet-50 on one GPU, per-GPU images/s and MFU, from JPEG shards and from memory.
+
+The reference model for GPU figures is the trainer's ``resnet50`` (``trainer.models.
+build_image_model``: Keras applications ResNet-50 v1, random weights) at 224x224, batch 256 per
+GPU, SGD with momentum, as NVIDIA's published TensorFlow ResNet-50 figures train it. Each
+configuration runs in its own process (the dtype policy and XLA are per process): float32 and
+mixed precision (bf16 on compute capability >= 8.0, fp16 with loss scaling on 7.x), with and
+without XLA, each fed two ways:
+
+- ``files``: ``image-tfrecord`` shards of 256x256 JPEGs through ``trainer.images.make_dataset``
+  (decode-and-crop, random resized crop, flip, batch, prefetch), which shows whether the CPU
+  side keeps up;
+- ``memory``: one batch kept on the GPU and trained on repeatedly: the model's own ceiling.
+
+MFU = training FLOPs per image (``benchmarks._flops``, counted per layer: ~23.2 GFLOP, 3x the
+3.86 GMAC forward pass of ResNet-50 v1 at 224) x images/s / the GPU's dense half-precision
+peak from gpu_instances.json. The goal is >= 40% on an H100; for scale, NVIDIA's published
+ResNet-50 training throughput on an H100 (a few thousand images/s with DALI) is about 10% by
+this definition, so the memory row is the one that says what the model and XLA can do.
+
+The step is the trainer's (tape, ``compute_average_loss``, ``scale_loss``, ``apply_gradients``,
+``tf.function(jit_compile=xla)``) but runs here in-process, single device; once the trainer
+reads image channels, measure it through the entrypoint as ``gpu_bench`` does for the CNN.
+Without a GPU it returns a row saying why it was skipped, never made-up figures.
+
+    .venv/bin/python -m benchmarks.resnet_bench [--instance-type p5.48xlarge] [--steps 60]
+    .venv/bin/python -m benchmarks.resnet_bench --allow-cpu --image-size 32 --batch 8 --steps 3   # plumbing only
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import _flops
+from benchmarks._trainer import PYTHON, ROOT, TRAINING_IMAGE, SyntheticSpec, write_data
+
+TARGET_MFU = 0.40
+TARGET_GPU = "H100"
+RUN_TIMEOUT_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One measured configuration.
+
+    Attributes:
+        image_size: Side of the square training images.
+        batch: Images per step (one GPU).
+        steps: Timed steps, after ``warmup`` untimed ones (tracing, XLA compilation, autotuning).
+        warmup: Untimed steps.
+        precision: ``off`` (float32) or ``on`` (bf16/fp16, as the trainer picks for the GPU).
+        xla: ``tf.function(jit_compile=True)`` for the forward and backward pass.
+        input_mode: ``files`` or ``memory``.
+        classes: Classes in the data (1000, as ImageNet).
+    """
+
+    image_size: int = 224
+    batch: int = 256
+    steps: int = 60
+    warmup: int = 15
+    precision: str = "on"
+    xla: bool = True
+    input_mode: str = "files"
+    classes: int = 1000
+
+
+def _policy(precision: str, gpus: list[Any]) -> str:
+    import tensorflow as tf
+
+    if precision == "off":
+        return "float32"
+    if not gpus:
+        return "mixed_bfloat16"
+    capability = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability", (0, 0))
+    return "mixed_bfloat16" if tuple(capability) >= (8, 0) else "mixed_float16"
+
+
+def measure_in_process(setup: Setup, channel: Path) -> dict[str, Any]:
+    """Builds ResNet-50 under the setup's policy and times its training steps; returns figures."""
+    sys.path.insert(0, str(TRAINING_IMAGE))
+    import keras
+    import tensorflow as tf
+
+    from trainer import images
+    from trainer.config import TrainingConfig
+    from trainer.models import build_image_model
+
+    gpus = tf.config.list_physical_devices("GPU")
+    policy = _policy(setup.precision, gpus)
+    keras.mixed_precision.set_dtype_policy(policy)
+    model = build_image_model(TrainingConfig(model="resnet50", image_size=setup.image_size), setup.classes)
+    flops = _flops.training_flops_per_example(model)
+    optimizer: Any = keras.optimizers.SGD(learning_rate=0.1, momentum=0.9)
+    if policy == "mixed_float16":
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    optimizer.build(model.trainable_variables)
+
+    @tf.function(jit_compile=setup.xla)
+    def gradients(pictures: Any, labels: Any) -> Any:
+        with tf.GradientTape() as tape:
+            logits = model(pictures, training=True)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=setup.batch)
+            scaled = optimizer.scale_loss(loss)
+        return tape.gradient(scaled, model.trainable_variables), loss
+
+    @tf.function
+    def step(pictures: Any, labels: Any) -> Any:
+        grads, loss = gradients(pictures, labels)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return loss
+
+    spec = images.discover(channel, channel="train", data_format="image-tfrecord")
+    dataset = images.make_dataset(
+        spec, training=True, image_size=setup.image_size, per_replica_batch=setup.batch, batches=None,
+        shuffle_buffer=4 * setup.batch, seed=1,
+    )  # fmt: skip
+    if setup.input_mode == "memory":
+        pictures, labels = next(iter(dataset))
+        pictures, labels = tf.identity(pictures), tf.identity(labels)  # on the GPU, once
+        batches = iter(lambda: (pictures, labels), None)
+    else:
+        batches = iter(dataset)
+    started = time.perf_counter()
+    for _ in range(setup.warmup):
+        loss = step(*next(batches))
+    float(loss.numpy())
+    warm = time.perf_counter()
+    for _ in range(setup.steps):
+        loss = step(*next(batches))
+    final = float(loss.numpy())  # waits for the last step
+    elapsed = time.perf_counter() - warm
+    return {
+        "policy": policy,
+        "device": "GPU" if gpus else "CPU",
+        "images_per_sec": setup.steps * setup.batch / elapsed,
+        "step_time_ms": 1000.0 * elapsed / setup.steps,
+        "warmup_s": warm - started,
+        "flops_per_image": flops,
+        "loss": final,
+    }
+
+
+def _run_child(setup: Setup, channel: Path, out: Path) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TRAINING_IMAGE), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
+    command = [PYTHON, "-m", "benchmarks.resnet_bench", "--child", json.dumps(asdict(setup)), str(channel), str(out)]
+    finished = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
+    )
+    if finished.returncode != 0:
+        raise RuntimeError(f"resnet50 run {setup} failed: {finished.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def measure(
+    base: Setup, instance_type: str | None, *, allow_cpu: bool = False, configs: tuple[tuple[str, bool], ...] | None = None
+) -> list[dict]:
+    """Every (precision, XLA) x (files, memory) configuration on the visible GPU; result rows."""
+    from benchmarks.gpu_bench import visible_gpus
+
+    names, why = visible_gpus()
+    if not names and not allow_cpu:
+        return [{
+            "benchmark": "resnet50", "metric": "per-GPU images/s, MFU", "value": "skipped", "ratio": "",
+            "target": f"MFU >= {TARGET_MFU:.0%} on {TARGET_GPU}: not measured ({why}; no GPU on this machine)",
+        }]  # fmt: skip
+    device = names[0] if names else "CPU (plumbing check, not GPU figures)"
+    instance_type = instance_type or (_flops.instance_type_for_gpu(names[0]) if names else None)
+    peak = _flops.peak_tflops(instance_type) if instance_type else None
+    configs = configs or (("off", False), ("on", False), ("on", True))
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="resnet-bench-") as tmp:
+        source = max(base.image_size * 8 // 7, base.image_size)  # 256 for 224, as ImageNet's resized pictures
+        spec = SyntheticSpec(
+            data_format="image-tfrecord", examples=max(8 * base.batch, 64), features=source * source * 3,
+            classes=base.classes, shards=8, image_shape=(source, source, 3), seed=11,
+        )  # fmt: skip
+        channel = write_data(Path(tmp) / "data", spec)
+        reference = None
+        for precision, xla in configs:
+            for input_mode in ("memory", "files"):
+                setup = Setup(**{**asdict(base), "precision": precision, "xla": xla, "input_mode": input_mode})
+                result = _run_child(setup, channel, Path(tmp) / "result.json")
+                reference = reference or result["images_per_sec"]
+                utilisation = _flops.mfu(result["flops_per_image"], result["images_per_sec"], peak) if peak else None
+                verdict = "not computed (no peak)" if utilisation is None else (
+                    "met" if utilisation >= TARGET_MFU else "NOT met"
+                )  # fmt: skip
+                if utilisation is not None and not (names and TARGET_GPU in names[0].upper()):
+                    verdict = f"n/a, not an {TARGET_GPU} ({verdict} here)"
+                rows.append({
+                    "benchmark": "resnet50",
+                    "metric": (f"{device}: {result['policy']}{', XLA' if xla else ''}, "
+                               f"{'JPEG shards' if input_mode == 'files' else 'batch in GPU memory'}, "
+                               f"{base.image_size}px, batch {base.batch}"),
+                    "value": (f"{result['images_per_sec']:,.0f} images/s, {result['step_time_ms']:.1f} ms/step, "
+                              f"MFU {f'{100 * utilisation:.3g}%' if utilisation is not None else 'n/a'} "
+                              f"({result['flops_per_image'] / 1e9:.2f} GFLOP/image"
+                              f"{f', peak {peak:g} TFLOP/s' if peak else ''}); warm-up {result['warmup_s']:.0f} s"),
+                    "ratio": f"{result['images_per_sec'] / reference:.2f} vs the first row",
+                    "target": f"MFU >= {TARGET_MFU:.0%} on {TARGET_GPU}: {verdict}",
+                })  # fmt: skip
+    return rows
+
+
+def run(repeats: int = 1) -> list[dict]:
+    """The runner's entry point: the default setup on the visible GPU, or a skipped row."""
+    return measure(Setup(), instance_type=None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone: prints the table (not recorded in RESULTS.md); ``--child`` is one measurement."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        setup, channel, out = Setup(**json.loads(argv[1])), Path(argv[2]), Path(argv[3])
+        out.write_text(json.dumps(measure_in_process(setup, channel)))
+        return 0
+    defaults = Setup()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instance-type", help="row of gpu_instances.json for the peak (default: from the GPU's name)")
+    parser.add_argument("--image-size", type=int, default=defaults.image_size)
+    parser.add_argument("--batch", type=int, default=defaults.batch)
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--warmup", type=int, default=defaults.warmup)
+    parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU to check the plumbing; not GPU figures")
+    args = parser.parse_args(argv)
+    if args.instance_type:
+        _flops.peak_tflops(args.instance_type)  # fail early on a type not in the table
+    base = Setup(image_size=args.image_size, batch=args.batch, steps=args.steps, warmup=args.warmup)
+    from benchmarks.run import table
+
+    print(table(measure(base, args.instance_type, allow_cpu=args.allow_cpu)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""Image datasets (trainer.images), their synthetic writer, and the ResNet-50 built-in model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from trainer import images
+from trainer.config import TrainingConfig
+from trainer.errors import ConfigError, DataError
+from trainer.synthetic import SyntheticSpec, encode_image, main, write_dataset
+
+SHAPE = (20, 24, 3)
+
+
+def _spec(data_format: str, **overrides) -> SyntheticSpec:
+    values = dict(examples=24, features=int(np.prod(SHAPE)), classes=3, image_shape=SHAPE, seed=3)
+    values.update(overrides)
+    return SyntheticSpec(data_format, **values)
+
+
+def _records(path: Path) -> list:
+    import tensorflow as tf
+
+    return [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(str(path))]
+
+
+def _write_examples(path: Path, items: list[tuple[bytes, int]]) -> None:
+    import tensorflow as tf
+
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for encoded, label in items:
+            feature = {
+                images.IMAGE_KEY: tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
+                images.LABEL_KEY: tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+            }
+            writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def _picture(value: int = 128) -> np.ndarray:
+    return np.full((10, 12, 3), value, np.uint8)
+
+
+def _collect(dataset) -> tuple[np.ndarray, np.ndarray]:
+    pictures, labels = zip(*((x.numpy(), y.numpy()) for x, y in dataset), strict=True)
+    return np.concatenate(pictures), np.concatenate(labels)
+
+
+# --- the synthetic writer --------------------------------------------------------------------
+
+
+def test_synthetic_image_tfrecords_hold_real_jpegs_under_the_imagenet_keys(tmp_path):
+    import tensorflow as tf
+
+    assert main(["--format", "image-tfrecord", "--out", str(tmp_path), "--examples", "10", "--classes", "3",
+                 "--image", "20x24x3", "--shards", "2"]) == 0  # fmt: skip
+    shards = sorted(tmp_path.glob("*.tfrecord"))
+    assert [s.name for s in shards] == ["train-00000-of-00002.tfrecord", "train-00001-of-00002.tfrecord"]
+    examples = [e for s in shards for e in _records(s)]
+    assert len(examples) == 10
+    encoded = examples[0].features.feature[images.IMAGE_KEY].bytes_list.value[0]
+    assert encoded[:2] == b"\xff\xd8" and bool(tf.io.is_jpeg(encoded))
+    assert tf.io.decode_jpeg(encoded).shape == SHAPE
+    labels = sorted(e.features.feature[images.LABEL_KEY].int64_list.value[0] for e in examples)
+    assert set(labels) == {1, 2, 3}  # numbered from 1, as the ImageNet tooling writes them
+    manifest = json.loads((tmp_path / images.MANIFEST_NAME).read_text())
+    assert manifest["num_classes"] == 3 and manifest["label_base"] == 1
+    assert [manifest["files"][s.name]["records"] for s in shards] == [5, 5]
+    assert [manifest["files"][s.name]["bytes"] for s in shards] == [s.stat().st_size for s in shards]
+
+
+def test_synthetic_image_dir_is_jpeg_by_default_png_on_request_with_sortable_class_names(tmp_path):
+    import tensorflow as tf
+
+    write_dataset(tmp_path / "jpeg", _spec("image-dir", classes=12))
+    names = sorted(p.name for p in (tmp_path / "jpeg").iterdir())
+    assert names == [f"class_{i:02d}" for i in range(12)]  # sorted names are label order
+    picture = next((tmp_path / "jpeg" / "class_07").iterdir())
+    assert picture.suffix == ".jpg" and tf.io.decode_jpeg(picture.read_bytes()).shape == SHAPE
+
+    write_dataset(tmp_path / "png", _spec("image-dir", classes=3, encoding="png"))
+    assert sorted(p.name for p in (tmp_path / "png").iterdir()) == ["class_0", "class_1", "class_2"]
+    picture = next((tmp_path / "png" / "class_1").iterdir())
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert tf.io.decode_png(picture.read_bytes()).shape == SHAPE
+
+
+def test_jpeg_round_trip_keeps_the_class_colour():
+    import tensorflow as tf
+
+    red = np.zeros((16, 16, 3), np.uint8)
+    red[..., 0] = 220
+    decoded = tf.io.decode_jpeg(encode_image(red, "jpeg")).numpy().astype(int)
+    assert np.abs(decoded - red).max() <= 8
+
+
+# --- discovery and counting ------------------------------------------------------------------
+
+
+def test_formats_are_told_from_the_files(tmp_path):
+    write_dataset(tmp_path / "dir", _spec("image-dir"))
+    write_dataset(tmp_path / "shards", _spec("image-tfrecord"))
+    write_dataset(tmp_path / "rows", SyntheticSpec("tfrecord", examples=4, features=3, classes=2))
+    assert images.detect_format(tmp_path / "dir") == "image-dir"
+    assert images.detect_format(tmp_path / "shards") == "image-tfrecord"
+    assert images.detect_format(tmp_path / "rows") is None  # feature rows belong to trainer.data
+    # ImageNet's own shard names carry no suffix.
+    (tmp_path / "bare").mkdir()
+    (tmp_path / "shards" / "train-00000-of-00001.tfrecord").rename(tmp_path / "bare" / "train-00000-of-01024")
+    assert images.detect_format(tmp_path / "bare") == "image-tfrecord"
+
+
+def test_class_directories_give_labels_in_sorted_name_order(tmp_path):
+    for name, value in (("zebra", 30), ("apple", 120), ("mango", 220)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.png").write_bytes(encode_image(_picture(value), "png"))
+    spec = images.discover(tmp_path, channel="train", data_format="image-dir")
+    assert spec.class_names == ("apple", "mango", "zebra") and spec.num_classes == 3 and spec.examples == 3
+    dataset = images.make_dataset(spec, training=False, image_size=8, per_replica_batch=3, batches=None)
+    pictures, labels = _collect(dataset)
+    means = {int(label): int(picture.mean()) for picture, label in zip(pictures, labels, strict=True)}
+    assert means == {0: 120, 1: 220, 2: 30}
+
+
+def test_image_dir_layout_problems_are_named(tmp_path):
+    write_dataset(tmp_path, _spec("image-dir"))
+    (tmp_path / "stray.jpg").write_bytes(b"x")
+    with pytest.raises(DataError, match="stray.jpg is not directly inside a class sub-directory"):
+        images.discover(tmp_path, channel="train", data_format="image-dir")
+
+
+def test_shard_counts_come_from_the_manifest_the_hyperparameter_or_the_record_headers(tmp_path):
+    write_dataset(tmp_path, _spec("image-tfrecord", examples=25, shards=3, label_base=0))
+    spec = images.discover(tmp_path, channel="train", data_format="image-tfrecord")
+    assert spec.counts == (9, 8, 8) and spec.examples == 25 and spec.num_classes == 3 and spec.label_base == 0
+    assert images.steps_per_epoch(spec, 8) == 3
+
+    (tmp_path / images.MANIFEST_NAME).unlink()
+    with pytest.raises(DataError, match="set the num_classes hyperparameter"):
+        images.discover(tmp_path, channel="train", data_format="image-tfrecord")
+    walked = images.discover(tmp_path, channel="train", data_format="image-tfrecord", num_classes=3)
+    assert walked.counts == (9, 8, 8) and walked.label_base == images.DEFAULT_LABEL_BASE
+    given = images.discover(tmp_path, channel="train", data_format="image-tfrecord", num_classes=3, examples=25)
+    assert given.counts == () and given.examples == 25
+
+
+def test_a_shard_cut_inside_a_record_header_is_named_with_its_byte_offset(tmp_path):
+    write_dataset(tmp_path, _spec("image-tfrecord", examples=6))
+    shard = next(tmp_path.glob("*.tfrecord"))
+    whole = shard.read_bytes()
+    (length,) = np.frombuffer(whole[:8], "<u8")
+    second = 12 + int(length) + 4
+    shard.write_bytes(whole[: second + 5])  # 5 bytes into the second record's header
+    with pytest.raises(DataError, match=rf"record 1 at byte {second} is cut inside its 12-byte header"):
+        images.count_records(shard)
+    # With a manifest, the size no longer matches and a stat says so before any record is read.
+    with pytest.raises(DataError, match="the shard was truncated or replaced"):
+        images.discover(tmp_path, channel="train", data_format="image-tfrecord")
+
+
+# --- the pipeline ----------------------------------------------------------------------------
+
+
+def test_shards_read_back_every_label_and_shape(tmp_path):
+    write_dataset(tmp_path, _spec("image-tfrecord", examples=13, shards=2))
+    spec = images.discover(tmp_path, channel="train", data_format="image-tfrecord")
+    written = [
+        e.features.feature[images.LABEL_KEY].int64_list.value[0] - 1
+        for shard in sorted(tmp_path.glob("*.tfrecord"))
+        for e in _records(shard)
+    ]
+    pictures, labels = _collect(images.make_dataset(spec, training=False, image_size=16, per_replica_batch=4, batches=None))
+    assert pictures.shape == (13, 16, 16, 3) and pictures.dtype == np.uint8
+    assert sorted(labels.tolist()) == sorted(written)  # evaluation: every record once, last batch kept
+    batch, label = next(iter(images.make_dataset(spec, training=True, image_size=16, per_replica_batch=4, batches=2)))
+    assert batch.shape == (4, 16, 16, 3) and label.dtype.name == "int32"
+
+
+def test_pictures_keep_their_class_colour_through_the_pipeline(tmp_path):
+    write_dataset(tmp_path, _spec("image-dir", examples=30, classes=3))
+    spec = images.discover(tmp_path, channel="train", data_format="image-dir")
+    pictures, labels = _collect(images.make_dataset(spec, training=True, image_size=16, per_replica_batch=10, batches=3))
+    colours = pictures.reshape(len(labels), -1, 3).mean(axis=1)
+    for label in range(3):
+        own = colours[labels == label]
+        assert np.ptp(own, axis=0).max() < 40  # one colour per class, crops and flips notwithstanding
+
+
+def test_augmentation_only_in_training_and_seeded(tmp_path):
+    # One asymmetric picture per class, so crops and flips show.
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        gradient = np.tile(np.linspace(0, 255, 48, dtype=np.uint8)[None, :, None], (32, 1, 3))
+        (tmp_path / name / "x.png").write_bytes(encode_image(gradient, "png"))
+    spec = images.discover(tmp_path, channel="train", data_format="image-dir")
+
+    def pictures(training: bool, epoch: int) -> np.ndarray:
+        return _collect(images.make_dataset(
+            spec, training=training, image_size=16, per_replica_batch=2, batches=4, seed=5, epoch=epoch
+        ))[0]  # fmt: skip
+
+    evaluation = pictures(False, 1)
+    assert evaluation.shape == (2, 16, 16, 3)
+    np.testing.assert_array_equal(evaluation, pictures(False, 2))
+    np.testing.assert_array_equal(evaluation[0], evaluation[1])  # same picture, same centre crop
+    assert (np.diff(evaluation[0, 8, :, 0].astype(int)) >= 0).all()  # not flipped
+    first = pictures(True, 1)
+    # A resumed epoch replays the same crops (the batches may come in another order).
+    assert sorted(p.tobytes() for p in first) == sorted(p.tobytes() for p in pictures(True, 1))
+    assert sorted(p.tobytes() for p in first) != sorted(p.tobytes() for p in pictures(True, 2))
+    assert len({picture.tobytes() for picture in first}) > 1  # crops differ from picture to picture
+
+
+def test_workers_read_disjoint_shares(tmp_path):
+    write_dataset(tmp_path / "dir", _spec("image-dir", examples=9))
+    write_dataset(tmp_path / "shards", _spec("image-tfrecord", examples=9, shards=1))
+    for data_format, directory in (("image-dir", tmp_path / "dir"), ("image-tfrecord", tmp_path / "shards")):
+        spec = images.discover(directory, channel="train", data_format=data_format)
+        shares = [
+            _collect(images.make_dataset(
+                spec, training=False, image_size=8, per_replica_batch=2, batches=None, pipeline_index=i, num_pipelines=2
+            ))[0]  # fmt: skip
+            for i in range(2)
+        ]
+        assert [len(s) for s in shares] == [5, 4], data_format
+
+
+def test_a_corrupt_jpeg_in_a_class_directory_fails_and_is_named(tmp_path):
+    import tensorflow as tf
+
+    write_dataset(tmp_path, _spec("image-dir", examples=12))
+    victim = sorted((tmp_path / "class_1").iterdir())[1]
+    victim.write_bytes(victim.read_bytes()[:40])
+    spec = images.discover(tmp_path, channel="train", data_format="image-dir")
+    with pytest.raises(tf.errors.OpError):
+        _collect(images.make_dataset(spec, training=True, image_size=8, per_replica_batch=4, batches=6))
+    assert images.locate_problem(spec) == (
+        f"Cannot decode image {victim}: not a readable JPEG or PNG file (corrupt or truncated)."
+    )
+
+
+def test_a_corrupt_image_in_a_shard_is_named_by_file_and_record(tmp_path):
+    import tensorflow as tf
+
+    good = encode_image(_picture(), "jpeg")
+    shard = tmp_path / "train-00000-of-00001"
+    _write_examples(shard, [(good, 1), (good, 2), (good[:30], 1), (good, 2)])
+    spec = images.discover(tmp_path, channel="train", data_format="image-tfrecord", num_classes=2)
+    assert spec.counts == (4,)
+    with pytest.raises(tf.errors.OpError):
+        _collect(images.make_dataset(spec, training=False, image_size=8, per_replica_batch=2, batches=None))
+    problem = images.locate_problem(spec)
+    assert problem is not None and problem.startswith(f"Cannot read record 2 of TFRecord file {shard}:")
+
+
+def test_a_label_outside_the_classes_is_named_by_file_and_record(tmp_path):
+    import tensorflow as tf
+
+    good = encode_image(_picture(), "jpeg")
+    shard = tmp_path / "part.tfrecord"
+    _write_examples(shard, [(good, 1), (good, 0), (good, 2)])  # 0 is below the ImageNet base of 1
+    spec = images.discover(tmp_path, channel="train", data_format="image-tfrecord", num_classes=2)
+    with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+        _collect(images.make_dataset(spec, training=False, image_size=8, per_replica_batch=3, batches=None))
+    assert str(shard) in caught.value.message and "record] [1]" in caught.value.message.replace("\n", " ")
+    assert "image_label_base" in caught.value.message
+    based = images.discover(tmp_path, channel="train", data_format="image-tfrecord", num_classes=3, label_base=0)
+    assert _collect(images.make_dataset(based, training=False, image_size=8, per_replica_batch=3, batches=None))[
+        1
+    ].tolist() == [1, 0, 2]
+
+
+# --- configuration, model, FLOPs -------------------------------------------------------------
+
+
+def test_resnet50_and_image_hyperparameters():
+    config = TrainingConfig.from_hyperparameters(
+        {"model": "resnet50", "image_size": "32", "data_format": "image-dir", "image_examples": "1000",
+         "image_label_base": "0"}
+    )  # fmt: skip
+    assert (config.model, config.image_size, config.image_examples, config.image_label_base) == (
+        "resnet50", 32, 1000, 0
+    )  # fmt: skip
+    assert TrainingConfig.from_hyperparameters({}).image_size == 224
+    with pytest.raises(ConfigError, match="'image_size' must be >= 32"):
+        TrainingConfig.from_hyperparameters({"model": "resnet50", "image_size": "16"})
+
+
+def test_resnet50_training_flops_are_the_published_figure():
+    import keras
+
+    from benchmarks import _flops
+    from trainer.models import build_model
+
+    model = build_model(TrainingConfig(model="resnet50", image_size=224), 0, 1000)
+    assert 25.5e6 < sum(int(np.prod(v.shape)) for v in model.trainable_variables) < 25.6e6
+    # ResNet-50 v1 (Keras: stride 2 in the first 1x1 of a stage) is ~3.9 GMACs per 224x224 image.
+    forward = _flops.forward_flops_per_example(model)
+    assert 7.6e9 < forward < 7.9e9
+    assert _flops.training_flops_per_example(model) == 3 * forward
+    keras.backend.clear_session()
+
+
+@pytest.mark.slow
+def test_resnet50_trains_a_step_on_tiny_images_on_cpu_in_float32_and_mixed_precision(tmp_path):
+    import keras
+    import tensorflow as tf
+
+    from trainer.models import build_model
+
+    write_dataset(tmp_path, _spec("image-tfrecord", examples=8, image_shape=(40, 40, 3), features=40 * 40 * 3))
+    spec = images.discover(tmp_path, channel="train", data_format="image-tfrecord")
+    batch, labels = next(iter(images.make_dataset(spec, training=True, image_size=32, per_replica_batch=4, batches=1)))
+    for policy in ("float32", "mixed_bfloat16"):
+        keras.mixed_precision.set_dtype_policy(policy)
+        try:
+            model = build_model(TrainingConfig(model="resnet50", image_size=32), 0, spec.num_classes)
+            assert model.input.dtype == "uint8" and model.output.dtype == "float32"
+            optimizer = keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
+            before = [v.numpy().copy() for v in model.trainable_variables[:3]]
+
+            @tf.function(jit_compile=False)
+            def step():
+                with tf.GradientTape() as tape:
+                    logits = model(batch, training=True)
+                    loss = tf.reduce_mean(
+                        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+                    )
+                grads = tape.gradient(loss, model.trainable_variables)
+                optimizer.apply_gradients(zip(grads, model.trainable_variables))
+                return loss, logits
+
+            loss, logits = step()
+            assert logits.dtype == tf.float32 and logits.shape == (4, 3) and np.isfinite(loss.numpy())
+            assert any(not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trainable_variables[:3]))
+        finally:
+            keras.mixed_precision.set_dtype_policy("float32")
+            keras.backend.clear_session()
+
+
+def test_the_hyperparameters_pick_the_image_reader_and_failures_name_the_picture(tmp_path):
+    import tensorflow as tf
+
+    write_dataset(tmp_path / "pictures", _spec("image-dir", examples=6))
+    write_dataset(tmp_path / "rows", SyntheticSpec("csv", examples=4, features=3, classes=2))
+    auto = TrainingConfig(model="resnet50", image_size=32)
+    spec = images.from_config(tmp_path / "pictures", auto, channel="train")
+    assert spec is not None and spec.data_format == "image-dir" and spec.examples == 6
+    assert images.from_config(tmp_path / "rows", TrainingConfig(), channel="train") is None
+    assert images.from_config(tmp_path / "absent", auto, channel="train") is None
+    with pytest.raises(DataError, match="which model=mlp does not read"):
+        images.from_config(tmp_path / "pictures", TrainingConfig(), channel="train")
+    with pytest.raises(DataError, match="model=resnet50 trains on images, but channel 'train'"):
+        images.from_config(tmp_path / "rows", auto, channel="train")
+
+    victim = sorted((tmp_path / "pictures" / "class_2").iterdir())[0]
+    victim.write_bytes(b"\xff\xd8 not really a jpeg")
+    with pytest.raises(tf.errors.OpError) as caught:
+        _collect(images.make_dataset(spec, training=True, image_size=8, per_replica_batch=2, batches=3))
+    error = images.explain_failure(spec, caught.value, epoch=2, step=1)
+    assert str(error) == (
+        f"Reading channel 'train' ({tmp_path / 'pictures'}) failed in epoch 2 at step 1: Cannot decode image {victim}: "
+        "not a readable JPEG or PNG file (corrupt or truncated)."
+    )
+
+
+# --- through the entrypoint ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("data_format", ["image-tfrecord", "image-dir"])
+def test_the_trainer_trains_resnet50_on_an_image_channel(tmp_path, data_format):
+    from tests.trainer.helpers import run_trainer, write_job
+
+    data = _spec(data_format, examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3, shards=2)
+    hp = {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8, "optimizer": "sgd",
+          "learning_rate": 0.01}  # fmt: skip
+    run = run_trainer(write_job(tmp_path, hp, data))
+    assert run.returncode == 0, run.explain()
+    assert run.model_path.exists()
+    (event,) = run.events("data")
+    assert (event["format"], event["examples"], event["classes"]) == (data_format, "16", "2")
+    assert len(run.metrics()) == 1
+
+
+@pytest.mark.slow
+def test_the_trainer_fails_naming_a_corrupt_jpeg(tmp_path):
+    from tests.trainer.helpers import run_trainer, write_job
+
+    data = _spec("image-dir", examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3)
+    base = write_job(tmp_path, {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8}, data)
+    victim = sorted((base / "input" / "data" / "train" / "class_1").iterdir())[2]
+    victim.write_bytes(victim.read_bytes()[:100])
+    run = run_trainer(base)
+    assert run.returncode == 5, run.explain()
+    assert f"Cannot decode image {victim}" in (run.failure or ""), run.failure
+    assert not run.model_path.exists()
