@@ -398,3 +398,36 @@ def test_the_trainer_fails_naming_a_corrupt_jpeg(tmp_path):
     assert run.returncode == 5, run.explain()
     assert f"Cannot decode image {victim}" in (run.failure or ""), run.failure
     assert not run.model_path.exists()
+
+
+@pytest.mark.slow
+def test_resnet50_evaluates_an_image_validation_channel(tmp_path):
+    from dataclasses import replace
+
+    from tests.trainer.helpers import run_trainer, write_job
+    from trainer.synthetic import write_dataset
+
+    data = _spec("image-dir", examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3)
+    hp = {"model": "resnet50", "image_size": 32, "epochs": 2, "batch_size": 8, "optimizer": "sgd",
+          "learning_rate": 0.01}  # fmt: skip
+    base = write_job(tmp_path, hp, data)
+    write_dataset(base / "input" / "data" / "validation", replace(data, examples=12, seed=99))
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    rows = run.metrics()
+    assert len(rows) == 2 and all("val_loss" in r and "val_accuracy" in r for r in rows), rows
+    assert (base / "model" / "best.keras").exists(), "the best-by-validation model is kept beside the last"
+    (event,) = run.events("validation-data")
+    assert (event["channel"], event["examples"]) == ("validation", "12")
+
+
+def test_a_validation_channel_of_another_kind_is_refused(tmp_path):
+    from tests.trainer.helpers import run_trainer, write_job
+    from trainer.synthetic import SyntheticSpec, write_dataset
+
+    data = _spec("image-dir", examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3)
+    base = write_job(tmp_path, {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8}, data)
+    write_dataset(base / "input" / "data" / "validation", SyntheticSpec("csv", examples=20, features=4, classes=2))
+    run = run_trainer(base)
+    assert run.returncode == 5, run.explain()
+    assert "model=resnet50 trains on images, but channel 'validation'" in (run.failure or ""), run.failure

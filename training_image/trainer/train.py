@@ -94,7 +94,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     spec: Any = images.from_config(env.paths.channel_dir(train_channel), config, channel=train_channel)
     if spec is None:
         spec = data.discover_channel(env.paths, config, env.input_data_config)
-    val_spec = data.discover_validation(env.paths, config, env.input_data_config, train_channel=spec.channel)
+    val_spec = _discover_validation(env, config, spec)
     expectation = gpu_check.resolve_expectation(env.expected_gpu_count, config.expected_gpu_count, env.instance_type)
     inventory = gpu_check.inspect_devices(expectation, env.logical_cpu_devices)
     precision = gpu_check.choose_precision(config.mixed_precision, inventory)
@@ -125,7 +125,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
         features=spec.num_features,
         classes=spec.num_classes,
     )
-    if val_spec is not None:
+    if val_spec is not None and not isinstance(val_spec, images.ImageDataset):
         val_spec = data.count_channel(val_spec, spec.num_classes)
         if val_spec.num_features != spec.num_features:
             raise DataError(
@@ -607,11 +607,42 @@ def _check_loss(
         print(f"WARNING: {message}", file=sys.stderr, flush=True)
 
 
-def _evaluator(model: Any, val_spec: data.DatasetSpec, config: TrainingConfig) -> Any:
+def _discover_validation(env: TrainingEnvironment, config: TrainingConfig, spec: Any) -> Any:
+    """The validation channel in the training channel's kind: pictures for an image channel, else rows."""
+    if not isinstance(spec, images.ImageDataset):
+        return data.discover_validation(env.paths, config, env.input_data_config, train_channel=spec.channel)
+    channel = config.validation_channel
+    if not channel or channel == spec.channel:
+        return None
+    if env.input_data_config and channel not in env.input_data_config:
+        return None
+    val_spec = images.from_config(env.paths.channel_dir(channel), config, channel=channel)
+    if val_spec is None and env.paths.channel_dir(channel).is_dir():
+        raise DataError(
+            f"Validation channel {channel!r} ({env.paths.channel_dir(channel)}) holds no images, but the training "
+            f"channel {spec.channel!r} does: give both the same kind of data."
+        )
+    if val_spec is not None and val_spec.num_classes != spec.num_classes:
+        raise DataError(
+            f"Validation channel {channel!r} has {val_spec.num_classes} classes, the training channel "
+            f"{spec.channel!r} {spec.num_classes}: both must list the same classes."
+        )
+    if val_spec is not None:
+        log("validation-data", channel=val_spec.channel, files=len(val_spec.files), examples=val_spec.examples)
+    return val_spec
+
+
+def _evaluator(model: Any, val_spec: Any, config: TrainingConfig) -> Any:
     """``evaluate() -> (val_loss, val_accuracy)`` over the whole validation channel."""
     import tensorflow as tf
 
-    dataset = data.make_eval_dataset(val_spec, config.batch_size)
+    if isinstance(val_spec, images.ImageDataset):
+        # Every picture once, in order, centre-cropped; the last batch may be short.
+        dataset = images.make_dataset(
+            val_spec, training=False, image_size=config.image_size, per_replica_batch=config.batch_size, batches=None
+        )
+    else:
+        dataset = data.make_eval_dataset(val_spec, config.batch_size)
 
     @tf.function
     def totals() -> Any:
@@ -630,6 +661,8 @@ def _evaluator(model: Any, val_spec: data.DatasetSpec, config: TrainingConfig) -
         try:
             loss_sum, correct, count = totals().numpy().tolist()
         except tf.errors.OpError as err:
+            if isinstance(val_spec, images.ImageDataset):
+                raise images.explain_failure(val_spec, err, epoch=0, step=0) from err
             problem = data.locate_problem(val_spec)
             if problem:
                 raise DataError(f"{problem} (validation channel)") from err
