@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tarfile
@@ -32,6 +31,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+from scripts.emulator.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE_DIR = ROOT / "training_image"
@@ -68,12 +69,6 @@ class HostedEndpoint:
 def _split_s3(uri: str) -> tuple[str, str]:
     bucket, _, key = uri[len("s3://") :].partition("/")
     return bucket, key
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -120,7 +115,7 @@ class LocalHosting:
             tar.extractall(model_dir, filter="data")
         self.on_event(f"endpoint {endpoint_name}: {model_data_url} extracted to {model_dir} (SageMaker's /opt/ml/model)")
 
-        port = _free_port()
+        port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "SERVE_", "TRAINING_"))}
         env.update(container.get("Environment") or {})
         env.update(

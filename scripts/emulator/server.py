@@ -26,7 +26,8 @@ REGION = "us-east-1"
 DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now (emulator, local hosting processes)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -123,7 +124,7 @@ def start(*, log_file: Path, port: int | None = None) -> Emulator:
     # moto keeps its state in module-level backends shared by every server in this process: a
     # new emulator starts empty, like a fresh account (the tests run several in one process).
     moto_api_backend.reset()
-    emulator = Emulator(port=port or _free_port(), log_file=log_file)
+    emulator = Emulator(port=port or free_port(), log_file=log_file)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=emulator.port, verbose=False)
     server.start()
     emulator._server = server

@@ -24,7 +24,12 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from stacks.components.policy import acknowledge, sagemaker_principal, sagemaker_vpc_network_statements
+from stacks.components.policy import (
+    acknowledge,
+    sagemaker_image_and_volume_statements,
+    sagemaker_principal,
+    sagemaker_vpc_network_statements,
+)
 from stacks.components.training_job_workflow import acknowledge_wildcard_resources
 from stacks.config import ServingConfig
 from stacks.gpu_instances import lookup
@@ -101,18 +106,7 @@ class EndpointRole(Construct):
             iam.PolicyStatement(
                 sid="UsePlatformKey", actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"], resources=[key.key_arn]
             ),
-            iam.PolicyStatement(
-                sid="EncryptMlVolumes",
-                actions=["kms:CreateGrant"],
-                resources=[key.key_arn],
-                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
-            ),
-            iam.PolicyStatement(
-                sid="PullServingImage",
-                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-                resources=[repository.repository_arn],
-            ),
-            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullServingImage"),
             iam.PolicyStatement(
                 sid="WriteEndpointLogs",
                 actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],

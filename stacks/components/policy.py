@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from aws_cdk import Acknowledgment, App, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 from constructs import IConstruct
 
@@ -77,3 +79,26 @@ def sagemaker_principal(stack: Stack) -> iam.ServicePrincipal:
             "ArnLike": {"aws:SourceArn": stack.format_arn(service="sagemaker", resource="*", resource_name=None)},
         },
     )
+
+
+def sagemaker_image_and_volume_statements(key: kms.IKey, repository: ecr.IRepository, *, pull_sid: str) -> list[iam.PolicyStatement]:
+    """What every SageMaker execution role of the platform needs for its container and ML volume.
+
+    A KMS grant for the ML storage volume (only to AWS services), the image pull from the
+    project's repository (``pull_sid`` names the role's use of it), and the ECR login, which
+    supports no resource-level permission.
+    """
+    return [
+        iam.PolicyStatement(
+            sid="EncryptMlVolumes",
+            actions=["kms:CreateGrant"],
+            resources=[key.key_arn],
+            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+        ),
+        iam.PolicyStatement(
+            sid=pull_sid,
+            actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
+            resources=[repository.repository_arn],
+        ),
+        iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+    ]

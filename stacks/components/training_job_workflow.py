@@ -25,7 +25,12 @@ from constructs import Construct, IValidation
 
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork
-from stacks.components.policy import acknowledge, sagemaker_principal, sagemaker_vpc_network_statements
+from stacks.components.policy import (
+    acknowledge,
+    sagemaker_image_and_volume_statements,
+    sagemaker_principal,
+    sagemaker_vpc_network_statements,
+)
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
     CODE_PREFIX,
@@ -210,18 +215,7 @@ class TrainingJobRole(Construct):
                 actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
                 resources=[key.key_arn],
             ),
-            iam.PolicyStatement(
-                sid="EncryptMlVolumes",
-                actions=["kms:CreateGrant"],
-                resources=[key.key_arn],
-                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
-            ),
-            iam.PolicyStatement(
-                sid="PullTrainingImage",
-                actions=["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"],
-                resources=[repository.repository_arn],
-            ),
-            iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
+            *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullTrainingImage"),
             iam.PolicyStatement(
                 sid="PublishTrainingMetrics",
                 actions=["cloudwatch:PutMetricData"],
