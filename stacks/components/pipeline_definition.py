@@ -279,11 +279,12 @@ def pipeline_definition(
             "Type": "Pass",
             "Comment": "Training reads the processing run's outputs unless train.channels is given",
             "Assign": {
+                # Not an object (absent, or a mistake CheckPipelineInput names): the defaults.
                 "train_input": "{% "
-                + f"$type({given_train}) != 'object' ? {{}}"
-                + f" : ($run_process and $not($exists({given_train}.channels)))"
-                + f" ? $merge([{given_train}, {{'channels': {derived_channels}}}]) : {given_train}"
-                + " %}"
+                + f"$type({given_train}) = 'object'"
+                + f" ? (($run_process and $not($exists({given_train}.channels)))"
+                + f" ? $merge([{given_train}, {{'channels': {derived_channels}}}]) : {given_train})"
+                + " : {} %}"
             },
             "Next": "ResolveTrainOptions",
         },
