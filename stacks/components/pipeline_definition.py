@@ -315,7 +315,6 @@ def pipeline_definition(
             "Comment": "A promotion needs the deployed endpoint: fail now, not after the jobs",
             "Resource": f"{states_arn}aws-sdk:sagemaker:describeEndpoint",
             "Arguments": {"EndpointName": endpoint},
-            "Assign": {"previous_endpoint_config": "{% $states.result.EndpointConfigName %}"},
             "Catch": [catch(ENDPOINT_NOT_DEPLOYED, ENDPOINT_MISSING_ERRORS), catch("EndpointCheckFailed")],
             "Next": "ProcessRequested",
         },
