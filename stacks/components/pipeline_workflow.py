@@ -482,6 +482,15 @@ class PipelineWorkflow(Construct):
             iam.PolicyStatement(sid="DescribeTheEndpoint", actions=["sagemaker:DescribeEndpoint"], resources=[endpoint]),
             # UpdateEndpoint's automatic rollback reads the rollback alarms.
             iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"], resources=alarms),
+            # An endpoint config with the platform key (EBS-only types, data capture): SageMaker
+            # creates grants on the key for the caller of UpdateEndpoint, only for AWS resources.
+            iam.PolicyStatement(
+                sid="GrantEndpointVolumeKey",
+                actions=["kms:CreateGrant"],
+                resources=[key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+            ),
+            iam.PolicyStatement(sid="DescribeEndpointVolumeKey", actions=["kms:DescribeKey"], resources=[key.key_arn]),
         ]
         passed_roles = [self.processing_role.role_arn, training.job_role.role_arn]
         if self.model_role is not None:

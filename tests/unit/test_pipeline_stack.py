@@ -123,6 +123,8 @@ def test_pipeline_role_updates_only_the_projects_endpoint(training):
     assert statements["DescribeTheEndpoint"]["Resource"] == f"{ARN}endpoint/gputrain-endpoint"
     assert statements["ReadRollbackAlarms"]["Resource"] == [
         f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{n}" for n in rollback_alarm_names("gputrain")]
+    # Grants on the platform key (an EBS-only endpoint volume, data capture) only for AWS resources.
+    assert statements["GrantEndpointVolumeKey"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
     actions = {a for s in statements.values() for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
     assert not {"sagemaker:DeleteEndpoint", "sagemaker:CreateEndpoint", "sagemaker:DeleteModel"} & actions
 
