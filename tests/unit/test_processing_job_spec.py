@@ -261,3 +261,15 @@ def _gpu_names() -> set[str]:
     from stacks.gpu_instances import gpu_instance_types
 
     return set(gpu_instance_types())
+
+
+def test_the_largest_request_stays_within_the_request_limits():
+    """Script mode with every list at its longest: inputs, outputs and environment are far below
+    what botocore's model allows (so no option can push them over)."""
+    limits = processing_job_limits()
+    built = request(job_name="gputrain-p", code_uri="s3://artifacts-bucket/code/p/sourcedir.tar.gz", entry_point="prep.py",
+                    arguments=["a" * limits.container_argument.max_length] * limits.max_container_arguments, instance_count=2)
+    assert len(built["ProcessingInputs"]) <= limits.max_inputs
+    assert len(built["ProcessingOutputConfig"]["Outputs"]) <= limits.max_outputs
+    assert len(built["Environment"]) <= limits.max_environment
+    assert len(built["Tags"]) <= limits.max_tags
