@@ -196,8 +196,9 @@ class PipelineWorkflow(Construct):
     Attributes:
         template: The processing job's fixed settings and defaults.
         processing_role: Execution role of the processing jobs.
-        model_role: Execution role of the models the pipeline promotes.
-        model_security_group: Security group of the promoted models' hosting instances.
+        model_role: Execution role of the models the pipeline promotes (``None`` with
+            ``serving.scale_to_zero``: the pipeline does not promote).
+        model_security_group: Security group of the promoted models' hosting instances (or ``None``).
         log_group: The state machine's log group.
         role: The state machine's role.
         state_machine: The pipeline.
@@ -369,6 +370,7 @@ class PipelineWorkflow(Construct):
             repository=repository,
             vpc=vpc,
             data_capture=config.serving.data_capture,
+            rollback_alarms=rollback_alarm_names(config.project_name),
         ).role
         self.model_security_group = group = ec2.SecurityGroup(
             self,

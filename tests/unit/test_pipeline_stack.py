@@ -87,6 +87,9 @@ def test_promoted_models_read_only_model_files(training):
     assert _text(statements["ReadModelArtifact"]["Resource"]).endswith('/training-jobs/*/output/model.tar.gz"]]}')
     assert "s3:PutObject" not in _text(statements)  # no data capture by default
     assert "/aws/sagemaker/Endpoints/gputrain-endpoint" in _text(statements["WriteEndpointLogs"]["Resource"])
+    # SageMaker reads the rollback alarms with the execution role during a blue/green deployment.
+    assert statements["ReadRollbackAlarms"]["Resource"] == [
+        f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{n}" for n in rollback_alarm_names("gputrain")]
 
 
 # --------------------------------------------------------------------------------------------
