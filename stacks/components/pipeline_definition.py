@@ -90,12 +90,6 @@ ENDPOINT_FAILED_STATES = ("Failed", "UpdateRollbackFailed")
 MODEL_FILE_SUFFIX = "/output/model.tar.gz"
 
 
-def _unwrap(check: str) -> str:
-    """The expression of a ``{% ... %}`` string."""
-    assert check.startswith("{% ") and check.endswith(" %}"), check
-    return check[3:-3]
-
-
 def _all(conditions: Sequence[str]) -> str:
     return " and ".join(f"({c})" for c in conditions)
 
