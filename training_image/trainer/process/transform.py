@@ -320,12 +320,7 @@ def convert_images(
     to_validation = validation_mask(tf.constant(relative), options.validation_fraction, options.seed).numpy()
     # A seeded order, so shards mix the classes (the listing is class by class).
     order = np.random.default_rng(options.seed).permutation(len(files))
-    estimated = sum(p.stat().st_size for p in files)
-    if options.image_size is not None:
-        # Re-encoded at the new size: scale the input's bytes by the pixels kept (a first file as sample).
-        height, width = tf.image.extract_jpeg_shape(tf.io.read_file(str(files[0]))).numpy()[:2] if files[0].suffix.lower() != ".png" else (0, 0)
-        if height and width:
-            estimated *= min(1.0, options.image_size[0] * options.image_size[1] / float(height * width))
+    estimated = _estimated_output_bytes(files, options.image_size)
     train_shards, validation_shards = shard_counts(options.shards, estimated, options.validation_fraction)
 
     items = tf.data.Dataset.from_tensor_slices(
@@ -411,6 +406,34 @@ def convert_images(
         skipped_images={"count": len(bad), "files": bad},
     )
     return statistics
+
+
+def _picture_pixels(path: Path) -> int | None:
+    """Height x width from a JPEG's or PNG's header, or None if the header cannot tell (a bad file fails later)."""
+    import tensorflow as tf
+
+    head = path.read_bytes()[:1 << 16] if path.suffix.lower() == ".png" else None
+    if head is not None:
+        if head[:8] != b"\x89PNG\r\n\x1a\n" or len(head) < 24:
+            return None
+        return int.from_bytes(head[16:20], "big") * int.from_bytes(head[20:24], "big")
+    try:
+        height, width = tf.image.extract_jpeg_shape(tf.io.read_file(str(path))).numpy()[:2]
+    except tf.errors.OpError:
+        return None
+    return int(height) * int(width)
+
+
+def _estimated_output_bytes(files: list[Path], size: tuple[int, int] | None) -> float:
+    """The shards' size for the automatic shard count: the input's bytes, scaled by the pixels a resize keeps."""
+    total = float(sum(p.stat().st_size for p in files))
+    if size is None:
+        return total
+    # Re-encoded at the new size: scale by the share of pixels kept, sampled from a few pictures.
+    sampled = [n for n in (_picture_pixels(p) for p in files[:: max(1, len(files) // 8)][:8]) if n]
+    if not sampled:
+        return total
+    return total * min(1.0, size[0] * size[1] / (sum(sampled) / len(sampled)))
 
 
 def _to_uint8(pixels: Any) -> Any:
