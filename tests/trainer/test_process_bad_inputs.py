@@ -165,6 +165,7 @@ def test_an_image_directory_out_of_layout_is_named(tmp_path, layout, fragment):
     assert fragment in str(caught.value)
 
 
+@pytest.mark.slow
 def test_through_the_entrypoint_a_bad_row_is_the_jobs_message(tmp_path):
     (path,) = write_raw(tmp_path, CSV).glob("*.csv")
     path.write_text(path.read_text() + "1,2,3\n")

@@ -150,6 +150,7 @@ def test_script_environment_is_minimal_and_rerooted(tmp_path):
 # --- through the entrypoint ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_gpu_promised_on_a_cpu_host_fails_before_any_work(tmp_path):
     write_raw(tmp_path, TINY_CSV)
     job_config(tmp_path)
@@ -169,7 +170,10 @@ def test_the_instance_type_from_the_job_config_sets_the_expectation(tmp_path):
     job_config(tmp_path, instance_type="ml.g5.12xlarge")
     run = run_process(tmp_path, EXPECTED_GPU_COUNT=None)
     assert run.returncode == 3, run.explain()
-    assert "expected 4 GPU(s) (instance type ml.g5.12xlarge in gpu_instances.json)" in (run.message or ""), run.message
+    message = run.message or ""
+    assert message.startswith("GPU check failed: expected 4 GPU(s) (instance type ml.g5.12xlarge in gpu_instances.json)")
+    assert message.endswith("The processing job was not started.\n") and message.count("\n") == 1, message
+    assert not output_dir(tmp_path, "train").exists(), "the transform never started"
 
 
 def test_bad_arguments_exit_2_with_one_line_before_the_gpu_check(tmp_path):
@@ -188,6 +192,7 @@ def test_several_hosts_exit_2_naming_the_setting(tmp_path):
     assert "set processing.instance_count to 1" in (run.message or ""), run.message
 
 
+@pytest.mark.slow
 def test_success_removes_a_stale_message_and_writes_both_outputs(tmp_path):
     write_raw(tmp_path, TINY_CSV)
     job_config(tmp_path)
@@ -202,6 +207,7 @@ def test_success_removes_a_stale_message_and_writes_both_outputs(tmp_path):
     assert "[trainer] success" in run.stdout
 
 
+@pytest.mark.slow
 def test_a_data_failure_exits_5_with_the_reason_only(tmp_path):
     job_config(tmp_path)
     run = run_process(tmp_path)

@@ -152,7 +152,7 @@ def run_script(
         except ConfigError as err:
             raise SourceError(str(err)) from None
     training_paths = environment.resolve_paths()
-    code = source.prepare(submit, env.program, training_paths, {})
+    code = source.prepare(submit, env.program, training_paths, {}, what="processing script")
     for name in (*env.outputs, contract.TRAIN_OUTPUT):
         # SageMaker creates the output directories before the container starts; locally we do.
         env.output_dir(name).mkdir(parents=True, exist_ok=True)
