@@ -21,6 +21,22 @@ def choose_device() -> str:
     return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
 
 
+def batch_moments(values: Any, labels: Any, keep: Any) -> tuple[Any, ...]:
+    """One batch's partial result over the rows where ``keep``: count, mean, M2 (float64), and label counts.
+
+    Pure TensorFlow ops: runs inside a ``tf.data`` map (CPU hosts, in parallel) or on the GPU.
+    Returns ``(count [], mean [W], m2 [W], label values [K], label counts [K])``.
+    """
+    import tensorflow as tf
+
+    x = tf.cast(tf.boolean_mask(values, keep), tf.float64)
+    n_b = tf.cast(tf.shape(x)[0], tf.float64)
+    mean_b = tf.math.divide_no_nan(tf.reduce_sum(x, axis=0), n_b)
+    m2_b = tf.reduce_sum(tf.square(x - mean_b), axis=0)
+    label_values, _, label_counts = tf.unique_with_counts(tf.cast(tf.boolean_mask(labels, keep), tf.int64))
+    return n_b, mean_b, m2_b, label_values, label_counts
+
+
 class RunningMoments:
     """Mean and standard deviation per column over every batch it is given.
 
@@ -49,17 +65,19 @@ class RunningMoments:
             self._m2.assign_add(m2_b + delta * delta * n_a * weight)
             self._count.assign(total)
 
-        def rows(values: Any, labels: Any) -> Any:
+        def rows(values: Any, labels: Any, keep: Any) -> Any:
             with tf.device(device):
-                x = tf.cast(values, tf.float64)
-                n_b = tf.cast(tf.shape(x)[0], tf.float64)
-                mean_b = tf.math.divide_no_nan(tf.reduce_sum(x, axis=0), n_b)
-                m2_b = tf.reduce_sum(tf.square(x - mean_b), axis=0)
+                n_b, mean_b, m2_b, label_values, label_counts = batch_moments(values, labels, keep)
                 merge(n_b, mean_b, m2_b)
-                return tf.unique_with_counts(tf.cast(labels, tf.int64))
+                return label_values, None, label_counts
 
-        def groups(counts: Any, means: Any, m2s: Any, labels: Any) -> Any:
+        def partial(n_b: Any, mean_b: Any, m2_b: Any) -> None:
             with tf.device(device):
+                merge(n_b, mean_b, m2_b)
+
+        def groups(counts: Any, means: Any, m2s: Any, labels: Any, keep: Any) -> Any:
+            with tf.device(device):
+                counts, means, m2s, labels = (tf.boolean_mask(t, keep) for t in (counts, means, m2s, labels))
                 n = tf.cast(counts, tf.float64)[:, None]
                 n_b = tf.reduce_sum(n)
                 mean_b = tf.math.divide_no_nan(tf.reduce_sum(n * tf.cast(means, tf.float64), axis=0), n_b)
@@ -68,21 +86,58 @@ class RunningMoments:
                 merge(n_b, mean_b, m2_b)
                 return tf.unique_with_counts(tf.cast(labels, tf.int64))
 
-        self._rows = tf.function(rows, reduce_retracing=True)
-        self._groups = tf.function(groups, reduce_retracing=True)
+        # One trace each: batches differ only in their first dimension.
+        self._rows = tf.function(
+            rows,
+            input_signature=[
+                tf.TensorSpec([None, width], tf.float32),
+                tf.TensorSpec([None], tf.int64),
+                tf.TensorSpec([None], tf.bool),
+            ],
+        )
+        self._partial = tf.function(
+            partial,
+            input_signature=[
+                tf.TensorSpec([], tf.float64),
+                tf.TensorSpec([width], tf.float64),
+                tf.TensorSpec([width], tf.float64),
+            ],
+        )
+        self._groups = tf.function(
+            groups,
+            input_signature=[
+                tf.TensorSpec([None], tf.float64),
+                tf.TensorSpec([None, width], tf.float64),
+                tf.TensorSpec([None, width], tf.float64),
+                tf.TensorSpec([None], tf.int64),
+                tf.TensorSpec([None], tf.bool),
+            ],
+        )
 
     def _count_labels(self, found: Any) -> None:
         values, _, counts = found
         for label, count in zip(values.numpy().tolist(), counts.numpy().tolist(), strict=True):
             self.classes[int(label)] += int(count)
 
-    def update_rows(self, values: Any, labels: Any) -> None:
-        """Adds a batch of examples ``values [B, W]`` with their ``labels [B]``."""
-        self._count_labels(self._rows(values, labels))
+    def update_rows(self, values: Any, labels: Any, keep: Any = None) -> None:
+        """Adds the examples ``values [B, W]`` (float32) with their ``labels [B]`` where ``keep [B]`` is true."""
+        import tensorflow as tf
 
-    def update_groups(self, counts: Any, means: Any, m2s: Any, labels: Any) -> None:
-        """Adds pre-reduced groups (``counts [B]``, ``means [B, W]``, ``m2s [B, W]``), one label each."""
-        self._count_labels(self._groups(counts, means, m2s, labels))
+        keep = tf.ones([tf.shape(labels)[0]], tf.bool) if keep is None else keep
+        self._count_labels(self._rows(tf.cast(values, tf.float32), tf.cast(labels, tf.int64), keep))
+
+    def merge_partial(self, count: Any, mean: Any, m2: Any, label_values: Any, label_counts: Any) -> None:
+        """Merges a partial result of :func:`batch_moments` computed elsewhere (inside the ``tf.data`` map)."""
+        self._partial(count, mean, m2)
+        self._count_labels((label_values, None, label_counts))
+
+    def update_groups(self, counts: Any, means: Any, m2s: Any, labels: Any, keep: Any = None) -> None:
+        """Adds pre-reduced groups (``counts [B]``, ``means [B, W]``, ``m2s [B, W]``), one label each, where ``keep``."""
+        import tensorflow as tf
+
+        keep = tf.ones([tf.shape(labels)[0]], tf.bool) if keep is None else keep
+        cast = (tf.cast(t, tf.float64) for t in (counts, means, m2s))
+        self._count_labels(self._groups(*cast, tf.cast(labels, tf.int64), keep))
 
     def result(self) -> dict[str, Any]:
         """``{"count", "mean", "std"}`` (population standard deviation) as plain floats."""
