@@ -88,6 +88,11 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
     log("process-mode", job=env.job_name or "-", program=env.program or "built-in-transform", args=" ".join(args) or "-")
     with tempfile.TemporaryDirectory(prefix="trainer-process-") as scratch_text:
         gpu = script_runner.verify_gpus(supervisor, None, Path(scratch_text), what=what, extra_env=_check_extra_env(env))
+        if env.program is None:
+            # From here the transform runs in this process: SIGTERM ends it (and its cleanup) directly.
+            _stop_on_sigterm()
+            if supervisor.stop_requested_at is not None:
+                raise TrainingInterrupted("Processing stopped by SIGTERM right after the GPU check; no data was read.")
         log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
         if env.program is not None:
             run_script(env, args, supervisor, Path(scratch_text), num_gpus=int(gpu["gpus"]))
@@ -96,7 +101,6 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
     if int(gpu["gpus"]) == 0:
         # EXPECTED_GPU_COUNT=0: CPU on purpose, as the check did (TensorFlow is not imported yet).
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    _stop_on_sigterm()
     from trainer.process import transform
 
     transform.run(env, transform_options)

@@ -270,6 +270,8 @@ def convert_csv(
         deterministic=True,  # the split keys on each row's position
     )
     batches = lines.batch(CSV_BATCH).enumerate().map(convert, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    log("transform-start", format="csv", files=len(checked), features=num_features, shards=f"{train_shards}+{validation_shards}",
+        statistics_on=reduce_on or "tf.data-map")  # fmt: skip
     writers = (ShardWriter(outputs.train, train_shards), ShardWriter(outputs.validation, validation_shards))
     moments = (RunningMoments(num_features, reduce_on or device), RunningMoments(num_features, reduce_on or device))
     try:
@@ -387,6 +389,8 @@ def convert_images(
         stream = loaded.batch(IMAGE_BATCH).map(_serialize_pictures(size), num_parallel_calls=tf.data.AUTOTUNE).prefetch(
             tf.data.AUTOTUNE
         )
+    log("transform-start", format="image-dir", files=len(files), classes=spec.num_classes,
+        shards=f"{train_shards}+{validation_shards}", resize_on=(resize_device if batched_resize else "tf.data-map") if size else "none")  # fmt: skip
     writers = (ShardWriter(outputs.train, train_shards), ShardWriter(outputs.validation, validation_shards))
     moments = (RunningMoments(3, device), RunningMoments(3, device))
     position = 0
