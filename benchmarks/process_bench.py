@@ -23,7 +23,6 @@ import csv
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
