@@ -77,7 +77,7 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
         TrainerError: every failure, as a subclass that carries the exit code.
     """
     started = time.monotonic()
-    supervisor = script_runner.Supervisor(script_runner._stop_grace(os.environ))
+    supervisor = script_runner.Supervisor(script_runner.stop_grace(os.environ))
     supervisor.install()
     what = "processing script" if env.program else "processing job"
     transform_options = None
@@ -187,4 +187,4 @@ def run_script(
     import json
 
     report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else None
-    raise script_runner._failure(env.program, returncode, report, supervisor.stderr_tail, what="processing script")
+    raise script_runner.script_failure(env.program, returncode, report, supervisor.stderr_tail, what="processing script")
