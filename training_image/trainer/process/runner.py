@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import environment
-from trainer.errors import ConfigError, SourceError, TrainerError, TrainingInterrupted
+from trainer.errors import ConfigError, TrainerError, TrainingInterrupted
 from trainer.logs import log
 from trainer.process import contract, options
 from trainer.script import runner as script_runner
@@ -149,12 +149,7 @@ def run_script(
         TrainingInterrupted: SIGTERM arrived while it ran.
     """
     assert env.program is not None
-    submit = env.submit_directory
-    if submit.startswith("s3://"):
-        try:
-            contract.submit_location(env)
-        except ConfigError as err:
-            raise SourceError(str(err)) from None
+    submit = contract.submit_location(env)
     training_paths = environment.resolve_paths()
     code = source.prepare(submit, env.program, training_paths, {}, what="processing script")
     for name in (*env.outputs, contract.TRAIN_OUTPUT):

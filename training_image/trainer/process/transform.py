@@ -83,6 +83,12 @@ def run(env: contract.ProcessingEnvironment, options: TransformOptions) -> dict[
     outputs = Outputs(env.output_dir(contract.TRAIN_OUTPUT), env.output_dir(contract.VALIDATION_OUTPUT))
     files = _input_files(raw)
     data_format = detect_format(raw, files, options.data_format)
+    if data_format == "csv":
+        for given, name in ((options.image_size is not None, "--image-size"), (options.skip_bad_images, "--skip-bad-images")):
+            if given:
+                raise ConfigError(
+                    f"Bad processing argument: {name} applies to pictures, but the input {raw} holds CSV files; drop it."
+                )
     for directory in (outputs.train, outputs.validation):
         _refuse_non_empty(directory)
         directory.mkdir(parents=True, exist_ok=True)
