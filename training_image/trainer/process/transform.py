@@ -47,7 +47,7 @@ from trainer.logs import log
 from trainer.process import contract
 from trainer.process.options import TransformOptions
 from trainer.process.records import Shard, ShardWriter, serialize_examples
-from trainer.process.statistics import RunningMoments, batch_moments, choose_device
+from trainer.process.statistics import RunningMoments, batch_moments, choose_device, group_moments
 
 TARGET_SHARD_BYTES = 128 * 2**20  # TFRecord guidance: 100-200 MB per shard
 CSV_BATCH = 8192
@@ -398,14 +398,17 @@ def convert_images(
     log("transform-start", format="image-dir", files=len(files), classes=spec.num_classes,
         shards=f"{train_shards}+{validation_shards}", resize_on=(resize_device if batched_resize else "tf.data-map") if size else "none")  # fmt: skip
     writers = (ShardWriter(outputs.train, train_shards), ShardWriter(outputs.validation, validation_shards))
-    moments = (RunningMoments(3, device), RunningMoments(3, device))
+    moments = (RunningMoments(3, resize_device or device), RunningMoments(3, resize_device or device))
     position = 0
     bad: list[str] = []
     try:
         for batch in stream:
             if batched_resize:
-                batch = _resize_on_device(batch, size, resize_device)
-            index, label, validation, records, count, mean, m2 = batch
+                index, label, validation, records, count, mean, m2 = _resize_on_device(batch, size, resize_device)
+                with tf.device(resize_device):
+                    partials = tuple(group_moments(count, mean, m2, label, keep) for keep in (tf.logical_not(validation), validation))
+            else:
+                index, validation, records, partials = batch
             for arrived in index.numpy().tolist():
                 while order[position] != arrived:
                     _bad_picture(files[order[position]], options.skip_bad_images, bad)
@@ -415,8 +418,8 @@ def convert_images(
             serialized = records.numpy()
             writers[0].write_all(serialized[~mask])
             writers[1].write_all(serialized[mask])
-            moments[0].update_groups(count, mean, m2, label, tf.logical_not(validation))
-            moments[1].update_groups(count, mean, m2, label, validation)
+            for moment, partial in zip(moments, partials, strict=True):
+                moment.merge_partial(*partial)
         while position < len(order):
             _bad_picture(files[order[position]], options.skip_bad_images, bad)
             position += 1
@@ -494,9 +497,13 @@ def _image_format(encoded: Any) -> Any:
 def _serialize_pictures(size: tuple[int, int] | None) -> Any:
     """``fn(batch of loaded pictures) -> (index, label, validation, records, count, mean, m2)`` for the CPU path."""
 
+    import tensorflow as tf
+
     def serialize(index: Any, label: Any, validation: Any, encoded: Any, height: Any, width: Any, count: Any, mean: Any, m2: Any) -> Any:
         records = serialize_examples(_example_features(encoded, label, height, width, _image_format(encoded)))
-        return index, label, validation, records, count, mean, m2
+        # Reduced here, in parallel, on a CPU host: the main loop only merges two small partials.
+        partials = tuple(group_moments(count, mean, m2, label, keep) for keep in (tf.logical_not(validation), validation))
+        return index, validation, records, partials
 
     return serialize
 
