@@ -33,6 +33,7 @@ def apply_all() -> None:
     _hosting_instance_types()
     _endpoint_names_from_template()
     _endpoint_invocations()
+    _executions_run_locally()
 
 
 def _kms_key_from_template() -> None:
@@ -343,3 +344,47 @@ def _bucket_versioning_and_public_access_block() -> None:
         return bucket
 
     PATCHES.set(FakeBucket, "create_from_cloudformation_json", classmethod(create))
+
+
+def _executions_run_locally() -> None:
+    # Gap: moto's Step Functions runs no state. An execution is RUNNING forever (or FAILED at once
+    # when SF_EXECUTION_HISTORY_TYPE=FAILURE), StopExecution drops the error and cause it is
+    # given, and GetExecutionHistory answers a canned four-event history for any execution. The
+    # local executor (scripts.emulator.states) runs executions and records their outcome; here a
+    # new execution always starts RUNNING for it, a stop keeps its error and cause (as
+    # DescribeExecution shows them on AWS), and the history is the one the executor recorded.
+    from moto.stepfunctions.models import Execution, StepFunctionBackend
+    from moto.stepfunctions.responses import StepFunctionResponse
+
+    original_init = Execution.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.status = "RUNNING"
+
+    PATCHES.set(Execution, "__init__", init)
+
+    def stop_execution(self: Any) -> Any:
+        from moto.core.responses import ActionResult
+
+        arn = self._get_param("executionArn")
+        execution = self.stepfunction_backend.stop_execution(arn)
+        error, cause = self._get_param("error"), self._get_param("cause")
+        if error is not None:
+            execution.error = error
+        if cause is not None:
+            execution.cause = cause
+        return ActionResult({"stopDate": execution.stop_date})
+
+    PATCHES.set(StepFunctionResponse, "stop_execution", stop_execution)
+
+    original_history = StepFunctionBackend.get_execution_history
+
+    def get_execution_history(self: Any, execution_arn: str) -> dict[str, Any]:
+        from scripts.emulator.states import HISTORIES
+
+        original_history(self, execution_arn)  # ExecutionDoesNotExist for an unknown ARN
+        history = HISTORIES.get(execution_arn)
+        return {"events": list(history.events) if history is not None else []}
+
+    PATCHES.set(StepFunctionBackend, "get_execution_history", get_execution_history)
