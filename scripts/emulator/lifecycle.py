@@ -145,6 +145,8 @@ class Lifecycle:
         self.work_dir = options.work_dir
         self.emulator: Any = None
         self.runner: Any = None
+        self.states: Any = None
+        self.execution: dict[str, Any] = {}
         self.env: dict[str, str] = {}
         self.cdk: Cdk | None = None
         self.assembly = self.work_dir / "cdk.out"
@@ -273,6 +275,15 @@ class Lifecycle:
                         on_event=self.progress.say,
                     )
                     self.runner.start()
+                    from scripts.emulator.states import LocalStepFunctions
+
+                    self.states = LocalStepFunctions(
+                        endpoint_url=self.emulator.endpoint_url,
+                        region=self.region,
+                        account=self.account,
+                        on_event=self.progress.say,
+                    )
+                    self.states.start()
         self.cdk = Cdk(env=self.env, context=self.context, log_file=self.work_dir / "cdk.log", echo=self.options.echo_cdk)
 
     def bootstrap_and_synth(self) -> None:
@@ -478,11 +489,17 @@ class Lifecycle:
                 try:
                     job = sagemaker.describe_training_job(TrainingJobName=self.job_name)
                 except ClientError as err:
-                    # Through the workflow (real account) the job appears a few seconds after
-                    # the execution starts.
+                    # Through the workflow the job appears once the execution has checked the
+                    # launch options; an execution that failed before creating it says why.
                     if "could not find" not in str(err).lower() or time.monotonic() > deadline:
                         raise
-                    time.sleep(5)
+                    execution = self._training_execution()
+                    if execution and execution["status"] != "RUNNING":
+                        raise RuntimeError(
+                            f"workflow execution {self.job_name} {execution['status']} before creating its job: "
+                            f"{execution.get('error', '')}: {execution.get('cause', '')}"
+                        ) from None
+                    time.sleep(1 if self.emulator else 5)
                     continue
                 state = f"{job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')}"
                 if state != last and self.emulator is None:
@@ -496,6 +513,37 @@ class Lifecycle:
             self.job = job
             if job["TrainingJobStatus"] != "Completed":
                 raise RuntimeError(f"training job {self.job_name} {job['TrainingJobStatus']}: {job.get('FailureReason', '')}")
+            self.execution = self._wait_training_execution(deadline)
+            if self.execution:
+                self.progress.say(
+                    f"workflow execution {self.job_name}: {self.execution['status']} "
+                    f"(output {self.execution.get('output', '')[:200]})"
+                )
+                if self.execution["status"] != "SUCCEEDED":
+                    raise RuntimeError(
+                        f"workflow execution {self.job_name} {self.execution['status']}: "
+                        f"{self.execution.get('error', '')}: {self.execution.get('cause', '')}"
+                    )
+
+    def _training_execution(self) -> dict[str, Any] | None:
+        """The training workflow's execution named after the job (``None`` for a direct launch)."""
+        training = self.outputs.get(f"{self.config().project_name}-training") or {}
+        machine = training.get("StateMachineArn")
+        if not machine or self.job_name is None:
+            return None
+        arn = machine.replace(":stateMachine:", ":execution:", 1) + f":{self.job_name}"
+        try:
+            return dict(self.client("stepfunctions").describe_execution(executionArn=arn))
+        except ClientError:
+            return None
+
+    def _wait_training_execution(self, deadline: float) -> dict[str, Any]:
+        # The job has ended; the workflow notices at its next poll and ends too.
+        while True:
+            execution = self._training_execution()
+            if execution is None or execution["status"] != "RUNNING" or time.monotonic() > deadline:
+                return execution or {}
+            time.sleep(0.5 if self.emulator else 15)
 
     def summary(self) -> str:
         """Stack outputs, job outcome, final metrics, artifact location."""
@@ -672,6 +720,9 @@ class Lifecycle:
         if self.hosting is not None:
             self.hosting.stop()
             self.hosting = None
+        if self.states is not None:
+            self.states.stop()
+            self.states = None
         if self.runner is not None:
             self.runner.stop()
             self.runner = None
