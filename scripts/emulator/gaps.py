@@ -29,6 +29,7 @@ def apply_all() -> None:
     _non_empty_bucket_delete_fails()
     _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
+    _processing_jobs_wait_for_a_runner()
     _validate_images_and_instance_types()
     _hosting_instance_types()
     _endpoint_names_from_template()
@@ -186,6 +187,34 @@ def _training_jobs_wait_for_a_runner() -> None:
         return result
 
     PATCHES.set(SageMakerResponse, "create_training_job", create_training_job_response)
+
+
+def _processing_jobs_wait_for_a_runner() -> None:
+    # Gap: moto runs no processing. CreateProcessingJob returns a job that is already
+    # "Completed" (with an end time at creation), and drops the request's ProcessingResources,
+    # Environment and any output it cannot map. Here a new job stays InProgress with the whole
+    # request, so DescribeProcessingJob reads as on AWS, until the local runner
+    # (scripts.emulator.sagemaker) plays SageMaker Processing and records the outcome.
+    from moto.sagemaker.responses import SageMakerResponse
+
+    original_response = SageMakerResponse.create_processing_job
+
+    def create_processing_job_response(self: Any) -> Any:
+        result = original_response(self)
+        job = self.sagemaker_backend.processing_jobs[self._get_param("ProcessingJobName")]
+        job.processing_job_status = "InProgress"
+        job.processing_end_time = None
+        # Attributes become DescribeProcessingJob fields (moto camel-cases __dict__), as on AWS.
+        job.processing_resources = self._get_param("ProcessingResources")
+        job.environment = self._get_param("Environment") or None
+        job.app_specification = self._get_param("AppSpecification")
+        job.processing_inputs = self._get_param("ProcessingInputs")
+        job.processing_output_config = self._get_param("ProcessingOutputConfig")
+        job.network_config = self._get_param("NetworkConfig")
+        job.stopping_condition = self._get_param("StoppingCondition")
+        return result
+
+    PATCHES.set(SageMakerResponse, "create_processing_job", create_processing_job_response)
 
 
 def _validate_images_and_instance_types() -> None:

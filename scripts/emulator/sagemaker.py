@@ -16,6 +16,14 @@ what SageMaker does around the training image, in the same order:
    ModelArtifacts, and FinalMetricDataList parsed from the log with the job's
    MetricDefinitions, as SageMaker parses CloudWatch logs.
 
+Processing jobs are played the same way (:meth:`LocalSageMaker.run_processing_job`): each S3
+input downloaded to its ``LocalPath`` (``/opt/ml/processing/input/<name>``),
+``config/processingjobconfig.json`` (the DescribeProcessingJob response) and
+``config/resourceconfig.json`` written, the job's ``ContainerEntrypoint`` + ``ContainerArguments``
+run from ``training_image/`` (``python3`` is this interpreter), each output directory uploaded
+to its ``S3Uri`` with ``ProcessingOutputConfig.KmsKeyId``, and the status, ``FailureReason`` and
+``ExitMessage`` (``<base>/output/message``, the processing mode's failure file) recorded.
+
 Emulator only: against a real account SageMaker does all of this itself, in the container.
 """
 
@@ -50,6 +58,9 @@ class JobOutcome:
         seconds: Wall time of the training process.
         log_file: The container's stdout and stderr.
         base_dir: The local ``/opt/ml`` tree it ran in.
+        kind: ``training`` or ``processing``.
+        outputs: Processing output name -> the S3 URI its directory was uploaded to.
+        exit_message: A processing job's ExitMessage (``output/message``).
     """
 
     name: str
@@ -60,6 +71,9 @@ class JobOutcome:
     seconds: float
     log_file: Path
     base_dir: Path
+    kind: str = "training"
+    outputs: dict[str, str] = field(default_factory=dict)
+    exit_message: str | None = None
 
 
 def _split_s3(uri: str) -> tuple[str, str]:
@@ -67,6 +81,24 @@ def _split_s3(uri: str) -> tuple[str, str]:
         raise ValueError(f"not an S3 URI: {uri}")
     bucket, _, key = uri[len("s3://") :].partition("/")
     return bucket, key
+
+
+def container_path(base: Path, path: str) -> Path:
+    """Where a container path (``/opt/ml/processing/input/raw``) is in the local ``/opt/ml`` tree."""
+    relative = path[len("/opt/ml/") :] if path.startswith("/opt/ml/") else path.lstrip("/")
+    return base / relative
+
+
+def _run_container(command: list[str], env: Mapping[str, str], log_file: Path, timeout: float) -> int | None:
+    """Run the image's command from ``training_image/``; its exit code, ``None`` past ``timeout``."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("w", encoding="utf-8") as log:
+        try:
+            return subprocess.run(
+                command, cwd=TRAINING_IMAGE_DIR, env=dict(env), stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def parse_final_metrics(log_text: str, definitions: list[Mapping[str, str]]) -> dict[str, float]:
@@ -126,25 +158,39 @@ class LocalSageMaker:
         if self._thread is not None:
             self._thread.join(timeout=self.timeout_seconds + 60)
 
-    def _backend_jobs(self) -> dict[str, Any]:
+    def _backend(self) -> Any:
         from moto.sagemaker.models import sagemaker_backends
 
-        return sagemaker_backends[self.account][self.region].training_jobs
+        return sagemaker_backends[self.account][self.region]
+
+    def _backend_jobs(self) -> dict[str, Any]:
+        return self._backend().training_jobs
 
     def _watch(self) -> None:
         while not self._stop.is_set():
             pending = [
-                name
+                ("training", name)
                 for name, job in list(self._backend_jobs().items())
                 if name not in self._seen and job.training_job_status == "InProgress"
+            ] + [
+                ("processing", name)
+                for name, job in list(self._backend().processing_jobs.items())
+                if name not in self._seen and job.processing_job_status == "InProgress"
             ]
-            for name in pending:
+            for kind, name in pending:
                 self._seen.add(name)
                 try:
-                    self.run_job(name)
+                    if kind == "training":
+                        self.run_job(name)
+                    else:
+                        self.run_processing_job(name)
                 except Exception as err:  # noqa: BLE001 - a runner bug fails the job, not the harness
-                    self._record(name, "Failed", failure_reason=f"local runner error: {type(err).__name__}: {err}")
-                    self.on_event(f"job {name}: local runner error: {err}")
+                    reason = f"local runner error: {type(err).__name__}: {err}"
+                    if kind == "training":
+                        self._record(name, "Failed", failure_reason=reason)
+                    else:
+                        self._record_processing(name, "Failed", reason, None)
+                    self.on_event(f"{kind} job {name}: local runner error: {err}")
             self._stop.wait(0.5)
 
     def wait(self, name: str, timeout: float) -> JobOutcome:
@@ -154,7 +200,7 @@ class LocalSageMaker:
             if name in self.outcomes:
                 return self.outcomes[name]
             time.sleep(0.5)
-        raise TimeoutError(f"training job {name} did not finish within {timeout:.0f}s")
+        raise TimeoutError(f"job {name} did not finish within {timeout:.0f}s")
 
     # --- one job ---------------------------------------------------------------------------
 
@@ -172,20 +218,7 @@ class LocalSageMaker:
         env = self._container_env(job, base)
         timeout = min(self.timeout_seconds, float(job.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 1e9)))
         started = time.monotonic()
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        with log_file.open("w", encoding="utf-8") as log:
-            try:
-                code = subprocess.run(
-                    [sys.executable, "-m", "trainer"],
-                    cwd=TRAINING_IMAGE_DIR,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    timeout=timeout,
-                    check=False,
-                ).returncode
-            except subprocess.TimeoutExpired:
-                code = None
+        code = _run_container([sys.executable, "-m", "trainer"], env, log_file, timeout)
         seconds = time.monotonic() - started
         log_text = log_file.read_text(encoding="utf-8", errors="replace")
         definitions = job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or _default_metric_definitions()
@@ -255,16 +288,29 @@ class LocalSageMaker:
                 s3.download_file(bucket, key, str(destination))
 
     def _container_env(self, job: Mapping[str, Any], base: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG"))}
+        return self._environment(
+            job,
+            base,
+            {
+                "CHECKPOINT_DIR": str(base / "checkpoints"),
+                "TRAINING_JOB_NAME": job["TrainingJobName"],
+                "TRAINING_JOB_ARN": job["TrainingJobArn"],
+            },
+        )
+
+    def _environment(self, job: Mapping[str, Any], base: Path, extra: Mapping[str, str]) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG", "PROCESSING_", "SAGEMAKER_"))
+        }
         env.update(job.get("Environment") or {})
         env.update(
             {
                 "SAGEMAKER_BASE_DIR": str(base),
-                "CHECKPOINT_DIR": str(base / "checkpoints"),
-                "TRAINING_JOB_NAME": job["TrainingJobName"],
-                "TRAINING_JOB_ARN": job["TrainingJobArn"],
-                # The emulator has no GPU: the trainer, which fails hard when it sees fewer GPUs
-                # than the instance type has, is told to expect none and trains on the CPU.
+                **extra,
+                # The emulator has no GPU: the image, which fails hard when it sees fewer GPUs
+                # than the instance type has, is told to expect none and runs on the CPU.
                 "EXPECTED_GPU_COUNT": "0",
                 "CUDA_VISIBLE_DEVICES": "",
                 "TF_CPP_MIN_LOG_LEVEL": "2",
@@ -297,6 +343,91 @@ class LocalSageMaker:
             for path in sorted(p for p in (base / "checkpoints").rglob("*") if p.is_file()):
                 s3.upload_file(str(path), ck_bucket, ck_prefix + path.relative_to(base / "checkpoints").as_posix(), ExtraArgs=extra)
         return f"s3://{bucket}/{key}"
+
+    # --- one processing job ----------------------------------------------------------------
+
+    def run_processing_job(self, name: str) -> JobOutcome:
+        """Materialize, run the container command, upload the outputs and record one processing job."""
+        from scripts.emulator.states import json_safe
+
+        sagemaker, s3 = self._client("sagemaker"), self._client("s3")
+        job = json_safe(sagemaker.describe_processing_job(ProcessingJobName=name))
+        base = self.work_dir / name / "opt-ml"
+        log_file = self.work_dir / name / "container.log"
+        self.on_event(f"processing job {name}: SageMaker Processing played locally; /opt/ml at {base}")
+        self._mark_processing_started(name)
+        (base / "config").mkdir(parents=True, exist_ok=True)
+        (base / "output").mkdir(parents=True, exist_ok=True)
+        (base / "config" / "processingjobconfig.json").write_text(json.dumps(job, indent=2))
+        # One host, as for training jobs (InstanceCount > 1 would need one process per host).
+        (base / "config" / "resourceconfig.json").write_text(
+            json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}, indent=2)
+        )
+        for item in job.get("ProcessingInputs") or []:
+            source = item.get("S3Input")
+            if not source:
+                raise ValueError(f"input {item.get('InputName')}: only S3Input is played by the local runner")
+            self._download_prefix(s3, source["S3Uri"], container_path(base, source["LocalPath"]))
+        outputs = (job.get("ProcessingOutputConfig") or {}).get("Outputs") or []
+        for item in outputs:
+            container_path(base, item["S3Output"]["LocalPath"]).mkdir(parents=True, exist_ok=True)
+
+        app = job.get("AppSpecification") or {}
+        command = [*(app.get("ContainerEntrypoint") or []), *(app.get("ContainerArguments") or [])]
+        if command and command[0] in ("python3", "python"):
+            command[0] = sys.executable  # the image's interpreter; here, this one
+        env = self._environment(job, base, {"PROCESSING_JOB_NAME": name, "PROCESSING_JOB_ARN": job["ProcessingJobArn"]})
+        timeout = min(self.timeout_seconds, float((job.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds", 1e9)))
+        started = time.monotonic()
+        code = _run_container(command, env, log_file, timeout) if command else 1
+        seconds = time.monotonic() - started
+        message_file = base / "output" / "message"
+        message = message_file.read_text(encoding="utf-8", errors="replace").strip() if message_file.is_file() else None
+        uploaded: dict[str, str] = {}
+        if code == 0:
+            key_id = (job.get("ProcessingOutputConfig") or {}).get("KmsKeyId")
+            extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_id} if key_id else {}
+            for item in outputs:
+                target = item["S3Output"]["S3Uri"].rstrip("/") + "/"
+                bucket, prefix = _split_s3(target)
+                local = container_path(base, item["S3Output"]["LocalPath"])
+                for path in sorted(p for p in local.rglob("*") if p.is_file()):
+                    s3.upload_file(str(path), bucket, prefix + path.relative_to(local).as_posix(), ExtraArgs=extra)
+                uploaded[item["OutputName"]] = target
+            outcome = JobOutcome(name, "Completed", None, None, {}, seconds, log_file, base, "processing", uploaded, message)
+        else:
+            if not command:
+                reason = "ClientError: AppSpecification has no ContainerEntrypoint or ContainerArguments to run"
+            elif code is None:
+                reason = f"MaxRuntimeExceeded: processing stopped after {timeout:.0f}s (local runner limit)"
+            elif message:
+                reason = f"AlgorithmError: {message}"
+            else:
+                reason = f"AlgorithmError: the container exited {code}; see {log_file}"
+            outcome = JobOutcome(name, "Failed", reason[:1024], None, {}, seconds, log_file, base, "processing", {}, message)
+        self._record_processing(name, outcome.status, outcome.failure_reason, message)
+        self.outcomes[name] = outcome
+        self.on_event(f"processing job {name}: {outcome.status} after {seconds:.1f}s")
+        return outcome
+
+    def _mark_processing_started(self, name: str) -> None:
+        from moto.core.utils import utcnow
+
+        job = self._backend().processing_jobs[name]
+        job.processing_start_time = job.last_modified_time = utcnow()
+
+    def _record_processing(self, name: str, status: str, failure_reason: str | None, exit_message: str | None) -> None:
+        from moto.core.utils import utcnow
+
+        job = self._backend().processing_jobs[name]
+        now = utcnow()
+        job.processing_job_status = status
+        job.processing_end_time = job.last_modified_time = now
+        if failure_reason:
+            job.failure_reason = failure_reason
+        if exit_message:
+            # SageMaker's ExitMessage: what the container wrote to /opt/ml/output/message.
+            job.exit_message = exit_message[:1024]
 
     # --- recording on the emulator ---------------------------------------------------------
 
