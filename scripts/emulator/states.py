@@ -698,9 +698,13 @@ class LocalStepFunctions:
         while not self._stop.is_set():
             for machine in list(self._backend().state_machines):
                 for execution in list(machine.executions):
-                    if execution.execution_arn in self._seen or execution.status != "RUNNING":
+                    if execution.execution_arn in self._seen:
                         continue
                     self._seen.add(execution.execution_arn)
+                    if execution.status != "RUNNING":
+                        # Stopped before it was picked up: it never runs.
+                        self.executions[execution.execution_arn] = Outcome(execution.status)
+                        continue
                     worker = threading.Thread(
                         target=self._run, args=(machine, execution), name=f"execution-{execution.name}", daemon=True
                     )
