@@ -34,6 +34,7 @@ def apply_all() -> None:
     _hosting_instance_types()
     _endpoint_names_from_template()
     _endpoint_invocations()
+    _update_endpoint()
     _executions_run_locally()
 
 
@@ -263,6 +264,41 @@ def _endpoint_invocations() -> None:
     from scripts.emulator.hosting import install_invoke_route
 
     install_invoke_route()
+
+
+def _update_endpoint() -> None:
+    # Gap: moto has no UpdateEndpoint ("not yet implemented"), the call the pipeline's promote step
+    # makes to move the endpoint to a new model. Here it checks what SageMaker checks (the
+    # endpoint and the config exist, the endpoint is InService), then leaves the endpoint
+    # Updating with the new config pending (PendingDeploymentSummary; EndpointConfigName stays
+    # the serving one until the update is done, as on AWS). The local hosting runner
+    # (scripts.emulator.hosting) starts the new model and finishes the update: InService on the
+    # new config, or back on the old one with a FailureReason when the new model does not start.
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def update_endpoint(self: Any) -> Any:
+        name = self._get_param("EndpointName")
+        config_name = self._get_param("EndpointConfigName")
+        backend = self.sagemaker_backend
+        backend.describe_endpoint(name)  # ValidationError: Could not find endpoint
+        backend.describe_endpoint_config(config_name)  # ValidationError: Could not find endpoint configuration
+        endpoint = backend.endpoints[name]
+        if endpoint.endpoint_status != "InService":
+            raise ValidationError(message=f'Cannot update in-progress endpoint "{endpoint.arn}".')
+        now = utcnow()
+        endpoint.endpoint_status = "Updating"
+        endpoint.failure_reason = None
+        endpoint.pending_deployment_summary = {"EndpointConfigName": config_name, "StartTime": now}
+        deployment = self._get_param("DeploymentConfig")
+        if deployment:
+            endpoint.last_deployment_config = deployment
+        endpoint.last_modified_time = now
+        return ActionResult({"EndpointArn": endpoint.arn})
+
+    PATCHES.set(SageMakerResponse, "update_endpoint", update_endpoint)
 
 
 def _get_stack_output() -> None:
