@@ -163,7 +163,9 @@ def discover_channel(
     files = sorted(
         p
         for p in directory.rglob("*")
-        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+        if p.is_file()
+        and not any(part.startswith(".") for part in p.relative_to(directory).parts)
+        and p.relative_to(directory).as_posix() != manifest.STATISTICS_NAME
     )
     if not files:
         raise DataError(f"Input channel {channel!r} is empty: {directory} holds no files.")

@@ -1,6 +1,8 @@
 """``python -m trainer [train]``: run the training job; on any failure write ``output/failure``.
 
-``python -m trainer serve`` (SageMaker hosting) is dispatched to :mod:`trainer.serve`.
+``python -m trainer serve`` (SageMaker hosting) is dispatched to :mod:`trainer.serve`, and
+``python -m trainer process [ARGS]`` (SageMaker Processing) to :mod:`trainer.process`; each mode
+records its own failures the way its SageMaker contract expects.
 
 SageMaker starts training images with the single argument ``train``; ``docker run`` on an EC2
 node may pass none. Both mean the same. Everything else is refused, so a wrong command line
@@ -34,12 +36,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainer.serve import main as serve
 
         return serve(args[1:])
+    if args[:1] == ["process"]:  # SageMaker Processing: output/message instead of output/failure
+        from trainer.process import main as process
+
+        return process(args[1:])
     paths = environment.resolve_paths()
     try:
         if args not in ACCEPTED_ARGUMENTS:
             raise ConfigError(
-                f"Unexpected arguments {args}: the image takes 'train' (or no argument) for training and 'serve' "
-                "for hosting, what SageMaker passes; configure it with hyperparameters.json and environment variables."
+                f"Unexpected arguments {args}: the image takes 'train' (or no argument) for training, 'serve' "
+                "for hosting and 'process [ARGS]' for processing, what SageMaker passes; configure it with hyperparameters.json and environment variables."
             )
         env = environment.load_environment()
         job = script_contract.script_job(env.hyperparameters)

@@ -35,6 +35,7 @@ from typing import Any
 
 from trainer.config import TrainingConfig
 from trainer.errors import DataError
+from trainer.manifest import STATISTICS_NAME
 
 IMAGE_KEY = "image/encoded"
 LABEL_KEY = "image/class/label"
@@ -94,7 +95,7 @@ def _data_files(directory: Path) -> list[Path]:
         for p in directory.rglob("*")
         if p.is_file()
         and not any(part.startswith(".") for part in p.relative_to(directory).parts)
-        and p.relative_to(directory).as_posix() != MANIFEST_NAME
+        and p.relative_to(directory).as_posix() not in (MANIFEST_NAME, STATISTICS_NAME)
     )
 
 

@@ -31,6 +31,9 @@ from typing import Any
 
 MANIFEST_NAME = ".trainer-manifest.json"
 VERSION = 1
+# What the processing transform writes beside the shards (mean/std, class counts): metadata,
+# never data, so channel discovery leaves it out like the manifests.
+STATISTICS_NAME = "statistics.json"
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def _stop_grace(env: Mapping[str, str]) -> float:
     return value
 
 
-class _Supervisor:
+class Supervisor:
     """Runs one child process at a time in its own group and relays SIGTERM/SIGINT to it."""
 
     def __init__(self, grace_seconds: float) -> None:
@@ -98,7 +98,7 @@ class _Supervisor:
     def run(self, command: list[str], *, env: Mapping[str, str], cwd: Path) -> int:
         """Runs ``command`` to its end; its stderr is passed through, the last lines kept in :attr:`stderr_tail`."""
         if self.stop_requested_at is not None:
-            raise TrainingInterrupted("Training stopped by SIGTERM before the training script started.")
+            raise TrainingInterrupted("Stopped by SIGTERM before the script started.")
         self.stderr_tail = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._child = subprocess.Popen(  # noqa: S603
             command, env=dict(env), cwd=cwd, start_new_session=True, stderr=subprocess.PIPE
@@ -125,27 +125,59 @@ class _Supervisor:
                 self.stderr_tail.append(line)
 
 
+_Supervisor = Supervisor  # the name training's code and tests use
+
+
 def _trainer_root() -> str:
     return str(Path(trainer.__file__).resolve().parent.parent)
 
 
-def verify_gpus(supervisor: _Supervisor, env: TrainingEnvironment, scratch: Path) -> dict[str, Any]:
-    """The GPU check (``python -m trainer.gpu_check``) in its own process; raises GpuCheckError."""
+def script_command(code: source.SourceCode, report_file: Path, args: list[str]) -> list[str]:
+    """How the user's entry point is started: through the launcher (``.py``) or ``/bin/sh`` (``.sh``)."""
+    if code.entry_point.suffix == ".py":
+        return [sys.executable, "-m", "trainer.script.launcher", str(report_file), str(code.directory), str(code.entry_point), *args]
+    return ["/bin/sh", str(code.entry_point), *args]
+
+
+def user_pythonpath(code: source.SourceCode, inherited: str | None) -> str:
+    """The script's PYTHONPATH: its installed requirements, its own directory, the platform, then what was set."""
+    return os.pathsep.join(
+        filter(None, [str(code.site_dir) if code.site_dir else None, str(code.directory), _trainer_root(), inherited])
+    )
+
+
+def verify_gpus(
+    supervisor: _Supervisor,
+    env: TrainingEnvironment | None,
+    scratch: Path,
+    *,
+    what: str = "training script",
+    extra_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The GPU check (``python -m trainer.gpu_check``) in its own process; raises GpuCheckError.
+
+    Args:
+        supervisor: Runs the check as a child in its own process group (SIGTERM forwarded).
+        env: Unused by the check itself (the child reads the same environment); kept for callers.
+        scratch: Where the check writes its result file.
+        what: What is not started when the check fails ("training script", "processing job").
+        extra_env: Variables added for the check only (processing passes the instance type).
+    """
     result_file = scratch / "gpu-check.json"
-    child_env = dict(os.environ)
+    child_env = {**os.environ, **(extra_env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [_trainer_root(), child_env.get("PYTHONPATH")]))
     code = supervisor.run([sys.executable, "-m", "trainer.gpu_check", str(result_file)], env=child_env, cwd=scratch)
     if supervisor.stop_requested_at is not None:
-        raise TrainingInterrupted("Training stopped by SIGTERM during the GPU check; the training script never started.")
+        raise TrainingInterrupted(f"Stopped by SIGTERM during the GPU check; the {what} never started.")
     try:
         result = json.loads(result_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise GpuCheckError(
             f"GPU check failed: the check process ended with status {code} without a result (a crash in the driver "
-            "or CUDA libraries); see the log above. The training script was not started."
+            f"or CUDA libraries); see the log above. The {what} was not started."
         ) from None
     if not result.get("ok"):
-        raise GpuCheckError(f"{result.get('error')} The training script was not started.")
+        raise GpuCheckError(f"{result.get('error')} The {what} was not started.")
     return result
 
 
@@ -157,20 +189,28 @@ def _last_error_line(stderr_tail: Any) -> str:
     return chosen[:300]
 
 
-def _failure(job: contract.ScriptJob, returncode: int, report: dict[str, Any] | None, stderr_tail: Any = ()) -> UserScriptError:
-    script = job.program
+def _failure(
+    job: contract.ScriptJob | str,
+    returncode: int,
+    report: dict[str, Any] | None,
+    stderr_tail: Any = (),
+    *,
+    what: str = "training script",
+) -> UserScriptError:
+    """The one-line UserScriptError for a script that ended with ``returncode`` (``job``: the job or its program)."""
+    script = job if isinstance(job, str) else job.program
     said_last = _last_error_line(stderr_tail)
     if returncode < 0:
         signum = -returncode
         name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
         if signum == signal.SIGKILL:
             return UserScriptError(
-                f"The training script {script} was killed by SIGKILL, most often the kernel's out-of-memory killer: "
+                f"The {what} {script} was killed by SIGKILL, most often the kernel's out-of-memory killer: "
                 "the instance ran out of host memory. Use a larger instance type, a smaller batch, or smaller "
                 "shuffle/prefetch buffers.",
                 exit_code=128 + signum,
             )
-        return UserScriptError(f"The training script {script} was killed by {name}; see the job's log.", exit_code=128 + signum)
+        return UserScriptError(f"The {what} {script} was killed by {name}; see the job's log.", exit_code=128 + signum)
     if report:
         where = ""
         if report.get("file"):
@@ -184,13 +224,13 @@ def _failure(job: contract.ScriptJob, returncode: int, report: dict[str, Any] | 
             said = f": {report['message']}" if report.get("message") and report["message"] not in where else ""
             if not said and said_last:
                 said = f"; its last error output: {said_last}"
-            return UserScriptError(f"The training script {script} called sys.exit({returncode}){where}{said}.")
+            return UserScriptError(f"The {what} {script} called sys.exit({returncode}){where}{said}.")
         return UserScriptError(
-            f"The training script {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
+            f"The {what} {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
             "The full traceback is in the job's log."
         )
     last = f"; its last error output: {said_last}" if said_last else ""
-    return UserScriptError(f"The training script {script} exited with status {returncode}{last}. See the job's log.")
+    return UserScriptError(f"The {what} {script} exited with status {returncode}{last}. See the job's log.")
 
 
 def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
@@ -231,15 +271,10 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
         child_env.setdefault("KERAS_BACKEND", "tensorflow")
         child_env[ENV_JOB_START] = f"{started_wall:.3f}"
         child_env["PYTHONUNBUFFERED"] = "1"
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(code.site_dir) if code.site_dir else None, str(code.directory), _trainer_root(), process_env.get("PYTHONPATH")])
-        )
+        child_env["PYTHONPATH"] = user_pythonpath(code, process_env.get("PYTHONPATH"))
         report_file = scratch / "script-failure.json"
         args = contract.to_cmd_args(job.user_hyperparameters)
-        if code.entry_point.suffix == ".py":
-            command = [sys.executable, "-m", "trainer.script.launcher", str(report_file), str(code.directory), str(code.entry_point), *args]
-        else:
-            command = ["/bin/sh", str(code.entry_point), *args]
+        command = script_command(code, report_file, args)
         log(
             "script-start",
             script=code.entry_point.relative_to(code.directory).as_posix(),

@@ -108,8 +108,11 @@ def unpack(source: Path, destination: Path) -> Path:
     return destination
 
 
-def find_entry_point(directory: Path, program: str) -> Path:
-    """The script ``program`` inside ``directory``; refuses paths that leave it and unknown kinds."""
+def find_entry_point(directory: Path, program: str, what: str = "training script") -> Path:
+    """The script ``program`` inside ``directory``; refuses paths that leave it and unknown kinds.
+
+    ``what`` names the script in messages ("training script", "processing script").
+    """
     entry = (directory / program).resolve()
     if directory.resolve() not in entry.parents:
         raise SourceError(f"sagemaker_program {program!r} points outside the source directory {directory}.")
@@ -117,13 +120,13 @@ def find_entry_point(directory: Path, program: str) -> Path:
         present = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
         listing = ", ".join(present[:10]) + (" ..." if len(present) > 10 else "") if present else "no files"
         raise SourceError(
-            f"The training script {program!r} is not in the source directory ({listing}); "
+            f"The {what} {program!r} is not in the source directory ({listing}); "
             "check the entry point against the directory you packed."
         )
     if entry.suffix not in SUPPORTED_SUFFIXES:
         raise SourceError(
-            f"The training script {program!r} must be a Python file (.py) or a shell script (.sh); "
-            "to run a package, add a small train.py that imports and calls it."
+            f"The {what} {program!r} must be a Python file (.py) or a shell script (.sh); "
+            "to run a package, add a small .py file that imports and calls it."
         )
     return entry
 
@@ -204,11 +207,17 @@ def install_requirements(directory: Path, site_dir: Path, env: Mapping[str, str]
     return tuple(names)
 
 
-def prepare(submit_directory: str, program: str, paths: Paths, input_data_config: Mapping[str, Any]) -> SourceCode:
-    """Locates, unpacks and checks the user's code, and installs its requirements."""
+def prepare(
+    submit_directory: str,
+    program: str,
+    paths: Paths,
+    input_data_config: Mapping[str, Any],
+    what: str = "training script",
+) -> SourceCode:
+    """Locates, unpacks and checks the user's code, and installs its requirements (shared by training and processing)."""
     location = locate(submit_directory, paths, input_data_config)
     directory = unpack(location, paths.base_dir / "code")
-    entry = find_entry_point(directory, program)
+    entry = find_entry_point(directory, program, what)
     site_dir = None
     installed: tuple[str, ...] = ()
     if (directory / REQUIREMENTS_FILE).is_file():

@@ -1,0 +1,186 @@
+"""A processing job start to end: arguments, GPU check, then the user's script or the built-in transform.
+
+Order is the guarantee, as in training: the GPU check (``python -m trainer.gpu_check`` in a
+process of its own, ``EXPECTED_GPU_COUNT`` first) must pass before any input is read or any user
+code is unpacked. Every failure ends as one line in ``<base>/output/message`` (what SageMaker
+Processing reports as the job's ExitMessage) and training's exit codes: 2 configuration, 3 GPU,
+5 data, 8 user script, 9 source, 143 SIGTERM. A message left by an earlier attempt is removed on
+success.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer import environment
+from trainer.errors import ConfigError, SourceError, TrainerError, TrainingInterrupted
+from trainer.logs import log
+from trainer.process import contract, options
+from trainer.script import runner as script_runner
+from trainer.script import source
+
+# SageMaker shows the first 1024 characters; the rest stays in the file for whoever reads it.
+MAX_MESSAGE_CHARS = 4096
+ENV_INSTANCE_TYPE = environment.ENV_INSTANCE_TYPE
+
+
+def record_message(paths: contract.ProcessingPaths, message: str) -> None:
+    """Writes the reason, on one line, to ``output/message`` (and stdout, in case the file cannot be written)."""
+    text = " ".join(message.split())[:MAX_MESSAGE_CHARS]
+    print(f"[trainer] failed reason={text}", file=sys.stdout, flush=True)
+    try:
+        paths.message_file.parent.mkdir(parents=True, exist_ok=True)
+        paths.message_file.write_text(text + "\n", encoding="utf-8")
+    except OSError as err:
+        print(f"[trainer] could not write {paths.message_file}: {err}", file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trainer process [ARGS]``: runs the job; returns its exit status (0 only on success)."""
+    args = list(sys.argv[2:] if argv is None else argv)
+    paths = contract.resolve_paths()
+    try:
+        run(contract.load_environment(), args)
+    except TrainerError as err:
+        record_message(paths, str(err))
+        return err.exit_code
+    except Exception as err:  # noqa: BLE001 - the last resort must still leave a message
+        traceback.print_exc()
+        record_message(paths, f"Unexpected {type(err).__name__} in the processing job: {err}")
+        return 1
+    paths.message_file.unlink(missing_ok=True)
+    log("success")
+    return 0
+
+
+def _check_extra_env(env: contract.ProcessingEnvironment) -> dict[str, str]:
+    # The GPU check falls back to the instance type when EXPECTED_GPU_COUNT is unset; in a
+    # processing job that type is only in processingjobconfig.json.
+    if env.expected_gpu_count is None and env.instance_type and not os.environ.get(ENV_INSTANCE_TYPE):
+        return {ENV_INSTANCE_TYPE: env.instance_type}
+    return {}
+
+
+def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
+    """The job: the user's script when ``SAGEMAKER_PROGRAM`` is set, else the built-in transform.
+
+    Raises:
+        TrainerError: every failure, as a subclass that carries the exit code.
+    """
+    started = time.monotonic()
+    supervisor = script_runner.Supervisor(script_runner._stop_grace(os.environ))
+    supervisor.install()
+    what = "processing script" if env.program else "processing job"
+    transform_options = None
+    if env.program is None:
+        # Pure-Python checks first, as training checks its hyperparameters: nothing is started yet.
+        transform_options = options.parse(args)
+        refuse_several_hosts(env)
+    log("process-mode", job=env.job_name or "-", program=env.program or "built-in-transform", args=" ".join(args) or "-")
+    with tempfile.TemporaryDirectory(prefix="trainer-process-") as scratch_text:
+        gpu = script_runner.verify_gpus(supervisor, None, Path(scratch_text), what=what, extra_env=_check_extra_env(env))
+        log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
+        if env.program is not None:
+            run_script(env, args, supervisor, Path(scratch_text), num_gpus=int(gpu["gpus"]))
+            return
+    assert transform_options is not None
+    if int(gpu["gpus"]) == 0:
+        # EXPECTED_GPU_COUNT=0: CPU on purpose, as the check did (TensorFlow is not imported yet).
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    _stop_on_sigterm()
+    from trainer.process import transform
+
+    transform.run(env, transform_options)
+
+
+def refuse_several_hosts(env: contract.ProcessingEnvironment) -> None:
+    """The built-in transform writes one dataset with one manifest per output: one host only.
+
+    Several hosts would each write ``.trainer-manifest.json`` and ``statistics.json`` to the same
+    S3 prefix, the last upload winning; with ``ShardedByS3Key`` each would also see only part of
+    the data. So the job is refused before any work, naming the setting to change.
+    """
+    if len(env.hosts) <= 1:
+        return
+    raw = env.inputs.get(contract.RAW_INPUT)
+    sharded = f" (input '{contract.RAW_INPUT}' is {contract.SHARDED})" if raw and raw.distribution == contract.SHARDED else ""
+    raise ConfigError(
+        f"The built-in transform runs on one instance, but this job has {len(env.hosts)} "
+        f"({', '.join(env.hosts)}){sharded}: set processing.instance_count to 1 in cdk.json (or --instance-count 1); "
+        "one GPU instance converts the whole input, and a user processing script (SAGEMAKER_PROGRAM) may use several."
+    )
+
+
+def _stop_on_sigterm() -> None:
+    def stop(signum: int, frame: Any) -> None:
+        raise TrainingInterrupted(
+            "Processing stopped by SIGTERM (job stopped); the shards written so far were removed, the job wrote no dataset."
+        )
+
+    signal.signal(signal.SIGTERM, stop)
+
+
+def run_script(
+    env: contract.ProcessingEnvironment,
+    args: list[str],
+    supervisor: script_runner.Supervisor,
+    scratch: Path,
+    *,
+    num_gpus: int,
+) -> None:
+    """Runs the user's processing script with the container arguments as its argv, like a training script.
+
+    Raises:
+        SourceError: the code or its requirements cannot be had.
+        UserScriptError: the script failed (exception, file and line when it raised).
+        TrainingInterrupted: SIGTERM arrived while it ran.
+    """
+    assert env.program is not None
+    submit = env.submit_directory
+    if submit.startswith("s3://"):
+        try:
+            contract.submit_location(env)
+        except ConfigError as err:
+            raise SourceError(str(err)) from None
+    training_paths = environment.resolve_paths()
+    code = source.prepare(submit, env.program, training_paths, {}, what="processing script")
+    for name in (*env.outputs, contract.TRAIN_OUTPUT):
+        # SageMaker creates the output directories before the container starts; locally we do.
+        env.output_dir(name).mkdir(parents=True, exist_ok=True)
+    process_env = os.environ
+    legacy = script_runner.legacy_keras(process_env)
+    child_env = {k: v for k, v in process_env.items() if not k.startswith("SM_")}
+    child_env.update(contract.script_environment(env, num_gpus=num_gpus, num_cpus=multiprocessing.cpu_count()))
+    child_env.pop("TF_CONFIG", None)
+    if num_gpus == 0:
+        child_env["CUDA_VISIBLE_DEVICES"] = ""
+    child_env[script_runner.ENV_LEGACY_KERAS] = "1" if legacy else "0"
+    child_env.setdefault("KERAS_BACKEND", "tensorflow")
+    child_env["PYTHONUNBUFFERED"] = "1"
+    child_env["PYTHONPATH"] = script_runner.user_pythonpath(code, process_env.get("PYTHONPATH"))
+    report_file = scratch / "script-failure.json"
+    command = script_runner.script_command(code, report_file, args)
+    log("script-start", script=code.entry_point.relative_to(code.directory).as_posix(), args=" ".join(args) or "-")
+    started = time.monotonic()
+    returncode = supervisor.run(command, env=child_env, cwd=code.directory)
+    seconds = time.monotonic() - started
+    log("script-exit", status=returncode, seconds=f"{seconds:.1f}")
+    if returncode == 0:
+        return
+    if supervisor.stop_requested_at is not None:
+        raise TrainingInterrupted(
+            f"Processing stopped by SIGTERM: the processing script {env.program} was stopped after {seconds:.0f} s."
+        )
+    import json
+
+    report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else None
+    raise script_runner._failure(env.program, returncode, report, supervisor.stderr_tail, what="processing script")
