@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup, sagemaker_hosting_instance_types
-from stacks.sagemaker_limits import FieldRule, training_job_limits
+from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits
 
 CONTEXT_KEY = "gpu_training"
 
@@ -278,6 +278,40 @@ class TrainingJobConfig:
         return typing.cast(int, self.expected_gpus_per_instance)
 
 
+@dataclass(frozen=True)
+class ProcessingConfig:
+    """SageMaker Processing jobs on GPUs (raw data -> training-ready shards) and the pipeline.
+
+    Part of the training stack: the pipeline state machine (process -> train -> promote) runs
+    the processing job with ``createProcessingJob.sync``.
+
+    Attributes:
+        enabled: Deploy the processing role and the pipeline (in the training stack). Default
+            ``True``.
+        instance_type: SageMaker GPU type (``ml.`` + a GPU table row that SageMaker offers for
+            *processing*, per botocore's ``ProcessingInstanceType`` enum). Default ``ml.g5.xlarge``.
+        instance_count: Instances per job. Default 1. Above 1 the raw input is sharded by S3 key
+            across the instances and inter-container traffic is encrypted.
+        volume_size_gb: ML storage volume per instance. Default 100.
+        max_runtime_seconds: Stop the job after this long. Default 86400 (1 day).
+        input_prefix: Key prefix of raw data in the datasets bucket; the processing role reads
+            only this (and users' code). Default ``raw/``.
+        output_prefix: Key prefix of processed data in the datasets bucket; each run writes
+            ``<output_prefix><job name>/train/`` and ``.../validation/`` and the role writes only
+            here. Must not overlap ``input_prefix``. Default ``processed/``.
+        arguments: Container arguments of the built-in transform (``--shards 4``...). Default none.
+    """
+
+    enabled: bool = True
+    instance_type: str = "ml.g5.xlarge"
+    instance_count: int = 1
+    volume_size_gb: int = 100
+    max_runtime_seconds: int = 86400
+    input_prefix: str = "raw/"
+    output_prefix: str = "processed/"
+    arguments: tuple[str, ...] = ()
+
+
 ROLLOUTS = ("all_at_once", "canary")
 
 
@@ -391,6 +425,7 @@ class PlatformConfig:
         network: VPC, see :class:`NetworkConfig`.
         cluster: GPU EC2 nodes, see :class:`ClusterConfig`.
         training_job: SageMaker job, see :class:`TrainingJobConfig`.
+        processing: SageMaker Processing and the pipeline, see :class:`ProcessingConfig`.
         serving: SageMaker endpoint, see :class:`ServingConfig`.
     """
 
@@ -402,6 +437,7 @@ class PlatformConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     training_job: TrainingJobConfig = field(default_factory=TrainingJobConfig)
+    processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
 
 
@@ -519,8 +555,11 @@ def _known_types_hint(prefix: str = "") -> str:
     return f"use an NVIDIA GPU type from training_image/trainer/gpu_instances.json (e.g. {sample})"
 
 
-def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool) -> int:
-    """Validate an instance type against the GPU table; return its GPU count."""
+def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool, processing: bool = False) -> int:
+    """Validate an instance type against the GPU table; return its GPU count.
+
+    SageMaker types must be offered for training, or with ``processing`` for processing jobs.
+    """
     if sagemaker and not instance_type.startswith(SAGEMAKER_PREFIX):
         raise ConfigError(path, instance_type, "SageMaker instance types start with 'ml.'", f"use ml.{instance_type}")
     if not sagemaker and instance_type.startswith(SAGEMAKER_PREFIX):
@@ -533,6 +572,18 @@ def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool) -> int:
         raise ConfigError(
             path, instance_type, "not a known NVIDIA GPU instance type", _known_types_hint("ml." if sagemaker else "")
         )
+    if processing:
+        offered = processing_job_limits().processing_instance_types
+        if instance_type not in offered:
+            same_gpu = sorted(
+                SAGEMAKER_PREFIX + r.name for r in gpu_instance_types().values()
+                if r.gpu_model == row.gpu_model and SAGEMAKER_PREFIX + r.name in offered
+            )
+            raise ConfigError(
+                path, instance_type, f"SageMaker Processing does not offer this type ({processing_job_limits().source})",
+                f"use a processing GPU type such as {same_gpu[0] if same_gpu else 'ml.g5.xlarge'}",
+            )
+        return row.gpu_count
     limits = training_job_limits()
     if sagemaker and instance_type not in limits.training_instance_types:
         raise ConfigError(
@@ -781,7 +832,54 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         _check_field(f"{p}.tags.{key}", key, limits.tag_key, "the tag key", _TAG_FIX)
         _check_field(f"{p}.tags.{key}", value, limits.tag_value, "the tag value", _TAG_FIX)
 
+    _validate_processing(cfg.processing, tj)
     return dataclasses.replace(cfg, cluster=cl, training_job=tj, serving=_validate_serving(cfg.serving))
+
+
+_KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()=-]+(/[A-Za-z0-9!_.*'()=-]+)*/$")
+
+
+def _check_key_prefix(path: str, prefix: str, example: str) -> None:
+    if not _KEY_PREFIX_RE.match(prefix) or ".." in prefix.split("/"):
+        raise ConfigError(
+            path, prefix, "expected a key prefix inside the datasets bucket ending in /",
+            f"write a relative prefix such as {example} (letters, digits, ! _ . * ' ( ) = -, /-separated)",
+        )
+
+
+def _validate_processing(pr: ProcessingConfig, tj: TrainingJobConfig) -> None:
+    p = f"{CONTEXT_KEY}.processing"
+    limits = processing_job_limits()
+    _check_gpu_type(f"{p}.instance_type", pr.instance_type, sagemaker=True, processing=True)
+    _check_positive(f"{p}.instance_count", pr.instance_count, maximum=limits.max_instance_count)
+    _check_positive(f"{p}.volume_size_gb", pr.volume_size_gb, maximum=limits.max_volume_size_gb)
+    _check_positive(f"{p}.max_runtime_seconds", pr.max_runtime_seconds, maximum=limits.max_runtime_seconds)
+    _check_key_prefix(f"{p}.input_prefix", pr.input_prefix, "raw/")
+    _check_key_prefix(f"{p}.output_prefix", pr.output_prefix, "processed/")
+    # A run must never read its own or an earlier run's output as raw input, nor write into the raw data.
+    if pr.output_prefix.startswith(pr.input_prefix) or pr.input_prefix.startswith(pr.output_prefix):
+        raise ConfigError(
+            f"{p}.output_prefix", pr.output_prefix, f"overlaps input_prefix {pr.input_prefix!r} (outputs would mix with raw data)",
+            "use separate prefixes, e.g. raw/ and processed/",
+        )
+    # Training channels are read-only for the jobs; processing writes under output_prefix only.
+    for name, prefix in tj.channels.items():
+        if pr.output_prefix.startswith(prefix):
+            raise ConfigError(
+                f"{p}.output_prefix", pr.output_prefix,
+                f"lies inside training channel {name}'s prefix {prefix!r}, so every run's shards would feed that channel at once",
+                f"use a prefix outside {prefix!r}, e.g. processed/ (a pipeline run passes its own output to training)",
+            )
+    if len(pr.arguments) > limits.max_container_arguments:
+        raise ConfigError(
+            f"{p}.arguments", f"{len(pr.arguments)} arguments",
+            f"SageMaker accepts at most {limits.max_container_arguments} container arguments ({limits.source})",
+            "pass fewer arguments",
+        )
+    for i, argument in enumerate(pr.arguments):
+        problem = limits.container_argument.problem(argument)
+        if problem:
+            raise ConfigError(f"{p}.arguments[{i}]", argument, f"a container argument {problem} ({limits.source})", "shorten it")
 
 
 _JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")

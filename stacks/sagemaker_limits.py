@@ -1,4 +1,4 @@
-"""SageMaker's limits on a CreateTrainingJob request, read from botocore's service model.
+"""SageMaker's limits on CreateTrainingJob and CreateProcessingJob requests, from botocore's service model.
 
 boto3 ships the API model SageMaker publishes (``botocore/data/sagemaker/<version>/service-2.json``):
 the training instance types SageMaker accepts, and the length, count and pattern constraints of
@@ -79,6 +79,46 @@ class TrainingJobLimits:
     job_name: FieldRule
 
 
+@dataclass(frozen=True)
+class ProcessingJobLimits:
+    """What SageMaker accepts in a CreateProcessingJob request.
+
+    Attributes:
+        source: Which model the numbers come from (botocore version and API version).
+        processing_instance_types: ``ClusterConfig.InstanceType`` (the ``ProcessingInstanceType``
+            enum; not the training list: some GPU types train but do not process, and back).
+        max_instance_count: ``ClusterConfig.InstanceCount``.
+        max_volume_size_gb: ``ClusterConfig.VolumeSizeInGB``.
+        max_runtime_seconds: ``StoppingCondition.MaxRuntimeInSeconds``.
+        max_container_arguments: Entries in ``AppSpecification.ContainerArguments``.
+        container_argument: Rule for one container argument.
+        max_environment: Entries in ``Environment``.
+        environment_key: Rule for an environment variable's name.
+        environment_value: Rule for an environment variable's value.
+        max_inputs: Entries in ``ProcessingInputs``.
+        max_outputs: Entries in ``ProcessingOutputConfig.Outputs``.
+        s3_uri: Rule for an ``S3Uri`` of an input or output.
+        max_tags: Entries in ``Tags``.
+        job_name: Rule for ``ProcessingJobName``.
+    """
+
+    source: str
+    processing_instance_types: frozenset[str]
+    max_instance_count: int
+    max_volume_size_gb: int
+    max_runtime_seconds: int
+    max_container_arguments: int
+    container_argument: FieldRule
+    max_environment: int
+    environment_key: FieldRule
+    environment_value: FieldRule
+    max_inputs: int
+    max_outputs: int
+    s3_uri: FieldRule
+    max_tags: int
+    job_name: FieldRule
+
+
 def _rule(shape: Any) -> FieldRule:
     meta = shape.metadata
     return FieldRule(min_length=int(meta.get("min", 0)), max_length=int(meta["max"]), pattern=meta.get("pattern"))
@@ -105,6 +145,36 @@ def training_job_limits() -> TrainingJobLimits:
         tag_key=_rule(tag.members["Key"]),
         tag_value=_rule(tag.members["Value"]),
         job_name=_rule(members["TrainingJobName"]),
+    )
+
+
+@lru_cache(maxsize=1)
+def processing_job_limits() -> ProcessingJobLimits:
+    """The CreateProcessingJob limits, read once per process from botocore's bundled SageMaker model."""
+    raw = botocore.loaders.create_loader().load_service_model(SERVICE, "service-2")
+    model = botocore.model.ServiceModel(raw, SERVICE)
+    request: Any = model.shape_for("CreateProcessingJobRequest")
+    members = request.members
+    cluster = members["ProcessingResources"].members["ClusterConfig"].members
+    arguments = members["AppSpecification"].members["ContainerArguments"]
+    environment = members["Environment"]
+    inputs = members["ProcessingInputs"]
+    return ProcessingJobLimits(
+        source=f"botocore {botocore.__version__}, {SERVICE} API {model.api_version}",
+        processing_instance_types=frozenset(cluster["InstanceType"].enum),
+        max_instance_count=int(cluster["InstanceCount"].metadata["max"]),
+        max_volume_size_gb=int(cluster["VolumeSizeInGB"].metadata["max"]),
+        max_runtime_seconds=int(members["StoppingCondition"].members["MaxRuntimeInSeconds"].metadata["max"]),
+        max_container_arguments=int(arguments.metadata["max"]),
+        container_argument=_rule(arguments.member),
+        max_environment=int(environment.metadata["max"]),
+        environment_key=_rule(environment.key),
+        environment_value=_rule(environment.value),
+        max_inputs=int(inputs.metadata["max"]),
+        max_outputs=int(members["ProcessingOutputConfig"].members["Outputs"].metadata["max"]),
+        s3_uri=_rule(inputs.member.members["S3Input"].members["S3Uri"]),
+        max_tags=int(members["Tags"].metadata["max"]),
+        job_name=_rule(members["ProcessingJobName"]),
     )
 
 

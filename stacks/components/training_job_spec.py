@@ -22,6 +22,19 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from stacks.components.request_expressions import (  # noqa: F401 (re-exported: the helpers' old home)
+    Jsonata,
+    Value,
+    append,
+    concat,
+    greater_than,
+    logical_and,
+    map_items,
+    merge,
+    render,
+    to_jsonata,
+    when,
+)
 from stacks.config import ENTRY_POINT_PATTERN, USER_CODE_PREFIX, PlatformConfig
 from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
 from stacks.sagemaker_limits import training_job_limits
@@ -55,94 +68,14 @@ SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 """SageMaker always writes training logs here, in streams named ``<job name>/algo-<n>-<ts>``."""
 
 MAX_INSTANCE_COUNT = 64
+MAX_CHANNEL_URI_LENGTH = 1024
+"""``S3DataSource.S3Uri`` is at most 1024 characters (SageMaker's API model)."""
 MAX_JOB_NAME_LENGTH = training_job_limits().job_name.max_length
 EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
 
 
 class LaunchError(ValueError):
     """A launch option is wrong; ``str(err)`` is one line naming the option and the fix."""
-
-
-# --------------------------------------------------------------------------------------------
-# JSONata: values the state machine resolves at run time
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Jsonata:
-    """A JSONata expression (without the ``{% %}`` delimiters) evaluated by Step Functions."""
-
-    expression: str
-
-
-Value = Union[Any, Jsonata]
-
-
-def to_jsonata(value: Value) -> str:
-    """JSONata source for ``value``; literals are written as JSON, which JSONata reads as is."""
-    if isinstance(value, Jsonata):
-        return f"({value.expression})"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{json.dumps(k)}: {to_jsonata(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(to_jsonata(v) for v in value) + "]"
-    return json.dumps(value)
-
-
-def when(condition: Union[bool, Jsonata], then: Value, otherwise: Value) -> Value:
-    """``then`` if ``condition`` else ``otherwise``; a JSONata conditional for a run-time condition."""
-    if isinstance(condition, Jsonata):
-        return Jsonata(f"{to_jsonata(condition)} ? {to_jsonata(then)} : {to_jsonata(otherwise)}")
-    return then if condition else otherwise
-
-
-def greater_than(value: Union[int, Jsonata], limit: int) -> Union[bool, Jsonata]:
-    """``value > limit``, decided now or by the state machine."""
-    if isinstance(value, Jsonata):
-        return Jsonata(f"{to_jsonata(value)} > {limit}")
-    return value > limit
-
-
-def append(first: Value, second: Value) -> Value:
-    """List concatenation, now or by the state machine."""
-    if isinstance(first, Jsonata) or isinstance(second, Jsonata):
-        return Jsonata(f"$append({to_jsonata(first)}, {to_jsonata(second)})")
-    return [*first, *second]
-
-
-def merge(*parts: Value) -> Value:
-    """Objects merged left to right (later keys win), now or by the state machine."""
-    if any(isinstance(p, Jsonata) for p in parts):
-        return Jsonata("$merge([" + ", ".join(to_jsonata(p) for p in parts) + "])")
-    merged: dict[str, Any] = {}
-    for part in parts:
-        merged.update(part)
-    return merged
-
-
-def logical_and(*conditions: Union[bool, Jsonata]) -> Union[bool, Jsonata]:
-    """``a and b``, decided now or by the state machine."""
-    if any(isinstance(c, Jsonata) for c in conditions):
-        return Jsonata(" and ".join(to_jsonata(c) for c in conditions))
-    return all(conditions)
-
-
-def concat(*parts: Union[str, Jsonata]) -> Union[str, Jsonata]:
-    """String concatenation, now or by the state machine."""
-    if any(isinstance(p, Jsonata) for p in parts):
-        return Jsonata(" & ".join(to_jsonata(p) for p in parts))
-    return "".join(parts)  # type: ignore[arg-type]
-
-
-def render(value: Value) -> Any:
-    """The request as Step Functions reads it: every :class:`Jsonata` becomes ``"{% ... %}"``."""
-    if isinstance(value, Jsonata):
-        return "{% " + value.expression + " %}"
-    if isinstance(value, Mapping):
-        return {k: render(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [render(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,6 +194,9 @@ class JobTemplate:
         default_instance_count: Used when a launch does not override it.
         default_use_spot: Used when a launch does not override it.
         default_hyperparameters: A launch's hyperparameters are merged over these.
+        extra_channel_prefixes: Further key prefixes of the datasets bucket that a launch's
+            ``channels`` may point into (the job role reads them too): the processing output
+            prefix, where pipeline runs leave training-ready shards.
     """
 
     project_name: str
@@ -278,6 +214,7 @@ class JobTemplate:
     default_instance_count: int
     default_use_spot: bool
     default_hyperparameters: Mapping[str, str]
+    extra_channel_prefixes: Sequence[str] = ()
 
     @classmethod
     def from_config(
@@ -304,12 +241,28 @@ class JobTemplate:
             default_instance_count=tj.instance_count,
             default_use_spot=tj.use_spot,
             default_hyperparameters=MappingProxyType(dict(tj.hyperparameters)),
+            extra_channel_prefixes=readable_processing_prefixes(config),
         )
 
     @property
     def job_name_prefix(self) -> str:
         """Every job of the project is named ``<project>-...``."""
         return f"{self.project_name}-"
+
+    @property
+    def readable_channel_prefixes(self) -> tuple[str, ...]:
+        """Key prefixes of the datasets bucket the job role reads: the channels' and the extra ones."""
+        return tuple(sorted({*self.channels.values(), *self.extra_channel_prefixes}))
+
+    @property
+    def default_channel_uris(self) -> dict[str, str]:
+        """The configured channels as ``s3://`` URIs (a launch's ``channels`` are merged over these)."""
+        return {name: f"s3://{self.resources.datasets_bucket}/{prefix}" for name, prefix in self.channels.items()}
+
+
+def readable_processing_prefixes(config: PlatformConfig) -> tuple[str, ...]:
+    """The processing output prefix when processing is deployed: training may read what it wrote."""
+    return (config.processing.output_prefix,) if config.processing.enabled else ()
 
 
 @dataclass(frozen=True)
@@ -326,6 +279,9 @@ class LaunchOptions:
             from it (script mode; it travels as the ``code`` channel). ``None``: the built-in trainer.
         entry_point: The script inside the tarball (``train.py``); required with ``code_uri``.
         legacy_keras: Run the script with Keras 2 (``TF_USE_LEGACY_KERAS=1``, tf-keras).
+        channels: Channel name -> ``s3://`` URI, merged over the configured channels (a new name
+            adds a channel). Every URI must lie in the datasets bucket under a prefix the job role
+            reads: a configured channel prefix or ``processing.output_prefix``.
     """
 
     job_name: Optional[str] = None
@@ -336,6 +292,7 @@ class LaunchOptions:
     code_uri: Optional[str] = None
     entry_point: Optional[str] = None
     legacy_keras: Optional[bool] = None
+    channels: Mapping[str, str] = field(default_factory=dict)
 
     def state_machine_input(self) -> dict[str, Any]:
         """The execution input the workflow reads: only what is overridden."""
@@ -345,6 +302,8 @@ class LaunchOptions:
                 data[key] = getattr(self, key)
         if self.hyperparameters:
             data["hyperparameters"] = {k: _hyperparameter_string(v) for k, v in self.hyperparameters.items()}
+        if self.channels:
+            data["channels"] = dict(self.channels)
         return data
 
 
@@ -363,6 +322,8 @@ class LaunchValues:
     entry_point: Union[str, Jsonata] = ""
     legacy_keras: Union[bool, Jsonata] = False
     has_code: Union[bool, Jsonata] = False
+    channels: Union[Mapping[str, str], Jsonata, None] = None
+    """Channel name -> S3 URI; ``None``: the template's configured channels."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -425,6 +386,38 @@ def check_source(template: JobTemplate, code_uri: Optional[str], entry_point: Op
     return code_uri, entry_point
 
 
+def check_channels(template: JobTemplate, overrides: Mapping[str, Any], *, has_code: bool) -> dict[str, str]:
+    """The configured channels as URIs with ``overrides`` merged over them, checked.
+
+    Raises:
+        LaunchError: a channel name or URI SageMaker or the job role would refuse.
+    """
+    limits = training_job_limits()
+    if not isinstance(overrides, Mapping):
+        raise LaunchError(f"channels {overrides!r} must be an object of channel names to s3:// URIs")
+    channels = {**template.default_channel_uris, **overrides}
+    allowed = [f"s3://{template.resources.datasets_bucket}/{p}" for p in template.readable_channel_prefixes]
+    for name, uri in overrides.items():
+        problem = limits.channel_name.problem(name) if isinstance(name, str) else "must be a string"
+        if problem or (has_code and name == CODE_CHANNEL):
+            reason = problem or f"is reserved for the script's code"
+            raise LaunchError(f"channel name {name!r} {reason}: use letters, digits, . - _ (not {CODE_CHANNEL!r} with a script)")
+        if (
+            not isinstance(uri, str)
+            or not any(uri.startswith(a) for a in allowed)
+            or ".." in uri.split("/")
+            or len(uri) > MAX_CHANNEL_URI_LENGTH
+        ):
+            raise LaunchError(
+                f"channel {name} URI {uri!r} must lie under one of {', '.join(allowed)} (what the job role may read), "
+                f"at most {MAX_CHANNEL_URI_LENGTH} characters"
+            )
+    total = len(channels) + (1 if has_code else 0)
+    if total > limits.max_channels:
+        raise LaunchError(f"{total} input channels; SageMaker accepts at most {limits.max_channels}: pass fewer channels")
+    return channels
+
+
 def check_request_limits(template: JobTemplate, hyperparameters: Mapping[str, str]) -> None:
     """SageMaker's limits on hyperparameters, channels and tags (from botocore's model).
 
@@ -485,6 +478,7 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
     code_uri, entry_point = check_source(template, options.code_uri, options.entry_point)
     if options.legacy_keras is not None and not isinstance(options.legacy_keras, bool):
         raise LaunchError(f"legacy_keras {options.legacy_keras!r} must be true or false")
+    channels = check_channels(template, options.channels, has_code=bool(code_uri))
     return LaunchValues(
         job_name=job_name,
         instance_type=instance_type,
@@ -497,6 +491,7 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
         entry_point=entry_point,
         legacy_keras=bool(options.legacy_keras),
         has_code=bool(code_uri),
+        channels=channels,
     )
 
 
@@ -512,15 +507,16 @@ STATE_MACHINE_VALUES = LaunchValues(
     entry_point=Jsonata("$entry_point"),
     legacy_keras=Jsonata("$legacy_keras"),
     has_code=Jsonata("$code_uri != ''"),
+    channels=Jsonata("$channels"),
 )
 """The launch values as the workflow's variables (assigned by :func:`state_machine_assignments`)."""
 
 
-def _input_or(key: str, default: str) -> str:
-    return f"{{% $exists($states.input.{key}) ? $states.input.{key} : {default} %}}"
+def _input_or(key: str, default: str, source: str = "$states.input") -> str:
+    return f"{{% $exists({source}.{key}) ? {source}.{key} : {default} %}}"
 
 
-def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
+def state_machine_assignments(template: JobTemplate, source: str = "$states.input", job_name_suffix: str = "") -> dict[str, Any]:
     """``Assign`` of the workflow's first state: execution input over the baked-in defaults.
 
     The execution input may carry ``job_name``, ``instance_type``, ``instance_count``,
@@ -530,24 +526,41 @@ def state_machine_assignments(template: JobTemplate) -> dict[str, Any]:
     ``hyperparameters`` that is not an object (an array, a string...) is kept as given, so that
     :func:`state_machine_launch_check` refuses it with a reason rather than the assignment failing
     with a JSONata error. The configured hyperparameters are the built-in trainer's: a launch
-    with ``code_uri`` (a user's script) gets only its own.
+    with ``code_uri`` (a user's script) gets only its own. ``channels`` (name -> S3 URI) is merged
+    over the configured channels.
+
+    Args:
+        template: The job template.
+        source: JSONata path of the options object: the execution input (the training
+            workflow), or a variable holding the pipeline's ``train`` options.
+        job_name_suffix: Appended to the default job name (``train`` in the pipeline:
+            ``<project>-<execution name>-train``).
     """
-    given = "$states.input.hyperparameters"
+    given = f"{source}.hyperparameters"
+    given_channels = f"{source}.channels"
+    default_channels = to_jsonata(template.default_channel_uris)
     stringified = f"$each({given}, function($v, $k) {{{{$k: $type($v) in ['number', 'boolean'] ? $string($v) : $v}}}})"
-    defaults = f"($exists($states.input.code_uri) ? {{}} : {to_jsonata(dict(template.default_hyperparameters))})"
+    defaults = f"($exists({source}.code_uri) ? {{}} : {to_jsonata(dict(template.default_hyperparameters))})"
     merged = f"$merge($append([{defaults}], {stringified}))"
+    suffix = f" & {json.dumps('-' + job_name_suffix)}" if job_name_suffix else ""
     return {
-        "job_name": _input_or("job_name", f"{json.dumps(template.job_name_prefix)} & $states.context.Execution.Name"),
-        "instance_type": _input_or("instance_type", json.dumps(template.default_instance_type)),
-        "instance_count": _input_or("instance_count", json.dumps(template.default_instance_count)),
-        "use_spot": _input_or("use_spot", json.dumps(template.default_use_spot)),
+        "job_name": _input_or(
+            "job_name", f"{json.dumps(template.job_name_prefix)} & $states.context.Execution.Name{suffix}", source
+        ),
+        "instance_type": _input_or("instance_type", json.dumps(template.default_instance_type), source),
+        "instance_count": _input_or("instance_count", json.dumps(template.default_instance_count), source),
+        "use_spot": _input_or("use_spot", json.dumps(template.default_use_spot), source),
         "hyperparameters": "{% "
         + f"$not($exists({given})) ? {defaults}"
         + f" : $type({given}) = 'object' ? {merged} : {given}"
         + " %}",
-        "code_uri": _input_or("code_uri", '""'),
-        "entry_point": _input_or("entry_point", '""'),
-        "legacy_keras": _input_or("legacy_keras", "false"),
+        "code_uri": _input_or("code_uri", '""', source),
+        "entry_point": _input_or("entry_point", '""', source),
+        "legacy_keras": _input_or("legacy_keras", "false", source),
+        "channels": "{% "
+        + f"$not($exists({given_channels})) ? {default_channels}"
+        + f" : $type({given_channels}) = 'object' ? $merge([{default_channels}, {given_channels}]) : {given_channels}"
+        + " %}",
         "instance_facts": instance_facts_table(),
     }
 
@@ -617,6 +630,40 @@ def _launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
             "'code_uri ' & $string($code_uri) & ' and entry_point ' & $string($entry_point) & ' must both be absent,"
             f" or a .tar.gz under s3://<artifacts bucket>/{CODE_PREFIX} and a .py or .sh path inside it'",
         ),
+        *_channel_rules(template),
+    ]
+
+
+def _channel_rules(template: JobTemplate) -> list[tuple[str, str]]:
+    """The ``channels`` rules of :func:`check_channels`, in JSONata."""
+    limits = training_job_limits()
+    allowed = [f"s3://{template.resources.datasets_bucket}/{p}" for p in template.readable_channel_prefixes]
+    allowed_list = to_jsonata(allowed)
+    name_re = "/^[A-Za-z0-9.\\-_]+$/"
+    uri_ok = (
+        f"$type($u) = 'string' and $length($u) <= {MAX_CHANNEL_URI_LENGTH}"
+        f" and $count($filter({allowed_list}, function($a) {{$substring($u, 0, $length($a)) = $a}})) > 0"
+        " and $not('..' in $split($u, '/'))"
+    )
+    name_ok = (
+        f"$length($k) <= {limits.channel_name.max_length} and $contains($k, {name_re})"
+        f" and $not($code_uri = '' ? false : $k = {json.dumps(CODE_CHANNEL)})"
+    )
+    bad = f"$filter($keys($channels), function($k) {{$not(({name_ok}) and ($u := $lookup($channels, $k); {uri_ok}))}})"
+    is_object = "$type($channels) = 'object'"
+    code = "($code_uri = '' ? 0 : 1)"
+    return [
+        (is_object, "'channels must be an object of channel names to s3:// URIs, not ' & $type($channels)"),
+        (
+            f"$not({is_object}) or $count({bad}) = 0",
+            f"'channels ' & $join({bad}, ', ') & ' must be named with letters, digits, . - _ (not code with a script)"
+            f" and lie under one of {', '.join(allowed)}'",
+        ),
+        (
+            f"$not({is_object}) or $count($keys($channels)) + {code} <= {limits.max_channels}",
+            "'channels: ' & $string($count($keys($channels)) + " + code + ") & ' input channels;"
+            f" SageMaker accepts at most {limits.max_channels}'",
+        ),
     ]
 
 
@@ -651,20 +698,20 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
         "VolumeSizeInGB": template.volume_size_gb,
     }
     max_runtime = {"MaxRuntimeInSeconds": template.max_runtime_seconds}
-    data_channels = [
-        {
+    data_channels = map_items(
+        template.default_channel_uris if launch.channels is None else launch.channels,
+        lambda name, uri: {
             "ChannelName": name,
             "DataSource": {
                 "S3DataSource": {
                     "S3DataType": "S3Prefix",
-                    "S3Uri": f"s3://{r.datasets_bucket}/{prefix}",
+                    "S3Uri": uri,
                     "S3DataDistributionType": "FullyReplicated",
                 }
             },
             "InputMode": template.input_mode,
-        }
-        for name, prefix in template.channels.items()
-    ]
+        },
+    )
     code_channel = {
         "ChannelName": CODE_CHANNEL,
         "DataSource": {

@@ -40,6 +40,7 @@ from stacks.components.training_job_spec import (
     JobResources,
     JobTemplate,
     create_training_job_request,
+    readable_processing_prefixes,
     state_machine_assignments,
     state_machine_launch_check,
     state_machine_launch_problem,
@@ -156,6 +157,7 @@ class TrainingJobRole(Construct):
         artifacts_bucket: s3.IBucket,
         repository: ecr.IRepository,
         vpc: ec2.IVpc,
+        extra_input_prefixes: Sequence[str] = (),
     ) -> None:
         """Create the role.
 
@@ -169,10 +171,12 @@ class TrainingJobRole(Construct):
             artifacts_bucket: Outputs and checkpoints.
             repository: Training image repository.
             vpc: The training VPC.
+            extra_input_prefixes: Further datasets-bucket prefixes a launch's channels may
+                point into (read access): the processing output prefix.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        input_prefixes = sorted(set(channels.values()))
+        input_prefixes = sorted({*channels.values(), *extra_input_prefixes})
         artifact_prefixes = [OUTPUT_PREFIX, CHECKPOINT_PREFIX]
         input_objects = [datasets_bucket.arn_for_objects(f"{p}*") for p in input_prefixes]
         artifact_objects = [artifacts_bucket.arn_for_objects(f"{p}*") for p in artifact_prefixes]
@@ -323,6 +327,7 @@ class TrainingJobWorkflow(Construct):
             "JobRole",
             project_name=project,
             channels=config.training_job.channels,
+            extra_input_prefixes=readable_processing_prefixes(config),
             key=key,
             datasets_bucket=datasets_bucket,
             artifacts_bucket=artifacts_bucket,

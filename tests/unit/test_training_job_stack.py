@@ -175,12 +175,14 @@ def test_name_role_image_and_metrics(default, args):
     assert {"loss", "accuracy", "examples_per_sec", "epoch"} <= names
 
 
-def _data_channels(input_data_config: str) -> list:
-    """The static channel list of ``$append([...], <code channel if a script>)``."""
-    assert input_data_config.startswith("{% $append([")
-    channels, end = json.JSONDecoder().raw_decode(input_data_config, len("{% $append("))
-    assert input_data_config[end:].startswith(", (($code_uri != '') ? [{\"ChannelName\": \"code\"")
-    return channels
+def _data_channels(input_data_config: str, assign: dict) -> list:
+    """The channels of ``$append([$each($channels, <channel>)], <code channel if a script>)``,
+    for the default ``$channels`` (the configured prefixes as URIs)."""
+    prefix = "{% $append(([$each(($channels), function($v, $k) {"
+    assert input_data_config.startswith(prefix)
+    channel, end = json.JSONDecoder().raw_decode(input_data_config.replace('($k)', '"$k"').replace('($v)', '"$v"'), len(prefix))
+    defaults = json.loads(assign["channels"].split("? ", 1)[1].split(" : ", 1)[0])
+    return [json.loads(json.dumps(channel).replace('"$k"', json.dumps(k)).replace('"$v"', json.dumps(v))) for k, v in defaults.items()]
 
 
 def test_hyperparameters_and_expected_gpu_count(args):
@@ -195,11 +197,11 @@ def test_hyperparameters_and_expected_gpu_count(args):
     )
 
 
-def test_input_channels_and_output_in_the_project_buckets(default, args):
+def test_input_channels_and_output_in_the_project_buckets(default, args, definition):
     datasets = ref(default, default.platform.data_plane.datasets_bucket.bucket_name)
     artifacts = ref(default, default.platform.data_plane.artifacts_bucket.bucket_name)
     key = ref(default, default.platform.data_plane.key.key_arn)
-    assert _data_channels(args["InputDataConfig"]) == [
+    assert _data_channels(args["InputDataConfig"], definition["States"]["ResolveLaunchOptions"]["Assign"]) == [
         {
             "ChannelName": "train",
             "DataSource": {
@@ -267,7 +269,7 @@ def test_other_config_changes_every_default_and_drops_checkpoints(alternative, a
     args = task(alt_definition)["Arguments"]
     assert "CheckpointConfig" not in args
     assert args["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
-    channels = _data_channels(args["InputDataConfig"])
+    channels = _data_channels(args["InputDataConfig"], assign)
     assert [(c["ChannelName"], c["InputMode"]) for c in channels] == [
         ("train", "FastFile"),
         ("validation", "FastFile"),
@@ -335,13 +337,14 @@ def test_job_role_is_scoped_to_the_project_prefixes_key_repository_and_log_strea
     template = default.template("gputrain-training")
     statements = _policy_statements(template, "WorkflowJobRolePolicy")
     reads = json.dumps(statements["ReadInputChannels"]["Resource"])
-    assert reads.count("/train/*") == 1
+    # The configured channel and the processing output (a pipeline run's shards), nothing else.
+    assert reads.count("/train/*") == 1 and reads.count("/processed/*") == 1 and reads.count("/*") == 2
     writes = json.dumps(statements["ReadWriteOutputsAndCheckpoints"]["Resource"])
     assert "/training-jobs/*" in writes and "/checkpoints/*" in writes and "/code/" not in writes
     # Users' code (script mode) is read-only for the job: a script cannot rewrite another job's code.
     assert statements["ReadUserCode"]["Action"] == "s3:GetObject"
     assert json.dumps(statements["ReadUserCode"]["Resource"]).endswith('/code/*"]]}')
-    assert statements["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["train/*"]}}
+    assert statements["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["processed/*", "train/*"]}}
     assert "Fn::GetStackOutput" in json.dumps(statements["UsePlatformKey"]["Resource"])
     assert statements["EncryptMlVolumes"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
     assert "Fn::GetStackOutput" in json.dumps(statements["PullTrainingImage"]["Resource"])

@@ -1,0 +1,537 @@
+"""The one CreateProcessingJob request: built here for the pipeline state machine and for a direct launch.
+
+Pure Python (no CDK import), so the operator scripts can import it without starting jsii.
+
+Like :mod:`stacks.components.training_job_spec`, the request is written once, in
+:func:`create_processing_job_request`. What a run may override arrives as
+:class:`ProcessingValues`: concrete values (a direct launch, from :func:`resolve_processing`) or
+the pipeline's JSONata variables (:data:`STATE_MACHINE_PROCESSING_VALUES`, assigned by
+:func:`processing_state_machine_assignments` and checked by :func:`processing_launch_check`).
+Shape decisions that depend on an override (the volume key for types with local NVMe, sharding
+and encryption with more than one instance, container arguments only when there are some, the
+code input of a user's script) go through the shared helpers of
+:mod:`stacks.components.request_expressions`, so the two paths cannot drift.
+
+The container contract (``training_image/trainer/process/``): the image runs as
+``python3 -m trainer process [ARGS...]``; the raw input is at ``/opt/ml/processing/input/raw``,
+a user's ``sourcedir.tar.gz`` at ``/opt/ml/processing/input/code``; the outputs ``train`` and
+``validation`` are uploaded at the end of the job to ``<output_prefix><job name>/train/`` and
+``.../validation/`` in the datasets bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from stacks.components.request_expressions import (
+    Jsonata,
+    append,
+    concat,
+    greater_than,
+    merge,
+    render,
+    to_jsonata,
+    when,
+)
+from stacks.components.training_job_spec import (
+    CODE_PREFIX,
+    EXPECTED_GPU_COUNT_ENV,
+    MAX_ENTRY_POINT_LENGTH,
+    JobResources,
+    LaunchError,
+)
+from stacks.config import ENTRY_POINT_PATTERN, PlatformConfig
+from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
+from stacks.sagemaker_limits import processing_job_limits
+
+CONTAINER_ENTRYPOINT = ("python3", "-m", "trainer", "process")
+"""``AppSpecification.ContainerEntrypoint``: the image's processing mode."""
+
+PROCESSING_ROOT = "/opt/ml/processing"
+RAW_INPUT = "raw"
+CODE_INPUT = "code"
+TRAIN_OUTPUT = "train"
+VALIDATION_OUTPUT = "validation"
+OUTPUT_NAMES = (TRAIN_OUTPUT, VALIDATION_OUTPUT)
+CODE_SOURCEDIR = f"{PROCESSING_ROOT}/input/{CODE_INPUT}/sourcedir.tar.gz"
+"""Where the ``code`` input puts a user's tarball (``SAGEMAKER_SUBMIT_DIRECTORY``)."""
+PROGRAM_ENV = "SAGEMAKER_PROGRAM"
+SUBMIT_DIRECTORY_ENV = "SAGEMAKER_SUBMIT_DIRECTORY"
+
+SAGEMAKER_PROCESSING_LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
+"""SageMaker writes processing logs here, in streams named ``<job name>/algo-<n>-<ts>``."""
+
+MAX_JOB_NAME_LENGTH = processing_job_limits().job_name.max_length
+JOB_NAME_SUFFIX = "process"
+"""A pipeline's processing job is ``<project>-<execution name>-process``."""
+
+_JOB_SUFFIX_RE = re.compile(r"^[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$")
+
+
+# --------------------------------------------------------------------------------------------
+# What a processing job is made of
+# --------------------------------------------------------------------------------------------
+
+
+def processing_instance_facts(instance_type: str) -> tuple[str, bool]:
+    """``(expected GPU count, local NVMe)`` of a GPU type SageMaker Processing offers.
+
+    Raises:
+        LaunchError: the type is not a ``ml.`` GPU row of the table offered for processing.
+    """
+    row = lookup(instance_type) if isinstance(instance_type, str) and instance_type.startswith(SAGEMAKER_PREFIX) else None
+    if row is None:
+        raise LaunchError(
+            f"instance type {instance_type!r} is not a known SageMaker GPU type; "
+            "use ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge"
+        )
+    limits = processing_job_limits()
+    if instance_type not in limits.processing_instance_types:
+        raise LaunchError(
+            f"instance type {instance_type!r} is not offered for SageMaker Processing ({limits.source}); "
+            "use another GPU type, e.g. ml.g5.xlarge"
+        )
+    return str(row.gpu_count), row.local_nvme_gb > 0
+
+
+def processing_instance_facts_table() -> dict[str, dict[str, Any]]:
+    """:func:`processing_instance_facts` of every GPU type offered for processing (the state machine's copy)."""
+    offered = processing_job_limits().processing_instance_types
+    table = {}
+    for name in sorted(gpu_instance_types()):
+        if SAGEMAKER_PREFIX + name in offered:
+            count, nvme = processing_instance_facts(SAGEMAKER_PREFIX + name)
+            table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": count, "local_nvme": nvme}
+    return table
+
+
+@dataclass(frozen=True)
+class ProcessingTemplate:
+    """Everything about a processing job that is fixed at deploy time, plus the defaults.
+
+    Build it with :meth:`from_config`.
+
+    Attributes:
+        project_name: Job names start with ``<project_name>-``.
+        resources: The deployed resources (``role_arn`` is the processing role).
+        input_prefix: Key prefix of raw data in the datasets bucket (the role reads only this).
+        output_prefix: Key prefix of processed data (the role writes only this).
+        volume_size_gb: ML storage volume per instance.
+        max_runtime_seconds: ``StoppingCondition.MaxRuntimeInSeconds``.
+        tags: Tags on every job.
+        default_instance_type: Used when a run does not override it.
+        default_instance_count: Used when a run does not override it.
+        default_arguments: The built-in transform's container arguments when a run gives none.
+    """
+
+    project_name: str
+    resources: JobResources
+    input_prefix: str
+    output_prefix: str
+    volume_size_gb: int
+    max_runtime_seconds: int
+    tags: Mapping[str, str]
+    default_instance_type: str
+    default_instance_count: int
+    default_arguments: Sequence[str]
+
+    @classmethod
+    def from_config(cls, config: PlatformConfig, resources: JobResources) -> "ProcessingTemplate":
+        """The template for ``config.processing`` with ``resources`` (role: the processing role)."""
+        pr = config.processing
+        return cls(
+            project_name=config.project_name,
+            resources=resources,
+            input_prefix=pr.input_prefix,
+            output_prefix=pr.output_prefix,
+            volume_size_gb=pr.volume_size_gb,
+            max_runtime_seconds=pr.max_runtime_seconds,
+            tags=MappingProxyType({"Project": config.project_name, **config.tags}),
+            default_instance_type=pr.instance_type,
+            default_instance_count=pr.instance_count,
+            default_arguments=tuple(pr.arguments),
+        )
+
+    @property
+    def job_name_prefix(self) -> str:
+        """Every job of the project is named ``<project>-...``."""
+        return f"{self.project_name}-"
+
+    @property
+    def input_uri_prefix(self) -> str:
+        """Raw inputs must lie under this URI: the processing role may read nothing else."""
+        return f"s3://{self.resources.datasets_bucket}/{self.input_prefix}"
+
+    @property
+    def code_uri_prefix(self) -> str:
+        """A user's ``sourcedir.tar.gz`` must lie under this URI (the role reads only ``code/``)."""
+        return f"s3://{self.resources.artifacts_bucket}/{CODE_PREFIX}"
+
+
+def processing_output_uri(template: ProcessingTemplate, job_name: Union[str, Jsonata]) -> Union[str, Jsonata]:
+    """``s3://<datasets bucket>/<output_prefix><job>/``: the run's outputs are ``train/`` and ``validation/`` below it."""
+    return concat(f"s3://{template.resources.datasets_bucket}/{template.output_prefix}", job_name, "/")
+
+
+@dataclass(frozen=True)
+class ProcessingOptions:
+    """What one run may override; ``None`` keeps the template's default.
+
+    Attributes:
+        job_name: Full job name (``<project>-...``, at most 63 characters). Default: generated.
+        instance_type: SageMaker GPU type offered for processing.
+        instance_count: Instances (1-100); above 1 the raw input is sharded by S3 key.
+        input_uri: ``s3://<datasets bucket>/<input_prefix>...``. Default: the whole input prefix.
+        arguments: Container arguments (the built-in transform's ``--shards 4``..., or a user
+            script's argv). Default: the config's ``processing.arguments`` for the built-in
+            transform, none for a user's script.
+        code_uri: ``s3://<artifacts bucket>/code/.../sourcedir.tar.gz``: run the user's script
+            from it (script mode). ``None``: the built-in transform.
+        entry_point: The script inside the tarball (``prep.py``); required with ``code_uri``.
+    """
+
+    job_name: Optional[str] = None
+    instance_type: Optional[str] = None
+    instance_count: Optional[int] = None
+    input_uri: Optional[str] = None
+    arguments: Optional[Sequence[str]] = None
+    code_uri: Optional[str] = None
+    entry_point: Optional[str] = None
+
+    def state_machine_input(self) -> dict[str, Any]:
+        """The pipeline's ``process`` input: only what is overridden."""
+        data: dict[str, Any] = {}
+        for key in ("job_name", "instance_type", "instance_count", "input_uri", "code_uri", "entry_point"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.arguments is not None:
+            data["arguments"] = list(self.arguments)
+        return data
+
+
+@dataclass(frozen=True)
+class ProcessingValues:
+    """The varying inputs of the request: all concrete, or all JSONata (see module docstring)."""
+
+    job_name: Union[str, Jsonata]
+    instance_type: Union[str, Jsonata]
+    instance_count: Union[int, Jsonata]
+    input_uri: Union[str, Jsonata]
+    arguments: Union[Sequence[str], Jsonata]
+    expected_gpu_count: Union[str, Jsonata]
+    local_nvme: Union[bool, Jsonata]
+    code_uri: Union[str, Jsonata] = ""
+    entry_point: Union[str, Jsonata] = ""
+    has_code: Union[bool, Jsonata] = False
+    has_arguments: Union[bool, Jsonata] = False
+
+
+# --------------------------------------------------------------------------------------------
+# Options: resolved in Python, or by the state machine
+# --------------------------------------------------------------------------------------------
+
+
+def default_processing_job_name(template: ProcessingTemplate, now: Optional[datetime] = None) -> str:
+    """``<project>-YYYYmmdd-HHMMSS-process`` in UTC."""
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    return f"{template.job_name_prefix}{stamp}-{JOB_NAME_SUFFIX}"
+
+
+def _check_job_name(template: ProcessingTemplate, name: Any) -> str:
+    prefix = template.job_name_prefix
+    if (
+        not isinstance(name, str)
+        or not name.startswith(prefix)
+        or not _JOB_SUFFIX_RE.match(name[len(prefix):])
+        or len(name) > MAX_JOB_NAME_LENGTH
+    ):
+        raise LaunchError(
+            f"processing job name {name!r} is not allowed; use {prefix}<letters, digits, hyphens>, at most "
+            f"{MAX_JOB_NAME_LENGTH} characters (the roles may only create {prefix}* jobs)"
+        )
+    return name
+
+
+def _check_input_uri(template: ProcessingTemplate, uri: Any) -> str:
+    prefix = template.input_uri_prefix
+    limit = processing_job_limits().s3_uri.max_length
+    if not isinstance(uri, str) or not uri.startswith(prefix) or ".." in uri.split("/") or len(uri) > limit:
+        raise LaunchError(
+            f"input_uri {uri!r} must lie under {prefix} (processing.input_prefix: the only raw data the "
+            f"processing role may read), at most {limit} characters; upload the raw data there"
+        )
+    return uri
+
+
+def _check_arguments(arguments: Any) -> list[str]:
+    limits = processing_job_limits()
+    if not isinstance(arguments, (list, tuple)) or not all(isinstance(a, str) for a in arguments):
+        raise LaunchError(f"arguments {arguments!r} must be a list of strings, e.g. ['--shards', '4']")
+    if len(arguments) > limits.max_container_arguments:
+        raise LaunchError(
+            f"{len(arguments)} container arguments; SageMaker Processing accepts at most {limits.max_container_arguments}"
+        )
+    for argument in arguments:
+        problem = limits.container_argument.problem(argument)
+        if problem:
+            raise LaunchError(f"container argument {argument[:60]!r} {problem} (SageMaker's limit)")
+    return list(arguments)
+
+
+def _check_source(template: ProcessingTemplate, code_uri: Optional[str], entry_point: Optional[str]) -> tuple[str, str]:
+    if not code_uri and not entry_point:
+        return "", ""
+    if not code_uri or not entry_point:
+        raise LaunchError(
+            "a processing script needs both its code and its entry point: --process-source-dir DIR "
+            "--process-entry-point prep.py (pipeline input: process.code_uri and process.entry_point)"
+        )
+    prefix = template.code_uri_prefix
+    if not code_uri.startswith(prefix) or not code_uri.endswith(".tar.gz"):
+        raise LaunchError(
+            f"code_uri {code_uri!r} must be a .tar.gz under {prefix} (the only code the processing role may read); "
+            "scripts.launch --process-source-dir uploads it there"
+        )
+    if len(entry_point) > MAX_ENTRY_POINT_LENGTH or not re.match(ENTRY_POINT_PATTERN, entry_point) or ".." in entry_point:
+        raise LaunchError(
+            f"entry point {entry_point!r} must be a .py or .sh file's path inside the source directory "
+            "(letters, digits, _ . / -; no '..'), e.g. prep.py"
+        )
+    return code_uri, entry_point
+
+
+def resolve_processing(
+    template: ProcessingTemplate, options: ProcessingOptions, *, now: Optional[datetime] = None
+) -> ProcessingValues:
+    """Apply ``options`` over the template's defaults and check them (the direct path).
+
+    Raises:
+        LaunchError: one line naming the bad option and the fix.
+    """
+    limits = processing_job_limits()
+    instance_type = options.instance_type or template.default_instance_type
+    expected_gpu_count, local_nvme = processing_instance_facts(instance_type)
+    count = template.default_instance_count if options.instance_count is None else options.instance_count
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= limits.max_instance_count:
+        raise LaunchError(f"processing instance count {count!r} must be a whole number from 1 to {limits.max_instance_count}")
+    job_name = _check_job_name(template, options.job_name or default_processing_job_name(template, now))
+    input_uri = _check_input_uri(template, options.input_uri if options.input_uri is not None else template.input_uri_prefix)
+    code_uri, entry_point = _check_source(template, options.code_uri, options.entry_point)
+    # The configured arguments are the built-in transform's; a user's script gets only its own.
+    default_arguments = [] if code_uri else list(template.default_arguments)
+    arguments = _check_arguments(default_arguments if options.arguments is None else options.arguments)
+    if len(template.tags) > limits.max_tags:
+        raise LaunchError(f"{len(template.tags)} tags; SageMaker accepts at most {limits.max_tags} per job: change tags")
+    return ProcessingValues(
+        job_name=job_name,
+        instance_type=instance_type,
+        instance_count=count,
+        input_uri=input_uri,
+        arguments=arguments,
+        expected_gpu_count=expected_gpu_count,
+        local_nvme=local_nvme,
+        code_uri=code_uri,
+        entry_point=entry_point,
+        has_code=bool(code_uri),
+        has_arguments=bool(arguments),
+    )
+
+
+STATE_MACHINE_PROCESSING_VALUES = ProcessingValues(
+    job_name=Jsonata("$process_job_name"),
+    instance_type=Jsonata("$process_instance_type"),
+    instance_count=Jsonata("$process_instance_count"),
+    input_uri=Jsonata("$process_input_uri"),
+    arguments=Jsonata("$process_arguments"),
+    expected_gpu_count=Jsonata("$lookup($process_instance_facts, $process_instance_type).expected_gpu_count"),
+    local_nvme=Jsonata("$lookup($process_instance_facts, $process_instance_type).local_nvme"),
+    code_uri=Jsonata("$process_code_uri"),
+    entry_point=Jsonata("$process_entry_point"),
+    has_code=Jsonata("$process_code_uri != ''"),
+    has_arguments=Jsonata("$count($process_arguments) > 0"),
+)
+"""The processing values as the pipeline's variables (assigned by :func:`processing_state_machine_assignments`)."""
+
+
+def processing_state_machine_assignments(template: ProcessingTemplate, source: str = "$states.input.process") -> dict[str, Any]:
+    """``Assign`` of the pipeline state that reads the ``process`` input over the deployed defaults.
+
+    Args:
+        template: The processing template.
+        source: JSONata path of the options object (the execution input's ``process``).
+
+    Without ``job_name`` the job is ``<project>-<execution name>-process``. Values are kept as
+    given (whatever their type) so that :func:`processing_launch_check` refuses them with a reason.
+    """
+
+    def given_or(key: str, default: str) -> str:
+        return f"{{% $exists({source}.{key}) ? {source}.{key} : {default} %}}"
+
+    defaults = to_jsonata(list(template.default_arguments))
+    return {
+        "process_job_name": given_or(
+            "job_name", f"{json.dumps(template.job_name_prefix)} & $states.context.Execution.Name & '-{JOB_NAME_SUFFIX}'"
+        ),
+        "process_instance_type": given_or("instance_type", json.dumps(template.default_instance_type)),
+        "process_instance_count": given_or("instance_count", json.dumps(template.default_instance_count)),
+        "process_input_uri": given_or("input_uri", json.dumps(template.input_uri_prefix)),
+        # A user's script gets only its own arguments; [] keeps an empty list a list in JSONata.
+        "process_arguments": given_or("arguments", f"($exists({source}.code_uri) ? [] : {defaults})"),
+        "process_code_uri": given_or("code_uri", '""'),
+        "process_entry_point": given_or("entry_point", '""'),
+        "process_instance_facts": processing_instance_facts_table(),
+    }
+
+
+def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
+    """``(JSONata condition, JSONata reason when it is false)`` for every processing option.
+
+    Each condition guards its own types, so every one can be evaluated whatever the input holds.
+    """
+    limits = processing_job_limits()
+    prefix = template.job_name_prefix
+    input_prefix = template.input_uri_prefix
+    code_prefix = template.code_uri_prefix
+    arg_max = limits.container_argument.max_length
+    return [
+        (
+            f"$type($process_job_name) = 'string' and $length($process_job_name) <= {MAX_JOB_NAME_LENGTH}"
+            f" and $contains($process_job_name, /^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
+            f"'process.job_name ' & $string($process_job_name) & ' must be {prefix}<letters, digits, hyphens>,"
+            f" at most {MAX_JOB_NAME_LENGTH} characters (a long execution name makes the default too long)'",
+        ),
+        (
+            "$type($process_instance_type) = 'string' and $exists($lookup($process_instance_facts, $process_instance_type))",
+            "'process.instance_type ' & $string($process_instance_type) & ' must be a GPU type SageMaker Processing"
+            " offers, from the table (ml.*)'",
+        ),
+        (
+            "$type($process_instance_count) = 'number' and $process_instance_count = $floor($process_instance_count)"
+            f" and $process_instance_count >= 1 and $process_instance_count <= {limits.max_instance_count}",
+            "'process.instance_count ' & $string($process_instance_count) & ' must be a whole number from 1 to"
+            f" {limits.max_instance_count}'",
+        ),
+        (
+            f"$type($process_input_uri) = 'string' and $length($process_input_uri) <= {limits.s3_uri.max_length}"
+            f" and $substring($process_input_uri, 0, {len(input_prefix)}) = {json.dumps(input_prefix)}"
+            " and $not('..' in $split($process_input_uri, '/'))",
+            f"'process.input_uri ' & $string($process_input_uri) & ' must lie under {input_prefix}'",
+        ),
+        (
+            "$type($process_arguments) = 'array'"
+            f" and $count($process_arguments) <= {limits.max_container_arguments}"
+            " and $count($filter($process_arguments, function($a) {"
+            f"$type($a) != 'string' or $length($a) > {arg_max}"
+            "})) = 0",
+            "'process.arguments must be a list of at most "
+            f"{limits.max_container_arguments} strings of at most {arg_max} characters, not ' & $string($process_arguments)",
+        ),
+        (
+            "$type($process_code_uri) = 'string' and $type($process_entry_point) = 'string' and"
+            " (($process_code_uri = '' and $process_entry_point = '') or ("
+            f"$substring($process_code_uri, 0, {len(code_prefix)}) = {json.dumps(code_prefix)}"
+            " and $substring($process_code_uri, -7) = '.tar.gz'"
+            f" and $length($process_entry_point) <= {MAX_ENTRY_POINT_LENGTH}"
+            f" and $contains($process_entry_point, /{ENTRY_POINT_PATTERN}/) and $not($contains($process_entry_point, '..'))))",
+            "'process.code_uri ' & $string($process_code_uri) & ' and process.entry_point ' & $string($process_entry_point)"
+            f" & ' must both be absent, or a .tar.gz under {code_prefix} and a .py or .sh path inside it'",
+        ),
+    ]
+
+
+def processing_launch_check(template: ProcessingTemplate) -> str:
+    """JSONata condition (``{% %}``) that the assigned variables are options :func:`resolve_processing` accepts."""
+    return "{% " + " and ".join(f"({condition})" for condition, _ in _processing_rules(template)) + " %}"
+
+
+def processing_launch_problem(template: ProcessingTemplate) -> str:
+    """JSONata (``{% %}``) for the reason :func:`processing_launch_check` is false: every broken rule's reason."""
+    reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in _processing_rules(template))
+    return "{% 'Invalid processing options: ' & $join([" + reasons + "], '; ') & '.' %}"
+
+
+# --------------------------------------------------------------------------------------------
+# The request
+# --------------------------------------------------------------------------------------------
+
+
+def create_processing_job_request(template: ProcessingTemplate, values: ProcessingValues) -> dict[str, Any]:
+    """The CreateProcessingJob request (boto3 keyword arguments / the pipeline task's ``Arguments``).
+
+    With concrete :class:`ProcessingValues` the result is plain data for
+    ``sagemaker.create_processing_job(**request)``; with :data:`STATE_MACHINE_PROCESSING_VALUES`
+    it holds ``{% %}`` expressions for the state machine.
+    """
+    r = template.resources
+    cluster = {
+        "InstanceCount": values.instance_count,
+        "InstanceType": values.instance_type,
+        "VolumeSizeInGB": template.volume_size_gb,
+    }
+    app = {"ImageUri": r.image_uri, "ContainerEntrypoint": list(CONTAINER_ENTRYPOINT)}
+    raw_input = {
+        "InputName": RAW_INPUT,
+        "S3Input": {
+            "S3Uri": values.input_uri,
+            "LocalPath": f"{PROCESSING_ROOT}/input/{RAW_INPUT}",
+            "S3DataType": "S3Prefix",
+            "S3InputMode": "File",
+            # One instance sees all raw data; several split the objects between them.
+            "S3DataDistributionType": when(greater_than(values.instance_count, 1), "ShardedByS3Key", "FullyReplicated"),
+        },
+    }
+    code_input = {
+        "InputName": CODE_INPUT,
+        "S3Input": {
+            "S3Uri": values.code_uri,
+            "LocalPath": f"{PROCESSING_ROOT}/input/{CODE_INPUT}",
+            "S3DataType": "S3Prefix",
+            "S3InputMode": "File",
+            "S3DataDistributionType": "FullyReplicated",
+        },
+    }
+    output_uri = processing_output_uri(template, values.job_name)
+    outputs = [
+        {
+            "OutputName": name,
+            "S3Output": {
+                "S3Uri": concat(output_uri, f"{name}/"),
+                "LocalPath": f"{PROCESSING_ROOT}/output/{name}",
+                "S3UploadMode": "EndOfJob",
+            },
+        }
+        for name in OUTPUT_NAMES
+    ]
+    request: dict[str, Any] = {
+        "ProcessingJobName": values.job_name,
+        # Types with local NVMe keep data on hardware-encrypted instance storage, and SageMaker
+        # rejects a VolumeKmsKeyId for them; EBS-only types get the platform key.
+        "ProcessingResources": {
+            "ClusterConfig": when(values.local_nvme, cluster, {**cluster, "VolumeKmsKeyId": r.key_arn}),
+        },
+        # ContainerArguments must hold at least one entry when present.
+        "AppSpecification": when(values.has_arguments, {**app, "ContainerArguments": values.arguments}, app),
+        # The processing mode fails hard unless it sees exactly this many GPUs; script mode is
+        # selected by the same variables the training launcher reads.
+        "Environment": merge(
+            {EXPECTED_GPU_COUNT_ENV: values.expected_gpu_count},
+            when(values.has_code, {PROGRAM_ENV: values.entry_point, SUBMIT_DIRECTORY_ENV: CODE_SOURCEDIR}, {}),
+        ),
+        # Network isolation: the container cannot read S3, so a script's code travels as an input.
+        "ProcessingInputs": append([raw_input], when(values.has_code, [code_input], [])),
+        "ProcessingOutputConfig": {"Outputs": outputs, "KmsKeyId": r.key_arn},
+        "StoppingCondition": {"MaxRuntimeInSeconds": template.max_runtime_seconds},
+        "NetworkConfig": {
+            "EnableNetworkIsolation": True,
+            "EnableInterContainerTrafficEncryption": greater_than(values.instance_count, 1),
+            "VpcConfig": {"SecurityGroupIds": list(r.security_group_ids), "Subnets": list(r.subnet_ids)},
+        },
+        "RoleArn": r.role_arn,
+        "Tags": [{"Key": k, "Value": v} for k, v in template.tags.items()],
+    }
+    return render(request)
