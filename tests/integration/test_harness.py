@@ -297,3 +297,25 @@ def test_update_endpoint_moves_to_the_new_model_or_rolls_back(emulator: server.E
         assert classes() == 5, "the old model still serves"
     finally:
         hosting.stop()
+
+
+def test_audit_judges_processing_jobs_and_the_pipelines_models(emulator: server.Emulator) -> None:
+    sagemaker = _client(emulator, "sagemaker")
+    sagemaker.create_processing_job(
+        ProcessingJobName=f"{PROJECT}-e1-process", RoleArn="arn:aws:iam::123456789012:role/p",
+        AppSpecification={"ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1", "ContainerEntrypoint": ["true"]},
+        ProcessingResources={"ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.g5.xlarge", "VolumeSizeInGB": 10}},
+        Tags=TAGS,
+    )
+    sagemaker.create_model(ModelName=f"{PROJECT}-e1", ExecutionRoleArn="arn:aws:iam::123456789012:role/m",
+                           PrimaryContainer={"Image": "img:1"})
+    # No local runner here: the emulator keeps the job InProgress, which is compute left running.
+    report = audit(project=PROJECT, data_retained=True, session=_session(), endpoint_url=emulator.endpoint_url)
+    verdicts = {f.kind: f.verdict for f in report.findings}
+    assert verdicts["sagemaker:processing-job"] == ERROR and not report.ok
+    assert verdicts["sagemaker:model"] == "warning"
+    from moto.sagemaker.models import sagemaker_backends
+
+    sagemaker_backends[server.ACCOUNT][server.REGION].processing_jobs[f"{PROJECT}-e1-process"].processing_job_status = "Completed"
+    report = audit(project=PROJECT, data_retained=True, session=_session(), endpoint_url=emulator.endpoint_url)
+    assert {f.kind: f.verdict for f in report.findings}["sagemaker:processing-job"] == INFO and report.ok
