@@ -16,6 +16,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
+from stacks.components.pipeline_workflow import PipelineWorkflow, pipeline_name
 from stacks.components.training_job_notifications import TrainingJobNotifications
 from stacks.components.training_job_workflow import TrainingJobWorkflow
 from stacks.config import PlatformConfig
@@ -25,11 +26,14 @@ PRE_DESTROY_COMMAND = "python -m scripts.teardown --stop-running"
 
 
 class TrainingJobStack(Stack):
-    """A state machine that runs the configured SageMaker training job, and its notifications.
+    """A state machine that runs the configured SageMaker training job, the pipeline
+    (processing -> training -> promotion, with ``processing.enabled``), and their notifications.
 
     Attributes:
         workflow: The job's role, security group and state machine.
         notifications: The topic job state changes are published to.
+        pipeline: The pipeline (processing role, state machine), or ``None`` when
+            ``processing.enabled`` is false.
     """
 
     def __init__(
@@ -38,6 +42,7 @@ class TrainingJobStack(Stack):
         """Build the workflow on the data plane's key, buckets, repository and network."""
         super().__init__(scope, construct_id, **kwargs)
         network = data_plane.network
+        subnet_ids = network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids
         self.workflow = TrainingJobWorkflow(
             self,
             "Workflow",
@@ -48,7 +53,7 @@ class TrainingJobStack(Stack):
             repository=data_plane.repository,
             image_tag=config.image.tag,
             network=network,
-            subnet_ids=network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids,
+            subnet_ids=subnet_ids,
         )
         self.notifications = TrainingJobNotifications(
             self,
@@ -56,7 +61,25 @@ class TrainingJobStack(Stack):
             project_name=config.project_name,
             state_machine=self.workflow.state_machine,
             email=config.training_job.notification_email,
+            pipeline_name=pipeline_name(config.project_name) if config.processing.enabled else None,
         )
+        self.pipeline = None
+        if config.processing.enabled:
+            self.pipeline = PipelineWorkflow(
+                self,
+                "Pipeline",
+                config=config,
+                training=self.workflow,
+                key=data_plane.key,
+                datasets_bucket=data_plane.datasets_bucket,
+                artifacts_bucket=data_plane.artifacts_bucket,
+                repository=data_plane.repository,
+                image_tag=config.image.tag,
+                vpc=network.vpc,
+                subnet_ids=subnet_ids,
+                topic=self.notifications.topic,
+                topic_key=self.notifications.topic_key,
+            )
         outputs = {
             "StateMachineArn": (
                 self.workflow.state_machine.state_machine_arn,
@@ -69,5 +92,16 @@ class TrainingJobStack(Stack):
             "StateMachineLogGroup": (self.workflow.log_group.log_group_name, "Workflow execution logs"),
             "PreDestroyCommand": (PRE_DESTROY_COMMAND, "Stops running executions and jobs so destroy orphans none"),
         }
+        if self.pipeline is not None:
+            outputs.update(
+                {
+                    "PipelineStateMachineArn": (
+                        self.pipeline.state_machine.state_machine_arn,
+                        f"Pipeline (process -> train -> promote); before cdk destroy run: {PRE_DESTROY_COMMAND}",
+                    ),
+                    "ProcessingRoleArn": (self.pipeline.processing_role.role_arn, "Execution role of the processing jobs"),
+                    "PipelineLogGroup": (self.pipeline.log_group.log_group_name, "Pipeline execution logs"),
+                }
+            )
         for name, (value, description) in outputs.items():
             CfnOutput(self, name, value=value, description=description)

@@ -24,6 +24,16 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
+from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARIANT_NAME... re-exported)
+    DATA_CAPTURE_PREFIX,
+    EXPECTED_GPU_COUNT_ENV,
+    STARTUP_TIMEOUT_SECONDS,
+    VARIANT_NAME,
+    endpoint_name,
+    model_environment,
+    rollback_alarm_names,
+    volume_kms_allowed,
+)
 from stacks.components.policy import (
     acknowledge,
     sagemaker_image_and_volume_statements,
@@ -32,20 +42,8 @@ from stacks.components.policy import (
 )
 from stacks.components.training_job_workflow import acknowledge_wildcard_resources
 from stacks.config import ServingConfig
-from stacks.gpu_instances import lookup
 
 ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
-DATA_CAPTURE_PREFIX = "data-capture/"
-VARIANT_NAME = "AllTraffic"
-# GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
-STARTUP_TIMEOUT_SECONDS = 900
-# The serving mode's environment (training_image/trainer/serve/settings.py).
-EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
-
-
-def endpoint_name(project_name: str) -> str:
-    """The endpoint's fixed name: operators and ``scripts.invoke`` find it without a lookup."""
-    return f"{project_name}-endpoint"
 
 
 def inference_component_name(project_name: str) -> str:
@@ -59,16 +57,11 @@ def typing_cast_str(value: Optional[str]) -> str:
     return value
 
 
-def volume_kms_allowed(instance_type: str) -> bool:
-    """SageMaker rejects a volume key on types with local NVMe (the store is hardware-encrypted)."""
-    row = lookup(instance_type)
-    return row is None or row.local_nvme_gb == 0
-
-
 class EndpointRole(Construct):
-    """The execution role of the endpoint's instances.
+    """The execution role of the endpoint's instances (and of models the pipeline promotes).
 
-    Reads exactly one object (the model artifact), decrypts with the platform key, pulls from the
+    Reads exactly the model artifact (one object, or for the pipeline the pattern
+    ``training-jobs/*/output/model.tar.gz``: every job's model and nothing else), decrypts with the platform key, pulls from the
     project's repository, writes only to the endpoint's log group, manages network interfaces only
     in the training VPC, and (with data capture) writes only under ``data-capture/<endpoint>/``.
 
@@ -126,6 +119,8 @@ class EndpointRole(Construct):
             *network_statements,
         ]
         wildcards = [log_streams, *network_wildcards, "*"]
+        if "*" in model_object_arn:
+            wildcards.append(model_object_arn)
         if data_capture:
             capture_objects = artifacts_bucket.arn_for_objects(f"{DATA_CAPTURE_PREFIX}{endpoint}/*")
             statements.append(
@@ -145,7 +140,9 @@ class EndpointRole(Construct):
             "requests under data-capture/<endpoint>/ (object keys are generated per hour), and '*' only for "
             "ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions); subnets, security groups and "
             "network interfaces of this account and region, limited to the training VPC by the ec2:Vpc condition (a "
-            "new interface by the subnet it must be created in). The model artifact is one exact object.",
+            "new interface by the subnet it must be created in). The model artifact is one exact object, or for "
+            "models the pipeline promotes training-jobs/*/output/model.tar.gz: the model file of a project job and "
+            "nothing else under its output.",
             wildcards,
         )
 
@@ -162,9 +159,21 @@ class EndpointAlarms(Construct):
     """
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, endpoint: str, config: ServingConfig, dimensions: dict[str, str]
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        endpoint: str,
+        config: ServingConfig,
+        dimensions: dict[str, str],
+        alarm_names: Sequence[str],
     ) -> None:
-        """Alarms on the metrics of ``dimensions`` (the variant, or the inference component)."""
+        """Alarms on the metrics of ``dimensions`` (the variant, or the inference component).
+
+        ``alarm_names`` (5xx, latency) are fixed names
+        (:func:`~stacks.components.endpoint_spec.rollback_alarm_names`): the pipeline's
+        UpdateEndpoint names them as its rollback alarms without a lookup.
+        """
         super().__init__(scope, construct_id)
         key = kms.Key(
             self,
@@ -183,9 +192,11 @@ class EndpointAlarms(Construct):
             )
         )
         self.topic = sns.Topic(self, "Topic", display_name=f"{endpoint} alarms", master_key=key, enforce_ssl=True)
+        errors_name, latency_name = alarm_names
         self.errors = cloudwatch.Alarm(
             self,
             "Errors5xx",
+            alarm_name=errors_name,
             alarm_description=f"{endpoint}: the model container answers 5xx; rolls a deployment back",
             metric=cloudwatch.Metric(
                 namespace="AWS/SageMaker",
@@ -202,6 +213,7 @@ class EndpointAlarms(Construct):
         self.latency = cloudwatch.Alarm(
             self,
             "ModelLatency",
+            alarm_name=latency_name,
             alarm_description=f"{endpoint}: average model latency above {config.latency_alarm_ms} ms; rolls a deployment back",
             metric=cloudwatch.Metric(
                 namespace="AWS/SageMaker",
@@ -291,12 +303,7 @@ class GpuEndpoint(Construct):
                 image=image_uri,
                 mode="SingleModel",
                 model_data_url=f"s3://{artifacts_bucket.bucket_name}/{model_key}",
-                environment={
-                    EXPECTED_GPU_COUNT_ENV: str(config.gpus_per_instance),
-                    "SERVING_INSTANCE_TYPE": config.instance_type,
-                    "SERVE_MAX_BATCH_SIZE": str(config.max_batch_size),
-                    "SERVE_MAX_BATCH_DELAY_MS": str(config.max_batch_delay_ms),
-                },
+                environment=model_environment(config),
             ),
             enable_network_isolation=config.network_isolation,
             vpc_config=sagemaker.CfnModel.VpcConfigProperty(
@@ -352,7 +359,14 @@ class GpuEndpoint(Construct):
             dimensions = {"InferenceComponentName": self.inference_component_name}
         else:
             dimensions = {"EndpointName": self.endpoint_name, "VariantName": VARIANT_NAME}
-        self.alarms = EndpointAlarms(self, "Alarms", endpoint=self.endpoint_name, config=config, dimensions=dimensions)
+        self.alarms = EndpointAlarms(
+            self,
+            "Alarms",
+            endpoint=self.endpoint_name,
+            config=config,
+            dimensions=dimensions,
+            alarm_names=rollback_alarm_names(project_name),
+        )
         rollback_alarms = [alarm.alarm_name for alarm in (self.alarms.errors, self.alarms.latency)]
         traffic = (
             sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(

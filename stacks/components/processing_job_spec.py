@@ -444,6 +444,11 @@ def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
     ]
 
 
+def processing_launch_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
+    """``(condition, reason)`` JSONata pairs of :func:`processing_launch_check` (the pipeline combines them)."""
+    return _processing_rules(template)
+
+
 def processing_launch_check(template: ProcessingTemplate) -> str:
     """JSONata condition (``{% %}``) that the assigned variables are options :func:`resolve_processing` accepts."""
     return "{% " + " and ".join(f"({condition})" for condition, _ in _processing_rules(template)) + " %}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import jsii
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
@@ -16,6 +16,8 @@ from constructs import Construct
 
 JOB_END_STATES = ("Completed", "Failed", "Stopped")
 EXECUTION_FAILURES = ("FAILED", "TIMED_OUT", "ABORTED")
+PIPELINE_INTERRUPTIONS = ("TIMED_OUT", "ABORTED")
+"""A pipeline execution that failed published its reason itself; these ends skip its last states."""
 
 
 class TrainingJobNotifications(Construct):
@@ -25,6 +27,9 @@ class TrainingJobNotifications(Construct):
       the workflow or ``scripts.launch --direct`` started it.
     - ``WorkflowFailure``: an execution of the workflow failed, timed out or was aborted (also
       when it failed before creating a job, e.g. on invalid launch options).
+    - ``PipelineInterrupted`` (with a pipeline): an execution of the pipeline timed out or was
+      aborted. The pipeline publishes its own successes and named failures (with the reason);
+      these two ends never reach its last states.
 
     The topic has its own key: EventBridge may only publish to a topic whose key policy lets it,
     and the platform key's policy belongs to the data-plane stack. The topic and key policies
@@ -34,8 +39,10 @@ class TrainingJobNotifications(Construct):
 
     Attributes:
         topic: Subscribe here (e-mail, SQS, Lambda, chat integrations).
+        topic_key: The topic's KMS key (publishers need ``kms:GenerateDataKey`` on it).
         job_rule: The SageMaker job state rule.
         workflow_rule: The Step Functions execution rule.
+        pipeline_rule: The pipeline's timed-out/aborted rule, or ``None`` without a pipeline.
     """
 
     def __init__(
@@ -46,6 +53,7 @@ class TrainingJobNotifications(Construct):
         project_name: str,
         state_machine: sfn.IStateMachine,
         email: Optional[str] = None,
+        pipeline_name: Optional[str] = None,
     ) -> None:
         """Create the topic and rules.
 
@@ -55,10 +63,14 @@ class TrainingJobNotifications(Construct):
             project_name: Jobs named ``<project_name>-*`` are reported.
             state_machine: The training workflow whose failed executions are reported.
             email: Subscribe this address (it must confirm). Default none.
+            pipeline_name: The pipeline state machine's name, whose interrupted executions are
+                reported. Default none (no pipeline).
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         rule_names = {"job": f"{project_name}-training-job-state", "workflow": f"{project_name}-training-workflow-failure"}
+        if pipeline_name is not None:
+            rule_names["pipeline"] = f"{project_name}-pipeline-interrupted"
         events_from_these_rules = {
             "StringEquals": {"aws:SourceAccount": stack.account},
             "ArnEquals": {
@@ -66,7 +78,7 @@ class TrainingJobNotifications(Construct):
             },
         }
         publisher = iam.PrincipalWithConditions(iam.ServicePrincipal("events.amazonaws.com"), events_from_these_rules)
-        key = kms.Key(
+        self.topic_key = key = kms.Key(
             self,
             "TopicKey",
             description=f"{project_name}: training job notifications topic",
@@ -123,6 +135,32 @@ class TrainingJobNotifications(Construct):
                 )
             ],
         )
+        self.pipeline_rule: Optional[events.Rule] = None
+        if pipeline_name is not None:
+            self.pipeline_rule = events.Rule(
+                self,
+                "PipelineInterrupted",
+                rule_name=rule_names["pipeline"],
+                description=f"{project_name}: a pipeline execution timed out or was aborted",
+                event_pattern=events.EventPattern(
+                    source=["aws.states"],
+                    detail_type=["Step Functions Execution Status Change"],
+                    detail={
+                        "status": list(PIPELINE_INTERRUPTIONS),
+                        "stateMachineArn": [
+                            stack.format_arn(
+                                service="states",
+                                resource="stateMachine",
+                                resource_name=pipeline_name,
+                                arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                            )
+                        ],
+                    },
+                ),
+                targets=[
+                    _PublishTo(self.topic, events.RuleTargetInput.from_text(f"Pipeline execution {execution} is {exec_status}."))
+                ],
+            )
 
 
 @jsii.implements(events.IRuleTarget)

@@ -667,6 +667,11 @@ def _channel_rules(template: JobTemplate) -> list[tuple[str, str]]:
     ]
 
 
+def launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
+    """``(condition, reason)`` JSONata pairs of :func:`state_machine_launch_check` (the pipeline combines them)."""
+    return _launch_rules(template)
+
+
 def state_machine_launch_check(template: JobTemplate) -> str:
     """JSONata condition that the resolved variables are a launch :func:`resolve_launch` accepts."""
     return "{% " + " and ".join(f"({condition})" for condition, _ in _launch_rules(template)) + " %}"

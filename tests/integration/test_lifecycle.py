@@ -158,9 +158,11 @@ def test_roles_exist(deployed: Lifecycle) -> None:
 
 def test_state_machine_exists(deployed: Lifecycle) -> None:
     arns = _stack_resources(deployed, f"{deployed.config().project_name}-training", "AWS::StepFunctions::StateMachine")
-    assert len(arns) == 1
-    description = deployed.client("stepfunctions").describe_state_machine(stateMachineArn=arns[0])
-    assert "createTrainingJob" in description["definition"]
+    # The training workflow and the pipeline (processing.enabled is the default).
+    assert len(arns) == 2
+    definitions = [deployed.client("stepfunctions").describe_state_machine(stateMachineArn=a)["definition"] for a in arns]
+    assert sum("createTrainingJob" in d for d in definitions) == 2
+    assert sum("createProcessingJob.sync" in d for d in definitions) == 1
 
 
 # --- after training ----------------------------------------------------------------------------

@@ -115,9 +115,10 @@ def test_eventbridge_publishes_only_for_this_accounts_rules(default_app):
     rules = [
         f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-training-job-state",
         f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-training-workflow-failure",
+        f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-pipeline-interrupted",
     ]
     names = sorted(r["Properties"]["Name"] for r in _resources(default_app, "gputrain-training", "AWS::Events::Rule").values())
-    assert [f"arn:aws:events:us-east-1:{ACCOUNT}:rule/{n}" for n in names] == rules
+    assert sorted(f"arn:aws:events:us-east-1:{ACCOUNT}:rule/{n}" for n in names) == sorted(rules)
     expected = {"StringEquals": {"aws:SourceAccount": ACCOUNT}, "ArnEquals": {"aws:SourceArn": rules}}
     key_statements = _statements(default_app, "gputrain-training", "AWS::KMS::Key", "NotificationsTopicKey", "KeyPolicy")
     topic_statements = _statements(default_app, "gputrain-training", "AWS::SNS::TopicPolicy", "NotificationsTopicPolicy", "PolicyDocument")

@@ -57,9 +57,12 @@ def _text(value: Any) -> str:
     return placeholder(value)
 
 
-def parse_definition(template: dict[str, Any]) -> dict[str, Any]:
-    """The state machine's definition with placeholders for references."""
-    (machine,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::StepFunctions::StateMachine"]
+def parse_definition(template: dict[str, Any], name: str = "gputrain-training-job") -> dict[str, Any]:
+    """The definition of the state machine ``name`` with placeholders for references."""
+    (machine,) = [
+        r for r in template["Resources"].values()
+        if r["Type"] == "AWS::StepFunctions::StateMachine" and r["Properties"]["StateMachineName"] == name
+    ]
     definition = machine["Properties"]["DefinitionString"]
     if isinstance(definition, str):
         return json.loads(definition)

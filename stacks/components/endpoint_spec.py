@@ -1,0 +1,210 @@
+"""The served model: one definition of its Model, EndpointConfig and blue/green deployment.
+
+Pure Python (no CDK import). The serving stack declares them as CloudFormation resources
+(``AWS::SageMaker::Model``/``EndpointConfig``/``Endpoint``, whose properties have the API's
+names and shapes); the pipeline's promote step calls CreateModel, CreateEndpointConfig and
+UpdateEndpoint with the requests built here. ``tests/unit/test_pipeline_workflow.py`` keeps the
+serving stack's resources equal to these requests, so a model promoted by the pipeline is
+served exactly as one deployed by ``python -m scripts.promote``.
+
+Values may be :class:`~stacks.components.request_expressions.Jsonata` expressions (the
+pipeline's model name and artifact, known at run time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from stacks.components.request_expressions import Jsonata, render
+from stacks.config import ServingConfig
+from stacks.gpu_instances import lookup
+
+VARIANT_NAME = "AllTraffic"
+STARTUP_TIMEOUT_SECONDS = 900
+"""GPU start-up (image pull, model download, GPU check, warm-up) takes minutes."""
+EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
+DATA_CAPTURE_PREFIX = "data-capture/"
+
+
+def endpoint_name(project_name: str) -> str:
+    """The endpoint's fixed name: operators, ``scripts.invoke`` and the pipeline find it without a lookup."""
+    return f"{project_name}-endpoint"
+
+
+def rollback_alarm_names(project_name: str) -> tuple[str, str]:
+    """The endpoint's fixed-name alarms (5xx errors, model latency) that roll a deployment back."""
+    name = endpoint_name(project_name)
+    return f"{name}-5xx", f"{name}-latency"
+
+
+def volume_kms_allowed(instance_type: str) -> bool:
+    """SageMaker rejects a volume key on types with local NVMe (the store is hardware-encrypted)."""
+    row = lookup(instance_type)
+    return row is None or row.local_nvme_gb == 0
+
+
+@dataclass(frozen=True)
+class ModelResources:
+    """What the served model runs with (CDK tokens at synth time).
+
+    Attributes:
+        role_arn: The model's execution role.
+        image_uri: The project's image and tag (it serves as ``<image> serve``).
+        artifacts_bucket: Bucket of model artifacts and data capture.
+        key_arn: Platform KMS key (ML volume where allowed, data capture).
+        subnet_ids: Private subnets of the hosting instances.
+        security_group_ids: Their security groups.
+    """
+
+    role_arn: str
+    image_uri: str
+    artifacts_bucket: str
+    key_arn: str
+    subnet_ids: Sequence[str]
+    security_group_ids: Sequence[str]
+
+
+def model_environment(config: ServingConfig) -> dict[str, str]:
+    """The serving mode's environment (``training_image/trainer/serve/settings.py``)."""
+    return {
+        EXPECTED_GPU_COUNT_ENV: str(config.gpus_per_instance),
+        "SERVING_INSTANCE_TYPE": config.instance_type,
+        "SERVE_MAX_BATCH_SIZE": str(config.max_batch_size),
+        "SERVE_MAX_BATCH_DELAY_MS": str(config.max_batch_delay_ms),
+    }
+
+
+def model_properties(
+    config: ServingConfig, resources: ModelResources, *, model_data_url: Union[str, Jsonata]
+) -> dict[str, Any]:
+    """The Model's properties (CloudFormation's ``AWS::SageMaker::Model`` and CreateModel share them)."""
+    return {
+        "ExecutionRoleArn": resources.role_arn,
+        "PrimaryContainer": {
+            "Image": resources.image_uri,
+            "Mode": "SingleModel",
+            "ModelDataUrl": model_data_url,
+            "Environment": model_environment(config),
+        },
+        "EnableNetworkIsolation": config.network_isolation,
+        "VpcConfig": {"SecurityGroupIds": list(resources.security_group_ids), "Subnets": list(resources.subnet_ids)},
+    }
+
+
+def production_variant(config: ServingConfig, model_name: Union[str, Jsonata]) -> dict[str, Any]:
+    """The endpoint's one real-time variant."""
+    return {
+        "VariantName": VARIANT_NAME,
+        "ModelName": model_name,
+        "InstanceType": config.instance_type,
+        "InitialInstanceCount": config.initial_instance_count,
+        "InitialVariantWeight": 1.0,
+        "ContainerStartupHealthCheckTimeoutInSeconds": STARTUP_TIMEOUT_SECONDS,
+        "ModelDataDownloadTimeoutInSeconds": STARTUP_TIMEOUT_SECONDS,
+    }
+
+
+def data_capture_config(config: ServingConfig, resources: ModelResources, endpoint: str) -> Optional[dict[str, Any]]:
+    """Request/response capture under ``data-capture/<endpoint>``, or ``None`` when off."""
+    if not config.data_capture:
+        return None
+    return {
+        "EnableCapture": True,
+        "InitialSamplingPercentage": config.data_capture_sampling_percent,
+        "DestinationS3Uri": f"s3://{resources.artifacts_bucket}/{DATA_CAPTURE_PREFIX}{endpoint}",
+        "KmsKeyId": resources.key_arn,
+        "CaptureOptions": [{"CaptureMode": "Input"}, {"CaptureMode": "Output"}],
+        "CaptureContentTypeHeader": {"CsvContentTypes": ["text/csv"], "JsonContentTypes": ["application/json"]},
+    }
+
+
+def endpoint_config_properties(
+    config: ServingConfig, resources: ModelResources, *, endpoint: str, model_name: Union[str, Jsonata]
+) -> dict[str, Any]:
+    """The real-time EndpointConfig's properties (CloudFormation and CreateEndpointConfig share them).
+
+    Raises:
+        ValueError: with ``serving.scale_to_zero`` (the endpoint serves an inference component
+            and a new model rolls out by UpdateInferenceComponent, which this does not build).
+    """
+    if config.scale_to_zero:
+        raise ValueError("serving.scale_to_zero endpoints serve an inference component; no real-time variant to build")
+    properties: dict[str, Any] = {"ProductionVariants": [production_variant(config, model_name)]}
+    if volume_kms_allowed(config.instance_type):
+        properties["KmsKeyId"] = resources.key_arn
+    capture = data_capture_config(config, resources, endpoint)
+    if capture is not None:
+        properties["DataCaptureConfig"] = capture
+    return properties
+
+
+def deployment_config(config: ServingConfig, alarm_names: Sequence[str]) -> dict[str, Any]:
+    """Blue/green with automatic rollback on ``alarm_names`` (the Endpoint's ``DeploymentConfig``)."""
+    traffic: dict[str, Any] = (
+        {
+            "Type": "CANARY",
+            "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": config.canary_percent},
+            "WaitIntervalInSeconds": config.bake_seconds,
+        }
+        if config.rollout == "canary"
+        else {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": config.bake_seconds}
+    )
+    return {
+        "BlueGreenUpdatePolicy": {
+            "TrafficRoutingConfiguration": traffic,
+            "TerminationWaitInSeconds": config.bake_seconds,
+            "MaximumExecutionTimeoutInSeconds": 3 * config.bake_seconds + 3600,
+        },
+        "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": name} for name in alarm_names]},
+    }
+
+
+def _tags(tags: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": k, "Value": v} for k, v in tags.items()]
+
+
+def create_model_request(
+    config: ServingConfig,
+    resources: ModelResources,
+    *,
+    model_name: Union[str, Jsonata],
+    model_data_url: Union[str, Jsonata],
+    tags: Mapping[str, str],
+) -> dict[str, Any]:
+    """CreateModel (boto3 keyword arguments, or ``{% %}`` values for the pipeline)."""
+    return render(
+        {"ModelName": model_name, **model_properties(config, resources, model_data_url=model_data_url), "Tags": _tags(tags)}
+    )
+
+
+def create_endpoint_config_request(
+    config: ServingConfig,
+    resources: ModelResources,
+    *,
+    endpoint: str,
+    config_name: Union[str, Jsonata],
+    model_name: Union[str, Jsonata],
+    tags: Mapping[str, str],
+) -> dict[str, Any]:
+    """CreateEndpointConfig (boto3 keyword arguments, or ``{% %}`` values for the pipeline)."""
+    return render(
+        {
+            "EndpointConfigName": config_name,
+            **endpoint_config_properties(config, resources, endpoint=endpoint, model_name=model_name),
+            "Tags": _tags(tags),
+        }
+    )
+
+
+def update_endpoint_request(
+    config: ServingConfig, *, endpoint: str, config_name: Union[str, Jsonata], alarm_names: Sequence[str]
+) -> dict[str, Any]:
+    """UpdateEndpoint to ``config_name`` with the serving stack's blue/green deployment and rollback alarms."""
+    return render(
+        {
+            "EndpointName": endpoint,
+            "EndpointConfigName": config_name,
+            "DeploymentConfig": deployment_config(config, alarm_names),
+        }
+    )

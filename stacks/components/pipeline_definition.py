@@ -1,0 +1,537 @@
+"""The pipeline's state machine definition (Amazon States Language, JSONata mode): process -> train -> promote.
+
+Pure Python (no CDK import): the definition is a plain dict whose values may be CDK tokens
+(bucket names, ARNs) at synth time and plain strings in tests, which evaluate its JSONata
+with the reference implementation. :class:`~stacks.components.pipeline_workflow.PipelineWorkflow`
+deploys it.
+
+Execution input (every key optional, at least one step)::
+
+    {"process": {job_name, instance_type, instance_count, input_uri, arguments, code_uri, entry_point},
+     "train":   {the training workflow's options, plus "channels": {name: s3 URI}},
+     "promote": {"model_uri": "s3://<artifacts>/training-jobs/<job>/output/model.tar.gz"} or true}
+
+Each step runs only when its key is present. Everything is checked before anything runs
+(``InvalidPipelineInput``); a requested promotion first checks that the endpoint exists
+(``EndpointNotDeployed``), so a mistake fails in seconds, not after hours of GPU time. Then:
+
+- process: the run's output prefix must be empty (``OutputPrefixNotEmpty``), then
+  ``createProcessingJob.sync`` (``ProcessingJobFailed``);
+- train: unless ``train.channels`` is given, the channels are the processing run's outputs
+  (``train`` and ``validation``; only ``train`` for a user's processing script), then
+  ``createTrainingJob.sync`` with the very request of the training workflow (``TrainingJobFailed``);
+- promote: CreateModel and CreateEndpointConfig named ``<project>-<execution name>``, UpdateEndpoint
+  with the serving stack's blue/green deployment and rollback alarms, then DescribeEndpoint every
+  minute until it serves the new config (``PromotionFailed`` when it fails or rolls back).
+
+Every end publishes one message to the notification topic, then succeeds with
+``{processing_job, processed_uri, training_job, model_uri, endpoint_config}`` (``null`` for
+skipped steps) or fails with ``Error`` = the failure's name and ``Cause`` = its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+from stacks.components.endpoint_spec import (
+    ModelResources,
+    create_endpoint_config_request,
+    create_model_request,
+    endpoint_name,
+    rollback_alarm_names,
+    update_endpoint_request,
+)
+from stacks.components.processing_job_spec import (
+    MAX_JOB_NAME_LENGTH,
+    STATE_MACHINE_PROCESSING_VALUES,
+    TRAIN_OUTPUT,
+    VALIDATION_OUTPUT,
+    ProcessingTemplate,
+    create_processing_job_request,
+    processing_launch_rules,
+    processing_output_uri,
+    processing_state_machine_assignments,
+)
+from stacks.components.request_expressions import Jsonata, to_jsonata
+from stacks.components.training_job_spec import (
+    OUTPUT_PREFIX,
+    STATE_MACHINE_VALUES,
+    JobTemplate,
+    create_training_job_request,
+    launch_rules,
+    state_machine_assignments,
+)
+from stacks.config import ServingConfig
+
+STEPS = ("process", "train", "promote")
+TRAIN_JOB_SUFFIX = "train"
+
+# Failure names: the pipeline's Fail state's Error.
+INVALID_PIPELINE_INPUT = "InvalidPipelineInput"
+OUTPUT_PREFIX_NOT_EMPTY = "OutputPrefixNotEmpty"
+ENDPOINT_NOT_DEPLOYED = "EndpointNotDeployed"
+PROCESSING_JOB_FAILED = "ProcessingJobFailed"
+TRAINING_JOB_FAILED = "TrainingJobFailed"
+PROMOTION_FAILED = "PromotionFailed"
+FAILURES = (
+    INVALID_PIPELINE_INPUT,
+    OUTPUT_PREFIX_NOT_EMPTY,
+    ENDPOINT_NOT_DEPLOYED,
+    PROCESSING_JOB_FAILED,
+    TRAINING_JOB_FAILED,
+    PROMOTION_FAILED,
+)
+OUTPUT_KEYS = ("processing_job", "processed_uri", "training_job", "model_uri", "endpoint_config")
+
+ENDPOINT_MISSING_ERRORS = ("SageMaker.ValidationException", "SageMaker.SageMakerException")
+"""How the ``aws-sdk`` integration names DescribeEndpoint's error for an endpoint that does not exist."""
+ENDPOINT_FAILED_STATES = ("Failed", "UpdateRollbackFailed")
+MODEL_FILE_SUFFIX = "/output/model.tar.gz"
+
+
+def _unwrap(check: str) -> str:
+    """The expression of a ``{% ... %}`` string."""
+    assert check.startswith("{% ") and check.endswith(" %}"), check
+    return check[3:-3]
+
+
+def _all(conditions: Sequence[str]) -> str:
+    return " and ".join(f"({c})" for c in conditions)
+
+
+def _cause_from_job(status_key: str) -> str:
+    """JSONata: the failure reason of a ``.sync`` job from the task's error output.
+
+    A job that fails or stops fails the task with ``States.TaskFailed`` and the Describe*
+    response as a JSON string in ``Cause``; a refused request has a plain message there.
+    """
+    return (
+        "{% ($c := $states.input.Cause;"
+        " $j := ($type($c) = 'string' and $contains($c, /^\\s*\\{/)) ? $parse($c) : null;"
+        " $type($j) = 'object' and $type($j.FailureReason) = 'string'"
+        " ? $j.FailureReason & ($type($j.ExitMessage) = 'string' and $j.ExitMessage != $j.FailureReason"
+        " ? ' (' & $j.ExitMessage & ')' : '')"
+        f" : $type($j) = 'object' and $exists($j.{status_key}) ? 'the job ended ' & $string($j.{status_key})"
+        " : $states.input.Error & ': ' & $string($c)) %}"
+    )
+
+
+def pipeline_input_rules(
+    *, project_name: str, artifacts_bucket: str, serving: ServingConfig
+) -> list[tuple[str, str]]:
+    """``(JSONata condition, reason)`` of the pipeline's own input rules (the steps' options aside)."""
+    model_prefix = f"s3://{artifacts_bucket}/{OUTPUT_PREFIX}"
+    model_prefix_length = f"{len('s3:///' + OUTPUT_PREFIX)} + $length({to_jsonata(artifacts_bucket)})"
+    job_part = (
+        f"$substring($given_model_uri, {model_prefix_length},"
+        f" $length($given_model_uri) - ({model_prefix_length}) - {len(MODEL_FILE_SUFFIX)})"
+    )
+    rules = [
+        (
+            "$type($pipeline_input) = 'object'"
+            f" and $count($filter($keys($pipeline_input), function($k) {{$not($k in {to_jsonata(list(STEPS))})}})) = 0"
+            " and ($run_process or $run_train or $run_promote)",
+            "'the input must be an object with at least one of process, train, promote (and no other keys), not '"
+            " & $string($pipeline_input)",
+        ),
+        (
+            "$not($run_process) or $type($pipeline_input.process) = 'object'",
+            "'process must be an object of processing options, not ' & $string($pipeline_input.process)",
+        ),
+        (
+            "$not($run_train) or $type($pipeline_input.train) = 'object'",
+            "'train must be an object of training options, not ' & $string($pipeline_input.train)",
+        ),
+        (
+            "$not($exists($pipeline_input.promote)) or $type($pipeline_input.promote) = 'boolean'"
+            " or ($type($pipeline_input.promote) = 'object'"
+            " and $count($filter($keys($pipeline_input.promote), function($k) {$k != 'model_uri'})) = 0)",
+            "'promote must be true or {\"model_uri\": ...}, not ' & $string($pipeline_input.promote)",
+        ),
+        (
+            "$not($run_promote) or $run_train or $given_model_uri != null",
+            "'promote without train needs promote.model_uri'",
+        ),
+        (
+            "$given_model_uri = null or ($type($given_model_uri) = 'string'"
+            f" and $substring($given_model_uri, 0, {model_prefix_length}) = {to_jsonata(model_prefix)}"
+            f" and $substring($given_model_uri, -{len(MODEL_FILE_SUFFIX)}) = {json.dumps(MODEL_FILE_SUFFIX)}"
+            f" and $contains({job_part}, /^[a-zA-Z0-9](-*[a-zA-Z0-9])*$/))",
+            "'promote.model_uri ' & $string($given_model_uri) & ' must be "
+            f"s3://<artifacts bucket>/{OUTPUT_PREFIX}<job>{MODEL_FILE_SUFFIX} (the only models the model role may read)'",
+        ),
+        (
+            f"$not($run_promote) or ($length($promoted_name) <= {MAX_JOB_NAME_LENGTH}"
+            " and $contains($promoted_name, /^[a-zA-Z0-9](-*[a-zA-Z0-9])*$/))",
+            f"'the model and endpoint config would be named ' & $promoted_name & ': start the execution with a name of"
+            f" letters, digits and hyphens that keeps it at most {MAX_JOB_NAME_LENGTH} characters'",
+        ),
+    ]
+    if serving.scale_to_zero:
+        rules.append(
+            (
+                "$not($run_promote)",
+                "'serving.scale_to_zero serves the model as an inference component, which the pipeline does not promote;"
+                " promote with python -m scripts.promote <job>'",
+            )
+        )
+    return rules
+
+
+def pipeline_definition(
+    *,
+    project_name: str,
+    processing: ProcessingTemplate,
+    training: JobTemplate,
+    serving: ServingConfig,
+    model_resources: ModelResources | None,
+    topic_arn: str,
+    partition: str,
+    poll_seconds: int = 60,
+) -> dict[str, Any]:
+    """The pipeline's definition (see the module docstring).
+
+    Args:
+        project_name: Names: ``<project>-endpoint``, ``<project>-<execution>[-process|-train]``.
+        processing: The processing job template (the processing role, the datasets bucket).
+        training: The training job template (the training workflow's own).
+        serving: The serving settings the promoted model and endpoint config are built from.
+        model_resources: Role (the promoted-model role), image, key, network of promoted models;
+            ``None`` with ``serving.scale_to_zero``: the pipeline then has no promotion states and
+            refuses ``promote`` (an inference component is promoted with ``scripts.promote``).
+        topic_arn: The notification topic every end publishes to.
+        partition: AWS partition of the task resource ARNs.
+        poll_seconds: Wait between two DescribeEndpoint calls during a promotion.
+    """
+    states_arn = f"arn:{partition}:states:::"
+    endpoint = endpoint_name(project_name)
+    output_uri = processing_output_uri(processing, Jsonata("$process_job_name"))
+    derived_channels = (
+        f"($process_code_uri != '' ? {{{json.dumps(TRAIN_OUTPUT)}: {to_jsonata(output_uri)} & '{TRAIN_OUTPUT}/'}}"
+        f" : {{{json.dumps(TRAIN_OUTPUT)}: {to_jsonata(output_uri)} & '{TRAIN_OUTPUT}/',"
+        f" {json.dumps(VALIDATION_OUTPUT)}: {to_jsonata(output_uri)} & '{VALIDATION_OUTPUT}/'}})"
+    )
+    given_train = "$pipeline_input.train"
+    pipeline_rules = pipeline_input_rules(
+        project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving
+    )
+    process_rules = processing_launch_rules(processing)
+    train_rules = launch_rules(training)
+    valid = _all(
+        [
+            *(c for c, _ in pipeline_rules),
+            f"$not($run_process) or ({_all([c for c, _ in process_rules])})",
+            f"$not($run_train) or ({_all([c for c, _ in train_rules])})",
+        ]
+    )
+    reasons = ", ".join(
+        [
+            *(f"$not({c}) ? ({r})" for c, r in pipeline_rules),
+            *(f"($run_process and $not({c})) ? ({r})" for c, r in process_rules),
+            *(f"($run_train and $not({c})) ? ('train.' & {r})" for c, r in train_rules),
+        ]
+    )
+    tags = dict(training.tags)
+    promoted = Jsonata("$promoted_name")
+    promotes = not serving.scale_to_zero
+    if promotes and model_resources is None:
+        raise ValueError("a pipeline that promotes needs the promoted models' resources")
+
+    def fail_with(name: str, cause: str) -> dict[str, Any]:
+        return {
+            "Type": "Pass",
+            "Comment": f"Failure: {name}",
+            "Assign": {"failure_error": name, "failure_cause": cause},
+            "Next": "NotifyFailure",
+        }
+
+    def catch(target: str, errors: Sequence[str] = ("States.ALL",)) -> dict[str, Any]:
+        return {"ErrorEquals": list(errors), "Output": "{% $states.errorOutput %}", "Next": target}
+
+    def sdk_cause(prefix: str) -> str:
+        return "{% " + json.dumps(prefix) + " & $string($states.input.Error) & ': ' & $string($states.input.Cause) %}"
+
+    assignments: dict[str, Any] = {
+        "pipeline_input": "{% $states.input %}",
+        "run_process": "{% $exists($states.input.process) %}",
+        "run_train": "{% $exists($states.input.train) %}",
+        "run_promote": "{% $exists($states.input.promote) and $states.input.promote != false %}",
+        "given_model_uri": "{% $exists($states.input.promote.model_uri) ? $states.input.promote.model_uri : null %}",
+        "promoted_name": "{% " + json.dumps(f"{project_name}-") + " & $states.context.Execution.Name %}",
+        "processing_job": None,
+        "processed_uri": None,
+        "training_job": None,
+        "model_uri": "{% $exists($states.input.promote.model_uri) ? $states.input.promote.model_uri : null %}",
+        "endpoint_config": None,
+        "failure_error": None,
+        "failure_cause": None,
+        **processing_state_machine_assignments(processing, source="$states.input.process"),
+    }
+    states: dict[str, Any] = {
+        "ReadPipelineInput": {
+            "Type": "Pass",
+            "Comment": "Which steps run, and the processing options over the deployed defaults",
+            "Assign": assignments,
+            "Next": "ResolveTrainInput",
+        },
+        "ResolveTrainInput": {
+            "Type": "Pass",
+            "Comment": "Training reads the processing run's outputs unless train.channels is given",
+            "Assign": {
+                # Not an object (absent, or a mistake CheckPipelineInput names): the defaults.
+                "train_input": "{% "
+                + f"$type({given_train}) = 'object'"
+                + f" ? (($run_process and $not($exists({given_train}.channels)))"
+                + f" ? $merge([{given_train}, {{'channels': {derived_channels}}}]) : {given_train})"
+                + " : {} %}"
+            },
+            "Next": "ResolveTrainOptions",
+        },
+        "ResolveTrainOptions": {
+            "Type": "Pass",
+            "Comment": "The training options over the deployed defaults (the training workflow's own rules)",
+            "Assign": state_machine_assignments(training, source="$train_input", job_name_suffix=TRAIN_JOB_SUFFIX),
+            "Next": "CheckPipelineInput",
+        },
+        "CheckPipelineInput": {
+            "Type": "Choice",
+            "Comment": "Every option of every requested step, before anything runs",
+            "Choices": [{"Condition": "{% " + valid + " %}", "Next": "PromotionRequested"}],
+            "Default": INVALID_PIPELINE_INPUT,
+        },
+        INVALID_PIPELINE_INPUT: fail_with(
+            INVALID_PIPELINE_INPUT, "{% 'Invalid pipeline input: ' & $join([" + reasons + "], '; ') & '.' %}"
+        ),
+    }
+    promotion_check: dict[str, Any] = {
+        "PromotionRequested": {
+            "Type": "Choice",
+            "Choices": [{"Condition": "{% $run_promote %}", "Next": "CheckEndpoint"}],
+            "Default": "ProcessRequested",
+        },
+        "CheckEndpoint": {
+            "Type": "Task",
+            "Comment": "A promotion needs the deployed endpoint: fail now, not after the jobs",
+            "Resource": f"{states_arn}aws-sdk:sagemaker:describeEndpoint",
+            "Arguments": {"EndpointName": endpoint},
+            "Assign": {"previous_endpoint_config": "{% $states.result.EndpointConfigName %}"},
+            "Catch": [catch(ENDPOINT_NOT_DEPLOYED, ENDPOINT_MISSING_ERRORS), catch("EndpointCheckFailed")],
+            "Next": "ProcessRequested",
+        },
+        ENDPOINT_NOT_DEPLOYED: fail_with(
+            ENDPOINT_NOT_DEPLOYED,
+            "{% "
+            + json.dumps(f"endpoint {endpoint} is not deployed; deploy it once with python -m scripts.promote <job> (")
+            + " & $string($states.input.Cause) & ')' %}",
+        ),
+        "EndpointCheckFailed": fail_with(PROMOTION_FAILED, sdk_cause(f"could not describe endpoint {endpoint}: ")),
+    }
+    steps: dict[str, Any] = {
+        "ProcessRequested": {
+            "Type": "Choice",
+            "Choices": [{"Condition": "{% $run_process %}", "Next": "CheckOutputPrefix"}],
+            "Default": "TrainRequested",
+        },
+        "CheckOutputPrefix": {
+            "Type": "Task",
+            "Comment": "Refuse to mix runs: the run's output prefix must hold nothing yet",
+            "Resource": f"{states_arn}aws-sdk:s3:listObjectsV2",
+            "Arguments": {
+                "Bucket": processing.resources.datasets_bucket,
+                "Prefix": "{% " + json.dumps(processing.output_prefix) + " & $process_job_name & '/' %}",
+                "MaxKeys": 1,
+            },
+            "Assign": {"output_prefix_objects": "{% $states.result.KeyCount %}"},
+            "Catch": [catch("OutputPrefixCheckFailed")],
+            "Next": "OutputPrefixEmpty",
+        },
+        "OutputPrefixCheckFailed": fail_with(PROCESSING_JOB_FAILED, sdk_cause("could not list the output prefix: ")),
+        "OutputPrefixEmpty": {
+            "Type": "Choice",
+            "Choices": [{"Condition": "{% $output_prefix_objects = 0 %}", "Next": "ProcessData"}],
+            "Default": OUTPUT_PREFIX_NOT_EMPTY,
+        },
+        OUTPUT_PREFIX_NOT_EMPTY: fail_with(
+            OUTPUT_PREFIX_NOT_EMPTY,
+            "{% " + to_jsonata(output_uri) + " & ' already holds objects; refusing to mix runs: choose another"
+            " process.job_name (or execution name), or remove them' %}",
+        ),
+        "ProcessData": {
+            "Type": "Task",
+            "Comment": "CreateProcessingJob with the full API, then wait for the job to end",
+            "Resource": f"{states_arn}sagemaker:createProcessingJob.sync",
+            "Arguments": create_processing_job_request(processing, STATE_MACHINE_PROCESSING_VALUES),
+            "Assign": {
+                "processing_job": "{% $states.result.ProcessingJobName %}",
+                "processed_uri": "{% " + to_jsonata(output_uri) + " %}",
+            },
+            "Output": "{% {'ProcessingJobName': $states.result.ProcessingJobName,"
+            " 'ProcessingJobStatus': $states.result.ProcessingJobStatus} %}",
+            "Catch": [catch(PROCESSING_JOB_FAILED)],
+            "Next": "TrainRequested",
+        },
+        PROCESSING_JOB_FAILED: fail_with(PROCESSING_JOB_FAILED, _cause_from_job("ProcessingJobStatus")),
+        "TrainRequested": {
+            "Type": "Choice",
+            "Choices": [{"Condition": "{% $run_train %}", "Next": "TrainModel"}],
+            "Default": "PromoteRequested",
+        },
+        "TrainModel": {
+            "Type": "Task",
+            "Comment": "CreateTrainingJob with the training workflow's request, then wait for the job to end",
+            "Resource": f"{states_arn}sagemaker:createTrainingJob.sync",
+            "Arguments": create_training_job_request(training, STATE_MACHINE_VALUES),
+            "Assign": {
+                "training_job": "{% $states.result.TrainingJobName %}",
+                "model_uri": "{% $given_model_uri != null ? $given_model_uri : $states.result.ModelArtifacts.S3ModelArtifacts %}",
+            },
+            "Output": "{% {'TrainingJobName': $states.result.TrainingJobName,"
+            " 'TrainingJobStatus': $states.result.TrainingJobStatus} %}",
+            "Catch": [catch(TRAINING_JOB_FAILED)],
+            "Next": "PromoteRequested",
+        },
+        TRAINING_JOB_FAILED: fail_with(TRAINING_JOB_FAILED, _cause_from_job("TrainingJobStatus")),
+    }
+    if promotes and model_resources is None:
+        raise ValueError("a pipeline that promotes needs the promoted models' resources")
+    promotion: dict[str, Any] = {} if model_resources is None else {
+        "PromoteRequested": {
+            "Type": "Choice",
+            "Choices": [{"Condition": "{% $run_promote %}", "Next": "CreateModel"}],
+            "Default": "NotifySuccess",
+        },
+        "CreateModel": {
+            "Type": "Task",
+            "Comment": "The serving stack's model, on this run's artifact",
+            "Resource": f"{states_arn}aws-sdk:sagemaker:createModel",
+            "Arguments": create_model_request(
+                serving, model_resources, model_name=promoted, model_data_url=Jsonata("$model_uri"), tags=tags
+            ),
+            "Catch": [catch("PromotionStepFailed")],
+            "Next": "CreateEndpointConfig",
+        },
+        "CreateEndpointConfig": {
+            "Type": "Task",
+            "Comment": "The serving stack's endpoint config, on the new model",
+            "Resource": f"{states_arn}aws-sdk:sagemaker:createEndpointConfig",
+            "Arguments": create_endpoint_config_request(
+                serving, model_resources, endpoint=endpoint, config_name=promoted, model_name=promoted, tags=tags
+            ),
+            "Assign": {"endpoint_config": "{% $promoted_name %}"},
+            "Catch": [catch("PromotionStepFailed")],
+            "Next": "UpdateEndpoint",
+        },
+        "UpdateEndpoint": {
+            "Type": "Task",
+            "Comment": "Blue/green to the new config; the 5xx and latency alarms roll it back",
+            "Resource": f"{states_arn}aws-sdk:sagemaker:updateEndpoint",
+            "Arguments": update_endpoint_request(
+                serving, endpoint=endpoint, config_name=promoted, alarm_names=rollback_alarm_names(project_name)
+            ),
+            "Catch": [catch("PromotionStepFailed")],
+            "Next": "WaitForEndpoint",
+        },
+        "PromotionStepFailed": fail_with(PROMOTION_FAILED, sdk_cause("")),
+        "WaitForEndpoint": {"Type": "Wait", "Seconds": poll_seconds, "Next": "DescribeEndpoint"},
+        "DescribeEndpoint": {
+            "Type": "Task",
+            "Resource": f"{states_arn}aws-sdk:sagemaker:describeEndpoint",
+            "Arguments": {"EndpointName": endpoint},
+            "Assign": {
+                "endpoint_status": "{% $states.result.EndpointStatus %}",
+                "endpoint_serves": "{% $states.result.EndpointConfigName %}",
+                "endpoint_failure": "{% $exists($states.result.FailureReason) ? $states.result.FailureReason : '' %}",
+            },
+            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 10, "MaxAttempts": 3, "BackoffRate": 2}],
+            "Catch": [catch("PromotionStepFailed")],
+            "Next": "EndpointUpdated",
+        },
+        "EndpointUpdated": {
+            "Type": "Choice",
+            "Comment": "InService on the new config: done; failed, or back on the old one: rolled back",
+            "Choices": [
+                {"Condition": "{% $endpoint_status = 'InService' and $endpoint_serves = $promoted_name %}", "Next": "NotifySuccess"},
+                {
+                    "Condition": "{% $endpoint_status in " + to_jsonata(list(ENDPOINT_FAILED_STATES))
+                    + " or $endpoint_status = 'InService' %}",
+                    "Next": PROMOTION_FAILED,
+                },
+            ],
+            "Default": "WaitForEndpoint",
+        },
+        PROMOTION_FAILED: fail_with(
+            PROMOTION_FAILED,
+            "{% $endpoint_status = 'InService'"
+            f" ? 'endpoint {endpoint} rolled back to ' & $endpoint_serves & ' (a rollback alarm fired or the new fleet"
+            " did not turn healthy)' & ($endpoint_failure != '' ? ': ' & $endpoint_failure : '')"
+            f" : 'endpoint {endpoint} is ' & $endpoint_status & ': ' & $endpoint_failure %}}",
+        ),
+    }
+    ends: dict[str, Any] = {
+        "NotifySuccess": {
+            "Type": "Task",
+            "Resource": f"{states_arn}sns:publish",
+            "Arguments": {
+                "TopicArn": topic_arn,
+                "Subject": "{% $substring(" + json.dumps(f"{project_name} pipeline succeeded: ")
+                + " & $states.context.Execution.Name, 0, 100) %}",
+                "Message": "{% " + json.dumps(f"{project_name} pipeline ")
+                + " & $states.context.Execution.Name & ' succeeded: ' & $string(" + _final_output() + ") %}",
+            },
+            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 5, "MaxAttempts": 3, "BackoffRate": 2}],
+            # The pipeline's work is done: a lost notification does not turn it into a failure.
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Succeeded"}],
+            "Next": "Succeeded",
+        },
+        "Succeeded": {"Type": "Succeed", "Output": "{% " + _final_output() + " %}"},
+        "NotifyFailure": {
+            "Type": "Task",
+            "Resource": f"{states_arn}sns:publish",
+            "Arguments": {
+                "TopicArn": topic_arn,
+                "Subject": "{% $substring(" + json.dumps(f"{project_name} pipeline failed: ")
+                + " & $states.context.Execution.Name, 0, 100) %}",
+                "Message": "{% " + json.dumps(f"{project_name} pipeline ")
+                + " & $states.context.Execution.Name & ' failed: ' & $failure_error & ': ' & $string($failure_cause) %}",
+            },
+            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 5, "MaxAttempts": 3, "BackoffRate": 2}],
+            # Fail with the pipeline's reason even when the notification is lost.
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Failed"}],
+            "Next": "Failed",
+        },
+        "Failed": {"Type": "Fail", "Error": "{% $failure_error %}", "Cause": "{% $string($failure_cause) %}"},
+    }
+    if promotes:
+        states.update(promotion_check)
+    else:
+        states["CheckPipelineInput"]["Choices"][0]["Next"] = "ProcessRequested"
+        steps["TrainRequested"]["Default"] = "NotifySuccess"
+        steps["TrainModel"]["Next"] = "NotifySuccess"
+    states.update(steps)
+    states.update(promotion)
+    states.update(ends)
+    return {
+        "Comment": f"{project_name}: raw data -> processing job -> training job -> endpoint, each step optional",
+        "QueryLanguage": "JSONata",
+        "StartAt": "ReadPipelineInput",
+        "States": states,
+    }
+
+
+def _final_output() -> str:
+    return "{" + ", ".join(f"{json.dumps(k)}: ${k}" for k in OUTPUT_KEYS) + "}"
+
+
+def execution_input(
+    *, process: Mapping[str, Any] | None = None, train: Mapping[str, Any] | None = None, promote: Any = None
+) -> dict[str, Any]:
+    """The execution input for the requested steps (``None`` = skipped)."""
+    data: dict[str, Any] = {}
+    if process is not None:
+        data["process"] = dict(process)
+    if train is not None:
+        data["train"] = dict(train)
+    if promote is not None and promote is not False:
+        data["promote"] = promote
+    return data

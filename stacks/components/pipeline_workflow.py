@@ -1,0 +1,546 @@
+"""GPU processing jobs and the pipeline that runs process -> train -> promote (Step Functions).
+
+CloudFormation has no processing-job resource: like the training job, the processing job is
+declared as a ``createProcessingJob.sync`` task with the complete request from
+:mod:`stacks.components.processing_job_spec` (the request a direct launch sends). The
+definition is built in :mod:`stacks.components.pipeline_definition`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from aws_cdk import ArnFormat, Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
+from stacks.components.log_group import encrypted_log_group
+from stacks.components.model_endpoint import EndpointRole
+from stacks.components.pipeline_definition import pipeline_definition
+from stacks.components.policy import (
+    sagemaker_image_and_volume_statements,
+    sagemaker_principal,
+    sagemaker_vpc_network_statements,
+)
+from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
+from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources
+from stacks.components.training_job_workflow import SYNC_EVENTS_RULE, TrainingJobWorkflow, acknowledge_wildcard_resources
+from stacks.config import PlatformConfig
+
+PROCESSING_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerProcessingJobsRule"
+"""The managed EventBridge rule through which Step Functions learns that a processing job ended."""
+
+PROMOTED_MODEL_KEYS = f"{OUTPUT_PREFIX}*/output/model.tar.gz"
+"""What the promoted-model role may read: every project job's model file, nothing else of its output."""
+
+
+def pipeline_name(project_name: str) -> str:
+    """The pipeline state machine's fixed name."""
+    return f"{project_name}-pipeline"
+
+
+def _describe_network() -> iam.PolicyStatement:
+    return iam.PolicyStatement(
+        sid="DescribeNetwork",
+        actions=[
+            "ec2:DescribeNetworkInterfaces",
+            "ec2:DescribeVpcs",
+            "ec2:DescribeDhcpOptions",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeSecurityGroups",
+        ],
+        resources=["*"],
+    )
+
+
+class ProcessingRole(Construct):
+    """The execution role SageMaker assumes for a processing job, limited to the project's resources.
+
+    Reads only the raw-data prefix of the datasets bucket and users' ``code/`` in the artifacts
+    bucket; writes only under the processed-data prefix; uses the platform key; pulls from the
+    project's repository; writes logs only to the project's streams in SageMaker's processing
+    log group; manages network interfaces only in the training VPC.
+
+    Attributes:
+        role: The role.
+        policy: Its customer-managed policy.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        project_name: str,
+        input_prefix: str,
+        output_prefix: str,
+        key: kms.IKey,
+        datasets_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        vpc: ec2.IVpc,
+    ) -> None:
+        """Create the role.
+
+        Args:
+            scope: Parent construct.
+            construct_id: Construct id.
+            project_name: Job names and log streams start with ``<project_name>-``.
+            input_prefix: Raw data in the datasets bucket (read).
+            output_prefix: Processed data in the datasets bucket (write).
+            key: Platform KMS key (data, outputs, volumes).
+            datasets_bucket: Raw and processed data.
+            artifacts_bucket: Users' code.
+            repository: The project's image repository.
+            vpc: The training VPC.
+        """
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        raw_objects = datasets_bucket.arn_for_objects(f"{input_prefix}*")
+        processed_objects = datasets_bucket.arn_for_objects(f"{output_prefix}*")
+        code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
+        log_group = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=SAGEMAKER_PROCESSING_LOG_GROUP,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
+        log_group_children = f"{log_group}:*"
+        project_streams = f"{log_group}:log-stream:{project_name}-*"
+        network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
+        statements = [
+            iam.PolicyStatement(sid="ReadRawData", actions=["s3:GetObject"], resources=[raw_objects]),
+            iam.PolicyStatement(
+                sid="ListRawData",
+                actions=["s3:ListBucket"],
+                resources=[datasets_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{input_prefix}*"]}},
+            ),
+            # Outputs are uploaded at the end of the job; the role cannot read or delete them.
+            iam.PolicyStatement(
+                sid="WriteProcessedData", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=[processed_objects]
+            ),
+            # Script mode: the user's sourcedir.tar.gz arrives as the job's code input; read only.
+            iam.PolicyStatement(sid="ReadUserCode", actions=["s3:GetObject"], resources=[code_objects]),
+            iam.PolicyStatement(
+                sid="ListUserCode",
+                actions=["s3:ListBucket"],
+                resources=[artifacts_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{CODE_PREFIX}*"]}},
+            ),
+            iam.PolicyStatement(
+                sid="UsePlatformKey",
+                # kms:Encrypt: SageMaker requires it of the execution role when
+                # ProcessingOutputConfig.KmsKeyId is set.
+                actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+                resources=[key.key_arn],
+            ),
+            *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullProcessingImage"),
+            iam.PolicyStatement(
+                sid="PublishProcessingMetrics",
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringEquals": {"cloudwatch:namespace": SAGEMAKER_PROCESSING_LOG_GROUP}},
+            ),
+            iam.PolicyStatement(
+                sid="SageMakerLogGroup",
+                actions=["logs:CreateLogGroup", "logs:DescribeLogStreams", "logs:CreateLogStream"],
+                resources=[log_group, log_group_children],
+            ),
+            iam.PolicyStatement(
+                sid="WriteProjectLogStreams",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+                resources=[project_streams],
+            ),
+            _describe_network(),
+            *network_statements,
+        ]
+        self.role = iam.Role(
+            self,
+            "Role",
+            # Only SageMaker acting for this account's resources in this region may assume it.
+            assumed_by=sagemaker_principal(stack),
+            description=f"{project_name}: execution role of the project's SageMaker processing jobs",
+        )
+        self.policy = iam.ManagedPolicy(self, "Policy", statements=statements, roles=[self.role])
+        acknowledge_wildcard_resources(
+            self.policy,
+            "Each wildcard is the narrowest the API allows: objects under the raw-data prefix (read), under the "
+            "processed-data prefix (write: each run writes a new prefix named after its job) and users' code under "
+            "the code prefix (read); SageMaker's fixed /aws/sagemaker/ProcessingJobs log group and the project's job "
+            "streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions) "
+            "and cloudwatch:PutMetricData (limited by namespace); subnets, security groups and network interfaces of "
+            "this account and region, limited to the training VPC by the ec2:Vpc condition (a new interface by the "
+            "subnet it must be created in).",
+            [raw_objects, processed_objects, code_objects, log_group_children, project_streams, *network_wildcards, "*"],
+        )
+
+
+class PipelineWorkflow(Construct):
+    """The ``<project>-pipeline`` state machine: process -> train -> promote, each step optional.
+
+    See :mod:`stacks.components.pipeline_definition` for its input, steps and failures. Runs
+    processing jobs with :class:`ProcessingRole` in the training jobs' VPC, subnets and security
+    group, the training job exactly as the training workflow does, and promotes with a model
+    role that reads only the project jobs' ``model.tar.gz``. Logging (ALL, with execution data)
+    and X-Ray tracing are on.
+
+    Attributes:
+        template: The processing job's fixed settings and defaults.
+        processing_role: Execution role of the processing jobs.
+        model_role: Execution role of the models the pipeline promotes.
+        model_security_group: Security group of the promoted models' hosting instances.
+        log_group: The state machine's log group.
+        role: The state machine's role.
+        state_machine: The pipeline.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: PlatformConfig,
+        training: TrainingJobWorkflow,
+        key: kms.IKey,
+        datasets_bucket: s3.IBucket,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        image_tag: str,
+        vpc: ec2.IVpc,
+        subnet_ids: Sequence[str],
+        topic: sns.ITopic,
+        topic_key: kms.IKey,
+    ) -> None:
+        """Create the pipeline.
+
+        Args:
+            scope: Parent construct.
+            construct_id: Construct id.
+            config: The validated platform config (``processing``, ``serving``, ``project_name``).
+            training: The training workflow (its job template, job role and security group).
+            key: Platform KMS key.
+            datasets_bucket: Raw and processed data.
+            artifacts_bucket: Users' code and the models.
+            repository: The project's image repository.
+            image_tag: The image tag jobs and models run.
+            vpc: The training VPC.
+            subnet_ids: The private subnets jobs and models run in.
+            topic: The notification topic every end of an execution publishes to.
+            topic_key: The topic's KMS key.
+        """
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        project = config.project_name
+        pr = config.processing
+        image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
+        self.processing_role = ProcessingRole(
+            self,
+            "ProcessingRole",
+            project_name=project,
+            input_prefix=pr.input_prefix,
+            output_prefix=pr.output_prefix,
+            key=key,
+            datasets_bucket=datasets_bucket,
+            artifacts_bucket=artifacts_bucket,
+            repository=repository,
+            vpc=vpc,
+        ).role
+        self.template = ProcessingTemplate.from_config(
+            config,
+            JobResources(
+                role_arn=self.processing_role.role_arn,
+                image_uri=image_uri,
+                datasets_bucket=datasets_bucket.bucket_name,
+                artifacts_bucket=artifacts_bucket.bucket_name,
+                key_arn=key.key_arn,
+                subnet_ids=list(subnet_ids),
+                # Same network rules as training: the instances of one job, HTTPS to AWS endpoints.
+                security_group_ids=[training.security_group.security_group_id],
+            ),
+        )
+        endpoint = endpoint_name(project)
+        self.model_role: Optional[iam.Role] = None
+        self.model_security_group: Optional[ec2.SecurityGroup] = None
+        model_resources = None
+        if not config.serving.scale_to_zero:
+            model_resources = self._promoted_models(
+                config,
+                endpoint=endpoint,
+                image_uri=image_uri,
+                key=key,
+                artifacts_bucket=artifacts_bucket,
+                repository=repository,
+                vpc=vpc,
+                subnet_ids=subnet_ids,
+            )
+        definition = pipeline_definition(
+            project_name=project,
+            processing=self.template,
+            training=training.template,
+            serving=config.serving,
+            model_resources=model_resources,
+            topic_arn=topic.topic_arn,
+            partition=stack.partition,
+        )
+
+        name = pipeline_name(project)
+        self.log_group: logs.LogGroup = encrypted_log_group(
+            self, "Logs", key=key, log_group_name=f"/aws/vendedlogs/states/{name}"
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            description=f"{project}: the pipeline (processing, training, promotion of the project's jobs and endpoint)",
+            assumed_by=iam.ServicePrincipal(
+                "states.amazonaws.com",
+                conditions={
+                    "ArnLike": {
+                        "aws:SourceArn": stack.format_arn(
+                            service="states",
+                            resource="stateMachine",
+                            resource_name=name,
+                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                        )
+                    },
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                },
+            ),
+        )
+        statements, wildcards = self._statements(
+            config,
+            training=training,
+            datasets_bucket=datasets_bucket,
+            topic=topic,
+            topic_key=topic_key,
+            subnet_ids=subnet_ids,
+            key=key,
+        )
+        policy = iam.ManagedPolicy(self, "RolePolicy", statements=statements, roles=[self.role])
+        acknowledge_wildcard_resources(
+            policy,
+            "SageMaker actions are limited to the project's names (<project>-*: every run creates new jobs, models and "
+            "endpoint configs named after it) and to the one endpoint; the CloudWatch Logs delivery and X-Ray actions "
+            "that Step Functions logging and tracing need support no resource-level permissions.",
+            wildcards,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "StateMachine",
+            state_machine_name=name,
+            comment=f"{project}: raw data -> GPU processing job -> training job -> endpoint, each step optional",
+            definition_body=sfn.DefinitionBody.from_string(stack.to_json_string(definition)),
+            # The managed policy holds every permission: no inline policy (NIST.800.53.R5-IAMNoInlinePolicy).
+            role=self.role.without_policy_updates(),
+            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+            tracing_enabled=True,
+        )
+        # Step Functions checks log delivery permissions when it creates the state machine.
+        self.state_machine.node.add_dependency(policy)
+
+    def _promoted_models(
+        self,
+        config: PlatformConfig,
+        *,
+        endpoint: str,
+        image_uri: str,
+        key: kms.IKey,
+        artifacts_bucket: s3.IBucket,
+        repository: ecr.IRepository,
+        vpc: ec2.IVpc,
+        subnet_ids: Sequence[str],
+    ) -> ModelResources:
+        """The role and security group of the models the pipeline promotes (not with scale_to_zero)."""
+        self.model_role = model_role = EndpointRole(
+            self,
+            "ModelRole",
+            endpoint=endpoint,
+            model_object_arn=artifacts_bucket.arn_for_objects(PROMOTED_MODEL_KEYS),
+            key=key,
+            artifacts_bucket=artifacts_bucket,
+            repository=repository,
+            vpc=vpc,
+            data_capture=config.serving.data_capture,
+        ).role
+        self.model_security_group = group = ec2.SecurityGroup(
+            self,
+            "ModelSecurityGroup",
+            vpc=vpc,
+            description=f"{endpoint}: hosting instances of models the pipeline promotes, HTTPS to AWS endpoints only",
+            allow_all_outbound=False,
+        )
+        # As the serving stack's group: the subnets have no route to the internet, so HTTPS out
+        # reaches only the VPC endpoints (ECR, and S3 through its gateway endpoint's prefix list).
+        group.add_egress_rule(
+            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
+        )
+        return ModelResources(
+            role_arn=model_role.role_arn,
+            image_uri=image_uri,
+            artifacts_bucket=artifacts_bucket.bucket_name,
+            key_arn=key.key_arn,
+            subnet_ids=list(subnet_ids),
+            security_group_ids=[group.security_group_id],
+        )
+
+    def _statements(
+        self,
+        config: PlatformConfig,
+        *,
+        training: TrainingJobWorkflow,
+        datasets_bucket: s3.IBucket,
+        topic: sns.ITopic,
+        topic_key: kms.IKey,
+        subnet_ids: Sequence[str],
+        key: kms.IKey,
+    ) -> tuple[list[iam.PolicyStatement], list[str]]:
+        """What the pipeline's tasks, logging and tracing need, limited to the project's names."""
+        stack = Stack.of(self)
+        project = config.project_name
+
+        def arn(resource: str, name: str) -> str:
+            return stack.format_arn(service="sagemaker", resource=resource, resource_name=name)
+
+        processing_jobs = arn("processing-job", f"{project}-*")
+        training_jobs = arn("training-job", f"{project}-*")
+        models = arn("model", f"{project}-*")
+        endpoint_configs = arn("endpoint-config", f"{project}-*")
+        endpoint = arn("endpoint", endpoint_name(project))
+        # The role itself refuses a job that drops isolation, the VPC or the output key.
+        hardened_job = {
+            "Bool": {"sagemaker:NetworkIsolation": "true"},
+            "ArnEquals": {"sagemaker:OutputKmsKey": key.key_arn},
+            "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
+            "Null": {"sagemaker:VpcSubnets": "false"},
+        }
+        hardened_model: dict[str, dict[str, object]] = {
+            "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
+            "Null": {"sagemaker:VpcSubnets": "false"},
+        }
+        if config.serving.network_isolation:
+            hardened_model["Bool"] = {"sagemaker:NetworkIsolation": "true"}
+        alarms = [stack.format_arn(service="cloudwatch", resource="alarm", resource_name=n, arn_format=ArnFormat.COLON_RESOURCE_NAME)
+                  for n in rollback_alarm_names(project)]
+        statements = [
+            iam.PolicyStatement(
+                sid="CreateHardenedProcessingJobs",
+                actions=["sagemaker:CreateProcessingJob"],
+                resources=[processing_jobs],
+                conditions=hardened_job,
+            ),
+            iam.PolicyStatement(
+                sid="CreateHardenedTrainingJobs",
+                actions=["sagemaker:CreateTrainingJob"],
+                resources=[training_jobs],
+                conditions=hardened_job,
+            ),
+            iam.PolicyStatement(
+                sid="FollowAndStopProjectJobs",
+                actions=[
+                    "sagemaker:DescribeProcessingJob",
+                    "sagemaker:StopProcessingJob",
+                    "sagemaker:DescribeTrainingJob",
+                    "sagemaker:StopTrainingJob",
+                    "sagemaker:AddTags",
+                    "sagemaker:ListTags",
+                ],
+                resources=[processing_jobs, training_jobs],
+            ),
+        ]
+        promotion = [
+            iam.PolicyStatement(
+                sid="CreateIsolatedModels",
+                actions=["sagemaker:CreateModel"],
+                resources=[models],
+                conditions=hardened_model,
+            ),
+            iam.PolicyStatement(
+                sid="CreateEndpointConfigs",
+                actions=["sagemaker:CreateEndpointConfig"],
+                resources=[endpoint_configs],
+                # Only the configured hosting type, serving only the project's models.
+                conditions={
+                    "ForAllValues:StringEquals": {"sagemaker:InstanceTypes": [config.serving.instance_type]},
+                    "ForAllValues:ArnLike": {"sagemaker:ModelArn": [models]},
+                },
+            ),
+            # CreateModel and CreateEndpointConfig with Tags also authorize sagemaker:AddTags.
+            iam.PolicyStatement(sid="TagModelsAndConfigs", actions=["sagemaker:AddTags"], resources=[models, endpoint_configs]),
+            iam.PolicyStatement(
+                sid="UpdateTheEndpoint",
+                actions=["sagemaker:UpdateEndpoint"],
+                resources=[endpoint, endpoint_configs],
+            ),
+            iam.PolicyStatement(sid="DescribeTheEndpoint", actions=["sagemaker:DescribeEndpoint"], resources=[endpoint]),
+            # UpdateEndpoint's automatic rollback reads the rollback alarms.
+            iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"], resources=alarms),
+        ]
+        passed_roles = [self.processing_role.role_arn, training.job_role.role_arn]
+        if self.model_role is not None:
+            statements += promotion
+            passed_roles.append(self.model_role.role_arn)
+        statements += [
+            iam.PolicyStatement(
+                sid="PassProjectRoles",
+                actions=["iam:PassRole"],
+                resources=passed_roles,
+                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+            ),
+            iam.PolicyStatement(
+                sid="SyncIntegrationRules",
+                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+                resources=[
+                    stack.format_arn(service="events", resource="rule", resource_name=rule)
+                    for rule in (PROCESSING_SYNC_EVENTS_RULE, SYNC_EVENTS_RULE)
+                ],
+            ),
+            # OutputPrefixNotEmpty: ListObjectsV2 under the processed-data prefix only.
+            iam.PolicyStatement(
+                sid="ListProcessedData",
+                actions=["s3:ListBucket"],
+                resources=[datasets_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{config.processing.output_prefix}*"]}},
+            ),
+            iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[topic.topic_arn]),
+            # The topic is encrypted with its own key.
+            iam.PolicyStatement(
+                sid="EncryptNotifications", actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[topic_key.key_arn]
+            ),
+            iam.PolicyStatement(
+                sid="LogDelivery",
+                actions=[
+                    "logs:CreateLogDelivery",
+                    "logs:GetLogDelivery",
+                    "logs:UpdateLogDelivery",
+                    "logs:DeleteLogDelivery",
+                    "logs:ListLogDeliveries",
+                    "logs:PutResourcePolicy",
+                    "logs:DescribeResourcePolicies",
+                    "logs:DescribeLogGroups",
+                ],
+                resources=["*"],
+            ),
+            iam.PolicyStatement(
+                sid="Tracing",
+                actions=[
+                    "xray:PutTraceSegments",
+                    "xray:PutTelemetryRecords",
+                    "xray:GetSamplingRules",
+                    "xray:GetSamplingTargets",
+                ],
+                resources=["*"],
+            ),
+        ]
+        wildcards = [processing_jobs, training_jobs, "*"]
+        if self.model_role is not None:
+            wildcards += [models, endpoint_configs]
+        return statements, wildcards
+

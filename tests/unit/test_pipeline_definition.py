@@ -1,0 +1,497 @@
+"""The pipeline's definition: valid JSONata-mode ASL, and what its executions do.
+
+The definition (built from plain values here, and as synthesized) is checked by the npm package
+``asl-validator`` (JSONata mode: ``Arguments``, ``Assign``, ``Condition``, ``Output``...) and
+every ``{% %}`` expression is compiled by ``jsonata``. Executions are then run through the
+definition with scripted task results (``tests/unit/states_simulator.py``, the reference JSONata
+implementation): the requests they send equal the direct launch's and pass botocore's service
+model, each step's output reaches the next, and every bad input or failed step ends in its named
+failure after a notification.
+
+Needs Node with ``jsonata`` and ``asl-validator`` (package.json); fails rather than skips
+without them, so a broken setup cannot hide a regression.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+from botocore.session import get_session
+from botocore.validate import validate_parameters
+
+from stacks.components.endpoint_spec import (
+    ModelResources,
+    create_endpoint_config_request,
+    create_model_request,
+    rollback_alarm_names,
+    update_endpoint_request,
+)
+from stacks.components.pipeline_definition import FAILURES, OUTPUT_KEYS, pipeline_definition
+from stacks.components.processing_job_spec import (
+    ProcessingOptions,
+    ProcessingTemplate,
+    create_processing_job_request,
+    resolve_processing,
+)
+from stacks.components.training_job_spec import (
+    JobResources,
+    JobTemplate,
+    LaunchError,
+    LaunchOptions,
+    create_training_job_request,
+    resolve_launch,
+)
+from stacks.config import load_config
+from tests.synth import project_context
+from tests.unit.states_simulator import node_env, simulate, validate
+from tests.unit.test_training_job_stack import parse_definition
+
+NODE_ENV = node_env("jsonata", "asl-validator")
+if NODE_ENV is None:
+    pytest.fail("needs node and the npm packages jsonata and asl-validator: npm install", pytrace=False)
+
+ACCOUNT = "123456789012"
+IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:tf2.21.0-gpu-1"
+KEY = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/k"
+TOPIC = f"arn:aws:sns:us-east-1:{ACCOUNT}:gputrain-notifications"
+
+
+def _resources(role: str) -> JobResources:
+    return JobResources(f"arn:aws:iam::{ACCOUNT}:role/{role}", IMAGE, "datasets", "artifacts", KEY, ("subnet-a", "subnet-b"), ("sg-1",))
+
+
+MODEL = ModelResources(f"arn:aws:iam::{ACCOUNT}:role/model", IMAGE, "artifacts", KEY, ("subnet-a", "subnet-b"), ("sg-model",))
+SERVICES = {name: get_session().get_service_model(name) for name in ("sagemaker", "s3", "sns")}
+SHAPES = {
+    "createProcessingJob.sync": ("sagemaker", "CreateProcessingJob"),
+    "createTrainingJob.sync": ("sagemaker", "CreateTrainingJob"),
+    "createModel": ("sagemaker", "CreateModel"),
+    "createEndpointConfig": ("sagemaker", "CreateEndpointConfig"),
+    "updateEndpoint": ("sagemaker", "UpdateEndpoint"),
+    "describeEndpoint": ("sagemaker", "DescribeEndpoint"),
+    "listObjectsV2": ("s3", "ListObjectsV2"),
+    "publish": ("sns", "Publish"),
+}
+
+
+def _config(**overrides: Any):
+    context = project_context()
+    for key, value in overrides.items():
+        context[f"gpu_training.{key}"] = json.dumps(value)
+    return load_config(context)
+
+
+def _build(**overrides: Any) -> tuple[dict, ProcessingTemplate, JobTemplate, Any]:
+    config = _config(**overrides)
+    processing = ProcessingTemplate.from_config(config, _resources("processing"))
+    training = JobTemplate.from_config(config, _resources("job"))
+    definition = pipeline_definition(
+        project_name=config.project_name,
+        processing=processing,
+        training=training,
+        serving=config.serving,
+        model_resources=None if config.serving.scale_to_zero else MODEL,
+        topic_arn=TOPIC,
+        partition="aws",
+    )
+    return definition, processing, training, config
+
+
+DEFINITION, PROCESSING, TRAINING, CONFIG = _build()
+OLD_CONFIG = "gputrain-previous"
+
+
+def _script(name: str = "run1", **changes: Any) -> dict[str, list[dict[str, Any]]]:
+    """Task outcomes of a run in which every step succeeds (``changes`` replace some)."""
+    script = {
+        "CheckEndpoint": [{"result": {"EndpointName": "gputrain-endpoint", "EndpointConfigName": OLD_CONFIG, "EndpointStatus": "InService"}}],
+        "CheckOutputPrefix": [{"result": {"KeyCount": 0, "IsTruncated": False}}],
+        "ProcessData": [{"result": {"ProcessingJobName": f"gputrain-{name}-process", "ProcessingJobStatus": "Completed"}}],
+        "TrainModel": [
+            {
+                "result": {
+                    "TrainingJobName": f"gputrain-{name}-train",
+                    "TrainingJobStatus": "Completed",
+                    "ModelArtifacts": {"S3ModelArtifacts": f"s3://artifacts/training-jobs/gputrain-{name}-train/output/model.tar.gz"},
+                }
+            }
+        ],
+        "CreateModel": [{"result": {"ModelArn": "arn:model"}}],
+        "CreateEndpointConfig": [{"result": {"EndpointConfigArn": "arn:config"}}],
+        "UpdateEndpoint": [{"result": {"EndpointArn": "arn:endpoint"}}],
+        "DescribeEndpoint": [
+            {"result": {"EndpointStatus": "Updating", "EndpointConfigName": OLD_CONFIG}},
+            {"result": {"EndpointStatus": "InService", "EndpointConfigName": f"gputrain-{name}"}},
+        ],
+        "NotifySuccess": [{"result": {"MessageId": "m-1"}}],
+        "NotifyFailure": [{"result": {"MessageId": "m-2"}}],
+    }
+    script.update(changes)
+    return script
+
+
+def _run(execution_input: Any, name: str = "run1", definition: dict | None = None, **changes: Any) -> dict[str, Any]:
+    [result] = simulate(definition or DEFINITION, [{"input": execution_input, "name": name, "script": _script(name, **changes)}], NODE_ENV)
+    return result
+
+
+def _args(result: dict[str, Any], state: str) -> list[dict[str, Any]]:
+    return [t["arguments"] for t in result["tasks"] if t["state"] == state]
+
+
+def _check_against_the_service_model(result: dict[str, Any]) -> None:
+    for task in result["tasks"]:
+        action = task["resource"].rsplit(":", 1)[-1]
+        service, operation = SHAPES[action]
+        validate_parameters(task["arguments"], SERVICES[service].operation_model(operation).input_shape)
+
+
+# --------------------------------------------------------------------------------------------
+# The definition is valid JSONata-mode ASL
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synthesized(default_app) -> dict[str, Any]:
+    return parse_definition(default_app.template_json("gputrain-training"), name="gputrain-pipeline")
+
+
+def test_every_field_is_valid_jsonata_mode_asl(synthesized):
+    scale_to_zero, *_ = _build(**{"serving.scale_to_zero": True})
+    canary, *_ = _build(**{"serving.rollout": "canary", "serving.min_instances": 2, "serving.initial_instance_count": 2,
+                           "serving.data_capture": True})
+    verdicts = validate([DEFINITION, synthesized, scale_to_zero, canary], NODE_ENV)
+    for verdict in verdicts:
+        assert verdict == {"valid": True, "errors": "", "jsonata_errors": []}
+    assert synthesized["QueryLanguage"] == "JSONata"
+    # The deployed definition is the one built from the same function (references aside).
+    assert list(synthesized["States"]) == list(DEFINITION["States"])
+    for state in ("CheckPipelineInput", "EndpointUpdated", "ResolveTrainInput"):
+        assert json.dumps(synthesized["States"][state]).count("{%") == json.dumps(DEFINITION["States"][state]).count("{%")
+
+
+def _broken(change) -> dict:
+    definition = copy.deepcopy(DEFINITION)
+    change(definition["States"])
+    return definition
+
+
+def test_the_validator_rejects_broken_definitions():
+    """The checks would catch a real mistake: JSONPath fields in JSONata mode, a dangling
+    transition, a field a state type does not have, a JSONata syntax error."""
+    broken = [
+        _broken(lambda s: s["ProcessData"].update({"Parameters": {"A": 1}})),
+        _broken(lambda s: s["ProcessData"].update({"ResultPath": "$.x"})),
+        _broken(lambda s: s["TrainRequested"].update({"Default": "NoSuchState"})),
+        _broken(lambda s: s["WaitForEndpoint"].update({"SecondsPath": "$.s"})),
+        _broken(lambda s: s["Failed"].update({"Next": "Succeeded"})),
+    ]
+    syntax = _broken(lambda s: s["CheckPipelineInput"]["Choices"][0].update({"Condition": "{% $run_process and %}"}))
+    verdicts = validate([*broken, syntax], NODE_ENV)
+    for verdict in verdicts[:-1]:
+        assert verdict["valid"] is False, verdict
+    assert verdicts[-1]["jsonata_errors"], verdicts[-1]
+    # JSONata-mode fields are refused in a JSONPath state machine: the validator knows the modes.
+    jsonpath = copy.deepcopy(DEFINITION)
+    jsonpath["QueryLanguage"] = "JSONPath"
+    assert validate([jsonpath], NODE_ENV)[0]["valid"] is False
+
+
+def test_every_failure_name_has_a_path_and_every_end_notifies():
+    text = json.dumps(DEFINITION)
+    for failure in FAILURES:
+        assert f'"failure_error": "{failure}"' in text
+    states = DEFINITION["States"]
+    ends = [n for n, s in states.items() if s["Type"] in ("Succeed", "Fail")]
+    assert sorted(ends) == ["Failed", "Succeeded"]
+    assert [n for n, s in states.items() if s.get("Next") == "Failed" or s.get("Next") == "Succeeded"] == ["NotifySuccess", "NotifyFailure"]
+    for name, state in states.items():
+        if state["Type"] == "Pass" and name in FAILURES:
+            assert state["Next"] == "NotifyFailure"
+
+
+# --------------------------------------------------------------------------------------------
+# Executions: data passing, the same requests as a direct launch
+# --------------------------------------------------------------------------------------------
+
+
+def test_process_train_promote_pass_each_steps_output_to_the_next():
+    result = _run({"process": {}, "train": {}, "promote": True})
+    assert result["end"] == "Succeed", result
+    assert result["path"][:6] == ["ReadPipelineInput", "ResolveTrainInput", "ResolveTrainOptions", "CheckPipelineInput", "PromotionRequested", "CheckEndpoint"]
+    _check_against_the_service_model(result)
+    # The endpoint is checked before any job is created.
+    order = [t["state"] for t in result["tasks"]]
+    assert order == ["CheckEndpoint", "CheckOutputPrefix", "ProcessData", "TrainModel", "CreateModel", "CreateEndpointConfig",
+                     "UpdateEndpoint", "DescribeEndpoint", "DescribeEndpoint", "NotifySuccess"]
+    [listing] = _args(result, "CheckOutputPrefix")
+    assert listing == {"Bucket": "datasets", "Prefix": "processed/gputrain-run1-process/", "MaxKeys": 1}
+    [process] = _args(result, "ProcessData")
+    assert process == create_processing_job_request(PROCESSING, resolve_processing(PROCESSING, ProcessingOptions(job_name="gputrain-run1-process")))
+    # process -> train: the built-in transform's train and validation outputs become the channels.
+    out = "s3://datasets/processed/gputrain-run1-process/"
+    [train] = _args(result, "TrainModel")
+    expected = resolve_launch(TRAINING, LaunchOptions(job_name="gputrain-run1-train", channels={"train": out + "train/", "validation": out + "validation/"}))
+    assert train == create_training_job_request(TRAINING, expected)
+    assert [(c["ChannelName"], c["DataSource"]["S3DataSource"]["S3Uri"]) for c in train["InputDataConfig"]] == [
+        ("train", out + "train/"), ("validation", out + "validation/")]
+    # train -> promote: the job's model artifact, served as the serving stack serves it.
+    model_uri = "s3://artifacts/training-jobs/gputrain-run1-train/output/model.tar.gz"
+    tags = dict(TRAINING.tags)
+    assert _args(result, "CreateModel") == [
+        create_model_request(CONFIG.serving, MODEL, model_name="gputrain-run1", model_data_url=model_uri, tags=tags)]
+    assert _args(result, "CreateEndpointConfig") == [create_endpoint_config_request(
+        CONFIG.serving, MODEL, endpoint="gputrain-endpoint", config_name="gputrain-run1", model_name="gputrain-run1", tags=tags)]
+    [update] = _args(result, "UpdateEndpoint")
+    assert update == update_endpoint_request(CONFIG.serving, endpoint="gputrain-endpoint", config_name="gputrain-run1",
+                                             alarm_names=rollback_alarm_names("gputrain"))
+    assert [a["AlarmName"] for a in update["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]] == [
+        "gputrain-endpoint-5xx", "gputrain-endpoint-latency"]
+    assert result["output"] == {
+        "processing_job": "gputrain-run1-process",
+        "processed_uri": out,
+        "training_job": "gputrain-run1-train",
+        "model_uri": model_uri,
+        "endpoint_config": "gputrain-run1",
+    }
+    [notice] = _args(result, "NotifySuccess")
+    assert notice["TopicArn"] == TOPIC and "gputrain pipeline run1 succeeded" in notice["Message"]
+
+
+PROCESS_OPTIONS = [
+    ProcessingOptions(job_name="gputrain-a1"),
+    ProcessingOptions(job_name="gputrain-b2", instance_type="ml.g6e.12xlarge", instance_count=3,
+                      input_uri="s3://datasets/raw/images/", arguments=["--format", "image-dir", "--image-size", "64x64"]),
+    ProcessingOptions(job_name="gputrain-c3", instance_type="ml.p3.2xlarge", arguments=[]),
+    ProcessingOptions(job_name="gputrain-d4", code_uri="s3://artifacts/code/d4/sourcedir.tar.gz", entry_point="prep.py",
+                      arguments=["--rows", "10"], instance_count=2),
+    ProcessingOptions(job_name="gputrain-e5", code_uri="s3://artifacts/code/e5/sourcedir.tar.gz", entry_point="src/prep.sh"),
+]
+
+
+@pytest.mark.parametrize("options", PROCESS_OPTIONS, ids=lambda o: o.job_name)
+def test_the_processing_request_is_the_direct_launchs(options):
+    result = _run({"process": options.state_machine_input()})
+    assert result["end"] == "Succeed", result
+    _check_against_the_service_model(result)
+    [request] = _args(result, "ProcessData")
+    assert request == create_processing_job_request(PROCESSING, resolve_processing(PROCESSING, options))
+    assert [t["state"] for t in result["tasks"]] == ["CheckOutputPrefix", "ProcessData", "NotifySuccess"]
+    assert result["output"]["training_job"] is None and result["output"]["endpoint_config"] is None
+
+
+def test_defaults_and_config_arguments():
+    config = _config(**{"processing.arguments": ["--shards", "4"], "processing.instance_count": 2})
+    processing = ProcessingTemplate.from_config(config, _resources("processing"))
+    definition = pipeline_definition(project_name="gputrain", processing=processing, training=TRAINING, serving=config.serving,
+                                     model_resources=MODEL, topic_arn=TOPIC, partition="aws")
+    result = _run({"process": {}}, name="0d6c5e6a", definition=definition)
+    [request] = _args(result, "ProcessData")
+    assert request["ProcessingJobName"] == "gputrain-0d6c5e6a-process"
+    assert request["AppSpecification"]["ContainerArguments"] == ["--shards", "4"]
+    assert request["ProcessingInputs"][0]["S3Input"]["S3DataDistributionType"] == "ShardedByS3Key"
+    assert request["NetworkConfig"]["EnableInterContainerTrafficEncryption"] is True
+    assert request == create_processing_job_request(processing, resolve_processing(processing, ProcessingOptions(job_name="gputrain-0d6c5e6a-process")))
+    # A user's script gets only its own arguments, not the built-in transform's.
+    script = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "prep.py"}
+    [request] = _args(_run({"process": script}, definition=definition), "ProcessData")
+    assert "ContainerArguments" not in request["AppSpecification"]
+    assert request["Environment"]["SAGEMAKER_PROGRAM"] == "prep.py"
+
+
+def test_a_user_processing_script_feeds_only_the_train_channel_and_given_channels_win():
+    script = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "prep.py"}
+    result = _run({"process": script, "train": {"hyperparameters": {"epochs": 2}}})
+    [train] = _args(result, "TrainModel")
+    assert [(c["ChannelName"], c["DataSource"]["S3DataSource"]["S3Uri"]) for c in train["InputDataConfig"]] == [
+        ("train", "s3://datasets/processed/gputrain-run1-process/train/")]
+    assert train["HyperParameters"]["epochs"] == "2"
+    given = {"train": "s3://datasets/train/set-b/", "test": "s3://datasets/processed/old-run/validation/"}
+    result = _run({"process": {}, "train": {"channels": given}})
+    [train] = _args(result, "TrainModel")
+    assert {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in train["InputDataConfig"]} == given
+    assert train == create_training_job_request(TRAINING, resolve_launch(TRAINING, LaunchOptions(job_name="gputrain-run1-train", channels=given)))
+
+
+@pytest.mark.parametrize(
+    "train",
+    [
+        {"job_name": "gputrain-t1"},
+        {"instance_type": "ml.g5.12xlarge", "instance_count": 2, "use_spot": False},
+        {"code_uri": "s3://artifacts/code/t3/sourcedir.tar.gz", "entry_point": "train.py", "legacy_keras": True},
+        {"channels": {"train": "s3://datasets/processed/x/train/"}},
+    ],
+    ids=["name", "multi", "script", "channels"],
+)
+def test_the_training_request_is_the_training_workflows(train):
+    result = _run({"train": train, "promote": True})
+    assert result["end"] == "Succeed", result
+    _check_against_the_service_model(result)
+    options = LaunchOptions(**{"job_name": "gputrain-run1-train", **train})
+    [request] = _args(result, "TrainModel")
+    assert request == create_training_job_request(TRAINING, resolve_launch(TRAINING, options))
+    [model] = _args(result, "CreateModel")
+    assert model["PrimaryContainer"]["ModelDataUrl"] == f"s3://artifacts/training-jobs/gputrain-run1-train/output/model.tar.gz"
+
+
+def test_promote_alone_serves_the_given_model_and_a_given_model_wins_over_training():
+    uri = "s3://artifacts/training-jobs/gputrain-old-7/output/model.tar.gz"
+    result = _run({"promote": {"model_uri": uri}})
+    assert result["end"] == "Succeed", result
+    assert [t["state"] for t in result["tasks"]][:2] == ["CheckEndpoint", "CreateModel"]
+    assert _args(result, "CreateModel")[0]["PrimaryContainer"]["ModelDataUrl"] == uri
+    assert result["output"] == {"processing_job": None, "processed_uri": None, "training_job": None, "model_uri": uri,
+                                "endpoint_config": "gputrain-run1"}
+    result = _run({"train": {}, "promote": {"model_uri": uri}})
+    assert _args(result, "CreateModel")[0]["PrimaryContainer"]["ModelDataUrl"] == uri
+
+
+# --------------------------------------------------------------------------------------------
+# Failures: named, with a reason, notified
+# --------------------------------------------------------------------------------------------
+
+
+def _failed(result: dict[str, Any], error: str) -> str:
+    assert result["end"] == "Fail", result
+    assert result["error"] == error, result
+    [notice] = _args(result, "NotifyFailure")
+    assert notice["TopicArn"] == TOPIC
+    assert f"failed: {error}: " in notice["Message"]
+    return result["cause"]
+
+
+INVALID = [
+    ("not an object", "the input must be an object"),
+    ({}, "at least one of process, train, promote"),
+    ({"proces": {}}, "no other keys"),
+    ({"process": "yes"}, "process must be an object"),
+    ({"train": [1]}, "train must be an object"),
+    ({"promote": "yes"}, "promote must be true or"),
+    ({"promote": True}, "promote without train needs promote.model_uri"),
+    ({"promote": {"model_uri": "s3://other/training-jobs/j/output/model.tar.gz"}}, "promote.model_uri"),
+    ({"promote": {"model_uri": "s3://artifacts/training-jobs/j/output/other.tar.gz"}}, "promote.model_uri"),
+    ({"promote": {"model_uri": "s3://artifacts/training-jobs/j/output/model.tar.gz", "x": 1}}, "promote must be true or"),
+    ({"process": {"job_name": "other-x"}}, "process.job_name other-x"),
+    ({"process": {"instance_type": "ml.p4d.24xlarge"}}, "process.instance_type ml.p4d.24xlarge must be a GPU type SageMaker Processing offers"),
+    ({"process": {"instance_count": 0}}, "process.instance_count 0"),
+    ({"process": {"instance_count": 101}}, "process.instance_count 101"),
+    ({"process": {"input_uri": "s3://datasets/processed/x/"}}, "process.input_uri"),
+    ({"process": {"input_uri": "s3://datasets/raw/../processed/"}}, "process.input_uri"),
+    ({"process": {"arguments": "--shards 4"}}, "process.arguments must be a list"),
+    ({"process": {"arguments": ["x" * 257]}}, "process.arguments must be a list"),
+    ({"process": {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz"}}, "process.code_uri"),
+    ({"process": {"code_uri": "s3://datasets/code/x.tar.gz", "entry_point": "prep.py"}}, "process.code_uri"),
+    ({"train": {"instance_count": 0}}, "train.instance_count 0"),
+    ({"train": {"channels": {"train": "s3://datasets/raw/x/"}}}, "train.channels train must be named"),
+    ({"train": {"channels": {"train": "s3://elsewhere/processed/x/"}}}, "train.channels train"),
+    ({"train": {"channels": "s3://datasets/processed/x/"}}, "train.channels must be an object"),
+    ({"process": {"instance_count": 0}, "train": {"use_spot": "no"}}, "process.instance_count 0"),
+]
+
+
+@pytest.mark.parametrize(("execution_input", "reason"), INVALID, ids=lambda v: str(v)[:50])
+def test_invalid_input_fails_before_anything_runs(execution_input, reason):
+    result = _run(execution_input)
+    cause = _failed(result, "InvalidPipelineInput")
+    assert cause.startswith("Invalid pipeline input: ") and reason in cause, cause
+    assert [t["state"] for t in result["tasks"]] == ["NotifyFailure"]
+
+
+def test_every_broken_rule_is_named_at_once():
+    cause = _failed(_run({"process": {"instance_count": 0}, "train": {"use_spot": "no"}}), "InvalidPipelineInput")
+    assert "process.instance_count 0" in cause and "train.use_spot no" in cause
+
+
+@pytest.mark.parametrize(("execution_input", "reason"), [c for c in INVALID if isinstance(c[0], dict) and "process" in c[0]
+                                                         and isinstance(c[0]["process"], dict) and "train" not in c[0]],
+                         ids=lambda v: str(v)[:50])
+def test_the_direct_launch_refuses_the_same_processing_options(execution_input, reason):
+    options = execution_input["process"]
+    with pytest.raises(LaunchError):
+        resolve_processing(PROCESSING, ProcessingOptions(**{"job_name": "gputrain-x-process", **options}))
+
+
+def test_the_direct_launch_refuses_the_same_channels():
+    for channels in ({"train": "s3://datasets/raw/x/"}, {"train": "s3://elsewhere/processed/x/"}, {"code": "s3://datasets/train/"}):
+        code = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "t.py"} if "code" in channels else {}
+        with pytest.raises(LaunchError):
+            resolve_launch(TRAINING, LaunchOptions(job_name="gputrain-x", channels=channels, **code))
+
+
+def test_names_longer_than_sagemaker_allows_are_refused_up_front():
+    name = "e" * 60
+    cause = _failed(_run({"process": {}, "train": {}, "promote": True}, name=name), "InvalidPipelineInput")
+    assert "process.job_name" in cause and "train.job_name" in cause and "model and endpoint config would be named" in cause
+
+
+def test_a_missing_endpoint_fails_in_seconds():
+    missing = {"error": "SageMaker.SageMakerException", "cause": "Could not find endpoint gputrain-endpoint. (Service: SageMaker; Status Code: 400; Error Code: ValidationException)"}
+    result = _run({"process": {}, "train": {}, "promote": True}, CheckEndpoint=[missing])
+    cause = _failed(result, "EndpointNotDeployed")
+    assert "deploy it once with python -m scripts.promote <job>" in cause and "Could not find endpoint" in cause
+    assert [t["state"] for t in result["tasks"]] == ["CheckEndpoint", "NotifyFailure"]
+    denied = {"error": "SageMaker.AccessDeniedException", "cause": "not authorized"}
+    assert "could not describe endpoint" in _failed(_run({"train": {}, "promote": True}, CheckEndpoint=[denied]), "PromotionFailed")
+
+
+def test_an_output_prefix_that_holds_data_is_refused():
+    result = _run({"process": {}, "train": {}}, CheckOutputPrefix=[{"result": {"KeyCount": 1}}])
+    cause = _failed(result, "OutputPrefixNotEmpty")
+    assert "s3://datasets/processed/gputrain-run1-process/ already holds objects" in cause
+    assert "ProcessData" not in result["path"]
+
+
+def test_a_failed_processing_job_names_its_reason_and_nothing_after_it_runs():
+    described = {"ProcessingJobName": "gputrain-run1-process", "ProcessingJobStatus": "Failed",
+                 "FailureReason": "AlgorithmError: unreadable image raw/cat/3.png", "ExitMessage": "unreadable image raw/cat/3.png"}
+    result = _run({"process": {}, "train": {}}, ProcessData=[{"error": "States.TaskFailed", "cause": json.dumps(described)}])
+    cause = _failed(result, "ProcessingJobFailed")
+    assert cause == "AlgorithmError: unreadable image raw/cat/3.png (unreadable image raw/cat/3.png)"
+    assert "TrainModel" not in result["path"]
+    refused = {"error": "SageMaker.ResourceLimitExceededException", "cause": "quota ml.g5.xlarge for processing job usage"}
+    cause = _failed(_run({"process": {}}, ProcessData=[refused]), "ProcessingJobFailed")
+    assert cause == "SageMaker.ResourceLimitExceededException: quota ml.g5.xlarge for processing job usage"
+    stopped = {"ProcessingJobName": "p", "ProcessingJobStatus": "Stopped"}
+    assert _failed(_run({"process": {}}, ProcessData=[{"error": "States.TaskFailed", "cause": json.dumps(stopped)}]),
+                   "ProcessingJobFailed") == "the job ended Stopped"
+
+
+def test_a_failed_training_job_names_its_reason():
+    described = {"TrainingJobName": "gputrain-run1-train", "TrainingJobStatus": "Failed", "FailureReason": "AlgorithmError: expected 1 GPU, found 0"}
+    result = _run({"train": {}, "promote": True}, TrainModel=[{"error": "States.TaskFailed", "cause": json.dumps(described)}])
+    assert _failed(result, "TrainingJobFailed") == "AlgorithmError: expected 1 GPU, found 0"
+    assert "CreateModel" not in result["path"]
+
+
+def test_a_rolled_back_or_failed_deployment_fails_the_promotion():
+    rolled_back = [{"result": {"EndpointStatus": "Updating", "EndpointConfigName": OLD_CONFIG}},
+                   {"result": {"EndpointStatus": "RollingBack", "EndpointConfigName": OLD_CONFIG}},
+                   {"result": {"EndpointStatus": "InService", "EndpointConfigName": OLD_CONFIG, "FailureReason": "alarm gputrain-endpoint-5xx"}}]
+    result = _run({"train": {}, "promote": True}, DescribeEndpoint=rolled_back)
+    cause = _failed(result, "PromotionFailed")
+    assert cause.startswith(f"endpoint gputrain-endpoint rolled back to {OLD_CONFIG}") and "alarm gputrain-endpoint-5xx" in cause
+    assert [t["state"] for t in result["tasks"]].count("DescribeEndpoint") == 3
+    failed = [{"result": {"EndpointStatus": "Failed", "EndpointConfigName": "gputrain-run1", "FailureReason": "health check"}}]
+    assert _failed(_run({"train": {}, "promote": True}, DescribeEndpoint=failed), "PromotionFailed") == "endpoint gputrain-endpoint is Failed: health check"
+    refused = {"error": "SageMaker.ResourceLimitExceededException", "cause": "endpoint instance quota"}
+    assert _failed(_run({"train": {}, "promote": True}, UpdateEndpoint=[refused]), "PromotionFailed") == (
+        "SageMaker.ResourceLimitExceededException: endpoint instance quota")
+
+
+def test_a_lost_notification_does_not_change_the_outcome():
+    lost = [{"error": "SNS.KMSAccessDeniedException", "cause": "key"}]
+    assert _run({"process": {}}, NotifySuccess=lost)["end"] == "Succeed"
+    result = _run({"process": {}}, CheckOutputPrefix=[{"result": {"KeyCount": 3}}], NotifyFailure=lost)
+    assert (result["end"], result["error"]) == ("Fail", "OutputPrefixNotEmpty")
+
+
+def test_scale_to_zero_endpoints_are_not_promoted_by_the_pipeline():
+    definition, *_ = _build(**{"serving.scale_to_zero": True})
+    assert not {"CreateModel", "UpdateEndpoint", "CheckEndpoint"} & set(definition["States"])
+    cause = _failed(_run({"train": {}, "promote": True}, definition=definition), "InvalidPipelineInput")
+    assert "scripts.promote" in cause
+    result = _run({"process": {}, "train": {}}, definition=definition)
+    assert result["end"] == "Succeed" and set(result["output"]) == set(OUTPUT_KEYS)
