@@ -30,6 +30,7 @@ def apply_all() -> None:
     _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
     _processing_jobs_wait_for_a_runner()
+    _stop_jobs()
     _validate_images_and_instance_types()
     _hosting_instance_types()
     _endpoint_names_from_template()
@@ -216,6 +217,47 @@ def _processing_jobs_wait_for_a_runner() -> None:
         return result
 
     PATCHES.set(SageMakerResponse, "create_processing_job", create_processing_job_response)
+
+
+def _stop_jobs() -> None:
+    # Gap: moto has no StopTrainingJob ("not yet implemented"), and its StopProcessingJob marks a
+    # job Stopped at once while nothing stops (and the local runner would then overwrite the
+    # status). On SageMaker a stop turns an InProgress job Stopping; the instances get SIGTERM and
+    # the job ends Stopped; stopping a job that has ended is a ValidationException. Here the job
+    # turns Stopping and the local runner (scripts.emulator.sagemaker) ends its container and
+    # records Stopped.
+    from moto.core.responses import EmptyResult
+    from moto.core.utils import utcnow
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def stop_training_job(self: Any) -> Any:
+        name = self._get_param("TrainingJobName")
+        self.sagemaker_backend.describe_training_job(name)  # ValidationError when it does not exist
+        job = self.sagemaker_backend.training_jobs[name]
+        if job.training_job_status != "InProgress":
+            raise ValidationError(message=f"The request was rejected because the training job is in status {job.training_job_status}.")
+        now = utcnow()
+        transitions = list(job.secondary_status_transitions or [])
+        if transitions and "EndTime" not in transitions[-1]:
+            transitions[-1] = {**transitions[-1], "EndTime": now}
+        job.secondary_status_transitions = [*transitions, {"Status": "Stopping", "StartTime": now, "StatusMessage": "Stopping the job (StopTrainingJob)"}]
+        job.training_job_status = job.secondary_status = "Stopping"
+        job.last_modified_time = now
+        return EmptyResult()
+
+    def stop_processing_job(self: Any) -> Any:
+        name = self._get_param("ProcessingJobName")
+        self.sagemaker_backend.describe_processing_job(name)  # ValidationError when it does not exist
+        job = self.sagemaker_backend.processing_jobs[name]
+        if job.processing_job_status != "InProgress":
+            raise ValidationError(message=f"The request was rejected because the processing job is in status {job.processing_job_status}.")
+        job.processing_job_status = "Stopping"
+        job.last_modified_time = utcnow()
+        return EmptyResult()
+
+    PATCHES.set(SageMakerResponse, "stop_training_job", stop_training_job)
+    PATCHES.set(SageMakerResponse, "stop_processing_job", stop_processing_job)
 
 
 def _validate_images_and_instance_types() -> None:

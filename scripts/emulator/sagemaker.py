@@ -16,6 +16,11 @@ what SageMaker does around the training image, in the same order:
    ModelArtifacts, and FinalMetricDataList parsed from the log with the job's
    MetricDefinitions, as SageMaker parses CloudWatch logs.
 
+While the container runs, its lines go to the job's CloudWatch Logs stream
+(``/aws/sagemaker/TrainingJobs`` or ``/aws/sagemaker/ProcessingJobs``, ``<job>/algo-1-<epoch>``),
+and a StopTrainingJob/StopProcessingJob (the job turned Stopping; see ``gaps._stop_jobs``) ends it
+with SIGTERM, as SageMaker does, and records it Stopped.
+
 Processing jobs are played the same way (:meth:`LocalSageMaker.run_processing_job`): each S3
 input downloaded to its ``LocalPath`` (``/opt/ml/processing/input/<name>``),
 ``config/processingjobconfig.json`` (the DescribeProcessingJob response) and
@@ -43,6 +48,8 @@ from typing import Any, Callable, Mapping
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE_DIR = ROOT / "training_image"
+TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+PROCESSING_LOG_GROUP = "/aws/sagemaker/ProcessingJobs"
 
 
 @dataclass
@@ -89,16 +96,101 @@ def container_path(base: Path, path: str) -> Path:
     return base / relative
 
 
-def _run_container(command: list[str], env: Mapping[str, str], log_file: Path, timeout: float) -> int | None:
-    """Run the image's command from ``training_image/``; its exit code, ``None`` past ``timeout``."""
+@dataclass
+class ContainerRun:
+    """How a container process ended.
+
+    Attributes:
+        code: Exit code; ``None`` when it ran past its time limit.
+        stopped: A StopTrainingJob/StopProcessingJob ended it (SIGTERM, as SageMaker sends).
+    """
+
+    code: int | None
+    stopped: bool = False
+
+
+def _run_container(
+    command: list[str],
+    env: Mapping[str, str],
+    log_file: Path,
+    timeout: float,
+    *,
+    stop_requested: Callable[[], bool] = lambda: False,
+    log_sink: Callable[[list[str]], None] | None = None,
+) -> ContainerRun:
+    """Run the image's command from ``training_image/`` until it exits, times out or is stopped.
+
+    While it runs, new log lines go to ``log_sink`` (the job's CloudWatch stream) and a stop
+    request (the job's status turned Stopping) ends it as SageMaker does: SIGTERM, then SIGKILL.
+    """
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("w", encoding="utf-8") as log:
-        try:
-            return subprocess.run(
-                command, cwd=TRAINING_IMAGE_DIR, env=dict(env), stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False
-            ).returncode
-        except subprocess.TimeoutExpired:
-            return None
+    deadline = time.monotonic() + timeout
+    with log_file.open("w", encoding="utf-8") as log, log_file.open("r", encoding="utf-8", errors="replace") as tail:
+        process = subprocess.Popen(command, cwd=TRAINING_IMAGE_DIR, env=dict(env), stdout=log, stderr=subprocess.STDOUT)
+        result: ContainerRun | None = None
+        pending = ""
+        while result is None:
+            try:
+                code = process.wait(timeout=0.5)
+                result = ContainerRun(code)
+            except subprocess.TimeoutExpired:
+                if stop_requested():
+                    _end(process)
+                    result = ContainerRun(process.returncode, stopped=True)
+                elif time.monotonic() > deadline:
+                    _end(process)
+                    result = ContainerRun(None)
+            if log_sink is not None:
+                log.flush()
+                pending += tail.read()
+                *lines, pending = pending.split("\n")
+                if result is not None and pending:
+                    lines, pending = [*lines, pending], ""
+                if lines:
+                    log_sink(lines)
+    return result
+
+
+def _end(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+
+
+@dataclass
+class CloudWatchStream:
+    """A job's log stream, as SageMaker writes it (``<log group>``, ``<job name>/algo-1-<epoch>``).
+
+    Emulator gap: moto's SageMaker writes no logs; the runner sends the container's lines here so
+    ``scripts.watch`` (and anyone reading CloudWatch Logs) sees them as on AWS.
+    """
+
+    client: Any
+    group: str
+    stream: str
+    _ready: bool = False
+
+    def __call__(self, lines: list[str]) -> None:
+        from botocore.exceptions import ClientError
+
+        if not self._ready:
+            for call, kwargs in (
+                (self.client.create_log_group, {"logGroupName": self.group}),
+                (self.client.create_log_stream, {"logGroupName": self.group, "logStreamName": self.stream}),
+            ):
+                try:
+                    call(**kwargs)
+                except ClientError as err:
+                    if err.response.get("Error", {}).get("Code") != "ResourceAlreadyExistsException":
+                        raise
+            self._ready = True
+        now = int(time.time() * 1000)
+        events = [{"timestamp": now, "message": line} for line in lines if line.strip()]
+        for start in range(0, len(events), 1000):
+            self.client.put_log_events(logGroupName=self.group, logStreamName=self.stream, logEvents=events[start : start + 1000])
 
 
 def parse_final_metrics(log_text: str, definitions: list[Mapping[str, str]]) -> dict[str, float]:
@@ -218,7 +310,15 @@ class LocalSageMaker:
         env = self._container_env(job, base)
         timeout = min(self.timeout_seconds, float(job.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 1e9)))
         started = time.monotonic()
-        code = _run_container([sys.executable, "-m", "trainer"], env, log_file, timeout)
+        run = _run_container(
+            [sys.executable, "-m", "trainer"],
+            env,
+            log_file,
+            timeout,
+            stop_requested=lambda: self._backend_jobs()[name].training_job_status == "Stopping",
+            log_sink=self._log_stream(TRAINING_LOG_GROUP, name),
+        )
+        code = run.code
         seconds = time.monotonic() - started
         log_text = log_file.read_text(encoding="utf-8", errors="replace")
         definitions = job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or _default_metric_definitions()
@@ -226,7 +326,9 @@ class LocalSageMaker:
 
         failure_file = base / "output" / "failure"
         model_dir = base / "model"
-        if code == 0 and model_dir.is_dir() and any(model_dir.iterdir()):
+        if run.stopped:
+            outcome = JobOutcome(name, "Stopped", None, None, metrics, seconds, log_file, base)
+        elif code == 0 and model_dir.is_dir() and any(model_dir.iterdir()):
             self._set_status(name, "InProgress", "Uploading", "Uploading generated training model (local runner)")
             artifact = self._upload_outputs(job, base, s3)
             outcome = JobOutcome(name, "Completed", None, artifact, metrics, seconds, log_file, base)
@@ -379,12 +481,26 @@ class LocalSageMaker:
         env = self._environment(job, base, {"PROCESSING_JOB_NAME": name, "PROCESSING_JOB_ARN": job["ProcessingJobArn"]})
         timeout = min(self.timeout_seconds, float((job.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds", 1e9)))
         started = time.monotonic()
-        code = _run_container(command, env, log_file, timeout) if command else 1
+        run = (
+            _run_container(
+                command,
+                env,
+                log_file,
+                timeout,
+                stop_requested=lambda: self._backend().processing_jobs[name].processing_job_status == "Stopping",
+                log_sink=self._log_stream(PROCESSING_LOG_GROUP, name),
+            )
+            if command
+            else ContainerRun(1)
+        )
+        code = run.code
         seconds = time.monotonic() - started
         message_file = base / "output" / "message"
         message = message_file.read_text(encoding="utf-8", errors="replace").strip() if message_file.is_file() else None
         uploaded: dict[str, str] = {}
-        if code == 0:
+        if run.stopped:
+            outcome = JobOutcome(name, "Stopped", None, None, {}, seconds, log_file, base, "processing", {}, message)
+        elif code == 0:
             key_id = (job.get("ProcessingOutputConfig") or {}).get("KmsKeyId")
             extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_id} if key_id else {}
             for item in outputs:
@@ -409,6 +525,9 @@ class LocalSageMaker:
         self.outcomes[name] = outcome
         self.on_event(f"processing job {name}: {outcome.status} after {seconds:.1f}s")
         return outcome
+
+    def _log_stream(self, group: str, name: str) -> CloudWatchStream:
+        return CloudWatchStream(self._client("logs"), group, f"{name}/algo-1-{int(time.time())}")
 
     def _mark_processing_started(self, name: str) -> None:
         from moto.core.utils import utcnow
@@ -459,7 +578,8 @@ class LocalSageMaker:
     ) -> None:
         from moto.core.utils import utcnow
 
-        self._set_status(name, status, status, "Training job completed" if status == "Completed" else (failure_reason or "failed"))
+        message = {"Completed": "Training job completed", "Stopped": "Training job stopped (StopTrainingJob)"}.get(status)
+        self._set_status(name, status, status, message or failure_reason or "failed")
         job = self._backend_jobs()[name]
         now = utcnow()
         transitions = list(job.secondary_status_transitions)

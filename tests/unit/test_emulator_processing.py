@@ -32,6 +32,10 @@ seen = {
     "inputs": sorted(os.listdir(f"{base}/processing/input/raw")),
     "env": {k: os.environ.get(k) for k in ("EXPECTED_GPU_COUNT", "CUDA_VISIBLE_DEVICES", "MY_SETTING", "PROCESSING_JOB_NAME")},
 }
+print("container started", flush=True)
+if "--sleep" in sys.argv:
+    import time
+    time.sleep(120)
 if "--fail" in sys.argv:
     open(f"{base}/output/message", "w").write("DataError: raw/bad.csv line 3: 2 values, expected 3\n")
     sys.exit(5)
@@ -146,3 +150,84 @@ def test_a_failed_processing_job_records_failure_reason_and_exit_message_and_upl
     assert "ProcessingEndTime" in job
     listed = _client(emulator, "s3").list_objects_v2(Bucket="datasets", Prefix="processed/gputrain-e2-process/")
     assert listed["KeyCount"] == 0, "a failed job's outputs are not uploaded"
+
+
+def _wait_status(emulator: server.Emulator, name: str, wanted: str, timeout: float = 60) -> dict[str, Any]:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        job = _client(emulator, "sagemaker").describe_processing_job(ProcessingJobName=name)
+        if job["ProcessingJobStatus"] == wanted or time.monotonic() > deadline:
+            return job
+        time.sleep(0.2)
+
+
+def _wait_log_line(emulator: server.Emulator, name: str, text: str, timeout: float = 60) -> list[str]:
+    import time
+
+    logs = _client(emulator, "logs")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/ProcessingJobs", logStreamNamePrefix=f"{name}/")["logStreams"]
+        except Exception:  # noqa: BLE001 - the group appears with the first line
+            streams = []
+        lines = [
+            e["message"]
+            for stream in streams
+            for e in logs.get_log_events(logGroupName="/aws/sagemaker/ProcessingJobs", logStreamName=stream["logStreamName"])["events"]
+        ]
+        if any(text in line for line in lines) or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.2)
+
+
+def test_the_containers_lines_reach_the_jobs_cloudwatch_stream_while_it_runs(emulator, runner) -> None:
+    _create(emulator, "gputrain-e3-process", ["--sleep"])
+    lines = _wait_log_line(emulator, "gputrain-e3-process", "container started")
+    assert "container started" in lines
+    assert _wait_status(emulator, "gputrain-e3-process", "InProgress")["ProcessingJobStatus"] == "InProgress"
+    _client(emulator, "sagemaker").stop_processing_job(ProcessingJobName="gputrain-e3-process")
+
+
+def test_stop_processing_job_ends_the_container_and_records_stopped(emulator, runner) -> None:
+    from botocore.exceptions import ClientError
+
+    _create(emulator, "gputrain-e4-process", ["--sleep"])
+    _wait_log_line(emulator, "gputrain-e4-process", "container started")
+    sagemaker = _client(emulator, "sagemaker")
+    sagemaker.stop_processing_job(ProcessingJobName="gputrain-e4-process")
+    assert sagemaker.describe_processing_job(ProcessingJobName="gputrain-e4-process")["ProcessingJobStatus"] in ("Stopping", "Stopped")
+    outcome = runner.wait("gputrain-e4-process", timeout=60)
+    assert outcome.status == "Stopped" and outcome.seconds < 60, "SIGTERM ended the sleeping container"
+    assert _wait_status(emulator, "gputrain-e4-process", "Stopped")["ProcessingJobStatus"] == "Stopped"
+    with pytest.raises(ClientError, match="is in status Stopped"):
+        sagemaker.stop_processing_job(ProcessingJobName="gputrain-e4-process")
+
+
+def test_stopping_an_execution_stops_its_sync_job(emulator, runner) -> None:
+    from scripts.emulator.states import LocalStepFunctions
+
+    states = LocalStepFunctions(endpoint_url=emulator.endpoint_url, region=server.REGION, account=server.ACCOUNT,
+                                on_event=lambda _: None, poll_seconds=0.2)
+    states.start()
+    try:
+        _create(emulator, "gputrain-seed-process", ["--shards", "1"])  # the bucket and raw data
+        runner.wait("gputrain-seed-process", timeout=60)
+        request = _client(emulator, "sagemaker").describe_processing_job(ProcessingJobName="gputrain-seed-process")
+        arguments = {k: request[k] for k in ("RoleArn", "ProcessingResources", "ProcessingInputs", "ProcessingOutputConfig", "StoppingCondition")}
+        arguments["AppSpecification"] = {**request["AppSpecification"], "ContainerArguments": ["--sleep"]}
+        arguments["ProcessingJobName"] = "gputrain-e5-process"
+        definition = {"QueryLanguage": "JSONata", "StartAt": "Process", "States": {"Process": {
+            "Type": "Task", "Resource": "arn:aws:states:::sagemaker:createProcessingJob.sync", "Arguments": arguments, "End": True}}}
+        sfn = _client(emulator, "stepfunctions")
+        machine = sfn.create_state_machine(name="process-only", definition=json.dumps(definition, default=str),
+                                           roleArn="arn:aws:iam::123456789012:role/w")["stateMachineArn"]
+        arn = sfn.start_execution(stateMachineArn=machine, name="stop-me")["executionArn"]
+        _wait_log_line(emulator, "gputrain-e5-process", "container started")
+        sfn.stop_execution(executionArn=arn, error="StoppedByTeardown", cause="test")
+        assert states.wait(arn, timeout=30).status == "ABORTED"
+        assert runner.wait("gputrain-e5-process", timeout=60).status == "Stopped", "Step Functions stops the job of a stopped .sync task"
+    finally:
+        states.stop()
