@@ -754,7 +754,7 @@ class Lifecycle:
                 if line.startswith(("processing job:", "training job:", "model:")):
                     self.progress.say(line)
             try:
-                watched = self.run_script("watch", "--execution", arn, "--interval", "1", "--no-logs")
+                watched = self.run_script("watch", "--execution", arn, "--interval", "1")
                 watch_error = None
             except RuntimeError as err:  # watch exits 1 with the named failure
                 watched, watch_error = str(err), err

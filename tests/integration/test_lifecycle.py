@@ -350,6 +350,9 @@ def test_the_pipeline_trained_on_the_processed_shards(pipelined: Lifecycle) -> N
     assert first.output.get("endpoint_config") is None, "the first run did not promote"
     # scripts.watch followed the steps from the execution history the executor recorded.
     assert first.watch_output.index("step ProcessData") < first.watch_output.index("step TrainModel")
+    # ... and the jobs' own lines from their CloudWatch streams, as it does for a job.
+    assert f"job={first.output['processing_job']}" in first.watch_output
+    assert "[metrics] epoch=" in first.watch_output
     assert f"pipeline execution {first.execution['name']} SUCCEEDED" in first.watch_output
     assert json.loads(second.execution["input"])["promote"] is True
 
