@@ -178,6 +178,35 @@ def test_training_job_completed_with_final_metrics(trained: Lifecycle) -> None:
     assert 0.0 <= metrics["train:accuracy"] <= 1.0
 
 
+def test_the_job_ran_through_the_deployed_training_workflow(trained: Lifecycle) -> None:
+    """The launch script started the workflow; the local executor ran the definition CloudFormation deployed."""
+    execution = trained.execution
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    output = json.loads(execution["output"])
+    assert output["TrainingJobName"] == trained.job_name and output["TrainingJobStatus"] == "Completed"
+    assert output["ModelArtifacts"] == trained.job["ModelArtifacts"]["S3ModelArtifacts"]
+    sfn = trained.client("stepfunctions")
+    events = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in events if e["type"].endswith("StateEntered")]
+    assert entered == ["ResolveLaunchOptions", "CheckLaunchOptions", "CreateTrainingJob"]
+
+
+def test_the_deployed_workflow_refuses_bad_options_with_its_reason(trained: Lifecycle) -> None:
+    import time
+
+    sfn = trained.client("stepfunctions")
+    machine = trained.outputs[f"{trained.config().project_name}-training"]["StateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=machine, name="bad-options", input=json.dumps({"instance_count": 0, "use_spot": "yes"}))["executionArn"]
+    outcome = trained.states.wait(arn, timeout=60)
+    described = sfn.describe_execution(executionArn=arn)
+    assert outcome.status == described["status"] == "FAILED"
+    assert described["error"] == "InvalidLaunchOptions"
+    assert "instance_count 0 must be a whole number from 1 to 64" in described["cause"]
+    assert "use_spot yes must be a boolean" in described["cause"]
+    time.sleep(0.5)
+    assert not [j for j in trained.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] if j["TrainingJobName"].endswith("bad-options")]
+
+
 def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lifecycle, tmp_path: Path) -> None:
     artifact = trained.job["ModelArtifacts"]["S3ModelArtifacts"]
     artifacts_bucket = trained.outputs[f"{trained.config().project_name}-data"]["ArtifactsBucketName"]
