@@ -77,6 +77,12 @@ def _serve(repeats: int) -> list[dict]:
     return serve_bench.run(repeats)
 
 
+def _process(repeats: int) -> list[dict]:
+    from benchmarks import process_bench
+
+    return process_bench.run(repeats)
+
+
 BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "synth": _synth,
     "pipeline": _pipeline,
@@ -87,6 +93,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "cost": _cost,
     "script": _script,
     "serve": _serve,
+    "process": _process,
 }
 COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
 

@@ -53,6 +53,14 @@ def test_files_of_no_known_layout_are_named(tmp_path):
         _run(tmp_path / "pictures-only", data_format="csv")
 
 
+@pytest.mark.parametrize(("argument", "options"), [("--image-size", {"image_size": (8, 8)}), ("--skip-bad-images", {"skip_bad_images": True})])
+def test_picture_arguments_on_csv_input_are_refused_by_name(tmp_path, argument, options):
+    write_raw(tmp_path, CSV)
+    with pytest.raises(ConfigError, match=f"Bad processing argument: {argument} applies to pictures"):
+        _run(tmp_path, **options)
+    assert not output_dir(tmp_path, "train").exists()
+
+
 @pytest.mark.parametrize(
     ("line", "fragment"),
     [

@@ -7,6 +7,7 @@ status, ``output/message``, nothing written) run ``python -m trainer process`` a
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,29 @@ def test_a_data_failure_exits_5_with_the_reason_only(tmp_path):
     message = run.message or ""
     assert message.startswith("The processing input 'raw' is missing:") and message.count("\n") == 1, message
     assert "Traceback" not in message and "Traceback" not in run.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_during_the_transform_exits_143_and_leaves_no_half_dataset(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from benchmarks.process_bench import write_csv_input
+    from tests.trainer.helpers import TRAINING_IMAGE, read_until, trainer_env
+
+    write_csv_input(raw_dir(tmp_path), rows=150_000, features=32, files=4)
+    job_config(tmp_path)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "process", "--shards", "3"],
+        cwd=TRAINING_IMAGE, env=trainer_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
+    )  # fmt: skip
+    seen = read_until(process, "[trainer] transform-start")
+    time.sleep(0.5)  # into the conversion (150k rows take seconds here), past the first shards written
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=120)
+    assert process.returncode == 143, seen + rest
+    assert (tmp_path / "output" / "message").read_text().startswith("Processing stopped by SIGTERM")
+    assert "transform-done" not in rest, "the signal must have arrived during the conversion"
+    for name in ("train", "validation"):
+        assert not any(output_dir(tmp_path, name).iterdir()), "shards of a stopped run must not look like a dataset"

@@ -171,14 +171,15 @@ def test_round_robin_shards_differ_by_at_most_one_and_empty_ones_go(tmp_path):
 
 def test_running_moments_keep_precision_far_from_zero_and_merge_groups():
     rng = np.random.default_rng(0)
-    values = 1e8 + rng.normal(0.0, 0.5, size=(1000, 3))
+    # Features arrive as float32 (as the trainer parses them); the accumulators are float64.
+    values = (1e7 + rng.normal(0.0, 3.0, size=(1000, 3))).astype(np.float32).astype(np.float64)
     labels = rng.integers(0, 4, size=1000)
     rows = RunningMoments(3, "/CPU:0")
     for start in range(0, 1000, 137):
         rows.update_rows(values[start : start + 137], labels[start : start + 137])
     result = rows.result()
     np.testing.assert_allclose(result["mean"], values.mean(axis=0), rtol=1e-14)
-    # sum(x^2) - n*mean^2 at 1e8 would lose every digit of a 0.5 spread (x^2 ~ 1e16 ~ 2 ULP of noise).
+    # sum(x^2) - n*mean^2 at 1e7 keeps few digits of a spread of 3 (x^2 ~ 1e14, float64 ULP ~ 0.02 per row).
     np.testing.assert_allclose(result["std"], values.std(axis=0), rtol=1e-7)
     assert rows.classes == Counter(labels.tolist())
     # Groups (pictures) reduced elsewhere merge to the same answer as their rows.
@@ -347,3 +348,21 @@ def test_statistics_json_in_a_channel_is_not_taken_for_data(tmp_path):
     (pictures / manifest.STATISTICS_NAME).write_text("{}")
     assert images.detect_format(pictures) == "image-tfrecord"
     assert images.discover(pictures, channel="pictures", data_format="image-tfrecord").examples == 6
+
+
+def test_statistics_reduced_in_the_main_loop_equal_those_reduced_in_the_map(tmp_path):
+    # A GPU host reduces each batch on the GPU in the main loop; a CPU host inside the tf.data map.
+    for name in ("map", "loop"):
+        write_raw(tmp_path / name, SyntheticSpec("csv", examples=300, features=5, classes=4, seed=6))
+    opts = TransformOptions(validation_fraction=0.3, seed=2)
+    in_map = transform.run(_env(tmp_path / "map"), opts)
+    outputs = transform.Outputs(output_dir(tmp_path / "loop", "train"), output_dir(tmp_path / "loop", "validation"))
+    for directory in (outputs.train, outputs.validation):
+        directory.mkdir(parents=True)
+    in_loop = transform.convert_csv(raw_dir(tmp_path / "loop"), sorted(raw_dir(tmp_path / "loop").glob("*.csv")), outputs, opts,
+                                    reduce_on="/CPU:0")  # fmt: skip
+    assert (in_map["statistics_reduced_on"], in_loop["statistics_reduced_on"]) == ("tf.data map (CPU)", "/CPU:0")
+    assert in_loop["class_counts"] == in_map["class_counts"] and in_loop["examples"] == in_map["examples"]
+    for name in ("train", "validation"):
+        np.testing.assert_allclose(in_loop["features"][name]["mean"], in_map["features"][name]["mean"], rtol=1e-12)
+        np.testing.assert_allclose(in_loop["features"][name]["std"], in_map["features"][name]["std"], rtol=1e-12)

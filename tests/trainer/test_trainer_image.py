@@ -196,7 +196,7 @@ def test_the_built_package_ships_every_mode_and_the_toolkit(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("trainer/entrypoint.py", "trainer/toolkit.py", "trainer/script/runner.py", "trainer/script/launcher.py",
                    "trainer/script/contract.py", "trainer/script/source.py", "trainer/gpu_instances.json",
-                   "trainer/serve/__init__.py"):
+                   "trainer/serve/__init__.py", "trainer/process/__init__.py", "trainer/process/transform.py"):
         assert module in names, module
 
 

@@ -105,3 +105,52 @@ def test_serve_bench_level_figures():
 
     levels = [Level(n, 1.0, (1.0,), 1.0) for n in (30, 10, 20, 40)]
     assert median_level(levels).requests == 20 and median_level(levels[:3]).requests == 20
+
+
+def test_process_bench_rates_and_median():
+    from benchmarks.process_bench import Rate, median_rate
+
+    rate = Rate(examples=50_000, input_bytes=25_000_000, seconds=2.0)
+    assert (rate.per_second, rate.mb_per_second) == (25_000.0, 12.5)
+    assert rate.describe() == "25,000 ex/s, 12.5 MB/s (2.00 s)"
+    runs = [Rate(10, 10, s) for s in (3.0, 1.0, 2.0, 4.0)]
+    assert median_rate(runs).seconds == 2.0 and median_rate(runs[:3]).seconds == 2.0
+
+
+@pytest.mark.slow
+def test_process_bench_baselines_write_what_the_transform_writes(tmp_path):
+    """Like for like: the single-threaded baselines convert the same data into the same records."""
+    pytest.importorskip("tensorflow")
+    from collections import Counter
+
+    import tensorflow as tf
+
+    from benchmarks.process_bench import baseline_csv, baseline_images, write_csv_input, write_image_input
+
+    def examples(directory):
+        found = []
+        for path in sorted(directory.rglob("*.tfrecord")):
+            for record in tf.data.TFRecordDataset(str(path)):
+                feature = tf.train.Example.FromString(record.numpy()).features.feature
+                if "features" in feature:
+                    found.append((tuple(feature["features"].float_list.value), feature["label"].int64_list.value[0]))
+                else:
+                    pixels = tf.io.decode_jpeg(feature["image/encoded"].bytes_list.value[0]).numpy()
+                    found.append((pixels.shape, feature["image/class/label"].int64_list.value[0]))
+        return found
+
+    write_csv_input(tmp_path / "csv", rows=300, features=5, files=2)
+    assert baseline_csv(tmp_path / "csv", tmp_path / "baseline-csv") == 300
+    write_image_input(tmp_path / "pictures", count=24, side=16)
+    assert baseline_images(tmp_path / "pictures", tmp_path / "baseline-pictures", side=8) == 24
+    from trainer.process import contract, transform
+    from trainer.process.options import TransformOptions
+
+    for kind, raw, size in (("csv", tmp_path / "csv", None), ("pictures", tmp_path / "pictures", (8, 8))):
+        base = tmp_path / f"transform-{kind}"
+        (base / "processing" / "input").mkdir(parents=True)
+        (base / "processing" / "input" / "raw").symlink_to(raw)
+        transform.run(contract.load_environment({"SAGEMAKER_BASE_DIR": str(base)}), TransformOptions(image_size=size))
+        ours = examples(base / "processing" / "output")
+        theirs = examples(tmp_path / f"baseline-{kind}")
+        assert Counter(ours) == Counter(theirs), kind

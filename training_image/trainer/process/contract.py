@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trainer.environment import DEFAULT_BASE_DIR, ENV_BASE_DIR, ENV_EXPECTED_GPU_COUNT
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, SourceError
 
 RAW_INPUT = "raw"
 CODE_INPUT = "code"
@@ -236,11 +236,15 @@ def _env_name(name: str) -> str:
 
 
 def submit_location(env: ProcessingEnvironment) -> str:
-    """``SAGEMAKER_SUBMIT_DIRECTORY`` as the shared source loader reads it (no ``s3://``: no network)."""
+    """``SAGEMAKER_SUBMIT_DIRECTORY`` as the shared source loader reads it.
+
+    Raises:
+        SourceError: it is an ``s3://`` URI: the job has no network, the code must arrive as an input.
+    """
     submit = env.submit_directory
     if submit.startswith("s3://"):
         name = PurePosixPath(submit).name
-        raise ConfigError(
+        raise SourceError(
             f"{ENV_SUBMIT_DIRECTORY} is {submit}, but a processing job with network isolation cannot read S3: "
             f"add a ProcessingInput named '{CODE_INPUT}' with that URI and set {ENV_SUBMIT_DIRECTORY} to "
             f"{DEFAULT_BASE_DIR}/processing/input/{CODE_INPUT}/{name}."

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import environment
-from trainer.errors import ConfigError, SourceError, TrainerError, TrainingInterrupted
+from trainer.errors import ConfigError, TrainerError, TrainingInterrupted
 from trainer.logs import log
 from trainer.process import contract, options
 from trainer.script import runner as script_runner
@@ -77,7 +77,7 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
         TrainerError: every failure, as a subclass that carries the exit code.
     """
     started = time.monotonic()
-    supervisor = script_runner.Supervisor(script_runner._stop_grace(os.environ))
+    supervisor = script_runner.Supervisor(script_runner.stop_grace(os.environ))
     supervisor.install()
     what = "processing script" if env.program else "processing job"
     transform_options = None
@@ -88,6 +88,11 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
     log("process-mode", job=env.job_name or "-", program=env.program or "built-in-transform", args=" ".join(args) or "-")
     with tempfile.TemporaryDirectory(prefix="trainer-process-") as scratch_text:
         gpu = script_runner.verify_gpus(supervisor, None, Path(scratch_text), what=what, extra_env=_check_extra_env(env))
+        if env.program is None:
+            # From here the transform runs in this process: SIGTERM ends it (and its cleanup) directly.
+            _stop_on_sigterm()
+            if supervisor.stop_requested_at is not None:
+                raise TrainingInterrupted("Processing stopped by SIGTERM right after the GPU check; no data was read.")
         log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
         if env.program is not None:
             run_script(env, args, supervisor, Path(scratch_text), num_gpus=int(gpu["gpus"]))
@@ -96,7 +101,6 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
     if int(gpu["gpus"]) == 0:
         # EXPECTED_GPU_COUNT=0: CPU on purpose, as the check did (TensorFlow is not imported yet).
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    _stop_on_sigterm()
     from trainer.process import transform
 
     transform.run(env, transform_options)
@@ -145,12 +149,7 @@ def run_script(
         TrainingInterrupted: SIGTERM arrived while it ran.
     """
     assert env.program is not None
-    submit = env.submit_directory
-    if submit.startswith("s3://"):
-        try:
-            contract.submit_location(env)
-        except ConfigError as err:
-            raise SourceError(str(err)) from None
+    submit = contract.submit_location(env)
     training_paths = environment.resolve_paths()
     code = source.prepare(submit, env.program, training_paths, {}, what="processing script")
     for name in (*env.outputs, contract.TRAIN_OUTPUT):
@@ -183,4 +182,4 @@ def run_script(
     import json
 
     report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else None
-    raise script_runner._failure(env.program, returncode, report, supervisor.stderr_tail, what="processing script")
+    raise script_runner.script_failure(env.program, returncode, report, supervisor.stderr_tail, what="processing script")

@@ -47,10 +47,10 @@ from trainer.logs import log
 from trainer.process import contract
 from trainer.process.options import TransformOptions
 from trainer.process.records import Shard, ShardWriter, serialize_examples
-from trainer.process.statistics import RunningMoments, choose_device
+from trainer.process.statistics import RunningMoments, batch_moments, choose_device, group_moments
 
 TARGET_SHARD_BYTES = 128 * 2**20  # TFRecord guidance: 100-200 MB per shard
-CSV_BATCH = 2048
+CSV_BATCH = 8192
 IMAGE_BATCH = 64
 JPEG_QUALITY = 95
 _HASH_BUCKETS = 1 << 30
@@ -83,6 +83,12 @@ def run(env: contract.ProcessingEnvironment, options: TransformOptions) -> dict[
     outputs = Outputs(env.output_dir(contract.TRAIN_OUTPUT), env.output_dir(contract.VALIDATION_OUTPUT))
     files = _input_files(raw)
     data_format = detect_format(raw, files, options.data_format)
+    if data_format == "csv":
+        for given, name in ((options.image_size is not None, "--image-size"), (options.skip_bad_images, "--skip-bad-images")):
+            if given:
+                raise ConfigError(
+                    f"Bad processing argument: {name} applies to pictures, but the input {raw} holds CSV files; drop it."
+                )
     for directory in (outputs.train, outputs.validation):
         _refuse_non_empty(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -213,8 +219,20 @@ def _estimated_rows(files: list[Path]) -> float:
     return sum(p.stat().st_size for p in files) / max(1.0, len(sample) / lines)
 
 
-def convert_csv(raw: Path, files: list[Path], outputs: Outputs, options: TransformOptions) -> dict[str, Any]:
-    """CSV rows -> the trainer's ``tfrecord`` shards, split, counted and described in one pass."""
+def convert_csv(
+    raw: Path, files: list[Path], outputs: Outputs, options: TransformOptions, *, reduce_on: str | None = None
+) -> dict[str, Any]:
+    """CSV rows -> the trainer's ``tfrecord`` shards, split, counted and described in one pass.
+
+    Args:
+        raw: The input directory.
+        files: Its CSV files, in reading order.
+        outputs: Where the shards go.
+        options: The transform's arguments.
+        reduce_on: Reduce each batch's statistics on this device in the main loop (``/GPU:0``);
+            None: on the GPU when one is visible, else inside the parallel ``tf.data`` map (on
+            a CPU-only host a main-loop reduction would run serially beside the writes).
+    """
     import tensorflow as tf
 
     inspect = data.FORMATS["csv"].inspect
@@ -224,6 +242,8 @@ def convert_csv(raw: Path, files: list[Path], outputs: Outputs, options: Transfo
     record_bytes = 4 * num_features + 40  # packed floats plus the Example's framing and label
     train_shards, validation_shards = shard_counts(options.shards, _estimated_rows(files) * record_bytes, options.validation_fraction)
     device = choose_device()
+    if reduce_on is None and device.startswith("/GPU"):
+        reduce_on = device
     parse = data.FORMATS["csv"].parse(num_features)
     fraction, seed = options.validation_fraction, options.seed
 
@@ -242,7 +262,10 @@ def convert_csv(raw: Path, files: list[Path], outputs: Outputs, options: Transfo
         index = batch_index * CSV_BATCH + tf.range(tf.size(labels, out_type=tf.int64), dtype=tf.int64)
         to_validation = validation_mask(tf.strings.as_string(index), fraction, seed)
         records = serialize_examples({data.FEATURES_KEY: ("float", features), data.LABEL_KEY: ("int64", labels[:, None])})
-        return features, labels, to_validation, records, bad
+        if reduce_on is not None:
+            return (features, labels), to_validation, records, bad
+        partials = tuple(batch_moments(features, labels, keep) for keep in (tf.logical_not(to_validation), to_validation))
+        return partials, to_validation, records, bad
 
     lines = tf.data.Dataset.from_tensor_slices(
         (tf.constant([f.path for f in checked]), tf.constant([int(f.header) for f in checked], tf.int64))
@@ -253,19 +276,25 @@ def convert_csv(raw: Path, files: list[Path], outputs: Outputs, options: Transfo
         deterministic=True,  # the split keys on each row's position
     )
     batches = lines.batch(CSV_BATCH).enumerate().map(convert, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    log("transform-start", format="csv", files=len(checked), features=num_features, shards=f"{train_shards}+{validation_shards}",
+        statistics_on=reduce_on or "tf.data-map")  # fmt: skip
     writers = (ShardWriter(outputs.train, train_shards), ShardWriter(outputs.validation, validation_shards))
-    moments = (RunningMoments(num_features, device), RunningMoments(num_features, device))
+    moments = (RunningMoments(num_features, reduce_on or device), RunningMoments(num_features, reduce_on or device))
     try:
-        for features, labels, to_validation, records, bad in batches.prefetch(tf.data.AUTOTUNE):
+        for reduced, to_validation, records, bad in batches.prefetch(tf.data.AUTOTUNE):
             if bool(bad):
                 raise _csv_problem(checked, num_features, None)
             mask = to_validation.numpy()
             serialized = records.numpy()
             writers[0].write_all(serialized[~mask])
             writers[1].write_all(serialized[mask])
-            for moment, keep in ((moments[0], ~mask), (moments[1], mask)):
-                if keep.any():
-                    moment.update_rows(tf.boolean_mask(features, keep), tf.boolean_mask(labels, keep))
+            if reduce_on is None:
+                for moment, partial in zip(moments, reduced, strict=True):
+                    moment.merge_partial(*partial)
+            else:
+                features, labels = reduced
+                moments[0].update_rows(features, labels, tf.logical_not(to_validation))
+                moments[1].update_rows(features, labels, to_validation)
     except tf.errors.OpError as err:
         raise _csv_problem(checked, num_features, err) from err
     finally:
@@ -278,9 +307,11 @@ def convert_csv(raw: Path, files: list[Path], outputs: Outputs, options: Transfo
     for directory, shards in zip((outputs.train, outputs.validation), written, strict=True):
         entries = tuple(manifest.FileEntry(s.path.name, s.examples, s.path.stat().st_size) for s in shards)
         manifest.write(directory, manifest.Manifest("tfrecord", num_features, classes, entries))
-    return _statistics(
+    statistics = _statistics(
         "tfrecord", "csv", options, device, outputs, written, moments, num_classes=classes, num_features=num_features
     )
+    statistics["statistics_reduced_on"] = reduce_on or "tf.data map (CPU)"
+    return statistics
 
 
 def _csv_problem(files: tuple[data.DataFile, ...], num_features: int, err: Exception | None) -> DataError:
@@ -364,15 +395,20 @@ def convert_images(
         stream = loaded.batch(IMAGE_BATCH).map(_serialize_pictures(size), num_parallel_calls=tf.data.AUTOTUNE).prefetch(
             tf.data.AUTOTUNE
         )
+    log("transform-start", format="image-dir", files=len(files), classes=spec.num_classes,
+        shards=f"{train_shards}+{validation_shards}", resize_on=(resize_device if batched_resize else "tf.data-map") if size else "none")  # fmt: skip
     writers = (ShardWriter(outputs.train, train_shards), ShardWriter(outputs.validation, validation_shards))
-    moments = (RunningMoments(3, device), RunningMoments(3, device))
+    moments = (RunningMoments(3, resize_device or device), RunningMoments(3, resize_device or device))
     position = 0
     bad: list[str] = []
     try:
         for batch in stream:
             if batched_resize:
-                batch = _resize_on_device(batch, size, resize_device)
-            index, label, validation, records, count, mean, m2 = batch
+                index, label, validation, records, count, mean, m2 = _resize_on_device(batch, size, resize_device)
+                with tf.device(resize_device):
+                    partials = tuple(group_moments(count, mean, m2, label, keep) for keep in (tf.logical_not(validation), validation))
+            else:
+                index, validation, records, partials = batch
             for arrived in index.numpy().tolist():
                 while order[position] != arrived:
                     _bad_picture(files[order[position]], options.skip_bad_images, bad)
@@ -382,10 +418,8 @@ def convert_images(
             serialized = records.numpy()
             writers[0].write_all(serialized[~mask])
             writers[1].write_all(serialized[mask])
-            for moment, keep in ((moments[0], ~mask), (moments[1], mask)):
-                if keep.any():
-                    pick = lambda t: tf.boolean_mask(t, keep)  # noqa: E731
-                    moment.update_groups(pick(count), pick(mean), pick(m2), pick(label))
+            for moment, partial in zip(moments, partials, strict=True):
+                moment.merge_partial(*partial)
         while position < len(order):
             _bad_picture(files[order[position]], options.skip_bad_images, bad)
             position += 1
@@ -457,15 +491,20 @@ def _example_features(encoded: Any, label: Any, height: Any, width: Any, image_f
 def _image_format(encoded: Any) -> Any:
     import tensorflow as tf
 
-    return tf.where(tf.map_fn(tf.io.is_jpeg, encoded, fn_output_signature=tf.bool), b"jpeg", b"png")
+    # What tf.io.is_jpeg checks (the SOI marker and the next marker's first byte), for a whole batch at once.
+    return tf.where(tf.equal(tf.strings.substr(encoded, 0, 3), b"\xff\xd8\xff"), b"jpeg", b"png")
 
 
 def _serialize_pictures(size: tuple[int, int] | None) -> Any:
     """``fn(batch of loaded pictures) -> (index, label, validation, records, count, mean, m2)`` for the CPU path."""
 
+    import tensorflow as tf
+
     def serialize(index: Any, label: Any, validation: Any, encoded: Any, height: Any, width: Any, count: Any, mean: Any, m2: Any) -> Any:
         records = serialize_examples(_example_features(encoded, label, height, width, _image_format(encoded)))
-        return index, label, validation, records, count, mean, m2
+        # Reduced here, in parallel, on a CPU host: the main loop only merges two small partials.
+        partials = tuple(group_moments(count, mean, m2, label, keep) for keep in (tf.logical_not(validation), validation))
+        return index, validation, records, partials
 
     return serialize
 

@@ -53,7 +53,8 @@ def legacy_keras(env: Mapping[str, str]) -> bool:
     return raw in _TRUE
 
 
-def _stop_grace(env: Mapping[str, str]) -> float:
+def stop_grace(env: Mapping[str, str]) -> float:
+    """``SCRIPT_STOP_GRACE_SECONDS``: how long a script may run on after SIGTERM before SIGKILL."""
     raw = env.get(ENV_STOP_GRACE, "").strip()
     try:
         value = float(raw) if raw else STOP_GRACE_SECONDS
@@ -125,9 +126,6 @@ class Supervisor:
                 self.stderr_tail.append(line)
 
 
-_Supervisor = Supervisor  # the name training's code and tests use
-
-
 def _trainer_root() -> str:
     return str(Path(trainer.__file__).resolve().parent.parent)
 
@@ -147,7 +145,7 @@ def user_pythonpath(code: source.SourceCode, inherited: str | None) -> str:
 
 
 def verify_gpus(
-    supervisor: _Supervisor,
+    supervisor: Supervisor,
     env: TrainingEnvironment | None,
     scratch: Path,
     *,
@@ -189,7 +187,7 @@ def _last_error_line(stderr_tail: Any) -> str:
     return chosen[:300]
 
 
-def _failure(
+def script_failure(
     job: contract.ScriptJob | str,
     returncode: int,
     report: dict[str, Any] | None,
@@ -245,7 +243,7 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
     started_wall = time.time()
     started = time.monotonic()
     process_env = os.environ
-    supervisor = _Supervisor(_stop_grace(process_env))
+    supervisor = Supervisor(stop_grace(process_env))
     supervisor.install()
     legacy = legacy_keras(process_env)
     log("script-mode", program=job.program, submit_directory=job.submit_directory, legacy_keras=legacy)
@@ -307,4 +305,4 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
             # Written inside the script by the platform's helpers; more precise than the exit status.
             error_class = RendezvousError if recorded.startswith("Rendezvous") else UserScriptError
             raise error_class(recorded)
-    raise _failure(job, returncode, report, supervisor.stderr_tail)
+    raise script_failure(job, returncode, report, supervisor.stderr_tail)
