@@ -82,8 +82,13 @@ class EndpointRole(Construct):
         repository: ecr.IRepository,
         vpc: ec2.IVpc,
         data_capture: bool,
+        rollback_alarms: Sequence[str] = (),
     ) -> None:
-        """Create the role for ``endpoint`` serving the object ``model_object_arn``."""
+        """Create the role for ``endpoint`` serving the object ``model_object_arn``.
+
+        ``rollback_alarms``: names of the deployment's rollback alarms, which SageMaker reads
+        with the execution role (``cloudwatch:DescribeAlarms``) during a blue/green deployment.
+        """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         log_group = stack.format_arn(
@@ -118,6 +123,19 @@ class EndpointRole(Construct):
             ),
             *network_statements,
         ]
+        if rollback_alarms:
+            statements.append(
+                iam.PolicyStatement(
+                    sid="ReadRollbackAlarms",
+                    actions=["cloudwatch:DescribeAlarms"],
+                    resources=[
+                        stack.format_arn(
+                            service="cloudwatch", resource="alarm", resource_name=n, arn_format=ArnFormat.COLON_RESOURCE_NAME
+                        )
+                        for n in rollback_alarms
+                    ],
+                )
+            )
         wildcards = [log_streams, *network_wildcards, "*"]
         if "*" in model_object_arn:
             wildcards.append(model_object_arn)
@@ -279,6 +297,7 @@ class GpuEndpoint(Construct):
             repository=repository,
             vpc=vpc,
             data_capture=config.data_capture,
+            rollback_alarms=rollback_alarm_names(project_name),
         ).role
         self.security_group = ec2.SecurityGroup(
             self,

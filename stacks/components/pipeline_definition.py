@@ -90,12 +90,6 @@ ENDPOINT_FAILED_STATES = ("Failed", "UpdateRollbackFailed")
 MODEL_FILE_SUFFIX = "/output/model.tar.gz"
 
 
-def _unwrap(check: str) -> str:
-    """The expression of a ``{% ... %}`` string."""
-    assert check.startswith("{% ") and check.endswith(" %}"), check
-    return check[3:-3]
-
-
 def _all(conditions: Sequence[str]) -> str:
     return " and ".join(f"({c})" for c in conditions)
 
@@ -315,7 +309,6 @@ def pipeline_definition(
             "Comment": "A promotion needs the deployed endpoint: fail now, not after the jobs",
             "Resource": f"{states_arn}aws-sdk:sagemaker:describeEndpoint",
             "Arguments": {"EndpointName": endpoint},
-            "Assign": {"previous_endpoint_config": "{% $states.result.EndpointConfigName %}"},
             "Catch": [catch(ENDPOINT_NOT_DEPLOYED, ENDPOINT_MISSING_ERRORS), catch("EndpointCheckFailed")],
             "Next": "ProcessRequested",
         },

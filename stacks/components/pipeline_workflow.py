@@ -196,8 +196,9 @@ class PipelineWorkflow(Construct):
     Attributes:
         template: The processing job's fixed settings and defaults.
         processing_role: Execution role of the processing jobs.
-        model_role: Execution role of the models the pipeline promotes.
-        model_security_group: Security group of the promoted models' hosting instances.
+        model_role: Execution role of the models the pipeline promotes (``None`` with
+            ``serving.scale_to_zero``: the pipeline does not promote).
+        model_security_group: Security group of the promoted models' hosting instances (or ``None``).
         log_group: The state machine's log group.
         role: The state machine's role.
         state_machine: The pipeline.
@@ -369,6 +370,7 @@ class PipelineWorkflow(Construct):
             repository=repository,
             vpc=vpc,
             data_capture=config.serving.data_capture,
+            rollback_alarms=rollback_alarm_names(config.project_name),
         ).role
         self.model_security_group = group = ec2.SecurityGroup(
             self,
@@ -482,6 +484,15 @@ class PipelineWorkflow(Construct):
             iam.PolicyStatement(sid="DescribeTheEndpoint", actions=["sagemaker:DescribeEndpoint"], resources=[endpoint]),
             # UpdateEndpoint's automatic rollback reads the rollback alarms.
             iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"], resources=alarms),
+            # An endpoint config with the platform key (EBS-only types, data capture): SageMaker
+            # creates grants on the key for the caller of UpdateEndpoint, only for AWS resources.
+            iam.PolicyStatement(
+                sid="GrantEndpointVolumeKey",
+                actions=["kms:CreateGrant"],
+                resources=[key.key_arn],
+                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+            ),
+            iam.PolicyStatement(sid="DescribeEndpointVolumeKey", actions=["kms:DescribeKey"], resources=[key.key_arn]),
         ]
         passed_roles = [self.processing_role.role_arn, training.job_role.role_arn]
         if self.model_role is not None:

@@ -381,7 +381,7 @@ def processing_state_machine_assignments(template: ProcessingTemplate, source: s
         "process_instance_count": given_or("instance_count", json.dumps(template.default_instance_count)),
         "process_input_uri": given_or("input_uri", json.dumps(template.input_uri_prefix)),
         # A user's script gets only its own arguments; [] keeps an empty list a list in JSONata.
-        "process_arguments": given_or("arguments", f"($exists({source}.code_uri) ? [] : {defaults})"),
+        "process_arguments": given_or("arguments", f"(($exists({source}.code_uri) and {source}.code_uri != '') ? [] : {defaults})"),
         "process_code_uri": given_or("code_uri", '""'),
         "process_entry_point": given_or("entry_point", '""'),
         "process_instance_facts": processing_instance_facts_table(),

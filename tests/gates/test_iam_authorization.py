@@ -156,3 +156,15 @@ def test_every_statement_is_authorized_as_written(iam_root, name):
     checked, findings = check_templates(templates)
     assert checked > 40
     assert findings == [], "\n".join(map(str, findings))
+
+
+def test_the_pipelines_policies_are_checked(iam_root):
+    """The processing, promoted-model and pipeline roles are in the checked set (and clean: the
+    parametrized test above covers every configuration)."""
+    templates = cached_synth(iam_root, {}).templates_by_stack_name()
+    statements = [s for s in policy_statements(templates) if s.where.startswith("gputrain-training/Pipeline")]
+    policies = {s.where.split("/")[1].rstrip("0123456789ABCDEF") for s in statements}
+    assert {"PipelineProcessingRolePolicy", "PipelineModelRolePolicy", "PipelineRolePolicy"} <= policies
+    sids = {s.statement.get("Sid") for s in statements}
+    assert {"CreateHardenedProcessingJobs", "CreateIsolatedModels", "UpdateTheEndpoint", "WriteProcessedData"} <= sids
+    assert [f for s in statements for f in check_statement(s)] == []

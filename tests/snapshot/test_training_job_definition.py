@@ -1,4 +1,4 @@
-"""Snapshot of the training workflow's definition (references as readable placeholders).
+"""Snapshots of the training workflow's and the pipeline's definitions (references as readable placeholders).
 
 Field-by-field assertions are in tests/unit/test_training_job_stack.py; this guards everything
 else against unintended change. After an intended change:
@@ -26,3 +26,13 @@ def synth_root(tmp_path_factory):
 def test_training_job_definition_snapshot(synth_root, snapshot, config_name):
     template = cached_synth(synth_root, CONFIGS[config_name]).template_json("gputrain-training")
     assert parse_definition(template) == snapshot.use_extension(JSONSnapshotExtension)
+
+
+PIPELINE_CONFIGS = {"default": {}, "scale-to-zero": {"serving.scale_to_zero": True}}
+
+
+@pytest.mark.parametrize("config_name", list(PIPELINE_CONFIGS))
+def test_pipeline_definition_snapshot(synth_root, snapshot, config_name):
+    """The pipeline's definition, readable (its behaviour is tested in tests/unit/test_pipeline_definition.py)."""
+    template = cached_synth(synth_root, PIPELINE_CONFIGS[config_name]).template_json("gputrain-training")
+    assert parse_definition(template, name="gputrain-pipeline") == snapshot.use_extension(JSONSnapshotExtension)

@@ -269,6 +269,7 @@ PROCESS_OPTIONS = [
     ProcessingOptions(job_name="gputrain-d4", code_uri="s3://artifacts/code/d4/sourcedir.tar.gz", entry_point="prep.py",
                       arguments=["--rows", "10"], instance_count=2),
     ProcessingOptions(job_name="gputrain-e5", code_uri="s3://artifacts/code/e5/sourcedir.tar.gz", entry_point="src/prep.sh"),
+    ProcessingOptions(job_name="gputrain-f6", arguments=["--validation-fraction=0.2"], code_uri="", entry_point=""),
 ]
 
 

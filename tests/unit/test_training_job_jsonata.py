@@ -87,6 +87,11 @@ VALID = [
     LaunchOptions(job_name="gputrain-e5", instance_count=2, code_uri="s3://artifacts/code/e5/sourcedir.tar.gz",
                   entry_point="src/train.py", legacy_keras=True),
     LaunchOptions(job_name="gputrain-f6", legacy_keras=False),
+    # Channels: a pipeline run's shards (processing.output_prefix), merged over the configured ones.
+    LaunchOptions(job_name="gputrain-g7", channels={"train": "s3://datasets/processed/p/train/",
+                                                    "validation": "s3://datasets/processed/p/validation/"}),
+    LaunchOptions(job_name="gputrain-h8", channels={"extra": "s3://datasets/train/more/"},
+                  code_uri="s3://artifacts/code/h8/sourcedir.tar.gz", entry_point="train.py"),
 ]
 INVALID = [{"job_name": "other-x"}, {"instance_type": "ml.m5.large"}, {"instance_count": 0}, {"instance_count": 1.5},
            {"use_spot": "yes"}, {"job_name": 5},
@@ -97,7 +102,15 @@ INVALID = [{"job_name": "other-x"}, {"instance_type": "ml.m5.large"}, {"instance
            {"code_uri": "s3://artifacts/code/x/sourcedir.zip", "entry_point": "train.py"},
            {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "../etc/train.py"},
            {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.txt"},
-           {"legacy_keras": "yes"}]
+           {"legacy_keras": "yes"},
+           {"channels": "s3://datasets/train/"},
+           {"channels": {"train": "s3://datasets/raw/x/"}},
+           {"channels": {"train": "s3://other/train/"}},
+           {"channels": {"train": "s3://datasets/train/../raw/"}},
+           {"channels": {"bad name": "s3://datasets/train/"}},
+           {"channels": {"code": "s3://datasets/train/"}, "code_uri": "s3://artifacts/code/x/sourcedir.tar.gz",
+            "entry_point": "train.py"},
+           {"channels": {f"c{i}": "s3://datasets/train/" for i in range(20)}}]
 # (execution input, what the failure's reason must name): each one broke ResolveLaunchOptions with
 # a JSONata error, or passed the check and failed at SageMaker, before the limits were checked.
 INVALID_WITH_REASON = [
@@ -149,7 +162,7 @@ def test_invalid_options_take_the_failure_branch():
         options = LaunchOptions(job_name=bad.get("job_name", "gputrain-x1") if isinstance(bad.get("job_name", ""), str) else None,
                                 instance_type=bad.get("instance_type"), instance_count=bad.get("instance_count"),
                                 code_uri=bad.get("code_uri"), entry_point=bad.get("entry_point"),
-                                legacy_keras=bad.get("legacy_keras"))
+                                legacy_keras=bad.get("legacy_keras"), channels=bad.get("channels", {}))
         if "use_spot" not in bad and not isinstance(bad.get("job_name", ""), int):
             with pytest.raises(LaunchError):
                 resolve_launch(template, options)

@@ -1,0 +1,270 @@
+"""The pipeline's resources in the training stack: roles (exact prefixes and conditions), outputs,
+notifications, and the serving stack's model and endpoint config equal to the shared builder."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from stacks.components.endpoint_spec import (
+    ModelResources,
+    deployment_config,
+    endpoint_config_properties,
+    model_properties,
+    rollback_alarm_names,
+)
+from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
+from stacks.config import load_config
+from tests.synth import project_context
+from tests.unit.test_serving_stack import ALTERNATIVE, DEFAULT
+from tests.unit.test_training_job_stack import _policy_statements, parse_definition
+
+ARN = "arn:aws:sagemaker:us-east-1:123456789012:"
+
+
+@pytest.fixture(scope="module")
+def training(default_app):
+    return default_app.template("gputrain-training")
+
+
+def _text(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def _role_of(template, policy_prefix: str) -> str:
+    (policy,) = [p for k, p in template.find_resources("AWS::IAM::ManagedPolicy").items() if k.startswith(policy_prefix)]
+    (role,) = policy["Properties"]["Roles"]
+    return role["Ref"]
+
+
+# --------------------------------------------------------------------------------------------
+# The processing role
+# --------------------------------------------------------------------------------------------
+
+
+def test_processing_role_reads_raw_data_and_code_and_writes_only_processed_data(training):
+    statements = _policy_statements(training, "PipelineProcessingRolePolicy")
+    assert statements["ReadRawData"]["Action"] == "s3:GetObject"
+    assert _text(statements["ReadRawData"]["Resource"]).endswith('/raw/*"]]}')
+    assert statements["ListRawData"]["Condition"] == {"StringLike": {"s3:prefix": ["raw/*"]}}
+    assert sorted(statements["WriteProcessedData"]["Action"]) == ["s3:AbortMultipartUpload", "s3:PutObject"]
+    assert _text(statements["WriteProcessedData"]["Resource"]).endswith('/processed/*"]]}')
+    assert statements["ReadUserCode"]["Action"] == "s3:GetObject"
+    assert _text(statements["ReadUserCode"]["Resource"]).endswith('/code/*"]]}')
+    assert statements["ListUserCode"]["Condition"] == {"StringLike": {"s3:prefix": ["code/*"]}}
+    # No other S3 access at all: not the training channels, not the artifacts' outputs.
+    s3 = [s for s in statements.values() if any(a.startswith("s3:") for a in json.dumps(s["Action"]).strip('[]"').split('", "'))]
+    assert sorted(s["Sid"] for s in s3) == ["ListRawData", "ListUserCode", "ReadRawData", "ReadUserCode", "WriteProcessedData"]
+    assert set(statements["UsePlatformKey"]["Action"]) == {"kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"}
+    assert statements["EncryptMlVolumes"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    assert "PullProcessingImage" in statements and statements["EcrLogin"]["Resource"] == "*"
+    assert statements["PublishProcessingMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": SAGEMAKER_PROCESSING_LOG_GROUP}}
+    streams = _text(statements["WriteProjectLogStreams"]["Resource"])
+    assert f"log-group:{SAGEMAKER_PROCESSING_LOG_GROUP}:log-stream:gputrain-*" in streams
+    assert "ec2:Vpc" in statements["NetworkInterfacesInTrainingVpc"]["Condition"]["ArnEquals"]
+
+
+def test_processing_role_trusts_only_sagemaker_for_this_account(training):
+    role = training.find_resources("AWS::IAM::Role")[_role_of(training, "PipelineProcessingRolePolicy")]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert statement["Condition"]["StringEquals"] == {"aws:SourceAccount": "123456789012"}
+    assert "sagemaker:us-east-1:123456789012:*" in _text(statement["Condition"]["ArnLike"])
+
+
+def test_training_jobs_read_the_processed_prefix_but_processing_reads_no_training_channel(training):
+    job = _policy_statements(training, "WorkflowJobRolePolicy")
+    assert job["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["processed/*", "train/*"]}}
+    processing = _text(_policy_statements(training, "PipelineProcessingRolePolicy"))
+    assert "/train/*" not in processing and "training-jobs" not in processing
+
+
+def test_promoted_models_read_only_model_files(training):
+    statements = _policy_statements(training, "PipelineModelRolePolicy")
+    assert statements["ReadModelArtifact"]["Action"] == "s3:GetObject"
+    assert _text(statements["ReadModelArtifact"]["Resource"]).endswith('/training-jobs/*/output/model.tar.gz"]]}')
+    assert "s3:PutObject" not in _text(statements)  # no data capture by default
+    assert "/aws/sagemaker/Endpoints/gputrain-endpoint" in _text(statements["WriteEndpointLogs"]["Resource"])
+    # SageMaker reads the rollback alarms with the execution role during a blue/green deployment.
+    assert statements["ReadRollbackAlarms"]["Resource"] == [
+        f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{n}" for n in rollback_alarm_names("gputrain")]
+
+
+# --------------------------------------------------------------------------------------------
+# The pipeline's role
+# --------------------------------------------------------------------------------------------
+
+
+def test_pipeline_role_creates_only_hardened_project_jobs_and_models(training):
+    statements = _policy_statements(training, "PipelineRolePolicy")
+    for sid, action, kind in (
+        ("CreateHardenedProcessingJobs", "sagemaker:CreateProcessingJob", "processing-job"),
+        ("CreateHardenedTrainingJobs", "sagemaker:CreateTrainingJob", "training-job"),
+    ):
+        statement = statements[sid]
+        assert statement["Action"] == action and statement["Resource"] == f"{ARN}{kind}/gputrain-*"
+        condition = statement["Condition"]
+        assert condition["Bool"] == {"sagemaker:NetworkIsolation": "true"}
+        assert "PlatformKey" in _text(condition["ArnEquals"]["sagemaker:OutputKmsKey"])
+        assert len(condition["ForAllValues:StringEquals"]["sagemaker:VpcSubnets"]) == 2
+        assert condition["Null"] == {"sagemaker:VpcSubnets": "false"}
+    model = statements["CreateIsolatedModels"]
+    assert model["Resource"] == f"{ARN}model/gputrain-*"
+    assert model["Condition"]["Bool"] == {"sagemaker:NetworkIsolation": "true"}
+    assert model["Condition"]["Null"] == {"sagemaker:VpcSubnets": "false"}
+    config = statements["CreateEndpointConfigs"]
+    assert config["Resource"] == f"{ARN}endpoint-config/gputrain-*"
+    assert config["Condition"]["ForAllValues:StringEquals"] == {"sagemaker:InstanceTypes": ["ml.g5.xlarge"]}
+    assert config["Condition"]["ForAllValues:ArnLike"] == {"sagemaker:ModelArn": [f"{ARN}model/gputrain-*"]}
+
+
+def test_pipeline_role_updates_only_the_projects_endpoint(training):
+    statements = _policy_statements(training, "PipelineRolePolicy")
+    assert sorted(statements["UpdateTheEndpoint"]["Resource"]) == [f"{ARN}endpoint-config/gputrain-*", f"{ARN}endpoint/gputrain-endpoint"]
+    assert statements["DescribeTheEndpoint"]["Resource"] == f"{ARN}endpoint/gputrain-endpoint"
+    assert statements["ReadRollbackAlarms"]["Resource"] == [
+        f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{n}" for n in rollback_alarm_names("gputrain")]
+    # Grants on the platform key (an EBS-only endpoint volume, data capture) only for AWS resources.
+    assert statements["GrantEndpointVolumeKey"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
+    actions = {a for s in statements.values() for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])}
+    assert not {"sagemaker:DeleteEndpoint", "sagemaker:CreateEndpoint", "sagemaker:DeleteModel"} & actions
+
+
+def test_pipeline_role_passes_only_the_three_roles_to_sagemaker(training):
+    statements = _policy_statements(training, "PipelineRolePolicy")
+    passed = statements["PassProjectRoles"]
+    assert passed["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    refs = sorted(r["Fn::GetAtt"][0] for r in passed["Resource"])
+    assert [r.rstrip("0123456789ABCDEF") for r in refs] == ["PipelineModelRole", "PipelineProcessingRole", "WorkflowJobRole"]
+
+
+def test_pipeline_role_sync_rules_listing_and_notifications(training):
+    statements = _policy_statements(training, "PipelineRolePolicy")
+    assert statements["SyncIntegrationRules"]["Resource"] == [
+        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerProcessingJobsRule",
+        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule",
+    ]
+    listing = statements["ListProcessedData"]
+    assert listing["Action"] == "s3:ListBucket" and listing["Condition"] == {"StringLike": {"s3:prefix": ["processed/*"]}}
+    assert statements["Notify"]["Action"] == "sns:Publish" and "NotificationsTopic" in _text(statements["Notify"]["Resource"])
+    assert "NotificationsTopicKey" in _text(statements["EncryptNotifications"]["Resource"])
+    # Nothing else in S3: the pipeline itself reads and writes no data.
+    assert [s["Sid"] for s in statements.values() if "s3:" in _text(s["Action"])] == ["ListProcessedData"]
+    assert training.find_resources("AWS::IAM::Policy") == {}
+
+
+def test_pipeline_role_trusts_only_its_state_machine(training):
+    role = training.find_resources("AWS::IAM::Role")[_role_of(training, "PipelineRolePolicy")]
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "states.amazonaws.com"}
+    assert statement["Condition"]["ArnLike"] == {"aws:SourceArn": "arn:aws:states:us-east-1:123456789012:stateMachine:gputrain-pipeline"}
+
+
+# --------------------------------------------------------------------------------------------
+# The state machine, outputs, notifications, switches
+# --------------------------------------------------------------------------------------------
+
+
+def test_state_machine_is_named_logged_traced_and_outputs_are_exported(training):
+    machines = training.find_resources("AWS::StepFunctions::StateMachine")
+    (pipeline,) = [m for m in machines.values() if m["Properties"]["StateMachineName"] == "gputrain-pipeline"]
+    assert pipeline["Properties"]["TracingConfiguration"] == {"Enabled": True}
+    assert pipeline["Properties"]["LoggingConfiguration"]["Level"] == "ALL"
+    outputs = training.find_outputs("*")
+    assert {"PipelineStateMachineArn", "ProcessingRoleArn", "PipelineLogGroup"} <= set(outputs)
+    logs = training.find_resources("AWS::Logs::LogGroup")
+    assert any(g["Properties"]["LogGroupName"] == "/aws/vendedlogs/states/gputrain-pipeline" for g in logs.values())
+
+
+def test_the_deployed_definition_runs_the_jobs_with_the_project_roles(default_app):
+    definition = parse_definition(default_app.template_json("gputrain-training"), name="gputrain-pipeline")
+    states = definition["States"]
+    assert states["ProcessData"]["Resource"] == "arn:aws:states:::sagemaker:createProcessingJob.sync"
+    assert states["ProcessData"]["Arguments"]["RoleArn"].startswith("${GetAtt:PipelineProcessingRole")
+    assert states["TrainModel"]["Arguments"]["RoleArn"].startswith("${GetAtt:WorkflowJobRole")
+    assert states["CreateModel"]["Arguments"]["ExecutionRoleArn"].startswith("${GetAtt:PipelineModelRole")
+    assert states["ProcessData"]["Arguments"]["NetworkConfig"]["EnableNetworkIsolation"] is True
+    assert states["NotifyFailure"]["Arguments"]["TopicArn"].startswith("${Ref:NotificationsTopic")
+
+
+def test_interrupted_pipeline_executions_are_notified(training):
+    rules = training.find_resources("AWS::Events::Rule")
+    (rule,) = [r for r in rules.values() if r["Properties"]["Name"] == "gputrain-pipeline-interrupted"]
+    pattern = rule["Properties"]["EventPattern"]
+    assert pattern["detail"]["status"] == ["TIMED_OUT", "ABORTED"]
+    assert pattern["detail"]["stateMachineArn"] == ["arn:aws:states:us-east-1:123456789012:stateMachine:gputrain-pipeline"]
+
+
+def test_processing_disabled_leaves_the_training_workflow_as_it_was(synth_app):
+    template = synth_app({"processing.enabled": False}).template("gputrain-training")
+    assert len(template.find_resources("AWS::StepFunctions::StateMachine")) == 1
+    assert "PipelineStateMachineArn" not in template.find_outputs("*")
+    job = _policy_statements(template, "WorkflowJobRolePolicy")
+    assert job["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["train/*"]}}
+    assert len(template.find_resources("AWS::Events::Rule")) == 2
+
+
+def test_training_disabled_still_synthesizes(synth_app):
+    synthesized = synth_app({"training_job.enabled": False})
+    assert synthesized.platform.training_job is None
+    assert "gputrain-training" not in synthesized.stack_ids
+
+
+def test_scale_to_zero_pipeline_has_no_promotion_permissions(synth_app):
+    template = synth_app({"serving.scale_to_zero": True}).template("gputrain-training")
+    statements = _policy_statements(template, "PipelineRolePolicy")
+    assert not {"CreateIsolatedModels", "UpdateTheEndpoint", "CreateEndpointConfigs"} & set(statements)
+    assert len(statements["PassProjectRoles"]["Resource"]) == 2
+    assert not [k for k in template.find_resources("AWS::IAM::Role") if k.startswith("PipelineModelRole")]
+
+
+# --------------------------------------------------------------------------------------------
+# The serving stack and the pipeline build the model and endpoint config alike
+# --------------------------------------------------------------------------------------------
+
+
+def _resolve_refs(value: Any, resources: dict[str, Any]) -> Any:
+    """``{"Ref": alarm}`` -> the alarm's AlarmName (the fixed names the pipeline uses)."""
+    if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in resources:
+        return resources[value["Ref"]]["Properties"].get("AlarmName", value)
+    if isinstance(value, dict):
+        return {k: _resolve_refs(v, resources) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve_refs(v, resources) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("overrides", [DEFAULT, ALTERNATIVE], ids=["default", "alternative"])
+def test_serving_resources_equal_the_shared_builder(synth_app, overrides):
+    synthesized = synth_app(overrides)
+    template = synthesized.template_json("gputrain-serving")
+    resources = template["Resources"]
+    (model,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::SageMaker::Model"]
+    (config,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::SageMaker::EndpointConfig"]
+    (endpoint,) = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::SageMaker::Endpoint"]
+    context = project_context()
+    for key, value in overrides.items():
+        context[f"gpu_training.{key}"] = json.dumps(value)
+    serving = load_config(context).serving
+    # The deployment-specific values (references) are taken from the template; everything else
+    # (image mode, environment, isolation, variant, capture, deployment) must be the builder's.
+    capture = config.get("DataCaptureConfig", {})
+    model_resources = ModelResources(
+        role_arn=model["ExecutionRoleArn"],
+        image_uri=model["PrimaryContainer"]["Image"],
+        artifacts_bucket="<artifacts>",
+        key_arn=config.get("KmsKeyId", capture.get("KmsKeyId")),
+        subnet_ids=model["VpcConfig"]["Subnets"],
+        security_group_ids=model["VpcConfig"]["SecurityGroupIds"],
+    )
+    expected_model = model_properties(serving, model_resources, model_data_url=model["PrimaryContainer"]["ModelDataUrl"])
+    assert {k: v for k, v in model.items() if k != "Tags"} == expected_model
+    model_name = config["ProductionVariants"][0]["ModelName"]
+    expected_config = endpoint_config_properties(serving, model_resources, endpoint="gputrain-endpoint", model_name=model_name)
+    if capture:
+        assert "data-capture/gputrain-endpoint" in _text(capture["DestinationS3Uri"])
+        expected_config["DataCaptureConfig"]["DestinationS3Uri"] = capture["DestinationS3Uri"]
+    assert {k: v for k, v in config.items() if k != "Tags"} == expected_config
+    assert _resolve_refs(endpoint["DeploymentConfig"], resources) == deployment_config(serving, rollback_alarm_names("gputrain"))
