@@ -91,6 +91,7 @@ def run(env: contract.ProcessingEnvironment, options: TransformOptions) -> dict[
                 )
     for directory in (outputs.train, outputs.validation):
         _refuse_non_empty(directory)
+    for directory in (outputs.train, outputs.validation):
         directory.mkdir(parents=True, exist_ok=True)
     _configure_gpus()
     try:
@@ -121,8 +122,11 @@ def _configure_gpus() -> None:
     import tensorflow as tf
 
     for device in tf.config.list_physical_devices("GPU"):
-        # As training does: no up-front mapping of all GPU memory.
-        tf.config.experimental.set_memory_growth(device, True)
+        try:
+            # As training does: no up-front mapping of all GPU memory.
+            tf.config.experimental.set_memory_growth(device, True)
+        except RuntimeError:
+            pass  # the runtime already started (a second transform in one process): its setting stands
 
 
 # --- input and output checks -----------------------------------------------------------------
