@@ -23,7 +23,7 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -57,6 +57,10 @@ DATA_OUTPUTS = ("DatasetsBucketName", "ArtifactsBucketName", "KeyArn", "ImageUri
 """Outputs of ``<project>-data`` that a direct launch needs."""
 TRAINING_OUTPUTS = ("StateMachineArn", "JobRoleArn", "JobSecurityGroupId", "JobNamePrefix")
 """Outputs of ``<project>-training`` that the scripts read."""
+PIPELINE_OUTPUTS = ("PipelineStateMachineArn",)
+"""Outputs of ``<project>-training`` that starting or following a pipeline execution needs."""
+PROCESSING_OUTPUTS = ("ProcessingRoleArn",)
+"""Outputs of ``<project>-training`` that a direct processing job needs."""
 
 
 class OperatorError(Exception):
@@ -257,6 +261,21 @@ class Deployment:
             subnet_ids=[s for s in data["PrivateSubnetIds"].split(",") if s],
             security_group_ids=[training["JobSecurityGroupId"]],
         )
+
+    def processing_resources(self) -> JobResources:
+        """What a processing job runs with: the job resources with the processing role."""
+        self.outputs("training", (*TRAINING_OUTPUTS, *PROCESSING_OUTPUTS))
+        return replace(self.job_resources(), role_arn=self.training_outputs()["ProcessingRoleArn"])
+
+    def pipeline_arn(self) -> str:
+        """The pipeline state machine (``<project>-pipeline``)."""
+        return self.outputs("training", (*TRAINING_OUTPUTS, *PIPELINE_OUTPUTS))["PipelineStateMachineArn"]
+
+    def pipeline_execution_arn(self, name: str) -> str:
+        """ARN of the pipeline execution named ``name`` (an ARN is returned as given)."""
+        if name.startswith("arn:"):
+            return name
+        return self.pipeline_arn().replace(":stateMachine:", ":execution:", 1) + f":{name}"
 
     def execution_arn(self, name: str) -> str:
         """ARN of the workflow execution named ``name`` (launch names executions after their job)."""

@@ -8,6 +8,9 @@ Usage (from the repository root)::
     python -m scripts.launch --direct                         # CreateTrainingJob without the workflow
     python -m scripts.launch --dry-run [--direct]             # print what would be sent
     python -m scripts.launch --source-dir my_code --entry-point train.py --hp epochs=5   # your own script
+    python -m scripts.launch --pipeline --promote                # raw data -> shards -> model -> endpoint
+    python -m scripts.launch --pipeline --skip-process --hp epochs=5
+    python -m scripts.launch --process --direct --process-arg=--shards --process-arg=4   # one processing job
 
 By default the job runs through the deployed workflow (``<project>-training``): the execution,
 named after the job, carries only the overrides and the workflow fills in the hardened rest.
@@ -28,6 +31,23 @@ into ``sourcedir.tar.gz``, uploads it KMS-encrypted to ``code/<job name>/`` in t
 bucket (the only code prefix the job role may read), and the job gets it as its ``code``
 channel, as the SageMaker SDK does for network-isolated jobs. ``--legacy-keras`` runs the script
 with Keras 2 (tf-keras). Hyperparameters reach the script as ``--key value`` arguments.
+
+The pipeline (``--pipeline``): one execution of ``<project>-pipeline`` runs process -> train ->
+promote, each step optional (``--skip-process``, ``--skip-train``; promote only with
+``--promote``, and only to an endpoint deployed once with ``scripts.promote``). It names its jobs
+``<project>-<execution>-process`` / ``-train`` and the model ``<project>-<execution>``
+(``--name`` names the execution; default ``<UTC time>-<4 hex>``). Processing options:
+``--input-uri`` (raw data under ``s3://<datasets>/<processing.input_prefix>``),
+``--process-arg=ARG`` (repeatable; the built-in transform's ``--shards 4`` is
+``--process-arg=--shards --process-arg=4``), ``--process-instance-type``,
+``--process-instance-count``, and a processing script of your own with
+``--process-source-dir DIR --process-entry-point prep.py``; the training options above apply to
+the train step. It prints ``execution: <arn>`` and the names of what it will create; follow it
+with ``python -m scripts.watch --execution <name>`` (or ``--watch``).
+
+``--process --direct`` creates one processing job with the request the pipeline builds
+(:func:`stacks.components.processing_job_spec.create_processing_job_request`), after checking
+that its output prefix is empty, and prints ``processing job: <name>``.
 """
 
 from __future__ import annotations
@@ -39,11 +59,13 @@ import secrets
 import sys
 import tarfile
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from scripts import pipeline
 from scripts.common import (
     DATA_OUTPUTS,
     TRAINING_OUTPUTS,
@@ -54,6 +76,12 @@ from scripts.common import (
     job_console_url,
     run,
     stack_name,
+)
+from stacks.components.processing_job_spec import (
+    ProcessingOptions,
+    ProcessingTemplate,
+    create_processing_job_request,
+    resolve_processing,
 )
 from stacks.config import PlatformConfig
 from stacks.components.training_job_spec import (
@@ -164,6 +192,18 @@ def pack_source(source_dir: Path, entry_point: str) -> bytes:
                 continue
             tar.add(path, arcname=relative.as_posix(), recursive=False)
     return buffer.getvalue()
+
+
+def upload_code(deployment: Deployment, source_dir: Path, entry_point: str, job_name: str, *, dry_run: bool) -> str:
+    """Pack ``source_dir`` and upload it KMS-encrypted to ``code/<job name>/``; its ``s3://`` URI."""
+    archive = pack_source(source_dir, entry_point)
+    data = deployment.outputs("data", DATA_OUTPUTS)
+    key = code_key(job_name)
+    if not dry_run:
+        deployment.aws.client("s3").put_object(
+            Bucket=data["ArtifactsBucketName"], Key=key, Body=archive, ServerSideEncryption="aws:kms", SSEKMSKeyId=data["KeyArn"]
+        )
+    return f"s3://{data['ArtifactsBucketName']}/{key}"
 
 
 def code_key(job_name: str) -> str:
@@ -282,6 +322,141 @@ def _launch(deployment: Deployment, options: LaunchOptions, *, direct: bool, dry
     return Launched(name, job_console_url(region, name), execution_arn, execution_input)
 
 
+# --------------------------------------------------------------------------------------------
+# Processing jobs and the pipeline
+# --------------------------------------------------------------------------------------------
+
+
+def processing_console_url(region: str, job_name: str) -> str:
+    """The SageMaker console page of a processing job."""
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{job_name}"
+
+
+def processing_options_from_args(args: argparse.Namespace, *, job_name: Optional[str] = None) -> ProcessingOptions:
+    """The processing options the command line asks for (the code is uploaded later)."""
+    if (args.process_source_dir is None) != (args.process_entry_point is None):
+        raise OperatorError(
+            "a processing script needs --process-source-dir DIR and --process-entry-point SCRIPT together, "
+            "e.g. --process-source-dir prep --process-entry-point prep.py"
+        )
+    return ProcessingOptions(
+        job_name=job_name,
+        instance_type=args.process_instance_type,
+        instance_count=args.process_instance_count,
+        input_uri=args.input_uri,
+        arguments=list(args.process_arg) if args.process_arg else None,
+        entry_point=args.process_entry_point,
+    )
+
+
+def processing_request(deployment: Deployment, options: ProcessingOptions) -> dict[str, Any]:
+    """The CreateProcessingJob request for ``options``, from the stacks' outputs and the config."""
+    template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
+    try:
+        return create_processing_job_request(template, resolve_processing(template, options))
+    except LaunchError as err:
+        raise OperatorError(str(err)) from None
+
+
+def launch_processing(
+    deployment: Deployment, options: ProcessingOptions, *, dry_run: bool = False, source_dir: Optional[Path] = None
+) -> Launched:
+    """Create one processing job directly (CreateProcessingJob), refusing a non-empty output prefix."""
+    name = options.job_name or (
+        f"{deployment.job_name_prefix}{datetime.now(timezone.utc):%Y%m%d-%H%M%S}-{secrets.token_hex(2)}-process"
+    )
+    options = replace(options, job_name=name)
+    # A bad option is refused before anything is uploaded.
+    checked = replace(options, code_uri=None, entry_point=None) if source_dir is not None else options
+    processing_request(deployment, checked)
+    if source_dir is not None:
+        code_uri = upload_code(deployment, source_dir, str(options.entry_point), name, dry_run=dry_run)
+        options = replace(options, code_uri=code_uri)
+    request = processing_request(deployment, options)
+    if not dry_run:
+        data = deployment.outputs("data", DATA_OUTPUTS)
+        prefix = f"{deployment.config.processing.output_prefix}{name}/"
+        pipeline.check_output_prefix_empty(deployment.aws.client("s3"), data["DatasetsBucketName"], prefix)
+        deployment.aws.client("sagemaker").create_processing_job(**request)
+    return Launched(name, processing_console_url(deployment.aws.region, name), None, request)
+
+
+@dataclass(frozen=True)
+class PipelineLaunch:
+    """A started (or, dry, prepared) pipeline execution.
+
+    Attributes:
+        names: What it will create.
+        execution_arn: The execution.
+        execution_input: What it was started with.
+    """
+
+    names: pipeline.PipelineNames
+    execution_arn: str
+    execution_input: dict[str, Any]
+
+
+def pipeline_input(
+    deployment: Deployment,
+    args: argparse.Namespace,
+    execution_name: str,
+    *,
+    dry_run: bool,
+) -> tuple[dict[str, Any], pipeline.PipelineNames]:
+    """The execution input for the command line's steps (code uploaded unless ``dry_run``), and the names."""
+    project = deployment.config.project_name
+    execution_input: dict[str, Any] = {}
+    if not args.skip_process:
+        execution_input["process"] = {}
+    if not args.skip_train:
+        execution_input["train"] = {}
+    if args.promote:
+        execution_input["promote"] = True
+    if not execution_input:
+        raise OperatorError("--skip-process and --skip-train with no --promote leave the pipeline nothing to do")
+    names = pipeline.pipeline_names(project, execution_name, execution_input)
+    pipeline.check_names(names)
+
+    if names.processing_job:
+        options = processing_options_from_args(args, job_name=names.processing_job)
+        template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
+        try:
+            resolve_processing(template, replace(options, entry_point=None))
+        except LaunchError as err:
+            raise OperatorError(str(err)) from None
+        if args.process_source_dir is not None:
+            code_uri = upload_code(deployment, args.process_source_dir, str(args.process_entry_point), names.processing_job, dry_run=dry_run)
+            options = replace(options, code_uri=code_uri)
+            try:
+                resolve_processing(template, options)
+            except LaunchError as err:
+                raise OperatorError(str(err)) from None
+        execution_input["process"] = {k: v for k, v in options.state_machine_input().items() if k != "job_name"}
+    elif args.input_uri or args.process_arg or args.process_source_dir or args.process_instance_type or args.process_instance_count:
+        raise OperatorError("processing options (--input-uri, --process-*) have no effect with --skip-process")
+
+    if names.training_job:
+        options = replace(options_from_args(args), job_name=names.training_job)
+        check_options(deployment, replace(options, entry_point=None) if args.source_dir else options)
+        if args.source_dir is not None:
+            options = upload_source(deployment, options, args.source_dir, dry_run=dry_run)
+            check_options(deployment, options)
+        execution_input["train"] = {k: v for k, v in options.state_machine_input().items() if k != "job_name"}
+    return execution_input, names
+
+
+def launch_pipeline(deployment: Deployment, args: argparse.Namespace) -> PipelineLaunch:
+    """Start one execution of ``<project>-pipeline`` (or, with ``--dry-run``, only build its input)."""
+    execution_name = args.name or pipeline.default_execution_name()
+    execution_input, names = pipeline_input(deployment, args, execution_name, dry_run=args.dry_run)
+    arn = deployment.pipeline_execution_arn(execution_name)
+    if not args.dry_run:
+        arn = deployment.aws.client("stepfunctions").start_execution(
+            stateMachineArn=deployment.pipeline_arn(), name=execution_name, input=json.dumps(execution_input)
+        )["executionArn"]
+    return PipelineLaunch(names, arn, execution_input)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.launch", description="Start a SageMaker training job (through the workflow by default)."
@@ -302,6 +477,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="upload --source-dir and print its code_key for the GPU cluster (cluster.code_key); start no job",
     )
     parser.add_argument("--direct", action="store_true", help="call CreateTrainingJob instead of starting the workflow")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--pipeline", action="store_true", help="start the pipeline: process -> train (-> promote)")
+    what.add_argument("--process", action="store_true", help="with --direct: create one processing job")
+    parser.add_argument("--skip-process", action="store_true", help="pipeline: no processing step (train on the configured channels)")
+    parser.add_argument("--skip-train", action="store_true", help="pipeline: no training step")
+    parser.add_argument("--promote", action="store_true", help="pipeline: serve the trained model on the deployed endpoint")
+    parser.add_argument("--input-uri", help="processing: raw data, s3://<datasets>/<processing.input_prefix>... (default: all of it)")
+    parser.add_argument(
+        "--process-arg", action="append", default=[], metavar="ARG",
+        help="processing container argument (repeatable; write --process-arg=--shards --process-arg=4)",
+    )
+    parser.add_argument("--process-instance-type", help="processing GPU type (default: config processing.instance_type)")
+    parser.add_argument("--process-instance-count", type=int, help="processing instances (default: config)")
+    parser.add_argument("--process-source-dir", type=Path, help="your processing script's directory")
+    parser.add_argument("--process-entry-point", help="the script in --process-source-dir to run, e.g. prep.py")
     parser.add_argument("--dry-run", action="store_true", help="print the request, send nothing")
     parser.add_argument("--watch", action="store_true", help="follow the job until it ends (exit code = outcome)")
     add_common_arguments(parser)
@@ -325,6 +515,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             + (" -c gpu_training.cluster.legacy_keras=true" if args.legacy_keras else "")
         )
         return 0
+    _refuse_mixed_modes(args)
+    if args.pipeline:
+        return _main_pipeline(deployment, args)
+    if args.process:
+        return _main_processing(deployment, args)
     launched = launch(
         deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir
     )
@@ -346,6 +541,57 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from scripts.watch import follow
 
         return follow(deployment, launched.job_name)
+    return 0
+
+
+def _refuse_mixed_modes(args: argparse.Namespace) -> None:
+    pipeline_only = [flag for flag, on in (("--skip-process", args.skip_process), ("--skip-train", args.skip_train), ("--promote", args.promote)) if on]
+    if pipeline_only and not args.pipeline:
+        raise OperatorError(f"{', '.join(pipeline_only)} only apply to --pipeline")
+    processing = args.input_uri or args.process_arg or args.process_source_dir or args.process_entry_point
+    processing = processing or args.process_instance_type or args.process_instance_count is not None
+    if processing and not (args.pipeline or args.process):
+        raise OperatorError("--input-uri and --process-* options need --pipeline or --process --direct")
+    if args.process:
+        if not args.direct:
+            raise OperatorError(
+                "--process creates one processing job directly: add --direct (through the workflow: --pipeline --skip-train)"
+            )
+        training = [flag for flag, on in (("--hp", args.hp), ("--source-dir", args.source_dir), ("--spot/--on-demand", args.spot is not None),
+                                          ("--instance-type", args.instance_type), ("--instance-count", args.instance_count)) if on]
+        if training:
+            raise OperatorError(f"{', '.join(training)} are training options; a processing job takes --process-* options")
+    if args.pipeline and args.direct:
+        raise OperatorError("--pipeline starts the pipeline's state machine; --direct does not apply")
+
+
+def _main_processing(deployment: Deployment, args: argparse.Namespace) -> int:
+    options = processing_options_from_args(args, job_name=args.name)
+    launched = launch_processing(deployment, options, dry_run=args.dry_run, source_dir=args.process_source_dir)
+    if args.dry_run:
+        print(json.dumps(launched.request, indent=2, sort_keys=True))
+        return 0
+    print(f"processing job: {launched.job_name}")
+    print(f"console: {launched.console_url}")
+    print(f"outputs: s3://{deployment.outputs('data', DATA_OUTPUTS)['DatasetsBucketName']}/{deployment.config.processing.output_prefix}{launched.job_name}/")
+    return 0
+
+
+def _main_pipeline(deployment: Deployment, args: argparse.Namespace) -> int:
+    launched = launch_pipeline(deployment, args)
+    if args.dry_run:
+        print(json.dumps(launched.execution_input, indent=2, sort_keys=True))
+        for line in launched.names.lines():
+            print(line, file=sys.stderr)
+        return 0
+    print(f"execution: {launched.execution_arn}")
+    print(f"console: {execution_console_url(deployment.aws.region, launched.execution_arn)}")
+    for line in launched.names.lines():
+        print(line)
+    if args.watch:
+        from scripts.watch import follow_pipeline
+
+        return follow_pipeline(deployment, launched.execution_arn)
     return 0
 
 

@@ -8,10 +8,14 @@ watching. Run this first::
     python -m scripts.teardown --stop-running     # stop it all and wait until it has ended
     python -m scripts.teardown --stop-running --destroy   # then: npx cdk destroy --all --force
 
-``--stop-running`` stops every RUNNING execution of the training workflow (Step Functions then
-stops its job) and every InProgress job named ``<project>-*`` (including ``--direct`` launches),
-then waits (``--timeout``, default 900 s) until none is InProgress or Stopping. Exit 0 when
-nothing is left running, 1 when something still is.
+``--stop-running`` stops every RUNNING execution of the training workflow and of the pipeline
+(Step Functions then stops their jobs) and every InProgress training or processing job named
+``<project>-*`` (including ``--direct`` launches), then waits (``--timeout``, default 900 s)
+until none is InProgress or Stopping. It then deletes the models and endpoint configs the
+pipeline's promote step created (``<project>-<execution>``: not CloudFormation's, so ``cdk
+destroy`` would leave them) that no endpoint uses any more; with ``--destroy``, once more after
+``cdk destroy`` has removed the endpoint. Exit 0 when nothing is left running, 1 when something
+still is.
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+from botocore.exceptions import ClientError
+
 from scripts.common import (
     EXIT_FAILED,
     EXIT_OK,
     ROOT,
     Deployment,
     add_common_arguments,
+    error_code,
+    error_message,
     project_jobs,
     run,
 )
@@ -44,14 +52,20 @@ class Running:
 
     Attributes:
         executions: ARNs of RUNNING workflow executions.
-        jobs: Names of the project's jobs that are InProgress or Stopping.
+        jobs: Names of the project's training jobs that are InProgress or Stopping.
+        processing_jobs: Names of the project's processing jobs that are InProgress or Stopping.
     """
 
     executions: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
+    processing_jobs: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.executions or self.jobs)
+        return bool(self.executions or self.jobs or self.processing_jobs)
+
+    def names(self) -> list[str]:
+        """Every job and execution name, for one progress line."""
+        return self.jobs + self.processing_jobs + [a.rsplit(":", 1)[-1] for a in self.executions]
 
 
 def find_running(deployment: Deployment) -> Running:
@@ -59,12 +73,96 @@ def find_running(deployment: Deployment) -> Running:
     running = Running()
     if deployment.has_training_stack():
         paginator = deployment.aws.client("stepfunctions").get_paginator("list_executions")
-        arn = deployment.training_outputs()["StateMachineArn"]
-        for page in paginator.paginate(stateMachineArn=arn, statusFilter="RUNNING"):
-            running.executions.extend(e["executionArn"] for e in page["executions"])
+        machines = [deployment.training_outputs()["StateMachineArn"]]
+        if "PipelineStateMachineArn" in deployment.training_outputs():
+            machines.append(deployment.training_outputs()["PipelineStateMachineArn"])
+        for arn in machines:
+            for page in paginator.paginate(stateMachineArn=arn, statusFilter="RUNNING"):
+                running.executions.extend(e["executionArn"] for e in page["executions"])
     for status in ACTIVE:
         running.jobs.extend(j["TrainingJobName"] for j in project_jobs(deployment.aws, deployment.job_name_prefix, status=status))
+        running.processing_jobs.extend(project_processing_jobs(deployment, status))
     return running
+
+
+def project_processing_jobs(deployment: Deployment, status: str) -> list[str]:
+    """Names of the project's processing jobs (``<project>-*``) in ``status``."""
+    paginator = deployment.aws.client("sagemaker").get_paginator("list_processing_jobs")
+    prefix = deployment.job_name_prefix
+    names: list[str] = []
+    for page in paginator.paginate(NameContains=prefix, StatusEquals=status):
+        names.extend(j["ProcessingJobName"] for j in page["ProcessingJobSummaries"] if j["ProcessingJobName"].startswith(prefix))
+    return names
+
+
+@dataclass
+class Leftovers:
+    """Models and endpoint configs of the project that no CloudFormation stack owns.
+
+    Attributes:
+        models: Model names.
+        endpoint_configs: Endpoint config names.
+        in_use: Those an endpoint still serves (kept until it is gone).
+    """
+
+    models: list[str] = field(default_factory=list)
+    endpoint_configs: list[str] = field(default_factory=list)
+    in_use: list[str] = field(default_factory=list)
+
+
+def find_leftovers(deployment: Deployment) -> Leftovers:
+    """The promote step's models and endpoint configs: named ``<project>-*``, owned by no project stack."""
+    sagemaker = deployment.aws.client("sagemaker")
+    prefix = deployment.job_name_prefix
+    owned: set[str] = set()
+    cloudformation = deployment.aws.client("cloudformation")
+    for page in cloudformation.get_paginator("list_stacks").paginate():
+        for stack in page.get("StackSummaries", []):
+            if stack["StackName"].startswith(prefix) and stack["StackStatus"] != "DELETE_COMPLETE":
+                for resources in cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack["StackId"]):
+                    owned.update(
+                        r.get("PhysicalResourceId", "").rsplit("/", 1)[-1]
+                        for r in resources["StackResourceSummaries"]
+                        if r["ResourceType"] in ("AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig")
+                    )
+    serving: set[str] = set()
+    for page in sagemaker.get_paginator("list_endpoints").paginate():
+        for summary in page["Endpoints"]:
+            endpoint = sagemaker.describe_endpoint(EndpointName=summary["EndpointName"])
+            config_names = {endpoint["EndpointConfigName"], (endpoint.get("PendingDeploymentSummary") or {}).get("EndpointConfigName")}
+            for config_name in filter(None, config_names):
+                serving.add(config_name)
+                try:
+                    config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
+                except ClientError:
+                    continue
+                serving.update(v["ModelName"] for v in config["ProductionVariants"])
+    leftovers = Leftovers()
+    for page in sagemaker.get_paginator("list_models").paginate(NameContains=prefix):
+        leftovers.models.extend(m["ModelName"] for m in page["Models"] if m["ModelName"].startswith(prefix) and m["ModelName"] not in owned)
+    for page in sagemaker.get_paginator("list_endpoint_configs").paginate(NameContains=prefix):
+        leftovers.endpoint_configs.extend(
+            c["EndpointConfigName"] for c in page["EndpointConfigs"] if c["EndpointConfigName"].startswith(prefix) and c["EndpointConfigName"] not in owned
+        )
+    leftovers.in_use = sorted(n for n in leftovers.models + leftovers.endpoint_configs if n in serving)
+    return leftovers
+
+
+def delete_leftovers(deployment: Deployment) -> Leftovers:
+    """Delete the promote step's models and endpoint configs no endpoint uses; what is kept (in use)."""
+    leftovers = find_leftovers(deployment)
+    sagemaker = deployment.aws.client("sagemaker")
+    for name in leftovers.endpoint_configs:
+        if name not in leftovers.in_use:
+            print(f"deleting endpoint config {name} (created by the pipeline's promote step)")
+            sagemaker.delete_endpoint_config(EndpointConfigName=name)
+    for name in leftovers.models:
+        if name not in leftovers.in_use:
+            print(f"deleting model {name} (created by the pipeline's promote step)")
+            sagemaker.delete_model(ModelName=name)
+    for name in leftovers.in_use:
+        print(f"keeping {name}: the endpoint still serves it (deleted after cdk destroy --destroy removes the endpoint)")
+    return Leftovers(in_use=leftovers.in_use)
 
 
 def stop_running(
@@ -84,12 +182,19 @@ def stop_running(
     for name in running.jobs:
         print(f"stopping training job {name}")
         stop_job(deployment, name)
+    for name in running.processing_jobs:
+        print(f"stopping processing job {name}")
+        try:
+            deployment.aws.client("sagemaker").stop_processing_job(ProcessingJobName=name)
+        except ClientError as err:
+            # The pipeline's own stop may have got there first.
+            print(f"  {name}: {error_code(err)}: {error_message(err)}")
     deadline = time.monotonic() + timeout
     while True:
         left = find_running(deployment)
         if not left or not wait or time.monotonic() > deadline:
             return left
-        print(f"waiting for {', '.join(left.jobs + [a.rsplit(':', 1)[-1] for a in left.executions])} to end ...")
+        print(f"waiting for {', '.join(left.names())} to end ...")
         sleep(interval)
 
 
@@ -107,6 +212,8 @@ def report(running: Running) -> None:
         print(f"running workflow execution: {arn.rsplit(':', 1)[-1]}")
     for name in running.jobs:
         print(f"running training job: {name}")
+    for name in running.processing_jobs:
+        print(f"running processing job: {name}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,8 +246,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: still running after {args.timeout:.0f}s; not destroying", file=sys.stderr)
         return EXIT_FAILED
     print("nothing left running" if not left else "stop requested; not waiting")
+    delete_leftovers(deployment)
     if args.destroy:
-        return cdk_destroy()
+        returncode = cdk_destroy()
+        if returncode == 0:
+            delete_leftovers(deployment)
+        return returncode
     return EXIT_OK
 
 

@@ -14,9 +14,10 @@ roles and ECR repositories, which that API does not cover everywhere) with a ver
   project stack that still exists, or, with ``--sandbox``, data that should have been deleted;
 * ``kept``: data kept by design (buckets, KMS key, image repository) when
   ``delete_data_on_destroy`` is off: reported, not flagged;
-* ``info``: history that cannot be deleted (finished training jobs, terminated instances,
-  a KMS key pending deletion);
-* ``warning``: anything else still there (network, roles, log groups...).
+* ``info``: history that cannot be deleted (finished training and processing jobs, terminated
+  instances, a KMS key pending deletion);
+* ``warning``: anything else still there (network, roles, log groups, a model or endpoint config
+  the pipeline's promote step created and ``scripts.teardown --stop-running`` did not delete...).
 
 The project comes from the config (``cdk.json`` and ``-c`` overrides, as for ``cdk``), and a
 sandbox (``delete_data_on_destroy``) expects its data gone without ``--sandbox``. Exit status 1
@@ -50,6 +51,7 @@ COMPUTE_TYPES = {
     "states:stateMachine",
     "lambda:function",
     "sagemaker:training-job",
+    "sagemaker:processing-job",
     "sagemaker:notebook-instance",
     "sagemaker:endpoint",
     "ecs:cluster",
@@ -183,6 +185,7 @@ def audit(
         _tagged_roles(client("iam"), project)
         + _tagged_repositories(client("ecr"), project)
         + _project_endpoints(client("sagemaker"), project)
+        + _project_sagemaker_records(client("sagemaker"), project)
     )
     for arn in project_resources:
         arns[arn] = None
@@ -239,6 +242,24 @@ def _project_endpoints(sagemaker: Any, project: str) -> list[str]:
     return found
 
 
+def _project_sagemaker_records(sagemaker: Any, project: str) -> list[str]:
+    # Processing jobs, models and endpoint configs by name too: the pipeline creates them outside
+    # CloudFormation, and neither every emulator's tagging API nor an untagged model lists them.
+    found: list[str] = []
+    listings = (
+        ("list_processing_jobs", "ProcessingJobSummaries", "ProcessingJobName", "ProcessingJobArn"),
+        ("list_models", "Models", "ModelName", "ModelArn"),
+        ("list_endpoint_configs", "EndpointConfigs", "EndpointConfigName", "EndpointConfigArn"),
+    )
+    for operation, key, name_key, arn_key in listings:
+        try:
+            for page in sagemaker.get_paginator(operation).paginate(NameContains=project):
+                found += [item[arn_key] for item in page.get(key, []) if str(item.get(name_key, "")).startswith(f"{project}-")]
+        except ClientError:
+            continue
+    return found
+
+
 def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: Any) -> Finding:
     kind = kind_of(arn)
     name = short_name(arn).split("/")[-1]
@@ -260,6 +281,16 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
         if status in {"InProgress", "Stopping"}:
             return Finding(arn, kind, ERROR, f"compute left behind: training job is {status}")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
+    if kind == "sagemaker:processing-job":
+        status = _processing_job_status(client("sagemaker"), name)
+        if status in {"InProgress", "Stopping"}:
+            return Finding(arn, kind, ERROR, f"compute left behind: processing job is {status}")
+        return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
+    if kind in {"sagemaker:model", "sagemaker:endpoint-config"}:
+        return Finding(
+            arn, kind, WARNING,
+            "left behind (no cost; made by the pipeline's promote step): python -m scripts.teardown --stop-running deletes it",
+        )
     if kind == "sagemaker:endpoint":
         status = _endpoint_status(client("sagemaker"), name)
         if status is None:
@@ -289,6 +320,13 @@ def _instance_state(ec2: Any, instance_id: str) -> str | None:
 def _training_job_status(sagemaker: Any, name: str) -> str | None:
     try:
         return sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+    except ClientError:
+        return None
+
+
+def _processing_job_status(sagemaker: Any, name: str) -> str | None:
+    try:
+        return sagemaker.describe_processing_job(ProcessingJobName=name)["ProcessingJobStatus"]
     except ClientError:
         return None
 

@@ -6,16 +6,25 @@ Usage (from the repository root)::
     python -m scripts.watch gputrain-20260101-120000-ab12
     python -m scripts.watch                      # the project's newest job
     python -m scripts.watch JOB --no-logs --interval 30
+    python -m scripts.watch --execution 20260101-120000-ab12   # a pipeline execution (name or ARN)
+    python -m scripts.watch --pipeline                         # the newest execution of <project>-pipeline
 
 Exit code: 0 completed, 1 failed (the failure reason is printed in full), 4 stopped, 3 when the
 job does not exist. A job launched through the workflow may take a moment to appear; while its
 execution is still running, ``watch`` waits for it (``--start-timeout``), and if the execution
 failed before creating a job, prints the execution's error.
+
+A pipeline execution (``--execution``/``--pipeline``) is followed step by step: the states it
+enters (its execution history), and while its processing or training job runs, the job's status,
+secondary status and log lines as for a job; a promote step shows the endpoint's status. It ends
+with the execution: exit 0 when it succeeded (its output is printed), 1 when it failed (the
+failure's name and cause, e.g. ``TrainingJobFailed: AlgorithmError: ...``), 4 when it was stopped.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -36,11 +45,13 @@ from scripts.common import (
     describe_execution,
     describe_job,
     error_code,
+    execution_console_url,
     format_duration,
     job_console_url,
     project_jobs,
     run,
 )
+from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
 
 END_STATES = {"Completed": EXIT_OK, "Failed": EXIT_FAILED, "Stopped": EXIT_STOPPED}
@@ -74,6 +85,7 @@ class LogFollower:
 
     aws: Aws
     job_name: str
+    log_group: str = SAGEMAKER_LOG_GROUP
     _tokens: dict[str, Optional[str]] = field(default_factory=dict)
 
     def poll(self) -> list[tuple[str, str]]:
@@ -81,7 +93,7 @@ class LogFollower:
         logs = self.aws.client("logs")
         try:
             streams = logs.describe_log_streams(
-                logGroupName=SAGEMAKER_LOG_GROUP, logStreamNamePrefix=f"{self.job_name}/"
+                logGroupName=self.log_group, logStreamNamePrefix=f"{self.job_name}/"
             ).get("logStreams", [])
         except ClientError as err:
             if error_code(err) == "ResourceNotFoundException":
@@ -89,7 +101,7 @@ class LogFollower:
             raise
         lines: list[tuple[str, str]] = []
         for stream in sorted(s["logStreamName"] for s in streams):
-            params: dict[str, Any] = {"logGroupName": SAGEMAKER_LOG_GROUP, "logStreamName": stream, "startFromHead": True}
+            params: dict[str, Any] = {"logGroupName": self.log_group, "logStreamName": stream, "startFromHead": True}
             while True:
                 token = self._tokens.get(stream)
                 if token:
@@ -220,9 +232,180 @@ def newest_job(deployment: Deployment) -> str:
     return str(jobs[0]["TrainingJobName"])
 
 
+# --------------------------------------------------------------------------------------------
+# A pipeline execution
+# --------------------------------------------------------------------------------------------
+
+EXECUTION_END = {"SUCCEEDED": EXIT_OK, "FAILED": EXIT_FAILED, "TIMED_OUT": EXIT_FAILED, "ABORTED": EXIT_STOPPED}
+
+
+def newest_pipeline_execution(deployment: Deployment) -> str:
+    """ARN of the newest execution of ``<project>-pipeline``."""
+    page = deployment.aws.client("stepfunctions").list_executions(stateMachineArn=deployment.pipeline_arn(), maxResults=100)
+    executions = sorted(page.get("executions", []), key=lambda e: e["startDate"], reverse=True)
+    if not executions:
+        raise OperatorError(f"{deployment.config.project_name}-pipeline has no executions yet (python -m scripts.launch --pipeline)")
+    return str(executions[0]["executionArn"])
+
+
+@dataclass
+class _JobTracker:
+    """Prints a processing or training job's changes: status, secondary transitions, log lines."""
+
+    aws: Aws
+    kind: str
+    name: str
+    logs: bool
+    out: TextIO
+    _last: str = ""
+    _transitions: int = 0
+    _follower: Optional[LogFollower] = None
+    _metrics: Optional[MetricParser] = None
+
+    def poll(self) -> Optional[dict[str, Any]]:
+        job = self._describe()
+        if job is None:
+            return None
+        if self.logs and self._follower is None:
+            group = SAGEMAKER_PROCESSING_LOG_GROUP if self.kind == "processing" else SAGEMAKER_LOG_GROUP
+            self._follower = LogFollower(self.aws, self.name, group)
+        if self.kind == "training" and self._metrics is None:
+            self._metrics = MetricParser(job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or load_metric_definitions())
+        transitions = job.get("SecondaryStatusTransitions") or []
+        for transition in transitions[self._transitions :]:
+            print(f"    -> {transition['Status']}: {transition.get('StatusMessage', '')}".rstrip(), file=self.out)
+        self._transitions = len(transitions)
+        if self._follower is not None:
+            for stream, message in self._follower.poll():
+                if self._metrics is not None:
+                    self._metrics.feed(message)
+                print(f"    [{stream}] {message}", file=self.out)
+        status = job.get("TrainingJobStatus") or job.get("ProcessingJobStatus")
+        line = f"  {self.kind} job {self.name}: {status}"
+        if self._metrics is not None:
+            for item in job.get("FinalMetricDataList") or []:
+                self._metrics.last.setdefault(item["MetricName"], f"{item['Value']:g}")
+            if self._metrics.summary():
+                line += f"  {self._metrics.summary()}"
+        reason = job.get("FailureReason")
+        if reason and status in ("Failed", "Stopped"):
+            line += f"  ({reason})"
+        if line != self._last:
+            print(line, file=self.out)
+            self._last = line
+        return job
+
+    def _describe(self) -> Optional[dict[str, Any]]:
+        if self.kind == "training":
+            return describe_job(self.aws, self.name)
+        try:
+            return dict(self.aws.client("sagemaker").describe_processing_job(ProcessingJobName=self.name))
+        except ClientError as err:
+            if "could not find" in str(err).lower():
+                return None
+            raise
+
+
+def follow_pipeline(
+    deployment: Deployment,
+    execution: str,
+    *,
+    interval: float = 15.0,
+    logs: bool = True,
+    out: Optional[TextIO] = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Follow a pipeline execution (name or ARN) step by step until it ends; the exit code of its outcome."""
+    from scripts.pipeline import pipeline_names
+
+    out = out or sys.stdout
+    aws = deployment.aws
+    arn = deployment.pipeline_execution_arn(execution)
+    described = describe_execution(aws, arn)
+    if described is None:
+        raise OperatorError(f"pipeline execution {execution} not found in {aws.region} (see the output of scripts.launch --pipeline)")
+    try:
+        execution_input = json.loads(described.get("input") or "{}")
+    except json.JSONDecodeError:
+        execution_input = {}
+    names = pipeline_names(deployment.config.project_name, described["name"], execution_input if isinstance(execution_input, dict) else {})
+    print(f"following pipeline execution {described['name']}  {execution_console_url(aws.region, arn)}", file=out)
+    for line in names.lines():
+        print(f"  {line}", file=out)
+    trackers = [
+        _JobTracker(aws, kind, name, logs, out)
+        for kind, name in (("processing", names.processing_job), ("training", names.training_job))
+        if name
+    ]
+    sfn = aws.client("stepfunctions")
+    seen_events = 0
+    endpoint_line = ""
+    while True:
+        described = describe_execution(aws, arn) or described
+        try:
+            events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+        except ClientError:
+            events = []
+        for event in events[seen_events:]:
+            if event["type"].endswith("StateEntered"):
+                print(f"  step {event['stateEnteredEventDetails']['name']}", file=out)
+        seen_events = max(seen_events, len(events))
+        for tracker in trackers:
+            tracker.poll()
+        if names.model:
+            endpoint_line = _endpoint_status(deployment, endpoint_line, out)
+        status = described["status"]
+        if status in EXECUTION_END:
+            return _report_execution(described, out)
+        sleep(interval)
+
+
+def _endpoint_status(deployment: Deployment, last: str, out: TextIO) -> str:
+    name = f"{deployment.config.project_name}-endpoint"
+    try:
+        endpoint = deployment.aws.client("sagemaker").describe_endpoint(EndpointName=name)
+    except ClientError:
+        return last
+    pending = (endpoint.get("PendingDeploymentSummary") or {}).get("EndpointConfigName")
+    line = f"  endpoint {name}: {endpoint['EndpointStatus']} on {endpoint['EndpointConfigName']}"
+    if pending:
+        line += f" (updating to {pending})"
+    if endpoint.get("FailureReason"):
+        line += f"  ({endpoint['FailureReason']})"
+    if line != last:
+        print(line, file=out)
+    return line
+
+
+def _report_execution(described: dict[str, Any], out: TextIO) -> int:
+    status = described["status"]
+    print(f"pipeline execution {described['name']} {status}", file=out)
+    if status == "SUCCEEDED":
+        try:
+            output = json.loads(described.get("output") or "null")
+        except json.JSONDecodeError:
+            output = described.get("output")
+        if isinstance(output, dict):
+            for key, value in output.items():
+                if value is not None:
+                    print(f"  {key}: {value}", file=out)
+        elif output is not None:
+            print(f"  output: {output}", file=out)
+    else:
+        error = described.get("error") or status
+        cause = described.get("cause") or "no cause recorded"
+        print(f"  {error}: {cause}", file=out)
+    return EXECUTION_END[status]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scripts.watch", description="Follow a training job until it ends.")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.watch", description="Follow a training job, or a pipeline execution, until it ends."
+    )
     parser.add_argument("job_name", nargs="?", help="training job (default: the project's newest)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--execution", metavar="ARN|NAME", help="follow this execution of <project>-pipeline")
+    which.add_argument("--pipeline", action="store_true", help="follow the newest execution of <project>-pipeline")
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
     parser.add_argument("--no-logs", dest="logs", action="store_false", help="do not print the job's log lines")
     parser.add_argument("--start-timeout", type=float, default=120.0, help="wait this long for the workflow to create the job")
@@ -231,8 +414,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.job_name and (args.execution or args.pipeline):
+        parser.error("give a training job, or --execution/--pipeline, not both")
     deployment = Deployment.from_args(args)
+    if args.execution or args.pipeline:
+        execution = args.execution or newest_pipeline_execution(deployment)
+        return follow_pipeline(deployment, execution, interval=args.interval, logs=args.logs)
     name = args.job_name or newest_job(deployment)
     return follow(deployment, name, interval=args.interval, logs=args.logs, start_timeout=args.start_timeout)
 

@@ -8,7 +8,9 @@ Modules:
     server: the in-process moto server, its environment, seeded public parameters.
     gaps: workarounds for moto's gaps, each naming the gap it covers.
     custom_resources: local stand-ins for the Lambda functions behind CDK custom resources.
-    sagemaker: the local runner that plays SageMaker for jobs created on the emulator.
+    sagemaker: the local runner that plays SageMaker for training and processing jobs created on the emulator.
+    states: the local Step Functions executor (JSONata-mode definitions, npm jsonata in node).
+    hosting: local serving processes for endpoints (and UpdateEndpoint's switch to a new model).
     cdk: the CDK CLI, run as a user runs it.
     lifecycle: the phases, timed.
 """

@@ -4,6 +4,7 @@
     scripts/run-local.sh --keep          # stop after the summary; explore until Ctrl-C
     scripts/run-local.sh --sandbox       # delete_data_on_destroy=true: data goes too
     scripts/run-local.sh --real-account  # the same flow on your AWS credentials' account
+    scripts/run-local.sh --pipeline      # raw data -> pipeline (process -> train) -> serve -> pipeline with promote
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "mode on synthetic images, instead of the built-in MLP (no serving phase)",
     )
     parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="run the pipeline from raw CSV rows instead of one job: process -> train, serve that model, then "
+        "process -> train -> promote on fresh raw data and invoke the promoted model",
+    )
+    parser.add_argument(
         "--job-timeout", type=float, default=900, metavar="SECONDS", help="longest wait for the training job (default: 900)"
     )
     parser.add_argument("--port", type=int, help="emulator port (default: a free one)")
@@ -52,6 +59,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     parser.add_argument("-c", "--context", action="append", default=[], metavar="KEY=VALUE", help="extra CDK context")
     parser.add_argument("-v", "--verbose", action="store_true", help="stream the CDK CLI's output")
     args = parser.parse_args(argv)
+    if args.pipeline and (args.no_train or args.no_serve or args.user_script):
+        parser.error("--pipeline trains, serves and promotes: it does not combine with --no-train, --no-serve or --user-script")
     context = {}
     for item in args.context:
         key, sep, value = item.partition("=")
@@ -74,6 +83,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         # The serving phase checks held-out feature rows against the built-in model; the example
         # user script is an image classifier, so --user-script stops after training.
         serve=not args.no_serve and not args.user_script,
+        pipeline=args.pipeline,
     )
 
 
@@ -115,7 +125,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if options.real_account:
             run.preflight()
         run.deploy()
-        if options.train:
+        if options.pipeline:
+            first, second = run.upload_raw_data()
+            run.run_pipeline(first, promote=False)  # the endpoint does not exist yet: no promote
+            run.deploy_endpoint()  # scripts.promote's path, with the pipeline's training job
+            run.invoke_endpoint()
+            run.run_pipeline(second, promote=True)
+            run.check_promoted()
+            run.invoke_endpoint()
+        elif options.train:
             run.upload_dataset()
             run.launch()
             run.train()

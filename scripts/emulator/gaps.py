@@ -29,10 +29,14 @@ def apply_all() -> None:
     _non_empty_bucket_delete_fails()
     _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
+    _processing_jobs_wait_for_a_runner()
+    _stop_jobs()
     _validate_images_and_instance_types()
     _hosting_instance_types()
     _endpoint_names_from_template()
     _endpoint_invocations()
+    _update_endpoint()
+    _executions_run_locally()
 
 
 def _kms_key_from_template() -> None:
@@ -187,6 +191,75 @@ def _training_jobs_wait_for_a_runner() -> None:
     PATCHES.set(SageMakerResponse, "create_training_job", create_training_job_response)
 
 
+def _processing_jobs_wait_for_a_runner() -> None:
+    # Gap: moto runs no processing. CreateProcessingJob returns a job that is already
+    # "Completed" (with an end time at creation), and drops the request's ProcessingResources,
+    # Environment and any output it cannot map. Here a new job stays InProgress with the whole
+    # request, so DescribeProcessingJob reads as on AWS, until the local runner
+    # (scripts.emulator.sagemaker) plays SageMaker Processing and records the outcome.
+    from moto.sagemaker.responses import SageMakerResponse
+
+    original_response = SageMakerResponse.create_processing_job
+
+    def create_processing_job_response(self: Any) -> Any:
+        result = original_response(self)
+        job = self.sagemaker_backend.processing_jobs[self._get_param("ProcessingJobName")]
+        job.processing_job_status = "InProgress"
+        job.processing_end_time = None
+        # Attributes become DescribeProcessingJob fields (moto camel-cases __dict__), as on AWS.
+        job.processing_resources = self._get_param("ProcessingResources")
+        job.environment = self._get_param("Environment") or None
+        job.app_specification = self._get_param("AppSpecification")
+        job.processing_inputs = self._get_param("ProcessingInputs")
+        job.processing_output_config = self._get_param("ProcessingOutputConfig")
+        job.network_config = self._get_param("NetworkConfig")
+        job.stopping_condition = self._get_param("StoppingCondition")
+        return result
+
+    PATCHES.set(SageMakerResponse, "create_processing_job", create_processing_job_response)
+
+
+def _stop_jobs() -> None:
+    # Gap: moto has no StopTrainingJob ("not yet implemented"), and its StopProcessingJob marks a
+    # job Stopped at once while nothing stops (and the local runner would then overwrite the
+    # status). On SageMaker a stop turns an InProgress job Stopping; the instances get SIGTERM and
+    # the job ends Stopped; stopping a job that has ended is a ValidationException. Here the job
+    # turns Stopping and the local runner (scripts.emulator.sagemaker) ends its container and
+    # records Stopped.
+    from moto.core.responses import EmptyResult
+    from moto.core.utils import utcnow
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def stop_training_job(self: Any) -> Any:
+        name = self._get_param("TrainingJobName")
+        self.sagemaker_backend.describe_training_job(name)  # ValidationError when it does not exist
+        job = self.sagemaker_backend.training_jobs[name]
+        if job.training_job_status != "InProgress":
+            raise ValidationError(message=f"The request was rejected because the training job is in status {job.training_job_status}.")
+        now = utcnow()
+        transitions = list(job.secondary_status_transitions or [])
+        if transitions and "EndTime" not in transitions[-1]:
+            transitions[-1] = {**transitions[-1], "EndTime": now}
+        job.secondary_status_transitions = [*transitions, {"Status": "Stopping", "StartTime": now, "StatusMessage": "Stopping the job (StopTrainingJob)"}]
+        job.training_job_status = job.secondary_status = "Stopping"
+        job.last_modified_time = now
+        return EmptyResult()
+
+    def stop_processing_job(self: Any) -> Any:
+        name = self._get_param("ProcessingJobName")
+        self.sagemaker_backend.describe_processing_job(name)  # ValidationError when it does not exist
+        job = self.sagemaker_backend.processing_jobs[name]
+        if job.processing_job_status != "InProgress":
+            raise ValidationError(message=f"The request was rejected because the processing job is in status {job.processing_job_status}.")
+        job.processing_job_status = "Stopping"
+        job.last_modified_time = utcnow()
+        return EmptyResult()
+
+    PATCHES.set(SageMakerResponse, "stop_training_job", stop_training_job)
+    PATCHES.set(SageMakerResponse, "stop_processing_job", stop_processing_job)
+
+
 def _validate_images_and_instance_types() -> None:
     # Not a gap but a default: moto accepts any AMI id and instance type unless told to check.
     # Check both, as EC2 does, so a template naming an image or type that does not exist fails
@@ -233,6 +306,41 @@ def _endpoint_invocations() -> None:
     from scripts.emulator.hosting import install_invoke_route
 
     install_invoke_route()
+
+
+def _update_endpoint() -> None:
+    # Gap: moto has no UpdateEndpoint ("not yet implemented"), the call the pipeline's promote step
+    # makes to move the endpoint to a new model. Here it checks what SageMaker checks (the
+    # endpoint and the config exist, the endpoint is InService), then leaves the endpoint
+    # Updating with the new config pending (PendingDeploymentSummary; EndpointConfigName stays
+    # the serving one until the update is done, as on AWS). The local hosting runner
+    # (scripts.emulator.hosting) starts the new model and finishes the update: InService on the
+    # new config, or back on the old one with a FailureReason when the new model does not start.
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def update_endpoint(self: Any) -> Any:
+        name = self._get_param("EndpointName")
+        config_name = self._get_param("EndpointConfigName")
+        backend = self.sagemaker_backend
+        backend.describe_endpoint(name)  # ValidationError: Could not find endpoint
+        backend.describe_endpoint_config(config_name)  # ValidationError: Could not find endpoint configuration
+        endpoint = backend.endpoints[name]
+        if endpoint.endpoint_status != "InService":
+            raise ValidationError(message=f'Cannot update in-progress endpoint "{endpoint.arn}".')
+        now = utcnow()
+        endpoint.endpoint_status = "Updating"
+        endpoint.failure_reason = None
+        endpoint.pending_deployment_summary = {"EndpointConfigName": config_name, "StartTime": now}
+        deployment = self._get_param("DeploymentConfig")
+        if deployment:
+            endpoint.last_deployment_config = deployment
+        endpoint.last_modified_time = now
+        return ActionResult({"EndpointArn": endpoint.arn})
+
+    PATCHES.set(SageMakerResponse, "update_endpoint", update_endpoint)
 
 
 def _get_stack_output() -> None:
@@ -343,3 +451,47 @@ def _bucket_versioning_and_public_access_block() -> None:
         return bucket
 
     PATCHES.set(FakeBucket, "create_from_cloudformation_json", classmethod(create))
+
+
+def _executions_run_locally() -> None:
+    # Gap: moto's Step Functions runs no state. An execution is RUNNING forever (or FAILED at once
+    # when SF_EXECUTION_HISTORY_TYPE=FAILURE), StopExecution drops the error and cause it is
+    # given, and GetExecutionHistory answers a canned four-event history for any execution. The
+    # local executor (scripts.emulator.states) runs executions and records their outcome; here a
+    # new execution always starts RUNNING for it, a stop keeps its error and cause (as
+    # DescribeExecution shows them on AWS), and the history is the one the executor recorded.
+    from moto.stepfunctions.models import Execution, StepFunctionBackend
+    from moto.stepfunctions.responses import StepFunctionResponse
+
+    original_init = Execution.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.status = "RUNNING"
+
+    PATCHES.set(Execution, "__init__", init)
+
+    def stop_execution(self: Any) -> Any:
+        from moto.core.responses import ActionResult
+
+        arn = self._get_param("executionArn")
+        execution = self.stepfunction_backend.stop_execution(arn)
+        error, cause = self._get_param("error"), self._get_param("cause")
+        if error is not None:
+            execution.error = error
+        if cause is not None:
+            execution.cause = cause
+        return ActionResult({"stopDate": execution.stop_date})
+
+    PATCHES.set(StepFunctionResponse, "stop_execution", stop_execution)
+
+    original_history = StepFunctionBackend.get_execution_history
+
+    def get_execution_history(self: Any, execution_arn: str) -> dict[str, Any]:
+        from scripts.emulator.states import HISTORIES
+
+        original_history(self, execution_arn)  # ExecutionDoesNotExist for an unknown ARN
+        history = HISTORIES.get(execution_arn)
+        return {"events": list(history.events) if history is not None else []}
+
+    PATCHES.set(StepFunctionBackend, "get_execution_history", get_execution_history)

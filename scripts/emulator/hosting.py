@@ -14,6 +14,12 @@ data. For an endpoint, this runner does what SageMaker hosting does around the i
    carrying ``OriginalStatusCode`` and ``OriginalMessage``; an unknown endpoint is a
    ``ValidationError``.
 
+UpdateEndpoint (which moto lacks; see ``gaps._update_endpoint``) leaves the endpoint Updating with
+the new config pending; while it serves an endpoint, this runner notices, starts the new config's
+model the same way and, once its ``/ping`` answers, moves the route and the endpoint to it
+(InService on the new config) and stops the old process. A new model that does not start leaves
+the endpoint InService on the old config with a FailureReason, as SageMaker's rollback does.
+
 Emulator only: on AWS, SageMaker runs the image on the GPU instances itself. The emulator has no
 GPU, so the process is told to expect none (``EXPECTED_GPU_COUNT=0``), as the training runner does.
 """
@@ -25,6 +31,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -55,6 +62,7 @@ class HostedEndpoint:
         model_dir: Where the artifact was extracted (``/opt/ml/model``).
         log_file: The container's stdout and stderr.
         process: The serving process.
+        config_name: The endpoint config it serves.
     """
 
     name: str
@@ -64,6 +72,7 @@ class HostedEndpoint:
     model_dir: Path
     log_file: Path
     process: subprocess.Popen[bytes]
+    config_name: str = ""
 
 
 def _split_s3(uri: str) -> tuple[str, str]:
@@ -81,6 +90,7 @@ class LocalHosting:
         work_dir: Model directories and container logs.
         on_event: Called with one-line progress messages.
         hosted: Endpoints served, by name.
+        start_timeout_seconds: Longest wait for a new serving process's ``/ping`` to answer 200.
     """
 
     endpoint_url: str
@@ -88,6 +98,9 @@ class LocalHosting:
     work_dir: Path
     on_event: Callable[[str], None] = print
     hosted: dict[str, HostedEndpoint] = field(default_factory=dict)
+    start_timeout_seconds: float = START_TIMEOUT_SECONDS
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _watcher: threading.Thread | None = None
 
     def _client(self, service: str) -> Any:
         from scripts.emulator.server import client
@@ -95,17 +108,25 @@ class LocalHosting:
         return client(service, endpoint_url=self.endpoint_url, region=self.region)
 
     def serve(self, endpoint_name: str) -> HostedEndpoint:
-        """Play SageMaker hosting for ``endpoint_name`` until :meth:`stop`."""
+        """Play SageMaker hosting for ``endpoint_name`` (and its later updates) until :meth:`stop`."""
         install_invoke_route()
+        endpoint = self._client("sagemaker").describe_endpoint(EndpointName=endpoint_name)
+        hosted = self._start(endpoint_name, endpoint["EndpointConfigName"])
+        self.hosted[endpoint_name] = hosted
+        ROUTES[endpoint_name] = hosted.url
+        self._watch_updates()
+        return hosted
+
+    def _start(self, endpoint_name: str, config_name: str) -> HostedEndpoint:
+        """Start and health-check the serving process of ``config_name``'s model (raises if it never gets healthy)."""
         sagemaker, s3 = self._client("sagemaker"), self._client("s3")
-        endpoint = sagemaker.describe_endpoint(EndpointName=endpoint_name)
-        config = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
+        config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
         variant = config["ProductionVariants"][0]
         model = sagemaker.describe_model(ModelName=variant["ModelName"])
         container = model["PrimaryContainer"]
         model_data_url = container["ModelDataUrl"]
 
-        base = self.work_dir / endpoint_name
+        base = self.work_dir / endpoint_name / config_name
         model_dir = base / "model"
         model_dir.mkdir(parents=True, exist_ok=True)
         archive = base / "model.tar.gz"
@@ -135,20 +156,70 @@ class LocalHosting:
             process = subprocess.Popen(
                 [sys.executable, "-m", "trainer", "serve"], cwd=TRAINING_IMAGE_DIR, env=env, stdout=sink, stderr=sink
             )
-        hosted = HostedEndpoint(endpoint_name, variant["ModelName"], model_data_url, f"http://127.0.0.1:{port}", model_dir, log_file, process)
-        self.hosted[endpoint_name] = hosted
+        hosted = HostedEndpoint(
+            endpoint_name, variant["ModelName"], model_data_url, f"http://127.0.0.1:{port}", model_dir, log_file, process, config_name
+        )
         started = time.monotonic()
-        self._wait_healthy(hosted)
-        ROUTES[endpoint_name] = hosted.url
+        try:
+            self._wait_healthy(hosted)
+        except RuntimeError:
+            _terminate(hosted.process)
+            raise
         self.on_event(
             f"endpoint {endpoint_name}: python -m trainer serve healthy on {hosted.url} after "
             f"{time.monotonic() - started:.1f}s (log: {log_file})"
         )
         return hosted
 
-    @staticmethod
-    def _wait_healthy(hosted: HostedEndpoint) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    # --- UpdateEndpoint ------------------------------------------------------------------------
+
+    def _watch_updates(self) -> None:
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch, name="local-hosting-updates", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        from moto.sagemaker.models import sagemaker_backends
+
+        while not self._stop.is_set():
+            for backend in _region_backends(sagemaker_backends, self.region):
+                for name, endpoint in list(backend.endpoints.items()):
+                    pending = getattr(endpoint, "pending_deployment_summary", None)
+                    if name in self.hosted and endpoint.endpoint_status == "Updating" and pending:
+                        self.update(endpoint, pending["EndpointConfigName"])
+            self._stop.wait(0.5)
+
+    def update(self, endpoint: Any, config_name: str) -> None:
+        """Move ``endpoint`` (moto's, Updating) to ``config_name``: new process first, then the route."""
+        from moto.core.utils import utcnow
+
+        name = endpoint.endpoint_name
+        self.on_event(f"endpoint {name}: UpdateEndpoint to {config_name} (blue/green played locally)")
+        try:
+            hosted = self._start(name, config_name)
+        except Exception as err:  # noqa: BLE001 - any failure to start rolls back, as on SageMaker
+            endpoint.endpoint_status = "InService"
+            endpoint.failure_reason = f"Update to {config_name} rolled back: the new model did not start: {err}"[:1024]
+            endpoint.pending_deployment_summary = None
+            endpoint.last_modified_time = utcnow()
+            self.on_event(f"endpoint {name}: update rolled back; still serving {self.hosted[name].config_name}")
+            return
+        old = self.hosted[name]
+        ROUTES[name] = hosted.url
+        self.hosted[name] = hosted
+        _terminate(old.process)
+        backend = _backend_of(endpoint)
+        variants = backend.endpoint_configs[config_name].production_variants
+        endpoint.production_variants = endpoint._process_production_variants(variants)
+        endpoint.endpoint_config_name = config_name
+        endpoint.failure_reason = None
+        endpoint.pending_deployment_summary = None
+        endpoint.endpoint_status = "InService"
+        endpoint.last_modified_time = utcnow()
+        self.on_event(f"endpoint {name}: InService on {config_name} ({hosted.model_data_url})")
+
+    def _wait_healthy(self, hosted: HostedEndpoint) -> None:
+        deadline = time.monotonic() + self.start_timeout_seconds
         last = ""
         while time.monotonic() < deadline:
             if hosted.process.poll() is not None:
@@ -162,20 +233,39 @@ class LocalHosting:
             except OSError:
                 pass
             time.sleep(0.3)
-        raise RuntimeError(f"{hosted.name} never answered /ping 200 within {START_TIMEOUT_SECONDS}s: {last} (see {hosted.log_file})")
+        raise RuntimeError(f"{hosted.name} never answered /ping 200 within {self.start_timeout_seconds:.0f}s: {last} (see {hosted.log_file})")
 
     def stop(self) -> None:
-        """Stop every serving process (SIGTERM, then SIGKILL) and drop its route."""
+        """Stop watching for updates, stop every serving process (SIGTERM, then SIGKILL), drop its route."""
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=self.start_timeout_seconds + 30)
+            self._watcher = None
         for name, hosted in list(self.hosted.items()):
             ROUTES.pop(name, None)
-            if hosted.process.poll() is None:
-                hosted.process.terminate()
-                try:
-                    hosted.process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    hosted.process.kill()
-                    hosted.process.wait(timeout=15)
+            _terminate(hosted.process)
             del self.hosted[name]
+
+
+def _terminate(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+
+def _region_backends(backends: Any, region: str) -> list[Any]:
+    return [account_backends[region] for account_backends in backends.values() if region in account_backends]
+
+
+def _backend_of(endpoint: Any) -> Any:
+    from moto.sagemaker.models import sagemaker_backends
+
+    account, region = endpoint.arn.split(":")[4], endpoint.arn.split(":")[3]
+    return sagemaker_backends[account][region]
 
 
 def install_invoke_route() -> None:

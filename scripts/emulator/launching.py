@@ -33,11 +33,10 @@ def launch_arguments(run: "Lifecycle", *, user_script: bool = False) -> list[str
             *arguments,
             "--hp", "batch-size=32",
         ]
-    if run.emulator is not None:
-        # Emulator gap: moto's Step Functions records an execution but runs no state, so the
-        # workflow's createTrainingJob.sync task never calls SageMaker. --direct sends the
-        # CreateTrainingJob request the workflow would send (built by the same function).
-        arguments.append("--direct")
+    # Through the deployed workflow, as a user launches: on the emulator the local Step Functions
+    # executor (scripts.emulator.states) runs its real definition, JSONata and all, and its
+    # createTrainingJob.sync task creates the job the local runner trains. (--direct, which sends
+    # the same request without the workflow, is tested in tests/scripts.)
     return arguments
 
 

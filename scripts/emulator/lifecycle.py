@@ -53,6 +53,9 @@ class Options:
         user_script: Train the example user script (training_image/examples/keras_image_classifier,
             SageMaker script mode) on a synthetic image dataset instead of the built-in MLP on CSV rows.
         serve: After training, serve the model on the endpoint and invoke it (with ``train``).
+        pipeline: Instead of one training job, the pipeline from raw data: process -> train,
+            serve that model, then process -> train -> promote on fresh raw data and invoke
+            the promoted model (see :meth:`Lifecycle.run_pipeline`).
     """
 
     real_account: bool = False
@@ -71,6 +74,7 @@ class Options:
     echo_cdk: bool = False
     user_script: bool = False
     serve: bool = True
+    pipeline: bool = False
 
 
 @dataclass
@@ -136,6 +140,29 @@ class DeployCheck:
     unsignalled: list[str] = field(default_factory=list)
 
 
+@dataclass
+class PipelineRun:
+    """One execution of ``<project>-pipeline`` and what it made.
+
+    Attributes:
+        execution: DescribeExecution of the ended execution.
+        output: Its output (SUCCEEDED).
+        launch_output: What ``scripts.launch --pipeline`` printed.
+        watch_output: What ``scripts.watch --execution`` printed while following it.
+        processing_job: DescribeProcessingJob of its processing job.
+        training_job: DescribeTrainingJob of its training job.
+        seconds: From launch to the end of the execution.
+    """
+
+    execution: dict[str, Any]
+    output: dict[str, Any]
+    launch_output: str
+    watch_output: str
+    processing_job: dict[str, Any]
+    training_job: dict[str, Any]
+    seconds: float
+
+
 class Lifecycle:
     """One run of the platform lifecycle (emulator or real account)."""
 
@@ -145,6 +172,8 @@ class Lifecycle:
         self.work_dir = options.work_dir
         self.emulator: Any = None
         self.runner: Any = None
+        self.states: Any = None
+        self.execution: dict[str, Any] = {}
         self.env: dict[str, str] = {}
         self.cdk: Cdk | None = None
         self.assembly = self.work_dir / "cdk.out"
@@ -164,6 +193,9 @@ class Lifecycle:
         self.endpoint_name: str | None = None
         self.predictions: list[dict[str, Any]] = []
         self.heldout_accuracy: float | None = None
+        # The pipeline (raw data -> shards -> model -> endpoint).
+        self.raw_uris: list[str] = []
+        self.pipeline_runs: list[PipelineRun] = []
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -273,6 +305,15 @@ class Lifecycle:
                         on_event=self.progress.say,
                     )
                     self.runner.start()
+                    from scripts.emulator.states import LocalStepFunctions
+
+                    self.states = LocalStepFunctions(
+                        endpoint_url=self.emulator.endpoint_url,
+                        region=self.region,
+                        account=self.account,
+                        on_event=self.progress.say,
+                    )
+                    self.states.start()
         self.cdk = Cdk(env=self.env, context=self.context, log_file=self.work_dir / "cdk.log", echo=self.options.echo_cdk)
 
     def bootstrap_and_synth(self) -> None:
@@ -478,11 +519,17 @@ class Lifecycle:
                 try:
                     job = sagemaker.describe_training_job(TrainingJobName=self.job_name)
                 except ClientError as err:
-                    # Through the workflow (real account) the job appears a few seconds after
-                    # the execution starts.
+                    # Through the workflow the job appears once the execution has checked the
+                    # launch options; an execution that failed before creating it says why.
                     if "could not find" not in str(err).lower() or time.monotonic() > deadline:
                         raise
-                    time.sleep(5)
+                    execution = self._training_execution()
+                    if execution and execution["status"] != "RUNNING":
+                        raise RuntimeError(
+                            f"workflow execution {self.job_name} {execution['status']} before creating its job: "
+                            f"{execution.get('error', '')}: {execution.get('cause', '')}"
+                        ) from None
+                    time.sleep(1 if self.emulator else 5)
                     continue
                 state = f"{job['TrainingJobStatus']}/{job.get('SecondaryStatus', '')}"
                 if state != last and self.emulator is None:
@@ -496,6 +543,37 @@ class Lifecycle:
             self.job = job
             if job["TrainingJobStatus"] != "Completed":
                 raise RuntimeError(f"training job {self.job_name} {job['TrainingJobStatus']}: {job.get('FailureReason', '')}")
+            self.execution = self._wait_training_execution(deadline)
+            if self.execution:
+                self.progress.say(
+                    f"workflow execution {self.job_name}: {self.execution['status']} "
+                    f"(output {self.execution.get('output', '')[:200]})"
+                )
+                if self.execution["status"] != "SUCCEEDED":
+                    raise RuntimeError(
+                        f"workflow execution {self.job_name} {self.execution['status']}: "
+                        f"{self.execution.get('error', '')}: {self.execution.get('cause', '')}"
+                    )
+
+    def _training_execution(self) -> dict[str, Any] | None:
+        """The training workflow's execution named after the job (``None`` for a direct launch)."""
+        training = self.outputs.get(f"{self.config().project_name}-training") or {}
+        machine = training.get("StateMachineArn")
+        if not machine or self.job_name is None:
+            return None
+        arn = machine.replace(":stateMachine:", ":execution:", 1) + f":{self.job_name}"
+        try:
+            return dict(self.client("stepfunctions").describe_execution(executionArn=arn))
+        except ClientError:
+            return None
+
+    def _wait_training_execution(self, deadline: float) -> dict[str, Any]:
+        # The job has ended; the workflow notices at its next poll and ends too.
+        while True:
+            execution = self._training_execution()
+            if execution is None or execution["status"] != "RUNNING" or time.monotonic() > deadline:
+                return execution or {}
+            time.sleep(0.5 if self.emulator else 15)
 
     def summary(self) -> str:
         """Stack outputs, job outcome, final metrics, artifact location."""
@@ -516,6 +594,11 @@ class Lifecycle:
             if self.runner and self.job_name in self.runner.outcomes:
                 outcome = self.runner.outcomes[self.job_name]
                 lines.append(f"  container log              {outcome.log_file}")
+        for run in self.pipeline_runs:
+            lines.append(f"pipeline execution {run.execution['name']}: {run.execution['status']} in {run.seconds:.1f}s")
+            for key, value in run.output.items():
+                if value is not None:
+                    lines.append(f"  {key:<26} {value}")
         if self.emulator and self.deploy_check.skipped_types:
             skipped = ", ".join(sorted(self.deploy_check.skipped_types))
             lines.append(f"emulator skipped (unsupported resource types): {skipped}")
@@ -609,38 +692,133 @@ class Lifecycle:
 
     def _heldout_rows(self, rows: int) -> tuple[Path, list[int]]:
         local = self.work_dir / "heldout"
-        examples = self.options.examples
-        if examples % 2:
+        if self.options.examples % 2:
             raise RuntimeError("held-out rows need an even --examples (the training data is two equal shards)")
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "trainer.synthetic",
-                "--format",
-                "csv",
-                "--out",
-                str(local),
-                "--examples",
-                str(examples // 2 * 3),
-                "--features",
-                str(self.options.features),
-                "--classes",
-                str(self.options.classes),
-                "--shards",
-                "3",
-            ],
-            cwd=ROOT / "training_image",
-            check=True,
-            capture_output=True,
-            text=True,
-        )
+        self._synthetic_rows(local, shards=3)
         lines = (local / "part-00002.csv").read_text(encoding="utf-8").splitlines()[1 : rows + 1]  # no header
         features = [line.rsplit(",", 1)[0] for line in lines]
         labels = [int(line.rsplit(",", 1)[1]) for line in lines]
         path = local / "heldout-features.csv"
         path.write_text("\n".join(features) + "\n", encoding="utf-8")
         return path, labels
+
+    # --- the pipeline: raw data -> shards -> model -> endpoint -----------------------------------
+
+    def upload_raw_data(self, runs: int = 2) -> list[str]:
+        """Raw CSV rows (``trainer.synthetic``) under the datasets bucket's raw prefix, one folder per run.
+
+        The generator writes three shards of ``examples / 2`` rows from one seed (so one set of
+        class centroids): shard ``i`` is run ``i+1``'s raw data, and the third shard is the
+        held-out rows :meth:`invoke_endpoint` sends, so every run learns the same task from rows
+        the other has not seen.
+        """
+        with self.progress.phase("raw data upload"):
+            config = self.config()
+            bucket = self.outputs[f"{config.project_name}-data"]["DatasetsBucketName"]
+            local = self.work_dir / "raw"
+            self._synthetic_rows(local, shards=3)
+            s3 = self.client("s3")
+            self.raw_uris = []
+            for run in range(runs):
+                prefix = f"{config.processing.input_prefix}run-{run + 1}/"
+                s3.upload_file(str(local / f"part-{run:05d}.csv"), bucket, f"{prefix}part-{run:05d}.csv")
+                self.raw_uris.append(f"s3://{bucket}/{prefix}")
+                self.progress.say(f"raw CSV rows ({self.options.examples // 2}) -> s3://{bucket}/{prefix}")
+        return self.raw_uris
+
+    def run_pipeline(self, raw_uri: str, *, promote: bool) -> PipelineRun:
+        """``scripts.launch --pipeline`` on ``raw_uri``, followed to its end with ``scripts.watch --execution``.
+
+        On the emulator the local Step Functions executor runs the deployed pipeline's
+        definition; the local runner plays its processing job (``python -m trainer process``)
+        and training job, and local hosting plays the promotion's UpdateEndpoint.
+        """
+        steps = "process -> train -> promote" if promote else "process -> train"
+        with self.progress.phase(f"pipeline: {steps}"):
+            started = time.monotonic()
+            arguments = [
+                "--pipeline",
+                "--input-uri", raw_uri,
+                "--process-arg=--shards", "--process-arg=2",
+                "--hp", f"epochs={self.options.epochs}",
+                # The transform keeps a tenth of the rows for validation: smaller batches give the
+                # model as many steps as the one-job flow on its 2000 rows.
+                "--hp", "batch_size=64",
+            ]
+            if promote:
+                arguments.append("--promote")
+            launched = self.run_script("launch", *arguments)
+            self.progress.say(f"$ python -m scripts.launch {' '.join(arguments)}")
+            arn = next(line.split(": ", 1)[1] for line in launched.splitlines() if line.startswith("execution: "))
+            for line in launched.splitlines():
+                if line.startswith(("processing job:", "training job:", "model:")):
+                    self.progress.say(line)
+            try:
+                watched = self.run_script("watch", "--execution", arn, "--interval", "1")
+                watch_error = None
+            except RuntimeError as err:  # watch exits 1 with the named failure
+                watched, watch_error = str(err), err
+            execution = dict(self.client("stepfunctions").describe_execution(executionArn=arn))
+            self.progress.say(f"$ python -m scripts.watch --execution {execution['name']} -> {execution['status']}")
+            if watch_error is not None or execution["status"] != "SUCCEEDED":
+                raise RuntimeError(
+                    f"pipeline execution {execution['name']} {execution['status']}: "
+                    f"{execution.get('error', '')}: {execution.get('cause', '')}"
+                )
+            output = json.loads(execution.get("output") or "{}")
+            sagemaker = self.client("sagemaker")
+            run = PipelineRun(
+                execution=execution,
+                output=output,
+                launch_output=launched,
+                watch_output=watched,
+                processing_job=dict(sagemaker.describe_processing_job(ProcessingJobName=output["processing_job"])),
+                training_job=dict(sagemaker.describe_training_job(TrainingJobName=output["training_job"])),
+                seconds=time.monotonic() - started,
+            )
+            for key, value in output.items():
+                if value is not None:
+                    self.progress.say(f"{key}: {value}")
+            self.pipeline_runs.append(run)
+            # The pipeline's training job is the run's job (promote --dry-run and the summary read it).
+            self.job_name, self.job = output["training_job"], run.training_job
+        return run
+
+    def check_promoted(self) -> str:
+        """After a promoting run: the endpoint serves the run's endpoint config, and local hosting its model."""
+        assert self.endpoint_name is not None and self.pipeline_runs
+        with self.progress.phase("check promoted endpoint"):
+            output = self.pipeline_runs[-1].output
+            endpoint = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint_name)
+            if endpoint["EndpointStatus"] != "InService" or endpoint["EndpointConfigName"] != output["endpoint_config"]:
+                raise RuntimeError(
+                    f"endpoint {self.endpoint_name} is {endpoint['EndpointStatus']} on {endpoint['EndpointConfigName']}, "
+                    f"not InService on {output['endpoint_config']}"
+                )
+            if self.hosting is not None:
+                hosted = self.hosting.hosted[self.endpoint_name]
+                if hosted.model_data_url != output["model_uri"]:
+                    raise RuntimeError(f"local hosting serves {hosted.model_data_url}, not the promoted {output['model_uri']}")
+            self.progress.say(f"endpoint {self.endpoint_name}: InService on {endpoint['EndpointConfigName']} ({output['model_uri']})")
+            return str(endpoint["EndpointConfigName"])
+
+    def _synthetic_rows(self, local: Path, *, shards: int) -> None:
+        # The trainer's generator, one seed: the same rows for the same arguments.
+        subprocess.run(
+            [
+                sys.executable, "-m", "trainer.synthetic",
+                "--format", "csv",
+                "--out", str(local),
+                "--examples", str(self.options.examples // 2 * shards),
+                "--features", str(self.options.features),
+                "--classes", str(self.options.classes),
+                "--shards", str(shards),
+            ],
+            cwd=ROOT / "training_image",
+            check=True,
+            capture_output=True,
+            text=True,
+        )
 
     def _destroy_serving(self) -> None:
         if self.serving_cdk is None or self.serving_assembly is None:
@@ -672,6 +850,9 @@ class Lifecycle:
         if self.hosting is not None:
             self.hosting.stop()
             self.hosting = None
+        if self.states is not None:
+            self.states.stop()
+            self.states = None
         if self.runner is not None:
             self.runner.stop()
             self.runner = None

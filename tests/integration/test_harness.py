@@ -211,3 +211,111 @@ def test_local_hosting_serves_an_endpoint_with_sagemakers_error_contract(emulato
     finally:
         hosting.stop()
     assert f"{PROJECT}-endpoint" not in ROUTES and hosted.process.poll() is not None
+
+
+def _model_archive(tmp_path: Path, name: str, num_classes: int | None) -> Path:
+    """A serving model's ``model.tar.gz`` (``num_classes=None``: a broken one that cannot load)."""
+    import tarfile
+
+    from tests.serve.helpers import save_tiny_model
+
+    model_dir = tmp_path / name
+    if num_classes is None:
+        model_dir.mkdir()
+        (model_dir / "model.keras").write_bytes(b"not a keras archive")
+        (model_dir / "trainer_config.json").write_text(json.dumps({"data": {"num_features": 4, "num_classes": 2}}))
+    else:
+        save_tiny_model(model_dir, num_classes=num_classes)
+    archive = tmp_path / f"{name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(model_dir.iterdir()):
+            tar.add(path, arcname=path.name)
+    return archive
+
+
+def _wait_endpoint(sagemaker: Any, name: str, timeout: float = 240) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        endpoint = sagemaker.describe_endpoint(EndpointName=name)
+        if endpoint["EndpointStatus"] != "Updating" or time.monotonic() > deadline:
+            return endpoint
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_update_endpoint_moves_to_the_new_model_or_rolls_back(emulator: server.Emulator, tmp_path: Path) -> None:
+    from botocore.exceptions import ClientError
+
+    from scripts.emulator.hosting import LocalHosting
+
+    s3, sagemaker = _client(emulator, "s3"), _client(emulator, "sagemaker")
+    runtime = _client(emulator, "sagemaker-runtime")
+    s3.create_bucket(Bucket="artifacts-bucket")
+    for name, classes in (("first", 3), ("second", 5), ("broken", None)):
+        s3.upload_file(str(_model_archive(tmp_path, name, classes)), "artifacts-bucket", f"{name}/model.tar.gz")
+        sagemaker.create_model(
+            ModelName=name,
+            ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
+            PrimaryContainer={"Image": "img:1", "ModelDataUrl": f"s3://artifacts-bucket/{name}/model.tar.gz"},
+        )
+        sagemaker.create_endpoint_config(
+            EndpointConfigName=f"{name}-config",
+            ProductionVariants=[{"VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}],
+        )
+    endpoint = f"{PROJECT}-endpoint"
+    sagemaker.create_endpoint(EndpointName=endpoint, EndpointConfigName="first-config")
+
+    def classes() -> int:
+        answer = runtime.invoke_endpoint(EndpointName=endpoint, ContentType="text/csv", Body=b"1,2,3,4\n")
+        return len(json.loads(answer["Body"].read())["predictions"][0]["probabilities"])
+
+    hosting = LocalHosting(endpoint_url=emulator.endpoint_url, region="us-east-1", work_dir=tmp_path / "endpoints", on_event=lambda _: None,
+                           start_timeout_seconds=20)
+    try:
+        first = hosting.serve(endpoint)
+        assert classes() == 3
+        with pytest.raises(ClientError, match="Could not find endpoint configuration"):
+            sagemaker.update_endpoint(EndpointName=endpoint, EndpointConfigName="no-such-config")
+
+        sagemaker.update_endpoint(EndpointName=endpoint, EndpointConfigName="second-config")
+        updating = sagemaker.describe_endpoint(EndpointName=endpoint)
+        assert updating["EndpointStatus"] == "Updating"
+        assert updating["EndpointConfigName"] == "first-config", "the serving config stays until the update is done"
+        assert updating["PendingDeploymentSummary"]["EndpointConfigName"] == "second-config"
+        with pytest.raises(ClientError, match="Cannot update in-progress endpoint"):
+            sagemaker.update_endpoint(EndpointName=endpoint, EndpointConfigName="first-config")
+        done = _wait_endpoint(sagemaker, endpoint)
+        assert (done["EndpointStatus"], done["EndpointConfigName"]) == ("InService", "second-config")
+        assert "FailureReason" not in done and "PendingDeploymentSummary" not in done
+        assert classes() == 5, "invocations reach the new model"
+        assert first.process.poll() is not None, "the old model's process was stopped"
+
+        sagemaker.update_endpoint(EndpointName=endpoint, EndpointConfigName="broken-config")
+        rolled_back = _wait_endpoint(sagemaker, endpoint)
+        assert (rolled_back["EndpointStatus"], rolled_back["EndpointConfigName"]) == ("InService", "second-config")
+        assert "broken-config rolled back" in rolled_back["FailureReason"]
+        assert classes() == 5, "the old model still serves"
+    finally:
+        hosting.stop()
+
+
+def test_audit_judges_processing_jobs_and_the_pipelines_models(emulator: server.Emulator) -> None:
+    sagemaker = _client(emulator, "sagemaker")
+    sagemaker.create_processing_job(
+        ProcessingJobName=f"{PROJECT}-e1-process", RoleArn="arn:aws:iam::123456789012:role/p",
+        AppSpecification={"ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/x:1", "ContainerEntrypoint": ["true"]},
+        ProcessingResources={"ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.g5.xlarge", "VolumeSizeInGB": 10}},
+        Tags=TAGS,
+    )
+    sagemaker.create_model(ModelName=f"{PROJECT}-e1", ExecutionRoleArn="arn:aws:iam::123456789012:role/m",
+                           PrimaryContainer={"Image": "img:1"})
+    # No local runner here: the emulator keeps the job InProgress, which is compute left running.
+    report = audit(project=PROJECT, data_retained=True, session=_session(), endpoint_url=emulator.endpoint_url)
+    verdicts = {f.kind: f.verdict for f in report.findings}
+    assert verdicts["sagemaker:processing-job"] == ERROR and not report.ok
+    assert verdicts["sagemaker:model"] == "warning"
+    from moto.sagemaker.models import sagemaker_backends
+
+    sagemaker_backends[server.ACCOUNT][server.REGION].processing_jobs[f"{PROJECT}-e1-process"].processing_job_status = "Completed"
+    report = audit(project=PROJECT, data_retained=True, session=_session(), endpoint_url=emulator.endpoint_url)
+    assert {f.kind: f.verdict for f in report.findings}["sagemaker:processing-job"] == INFO and report.ok

@@ -1,8 +1,10 @@
 """The main job in pytest: deploy -> train -> destroy on the local emulator, asserting between phases.
 
 One lifecycle for the module (deploying is the slow part): the tests below run in file order
-against it: first what ``cdk deploy`` made, then what training produced, then what
-``cdk destroy`` left. Select with ``-m integration``; skip with ``-m "not slow"``.
+against it: first what ``cdk deploy`` made, then what training produced (through the deployed
+training workflow, run by the local Step Functions executor), the served model, a user's script,
+then the pipeline from raw data (process -> train, then process -> train -> promote onto the same
+endpoint), then what ``cdk destroy`` left. Select with ``-m integration``; skip with ``-m "not slow"``.
 """
 
 from __future__ import annotations
@@ -176,6 +178,35 @@ def test_training_job_completed_with_final_metrics(trained: Lifecycle) -> None:
     assert 0.0 <= metrics["train:accuracy"] <= 1.0
 
 
+def test_the_job_ran_through_the_deployed_training_workflow(trained: Lifecycle) -> None:
+    """The launch script started the workflow; the local executor ran the definition CloudFormation deployed."""
+    execution = trained.execution
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    output = json.loads(execution["output"])
+    assert output["TrainingJobName"] == trained.job_name and output["TrainingJobStatus"] == "Completed"
+    assert output["ModelArtifacts"] == trained.job["ModelArtifacts"]["S3ModelArtifacts"]
+    sfn = trained.client("stepfunctions")
+    events = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
+    entered = [e["stateEnteredEventDetails"]["name"] for e in events if e["type"].endswith("StateEntered")]
+    assert entered == ["ResolveLaunchOptions", "CheckLaunchOptions", "CreateTrainingJob"]
+
+
+def test_the_deployed_workflow_refuses_bad_options_with_its_reason(trained: Lifecycle) -> None:
+    import time
+
+    sfn = trained.client("stepfunctions")
+    machine = trained.outputs[f"{trained.config().project_name}-training"]["StateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=machine, name="bad-options", input=json.dumps({"instance_count": 0, "use_spot": "yes"}))["executionArn"]
+    outcome = trained.states.wait(arn, timeout=60)
+    described = sfn.describe_execution(executionArn=arn)
+    assert outcome.status == described["status"] == "FAILED"
+    assert described["error"] == "InvalidLaunchOptions"
+    assert "instance_count 0 must be a whole number from 1 to 64" in described["cause"]
+    assert "use_spot yes must be a boolean" in described["cause"]
+    time.sleep(0.5)
+    assert not [j for j in trained.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] if j["TrainingJobName"].endswith("bad-options")]
+
+
 def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lifecycle, tmp_path: Path) -> None:
     artifact = trained.job["ModelArtifacts"]["S3ModelArtifacts"]
     artifacts_bucket = trained.outputs[f"{trained.config().project_name}-data"]["ArtifactsBucketName"]
@@ -288,6 +319,90 @@ def test_user_script_trained_through_the_launch_script(script_trained: Lifecycle
     assert (tmp_path / "model" / "classes.txt").read_text().split() == [f"class_{i}" for i in range(script_trained.options.classes)]
 
 
+# --- the pipeline from raw data, on the same deployment -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipelined(script_trained: Lifecycle) -> Lifecycle:
+    """Raw CSV rows -> ``<project>-pipeline`` (process -> train), then process -> train -> promote on
+    fresh rows onto the endpoint already serving, and held-out rows through it (the deployed
+    definition run by the local executor; jobs by the local runner; UpdateEndpoint by local hosting)."""
+    first, second = script_trained.upload_raw_data()
+    script_trained.run_pipeline(first, promote=False)
+    script_trained.run_pipeline(second, promote=True)
+    script_trained.check_promoted()
+    script_trained.invoke_endpoint()
+    return script_trained
+
+
+def _keys(run: Lifecycle, uri: str) -> list[str]:
+    bucket, prefix = uri[len("s3://") :].split("/", 1)
+    listed = run.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return sorted(o["Key"][len(prefix) :] for o in listed.get("Contents", []))
+
+
+def test_the_pipeline_turned_raw_rows_into_shards_with_the_processing_mode(pipelined: Lifecycle) -> None:
+    project = pipelined.config().project_name
+    for run, raw in zip(pipelined.pipeline_runs, pipelined.raw_uris):
+        job = run.processing_job
+        assert job["ProcessingJobStatus"] == "Completed", job.get("FailureReason")
+        assert job["ProcessingJobName"] == f"{project}-{run.execution['name']}-process"
+        assert job["AppSpecification"]["ContainerEntrypoint"] == ["python3", "-m", "trainer", "process"]
+        assert job["AppSpecification"]["ContainerArguments"] == ["--shards", "2"]
+        assert job["ProcessingInputs"][0]["S3Input"]["S3Uri"] == raw
+        processed = run.output["processed_uri"]
+        assert processed.endswith(f"/processed/{job['ProcessingJobName']}/")
+        train, validation = _keys(pipelined, processed + "train/"), _keys(pipelined, processed + "validation/")
+        assert len([k for k in train if k.endswith(".tfrecord")]) == 2, train
+        assert {".trainer-manifest.json", "statistics.json"} <= set(train)
+        assert [k for k in validation if k.endswith(".tfrecord")], validation
+        statistics = json.loads(
+            pipelined.client("s3").get_object(Bucket=processed.split("/")[2], Key=processed.split("/", 3)[3] + "train/statistics.json")["Body"].read()
+        )
+        assert statistics["examples"]["train"] + statistics["examples"]["validation"] == pipelined.options.examples // 2
+        assert statistics["num_features"] == pipelined.options.features and statistics["num_classes"] == pipelined.options.classes
+        log = pipelined.runner.outcomes[job["ProcessingJobName"]].log_file.read_text()
+        assert log.index("[gpu-check]") < log.index("gpu-verified"), "the processing mode checks the GPUs first"
+
+
+def test_the_pipeline_trained_on_the_processed_shards(pipelined: Lifecycle) -> None:
+    for run in pipelined.pipeline_runs:
+        job = run.training_job
+        assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason")
+        assert job["TrainingJobName"] == run.output["training_job"] == f"{pipelined.config().project_name}-{run.execution['name']}-train"
+        channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
+        assert channels == {"train": run.output["processed_uri"] + "train/", "validation": run.output["processed_uri"] + "validation/"}
+        assert run.output["model_uri"] == job["ModelArtifacts"]["S3ModelArtifacts"]
+        metrics = {m["MetricName"]: m["Value"] for m in job["FinalMetricDataList"]}
+        assert metrics["train:epoch"] == pipelined.options.epochs
+    first, second = pipelined.pipeline_runs
+    assert first.output.get("endpoint_config") is None, "the first run did not promote"
+    # scripts.watch followed the steps from the execution history the executor recorded.
+    assert first.watch_output.index("step ProcessData") < first.watch_output.index("step TrainModel")
+    # ... and the jobs' own lines from their CloudWatch streams, as it does for a job.
+    assert f"job={first.output['processing_job']}" in first.watch_output
+    assert "[metrics] epoch=" in first.watch_output
+    assert f"pipeline execution {first.execution['name']} SUCCEEDED" in first.watch_output
+    assert json.loads(second.execution["input"])["promote"] is True
+
+
+def test_promotion_moved_the_endpoint_to_the_second_runs_model(pipelined: Lifecycle) -> None:
+    project = pipelined.config().project_name
+    second = pipelined.pipeline_runs[-1]
+    sagemaker = pipelined.client("sagemaker")
+    endpoint = sagemaker.describe_endpoint(EndpointName=pipelined.endpoint_name)
+    assert endpoint["EndpointStatus"] == "InService"
+    assert endpoint["EndpointConfigName"] == second.output["endpoint_config"] == f"{project}-{second.execution['name']}"
+    config = sagemaker.describe_endpoint_config(EndpointConfigName=endpoint["EndpointConfigName"])
+    model = sagemaker.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])
+    assert model["PrimaryContainer"]["ModelDataUrl"] == second.output["model_uri"]
+    hosted = pipelined.hosting.hosted[pipelined.endpoint_name]
+    assert (hosted.config_name, hosted.model_data_url) == (endpoint["EndpointConfigName"], second.output["model_uri"])
+    # Held-out rows through scripts.invoke reach the promoted model.
+    assert len(pipelined.predictions) == 200
+    assert pipelined.heldout_accuracy is not None and pipelined.heldout_accuracy > 0.8
+
+
 # --- after destroy -----------------------------------------------------------------------------
 
 
@@ -302,6 +417,16 @@ def test_no_compute_resource_remains(destroyed: Lifecycle) -> None:
     assert report.errors == []
     assert report.stacks_left == []
     assert not [f for f in report.findings if f.kind in COMPUTE_TYPES and f.verdict == ERROR]
+
+
+def test_the_pipelines_models_and_configs_are_gone_and_its_jobs_are_history(destroyed: Lifecycle) -> None:
+    project = destroyed.config().project_name
+    sagemaker = destroyed.client("sagemaker")
+    assert not [m["ModelName"] for m in sagemaker.list_models()["Models"] if m["ModelName"].startswith(f"{project}-")]
+    assert not [c for c in sagemaker.list_endpoint_configs()["EndpointConfigs"] if c["EndpointConfigName"].startswith(f"{project}-")]
+    processing = [f for f in destroyed.audit_report.findings if f.kind == "sagemaker:processing-job"]
+    if destroyed.pipeline_runs:
+        assert len(processing) == len(destroyed.pipeline_runs) and all(f.verdict == "info" for f in processing)
 
 
 def test_datasets_and_artifacts_buckets_are_kept_by_default(destroyed: Lifecycle) -> None:

@@ -185,6 +185,23 @@ TRAINING_TEMPLATE = {
                 }
             },
         },
+        "ProcessingRole": {
+            "Type": "AWS::IAM::Role",
+            "Properties": {
+                "AssumeRolePolicyDocument": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+                }
+            },
+        },
+        "PipelineStateMachine": {
+            "Type": "AWS::StepFunctions::StateMachine",
+            "Properties": {
+                "StateMachineName": f"{PROJECT}-pipeline",
+                "RoleArn": {"Fn::GetAtt": ["WorkflowRole", "Arn"]},
+                "DefinitionString": json.dumps({"StartAt": "Run", "States": {"Run": {"Type": "Pass", "End": True}}}),
+            },
+        },
         "JobSecurityGroup": {
             "Type": "AWS::EC2::SecurityGroup",
             "Properties": {"GroupDescription": "training jobs", "VpcId": "{vpc_id}"},
@@ -204,6 +221,8 @@ TRAINING_TEMPLATE = {
         "JobRoleArn": {"Value": {"Fn::GetAtt": ["JobRole", "Arn"]}},
         "JobSecurityGroupId": {"Value": {"Fn::GetAtt": ["JobSecurityGroup", "GroupId"]}},
         "JobNamePrefix": {"Value": f"{PROJECT}-"},
+        "ProcessingRoleArn": {"Value": {"Fn::GetAtt": ["ProcessingRole", "Arn"]}},
+        "PipelineStateMachineArn": {"Value": {"Ref": "PipelineStateMachine"}},
     },
 }
 
@@ -260,6 +279,10 @@ class MotoBackends:
 
     def job(self, name: str) -> Any:
         return self.sagemaker.training_jobs[name]
+
+    def execution(self, arn: str) -> Any:
+        """moto's record of a Step Functions execution (which moto never runs)."""
+        return get_backend("stepfunctions")[ACCOUNT][REGION].describe_execution(arn)
 
     def set_job(self, name: str, status: str, secondary: str, message: str = "", **attributes: Any) -> None:
         """Put a job in ``status``/``secondary`` and record the transition, as SageMaker would."""

@@ -107,3 +107,50 @@ def test_teardown_destroy_runs_cdk_destroy_only_when_nothing_is_left(aws, moto_b
     assert not calls
     assert "not destroying" in capsys.readouterr().err
     moto_backends.set_job(f"{PROJECT}-td-stuck", "Stopped", "Stopped")
+
+
+def test_teardown_stops_processing_jobs_and_pipeline_executions(aws, moto_backends, capsys):
+    from scripts.launch import main as launch
+
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    sagemaker.create_processing_job(
+        ProcessingJobName=f"{PROJECT}-td-process", RoleArn=aws.training["ProcessingRoleArn"],
+        AppSpecification={"ImageUri": aws.data["ImageUri"]},
+        ProcessingResources={"ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.g5.xlarge", "VolumeSizeInGB": 10}},
+    )
+    moto_backends.sagemaker.processing_jobs[f"{PROJECT}-td-process"].processing_job_status = "InProgress"
+    assert launch(["--pipeline", "--name", "td-pipeline"]) == 0
+    capsys.readouterr()
+    assert run(teardown.main, []) == 1
+    out = capsys.readouterr().out
+    assert f"running processing job: {PROJECT}-td-process" in out and "running workflow execution: td-pipeline" in out
+    assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+    assert moto_backends.sagemaker.processing_jobs[f"{PROJECT}-td-process"].processing_job_status == "Stopped"
+    arn = aws.training["PipelineStateMachineArn"].replace(":stateMachine:", ":execution:") + ":td-pipeline"
+    assert boto3.client("stepfunctions", region_name=REGION).describe_execution(executionArn=arn)["status"] == "ABORTED"
+
+
+def test_teardown_deletes_the_promote_steps_models_and_configs_once_no_endpoint_serves_them(aws, capsys):
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    for name in (f"{PROJECT}-td-old", f"{PROJECT}-td-live"):
+        sagemaker.create_model(ModelName=name, ExecutionRoleArn=aws.training["JobRoleArn"],
+                               PrimaryContainer={"Image": aws.data["ImageUri"], "ModelDataUrl": "s3://a/m.tar.gz"})
+        sagemaker.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[
+            {"VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.g4dn.xlarge", "InitialInstanceCount": 1}])
+    sagemaker.create_endpoint(EndpointName=f"{PROJECT}-endpoint", EndpointConfigName=f"{PROJECT}-td-live")
+    sagemaker.create_model(ModelName="other-project-model", ExecutionRoleArn=aws.training["JobRoleArn"],
+                           PrimaryContainer={"Image": aws.data["ImageUri"]})
+    try:
+        assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+        out = capsys.readouterr().out
+        assert f"deleting endpoint config {PROJECT}-td-old" in out and f"deleting model {PROJECT}-td-old" in out
+        assert f"keeping {PROJECT}-td-live: the endpoint still serves it" in out
+        models = {m["ModelName"] for m in sagemaker.list_models()["Models"]}
+        assert f"{PROJECT}-td-old" not in models and {f"{PROJECT}-td-live", "other-project-model"} <= models
+    finally:
+        sagemaker.delete_endpoint(EndpointName=f"{PROJECT}-endpoint")
+    # With the endpoint gone (what cdk destroy does), the next pass deletes the rest.
+    assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+    assert f"{PROJECT}-td-live" not in {m["ModelName"] for m in sagemaker.list_models()["Models"]}
+    assert f"{PROJECT}-td-live" not in {c["EndpointConfigName"] for c in sagemaker.list_endpoint_configs()["EndpointConfigs"]}
+    sagemaker.delete_model(ModelName="other-project-model")

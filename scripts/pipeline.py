@@ -1,0 +1,102 @@
+"""The pipeline (process -> train -> promote) as the operator scripts see it: names and inputs.
+
+``scripts.launch --pipeline`` builds an execution input of ``<project>-pipeline`` and
+``scripts.watch --execution`` follows one; both need the names the pipeline gives what it creates:
+
+- processing job ``<project>-<execution name>-process`` (unless ``process.job_name`` says otherwise),
+- training job ``<project>-<execution name>-train`` (unless ``train.job_name``),
+- model and endpoint config ``<project>-<execution name>`` (promote).
+
+A step whose key is absent from the input is skipped.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping, Optional
+
+from scripts.common import OperatorError
+
+STEPS = ("process", "train", "promote")
+MAX_NAME_LENGTH = 63
+"""SageMaker's limit on job, model and endpoint config names."""
+OUTPUT_PREFIX_NOT_EMPTY = "OutputPrefixNotEmpty"
+
+
+@dataclass(frozen=True)
+class PipelineNames:
+    """What one execution creates (``None`` for a skipped step).
+
+    Attributes:
+        execution: The execution's name.
+        processing_job: The processing job.
+        training_job: The training job.
+        model: The model and the endpoint config of the promote step.
+    """
+
+    execution: str
+    processing_job: Optional[str]
+    training_job: Optional[str]
+    model: Optional[str]
+
+    def lines(self) -> list[str]:
+        """``processing job: ...`` lines for what the execution will create."""
+        lines = []
+        if self.processing_job:
+            lines.append(f"processing job: {self.processing_job}")
+        if self.training_job:
+            lines.append(f"training job: {self.training_job}")
+        if self.model:
+            lines.append(f"model: {self.model}")
+            lines.append(f"endpoint config: {self.model}")
+        return lines
+
+
+def pipeline_names(project: str, execution_name: str, execution_input: Mapping[str, Any]) -> PipelineNames:
+    """The names an execution of ``execution_input`` gives what it creates (see the module docstring)."""
+
+    def given(step: str, default: str) -> Optional[str]:
+        if step not in execution_input:
+            return None
+        options = execution_input[step]
+        name = options.get("job_name") if isinstance(options, Mapping) else None
+        return str(name) if name else default
+
+    base = f"{project}-{execution_name}"
+    return PipelineNames(
+        execution=execution_name,
+        processing_job=given("process", f"{base}-process"),
+        training_job=given("train", f"{base}-train"),
+        model=base if "promote" in execution_input else None,
+    )
+
+
+def default_execution_name(now: Optional[datetime] = None) -> str:
+    """``YYYYmmdd-HHMMSS-<4 hex>`` in UTC: short enough for every name derived from it."""
+    return (now or datetime.now(timezone.utc)).strftime("%Y%m%d-%H%M%S") + f"-{secrets.token_hex(2)}"
+
+
+def check_names(names: PipelineNames) -> None:
+    """Refuse an execution name that makes a job, model or config name longer than SageMaker allows."""
+    for what, name in (("processing job", names.processing_job), ("training job", names.training_job), ("model", names.model)):
+        if name and len(name) > MAX_NAME_LENGTH:
+            raise OperatorError(
+                f"execution name {names.execution!r} makes the {what} name {name} {len(name)} characters long; "
+                f"SageMaker allows {MAX_NAME_LENGTH}: pick a shorter --name"
+            )
+
+
+def check_output_prefix_empty(s3: Any, bucket: str, prefix: str) -> None:
+    """Refuse to write a run's outputs where data already is (mixing two runs' shards is silent corruption).
+
+    Raises:
+        OperatorError: ``OutputPrefixNotEmpty: s3://bucket/prefix already holds data ...``.
+    """
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
+    if listed.get("KeyCount", 0) or listed.get("Contents"):
+        raise OperatorError(
+            f"{OUTPUT_PREFIX_NOT_EMPTY}: s3://{bucket}/{prefix} already holds data; a processing job's outputs go to "
+            "an empty prefix of their own: pick another job name (--name) or delete the old outputs"
+        )

@@ -1,0 +1,339 @@
+"""The local Step Functions executor (scripts.emulator.states) on small hand-written JSONata definitions.
+
+Each test creates a state machine on an in-process emulator, starts an execution with the
+Step Functions API, lets the executor run it and reads the outcome back with DescribeExecution and
+GetExecutionHistory, as the operator scripts do. JSONata is evaluated by the npm ``jsonata``
+package (node_modules); without node and that package the executor, and so these tests, fail.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from scripts.emulator import server
+from scripts.emulator.states import JsonataEvaluator, LocalStepFunctions, StatesError
+
+ROLE = f"arn:aws:iam::{server.ACCOUNT}:role/workflow"
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[server.Emulator]:
+    emu = server.start(log_file=tmp_path_factory.mktemp("moto") / "moto.log")
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+@pytest.fixture(scope="module")
+def executor(emulator: server.Emulator) -> Iterator[LocalStepFunctions]:
+    states = LocalStepFunctions(
+        endpoint_url=emulator.endpoint_url, region=server.REGION, account=server.ACCOUNT, on_event=lambda _: None, poll_seconds=0.1
+    )
+    states.start()
+    try:
+        yield states
+    finally:
+        states.stop()
+
+
+def _client(emulator: server.Emulator, service: str) -> Any:
+    return server.client(service, endpoint_url=emulator.endpoint_url)
+
+
+_COUNTER = iter(range(10_000))
+
+
+def _execute(emulator: server.Emulator, executor: LocalStepFunctions, states: dict[str, Any], execution_input: Any = None,
+             *, start_at: str | None = None, name: str | None = None) -> dict[str, Any]:
+    sfn = _client(emulator, "stepfunctions")
+    definition = {"QueryLanguage": "JSONata", "StartAt": start_at or next(iter(states)), "States": states}
+    machine = sfn.create_state_machine(name=f"m{next(_COUNTER)}", definition=json.dumps(definition), roleArn=ROLE)["stateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=machine, name=name or "run", input=json.dumps(execution_input or {}))["executionArn"]
+    executor.wait(arn, timeout=60)
+    described = sfn.describe_execution(executionArn=arn)
+    described["history"] = sfn.get_execution_history(executionArn=arn)["events"]
+    return described
+
+
+def test_a_started_execution_reports_running_until_the_executor_records_its_end(emulator, executor) -> None:
+    sfn = _client(emulator, "stepfunctions")
+    definition = {"QueryLanguage": "JSONata", "StartAt": "Nap", "States": {"Nap": {"Type": "Wait", "Seconds": 1, "End": True}}}
+    machine = sfn.create_state_machine(name="napper", definition=json.dumps(definition), roleArn=ROLE)["stateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=machine, name="nap", input='{"a": 1}')["executionArn"]
+    running = sfn.describe_execution(executionArn=arn)
+    assert running["status"] == "RUNNING" and "stopDate" not in running and "output" not in running
+    executor.wait(arn, timeout=30)
+    done = sfn.describe_execution(executionArn=arn)
+    assert done["status"] == "SUCCEEDED"
+    assert json.loads(done["output"]) == {"a": 1}, "a Wait passes its input on"
+    assert (done["stopDate"] - done["startDate"]).total_seconds() >= 1
+
+
+def test_choice_takes_the_first_true_condition_else_the_default(emulator, executor) -> None:
+    states = {
+        "Pick": {
+            "Type": "Choice",
+            "Choices": [
+                {"Condition": "{% $states.input.n > 10 %}", "Next": "Big", "Output": {"size": "big"}},
+                {"Condition": "{% $states.input.n > 5 %}", "Next": "Big", "Output": {"size": "medium"}},
+            ],
+            "Default": "Small",
+        },
+        "Big": {"Type": "Succeed"},
+        "Small": {"Type": "Succeed", "Output": {"size": "small", "n": "{% $states.input.n %}"}},
+    }
+    assert json.loads(_execute(emulator, executor, states, {"n": 20})["output"]) == {"size": "big"}
+    assert json.loads(_execute(emulator, executor, states, {"n": 7})["output"]) == {"size": "medium"}
+    assert json.loads(_execute(emulator, executor, states, {"n": 1})["output"]) == {"size": "small", "n": 1}
+
+
+def test_a_choice_without_default_fails_with_no_choice_matched(emulator, executor) -> None:
+    states = {"Pick": {"Type": "Choice", "Choices": [{"Condition": "{% false %}", "Next": "End"}]}, "End": {"Type": "Succeed"}}
+    result = _execute(emulator, executor, states)
+    assert result["status"] == "FAILED" and result["error"] == "States.NoChoiceMatched"
+
+
+def test_assign_is_seen_by_later_states_but_not_by_the_same_states_output(emulator, executor) -> None:
+    states = {
+        "First": {
+            "Type": "Pass",
+            "Assign": {"total": "{% $states.input.start + 1 %}", "label": "first"},
+            # Output and Assign of one state both see the variables as they were on entry.
+            "Output": {"total_seen_by_output": "{% $exists($total) ? $total : 'unset' %}"},
+            "Next": "Second",
+        },
+        "Second": {
+            "Type": "Pass",
+            "Assign": {"total": "{% $total * 10 %}", "previous": "{% $total %}"},
+            "Output": {"input": "{% $states.input %}", "total": "{% $total %}", "label": "{% $label %}"},
+            "Next": "Third",
+        },
+        "Third": {"Type": "Succeed", "Output": {"second": "{% $states.input %}", "total": "{% $total %}", "previous": "{% $previous %}"}},
+    }
+    output = json.loads(_execute(emulator, executor, states, {"start": 1})["output"])
+    assert output == {
+        "second": {"input": {"total_seen_by_output": "unset"}, "total": 2, "label": "first"},
+        "total": 20,
+        "previous": 2,
+    }
+
+
+def test_context_carries_the_execution_and_state_machine(emulator, executor) -> None:
+    states = {
+        "Look": {
+            "Type": "Pass",
+            "Output": {
+                "name": "{% $states.context.Execution.Name %}",
+                "id": "{% $states.context.Execution.Id %}",
+                "input": "{% $states.context.Execution.Input %}",
+                "machine": "{% $states.context.StateMachine.Name %}",
+                "state": "{% $states.context.State.Name %}",
+            },
+            "End": True,
+        }
+    }
+    result = _execute(emulator, executor, states, {"k": "v"}, name="ctx-run")
+    output = json.loads(result["output"])
+    assert output["name"] == "ctx-run" and output["id"] == result["executionArn"]
+    assert output["input"] == {"k": "v"} and output["state"] == "Look"
+    assert result["stateMachineArn"].endswith(":" + output["machine"])
+
+
+def test_fail_state_names_its_error_and_evaluates_its_cause(emulator, executor) -> None:
+    states = {"Stop": {"Type": "Fail", "Error": "InvalidPipelineInput", "Cause": "{% 'no step in ' & $string($keys($states.input)) %}"}}
+    result = _execute(emulator, executor, states, {"other": 1})
+    assert result["status"] == "FAILED"
+    assert result["error"] == "InvalidPipelineInput"
+    assert result["cause"] == 'no step in other'
+    assert [e["type"] for e in result["history"]][-1] == "ExecutionFailed"
+
+
+def test_catch_with_states_all_passes_the_error_output_and_assigns(emulator, executor) -> None:
+    states = {
+        "Read": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::aws-sdk:s3:getObject",
+            "Arguments": {"Bucket": "no-such-bucket", "Key": "{% $states.input.key %}"},
+            "Catch": [
+                {"ErrorEquals": ["S3.NoSuchKey"], "Next": "Wrong"},
+                {"ErrorEquals": ["States.ALL"], "Next": "Handled", "Assign": {"failed_key": "{% $states.input.key %}"}},
+            ],
+            "Next": "Wrong",
+        },
+        "Wrong": {"Type": "Fail", "Error": "WrongBranch"},
+        "Handled": {"Type": "Succeed", "Output": {"caught": "{% $states.input %}", "key": "{% $failed_key %}"}},
+    }
+    result = _execute(emulator, executor, states, {"key": "a/b.csv"})
+    assert result["status"] == "SUCCEEDED", result.get("cause")
+    output = json.loads(result["output"])
+    assert output["key"] == "a/b.csv"
+    # Without an Output, a catcher hands on $states.errorOutput: the SDK error as Step Functions names it.
+    assert output["caught"]["Error"] == "S3.NoSuchBucket"
+    assert "bucket does not exist" in output["caught"]["Cause"]
+    types = [e["type"] for e in result["history"]]
+    assert "TaskFailed" in types and types.index("TaskFailed") < types.index("SucceedStateEntered")
+
+
+def test_catch_output_can_parse_the_cause_of_a_task_failure(emulator, executor) -> None:
+    s3 = _client(emulator, "s3")
+    s3.create_bucket(Bucket="catch-parse")
+    states = {
+        "Go": {"Type": "Pass", "Next": "Fails"},
+        "Fails": {
+            "Type": "Fail",
+            "Error": "Custom.Error",
+            "Cause": '{% $string({"reason": "disk full", "code": 28}) %}',
+        },
+    }
+    result = _execute(emulator, executor, states)
+    assert result["error"] == "Custom.Error" and json.loads(result["cause"]) == {"reason": "disk full", "code": 28}
+    # A task's errorOutput.Cause parsed with $parse in the catcher's Output.
+    states = {
+        "Publish": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::sns:publish",
+            "Arguments": {"TopicArn": f"arn:aws:sns:{server.REGION}:{server.ACCOUNT}:missing", "Message": "x"},
+            "Catch": [{"ErrorEquals": ["States.TaskFailed"], "Next": "Done",
+                       "Output": {"error": "{% $states.errorOutput.Error %}", "cause_type": "{% $type($states.errorOutput.Cause) %}"}}],
+            "End": True,
+        },
+        "Done": {"Type": "Succeed"},
+    }
+    output = json.loads(_execute(emulator, executor, states)["output"])
+    assert output["error"].startswith("SNS.") and output["cause_type"] == "string"
+
+
+def test_sns_publish_and_sdk_calls_reach_the_emulator(emulator, executor) -> None:
+    sns, s3 = _client(emulator, "sns"), _client(emulator, "s3")
+    topic = sns.create_topic(Name="notify")["TopicArn"]
+    s3.create_bucket(Bucket="sdk-calls")
+    s3.put_object(Bucket="sdk-calls", Key="raw/one.csv", Body=b"1")
+    states = {
+        "List": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::aws-sdk:s3:listObjectsV2",
+            "Arguments": {"Bucket": "sdk-calls", "Prefix": "raw/", "MaxKeys": 1},
+            "Output": {"count": "{% $states.result.KeyCount %}"},
+            "Next": "Notify",
+        },
+        "Notify": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::sns:publish",
+            "Arguments": {"TopicArn": topic, "Message": "{% 'objects: ' & $string($states.input.count) %}"},
+            "Output": {"count": "{% $states.input.count %}", "message_id": "{% $states.result.MessageId %}"},
+            "End": True,
+        },
+    }
+    output = json.loads(_execute(emulator, executor, states)["output"])
+    assert output["count"] == 1 and output["message_id"]
+    # Step Functions' SDK integration takes PascalCase members even where boto3's API model is camelCase.
+    states = {
+        "Describe": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::aws-sdk:sfn:listStateMachines",
+            "Arguments": {"MaxResults": 100},
+            "Output": "{% $count($states.result.StateMachines) > 0 %}",
+            "End": True,
+        }
+    }
+    assert json.loads(_execute(emulator, executor, states)["output"]) is True
+
+
+def test_retry_retries_matching_errors_then_the_catcher_takes_over(emulator, executor) -> None:
+    states = {
+        "Read": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::aws-sdk:s3:headBucket",
+            "Arguments": {"Bucket": "never-created"},
+            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 0, "MaxAttempts": 2}],
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Gave up", "Output": {"retries": "{% $states.context.State.RetryCount %}"}}],
+            "End": True,
+        },
+        "Gave up": {"Type": "Succeed"},
+    }
+    result = _execute(emulator, executor, states)
+    assert json.loads(result["output"]) == {"retries": 2}
+    assert [e["type"] for e in result["history"]].count("TaskScheduled") == 3
+
+
+def test_an_unsupported_resource_fails_the_execution_naming_it(emulator, executor) -> None:
+    states = {
+        "Invoke": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::lambda:invoke",
+            "Arguments": {"FunctionName": "f"},
+            # States.Runtime is not caught by States.ALL: a definition the executor cannot run is never "handled".
+            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Handled"}],
+            "End": True,
+        },
+        "Handled": {"Type": "Succeed"},
+    }
+    result = _execute(emulator, executor, states)
+    assert result["status"] == "FAILED" and result["error"] == "States.Runtime"
+    assert "arn:aws:states:::lambda:invoke is not supported by the local executor" in result["cause"]
+
+
+def test_an_unsupported_state_type_fails_the_execution_naming_it(emulator, executor) -> None:
+    states = {"Fan": {"Type": "Parallel", "Branches": [], "End": True}}
+    result = _execute(emulator, executor, states)
+    assert result["error"] == "States.Runtime" and "type Parallel" in result["cause"]
+
+
+def test_a_jsonata_error_is_a_query_evaluation_error_naming_the_field(emulator, executor) -> None:
+    states = {"Bad": {"Type": "Pass", "Output": {"x": "{% $number('not a number') + %}"}, "End": True}}
+    result = _execute(emulator, executor, states)
+    assert result["error"] == "States.QueryEvaluationError" and result["cause"].startswith("Bad.Output:")
+    states = {"Nothing": {"Type": "Pass", "Output": "{% $states.input.missing %}", "End": True}}
+    result = _execute(emulator, executor, states)
+    assert result["error"] == "States.QueryEvaluationError" and "returned no value" in result["cause"]
+
+
+def test_stop_execution_aborts_a_waiting_execution_and_keeps_its_error(emulator, executor) -> None:
+    sfn = _client(emulator, "stepfunctions")
+    definition = {"QueryLanguage": "JSONata", "StartAt": "Long", "States": {"Long": {"Type": "Wait", "Seconds": 600, "Next": "After"},
+                                                                            "After": {"Type": "Succeed"}}}
+    machine = sfn.create_state_machine(name="long", definition=json.dumps(definition), roleArn=ROLE)["stateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=machine, name="long")["executionArn"]
+    deadline = time.monotonic() + 10
+    while "WaitStateEntered" not in [e["type"] for e in sfn.get_execution_history(executionArn=arn)["events"]]:
+        assert time.monotonic() < deadline, "the executor never entered the Wait state"
+        time.sleep(0.1)
+    sfn.stop_execution(executionArn=arn, error="StoppedByTeardown", cause="python -m scripts.teardown --stop-running")
+    assert executor.wait(arn, timeout=10).status == "ABORTED"
+    described = sfn.describe_execution(executionArn=arn)
+    assert described["status"] == "ABORTED" and described["error"] == "StoppedByTeardown"
+    assert "SucceedStateEntered" not in [e["type"] for e in sfn.get_execution_history(executionArn=arn)["events"]]
+
+
+def test_a_jsonpath_definition_is_refused_not_guessed(emulator, executor) -> None:
+    sfn = _client(emulator, "stepfunctions")
+    definition = {"StartAt": "P", "States": {"P": {"Type": "Pass", "Result": {"a": 1}, "End": True}}}
+    machine = sfn.create_state_machine(name="jsonpath", definition=json.dumps(definition), roleArn=ROLE)["stateMachineArn"]
+    arn = sfn.start_execution(stateMachineArn=machine, name="jp")["executionArn"]
+    executor.wait(arn, timeout=30)
+    described = sfn.describe_execution(executionArn=arn)
+    assert described["error"] == "States.Runtime" and "JSONPath query language" in described["cause"]
+
+
+def test_step_functions_jsonata_functions_are_bound_and_eval_is_not() -> None:
+    evaluator = JsonataEvaluator()
+    try:
+        bindings = {"states": {"input": {"doc": '{"a": [1, 2]}'}}}
+        assert evaluator.evaluate("{% $parse($states.input.doc).a %}", bindings) == [1, 2]
+        assert evaluator.evaluate("{% $partition([1, 2, 3], 2) %}", {}) == [[1, 2], [3]]
+        assert evaluator.evaluate("{% $range(0, 6, 3) %}", {}) == [0, 3, 6]
+        assert evaluator.evaluate("{% $hash('abc', 'SHA-256') %}", {}).startswith("ba7816bf")
+        assert evaluator.evaluate("{% $random(7) = $random(7) %}", {}) is True
+        assert len(evaluator.evaluate("{% $uuid() %}", {})) == 36
+        with pytest.raises(StatesError, match=r"\$eval is not available"):
+            evaluator.evaluate("{% $eval('1') %}", {})
+        # Values without {% %} are not sent to node at all, and pass through unchanged.
+        assert evaluator.evaluate({"a": ["{ %not% }", 1]}, {}) == {"a": ["{ %not% }", 1]}
+    finally:
+        evaluator.close()
