@@ -416,6 +416,8 @@ class Interpreter:
         aborted: Whether the execution was stopped.
         on_event: One-line progress messages.
         sleep: Waits (Wait states, retries); replaced by tests.
+        max_wait_seconds: Cap on one Wait state's delay (``None``: as written). See
+            :attr:`LocalStepFunctions.max_wait_seconds`.
     """
 
     def __init__(
@@ -429,6 +431,7 @@ class Interpreter:
         aborted: Callable[[], bool] = lambda: False,
         on_event: Callable[[str], None] = lambda _: None,
         sleep: Callable[[float], None] = time.sleep,
+        max_wait_seconds: float | None = None,
     ) -> None:
         self.definition = definition
         self.evaluator = evaluator
@@ -438,6 +441,7 @@ class Interpreter:
         self.aborted = aborted
         self.on_event = on_event
         self.sleep = sleep
+        self.max_wait_seconds = max_wait_seconds
         self.variables: dict[str, Any] = {}
 
     def run(self, execution_input: Any) -> Outcome:
@@ -570,6 +574,8 @@ class Interpreter:
             seconds = max(0.0, (until - dt.datetime.now(dt.timezone.utc)).total_seconds())
         else:
             raise StatesError(RUNTIME, f"Wait state {name} needs Seconds or Timestamp")
+        if self.max_wait_seconds is not None:
+            seconds = min(float(seconds), self.max_wait_seconds)
         deadline = time.monotonic() + float(seconds)
         while time.monotonic() < deadline:
             if self.aborted():
@@ -643,6 +649,10 @@ class LocalStepFunctions:
         account: Account (for moto's backend).
         on_event: One-line progress messages.
         poll_seconds: Between two scans for new executions, and between Describe* calls of a job.
+        max_wait_seconds: Longest delay of one Wait state. A deployed definition's waits pace its
+            polling of a service (the pipeline checks an updating endpoint every minute); here the
+            local runners finish in seconds, so waiting as written would only slow the main job.
+            The definition itself runs unchanged: each Wait still leads to its next state.
         executions: Outcome of each finished execution, by ARN.
     """
 
@@ -651,6 +661,7 @@ class LocalStepFunctions:
     account: str
     on_event: Callable[[str], None] = print
     poll_seconds: float = 0.5
+    max_wait_seconds: float | None = 2.0
     executions: dict[str, Outcome] = field(default_factory=dict)
     _seen: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -744,6 +755,7 @@ class LocalStepFunctions:
                 history=history,
                 aborted=lambda: execution.status == "ABORTED" or self._stop.is_set(),
                 on_event=lambda message: self.on_event(f"{label}: {message}"),
+                max_wait_seconds=self.max_wait_seconds,
             )
             self.on_event(f"{label}: started on {machine.name} (local Step Functions executor)")
             try:

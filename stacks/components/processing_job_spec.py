@@ -322,6 +322,12 @@ def resolve_processing(
     job_name = _check_job_name(template, options.job_name or default_processing_job_name(template, now))
     input_uri = _check_input_uri(template, options.input_uri if options.input_uri is not None else template.input_uri_prefix)
     code_uri, entry_point = _check_source(template, options.code_uri, options.entry_point)
+    if count > 1 and not code_uri:
+        raise LaunchError(
+            f"the built-in transform runs on one instance, not {count} (processing.instance_count, "
+            "--process-instance-count): its shards, manifests and statistics are one host's; several instances "
+            "need your own processing script (--process-source-dir/--process-entry-point)"
+        )
     # The configured arguments are the built-in transform's; a user's script gets only its own.
     default_arguments = [] if code_uri else list(template.default_arguments)
     arguments = _check_arguments(default_arguments if options.arguments is None else options.arguments)
@@ -417,8 +423,16 @@ def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
             f" {limits.max_instance_count}'",
         ),
         (
+            # The built-in transform's shards, manifests and statistics are one host's (the container
+            # refuses several hosts too, but only once the instances are up and billed).
+            "$type($process_instance_count) != 'number' or $process_instance_count = 1"
+            " or ($type($process_code_uri) = 'string' and $process_code_uri != '')",
+            "'process.instance_count ' & $string($process_instance_count) & ': the built-in transform runs on one"
+            " instance; several need your own processing script (code_uri, entry_point)'",
+        ),
+        (
             f"$type($process_input_uri) = 'string' and $length($process_input_uri) <= {limits.s3_uri.max_length}"
-            f" and $substring($process_input_uri, 0, {len(input_prefix)}) = {json.dumps(input_prefix)}"
+            f" and $substring($process_input_uri, 0, $length({to_jsonata(input_prefix)})) = {to_jsonata(input_prefix)}"
             " and $not('..' in $split($process_input_uri, '/'))",
             f"'process.input_uri ' & $string($process_input_uri) & ' must lie under {input_prefix}'",
         ),
@@ -434,7 +448,7 @@ def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
         (
             "$type($process_code_uri) = 'string' and $type($process_entry_point) = 'string' and"
             " (($process_code_uri = '' and $process_entry_point = '') or ("
-            f"$substring($process_code_uri, 0, {len(code_prefix)}) = {json.dumps(code_prefix)}"
+            f"$substring($process_code_uri, 0, $length({to_jsonata(code_prefix)})) = {to_jsonata(code_prefix)}"
             " and $substring($process_code_uri, -7) = '.tar.gz'"
             f" and $length($process_entry_point) <= {MAX_ENTRY_POINT_LENGTH}"
             f" and $contains($process_entry_point, /{ENTRY_POINT_PATTERN}/) and $not($contains($process_entry_point, '..'))))",

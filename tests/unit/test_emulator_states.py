@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from scripts.emulator import server
-from scripts.emulator.states import JsonataEvaluator, LocalStepFunctions, StatesError
+from scripts.emulator.states import Integrations, Interpreter, JsonataEvaluator, LocalStepFunctions, StatesError
 
 ROLE = f"arn:aws:iam::{server.ACCOUNT}:role/workflow"
 
@@ -33,7 +33,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[server.Emulat
 @pytest.fixture(scope="module")
 def executor(emulator: server.Emulator) -> Iterator[LocalStepFunctions]:
     states = LocalStepFunctions(
-        endpoint_url=emulator.endpoint_url, region=server.REGION, account=server.ACCOUNT, on_event=lambda _: None, poll_seconds=0.1
+        endpoint_url=emulator.endpoint_url, region=server.REGION, account=server.ACCOUNT, on_event=lambda _: None, poll_seconds=0.1,
+        max_wait_seconds=None,
     )
     states.start()
     try:
@@ -337,3 +338,20 @@ def test_step_functions_jsonata_functions_are_bound_and_eval_is_not() -> None:
         assert evaluator.evaluate({"a": ["{ %not% }", 1]}, {}) == {"a": ["{ %not% }", 1]}
     finally:
         evaluator.close()
+
+
+def test_a_capped_wait_still_leads_to_its_next_state() -> None:
+    """The emulator caps Wait delays (its runners finish in seconds); the path through the definition is unchanged."""
+    definition = {"QueryLanguage": "JSONata", "StartAt": "Long", "States": {
+        "Long": {"Type": "Wait", "Seconds": 600, "Next": "After"},
+        "After": {"Type": "Pass", "Output": "{% {'waited': true} %}", "End": True}}}
+    evaluator = JsonataEvaluator()
+    slept: list[float] = []
+    try:
+        interpreter = Interpreter(definition, evaluator, Integrations(lambda service: None), context={"Execution": {"Name": "w"}},
+                                  sleep=slept.append, max_wait_seconds=0.0)
+        outcome = interpreter.run({})
+    finally:
+        evaluator.close()
+    assert outcome.status == "SUCCEEDED" and outcome.output == {"waited": True}
+    assert sum(slept) == 0.0

@@ -263,7 +263,7 @@ def test_process_train_promote_pass_each_steps_output_to_the_next():
 
 PROCESS_OPTIONS = [
     ProcessingOptions(job_name="gputrain-a1"),
-    ProcessingOptions(job_name="gputrain-b2", instance_type="ml.g6e.12xlarge", instance_count=3,
+    ProcessingOptions(job_name="gputrain-b2", instance_type="ml.g6e.12xlarge",
                       input_uri="s3://datasets/raw/images/", arguments=["--format", "image-dir", "--image-size", "64x64"]),
     ProcessingOptions(job_name="gputrain-c3", instance_type="ml.p3.2xlarge", arguments=[]),
     ProcessingOptions(job_name="gputrain-d4", code_uri="s3://artifacts/code/d4/sourcedir.tar.gz", entry_point="prep.py",
@@ -285,7 +285,7 @@ def test_the_processing_request_is_the_direct_launchs(options):
 
 
 def test_defaults_and_config_arguments():
-    config = _config(**{"processing.arguments": ["--shards", "4"], "processing.instance_count": 2})
+    config = _config(**{"processing.arguments": ["--shards", "4"]})
     processing = ProcessingTemplate.from_config(config, _resources("processing"))
     definition = pipeline_definition(project_name="gputrain", processing=processing, training=TRAINING, serving=config.serving,
                                      model_resources=MODEL, topic_arn=TOPIC, partition="aws")
@@ -293,8 +293,8 @@ def test_defaults_and_config_arguments():
     [request] = _args(result, "ProcessData")
     assert request["ProcessingJobName"] == "gputrain-0d6c5e6a-process"
     assert request["AppSpecification"]["ContainerArguments"] == ["--shards", "4"]
-    assert request["ProcessingInputs"][0]["S3Input"]["S3DataDistributionType"] == "ShardedByS3Key"
-    assert request["NetworkConfig"]["EnableInterContainerTrafficEncryption"] is True
+    assert request["ProcessingInputs"][0]["S3Input"]["S3DataDistributionType"] == "FullyReplicated"
+    assert request["NetworkConfig"]["EnableInterContainerTrafficEncryption"] is False
     assert request == create_processing_job_request(processing, resolve_processing(processing, ProcessingOptions(job_name="gputrain-0d6c5e6a-process")))
     # A user's script gets only its own arguments, not the built-in transform's.
     script = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "prep.py"}
@@ -379,6 +379,7 @@ INVALID = [
     ({"process": {"instance_type": "ml.p4d.24xlarge"}}, "process.instance_type ml.p4d.24xlarge must be a GPU type SageMaker Processing offers"),
     ({"process": {"instance_count": 0}}, "process.instance_count 0"),
     ({"process": {"instance_count": 101}}, "process.instance_count 101"),
+    ({"process": {"instance_count": 2}}, "the built-in transform runs on one instance"),
     ({"process": {"input_uri": "s3://datasets/processed/x/"}}, "process.input_uri"),
     ({"process": {"input_uri": "s3://datasets/raw/../processed/"}}, "process.input_uri"),
     ({"process": {"arguments": "--shards 4"}}, "process.arguments must be a list"),
@@ -496,3 +497,35 @@ def test_scale_to_zero_endpoints_are_not_promoted_by_the_pipeline():
     assert "scripts.promote" in cause
     result = _run({"process": {}, "train": {}}, definition=definition)
     assert result["end"] == "Succeed" and set(result["output"]) == set(OUTPUT_KEYS)
+
+
+def test_bucket_names_are_measured_when_the_machine_runs_not_at_synth():
+    """At synth a bucket name is a CDK token whose length is not the deployed name's: no check may
+    bake a prefix's length in. Built with placeholders of another length, deployed with real names."""
+    placeholders = {"datasets": "TOKEN-DATASETS-BUCKET-0123456789", "artifacts": "TOKEN-ARTIFACTS-BUCKET-0123456789"}
+    config = _config()
+
+    def resources(role: str) -> JobResources:
+        return JobResources(f"arn:aws:iam::{ACCOUNT}:role/{role}", IMAGE, placeholders["datasets"], placeholders["artifacts"],
+                            KEY, ("subnet-a", "subnet-b"), ("sg-1",))
+
+    model = ModelResources(f"arn:aws:iam::{ACCOUNT}:role/model", IMAGE, placeholders["artifacts"], KEY, ("subnet-a",), ("sg-model",))
+    built = json.dumps(pipeline_definition(
+        project_name=config.project_name,
+        processing=ProcessingTemplate.from_config(config, resources("processing")),
+        training=JobTemplate.from_config(config, resources("job")),
+        serving=config.serving,
+        model_resources=model,
+        topic_arn=TOPIC,
+        partition="aws",
+    ))
+    for real, placeholder in placeholders.items():
+        built = built.replace(placeholder, real)
+    deployed = json.loads(built)
+    code = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "prep.py"}
+    for execution_input in (
+        {"process": {"input_uri": "s3://datasets/raw/run-1/"}, "train": {}, "promote": True},
+        {"process": code, "train": {"channels": {"train": "s3://datasets/processed/old/train/"}, **code}},
+    ):
+        result = _run(execution_input, definition=deployed)
+        assert result["end"] == "Succeed", result

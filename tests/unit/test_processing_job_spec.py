@@ -184,7 +184,8 @@ def test_ebs_types_get_the_volume_key_and_the_gpu_count_comes_from_the_table():
 
 
 def test_several_instances_shard_the_input_and_encrypt_between_them():
-    built = request(job_name="gputrain-p", instance_count=4)
+    built = request(job_name="gputrain-p", instance_count=4, code_uri="s3://artifacts-bucket/code/p/sourcedir.tar.gz",
+                    entry_point="prep.py")
     assert built["ProcessingInputs"][0]["S3Input"]["S3DataDistributionType"] == "ShardedByS3Key"
     assert built["NetworkConfig"]["EnableInterContainerTrafficEncryption"] is True
 
@@ -227,6 +228,7 @@ def test_config_arguments_are_the_built_in_transforms_only():
         ({"instance_type": "ml.c5.xlarge"}, "not a known SageMaker GPU type"),
         ({"instance_count": 0}, "from 1 to 100"),
         ({"instance_count": True}, "from 1 to 100"),
+        ({"instance_count": 2}, "the built-in transform runs on one instance, not 2"),
         ({"input_uri": "s3://datasets-bucket/processed/x/"}, "must lie under s3://datasets-bucket/raw/"),
         ({"input_uri": "s3://other/raw/"}, "must lie under s3://datasets-bucket/raw/"),
         ({"arguments": "--shards 4"}, "must be a list of strings"),
