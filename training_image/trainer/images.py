@@ -473,6 +473,7 @@ def make_dataset(
     shuffle_buffer: int = 10_000,
     seed: int = 0,
     epoch: int = 1,
+    ordered: bool = False,
 ) -> Any:
     """One input pipeline's batches ``(images uint8 [B, S, S, 3], labels int32 [B])``.
 
@@ -483,6 +484,8 @@ def make_dataset(
     repeats the shard and stops after ``batches`` full batches (every worker runs the same
     steps even when shards are uneven). Evaluation reads the shard once in order, centre crop,
     last batch kept (``batches`` None) or the first ``batches`` batches.
+    Training emits pictures as they are ready (out of order); each one's crop and flip depend on
+    its place in the seeded order only, so ``ordered=True`` (slower) replays an epoch exactly.
     The model rescales the uint8 pixels itself (see ``models.build_image_model``).
     """
     import tensorflow as tf
@@ -514,7 +517,7 @@ def make_dataset(
 
     # One map (read or parse, decode, crop, flip) in parallel; out of order in training, where
     # pictures of uneven size would otherwise hold the queue behind the slowest.
-    images = items.enumerate().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=not training)
+    images = items.enumerate().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered or not training)
     batched = images.batch(per_replica_batch, drop_remainder=training, num_parallel_calls=tf.data.AUTOTUNE)
     if batches is not None:
         batched = batched.take(batches)
