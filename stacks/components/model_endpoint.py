@@ -36,6 +36,7 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
 )
 from stacks.components.policy import (
     acknowledge,
+    describe_network_statement,
     sagemaker_image_and_volume_statements,
     sagemaker_principal,
     sagemaker_vpc_network_statements,
@@ -110,17 +111,7 @@ class EndpointRole(Construct):
                 actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
                 resources=[log_group, log_streams],
             ),
-            iam.PolicyStatement(
-                sid="DescribeNetwork",
-                actions=[
-                    "ec2:DescribeNetworkInterfaces",
-                    "ec2:DescribeVpcs",
-                    "ec2:DescribeDhcpOptions",
-                    "ec2:DescribeSubnets",
-                    "ec2:DescribeSecurityGroups",
-                ],
-                resources=["*"],
-            ),
+            describe_network_statement(),
             *network_statements,
         ]
         if rollback_alarms:

@@ -27,6 +27,7 @@ from stacks.components.model_endpoint import EndpointRole
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
     sagemaker_image_and_volume_statements,
+    sagemaker_job_log_statements,
     sagemaker_principal,
     sagemaker_vpc_network_statements,
 )
@@ -45,20 +46,6 @@ PROMOTED_MODEL_KEYS = f"{OUTPUT_PREFIX}*/output/model.tar.gz"
 def pipeline_name(project_name: str) -> str:
     """The pipeline state machine's fixed name."""
     return f"{project_name}-pipeline"
-
-
-def _describe_network() -> iam.PolicyStatement:
-    return iam.PolicyStatement(
-        sid="DescribeNetwork",
-        actions=[
-            "ec2:DescribeNetworkInterfaces",
-            "ec2:DescribeVpcs",
-            "ec2:DescribeDhcpOptions",
-            "ec2:DescribeSubnets",
-            "ec2:DescribeSecurityGroups",
-        ],
-        resources=["*"],
-    )
 
 
 class ProcessingRole(Construct):
@@ -107,14 +94,12 @@ class ProcessingRole(Construct):
         raw_objects = datasets_bucket.arn_for_objects(f"{input_prefix}*")
         processed_objects = datasets_bucket.arn_for_objects(f"{output_prefix}*")
         code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
-        log_group = stack.format_arn(
-            service="logs",
-            resource="log-group",
-            resource_name=SAGEMAKER_PROCESSING_LOG_GROUP,
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        log_statements, log_wildcards = sagemaker_job_log_statements(
+            stack,
+            log_group_name=SAGEMAKER_PROCESSING_LOG_GROUP,
+            project_name=project_name,
+            metrics_sid="PublishProcessingMetrics",
         )
-        log_group_children = f"{log_group}:*"
-        project_streams = f"{log_group}:log-stream:{project_name}-*"
         network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
         statements = [
             iam.PolicyStatement(sid="ReadRawData", actions=["s3:GetObject"], resources=[raw_objects]),
@@ -144,23 +129,7 @@ class ProcessingRole(Construct):
                 resources=[key.key_arn],
             ),
             *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullProcessingImage"),
-            iam.PolicyStatement(
-                sid="PublishProcessingMetrics",
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": SAGEMAKER_PROCESSING_LOG_GROUP}},
-            ),
-            iam.PolicyStatement(
-                sid="SageMakerLogGroup",
-                actions=["logs:CreateLogGroup", "logs:DescribeLogStreams", "logs:CreateLogStream"],
-                resources=[log_group, log_group_children],
-            ),
-            iam.PolicyStatement(
-                sid="WriteProjectLogStreams",
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[project_streams],
-            ),
-            _describe_network(),
+            *log_statements,
             *network_statements,
         ]
         self.role = iam.Role(
@@ -180,7 +149,7 @@ class ProcessingRole(Construct):
             "and cloudwatch:PutMetricData (limited by namespace); subnets, security groups and network interfaces of "
             "this account and region, limited to the training VPC by the ec2:Vpc condition (a new interface by the "
             "subnet it must be created in).",
-            [raw_objects, processed_objects, code_objects, log_group_children, project_streams, *network_wildcards, "*"],
+            [raw_objects, processed_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
         )
 
 

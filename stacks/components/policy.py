@@ -6,7 +6,7 @@ a reason, next to the construct it concerns.
 
 from __future__ import annotations
 
-from aws_cdk import Acknowledgment, App, Stack, Validations
+from aws_cdk import Acknowledgment, App, ArnFormat, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -102,3 +102,61 @@ def sagemaker_image_and_volume_statements(key: kms.IKey, repository: ecr.IReposi
         ),
         iam.PolicyStatement(sid="EcrLogin", actions=["ecr:GetAuthorizationToken"], resources=["*"]),
     ]
+
+
+def describe_network_statement() -> iam.PolicyStatement:
+    """EC2 Describe* a SageMaker execution role needs to place a job or endpoint in the VPC.
+
+    These actions support no resource-level permissions, hence ``*`` (acknowledged by callers).
+    """
+    return iam.PolicyStatement(
+        sid="DescribeNetwork",
+        actions=[
+            "ec2:DescribeNetworkInterfaces",
+            "ec2:DescribeVpcs",
+            "ec2:DescribeDhcpOptions",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeSecurityGroups",
+        ],
+        resources=["*"],
+    )
+
+
+def sagemaker_job_log_statements(
+    stack: Stack, *, log_group_name: str, project_name: str, metrics_sid: str
+) -> tuple[list[iam.PolicyStatement], list[str]]:
+    """What a SageMaker job's execution role needs for its logs and metrics, then its VPC lookups.
+
+    SageMaker writes a job's logs into a fixed group (``/aws/sagemaker/TrainingJobs``,
+    ``/aws/sagemaker/ProcessingJobs``) in streams named after the job, and publishes its metrics
+    under the same name as namespace. The role may create and describe streams in the group and
+    write only to the project's streams (``<project>-*``).
+
+    Returns:
+        ``(statements, wildcard resources to acknowledge)``.
+    """
+    log_group = stack.format_arn(
+        service="logs", resource="log-group", resource_name=log_group_name, arn_format=ArnFormat.COLON_RESOURCE_NAME
+    )
+    log_group_children = f"{log_group}:*"
+    project_streams = f"{log_group}:log-stream:{project_name}-*"
+    statements = [
+        iam.PolicyStatement(
+            sid=metrics_sid,
+            actions=["cloudwatch:PutMetricData"],
+            resources=["*"],
+            conditions={"StringEquals": {"cloudwatch:namespace": log_group_name}},
+        ),
+        iam.PolicyStatement(
+            sid="SageMakerLogGroup",
+            actions=["logs:CreateLogGroup", "logs:DescribeLogStreams", "logs:CreateLogStream"],
+            resources=[log_group, log_group_children],
+        ),
+        iam.PolicyStatement(
+            sid="WriteProjectLogStreams",
+            actions=["logs:CreateLogStream", "logs:PutLogEvents"],
+            resources=[project_streams],
+        ),
+        describe_network_statement(),
+    ]
+    return statements, [log_group_children, project_streams]

@@ -28,6 +28,7 @@ from stacks.components.network import TrainingNetwork
 from stacks.components.policy import (
     acknowledge,
     sagemaker_image_and_volume_statements,
+    sagemaker_job_log_statements,
     sagemaker_principal,
     sagemaker_vpc_network_statements,
 )
@@ -181,11 +182,9 @@ class TrainingJobRole(Construct):
         input_objects = [datasets_bucket.arn_for_objects(f"{p}*") for p in input_prefixes]
         artifact_objects = [artifacts_bucket.arn_for_objects(f"{p}*") for p in artifact_prefixes]
         code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
-        log_group = stack.format_arn(
-            service="logs", resource="log-group", resource_name=SAGEMAKER_LOG_GROUP, arn_format=ArnFormat.COLON_RESOURCE_NAME
+        log_statements, log_wildcards = sagemaker_job_log_statements(
+            stack, log_group_name=SAGEMAKER_LOG_GROUP, project_name=project_name, metrics_sid="PublishTrainingMetrics"
         )
-        log_group_children = f"{log_group}:*"
-        project_streams = f"{log_group}:log-stream:{project_name}-*"
         network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
         statements = [
             iam.PolicyStatement(sid="ReadInputChannels", actions=["s3:GetObject"], resources=input_objects),
@@ -220,33 +219,7 @@ class TrainingJobRole(Construct):
                 resources=[key.key_arn],
             ),
             *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullTrainingImage"),
-            iam.PolicyStatement(
-                sid="PublishTrainingMetrics",
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringEquals": {"cloudwatch:namespace": SAGEMAKER_LOG_GROUP}},
-            ),
-            iam.PolicyStatement(
-                sid="SageMakerLogGroup",
-                actions=["logs:CreateLogGroup", "logs:DescribeLogStreams", "logs:CreateLogStream"],
-                resources=[log_group, log_group_children],
-            ),
-            iam.PolicyStatement(
-                sid="WriteProjectLogStreams",
-                actions=["logs:CreateLogStream", "logs:PutLogEvents"],
-                resources=[project_streams],
-            ),
-            iam.PolicyStatement(
-                sid="DescribeNetwork",
-                actions=[
-                    "ec2:DescribeNetworkInterfaces",
-                    "ec2:DescribeVpcs",
-                    "ec2:DescribeDhcpOptions",
-                    "ec2:DescribeSubnets",
-                    "ec2:DescribeSecurityGroups",
-                ],
-                resources=["*"],
-            ),
+            *log_statements,
             *network_statements,
         ]
         self.role = iam.Role(
@@ -267,7 +240,7 @@ class TrainingJobRole(Construct):
             "(no resource-level permissions) and cloudwatch:PutMetricData (limited by namespace); subnets, security "
             "groups and network interfaces of this account and region, limited to the training VPC by the ec2:Vpc "
             "condition (a new interface by the subnet it must be created in).",
-            [*input_objects, *artifact_objects, code_objects, log_group_children, project_streams, *network_wildcards, "*"],
+            [*input_objects, *artifact_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
         )
 
 
