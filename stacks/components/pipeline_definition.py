@@ -53,7 +53,7 @@ from stacks.components.processing_job_spec import (
     processing_output_uri,
     processing_state_machine_assignments,
 )
-from stacks.components.request_expressions import Jsonata, to_jsonata
+from stacks.components.request_expressions import Jsonata, all_of, to_jsonata
 from stacks.components.training_job_spec import (
     OUTPUT_PREFIX,
     STATE_MACHINE_VALUES,
@@ -88,10 +88,6 @@ ENDPOINT_MISSING_ERRORS = ("SageMaker.ValidationException", "SageMaker.SageMaker
 """How the ``aws-sdk`` integration names DescribeEndpoint's error for an endpoint that does not exist."""
 ENDPOINT_FAILED_STATES = ("Failed", "UpdateRollbackFailed")
 MODEL_FILE_SUFFIX = "/output/model.tar.gz"
-
-
-def _all(conditions: Sequence[str]) -> str:
-    return " and ".join(f"({c})" for c in conditions)
 
 
 def _cause_from_job(status_key: str) -> str:
@@ -212,11 +208,11 @@ def pipeline_definition(
     )
     process_rules = processing_launch_rules(processing)
     train_rules = launch_rules(training)
-    valid = _all(
+    valid = all_of(
         [
             *(c for c, _ in pipeline_rules),
-            f"$not($run_process) or ({_all([c for c, _ in process_rules])})",
-            f"$not($run_train) or ({_all([c for c, _ in train_rules])})",
+            f"$not($run_process) or ({all_of([c for c, _ in process_rules])})",
+            f"$not($run_train) or ({all_of([c for c, _ in train_rules])})",
         ]
     )
     reasons = ", ".join(

@@ -35,6 +35,8 @@ from stacks.components.request_expressions import (
     greater_than,
     merge,
     render,
+    rules_check,
+    rules_problem,
     to_jsonata,
     when,
 )
@@ -465,13 +467,12 @@ def processing_launch_rules(template: ProcessingTemplate) -> list[tuple[str, str
 
 def processing_launch_check(template: ProcessingTemplate) -> str:
     """JSONata condition (``{% %}``) that the assigned variables are options :func:`resolve_processing` accepts."""
-    return "{% " + " and ".join(f"({condition})" for condition, _ in _processing_rules(template)) + " %}"
+    return rules_check(_processing_rules(template))
 
 
 def processing_launch_problem(template: ProcessingTemplate) -> str:
     """JSONata (``{% %}``) for the reason :func:`processing_launch_check` is false: every broken rule's reason."""
-    reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in _processing_rules(template))
-    return "{% 'Invalid processing options: ' & $join([" + reasons + "], '; ') & '.' %}"
+    return rules_problem(_processing_rules(template), "Invalid processing options")
 
 
 # --------------------------------------------------------------------------------------------

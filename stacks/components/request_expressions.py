@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,26 @@ def map_items(mapping: Union[Mapping[str, Any], Jsonata], build: Callable[[Value
         item = to_jsonata(build(Jsonata("$k"), Jsonata("$v")))
         return Jsonata(f"[$each({to_jsonata(mapping)}, function($v, $k) {{{item}}})]")
     return [build(k, v) for k, v in mapping.items()]
+
+
+Rule = tuple[str, str]
+"""``(JSONata condition, JSONata reason when it is false)``: one launch option's check."""
+
+
+def all_of(conditions: Sequence[str]) -> str:
+    """JSONata: every condition holds (each parenthesised)."""
+    return " and ".join(f"({condition})" for condition in conditions)
+
+
+def rules_check(rules: Sequence[Rule]) -> str:
+    """A ``{% %}`` condition that every rule holds."""
+    return "{% " + all_of([condition for condition, _ in rules]) + " %}"
+
+
+def rules_problem(rules: Sequence[Rule], title: str) -> str:
+    """A ``{% %}`` string (``title`` holds no quote) ``'<title>: <reason>; <reason>.'`` naming every broken rule."""
+    reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in rules)
+    return "{% '" + title + ": ' & $join([" + reasons + "], '; ') & '.' %}"
 
 
 def render(value: Value) -> Any:

@@ -32,6 +32,8 @@ from stacks.components.request_expressions import (  # noqa: F401 (re-exported: 
     map_items,
     merge,
     render,
+    rules_check,
+    rules_problem,
     to_jsonata,
     when,
 )
@@ -674,14 +676,13 @@ def launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
 
 def state_machine_launch_check(template: JobTemplate) -> str:
     """JSONata condition that the resolved variables are a launch :func:`resolve_launch` accepts."""
-    return "{% " + " and ".join(f"({condition})" for condition, _ in _launch_rules(template)) + " %}"
+    return rules_check(_launch_rules(template))
 
 
 def state_machine_launch_problem(template: JobTemplate) -> str:
     """The ``Cause`` of the workflow's failure when :func:`state_machine_launch_check` is false:
     every broken rule's reason."""
-    reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in _launch_rules(template))
-    return "{% 'Invalid launch options: ' & $join([" + reasons + "], '; ') & '.' %}"
+    return rules_problem(_launch_rules(template), "Invalid launch options")
 
 
 # --------------------------------------------------------------------------------------------
