@@ -38,10 +38,9 @@ from stacks.components.policy import (
     acknowledge,
     describe_network_statement,
     sagemaker_image_and_volume_statements,
-    sagemaker_principal,
     sagemaker_vpc_network_statements,
 )
-from stacks.components.training_job_workflow import acknowledge_wildcard_resources
+from stacks.components.training_job_workflow import sagemaker_execution_role
 from stacks.config import ServingConfig
 
 ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
@@ -136,23 +135,20 @@ class EndpointRole(Construct):
                 iam.PolicyStatement(sid="WriteDataCapture", actions=["s3:PutObject"], resources=[capture_objects])
             )
             wildcards.append(capture_objects)
-        self.role = iam.Role(
+        self.role, self.policy = sagemaker_execution_role(
             self,
-            "Role",
-            assumed_by=sagemaker_principal(stack),
             description=f"{endpoint}: execution role of the GPU endpoint (one model artifact, image pull, its logs)",
-        )
-        self.policy = iam.ManagedPolicy(self, "Policy", statements=statements, roles=[self.role])
-        acknowledge_wildcard_resources(
-            self.policy,
-            "Each wildcard is the narrowest the API allows: the streams of this endpoint's own log group, captured "
-            "requests under data-capture/<endpoint>/ (object keys are generated per hour), and '*' only for "
-            "ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions); subnets, security groups and "
-            "network interfaces of this account and region, limited to the training VPC by the ec2:Vpc condition (a "
-            "new interface by the subnet it must be created in). The model artifact is one exact object, or for "
-            "models the pipeline promotes training-jobs/*/output/model.tar.gz: the model file of a project job and "
-            "nothing else under its output.",
-            wildcards,
+            statements=statements,
+            wildcard_reason=(
+                "Each wildcard is the narrowest the API allows: the streams of this endpoint's own log group, captured "
+                "requests under data-capture/<endpoint>/ (object keys are generated per hour), and '*' only for "
+                "ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions); subnets, security groups and "
+                "network interfaces of this account and region, limited to the training VPC by the ec2:Vpc condition (a "
+                "new interface by the subnet it must be created in). The model artifact is one exact object, or for "
+                "models the pipeline promotes training-jobs/*/output/model.tar.gz: the model file of a project job and "
+                "nothing else under its output."
+            ),
+            wildcards=wildcards,
         )
 
 

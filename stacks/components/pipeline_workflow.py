@@ -28,12 +28,16 @@ from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
     sagemaker_image_and_volume_statements,
     sagemaker_job_log_statements,
-    sagemaker_principal,
     sagemaker_vpc_network_statements,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
 from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources
-from stacks.components.training_job_workflow import SYNC_EVENTS_RULE, TrainingJobWorkflow, acknowledge_wildcard_resources
+from stacks.components.training_job_workflow import (
+    SYNC_EVENTS_RULE,
+    TrainingJobWorkflow,
+    acknowledge_wildcard_resources,
+    sagemaker_execution_role,
+)
 from stacks.config import PlatformConfig
 
 PROCESSING_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerProcessingJobsRule"
@@ -132,24 +136,20 @@ class ProcessingRole(Construct):
             *log_statements,
             *network_statements,
         ]
-        self.role = iam.Role(
+        self.role, self.policy = sagemaker_execution_role(
             self,
-            "Role",
-            # Only SageMaker acting for this account's resources in this region may assume it.
-            assumed_by=sagemaker_principal(stack),
             description=f"{project_name}: execution role of the project's SageMaker processing jobs",
-        )
-        self.policy = iam.ManagedPolicy(self, "Policy", statements=statements, roles=[self.role])
-        acknowledge_wildcard_resources(
-            self.policy,
-            "Each wildcard is the narrowest the API allows: objects under the raw-data prefix (read), under the "
-            "processed-data prefix (write: each run writes a new prefix named after its job) and users' code under "
-            "the code prefix (read); SageMaker's fixed /aws/sagemaker/ProcessingJobs log group and the project's job "
-            "streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions) "
-            "and cloudwatch:PutMetricData (limited by namespace); subnets, security groups and network interfaces of "
-            "this account and region, limited to the training VPC by the ec2:Vpc condition (a new interface by the "
-            "subnet it must be created in).",
-            [raw_objects, processed_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
+            statements=statements,
+            wildcard_reason=(
+                "Each wildcard is the narrowest the API allows: objects under the raw-data prefix (read), under the "
+                "processed-data prefix (write: each run writes a new prefix named after its job) and users' code under "
+                "the code prefix (read); SageMaker's fixed /aws/sagemaker/ProcessingJobs log group and the project's job "
+                "streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions) "
+                "and cloudwatch:PutMetricData (limited by namespace); subnets, security groups and network interfaces of "
+                "this account and region, limited to the training VPC by the ec2:Vpc condition (a new interface by the "
+                "subnet it must be created in)."
+            ),
+            wildcards=[raw_objects, processed_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
         )
 
 

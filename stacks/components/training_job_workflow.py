@@ -99,6 +99,27 @@ def acknowledge_wildcard_resources(scope: Construct, reason: str, resources: Seq
     scope.node.add_validation(_AcknowledgeWildcardResources(scope, reason, resources))
 
 
+def sagemaker_execution_role(
+    scope: Construct,
+    *,
+    description: str,
+    statements: Sequence[iam.PolicyStatement],
+    wildcard_reason: str,
+    wildcards: Sequence[str],
+) -> tuple[iam.Role, iam.ManagedPolicy]:
+    """An execution role for SageMaker jobs or endpoints: ``Role`` and ``Policy`` in ``scope``.
+
+    Only SageMaker acting for this account's resources in this region may assume it
+    (cross-service confused deputy prevention). Its permissions are one customer-managed policy
+    rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy), whose wildcard resources are
+    acknowledged with ``wildcard_reason``.
+    """
+    role = iam.Role(scope, "Role", assumed_by=sagemaker_principal(Stack.of(scope)), description=description)
+    policy = iam.ManagedPolicy(scope, "Policy", statements=list(statements), roles=[role])
+    acknowledge_wildcard_resources(policy, wildcard_reason, wildcards)
+    return role, policy
+
+
 class TrainingJobSecurityGroup(Construct):
     """Network of a job's instances: each other (distributed training) and HTTPS out.
 
@@ -222,25 +243,19 @@ class TrainingJobRole(Construct):
             *log_statements,
             *network_statements,
         ]
-        self.role = iam.Role(
+        self.role, self.policy = sagemaker_execution_role(
             self,
-            "Role",
-            # Only SageMaker acting for this account's resources in this region may assume it
-            # (cross-service confused deputy prevention).
-            assumed_by=sagemaker_principal(stack),
             description=f"{project_name}: execution role of the project's SageMaker training jobs",
-        )
-        # A customer-managed policy rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy).
-        self.policy = iam.ManagedPolicy(self, "Policy", statements=statements, roles=[self.role])
-        acknowledge_wildcard_resources(
-            self.policy,
-            "Each wildcard is the narrowest the API allows: objects under the configured channel prefixes (read) and "
-            "under the output and checkpoint prefixes (read/write), users' code under the code prefix (read); SageMaker's fixed /aws/sagemaker/TrainingJobs log "
-            "group and the project's job streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* "
-            "(no resource-level permissions) and cloudwatch:PutMetricData (limited by namespace); subnets, security "
-            "groups and network interfaces of this account and region, limited to the training VPC by the ec2:Vpc "
-            "condition (a new interface by the subnet it must be created in).",
-            [*input_objects, *artifact_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
+            statements=statements,
+            wildcard_reason=(
+                "Each wildcard is the narrowest the API allows: objects under the configured channel prefixes (read) and "
+                "under the output and checkpoint prefixes (read/write), users' code under the code prefix (read); SageMaker's fixed /aws/sagemaker/TrainingJobs log "
+                "group and the project's job streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* "
+                "(no resource-level permissions) and cloudwatch:PutMetricData (limited by namespace); subnets, security "
+                "groups and network interfaces of this account and region, limited to the training VPC by the ec2:Vpc "
+                "condition (a new interface by the subnet it must be created in)."
+            ),
+            wildcards=[*input_objects, *artifact_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
         )
 
 
