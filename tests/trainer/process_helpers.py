@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TRAINING_IMAGE, trainer_env
+from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TrainerRun, run_trainer
 from trainer.synthetic import SyntheticSpec, write_dataset
 
 
@@ -68,21 +65,8 @@ def job_config(
     return base
 
 
-@dataclass(frozen=True)
-class ProcessRun:
-    """A finished ``python -m trainer process``.
-
-    Attributes:
-        base: Its SAGEMAKER_BASE_DIR.
-        returncode: Exit status.
-        stdout: Log lines.
-        stderr: TensorFlow's logging and tracebacks.
-    """
-
-    base: Path
-    returncode: int
-    stdout: str
-    stderr: str
+class ProcessRun(TrainerRun):
+    """A finished ``python -m trainer process`` (the trainer's run, with the processing mode's failure file)."""
 
     @property
     def message(self) -> str | None:
@@ -90,24 +74,12 @@ class ProcessRun:
         path = self.base / "output" / "message"
         return path.read_text(encoding="utf-8") if path.exists() else None
 
-    def explain(self) -> str:
-        """Context for assertion messages."""
-        return f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
-
 
 def run_process(base: Path, *args: str, timeout: float = RUN_TIMEOUT_SECONDS, **env: Any) -> ProcessRun:
     """Runs ``python -m trainer process [args]`` from training_image/, CPU on purpose unless ``env`` says otherwise."""
     base.mkdir(parents=True, exist_ok=True)
-    completed = subprocess.run(
-        [sys.executable, "-m", "trainer", "process", *args],
-        cwd=TRAINING_IMAGE,
-        env=trainer_env(base, **env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    return ProcessRun(base, completed.returncode, completed.stdout, completed.stderr)
+    run = run_trainer(base, "process", *args, timeout=timeout, **env)
+    return ProcessRun(run.base, run.returncode, run.stdout, run.stderr)
 
 
 def read_examples(directory: Path) -> list[tuple[list[float], int]]:
