@@ -42,7 +42,7 @@ def problems_with_trainer() -> list[str]:
         metrics = importlib.import_module("trainer.metrics")
         gpu_table = importlib.import_module("trainer.gpu_table")
         # Script mode and the helper library user scripts import.
-        importlib.import_module("trainer.script.runner")
+        importlib.import_module("trainer.user_code.runner")
         importlib.import_module("trainer.toolkit")
         definitions = metrics.metric_definitions()
         instance_types = gpu_table.known_instance_types()

@@ -19,7 +19,7 @@ import pytest
 from tests.trainer.script_helpers import script_job
 from trainer import environment
 from trainer.errors import ConfigError
-from trainer.script import contract
+from trainer.user_code import contract
 
 RESOURCE_CONFIG = {
     "current_host": "algo-2",

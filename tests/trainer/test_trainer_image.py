@@ -194,8 +194,8 @@ def test_the_built_package_ships_every_mode_and_the_toolkit(tmp_path):
     assert build.returncode == 0, build.stderr[-2000:]
     (wheel,) = tmp_path.glob("trainer-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in ("trainer/entrypoint.py", "trainer/toolkit.py", "trainer/script/runner.py", "trainer/script/launcher.py",
-                   "trainer/script/contract.py", "trainer/script/source.py", "trainer/gpu_instances.json",
+    for module in ("trainer/entrypoint.py", "trainer/toolkit.py", "trainer/user_code/runner.py", "trainer/user_code/launcher.py",
+                   "trainer/user_code/contract.py", "trainer/user_code/source.py", "trainer/gpu_instances.json",
                    "trainer/serve/__init__.py", "trainer/process/__init__.py", "trainer/process/transform.py"):
         assert module in names, module
 

@@ -265,7 +265,7 @@ def parse_hyperparameters(raw: Mapping[str, Any]) -> TrainingConfig:
     problems: list[str] = []
     values: dict[str, Any] = {}
     if "sagemaker_program" in raw:
-        # A job that names a script must run that script (trainer.script), never a built-in model.
+        # A job that names a script must run that script (trainer.user_code), never a built-in model.
         raise ConfigError(
             f"hyperparameter sagemaker_program={raw['sagemaker_program']} names a training script, which the "
             "built-in trainer cannot run; start the job through the image's entrypoint (python -m trainer)."

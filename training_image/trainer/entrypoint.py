@@ -9,7 +9,7 @@ node may pass none. Both mean the same. Everything else is refused, so a wrong c
 fails loudly instead of training with defaults.
 
 A job whose hyperparameters name a script (``sagemaker_program``, what the SageMaker SDK's
-``entry_point`` sets) runs that script (:mod:`trainer.script`); only a job without one trains a
+``entry_point`` sets) runs that script (:mod:`trainer.user_code`); only a job without one trains a
 built-in model. A script the image cannot run is refused, never replaced by a built-in model.
 """
 
@@ -20,8 +20,8 @@ import traceback
 from collections.abc import Sequence
 
 from trainer import environment, train
-from trainer.script import contract as script_contract
-from trainer.script import runner as script_runner
+from trainer.user_code import contract as script_contract
+from trainer.user_code import runner as script_runner
 from trainer.errors import ConfigError, TrainerError
 from trainer.failure import record_failure
 from trainer.logs import log

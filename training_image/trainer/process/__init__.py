@@ -13,7 +13,7 @@ small module per concern, like the other modes:
 - ``statistics``  per-feature mean/std and class counts in one streaming pass on the GPU
 
 A user's processing script (``SAGEMAKER_PROGRAM``) runs through the same code as a training
-script (:mod:`trainer.script`: source unpacking, offline requirements, launcher, signals).
+script (:mod:`trainer.user_code`: source unpacking, offline requirements, launcher, signals).
 Only the shared contract and data formats (``environment``, ``gpu_check``, ``errors``, ``logs``,
 ``data``, ``images``, ``manifest``) and the shared script runner are imported from elsewhere.
 """

@@ -25,8 +25,8 @@ from trainer import environment
 from trainer.errors import ConfigError, TrainerError, TrainingInterrupted
 from trainer.logs import log
 from trainer.process import contract, options
-from trainer.script import runner as script_runner
-from trainer.script import source
+from trainer.user_code import runner as script_runner
+from trainer.user_code import source
 
 # SageMaker shows the first 1024 characters; the rest stays in the file for whoever reads it.
 MAX_MESSAGE_CHARS = 4096

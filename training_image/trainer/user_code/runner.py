@@ -28,7 +28,7 @@ import trainer
 from trainer.environment import TrainingEnvironment
 from trainer.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
 from trainer.logs import log
-from trainer.script import contract, source
+from trainer.user_code import contract, source
 
 ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 ENV_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
@@ -133,7 +133,7 @@ def _trainer_root() -> str:
 def script_command(code: source.SourceCode, report_file: Path, args: list[str]) -> list[str]:
     """How the user's entry point is started: through the launcher (``.py``) or ``/bin/sh`` (``.sh``)."""
     if code.entry_point.suffix == ".py":
-        return [sys.executable, "-m", "trainer.script.launcher", str(report_file), str(code.directory), str(code.entry_point), *args]
+        return [sys.executable, "-m", "trainer.user_code.launcher", str(report_file), str(code.directory), str(code.entry_point), *args]
     return ["/bin/sh", str(code.entry_point), *args]
 
 

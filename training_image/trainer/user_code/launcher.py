@@ -1,6 +1,6 @@
 """Runs the user's script as ``__main__`` and, if it fails, says where in the user's code.
 
-``python -m trainer.script.launcher REPORT SOURCE_DIR SCRIPT [ARGS...]`` is what the runner
+``python -m trainer.user_code.launcher REPORT SOURCE_DIR SCRIPT [ARGS...]`` is what the runner
 starts instead of ``python SCRIPT ARGS``: the script sees the same ``sys.argv``, ``sys.path[0]``
 and ``__name__``, its traceback still goes to stderr (the job's log), and an exception or a
 non-zero ``sys.exit`` also writes a small JSON report (type, message, the user's file and line)

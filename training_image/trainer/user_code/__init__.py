@@ -1,0 +1,17 @@
+"""User code: the one service that finds, unpacks, installs (offline) and runs a user's code.
+
+Shared by the modes (training scripts, processing scripts, serving handlers); it imports the
+shared floors (contract, gpu check, failure), never a mode. Script mode, its first user:
+
+SageMaker's TensorFlow estimator (``entry_point="train.py"``) sets the ``sagemaker_program`` and
+``sagemaker_submit_directory`` hyperparameters; the image then runs that script the way AWS's
+framework containers do (same ``SM_*`` environment, hyperparameters as command-line arguments,
+``requirements.txt``, ``TF_CONFIG`` for MultiWorkerMirroredStrategy), but only after the GPU
+check passed, with SIGTERM forwarded, and with any failure written to ``output/failure`` as the
+user's exception, file and line.
+
+- :mod:`trainer.user_code.contract`: the environment and arguments (the toolkit's contract);
+- :mod:`trainer.user_code.source`: finding, unpacking and installing the user's code;
+- :mod:`trainer.user_code.launcher`: runs inside the user process and reports an exception;
+- :mod:`trainer.user_code.runner`: the orchestration, run by ``python -m trainer train``.
+"""
