@@ -808,6 +808,7 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
                 f"{p}.training_job.channels.{name}", prefix, "expected a key prefix inside the datasets bucket",
                 "write a relative prefix such as train/",
             )
+        _refuse_iam_wildcards(f"{p}.training_job.channels.{name}", prefix, "train/")
     if len(tj.hyperparameters) > limits.max_hyperparameters:
         raise ConfigError(
             f"{p}.training_job.hyperparameters", f"{len(tj.hyperparameters)} entries",
@@ -836,14 +837,27 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     return dataclasses.replace(cfg, cluster=cl, training_job=tj, serving=_validate_serving(cfg.serving))
 
 
-_KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()=-]+(/[A-Za-z0-9!_.*'()=-]+)*/$")
+_KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.'()=-]+(/[A-Za-z0-9!_.'()=-]+)*/$")
+
+
+def _refuse_iam_wildcards(path: str, key: str, example: str) -> None:
+    """Keys and prefixes from config become IAM resources as given: ``*`` or ``?`` there is a
+    wildcard (``*/`` grants every key of the bucket) and ``..`` reaches outside the prefix."""
+    if "*" in key or "?" in key:
+        raise ConfigError(
+            path, key, "a wildcard (* or ?) here would become a wildcard in the IAM policies that grant it",
+            f"write a literal prefix such as {example}",
+        )
+    if ".." in key.split("/"):
+        raise ConfigError(path, key, "a '..' segment points outside the prefix", f"write a literal prefix such as {example}")
 
 
 def _check_key_prefix(path: str, prefix: str, example: str) -> None:
-    if not _KEY_PREFIX_RE.match(prefix) or ".." in prefix.split("/"):
+    _refuse_iam_wildcards(path, prefix, example)
+    if not _KEY_PREFIX_RE.match(prefix):
         raise ConfigError(
             path, prefix, "expected a key prefix inside the datasets bucket ending in /",
-            f"write a relative prefix such as {example} (letters, digits, ! _ . * ' ( ) = -, /-separated)",
+            f"write a relative prefix such as {example} (letters, digits, ! _ . ' ( ) = -, /-separated)",
         )
 
 
@@ -914,6 +928,7 @@ def _validate_serving(sv: ServingConfig) -> ServingConfig:
         raise ConfigError(f"{p}.training_job_name", sv.training_job_name, "not a training job name", "use the job's exact name")
     if sv.model_artifact_key is not None:
         key = sv.model_artifact_key
+        _refuse_iam_wildcards(f"{p}.model_artifact_key", key, "training-jobs/<job>/output/model.tar.gz")
         if key.startswith(("s3://", "/")) or not key.endswith(".tar.gz") or ".." in key.split("/"):
             raise ConfigError(
                 f"{p}.model_artifact_key", key, "expected the key of a model.tar.gz inside the artifacts bucket",

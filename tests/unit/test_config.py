@@ -172,6 +172,28 @@ def test_channel_prefix_must_be_relative():
     assert "gpu_training.training_job.channels.train" in msg and "relative prefix" in msg
 
 
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"processing__output_prefix": "*/"}, "gpu_training.processing.output_prefix"),
+        ({"processing__input_prefix": "raw?/"}, "gpu_training.processing.input_prefix"),
+        ({"processing__input_prefix": "raw/../"}, "gpu_training.processing.input_prefix"),
+        ({"training_job__channels": {"train": "*"}}, "gpu_training.training_job.channels.train"),
+        ({"training_job__channels": {"train": "raw/*/"}}, "gpu_training.training_job.channels.train"),
+        ({"training_job__channels": {"train": "data/../raw/"}}, "gpu_training.training_job.channels.train"),
+        (
+            {"serving__enabled": True, "serving__model_artifact_key": "models/*/model.tar.gz"},
+            "gpu_training.serving.model_artifact_key",
+        ),
+    ],
+)
+def test_wildcards_and_parent_segments_are_refused_in_every_key_prefix(overrides, field):
+    """A prefix becomes an IAM resource as given: ``*/`` would grant every key of the bucket."""
+    msg = error_of(**overrides)
+    assert msg.startswith(field + " = ")
+    assert "wildcard" in msg or ".." in msg
+
+
 def test_project_name_rules():
     msg = error_of(project_name="GPU_Train")
     assert "gpu_training.project_name" in msg and "lowercase" in msg
