@@ -11,7 +11,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
-from stacks.components.buckets import AccessLogBucket, DataBucket, checkpoint_expiry_rule
+from stacks.components.buckets import AccessLogBucket, DataBucket, checkpoint_expiry_rules
 from stacks.components.encryption_key import PlatformKey
 from stacks.components.image_repository import TrainingImageRepository
 from stacks.components.network import TrainingNetwork
@@ -59,7 +59,7 @@ class DataPlaneStack(Stack):
             noncurrent_version_expiration_days=data.noncurrent_version_expiration_days,
             retain=retain,
             bucket_name=data.artifacts_bucket_name,
-            extra_lifecycle_rules=[checkpoint_expiry_rule(data.checkpoint_expiration_days)],
+            extra_lifecycle_rules=checkpoint_expiry_rules(data.checkpoint_expiration_days),
         ).bucket
         self.repository = TrainingImageRepository(
             self,

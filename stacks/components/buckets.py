@@ -14,6 +14,12 @@ from stacks.components.policy import acknowledge
 CHECKPOINT_PREFIX = "checkpoints/"
 """Key prefix in the artifacts bucket where SageMaker and EC2 nodes sync checkpoints."""
 
+CLUSTER_CHECKPOINT_PREFIX = "cluster-checkpoints/"
+"""Key prefix in the artifacts bucket where GPU cluster nodes sync checkpoints
+(``cluster-checkpoints/<cluster stack>/node-<i>/``). Not under ``checkpoints/``: SageMaker jobs
+write ``checkpoints/<job name>/`` and their roles may write all of ``checkpoints/``, so a job
+named like the cluster stack could otherwise overwrite the nodes' checkpoints."""
+
 CLUSTER_OUTPUT_PREFIX = "cluster-outputs/"
 """Key prefix in the artifacts bucket for what GPU cluster nodes write besides checkpoints
 (``cluster-outputs/<cluster stack>/``); SageMaker job outputs live elsewhere (``training-jobs/``)."""
@@ -140,11 +146,12 @@ class DataBucket(Construct):
         )
 
 
-def checkpoint_expiry_rule(days: int) -> s3.LifecycleRule:
-    """Checkpoints are scratch state for resuming; they expire instead of piling up."""
-    return s3.LifecycleRule(
-        id="ExpireCheckpoints",
-        prefix=CHECKPOINT_PREFIX,
-        expiration=Duration.days(days),
-        noncurrent_version_expiration=Duration.days(1),
-    )
+def checkpoint_expiry_rules(days: int) -> list[s3.LifecycleRule]:
+    """Checkpoints (SageMaker jobs' and the cluster's) are scratch state for resuming; they
+    expire instead of piling up."""
+    return [
+        s3.LifecycleRule(
+            id=rule_id, prefix=prefix, expiration=Duration.days(days), noncurrent_version_expiration=Duration.days(1)
+        )
+        for rule_id, prefix in (("ExpireCheckpoints", CHECKPOINT_PREFIX), ("ExpireClusterCheckpoints", CLUSTER_CHECKPOINT_PREFIX))
+    ]

@@ -63,7 +63,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IValidation
 
-from stacks.components.buckets import CHECKPOINT_PREFIX, CLUSTER_OUTPUT_PREFIX
+from stacks.components.buckets import CLUSTER_CHECKPOINT_PREFIX, CLUSTER_OUTPUT_PREFIX
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork
 from stacks.components.node_user_data import (
@@ -371,7 +371,7 @@ class GpuCluster(Construct):
         )
 
     def _checkpoint_prefix(self, node_name: str) -> str:
-        return f"{CHECKPOINT_PREFIX}{Stack.of(self).stack_name}/{node_name}/"
+        return f"{CLUSTER_CHECKPOINT_PREFIX}{Stack.of(self).stack_name}/{node_name}/"
 
     def _output_prefix(self) -> str:
         return f"{CLUSTER_OUTPUT_PREFIX}{Stack.of(self).stack_name}/"
@@ -386,7 +386,7 @@ class GpuCluster(Construct):
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description="GPU training nodes: read datasets, write the cluster's artifacts, pull the image, own logs, SSM",
         )
-        cluster_checkpoints = f"{CHECKPOINT_PREFIX}{stack.stack_name}/"
+        cluster_checkpoints = f"{CLUSTER_CHECKPOINT_PREFIX}{stack.stack_name}/"
         cluster_outputs = self._output_prefix()
         instances = stack.format_arn(service="ec2", resource="instance", resource_name="*")
         policy = iam.ManagedPolicy(

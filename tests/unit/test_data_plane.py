@@ -120,6 +120,8 @@ def test_lifecycle_expires_noncurrent_versions_and_checkpoints(resources):
         assert rule["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 7}
     checkpoints = _rules(resources, "ArtifactsBucket88671897")["ExpireCheckpoints"]
     assert checkpoints["Prefix"] == "checkpoints/" and checkpoints["ExpirationInDays"] == 30
+    cluster = _rules(resources, "ArtifactsBucket88671897")["ExpireClusterCheckpoints"]
+    assert cluster["Prefix"] == "cluster-checkpoints/" and cluster["ExpirationInDays"] == 30
     assert "ExpireCheckpoints" not in _rules(resources, "DatasetsBucket9EEDBE5A")
 
 

@@ -254,7 +254,7 @@ def test_training_container_contract_in_node_settings(synth_app):
     assert env["TRAINING_INSTANCE_TYPE"] == "g5.xlarge"
     assert env["START_TRAINING"] == "false"
     assert env["CHECKPOINT_S3_URI"].startswith("s3://{{")
-    assert env["CHECKPOINT_S3_URI"].endswith("}}/checkpoints/gputrain-cluster/node-0/")
+    assert env["CHECKPOINT_S3_URI"].endswith("}}/cluster-checkpoints/gputrain-cluster/node-0/")
     bootstrap = (BOOT_DIR / "bootstrap.sh").read_text()
     for flag in (
         "--gpus all",
@@ -438,13 +438,13 @@ def test_nodes_write_only_their_cluster_outputs_and_their_own_checkpoints(synth_
     hosts = synthesized.platform.gpu_cluster.cluster.hosts
     for index, host in enumerate(hosts):
         node = writes[f"Node{index}Checkpoints"]
-        assert _object_keys(node["Resource"]) == [f"/checkpoints/gputrain-cluster/node-{index}/*"]
+        assert _object_keys(node["Resource"]) == [f"/cluster-checkpoints/gputrain-cluster/node-{index}/*"]
         assert node["Condition"] == {"IpAddress": {"aws:Ec2InstanceSourcePrivateIPv4": f"{host}/32"}}
     assert _object_keys(statements["ReadClusterArtifacts"]["Resource"]) == [
-        "/checkpoints/gputrain-cluster/*", "/cluster-outputs/gputrain-cluster/*", "/code/*"  # users' code: read only
+        "/cluster-checkpoints/gputrain-cluster/*", "/cluster-outputs/gputrain-cluster/*", "/code/*"  # users' code: read only
     ]
     assert statements["ListClusterArtifacts"]["Condition"] == {
-        "StringLike": {"s3:prefix": ["checkpoints/gputrain-cluster/*", "cluster-outputs/gputrain-cluster/*"]}
+        "StringLike": {"s3:prefix": ["cluster-checkpoints/gputrain-cluster/*", "cluster-outputs/gputrain-cluster/*"]}
     }
     assert "training-jobs" not in json.dumps(_statements(tj, "ClusterNode"))
 
@@ -623,3 +623,33 @@ def test_idle_stop_longer_than_cloudwatch_can_evaluate_is_refused():
     context = {**project_context(), "gpu_training.cluster.idle_stop_minutes": "1441"}
     with pytest.raises(ConfigError, match="idle_stop_minutes = 1441: must be between 0 and 1440"):
         load_config(context)
+
+
+def _object_write_patterns(template_json: dict[str, Any]) -> list[str]:
+    """Key patterns of every artifacts-bucket object ARN that a policy of ``template_json`` lets write."""
+    patterns = []
+    for resource in template_json["Resources"].values():
+        if resource["Type"] not in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
+            continue
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]:
+            actions = _as_list(statement["Action"])
+            if statement["Effect"] == "Allow" and any(a in ("s3:PutObject", "s3:*", "s3:Put*") for a in actions):
+                for item in _as_list(statement["Resource"]):
+                    if isinstance(item, dict) and "Fn::Join" in item:
+                        patterns.append(item["Fn::Join"][1][-1].lstrip("/"))
+    return patterns
+
+
+def test_no_training_or_processing_job_can_write_the_cluster_checkpoints(synth_app):
+    """SageMaker jobs write ``checkpoints/<job name>/``: a job named like the cluster stack
+    (``<project>-cluster``) must not land in, or be allowed to overwrite, the nodes' checkpoints."""
+    import fnmatch
+
+    synthesized, _, cluster = _cluster(synth_app, {**MULTI_PLAIN, "training_job.enabled": True})
+    node_keys = [f"{_object_keys(s['Resource'])[0].lstrip('/').rstrip('*')}model.ckpt" for sid, s in _statements(cluster, "ClusterNode").items() if sid.endswith("Checkpoints")]
+    assert len(node_keys) == 2
+    job_writes = _object_write_patterns(synthesized.template_json("gputrain-training"))
+    assert job_writes, "the job roles write somewhere"
+    for key in node_keys:
+        covering = [p for p in job_writes if fnmatch.fnmatchcase(key, p)]
+        assert not covering, f"{key} is writable by the job roles through {covering}"
