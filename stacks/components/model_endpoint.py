@@ -188,16 +188,28 @@ class EndpointAlarms(Construct):
             removal_policy=RemovalPolicy.DESTROY,
             pending_window=Duration.days(7),
         )
+        errors_name, latency_name = alarm_names
+        stack = Stack.of(self)
+        # Confused deputy: CloudWatch may use the key only for this endpoint's two alarms in this
+        # account (as the training stack's topic key admits EventBridge for its rules only).
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowCloudWatchAlarmsToPublish",
                 principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy "*" means this key
+                conditions={
+                    "StringEquals": {"aws:SourceAccount": stack.account},
+                    "ArnEquals": {
+                        "aws:SourceArn": [
+                            stack.format_arn(service="cloudwatch", resource="alarm", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME)
+                            for name in alarm_names
+                        ]
+                    },
+                },
             )
         )
         self.topic = sns.Topic(self, "Topic", display_name=f"{endpoint} alarms", master_key=key, enforce_ssl=True)
-        errors_name, latency_name = alarm_names
         self.errors = cloudwatch.Alarm(
             self,
             "Errors5xx",

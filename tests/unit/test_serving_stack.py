@@ -319,3 +319,22 @@ def test_bad_serving_settings_are_one_line_naming_the_setting(overrides, message
         load_config(context)
     assert message in str(caught.value)
     assert str(caught.value).startswith("gpu_training.serving.")
+
+
+def test_alarm_topic_key_admits_cloudwatch_only_for_this_stacks_alarms(default):
+    """Confused deputy: cloudwatch.amazonaws.com may use the topic key only on behalf of the
+    endpoint's own two alarms in this account, not for any alarm anywhere."""
+    statements = [
+        s
+        for key in default.find_resources("AWS::KMS::Key").values()
+        for s in key["Properties"]["KeyPolicy"]["Statement"]
+        if s.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}
+    ]
+    assert len(statements) == 1
+    condition = statements[0].get("Condition", {})
+    assert condition.get("StringEquals", {}).get("aws:SourceAccount") == "123456789012"
+    arns = condition.get("ArnEquals", {}).get("aws:SourceArn")
+    assert isinstance(arns, list) and len(arns) == 2, arns
+    rendered = [_text(a) for a in arns]
+    for arn, name in zip(rendered, ("gputrain-endpoint-5xx", "gputrain-endpoint-latency")):
+        assert ":cloudwatch:us-east-1:123456789012:alarm:" + name in arn.replace('", "', "").replace('"', ""), arn
