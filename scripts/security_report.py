@@ -129,7 +129,7 @@ def _synthesize(context: Mapping[str, Any], outdir: Path) -> tuple[dict[str, dic
         for entry in construct.node.metadata
         if entry.type == "aws:cdk:acknowledged-rules"
     )
-    stacks = [s for s in (platform.data_plane, platform.gpu_cluster, platform.training_job) if s is not None]
+    stacks = [s for s in (platform.data_plane, platform.gpu_cluster, platform.training_job, platform.serving) if s is not None]
     templates = {}
     for stack in stacks:
         path = outdir / stack.template_file

@@ -66,6 +66,25 @@ def test_each_check_is_wired_into_the_counts(tmp_path, monkeypatch):
     assert "bad: iam: " in out.getvalue() and "PROBLEMS FOUND" in out.getvalue()
 
 
+def test_a_serving_configuration_has_its_serving_template_checked(tmp_path, monkeypatch):
+    """Every stack the app synthesizes is checked, the serving stack included."""
+    from scripts.common import project_context
+
+    checked: dict[str, list[str]] = {}
+
+    def recording_check(templates):
+        checked["stacks"] = sorted(templates)
+        return 0, []
+
+    monkeypatch.setattr(security_report, "check_templates", recording_check)
+    monkeypatch.setattr(security_report, "_cfn_lint", lambda files: (checked.setdefault("lint", [f.name for f in files]) and [], []))
+    context = {**project_context([]), **{f"gpu_training.{k}": json.dumps(v) for k, v in VARIANTS["serving-nvme"].items()}}
+    report = check_configuration("serving", context, tmp_path)
+    assert checked["stacks"] == ["gputrain-cluster", "gputrain-data", "gputrain-serving", "gputrain-training"]
+    assert report.templates == 4
+    assert "gputrain-serving.template.json" in checked["lint"]
+
+
 def test_cfn_lint_warnings_alone_do_not_fail_the_report():
     out = io.StringIO()
     assert print_report([ConfigReport("w", templates=3, lint_warnings=["x:W3005:y"])], out=out) == 0
