@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -138,6 +139,35 @@ class DataBucket(Construct):
                 *extra_lifecycle_rules,
             ],
             **_removal(retain),
+        )
+        # Default encryption covers uploads that name none; an upload naming SSE-S3 or another
+        # KMS key would escape the platform key (and its key policy and CloudTrail record).
+        objects = self.bucket.arn_for_objects("*")
+        self.bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="DenyOtherEncryption",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:PutObject"],
+                resources=[objects],
+                conditions={
+                    "StringNotEquals": {"s3:x-amz-server-side-encryption": ["aws:kms", "aws:kms:dsse"]},
+                    "Null": {"s3:x-amz-server-side-encryption": "false"},
+                },
+            )
+        )
+        self.bucket.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="DenyOtherKmsKeys",
+                effect=iam.Effect.DENY,
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:PutObject"],
+                resources=[objects],
+                conditions={
+                    "ArnNotEquals": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key.key_arn},
+                    "Null": {"s3:x-amz-server-side-encryption-aws-kms-key-id": "false"},
+                },
+            )
         )
         acknowledge(
             self.bucket,

@@ -96,6 +96,51 @@ def test_buckets_deny_requests_without_tls(template, bucket):
     )
 
 
+PLATFORM_KEY_ARN = {"Fn::GetAtt": ["PlatformKey1C4A1A63", "Arn"]}
+KMS_KEY_ID = "s3:x-amz-server-side-encryption-aws-kms-key-id"
+SSE = "s3:x-amz-server-side-encryption"
+
+
+def _denied(statements, request: dict) -> bool:
+    """Whether a Deny statement on s3:PutObject matches a request's condition keys
+    (String/ArnNotEquals and Null, the operators the policy uses; an absent key never equals)."""
+    for statement in statements:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement["Effect"] != "Deny" or not {"s3:PutObject", "s3:*"} & set(actions):
+            continue
+        conditions = statement.get("Condition", {})
+        if set(conditions) - {"StringNotEquals", "ArnNotEquals", "Null", "Bool"}:
+            raise AssertionError(f"operator this evaluator does not know: {conditions}")
+        if "Bool" in conditions:
+            continue  # the TLS statement; every request here uses TLS
+        matched = True
+        for key, value in {**conditions.get("StringNotEquals", {}), **conditions.get("ArnNotEquals", {})}.items():
+            allowed = value if isinstance(value, list) else [value]
+            matched &= key not in request or request[key] not in allowed
+        for key, value in conditions.get("Null", {}).items():
+            matched &= (key not in request) == (value == "true")
+        if matched:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("bucket", DATA_BUCKETS)
+def test_data_buckets_refuse_objects_encrypted_with_another_key(resources, bucket):
+    """An upload may name no encryption (the bucket's default: the platform key) or the platform
+    key; another KMS key, or SSE-S3, is denied, so no object escapes the platform key."""
+    policy = next(
+        r["Properties"]["PolicyDocument"]["Statement"]
+        for r in resources.values()
+        if r["Type"] == "AWS::S3::BucketPolicy" and r["Properties"]["Bucket"] == {"Ref": bucket}
+    )
+    other_key = "arn:aws:kms:us-east-1:123456789012:key/11111111-2222-3333-4444-555555555555"
+    assert not _denied(policy, {})
+    assert not _denied(policy, {SSE: "aws:kms"})
+    assert not _denied(policy, {SSE: "aws:kms", KMS_KEY_ID: PLATFORM_KEY_ARN})
+    assert _denied(policy, {SSE: "aws:kms", KMS_KEY_ID: other_key})
+    assert _denied(policy, {SSE: "AES256"})
+
+
 @pytest.mark.parametrize("bucket, prefix", [(DATA_BUCKETS[0], "s3-access/datasets/"), (DATA_BUCKETS[1], "s3-access/artifacts/")])
 def test_data_buckets_log_access_to_the_log_bucket(resources, bucket, prefix):
     assert resources[bucket]["Properties"]["LoggingConfiguration"] == {
