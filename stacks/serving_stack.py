@@ -40,7 +40,7 @@ class ServingStack(Stack):
             artifacts_bucket=data_plane.artifacts_bucket,
             repository=data_plane.repository,
             image_tag=config.image.tag,
-            vpc=network.vpc,
+            network=network,
             subnet_ids=network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids,
         )
         outputs = {

@@ -75,7 +75,7 @@ class TrainingJobStack(Stack):
                 artifacts_bucket=data_plane.artifacts_bucket,
                 repository=data_plane.repository,
                 image_tag=config.image.tag,
-                vpc=network.vpc,
+                network=network,
                 subnet_ids=subnet_ids,
                 topic=self.notifications.topic,
                 topic_key=self.notifications.topic_key,

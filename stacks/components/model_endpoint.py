@@ -34,6 +34,7 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     rollback_alarm_names,
     volume_kms_allowed,
 )
+from stacks.components.network import TrainingNetwork
 from stacks.components.policy import (
     acknowledge,
     describe_network_statement,
@@ -278,11 +279,12 @@ class GpuEndpoint(Construct):
         artifacts_bucket: s3.IBucket,
         repository: ecr.IRepository,
         image_tag: str,
-        vpc: ec2.IVpc,
+        network: TrainingNetwork,
         subnet_ids: Sequence[str],
     ) -> None:
         """Create the endpoint for ``config`` (validated: a model source is set)."""
         super().__init__(scope, construct_id)
+        vpc = network.vpc
         stack = Stack.of(self)
         self.endpoint_name = endpoint_name(project_name)
         model_key = config.model_key
@@ -306,12 +308,9 @@ class GpuEndpoint(Construct):
             allow_all_outbound=False,
         )
         # SageMaker pulls the image and downloads the model through the VPC: the ECR interface
-        # endpoints and the S3 gateway endpoint, whose prefix list cannot be named without a
-        # lookup. The subnets have no route to the internet (network.nat_gateways = 0), so HTTPS
-        # out reaches only those endpoints.
-        self.security_group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
-        )
+        # endpoints and the S3 gateway endpoint. Never the internet, even where a NAT gateway
+        # gives training a route out.
+        network.allow_https_to_aws(self.security_group, internet=False)
         image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
         self.model = sagemaker.CfnModel(
             self,

@@ -187,15 +187,16 @@ class TrainingNetwork(Construct):
                 )
             self.endpoints[name] = endpoint
 
-    def allow_https_to_aws(self, group: ec2.SecurityGroup) -> None:
+    def allow_https_to_aws(self, group: ec2.SecurityGroup, *, internet: bool = True) -> None:
         """Let ``group`` reach AWS services the way this VPC offers them: HTTPS to the interface
         endpoints' security group and to the S3 prefix list (the gateway endpoint's routes), and,
-        only where the subnets have a NAT route (``nat_gateways > 0``), HTTPS to the internet."""
+        only where the subnets have a NAT route (``nat_gateways > 0``) and ``internet`` is true,
+        HTTPS to the internet. Model hosting passes ``internet=False``: it needs ECR and S3 only."""
         group.add_egress_rule(self.endpoint_security_group, ec2.Port.tcp(443), "HTTPS to the VPC interface endpoints")
         group.add_egress_rule(
             ec2.Peer.prefix_list(self.s3_prefix_list_id), ec2.Port.tcp(443), "HTTPS to S3 through the gateway endpoint"
         )
-        if self.internet_egress:
+        if self.internet_egress and internet:
             group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS out through the NAT gateway (nat_gateways > 0)")
 
     @staticmethod

@@ -24,6 +24,7 @@ from constructs import Construct
 from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.model_endpoint import EndpointRole
+from stacks.components.network import TrainingNetwork
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
     sagemaker_image_and_volume_statements,
@@ -185,7 +186,7 @@ class PipelineWorkflow(Construct):
         artifacts_bucket: s3.IBucket,
         repository: ecr.IRepository,
         image_tag: str,
-        vpc: ec2.IVpc,
+        network: TrainingNetwork,
         subnet_ids: Sequence[str],
         topic: sns.ITopic,
         topic_key: kms.IKey,
@@ -202,13 +203,14 @@ class PipelineWorkflow(Construct):
             artifacts_bucket: Users' code and the models.
             repository: The project's image repository.
             image_tag: The image tag jobs and models run.
-            vpc: The training VPC.
+            network: The training network (its VPC; HTTPS to its endpoints for promoted models).
             subnet_ids: The private subnets jobs and models run in.
             topic: The notification topic every end of an execution publishes to.
             topic_key: The topic's KMS key.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        vpc = network.vpc
         project = config.project_name
         pr = config.processing
         image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
@@ -249,7 +251,7 @@ class PipelineWorkflow(Construct):
                 key=key,
                 artifacts_bucket=artifacts_bucket,
                 repository=repository,
-                vpc=vpc,
+                network=network,
                 subnet_ids=subnet_ids,
             )
         definition = pipeline_definition(
@@ -325,10 +327,11 @@ class PipelineWorkflow(Construct):
         key: kms.IKey,
         artifacts_bucket: s3.IBucket,
         repository: ecr.IRepository,
-        vpc: ec2.IVpc,
+        network: TrainingNetwork,
         subnet_ids: Sequence[str],
     ) -> ModelResources:
         """The role and security group of the models the pipeline promotes (not with scale_to_zero)."""
+        vpc = network.vpc
         self.model_role = model_role = EndpointRole(
             self,
             "ModelRole",
@@ -348,11 +351,9 @@ class PipelineWorkflow(Construct):
             description=f"{endpoint}: hosting instances of models the pipeline promotes, HTTPS to AWS endpoints only",
             allow_all_outbound=False,
         )
-        # As the serving stack's group: the subnets have no route to the internet, so HTTPS out
-        # reaches only the VPC endpoints (ECR, and S3 through its gateway endpoint's prefix list).
-        group.add_egress_rule(
-            ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to VPC interface endpoints and the S3 gateway endpoint"
-        )
+        # As the serving stack's group: HTTPS to the VPC endpoints only (ECR, and S3 through its
+        # gateway endpoint's prefix list), never the internet, even with a NAT gateway.
+        network.allow_https_to_aws(group, internet=False)
         return ModelResources(
             role_arn=model_role.role_arn,
             image_uri=image_uri,

@@ -100,6 +100,23 @@ def test_with_a_nat_gateway_the_groups_may_also_reach_the_internet_over_https(sy
     assert [(r["CidrIp"], r["FromPort"]) for r in rules if "CidrIp" in r] == [("0.0.0.0/0", 443)]
 
 
+MODEL_GROUPS = [("gputrain-serving", "EndpointSecurityGroup"), ("gputrain-training", "PipelineModelSecurityGroup")]
+SERVING = {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"}
+
+
+@pytest.mark.parametrize("nat_gateways", (0, 1))
+@pytest.mark.parametrize("stack_id, group_prefix", MODEL_GROUPS)
+def test_model_groups_reach_only_the_endpoints_even_with_a_nat_gateway(synth_app, stack_id, group_prefix, nat_gateways):
+    """Hosting instances need ECR and S3 only (the model arrives from S3): no HTTPS to the
+    internet through a NAT gateway, unlike training (which may pip install)."""
+    rules = _egress(synth_app({**SERVING, "network.nat_gateways": nat_gateways}), stack_id, group_prefix)
+    assert not [r for r in rules if "CidrIp" in r], rules
+    assert all((r["IpProtocol"], r["FromPort"], r["ToPort"]) == ("tcp", 443, 443) for r in rules)
+    assert {r.get("DestinationPrefixListId") for r in rules} == {PREFIX_LIST, None}
+    (to_endpoints,) = [r for r in rules if "DestinationSecurityGroupId" in r]
+    assert "EndpointSecurityGroup" in json.dumps(to_endpoints["DestinationSecurityGroupId"])
+
+
 def test_the_s3_prefix_list_is_a_committed_lookup():
     context = json.loads((ROOT / "cdk.context.json").read_text())
     (key,) = [k for k in context if s3_prefix_list_name("us-east-1") in k and f"account={ACCOUNT}" in k]

@@ -96,9 +96,11 @@ def test_model_is_network_isolated_in_the_private_subnets(default, alternative):
 def test_security_group_admits_nothing_and_sends_only_https(default):
     group = _only(default, "AWS::EC2::SecurityGroup")
     assert "SecurityGroupIngress" not in group
-    (egress,) = group["SecurityGroupEgress"]
-    # HTTPS to the VPC endpoints (the S3 gateway's prefix list needs a lookup); no internet route.
-    assert (egress["IpProtocol"], egress["FromPort"], egress["ToPort"], egress["CidrIp"]) == ("tcp", 443, 443, "0.0.0.0/0")
+    # HTTPS to the VPC endpoints' group and the S3 prefix list only (tests/unit/test_isolation.py).
+    rules = [*group.get("SecurityGroupEgress", []), *(r["Properties"] for r in default.find_resources("AWS::EC2::SecurityGroupEgress").values())]
+    assert sorted((r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in rules) == [("tcp", 443, 443)] * 2
+    assert not [r for r in rules if "CidrIp" in r]
+    assert {r.get("DestinationPrefixListId") for r in rules} == {"pl-00000000", None}
 
 
 def test_endpoint_config_gpu_variant_without_volume_key_on_local_nvme(default):
