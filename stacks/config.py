@@ -23,7 +23,7 @@ import types
 import typing
 from collections import abc
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup, sagemaker_hosting_instance_types
 from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits
@@ -253,6 +253,10 @@ class TrainingJobConfig:
             5 epochs.
         retry_attempts: SageMaker retries of a job that failed with an internal error. Default 2.
         notification_email: Subscribe this address to job state changes. Default ``None``.
+        allowed_instance_types: The types a launch may pick (``--instance-type``); the workflow
+            refuses others and the roles that create jobs are pinned to them
+            (``sagemaker:InstanceTypes``), so no launch reaches a bigger GPU at a higher price.
+            ``instance_type`` is always allowed. Default: ``instance_type`` alone.
     """
 
     enabled: bool = True
@@ -271,6 +275,7 @@ class TrainingJobConfig:
     )
     retry_attempts: int = 2
     notification_email: Optional[str] = None
+    allowed_instance_types: tuple[str, ...] = ()
 
     @property
     def gpus_per_instance(self) -> int:
@@ -300,6 +305,9 @@ class ProcessingConfig:
             ``<output_prefix><job name>/train/`` and ``.../validation/`` and the role writes only
             here. Must not overlap ``input_prefix``. Default ``processed/``.
         arguments: Container arguments of the built-in transform (``--shards 4``...). Default none.
+        allowed_instance_types: The types a run may pick; the pipeline refuses others and the
+            roles that create processing jobs are pinned to them. ``instance_type`` is always
+            allowed. Default: ``instance_type`` alone.
     """
 
     enabled: bool = True
@@ -310,6 +318,7 @@ class ProcessingConfig:
     input_prefix: str = "raw/"
     output_prefix: str = "processed/"
     arguments: tuple[str, ...] = ()
+    allowed_instance_types: tuple[str, ...] = ()
 
 
 ROLLOUTS = ("all_at_once", "canary")
@@ -771,6 +780,12 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
             f"{p}.training_job.expected_gpus_per_instance", tj.expected_gpus_per_instance, count, tj.instance_type
         ),
     )
+    tj = dataclasses.replace(
+        tj,
+        allowed_instance_types=_allowed_types(
+            f"{p}.training_job.allowed_instance_types", tj.instance_type, tj.allowed_instance_types, processing=False
+        ),
+    )
     _check_positive(f"{p}.training_job.instance_count", tj.instance_count, maximum=64)
     _check_positive(f"{p}.training_job.volume_size_gb", tj.volume_size_gb, maximum=16384)
     _check_positive(f"{p}.training_job.max_runtime_seconds", tj.max_runtime_seconds, maximum=28 * 86400)
@@ -833,8 +848,15 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         _check_field(f"{p}.tags.{key}", key, limits.tag_key, "the tag key", _TAG_FIX)
         _check_field(f"{p}.tags.{key}", value, limits.tag_value, "the tag value", _TAG_FIX)
 
-    _validate_processing(cfg.processing, tj)
-    return dataclasses.replace(cfg, cluster=cl, training_job=tj, serving=_validate_serving(cfg.serving))
+    pr = _validate_processing(cfg.processing, tj)
+    return dataclasses.replace(cfg, cluster=cl, training_job=tj, processing=pr, serving=_validate_serving(cfg.serving))
+
+
+def _allowed_types(path: str, instance_type: str, allowed: Sequence[str], *, processing: bool) -> tuple[str, ...]:
+    """``allowed`` checked one by one, with ``instance_type`` added; sorted, without repeats."""
+    for i, candidate in enumerate(allowed):
+        _check_gpu_type(f"{path}[{i}]", candidate, sagemaker=True, processing=processing)
+    return tuple(sorted({instance_type, *allowed}))
 
 
 _KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.'()=-]+(/[A-Za-z0-9!_.'()=-]+)*/$")
@@ -861,10 +883,13 @@ def _check_key_prefix(path: str, prefix: str, example: str) -> None:
         )
 
 
-def _validate_processing(pr: ProcessingConfig, tj: TrainingJobConfig) -> None:
+def _validate_processing(pr: ProcessingConfig, tj: TrainingJobConfig) -> ProcessingConfig:
     p = f"{CONTEXT_KEY}.processing"
     limits = processing_job_limits()
     _check_gpu_type(f"{p}.instance_type", pr.instance_type, sagemaker=True, processing=True)
+    pr = dataclasses.replace(
+        pr, allowed_instance_types=_allowed_types(f"{p}.allowed_instance_types", pr.instance_type, pr.allowed_instance_types, processing=True)
+    )
     _check_positive(f"{p}.instance_count", pr.instance_count, maximum=limits.max_instance_count)
     _check_positive(f"{p}.volume_size_gb", pr.volume_size_gb, maximum=limits.max_volume_size_gb)
     _check_positive(f"{p}.max_runtime_seconds", pr.max_runtime_seconds, maximum=limits.max_runtime_seconds)
@@ -894,6 +919,7 @@ def _validate_processing(pr: ProcessingConfig, tj: TrainingJobConfig) -> None:
         problem = limits.container_argument.problem(argument)
         if problem:
             raise ConfigError(f"{p}.arguments[{i}]", argument, f"a container argument {problem} ({limits.source})", "shorten it")
+    return pr
 
 
 _JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")

@@ -27,6 +27,7 @@ from stacks.components.model_endpoint import EndpointRole
 from stacks.components.network import TrainingNetwork
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
+    pinned_job_creation_statements,
     sagemaker_image_and_volume_statements,
     sagemaker_job_log_statements,
     sagemaker_vpc_network_statements,
@@ -402,17 +403,21 @@ class PipelineWorkflow(Construct):
         alarms = [stack.format_arn(service="cloudwatch", resource="alarm", resource_name=n, arn_format=ArnFormat.COLON_RESOURCE_NAME)
                   for n in rollback_alarm_names(project)]
         statements = [
-            iam.PolicyStatement(
-                sid="CreateHardenedProcessingJobs",
-                actions=["sagemaker:CreateProcessingJob"],
-                resources=[processing_jobs],
-                conditions=hardened_job,
+            *pinned_job_creation_statements(
+                "CreateHardenedProcessingJobs",
+                "sagemaker:CreateProcessingJob",
+                [processing_jobs],
+                hardened_job,
+                instance_types=self.template.allowed_instance_types or [self.template.default_instance_type],
+                volume_key_arn=key.key_arn,
             ),
-            iam.PolicyStatement(
-                sid="CreateHardenedTrainingJobs",
-                actions=["sagemaker:CreateTrainingJob"],
-                resources=[training_jobs],
-                conditions=hardened_job,
+            *pinned_job_creation_statements(
+                "CreateHardenedTrainingJobs",
+                "sagemaker:CreateTrainingJob",
+                [training_jobs],
+                hardened_job,
+                instance_types=training.template.allowed_instance_types or [training.template.default_instance_type],
+                volume_key_arn=key.key_arn,
             ),
             iam.PolicyStatement(
                 sid="FollowAndStopProjectJobs",
@@ -438,10 +443,12 @@ class PipelineWorkflow(Construct):
                 sid="CreateEndpointConfigs",
                 actions=["sagemaker:CreateEndpointConfig"],
                 resources=[endpoint_configs],
-                # Only the configured hosting type, serving only the project's models.
+                # Only the configured hosting type, serving only the project's models; Null-guarded,
+                # since ForAllValues over an absent key (a serverless variant has no type) is true.
                 conditions={
                     "ForAllValues:StringEquals": {"sagemaker:InstanceTypes": [config.serving.instance_type]},
                     "ForAllValues:ArnLike": {"sagemaker:ModelArn": [models]},
+                    "Null": {"sagemaker:InstanceTypes": "false", "sagemaker:ModelArn": "false"},
                 },
             ),
             # CreateModel and CreateEndpointConfig with Tags also authorize sagemaker:AddTags.

@@ -14,6 +14,8 @@ from aws_cdk import aws_kms as kms
 from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 from constructs import IConstruct
 
+from stacks.gpu_instances import lookup
+
 
 def add_policy_packs(app: App) -> None:
     """Run AWS Solutions and NIST 800-53 rev 5 on the whole app; a finding fails synth."""
@@ -160,3 +162,40 @@ def sagemaker_job_log_statements(
         describe_network_statement(),
     ]
     return statements, [log_group_children, project_streams]
+
+
+def pinned_job_creation_statements(
+    sid: str,
+    action: str,
+    resources: list[str],
+    conditions: dict[str, dict[str, object]],
+    *,
+    instance_types: "list[str] | tuple[str, ...]",
+    volume_key_arn: str,
+) -> list[iam.PolicyStatement]:
+    """``action`` (CreateTrainingJob/CreateProcessingJob) on ``resources`` with ``conditions``, only
+    on ``instance_types`` (``sagemaker:InstanceTypes``, Null-guarded: ``ForAllValues`` over an
+    absent key is true) and, on EBS-backed types, only with the platform volume key
+    (``sagemaker:VolumeKmsKey``). Local-NVMe types take no volume key (SageMaker rejects one;
+    the store is encrypted in hardware), so they get their own statement, named ``sid``; the
+    EBS-backed types' statement is ``<sid>EbsVolumeKey``.
+    """
+    def nvme(instance_type: str) -> bool:
+        row = lookup(instance_type)
+        return bool(row is not None and row.local_nvme_gb > 0)
+
+    groups = [
+        (sid, sorted(t for t in instance_types if nvme(t)), {}),
+        (f"{sid}EbsVolumeKey", sorted(t for t in instance_types if not nvme(t)), {"ArnEquals": {"sagemaker:VolumeKmsKey": volume_key_arn}}),
+    ]
+    statements = []
+    for group_sid, types, volume in groups:
+        if not types:
+            continue
+        merged: dict[str, dict[str, object]] = {operator: dict(keys) for operator, keys in conditions.items()}
+        for operator, keys in volume.items():
+            merged.setdefault(operator, {}).update(keys)
+        merged.setdefault("ForAllValues:StringEquals", {})["sagemaker:InstanceTypes"] = types
+        merged.setdefault("Null", {})["sagemaker:InstanceTypes"] = "false"
+        statements.append(iam.PolicyStatement(sid=group_sid, actions=[action], resources=resources, conditions=merged))
+    return statements

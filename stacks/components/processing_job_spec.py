@@ -101,12 +101,13 @@ def processing_instance_facts(instance_type: str) -> tuple[str, bool]:
     return str(row.gpu_count), row.local_nvme_gb > 0
 
 
-def processing_instance_facts_table() -> dict[str, dict[str, Any]]:
-    """:func:`processing_instance_facts` of every GPU type offered for processing (the state machine's copy)."""
+def processing_instance_facts_table(allowed: Optional[Sequence[str]] = None) -> dict[str, dict[str, Any]]:
+    """:func:`processing_instance_facts` of every GPU type offered for processing (only those in
+    ``allowed`` when given): the state machine's copy."""
     offered = processing_job_limits().processing_instance_types
     table = {}
     for name in sorted(gpu_instance_types()):
-        if SAGEMAKER_PREFIX + name in offered:
+        if SAGEMAKER_PREFIX + name in offered and (allowed is None or SAGEMAKER_PREFIX + name in allowed):
             count, nvme = processing_instance_facts(SAGEMAKER_PREFIX + name)
             table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": count, "local_nvme": nvme}
     return table
@@ -129,6 +130,8 @@ class ProcessingTemplate:
         default_instance_type: Used when a run does not override it.
         default_instance_count: Used when a run does not override it.
         default_arguments: The built-in transform's container arguments when a run gives none.
+        allowed_instance_types: The types a run may pick (``processing.allowed_instance_types``);
+            empty: every GPU type offered for processing.
     """
 
     project_name: str
@@ -141,6 +144,7 @@ class ProcessingTemplate:
     default_instance_type: str
     default_instance_count: int
     default_arguments: Sequence[str]
+    allowed_instance_types: Sequence[str] = ()
 
     @classmethod
     def from_config(cls, config: PlatformConfig, resources: JobResources) -> "ProcessingTemplate":
@@ -157,6 +161,7 @@ class ProcessingTemplate:
             default_instance_type=pr.instance_type,
             default_instance_count=pr.instance_count,
             default_arguments=tuple(pr.arguments),
+            allowed_instance_types=tuple(pr.allowed_instance_types),
         )
 
     @property
@@ -318,6 +323,11 @@ def resolve_processing(
     limits = processing_job_limits()
     instance_type = options.instance_type or template.default_instance_type
     expected_gpu_count, local_nvme = processing_instance_facts(instance_type)
+    if template.allowed_instance_types and instance_type not in template.allowed_instance_types:
+        raise LaunchError(
+            f"processing instance type {instance_type} is not allowed by this deployment (processing.allowed_instance_types: "
+            f"{', '.join(template.allowed_instance_types)}); pick one of those, or add it there and deploy"
+        )
     count = template.default_instance_count if options.instance_count is None else options.instance_count
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= limits.max_instance_count:
         raise LaunchError(f"processing instance count {count!r} must be a whole number from 1 to {limits.max_instance_count}")
@@ -392,7 +402,7 @@ def processing_state_machine_assignments(template: ProcessingTemplate, source: s
         "process_arguments": given_or("arguments", f"(($exists({source}.code_uri) and {source}.code_uri != '') ? [] : {defaults})"),
         "process_code_uri": given_or("code_uri", '""'),
         "process_entry_point": given_or("entry_point", '""'),
-        "process_instance_facts": processing_instance_facts_table(),
+        "process_instance_facts": processing_instance_facts_table(template.allowed_instance_types or None),
     }
 
 
@@ -416,7 +426,9 @@ def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
         (
             "$type($process_instance_type) = 'string' and $exists($lookup($process_instance_facts, $process_instance_type))",
             "'process.instance_type ' & $string($process_instance_type) & ' must be a GPU type SageMaker Processing"
-            " offers, from the table (ml.*)'",
+            " offers, from the table (ml.*)"
+            + (f" that this deployment allows ({', '.join(template.allowed_instance_types)})" if template.allowed_instance_types else "")
+            + "'",
         ),
         (
             "$type($process_instance_count) = 'number' and $process_instance_count = $floor($process_instance_count)"

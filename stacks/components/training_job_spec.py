@@ -117,12 +117,13 @@ def instance_facts(instance_type: str) -> InstanceFacts:
     return InstanceFacts(expected_gpu_count=str(row.gpu_count), local_nvme=row.local_nvme_gb > 0)
 
 
-def instance_facts_table() -> dict[str, dict[str, Any]]:
-    """:func:`instance_facts` for every GPU type SageMaker trains on, keyed by SageMaker name (the state machine's copy)."""
+def instance_facts_table(allowed: Optional[Sequence[str]] = None) -> dict[str, dict[str, Any]]:
+    """:func:`instance_facts` for every GPU type SageMaker trains on (only those in ``allowed``
+    when given), keyed by SageMaker name (the state machine's copy)."""
     table = {}
     offered = training_job_limits().training_instance_types
     for name in sorted(gpu_instance_types()):
-        if SAGEMAKER_PREFIX + name not in offered:
+        if SAGEMAKER_PREFIX + name not in offered or (allowed is not None and SAGEMAKER_PREFIX + name not in allowed):
             continue
         facts = instance_facts(SAGEMAKER_PREFIX + name)
         table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": facts.expected_gpu_count, "local_nvme": facts.local_nvme}
@@ -199,6 +200,8 @@ class JobTemplate:
         extra_channel_prefixes: Further key prefixes of the datasets bucket that a launch's
             ``channels`` may point into (the job role reads them too): the processing output
             prefix, where pipeline runs leave training-ready shards.
+        allowed_instance_types: The types a launch may pick (``training_job.allowed_instance_types``);
+            empty: every GPU type SageMaker trains on.
     """
 
     project_name: str
@@ -217,6 +220,7 @@ class JobTemplate:
     default_use_spot: bool
     default_hyperparameters: Mapping[str, str]
     extra_channel_prefixes: Sequence[str] = ()
+    allowed_instance_types: Sequence[str] = ()
 
     @classmethod
     def from_config(
@@ -244,6 +248,7 @@ class JobTemplate:
             default_use_spot=tj.use_spot,
             default_hyperparameters=MappingProxyType(dict(tj.hyperparameters)),
             extra_channel_prefixes=readable_processing_prefixes(config),
+            allowed_instance_types=tuple(tj.allowed_instance_types),
         )
 
     @property
@@ -463,6 +468,11 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
     """
     instance_type = options.instance_type or template.default_instance_type
     facts = instance_facts(instance_type)
+    if template.allowed_instance_types and instance_type not in template.allowed_instance_types:
+        raise LaunchError(
+            f"instance type {instance_type} is not allowed by this deployment (training_job.allowed_instance_types: "
+            f"{', '.join(template.allowed_instance_types)}); pick one of those, or add it there and deploy"
+        )
     count = template.default_instance_count if options.instance_count is None else options.instance_count
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCE_COUNT:
         raise LaunchError(f"instance count {count!r} must be a whole number from 1 to {MAX_INSTANCE_COUNT}")
@@ -563,7 +573,7 @@ def state_machine_assignments(template: JobTemplate, source: str = "$states.inpu
         + f"$not($exists({given_channels})) ? {default_channels}"
         + f" : $type({given_channels}) = 'object' ? $merge([{default_channels}, {given_channels}]) : {given_channels}"
         + " %}",
-        "instance_facts": instance_facts_table(),
+        "instance_facts": instance_facts_table(template.allowed_instance_types or None),
     }
 
 
@@ -592,7 +602,9 @@ def _launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
         ),
         (
             "$type($instance_type) = 'string' and $exists($lookup($instance_facts, $instance_type))",
-            "'instance_type ' & $string($instance_type) & ' must be a SageMaker training GPU type from the table (ml.*)'",
+            "'instance_type ' & $string($instance_type) & ' must be a SageMaker training GPU type from the table (ml.*)"
+            + (f" that this deployment allows ({', '.join(template.allowed_instance_types)})" if template.allowed_instance_types else "")
+            + "'",
         ),
         (
             "$type($instance_count) = 'number' and $instance_count = $floor($instance_count)"

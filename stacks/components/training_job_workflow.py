@@ -26,6 +26,7 @@ from constructs import Construct, IValidation
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork
 from stacks.components.policy import (
+    pinned_job_creation_statements,
     acknowledge,
     sagemaker_image_and_volume_statements,
     sagemaker_job_log_statements,
@@ -437,18 +438,21 @@ class TrainingJobWorkflow(Construct):
         jobs = self._jobs_arn(project)
         r = self.template.resources
         return [
-            iam.PolicyStatement(
-                sid="CreateHardenedTrainingJobs",
-                actions=["sagemaker:CreateTrainingJob"],
-                resources=[jobs],
-                # The role itself refuses a request that drops isolation, the VPC or the output key.
-                conditions={
+            # The role itself refuses a request that drops isolation, the VPC or the output key, or
+            # that asks for a type the deployment does not allow (or an EBS volume on another key).
+            *pinned_job_creation_statements(
+                "CreateHardenedTrainingJobs",
+                "sagemaker:CreateTrainingJob",
+                [jobs],
+                {
                     "Bool": {"sagemaker:NetworkIsolation": "true"},
                     # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
                     "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
                     "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
                     "Null": {"sagemaker:VpcSubnets": "false"},
                 },
+                instance_types=self.template.allowed_instance_types or [self.template.default_instance_type],
+                volume_key_arn=r.key_arn,
             ),
             iam.PolicyStatement(
                 sid="FollowAndStopProjectJobs",

@@ -35,7 +35,8 @@ def test_launch_starts_a_workflow_execution_named_after_the_job(aws, capsys):
 
 
 def test_direct_launch_creates_the_job_with_the_full_request(aws, capsys):
-    assert main(["--direct", "--name", f"{PROJECT}-direct-1", "--instance-type", "ml.p3.2xlarge", "--hp", "epochs=2"]) == 0
+    allow_p3 = ["-c", 'training_job.allowed_instance_types=["ml.p3.2xlarge"]']
+    assert main(["--direct", "--name", f"{PROJECT}-direct-1", "--instance-type", "ml.p3.2xlarge", "--hp", "epochs=2", *allow_p3]) == 0
     assert f"job: {PROJECT}-direct-1" in capsys.readouterr().out
     job = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=f"{PROJECT}-direct-1")
     assert job["RoleArn"] == aws.training["JobRoleArn"]
@@ -131,6 +132,13 @@ def test_dry_run_offline_still_refuses_bad_options(monkeypatch, capsys):
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     assert run(main, ["--dry-run", "--instance-type", "ml.g4dn.metal"]) == 3
     assert "is not offered for SageMaker training" in capsys.readouterr().err
+
+
+def test_a_type_the_deployment_does_not_allow_is_refused_before_any_call(monkeypatch, capsys):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    assert run(main, ["--dry-run", "--instance-type", "ml.p4d.24xlarge"]) == 3
+    assert "training_job.allowed_instance_types: ml.g5.12xlarge, ml.g5.xlarge" in capsys.readouterr().err
 
 
 def test_offline_resources_use_the_configs_bucket_names_where_it_sets_them():

@@ -356,3 +356,19 @@ def test_pinned_dlami_is_validated(pinned, start):
 def test_newer_gpus_need_no_pin_and_a_disabled_cluster_is_not_checked():
     assert load(cluster__instance_type="g4dn.xlarge").cluster.pinned_dlami is None  # Turing, 7.5
     assert load(cluster__instance_type="p3.2xlarge", cluster__enabled=False).cluster.enabled is False
+
+
+def test_allowed_instance_types_default_to_the_configured_type_and_always_include_it():
+    cfg = load()
+    assert cfg.training_job.allowed_instance_types == ("ml.g5.12xlarge", "ml.g5.xlarge")  # cdk.json
+    assert cfg.processing.allowed_instance_types == ("ml.g5.xlarge",)  # the default: instance_type alone
+    assert load(training_job__allowed_instance_types=[]).training_job.allowed_instance_types == ("ml.g5.xlarge",)
+    cfg = load(training_job__allowed_instance_types=["ml.p3.2xlarge"])
+    assert cfg.training_job.allowed_instance_types == ("ml.g5.xlarge", "ml.p3.2xlarge")
+
+
+def test_allowed_instance_types_must_be_gpu_types_the_job_kind_offers():
+    msg = error_of(training_job__allowed_instance_types=["ml.m5.xlarge"])
+    assert msg.startswith("gpu_training.training_job.allowed_instance_types[0] = ")
+    msg = error_of(processing__allowed_instance_types=["ml.g5.xlarge", "g5.2xlarge"])
+    assert msg.startswith("gpu_training.processing.allowed_instance_types[1] = ")

@@ -100,7 +100,8 @@ def _build(**overrides: Any) -> tuple[dict, ProcessingTemplate, JobTemplate, Any
     return definition, processing, training, config
 
 
-DEFINITION, PROCESSING, TRAINING, CONFIG = _build()
+# The other types the runs below pick are allowed here (cdk.json allows processing.instance_type alone).
+DEFINITION, PROCESSING, TRAINING, CONFIG = _build(**{"processing.allowed_instance_types": ["ml.g6e.12xlarge", "ml.p3.2xlarge"]})
 OLD_CONFIG = "gputrain-previous"
 
 

@@ -109,7 +109,7 @@ def test_pipeline_role_creates_only_hardened_project_jobs_and_models(training):
         assert condition["Bool"] == {"sagemaker:NetworkIsolation": "true"}
         assert "PlatformKey" in _text(condition["ArnEquals"]["sagemaker:OutputKmsKey"])
         assert len(condition["ForAllValues:StringEquals"]["sagemaker:VpcSubnets"]) == 2
-        assert condition["Null"] == {"sagemaker:VpcSubnets": "false"}
+        assert condition["Null"] == {"sagemaker:VpcSubnets": "false", "sagemaker:InstanceTypes": "false"}
     model = statements["CreateIsolatedModels"]
     assert model["Resource"] == f"{ARN}model/gputrain-*"
     assert model["Condition"]["Bool"] == {"sagemaker:NetworkIsolation": "true"}
@@ -118,6 +118,7 @@ def test_pipeline_role_creates_only_hardened_project_jobs_and_models(training):
     assert config["Resource"] == f"{ARN}endpoint-config/gputrain-*"
     assert config["Condition"]["ForAllValues:StringEquals"] == {"sagemaker:InstanceTypes": ["ml.g5.xlarge"]}
     assert config["Condition"]["ForAllValues:ArnLike"] == {"sagemaker:ModelArn": [f"{ARN}model/gputrain-*"]}
+    assert config["Condition"]["Null"] == {"sagemaker:InstanceTypes": "false", "sagemaker:ModelArn": "false"}
 
 
 def test_pipeline_role_updates_only_the_projects_endpoint(training):
@@ -268,3 +269,79 @@ def test_serving_resources_equal_the_shared_builder(synth_app, overrides):
         expected_config["DataCaptureConfig"]["DestinationS3Uri"] = capture["DestinationS3Uri"]
     assert {k: v for k, v in config.items() if k != "Tags"} == expected_config
     assert _resolve_refs(endpoint["DeploymentConfig"], resources) == deployment_config(serving, rollback_alarm_names("gputrain"))
+
+
+# ------------------------------------------------------------------------------------------
+# Security finding 3: ForAllValues conditions are Null-guarded; job creation pins instance
+# types and the volume key.
+# ------------------------------------------------------------------------------------------
+
+PINNED = {
+    "training_job.instance_type": "ml.g5.xlarge",
+    "training_job.allowed_instance_types": ["ml.g5.xlarge", "ml.p3.2xlarge"],
+    "processing.allowed_instance_types": ["ml.p3.2xlarge"],
+}
+
+
+def _all_statements(synthesized):
+    for stack_name, template in synthesized.templates_by_stack_name().items():
+        for logical_id, resource in template["Resources"].items():
+            document = resource.get("Properties", {}).get("PolicyDocument") or resource.get("Properties", {}).get("KeyPolicy")
+            for statement in (document or {}).get("Statement", []):
+                yield f"{stack_name}/{logical_id}/{statement.get('Sid')}", statement
+
+
+@pytest.mark.parametrize("overrides", [{}, DEFAULT, ALTERNATIVE, PINNED], ids=["default", "serving", "serving-alt", "pinned"])
+def test_every_for_all_values_condition_is_null_guarded(synth_app, overrides):
+    """ForAllValues over an absent key is true: without Null=false beside it, a request that
+    omits the key (a serverless variant has no instance types) passes the condition."""
+    checked = 0
+    for where, statement in _all_statements(synth_app(overrides)):
+        if statement["Effect"] != "Allow":
+            continue
+        for operator, keys in statement.get("Condition", {}).items():
+            if operator.startswith("ForAllValues:"):
+                for key in keys:
+                    checked += 1
+                    assert statement["Condition"].get("Null", {}).get(key) == "false", f"{where}: {operator} {key} has no Null guard"
+    assert checked >= 3
+
+
+def _create_job_statements(statements, sid):
+    return {k: v for k, v in statements.items() if k.startswith(sid)}
+
+
+@pytest.mark.parametrize(
+    "policy, sid, allowed",
+    [
+        ("WorkflowRolePolicy", "CreateHardenedTrainingJobs", ["ml.g5.xlarge", "ml.p3.2xlarge"]),
+        ("PipelineRolePolicy", "CreateHardenedTrainingJobs", ["ml.g5.xlarge", "ml.p3.2xlarge"]),
+        ("PipelineRolePolicy", "CreateHardenedProcessingJobs", ["ml.g5.xlarge", "ml.p3.2xlarge"]),
+    ],
+)
+def test_job_creation_pins_the_allowed_instance_types_and_the_volume_key(synth_app, policy, sid, allowed):
+    """Any GPU size at any price is refused by the role itself; an EBS-backed type's volume must
+    use the platform key (local-NVMe types are encrypted in hardware and take no volume key)."""
+    statements = _create_job_statements(_policy_statements(synth_app(PINNED).template("gputrain-training"), policy), sid)
+    types = sorted(t for s in statements.values() for t in s["Condition"]["ForAllValues:StringEquals"]["sagemaker:InstanceTypes"])
+    assert types == allowed
+    for statement in statements.values():
+        condition = statement["Condition"]
+        assert condition["Null"]["sagemaker:InstanceTypes"] == "false"
+        (instance_type,) = condition["ForAllValues:StringEquals"]["sagemaker:InstanceTypes"] if "p3" in _text(condition) else (None,)
+        if instance_type == "ml.p3.2xlarge":
+            assert "PlatformKey" in _text(condition["ArnEquals"]["sagemaker:VolumeKmsKey"])
+        else:
+            assert "sagemaker:VolumeKmsKey" not in _text(condition)
+
+
+def test_default_job_creation_is_pinned_to_the_configured_type(training):
+    expected = {
+        ("WorkflowRolePolicy", "CreateHardenedTrainingJobs"): ["ml.g5.12xlarge", "ml.g5.xlarge"],  # cdk.json's allowed types
+        ("PipelineRolePolicy", "CreateHardenedTrainingJobs"): ["ml.g5.12xlarge", "ml.g5.xlarge"],
+        ("PipelineRolePolicy", "CreateHardenedProcessingJobs"): ["ml.g5.xlarge"],  # processing.instance_type alone
+    }
+    for (policy, sid), types in expected.items():
+        statement = _policy_statements(training, policy)[sid]
+        assert statement["Condition"]["ForAllValues:StringEquals"]["sagemaker:InstanceTypes"] == types
+        assert f"{sid}EbsVolumeKey" not in _policy_statements(training, policy)  # both are local-NVMe types

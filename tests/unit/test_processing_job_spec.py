@@ -99,7 +99,7 @@ def test_processing_limits_come_from_botocores_model():
         ({"processing__max_runtime_seconds": 777601}, "processing.max_runtime_seconds", "between 1 and 777600"),
         ({"processing__input_prefix": "/raw/"}, "processing.input_prefix", "ending in /"),
         ({"processing__output_prefix": "processed"}, "processing.output_prefix", "ending in /"),
-        ({"processing__output_prefix": "a/../b/"}, "processing.output_prefix", "ending in /"),
+        ({"processing__output_prefix": "a/../b/"}, "processing.output_prefix", "'..' segment"),
         ({"processing__output_prefix": "raw/"}, "processing.output_prefix", "overlaps input_prefix"),
         ({"processing__output_prefix": "raw/out/"}, "processing.output_prefix", "overlaps input_prefix"),
         ({"processing__input_prefix": "processed/raw/"}, "processing.output_prefix", "overlaps input_prefix"),
@@ -177,10 +177,17 @@ def test_default_request_field_by_field():
 
 
 def test_ebs_types_get_the_volume_key_and_the_gpu_count_comes_from_the_table():
-    built = request(job_name="gputrain-p", instance_type="ml.p3.8xlarge")
+    tmpl = template(processing__allowed_instance_types=["ml.p3.8xlarge", "ml.g6e.48xlarge"])
+    built = request(tmpl, job_name="gputrain-p", instance_type="ml.p3.8xlarge")
     assert built["ProcessingResources"]["ClusterConfig"]["VolumeKmsKeyId"] == RESOURCES.key_arn
     assert built["Environment"]["EXPECTED_GPU_COUNT"] == "4"
-    assert request(job_name="gputrain-p", instance_type="ml.g6e.48xlarge")["Environment"]["EXPECTED_GPU_COUNT"] == "8"
+    assert request(tmpl, job_name="gputrain-p", instance_type="ml.g6e.48xlarge")["Environment"]["EXPECTED_GPU_COUNT"] == "8"
+
+
+def test_a_type_the_deployment_does_not_allow_is_refused_naming_the_setting():
+    with pytest.raises(LaunchError) as info:
+        request(job_name="gputrain-p", instance_type="ml.p3.8xlarge")
+    assert "processing.allowed_instance_types: ml.g5.xlarge" in str(info.value)
 
 
 def test_several_instances_shard_the_input_and_encrypt_between_them():

@@ -140,7 +140,8 @@ def _evaluate(template: JobTemplate, cases: list[dict]) -> list[dict]:
 
 
 def test_workflow_and_direct_launch_build_the_same_request():
-    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    context = {**project_context(), "gpu_training.training_job.allowed_instance_types": '["ml.p3.2xlarge", "ml.g5.12xlarge"]'}
+    template = JobTemplate.from_config(load_config(context), RESOURCES)
     cases = [{"input": o.state_machine_input(), "execution_name": "e"} for o in VALID]
     cases.append({"input": {}, "execution_name": "0d6c5e6a"})
     results = _evaluate(template, cases)
@@ -150,6 +151,15 @@ def test_workflow_and_direct_launch_build_the_same_request():
     default = results[-1]["request"]
     assert default["TrainingJobName"] == "gputrain-0d6c5e6a"
     assert default == create_training_job_request(template, resolve_launch(template, LaunchOptions(job_name="gputrain-0d6c5e6a")))
+
+
+def test_a_type_outside_the_allowed_types_takes_the_failure_branch_naming_them():
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    (result,) = _evaluate(template, [{"input": {"instance_type": "ml.p4d.24xlarge"}, "execution_name": "e"}])
+    assert result["ok"] is False
+    assert "instance_type ml.p4d.24xlarge must be a SageMaker training GPU type from the table (ml.*) that this deployment allows (ml.g5.12xlarge, ml.g5.xlarge)" in result["problem"]
+    with pytest.raises(LaunchError, match="training_job.allowed_instance_types"):
+        resolve_launch(template, LaunchOptions(job_name="gputrain-x1", instance_type="ml.p4d.24xlarge"))
 
 
 def test_invalid_options_take_the_failure_branch():

@@ -6,6 +6,7 @@ Node's jsonata package is available, evaluated against this one in test_training
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime, timezone
 
@@ -86,11 +87,17 @@ def test_default_request_is_valid_for_the_api_model_and_complete():
     [("ml.g5.xlarge", "1", False), ("ml.g5.12xlarge", "4", False), ("ml.p3.2xlarge", "1", True), ("ml.p3.16xlarge", "8", True)],
 )
 def test_volume_key_only_for_ebs_only_types_and_gpu_count_from_the_table(instance_type, gpus, volume_key):
-    req = request(instance_type=instance_type)
+    req = request(template(allowed_instance_types=json.dumps([instance_type])), instance_type=instance_type)
     validate_parameters(req, INPUT_SHAPE)
     assert ("VolumeKmsKeyId" in req["ResourceConfig"]) is volume_key
     assert req["Environment"]["EXPECTED_GPU_COUNT"] == gpus
     assert instance_facts(instance_type).local_nvme is not volume_key
+
+
+def test_a_type_the_deployment_does_not_allow_is_refused_naming_the_setting():
+    with pytest.raises(LaunchError) as info:
+        request(instance_type="ml.p4d.24xlarge")
+    assert "training_job.allowed_instance_types: ml.g5.12xlarge, ml.g5.xlarge" in str(info.value)
 
 
 def test_on_demand_drops_max_wait_and_multi_instance_encrypts_traffic():
