@@ -1,9 +1,11 @@
-"""Point the GPU endpoint at a finished training job's model (blue/green, rolled back on alarm).
+"""Serve a finished training job's model, record the promotion durably, and roll it back.
 
 Usage (from the repository root)::
 
     python -m scripts.promote gputrain-20260101-120000-ab12
     python -m scripts.promote JOB --dry-run        # check the job and print the deploy command
+    python -m scripts.promote --rollback           # back to the previous approved model
+    python -m scripts.promote --show               # the promotion record: live and previous models
 
 The job must have completed and its ``model.tar.gz`` must be where the serving stack reads it
 (``training-jobs/<job>/output/model.tar.gz`` in the artifacts bucket). Then the serving stack is
@@ -12,15 +14,27 @@ EndpointConfig and updates the Endpoint with its blue/green ``DeploymentConfig``
 shifts traffic to the new fleet, bakes, and rolls back if the 5xx or latency alarm fires, in
 which case the deploy fails and this script exits 1. A job that failed, was stopped or is still
 running is refused (exit 1), as is a missing job or artifact (exit 3).
+
+The promotion record is the SSM parameter ``/<project>/serving/promotion`` (JSON): the live
+model (job, artifact, final metrics, who promoted it and when) and the previously approved
+models, newest first. It is written only after the deploy succeeded, so it always names what
+the endpoint serves; SSM keeps every earlier version of it too (``aws ssm
+get-parameter-history``). ``--rollback`` deploys the newest previous model (after the same
+checks) and moves the live one to ``rolled_back``. The record lives outside CloudFormation:
+``cdk destroy`` keeps it (rollback history), and the next ``promote`` after a redeploy goes on
+from it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
-from typing import Optional, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Optional, Sequence
 
 from botocore.exceptions import ClientError
 
@@ -37,6 +51,138 @@ from scripts.common import (
 )
 
 ARTIFACT_TEMPLATE = "training-jobs/{job}/output/model.tar.gz"
+RECORD_PARAMETER = "/{project}/serving/promotion"
+MAX_PREVIOUS = 5
+"""Approved models kept for rollback (and as many rolled-back ones): the record stays well under
+SSM's 4 KB for a standard parameter."""
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """One model that was promoted.
+
+    Attributes:
+        job: The training job whose model it is.
+        model_data_url: ``s3://<artifacts>/training-jobs/<job>/output/model.tar.gz``.
+        metrics: The job's final metrics (``FinalMetricDataList``), name -> value.
+        promoted_by: The caller's ARN (``sts:GetCallerIdentity``).
+        promoted_at: UTC, ISO 8601.
+    """
+
+    job: str
+    model_data_url: str
+    metrics: dict[str, float] = field(default_factory=dict)
+    promoted_by: str = ""
+    promoted_at: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> "Promotion":
+        if not isinstance(data, dict) or not isinstance(data.get("job"), str) or not isinstance(data.get("model_data_url"), str):
+            raise OperatorError(f"{where}: expected an object with job and model_data_url, not {json.dumps(data)[:120]}")
+        return cls(
+            job=data["job"],
+            model_data_url=data["model_data_url"],
+            metrics={str(k): float(v) for k, v in (data.get("metrics") or {}).items()},
+            promoted_by=str(data.get("promoted_by", "")),
+            promoted_at=str(data.get("promoted_at", "")),
+        )
+
+
+@dataclass(frozen=True)
+class PromotionRecord:
+    """What the endpoint serves and what it served before.
+
+    Attributes:
+        live: The model the endpoint serves (``None`` before the first promotion).
+        previous: Approved models it served before, newest first (``--rollback`` targets).
+        rolled_back: Models taken off by ``--rollback``, newest first (never rollback targets).
+    """
+
+    live: Optional[Promotion] = None
+    previous: tuple[Promotion, ...] = ()
+    rolled_back: tuple[Promotion, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "live": asdict(self.live) if self.live else None,
+                "previous": [asdict(p) for p in self.previous[:MAX_PREVIOUS]],
+                "rolled_back": [asdict(p) for p in self.rolled_back[:MAX_PREVIOUS]],
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> "PromotionRecord":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise OperatorError(f"{where} is not JSON ({err.msg}); fix or delete the parameter") from None
+        if not isinstance(data, dict):
+            raise OperatorError(f"{where}: expected an object with live, previous and rolled_back")
+        live = Promotion.from_json(data["live"], f"{where} live") if data.get("live") is not None else None
+        return cls(
+            live=live,
+            previous=tuple(Promotion.from_json(p, f"{where} previous[{i}]") for i, p in enumerate(data.get("previous") or [])),
+            rolled_back=tuple(Promotion.from_json(p, f"{where} rolled_back[{i}]") for i, p in enumerate(data.get("rolled_back") or [])),
+        )
+
+    def promoted(self, new: Promotion) -> "PromotionRecord":
+        """The record after ``new`` went live: the live model becomes the newest previous one."""
+        previous = self.previous if self.live is None or self.live.job == new.job else (self.live, *self.previous)
+        return PromotionRecord(live=new, previous=tuple(p for p in previous if p.job != new.job), rolled_back=self.rolled_back)
+
+    def rolled_back_to_previous(self) -> "PromotionRecord":
+        """The record after a rollback: the newest previous model is live again."""
+        target, *rest = self.previous
+        rolled = (self.live, *self.rolled_back) if self.live is not None else self.rolled_back
+        return PromotionRecord(live=target, previous=tuple(rest), rolled_back=rolled)
+
+
+def record_parameter(deployment: Deployment) -> str:
+    return RECORD_PARAMETER.format(project=deployment.config.project_name)
+
+
+def read_record(deployment: Deployment) -> PromotionRecord:
+    """The promotion record, or an empty one before the first promotion."""
+    name = record_parameter(deployment)
+    try:
+        value = deployment.aws.client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
+    except ClientError as err:
+        if error_code(err) == "ParameterNotFound":
+            return PromotionRecord()
+        raise
+    return PromotionRecord.from_json(value, f"the promotion record {name}")
+
+
+def write_record(deployment: Deployment, record: PromotionRecord) -> None:
+    """Put the record (a new SSM version); tagged ``Project`` when first created."""
+    ssm = deployment.aws.client("ssm")
+    name = record_parameter(deployment)
+    ssm.put_parameter(
+        Name=name,
+        Value=record.to_json(),
+        Type="String",
+        Overwrite=True,
+        Description=f"{deployment.config.project_name}: the model the endpoint serves and the previously approved ones (scripts.promote)",
+    )
+    ssm.add_tags_to_resource(
+        ResourceType="Parameter", ResourceId=name, Tags=[{"Key": "Project", "Value": deployment.config.project_name}]
+    )
+
+
+def promotion_of(deployment: Deployment, job: str, model: str) -> Promotion:
+    """The record entry for ``job`` (checked by :func:`check_job`): its final metrics, the caller, now."""
+    description = describe_job(deployment.aws, job) or {}
+    metrics = {str(m["MetricName"]): float(m["Value"]) for m in description.get("FinalMetricDataList") or []}
+    try:
+        caller = str(deployment.aws.client("sts").get_caller_identity()["Arn"])
+    except ClientError:
+        caller = "unknown"
+    return Promotion(
+        job=job, model_data_url=model, metrics=metrics, promoted_by=caller,
+        promoted_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+    )
 
 
 def check_job(deployment: Deployment, job: str) -> str:
@@ -85,32 +231,87 @@ def deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -
     ]
 
 
+def print_deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -> list[str]:
+    command = deploy_command(deployment, job, overrides)
+    print("deploy: cdk " + " ".join(command[command.index("deploy") :]))
+    return command
+
+
+def deploy(deployment: Deployment, job: str, overrides: Sequence[str]) -> None:
+    """Run the serving stack's deploy for ``job``; :class:`OperatorError` (exit 1) when it fails."""
+    command = print_deploy_command(deployment, job, overrides)
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    returncode = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+    if returncode != 0:
+        raise OperatorError(
+            f"deploy of {stack_name(deployment.config, 'serving')} failed (exit {returncode}); a deployment that "
+            "tripped an alarm was rolled back and the endpoint serves the previous model (the promotion record is unchanged)",
+            EXIT_FAILED,
+        )
+
+
+def show(deployment: Deployment, record: PromotionRecord) -> None:
+    """The record, one line per model."""
+    def line(label: str, p: Promotion) -> str:
+        metrics = " ".join(f"{k}={v:g}" for k, v in sorted(p.metrics.items())) or "no metrics"
+        return f"{label:<12} {p.job}  {p.promoted_at or '-'}  by {p.promoted_by or '-'}  ({metrics})"
+
+    print(f"promotion record {record_parameter(deployment)}:")
+    if record.live is None:
+        print("live         none (nothing promoted yet)")
+    else:
+        print(line("live", record.live))
+    for p in record.previous:
+        print(line("previous", p))
+    for p in record.rolled_back:
+        print(line("rolled back", p))
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scripts.promote", description="Serve a finished job's model.")
-    parser.add_argument("job_name", help="a Completed training job of the project")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.promote", description="Serve a finished job's model, record it, roll it back."
+    )
+    parser.add_argument("job_name", nargs="?", help="a Completed training job of the project")
+    parser.add_argument("--rollback", action="store_true", help="serve the previous approved model again")
+    parser.add_argument("--show", action="store_true", help="print the promotion record only")
     parser.add_argument("--dry-run", action="store_true", help="check the job and print the deploy command only")
     add_common_arguments(parser)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if sum((args.job_name is not None, args.rollback, args.show)) != 1:
+        parser.error("give a JOB to promote, or --rollback, or --show")
     deployment = Deployment.from_args(args)
-    model = check_job(deployment, args.job_name)
-    command = deploy_command(deployment, args.job_name, args.context)
-    print(f"{args.job_name} completed; model {model}")
-    print("deploy: cdk " + " ".join(command[command.index("deploy") :]))
-    if args.dry_run:
+    record = read_record(deployment)
+    if args.show:
+        show(deployment, record)
         return 0
-    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    returncode = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
-    if returncode != 0:
-        raise OperatorError(
-            f"deploy of {stack_name(deployment.config, 'serving')} failed (exit {returncode}); a deployment that "
-            "tripped an alarm was rolled back and the endpoint serves the previous model",
-            EXIT_FAILED,
-        )
-    print(f"{stack_name(deployment.config, 'serving')} serves {args.job_name}")
+    if args.rollback:
+        if not record.previous:
+            live = f"{record.live.job} is live" if record.live else "nothing was promoted yet"
+            raise OperatorError(f"no previous approved model to roll back to ({live}; see python -m scripts.promote --show)")
+        target = record.previous[0]
+        model = check_job(deployment, target.job)
+        print(f"rolling back {record.live.job if record.live else 'the endpoint'} -> {target.job} (model {model})")
+        if args.dry_run:
+            print_deploy_command(deployment, target.job, args.context)
+            return 0
+        deploy(deployment, target.job, args.context)
+        write_record(deployment, record.rolled_back_to_previous())
+        print(f"{stack_name(deployment.config, 'serving')} serves {target.job} again; {record_parameter(deployment)} updated")
+        return 0
+    model = check_job(deployment, args.job_name)
+    print(f"{args.job_name} completed; model {model}")
+    if args.dry_run:
+        print_deploy_command(deployment, args.job_name, args.context)
+        return 0
+    new = promotion_of(deployment, args.job_name, model)
+    deploy(deployment, args.job_name, args.context)
+    write_record(deployment, record.promoted(new))
+    print(f"{stack_name(deployment.config, 'serving')} serves {args.job_name}; recorded in {record_parameter(deployment)}")
     return 0
 
 

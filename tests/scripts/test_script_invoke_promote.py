@@ -192,3 +192,109 @@ def test_promote_of_a_missing_job_or_artifact_is_one_line(aws, moto_backends, ca
     capsys.readouterr()
     assert run(promote.main, [f"{PROJECT}-promote-gone", "--dry-run"]) == 3
     assert "model.tar.gz does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# The promotion record (SSM /<project>/serving/promotion) and --rollback
+# ------------------------------------------------------------------------------------------
+
+
+class FakeCdk:
+    """Stands in for ``cdk deploy`` (the emulator suite runs the real one): records each deploy's
+    training_job_name and returns the exit code the test sets."""
+
+    def __init__(self) -> None:
+        self.deployed: list[str] = []
+        self.returncode = 0
+
+    def __call__(self, command, **kwargs):
+        assert command[command.index("deploy") + 1] == f"{PROJECT}-serving"
+        (job,) = [c.split("=", 1)[1] for c in command if c.startswith("gpu_training.serving.training_job_name=")]
+        self.deployed.append(job)
+        return type("Completed", (), {"returncode": self.returncode})()
+
+
+@pytest.fixture
+def fake_cdk(monkeypatch):
+    cdk = FakeCdk()
+    monkeypatch.setattr(promote.subprocess, "run", cdk)
+    yield cdk
+    boto3.client("ssm", region_name=REGION).delete_parameter(Name=f"/{PROJECT}/serving/promotion")
+
+
+def _record() -> dict:
+    value = boto3.client("ssm", region_name=REGION).get_parameter(Name=f"/{PROJECT}/serving/promotion")["Parameter"]["Value"]
+    return json.loads(value)
+
+
+def test_promote_records_the_live_model_and_rollback_returns_to_the_previous_one(aws, moto_backends, fake_cdk, capsys):
+    first, second = f"{PROJECT}-rec-first", f"{PROJECT}-rec-second"
+    for name in (first, second):
+        _completed_job_with_model(moto_backends, name)
+    moto_backends.set_job(second, "Completed", "Completed", final_metric_data_list=[{"MetricName": "val_accuracy", "Value": 0.91, "Timestamp": 0}])
+    assert run(promote.main, [first]) == 0
+    assert run(promote.main, [second]) == 0
+    assert fake_cdk.deployed == [first, second]
+    record = _record()
+    assert record["live"]["job"] == second and record["live"]["metrics"] == {"val_accuracy": 0.91}
+    assert record["live"]["model_data_url"].endswith(f"/training-jobs/{second}/output/model.tar.gz")
+    assert record["live"]["promoted_by"].startswith("arn:aws:") and record["live"]["promoted_at"].endswith("+00:00")
+    assert [p["job"] for p in record["previous"]] == [first]
+    tags = boto3.client("ssm", region_name=REGION).list_tags_for_resource(ResourceType="Parameter", ResourceId=f"/{PROJECT}/serving/promotion")
+    assert {"Key": "Project", "Value": PROJECT} in tags["TagList"]
+
+    capsys.readouterr()
+    assert run(promote.main, ["--rollback"]) == 0
+    assert fake_cdk.deployed[-1] == first
+    assert f"rolling back {second} -> {first}" in capsys.readouterr().out
+    record = _record()
+    assert record["live"]["job"] == first and record["previous"] == [] and [p["job"] for p in record["rolled_back"]] == [second]
+
+    # Nothing approved before the first: one line, exit 3, no deploy.
+    assert run(promote.main, ["--rollback"]) == 3
+    assert capsys.readouterr().err.strip() == (
+        f"error: no previous approved model to roll back to ({first} is live; see python -m scripts.promote --show)"
+    )
+    assert len(fake_cdk.deployed) == 3
+    assert run(promote.main, ["--show"]) == 0
+    out = capsys.readouterr().out
+    assert f"live         {first}" in out and f"rolled back  {second}" in out
+
+
+def test_a_failed_deploy_leaves_the_record_naming_what_the_endpoint_serves(aws, moto_backends, fake_cdk, capsys):
+    live, bad = f"{PROJECT}-rec-live", f"{PROJECT}-rec-bad"
+    for name in (live, bad):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [live]) == 0
+    fake_cdk.returncode = 1  # the blue/green deploy tripped an alarm and rolled back
+    capsys.readouterr()
+    assert run(promote.main, [bad]) == 1
+    assert "the promotion record is unchanged" in capsys.readouterr().err
+    assert _record()["live"]["job"] == live and _record()["previous"] == []
+
+
+def test_rollback_refuses_a_previous_model_whose_artifact_is_gone(aws, moto_backends, fake_cdk, capsys):
+    old, new = f"{PROJECT}-rec-old", f"{PROJECT}-rec-new"
+    for name in (old, new):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [old]) == 0 and run(promote.main, [new]) == 0
+    artifacts = _record()["previous"][0]["model_data_url"].split("/")[2]
+    boto3.client("s3", region_name=REGION).delete_object(Bucket=artifacts, Key=f"training-jobs/{old}/output/model.tar.gz")
+    capsys.readouterr()
+    assert run(promote.main, ["--rollback"]) == 3
+    assert "model.tar.gz does not exist" in capsys.readouterr().err
+    assert fake_cdk.deployed == [old, new] and _record()["live"]["job"] == new
+
+
+def test_a_corrupt_record_is_one_line_naming_the_parameter(aws, fake_cdk, capsys):
+    boto3.client("ssm", region_name=REGION).put_parameter(Name=f"/{PROJECT}/serving/promotion", Value="{not json", Type="String", Overwrite=True)
+    assert run(promote.main, ["--show"]) == 3
+    assert capsys.readouterr().err.startswith(f"error: the promotion record /{PROJECT}/serving/promotion is not JSON")
+
+
+def test_promote_takes_exactly_one_of_job_rollback_show(capsys):
+    with pytest.raises(SystemExit):
+        promote.main([])
+    with pytest.raises(SystemExit):
+        promote.main([f"{PROJECT}-x", "--rollback"])
+    assert "give a JOB to promote, or --rollback, or --show" in capsys.readouterr().err
