@@ -14,8 +14,14 @@ watching. Run this first::
 until none is InProgress or Stopping. It then deletes the models and endpoint configs the
 pipeline's promote step created (``<project>-<execution>``: not CloudFormation's, so ``cdk
 destroy`` would leave them) that no endpoint uses any more; with ``--destroy``, once more after
-``cdk destroy`` has removed the endpoint. Exit 0 when nothing is left running, 1 when something
-still is.
+``cdk destroy`` removed the endpoint. It also deletes the project's endpoints that no stack owns
+(``<project>-*`` but not the serving stack's ``<project>-endpoint``: e.g. made with the SageMaker
+SDK's ``deploy()``), which bill by the hour and which ``cdk destroy`` cannot see.
+
+``--destroy`` first deletes the serving stack ``<project>-serving`` if it exists: ``scripts.promote``
+deploys it with ``-c serving.enabled=true``, so ``cdk destroy --all`` run without that flag would
+not see it (and could not delete the data stack whose exports it imports). Exit 0 when nothing is
+left running, 1 when something still is.
 """
 
 from __future__ import annotations
@@ -28,19 +34,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, WaiterError
 
 from scripts.common import (
     EXIT_FAILED,
     EXIT_OK,
     ROOT,
     Deployment,
+    OperatorError,
     add_common_arguments,
     error_code,
     error_message,
     project_jobs,
     run,
+    stack_name,
 )
+from stacks.components.endpoint_spec import endpoint_name
 from scripts.stop import stop_job
 
 ACTIVE = ("InProgress", "Stopping")
@@ -110,9 +119,8 @@ class Leftovers:
     in_use: list[str] = field(default_factory=list)
 
 
-def find_leftovers(deployment: Deployment) -> Leftovers:
-    """The promote step's models and endpoint configs: named ``<project>-*``, owned by no project stack."""
-    sagemaker = deployment.aws.client("sagemaker")
+def _stack_owned_names(deployment: Deployment) -> set[str]:
+    """Names of the models, endpoint configs and endpoints that a project stack owns."""
     prefix = deployment.job_name_prefix
     owned: set[str] = set()
     cloudformation = deployment.aws.client("cloudformation")
@@ -123,11 +131,45 @@ def find_leftovers(deployment: Deployment) -> Leftovers:
                     owned.update(
                         r.get("PhysicalResourceId", "").rsplit("/", 1)[-1]
                         for r in resources["StackResourceSummaries"]
-                        if r["ResourceType"] in ("AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig")
+                        if r["ResourceType"] in ("AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint")
                     )
+    return owned
+
+
+def find_unowned_endpoints(deployment: Deployment) -> list[str]:
+    """The project's endpoints (``<project>-*``) that no stack owns, except the serving stack's
+    fixed ``<project>-endpoint`` (the stack removes it); ones already Deleting are left out."""
+    sagemaker = deployment.aws.client("sagemaker")
+    prefix = deployment.job_name_prefix
+    owned = _stack_owned_names(deployment) | {endpoint_name(deployment.config.project_name)}
+    names = []
+    for page in sagemaker.get_paginator("list_endpoints").paginate(NameContains=prefix):
+        names.extend(
+            e["EndpointName"] for e in page["Endpoints"]
+            if e["EndpointName"].startswith(prefix) and e["EndpointName"] not in owned and e.get("EndpointStatus") != "Deleting"
+        )
+    return sorted(names)
+
+
+def delete_unowned_endpoints(deployment: Deployment) -> list[str]:
+    """Delete :func:`find_unowned_endpoints` (their models and configs go with :func:`delete_leftovers`)."""
+    names = find_unowned_endpoints(deployment)
+    for name in names:
+        print(f"deleting endpoint {name} (no stack owns it, so cdk destroy would leave it billing)")
+        deployment.aws.client("sagemaker").delete_endpoint(EndpointName=name)
+    return names
+
+
+def find_leftovers(deployment: Deployment) -> Leftovers:
+    """The promote step's models and endpoint configs: named ``<project>-*``, owned by no project stack."""
+    sagemaker = deployment.aws.client("sagemaker")
+    prefix = deployment.job_name_prefix
+    owned = _stack_owned_names(deployment)
     serving: set[str] = set()
     for page in sagemaker.get_paginator("list_endpoints").paginate():
         for summary in page["Endpoints"]:
+            if summary.get("EndpointStatus") == "Deleting":
+                continue
             endpoint = sagemaker.describe_endpoint(EndpointName=summary["EndpointName"])
             config_names = {endpoint["EndpointConfigName"], (endpoint.get("PendingDeploymentSummary") or {}).get("EndpointConfigName")}
             for config_name in filter(None, config_names):
@@ -198,13 +240,53 @@ def stop_running(
         sleep(interval)
 
 
-def cdk_destroy() -> int:
-    """``cdk destroy --all --force`` with the project's pinned CLI; its exit code."""
+def serving_stack(deployment: Deployment) -> Optional[str]:
+    """``<project>-serving`` when that stack exists."""
+    name = stack_name(deployment.config, "serving")
+    try:
+        stacks = deployment.aws.client("cloudformation").describe_stacks(StackName=name)["Stacks"]
+    except ClientError as err:
+        if "does not exist" in error_message(err):
+            return None
+        raise
+    return name if stacks and stacks[0]["StackStatus"] != "DELETE_COMPLETE" else None
+
+
+def delete_serving_stack(deployment: Deployment, *, timeout: float, interval: float) -> None:
+    """Delete the serving stack (endpoint, config, model, scaling, alarms) and wait for it."""
+    name = serving_stack(deployment)
+    if name is None:
+        return
+    print(f"deleting stack {name} (the endpoint; promoted with -c serving.enabled=true, so cdk destroy --all may not see it)")
+    cloudformation = deployment.aws.client("cloudformation")
+    cloudformation.delete_stack(StackName=name)
+    delay = max(1, int(interval))
+    try:
+        cloudformation.get_waiter("stack_delete_complete").wait(
+            StackName=name, WaiterConfig={"Delay": delay, "MaxAttempts": max(1, int(timeout / delay))}
+        )
+    except WaiterError as err:
+        raise OperatorError(f"{name} was not deleted ({err}); see its events in the CloudFormation console", EXIT_FAILED) from None
+
+
+def destroy(deployment: Deployment, overrides: Sequence[str], *, timeout: float, interval: float) -> int:
+    """The serving stack first (it imports the data stack's exports), then ``cdk destroy --all``,
+    then the promote step's models and configs the endpoint held."""
+    delete_serving_stack(deployment, timeout=timeout, interval=interval)
+    returncode = cdk_destroy(overrides)
+    if returncode == 0:
+        delete_leftovers(deployment)
+    return returncode
+
+
+def cdk_destroy(overrides: Sequence[str] = ()) -> int:
+    """``cdk destroy --all --force`` with the project's pinned CLI and the same ``-c`` overrides; its exit code."""
     cdk = ROOT / "node_modules" / ".bin" / "cdk"
     command = [str(cdk)] if cdk.exists() else ["npx", "cdk"]
+    context = [arg for item in overrides for arg in ("-c", item if item.startswith("gpu_training.") else f"gpu_training.{item}")]
     env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    print("running: cdk destroy --all --force")
-    return subprocess.run([*command, "destroy", "--all", "--force"], cwd=ROOT, env=env, check=False).returncode
+    print("running: cdk destroy --all --force" + "".join(f" {c}" for c in context))
+    return subprocess.run([*command, "destroy", "--all", "--force", *context], cwd=ROOT, env=env, check=False).returncode
 
 
 def report(running: Running) -> None:
@@ -234,24 +316,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     deployment = Deployment.from_args(args)
     if not args.stop_running:
         running = find_running(deployment)
-        if running:
+        endpoints = find_unowned_endpoints(deployment)
+        if running or endpoints:
             report(running)
+            for name in endpoints:
+                print(f"live endpoint no stack owns: {name}")
             print("stop them with: python -m scripts.teardown --stop-running")
             return EXIT_FAILED
         print("nothing running")
-        return EXIT_OK if not args.destroy else cdk_destroy()
+        serving = serving_stack(deployment)
+        if serving and not args.destroy:
+            print(f"{serving} is deployed (its endpoint bills by the hour): --destroy removes it with the rest")
+        return EXIT_OK if not args.destroy else destroy(deployment, args.context, timeout=args.timeout, interval=args.interval)
     left = stop_running(deployment, wait=args.wait, timeout=args.timeout, interval=args.interval)
     if left and args.wait:
         report(left)
         print(f"error: still running after {args.timeout:.0f}s; not destroying", file=sys.stderr)
         return EXIT_FAILED
     print("nothing left running" if not left else "stop requested; not waiting")
+    delete_unowned_endpoints(deployment)
     delete_leftovers(deployment)
     if args.destroy:
-        returncode = cdk_destroy()
-        if returncode == 0:
-            delete_leftovers(deployment)
-        return returncode
+        return destroy(deployment, args.context, timeout=args.timeout, interval=args.interval)
     return EXIT_OK
 
 

@@ -13,7 +13,8 @@ roles and ECR repositories, which that API does not cover everywhere) with a ver
   SageMaker endpoint), a
   project stack that still exists, or, with ``--sandbox``, data that should have been deleted;
 * ``kept``: data kept by design (buckets, KMS key, image repository) when
-  ``delete_data_on_destroy`` is off: reported, not flagged;
+  ``delete_data_on_destroy`` is off, and the promotion record (``/<project>/serving/promotion``,
+  rollback history): reported, not flagged;
 * ``info``: history that cannot be deleted (finished training and processing jobs, terminated
   instances, a KMS key pending deletion);
 * ``warning``: anything else still there (network, roles, log groups, a model or endpoint config
@@ -199,9 +200,11 @@ def audit(
         for stack in page.get("StackSummaries", []):
             if stack["StackName"].startswith(f"{project}-") and stack["StackStatus"] != "DELETE_COMPLETE":
                 report.stacks_left.append(stack["StackName"])
-                report.findings.append(
-                    Finding(stack["StackId"], "cloudformation:stack", ERROR, f"stack still exists ({stack['StackStatus']})")
-                )
+                note = f"stack still exists ({stack['StackStatus']})"
+                if stack["StackName"] == f"{project}-serving":
+                    # Promoted with -c serving.enabled=true, so `cdk destroy --all` without it does not see it.
+                    note += "; python -m scripts.teardown --stop-running --destroy removes it"
+                report.findings.append(Finding(stack["StackId"], "cloudformation:stack", ERROR, note))
     return report
 
 
@@ -296,9 +299,16 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
         if status is None:
             return Finding(arn, kind, INFO, "endpoint deleted")
         return Finding(arn, kind, ERROR, f"compute left behind: endpoint is {status} (GPU instances bill by the hour)")
+    if kind == "ssm:parameter" and short_name(arn) == f"parameter/{project_of_record(arn)}/serving/promotion":
+        return Finding(arn, kind, KEPT, "the promotion record (rollback history; free): kept by design")
     if kind in COMPUTE_TYPES:
         return Finding(arn, kind, ERROR, "compute left behind")
     return Finding(arn, kind, WARNING, "left behind (not compute, not kept data)")
+
+
+def project_of_record(arn: str) -> str:
+    """``<project>`` of ``arn:...:parameter/<project>/serving/promotion`` (scripts.promote's record)."""
+    return short_name(arn).removeprefix("parameter/").split("/", 1)[0]
 
 
 def _kms_state(kms: Any, arn: str) -> str | None:

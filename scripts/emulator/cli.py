@@ -163,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _explore(run: Lifecycle) -> None:
     if run.emulator is None:
-        print("\n--keep: everything stays deployed. Tear down later with: npx cdk destroy --all")
+        print("\n--keep: everything stays deployed. Tear down later with: python -m scripts.teardown --stop-running --destroy")
         return
     env = run.emulator.client_env()
     print("\n--keep: the emulator stays up until Ctrl-C. In another shell:")
@@ -171,7 +171,7 @@ def _explore(run: Lifecycle) -> None:
         print(f"  export {key}={env[key]}")
     sandbox = " --sandbox" if run.options.sandbox else ""
     print(f"  .venv/bin/python -m scripts.teardown_audit{sandbox}   # what carries the project's tags")
-    print(f"  PATH=$PWD/.venv/bin:$PATH npx cdk destroy --all --force --app {run.assembly}   # then audit again")
+    print("  .venv/bin/python -m scripts.teardown --stop-running --destroy   # the README's teardown; then audit again")
     if run.runner is not None:
         print("Training jobs created there (python -m scripts.launch ...) are run by the local runner.")
     stop = threading.Event()

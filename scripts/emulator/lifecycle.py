@@ -609,16 +609,25 @@ class Lifecycle:
         return text
 
     def destroy(self) -> None:
-        """``cdk destroy`` what was deployed, from the same assembly."""
+        """The README's teardown: ``python -m scripts.teardown --stop-running --destroy``.
+
+        It stops running jobs and workflow executions (which CloudFormation cannot), deletes
+        endpoints no stack owns, the serving stack (promoted with ``-c serving.enabled=true``,
+        so outside the main assembly), runs ``cdk destroy --all`` and deletes the pipeline's
+        leftover models and configs. A run limited to some stacks (``--stacks``) destroys
+        those from its assembly instead.
+        """
         assert self.cdk is not None
         with self.progress.phase("cdk destroy"):
-            self._destroy_serving()
-            if self.outputs.get(f"{self.config().project_name}-training") is not None:
-                # The documented pre-destroy step (the training stack's PreDestroyCommand output):
-                # stop running jobs and workflow executions, which CloudFormation cannot.
-                for line in self.run_script("teardown", "--stop-running").splitlines():
-                    self.progress.say(f"pre-destroy (scripts.teardown --stop-running): {line}")
-            self.cdk.destroy(self.options.stacks, self.assembly)
+            if self.options.stacks:
+                self._destroy_serving()
+                self.cdk.destroy(self.options.stacks, self.assembly)
+            else:
+                for line in self.run_script("teardown", "--stop-running", "--destroy", "--interval", "1").splitlines():
+                    self.progress.say(f"scripts.teardown --stop-running --destroy: {line}")
+            if self.hosting is not None:
+                self.hosting.stop()
+                self.progress.say("local serving process stopped")
             self.destroyed = True
 
     # --- serving (after training) --------------------------------------------------------------

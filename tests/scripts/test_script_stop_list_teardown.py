@@ -5,7 +5,10 @@ moto has no StopTrainingJob; conftest adds one that moves the job straight to St
 
 from __future__ import annotations
 
+import json
+
 import boto3
+from botocore.exceptions import ClientError
 
 from scripts import list_jobs, stop, teardown
 from scripts.common import Aws, Deployment, load_platform_config, run
@@ -154,3 +157,78 @@ def test_teardown_deletes_the_promote_steps_models_and_configs_once_no_endpoint_
     assert f"{PROJECT}-td-live" not in {m["ModelName"] for m in sagemaker.list_models()["Models"]}
     assert f"{PROJECT}-td-live" not in {c["EndpointConfigName"] for c in sagemaker.list_endpoint_configs()["EndpointConfigs"]}
     sagemaker.delete_model(ModelName="other-project-model")
+
+
+def _serving_stack() -> None:
+    """A stand-in for a promoted ``<project>-serving`` (moto needs a resource in every stack)."""
+    template = {"Resources": {"Alarms": {"Type": "AWS::SNS::Topic", "Properties": {"TopicName": f"{PROJECT}-td-serving-alarms"}}}}
+    boto3.client("cloudformation", region_name=REGION).create_stack(StackName=f"{PROJECT}-serving", TemplateBody=json.dumps(template))
+
+
+def _stack_exists(name: str) -> bool:
+    try:
+        stacks = boto3.client("cloudformation", region_name=REGION).describe_stacks(StackName=name)["Stacks"]
+    except ClientError:
+        return False
+    return bool(stacks) and stacks[0]["StackStatus"] != "DELETE_COMPLETE"
+
+
+def test_teardown_destroy_deletes_a_promoted_serving_stack_before_cdk_destroy(aws, monkeypatch, capsys):
+    """promote deploys the serving stack with -c serving.enabled=true, so `cdk destroy --all` with
+    cdk.json's config does not see it: --destroy deletes it first (it imports the data stack's exports)."""
+    _serving_stack()
+    seen = []
+    monkeypatch.setattr(
+        teardown.subprocess, "run",
+        lambda cmd, **kw: seen.append((cmd[-3:], _stack_exists(f"{PROJECT}-serving"))) or type("R", (), {"returncode": 0})(),
+    )
+    assert run(teardown.main, []) == 0
+    assert f"{PROJECT}-serving is deployed (its endpoint bills by the hour): --destroy removes it" in capsys.readouterr().out
+    assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0"]) == 0
+    assert seen == [(["destroy", "--all", "--force"], False)]
+    assert f"deleting stack {PROJECT}-serving" in capsys.readouterr().out
+    assert not _stack_exists(f"{PROJECT}-serving")
+
+
+def test_teardown_deletes_endpoints_no_stack_owns_and_then_their_models(aws, capsys):
+    """An endpoint made outside CloudFormation (the SageMaker SDK's deploy()) bills by the hour and
+    cdk destroy cannot see it: listed (exit 1), then deleted by --stop-running with its model and config."""
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    name = f"{PROJECT}-sdk-endpoint-1"
+    sagemaker.create_model(ModelName=name, ExecutionRoleArn=aws.training["JobRoleArn"],
+                           PrimaryContainer={"Image": aws.data["ImageUri"], "ModelDataUrl": "s3://a/m.tar.gz"})
+    sagemaker.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": name, "InstanceType": "ml.g4dn.xlarge", "InitialInstanceCount": 1}])
+    sagemaker.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    sagemaker.create_endpoint(EndpointName="other-team-endpoint", EndpointConfigName=name)
+    try:
+        assert run(teardown.main, []) == 1
+        assert f"live endpoint no stack owns: {name}" in capsys.readouterr().out
+        assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+        out = capsys.readouterr().out
+        assert f"deleting endpoint {name}" in out
+        endpoints = {e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]}
+        assert name not in endpoints and "other-team-endpoint" in endpoints
+    finally:
+        sagemaker.delete_endpoint(EndpointName="other-team-endpoint")
+    # The config the other team's endpoint held is free now: the next pass deletes it and the model.
+    assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+    assert name not in {m["ModelName"] for m in sagemaker.list_models()["Models"]}
+
+
+def test_audit_keeps_the_promotion_record_and_names_the_fix_for_a_serving_stack(aws):
+    from scripts.teardown_audit import ERROR, KEPT, audit
+
+    ssm = boto3.client("ssm", region_name=REGION)
+    record = f"/{PROJECT}/serving/promotion"
+    ssm.put_parameter(Name=record, Value="{}", Type="String", Tags=[{"Key": "Project", "Value": PROJECT}])
+    _serving_stack()
+    try:
+        report = audit(project=PROJECT, data_retained=True, region=REGION)
+        (kept,) = [f for f in report.findings if f.kind == "ssm:parameter"]
+        assert kept.verdict == KEPT and "promotion record" in kept.note
+        (stack,) = [f for f in report.findings if f.kind == "cloudformation:stack" and f"{PROJECT}-serving" in f.arn]
+        assert stack.verdict == ERROR and "python -m scripts.teardown --stop-running --destroy removes it" in stack.note
+    finally:
+        ssm.delete_parameter(Name=record)
+        boto3.client("cloudformation", region_name=REGION).delete_stack(StackName=f"{PROJECT}-serving")
