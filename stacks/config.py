@@ -120,12 +120,20 @@ class NetworkConfig:
         interface_endpoints: Interface endpoint service names (``ecr.api``, ``logs``...). Default:
             what training needs (ECR, CloudWatch Logs and metrics, STS, SageMaker API, SSM
             session access, CloudFormation for the boot-time signal).
+        dns_firewall: A Route 53 Resolver DNS Firewall on the VPC that answers AWS service
+            names (and the VPC's ``*.internal`` hostnames) only, so nothing in the VPC can
+            tunnel data out through DNS. Default ``None``: on where something runs without
+            network isolation (the GPU cluster's nodes, or ``serving.network_isolation=false``).
+        dns_allowed_domains: Further names the firewall answers (``pypi.org``,
+            ``*.pythonhosted.org`` for pip through a NAT gateway). Default none.
     """
 
     vpc_cidr: str = "10.40.0.0/16"
     max_azs: int = 2
     nat_gateways: int = 0
     interface_endpoints: tuple[str, ...] = DEFAULT_INTERFACE_ENDPOINTS
+    dns_firewall: Optional[bool] = None
+    dns_allowed_domains: tuple[str, ...] = ()
 
 
 LATEST_DLAMI_DRIVER_BRANCH = 595
@@ -747,6 +755,12 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "VPC blocks must be /16 to /24", "use a block such as 10.40.0.0/16")
     _check_positive(f"{p}.network.max_azs", net.max_azs, maximum=6)
     _check_positive(f"{p}.network.nat_gateways", net.nat_gateways, minimum=0, maximum=net.max_azs)
+    for i, domain in enumerate(net.dns_allowed_domains):
+        if not _DNS_DOMAIN_RE.match(domain):
+            raise ConfigError(
+                f"{p}.network.dns_allowed_domains[{i}]", domain, "not a domain name the DNS firewall can match",
+                "write a lowercase name such as pypi.org, or *.pythonhosted.org for every subdomain",
+            )
 
     cl = cfg.cluster
     count = _check_gpu_type(f"{p}.cluster.instance_type", cl.instance_type, sagemaker=False)
@@ -849,7 +863,14 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         _check_field(f"{p}.tags.{key}", value, limits.tag_value, "the tag value", _TAG_FIX)
 
     pr = _validate_processing(cfg.processing, tj)
-    return dataclasses.replace(cfg, cluster=cl, training_job=tj, processing=pr, serving=_validate_serving(cfg.serving))
+    sv = _validate_serving(cfg.serving)
+    if net.dns_firewall is None:
+        # On wherever something in the VPC has a network: the nodes always do; models may.
+        net = dataclasses.replace(net, dns_firewall=cl.enabled or (sv.enabled and not sv.network_isolation))
+    return dataclasses.replace(cfg, network=net, cluster=cl, training_job=tj, processing=pr, serving=sv)
+
+
+_DNS_DOMAIN_RE = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$")
 
 
 def _allowed_types(path: str, instance_type: str, allowed: Sequence[str], *, processing: bool) -> tuple[str, ...]:

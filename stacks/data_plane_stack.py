@@ -12,6 +12,7 @@ from aws_cdk import CfnOutput, Fn, Stack
 from constructs import Construct
 
 from stacks.components.buckets import AccessLogBucket, DataBucket, checkpoint_expiry_rules
+from stacks.components.dns_firewall import DnsFirewall
 from stacks.components.encryption_key import PlatformKey
 from stacks.components.image_repository import TrainingImageRepository
 from stacks.components.network import TrainingNetwork
@@ -79,6 +80,8 @@ class DataPlaneStack(Stack):
             interface_endpoints=net.interface_endpoints,
             flow_log_bucket=self.log_bucket,
         )
+        if net.dns_firewall:
+            DnsFirewall(self, "DnsFirewall", vpc=self.network.vpc, extra_domains=net.dns_allowed_domains)
 
         private_subnets = self.network.vpc.select_subnets(
             subnet_type=self.network.subnet_selection.subnet_type

@@ -372,3 +372,11 @@ def test_allowed_instance_types_must_be_gpu_types_the_job_kind_offers():
     assert msg.startswith("gpu_training.training_job.allowed_instance_types[0] = ")
     msg = error_of(processing__allowed_instance_types=["ml.g5.xlarge", "g5.2xlarge"])
     assert msg.startswith("gpu_training.processing.allowed_instance_types[1] = ")
+
+
+def test_dns_firewall_defaults_on_where_something_has_a_network_and_domains_are_checked():
+    assert load().network.dns_firewall is True  # the cluster's nodes
+    assert load(cluster__enabled=False).network.dns_firewall is False
+    assert load(network__dns_firewall=False).network.dns_firewall is False
+    msg = error_of(network__dns_allowed_domains=["pypi.org", "https://evil.example/"])
+    assert msg.startswith("gpu_training.network.dns_allowed_domains[1] = ")

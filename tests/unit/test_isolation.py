@@ -152,3 +152,71 @@ def test_only_sagemaker_for_this_account_may_assume_the_job_role(default_app):
         "StringEquals": {"aws:SourceAccount": ACCOUNT},
         "ArnLike": {"aws:SourceArn": f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:*"},
     }
+
+
+# ------------------------------------------------------------------------------------------
+# DNS firewall (security finding 7): the VPC resolver answers AWS service names only.
+# ------------------------------------------------------------------------------------------
+
+
+def _dns_firewall(synthesized: Synth) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, list[str]]]:
+    """(the association, the rules in priority order, domains by list logical id)."""
+    (association,) = _resources(synthesized, "gputrain-data", "AWS::Route53Resolver::FirewallRuleGroupAssociation").values()
+    (group,) = _resources(synthesized, "gputrain-data", "AWS::Route53Resolver::FirewallRuleGroup").values()
+    lists = {k: v["Properties"]["Domains"] for k, v in _resources(synthesized, "gputrain-data", "AWS::Route53Resolver::FirewallDomainList").items()}
+    rules = sorted(group["Properties"]["FirewallRules"], key=lambda r: r["Priority"])
+    return association["Properties"], rules, lists
+
+
+def _matches(domain: str, patterns: list[str]) -> bool:
+    """Route 53 Resolver DNS Firewall matching: ``*.`` covers every subdomain, else exact."""
+    domain = domain.rstrip(".") + "."
+    for pattern in patterns:
+        pattern = pattern if pattern.endswith(".") else pattern + "."
+        if pattern == "*." or domain == pattern or (pattern.startswith("*.") and domain.endswith(pattern[1:])):
+            return True
+    return False
+
+
+def _verdict(domain: str, rules: list[dict[str, Any]], lists: dict[str, list[str]]) -> str:
+    for rule in rules:
+        (list_id,) = [k for k in lists if rule["FirewallDomainListId"] == {"Fn::GetAtt": [k, "Id"]}]
+        if _matches(domain, lists[list_id]):
+            return rule["Action"]
+    return "ALLOW"  # no rule matched: the resolver answers
+
+
+def test_dns_firewall_answers_aws_service_names_and_blocks_the_rest_by_default(default_app):
+    """With the GPU nodes (no network isolation) in the VPC, a name outside AWS cannot be
+    resolved, so nothing in the VPC can tunnel data out through DNS queries."""
+    association, rules, lists = _dns_firewall(default_app)
+    assert association["VpcId"] == {"Ref": "NetworkVpc7FB7348F"}
+    assert association["MutationProtection"] == "ENABLED"
+    for name in ("s3.us-east-1.amazonaws.com", "api.ecr.us-east-1.amazonaws.com", "ip-10-40-0-5.ec2.internal",
+                 "logs.us-east-1.amazonaws.com", "sts.amazonaws.com"):
+        assert _verdict(name, rules, lists) == "ALLOW", name
+    for name in ("exfil.attacker.example", "pypi.org", "c2VjcmV0.evil.com", "amazonaws.com.evil.com"):
+        assert _verdict(name, rules, lists) == "BLOCK", name
+    (block,) = [r for r in rules if r["Action"] == "BLOCK"]
+    assert block["BlockResponse"] == "NXDOMAIN"
+
+
+def test_dns_firewall_allows_the_configured_extra_domains(synth_app):
+    _, rules, lists = _dns_firewall(synth_app({"network.nat_gateways": 1, "network.dns_allowed_domains": ["pypi.org", "*.pythonhosted.org"]}))
+    assert _verdict("pypi.org", rules, lists) == "ALLOW"
+    assert _verdict("files.pythonhosted.org", rules, lists) == "ALLOW"
+    assert _verdict("example.com", rules, lists) == "BLOCK"
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ({"cluster.enabled": False}, 0),  # only SageMaker jobs and models, all network-isolated
+        ({"cluster.enabled": False, **{"serving.enabled": True, "serving.training_job_name": "gputrain-job-1", "serving.network_isolation": False}}, 1),
+        ({"network.dns_firewall": False}, 0),
+        ({"cluster.enabled": False, "network.dns_firewall": True}, 1),
+    ],
+)
+def test_dns_firewall_is_on_where_network_isolation_is_off_unless_configured(synth_app, overrides, expected):
+    found = _resources(synth_app(overrides), "gputrain-data", "AWS::Route53Resolver::FirewallRuleGroupAssociation")
+    assert len(found) == expected
