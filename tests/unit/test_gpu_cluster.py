@@ -611,8 +611,10 @@ def test_destroy_removes_everything_the_stack_created(synth_app, overrides):
 
 
 def test_cluster_leaves_the_data_plane_untouched(synth_app):
-    with_cluster = synth_app(SINGLE)
-    without_cluster = synth_app({**BASE, "cluster.enabled": False})
+    # The DNS firewall's default follows the cluster (its nodes have a network; tests/unit/test_isolation.py):
+    # pinned here, the cluster itself adds nothing to the data plane.
+    with_cluster = synth_app({**SINGLE, "network.dns_firewall": True})
+    without_cluster = synth_app({**BASE, "cluster.enabled": False, "network.dns_firewall": True})
     assert "gputrain-cluster" not in without_cluster.stack_ids
     assert (
         with_cluster.template_json("gputrain-data")["Resources"] == without_cluster.template_json("gputrain-data")["Resources"]
