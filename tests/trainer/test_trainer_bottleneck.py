@@ -113,7 +113,11 @@ def test_input_bound_names_the_share_and_advice_for_the_data_format():
         "(the processing step writes pre-sized image-tfrecord shards), more vCPUs per GPU (a larger instance "
         "type), or a smaller image_size or lighter augmentation"
     )
-    assert "fewer, larger files" in diagnosis.diagnose(_epochs([50.0]), "csv")
+    assert diagnosis.diagnose(_epochs([50.0]), "csv").endswith(
+        "try fewer, larger files (the processing step writes balanced tfrecord shards), more vCPUs per GPU "
+        "(a larger instance type), or a channel that fits the in-memory cache (cache_max_mb)"
+    )
+    assert "cache" not in diagnosis.diagnose(_epochs([50.0]), "csv", cached=True)
 
 
 def test_gpu_idle_and_compute_bound():

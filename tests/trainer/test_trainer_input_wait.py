@@ -19,12 +19,13 @@ from trainer.synthetic import SyntheticSpec
 pytestmark = pytest.mark.slow
 
 DATA = SyntheticSpec("csv", examples=1536, features=12, classes=4, shards=2, seed=11)
-# Steps of a few milliseconds on CPU: long next to taking a ready batch from the prefetch buffer
-# (~0.1 ms), as a GPU step is. With a 32-unit MLP the step is as short as that take, and the
-# take is then rightly half of the step time.
-HP = {"epochs": 3, "batch_size": 128, "optimizer": "sgd", "learning_rate": 0.05, "hidden_units": "512,512"}
-# The fast run's steps are longer still (~20 ms), for a margin on a busy CI machine.
-FAST_HP = HP | {"hidden_units": "1024,1024"}
+# The slow run: a small model (~1 ms steps) behind batches held 100 ms each, so the wait stays
+# far above 50% even when a busy CI machine slows the steps tenfold.
+SLOW_HP = {"epochs": 3, "batch_size": 128, "optimizer": "sgd", "learning_rate": 0.05, "hidden_units": "32"}
+# The fast run: steps of ~20 ms on CPU, long next to taking a ready batch from the prefetch
+# buffer (~0.1 ms), as a GPU step is. (With the 32-unit MLP the step is as short as that take,
+# and the take is then rightly half of the step time.)
+FAST_HP = SLOW_HP | {"hidden_units": "1024,1024"}
 SLOW_INPUT = Path(__file__).with_name("slow_input.py")
 
 
@@ -34,11 +35,11 @@ def _diagnosis(run: TrainerRun) -> str:
 
 
 def test_a_slow_input_pipeline_is_reported_as_input_bound(tmp_path):
-    base = write_job(tmp_path, HP, DATA)
+    base = write_job(tmp_path, SLOW_HP, DATA)
     completed = subprocess.run(
         [sys.executable, str(SLOW_INPUT), "train"],
         cwd=TRAINING_IMAGE,
-        env=trainer_env(base, SLOW_INPUT_SECONDS="0.05"),
+        env=trainer_env(base, SLOW_INPUT_SECONDS="0.1"),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_SECONDS,
@@ -50,8 +51,8 @@ def test_a_slow_input_pipeline_is_reported_as_input_bound(tmp_path):
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
     # The first epoch also traces the step graph (compute time), so it is judged with the rest.
     assert all(m["input_wait"] > 50 for m in metrics[1:]), [(m["input_wait"], m["step_time_ms"]) for m in metrics]
-    # 12 steps an epoch, each batch held 50 ms; tf.data's injected prefetch overlaps a little of that with the step.
-    assert all(m["step_time_ms"] >= 40 for m in metrics[1:]), metrics
+    # 12 steps an epoch, each batch held 100 ms; tf.data's injected prefetch overlaps a little of that with the step.
+    assert all(m["step_time_ms"] >= 80 for m in metrics[1:]), metrics
     print("slow input:", [(m["input_wait"], m["step_time_ms"]) for m in metrics], verdict := _diagnosis(run))
     assert verdict.startswith("input-bound: "), verdict
     share = int(verdict.split()[1].rstrip("%"))

@@ -33,23 +33,22 @@ _ADVICE = {
         "or a smaller image_size or lighter augmentation"
     ),
 }
-_DEFAULT_ADVICE = (
-    "try fewer, larger files (the processing step writes balanced tfrecord shards), "
-    "more vCPUs per GPU (a larger instance type), or a channel that fits the cache (cache_max_mb)"
-)
+_DEFAULT_ADVICE = "try fewer, larger files (the processing step writes balanced tfrecord shards), more vCPUs per GPU (a larger instance type)"
+_CACHE_ADVICE = ", or a channel that fits the in-memory cache (cache_max_mb)"
 
 
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def diagnose(epochs: Sequence[EpochMetrics], data_format: str) -> str | None:
+def diagnose(epochs: Sequence[EpochMetrics], data_format: str, *, cached: bool = False) -> str | None:
     """The verdict over the epochs this process trained, or ``None`` without input-wait figures.
 
     Args:
         epochs: The epochs' metrics, in order.
         data_format: The training channel's format (``image-dir``, ``image-tfrecord``, ``csv``, ...),
             which decides the advice.
+        cached: Whether the trainer kept the channel in memory (no cache advice then).
     """
     measured = [e for e in epochs if e.input_wait_pct is not None]
     if len(measured) > 1:
@@ -60,7 +59,7 @@ def diagnose(epochs: Sequence[EpochMetrics], data_format: str) -> str | None:
     gpu = [e.gpu_util_pct for e in measured if e.gpu_util_pct is not None]
     utilization = f", GPU utilization {_mean(gpu):.0f}%" if gpu else ""
     if wait >= INPUT_BOUND_PCT:
-        advice = _ADVICE.get(data_format, _DEFAULT_ADVICE)
+        advice = _ADVICE.get(data_format) or _DEFAULT_ADVICE + ("" if cached else _CACHE_ADVICE)
         return f"input-bound: {wait:.0f}% of step time waited on data{utilization}; {advice}"
     if gpu and _mean(gpu) < GPU_IDLE_PCT:
         return (

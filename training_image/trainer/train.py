@@ -580,7 +580,7 @@ def _train_loop(
 
     if sampler is not None:
         sampler.stop()
-    verdict = diagnosis.diagnose(trained, spec.data_format)
+    verdict = diagnosis.diagnose(trained, spec.data_format, cached=cache)
     if verdict and cluster.is_chief:
         diagnosis.emit(verdict)
     result = TrainingResult(
