@@ -315,6 +315,7 @@ class _JobTracker:
     _transitions: int = 0
     _follower: Optional[LogFollower] = None
     _metrics: Optional[MetricParser] = None
+    _epochs: EpochReader = field(default_factory=EpochReader)
 
     def poll(self) -> Optional[dict[str, Any]]:
         job = self._describe()
@@ -334,6 +335,9 @@ class _JobTracker:
                 if self._metrics is not None:
                     self._metrics.feed(message)
                 print(f"    [{stream}] {message}", file=self.out)
+                figures = self._epochs.feed(message) if self.kind == "training" else None
+                if figures is not None:
+                    print(f"    {figures.row()}", file=self.out)
         status = job.get("TrainingJobStatus") or job.get("ProcessingJobStatus")
         line = f"  {self.kind} job {self.name}: {status}"
         if self._metrics is not None:

@@ -14,7 +14,7 @@ import pytest
 
 from scripts.common import Aws, Deployment, load_platform_config, run
 from scripts.launch import main as launch_main
-from scripts.watch import follow, main
+from scripts.watch import _JobTracker, follow, main
 from tests.scripts.plot_checks import assert_plot
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
 from tests.scripts.conftest import PROJECT, REGION
@@ -177,3 +177,13 @@ def test_a_job_without_epoch_lines_writes_no_plot(aws, moto_backends, tmp_path):
     assert follow(_deployment(), name, interval=0, plot_path=png, out=out) == 0
     assert f"no epoch lines in the log of {name}: {png} not written" in out.getvalue()
     assert not png.exists()
+
+
+def test_a_pipelines_training_job_shows_its_epoch_figures_too(aws, moto_backends):
+    name = f"{PROJECT}-watch-pipeline-train"
+    _launch_direct(name)
+    moto_backends.set_job(name, "InProgress", "Training", "Training image download completed")
+    _log(name, GPU_LINES[0])
+    out = io.StringIO()
+    _JobTracker(_deployment().aws, "training", name, True, out).poll()
+    assert "    epoch 1: 2100.0 examples/s, step 121.90 ms, input wait 64.0%, GPU 22.5% 30210 MiB, loss 1.2000\n" in out.getvalue()
