@@ -186,4 +186,5 @@ def test_a_pipelines_training_job_shows_its_epoch_figures_too(aws, moto_backends
     _log(name, GPU_LINES[0])
     out = io.StringIO()
     _JobTracker(_deployment().aws, "training", name, True, out).poll()
+    moto_backends.set_job(name, "Completed", "Completed", "Training job completed")  # leave no job running for later tests
     assert "    epoch 1: 2100.0 examples/s, step 121.90 ms, input wait 64.0%, GPU 22.5% 30210 MiB, loss 1.2000\n" in out.getvalue()
