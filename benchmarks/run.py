@@ -83,6 +83,12 @@ def _process(repeats: int) -> list[dict]:
     return process_bench.run(repeats)
 
 
+def _bottleneck(repeats: int) -> list[dict]:
+    from benchmarks import bottleneck_bench
+
+    return bottleneck_bench.run(repeats)
+
+
 BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "synth": _synth,
     "pipeline": _pipeline,
@@ -94,6 +100,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "script": _script,
     "serve": _serve,
     "process": _process,
+    "bottleneck": _bottleneck,
 }
 COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
 

@@ -46,6 +46,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "training_job.use_spot": False,
         "training_job.checkpointing": False,
         "training_job.instance_type": "ml.p3.2xlarge",
+        "training_job.gpu_idle_alarm.stop_job": True,
     },
     "serving-nvme": {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"},
     "serving-scale-to-zero": {

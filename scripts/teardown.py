@@ -14,7 +14,9 @@ watching. Run this first::
 until none is InProgress or Stopping. It then deletes the models and endpoint configs the
 pipeline's promote step created (``<project>-<execution>``: not CloudFormation's, so ``cdk
 destroy`` would leave them) that no endpoint uses any more; with ``--destroy``, once more after
-``cdk destroy`` removed the endpoint. It also deletes the project's endpoints that no stack owns
+``cdk destroy`` removed the endpoint. It also deletes the GPU idle alarms (``<project>-gpu-idle-<job>``)
+of jobs no longer running, which the stack's watch deletes as each job ends but could miss when
+the stack goes first, and the project's endpoints that no stack owns
 (``<project>-*`` but not the serving stack's ``<project>-endpoint``: e.g. made with the SageMaker
 SDK's ``deploy()``), which bill by the hour and which ``cdk destroy`` cannot see.
 
@@ -51,6 +53,7 @@ from scripts.common import (
 )
 from stacks.components.endpoint_spec import endpoint_name
 from scripts.stop import stop_job
+from stacks.components.training_job_notifications import gpu_idle_alarm_prefix
 
 ACTIVE = ("InProgress", "Stopping")
 
@@ -207,6 +210,23 @@ def delete_leftovers(deployment: Deployment) -> Leftovers:
     return Leftovers(in_use=leftovers.in_use)
 
 
+def delete_idle_alarms(deployment: Deployment, running_jobs: Sequence[str] = ()) -> list[str]:
+    """Deletes the GPU idle alarms of the project's jobs that are not running; the names deleted."""
+    cloudwatch = deployment.aws.client("cloudwatch")
+    prefix = gpu_idle_alarm_prefix(deployment.config.project_name)
+    names = [
+        alarm["AlarmName"]
+        for page in cloudwatch.get_paginator("describe_alarms").paginate(AlarmNamePrefix=prefix, AlarmTypes=["MetricAlarm"])
+        for alarm in page["MetricAlarms"]
+        if alarm["AlarmName"][len(prefix) :] not in running_jobs
+    ]
+    for start in range(0, len(names), 100):  # DeleteAlarms takes at most 100 names
+        cloudwatch.delete_alarms(AlarmNames=names[start : start + 100])
+    for name in names:
+        print(f"deleted GPU idle alarm {name} (its job is not running)")
+    return names
+
+
 def stop_running(
     deployment: Deployment,
     *,
@@ -336,6 +356,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print("nothing left running" if not left else "stop requested; not waiting")
     delete_unowned_endpoints(deployment)
     delete_leftovers(deployment)
+    delete_idle_alarms(deployment, left.jobs if left else ())
     if args.destroy:
         return destroy(deployment, args.context, timeout=args.timeout, interval=args.interval)
     return EXIT_OK

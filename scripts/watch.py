@@ -8,11 +8,18 @@ Usage (from the repository root)::
     python -m scripts.watch JOB --no-logs --interval 30
     python -m scripts.watch --execution 20260101-120000-ab12   # a pipeline execution (name or ARN)
     python -m scripts.watch --pipeline                         # the newest execution of <project>-pipeline
+    python -m scripts.watch JOB --plot job.png                 # and a plot of the epochs, rewritten each epoch
+    python -m scripts.watch --from-log run.log --plot run.png  # a recorded log (trainer stdout, docker logs)
 
 Exit code: 0 completed, 1 failed (the failure reason is printed in full), 4 stopped, 3 when the
 job does not exist. A job launched through the workflow may take a moment to appear; while its
 execution is still running, ``watch`` waits for it (``--start-timeout``), and if the execution
 failed before creating a job, prints the execution's error.
+
+Each epoch's figures are shown as the trainer prints them (``epoch 3: 10234.1 examples/s, step
+3.21 ms, input wait 12.0%, GPU 87.0% 20480 MiB, loss 0.4123``), and its end-of-run diagnosis
+(input-bound, GPU idle or compute-bound). ``--plot FILE.png`` draws throughput, input wait and GPU
+utilization per epoch (matplotlib), rewritten at every new epoch and with the diagnosis at the end.
 
 A pipeline execution (``--execution``/``--pipeline``) is followed step by step: the states it
 enters (its execution history), and while its processing or training job runs, the job's status,
@@ -30,6 +37,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TextIO
 
 from botocore.exceptions import ClientError
@@ -51,6 +59,7 @@ from scripts.common import (
     project_jobs,
     run,
 )
+from scripts.epochs import EpochReader, plot, read_log
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
 
@@ -161,6 +170,7 @@ def follow(
     logs: bool = True,
     start_timeout: float = 120.0,
     heartbeat: float = 60.0,
+    plot_path: Optional[Path] = None,
     out: Optional[TextIO] = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
@@ -173,6 +183,8 @@ def follow(
         logs: Print the job's log lines.
         start_timeout: How long to wait for a workflow execution to create the job.
         heartbeat: Print an unchanged status line again after this many seconds.
+        plot_path: Write the epochs' plot here (each new epoch, and at the end); the log is read
+            for it even with ``logs`` off.
         out: Where the progress goes (default stdout).
         sleep: Injected for tests.
     """
@@ -181,7 +193,8 @@ def follow(
     job = wait_for_job(deployment, job_name, start_timeout=start_timeout, interval=interval, out=out, sleep=sleep)
     print(f"following {job_name}  {job_console_url(aws.region, job_name)}", file=out)
     metrics = MetricParser(job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or load_metric_definitions())
-    follower = LogFollower(aws, job_name) if logs else None
+    follower = LogFollower(aws, job_name) if logs or plot_path else None
+    epochs = EpochReader()
     seen_transitions = 0
     last_line = ""
     last_print = 0.0
@@ -195,7 +208,9 @@ def follow(
         if follower:
             for stream, message in follower.poll():
                 metrics.feed(message)
-                print(f"  [{stream}] {message}", file=out)
+                if logs:
+                    print(f"  [{stream}] {message}", file=out)
+                _show_epoch(epochs, message, job_name, plot_path, out)
         for item in job.get("FinalMetricDataList") or []:
             metrics.last.setdefault(item["MetricName"], f"{item['Value']:g}")
         line = f"[{format_duration(_elapsed(job, now))}] {status} / {job.get('SecondaryStatus', '-')}"
@@ -205,9 +220,48 @@ def follow(
             print(line, file=out)
             last_line, last_print = line, time.monotonic()
         if status in END_STATES:
+            if plot_path:
+                _final_plot(epochs, job_name, plot_path, out)
             return _report_end(job, out)
         sleep(interval)
         job = describe_job(aws, job_name) or job
+
+
+def _show_epoch(epochs: EpochReader, message: str, title: str, plot_path: Optional[Path], out: TextIO) -> None:
+    """Prints an epoch's figures or the diagnosis when ``message`` is one; redraws the plot per epoch."""
+    figures = epochs.feed(message)
+    if figures is not None:
+        print(f"  {figures.row()}", file=out)
+        if plot_path:
+            plot(epochs.epochs, plot_path, title=title)
+    elif epochs.diagnosis and message.startswith("[diagnosis]"):
+        print(f"  diagnosis: {epochs.diagnosis}", file=out)
+
+
+def _final_plot(epochs: EpochReader, title: str, plot_path: Path, out: TextIO) -> None:
+    if not epochs.epochs:
+        print(f"  no epoch lines in the log of {title}: {plot_path} not written", file=out)
+        return
+    plot(epochs.epochs, plot_path, title=title, diagnosis=epochs.diagnosis)
+    print(f"  plot: {plot_path} ({len(epochs.epochs)} epochs)", file=out)
+
+
+def from_log(log_path: Path, plot_path: Optional[Path], out: Optional[TextIO] = None) -> int:
+    """Prints a recorded log's epochs and diagnosis, and writes the plot; exit 0, 3 with no epoch."""
+    out = out or sys.stdout
+    if not log_path.is_file():
+        raise OperatorError(f"--from-log {log_path}: no such file")
+    recorded = read_log(log_path)
+    if not recorded.epochs:
+        raise OperatorError(f"--from-log {log_path}: no [metrics] epoch lines in it (is it a training job's log?)")
+    for figures in recorded.epochs:
+        print(figures.row(), file=out)
+    if recorded.diagnosis:
+        print(f"diagnosis: {recorded.diagnosis}", file=out)
+    if plot_path:
+        plot(recorded.epochs, plot_path, title=log_path.name, diagnosis=recorded.diagnosis)
+        print(f"plot: {plot_path} ({len(recorded.epochs)} epochs)", file=out)
+    return EXIT_OK
 
 
 def _report_end(job: dict[str, Any], out: TextIO) -> int:
@@ -261,6 +315,7 @@ class _JobTracker:
     _transitions: int = 0
     _follower: Optional[LogFollower] = None
     _metrics: Optional[MetricParser] = None
+    _epochs: EpochReader = field(default_factory=EpochReader)
 
     def poll(self) -> Optional[dict[str, Any]]:
         job = self._describe()
@@ -280,6 +335,9 @@ class _JobTracker:
                 if self._metrics is not None:
                     self._metrics.feed(message)
                 print(f"    [{stream}] {message}", file=self.out)
+                figures = self._epochs.feed(message) if self.kind == "training" else None
+                if figures is not None:
+                    print(f"    {figures.row()}", file=self.out)
         status = job.get("TrainingJobStatus") or job.get("ProcessingJobStatus")
         line = f"  {self.kind} job {self.name}: {status}"
         if self._metrics is not None:
@@ -406,6 +464,10 @@ def build_parser() -> argparse.ArgumentParser:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--execution", metavar="ARN|NAME", help="follow this execution of <project>-pipeline")
     which.add_argument("--pipeline", action="store_true", help="follow the newest execution of <project>-pipeline")
+    which.add_argument("--from-log", metavar="FILE", type=Path, help="read a recorded training log instead of a job")
+    parser.add_argument(
+        "--plot", metavar="FILE.png", type=Path, help="write throughput, input wait and GPU utilization per epoch here"
+    )
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
     parser.add_argument("--no-logs", dest="logs", action="store_false", help="do not print the job's log lines")
     parser.add_argument("--start-timeout", type=float, default=120.0, help="wait this long for the workflow to create the job")
@@ -418,12 +480,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.job_name and (args.execution or args.pipeline):
         parser.error("give a training job, or --execution/--pipeline, not both")
+    if args.job_name and args.from_log:
+        parser.error("give a training job or --from-log, not both")
+    if args.plot is not None:
+        _check_plot_path(parser, args.plot)
+        if args.execution or args.pipeline:
+            parser.error("--plot draws a training job's epochs: give the job (python -m scripts.watch JOB --plot FILE.png)")
+    if args.from_log:
+        return from_log(args.from_log, args.plot)
     deployment = Deployment.from_args(args)
     if args.execution or args.pipeline:
         execution = args.execution or newest_pipeline_execution(deployment)
         return follow_pipeline(deployment, execution, interval=args.interval, logs=args.logs)
     name = args.job_name or newest_job(deployment)
-    return follow(deployment, name, interval=args.interval, logs=args.logs, start_timeout=args.start_timeout)
+    return follow(
+        deployment, name, interval=args.interval, logs=args.logs, start_timeout=args.start_timeout, plot_path=args.plot
+    )
+
+
+def _check_plot_path(parser: argparse.ArgumentParser, path: Path) -> None:
+    if path.suffix.lower() != ".png":
+        parser.error(f"--plot {path}: give a .png file name")
+    if not path.parent.is_dir():
+        parser.error(f"--plot {path}: the directory {path.parent} does not exist")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        parser.error("--plot needs matplotlib: pip install -r requirements.txt")
 
 
 if __name__ == "__main__":

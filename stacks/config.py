@@ -235,6 +235,29 @@ INPUT_MODES = ("File", "FastFile")
 
 
 @dataclass(frozen=True)
+class GpuIdleAlarmConfig:
+    """A CloudWatch alarm per training job on SageMaker's ``GPUUtilization`` (``/aws/sagemaker/TrainingJobs``).
+
+    Created when a project job starts and deleted when it ends; in ALARM it notifies the training
+    jobs' topic (``NotificationTopicArn``) and, with ``stop_job``, stops the job.
+
+    Attributes:
+        enabled: Watch the project's jobs. Default ``True``.
+        minutes: Alarm after the GPUs stayed below the threshold this many consecutive minutes
+            (5-1440; the first host's one-minute averages). Default 30: longer than the start of
+            a typical job (data download, user code install), when the GPUs idle by design.
+        threshold_percent: Mean utilization per GPU below which a minute counts as idle (1-100);
+            scaled by the instance type's GPU count, as SageMaker sums its GPUs. Default 10.
+        stop_job: Also stop a job whose alarm fires (its last checkpoint stays). Default ``False``.
+    """
+
+    enabled: bool = True
+    minutes: int = 30
+    threshold_percent: int = 10
+    stop_job: bool = False
+
+
+@dataclass(frozen=True)
 class TrainingJobConfig:
     """The SageMaker training job declared through Step Functions.
 
@@ -265,6 +288,7 @@ class TrainingJobConfig:
             refuses others and the roles that create jobs are pinned to them
             (``sagemaker:InstanceTypes``), so no launch reaches a bigger GPU at a higher price.
             ``instance_type`` is always allowed. Default: ``instance_type`` alone.
+        gpu_idle_alarm: Notice jobs whose GPUs idle, see :class:`GpuIdleAlarmConfig`.
     """
 
     enabled: bool = True
@@ -284,6 +308,7 @@ class TrainingJobConfig:
     retry_attempts: int = 2
     notification_email: Optional[str] = None
     allowed_instance_types: tuple[str, ...] = ()
+    gpu_idle_alarm: GpuIdleAlarmConfig = field(default_factory=GpuIdleAlarmConfig)
 
     @property
     def gpus_per_instance(self) -> int:
@@ -804,6 +829,9 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     _check_positive(f"{p}.training_job.volume_size_gb", tj.volume_size_gb, maximum=16384)
     _check_positive(f"{p}.training_job.max_runtime_seconds", tj.max_runtime_seconds, maximum=28 * 86400)
     _check_positive(f"{p}.training_job.retry_attempts", tj.retry_attempts, minimum=1, maximum=30)
+    # One-minute periods: CloudWatch evaluates at most a day of them.
+    _check_positive(f"{p}.training_job.gpu_idle_alarm.minutes", tj.gpu_idle_alarm.minutes, minimum=5, maximum=1440)
+    _check_positive(f"{p}.training_job.gpu_idle_alarm.threshold_percent", tj.gpu_idle_alarm.threshold_percent, maximum=100)
     if tj.use_spot and not tj.checkpointing:
         raise ConfigError(
             f"{p}.training_job.use_spot", True, "managed spot without checkpointing restarts interrupted jobs from scratch",

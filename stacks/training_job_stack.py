@@ -16,6 +16,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
+from stacks.components.gpu_idle_watch import GpuIdleWatch
 from stacks.components.pipeline_workflow import PipelineWorkflow, pipeline_name
 from stacks.components.training_job_notifications import TrainingJobNotifications
 from stacks.components.training_job_workflow import TrainingJobWorkflow
@@ -32,6 +33,8 @@ class TrainingJobStack(Stack):
     Attributes:
         workflow: The job's role, security group and state machine.
         notifications: The topic job state changes are published to.
+        gpu_idle_watch: The per-job GPU idle alarms, or ``None`` when
+            ``training_job.gpu_idle_alarm.enabled`` is false.
         pipeline: The pipeline (processing role, state machine), or ``None`` when
             ``processing.enabled`` is false.
     """
@@ -62,7 +65,13 @@ class TrainingJobStack(Stack):
             state_machine=self.workflow.state_machine,
             email=config.training_job.notification_email,
             pipeline_name=pipeline_name(config.project_name) if config.processing.enabled else None,
+            gpu_idle_alarms=config.training_job.gpu_idle_alarm.enabled,
         )
+        self.gpu_idle_watch = None
+        if config.training_job.gpu_idle_alarm.enabled:
+            self.gpu_idle_watch = GpuIdleWatch(
+                self, "GpuIdleWatch", project_name=config.project_name, settings=config.training_job.gpu_idle_alarm, key=data_plane.key
+            )
         self.pipeline = None
         if config.processing.enabled:
             self.pipeline = PipelineWorkflow(

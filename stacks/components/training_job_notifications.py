@@ -20,6 +20,20 @@ PIPELINE_INTERRUPTIONS = ("TIMED_OUT", "ABORTED")
 """A pipeline execution that failed published its reason itself; these ends skip its last states."""
 
 
+def gpu_idle_alarm_prefix(project_name: str) -> str:
+    """Every job's GPU idle alarm is named ``<prefix><job name>`` (stacks.components.gpu_idle_watch)."""
+    return f"{project_name}-gpu-idle-"
+
+
+def idle_alarm_pattern(prefix: str) -> events.EventPattern:
+    """A job's GPU idle alarm (named ``<prefix><job>``) entering ALARM."""
+    return events.EventPattern(
+        source=["aws.cloudwatch"],
+        detail_type=["CloudWatch Alarm State Change"],
+        detail={"alarmName": [{"prefix": prefix}], "state": {"value": ["ALARM"]}},
+    )
+
+
 class TrainingJobNotifications(Construct):
     """An encrypted SNS topic fed by two EventBridge rules.
 
@@ -28,7 +42,9 @@ class TrainingJobNotifications(Construct):
     - ``WorkflowFailure``: an execution of the workflow failed, timed out or was aborted (also
       when it failed before creating a job, e.g. on invalid launch options).
     - ``PipelineInterrupted`` (with a pipeline): an execution of the pipeline timed out or was
-      aborted. The pipeline publishes its own successes and named failures (with the reason);
+      aborted.
+    - ``GpuIdle`` (with ``gpu_idle_alarms``): a job's GPU idle alarm fired; the message is the
+      alarm's description (job, threshold, minutes). The pipeline publishes its own successes and named failures (with the reason);
       these two ends never reach its last states.
 
     The topic has its own key: EventBridge may only publish to a topic whose key policy lets it,
@@ -43,6 +59,7 @@ class TrainingJobNotifications(Construct):
         job_rule: The SageMaker job state rule.
         workflow_rule: The Step Functions execution rule.
         pipeline_rule: The pipeline's timed-out/aborted rule, or ``None`` without a pipeline.
+        gpu_idle_rule: The GPU idle alarm rule, or ``None`` without ``gpu_idle_alarms``.
     """
 
     def __init__(
@@ -54,6 +71,7 @@ class TrainingJobNotifications(Construct):
         state_machine: sfn.IStateMachine,
         email: Optional[str] = None,
         pipeline_name: Optional[str] = None,
+        gpu_idle_alarms: bool = False,
     ) -> None:
         """Create the topic and rules.
 
@@ -65,12 +83,15 @@ class TrainingJobNotifications(Construct):
             email: Subscribe this address (it must confirm). Default none.
             pipeline_name: The pipeline state machine's name, whose interrupted executions are
                 reported. Default none (no pipeline).
+            gpu_idle_alarms: Publish the project's GPU idle alarms entering ALARM. Default ``False``.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         rule_names = {"job": f"{project_name}-training-job-state", "workflow": f"{project_name}-training-workflow-failure"}
         if pipeline_name is not None:
             rule_names["pipeline"] = f"{project_name}-pipeline-interrupted"
+        if gpu_idle_alarms:
+            rule_names["gpu_idle"] = f"{project_name}-gpu-idle-alarm"
         events_from_these_rules = {
             "StringEquals": {"aws:SourceAccount": stack.account},
             "ArnEquals": {
@@ -160,6 +181,17 @@ class TrainingJobNotifications(Construct):
                 targets=[
                     _PublishTo(self.topic, events.RuleTargetInput.from_text(f"Pipeline execution {execution} is {exec_status}."))
                 ],
+            )
+        self.gpu_idle_rule: Optional[events.Rule] = None
+        if gpu_idle_alarms:
+            description = events.EventField.from_path("$.detail.configuration.description")
+            self.gpu_idle_rule = events.Rule(
+                self,
+                "GpuIdle",
+                rule_name=rule_names["gpu_idle"],
+                description=f"{project_name}: a training job's GPUs idled (its GPU idle alarm fired)",
+                event_pattern=idle_alarm_pattern(gpu_idle_alarm_prefix(project_name)),
+                targets=[_PublishTo(self.topic, events.RuleTargetInput.from_text(f"GPU idle alarm: {description}"))],
             )
 
 

@@ -160,8 +160,9 @@ def test_roles_exist(deployed: Lifecycle) -> None:
 
 def test_state_machine_exists(deployed: Lifecycle) -> None:
     arns = _stack_resources(deployed, f"{deployed.config().project_name}-training", "AWS::StepFunctions::StateMachine")
-    # The training workflow and the pipeline (processing.enabled is the default).
-    assert len(arns) == 2
+    # The training workflow, the pipeline (processing.enabled is the default) and the GPU idle watch.
+    project = deployed.config().project_name
+    assert sorted(a.rsplit(":", 1)[-1] for a in arns) == sorted(f"{project}-{n}" for n in ("training-job", "pipeline", "gpu-idle-watch"))
     definitions = [deployed.client("stepfunctions").describe_state_machine(stateMachineArn=a)["definition"] for a in arns]
     assert sum("createTrainingJob" in d for d in definitions) == 2
     assert sum("createProcessingJob.sync" in d for d in definitions) == 1
@@ -176,6 +177,10 @@ def test_training_job_completed_with_final_metrics(trained: Lifecycle) -> None:
     metrics = {m["MetricName"]: m["Value"] for m in job["FinalMetricDataList"]}
     assert metrics["train:epoch"] == trained.options.epochs
     assert 0.0 <= metrics["train:accuracy"] <= 1.0
+    # The input-wait share is recorded as SageMaker would from the deployed metric definitions; the
+    # local runner trains on the CPU, so there are no GPU figures.
+    assert 0.0 <= metrics["train:input_wait_pct"] <= 100.0
+    assert "train:gpu_utilization" not in metrics
 
 
 def test_the_job_ran_through_the_deployed_training_workflow(trained: Lifecycle) -> None:

@@ -232,3 +232,34 @@ def test_audit_keeps_the_promotion_record_and_names_the_fix_for_a_serving_stack(
     finally:
         ssm.delete_parameter(Name=record)
         boto3.client("cloudformation", region_name=REGION).delete_stack(StackName=f"{PROJECT}-serving")
+def _idle_alarm(job: str) -> str:
+    name = f"{PROJECT}-gpu-idle-{job}"
+    boto3.client("cloudwatch", region_name=REGION).put_metric_alarm(
+        AlarmName=name, Namespace="/aws/sagemaker/TrainingJobs", MetricName="GPUUtilization",
+        Dimensions=[{"Name": "Host", "Value": f"{job}/algo-1"}], Statistic="Average", Period=60, EvaluationPeriods=30,
+        Threshold=10, ComparisonOperator="LessThanThreshold",
+    )  # fmt: skip
+    return name
+
+
+def _alarm_names() -> set[str]:
+    return {a["AlarmName"] for a in boto3.client("cloudwatch", region_name=REGION).describe_alarms()["MetricAlarms"]}
+
+
+def test_teardown_deletes_the_gpu_idle_alarms_of_jobs_that_are_not_running(aws, moto_backends, capsys):
+    _running_job(moto_backends, f"{PROJECT}-td-alarmed")
+    running, ended = _idle_alarm(f"{PROJECT}-td-alarmed"), _idle_alarm(f"{PROJECT}-td-gone")
+    others = "another-project-gpu-idle-x"
+    boto3.client("cloudwatch", region_name=REGION).put_metric_alarm(
+        AlarmName=others, Namespace="AWS/EC2", MetricName="CPUUtilization", Statistic="Average", Period=60,
+        EvaluationPeriods=1, Threshold=1, ComparisonOperator="LessThanThreshold",
+    )  # fmt: skip
+    deployment = Deployment(config=load_platform_config(), aws=Aws(boto3.Session()))
+    # A running job keeps its alarm.
+    assert teardown.delete_idle_alarms(deployment, [f"{PROJECT}-td-alarmed"]) == [ended]
+    assert running in _alarm_names() and ended not in _alarm_names()
+    # --stop-running stops the job, then its alarm goes too; another project's alarm stays.
+    capsys.readouterr()
+    assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+    assert f"deleted GPU idle alarm {running} (its job is not running)" in capsys.readouterr().out
+    assert running not in _alarm_names() and others in _alarm_names()

@@ -14,7 +14,8 @@ import pytest
 
 from scripts.common import Aws, Deployment, load_platform_config, run
 from scripts.launch import main as launch_main
-from scripts.watch import follow, main
+from scripts.watch import _JobTracker, follow, main
+from tests.scripts.plot_checks import assert_plot
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
 from tests.scripts.conftest import PROJECT, REGION
 
@@ -74,7 +75,7 @@ def test_follow_shows_transitions_logs_and_last_metrics_until_completed(aws, mot
     assert "[algo-1-1700000000] starting" in text
     last = {"train:epoch": "2", "train:loss": "0.41", "train:accuracy": "0.871", "train:examples_per_sec": "10234.1",
             "train:step_time_ms": "3.21", "validation:loss": "0.5", "validation:accuracy": "0.8"}  # fmt: skip
-    shown = " ".join(f"{d['Name']}={last[d['Name']]}" for d in load_metric_definitions())
+    shown = " ".join(f"{d['Name']}={last[d['Name']]}" for d in load_metric_definitions() if d["Name"] in last)
     assert f"InProgress / Training  {shown}\n" in text
     assert f"{name} Completed\n" in text and "  model: s3://" in text
 
@@ -131,3 +132,59 @@ def test_watch_reports_a_workflow_that_failed_before_creating_the_job(aws, capsy
 def test_unknown_job_is_one_line_and_exit_3(aws, capsys):
     assert run(main, [f"{PROJECT}-no-such-job", "--interval", "0"]) == 3
     assert capsys.readouterr().err == f"error: training job {PROJECT}-no-such-job not found in {REGION} (see python -m scripts.list_jobs)\n"
+
+
+GPU_LINES = (
+    "[metrics] epoch=1 loss=1.2 accuracy=0.4 examples_per_sec=2100.0 step_time_ms=121.9 input_wait=64.0% "
+    "gpu_util=22.5% gpu_mem_mib=30210",
+    "[metrics] epoch=2 loss=0.8 accuracy=0.6 examples_per_sec=2300.0 step_time_ms=111.3 input_wait=61.0% "
+    "gpu_util=24.0% gpu_mem_mib=30210",
+    "[diagnosis] input-bound: 61% of step time waited on data, GPU utilization 24%; try records instead of JPEG files",
+)
+
+
+def test_follow_shows_each_epochs_figures_and_the_diagnosis_and_plots_them(aws, moto_backends, tmp_path):
+    name = f"{PROJECT}-watch-epochs"
+    _launch_direct(name)
+    moto_backends.job(name).algorithm_specification["MetricDefinitions"] = load_metric_definitions()
+    moto_backends.set_job(name, "InProgress", "Training", "Training image download completed")
+    png = tmp_path / "epochs.png"
+    phases = iter(
+        [
+            lambda: _log(name, GPU_LINES[0]),
+            lambda: _log(name, GPU_LINES[1], GPU_LINES[2]),
+            lambda: moto_backends.set_job(name, "Completed", "Completed", "Training job completed"),
+        ]
+    )
+    out = io.StringIO()
+    # --no-logs: the raw lines are not printed, the epochs still are.
+    code = follow(_deployment(), name, interval=0, logs=False, plot_path=png, out=out, sleep=lambda _: next(phases)())
+    text = out.getvalue()
+    assert code == 0
+    assert "[algo-1" not in text
+    assert "  epoch 1: 2100.0 examples/s, step 121.90 ms, input wait 64.0%, GPU 22.5% 30210 MiB, loss 1.2000\n" in text
+    assert "  epoch 2: 2300.0 examples/s, step 111.30 ms, input wait 61.0%, GPU 24.0% 30210 MiB, loss 0.8000\n" in text
+    assert "  diagnosis: input-bound: 61% of step time waited on data" in text
+    assert f"  plot: {png} (2 epochs)\n" in text
+    assert_plot(png)
+
+
+def test_a_job_without_epoch_lines_writes_no_plot(aws, moto_backends, tmp_path):
+    name = f"{PROJECT}-watch-noepochs"
+    _launch_direct(name)
+    png = tmp_path / "none.png"
+    out = io.StringIO()
+    assert follow(_deployment(), name, interval=0, plot_path=png, out=out) == 0
+    assert f"no epoch lines in the log of {name}: {png} not written" in out.getvalue()
+    assert not png.exists()
+
+
+def test_a_pipelines_training_job_shows_its_epoch_figures_too(aws, moto_backends):
+    name = f"{PROJECT}-watch-pipeline-train"
+    _launch_direct(name)
+    moto_backends.set_job(name, "InProgress", "Training", "Training image download completed")
+    _log(name, GPU_LINES[0])
+    out = io.StringIO()
+    _JobTracker(_deployment().aws, "training", name, True, out).poll()
+    moto_backends.set_job(name, "Completed", "Completed", "Training job completed")  # leave no job running for later tests
+    assert "    epoch 1: 2100.0 examples/s, step 121.90 ms, input wait 64.0%, GPU 22.5% 30210 MiB, loss 1.2000\n" in out.getvalue()

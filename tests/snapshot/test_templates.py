@@ -25,6 +25,7 @@ CONFIGS = {
         "cluster.node_count": 2,
         "training_job.instance_type": "ml.p4d.24xlarge",
         "training_job.instance_count": 2,
+        "training_job.gpu_idle_alarm.stop_job": True,
     },
     "sandbox": {"delete_data_on_destroy": True},
 }

@@ -55,7 +55,7 @@ def test_mlp_learns_and_writes_model_config_metrics_and_tensorboard(one_device_r
 
     metrics = run.metrics()
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
-    assert all(set(m) == {"epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms"} for m in metrics)
+    assert all(set(m) == {"epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms", "input_wait"} for m in metrics)
     assert metrics[-1]["accuracy"] > LEARNED, run.explain()
     assert metrics[-1]["loss"] < metrics[0]["loss"]
     assert all(m["examples_per_sec"] > 0 and m["step_time_ms"] > 0 for m in metrics)
@@ -107,8 +107,8 @@ def test_metric_definitions_parse_exactly_the_metric_lines(one_device_run):
             if line in metric_lines and f" {field}=" in f" {line[len('[metrics] ') :]}":
                 assert match and f" {field}={match.group(1)}" in f" {line[len('[metrics] ') :]}", (definition, line)
             elif line in metric_lines:
-                # Validation fields appear only with a validation channel (none here).
-                assert field.startswith("val_") and match is None, (definition, line)
+                # Validation fields appear only with a validation channel, GPU fields only on GPUs (none here).
+                assert field.startswith(("val_", "gpu_")) and match is None, (definition, line)
             else:
                 assert match is None, (definition, line)
 
@@ -440,7 +440,7 @@ def test_validation_channel_is_reported_and_the_best_model_kept(tmp_path):
     assert run.events("data")[0]["channel"] == "training"
     metrics = run.metrics()
     assert [set(m) for m in metrics] == [
-        {"epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms", "val_loss", "val_accuracy"}
+        {"epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms", "input_wait", "val_loss", "val_accuracy"}
     ] * 2
     # Same centroids as the training data: the model generalises.
     assert metrics[-1]["val_accuracy"] > LEARNED, run.explain()

@@ -200,11 +200,15 @@ def test_interrupted_pipeline_executions_are_notified(training):
 
 def test_processing_disabled_leaves_the_training_workflow_as_it_was(synth_app):
     template = synth_app({"processing.enabled": False}).template("gputrain-training")
-    assert len(template.find_resources("AWS::StepFunctions::StateMachine")) == 1
+    machines = {r["Properties"]["StateMachineName"] for r in template.find_resources("AWS::StepFunctions::StateMachine").values()}
+    assert machines == {"gputrain-training-job", "gputrain-gpu-idle-watch"}
     assert "PipelineStateMachineArn" not in template.find_outputs("*")
     job = _policy_statements(template, "WorkflowJobRolePolicy")
     assert job["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["train/*"]}}
-    assert len(template.find_resources("AWS::Events::Rule")) == 2
+    rules = {r["Properties"]["Name"] for r in template.find_resources("AWS::Events::Rule").values()}
+    assert rules == {
+        "gputrain-training-job-state", "gputrain-training-workflow-failure", "gputrain-gpu-idle-alarm", "gputrain-gpu-idle-watch-jobs"
+    }
 
 
 def test_training_disabled_still_synthesizes(synth_app):

@@ -45,7 +45,7 @@ RESOURCES = JobResources(
 )
 LOG_LINE = (
     "[metrics] epoch=3 loss=0.4123 accuracy=0.871 examples_per_sec=10234.1 step_time_ms=3.21 "
-    "val_loss=0.5 val_accuracy=0.8"
+    "input_wait=12.5% gpu_util=87.0% gpu_mem_mib=20480 val_loss=0.5 val_accuracy=0.8"
 )
 INPUT_SHAPE = get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob").input_shape
 
@@ -171,6 +171,7 @@ def test_metric_definitions_match_the_container_log_line():
         values[definition["Name"]] = match.group(1)
     assert values == {"train:epoch": "3", "train:loss": "0.4123", "train:accuracy": "0.871",
                       "train:examples_per_sec": "10234.1", "train:step_time_ms": "3.21",
+                      "train:input_wait_pct": "12.5", "train:gpu_utilization": "87.0", "train:gpu_memory_mib": "20480",
                       "validation:loss": "0.5", "validation:accuracy": "0.8"}  # fmt: skip
 
 

@@ -17,7 +17,9 @@ the built-in trainer does::
   ``RENDEZVOUS_TIMEOUT_SECONDS``: a missing peer fails the job with the peers named instead of hanging.
 - :func:`callbacks` resumes after an interruption from ``/opt/ml/checkpoints`` (Keras
   ``BackupAndRestore``; SageMaker syncs that directory for spot restarts) and prints one
-  ``[metrics]`` line per epoch in the format of the stacks' metric definitions.
+  ``[metrics]`` line per epoch in the format of the stacks' metric definitions, with the GPUs'
+  mean utilization and memory on GPUs (NVML; the input-wait share is the built-in trainer's only:
+  ``model.fit`` reads its batches inside its own step function).
 - Works with Keras 3 and, with ``TF_USE_LEGACY_KERAS=1``, with Keras 2 (``tf.keras`` is then tf-keras).
 """
 
@@ -29,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import environment, gpu_check
+from trainer import environment, gpu_check, gpu_monitor
 from trainer.logs import log
 from trainer.metrics import EpochMetrics, emit
 
@@ -123,8 +125,19 @@ def _metrics_callback_class() -> Any:
             self._epoch_start = 0.0
             self._steps = 0
             self._first_step_logged = False
+            self._gpus: gpu_monitor.GpuSampler | None = None
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self._gpus = gpu_monitor.start()
+
+        def on_train_end(self, logs: Any = None) -> None:
+            if self._gpus is not None:
+                self._gpus.stop()
+                self._gpus = None
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            if self._gpus is not None:
+                self._gpus.take()
             self._epoch_start = time.perf_counter()
             self._steps = 0
 
@@ -142,6 +155,7 @@ def _metrics_callback_class() -> Any:
             steps = max(self._steps, 1)
             accuracy = logs.get("accuracy", logs.get("sparse_categorical_accuracy", logs.get("acc", float("nan"))))
             examples = (self.batch_size or 0) * steps
+            usage = self._gpus.take() if self._gpus is not None else None
             if is_chief():
                 emit(
                     EpochMetrics(
@@ -150,6 +164,8 @@ def _metrics_callback_class() -> Any:
                         accuracy=float(accuracy),
                         examples_per_sec=examples / elapsed,
                         step_time_ms=1000.0 * elapsed / steps,
+                        gpu_util_pct=usage.utilization_pct if usage else None,
+                        gpu_mem_mib=usage.memory_used_mib if usage else None,
                     )
                 )
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, data, distribute, gpu_check, images, models
+from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, models
 from trainer.config import TrainingConfig
 from trainer.environment import Cluster, Paths, TrainingEnvironment
 from trainer.errors import (
@@ -416,8 +416,10 @@ def _train_loop(
     def run_steps(iterator: Any, count: Any, stop_vote: Any) -> Any:
         losses = tf.TensorArray(tf.float32, size=count)
         totals = tf.zeros([4])
+        waited = tf.zeros([], tf.float64)
         for index in tf.range(count):
-            features, labels = next(iterator)
+            features, labels, wait = _timed_next(iterator, after=totals)
+            waited += wait
             if distributed:
                 # One small all-reduce carries the metrics and every worker's stop vote, so all
                 # workers see the same loss and stop at the same step.
@@ -430,7 +432,7 @@ def _train_loop(
                 stats = replica_step(features, labels, stop_vote)
             losses = losses.write(index, stats[0] / stats[2])
             totals += stats
-        return losses.stack(), totals
+        return losses.stack(), totals, waited
 
     # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
     is_images = isinstance(spec, images.ImageDataset)
@@ -484,17 +486,23 @@ def _train_loop(
             else pipeline(None, first_epoch)
         )
         iterator = iter(dataset)
+    sampler = gpu_monitor.start()
+    trained: list[EpochMetrics] = []
     for epoch in range(first_epoch, config.epochs + 1):
         if stopped_early:
             break
         totals = [0.0, 0.0, 0.0]
+        waited = 0.0
         step = 0
+        if sampler is not None:
+            sampler.take()  # the epoch's GPU figures cover its steps only
         started = time.perf_counter()
         while step < steps:
             count = min(config.steps_per_execution, steps - step)
             try:
-                losses, sums = run_steps(iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0))
+                losses, sums, wait = run_steps(iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0))
                 losses, sums = losses.numpy(), sums.numpy()
+                waited += float(wait)
             except (tf.errors.OutOfRangeError, tf.errors.FailedPreconditionError) as err:
                 if isinstance(err, tf.errors.FailedPreconditionError) and "expected to contain" not in str(err):
                     raise _step_failure(err, epoch, step + 1, spec, None, cluster) from err
@@ -524,12 +532,16 @@ def _train_loop(
                 )
             totals = [t + float(v) for t, v in zip(totals, sums[:3], strict=True)]
         elapsed = time.perf_counter() - started
+        usage = sampler.take() if sampler is not None else None
         metrics = EpochMetrics(
             epoch=epoch,
             loss=totals[0] / totals[2],
             accuracy=totals[1] / totals[2],
             examples_per_sec=totals[2] / elapsed,
             step_time_ms=1000.0 * elapsed / steps,
+            input_wait_pct=min(100.0, 100.0 * waited / elapsed),
+            gpu_util_pct=usage.utilization_pct if usage else None,
+            gpu_mem_mib=usage.memory_used_mib if usage else None,
         )
         if evaluate is not None and (epoch % config.validation_every_epochs == 0 or epoch == config.epochs):
             val_loss, val_accuracy = evaluate()
@@ -557,6 +569,7 @@ def _train_loop(
             assert writer is not None
             _write_scalars(writer, metrics)
         last_metrics = metrics
+        trained.append(metrics)
         if stopped_early:
             log(
                 "early-stop",
@@ -565,6 +578,11 @@ def _train_loop(
                 patience=config.early_stopping_patience,
             )
 
+    if sampler is not None:
+        sampler.stop()
+    verdict = diagnosis.diagnose(trained, spec.data_format, cached=cache)
+    if verdict and cluster.is_chief:
+        diagnosis.emit(verdict)
     result = TrainingResult(
         completed_epochs=int(completed.numpy()),
         resumed_from_epoch=resumed_from,
@@ -573,6 +591,23 @@ def _train_loop(
         best_model=best_path if evaluate is not None and best_path.exists() else None,
     )
     return result, model
+
+
+def _timed_next(iterator: Any, after: Any) -> tuple[Any, Any, Any]:
+    """``next(iterator)`` in the step graph, and the seconds it waited (``input_wait``, trainer.metrics).
+
+    The control dependencies pin the clock readings: the first after ``after`` (the previous
+    step's results) and before the batch is requested, the second once the batch has arrived.
+    """
+    import tensorflow as tf
+
+    with tf.control_dependencies([after]):
+        start = tf.timestamp()
+    with tf.control_dependencies([start]):
+        features, labels = next(iterator)
+    with tf.control_dependencies(tf.nest.flatten((features, labels), expand_composites=True)):
+        end = tf.timestamp()
+    return features, labels, end - start
 
 
 def manifest_or_scan(spec: data.DatasetSpec) -> str:
