@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer import gpu_table
+from trainer import gpu_table, precision
 from trainer.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE
 from trainer.errors import GpuCheckError
 from trainer.logs import log, log_json
@@ -297,28 +297,19 @@ def smoke_test(strategy: Any, inventory: DeviceInventory) -> dict[str, Any]:
     return report
 
 
-def choose_precision(mode: str, inventory: DeviceInventory) -> str:
-    """Keras dtype policy for ``mixed_precision`` = auto|on|off on the devices found.
+def choose_precision(mode: str, inventory: DeviceInventory, instance_type: str | None = None) -> str:
+    """Keras dtype policy for the ``mixed_precision`` mode on the devices found (trainer.precision).
 
-    bf16 needs compute capability >= 8.0 (A100, A10G, L4, L40S, H100); fp16 with loss scaling needs
-    >= 7.0 (V100, T4); older GPUs and CPUs train in float32 under ``auto``.
+    The weakest GPU's compute capability decides; when TensorFlow does not report it, the GPU
+    table's ``compute_capability`` for ``instance_type`` does.
     """
-    if mode == "off":
-        return "float32"
-    if not inventory.uses_gpus:
-        # bf16 on CPU is correct but rarely faster, so only when asked for explicitly.
-        return "mixed_bfloat16" if mode == "on" else "float32"
     capability = inventory.min_compute_capability()
-    if capability is not None and capability >= (8, 0):
-        return "mixed_bfloat16"
-    if capability is not None and capability >= (7, 0):
-        return "mixed_float16"
-    if mode == "on":
-        raise GpuCheckError(
-            f"mixed_precision=on, but the GPUs' compute capability is {capability or 'unknown'}; "
-            "bf16/fp16 training needs 7.0 or later. Use mixed_precision=auto or off."
-        )
-    return "float32"
+    if capability is None and inventory.uses_gpus and instance_type:
+        row = gpu_table.lookup(instance_type)
+        if row is not None:
+            major, minor = row.compute_capability.split(".")
+            capability = (int(major), int(minor))
+    return precision.resolve(mode, inventory.uses_gpus, capability)
 
 
 def main(argv: list[str] | None = None) -> int:
