@@ -183,3 +183,108 @@ def test_serving_asks_for_no_all_reduce(monkeypatch):
     monkeypatch.setattr(server, "smoke_test", lambda strategy, inv, **kwargs: calls.append(kwargs) or {"ok": True})
     server.verify_gpus(SimpleNamespace(expected_gpu_count=0, instance_type=None, replicas=1))
     assert calls == [{"all_reduce": False}]
+
+
+# --- the ctypes layer against a fake libcuda ------------------------------------------------------
+
+
+class FakeLibcuda:
+    """The libcuda entry points CudaDriver calls, writing results through the ctypes arguments."""
+
+    def __init__(self, devices=2, corrupt=False, fail=None):
+        self.devices, self.corrupt, self.fail = devices, corrupt, fail
+        self.memory: dict[int, bytes] = {}
+        self.contexts = 0
+
+    def __getattr__(self, name):
+        raise AttributeError(f"CudaDriver called {name}, which the fake does not know")
+
+    def _result(self, name):
+        return 2 if name == self.fail else 0
+
+    def cuInit(self, flags):  # noqa: N802 - the C names
+        return self._result("cuInit")
+
+    def cuDriverGetVersion(self, version):  # noqa: N802
+        version._obj.value = 12040
+        return 0
+
+    def cuGetErrorString(self, result, text):  # noqa: N802
+        text._obj.value = b"out of memory"
+        return 0
+
+    def cuDeviceGetCount(self, count):  # noqa: N802
+        count._obj.value = self.devices
+        return 0
+
+    def cuDeviceGet(self, device, ordinal):  # noqa: N802
+        device._obj.value = ordinal
+        return 0
+
+    def cuDeviceGetName(self, buffer, length, device):  # noqa: N802
+        import ctypes
+
+        ctypes.memmove(buffer, b"NVIDIA H100 80GB HBM3\0", 22)
+        return 0
+
+    def cuDeviceGetUuid(self, buffer, device):  # noqa: N802
+        import ctypes
+
+        ctypes.memmove(buffer, bytes([device.value]) * 16, 16)
+        return 0
+
+    def cuDeviceGetAttribute(self, value, attribute, device):  # noqa: N802
+        value._obj.value = {75: 9, 76: 0}[attribute]
+        return 0
+
+    def cuDeviceTotalMem_v2(self, total, device):  # noqa: N802
+        total._obj.value = 81559 * 2**20
+        return 0
+
+    def cuCtxCreate_v2(self, context, flags, device):  # noqa: N802
+        self.contexts += 1
+        context._obj.value = 1
+        return 0
+
+    def cuCtxDestroy_v2(self, context):  # noqa: N802
+        self.contexts -= 1
+        return 0
+
+    def cuMemAlloc_v2(self, pointer, size):  # noqa: N802
+        pointer._obj.value = 4096
+        return self._result("cuMemAlloc_v2")
+
+    def cuMemcpyHtoD_v2(self, pointer, source, size):  # noqa: N802
+        data = bytearray(source.raw[: size.value])
+        if self.corrupt:
+            data[7] ^= 0xFF
+        self.memory[pointer.value] = bytes(data)
+        return 0
+
+    def cuMemcpyDtoH_v2(self, target, pointer, size):  # noqa: N802
+        import ctypes
+
+        ctypes.memmove(target, self.memory[pointer.value], size.value)
+        return 0
+
+    def cuMemFree_v2(self, pointer):  # noqa: N802
+        self.memory.pop(pointer.value)
+        return 0
+
+
+def test_the_ctypes_layer_reads_devices_and_round_trips_memory():
+    library = FakeLibcuda()
+    driver = gpu_driver.CudaDriver(library)
+    assert driver.init() == "12.4" and driver.device_count() == 2
+    assert driver.describe(1) == ("GPU-01010101-0101-0101-0101-010101010101", "NVIDIA H100 80GB HBM3", "9.0", 81559)
+    driver.round_trip(1)
+    assert library.memory == {} and library.contexts == 0  # freed and destroyed
+
+
+def test_the_ctypes_layer_names_the_failing_call_and_a_corrupted_copy():
+    with pytest.raises(gpu_driver.DriverError, match=r"cuMemAlloc_v2 returned CUresult 2 \(out of memory\)"):
+        gpu_driver.CudaDriver(FakeLibcuda(fail="cuMemAlloc_v2")).round_trip(0)
+    library = FakeLibcuda(corrupt=True)
+    with pytest.raises(gpu_driver.DriverError, match="1 of 1048576 bytes came back changed"):
+        gpu_driver.CudaDriver(library).round_trip(0)
+    assert library.contexts == 0
