@@ -174,3 +174,30 @@ def test_the_root_cause_keras_applies_inf_when_only_the_second_replica_overflows
     result = _one_step("keras", 1)
     assert not np.isfinite(result["weights"][0]).all()
     assert result["scale"] == [INITIAL_SCALE] * 2
+
+
+_TOOLKIT = textwrap.dedent(
+    """
+    import keras
+    import numpy as np
+    from trainer import toolkit
+    plain = keras.optimizers.SGD(0.1)
+    assert toolkit.optimizer(plain) is plain  # float32: unchanged
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    wrapped = toolkit.optimizer(keras.optimizers.SGD(0.1))
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, dtype="float32")])
+    model.compile(optimizer=wrapped, loss="mse")
+    # compile keeps it (it is a LossScaleOptimizer), so fit gets the replica-agreed skip.
+    model.fit(np.ones((4, 3), "float32"), np.ones((4, 2), "float32"), epochs=1, verbose=0)
+    print(type(model.optimizer).__name__, int(model.optimizer.skipped_steps.numpy()))
+    """
+)
+
+
+def test_the_toolkit_gives_scripts_the_agreed_loss_scale_under_fp16():
+    completed = subprocess.run(
+        [sys.executable, "-c", _TOOLKIT], cwd=TRAINING_IMAGE, env=trainer_env(TRAINING_IMAGE), capture_output=True,
+        text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.split() == ["AgreedLossScaleOptimizer", "0"]
