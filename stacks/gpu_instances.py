@@ -35,6 +35,9 @@ class GpuInstanceType:
         peak_tflops_half: Dense peak tensor TFLOP/s in ``mixed_precision_dtype`` (MFU estimates).
         mixed_precision_dtype: ``bfloat16`` where the GPU supports it, else ``float16``.
         on_demand_usd_per_hour: EC2 Linux on-demand price, us-east-1 (see ``PRICE_SOURCE``).
+        allreduce_busbw_floor_gbps: Lowest NCCL all-reduce bus bandwidth (GB/s) across the
+            instance's GPUs that a node passes its boot check with; ``None`` for one GPU. How
+            each figure is derived is in the table's ``_columns``.
     """
 
     name: str
@@ -48,6 +51,7 @@ class GpuInstanceType:
     peak_tflops_half: float
     mixed_precision_dtype: str
     on_demand_usd_per_hour: float
+    allreduce_busbw_floor_gbps: float | None
 
     @property
     def family(self) -> str:

@@ -258,6 +258,7 @@ class GpuCluster(Construct):
                     code_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{config.code_key}" if config.code_key else "",
                     entry_point=config.entry_point or "",
                     legacy_keras=config.legacy_keras,
+                    allreduce_busbw_floor_gbps=row.allreduce_busbw_floor_gbps,
                 ),
             )
             alarm = self._idle_alarm(f"Node{index}IdleAlarm", name, instance) if config.idle_stop_minutes else None

@@ -87,6 +87,8 @@ class NodeSettings:
         code_s3_uri: A user's ``sourcedir.tar.gz`` to run in script mode; empty for the built-in trainer.
         entry_point: The script inside it; empty for the built-in trainer.
         legacy_keras: Run the script with Keras 2 (tf-keras).
+        allreduce_busbw_floor_gbps: All-reduce bus bandwidth (GB/s) across the node's GPUs below
+            which the boot check fails (the GPU table's floor); ``None``: not measured (one GPU).
     """
 
     node_name: str
@@ -107,6 +109,7 @@ class NodeSettings:
     code_s3_uri: str = ""
     entry_point: str = ""
     legacy_keras: bool = False
+    allreduce_busbw_floor_gbps: float | None = None
 
     def environment(self) -> dict[str, str]:
         """The settings as ``node.env`` variables (the training container contract names)."""
@@ -131,6 +134,7 @@ class NodeSettings:
             "CODE_S3_URI": self.code_s3_uri,
             "ENTRY_POINT": self.entry_point,
             "TF_USE_LEGACY_KERAS": "1" if self.legacy_keras else "0",
+            "ALLREDUCE_BUSBW_FLOOR_GBPS": f"{self.allreduce_busbw_floor_gbps:g}" if self.allreduce_busbw_floor_gbps else "",
         }
 
 

@@ -311,6 +311,21 @@ def test_the_batched_device_resize_writes_what_the_cpu_map_writes(tmp_path):
         np.testing.assert_allclose(batched["features"][name]["mean"], by_map["features"][name]["mean"], atol=0.5)
 
 
+def test_resized_on_reports_the_device_the_resize_ran_on_not_the_one_asked_for(tmp_path):
+    import tensorflow as tf
+
+    if tf.config.list_logical_devices("GPU"):
+        pytest.skip("a GPU is visible: /GPU:0 would really run the resize")
+    _image_raw(tmp_path, examples=12, shape=(20, 20, 3), classes=2)
+    outputs = transform.Outputs(output_dir(tmp_path, "train"), output_dir(tmp_path, "validation"))
+    for directory in (outputs.train, outputs.validation):
+        directory.mkdir(parents=True)
+    opts = TransformOptions(image_size=(8, 8), validation_fraction=0.25, seed=1, shards=1)
+    # No GPU here: soft placement runs the "/GPU:0" resize on the CPU, and the statistics must say so.
+    statistics = transform.convert_images(raw_dir(tmp_path), outputs, opts, resize_device="/GPU:0")
+    assert statistics["resized_on"] == "/CPU:0" and statistics["examples"]["train"] + statistics["examples"]["validation"] == 12
+
+
 def test_the_batched_resize_handles_pictures_of_different_sizes(tmp_path):
     raw = raw_dir(tmp_path)
     rng = np.random.default_rng(0)

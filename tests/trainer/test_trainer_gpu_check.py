@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainer import gpu_table
-from trainer.errors import GpuCheckError
+from trainer.errors import ConfigError, GpuCheckError
 from trainer.gpu_check import DeviceInventory, GpuExpectation, GpuInfo, choose_precision, resolve_expectation
 
 
@@ -56,15 +56,33 @@ def _inventory(count: int, *capabilities: str | None) -> DeviceInventory:
         ("on", _inventory(1, "7.0"), "mixed_float16"),
         ("auto", _inventory(0), "float32"),  # CPU
         ("on", _inventory(0), "mixed_bfloat16"),
+        # The explicit modes.
+        ("bf16", _inventory(1, "9.0"), "mixed_bfloat16"),
+        ("fp16", _inventory(1, "9.0"), "mixed_float16"),
+        ("fp16", _inventory(1, "6.1"), "mixed_float16"),
+        ("fp32", _inventory(1, "9.0"), "float32"),
+        ("bf16", _inventory(0), "mixed_bfloat16"),  # each usable on CPU, for tests
+        ("fp16", _inventory(0), "mixed_float16"),
+        ("fp32", _inventory(0), "float32"),
     ],
 )
 def test_precision_follows_the_gpus(mode, inventory, policy):
     assert choose_precision(mode, inventory) == policy
 
 
-def test_mixed_precision_required_on_a_gpu_without_tensor_cores_fails():
-    with pytest.raises(GpuCheckError, match="mixed_precision=on"):
-        choose_precision("on", _inventory(1, "6.1"))
+def test_unknown_capability_falls_back_to_the_gpu_table_of_the_instance_type():
+    assert choose_precision("auto", _inventory(1, None), "ml.p5.48xlarge") == "mixed_bfloat16"
+    assert choose_precision("auto", _inventory(1, None), "ml.g4dn.xlarge") == "mixed_float16"
+    with pytest.raises(ConfigError, match="'mixed_precision' is bf16.*7.5"):
+        choose_precision("bf16", _inventory(1, None), "g4dn.xlarge")
+
+
+@pytest.mark.parametrize(
+    ("mode", "capability", "needed"), [("on", "6.1", "needs 7.0 or later"), ("bf16", "7.5", "needs 8.0 or later")]
+)
+def test_a_mode_the_gpus_cannot_run_fails_naming_the_hyperparameter(mode, capability, needed):
+    with pytest.raises(ConfigError, match=f"hyperparameter 'mixed_precision' is {mode}.*{capability}.*{needed}"):
+        choose_precision(mode, _inventory(1, capability))
 
 
 def test_report_names_expected_count_and_its_source():

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from packaging.requirements import Requirement
 
-from tests.trainer.helpers import TRAINING_IMAGE
+from tests.trainer.helpers import ROOT, TRAINING_IMAGE
 
 DOCKERFILE = TRAINING_IMAGE / "Dockerfile"
 sys.path.insert(0, str(TRAINING_IMAGE))
@@ -97,6 +97,31 @@ def test_entrypoint_runs_the_trainer_for_train_and_for_no_argument():
     assert 'ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "trainer"]' in text
     assert 'CMD ["train"]' in text
     assert re.search(r"RUN python /opt/trainer/build_check.py --expect-tf-version", text)
+
+
+def _runtime_env() -> dict[str, str]:
+    """``ENV`` settings of the runtime stage (what every process in the running image inherits)."""
+    runtime = DOCKERFILE.read_text().split(" AS runtime", 1)[1]
+    settings: dict[str, str] = {}
+    for statement in re.findall(r"^ENV ((?:.*\\\n)*.*)$", runtime, re.MULTILINE):
+        settings.update(re.findall(r"(\w+)=(\S+)", statement.replace("\\\n", " ")))
+    return settings
+
+
+def test_every_tensorflow_process_in_the_image_grows_gpu_memory_and_keeps_its_ptx_cache():
+    env = _runtime_env()
+    # Not only the built-in trainer (which sets memory growth itself): a user's script or processor too.
+    assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert int(env["CUDA_CACHE_MAXSIZE"]) == 4 * 2**30
+    assert env["PATH"].startswith("/opt/venv/bin")  # the parse reads the whole multi-line ENV
+
+
+def test_the_tf_free_gpu_check_has_its_nvml_bindings_pinned_in_the_image_and_the_tests():
+    image = {r.name: str(r.specifier) for r in _requirements()}
+    dev = (ROOT / "requirements-dev.txt").read_text()
+    assert image["nvidia-ml-py"].startswith("==")
+    assert f"nvidia-ml-py{image['nvidia-ml-py']}" in dev.split()
+    assert metadata.version("nvidia-ml-py") == image["nvidia-ml-py"].removeprefix("==")
 
 
 def _dockerignore_admits(path: str) -> bool:

@@ -283,6 +283,17 @@ def test_nodes_run_the_configured_user_script(synth_app):
     assert "--env TF_USE_LEGACY_KERAS" in (BOOT_DIR / "bootstrap.sh").read_text()
 
 
+def test_nodes_get_the_all_reduce_floor_of_their_instance_type(synth_app):
+    from stacks.gpu_instances import lookup
+
+    _, _, multi = _cluster(synth_app, MULTI_EFA)
+    floors = {_node_env(_user_data(n))["ALLREDUCE_BUSBW_FLOOR_GBPS"] for _, n in _nodes(multi)}
+    assert floors == {f"{lookup('g5.12xlarge').allreduce_busbw_floor_gbps:g}"}
+    _, _, single = _cluster(synth_app, SINGLE)
+    (node,) = _nodes(single)
+    assert _node_env(_user_data(node[1]))["ALLREDUCE_BUSBW_FLOOR_GBPS"] == ""  # one GPU: nothing to all-reduce
+
+
 def test_start_training_on_boot_is_configurable(synth_app):
     _, _, tj = _cluster(synth_app, P4D_TUNED)
     assert {_node_env(_user_data(n))["START_TRAINING"] for _, n in _nodes(tj)} == {"true"}

@@ -33,5 +33,19 @@ def test_known_facts():
     assert lookup("m5.large") is None
 
 
+def test_every_multi_gpu_type_has_an_all_reduce_floor_below_its_link_and_one_gpu_types_none():
+    nvlink_one_way = {"NVIDIA V100": 150.0, "NVIDIA A100": 300.0, "NVIDIA H100": 450.0, "NVIDIA H200": 450.0}
+    for name, row in gpu_instance_types().items():
+        if row.gpu_count == 1:
+            assert row.allreduce_busbw_floor_gbps is None, name
+            continue
+        floor = row.allreduce_busbw_floor_gbps
+        assert floor is not None and floor > 0, name
+        # A floor, not an expectation: at most half of the data-sheet link, which busBw is measured against.
+        assert floor <= 0.5 * nvlink_one_way.get(row.gpu_model, 31.5), name
+    assert lookup("p5.48xlarge").allreduce_busbw_floor_gbps > lookup("p4d.24xlarge").allreduce_busbw_floor_gbps
+    assert lookup("p4d.24xlarge").allreduce_busbw_floor_gbps > lookup("g5.48xlarge").allreduce_busbw_floor_gbps
+
+
 def test_quota_family_matches_ec2_quota_buckets():
     assert lookup("g6e.xlarge").quota_family == "G" and lookup("p5.48xlarge").quota_family == "P"

@@ -28,7 +28,8 @@ BOOTSTRAP = BOOT_DIR / "bootstrap.sh"
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 BASH = shutil.which("bash")
 INSTANCE_ID = "i-0123456789abcdef0"
-TOOLS = ("cat", "cut", "date", "dirname", "env", "grep", "head", "mkdir", "mktemp", "rm", "sed", "sleep", "sort", "tr", "uniq")
+TOOLS = ("awk", "cat", "cut", "date", "dirname", "env", "grep", "head", "mkdir", "mktemp", "rm", "sed", "sleep", "sort",
+         "tail", "timeout", "tr", "uniq")  # fmt: skip
 
 FAKE_NVIDIA_SMI = """#!/usr/bin/env bash
 # Fake nvidia-smi: FAKE_GPU_COUNT A10G GPUs; FAKE_DRIVER_DOWN=1 imitates a driver that does not answer.
@@ -61,6 +62,28 @@ done
 """
 FAKE_AWS = """#!/usr/bin/env bash
 printf '%s\\n' "$*" >>"$FAKE_AWS_LOG"
+"""
+FAKE_DCGMI = """#!/usr/bin/env bash
+# Fake dcgmi: `diag -r 1` passes unless FAKE_DCGM_FAIL names a test that fails.
+printf '%s\\n' "$*" >>"$FAKE_DCGMI_LOG"
+echo "|-----  Deployment  --------+------------------------------------------------|"
+for test in Denylist "NVML Library" "CUDA Main Library" Permissions "Persistence Mode" Environment "PCIe" "GPU Memory"; do
+  if [[ $test == "${FAKE_DCGM_FAIL:-none}" ]]; then
+    echo "| $test | Fail - All |"
+    echo "| Warning | GPU 2 Error: PCIe link width is x8, expected x16 |"
+  else
+    echo "| $test | Pass |"
+  fi
+done
+[[ ${FAKE_DCGM_FAIL:-none} == none ]] || exit 226
+"""
+FAKE_ALLREDUCE = """#!/usr/bin/env bash
+# Fake nccl-tests all_reduce_perf: prints FAKE_BUSBW as the average bus bandwidth.
+printf '%s\\n' "$*" >>"$FAKE_ALLREDUCE_LOG"
+echo "#       size         count      type   redop    root     time   algbw   busbw"
+echo "   268435456      67108864     float     sum      -1   1234.5  217.45  380.54      0"
+echo "# Out of bounds values : 0 OK"
+echo "# Avg bus bandwidth    : ${FAKE_BUSBW:-380.54} "
 """
 FAKE_COMPUTE = """#!/usr/bin/env bash
 # Fake GPU computation: fails on the GPU whose uuid is FAKE_BROKEN_GPU.
@@ -106,6 +129,8 @@ def health_check(tmp_path: Path) -> Callable[..., Run]:
         assert found, f"{tool} is needed to run the health check"
         (bin_dir / tool).symlink_to(found)
     _write(bin_dir / "aws", FAKE_AWS)
+    _write(bin_dir / "dcgmi", FAKE_DCGMI)
+    allreduce = _write(tmp_path / "fake_all_reduce_perf", FAKE_ALLREDUCE)
     compute = _write(tmp_path / "fake_gpu_compute", FAKE_COMPUTE)
     fake_smi = FAKE_NVIDIA_SMI
 
@@ -132,6 +157,9 @@ def health_check(tmp_path: Path) -> Callable[..., Run]:
             "HEALTH_REPORT": str(report),
             "FAKE_AWS_LOG": str(aws_log),
             "FAKE_GPU_COUNT": str(gpus),
+            "FAKE_DCGMI_LOG": str(tmp_path / "dcgmi.log"),
+            "FAKE_ALLREDUCE_LOG": str(tmp_path / "allreduce.log"),
+            "ALLREDUCE_PERF_CMD": str(allreduce),
         }
         for key, value in extra.items():
             if value is None:
@@ -206,6 +234,60 @@ def test_a_gpu_that_cannot_compute_signals_failure(health_check):
     run = health_check(gpus=4, expected=4, FAKE_BROKEN_GPU="GPU-fake-uuid-2")
     assert run.returncode == 1
     assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:gpu2-compute-failed"
+
+
+def test_dcgm_diagnostics_run_at_level_1_and_pass(health_check, tmp_path):
+    run = health_check(gpus=4, expected=4)
+    assert run.returncode == 0, run.log
+    assert (tmp_path / "dcgmi.log").read_text().split() == ["diag", "-r", "1"]
+    assert run.report["DCGM_DIAG"] == "pass"
+
+
+def test_failed_dcgm_diagnostics_signal_failure_with_the_failing_test(health_check):
+    run = health_check(gpus=4, expected=4, FAKE_DCGM_FAIL="PCIe")
+    assert run.returncode == 1
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:dcgm-diag-failed"
+    assert "PCIe Fail - All" in run.report["REASON"] and "link width is x8" in run.report["REASON"]
+
+
+def test_a_node_without_dcgm_fails_saying_what_to_install(health_check, tmp_path):
+    (tmp_path / "bin" / "dcgmi").unlink()
+    run = health_check(gpus=4, expected=4)
+    assert run.returncode == 1
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:dcgm-missing"
+    assert "datacenter-gpu-manager" in run.report["REASON"]
+
+
+def test_all_reduce_bandwidth_above_the_floor_passes_and_is_recorded(health_check, tmp_path):
+    run = health_check(gpus=8, expected=8, ALLREDUCE_BUSBW_FLOOR_GBPS="225", TRAINING_INSTANCE_TYPE="p5.48xlarge")
+    assert run.returncode == 0, run.log
+    (args,) = (tmp_path / "allreduce.log").read_text().splitlines()
+    assert "-g 8" in args and "-b 256M" in args
+    assert (run.report["ALLREDUCE_BUSBW_GBPS"], run.report["ALLREDUCE_BUSBW_FLOOR_GBPS"]) == ("380.54", "225")
+    assert run.signal["--status"] == "SUCCESS"
+
+
+def test_a_node_below_the_all_reduce_floor_fails_its_signal_with_the_figure(health_check):
+    run = health_check(gpus=8, expected=8, ALLREDUCE_BUSBW_FLOOR_GBPS="225", FAKE_BUSBW="97.3",
+                       TRAINING_INSTANCE_TYPE="p5.48xlarge")  # fmt: skip
+    assert run.returncode == 1
+    assert run.signal["--status"] == "FAILURE"
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:allreduce-busbw-97.3-below-225"
+    assert "is 97.3 GB/s, below the floor of 225 GB/s for p5.48xlarge" in run.report["REASON"]
+
+
+@pytest.mark.parametrize("gpus, floor", [(1, "225"), (4, "")])
+def test_no_all_reduce_test_with_one_gpu_or_without_a_floor(health_check, tmp_path, gpus, floor):
+    run = health_check(gpus=gpus, expected=gpus, ALLREDUCE_BUSBW_FLOOR_GBPS=floor)
+    assert run.returncode == 0, run.log
+    assert not (tmp_path / "allreduce.log").exists() and run.report["ALLREDUCE_BUSBW_GBPS"] == "none"
+
+
+def test_a_missing_all_reduce_test_fails_saying_how_to_point_at_one(health_check):
+    run = health_check(gpus=4, expected=4, ALLREDUCE_BUSBW_FLOOR_GBPS="7.9", ALLREDUCE_PERF_CMD=None)
+    assert run.returncode == 1
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:allreduce-test-missing"
+    assert "set ALLREDUCE_PERF_CMD" in run.report["REASON"]
 
 
 def test_signal_unique_id_fits_cloudformation_limit(health_check):
@@ -391,6 +473,7 @@ def boot(tmp_path: Path) -> Callable[..., Boot]:
     for tool in ("aws", "docker", "systemctl", "shutdown", "dpkg"):
         _write(bin_dir / tool, FAKE_TOOL)
     _write(bin_dir / "gpg", FAKE_GPG)
+    _write(bin_dir / "dcgmi", FAKE_DCGMI)
     agent = _write(tmp_path / "amazon-cloudwatch-agent-ctl", FAKE_TOOL)
     compute = _write(tmp_path / "fake_gpu_compute", FAKE_COMPUTE)
     node_env = {
@@ -446,6 +529,7 @@ def boot(tmp_path: Path) -> Callable[..., Boot]:
             "FAKE_AWS_LOG": str(calls),
             "FAKE_GPU_COUNT": str(gpus),
             "FAKE_IMDS_DOWN": "1" if imds_down else "0",
+            "FAKE_DCGMI_LOG": str(tmp_path / "dcgmi.log"),
             **(fake_env or {}),
         }
         result = subprocess.run(

@@ -21,7 +21,7 @@ from trainer.errors import ConfigError
 
 MODELS = ("mlp", "cnn", "resnet50")
 DATA_FORMATS = ("auto", "csv", "tfrecord", "image-tfrecord", "image-dir")
-MIXED_PRECISION_MODES = ("auto", "on", "off")
+MIXED_PRECISION_MODES = ("auto", "bf16", "fp16", "fp32", "on", "off")  # trainer.precision.MODES
 OPTIMIZERS = ("adam", "sgd")
 
 # Injected by SageMaker or the SageMaker Python SDK, never by a user: tolerated, ignored.
@@ -54,8 +54,9 @@ class TrainingConfig:
             or ``training``, else the only data channel declared (``code`` and ``validation`` aside).
         shuffle_buffer: Examples in the shuffle buffer (per input pipeline).
         mixed_precision: ``auto`` (bf16 on compute capability >= 8.0, fp16 on >= 7.0, else
-            float32; float32 on CPU), ``on`` (required: fails on GPUs without tensor cores,
-            bf16 on CPU) or ``off``.
+            float32; float32 on CPU), ``bf16`` (fails on GPUs below 8.0), ``fp16`` (dynamic loss
+            scale agreed across replicas), ``fp32``; the older ``on`` (auto that must not end
+            in float32 on a GPU; bf16 on CPU) and ``off`` (fp32) are kept. See trainer.precision.
         xla: Compile the forward and backward pass with XLA.
         expected_gpu_count: GPUs per host, used when ``EXPECTED_GPU_COUNT`` is not set.
         seed: Seed for weight initialisation and shuffling.

@@ -7,21 +7,28 @@ MultiWorkerMirroredStrategy must be created before any op runs:
 
 1. :func:`inspect_devices` (before the strategy): resolve the expected count, compare it with the
    physical GPUs, configure memory growth (or hide the GPUs when 0 are expected).
-2. :func:`smoke_test` (after the strategy): a matmul on every replica device and an all-reduce
-   across all replicas, then one ``[gpu-check]`` line with the whole report.
+2. :func:`smoke_test` (after the strategy): a matmul on every replica device and, for training,
+   an all-reduce across all replicas, then one ``[gpu-check]`` line with the whole report.
+
+Every process that is not the built-in trainer (a user's script, a processor, a wrapper for a job
+that replaces the entrypoint) runs :func:`main` instead: :func:`driver_check` proves the visible
+GPUs through the CUDA driver and NVML (trainer.gpu_driver) without importing TensorFlow, and with
+0 GPUs expected touches no GPU library at all.
+
+Every step that talks to a device runs under :func:`bounded`: a hung driver call ends the check
+within ``GPU_CHECK_TIMEOUT_SECONDS`` with one line naming the check and the device.
 """
 
 from __future__ import annotations
 
-import ctypes
-import shutil
-import subprocess
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-import numpy as np
-
-from trainer import gpu_table
+from trainer import gpu_driver, gpu_table, precision
 from trainer.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE
 from trainer.errors import GpuCheckError
 from trainer.logs import log, log_json
@@ -29,6 +36,59 @@ from trainer.logs import log, log_json
 MATMUL_SIZE = 256
 # TF32 on Ampere and later rounds matmul inputs to 10 mantissa bits; a broken device is off by far more.
 MATMUL_RTOL = 2e-2
+ENV_CHECK_TIMEOUT = "GPU_CHECK_TIMEOUT_SECONDS"
+# Generous: the first CUDA call on a p5 initialises 8 GPUs and may JIT PTX; a healthy check takes seconds.
+DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0
+
+T = TypeVar("T")
+
+
+def check_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``GPU_CHECK_TIMEOUT_SECONDS`` (default 300): the bound on each step of the check."""
+    raw = (os.environ if env is None else env).get(ENV_CHECK_TIMEOUT, "").strip()
+    if not raw:
+        return DEFAULT_CHECK_TIMEOUT_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise GpuCheckError(f"{ENV_CHECK_TIMEOUT} must be a positive number of seconds, got {raw!r}.")
+    return seconds
+
+
+def bounded(check: str, device: str, call: Callable[[], T], timeout: float | None = None) -> T:
+    """Runs ``call`` (one device operation) and returns its result, or fails after ``timeout`` s.
+
+    The call runs on a daemon thread: a driver call stuck in the kernel cannot be interrupted, but
+    the check stops waiting for it, says which check hung on which device, and the process exits.
+
+    Raises:
+        GpuCheckError: "GPU check '<check>' on <device> did not finish within <timeout> s ...".
+    """
+    limit = check_timeout_seconds() if timeout is None else timeout
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
+            outcome["error"] = err
+
+    started = time.monotonic()
+    worker = threading.Thread(target=target, name=f"gpu-check-{check}", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        log_json("gpu-check", {"ok": False, "check": check, "device": device, "timeout_seconds": limit})
+        raise GpuCheckError(
+            f"GPU check '{check}' on {device} did not finish within {limit:g}s ({ENV_CHECK_TIMEOUT}); the device or "
+            "its driver is hung (see nvidia-smi and the kernel log, dmesg | grep -i xid). Nothing was started."
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    log("gpu-check-step", check=check, device=device.replace(" ", "_"), seconds=f"{time.monotonic() - started:.2f}")
+    return outcome["value"]
 
 
 @dataclass(frozen=True)
@@ -75,13 +135,15 @@ class GpuInfo:
         index: Position among the GPUs TensorFlow sees.
         name: Device name (``NVIDIA A10G``), from TensorFlow or nvidia-smi.
         compute_capability: ``major.minor``, decides bf16 versus fp16.
-        memory_total_mib: Total memory reported by nvidia-smi, when it is available.
+        memory_total_mib: Total memory of this visible device (a MIG slice's own), read by UUID.
+        uuid: ``GPU-...`` / ``MIG-...`` of the device, when the CUDA driver answers.
     """
 
     index: int
     name: str
     compute_capability: str | None
     memory_total_mib: int | None
+    uuid: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,42 +195,19 @@ class DeviceInventory:
         return report
 
 
-def _nvidia_smi() -> tuple[dict[int, int], str | None]:
-    """Memory per GPU index (MiB) and the driver version, or empty when nvidia-smi is absent."""
-    executable = shutil.which("nvidia-smi")
-    if executable is None:
-        return {}, None
+def _driver_facts() -> tuple[list[gpu_driver.VisibleDevice], str | None, str | None]:
+    """Visible devices (memory by UUID), NVIDIA driver version, CUDA driver API version; empty without a driver."""
+    driver = gpu_driver.CudaDriver.load()
+    if driver is None:
+        return [], None, None
     try:
-        completed = subprocess.run(
-            [executable, "--query-gpu=index,memory.total,driver_version", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        )
-    except (OSError, subprocess.SubprocessError) as err:
-        log("gpu-check-warning", nvidia_smi_failed=repr(str(err)))
-        return {}, None
-    memory: dict[int, int] = {}
-    driver = None
-    for line in completed.stdout.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit():
-            memory[int(parts[0])] = int(parts[1])
-            driver = parts[2]
-    return memory, driver
-
-
-def _cuda_driver_api_version() -> str | None:
-    """CUDA version the installed driver supports, straight from libcuda (None without a driver)."""
-    try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
-    version = ctypes.c_int(0)
-    if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
-        return None
-    return f"{version.value // 1000}.{(version.value % 1000) // 10}"
+        cuda_api = bounded("cuInit", "the CUDA driver", driver.init)
+        devices = bounded("device-list", "the CUDA driver", lambda: gpu_driver.list_visible(driver))
+    except gpu_driver.DriverError as err:
+        log("gpu-check-warning", cuda_driver=repr(str(err)))
+        return [], None, None
+    _, version = gpu_driver.nvml_memory_by_uuid([])
+    return devices, version, cuda_api
 
 
 def inspect_devices(expectation: GpuExpectation, logical_cpu_devices: int = 1) -> DeviceInventory:
@@ -180,20 +219,23 @@ def inspect_devices(expectation: GpuExpectation, logical_cpu_devices: int = 1) -
     """
     import tensorflow as tf
 
-    physical = tf.config.list_physical_devices("GPU")
+    physical = bounded("device-list", "all GPUs (TensorFlow)", lambda: tf.config.list_physical_devices("GPU"))
     build = dict(tf.sysconfig.get_build_info())
     built_with_cuda = bool(tf.test.is_built_with_cuda())
-    memory, driver = _nvidia_smi() if physical else ({}, None)
+    # Both enumerate the visible CUDA ordinals, so /GPU:i is the driver's device i (CUDA_VISIBLE_DEVICES, MIG).
+    visible, driver, cuda_api = _driver_facts() if physical else ([], None, None)
     gpus = []
     for index, device in enumerate(physical):
         details = tf.config.experimental.get_device_details(device)
         capability = details.get("compute_capability")
+        facts = visible[index] if index < len(visible) else None
         gpus.append(
             GpuInfo(
                 index=index,
                 name=str(details.get("device_name", device.name)),
                 compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
-                memory_total_mib=memory.get(index),
+                memory_total_mib=facts.memory_total_mib if facts else None,
+                uuid=facts.uuid if facts else None,
             )
         )
     inventory = DeviceInventory(
@@ -202,7 +244,7 @@ def inspect_devices(expectation: GpuExpectation, logical_cpu_devices: int = 1) -
         built_with_cuda=built_with_cuda,
         gpus=tuple(gpus),
         driver_version=driver,
-        cuda_driver_api=_cuda_driver_api_version() if physical else None,
+        cuda_driver_api=cuda_api,
         cuda_build_version=build.get("cuda_version"),
         cudnn_build_version=build.get("cudnn_version"),
         logical_cpu_devices=logical_cpu_devices if expectation.count == 0 else 1,
@@ -221,7 +263,7 @@ def inspect_devices(expectation: GpuExpectation, logical_cpu_devices: int = 1) -
             why = "the host has more GPUs than the job expects; fix the expected count or the instance type"
         raise GpuCheckError(
             f"GPU check failed: expected {expectation.count} GPU(s) ({expectation.source}) but TensorFlow "
-            f"sees {len(physical)}; {why}. No training was started."
+            f"sees {len(physical)} visible{_visible_note()}; {why}. No training was started."
         )
 
     if expectation.count == 0:
@@ -241,25 +283,35 @@ def inspect_devices(expectation: GpuExpectation, logical_cpu_devices: int = 1) -
     return inventory
 
 
-def smoke_test(strategy: Any, inventory: DeviceInventory) -> dict[str, Any]:
-    """Runs a matmul on every local replica device and an all-reduce across all replicas.
+def _visible_note() -> str:
+    shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else ""
 
-    Logs the full ``[gpu-check]`` report and returns it.
+
+def smoke_test(strategy: Any, inventory: DeviceInventory, *, all_reduce: bool = True) -> dict[str, Any]:
+    """Runs a matmul on every local replica device and, unless ``all_reduce`` is False, an all-reduce.
+
+    Serving passes ``all_reduce=False``: an endpoint runs no collective, so its check needs no
+    NCCL. Every step is bounded in time (:func:`bounded`). Logs the ``[gpu-check]`` report and returns it.
 
     Raises:
         GpuCheckError: naming the device whose matmul failed or the all-reduce result.
     """
+    import numpy as np
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
     host_matrix = rng.standard_normal((MATMUL_SIZE, MATMUL_SIZE)).astype(np.float32)
     reference = host_matrix @ host_matrix
     devices = list(strategy.extended.worker_devices)
+    def matmul_on(device: str) -> Any:
+        with tf.device(device):
+            matrix = tf.constant(host_matrix)
+            return tf.matmul(matrix, matrix).numpy()
+
     for device in devices:
         try:
-            with tf.device(device):
-                matrix = tf.constant(host_matrix)
-                product = tf.matmul(matrix, matrix).numpy()
+            product = bounded("matmul", device, lambda device=device: matmul_on(device))
         except tf.errors.OpError as err:
             raise GpuCheckError(
                 f"GPU check failed: a {MATMUL_SIZE}x{MATMUL_SIZE} matmul on {device} raised: {err.message}"
@@ -280,7 +332,15 @@ def smoke_test(strategy: Any, inventory: DeviceInventory) -> dict[str, Any]:
         return strategy.run(replica_fn)
 
     expected_total = strategy.num_replicas_in_sync
-    results = [float(v.numpy()) for v in strategy.experimental_local_results(count_replicas())]
+    results = (
+        bounded(
+            "all-reduce",
+            f"{expected_total} replicas ({type(strategy).__name__})",
+            lambda: [float(v.numpy()) for v in strategy.experimental_local_results(count_replicas())],
+        )
+        if all_reduce
+        else [float(expected_total)]
+    )
     if any(value != expected_total for value in results):
         raise GpuCheckError(
             f"GPU check failed: an all-reduce over {expected_total} replicas returned {results} instead of "
@@ -290,58 +350,96 @@ def smoke_test(strategy: Any, inventory: DeviceInventory) -> dict[str, Any]:
         **inventory.report(),
         "ok": True,
         "matmul_devices": devices,
-        "all_reduce_replicas": expected_total,
+        "all_reduce_replicas": expected_total if all_reduce else None,
         "strategy": type(strategy).__name__,
     }
     log_json("gpu-check", report)
     return report
 
 
-def choose_precision(mode: str, inventory: DeviceInventory) -> str:
-    """Keras dtype policy for ``mixed_precision`` = auto|on|off on the devices found.
+def choose_precision(mode: str, inventory: DeviceInventory, instance_type: str | None = None) -> str:
+    """Keras dtype policy for the ``mixed_precision`` mode on the devices found (trainer.precision).
 
-    bf16 needs compute capability >= 8.0 (A100, A10G, L4, L40S, H100); fp16 with loss scaling needs
-    >= 7.0 (V100, T4); older GPUs and CPUs train in float32 under ``auto``.
+    The weakest GPU's compute capability decides; when TensorFlow does not report it, the GPU
+    table's ``compute_capability`` for ``instance_type`` does.
     """
-    if mode == "off":
-        return "float32"
-    if not inventory.uses_gpus:
-        # bf16 on CPU is correct but rarely faster, so only when asked for explicitly.
-        return "mixed_bfloat16" if mode == "on" else "float32"
     capability = inventory.min_compute_capability()
-    if capability is not None and capability >= (8, 0):
-        return "mixed_bfloat16"
-    if capability is not None and capability >= (7, 0):
-        return "mixed_float16"
-    if mode == "on":
+    if capability is None and inventory.uses_gpus and instance_type:
+        row = gpu_table.lookup(instance_type)
+        if row is not None:
+            major, minor = row.compute_capability.split(".")
+            capability = (int(major), int(minor))
+    return precision.resolve(mode, inventory.uses_gpus, capability)
+
+
+def driver_check(expectation: GpuExpectation, driver: Any = None) -> dict[str, Any]:
+    """The check without TensorFlow: visible count, per-device facts by UUID, a memory round trip.
+
+    With 0 GPUs expected nothing is loaded (no TensorFlow, no CUDA). ``driver`` stands in for
+    :class:`trainer.gpu_driver.CudaDriver` (tests pass a fake); default: ``libcuda.so.1``.
+
+    Raises:
+        GpuCheckError: no driver, a visible count other than the expected one, a device whose
+            round trip fails, or a step that does not finish in time (one line naming it).
+    """
+    report: dict[str, Any] = {"expected": expectation.count, "expected_source": expectation.source, "tensorflow": False}
+    if expectation.count == 0:
+        report.update(ok=True, gpus=[])
+        log_json("gpu-check", report)
+        return report
+    driver = driver if driver is not None else gpu_driver.CudaDriver.load()
+    if driver is None:
         raise GpuCheckError(
-            f"mixed_precision=on, but the GPUs' compute capability is {capability or 'unknown'}; "
-            "bf16/fp16 training needs 7.0 or later. Use mixed_precision=auto or off."
+            f"GPU check failed: expected {expectation.count} GPU(s) ({expectation.source}) but there is no NVIDIA "
+            "driver (libcuda.so.1 not found); run the container with the NVIDIA runtime (docker run --gpus all)."
         )
-    return "float32"
+    try:
+        report["cuda_driver_api"] = bounded("cuInit", "the CUDA driver", driver.init)
+        devices = bounded("device-list", "the CUDA driver", lambda: gpu_driver.list_visible(driver))
+    except gpu_driver.DriverError as err:
+        raise GpuCheckError(f"GPU check failed: the CUDA driver refused to start: {err}.") from err
+    report["found"] = len(devices)
+    report["gpus"] = [asdict(device) for device in devices]
+    if len(devices) != expectation.count:
+        log_json("gpu-check", {**report, "ok": False})
+        raise GpuCheckError(
+            f"GPU check failed: expected {expectation.count} GPU(s) ({expectation.source}) but the CUDA driver shows "
+            f"{len(devices)} visible device(s){_visible_note()}; the expected count is of visible devices (a MIG "
+            "slice counts as one): fix CUDA_VISIBLE_DEVICES, the expected count or the instance type."
+        )
+    for device in devices:
+        try:
+            bounded("memcpy-round-trip", device.label, lambda device=device: driver.round_trip(device.ordinal))
+        except gpu_driver.DriverError as err:
+            log_json("gpu-check", {**report, "ok": False, "failed_device": device.uuid})
+            raise GpuCheckError(
+                f"GPU check failed: a {gpu_driver.ROUND_TRIP_BYTES >> 20} MiB host-device-host copy on {device.label} "
+                f"failed: {err}; the device is faulty."
+            ) from err
+    report["ok"] = True
+    log_json("gpu-check", report)
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainer.gpu_check RESULT_FILE``: the whole check in a process of its own.
+    """``python -m trainer.gpu_check RESULT_FILE``: the check for every process but the built-in trainer.
 
-    Script mode runs it before the user's script so that the check's TensorFlow runtime (and
-    its GPU memory) is gone when the script starts. Writes ``{"ok", "gpus", "report"}`` or
-    ``{"ok": false, "error", "exit_code"}`` to RESULT_FILE; exits 0 or the error's exit code.
+    Runs :func:`driver_check` (no TensorFlow) before a user's script or a processor, or from an
+    image-level wrapper when a job replaces the entrypoint. Writes ``{"ok", "gpus", "report"}``
+    or ``{"ok": false, "error", "exit_code"}`` to RESULT_FILE; exits 0 or the error's exit code.
     """
     import json
     import sys
     from pathlib import Path
 
-    from trainer import distribute, environment
+    from trainer import environment
     from trainer.errors import TrainerError
 
     result_file = Path((sys.argv[1:] if argv is None else argv)[0])
     try:
         env = environment.load_environment()
         expectation = resolve_expectation(env.expected_gpu_count, None, env.instance_type)
-        inventory = inspect_devices(expectation)
-        this_host = environment.Cluster(hosts=("localhost",), current_host="localhost", worker_port=1, source="this host")
-        report = smoke_test(distribute.create_strategy(this_host, inventory), inventory)
+        report = driver_check(expectation)
     except TrainerError as err:
         result_file.write_text(json.dumps({"ok": False, "error": str(err), "exit_code": err.exit_code}), encoding="utf-8")
         return err.exit_code

@@ -25,6 +25,7 @@ class GpuInstance:
         gpu_count: GPUs per instance.
         gpu_memory_gib: Memory per GPU in GiB.
         mixed_precision_dtype: ``bfloat16`` or ``float16``.
+        compute_capability: CUDA compute capability, ``major.minor``.
     """
 
     name: str
@@ -32,6 +33,7 @@ class GpuInstance:
     gpu_count: int
     gpu_memory_gib: int
     mixed_precision_dtype: str
+    compute_capability: str
 
 
 @lru_cache(maxsize=1)
@@ -44,6 +46,7 @@ def _rows() -> dict[str, GpuInstance]:
             gpu_count=int(row["gpu_count"]),
             gpu_memory_gib=int(row["gpu_memory_gib"]),
             mixed_precision_dtype=row["mixed_precision_dtype"],
+            compute_capability=row["compute_capability"],
         )
         for name, row in raw["instance_types"].items()
     }

@@ -9,7 +9,7 @@ the built-in trainer does::
     toolkit.mixed_precision()                # bf16 / fp16 where the GPUs support it
     with strategy.scope():
         model = build_model()
-        model.compile(...)
+        model.compile(optimizer=toolkit.optimizer(keras.optimizers.Adam()), ...)  # fp16: agreed loss scale
     model.fit(data, epochs=args.epochs, callbacks=toolkit.callbacks(batch_size=args.batch_size))
 
 - :func:`strategy` picks the strategy from ``TF_CONFIG`` and the GPUs the image verified (the same
@@ -111,6 +111,22 @@ def mixed_precision(mode: str = "auto") -> str:
     keras_module().mixed_precision.set_global_policy(policy)
     log("precision", policy=policy)
     return policy
+
+
+def optimizer(inner: Any) -> Any:
+    """``inner`` ready for the current dtype policy: under fp16, the replica-agreed loss scale.
+
+    Keras' ``model.compile`` wraps an optimizer in its own ``LossScaleOptimizer`` under
+    ``mixed_float16``, which under several replicas applies NaN when only some of them overflow
+    (trainer.precision); pass ``toolkit.optimizer(keras.optimizers.Adam(...))`` to compile instead.
+    Keras 3 only (tf-keras keeps its own loss scaling).
+    """
+    from trainer import precision
+
+    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+        return inner
+    policy = keras_module().mixed_precision.global_policy()
+    return precision.wrap_optimizer(inner, getattr(policy, "name", str(policy)))
 
 
 def _metrics_callback_class() -> Any:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, models
+from trainer import precision as precisions
 from trainer.config import TrainingConfig
 from trainer.environment import Cluster, Paths, TrainingEnvironment
 from trainer.errors import (
@@ -97,7 +98,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     val_spec = _discover_validation(env, config, spec)
     expectation = gpu_check.resolve_expectation(env.expected_gpu_count, config.expected_gpu_count, env.instance_type)
     inventory = gpu_check.inspect_devices(expectation, env.logical_cpu_devices)
-    precision = gpu_check.choose_precision(config.mixed_precision, inventory)
+    precision = gpu_check.choose_precision(config.mixed_precision, inventory, env.instance_type)
 
     stop = StopRequest()
     stop.install()
@@ -371,8 +372,8 @@ def _train_loop(
             if config.optimizer == "sgd"
             else keras.optimizers.Adam(learning_rate=config.learning_rate)
         )
-        if precision == "mixed_float16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        # fp16: a dynamic loss scale whose skip-this-step verdict all replicas share (trainer.precision).
+        optimizer = precisions.wrap_optimizer(optimizer, precision)
         optimizer.build(model.trainable_variables)
     log("model", name=config.model, parameters=models.parameter_count(model), precision=precision, xla=config.xla)
 
@@ -564,6 +565,9 @@ def _train_loop(
             else:
                 log("checkpoint", path=saved, epoch=epoch)
         # The metric line comes after the checkpoint, so a printed epoch is always resumable.
+        loss_scale = precisions.loss_scale_state(optimizer)
+        if loss_scale is not None:
+            log("loss-scale", epoch=epoch, scale=f"{loss_scale['loss_scale']:g}", skipped_steps=loss_scale["skipped_steps"])
         if cluster.is_chief:
             emit(metrics)
             assert writer is not None

@@ -5,6 +5,10 @@
 #   1. the NVIDIA driver answers (nvidia-smi is installed and lists GPUs)
 #   2. the GPU count equals EXPECTED_GPU_COUNT (the instance type's count)
 #   3. a small CUDA computation gives the right answer on every GPU
+#   4. NVIDIA's own diagnostics pass: `dcgmi diag -r 1` (DCGM ships on the DLAMI)
+#   5. with several GPUs and a floor: the NCCL all-reduce bus bandwidth across all of them
+#      (nccl-tests all_reduce_perf) reaches ALLREDUCE_BUSBW_FLOOR_GBPS, the GPU table's floor for
+#      the instance type; below it the failure signal carries the measured figure
 # Driver and CUDA versions go to the report. The result is signalled to the node's instance
 # resource (CreationPolicy) with `aws cloudformation signal-resource`: SUCCESS with the
 # instance id, or FAILURE with "<instance id>:<node>:<reason>" as the signal's unique id, so
@@ -26,6 +30,11 @@
 #                       GPU's own architecture (not whichever toolkit /usr/local/cuda points at)
 #   CUDA_TOOLKITS       where toolkits are looked for; default: /usr/local/cuda-* /usr/local/cuda
 #   HEALTH_REPORT       report file; default /var/log/gputrain/health.env
+#   DCGMI_CMD           dcgmi to run; default: dcgmi on PATH
+#   ALLREDUCE_BUSBW_FLOOR_GBPS  all-reduce floor in GB/s; empty: no bandwidth test (one GPU)
+#   ALLREDUCE_PERF_CMD  nccl-tests' all_reduce_perf; default: on PATH, /opt/nccl-tests/build,
+#                       or the DLAMI's /usr/local/cuda*/efa/test-cuda-*/
+#   DIAG_TIMEOUT_SECONDS  bound on dcgmi diag and on the all-reduce test each; default 600
 # Exit status: 0 healthy, 1 unhealthy, 2 usage error.
 set -uo pipefail
 
@@ -133,6 +142,54 @@ build_compute_check() { # DRIVER_CUDA COMPUTE_CAPABILITY
   printf '%s' "$out"
 }
 
+# NVIDIA's own quick deployment diagnostics (software, PCIe/NVLink state, memory, ...).
+dcgm_diag() {
+  local dcgmi=${DCGMI_CMD:-dcgmi} out failed
+  command -v "$dcgmi" >/dev/null 2>&1 ||
+    fail dcgm-missing "dcgmi not found: install NVIDIA DCGM (datacenter-gpu-manager; the DLAMI ships it) or set DCGMI_CMD"
+  if ! out=$(timeout "${DIAG_TIMEOUT_SECONDS:-600}" "$dcgmi" diag -r 1 2>&1) || grep -qE '\| *Fail' <<<"$out"; then
+    failed=$(grep -E '\| *(Fail|Error)|[Ee]rror' <<<"$out" | head -n 3 | tr -s ' |' ' ' | tr '\n' ';')
+    fail dcgm-diag-failed "dcgmi diag -r 1 failed: ${failed:-$(tail -n 2 <<<"$out" | tr '\n' ' ')}"
+  fi
+  record DCGM_DIAG pass
+  log "dcgmi diag -r 1 passed"
+}
+
+find_allreduce_perf() {
+  local candidate
+  for candidate in "$(command -v all_reduce_perf 2>/dev/null)" /opt/nccl-tests/build/all_reduce_perf \
+    /usr/local/cuda*/efa/test-cuda-*/all_reduce_perf; do
+    if [[ -n $candidate && -x $candidate ]]; then
+      printf '%s' "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# NCCL all-reduce of 256 MiB across every GPU of the node, one process (nccl-tests -g N): its
+# average bus bandwidth is compared with the instance type's floor from the GPU table.
+allreduce_bandwidth() { # GPU_COUNT
+  local floor=${ALLREDUCE_BUSBW_FLOOR_GBPS:-} perf out busbw
+  if (($1 < 2)) || [[ -z $floor ]]; then
+    record ALLREDUCE_BUSBW_GBPS none
+    return 0
+  fi
+  perf=${ALLREDUCE_PERF_CMD:-$(find_allreduce_perf)} ||
+    fail allreduce-test-missing "nccl-tests all_reduce_perf not found (PATH, /opt/nccl-tests/build, /usr/local/cuda*/efa): set ALLREDUCE_PERF_CMD"
+  out=$(timeout "${DIAG_TIMEOUT_SECONDS:-600}" "$perf" -b 256M -e 256M -f 2 -g "$1" -w 5 -n 20 -c 1 2>&1) ||
+    fail allreduce-test-failed "all_reduce_perf across $1 GPUs failed: $(tail -n 2 <<<"$out" | tr '\n' ' ' | head -c 300)"
+  busbw=$(sed -n 's/^# *Avg bus bandwidth *: *\([0-9][0-9.]*\).*/\1/p' <<<"$out" | head -n 1)
+  [[ -n $busbw ]] || fail allreduce-no-figure "all_reduce_perf printed no average bus bandwidth: $(tail -n 2 <<<"$out" | tr '\n' ' ')"
+  record ALLREDUCE_BUSBW_GBPS "$busbw"
+  record ALLREDUCE_BUSBW_FLOOR_GBPS "$floor"
+  if awk -v measured="$busbw" -v floor="$floor" 'BEGIN { exit !(measured < floor) }'; then
+    fail "allreduce-busbw-$busbw-below-$floor" \
+      "all-reduce bus bandwidth across the $1 GPUs is $busbw GB/s, below the floor of $floor GB/s for ${TRAINING_INSTANCE_TYPE:-this instance type} (gpu_instances.json): a GPU link is down or degraded"
+  fi
+  log "all-reduce bus bandwidth across $1 GPUs: $busbw GB/s (floor $floor GB/s)"
+}
+
 main() {
   if [[ ! ${EXPECTED_GPU_COUNT:-} =~ ^[1-9][0-9]*$ ]]; then
     log "EXPECTED_GPU_COUNT must be a positive number, got '${EXPECTED_GPU_COUNT:-}'"
@@ -181,9 +238,11 @@ main() {
     CUDA_VISIBLE_DEVICES=$uuid "$compute" "gpu$index" </dev/null >&2 ||
       fail "gpu$index-compute-failed" "the test computation failed on GPU $index ($uuid)"
   done <<<"$gpus"
+  dcgm_diag
+  allreduce_bandwidth "$count"
 
   record HEALTH SUCCESS
-  log "healthy: $count GPU(s) computed correctly"
+  log "healthy: $count GPU(s) computed correctly, dcgmi diag -r 1 passed"
   to_log_group "$NODE_NAME $INSTANCE_ID SUCCESS driver ${driver:-unknown} CUDA ${cuda:-unknown} $count GPU(s): $names"
   signal SUCCESS "$INSTANCE_ID" || log "WARNING: the success signal did not reach CloudFormation"
 }

@@ -405,10 +405,14 @@ def convert_images(
     moments = (RunningMoments(3, resize_device or device), RunningMoments(3, resize_device or device))
     position = 0
     bad: list[str] = []
+    # Where the resize ran, read off its output tensors: soft placement would quietly run a
+    # "/GPU:0" resize on the CPU (no GPU, no kernel), and the statistics say what really happened.
+    resized_on: set[str] = set()
     try:
         for batch in stream:
             if batched_resize:
-                index, label, validation, records, count, mean, m2 = _resize_on_device(batch, size, resize_device)
+                index, label, validation, records, count, mean, m2, ran_on = _resize_on_device(batch, size, resize_device)
+                resized_on.add(ran_on)
                 with tf.device(resize_device):
                     partials = tuple(group_moments(count, mean, m2, label, keep) for keep in (tf.logical_not(validation), validation))
             else:
@@ -440,7 +444,7 @@ def convert_images(
         class_names=list(spec.class_names),
         label_base=images.DEFAULT_LABEL_BASE,
         image_size=list(size) if size else None,
-        resized_on=(resize_device if batched_resize else "/CPU:0") if size else None,
+        resized_on=(",".join(sorted(resized_on)) or resize_device if batched_resize else "/CPU:0") if size else None,
         skipped_images={"count": len(bad), "files": bad},
     )
     return statistics
@@ -514,7 +518,10 @@ def _serialize_pictures(size: tuple[int, int] | None) -> Any:
 
 
 def _resize_on_device(batch: Any, size: tuple[int, int], device: str) -> tuple[Any, ...]:
-    """Decoded pictures (ragged batch) resized on ``device`` in one call per batch, then JPEG-encoded on the CPU."""
+    """Decoded pictures (ragged batch) resized on ``device`` in one call per batch, then JPEG-encoded on the CPU.
+
+    The last item is the device the resize actually ran on (from its output tensor).
+    """
     import tensorflow as tf
 
     index, label, validation, pictures = batch
@@ -536,7 +543,12 @@ def _resize_on_device(batch: Any, size: tuple[int, int], device: str) -> tuple[A
         mean = tf.reduce_mean(values, axis=1)
         m2 = tf.reduce_sum(tf.square(values - mean[:, None, :]), axis=1)
     records = _encode_batch(pixels, label)
-    return index, label, validation, records, count, mean, m2
+    return index, label, validation, records, count, mean, m2, _short_device(resized.device)
+
+
+def _short_device(name: str) -> str:
+    """``/GPU:0`` from ``/job:localhost/replica:0/task:0/device:GPU:0`` (the device a tensor is on)."""
+    return "/" + name.rsplit("device:", 1)[-1] if "device:" in name else name
 
 
 def _uniform_widths(pictures: Any) -> bool:

@@ -62,7 +62,7 @@ STATE = web.AppKey("state", ServingState)
 
 
 def verify_gpus(settings: ServeSettings) -> dict[str, Any]:
-    """The training mode's GPU verification: expected count, then a matmul on every GPU.
+    """The GPU verification for serving: expected count, then a bounded matmul on every GPU.
 
     Raises:
         GpuCheckError: the host does not show the GPUs it promises, or one does not compute.
@@ -73,7 +73,8 @@ def verify_gpus(settings: ServeSettings) -> dict[str, Any]:
     inventory = inspect_devices(expectation, logical_cpu_devices=max(1, settings.replicas))
     # The model runs on the first GPU; every GPU still has to work, since SageMaker bills them all.
     strategy = tf.distribute.MirroredStrategy() if inventory.uses_gpus else tf.distribute.OneDeviceStrategy("/cpu:0")
-    return smoke_test(strategy, inventory)
+    # An endpoint runs no collective: a matmul per GPU, no NCCL all-reduce (which could hang start-up).
+    return smoke_test(strategy, inventory, all_reduce=False)
 
 
 def replica_devices(report: dict[str, Any], replicas: int) -> list[str]:
