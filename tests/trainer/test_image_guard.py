@@ -137,6 +137,31 @@ def test_processing_script_exit_status_and_last_error_line_reach_the_exit_messag
 
 
 @pytest.mark.slow
+def test_a_processing_result_outside_the_declared_outputs_fails_the_job(tmp_path):
+    base = processing_tree(tmp_path / "opt-ml")
+    config = json.loads((base / "config" / "processingjobconfig.json").read_text())
+    config["ProcessingOutputConfig"] = {"Outputs": [{"OutputName": "out", "S3Output": {"LocalPath": "/opt/ml/processing/out", "S3Uri": "s3://b/o/"}}]}
+    (base / "config" / "processingjobconfig.json").write_text(json.dumps(config))
+    write(tmp_path / "code", "x.py", f"""
+        import os
+        os.makedirs({str(base / "processing" / "out")!r}, exist_ok=True)
+        open({str(base / "processing" / "out" / "kept.csv")!r}, "w").write("a")
+        os.makedirs({str(base / "processing" / "output")!r}, exist_ok=True)
+        open({str(base / "processing" / "output" / "lost.csv")!r}, "w").write("b")
+    """)
+    (base / "processing" / "output").mkdir(parents=True)
+    (base / "processing" / "output" / "earlier.csv").write_text("from before the job")
+    os.utime(base / "processing" / "output" / "earlier.csv", (1, 1))
+    result = run(["python3", "x.py"], tmp_path / "code", image_env(base, EXPECTED_GPU_COUNT="0"))
+    assert result.returncode == 8, result.stdout + result.stderr
+    message = (base / "output" / "message").read_text()
+    assert message.startswith(
+        f"The processing script x.py wrote 1 file(s) outside the job's declared outputs, which SageMaker would not "
+        f"upload: {base / 'processing' / 'output' / 'lost.csv'}. Declared outputs: out -> {base / 'processing' / 'out'}."
+    ), message
+
+
+@pytest.mark.slow
 def test_sigterm_reaches_the_users_script_and_the_job_ends_with_143(tmp_path):
     base = training_tree(tmp_path / "opt-ml")
     stopped = tmp_path / "stopped"

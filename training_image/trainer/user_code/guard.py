@@ -37,7 +37,7 @@ from typing import Any
 from trainer import environment
 from trainer.errors import GpuCheckError, TrainerError, TrainingInterrupted
 from trainer.logs import log
-from trainer.user_code import runner
+from trainer.user_code import outputs, runner
 
 ENV_ACTIVE = "TRAINER_GUARD_ACTIVE"
 ENV_REPORTS = "TRAINER_GUARD_REPORTS"
@@ -203,6 +203,12 @@ def run(job: Job, args: Sequence[str]) -> int:
             return err.exit_code
         seconds = time.monotonic() - started
         if returncode == 0:
+            if job.kind == "processing":
+                try:
+                    outputs.check(job.base_dir, outputs.read_declared_paths(job.base_dir), started_wall, name)
+                except TrainerError as err:
+                    record(job, str(err))
+                    return err.exit_code
             return 0
         if supervisor.stop_requested_at is not None:
             record(job, f"Stopped by SIGTERM: the {job.what} {name} was stopped after {seconds:.0f} s.")
