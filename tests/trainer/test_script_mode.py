@@ -224,8 +224,9 @@ def test_a_requirement_without_a_wheel_is_refused_with_its_line(tmp_path: Path) 
     assert not marker.exists()
 
 
-def test_s3_submit_directory_without_the_code_channel_is_refused(tmp_path: Path) -> None:
+def test_s3_submit_directory_without_the_code_channel_is_refused_when_the_job_is_isolated(tmp_path: Path) -> None:
     base = script_job(tmp_path / "opt-ml", "s3://bucket/gputrain/code/sourcedir.tar.gz", channels=TRAINING_CHANNEL)
+    (base / "input" / "config" / "trainingjobconfig.json").write_text(json.dumps({"EnableNetworkIsolation": True}))
     run = run_trainer(base)
     assert run.returncode == 9, run.explain()
     assert "cannot read S3 itself: add an input channel named 'code'" in (run.failure or "")

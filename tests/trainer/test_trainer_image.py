@@ -219,9 +219,17 @@ def test_the_built_package_ships_every_mode_and_the_toolkit(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("trainer/entrypoint.py", "trainer/toolkit.py", "trainer/user_code/runner.py", "trainer/user_code/launcher.py",
                    "trainer/user_code/contract.py", "trainer/user_code/source.py", "trainer/user_code/guard.py",
-                   "trainer/user_code/hook/sitecustomize.py", "trainer/gpu_instances.json",
+                   "trainer/user_code/hook/sitecustomize.py", "trainer/user_code/s3_source.py", "trainer/user_code/ps_server.py",
+                   "trainer/user_code/outputs.py", "trainer/gpu_instances.json",
                    "trainer/serve/__init__.py", "trainer/process/__init__.py", "trainer/process/transform.py"):
         assert module in names, module
+
+
+def test_image_boto3_is_the_version_the_tests_and_tools_use():
+    import boto3
+
+    pins = {r.name: r for r in _requirements()}
+    assert str(pins["boto3"].specifier) == f"=={boto3.__version__}", "the s3:// source download is tested with this boto3"
 
 
 def test_image_ships_tf_keras_for_legacy_keras_scripts():
