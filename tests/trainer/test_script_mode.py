@@ -114,6 +114,8 @@ def test_keras_2_script_needs_the_legacy_setting(tmp_path: Path) -> None:
     run = run_trainer(keras3)
     assert run.returncode == 8, run.explain()
     assert "raised AttributeError: 'Mean' object has no attribute 'reset_states' at train.py line 13" in (run.failure or "")
+    assert "run it with Keras 2 by setting TF_USE_LEGACY_KERAS=1 (scripts.launch --legacy-keras" in (run.failure or "")
+    assert len((run.failure or "").strip().splitlines()) == 1
 
     legacy = tmp_path / "legacy"
     _job_with_code(legacy, tmp_path / "b", {"train.py": KERAS2_SCRIPT})

@@ -28,7 +28,7 @@ import trainer
 from trainer.environment import TrainingEnvironment
 from trainer.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
 from trainer.logs import log
-from trainer.user_code import contract, source
+from trainer.user_code import contract, keras_hint, source
 
 ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 ENV_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
@@ -223,12 +223,15 @@ def script_failure(
             if not said and said_last:
                 said = f"; its last error output: {said_last}"
             return UserScriptError(f"The {what} {script} called sys.exit({returncode}){where}{said}.")
+        hint = keras_hint.keras2_hint(report, stderr_tail, os.environ)
         return UserScriptError(
             f"The {what} {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
-            "The full traceback is in the job's log."
+            + (f"{hint} " if hint else "")
+            + "The full traceback is in the job's log."
         )
     last = f"; its last error output: {said_last}" if said_last else ""
-    return UserScriptError(f"The {what} {script} exited with status {returncode}{last}. See the job's log.")
+    hint = keras_hint.keras2_hint(None, stderr_tail, os.environ)
+    return UserScriptError(f"The {what} {script} exited with status {returncode}{last}. {hint + ' ' if hint else ''}See the job's log.")
 
 
 def start_parameter_server(env: TrainingEnvironment, child_env: Mapping[str, str]) -> subprocess.Popen[bytes]:
