@@ -173,6 +173,52 @@ def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None
     )
 
 
+# SDK v3 ModelTrainer's own channel: its drivers and sm_train.sh, run through ContainerEntrypoint.
+MODEL_TRAINER_CHANNEL = "sm_drivers"
+CODE_CHANNEL = "code"
+
+
+def refuse_unclaimed_code(env: TrainingEnvironment, process_env: Mapping[str, str] | None = None) -> None:
+    """Refuses a job that carries user code but names no script, instead of training a built-in model on its data.
+
+    Signs of user code: ModelTrainer's ``sm_drivers`` channel (its entrypoint, ``/bin/bash
+    .../sm_train.sh``, was not what started this image), ``SAGEMAKER_SUBMIT_DIRECTORY``, or a
+    ``code`` channel holding a source tarball or scripts.
+
+    Raises:
+        SourceError: naming what was found and what to set.
+    """
+    from trainer.errors import SourceError
+
+    process_env = os.environ if process_env is None else process_env
+    channels = set(env.input_data_config)
+    drivers = env.paths.channel_dir(MODEL_TRAINER_CHANNEL, {})
+    if MODEL_TRAINER_CHANNEL in channels or drivers.is_dir():
+        raise SourceError(
+            f"This job carries SageMaker SDK v3 ModelTrainer code (the '{MODEL_TRAINER_CHANNEL}' channel), which runs "
+            "through the job's ContainerEntrypoint (/bin/bash .../sm_drivers/sm_train.sh), but the image was started "
+            "with its own entrypoint ('train'), which would train a built-in model instead of your script: run the "
+            "job's ContainerEntrypoint and ContainerArguments as given (the SageMaker service and the emulator do)."
+        )
+    if process_env.get("SAGEMAKER_SUBMIT_DIRECTORY", "").strip():
+        raise SourceError(
+            f"SAGEMAKER_SUBMIT_DIRECTORY={process_env['SAGEMAKER_SUBMIT_DIRECTORY']!r} is set but no script is named: "
+            f"set the {PROGRAM} hyperparameter (or SAGEMAKER_PROGRAM) to the entry point, or unset both to train a built-in model."
+        )
+    code = env.paths.channel_dir(CODE_CHANNEL, {})
+    if code.is_dir():
+        scripts = sorted(p.name for p in code.iterdir() if p.is_file() and (p.name.endswith((".tar.gz", ".py", ".sh"))))
+        if scripts:
+            tarball = next((name for name in scripts if name.endswith(".tar.gz")), None)
+            submit = f"/opt/ml/input/data/{CODE_CHANNEL}" + (f"/{tarball}" if tarball else "")
+            raise SourceError(
+                f"The '{CODE_CHANNEL}' channel holds code ({', '.join(scripts[:5])}) but the job names no script: set the "
+                f"{PROGRAM} hyperparameter to the entry point and {SUBMIT_DIR} to {submit} (the SageMaker SDK's "
+                "entry_point, or scripts.launch --entry-point); a built-in model is "
+                "never trained in its place."
+            )
+
+
 def _host_name(address: str) -> str:
     head, sep, tail = address.rpartition(":")
     return head if sep and head and tail.isdigit() else address
