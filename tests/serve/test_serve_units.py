@@ -181,6 +181,9 @@ def test_the_image_installs_the_serving_package_and_its_pinned_http_stack():
     image_pins = (root / "training_image" / "requirements.txt").read_text().splitlines()
     dev_pins = (root / "requirements-dev.txt").read_text().splitlines()
     assert f"aiohttp=={aiohttp.__version__}" in image_pins and f"aiohttp=={aiohttp.__version__}" in dev_pins
+    import requests  # what inference.py's input_handler result is posted with
+
+    assert f"requests=={requests.__version__}" in image_pins and f"requests=={requests.__version__}" in dev_pins
     assert 'CMD ["train"]' in (root / "training_image" / "Dockerfile").read_text()  # SageMaker passes "serve" itself
     assert "EXPOSE 8080" in (root / "training_image" / "Dockerfile").read_text()
 

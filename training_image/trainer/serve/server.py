@@ -256,9 +256,15 @@ async def _body(request: web.Request, state: ServingState) -> bytes | web.Respon
 
 def _answer_json(accept: str) -> str | None:
     """The response content type for ``Accept``: JSON (or JSON lines, the same single-line body); None: refuse."""
-    if not accept or any(t in accept for t in (codec.JSON, "*/*", "application/*")):
+    types = [part.split(";", 1)[0].strip().lower() for part in accept.split(",") if part.strip()]
+    if not types:
         return codec.JSON
-    return next((t for t in tfserving.JSON_LINES if t in accept), None)
+    for mime in types:  # the client's first choice that we can answer in
+        if mime in tfserving.JSON_LINES:
+            return mime
+        if mime in (codec.JSON, "*/*", "application/*"):
+            return codec.JSON
+    return None
 
 
 async def predict_tensors(state: ServingState, payload: Any) -> dict[str, Any]:

@@ -198,7 +198,7 @@ def parse(request: Any, signatures: Mapping[str, Signature]) -> PredictRequest:
         raise RequestError(400, '"examples" (the classify/regress APIs) is not served; send "instances" or "inputs".')
     if len(has) != 1:
         raise RequestError(400, 'Send exactly one of "instances" (row format) or "inputs" (columnar format).')
-    names = list(signature.inputs)
+    names = sorted(signature.inputs)
     if "instances" in request:
         instances = request["instances"]
         if not isinstance(instances, list) or not instances:
