@@ -158,7 +158,7 @@ def test_the_regression_is_described_and_warmed_and_tf_servings_route_answers(re
     stats = regression.stats()
     assert stats["model"]["contract"] == "tensorflow-serving"
     assert stats["model"]["signatures"]["serving_default"] == {"inputs": ["x"], "outputs": ["output_0"]}
-    assert "warmed_batch_sizes=1,64" in regression.output()
+    assert "warmed_batch_sizes=1,2,4,8,16,32,64" in regression.output()
     route = regression.request("POST", "/v1/models/model:predict", b'{"instances": [[10]]}', "application/json")
     assert (route.status, route.json()) == (200, {"predictions": [[21]]})
     other = regression.request("POST", "/v1/models/other:predict", b'{"instances": [[10]]}', "application/json")
@@ -166,6 +166,34 @@ def test_the_regression_is_described_and_warmed_and_tf_servings_route_answers(re
     jsonlines = regression.invoke('{"instances": [[0]]}', accept="application/jsonlines")
     assert (jsonlines.status, jsonlines.content_type, jsonlines.json()) == (200, "application/jsonlines", {"predictions": [[1]]})
     assert regression.invoke('{"instances": [[0]]}', accept="text/csv").status == 406
+
+
+@pytest.mark.slow
+def test_npy_in_and_out_for_a_one_input_one_output_signature(regression):
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([[1.0], [2.0], [3.0]], np.float32))
+    as_json = regression.invoke(buffer.getvalue(), "application/x-npy")
+    assert (as_json.status, as_json.json()) == (200, {"predictions": [[3], [5], [7]]})
+    as_npy = regression.invoke(buffer.getvalue(), "application/x-npy", accept="application/x-npy")
+    assert as_npy.status == 200 and as_npy.content_type == "application/x-npy"
+    answer = np.load(io.BytesIO(as_npy.body), allow_pickle=False)
+    assert answer.dtype == np.float32 and answer.tolist() == [[3.0], [5.0], [7.0]]
+    json_body_npy_answer = regression.invoke('{"instances": [[0]]}', accept="application/x-npy")
+    assert np.load(io.BytesIO(json_body_npy_answer.body)).tolist() == [[1.0]]
+
+
+@pytest.mark.slow
+def test_npy_is_refused_for_several_inputs_and_several_outputs(multi):
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.ones((2, 2), np.float32))
+    reply = multi.invoke(buffer.getvalue(), "application/x-npy")
+    assert reply.status == 400 and "application/x-npy feeds one input; signature 'serving_default' takes a, b" in reply.json()["error"]
+    refused = multi.invoke(json.dumps({"inputs": {"a": [[1, 2]], "b": [1]}}), accept="application/x-npy")
+    assert refused.status == 406 and "this signature has doubled, score" in refused.json()["error"]
 
 
 @pytest.mark.slow

@@ -218,3 +218,30 @@ def test_one_replica_per_gpu_found_or_per_logical_cpu():
     assert replica_devices({"expected": 4, "found": 4}, 2) == ["/GPU:0", "/GPU:1"]
     assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 1}, 0) == ["/CPU:0"]
     assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 2}, 2) == ["/CPU:0", "/CPU:1"]
+
+
+def test_batch_buckets_are_powers_of_two_up_to_the_largest_batch_and_warmup_is_a_switch():
+    assert load_settings({}).batch_buckets == (1, 2, 4, 8, 16, 32, 64)
+    assert load_settings({"SERVE_MAX_BATCH_SIZE": "48"}).batch_buckets == (1, 2, 4, 8, 16, 32, 48)
+    assert load_settings({"SERVE_MAX_BATCH_SIZE": "1"}).batch_buckets == (1,)
+    assert load_settings({}).warmup is True and load_settings({"SERVE_WARMUP": "off"}).warmup is False
+    with pytest.raises(ConfigError, match="SERVE_WARMUP must be on or off, got 'sometimes'"):
+        load_settings({"SERVE_WARMUP": "sometimes"})
+
+
+def test_the_classifier_pads_each_call_up_to_its_bucket_and_answers_only_the_real_rows():
+    from trainer.serve.model import LoadedModel, ModelSource
+
+    shapes = []
+
+    def logits(batch):
+        shapes.append(batch.shape)
+        return np.asarray(batch)[:, :3] * 2.0
+
+    model = LoadedModel(ModelSource("trainer", Path("m")), 4, 3, "logits", logits, buckets=(1, 2, 4, 8))
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    padded = model.predict(rows)
+    assert shapes == [(4, 4)] and padded.shape == (3, 3)
+    np.testing.assert_allclose(padded, LoadedModel(ModelSource("trainer", Path("m")), 4, 3, "logits", logits).predict(rows))
+    model.predict(np.ones((9, 4), np.float32))  # above the largest bucket: its own size
+    assert shapes[-1] == (9, 4)

@@ -121,6 +121,8 @@ class LoadedModel:
             is traced once and never retraced for a new batch size).
         owner: What must stay alive for ``predict_fn`` (the loaded SavedModel owns its variables).
         device: The device this replica's variables and ops are on (``None``: TensorFlow's choice).
+        buckets: Batch sizes calls are padded up to (with zero rows, cut from the answer); empty:
+            no padding. A batch above the largest runs at its own size.
     """
 
     source: ModelSource
@@ -130,10 +132,15 @@ class LoadedModel:
     predict_fn: Callable[[Any], Any]
     owner: Any = None
     device: str | None = None
+    buckets: tuple[int, ...] = ()
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
         """Class probabilities (float64, rows sum to 1) for a ``[n, num_features]`` float32 batch."""
-        raw = np.asarray(self.predict_fn(batch), dtype=np.float64)
+        rows = len(batch)
+        bucket = next((size for size in self.buckets if size >= rows), rows)
+        if bucket > rows:
+            batch = np.concatenate([batch, np.zeros((bucket - rows, batch.shape[1]), batch.dtype)])
+        raw = np.asarray(self.predict_fn(batch), dtype=np.float64)[:rows]
         raw = raw.reshape(raw.shape[0], -1)
         binary = raw.shape[1] == 1
         is_probabilities = self.output == "probabilities" or (

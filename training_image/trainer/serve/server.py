@@ -139,7 +139,8 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
         # The user's code comes after the GPU check and before the model: its requirements and
         # import fail the start with one line, and its model_fn may replace the model loading.
         state.user_code = handlers.load(settings.model_dir)
-        warm_sizes = sorted({1, settings.max_batch_size if settings.batching else 1})
+        # Every bucket, on every replica: no request meets a batch size the model has not run.
+        warm_sizes: list[int] = list(settings.batch_buckets) if settings.warmup else []
         described: dict[str, Any] = {}
         if state.user_code is not None and state.user_code.loads_own_model:
             state.user_code.load_model(settings.model_dir)
@@ -148,6 +149,7 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
         elif serves_as_classifier(settings):
             replicas = [load_model(settings.model_dir, settings.output, device) for device in devices]
             for replica in replicas:
+                replica.buckets = settings.batch_buckets
                 for size in warm_sizes:
                     replica.predict(np.zeros((size, replica.num_features), dtype=np.float32))
             state.replicas = replicas
@@ -254,51 +256,67 @@ async def _body(request: web.Request, state: ServingState) -> bytes | web.Respon
         return _error(413, f"Request body is over the {limit}-byte limit.")
 
 
-def _answer_json(accept: str) -> str | None:
-    """The response content type for ``Accept``: JSON (or JSON lines, the same single-line body); None: refuse."""
+def _answer_type(accept: str) -> str | None:
+    """The response content type for ``Accept``: JSON, JSON lines (the same one-line body) or
+    ``.npy``, the client's first choice we can answer in; None: refuse."""
     types = [part.split(";", 1)[0].strip().lower() for part in accept.split(",") if part.strip()]
     if not types:
         return codec.JSON
-    for mime in types:  # the client's first choice that we can answer in
-        if mime in tfserving.JSON_LINES:
+    for mime in types:
+        if mime in tfserving.JSON_LINES or mime == codec.NPY:
             return mime
         if mime in (codec.JSON, "*/*", "application/*"):
             return codec.JSON
     return None
 
 
+async def run_tensors(state: ServingState, parsed: tfserving.PredictRequest) -> dict[str, np.ndarray]:
+    """A parsed request's outputs, on the next replica's thread; 500 (one line) when the model fails."""
+    replica, executor = state.tensor_replica()
+    try:
+        return await asyncio.get_running_loop().run_in_executor(executor, replica.run, parsed.signature_name, parsed.tensors)
+    except Exception as err:  # noqa: BLE001 - the model failed on a request that fits its signature
+        log("serve-predict-failed", error=repr(f"{type(err).__name__}: {err}".splitlines()[0]))
+        raise codec.RequestError(500, f"The model failed on this request ({type(err).__name__}); see the endpoint's logs.") from err
+
+
 async def predict_tensors(state: ServingState, payload: Any) -> dict[str, Any]:
-    """A TF Serving request object -> its answer, on the next replica's thread.
+    """A TF Serving request object -> TF Serving's answer.
 
     Raises:
         codec.RequestError: the request does not fit the signature (400), or the model failed (500).
     """
-    replica, executor = state.tensor_replica()
-    parsed = tfserving.parse(payload, replica.signatures)
-    try:
-        outputs = await asyncio.get_running_loop().run_in_executor(executor, replica.run, parsed.signature_name, parsed.tensors)
-    except Exception as err:  # noqa: BLE001 - the model failed on a request that fits its signature
-        log("serve-predict-failed", error=repr(f"{type(err).__name__}: {err}".splitlines()[0]))
-        raise codec.RequestError(500, f"The model failed on this request ({type(err).__name__}); see the endpoint's logs.") from err
-    return tfserving.respond(parsed, outputs)
+    parsed = tfserving.parse(payload, state.tensor_replicas[0].signatures)
+    return tfserving.respond(parsed, await run_tensors(state, parsed))
 
 
 async def _tensors(request: web.Request, state: ServingState, *, rest: bool) -> web.Response:
     accept = request.headers.get("Accept", "").strip()
-    answer_type = _answer_json(accept)
+    answer_type = _answer_type(accept)
     if answer_type is None:
-        return _error(406, f"Unsupported Accept {accept!r}; predictions are returned as application/json or application/jsonlines.")
+        return _error(
+            406, f"Unsupported Accept {accept!r}; predictions are returned as application/json, application/jsonlines or application/x-npy."
+        )
     body = await _body(request, state)
     if isinstance(body, web.Response):
         return body
+    content_type = request.headers.get("Content-Type", "")
+    signatures = state.tensor_replicas[0].signatures
     try:
-        if rest:
-            payload = tfserving.to_tfs_request(body, codec.JSON) if body.strip() else None
-            if not isinstance(payload, dict):
-                raise codec.RequestError(400, 'TF Serving\'s predict API takes a JSON object with "instances" or "inputs".')
+        if content_type.split(";", 1)[0].strip().lower() == codec.NPY and not rest:
+            parsed = tfserving.from_npy(body, signatures)
         else:
-            payload = tfserving.to_tfs_request(body, request.headers.get("Content-Type", ""))
-        answer = await predict_tensors(state, payload)
+            if rest:
+                payload = tfserving.to_tfs_request(body, codec.JSON) if body.strip() else None
+                if not isinstance(payload, dict):
+                    raise codec.RequestError(400, 'TF Serving\'s predict API takes a JSON object with "instances" or "inputs".')
+            else:
+                payload = tfserving.to_tfs_request(body, content_type)
+            parsed = tfserving.parse(payload, signatures)
+        outputs = await run_tensors(state, parsed)
+        if answer_type == codec.NPY:
+            return web.Response(body=tfserving.npy_answer(outputs), content_type=codec.NPY)
+        answer = tfserving.respond(parsed, outputs)
     except codec.RequestError as err:
         return _error(err.status, str(err))
     return web.Response(body=json.dumps(answer, separators=(",", ":")).encode("utf-8"), content_type=answer_type)

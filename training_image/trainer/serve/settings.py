@@ -63,6 +63,9 @@ class ServeSettings:
             the ``accept`` an ``inference.py`` handler gets when the request names none or ``*/*``.
         default_content_type: the content type a handler gets when the request names none
             (``application/json``, as AWS's serving container assumes).
+        warmup: ``SERVE_WARMUP`` = on|off (default on): call the model once per batch-size
+            bucket before ``/ping`` turns healthy, so no request pays for a first call at a new
+            size. ``off`` exists for the benchmark's baseline.
     """
 
     host: str
@@ -80,6 +83,22 @@ class ServeSettings:
     model_name: str = "model"
     default_accept: str = "application/json"
     default_content_type: str = "application/json"
+    warmup: bool = True
+
+    @property
+    def batch_buckets(self) -> tuple[int, ...]:
+        """The batch sizes the model is called with: powers of two up to ``max_batch_size``, and it.
+
+        The built-in classifier pads every call up to the next bucket (a request larger than
+        ``max_batch_size`` runs at its own size), so a warm-up of each bucket leaves no new shape
+        for a request to meet: TF Serving's ``allowed_batch_sizes``, with its padding.
+        """
+        sizes = {self.max_batch_size}
+        size = 1
+        while size < self.max_batch_size:
+            sizes.add(size)
+            size *= 2
+        return tuple(sorted(sizes))
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None) -> int:
@@ -130,7 +149,15 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         replicas=_int(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
         model_name=_model_name(env),
         default_accept=env.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "").strip() or "application/json",
+        warmup=_switch(env, "SERVE_WARMUP"),
     )
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "on").strip().lower() or "on"
+    if value not in ("on", "off"):
+        raise ConfigError(f"{name} must be on or off, got {value!r}.")
+    return value == "on"
 
 
 def _model_name(env: Mapping[str, str]) -> str:

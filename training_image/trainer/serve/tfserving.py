@@ -18,6 +18,10 @@ What AWS's TensorFlow serving container does in front of TF Serving, and TF Serv
 
 A fixed-shape input also takes a flat row of the same number of values (a CSV line for an image
 model): it is reshaped, where TF Serving would refuse it.
+
+Beside JSON, ``application/x-npy`` (a NumPy ``.npy`` array, batch first) feeds a one-input
+signature without a JSON text of the values (image batches), and ``Accept: application/x-npy``
+answers a one-output signature with its array.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.serve.codec import JSON, RequestError
+from trainer.serve.codec import JSON, NPY, RequestError, load_npy
 
 CSV = "text/csv"
 JSON_LINES = ("application/jsonlines", "application/jsons", "application/x-jsonlines")
@@ -177,6 +181,45 @@ def _array(value: Any, name: str, spec: TensorSpec) -> np.ndarray:
     raise RequestError(
         400, f"Input {name!r} has shape {tuple(array.shape)} but the signature takes {shown} (-1: any size)."
     )
+
+
+def from_npy(body: bytes, signatures: Mapping[str, Signature], signature_name: str = DEFAULT_SIGNATURE) -> PredictRequest:
+    """An ``application/x-npy`` body as the batched value of a one-input signature (row format).
+
+    Raises:
+        RequestError: 400 for a body that is not a ``.npy`` array, a signature with several
+            inputs, or an array that does not fit the input.
+    """
+    if signature_name not in signatures:
+        raise RequestError(400, f"Signature {signature_name!r} is not in the model (it has: {', '.join(sorted(signatures))}).")
+    signature = signatures[signature_name]
+    if len(signature.inputs) != 1:
+        raise RequestError(
+            400, f"application/x-npy feeds one input; signature {signature_name!r} takes {', '.join(sorted(signature.inputs))}: send JSON."
+        )
+    array = load_npy(body)
+    (name, spec), = signature.inputs.items()
+    if array.ndim == 0 or array.shape[0] == 0:
+        raise RequestError(400, f"The .npy array has shape {array.shape}; send a batch (first dimension: examples).")
+    if spec.dtype != "object" and array.dtype.kind not in "biuf":
+        raise RequestError(400, f"The .npy array has dtype {array.dtype}; input {name!r} takes {spec.dtype}.")
+    tensor = _array(array.astype(spec.dtype, copy=False) if spec.dtype != "object" else array, name, spec)
+    return PredictRequest(signature_name, {name: tensor}, True, int(tensor.shape[0]))
+
+
+def npy_answer(outputs: Mapping[str, np.ndarray]) -> bytes:
+    """``Accept: application/x-npy``: the one output's array as a ``.npy`` body.
+
+    Raises:
+        RequestError: 406 when the signature has several outputs.
+    """
+    import io
+
+    if len(outputs) != 1:
+        raise RequestError(406, f"application/x-npy answers one output; this signature has {', '.join(sorted(outputs))}: accept JSON.")
+    buffer = io.BytesIO()
+    np.save(buffer, next(iter(outputs.values())), allow_pickle=False)
+    return buffer.getvalue()
 
 
 def parse(request: Any, signatures: Mapping[str, Signature]) -> PredictRequest:
