@@ -245,3 +245,11 @@ def test_the_classifier_pads_each_call_up_to_its_bucket_and_answers_only_the_rea
     np.testing.assert_allclose(padded, LoadedModel(ModelSource("trainer", Path("m")), 4, 3, "logits", logits).predict(rows))
     model.predict(np.ones((9, 4), np.float32))  # above the largest bucket: its own size
     assert shapes[-1] == (9, 4)
+
+
+def test_calls_are_padded_to_the_buckets_on_a_gpu_only():
+    from trainer.serve.server import padding_buckets
+
+    settings = load_settings({"SERVE_MAX_BATCH_SIZE": "8"})
+    assert padding_buckets(settings, "/GPU:1") == (1, 2, 4, 8)
+    assert padding_buckets(settings, "/CPU:0") == () and padding_buckets(settings, None) == ()

@@ -149,7 +149,7 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
         elif serves_as_classifier(settings):
             replicas = [load_model(settings.model_dir, settings.output, device) for device in devices]
             for replica in replicas:
-                replica.buckets = settings.batch_buckets
+                replica.buckets = padding_buckets(settings, replica.device)
                 for size in warm_sizes:
                     replica.predict(np.zeros((size, replica.num_features), dtype=np.float32))
             state.replicas = replicas
@@ -177,6 +177,15 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
     except Exception as err:  # noqa: BLE001 - a failed start must stay visible in /ping, not kill the port
         state.failure = f"Unexpected {type(err).__name__} during start-up: {err}".splitlines()[0]
         log("serve-failed", reason=repr(state.failure))
+
+
+def padding_buckets(settings: ServeSettings, device: str | None) -> tuple[int, ...]:
+    """The batch sizes the classifier pads its calls to on ``device``: the buckets on a GPU, none on CPU.
+
+    On a GPU a new batch shape costs kernel selection and autotuning, and padded rows cost nothing
+    in parallel; on CPU a new shape costs next to nothing and padded rows cost compute.
+    """
+    return settings.batch_buckets if "GPU" in (device or "").upper() else ()
 
 
 def serves_as_classifier(settings: ServeSettings) -> bool:

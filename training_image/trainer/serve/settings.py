@@ -89,9 +89,11 @@ class ServeSettings:
     def batch_buckets(self) -> tuple[int, ...]:
         """The batch sizes the model is called with: powers of two up to ``max_batch_size``, and it.
 
-        The built-in classifier pads every call up to the next bucket (a request larger than
-        ``max_batch_size`` runs at its own size), so a warm-up of each bucket leaves no new shape
-        for a request to meet: TF Serving's ``allowed_batch_sizes``, with its padding.
+        On a GPU the built-in classifier pads every call up to the next bucket (a request larger
+        than ``max_batch_size`` runs at its own size), so a warm-up of each bucket leaves no new
+        shape for a request to meet: TF Serving's ``allowed_batch_sizes``, with its padding. On
+        CPU, where a new shape costs nothing to speak of and padded rows cost compute, calls run
+        at their own size.
         """
         sizes = {self.max_batch_size}
         size = 1
