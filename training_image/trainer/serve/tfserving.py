@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from trainer.serve.codec import JSON, NPY, RequestError, load_npy
+from trainer.serve.codec import JSON, RequestError, load_npy
 
 CSV = "text/csv"
 JSON_LINES = ("application/jsonlines", "application/jsons", "application/x-jsonlines")
