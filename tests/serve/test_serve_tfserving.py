@@ -221,3 +221,30 @@ def test_signature_name_picks_another_signature_and_bad_requests_keep_the_server
     unknown = multi.invoke(json.dumps({"signature_name": "predict", "instances": [[1, 2]]}))
     assert unknown.status == 400 and "it has: serving_default, sum_a" in unknown.json()["error"]
     assert multi.ping().status == 200 and "Traceback" not in multi.output()
+
+
+@pytest.mark.slow
+def test_concurrent_tf_serving_requests_share_model_calls_and_each_gets_its_own_rows(regression):
+    import asyncio
+
+    import aiohttp
+
+    before = regression.stats()
+    bodies = [[[float(i)], [float(i) + 0.5]][: 1 + i % 2] for i in range(24)]
+
+    async def send_all():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+
+            async def one(rows):
+                async with session.post(regression.url + "/invocations", json={"instances": rows}) as response:
+                    return response.status, await response.json()
+
+            return await asyncio.gather(*(one(rows) for rows in bodies))
+
+    for rows, (status, payload) in zip(bodies, asyncio.run(send_all())):
+        assert status == 200
+        assert payload == {"predictions": [[2 * x + 1] for (x,) in rows]}
+    after = regression.stats()
+    calls = after["batches"] - before["batches"]
+    assert after["requests"] - before["requests"] == len(bodies)
+    assert calls < len(bodies) and max(after["recent_batch_requests"][-calls:]) > 1

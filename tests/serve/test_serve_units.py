@@ -253,3 +253,40 @@ def test_calls_are_padded_to_the_buckets_on_a_gpu_only():
     settings = load_settings({"SERVE_MAX_BATCH_SIZE": "8"})
     assert padding_buckets(settings, "/GPU:1") == (1, 2, 4, 8)
     assert padding_buckets(settings, "/CPU:0") == () and padding_buckets(settings, None) == ()
+
+
+def test_tf_serving_requests_for_one_signature_share_a_call_and_get_their_own_rows():
+    from trainer.serve.tfserving import PredictRequest
+
+    calls = []
+
+    def run(request):
+        calls.append((request.signature_name, request.rows))
+        x = request.tensors["x"]
+        if request.signature_name == "total":
+            return {"total": np.asarray(x.sum())}  # not one row per input row
+        return {"y": x * 2 + 1, "n": np.arange(len(x))}
+
+    def req(signature, values, rows=True):
+        x = np.asarray(values, np.float32)
+        return PredictRequest(signature, {"x": x}, True, len(x) if rows else None)
+
+    async def go():
+        batcher = DynamicBatcher(run, max_batch_size=16, max_delay_seconds=0.05, max_queued_requests=100)
+        batcher._mean_requests_per_call = 2.0  # waits for company, as under load
+        batcher.start()
+        try:
+            requests = [req("serving_default", [[1.0]]), req("serving_default", [[2.0], [3.0]]), req("other", [[4.0]]),
+                        req("serving_default", [[5.0, 6.0]]), req("total", [[1.0], [2.0]]), req("total", [[3.0]])]
+            return requests, await asyncio.wait_for(asyncio.gather(*(batcher.submit(r) for r in requests)), 10)
+        finally:
+            await batcher.stop()
+
+    requests, answers = asyncio.run(go())
+    assert answers[0]["y"].tolist() == [[3.0]] and answers[0]["n"].tolist() == [0]
+    assert answers[1]["y"].tolist() == [[5.0], [7.0]] and answers[1]["n"].tolist() == [1, 2]  # rows 1-2 of a shared call
+    assert answers[2]["y"].tolist() == [[9.0]]
+    assert answers[3]["y"].tolist() == [[11.0, 13.0]]  # another input shape: its own call
+    assert answers[4]["total"].item() == 3.0 and answers[5]["total"].item() == 3.0  # joined, then rerun alone
+    assert ("serving_default", 3) in calls and ("other", 1) in calls and ("serving_default", 1) in calls
+    assert ("total", 3) in calls and ("total", 2) in calls and ("total", 1) in calls

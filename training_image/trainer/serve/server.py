@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import itertools
+import functools
 import json
 import re
 import threading
@@ -59,7 +59,7 @@ class ServingState:
         gpu_report: The ``[gpu-check]`` report.
         batcher: Created on the event loop once the replicas are known.
         tensor_replicas: The model as TF Serving serves it (a model that is not the built-in
-            classifier), one per device, each called from its own thread.
+            classifier), one per device; requests reach them through the same batcher.
         user_code: ``code/inference.py``, when the model carries one.
     """
 
@@ -72,9 +72,7 @@ class ServingState:
     batcher: DynamicBatcher | None = None
     tensor_replicas: list[TensorModel] = field(default_factory=list)
     user_code: handlers.UserCode | None = None
-    _executors: list[concurrent.futures.ThreadPoolExecutor] = field(default_factory=list)
     _handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
-    _turn: Any = field(default_factory=itertools.count)
 
     @property
     def describe_model(self) -> dict[str, Any] | None:
@@ -89,18 +87,9 @@ class ServingState:
             self._handler_pool = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="inference-py")
         return self._handler_pool
 
-    def tensor_replica(self) -> tuple[TensorModel, concurrent.futures.ThreadPoolExecutor]:
-        """The next replica in turn, with the one thread that calls it."""
-        if not self._executors:
-            self._executors = [
-                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"tensors-{i}") for i in range(len(self.tensor_replicas))
-            ]
-        index = next(self._turn) % len(self.tensor_replicas)
-        return self.tensor_replicas[index], self._executors[index]
-
     def shutdown(self) -> None:
-        for executor in [*self._executors, *([self._handler_pool] if self._handler_pool else [])]:
-            executor.shutdown(wait=False, cancel_futures=True)
+        if self._handler_pool is not None:
+            self._handler_pool.shutdown(wait=False, cancel_futures=True)
 
 
 STATE = web.AppKey("state", ServingState)
@@ -280,10 +269,12 @@ def _answer_type(accept: str) -> str | None:
 
 
 async def run_tensors(state: ServingState, parsed: tfserving.PredictRequest) -> dict[str, np.ndarray]:
-    """A parsed request's outputs, on the next replica's thread; 500 (one line) when the model fails."""
-    replica, executor = state.tensor_replica()
+    """A parsed request's outputs, batched with other requests for the same signature; 503 when
+    the queue is full, 500 (one line) when the model fails."""
     try:
-        return await asyncio.get_running_loop().run_in_executor(executor, replica.run, parsed.signature_name, parsed.tensors)
+        return await _batcher(state).submit(parsed)
+    except QueueFull:
+        raise codec.RequestError(503, "Too many requests are waiting; retry with backoff.") from None
     except Exception as err:  # noqa: BLE001 - the model failed on a request that fits its signature
         log("serve-predict-failed", error=repr(f"{type(err).__name__}: {err}".splitlines()[0]))
         raise codec.RequestError(500, f"The model failed on this request ({type(err).__name__}); see the endpoint's logs.") from err
@@ -432,8 +423,11 @@ def _batcher(state: ServingState) -> DynamicBatcher:
     """The batcher over every replica, made on the event loop by the first request after start-up."""
     if state.batcher is None:
         settings = state.settings
+        predicts: list[Callable[[Any], Any]] = [replica.predict for replica in state.replicas] or [
+            functools.partial(_run_request, replica) for replica in state.tensor_replicas
+        ]
         state.batcher = DynamicBatcher(
-            [replica.predict for replica in state.replicas],
+            predicts,
             max_batch_size=settings.max_batch_size,
             max_delay_seconds=settings.max_batch_delay_ms / 1000.0,
             max_queued_requests=settings.max_queued_requests,
@@ -441,6 +435,10 @@ def _batcher(state: ServingState) -> DynamicBatcher:
         )
         state.batcher.start()
     return state.batcher
+
+
+def _run_request(replica: TensorModel, request: tfserving.PredictRequest) -> dict[str, np.ndarray]:
+    return replica.run(request.signature_name, request.tensors)
 
 
 def create_app(state: ServingState) -> web.Application:
