@@ -77,6 +77,12 @@ def _serve(repeats: int) -> list[dict]:
     return serve_bench.run(repeats)
 
 
+def _serve_warmup(repeats: int) -> list[dict]:
+    from benchmarks import serve_warmup_bench
+
+    return serve_warmup_bench.run(repeats)
+
+
 def _process(repeats: int) -> list[dict]:
     from benchmarks import process_bench
 
@@ -99,6 +105,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "cost": _cost,
     "script": _script,
     "serve": _serve,
+    "serve_warmup": _serve_warmup,
     "process": _process,
     "bottleneck": _bottleneck,
 }

@@ -103,9 +103,18 @@ def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: O
 
 
 def render(answer: dict[str, Any]) -> str:
-    """One line per row: the predicted class, its probability, all probabilities."""
+    """One line per row: the predicted class, its probability, all probabilities (the built-in
+    classifier); any other model's TF Serving answer (``predictions`` or ``outputs``) as its JSON."""
+    predictions = answer.get("predictions")
+    classifier = isinstance(predictions, list) and all(
+        isinstance(p, dict) and "predicted_class" in p and "probabilities" in p for p in predictions
+    )
+    if not classifier:
+        if isinstance(predictions, list):
+            return "\n".join(f"row {i}: {json.dumps(p)}" for i, p in enumerate(predictions, start=1))
+        return json.dumps(answer)
     lines = []
-    for index, prediction in enumerate(answer.get("predictions", []), start=1):
+    for index, prediction in enumerate(predictions, start=1):
         probabilities = prediction["probabilities"]
         best = prediction["predicted_class"]
         shown = ", ".join(f"{p:.3f}" for p in probabilities)

@@ -194,7 +194,7 @@ def test_local_hosting_serves_an_endpoint_with_sagemakers_error_contract(emulato
     runtime = _client(emulator, "sagemaker-runtime")
     try:
         hosted = hosting.serve(f"{PROJECT}-endpoint")
-        assert "warmed_batch_sizes=1,8" in hosted.log_file.read_text()  # the Model's Environment reached it
+        assert "warmed_batch_sizes=1,2,4,8" in hosted.log_file.read_text()  # the Model's Environment reached it (every bucket up to 8)
         answer = runtime.invoke_endpoint(EndpointName=f"{PROJECT}-endpoint", ContentType="text/csv", Body=b"1,2,3,4\n")
         assert len(json.loads(answer["Body"].read())["predictions"][0]["probabilities"]) == 3
 

@@ -57,6 +57,14 @@ def test_csv_file_is_sent_as_csv_to_the_projects_endpoint(runtime, tmp_path, cap
     ]
 
 
+def test_a_tf_serving_answer_is_printed_row_by_row_not_as_classes():
+    regression = {"predictions": [[3.0], [5.0]]}
+    assert invoke.render(regression).splitlines() == ["row 1: [3.0]", "row 2: [5.0]"]
+    named = {"predictions": [{"score": 0.5, "doubled": [2.0, 4.0]}]}
+    assert invoke.render(named) == 'row 1: {"score": 0.5, "doubled": [2.0, 4.0]}'
+    assert invoke.render({"outputs": {"score": [0.5]}}) == '{"outputs": {"score": [0.5]}}'
+
+
 def test_scale_to_zero_invocations_name_the_inference_component(runtime, tmp_path, capsys):
     rows = tmp_path / "rows.csv"
     rows.write_text("0.1,0.2\n")

@@ -58,7 +58,7 @@ def test_ping_is_healthy_once_the_model_is_warm(server):
     reply = server.ping()
     assert reply.status == 200
     assert "serve-ready" in server.output()
-    assert "warmed_batch_sizes=1,16" in server.output()
+    assert "warmed_batch_sizes=1,2,4,8,16" in server.output()  # every bucket up to SERVE_MAX_BATCH_SIZE
     stats = server.stats()
     assert stats["model"]["kind"] == "trainer" and stats["model"]["num_features"] == FEATURES
 
@@ -70,6 +70,31 @@ def test_json_instances(server, expected):
 def test_json_plain_list_and_single_row(server, expected):
     _check(server.invoke(json.dumps(ROWS)), expected)
     _check(server.invoke(json.dumps(ROWS[1]), "application/json; charset=utf-8"), expected[1:2])
+
+
+def test_npy_rows_beside_json(server, expected):
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(ROWS, dtype=np.float32))
+    _check(server.invoke(buffer.getvalue(), "application/x-npy"), expected)
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(ROWS[0], dtype=np.float64))  # one row, another float type
+    _check(server.invoke(buffer.getvalue(), "application/x-npy"), expected[:1])
+    for array, message in [
+        (np.ones((2, 5), np.float32), "The .npy array has 5 values per row but the model takes 4 features."),
+        (np.array([["a", "b", "c", "d"]]), "The .npy array has dtype <U1; send numbers."),
+        (np.array([[1, 2, np.nan, 4]]), "The .npy array holds NaN or infinity"),
+    ]:
+        buffer = io.BytesIO()
+        np.save(buffer, array)
+        reply = server.invoke(buffer.getvalue(), "application/x-npy")
+        assert (reply.status, message in reply.json()["error"]) == (400, True), reply.body
+    pickled = io.BytesIO()
+    np.save(pickled, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    refused = server.invoke(pickled.getvalue(), "application/x-npy")
+    assert refused.status == 400 and "not a .npy array without pickles" in refused.json()["error"]
+    assert server.invoke(b"not npy", "application/x-npy").status == 400
 
 
 def test_csv(server, expected):
@@ -94,7 +119,7 @@ def test_csv(server, expected):
         ("", "application/json", 400, "Empty request body"),
         ("   \n", "text/csv", 400, "Empty request body"),
         (b"\xff\xfe1,2", "text/csv", 400, "Request body is not UTF-8 text"),
-        ("<rows/>", "application/xml", 415, "Unsupported content type 'application/xml'; send application/json or text/csv."),
+        ("<rows/>", "application/xml", 415, "Unsupported content type 'application/xml'; send application/json, text/csv or application/x-npy."),
         ("1,2,3,4", None, 415, "Unsupported content type"),
         ("[" + ",".join(["[1.0,2.0,3.0,4.0]"] * 400) + "]", "application/json", 413, f"over the {MAX_REQUEST_BYTES}-byte limit"),
     ],

@@ -1,4 +1,9 @@
-"""Which model the serving mode finds and how it is called: the trainer's, a user's .keras, SavedModels."""
+"""Which model the serving mode finds and how it is called: the trainer's, a user's .keras, SavedModels.
+
+``load_model`` is the built-in classifier (the trainer's model, or any model with
+``SERVE_MODEL_OUTPUT=logits|probabilities``); ``load_tensor_model`` serves every other model as TF
+Serving does.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,10 @@ import numpy as np
 import pytest
 
 from tests.serve.helpers import save_tiny_model, softmax_rows
-from trainer.serve.model import ModelLoadError, find_model, load_model
+from tests.serve.models import save_regression
+from trainer.serve.model import ModelLoadError, find_model, load_model, load_tensor_model
+from trainer.serve.server import serves_as_classifier
+from trainer.serve.settings import load_settings
 
 ROWS = np.array([[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]], dtype=np.float32)
 
@@ -89,3 +97,41 @@ def test_no_usable_model_is_one_clear_error(tmp_path, setup, message):
     setup(tmp_path)
     with pytest.raises(ModelLoadError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_model(tmp_path)
+
+
+def test_a_users_keras_model_is_served_as_tf_serving_would_with_its_own_names(tmp_path):
+    import keras
+
+    keras.utils.set_random_seed(5)
+    a, b = keras.Input(shape=(2,), name="a"), keras.Input(shape=(1,), name="b")
+    joined = keras.layers.Concatenate()([a, b])
+    model = keras.Model(
+        {"a": a, "b": b},
+        {"score": keras.layers.Dense(1, name="score")(joined), "klass": keras.layers.Dense(3, activation="softmax", name="klass")(joined)},
+    )
+    model.save(tmp_path / "two_heads.keras")
+    served = load_tensor_model(tmp_path)
+    signature = served.signatures["serving_default"]
+    assert (sorted(signature.inputs), sorted(signature.outputs)) == (["a", "b"], ["klass", "score"])
+    feed = {"a": np.array([[1, 2], [0, -1]], np.float32), "b": np.array([[0.5], [2]], np.float32)}
+    outputs = served.run("serving_default", feed)
+    want = model.predict(feed, verbose=0)
+    for name in ("score", "klass"):
+        np.testing.assert_allclose(outputs[name], want[name], atol=1e-6)
+    assert served.warm_up([1, 8]) == [1, 8]
+
+
+def test_a_regression_saved_model_keeps_its_values(tmp_path):
+    save_regression(tmp_path)
+    served = load_tensor_model(tmp_path)
+    (name, values), = served.run("serving_default", {"x": np.array([[1], [2], [3]], np.float32)}).items()
+    assert values.tolist() == [[3.0], [5.0], [7.0]]  # not softmaxed into "probabilities"
+
+
+def test_only_the_trainers_model_or_an_explicit_output_kind_is_served_as_a_classifier(tmp_path):
+    trainer_dir, user_dir = tmp_path / "trainer", tmp_path / "user"
+    save_tiny_model(trainer_dir)
+    save_regression(user_dir)
+    assert serves_as_classifier(load_settings({"SM_MODEL_DIR": str(trainer_dir)}))
+    assert not serves_as_classifier(load_settings({"SM_MODEL_DIR": str(user_dir)}))
+    assert serves_as_classifier(load_settings({"SM_MODEL_DIR": str(user_dir), "SERVE_MODEL_OUTPUT": "probabilities"}))

@@ -181,6 +181,9 @@ def test_the_image_installs_the_serving_package_and_its_pinned_http_stack():
     image_pins = (root / "training_image" / "requirements.txt").read_text().splitlines()
     dev_pins = (root / "requirements-dev.txt").read_text().splitlines()
     assert f"aiohttp=={aiohttp.__version__}" in image_pins and f"aiohttp=={aiohttp.__version__}" in dev_pins
+    import requests  # what inference.py's input_handler result is posted with
+
+    assert f"requests=={requests.__version__}" in image_pins and f"requests=={requests.__version__}" in dev_pins
     assert 'CMD ["train"]' in (root / "training_image" / "Dockerfile").read_text()  # SageMaker passes "serve" itself
     assert "EXPOSE 8080" in (root / "training_image" / "Dockerfile").read_text()
 
@@ -215,3 +218,75 @@ def test_one_replica_per_gpu_found_or_per_logical_cpu():
     assert replica_devices({"expected": 4, "found": 4}, 2) == ["/GPU:0", "/GPU:1"]
     assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 1}, 0) == ["/CPU:0"]
     assert replica_devices({"expected": 0, "found": 0, "logical_cpu_devices": 2}, 2) == ["/CPU:0", "/CPU:1"]
+
+
+def test_batch_buckets_are_powers_of_two_up_to_the_largest_batch_and_warmup_is_a_switch():
+    assert load_settings({}).batch_buckets == (1, 2, 4, 8, 16, 32, 64)
+    assert load_settings({"SERVE_MAX_BATCH_SIZE": "48"}).batch_buckets == (1, 2, 4, 8, 16, 32, 48)
+    assert load_settings({"SERVE_MAX_BATCH_SIZE": "1"}).batch_buckets == (1,)
+    assert load_settings({}).warmup is True and load_settings({"SERVE_WARMUP": "off"}).warmup is False
+    with pytest.raises(ConfigError, match="SERVE_WARMUP must be on or off, got 'sometimes'"):
+        load_settings({"SERVE_WARMUP": "sometimes"})
+
+
+def test_the_classifier_pads_each_call_up_to_its_bucket_and_answers_only_the_real_rows():
+    from trainer.serve.model import LoadedModel, ModelSource
+
+    shapes = []
+
+    def logits(batch):
+        shapes.append(batch.shape)
+        return np.asarray(batch)[:, :3] * 2.0
+
+    model = LoadedModel(ModelSource("trainer", Path("m")), 4, 3, "logits", logits, buckets=(1, 2, 4, 8))
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    padded = model.predict(rows)
+    assert shapes == [(4, 4)] and padded.shape == (3, 3)
+    np.testing.assert_allclose(padded, LoadedModel(ModelSource("trainer", Path("m")), 4, 3, "logits", logits).predict(rows))
+    model.predict(np.ones((9, 4), np.float32))  # above the largest bucket: its own size
+    assert shapes[-1] == (9, 4)
+
+
+def test_calls_are_padded_to_the_buckets_on_a_gpu_only():
+    from trainer.serve.server import padding_buckets
+
+    settings = load_settings({"SERVE_MAX_BATCH_SIZE": "8"})
+    assert padding_buckets(settings, "/GPU:1") == (1, 2, 4, 8)
+    assert padding_buckets(settings, "/CPU:0") == () and padding_buckets(settings, None) == ()
+
+
+def test_tf_serving_requests_for_one_signature_share_a_call_and_get_their_own_rows():
+    from trainer.serve.tfserving import PredictRequest
+
+    calls = []
+
+    def run(request):
+        calls.append((request.signature_name, request.rows))
+        x = request.tensors["x"]
+        if request.signature_name == "total":
+            return {"total": np.asarray(x.sum())}  # not one row per input row
+        return {"y": x * 2 + 1, "n": np.arange(len(x))}
+
+    def req(signature, values, rows=True):
+        x = np.asarray(values, np.float32)
+        return PredictRequest(signature, {"x": x}, True, len(x) if rows else None)
+
+    async def go():
+        batcher = DynamicBatcher(run, max_batch_size=16, max_delay_seconds=0.05, max_queued_requests=100)
+        batcher._mean_requests_per_call = 2.0  # waits for company, as under load
+        batcher.start()
+        try:
+            requests = [req("serving_default", [[1.0]]), req("serving_default", [[2.0], [3.0]]), req("other", [[4.0]]),
+                        req("serving_default", [[5.0, 6.0]]), req("total", [[1.0], [2.0]]), req("total", [[3.0]])]
+            return requests, await asyncio.wait_for(asyncio.gather(*(batcher.submit(r) for r in requests)), 10)
+        finally:
+            await batcher.stop()
+
+    requests, answers = asyncio.run(go())
+    assert answers[0]["y"].tolist() == [[3.0]] and answers[0]["n"].tolist() == [0]
+    assert answers[1]["y"].tolist() == [[5.0], [7.0]] and answers[1]["n"].tolist() == [1, 2]  # rows 1-2 of a shared call
+    assert answers[2]["y"].tolist() == [[9.0]]
+    assert answers[3]["y"].tolist() == [[11.0, 13.0]]  # another input shape: its own call
+    assert answers[4]["total"].item() == 3.0 and answers[5]["total"].item() == 3.0  # joined, then rerun alone
+    assert ("serving_default", 3) in calls and ("other", 1) in calls and ("serving_default", 1) in calls
+    assert ("total", 3) in calls and ("total", 2) in calls and ("total", 1) in calls

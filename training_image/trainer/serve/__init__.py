@@ -6,14 +6,20 @@ SageMaker starts a hosting container as ``<image> serve`` and talks to it on por
 sagemaker-inference-toolkit (``model_server.py``, ``transformer.py``):
 
 - ``settings``  the environment variables serving reads (port, batching, limits, model dir)
-- ``model``     finds and loads the model once (the trainer's ``model.keras``, a user's ``*.keras``
-                or SavedModel) behind one compiled predict function
-- ``codec``     request bodies (JSON, CSV) to a float32 matrix, or a one-line 4xx; responses to JSON
+- ``model``     finds and loads the model once: the built-in classifier (the trainer's
+                ``model.keras``) behind one compiled predict function, or any other model's
+                signatures as TF Serving serves them
+- ``codec``     the classifier's request bodies (JSON, CSV, .npy) to a float32 matrix, or a
+                one-line 4xx; its responses to JSON
+- ``tfserving`` TF Serving's REST contract (instances/inputs, named inputs and outputs,
+                signature_name) and the bodies AWS's serving container turns into it
+- ``handlers``  ``code/inference.py``: both of AWS's handler families, requirements from code/lib
 - ``batching``  the dynamic batcher: concurrent requests share one model call
 - ``server``    the aiohttp application and the start-up sequence (GPU check, load, warm-up)
 
-Only the shared contract (``environment``, ``gpu_check``, ``gpu_table``, ``logs``, ``errors``) is
-imported from the rest of the package: serving never reaches into the training mode.
+Only the shared floors (``environment``, ``gpu_check``, ``gpu_table``, ``logs``, ``errors``, and
+``user_code`` for the user's module, its requirements and its failures) are imported from the rest
+of the package: serving never reaches into the training mode.
 """
 
 from trainer.serve.server import main

@@ -10,6 +10,12 @@ benchmark compares against), still one call at a time on the device.
 
 With several model replicas (one per GPU), one draining task per replica takes from the same
 queue, each with its own worker thread, so the GPUs work on different batches at once.
+
+A request is a float32 matrix (the built-in classifier) or a parsed TF Serving request (any other
+model): requests for the same signature whose inputs agree in every dimension but the first are
+joined along it, and each gets its rows of every output back. A TF Serving request that cannot be
+joined (a columnar request whose inputs disagree on the batch size) runs alone, as does a batch
+whose outputs do not have one row per input row.
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ import collections
 import concurrent.futures
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from trainer.serve.tfserving import PredictRequest
 
 # How many recent batch sizes /stats keeps (bounded, so a long-lived endpoint does not grow).
 RECENT_BATCHES = 4096
@@ -35,8 +43,42 @@ class QueueFull(Exception):
 
 @dataclass
 class _Pending:
-    rows: np.ndarray
-    future: asyncio.Future[np.ndarray]
+    rows: Any  # np.ndarray or PredictRequest
+    future: asyncio.Future[Any]
+    size: int
+    key: Any
+
+
+def _size_and_key(payload: Any) -> tuple[int, Any]:
+    """Rows in a request, and what a request must share with others to be joined with them."""
+    if isinstance(payload, PredictRequest):
+        if payload.rows is None:
+            return 1, object()  # never joined
+        shapes = tuple((name, t.shape[1:], t.dtype.str) for name, t in sorted(payload.tensors.items()))
+        return payload.rows, (payload.signature_name, shapes)
+    return len(payload), None
+
+
+def _join(payloads: list[Any]) -> Any:
+    first = payloads[0]
+    if len(payloads) == 1:
+        return first
+    if isinstance(first, PredictRequest):
+        tensors = {name: np.concatenate([p.tensors[name] for p in payloads]) for name in first.tensors}
+        return PredictRequest(first.signature_name, tensors, first.row_format, sum(p.rows for p in payloads))
+    return np.concatenate(payloads)
+
+
+def _part(outputs: Any, start: int, end: int) -> Any:
+    if isinstance(outputs, dict):
+        return {name: value[start:end] for name, value in outputs.items()}
+    return outputs[start:end]
+
+
+def _splittable(outputs: Any, rows: int) -> bool:
+    if isinstance(outputs, dict):
+        return all(np.ndim(v) > 0 and len(v) == rows for v in outputs.values())
+    return len(outputs) == rows
 
 
 @dataclass
@@ -77,9 +119,10 @@ class DynamicBatcher:
     """Queues requests and runs the model on batches of them.
 
     Args:
-        predict: Function from a ``[n, features]`` float32 matrix to ``[n, classes]`` outputs,
-            or one such function per model replica (device). Each is called from its own
-            worker thread only, never concurrently with itself.
+        predict: Function from a ``[n, features]`` float32 matrix to ``[n, classes]`` outputs
+            (or from a :class:`PredictRequest` to its outputs by name), or one such function per
+            model replica (device). Each is called from its own worker thread only, never
+            concurrently with itself.
         max_batch_size: Most rows per call made of several requests.
         max_delay_seconds: Longest the first request of a batch waits for more.
         max_queued_requests: Queue bound; beyond it :meth:`submit` raises :class:`QueueFull`.
@@ -126,11 +169,16 @@ class DynamicBatcher:
         for executor in self._executors:
             executor.shutdown(wait=False, cancel_futures=True)
 
-    async def submit(self, rows: np.ndarray) -> np.ndarray:
-        """Predicts ``rows`` as part of some batch; raises QueueFull when the queue is at its bound."""
-        future: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+    async def submit(self, rows: Any) -> Any:
+        """Predicts ``rows`` (a matrix, or a parsed TF Serving request) as part of some batch.
+
+        Raises:
+            QueueFull: the queue is at its bound.
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        size, key = _size_and_key(rows)
         try:
-            self._queue.put_nowait(_Pending(rows, future))
+            self._queue.put_nowait(_Pending(rows, future, size, key))
         except asyncio.QueueFull:
             raise QueueFull from None
         return await future
@@ -156,24 +204,32 @@ class DynamicBatcher:
             carry = None
             assert first is not None
             batch = [first]
-            rows = len(first.rows)
+            rows = first.size
             waits = self._mean_requests_per_call >= WAIT_WHEN_MEAN_AT_LEAST
             deadline = time.monotonic() + (self._max_delay if waits else 0.0)
             while rows < self._max_rows:
                 item = await self._next(deadline - time.monotonic())
                 if item is None:
                     break
-                if rows + len(item.rows) > self._max_rows:
+                if rows + item.size > self._max_rows or item.key != first.key:
                     carry = item  # starts this replica's next batch, so no request is ever split
                     break
                 batch.append(item)
-                rows += len(item.rows)
+                rows += item.size
             batch = [p for p in batch if not p.future.done()]  # the client went away
             if not batch:
                 continue
-            matrix = batch[0].rows if len(batch) == 1 else np.concatenate([p.rows for p in batch])
+            rows = sum(p.size for p in batch)
+            payload = _join([p.rows for p in batch])
             try:
-                outputs = await loop.run_in_executor(self._executors[replica], self._predicts[replica], matrix)
+                outputs = await loop.run_in_executor(self._executors[replica], self._predicts[replica], payload)
+                if len(batch) > 1 and not _splittable(outputs, rows):
+                    # Outputs without one row per input row: each request runs on its own.
+                    outputs = None
+                    for pending in batch:
+                        alone = await loop.run_in_executor(self._executors[replica], self._predicts[replica], pending.rows)
+                        if not pending.future.done():
+                            pending.future.set_result(alone)
             except Exception as err:  # noqa: BLE001 - delivered to each waiting request
                 for pending in batch:
                     if not pending.future.done():
@@ -183,12 +239,18 @@ class DynamicBatcher:
             self.stats.batches += 1
             self.stats.replica_batches[replica] += 1
             self.stats.requests += len(batch)
-            self.stats.rows += len(matrix)
+            self.stats.rows += rows
             self.stats.recent_batch_requests.append(len(batch))
-            self.stats.recent_batch_rows.append(len(matrix))
+            self.stats.recent_batch_rows.append(rows)
+            if outputs is None:
+                continue
+            if len(batch) == 1:
+                if not batch[0].future.done():
+                    batch[0].future.set_result(outputs)
+                continue
             start = 0
             for pending in batch:
-                end = start + len(pending.rows)
+                end = start + pending.size
                 if not pending.future.done():
-                    pending.future.set_result(outputs[start:end])
+                    pending.future.set_result(_part(outputs, start, end))
                 start = end

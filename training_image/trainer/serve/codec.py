@@ -6,6 +6,9 @@ Accepted bodies (``Content-Type``):
   rows ``[[...], ...]``, or one row ``[...]``. Values must be JSON numbers (no strings, booleans,
   NaN or Infinity).
 - ``text/csv``: one row per line, numbers only, no header and no label column.
+- ``application/x-npy``: a NumPy ``.npy`` array (``np.save``), ``[rows, features]`` or one row;
+  binary, so an image batch costs its bytes, not a JSON text of them. Object arrays are refused
+  (no pickles are loaded).
 
 The response is ``application/json``: ``{"predictions": [{"predicted_class": 2,
 "probabilities": [...]}, ...]}``, one entry per row in request order.
@@ -21,7 +24,8 @@ import numpy as np
 
 JSON = "application/json"
 CSV = "text/csv"
-ACCEPTED_CONTENT_TYPES = (JSON, CSV)
+NPY = "application/x-npy"
+ACCEPTED_CONTENT_TYPES = (JSON, CSV, NPY)
 # Figures in an error message are cut so that a huge bad body cannot make a huge error line.
 _SHOWN = 40
 
@@ -57,8 +61,10 @@ def decode(body: bytes, content_type: str, num_features: int) -> np.ndarray:
     mime = content_type.split(";", 1)[0].strip().lower()
     if mime not in ACCEPTED_CONTENT_TYPES:
         raise RequestError(
-            415, f"Unsupported content type {content_type or '(none)'!r}; send application/json or text/csv."
+            415, f"Unsupported content type {content_type or '(none)'!r}; send application/json, text/csv or application/x-npy."
         )
+    if mime == NPY:
+        return _npy_rows(body, num_features)
     if not body.strip():
         raise RequestError(400, "Empty request body; send at least one row of features.")
     try:
@@ -75,6 +81,38 @@ def decode(body: bytes, content_type: str, num_features: int) -> np.ndarray:
                 400, f"Row {index} has {len(row)} values but the model takes {num_features} features{hint}."
             )
     return np.asarray(rows, dtype=np.float32)
+
+
+def load_npy(body: bytes) -> np.ndarray:
+    """A ``.npy`` body as an array; 400 for anything else (pickled object arrays included)."""
+    import io
+
+    if not body:
+        raise RequestError(400, "Empty request body; send an array saved with numpy.save.")
+    try:
+        array = np.load(io.BytesIO(body), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise RequestError(400, f"The application/x-npy body is not a .npy array without pickles: {err}".splitlines()[0]) from None
+    if not isinstance(array, np.ndarray):
+        raise RequestError(400, "The application/x-npy body holds an archive (.npz); send one array saved with numpy.save.")
+    return array
+
+
+def _npy_rows(body: bytes, num_features: int) -> np.ndarray:
+    array = load_npy(body)
+    if array.dtype.kind not in "biuf":
+        raise RequestError(400, f"The .npy array has dtype {array.dtype}; send numbers.")
+    if array.ndim == 1:
+        array = array.reshape(1, -1)
+    if array.ndim > 2:
+        array = array.reshape(array.shape[0], -1)  # images: one flattened row each
+    if array.ndim != 2 or array.shape[0] == 0:
+        raise RequestError(400, f"The .npy array has shape {array.shape}; send [rows, {num_features}].")
+    if array.shape[1] != num_features:
+        raise RequestError(400, f"The .npy array has {array.shape[1]} values per row but the model takes {num_features} features.")
+    if not np.all(np.isfinite(array)):
+        raise RequestError(400, "The .npy array holds NaN or infinity; every feature must be a finite number.")
+    return array.astype(np.float32, copy=False)
 
 
 def _json_rows(text: str) -> list[list[float]]:

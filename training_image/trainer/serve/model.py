@@ -7,8 +7,13 @@ SageMaker extracts the training job's ``model.tar.gz`` into ``/opt/ml/model``. W
   root (``saved_model.pb``) or in numbered version directories (``1/saved_model.pb``, as SageMaker
   TensorFlow scripts save to ``SM_MODEL_DIR/1``); the highest version wins, as in TF Serving.
 
-Every model is served the same way: rows of flat float32 features in, class probabilities out.
-Models whose input is an image (rank > 2) take the flattened image and are reshaped here.
+Two ways to serve a model:
+
+- :class:`LoadedModel`, the built-in classifier (the trainer's model, or any model with
+  ``SERVE_MODEL_OUTPUT=logits|probabilities``): rows of flat float32 features in, class
+  probabilities out, dynamically batched. Image models take the flattened image.
+- :class:`TensorModel`, every other model, as TensorFlow Serving serves it: each signature's
+  named inputs in, its named outputs out, untouched (a regression answers its numbers).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trainer.errors import TrainerError
+from trainer.serve.tfserving import DEFAULT_SIGNATURE, Signature, TensorSpec
 
 TRAINER_CONFIG = "trainer_config.json"
 BUILT_IN_MODEL = "model.keras"
@@ -115,6 +121,8 @@ class LoadedModel:
             is traced once and never retraced for a new batch size).
         owner: What must stay alive for ``predict_fn`` (the loaded SavedModel owns its variables).
         device: The device this replica's variables and ops are on (``None``: TensorFlow's choice).
+        buckets: Batch sizes calls are padded up to (with zero rows, cut from the answer); empty:
+            no padding. A batch above the largest runs at its own size.
     """
 
     source: ModelSource
@@ -124,10 +132,15 @@ class LoadedModel:
     predict_fn: Callable[[Any], Any]
     owner: Any = None
     device: str | None = None
+    buckets: tuple[int, ...] = ()
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
         """Class probabilities (float64, rows sum to 1) for a ``[n, num_features]`` float32 batch."""
-        raw = np.asarray(self.predict_fn(batch), dtype=np.float64)
+        rows = len(batch)
+        bucket = next((size for size in self.buckets if size >= rows), rows)
+        if bucket > rows:
+            batch = np.concatenate([batch, np.zeros((bucket - rows, batch.shape[1]), batch.dtype)])
+        raw = np.asarray(self.predict_fn(batch), dtype=np.float64)[:rows]
         raw = raw.reshape(raw.shape[0], -1)
         binary = raw.shape[1] == 1
         is_probabilities = self.output == "probabilities" or (
@@ -252,3 +265,142 @@ def _load_saved_model(source: ModelSource, output: str, device: str | None) -> L
 
     fn = _compile(call, num_features, inner_shape, spec.dtype, device)
     return LoadedModel(source, num_features, max(num_classes, 2), output, fn, owner=loaded, device=device)
+
+
+@dataclass
+class TensorModel:
+    """Any model served as TF Serving serves it: named inputs in, named outputs out, per signature.
+
+    Attributes:
+        source: Where it came from.
+        signatures: What each signature takes and returns (a Keras file has ``serving_default``).
+        functions: One callable per signature, from input arrays to output arrays.
+        owner: What must stay alive for the functions (the loaded SavedModel or Keras model).
+        device: The device its variables and ops are on.
+    """
+
+    source: ModelSource
+    signatures: dict[str, Signature]
+    functions: dict[str, Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]]
+    owner: Any = None
+    device: str | None = None
+
+    def run(self, signature_name: str, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The signature's outputs for one batch of inputs (checked by :func:`tfserving.parse`)."""
+        return self.functions[signature_name](tensors)
+
+    def warm_up(self, batch_sizes: list[int]) -> list[int]:
+        """Calls ``serving_default`` on zeros of each batch size; the sizes it could warm."""
+        signature = self.signatures.get(DEFAULT_SIGNATURE)
+        if signature is None or any(
+            spec.dtype == "object" or any(d is None for d in spec.shape[1:]) for spec in signature.inputs.values()
+        ):
+            return []  # strings or free dimensions: no zeros stand for a real request
+        for size in batch_sizes:
+            self.run(
+                DEFAULT_SIGNATURE,
+                {n: np.zeros((size, *[int(d) for d in s.shape[1:] if d is not None]), s.dtype) for n, s in signature.inputs.items()},
+            )
+        return batch_sizes
+
+    def describe(self) -> dict[str, Any]:
+        """For the start-up log line and ``/stats``."""
+        return {
+            "kind": self.source.kind,
+            "path": str(self.source.path),
+            "contract": "tensorflow-serving",
+            "signatures": {
+                name: {"inputs": sorted(sig.inputs), "outputs": sorted(sig.outputs)} for name, sig in self.signatures.items()
+            },
+            "device": self.device,
+        }
+
+
+def _spec(shape: Any, dtype: Any) -> TensorSpec:
+    import tensorflow as tf
+
+    dims = tuple(None if d is None else int(d) for d in (shape or ()))
+    tf_dtype = tf.as_dtype(dtype)
+    return TensorSpec(dims, "object" if tf_dtype == tf.string else tf_dtype.as_numpy_dtype.__name__)
+
+
+def _numpy_outputs(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    return {name: np.asarray(value.numpy() if hasattr(value, "numpy") else value) for name, value in outputs.items()}
+
+
+def load_tensor_model(model_dir: Path, device: str | None = None) -> TensorModel:
+    """Finds and loads any model for TF Serving's contract; raises ModelLoadError."""
+    import tensorflow as tf
+
+    source = find_model(model_dir)
+    try:
+        with tf.device(device):
+            if source.kind == "saved_model":
+                return _tensor_saved_model(source, device)
+            return _tensor_keras(source, device)
+    except ModelLoadError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any loader failure becomes one line in /ping and the log
+        raise ModelLoadError(f"Cannot load {source.path}: {type(err).__name__}: {err}".splitlines()[0]) from err
+
+
+def _tensor_saved_model(source: ModelSource, device: str | None) -> TensorModel:
+    import tensorflow as tf
+
+    loaded = tf.saved_model.load(str(source.path))
+    signatures: dict[str, Signature] = {}
+    functions: dict[str, Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]] = {}
+    for name, function in dict(loaded.signatures).items():
+        _, kwargs = function.structured_input_signature
+        inputs = {key: _spec(spec.shape, spec.dtype) for key, spec in kwargs.items()}
+        outputs = {key: _spec(spec.shape, spec.dtype) for key, spec in function.structured_outputs.items()}
+        signatures[name] = Signature(inputs, outputs)
+
+        def call(tensors: dict[str, np.ndarray], function: Any = function, specs: Any = kwargs) -> dict[str, np.ndarray]:
+            with tf.device(device):
+                feed = {key: tf.constant(value, dtype=specs[key].dtype) for key, value in tensors.items()}
+                return _numpy_outputs(function(**feed))
+
+        functions[name] = call
+    if not signatures:
+        raise ModelLoadError(
+            f"SavedModel {source.path} has no signatures; export it with model.export() or "
+            "tf.saved_model.save(..., signatures=...)."
+        )
+    return TensorModel(source, signatures, functions, owner=loaded, device=device)
+
+
+def _tensor_keras(source: ModelSource, device: str | None) -> TensorModel:
+    import keras
+    import tensorflow as tf
+
+    model = keras.saving.load_model(str(source.path), compile=False)
+    input_names = [t.name for t in model.inputs]
+    inputs = {name: _spec(t.shape, t.dtype or "float32") for name, t in zip(input_names, model.inputs)}
+    output_names = list(model.output_names)
+    outputs = {name: _spec(t.shape, t.dtype or "float32") for name, t in zip(output_names, model.outputs)}
+    structure = model.input
+
+    @tf.function(
+        input_signature=[{n: tf.TensorSpec(s.shape, tf.string if s.dtype == "object" else s.dtype, name=n) for n, s in inputs.items()}]
+    )
+    def predict(feed: dict[str, Any]) -> dict[str, Any]:
+        if isinstance(structure, dict):
+            args: Any = {name: feed[name] for name in structure}
+        elif isinstance(structure, (list, tuple)):
+            args = [feed[name] for name in input_names]
+        else:
+            args = feed[input_names[0]]
+        result = model(args, training=False)
+        if isinstance(result, dict):
+            return {name: result[name] for name in output_names}
+        if isinstance(result, (list, tuple)):
+            return dict(zip(output_names, result))
+        return {output_names[0]: result}
+
+    def call(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with tf.device(device):
+            return _numpy_outputs(predict(tensors))
+
+    signature = Signature(inputs, outputs)
+    return TensorModel(source, {DEFAULT_SIGNATURE: signature}, {DEFAULT_SIGNATURE: call}, owner=model, device=device)

@@ -17,6 +17,11 @@ reason, and the reason is logged.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
+import json
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -29,10 +34,16 @@ from aiohttp import web
 from trainer.errors import ConfigError, TrainerError
 from trainer.gpu_check import inspect_devices, resolve_expectation, smoke_test
 from trainer.logs import log, log_json
-from trainer.serve import codec
+from trainer.serve import codec, handlers, tfserving
 from trainer.serve.batching import DynamicBatcher, QueueFull
-from trainer.serve.model import LoadedModel, load_model
+from trainer.serve.model import LoadedModel, TensorModel, load_model, load_tensor_model
 from trainer.serve.settings import ServeSettings, load_settings
+
+# Threads that run the user's inference.py handlers: each request's handler runs off the event
+# loop, so a slow handler (or one calling back into /v1/models) never blocks the server.
+HANDLER_THREADS = 8
+CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
+_TFS_ROUTE = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?:(?P<method>\w+)$")
 
 
 @dataclass
@@ -47,6 +58,9 @@ class ServingState:
         failure: Why start-up failed, for ``/ping`` and the log.
         gpu_report: The ``[gpu-check]`` report.
         batcher: Created on the event loop once the replicas are known.
+        tensor_replicas: The model as TF Serving serves it (a model that is not the built-in
+            classifier), one per device; requests reach them through the same batcher.
+        user_code: ``code/inference.py``, when the model carries one.
     """
 
     settings: ServeSettings
@@ -56,6 +70,26 @@ class ServingState:
     failure: str | None = None
     gpu_report: dict[str, Any] = field(default_factory=dict)
     batcher: DynamicBatcher | None = None
+    tensor_replicas: list[TensorModel] = field(default_factory=list)
+    user_code: handlers.UserCode | None = None
+    _handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    @property
+    def describe_model(self) -> dict[str, Any] | None:
+        if self.model is not None:
+            return self.model.describe()
+        if self.tensor_replicas:
+            return self.tensor_replicas[0].describe()
+        return None
+
+    def handler_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        if self._handler_pool is None:
+            self._handler_pool = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="inference-py")
+        return self._handler_pool
+
+    def shutdown(self) -> None:
+        if self._handler_pool is not None:
+            self._handler_pool.shutdown(wait=False, cancel_futures=True)
 
 
 STATE = web.AppKey("state", ServingState)
@@ -92,19 +126,39 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
     try:
         state.gpu_report = gpu_check(settings)
         devices = replica_devices(state.gpu_report, settings.replicas)
-        replicas = [load_model(settings.model_dir, settings.output, device) for device in devices]
-        warm_sizes = sorted({1, settings.max_batch_size if settings.batching else 1})
-        for replica in replicas:
-            for size in warm_sizes:
-                replica.predict(np.zeros((size, replica.num_features), dtype=np.float32))
-        state.replicas = replicas
-        state.model = replicas[0]
+        # The user's code comes after the GPU check and before the model: its requirements and
+        # import fail the start with one line, and its model_fn may replace the model loading.
+        state.user_code = handlers.load(settings.model_dir)
+        # Every bucket, on every replica: no request meets a batch size the model has not run.
+        warm_sizes: list[int] = list(settings.batch_buckets) if settings.warmup else []
+        described: dict[str, Any] = {}
+        if state.user_code is not None and state.user_code.loads_own_model:
+            state.user_code.load_model(settings.model_dir)
+            warm_sizes, devices = [], ["model_fn"]
+            described = {"kind": "model_fn"}
+        elif serves_as_classifier(settings):
+            replicas = [load_model(settings.model_dir, settings.output, device) for device in devices]
+            for replica in replicas:
+                replica.buckets = padding_buckets(settings, replica.device)
+                for size in warm_sizes:
+                    replica.predict(np.zeros((size, replica.num_features), dtype=np.float32))
+            state.replicas = replicas
+            state.model = replicas[0]
+            described = replicas[0].describe()
+        else:
+            tensor_replicas = [load_tensor_model(settings.model_dir, device) for device in devices]
+            for tensor_replica in tensor_replicas:
+                warm_sizes = tensor_replica.warm_up(warm_sizes)
+            state.tensor_replicas = tensor_replicas
+            described = tensor_replicas[0].describe()
+            described["signatures"] = ",".join(described["signatures"])
         log(
             "serve-ready",
             seconds=f"{time.monotonic() - started:.2f}",
-            warmed_batch_sizes=",".join(map(str, warm_sizes)),
+            warmed_batch_sizes=",".join(map(str, warm_sizes)) or "none",
             replicas=",".join(devices),
-            **{k: v for k, v in replicas[0].describe().items() if k != "device"},
+            user_code=state.user_code.family if state.user_code else "none",
+            **{k: v for k, v in described.items() if k != "device"},
         )
         state.ready.set()
     except TrainerError as err:
@@ -113,6 +167,25 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
     except Exception as err:  # noqa: BLE001 - a failed start must stay visible in /ping, not kill the port
         state.failure = f"Unexpected {type(err).__name__} during start-up: {err}".splitlines()[0]
         log("serve-failed", reason=repr(state.failure))
+
+
+def padding_buckets(settings: ServeSettings, device: str | None) -> tuple[int, ...]:
+    """The batch sizes the classifier pads its calls to on ``device``: the buckets on a GPU, none on CPU.
+
+    On a GPU a new batch shape costs kernel selection and autotuning, and padded rows cost nothing
+    in parallel; on CPU a new shape costs next to nothing and padded rows cost compute.
+    """
+    return settings.batch_buckets if "GPU" in (device or "").upper() else ()
+
+
+def serves_as_classifier(settings: ServeSettings) -> bool:
+    """The built-in classifier answers (class and probabilities): the trainer's model, or any
+    model with ``SERVE_MODEL_OUTPUT=logits|probabilities``; every other model answers as TF Serving."""
+    if settings.output != "auto":
+        return True
+    from trainer.serve.model import find_model
+
+    return find_model(settings.model_dir).kind == "trainer"
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -140,10 +213,172 @@ async def ping(request: web.Request) -> web.Response:
 
 
 async def invocations(request: web.Request) -> web.Response:
-    """One prediction request: decode, batch, encode. Bad requests get a 4xx and one line."""
+    """One prediction request: the user's handlers, TF Serving's contract, or the built-in classifier."""
     state = request.app[STATE]
-    if not state.ready.is_set() or state.model is None:
+    if not state.ready.is_set():
         return _error(503, state.failure or "Not ready: the model is still loading.")
+    if state.user_code is not None:
+        return await _user_code(request, state)
+    if state.model is None:
+        return await _tensors(request, state, rest=False)
+    return await _classify(request, state)
+
+
+async def tfs_predict(request: web.Request) -> web.Response:
+    """TF Serving's own REST predict route, ``POST /v1/models/<name>[/versions/<n>]:predict``.
+
+    ``context.rest_uri`` of the user's handlers points here, as it points at TF Serving in AWS's
+    container; it answers TF Serving requests (JSON) for the model this server holds.
+    """
+    state = request.app[STATE]
+    match = _TFS_ROUTE.match(request.match_info["tail"])
+    if match is None or match["method"] != "predict":
+        return _error(404, f"POST {request.path}: only /v1/models/<name>[/versions/<n>]:predict is served.")
+    if match["name"] != state.settings.model_name:
+        return _error(404, f"Servable not found: model {match['name']!r} (this server holds {state.settings.model_name!r}).")
+    if not state.ready.is_set():
+        return _error(503, state.failure or "Not ready: the model is still loading.")
+    if state.model is not None:
+        return await _classify(request, state)
+    if not state.tensor_replicas:
+        return _error(404, f"{handlers.SCRIPT}'s model_fn loaded the model: it has no TF Serving route.")
+    return await _tensors(request, state, rest=True)
+
+
+async def _body(request: web.Request, state: ServingState) -> bytes | web.Response:
+    limit = state.settings.max_request_bytes
+    if request.content_length is not None and request.content_length > limit:
+        return _error(413, f"Request body of {request.content_length} bytes is over the {limit}-byte limit.")
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _error(413, f"Request body is over the {limit}-byte limit.")
+
+
+def _answer_type(accept: str) -> str | None:
+    """The response content type for ``Accept``: JSON, JSON lines (the same one-line body) or
+    ``.npy``, the client's first choice we can answer in; None: refuse."""
+    types = [part.split(";", 1)[0].strip().lower() for part in accept.split(",") if part.strip()]
+    if not types:
+        return codec.JSON
+    for mime in types:
+        if mime in tfserving.JSON_LINES or mime == codec.NPY:
+            return mime
+        if mime in (codec.JSON, "*/*", "application/*"):
+            return codec.JSON
+    return None
+
+
+async def run_tensors(state: ServingState, parsed: tfserving.PredictRequest) -> dict[str, np.ndarray]:
+    """A parsed request's outputs, batched with other requests for the same signature; 503 when
+    the queue is full, 500 (one line) when the model fails."""
+    try:
+        return await _batcher(state).submit(parsed)
+    except QueueFull:
+        raise codec.RequestError(503, "Too many requests are waiting; retry with backoff.") from None
+    except Exception as err:  # noqa: BLE001 - the model failed on a request that fits its signature
+        log("serve-predict-failed", error=repr(f"{type(err).__name__}: {err}".splitlines()[0]))
+        raise codec.RequestError(500, f"The model failed on this request ({type(err).__name__}); see the endpoint's logs.") from err
+
+
+async def predict_tensors(state: ServingState, payload: Any) -> dict[str, Any]:
+    """A TF Serving request object -> TF Serving's answer.
+
+    Raises:
+        codec.RequestError: the request does not fit the signature (400), or the model failed (500).
+    """
+    parsed = tfserving.parse(payload, state.tensor_replicas[0].signatures)
+    return tfserving.respond(parsed, await run_tensors(state, parsed))
+
+
+async def _tensors(request: web.Request, state: ServingState, *, rest: bool) -> web.Response:
+    accept = request.headers.get("Accept", "").strip()
+    answer_type = _answer_type(accept)
+    if answer_type is None:
+        return _error(
+            406, f"Unsupported Accept {accept!r}; predictions are returned as application/json, application/jsonlines or application/x-npy."
+        )
+    body = await _body(request, state)
+    if isinstance(body, web.Response):
+        return body
+    content_type = request.headers.get("Content-Type", "")
+    signatures = state.tensor_replicas[0].signatures
+    try:
+        if content_type.split(";", 1)[0].strip().lower() == codec.NPY and not rest:
+            parsed = tfserving.from_npy(body, signatures)
+        else:
+            if rest:
+                payload = tfserving.to_tfs_request(body, codec.JSON) if body.strip() else None
+                if not isinstance(payload, dict):
+                    raise codec.RequestError(400, 'TF Serving\'s predict API takes a JSON object with "instances" or "inputs".')
+            else:
+                payload = tfserving.to_tfs_request(body, content_type)
+            parsed = tfserving.parse(payload, signatures)
+        outputs = await run_tensors(state, parsed)
+        if answer_type == codec.NPY:
+            return web.Response(body=tfserving.npy_answer(outputs), content_type=codec.NPY)
+        answer = tfserving.respond(parsed, outputs)
+    except codec.RequestError as err:
+        return _error(err.status, str(err))
+    return web.Response(body=json.dumps(answer, separators=(",", ":")).encode("utf-8"), content_type=answer_type)
+
+
+async def _user_code(request: web.Request, state: ServingState) -> web.Response:
+    """One request through ``inference.py``, in a handler thread; its failure is a 4xx/5xx with the user's line."""
+    assert state.user_code is not None
+    body = await _body(request, state)
+    if isinstance(body, web.Response):
+        return body
+    settings = state.settings
+    context = handlers.Context(
+        model_name=settings.model_name,
+        model_version=None,
+        method="predict",
+        rest_uri=f"http://127.0.0.1:{settings.port}/v1/models/{settings.model_name}:predict",
+        grpc_uri=None,  # no gRPC port here: handlers that call gRPC must use rest_uri
+        custom_attributes=request.headers.get(CUSTOM_ATTRIBUTES_HEADER, ""),
+        request_content_type=request.headers.get("Content-Type", settings.default_content_type),
+        accept_header=_accept_for_handlers(request.headers.get("Accept", ""), settings.default_accept),
+        content_length=str(len(body)),
+    )
+    loop = asyncio.get_running_loop()
+
+    def default_predict(data: Any) -> Any:
+        if not isinstance(data, dict):
+            data = {"instances": data.tolist() if isinstance(data, np.ndarray) else data}
+        try:
+            if state.model is not None:
+                rows = codec.decode(json.dumps(data).encode(), codec.JSON, state.model.num_features)
+                return json.loads(codec.encode(state.model.predict(rows)))
+            return asyncio.run_coroutine_threadsafe(predict_tensors(state, data), loop).result()
+        except codec.RequestError as err:
+            raise handlers.HandlerError(err.status, f"predict failed: {err}") from None
+
+    try:
+        reply = await loop.run_in_executor(
+            state.handler_pool(), state.user_code.invoke, body, context, default_predict, _post
+        )
+    except handlers.HandlerError as err:
+        log("serve-handler-failed", status=err.status, error=repr(str(err)))
+        return _error(err.status, str(err))
+    return web.Response(body=reply.body, headers={"Content-Type": reply.content_type})
+
+
+def _accept_for_handlers(accept: str, default: str) -> str:
+    accept = accept.strip()
+    return default if not accept or accept == "*/*" else accept
+
+
+def _post(uri: str, data: Any) -> Any:
+    """What AWS's container does with ``input_handler``'s result: ``requests.post(rest_uri, data=...)``."""
+    import requests
+
+    return requests.post(uri, data=data, timeout=60)
+
+
+async def _classify(request: web.Request, state: ServingState) -> web.Response:
+    """The built-in classifier: decode, batch, encode. Bad requests get a 4xx and one line."""
+    assert state.model is not None
     accept = request.headers.get("Accept", "").strip()
     if accept and not any(t in accept for t in (codec.JSON, "*/*", "application/*")):
         return _error(406, f"Unsupported Accept {accept!r}; predictions are returned as application/json.")
@@ -174,8 +409,9 @@ async def stats(request: web.Request) -> web.Response:
     payload: dict[str, Any] = {
         "ready": state.ready.is_set(),
         "failure": state.failure,
-        "model": state.model.describe() if state.model else None,
-        "replicas": [replica.device for replica in state.replicas],
+        "model": state.describe_model,
+        "replicas": [replica.device for replica in state.replicas or state.tensor_replicas],
+        "user_code": state.user_code.family if state.user_code else None,
         "batching": state.settings.batching,
         "max_batch_size": state.settings.max_batch_size,
         "max_batch_delay_ms": state.settings.max_batch_delay_ms,
@@ -188,8 +424,11 @@ def _batcher(state: ServingState) -> DynamicBatcher:
     """The batcher over every replica, made on the event loop by the first request after start-up."""
     if state.batcher is None:
         settings = state.settings
+        predicts: list[Callable[[Any], Any]] = [replica.predict for replica in state.replicas] or [
+            functools.partial(_run_request, replica) for replica in state.tensor_replicas
+        ]
         state.batcher = DynamicBatcher(
-            [replica.predict for replica in state.replicas],
+            predicts,
             max_batch_size=settings.max_batch_size,
             max_delay_seconds=settings.max_batch_delay_ms / 1000.0,
             max_queued_requests=settings.max_queued_requests,
@@ -197,6 +436,10 @@ def _batcher(state: ServingState) -> DynamicBatcher:
         )
         state.batcher.start()
     return state.batcher
+
+
+def _run_request(replica: TensorModel, request: tfserving.PredictRequest) -> dict[str, np.ndarray]:
+    return replica.run(request.signature_name, request.tensors)
 
 
 def create_app(state: ServingState) -> web.Application:
@@ -208,10 +451,12 @@ def create_app(state: ServingState) -> web.Application:
     async def stop_batcher(app: web.Application) -> None:
         if state.batcher is not None:
             await state.batcher.stop()
+        state.shutdown()
 
     app.on_cleanup.append(stop_batcher)
     app.router.add_get("/ping", ping)
     app.router.add_post("/invocations", invocations)
+    app.router.add_post("/v1/models/{tail:.+}", tfs_predict)
     app.router.add_get("/stats", stats)
     return app
 

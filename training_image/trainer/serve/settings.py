@@ -9,6 +9,7 @@ tabular models on one GPU.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,18 @@ class ServeSettings:
         output: ``SERVE_MODEL_OUTPUT`` = auto|logits|probabilities: what the model returns.
             ``auto``: the trainer's models return logits; a Keras model ending in softmax or
             sigmoid returns probabilities; a SavedModel's rows are taken as probabilities when
-            they are non-negative and sum to 1.
+            they are non-negative and sum to 1. Only the built-in classifier answers with classes
+            and probabilities: with ``auto``, a model that is not the trainer's answers as TF
+            Serving does; ``logits`` or ``probabilities`` serve any model as a classifier.
+        model_name: ``TFS_DEFAULT_MODEL_NAME`` (default ``model``): the name in TF Serving's REST
+            route ``/v1/models/<name>:predict`` and in an ``inference.py`` handler's context.
+        default_accept: ``SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT`` (default ``application/json``):
+            the ``accept`` an ``inference.py`` handler gets when the request names none or ``*/*``.
+        default_content_type: the content type a handler gets when the request names none
+            (``application/json``, as AWS's serving container assumes).
+        warmup: ``SERVE_WARMUP`` = on|off (default on): call the model once per batch-size
+            bucket before ``/ping`` turns healthy, so no request pays for a first call at a new
+            size. ``off`` exists for the benchmark's baseline.
     """
 
     host: str
@@ -68,6 +80,27 @@ class ServeSettings:
     max_request_bytes: int
     output: str
     replicas: int = 0
+    model_name: str = "model"
+    default_accept: str = "application/json"
+    default_content_type: str = "application/json"
+    warmup: bool = True
+
+    @property
+    def batch_buckets(self) -> tuple[int, ...]:
+        """The batch sizes the model is called with: powers of two up to ``max_batch_size``, and it.
+
+        On a GPU the built-in classifier pads every call up to the next bucket (a request larger
+        than ``max_batch_size`` runs at its own size), so a warm-up of each bucket leaves no new
+        shape for a request to meet: TF Serving's ``allowed_batch_sizes``, with its padding. On
+        CPU, where a new shape costs nothing to speak of and padded rows cost compute, calls run
+        at their own size.
+        """
+        sizes = {self.max_batch_size}
+        size = 1
+        while size < self.max_batch_size:
+            sizes.add(size)
+            size *= 2
+        return tuple(sorted(sizes))
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None) -> int:
@@ -116,4 +149,21 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         max_request_bytes=_int(env, "SERVE_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1024),
         output=output,
         replicas=_int(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
+        model_name=_model_name(env),
+        default_accept=env.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "").strip() or "application/json",
+        warmup=_switch(env, "SERVE_WARMUP"),
     )
+
+
+def _switch(env: Mapping[str, str], name: str) -> bool:
+    value = env.get(name, "on").strip().lower() or "on"
+    if value not in ("on", "off"):
+        raise ConfigError(f"{name} must be on or off, got {value!r}.")
+    return value == "on"
+
+
+def _model_name(env: Mapping[str, str]) -> str:
+    name = env.get("TFS_DEFAULT_MODEL_NAME", "").strip() or "model"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ConfigError(f"TFS_DEFAULT_MODEL_NAME must be letters, digits, '_', '.' or '-', got {name!r}.")
+    return name

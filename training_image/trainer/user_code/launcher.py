@@ -16,32 +16,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from trainer.user_code.modules import where
+
 MAX_MESSAGE_CHARS = 500
 
 
 def _where(exc: BaseException, source_dir: Path) -> dict[str, Any]:
-    frames = traceback.extract_tb(exc.__traceback__)
-    origin = frames[-1] if frames else None
-    user = None
-    for frame in reversed(frames):
-        try:
-            path = Path(frame.filename).resolve()
-        except (OSError, ValueError):
-            continue
-        if source_dir in path.parents:
-            user = frame
-            break
-    report: dict[str, Any] = {}
-    if user is not None:
-        report.update(
-            file=Path(user.filename).resolve().relative_to(source_dir).as_posix(),
-            line=user.lineno,
-            function=user.name,
-            code=(user.line or "").strip()[:200],
-        )
-    if origin is not None and origin is not user:
-        report["raised_in"] = f"{origin.filename}:{origin.lineno}"
-    return report
+    return where(exc, source_dir)
 
 
 def _write(report_file: str, report: dict[str, Any]) -> None:

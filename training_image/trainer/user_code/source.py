@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -143,7 +143,12 @@ def _requirement_line(requirements: Path, requirement: str) -> str:
     return f"{requirements.name} ({requirement!r}, needed by another requirement)"
 
 
-def install_requirements(directory: Path, site_dir: Path, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+def install_requirements(
+    directory: Path,
+    site_dir: Path,
+    env: Mapping[str, str] | None = None,
+    wheel_dirs: Sequence[Path] | None = None,
+) -> tuple[str, ...]:
     """Installs what ``requirements.txt`` needs and the image lacks, from wheels in the source.
 
     pip first resolves against the image's packages (``--dry-run --report``), so a satisfied
@@ -151,12 +156,21 @@ def install_requirements(directory: Path, site_dir: Path, env: Mapping[str, str]
     dependencies of their own (the resolution already included them). ``PIP_INDEX_URL`` in the
     job's environment allows an index for jobs that run without network isolation.
 
+    Args:
+        directory: Holds ``requirements.txt``.
+        site_dir: Where missing packages are installed.
+        env: The job's environment (``PIP_INDEX_URL``).
+        wheel_dirs: Where the shipped wheels are: ``wheels/`` and ``directory`` itself for
+            training and processing code; ``code/lib`` for a serving model's ``inference.py``.
+
     Raises:
         SourceError: naming the requirement and its line when no shipped wheel satisfies it.
     """
     env = os.environ if env is None else env
     requirements = directory / REQUIREMENTS_FILE
-    finders = ["--find-links", str(directory / WHEELS_DIR), "--find-links", str(directory)]
+    wheel_dirs = [directory / WHEELS_DIR, directory] if wheel_dirs is None else list(wheel_dirs)
+    shipped = wheel_dirs[0].name if wheel_dirs[0] != directory else "."
+    finders = [arg for wheels in wheel_dirs for arg in ("--find-links", str(wheels))]
     index = [] if env.get("PIP_INDEX_URL") else ["--no-index"]
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     with tempfile.TemporaryDirectory() as scratch:
@@ -174,10 +188,10 @@ def install_requirements(directory: Path, site_dir: Path, env: Mapping[str, str]
             if missing:
                 where = _requirement_line(requirements, missing.group(1))
                 raise SourceError(
-                    f"{where} cannot be installed: no wheel for it in the source directory and the job has no "
-                    f"package index (network isolation). Ship it: pip download --only-binary=:all: "
-                    f"--platform manylinux2014_x86_64 --python-version 3.12 -d {WHEELS_DIR} '{missing.group(1)}', "
-                    f"then pack {WHEELS_DIR}/ with the code."
+                    f"{where} cannot be installed: no wheel for it in {', '.join(str(w) for w in wheel_dirs)} and "
+                    f"the container has no package index (network isolation). Ship it: pip download "
+                    f"--only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.12 -d {shipped} "
+                    f"'{missing.group(1)}', then pack {shipped}/ with the code."
                 )
             detail = " ".join(output.split())[-600:]
             raise SourceError(f"pip could not resolve {requirements.name} in the source directory: {detail}")

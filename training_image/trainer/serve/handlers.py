@@ -1,0 +1,265 @@
+"""``code/inference.py`` in ``model.tar.gz``: the user's request handlers, both of AWS's families.
+
+Found at ``<model dir>/code/inference.py``, as AWS's TensorFlow serving container looks for it.
+``code/requirements.txt`` is installed at start-up from wheels shipped in ``code/lib`` (offline:
+an endpoint may have no network), into a scratch directory first on ``sys.path`` with ``code/``
+and ``code/lib``; a requirement no wheel satisfies fails the start with one line naming it.
+
+- The serving container's family (``sagemaker-tensorflow-serving-container``'s
+  ``python_service.py``): ``handler(data, context)``, or ``input_handler(data, context)`` whose
+  result is POSTed to TF Serving's REST predict URI, and ``output_handler(response, context)``
+  given that ``requests`` response. ``data`` is the request body stream (``data.read()``),
+  ``context`` the container's ``Context`` tuple; ``context.rest_uri`` is this server's own
+  ``/v1/models/<name>:predict``, so a ``handler`` can call it as it calls TF Serving there.
+  The result is ``(body, content_type)``.
+- The inference toolkit's family (``sagemaker-inference-toolkit``'s ``transformer.py``):
+  ``model_fn(model_dir)``, ``input_fn(input_data, content_type)``, ``predict_fn(data, model)``,
+  ``output_fn(prediction, accept)``, or ``transform_fn(model, input_data, content_type, accept)``
+  instead of the last three; each may take one more argument, the context. A missing function
+  gets the default: the platform's model, the TF Serving request, its answer as JSON.
+
+A handler that raises answers 500 (or the ``status_code`` 4xx/5xx its exception carries, as the
+toolkit's ``BaseInferenceToolkitError`` does) with ``{"error": "<exception> (inference.py line N,
+in fn)"}``, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import io
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from trainer.errors import SourceError
+from trainer.logs import log
+from trainer.user_code import modules, source
+
+CODE_DIR = "code"
+LIB_DIR = "lib"
+SCRIPT = "inference.py"
+MODULE_NAME = "inference"
+TEXT_TYPES = ("application/json", "text/csv", "application/jsonlines", "application/jsons")
+SERVING_CONTAINER = "serving-container"
+INFERENCE_TOOLKIT = "inference-toolkit"
+# The serving container's request context (tfs_utils.parse_request), field for field.
+Context = collections.namedtuple(
+    "Context",
+    "model_name, model_version, method, rest_uri, grpc_uri, custom_attributes, "
+    "request_content_type, accept_header, content_length",
+)
+
+
+class HandlerError(Exception):
+    """A request the user's handler failed; the message is one line with the user's file and line.
+
+    Attributes:
+        status: The HTTP status to answer (4xx/5xx).
+    """
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Reply:
+    """What a handler answered: the body and its content type."""
+
+    body: bytes
+    content_type: str
+
+
+def _body_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return json.dumps(value, default=_json_default).encode("utf-8")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "numpy"):
+        return np.asarray(value.numpy()).tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+class UserCode:
+    """The imported ``inference.py`` and how to call it.
+
+    Attributes:
+        code_dir: ``<model dir>/code``.
+        module: The imported module.
+        family: :data:`SERVING_CONTAINER` or :data:`INFERENCE_TOOLKIT`.
+        installed: Packages installed from ``code/lib``.
+    """
+
+    def __init__(self, code_dir: Path, module: Any, installed: tuple[str, ...]) -> None:
+        self.code_dir = code_dir
+        self.module = module
+        self.installed = installed
+        names = {n for n in ("handler", "input_handler", "output_handler") if callable(getattr(module, n, None))}
+        toolkit = {n for n in ("model_fn", "input_fn", "predict_fn", "output_fn", "transform_fn") if callable(getattr(module, n, None))}
+        if names and toolkit:
+            raise SourceError(
+                f"{SCRIPT} defines {', '.join(sorted(names))} (the serving container's handlers) and "
+                f"{', '.join(sorted(toolkit))} (the inference toolkit's): keep one family."
+            )
+        if names and "handler" not in names and names != {"input_handler", "output_handler"}:
+            raise SourceError(f"{SCRIPT} defines {', '.join(sorted(names))}: define both input_handler and output_handler, or handler.")
+        if "transform_fn" in toolkit and toolkit & {"input_fn", "predict_fn", "output_fn"}:
+            raise SourceError(f"{SCRIPT} defines transform_fn with input_fn, predict_fn or output_fn: use one or the other.")
+        if not names and not toolkit:
+            raise SourceError(
+                f"{SCRIPT} defines no handler: define handler or input_handler/output_handler (TensorFlow serving "
+                "container), or model_fn/input_fn/predict_fn/output_fn/transform_fn (inference toolkit)."
+            )
+        self.family = SERVING_CONTAINER if names else INFERENCE_TOOLKIT
+        self.functions = names | toolkit
+        self.model: Any = None
+
+    @property
+    def loads_own_model(self) -> bool:
+        """``model_fn`` replaces the platform's model loading."""
+        return "model_fn" in self.functions
+
+    def _fail(self, err: Exception, stage: str) -> HandlerError:
+        status = getattr(err, "status_code", None)
+        status = status if isinstance(status, int) and 400 <= status <= 599 else 500
+        return HandlerError(status, f"{stage} failed: {modules.describe_failure(err, self.code_dir)}")
+
+    def _call(self, name: str, *args: Any, context: Any = None) -> Any:
+        """The toolkit's rule: a function may take the listed arguments, or one more (the context)."""
+        function: Callable[..., Any] = getattr(self.module, name)
+        try:
+            accepted = len(inspect.signature(function).parameters)
+        except (TypeError, ValueError):
+            accepted = len(args)
+        if accepted == len(args) + 1:
+            args = (*args, context)
+        elif accepted != len(args):
+            raise HandlerError(500, f"{SCRIPT}: {name} takes {accepted} arguments; the toolkit passes {len(args)} (or {len(args) + 1} with the context).")
+        try:
+            return function(*args)
+        except HandlerError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's failure, reported with their file and line
+            raise self._fail(err, name) from err
+
+    def load_model(self, model_dir: Path) -> None:
+        """Runs ``model_fn(model_dir)`` once at start-up; raises SourceError with the user's line."""
+        try:
+            self.model = self._call("model_fn", str(model_dir))
+        except HandlerError as err:
+            raise SourceError(f"{SCRIPT} {err}") from err
+
+    def invoke(
+        self,
+        body: bytes,
+        context: Any,
+        default_predict: Callable[[Any], Any],
+        post: Callable[[str, Any], Any],
+    ) -> Reply:
+        """One request through the user's handlers (called in a worker thread, never on the event loop).
+
+        Args:
+            body: The request body.
+            context: The :data:`Context` of this request.
+            default_predict: A TF Serving request object -> its answer (the platform's model).
+            post: ``(rest_uri, data) -> requests.Response``, what ``input_handler``'s result is sent with.
+        """
+        if self.family == SERVING_CONTAINER:
+            return self._serving_container(body, context, post)
+        return self._toolkit(body, context, default_predict)
+
+    def _serving_container(self, body: bytes, context: Any, post: Callable[[str, Any], Any]) -> Reply:
+        data = io.BytesIO(body)
+        if "handler" in self.functions:
+            result = self._call("handler", data, context)
+        else:
+            processed = self._call("input_handler", data, context)
+            response = post(context.rest_uri, processed)
+            result = self._call("output_handler", response, context)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            name = "handler" if "handler" in self.functions else "output_handler"
+            raise HandlerError(500, f"{SCRIPT}: {name} returned {type(result).__name__}; return (body, content_type).")
+        return Reply(_body_bytes(result[0]), str(result[1] or context.accept_header))
+
+    def _toolkit(self, body: bytes, context: Any, default_predict: Callable[[Any], Any]) -> Reply:
+        content_type = context.request_content_type
+        accept = context.accept_header
+        input_data: Any = body
+        if content_type.split(";", 1)[0].strip().lower() in TEXT_TYPES:
+            try:
+                input_data = body.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise HandlerError(400, f"Request body is not UTF-8 text (byte {err.start}).") from None
+        model = self.model
+        if "transform_fn" in self.functions:
+            result = self._call("transform_fn", model, input_data, content_type, accept, context=context)
+        else:
+            from trainer.serve import tfserving
+
+            if "input_fn" in self.functions:
+                data = self._call("input_fn", input_data, content_type, context=context)
+            else:
+                data = tfserving.to_tfs_request(body, content_type)
+            if "predict_fn" in self.functions:
+                prediction = self._call("predict_fn", data, model, context=context)
+            else:
+                prediction = default_predict(data) if model is None else _predict_with(model, data)
+            if "output_fn" in self.functions:
+                result = self._call("output_fn", prediction, accept, context=context)
+            else:
+                result = (json.dumps(prediction, default=_json_default), "application/json")
+        content = accept
+        if isinstance(result, tuple):
+            result, content = result[0], result[1]
+        try:
+            return Reply(_body_bytes(result), str(content))
+        except TypeError as err:
+            raise HandlerError(500, f"{SCRIPT}: the response is not bytes, text or JSON: {err}.") from None
+
+
+def _predict_with(model: Any, data: Any) -> Any:
+    """The default predict_fn for a model the user's model_fn returned (a Keras model or a callable)."""
+    if isinstance(data, dict) and ("instances" in data or "inputs" in data):
+        data = data.get("instances", data.get("inputs"))
+    array = np.asarray(data, dtype=np.float32)
+    outputs = model.predict(array, verbose=0) if hasattr(model, "predict") else model(array)
+    return {"predictions": np.asarray(outputs).tolist()}
+
+
+def load(model_dir: Path) -> UserCode | None:
+    """Installs ``code/requirements.txt`` from ``code/lib`` and imports ``code/inference.py``; None without one.
+
+    Raises:
+        SourceError: a requirement no shipped wheel satisfies, an import that fails (the user's
+            file and line), or handlers that do not form one family.
+    """
+    code_dir = model_dir / CODE_DIR
+    script = code_dir / SCRIPT
+    if not script.is_file():
+        return None
+    search = [code_dir, code_dir / LIB_DIR]
+    installed: tuple[str, ...] = ()
+    if (code_dir / source.REQUIREMENTS_FILE).is_file():
+        # The model directory may be read-only (SageMaker mounts it so): install beside it.
+        site_dir = Path(tempfile.mkdtemp(prefix="serve-code-packages-"))
+        installed = source.install_requirements(code_dir, site_dir, wheel_dirs=[code_dir / LIB_DIR])
+        search.insert(0, site_dir)
+    module = modules.import_file(script, MODULE_NAME, search)
+    user_code = UserCode(code_dir, module, installed)
+    log("serve-user-code", script=str(script), family=user_code.family, functions=",".join(sorted(user_code.functions)), installed=",".join(installed) or "none")
+    return user_code

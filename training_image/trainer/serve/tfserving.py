@@ -1,0 +1,318 @@
+"""TensorFlow Serving's REST predict contract, for any model's signatures.
+
+What AWS's TensorFlow serving container does in front of TF Serving, and TF Serving itself:
+
+- The body of ``/invocations`` becomes a TF Serving request as the container's
+  ``tensorflow-serving.js`` makes it: ``application/json`` with ``"instances"``, ``"inputs"`` (or
+  ``"examples"``, refused here) passes as is; JSON lines (``application/jsonlines``, or values
+  separated by newlines) become one instance per line; any other JSON value becomes
+  ``{"instances": value}`` (wrapped in a list unless it already is a list of lists);
+  ``text/csv`` becomes one instance per line, a list when the line has several columns.
+- TF Serving's request: ``{"signature_name": ..., "instances": [...]}`` (row format: one entry per
+  example, a value when the signature has one input, else an object keyed by input name) or
+  ``{"inputs": ...}`` (columnar: a batched value, or an object of batched values by input name).
+  ``{"b64": "..."}`` is a binary value.
+- TF Serving's answer: row format gives ``{"predictions": [...]}`` (per example a value when the
+  signature has one output, else an object keyed by output name); columnar gives
+  ``{"outputs": value}`` or ``{"outputs": {name: value}}``.
+
+A fixed-shape input also takes a flat row of the same number of values (a CSV line for an image
+model): it is reshaped, where TF Serving would refuse it.
+
+Beside JSON, ``application/x-npy`` (a NumPy ``.npy`` array, batch first) feeds a one-input
+signature without a JSON text of the values (image batches), and ``Accept: application/x-npy``
+answers a one-output signature with its array.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trainer.serve.codec import JSON, RequestError, load_npy
+
+CSV = "text/csv"
+JSON_LINES = ("application/jsonlines", "application/jsons", "application/x-jsonlines")
+ACCEPTED = (JSON, CSV, *JSON_LINES)
+DEFAULT_SIGNATURE = "serving_default"
+_TFS_KEYS = re.compile(r'"(instances|inputs|examples)"\s*:')
+_JSON_LINES = re.compile(r"[}\]]\s*[\[{]")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One named input or output of a signature.
+
+    Attributes:
+        shape: Dimensions, ``None`` where any size goes (the first is the batch).
+        dtype: NumPy dtype name (``float32``, ``int64``, ``object`` for strings).
+    """
+
+    shape: tuple[int | None, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a signature takes and returns (names are TF Serving's keys)."""
+
+    inputs: Mapping[str, TensorSpec]
+    outputs: Mapping[str, TensorSpec]
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """A parsed TF Serving request.
+
+    Attributes:
+        signature_name: ``signature_name``, default ``serving_default``.
+        tensors: One batched array per input name.
+        row_format: ``instances`` (answer with ``predictions``) or ``inputs`` (``outputs``).
+        rows: Examples in the request (the batch size), ``None`` for a columnar request whose
+            inputs disagree on it.
+    """
+
+    signature_name: str
+    tensors: dict[str, np.ndarray]
+    row_format: bool
+    rows: int | None
+
+
+def _reject_constant(name: str) -> float:
+    raise RequestError(400, f"JSON body holds {name}; send finite numbers.")
+
+
+def _loads(text: str, where: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as err:
+        raise RequestError(400, f"Malformed JSON in {where}: {err.msg} at line {err.lineno} column {err.colno}.") from None
+
+
+def _csv_value(field: str, line: int, column: int) -> Any:
+    text = field.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        return text.strip('"')  # a string feature, quoted or not, as the container quotes it
+    if not math.isfinite(value):
+        raise RequestError(400, f"CSV line {line} value {column} is {text}; values must be finite.")
+    return int(value) if re.fullmatch(r"[+-]?\d+", text) else value
+
+
+def to_tfs_request(body: bytes, content_type: str) -> dict[str, Any]:
+    """A request body in any accepted content type as a TF Serving request object.
+
+    Raises:
+        RequestError: 415 for another content type, 400 for an empty, non-UTF-8 or malformed body.
+    """
+    mime = content_type.split(";", 1)[0].strip().lower()
+    if mime not in ACCEPTED:
+        raise RequestError(
+            415, f"Unsupported content type {content_type or '(none)'!r}; send application/json, application/jsonlines or text/csv."
+        )
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(400, f"Request body is not UTF-8 text (byte {err.start}).") from None
+    if not text.strip():
+        raise RequestError(400, "Empty request body; send at least one instance.")
+    if mime == CSV:
+        instances = []
+        for number, line in enumerate(text.strip().splitlines(), start=1):
+            if not line.strip():
+                continue
+            values = [_csv_value(f, number, c) for c, f in enumerate(line.split(","), start=1)]
+            instances.append(values if len(values) > 1 else values[0])
+        return {"instances": instances}
+    if mime in JSON_LINES or _JSON_LINES.search(text):
+        lines = [line for line in text.strip().splitlines() if line.strip()]
+        if len(lines) == 1:
+            return {"instances": _loads(lines[0], "line 1")}
+        return {"instances": [_loads(line, f"line {n}") for n, line in enumerate(lines, start=1)]}
+    if _TFS_KEYS.search(text):
+        payload = _loads(text, "the body")
+        if isinstance(payload, dict):
+            return payload
+    else:
+        payload = _loads(text, "the body")
+    if not (isinstance(payload, list) and payload and isinstance(payload[0], list)):
+        payload = [payload]
+    return {"instances": payload}
+
+
+def _binary(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"b64"} and isinstance(value["b64"], str):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except ValueError:
+            raise RequestError(400, "A {\"b64\": ...} value is not valid base64.") from None
+    if isinstance(value, list):
+        return [_binary(v) for v in value]
+    return value
+
+
+def _array(value: Any, name: str, spec: TensorSpec) -> np.ndarray:
+    value = _binary(value)
+    try:
+        array = np.asarray(value, dtype=object if spec.dtype == "object" else spec.dtype)
+    except (TypeError, ValueError):
+        raise RequestError(
+            400, f"Input {name!r} must be a rectangular array of {spec.dtype} values; got {str(value)[:40]}."
+        ) from None
+    if array.dtype == object and spec.dtype != "object":
+        raise RequestError(400, f"Input {name!r} has rows of different lengths.")
+    expected = spec.shape
+    if len(expected) == array.ndim and all(e is None or e == a for e, a in zip(expected, array.shape)):
+        return array
+    fixed = expected[1:]
+    if array.ndim >= 1 and fixed and all(d is not None for d in fixed):
+        width = math.prod(int(d) for d in fixed)  # type: ignore[arg-type]
+        if array.size == array.shape[0] * width:
+            return array.reshape((array.shape[0], *[int(d) for d in fixed]))  # type: ignore[arg-type]
+    shown = tuple(-1 if d is None else d for d in expected)
+    raise RequestError(
+        400, f"Input {name!r} has shape {tuple(array.shape)} but the signature takes {shown} (-1: any size)."
+    )
+
+
+def from_npy(body: bytes, signatures: Mapping[str, Signature], signature_name: str = DEFAULT_SIGNATURE) -> PredictRequest:
+    """An ``application/x-npy`` body as the batched value of a one-input signature (row format).
+
+    Raises:
+        RequestError: 400 for a body that is not a ``.npy`` array, a signature with several
+            inputs, or an array that does not fit the input.
+    """
+    if signature_name not in signatures:
+        raise RequestError(400, f"Signature {signature_name!r} is not in the model (it has: {', '.join(sorted(signatures))}).")
+    signature = signatures[signature_name]
+    if len(signature.inputs) != 1:
+        raise RequestError(
+            400, f"application/x-npy feeds one input; signature {signature_name!r} takes {', '.join(sorted(signature.inputs))}: send JSON."
+        )
+    array = load_npy(body)
+    (name, spec), = signature.inputs.items()
+    if array.ndim == 0 or array.shape[0] == 0:
+        raise RequestError(400, f"The .npy array has shape {array.shape}; send a batch (first dimension: examples).")
+    if spec.dtype != "object" and array.dtype.kind not in "biuf":
+        raise RequestError(400, f"The .npy array has dtype {array.dtype}; input {name!r} takes {spec.dtype}.")
+    tensor = _array(array.astype(spec.dtype, copy=False) if spec.dtype != "object" else array, name, spec)
+    return PredictRequest(signature_name, {name: tensor}, True, int(tensor.shape[0]))
+
+
+def npy_answer(outputs: Mapping[str, np.ndarray]) -> bytes:
+    """``Accept: application/x-npy``: the one output's array as a ``.npy`` body.
+
+    Raises:
+        RequestError: 406 when the signature has several outputs.
+    """
+    import io
+
+    if len(outputs) != 1:
+        raise RequestError(406, f"application/x-npy answers one output; this signature has {', '.join(sorted(outputs))}: accept JSON.")
+    buffer = io.BytesIO()
+    np.save(buffer, next(iter(outputs.values())), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def parse(request: Any, signatures: Mapping[str, Signature]) -> PredictRequest:
+    """A TF Serving request object as one array per input of the named signature.
+
+    Raises:
+        RequestError: 400 naming the key, input or instance that does not fit the signature.
+    """
+    if not isinstance(request, dict):
+        raise RequestError(400, 'The request must be a JSON object with "instances" or "inputs".')
+    name = request.get("signature_name", DEFAULT_SIGNATURE)
+    if name not in signatures:
+        raise RequestError(
+            400, f"Signature {name!r} is not in the model (it has: {', '.join(sorted(signatures))}); set signature_name."
+        )
+    signature = signatures[name]
+    has = [k for k in ("instances", "inputs", "examples") if k in request]
+    if has == ["examples"]:
+        raise RequestError(400, '"examples" (the classify/regress APIs) is not served; send "instances" or "inputs".')
+    if len(has) != 1:
+        raise RequestError(400, 'Send exactly one of "instances" (row format) or "inputs" (columnar format).')
+    names = sorted(signature.inputs)
+    if "instances" in request:
+        instances = request["instances"]
+        if not isinstance(instances, list) or not instances:
+            raise RequestError(400, '"instances" must be a non-empty list with one entry per example.')
+        named = all(isinstance(i, dict) and not set(i) <= {"b64"} for i in instances)
+        if len(names) > 1 and not named:
+            raise RequestError(
+                400, f"The signature takes {len(names)} inputs ({', '.join(names)}); each instance must be an object with them."
+            )
+        if named:
+            columns: dict[str, list[Any]] = {n: [] for n in names}
+            for index, instance in enumerate(instances, start=1):
+                unknown = sorted(set(instance) - set(names))
+                missing = [n for n in names if n not in instance]
+                if unknown or missing:
+                    what = f"unknown {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
+                    raise RequestError(400, f"Instance {index} does not match the inputs ({', '.join(names)}): {what}.")
+                for n in names:
+                    columns[n].append(instance[n])
+        else:
+            columns = {names[0]: instances}
+        tensors = {n: _array(columns[n], n, signature.inputs[n]) for n in names}
+        return PredictRequest(name, tensors, True, len(instances))
+    inputs = request["inputs"]
+    if isinstance(inputs, dict) and not set(inputs) <= {"b64"}:
+        unknown = sorted(set(inputs) - set(names))
+        missing = [n for n in names if n not in inputs]
+        if unknown or missing:
+            what = f"unknown {', '.join(unknown)}" if unknown else f"missing {', '.join(missing)}"
+            raise RequestError(400, f'"inputs" does not match the signature\'s inputs ({", ".join(names)}): {what}.')
+    elif len(names) == 1:
+        inputs = {names[0]: inputs}
+    else:
+        raise RequestError(400, f'The signature takes {len(names)} inputs ({", ".join(names)}); "inputs" must be an object.')
+    tensors = {n: _array(inputs[n], n, signature.inputs[n]) for n in names}
+    sizes = {t.shape[0] if t.ndim else None for t in tensors.values()}
+    return PredictRequest(name, tensors, False, sizes.pop() if len(sizes) == 1 else None)
+
+
+def _jsonable(array: np.ndarray) -> Any:
+    if array.dtype == object or array.dtype.kind == "S":
+        def text(value: Any) -> Any:
+            if isinstance(value, bytes):
+                try:
+                    return value.decode("utf-8")
+                except UnicodeDecodeError:
+                    return {"b64": base64.b64encode(value).decode("ascii")}
+            return value
+
+        return np.vectorize(text, otypes=[object])(array).tolist() if array.size else array.tolist()
+    return array.tolist()
+
+
+def respond(request: PredictRequest, outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """TF Serving's answer for ``outputs`` (one array per output name).
+
+    Raises:
+        RequestError: 500 when a row-format request's outputs do not all have the batch size.
+    """
+    if not request.row_format:
+        if len(outputs) == 1:
+            return {"outputs": _jsonable(next(iter(outputs.values())))}
+        return {"outputs": {name: _jsonable(value) for name, value in outputs.items()}}
+    rows = request.rows
+    for name, value in outputs.items():
+        if value.ndim == 0 or value.shape[0] != rows:
+            raise RequestError(
+                500, f"Output {name!r} has shape {tuple(value.shape)}, not one entry per instance ({rows}); "
+                'send "inputs" (columnar format) for this signature.'
+            )
+    columns = {name: _jsonable(value) for name, value in outputs.items()}
+    if len(columns) == 1:
+        return {"predictions": next(iter(columns.values()))}
+    return {"predictions": [{name: column[i] for name, column in columns.items()} for i in range(rows or 0)]}
