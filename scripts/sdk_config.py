@@ -54,6 +54,7 @@ NOT_IN_SCHEMA = (
     "MetricDefinitions",
     "job name prefix",
     "code location",
+    "debugger hook (SDK v2's Estimator key, which SDK v3 refuses in this file)",
 )
 """What the platform's jobs carry that the SDK's config schema (1.0) cannot hold."""
 
@@ -149,7 +150,9 @@ def build_config(request: Mapping[str, Any], *, key_arn: str, processing_role_ar
                     # Outputs go to s3://<bucket>/<prefix>/<job>/output/, where the platform's jobs
                     # put theirs (code too, without code_location); no STS lookup for a bucket name.
                     "Session": {"DefaultS3Bucket": bucket, "DefaultS3ObjectKeyPrefix": prefix.strip("/")},
-                    "Estimator": {"DebugHookConfig": False},
+                    # No Estimator.DebugHookConfig here: SDK v3 validates this file against a schema
+                    # without v2's Estimator module and refuses the whole file; the debugger hook is
+                    # turned off with an estimator argument instead (estimator_arguments).
                 }
             },
             "TrainingJob": training_job,
@@ -175,6 +178,8 @@ def estimator_arguments(defaults: SdkDefaults, job_name: str) -> dict[str, Any]:
         # Users' code lives under the code prefix, which the job role may read but not write;
         # the SDK adds <job>/source/sourcedir.tar.gz and encrypts it with the output key.
         "code_location": f"s3://{defaults.artifacts_bucket}/{CODE_PREFIX.rstrip('/')}",
+        # The image has no smdebug: no debugger hook (the file cannot say so for both SDKs).
+        "debugger_hook_config": False,
     }
     if "MaxWaitTimeInSeconds" in stopping:
         arguments["max_wait"] = stopping["MaxWaitTimeInSeconds"]
