@@ -15,8 +15,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -43,6 +46,7 @@ def problems_with_trainer() -> list[str]:
         gpu_table = importlib.import_module("trainer.gpu_table")
         # Script mode and the helper library user scripts import.
         importlib.import_module("trainer.user_code.runner")
+        importlib.import_module("trainer.user_code.guard")
         importlib.import_module("trainer.toolkit")
         definitions = metrics.metric_definitions()
         instance_types = gpu_table.known_instance_types()
@@ -58,11 +62,39 @@ def problems_with_trainer() -> list[str]:
     return found
 
 
+def problems_with_python_wrapper(wrapper_dir: str, path: str | None = None) -> list[str]:
+    """``python`` and ``python3`` on PATH must be the guard wrapper in ``wrapper_dir``, and the guard must import.
+
+    A job that replaces the entrypoint (ScriptProcessor, ModelTrainer) gets the GPU check and the
+    failure file only through that wrapper; a PATH that finds the venv's python first would
+    silently drop them.
+    """
+    found = []
+    expected = Path(wrapper_dir)
+    for name in ("python", "python3"):
+        resolved = shutil.which(name, path=path)
+        if resolved is None or Path(resolved).parent != expected:
+            found.append(f"{name} on PATH is {resolved}, not the guard wrapper in {expected} (put it first on PATH)")
+        elif not os.access(resolved, os.X_OK):
+            found.append(f"{resolved} is not executable")
+    real = os.environ.get("TRAINER_PYTHON", "")
+    if not real or not os.access(real, os.X_OK) or Path(real).parent == expected:
+        found.append(f"TRAINER_PYTHON={real!r} must name the real interpreter behind the wrapper")
+    try:
+        guard = importlib.import_module("trainer.user_code.guard")
+        if not (guard.HOOK_DIR / "sitecustomize.py").is_file():
+            found.append(f"the guard's hook {guard.HOOK_DIR / 'sitecustomize.py'} is missing from the trainer package")
+    except Exception as err:  # noqa: BLE001 - any failure here is a broken image
+        found.append(f"trainer.user_code.guard does not import: {type(err).__name__}: {err}")
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs every check and reports all problems at once."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--expect-tf-version", help="exact TensorFlow version the image must have")
     parser.add_argument("--skip-trainer", action="store_true", help="check TensorFlow only")
+    parser.add_argument("--expect-python-wrapper", metavar="DIR", help="python/python3 on PATH must be the guard wrapper in DIR")
     args = parser.parse_args(argv)
 
     try:
@@ -73,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     found = problems_with(tf, args.expect_tf_version)
     if not args.skip_trainer:
         found += problems_with_trainer()
+    if args.expect_python_wrapper:
+        found += problems_with_python_wrapper(args.expect_python_wrapper)
     if found:
         for problem in found:
             print(f"build check failed: {problem}", file=sys.stderr)

@@ -165,3 +165,28 @@ time.sleep(120)
     assert (output_dir(base, "train") / "got-sigterm").exists()
     message = (base / "output" / "message").read_text()
     assert message.startswith("Processing stopped by SIGTERM: the processing script prep.py was stopped after")
+
+
+STRAY = """
+import os
+train = os.environ["SM_PROCESSING_OUTPUT_TRAIN"]
+open(os.path.join(train, "kept.csv"), "w").write("a\\n")
+# One folder up from the declared output: SageMaker uploads train/ and validation/, not this.
+os.makedirs(os.path.join(os.path.dirname(train), "results"), exist_ok=True)
+open(os.path.join(os.path.dirname(train), "results", "summary.json"), "w").write("{}")
+"""
+
+
+@pytest.mark.slow
+def test_a_result_written_outside_the_declared_outputs_fails_the_job(tmp_path):
+    base = _job(tmp_path / "job", tmp_path, {"prep.py": STRAY})
+    run = run_process(base, **_script_env())
+    assert run.returncode == 8, run.explain()
+    stray = base / "processing" / "output" / "results" / "summary.json"
+    assert run.message is not None and run.message.strip() == (
+        f"The processing script prep.py wrote 1 file(s) outside the job's declared outputs, which SageMaker would not "
+        f"upload: {stray}. Declared outputs: train -> {output_dir(base, 'train')}, validation -> "
+        f"{output_dir(base, 'validation')}. Write results under a ProcessingOutput's LocalPath, or declare an output "
+        "(ProcessingOutput source=...) for that folder."
+    )
+    assert stray.is_file() and (output_dir(base, "train") / "kept.csv").is_file(), "nothing is deleted"

@@ -173,7 +173,6 @@ def test_submit_directory_without_a_program_is_refused() -> None:
 @pytest.mark.parametrize(
     ("switch", "what"),
     [
-        ("sagemaker_parameter_server_enabled", "parameter servers"),
         ("sagemaker_mpi_enabled", "MPI"),
         ("sagemaker_distributed_dataparallel_enabled", "distributed data parallel"),
     ],
@@ -181,3 +180,50 @@ def test_submit_directory_without_a_program_is_refused() -> None:
 def test_distributions_this_image_lacks_are_refused(switch: str, what: str) -> None:
     with pytest.raises(ConfigError, match=what):
         contract.script_job({"sagemaker_program": '"train.py"', switch: "true"}, {})
+
+
+def test_parameter_server_is_accepted_and_exclusive_with_multi_worker_mirrored() -> None:
+    job = contract.script_job({"sagemaker_program": '"train.py"', "sagemaker_parameter_server_enabled": "true"}, {})
+    assert job is not None and job.parameter_server and not job.multi_worker_mirrored
+    with pytest.raises(ConfigError, match="are both set"):
+        contract.script_job(
+            {"sagemaker_program": '"train.py"', "sagemaker_parameter_server_enabled": "true",
+             "sagemaker_multi_worker_mirrored_strategy_enabled": "true"}, {}
+        )  # fmt: skip
+
+
+def _toolkit_ps_configs(hosts: list[str]) -> list[dict[str, object]]:
+    """sagemaker-tensorflow-training's parameter-server TF_CONFIG for each host, then each host's ps task."""
+    code = f"""
+import json
+from sagemaker_tensorflow_container.training import _build_tf_config_for_ps
+hosts = {hosts!r}
+configs = [_build_tf_config_for_ps(hosts, h) for h in hosts]
+configs += [_build_tf_config_for_ps(hosts, h, ps_task=True) for h in hosts] if len(hosts) > 1 else []
+print(json.dumps(configs))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("hosts", [["algo-1"], ["algo-1", "algo-2", "algo-3"]])
+def test_parameter_server_tf_config_matches_sagemaker_tensorflow_training(tmp_path: Path, hosts: list[str]) -> None:
+    reference = _toolkit_ps_configs(hosts)
+    ours = []
+    for ps_task in (False, True) if len(hosts) > 1 else (False,):
+        for host in hosts:
+            base = tmp_path / f"{host}-{ps_task}"
+            script_job(base, "/opt/ml/code", resource_config={**RESOURCE_CONFIG, "hosts": hosts, "current_host": host})
+            process_env = {"SAGEMAKER_BASE_DIR": str(base)}
+            ours.append(contract.tf_config_for_ps(environment.load_environment(process_env), process_env, ps_task=ps_task))
+    assert ours == reference
+
+
+def test_parameter_server_ports_follow_the_worker_port_on_ec2_and_loopback() -> None:
+    loopback = {"TRAINING_HOSTS": "localhost:4001,localhost:5001", "TRAINING_CURRENT_HOST": "localhost:5001"}
+    config = contract.tf_config_for_ps(environment.load_environment(loopback), loopback)
+    assert config["cluster"] == {"master": ["localhost:4001"], "ps": ["localhost:4002", "localhost:5002"], "worker": ["localhost:5001"]}
+    assert config["task"] == {"index": 0, "type": "worker"}
+    ec2 = {"TRAINING_HOSTS": "10.0.0.1,10.0.0.2", "TRAINING_CURRENT_HOST": "10.0.0.1", "TRAINING_WORKER_PORT": "7000"}
+    config = contract.tf_config_for_ps(environment.load_environment(ec2), ec2, ps_task=True)
+    assert config["cluster"]["ps"] == ["10.0.0.1:7001", "10.0.0.2:7001"] and config["task"] == {"index": 0, "type": "ps"}

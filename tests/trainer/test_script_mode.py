@@ -114,6 +114,8 @@ def test_keras_2_script_needs_the_legacy_setting(tmp_path: Path) -> None:
     run = run_trainer(keras3)
     assert run.returncode == 8, run.explain()
     assert "raised AttributeError: 'Mean' object has no attribute 'reset_states' at train.py line 13" in (run.failure or "")
+    assert "run it with Keras 2 by setting TF_USE_LEGACY_KERAS=1 (scripts.launch --legacy-keras" in (run.failure or "")
+    assert len((run.failure or "").strip().splitlines()) == 1
 
     legacy = tmp_path / "legacy"
     _job_with_code(legacy, tmp_path / "b", {"train.py": KERAS2_SCRIPT})
@@ -224,8 +226,9 @@ def test_a_requirement_without_a_wheel_is_refused_with_its_line(tmp_path: Path) 
     assert not marker.exists()
 
 
-def test_s3_submit_directory_without_the_code_channel_is_refused(tmp_path: Path) -> None:
+def test_s3_submit_directory_without_the_code_channel_is_refused_when_the_job_is_isolated(tmp_path: Path) -> None:
     base = script_job(tmp_path / "opt-ml", "s3://bucket/gputrain/code/sourcedir.tar.gz", channels=TRAINING_CHANNEL)
+    (base / "input" / "config" / "trainingjobconfig.json").write_text(json.dumps({"EnableNetworkIsolation": True}))
     run = run_trainer(base)
     assert run.returncode == 9, run.explain()
     assert "cannot read S3 itself: add an input channel named 'code'" in (run.failure or "")
@@ -388,3 +391,102 @@ def test_toolkit_rendezvous_is_bounded_and_names_the_missing_peer(tmp_path: Path
     assert failure.startswith("Rendezvous timed out after 8 s"), failure
     assert f"localhost:{ports[1]}" in failure
     assert time.monotonic() - started < 90
+
+
+def test_parameter_server_on_one_host_runs_the_script_unchanged(tmp_path: Path) -> None:
+    """The SDK's distribution={"parameter_server": {"enabled": True}} with instance_count=1, as AWS's container runs it."""
+    base = tmp_path / "opt-ml"
+    (base / "output" / "data").mkdir(parents=True)
+    script = """
+import json, os, sys
+json.dump({"tf_config": os.environ.get("TF_CONFIG"), "argv": sys.argv[1:]},
+          open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "ran.json"), "w"))
+"""
+    _job_with_code(base, tmp_path, {"train.py": script}, {"sagemaker_parameter_server_enabled": True, "epochs": 2})
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    ran = json.loads((base / "output" / "data" / "ran.json").read_text())
+    assert ran == {"tf_config": None, "argv": ["--epochs", "2"]}
+
+
+# A TF2 ParameterServerStrategy script for SageMaker's parameter_server distribution: the toolkit's
+# TF_CONFIG names the coordinator "master" (TF2 calls it "chief"); the master coordinates, the
+# other hosts serve as workers until the master is done; every host also runs a parameter server.
+PS_SCRIPT = """
+import json, os, socket, time
+import tensorflow as tf
+
+config = json.loads(os.environ["TF_CONFIG"])
+cluster, task = config["cluster"], config["task"]
+spec = tf.train.ClusterSpec({"chief": cluster["master"], "worker": cluster["worker"], "ps": cluster["ps"]})
+out = os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "ps.json")
+if task["type"] == "master":
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, task_type="chief", task_id=0, rpc_layer="grpc")
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        first = tf.Variable(0.0)
+        second = tf.Variable(0.0)
+
+    @tf.function
+    def step():
+        first.assign_add(1.0)
+        second.assign_add(2.0)
+        return first.read_value()
+
+    results = [coordinator.schedule(step) for _ in range(6)]
+    coordinator.join()
+    json.dump({"task": task, "first": float(first.numpy()), "second": float(second.numpy()),
+               "devices": sorted({first.device, second.device}), "steps": len([r.fetch() for r in results])}, open(out, "w"))
+else:
+    server = tf.distribute.Server(spec, job_name="worker", task_index=task["index"], protocol="grpc", start=True)
+    json.dump({"task": task, "serving": spec.task_address("worker", task["index"])}, open(out, "w"))
+    host, port = cluster["master"][0].rsplit(":", 1)
+    deadline = time.time() + 300
+    while time.time() < deadline:  # serve until the coordinator is gone
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+        except OSError:
+            break
+        time.sleep(1)
+"""
+
+
+def _port_pairs(count: int) -> list[int]:
+    """Ports p with p and p + 1 free (worker and parameter server, as 2222 and 2223 on SageMaker)."""
+    import socket
+
+    found: list[int] = []
+    while len(found) < count:
+        (port,) = free_ports(1)
+        try:
+            with socket.socket() as probe:
+                probe.bind(("localhost", port + 1))
+        except OSError:
+            continue
+        if not any(abs(port - other) <= 1 for other in found):
+            found.append(port)
+    return found
+
+
+@pytest.mark.slow
+def test_two_hosts_run_a_parameter_server_cluster_for_a_parameter_server_strategy_script(tmp_path: Path) -> None:
+    ports = _port_pairs(2)
+    hosts = ",".join(f"localhost:{p}" for p in ports)
+    processes, bases = [], []
+    for index in range(2):
+        base = tmp_path / f"host-{index}"
+        (base / "output" / "data").mkdir(parents=True)
+        _job_with_code(base, tmp_path / f"src-{index}", {"train.py": PS_SCRIPT}, {"sagemaker_parameter_server_enabled": True})
+        bases.append(base)
+        processes.append(start_trainer(base, TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{ports[index]}"))
+    runs = [finish(p, b, timeout=300) for p, b in zip(processes, bases)]
+    for run in runs:
+        assert run.returncode == 0, run.explain()
+    master, worker = (json.loads((b / "output" / "data" / "ps.json").read_text()) for b in bases)
+    assert master["task"] == {"index": 0, "type": "master"} and worker["task"] == {"index": 0, "type": "worker"}
+    assert worker["serving"] == f"localhost:{ports[1]}"
+    assert (master["first"], master["second"], master["steps"]) == (6.0, 12.0, 6), "the worker host ran every step"
+    # One variable on each host's parameter server: both servers held the model.
+    assert master["devices"] == ["/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"]
+    assert f"master localhost:{ports[0]} is down; stopping" in runs[1].stdout, "the worker host served until the master ended"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shutil
 import subprocess
@@ -96,7 +97,28 @@ def test_entrypoint_runs_the_trainer_for_train_and_for_no_argument():
     text = DOCKERFILE.read_text()
     assert 'ENTRYPOINT ["/usr/bin/tini", "--", "/opt/venv/bin/python", "-m", "trainer"]' in text
     assert 'CMD ["train"]' in text
-    assert re.search(r"RUN python /opt/trainer/build_check.py --expect-tf-version", text)
+    assert re.search(r"RUN python /opt/trainer/build_check.py --expect-tf-version \S+ --expect-python-wrapper /opt/trainer/bin", text)
+
+
+def test_the_guard_wrapper_is_first_on_the_images_path():
+    text = DOCKERFILE.read_text()
+    assert "ENV PATH=/opt/trainer/bin:/opt/venv/bin:$PATH" in text
+    assert "TRAINER_PYTHON=/opt/venv/bin/python3" in text
+    assert "COPY bin/python /opt/trainer/bin/python" in text and "ln -s python /opt/trainer/bin/python3" in text
+
+
+def test_build_check_refuses_a_path_without_the_guard_wrapper(tmp_path, monkeypatch):
+    wrapper_dir = TRAINING_IMAGE / "bin"
+    monkeypatch.setenv("TRAINER_PYTHON", sys.executable)
+    image_path = os.pathsep.join([str(wrapper_dir), str(Path(sys.executable).parent)])
+    assert build_check.problems_with_python_wrapper(str(wrapper_dir), image_path) == []
+    venv_first = os.pathsep.join([str(Path(sys.executable).parent), str(wrapper_dir)])
+    problems = build_check.problems_with_python_wrapper(str(wrapper_dir), venv_first)
+    assert len(problems) == 2 and all("not the guard wrapper" in p for p in problems), problems
+    monkeypatch.setenv("TRAINER_PYTHON", str(wrapper_dir / "python3"))
+    assert build_check.problems_with_python_wrapper(str(wrapper_dir), image_path) == [
+        f"TRAINER_PYTHON={str(wrapper_dir / 'python3')!r} must name the real interpreter behind the wrapper"
+    ]
 
 
 def _dockerignore_admits(path: str) -> bool:
@@ -120,11 +142,12 @@ def test_build_context_holds_what_the_dockerfile_copies_and_nothing_else():
     for line in DOCKERFILE.read_text().splitlines():
         if line.startswith("COPY ") and "--from=" not in line:
             sources += line.split()[1:-1]
-    assert sources == ["requirements.txt", "pyproject.toml", "build_check.py", "trainer"]
+    assert sources == ["requirements.txt", "pyproject.toml", "build_check.py", "trainer", "bin/python"]
     for source in sources:
         assert _dockerignore_admits(source), source
     assert _dockerignore_admits("trainer/train.py")
     assert _dockerignore_admits("trainer/gpu_instances.json")
+    assert _dockerignore_admits("bin/python")
     for unwanted in ("README.md", "trainer/__pycache__/train.cpython-311.pyc", ".venv/bin/python", "notes.txt"):
         assert not _dockerignore_admits(unwanted), unwanted
 
@@ -195,9 +218,18 @@ def test_the_built_package_ships_every_mode_and_the_toolkit(tmp_path):
     (wheel,) = tmp_path.glob("trainer-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for module in ("trainer/entrypoint.py", "trainer/toolkit.py", "trainer/user_code/runner.py", "trainer/user_code/launcher.py",
-                   "trainer/user_code/contract.py", "trainer/user_code/source.py", "trainer/gpu_instances.json",
+                   "trainer/user_code/contract.py", "trainer/user_code/source.py", "trainer/user_code/guard.py",
+                   "trainer/user_code/hook/sitecustomize.py", "trainer/user_code/s3_source.py", "trainer/user_code/ps_server.py",
+                   "trainer/user_code/outputs.py", "trainer/gpu_instances.json",
                    "trainer/serve/__init__.py", "trainer/process/__init__.py", "trainer/process/transform.py"):
         assert module in names, module
+
+
+def test_image_boto3_is_the_version_the_tests_and_tools_use():
+    import boto3
+
+    pins = {r.name: r for r in _requirements()}
+    assert str(pins["boto3"].specifier) == f"=={boto3.__version__}", "the s3:// source download is tested with this boto3"
 
 
 def test_image_ships_tf_keras_for_legacy_keras_scripts():

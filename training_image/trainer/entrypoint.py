@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if job is not None:
             script_runner.run(env, job)
         else:
+            script_contract.refuse_unclaimed_code(env)
             train.run(env)
     except TrainerError as err:
         record_failure(paths, str(err))

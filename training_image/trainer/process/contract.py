@@ -24,6 +24,7 @@ from typing import Any
 
 from trainer.environment import DEFAULT_BASE_DIR, ENV_BASE_DIR, ENV_EXPECTED_GPU_COUNT
 from trainer.errors import ConfigError, SourceError
+from trainer.user_code import s3_source
 
 RAW_INPUT = "raw"
 CODE_INPUT = "code"
@@ -239,10 +240,13 @@ def submit_location(env: ProcessingEnvironment) -> str:
     """``SAGEMAKER_SUBMIT_DIRECTORY`` as the shared source loader reads it.
 
     Raises:
-        SourceError: it is an ``s3://`` URI: the job has no network, the code must arrive as an input.
+        SourceError: it is an ``s3://`` URI and the job does not say it has network access: the code
+            must arrive as an input.
     """
     submit = env.submit_directory
-    if submit.startswith("s3://"):
+    if submit.startswith("s3://") and s3_source.network_isolated(env.paths.base_dir) is not False:
+        # Known isolated, or unknown: processing jobs get their code as an input; only a job that says
+        # it is not isolated (NetworkConfig.EnableNetworkIsolation false) downloads it.
         name = PurePosixPath(submit).name
         raise SourceError(
             f"{ENV_SUBMIT_DIRECTORY} is {submit}, but a processing job with network isolation cannot read S3: "

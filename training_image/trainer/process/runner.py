@@ -25,6 +25,7 @@ from trainer import environment
 from trainer.errors import ConfigError, TrainerError, TrainingInterrupted
 from trainer.logs import log
 from trainer.process import contract, options
+from trainer.user_code import outputs as user_outputs
 from trainer.user_code import runner as script_runner
 from trainer.user_code import source
 
@@ -133,6 +134,13 @@ def _stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def declared_paths(env: contract.ProcessingEnvironment) -> user_outputs.DeclaredPaths:
+    """What the job uploads: its declared outputs (``train`` and ``validation`` when run without a job config)."""
+    names = tuple(env.outputs) if env.job_config else (contract.TRAIN_OUTPUT, contract.VALIDATION_OUTPUT)
+    inputs = tuple(env.input_dir(name) for name in (*env.inputs, contract.RAW_INPUT, contract.CODE_INPUT))
+    return user_outputs.DeclaredPaths(outputs={name: env.output_dir(name) for name in names}, inputs=inputs)
+
+
 def run_script(
     env: contract.ProcessingEnvironment,
     args: list[str],
@@ -170,10 +178,12 @@ def run_script(
     command = script_runner.script_command(code, report_file, args)
     log("script-start", script=code.entry_point.relative_to(code.directory).as_posix(), args=" ".join(args) or "-")
     started = time.monotonic()
+    started_wall = time.time()
     returncode = supervisor.run(command, env=child_env, cwd=code.directory)
     seconds = time.monotonic() - started
     log("script-exit", status=returncode, seconds=f"{seconds:.1f}")
     if returncode == 0:
+        user_outputs.check(env.paths.base_dir, declared_paths(env), started_wall, env.program)
         return
     if supervisor.stop_requested_at is not None:
         raise TrainingInterrupted(

@@ -29,6 +29,7 @@ LOG_LEVEL = "sagemaker_container_log_level"
 JOB_NAME = "sagemaker_job_name"
 REGION = "sagemaker_region"
 MULTI_WORKER_MIRRORED = "sagemaker_multi_worker_mirrored_strategy_enabled"
+PARAMETER_SERVER = "sagemaker_parameter_server_enabled"
 
 # The toolkit's SAGEMAKER_HYPERPARAMETERS: consumed by the toolkit, never passed to the script.
 RESERVED = (
@@ -45,12 +46,14 @@ RESERVED = (
 # Distribution modes of other SageMaker containers that this image does not provide: a job asking
 # for one is refused, instead of silently running one process per host without them.
 UNSUPPORTED_DISTRIBUTIONS = {
-    "sagemaker_parameter_server_enabled": "parameter servers",
     "sagemaker_mpi_enabled": "MPI / Horovod",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel",
 }
 # The port sagemaker-tensorflow-training puts in TF_CONFIG for MultiWorkerMirroredStrategy.
 TOOLKIT_MWMS_PORT = 8890
+# The ports sagemaker-tensorflow-training gives a parameter-server cluster: master/workers, then the ps tasks.
+TOOLKIT_PS_WORKER_PORT = 2222
+TOOLKIT_PS_PORT = 2223
 ENV_WORKER_PORT = "TRAINING_WORKER_PORT"
 DEFAULT_CODE_DIR = "/opt/ml/code"
 DEFAULT_LOG_LEVEL = 20  # logging.INFO, the toolkit's default
@@ -111,6 +114,8 @@ class ScriptJob:
         framework_params: The other ``sagemaker_*`` hyperparameters (distribution switches...).
         log_level: ``sagemaker_container_log_level`` (``SM_LOG_LEVEL``).
         multi_worker_mirrored: The SDK's ``distribution={"multi_worker_mirrored_strategy": ...}``.
+        parameter_server: The SDK's ``distribution={"parameter_server": {"enabled": True}}``: on
+            several hosts a parameter server per host and the toolkit's TF_CONFIG; on one, nothing.
     """
 
     program: str
@@ -119,6 +124,7 @@ class ScriptJob:
     framework_params: Mapping[str, Any]
     log_level: Any
     multi_worker_mirrored: bool
+    parameter_server: bool = False
 
 
 def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None = None) -> ScriptJob | None:
@@ -150,6 +156,11 @@ def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None
                 "distribution={'multi_worker_mirrored_strategy': {'enabled': True}} (TensorFlow's "
                 "MultiWorkerMirroredStrategy) or one host with several GPUs (MirroredStrategy)."
             )
+    if _truthy(framework.get(PARAMETER_SERVER)) and _truthy(framework.get(MULTI_WORKER_MIRRORED)):
+        raise ConfigError(
+            f"hyperparameters {PARAMETER_SERVER} and {MULTI_WORKER_MIRRORED} are both set: a job uses one "
+            "distribution (the SageMaker SDK accepts only one of parameter_server and multi_worker_mirrored_strategy)."
+        )
     user = {k: v for k, v in values.items() if not k.startswith("sagemaker_") and k not in RESERVED}
     return ScriptJob(
         program=program.strip(),
@@ -158,7 +169,54 @@ def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None
         framework_params=framework,
         log_level=values.get(LOG_LEVEL, DEFAULT_LOG_LEVEL),
         multi_worker_mirrored=_truthy(framework.get(MULTI_WORKER_MIRRORED)),
+        parameter_server=_truthy(framework.get(PARAMETER_SERVER)),
     )
+
+
+# SDK v3 ModelTrainer's own channel: its drivers and sm_train.sh, run through ContainerEntrypoint.
+MODEL_TRAINER_CHANNEL = "sm_drivers"
+CODE_CHANNEL = "code"
+
+
+def refuse_unclaimed_code(env: TrainingEnvironment, process_env: Mapping[str, str] | None = None) -> None:
+    """Refuses a job that carries user code but names no script, instead of training a built-in model on its data.
+
+    Signs of user code: ModelTrainer's ``sm_drivers`` channel (its entrypoint, ``/bin/bash
+    .../sm_train.sh``, was not what started this image), ``SAGEMAKER_SUBMIT_DIRECTORY``, or a
+    ``code`` channel holding a source tarball or scripts.
+
+    Raises:
+        SourceError: naming what was found and what to set.
+    """
+    from trainer.errors import SourceError
+
+    process_env = os.environ if process_env is None else process_env
+    channels = set(env.input_data_config)
+    drivers = env.paths.channel_dir(MODEL_TRAINER_CHANNEL, {})
+    if MODEL_TRAINER_CHANNEL in channels or drivers.is_dir():
+        raise SourceError(
+            f"This job carries SageMaker SDK v3 ModelTrainer code (the '{MODEL_TRAINER_CHANNEL}' channel), which runs "
+            "through the job's ContainerEntrypoint (/bin/bash .../sm_drivers/sm_train.sh), but the image was started "
+            "with its own entrypoint ('train'), which would train a built-in model instead of your script: run the "
+            "job's ContainerEntrypoint and ContainerArguments as given (the SageMaker service and the emulator do)."
+        )
+    if process_env.get("SAGEMAKER_SUBMIT_DIRECTORY", "").strip():
+        raise SourceError(
+            f"SAGEMAKER_SUBMIT_DIRECTORY={process_env['SAGEMAKER_SUBMIT_DIRECTORY']!r} is set but no script is named: "
+            f"set the {PROGRAM} hyperparameter (or SAGEMAKER_PROGRAM) to the entry point, or unset both to train a built-in model."
+        )
+    code = env.paths.channel_dir(CODE_CHANNEL, {})
+    if code.is_dir():
+        scripts = sorted(p.name for p in code.iterdir() if p.is_file() and (p.name.endswith((".tar.gz", ".py", ".sh"))))
+        if scripts:
+            tarball = next((name for name in scripts if name.endswith(".tar.gz")), None)
+            submit = f"/opt/ml/input/data/{CODE_CHANNEL}" + (f"/{tarball}" if tarball else "")
+            raise SourceError(
+                f"The '{CODE_CHANNEL}' channel holds code ({', '.join(scripts[:5])}) but the job names no script: set the "
+                f"{PROGRAM} hyperparameter to the entry point and {SUBMIT_DIR} to {submit} (the SageMaker SDK's "
+                "entry_point, or scripts.launch --entry-point); a built-in model is "
+                "never trained in its place."
+            )
 
 
 def _host_name(address: str) -> str:
@@ -200,6 +258,52 @@ def tf_config(env: TrainingEnvironment, process_env: Mapping[str, str]) -> dict[
     }
 
 
+def ps_addresses(env: TrainingEnvironment, process_env: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """``(worker, ps)`` address of every host for a parameter-server cluster.
+
+    On SageMaker (host names without ports) the toolkit's 2222 and 2223. ``TRAINING_WORKER_PORT``
+    (EC2 nodes) or a port carried by a ``TRAINING_HOSTS`` entry (loopback tests) gives the worker
+    port P, and the parameter server listens on P + 1, as 2223 follows 2222.
+    """
+    raw = process_env.get(ENV_WORKER_PORT, "").strip()
+    workers, servers = [], []
+    for host in env.cluster.hosts:
+        name = _host_name(host)
+        if host != name:
+            port = int(host.rpartition(":")[2])
+        else:
+            port = int(raw) if raw else TOOLKIT_PS_WORKER_PORT
+        workers.append(f"{name}:{port}")
+        servers.append(f"{name}:{port + 1 if host != name or raw else TOOLKIT_PS_PORT}")
+    return workers, servers
+
+
+def tf_config_for_ps(env: TrainingEnvironment, process_env: Mapping[str, str], *, ps_task: bool = False) -> dict[str, Any]:
+    """TF_CONFIG for a parameter-server job, as sagemaker-tensorflow-training's ``_build_tf_config_for_ps``.
+
+    The first host is the ``master``, the others ``worker``; every host also runs a ``ps`` task
+    (when there are several hosts). ``ps_task`` builds the parameter server's own config.
+
+    Raises:
+        ConfigError: ``ps_task`` on a single host (there is no parameter server then).
+    """
+    workers, servers = ps_addresses(env, process_env)
+    index = env.cluster.worker_index
+    cluster: dict[str, list[str]] = {"master": workers[:1]}
+    if len(workers) > 1:
+        cluster["ps"] = servers
+        cluster["worker"] = workers[1:]
+    if ps_task:
+        if len(workers) < 2:
+            raise ConfigError("A parameter server task needs a cluster of several hosts.")
+        task = {"index": index, "type": "ps"}
+    elif index == 0:
+        task = {"index": 0, "type": "master"}
+    else:
+        task = {"index": index - 1, "type": "worker"}
+    return {"cluster": cluster, "environment": "cloud", "task": task}
+
+
 def sm_environment(
     env: TrainingEnvironment,
     job: ScriptJob,
@@ -228,7 +332,7 @@ def sm_environment(
     group_hosts = next((g["hosts"] for g in groups_config if g["instance_group_name"] == group), [])
     distributed = any(
         _truthy(job.framework_params.get(k))
-        for k in (MULTI_WORKER_MIRRORED, *UNSUPPORTED_DISTRIBUTIONS)
+        for k in (MULTI_WORKER_MIRRORED, PARAMETER_SERVER, *UNSUPPORTED_DISTRIBUTIONS)
     )
     distribution_groups = job.framework_params.get("sagemaker_distribution_instance_groups") or (
         [group] if distributed else []

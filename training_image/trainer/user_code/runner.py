@@ -28,7 +28,7 @@ import trainer
 from trainer.environment import TrainingEnvironment
 from trainer.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
 from trainer.logs import log
-from trainer.user_code import contract, source
+from trainer.user_code import contract, keras_hint, source
 
 ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 ENV_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
@@ -223,12 +223,54 @@ def script_failure(
             if not said and said_last:
                 said = f"; its last error output: {said_last}"
             return UserScriptError(f"The {what} {script} called sys.exit({returncode}){where}{said}.")
+        hint = keras_hint.keras2_hint(report, stderr_tail, os.environ)
         return UserScriptError(
             f"The {what} {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
-            "The full traceback is in the job's log."
+            + (f"{hint} " if hint else "")
+            + "The full traceback is in the job's log."
         )
     last = f"; its last error output: {said_last}" if said_last else ""
-    return UserScriptError(f"The {what} {script} exited with status {returncode}{last}. See the job's log.")
+    hint = keras_hint.keras2_hint(None, stderr_tail, os.environ)
+    return UserScriptError(f"The {what} {script} exited with status {returncode}{last}. {hint + ' ' if hint else ''}See the job's log.")
+
+
+def start_parameter_server(env: TrainingEnvironment, child_env: Mapping[str, str]) -> subprocess.Popen[bytes]:
+    """This host's ``ps`` task (:mod:`trainer.user_code.ps_server`), started before the script, as the toolkit does."""
+    ps_env = dict(child_env)
+    ps_env["TF_CONFIG"] = json.dumps(contract.tf_config_for_ps(env, child_env, ps_task=True))
+    ps_env["PYTHONPATH"] = os.pathsep.join(filter(None, [_trainer_root(), child_env.get("PYTHONPATH")]))
+    log("parameter-server", task=env.cluster.worker_index, action="starting")
+    return subprocess.Popen(  # noqa: S603 - our interpreter and module
+        [sys.executable, "-m", "trainer.user_code.ps_server"], env=ps_env, start_new_session=True
+    )
+
+
+def stop_parameter_server(server: subprocess.Popen[bytes]) -> None:
+    """Ends this host's parameter server (it serves until told otherwise)."""
+    if server.poll() is None:
+        try:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+
+
+def wait_for_master(env: TrainingEnvironment, process_env: Mapping[str, str], supervisor: Supervisor) -> None:
+    """A worker host keeps its parameter server up until the master's port closes (the toolkit's ``_wait_until_master_is_down``)."""
+    import socket
+
+    master = contract.ps_addresses(env, process_env)[0][0]
+    host, _, port = master.rpartition(":")
+    log("parameter-server", action=f"script done; serving until the master {master} ends")
+    while supervisor.stop_requested_at is None:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2):
+                pass
+        except OSError:
+            log("parameter-server", action=f"master {master} is down; stopping")
+            return
+        time.sleep(1.0)
 
 
 def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
@@ -259,7 +301,10 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
             directory.mkdir(parents=True, exist_ok=True)
         child_env = {k: v for k, v in process_env.items() if not k.startswith("SM_")}
         child_env.update(contract.sm_environment(env, job, num_gpus=int(gpu["gpus"]), process_env=process_env))
-        if job.multi_worker_mirrored and env.cluster.num_workers > 1:
+        parameter_servers = job.parameter_server and env.cluster.num_workers > 1
+        if parameter_servers:
+            child_env["TF_CONFIG"] = json.dumps(contract.tf_config_for_ps(env, process_env))
+        elif job.multi_worker_mirrored and env.cluster.num_workers > 1:
             child_env["TF_CONFIG"] = json.dumps(contract.tf_config(env, process_env))
         else:
             child_env.pop("TF_CONFIG", None)
@@ -283,7 +328,14 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
         # their own failure; a stale file from an earlier attempt must not pass for one.
         env.paths.failure_file.unlink(missing_ok=True)
         script_started = time.monotonic()
-        returncode = supervisor.run(command, env=child_env, cwd=code.directory)
+        ps_server = start_parameter_server(env, child_env) if parameter_servers else None
+        try:
+            returncode = supervisor.run(command, env=child_env, cwd=code.directory)
+            if ps_server is not None and returncode == 0 and not env.cluster.is_chief:
+                wait_for_master(env, process_env, supervisor)
+        finally:
+            if ps_server is not None:
+                stop_parameter_server(ps_server)
         seconds = time.monotonic() - script_started
         report = json.loads(report_file.read_text(encoding="utf-8")) if report_file.is_file() else None
 

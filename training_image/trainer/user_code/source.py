@@ -1,9 +1,10 @@
 """The user's code: where it is, unpacking it, and installing its requirements without a network.
 
-Training jobs run with network isolation: the container reaches neither S3 nor PyPI. So, like the
-SageMaker Python SDK does for isolated jobs, the source tarball travels as the ``code`` input
-channel and ``sagemaker_submit_directory`` names it (``/opt/ml/input/data/code/sourcedir.tar.gz``);
-an ``s3://`` submit directory is mapped onto that channel, never downloaded. ``requirements.txt``
+The platform's training jobs run with network isolation: the container reaches neither S3 nor PyPI.
+So, like the SageMaker Python SDK does for isolated jobs, the source tarball travels as the ``code``
+input channel and ``sagemaker_submit_directory`` names it (``/opt/ml/input/data/code/sourcedir.tar.gz``);
+an ``s3://`` submit directory is mapped onto that channel when there is one, else downloaded
+(:mod:`trainer.user_code.s3_source`) unless the job is known to be isolated. ``requirements.txt``
 is installed from wheels shipped in the source directory (``wheels/`` or the directory itself),
 into a separate directory put first on the script's ``PYTHONPATH``: the image's own packages
 (TensorFlow, CUDA libraries) are never replaced, and only what is missing is installed.
@@ -26,6 +27,7 @@ from typing import Any
 from trainer.environment import DEFAULT_BASE_DIR, Paths
 from trainer.errors import SourceError
 from trainer.logs import log
+from trainer.user_code import s3_source
 
 CODE_CHANNEL = "code"
 REQUIREMENTS_FILE = "requirements.txt"
@@ -72,12 +74,11 @@ def locate(submit_directory: str, paths: Paths, input_data_config: Mapping[str, 
                 f"sagemaker_submit_directory is {submit_directory}, but the '{CODE_CHANNEL}' channel "
                 f"({paths.channel_dir(CODE_CHANNEL)}) holds no {name}: point the channel at the tarball's S3 URI."
             )
-        raise SourceError(
-            f"sagemaker_submit_directory is {submit_directory}, but this job runs with network isolation and cannot "
-            f"read S3 itself: add an input channel named '{CODE_CHANNEL}' with that S3 URI and set "
-            f"sagemaker_submit_directory to /opt/ml/input/data/{CODE_CHANNEL}/{name} (scripts.launch --source-dir and "
-            "the SageMaker SDK with enable_network_isolation=True both do this)."
-        )
+        channel = f"/opt/ml/input/data/{CODE_CHANNEL}"
+        if s3_source.network_isolated(paths.base_dir):
+            raise SourceError(s3_source.isolated_message(submit_directory, "sagemaker_submit_directory", channel))
+        # Not isolated (the SDK's default): download it, as AWS's training toolkit does.
+        return s3_source.download(submit_directory, paths.base_dir / "code-download", "sagemaker_submit_directory", channel)
     local = Path(submit_directory)
     if not local.is_absolute():
         local = paths.base_dir / local

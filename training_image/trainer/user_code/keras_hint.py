@@ -1,0 +1,45 @@
+"""A failure that reads like a Keras 2 idiom under Keras 3 gets one pointer at the legacy setting.
+
+TensorFlow 2.16+ makes ``tf.keras`` Keras 3, which rejects idioms many SageMaker scripts still use
+(``model.save("dir")`` as a SavedModel, ``metric.reset_states()``, ``tf.keras.optimizers.legacy``,
+``keras.layers.experimental``...). The image ships tf-keras, so such a script runs unchanged with
+``TF_USE_LEGACY_KERAS=1``; the failure line says so, after the user's file and line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+# Messages Keras 3 gives for Keras 2 code (checked against keras 3.15).
+KERAS3_SIGNS = re.compile(
+    "|".join(
+        [
+            r"has no attribute 'reset_states'",
+            r"Invalid filepath extension for saving",
+            r"`save_format` argument is deprecated in Keras 3",
+            r"optimizers\.legacy",
+            r"not supported in Keras 3",
+            r"KerasTensor cannot be used as input to a TensorFlow function",
+            r"Argument\(s\) not recognized",
+            r"Unrecognized keyword arguments? passed to",
+            r"No module named '(?:tensorflow\.)?keras\.",
+            r"module '(?:tensorflow\.)?keras[\w.]*' has no attribute",
+        ]
+    )
+)
+HINT = (
+    "This looks like Keras 2 code, which Keras 3 (tf.keras in this image's TensorFlow) rejects: run it with "
+    "Keras 2 by setting TF_USE_LEGACY_KERAS=1 (scripts.launch --legacy-keras; SageMaker SDK: "
+    "environment={'TF_USE_LEGACY_KERAS': '1'}), or port it to Keras 3."
+)
+
+
+def keras2_hint(report: Mapping[str, Any] | None, stderr_tail: Iterable[str], env: Mapping[str, str]) -> str | None:
+    """The pointer at the legacy setting, when the failure reads like Keras 2 code and Keras 2 was not asked for."""
+    if env.get(ENV_LEGACY_KERAS, "").strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    said = [str((report or {}).get("message", "")), *(str(line) for line in list(stderr_tail)[-5:])]
+    return HINT if any(KERAS3_SIGNS.search(text) for text in said) else None
