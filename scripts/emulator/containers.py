@@ -64,15 +64,19 @@ def container_command(entrypoint: Sequence[str] | None, arguments: Sequence[str]
 def image_environment(base: Mapping[str, str]) -> dict[str, str]:
     """``base`` plus what the image's ``ENV`` gives every process in it.
 
-    ``PATH`` starts with the image's wrapper directory (``training_image/bin``, where the image
-    keeps its ``python``/``python3`` wrappers, when present) and then this interpreter's
-    directory (the image's ``/opt/venv/bin``); ``trainer`` is importable from any directory.
+    ``PATH`` starts with the image's wrapper directory (``training_image/bin``: the image's
+    ``python``/``python3``, which run a job's command under ``trainer.user_code.guard``; it is
+    ``/opt/trainer/bin`` in the image) and then this interpreter's directory (the image's
+    ``/opt/venv/bin``), ``TRAINER_PYTHON`` names the real interpreter, and ``trainer`` is
+    importable from any directory.
     """
     env = dict(base)
     wrappers = TRAINING_IMAGE_DIR / "bin"
     interpreter_dir = str(Path(sys.executable).parent)
     first = [str(wrappers)] if wrappers.is_dir() else []
     env["PATH"] = os.pathsep.join([*first, interpreter_dir, env.get("PATH", os.defpath)])
+    # The wrappers exec the image's real interpreter (/opt/venv/bin/python3 in the image).
+    env["TRAINER_PYTHON"] = sys.executable
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TRAINING_IMAGE_DIR), env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.setdefault("PYTHONDONTWRITEBYTECODE", "1")

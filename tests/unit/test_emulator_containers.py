@@ -245,3 +245,14 @@ def test_a_machine_without_user_namespaces_refuses_rather_than_running_outside_o
             containers.mount_namespace_prefix()
     finally:
         containers.mount_namespace_prefix.cache_clear()
+
+
+def test_a_replaced_entrypoints_python_runs_under_the_images_guard(emulator, runner) -> None:
+    # The image's python/python3 (training_image/bin, first on PATH) run a job's command under
+    # trainer.user_code.guard: the failure file names the user's error, where the job alone would
+    # have left none.
+    _create_training_job(emulator, "guarded", ["python3", "-c", "import json\nraise ValueError('bad label in row 3')\n"])
+    outcome = runner.run_job("guarded")
+    assert outcome.status == "Failed"
+    assert outcome.failure_reason is not None and outcome.failure_reason.startswith("The training script python -c")
+    assert "ValueError: bad label in row 3" in outcome.failure_reason
