@@ -68,6 +68,15 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         lifecycle.close()
 
 
+def readme_example(first_line: str) -> str:
+    """The python block of the README's "Coming from SageMaker" section that starts with ``first_line``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Coming from SageMaker\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    (block,) = [b for b in blocks if b.startswith(first_line)]
+    return block
+
+
 def _outputs(run: Lifecycle, unit: str) -> dict[str, str]:
     return run.outputs[f"{run.config().project_name}-{unit}"]
 
@@ -108,6 +117,15 @@ class Sdk:
     def model_files(self, job: dict[str, Any]) -> dict[str, bytes]:
         with tarfile.open(fileobj=io.BytesIO(self.read(job["ModelArtifacts"]["S3ModelArtifacts"]))) as tar:
             return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+    def example(self, first_line: str, **replacements: str) -> str:
+        """A README example with the deployment's values in place of its placeholders."""
+        code = readme_example(first_line)
+        for placeholder, value in {'"<ImageUri output of gputrain-data>"': repr(self.image), "<DatasetsBucketName>": self.datasets,
+                                   "<ArtifactsBucketName>": self.artifacts, **replacements}.items():
+            code = code.replace(placeholder, value)
+        assert "<" not in code.replace("<=", ""), f"a placeholder is left in the README example:\n{code}"
+        return code
 
     def estimator_arguments(self, job_name: str) -> dict[str, Any]:
         deployment = Deployment(config=self.platform.config(), aws=Aws(boto3.Session(region_name=self.platform.region)))
@@ -157,22 +175,15 @@ def _fit(sdk: Sdk, job_name: str, **kwargs: Any) -> tuple[dict[str, Any], list[s
 
 
 def test_a_script_processor_runs_the_users_script_on_the_platform_image(sdk: Sdk, platform: Lifecycle) -> None:
-    from sagemaker.processing import ProcessingInput, ProcessingOutput, ScriptProcessor
-
+    code = sdk.example("from sagemaker.processing import", **{'"preprocess.py"': repr(str(USER_CODE / "preprocess.py"))})
+    namespace: dict[str, Any] = {}
     patch = pytest.MonkeyPatch()
     try:
         with loopback_only(patch) as outside:
-            processor = ScriptProcessor(image_uri=sdk.image, command=["python3"], instance_type=INSTANCE_TYPE, instance_count=1)
-            processor.run(
-                code=str(USER_CODE / "preprocess.py"),
-                inputs=[ProcessingInput(source=sdk.raw_uri, destination="/opt/ml/processing/input/raw")],
-                outputs=[ProcessingOutput(output_name="scaled", source="/opt/ml/processing/output/scaled")],
-                arguments=["--scale", "2"],
-                wait=True,
-                logs=False,
-            )
+            exec(compile(code, "README.md (Coming from SageMaker, ScriptProcessor)", "exec"), namespace)  # noqa: S102
     finally:
         patch.undo()
+    processor = namespace["processor"]
     assert outside == []
     job = platform.client("sagemaker").describe_processing_job(ProcessingJobName=processor.latest_job.job_name)
     assert job["ProcessingJobStatus"] == "Completed", job.get("FailureReason")
@@ -204,10 +215,19 @@ def test_a_script_processor_runs_the_users_script_on_the_platform_image(sdk: Sdk
 
 def test_multi_worker_mirrored_strategy_trains_on_two_hosts_in_step(sdk: Sdk) -> None:
     name = f"{sdk.platform.config().project_name}-sdk-mwms-{int(time.time())}"
-    job, outside, error = _fit(
-        sdk, name, entry_point="train_mwms.py", instance_count=2, framework_version=FRAMEWORK_VERSION,
-        distribution={"multi_worker_mirrored_strategy": {"enabled": True}},
-    )
+    code = sdk.example("from sagemaker.tensorflow import TensorFlow", **{'"my_code/"': repr(str(USER_CODE))})
+    namespace: dict[str, Any] = {"platform_arguments": sdk.estimator_arguments(name), "job_name": name}
+    error = None
+    patch = pytest.MonkeyPatch()
+    try:
+        with loopback_only(patch) as outside:
+            try:
+                exec(compile(code, "README.md (Coming from SageMaker, multi-worker)", "exec"), namespace)  # noqa: S102
+            except Exception as err:  # noqa: BLE001 - fit raises when the job fails; asserted on below
+                error = err
+    finally:
+        patch.undo()
+    job = sdk.job(name)
     assert outside == []
     assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason") or error
     assert json.loads(job["HyperParameters"]["sagemaker_multi_worker_mirrored_strategy_enabled"]) is True
@@ -242,12 +262,11 @@ def test_parameter_server_on_one_host_runs_the_script_unchanged(sdk: Sdk) -> Non
 
 
 def _model_trainer(sdk: Sdk, **env: str) -> dict[str, Any]:
-    """Run sdk3_client.py (a ModelTrainer job) in .venv-sdk3 with the SDK's environment plus ``env``."""
-    request = {"image": sdk.image, "source_dir": str(USER_CODE), "data": sdk.train_uri,
-               "job_name": f"{sdk.platform.config().project_name}-sdk3", "output_path": f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}"}
+    """The README's ModelTrainer example, run by sdk3_client.py in .venv-sdk3 with the SDK's environment plus ``env``."""
+    code = sdk.example("from sagemaker.train import ModelTrainer", **{'"my_code/"': repr(str(USER_CODE))})
     child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SAGEMAKER_", "VIRTUAL_ENV"))}, **sdk.env, **env}
     child_env["PATH"] = f"{SDK3_PYTHON.parent}:{child_env.get('PATH', '')}"
-    client = subprocess.run([str(SDK3_PYTHON), str(Path(__file__).with_name("sdk3_client.py")), json.dumps(request)],
+    client = subprocess.run([str(SDK3_PYTHON), str(Path(__file__).with_name("sdk3_client.py")), code],
                             env=child_env, capture_output=True, text=True, timeout=900, cwd=str(USER_CODE.parent), check=False)
     assert client.returncode == 0, client.stderr[-4000:]
     return dict(json.loads(client.stdout.strip().splitlines()[-1]))
@@ -268,6 +287,7 @@ def test_sdk_v3_refuses_the_least_privilege_role_unless_told_not_to_validate_it(
 
 @needs_sdk3
 def test_a_model_trainer_job_runs_the_users_script_through_sm_train_sh(sdk: Sdk) -> None:
+    assert "export SAGEMAKER_VALIDATE_ROLE=false" in (ROOT / "README.md").read_text(encoding="utf-8")
     result = _model_trainer(sdk, SAGEMAKER_VALIDATE_ROLE="false")
     assert result["job_name"], f"ModelTrainer created no job: {result['error']}"
     job = sdk.job(result["job_name"])
