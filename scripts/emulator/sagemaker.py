@@ -521,6 +521,14 @@ class LocalSageMaker:
                 "CUDA_VISIBLE_DEVICES": "",
                 "TF_CPP_MIN_LOG_LEVEL": "2",
                 "PYTHONUNBUFFERED": "1",
+                # SageMaker gives a container the job role's credentials for AWS calls (a job
+                # without network isolation downloads an s3:// sagemaker_submit_directory with
+                # them); here AWS is the emulator, with its region and any credentials.
+                "AWS_ENDPOINT_URL": self.endpoint_url,
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "emulator"),
+                "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "emulator"),
             }
         )
         env.update(self.extra_env)

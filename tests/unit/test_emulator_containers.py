@@ -256,3 +256,15 @@ def test_a_replaced_entrypoints_python_runs_under_the_images_guard(emulator, run
     assert outcome.status == "Failed"
     assert outcome.failure_reason is not None and outcome.failure_reason.startswith("The training script python -c")
     assert "ValueError: bad label in row 3" in outcome.failure_reason
+
+
+def test_a_container_reaches_the_emulator_as_a_job_reaches_aws(emulator, runner) -> None:
+    # A job without network isolation calls AWS with the role's credentials (train25's s3://
+    # sagemaker_submit_directory download does); on the emulator, AWS is the emulator.
+    script = ("import boto3, os\nos.makedirs('/opt/ml/model', exist_ok=True)\n"
+              "keys = [o['Key'] for o in boto3.client('s3').list_objects_v2(Bucket='datasets')['Contents']]\n"
+              "open('/opt/ml/model/keys.txt', 'w').write(','.join(keys))\n")
+    _create_training_job(emulator, "calls-aws", ["python3", "-c", script])
+    outcome = runner.run_job("calls-aws")
+    assert outcome.status == "Completed", outcome.failure_reason
+    assert (outcome.base_dir / "model" / "keys.txt").read_text() == ",".join(f"train/part-{i}.csv" for i in range(4))
