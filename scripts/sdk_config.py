@@ -54,6 +54,7 @@ NOT_IN_SCHEMA = (
     "MetricDefinitions",
     "job name prefix",
     "code location",
+    "debugger hook (SDK v2's Estimator key, which SDK v3 refuses in this file)",
 )
 """What the platform's jobs carry that the SDK's config schema (1.0) cannot hold."""
 
@@ -82,8 +83,10 @@ def sdk_defaults(deployment: Deployment) -> SdkDefaults:
     """Read the stacks' outputs and build the defaults from the platform's own job request."""
     request = direct_request(deployment, LaunchOptions(job_name=f"{deployment.config.project_name}-sdk-defaults"))
     resources = deployment.job_resources()
+    # The processing role exists when the pipeline is deployed (the training stack's output).
+    processing_role = deployment.training_outputs().get("ProcessingRoleArn")
     return SdkDefaults(
-        config=build_config(request, key_arn=resources.key_arn),
+        config=build_config(request, key_arn=resources.key_arn, processing_role_arn=processing_role),
         request=request,
         key_arn=resources.key_arn,
         artifacts_bucket=resources.artifacts_bucket,
@@ -96,7 +99,7 @@ def _split_s3(uri: str) -> tuple[str, str]:
     return bucket, key
 
 
-def build_config(request: Mapping[str, Any], *, key_arn: str) -> dict[str, Any]:
+def build_config(request: Mapping[str, Any], *, key_arn: str, processing_role_arn: str | None = None) -> dict[str, Any]:
     """The SDK config document for jobs like ``request`` (a platform CreateTrainingJob request).
 
     Args:
@@ -104,6 +107,9 @@ def build_config(request: Mapping[str, Any], *, key_arn: str) -> dict[str, Any]:
         key_arn: The platform key. Taken separately because the request leaves the volume key
             out on types with local NVMe; the SDK makes the same call per instance type
             (``sagemaker.utils.instance_supports_kms``), so the file always names it.
+        processing_role_arn: The pipeline's processing role; with it, processors
+            (``ScriptProcessor``, ``FrameworkProcessor``...) get the platform's processing role,
+            network and output key as their defaults too.
     """
     bucket, prefix = _split_s3(request["OutputDataConfig"]["S3OutputPath"])
     training_job: dict[str, Any] = {
@@ -122,16 +128,31 @@ def build_config(request: Mapping[str, Any], *, key_arn: str) -> dict[str, Any]:
         "ProfilerConfig": {"DisableProfiler": True},
         "Tags": [dict(tag) for tag in request["Tags"]],
     }
+    processing_job: dict[str, Any] = {
+        "RoleArn": processing_role_arn,
+        "NetworkConfig": {
+            "EnableNetworkIsolation": request["EnableNetworkIsolation"],
+            "EnableInterContainerTrafficEncryption": True,
+            "VpcConfig": training_job["VpcConfig"],
+        },
+        "ProcessingOutputConfig": {"KmsKeyId": request["OutputDataConfig"]["KmsKeyId"]},
+        # No VolumeKmsKeyId: unlike estimators, the SDK's processors do not drop it on instance
+        # types with local NVMe (which SageMaker refuses it for), so it would break g5/p4d jobs.
+        "Tags": training_job["Tags"],
+    }
     return {
         "SchemaVersion": "1.0",
         "SageMaker": {
+            **({"ProcessingJob": processing_job} if processing_role_arn else {}),
             "PythonSDK": {
                 "Modules": {
                     "TelemetryOptOut": True,
                     # Outputs go to s3://<bucket>/<prefix>/<job>/output/, where the platform's jobs
                     # put theirs (code too, without code_location); no STS lookup for a bucket name.
                     "Session": {"DefaultS3Bucket": bucket, "DefaultS3ObjectKeyPrefix": prefix.strip("/")},
-                    "Estimator": {"DebugHookConfig": False},
+                    # No Estimator.DebugHookConfig here: SDK v3 validates this file against a schema
+                    # without v2's Estimator module and refuses the whole file; the debugger hook is
+                    # turned off with an estimator argument instead (estimator_arguments).
                 }
             },
             "TrainingJob": training_job,
@@ -157,6 +178,8 @@ def estimator_arguments(defaults: SdkDefaults, job_name: str) -> dict[str, Any]:
         # Users' code lives under the code prefix, which the job role may read but not write;
         # the SDK adds <job>/source/sourcedir.tar.gz and encrypts it with the output key.
         "code_location": f"s3://{defaults.artifacts_bucket}/{CODE_PREFIX.rstrip('/')}",
+        # The image has no smdebug: no debugger hook (the file cannot say so for both SDKs).
+        "debugger_hook_config": False,
     }
     if "MaxWaitTimeInSeconds" in stopping:
         arguments["max_wait"] = stopping["MaxWaitTimeInSeconds"]

@@ -1,9 +1,10 @@
-"""Follow a training job until it ends: status, secondary status transitions, elapsed time, the
-last metric values and the job's CloudWatch log lines.
+"""Follow a training or processing job until it ends: status, secondary status transitions, elapsed
+time, the last metric values and the job's CloudWatch log lines.
 
 Usage (from the repository root)::
 
     python -m scripts.watch gputrain-20260101-120000-ab12
+    python -m scripts.watch gputrain-training-2026-01-01-12-00-00-123   # a processing job (e.g. a ScriptProcessor's)
     python -m scripts.watch                      # the project's newest job
     python -m scripts.watch JOB --no-logs --interval 30
     python -m scripts.watch --execution 20260101-120000-ab12   # a pipeline execution (name or ARN)
@@ -12,7 +13,8 @@ Usage (from the repository root)::
     python -m scripts.watch --from-log run.log --plot run.png  # a recorded log (trainer stdout, docker logs)
 
 Exit code: 0 completed, 1 failed (the failure reason is printed in full), 4 stopped, 3 when the
-job does not exist. A job launched through the workflow may take a moment to appear; while its
+job does not exist. A name that is no training job but a processing job is followed the same way
+(its ``/aws/sagemaker/ProcessingJobs`` streams; at the end its ExitMessage and outputs). A job launched through the workflow may take a moment to appear; while its
 execution is still running, ``watch`` waits for it (``--start-timeout``), and if the execution
 failed before creating a job, prints the execution's error.
 
@@ -262,6 +264,49 @@ def from_log(log_path: Path, plot_path: Optional[Path], out: Optional[TextIO] = 
         plot(recorded.epochs, plot_path, title=log_path.name, diagnosis=recorded.diagnosis)
         print(f"plot: {plot_path} ({len(recorded.epochs)} epochs)", file=out)
     return EXIT_OK
+def follow_processing(
+    deployment: Deployment,
+    job_name: str,
+    *,
+    interval: float = 15.0,
+    logs: bool = True,
+    out: Optional[TextIO] = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Follow the processing job ``job_name`` until it ends, as :func:`follow` does a training job."""
+    out = out or sys.stdout
+    aws = deployment.aws
+    tracker = _JobTracker(aws, "processing", job_name, logs, out)
+    job = tracker.poll()
+    if job is None:
+        raise OperatorError(f"processing job {job_name} not found in {aws.region}")
+    print(f"following {job_name}  {processing_console_url(aws.region, job_name)}", file=out)
+    while job["ProcessingJobStatus"] not in END_STATES:
+        sleep(interval)
+        job = tracker.poll() or job
+    status = job["ProcessingJobStatus"]
+    print(f"{job_name} {status}", file=out)
+    if status == "Completed":
+        for item in (job.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
+            if "S3Output" in item:
+                print(f"  output {item['OutputName']}: {item['S3Output']['S3Uri']}", file=out)
+    if job.get("FailureReason"):
+        print(f"  FailureReason: {job['FailureReason']}", file=out)
+    if job.get("ExitMessage") and job.get("ExitMessage") != job.get("FailureReason"):
+        print(f"  ExitMessage: {job['ExitMessage']}", file=out)
+    return END_STATES[status]
+
+
+def processing_console_url(region: str, job_name: str) -> str:
+    """The SageMaker console page of a processing job."""
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{job_name}"
+
+
+def _is_processing_job(aws: Aws, job_name: str) -> bool:
+    """True when ``job_name`` is no training job but a processing job."""
+    if describe_job(aws, job_name) is not None:
+        return False
+    return _JobTracker(aws, "processing", job_name, False, sys.stdout)._describe() is not None
 
 
 def _report_end(job: dict[str, Any], out: TextIO) -> int:
@@ -458,9 +503,9 @@ def _report_execution(described: dict[str, Any], out: TextIO) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.watch", description="Follow a training job, or a pipeline execution, until it ends."
+        prog="python -m scripts.watch", description="Follow a training or processing job, or a pipeline execution, until it ends."
     )
-    parser.add_argument("job_name", nargs="?", help="training job (default: the project's newest)")
+    parser.add_argument("job_name", nargs="?", help="training or processing job (default: the project's newest training job)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--execution", metavar="ARN|NAME", help="follow this execution of <project>-pipeline")
     which.add_argument("--pipeline", action="store_true", help="follow the newest execution of <project>-pipeline")
@@ -493,6 +538,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         execution = args.execution or newest_pipeline_execution(deployment)
         return follow_pipeline(deployment, execution, interval=args.interval, logs=args.logs)
     name = args.job_name or newest_job(deployment)
+    if args.job_name and _is_processing_job(deployment.aws, name):
+        return follow_processing(deployment, name, interval=args.interval, logs=args.logs)
     return follow(
         deployment, name, interval=args.interval, logs=args.logs, start_timeout=args.start_timeout, plot_path=args.plot
     )

@@ -37,6 +37,7 @@ def apply_all() -> None:
     _endpoint_invocations()
     _update_endpoint()
     _executions_run_locally()
+    _simulate_principal_policy()
 
 
 def _kms_key_from_template() -> None:
@@ -495,3 +496,79 @@ def _executions_run_locally() -> None:
         return {"events": list(history.events) if history is not None else []}
 
     PATCHES.set(StepFunctionBackend, "get_execution_history", get_execution_history)
+
+
+def _simulate_principal_policy() -> None:
+    # Gap: moto has no iam:SimulatePrincipalPolicy (a 500 for any call). SageMaker SDK v3 calls it
+    # before every ModelTrainer job to check the execution role ("smoke test" actions, no
+    # ResourceArns), and refuses the role when an action comes back denied. Evaluate the role's
+    # identity policies as IAM's simulator does for a request without context values: an Allow
+    # counts only when its Resource matches the simulated resource ("*" when none is given: a
+    # statement scoped to ARNs does not match it) and its Condition holds without context (only
+    # ...IfExists operators and Null=true do; the other keys are reported as MissingContextValues);
+    # a matching Deny wins. Permissions boundaries, SCPs and resource policies are not simulated.
+    import fnmatch
+    import urllib.parse
+
+    from moto.core.responses import ActionResult
+    from moto.iam.responses import IamResponse
+
+    def listed(value: Any) -> list[Any]:
+        return value if isinstance(value, list) else [] if value is None else [value]
+
+    def condition_holds(condition: dict[str, Any]) -> tuple[bool, list[str]]:
+        missing: list[str] = []
+        for operator, pairs in condition.items():
+            for key, value in pairs.items():
+                if operator.endswith("IfExists"):
+                    continue
+                if operator == "Null" and str(listed(value)[0]).lower() == "true":
+                    continue
+                missing.append(key)
+        return not missing, missing
+
+    def matches(patterns: list[str], value: str, *, case: bool) -> bool:
+        return any(fnmatch.fnmatchcase(value if case else value.lower(), p if case else p.lower()) for p in patterns)
+
+    def evaluate(statements: list[dict[str, Any]], action: str, resource: str) -> dict[str, Any]:
+        allowed, denied, missing = False, False, []
+        for statement in statements:
+            if "Action" in statement and not matches(listed(statement["Action"]), action, case=False):
+                continue
+            if "NotAction" in statement and matches(listed(statement["NotAction"]), action, case=False):
+                continue
+            if "Resource" in statement and not matches(listed(statement["Resource"]), resource, case=True):
+                continue
+            if "NotResource" in statement and matches(listed(statement["NotResource"]), resource, case=True):
+                continue
+            holds, keys = condition_holds(statement.get("Condition") or {})
+            missing += [k for k in keys if k not in missing]
+            if not holds:
+                continue
+            if statement.get("Effect") == "Deny":
+                denied = True
+            elif statement.get("Effect") == "Allow":
+                allowed = True
+        decision = "explicitDeny" if denied else "allowed" if allowed else "implicitDeny"
+        return {"EvalActionName": action, "EvalResourceName": resource, "EvalDecision": decision,
+                "MatchedStatements": [], "MissingContextValues": [] if decision == "allowed" else missing}
+
+    def document(text: Any) -> dict[str, Any]:
+        if isinstance(text, dict):
+            return text
+        return json.loads(text if text.lstrip().startswith("{") else urllib.parse.unquote(text))
+
+    def simulate_principal_policy(self: Any) -> Any:
+        source = self._get_param("PolicySourceArn")
+        actions = self._get_param("ActionNames", [])
+        resources = self._get_param("ResourceArns") or ["*"]
+        role = self.backend.get_role_by_arn(source)  # NoSuchEntity, as IAM answers, when there is none
+        documents = [document(text) for text in role.policies.values()]
+        for managed in role.managed_policies.values():
+            version = next(v for v in managed.versions if v.version_id == managed.default_version_id)
+            documents.append(document(version.document))
+        statements = [s for d in documents for s in listed(d.get("Statement"))]
+        results = [evaluate(statements, action, resource) for action in actions for resource in resources]
+        return ActionResult({"EvaluationResults": results, "IsTruncated": False})
+
+    PATCHES.set(IamResponse, "simulate_principal_policy", simulate_principal_policy)

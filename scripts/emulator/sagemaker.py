@@ -4,47 +4,58 @@ The emulator accepts CreateTrainingJob but runs no containers. For each job this
 what SageMaker does around the training image, in the same order:
 
 1. reads the job's description (DescribeTrainingJob), as the service would read the request;
-2. lays out the container's ``/opt/ml`` tree under a temporary base directory:
-   ``input/config/hyperparameters.json``, ``resourceconfig.json``, ``inputdataconfig.json``,
-   and every channel downloaded from its S3 prefix into ``input/data/<channel>/`` (File mode);
-3. runs the real entrypoint (``python -m trainer`` from ``training_image/``) with
-   ``SAGEMAKER_BASE_DIR`` pointing at that tree and the job's Environment;
-4. on success packs ``model/`` into ``model.tar.gz`` and uploads it to
+2. lays out each instance's ``/opt/ml`` tree under a temporary base directory:
+   ``input/config/hyperparameters.json``, ``resourceconfig.json`` (``algo-1`` .. ``algo-N``),
+   ``inputdataconfig.json``, and every channel downloaded from its S3 prefix into
+   ``input/data/<channel>/`` (File mode; ShardedByS3Key splits the keys between hosts);
+3. runs what the job asks (``AlgorithmSpecification.ContainerEntrypoint``/``ContainerArguments``,
+   else the image's ``python -m trainer train``) as one emulated container per instance
+   (:mod:`scripts.emulator.containers`): its own mount namespace with its tree at ``/opt/ml``,
+   the image's environment plus the job's Environment, and for several instances a network
+   namespace per host named as SageMaker names them;
+4. on success packs ``algo-1``'s ``model/`` into ``model.tar.gz`` and uploads it to
    ``<S3OutputPath>/<job name>/output/model.tar.gz`` (and checkpoints to the CheckpointConfig
    URI), encrypted with the job's output KMS key;
-5. records the outcome on the job: status, FailureReason (from ``output/failure``),
-   ModelArtifacts, and FinalMetricDataList parsed from the log with the job's
-   MetricDefinitions, as SageMaker parses CloudWatch logs.
+5. records the outcome on the job: status, FailureReason (from the failing host's
+   ``output/failure``, else its exit status), ModelArtifacts, and FinalMetricDataList parsed
+   from the log with the job's MetricDefinitions, as SageMaker parses CloudWatch logs. A
+   container that exits 0 without a model fails the job: nothing is Completed that did not run.
 
-While the container runs, its lines go to the job's CloudWatch Logs stream
-(``/aws/sagemaker/TrainingJobs`` or ``/aws/sagemaker/ProcessingJobs``, ``<job>/algo-1-<epoch>``),
-and a StopTrainingJob/StopProcessingJob (the job turned Stopping; see ``gaps._stop_jobs``) ends it
-with SIGTERM, as SageMaker does, and records it Stopped.
+While the containers run, their lines go to the job's CloudWatch Logs streams
+(``/aws/sagemaker/TrainingJobs`` or ``/aws/sagemaker/ProcessingJobs``, ``<job>/algo-N-<epoch>``),
+and a StopTrainingJob/StopProcessingJob (the job turned Stopping; see ``gaps._stop_jobs``) ends
+them with SIGTERM, as SageMaker does, and records it Stopped.
 
 Processing jobs are played the same way (:meth:`LocalSageMaker.run_processing_job`): each S3
-input downloaded to its ``LocalPath`` (``/opt/ml/processing/input/<name>``),
-``config/processingjobconfig.json`` (the DescribeProcessingJob response) and
-``config/resourceconfig.json`` written, the job's ``ContainerEntrypoint`` + ``ContainerArguments``
-run from ``training_image/`` (``python3`` is this interpreter), each output directory uploaded
-to its ``S3Uri`` with ``ProcessingOutputConfig.KmsKeyId``, and the status, ``FailureReason`` and
-``ExitMessage`` (``<base>/output/message``, the processing mode's failure file) recorded.
+input downloaded to its ``LocalPath`` (``/opt/ml/processing/input/<name>``, the SDK's code input
+``/opt/ml/processing/input/code`` included), ``config/processingjobconfig.json`` (the
+DescribeProcessingJob response) and ``config/resourceconfig.json`` written, the job's
+``ContainerEntrypoint`` + ``ContainerArguments`` run in the emulated container, each host's
+output directories uploaded to their ``S3Uri`` with ``ProcessingOutputConfig.KmsKeyId``, and the
+status, ``FailureReason`` and ``ExitMessage`` (``output/message``, the processing mode's failure
+file) recorded.
+
+What the runner cannot play faithfully (several hosts without root, no ``unshare``) fails the
+job with a one-line ``ClientError`` instead of running it another way.
 
 Emulator only: against a real account SageMaker does all of this itself, in the container.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
-import sys
 import tarfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
+
+from scripts.emulator.containers import ContainerRefused, JobNetwork, container_command, host_names, image_environment, namespaced
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE_DIR = ROOT / "training_image"
@@ -103,52 +114,103 @@ class ContainerRun:
     Attributes:
         code: Exit code; ``None`` when it ran past its time limit.
         stopped: A StopTrainingJob/StopProcessingJob ended it (SIGTERM, as SageMaker sends).
+        ended: The runner ended it (stop, time limit, or another host of the job failed).
     """
 
     code: int | None
     stopped: bool = False
+    ended: bool = False
 
 
-def _run_container(
-    command: list[str],
-    env: Mapping[str, str],
-    log_file: Path,
+@dataclass
+class HostRun:
+    """One emulated container of a job: SageMaker's instance ``host``.
+
+    Attributes:
+        host: ``algo-1`` .. ``algo-N``.
+        base: This host's ``/opt/ml`` tree on this machine.
+        log_file: The container's stdout and stderr.
+        command: The process, already wrapped in its namespaces.
+        env: Its environment.
+        log_sink: Where its new lines go while it runs (the host's CloudWatch stream).
+    """
+
+    host: str
+    base: Path
+    log_file: Path
+    command: list[str]
+    env: Mapping[str, str]
+    log_sink: Callable[[list[str]], None] | None = None
+
+
+class _Tail:
+    """New complete lines of a growing log file, for a log sink."""
+
+    def __init__(self, path: Path, sink: Callable[[list[str]], None] | None) -> None:
+        self.handle = path.open("r", encoding="utf-8", errors="replace")
+        self.sink, self.pending = sink, ""
+
+    def pump(self, final: bool = False) -> None:
+        if self.sink is None:
+            return
+        self.pending += self.handle.read()
+        *lines, self.pending = self.pending.split("\n")
+        if final and self.pending:
+            lines, self.pending = [*lines, self.pending], ""
+        if lines:
+            self.sink(lines)
+
+
+def _run_hosts(
+    hosts: list[HostRun],
     timeout: float,
     *,
     stop_requested: Callable[[], bool] = lambda: False,
-    log_sink: Callable[[list[str]], None] | None = None,
-) -> ContainerRun:
-    """Run the image's command from ``training_image/`` until it exits, times out or is stopped.
+) -> list[ContainerRun]:
+    """Run every host's container until all exit, one fails, the time runs out or the job is stopped.
 
-    While it runs, new log lines go to ``log_sink`` (the job's CloudWatch stream) and a stop
-    request (the job's status turned Stopping) ends it as SageMaker does: SIGTERM, then SIGKILL.
+    As on SageMaker: a host that exits non-zero fails the job and the others are ended (SIGTERM,
+    then SIGKILL); a stop request (the job turned Stopping) or the time limit ends them all.
     """
-    log_file.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
-    with log_file.open("w", encoding="utf-8") as log, log_file.open("r", encoding="utf-8", errors="replace") as tail:
-        process = subprocess.Popen(command, cwd=TRAINING_IMAGE_DIR, env=dict(env), stdout=log, stderr=subprocess.STDOUT)
-        result: ContainerRun | None = None
-        pending = ""
-        while result is None:
-            try:
-                code = process.wait(timeout=0.5)
-                result = ContainerRun(code)
-            except subprocess.TimeoutExpired:
-                if stop_requested():
-                    _end(process)
-                    result = ContainerRun(process.returncode, stopped=True)
-                elif time.monotonic() > deadline:
-                    _end(process)
-                    result = ContainerRun(None)
-            if log_sink is not None:
+    processes: list[subprocess.Popen[bytes]] = []
+    logs, tails = [], []
+    try:
+        for host in hosts:
+            host.log_file.parent.mkdir(parents=True, exist_ok=True)
+            log = host.log_file.open("w", encoding="utf-8")
+            logs.append(log)
+            tails.append(_Tail(host.log_file, host.log_sink))
+            processes.append(subprocess.Popen(host.command, cwd=ROOT, env=dict(host.env), stdout=log, stderr=subprocess.STDOUT))
+        results: list[ContainerRun | None] = [None] * len(hosts)
+        while any(r is None for r in results):
+            time.sleep(0.5)
+            for index, process in enumerate(processes):
+                if results[index] is None and process.poll() is not None:
+                    results[index] = ContainerRun(process.returncode)
+            failed = any(r is not None and r.code != 0 for r in results)
+            stopping = stop_requested()
+            timed_out = time.monotonic() > deadline
+            if failed or stopping or timed_out:
+                for index, process in enumerate(processes):
+                    if results[index] is None:
+                        _end(process)
+                        results[index] = ContainerRun(None if timed_out and not stopping else process.returncode, stopped=stopping,
+                                                      ended=True)
+            for log, tail in zip(logs, tails):
                 log.flush()
-                pending += tail.read()
-                *lines, pending = pending.split("\n")
-                if result is not None and pending:
-                    lines, pending = [*lines, pending], ""
-                if lines:
-                    log_sink(lines)
-    return result
+                tail.pump()
+        for tail in tails:
+            tail.pump(final=True)
+        return [r for r in results if r is not None]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                _end(process)
+        for log in logs:
+            log.close()
+        for tail in tails:
+            tail.handle.close()
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
@@ -300,75 +362,114 @@ class LocalSageMaker:
         """Materialize, train, upload and record one job; returns its outcome."""
         sagemaker, s3 = self._client("sagemaker"), self._client("s3")
         job = sagemaker.describe_training_job(TrainingJobName=name)
-        base = self.work_dir / name / "opt-ml"
-        log_file = self.work_dir / name / "container.log"
-        self.on_event(f"job {name}: SageMaker's part played locally; /opt/ml at {base}")
+        resources = job.get("ResourceConfig") or {}
+        names = host_names(int(resources.get("InstanceCount") or 1))
+        trees = self._host_trees(name, names)
+        log_file = trees[0][1]
+        self.on_event(f"job {name}: SageMaker's part played locally; /opt/ml of {names[0]} at {trees[0][0]}")
         self._set_status(name, "InProgress", "Downloading", "Downloading input data (local runner)")
-        self._materialize(job, base, s3)
+        for index, (host, (base, _)) in enumerate(zip(names, trees)):
+            self._materialize(job, base, s3, names, host, index)
 
         self._set_status(name, "InProgress", "Training", "Training the model (local runner, CPU)")
-        env = self._container_env(job, base)
+        spec = job.get("AlgorithmSpecification") or {}
+        command = container_command(spec.get("ContainerEntrypoint"), spec.get("ContainerArguments"))
         timeout = min(self.timeout_seconds, float(job.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 1e9)))
         started = time.monotonic()
-        run = _run_container(
-            [sys.executable, "-m", "trainer"],
-            env,
-            log_file,
-            timeout,
-            stop_requested=lambda: self._backend_jobs()[name].training_job_status == "Stopping",
-            log_sink=self._log_stream(TRAINING_LOG_GROUP, name),
-        )
-        code = run.code
+        try:
+            runs = self._run_job_containers(
+                job, TRAINING_LOG_GROUP, names, trees, command, self._container_env(job), timeout,
+                lambda: self._backend_jobs()[name].training_job_status == "Stopping",
+            )
+        except ContainerRefused as err:
+            outcome = JobOutcome(name, "Failed", f"ClientError: {err}"[:1024], None, {}, 0.0, log_file, trees[0][0])
+            self._record(name, outcome.status, outcome.failure_reason)
+            self.outcomes[name] = outcome
+            self.on_event(f"job {name}: refused: {err}")
+            return outcome
         seconds = time.monotonic() - started
+        base = trees[0][0]
         log_text = log_file.read_text(encoding="utf-8", errors="replace")
-        definitions = job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or _default_metric_definitions()
+        definitions = spec.get("MetricDefinitions") or _default_metric_definitions()
         metrics = parse_final_metrics(log_text, definitions)
 
-        failure_file = base / "output" / "failure"
         model_dir = base / "model"
-        if run.stopped:
+        failed = _first_failure(names, trees, runs, "failure")
+        if any(run.stopped for run in runs):
             outcome = JobOutcome(name, "Stopped", None, None, metrics, seconds, log_file, base)
-        elif code == 0 and model_dir.is_dir() and any(model_dir.iterdir()):
+        elif failed is None and model_dir.is_dir() and any(model_dir.iterdir()):
             self._set_status(name, "InProgress", "Uploading", "Uploading generated training model (local runner)")
             artifact = self._upload_outputs(job, base, s3)
             outcome = JobOutcome(name, "Completed", None, artifact, metrics, seconds, log_file, base)
         else:
-            if code is None:
-                reason = f"MaxRuntimeExceeded: training stopped after {timeout:.0f}s (local runner limit)"
-            elif failure_file.is_file():
-                reason = failure_file.read_text(encoding="utf-8", errors="replace").strip()
-            elif code == 0:
+            if failed is None:
                 reason = "AlgorithmError: the container exited 0 but wrote nothing to /opt/ml/model"
             else:
-                reason = f"AlgorithmError: the container exited {code}; see {log_file}"
+                reason = _failure_reason(failed, timeout, len(names), prefix="")
             outcome = JobOutcome(name, "Failed", reason[:1024], None, metrics, seconds, log_file, base)
         self._record(name, outcome.status, outcome.failure_reason, outcome.model_artifact, metrics, seconds)
         self.outcomes[name] = outcome
         self.on_event(f"job {name}: {outcome.status} after {seconds:.1f}s of training")
         return outcome
 
-    def _materialize(self, job: Mapping[str, Any], base: Path, s3: Any) -> None:
+    def _host_trees(self, name: str, hosts: list[str]) -> list[tuple[Path, Path]]:
+        """Each host's ``/opt/ml`` tree and log file (``algo-1``'s where a one-host job keeps them)."""
+        job_dir = self.work_dir / name
+        return [
+            (job_dir / "opt-ml", job_dir / "container.log") if index == 0 else (job_dir / host / "opt-ml", job_dir / host / "container.log")
+            for index, host in enumerate(hosts)
+        ]
+
+    def _run_job_containers(
+        self,
+        job: Mapping[str, Any],
+        log_group: str,
+        names: list[str],
+        trees: list[tuple[Path, Path]],
+        command: list[str],
+        env: Mapping[str, str],
+        timeout: float,
+        stop_requested: Callable[[], bool],
+    ) -> list[ContainerRun]:
+        """One emulated container per host, each with its tree at ``/opt/ml`` (and its own network for several)."""
+        job_name = job.get("TrainingJobName") or job.get("ProcessingJobName")
+        stamp = int(time.time())
+        network = JobNetwork(names, self.work_dir / str(job_name) / "network") if len(names) > 1 else None
+        with network if network is not None else contextlib.nullcontext():
+            hosts = [
+                HostRun(
+                    host,
+                    base,
+                    log_file,
+                    namespaced(command, base, network=network, host=host),
+                    env,
+                    CloudWatchStream(self._client("logs"), log_group, f"{job_name}/{host}-{stamp}"),
+                )
+                for host, (base, log_file) in zip(names, trees)
+            ]
+            return _run_hosts(hosts, timeout, stop_requested=stop_requested)
+
+    def _materialize(self, job: Mapping[str, Any], base: Path, s3: Any, hosts: list[str], host: str, index: int) -> None:
         config_dir = base / "input" / "config"
         config_dir.mkdir(parents=True, exist_ok=True)
         for sub in ("model", "output", "checkpoints"):
             (base / sub).mkdir(parents=True, exist_ok=True)
         (config_dir / "hyperparameters.json").write_text(json.dumps(job.get("HyperParameters", {}), indent=2))
-        # One host: the local runner trains in a single process (InstanceCount > 1 would need
-        # one process per host with a shared TF_CONFIG; the emulated jobs use one).
-        (config_dir / "resourceconfig.json").write_text(
-            json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}, indent=2)
-        )
+        resources = job.get("ResourceConfig") or {}
+        (config_dir / "resourceconfig.json").write_text(json.dumps(_resource_config(hosts, host, resources.get("InstanceType")), indent=2))
         channels: dict[str, Any] = {}
         for channel in job.get("InputDataConfig", []):
             name = channel["ChannelName"]
             source = channel["DataSource"]["S3DataSource"]
+            distribution = source.get("S3DataDistributionType", "FullyReplicated")
             channels[name] = {
                 "TrainingInputMode": channel.get("InputMode", job["AlgorithmSpecification"].get("TrainingInputMode", "File")),
-                "S3DistributionType": source.get("S3DataDistributionType", "FullyReplicated"),
+                "S3DistributionType": distribution,
                 "RecordWrapperType": channel.get("RecordWrapperType", "None"),
                 **({"ContentType": channel["ContentType"]} if channel.get("ContentType") else {}),
             }
-            self._download_prefix(s3, source["S3Uri"], base / "input" / "data" / name)
+            shard = (index, len(hosts)) if distribution == "ShardedByS3Key" else None
+            self._download_prefix(s3, source["S3Uri"], base / "input" / "data" / name, shard=shard)
         (config_dir / "inputdataconfig.json").write_text(json.dumps(channels, indent=2))
         checkpoint_uri = (job.get("CheckpointConfig") or {}).get("S3Uri")
         if checkpoint_uri:
@@ -376,40 +477,43 @@ class LocalSageMaker:
             self._download_prefix(s3, checkpoint_uri, base / "checkpoints")
 
     @staticmethod
-    def _download_prefix(s3: Any, uri: str, target: Path) -> None:
+    def _download_prefix(s3: Any, uri: str, target: Path, shard: tuple[int, int] | None = None) -> None:
+        """Every object under ``uri`` into ``target``; with ``shard`` (index, count) only that host's share.
+
+        ShardedByS3Key gives each host a disjoint share of the keys, as SageMaker does.
+        """
         bucket, prefix = _split_s3(uri)
         target.mkdir(parents=True, exist_ok=True)
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            for item in page.get("Contents", []):
-                key = item["Key"]
-                if key.endswith("/"):
-                    continue
-                relative = key[len(prefix) :].lstrip("/") if prefix else key
-                destination = target / (relative or Path(key).name)
-                destination.parent.mkdir(parents=True, exist_ok=True)
-                s3.download_file(bucket, key, str(destination))
+        keys = [
+            item["Key"]
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for item in page.get("Contents", [])
+            if not item["Key"].endswith("/")
+        ]
+        if shard is not None:
+            keys = sorted(keys)[shard[0] :: shard[1]]
+        for key in keys:
+            relative = key[len(prefix) :].lstrip("/") if prefix else key
+            destination = target / (relative or Path(key).name)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, key, str(destination))
 
-    def _container_env(self, job: Mapping[str, Any], base: Path) -> dict[str, str]:
-        return self._environment(
-            job,
-            base,
-            {
-                "CHECKPOINT_DIR": str(base / "checkpoints"),
-                "TRAINING_JOB_NAME": job["TrainingJobName"],
-                "TRAINING_JOB_ARN": job["TrainingJobArn"],
-            },
-        )
+    def _container_env(self, job: Mapping[str, Any]) -> dict[str, str]:
+        return self._environment(job, {"TRAINING_JOB_NAME": job["TrainingJobName"], "TRAINING_JOB_ARN": job["TrainingJobArn"]})
 
-    def _environment(self, job: Mapping[str, Any], base: Path, extra: Mapping[str, str]) -> dict[str, str]:
-        env = {
+    def _environment(self, job: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, str]:
+        """The container's environment: the image's, the job's Environment, what SageMaker adds.
+
+        The job's tree is at ``/opt/ml`` in the container, so no path here points outside it.
+        """
+        env = image_environment({
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG", "PROCESSING_", "SAGEMAKER_"))
-        }
+            if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG", "PROCESSING_", "SAGEMAKER_", "CHECKPOINT_DIR", "PYTHONPATH"))
+        })
         env.update(job.get("Environment") or {})
         env.update(
             {
-                "SAGEMAKER_BASE_DIR": str(base),
                 **extra,
                 # The emulator has no GPU: the image, which fails hard when it sees fewer GPUs
                 # than the instance type has, is told to expect none and runs on the CPU.
@@ -417,6 +521,14 @@ class LocalSageMaker:
                 "CUDA_VISIBLE_DEVICES": "",
                 "TF_CPP_MIN_LOG_LEVEL": "2",
                 "PYTHONUNBUFFERED": "1",
+                # SageMaker gives a container the job role's credentials for AWS calls (a job
+                # without network isolation downloads an s3:// sagemaker_submit_directory with
+                # them); here AWS is the emulator, with its region and any credentials.
+                "AWS_ENDPOINT_URL": self.endpoint_url,
+                "AWS_REGION": self.region,
+                "AWS_DEFAULT_REGION": self.region,
+                "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "emulator"),
+                "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "emulator"),
             }
         )
         env.update(self.extra_env)
@@ -454,80 +566,80 @@ class LocalSageMaker:
 
         sagemaker, s3 = self._client("sagemaker"), self._client("s3")
         job = json_safe(sagemaker.describe_processing_job(ProcessingJobName=name))
-        base = self.work_dir / name / "opt-ml"
-        log_file = self.work_dir / name / "container.log"
-        self.on_event(f"processing job {name}: SageMaker Processing played locally; /opt/ml at {base}")
+        cluster = (job.get("ProcessingResources") or {}).get("ClusterConfig") or {}
+        names = host_names(int(cluster.get("InstanceCount") or 1))
+        trees = self._host_trees(name, names)
+        base, log_file = trees[0]
+        self.on_event(f"processing job {name}: SageMaker Processing played locally; /opt/ml of {names[0]} at {base}")
         self._mark_processing_started(name)
-        (base / "config").mkdir(parents=True, exist_ok=True)
-        (base / "output").mkdir(parents=True, exist_ok=True)
-        (base / "config" / "processingjobconfig.json").write_text(json.dumps(job, indent=2))
-        # One host, as for training jobs (InstanceCount > 1 would need one process per host).
-        (base / "config" / "resourceconfig.json").write_text(
-            json.dumps({"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}, indent=2)
-        )
-        for item in job.get("ProcessingInputs") or []:
-            source = item.get("S3Input")
-            if not source:
-                raise ValueError(f"input {item.get('InputName')}: only S3Input is played by the local runner")
-            self._download_prefix(s3, source["S3Uri"], container_path(base, source["LocalPath"]))
         outputs = (job.get("ProcessingOutputConfig") or {}).get("Outputs") or []
-        for item in outputs:
-            container_path(base, item["S3Output"]["LocalPath"]).mkdir(parents=True, exist_ok=True)
+        for index, (host, (tree, _)) in enumerate(zip(names, trees)):
+            self._materialize_processing(job, tree, s3, names, host, index)
 
         app = job.get("AppSpecification") or {}
-        command = [*(app.get("ContainerEntrypoint") or []), *(app.get("ContainerArguments") or [])]
-        if command and command[0] in ("python3", "python"):
-            command[0] = sys.executable  # the image's interpreter; here, this one
-        env = self._environment(job, base, {"PROCESSING_JOB_NAME": name, "PROCESSING_JOB_ARN": job["ProcessingJobArn"]})
+        entrypoint, arguments = app.get("ContainerEntrypoint"), app.get("ContainerArguments")
+        env = self._environment(job, {"PROCESSING_JOB_NAME": name, "PROCESSING_JOB_ARN": job["ProcessingJobArn"]})
         timeout = min(self.timeout_seconds, float((job.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds", 1e9)))
         started = time.monotonic()
-        run = (
-            _run_container(
-                command,
-                env,
-                log_file,
-                timeout,
-                stop_requested=lambda: self._backend().processing_jobs[name].processing_job_status == "Stopping",
-                log_sink=self._log_stream(PROCESSING_LOG_GROUP, name),
-            )
-            if command
-            else ContainerRun(1)
-        )
-        code = run.code
+        refused = None
+        runs: list[ContainerRun] = []
+        if not entrypoint and not arguments:
+            # The platform image's CMD is "train": a processing job must say what to run.
+            refused = "AppSpecification has no ContainerEntrypoint or ContainerArguments to run"
+        else:
+            try:
+                runs = self._run_job_containers(
+                    job, PROCESSING_LOG_GROUP, names, trees, container_command(entrypoint, arguments), env, timeout,
+                    lambda: self._backend().processing_jobs[name].processing_job_status == "Stopping",
+                )
+            except ContainerRefused as err:
+                refused = str(err)
         seconds = time.monotonic() - started
         message_file = base / "output" / "message"
         message = message_file.read_text(encoding="utf-8", errors="replace").strip() if message_file.is_file() else None
+        failed = _first_failure(names, trees, runs, "message")
+        if failed is not None and failed.message:
+            message = failed.message
         uploaded: dict[str, str] = {}
-        if run.stopped:
+        if refused:
+            outcome = JobOutcome(name, "Failed", f"ClientError: {refused}"[:1024], None, {}, seconds, log_file, base, "processing")
+        elif any(run.stopped for run in runs):
             outcome = JobOutcome(name, "Stopped", None, None, {}, seconds, log_file, base, "processing", {}, message)
-        elif code == 0:
+        elif failed is None:
             key_id = (job.get("ProcessingOutputConfig") or {}).get("KmsKeyId")
             extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_id} if key_id else {}
             for item in outputs:
                 target = item["S3Output"]["S3Uri"].rstrip("/") + "/"
                 bucket, prefix = _split_s3(target)
-                local = container_path(base, item["S3Output"]["LocalPath"])
-                for path in sorted(p for p in local.rglob("*") if p.is_file()):
-                    s3.upload_file(str(path), bucket, prefix + path.relative_to(local).as_posix(), ExtraArgs=extra)
+                # Every host uploads its own output folder to the same S3Uri, as SageMaker does.
+                for tree, _ in trees:
+                    local = container_path(tree, item["S3Output"]["LocalPath"])
+                    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+                        s3.upload_file(str(path), bucket, prefix + path.relative_to(local).as_posix(), ExtraArgs=extra)
                 uploaded[item["OutputName"]] = target
             outcome = JobOutcome(name, "Completed", None, None, {}, seconds, log_file, base, "processing", uploaded, message)
         else:
-            if not command:
-                reason = "ClientError: AppSpecification has no ContainerEntrypoint or ContainerArguments to run"
-            elif code is None:
-                reason = f"MaxRuntimeExceeded: processing stopped after {timeout:.0f}s (local runner limit)"
-            elif message:
-                reason = f"AlgorithmError: {message}"
-            else:
-                reason = f"AlgorithmError: the container exited {code}; see {log_file}"
+            reason = _failure_reason(failed, timeout, len(names), prefix="AlgorithmError: ", what="processing")
             outcome = JobOutcome(name, "Failed", reason[:1024], None, {}, seconds, log_file, base, "processing", {}, message)
         self._record_processing(name, outcome.status, outcome.failure_reason, message)
         self.outcomes[name] = outcome
         self.on_event(f"processing job {name}: {outcome.status} after {seconds:.1f}s")
         return outcome
 
-    def _log_stream(self, group: str, name: str) -> CloudWatchStream:
-        return CloudWatchStream(self._client("logs"), group, f"{name}/algo-1-{int(time.time())}")
+    def _materialize_processing(self, job: Mapping[str, Any], base: Path, s3: Any, hosts: list[str], host: str, index: int) -> None:
+        (base / "config").mkdir(parents=True, exist_ok=True)
+        (base / "output").mkdir(parents=True, exist_ok=True)
+        (base / "config" / "processingjobconfig.json").write_text(json.dumps(job, indent=2))
+        cluster = (job.get("ProcessingResources") or {}).get("ClusterConfig") or {}
+        (base / "config" / "resourceconfig.json").write_text(json.dumps(_resource_config(hosts, host, cluster.get("InstanceType")), indent=2))
+        for item in job.get("ProcessingInputs") or []:
+            source = item.get("S3Input")
+            if not source:
+                raise ValueError(f"input {item.get('InputName')}: only S3Input is played by the local runner")
+            shard = (index, len(hosts)) if source.get("S3DataDistributionType") == "ShardedByS3Key" else None
+            self._download_prefix(s3, source["S3Uri"], container_path(base, source["LocalPath"]), shard=shard)
+        for item in (job.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
+            container_path(base, item["S3Output"]["LocalPath"]).mkdir(parents=True, exist_ok=True)
 
     def _mark_processing_started(self, name: str) -> None:
         from moto.core.utils import utcnow
@@ -596,6 +708,55 @@ class LocalSageMaker:
         if seconds is not None:
             job.training_time_in_seconds = max(1, int(seconds))
             job.billable_time_in_seconds = max(1, int(seconds))
+
+
+def _resource_config(hosts: list[str], host: str, instance_type: str | None) -> dict[str, Any]:
+    """``resourceconfig.json`` for one host, with the fields SageMaker writes."""
+    instance_type = instance_type or "ml.m5.xlarge"
+    return {
+        "current_host": host,
+        "current_instance_type": instance_type,
+        "current_group_name": "homogeneousCluster",
+        "hosts": hosts,
+        "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": instance_type, "hosts": hosts}],
+        "network_interface_name": "eth0",
+    }
+
+
+@dataclass
+class HostFailure:
+    """The host whose container decided a failed job, and what it left."""
+
+    host: str
+    run: ContainerRun
+    message: str | None
+    log_file: Path
+
+
+def _first_failure(names: list[str], trees: list[tuple[Path, Path]], runs: list[ContainerRun], failure_file: str) -> HostFailure | None:
+    """The host that failed the job (it exited non-zero or ran out of time), its failure file read.
+
+    A host the runner ended because another failed is not the cause; a stopped job has no failure.
+    """
+    if any(run.stopped for run in runs):
+        return None
+    candidates = [i for i, run in enumerate(runs) if not run.ended and run.code != 0] or [i for i, run in enumerate(runs) if run.code != 0]
+    if not candidates:
+        return None
+    index = candidates[0]
+    path = trees[index][0] / "output" / failure_file
+    message = path.read_text(encoding="utf-8", errors="replace").strip() if path.is_file() else None
+    return HostFailure(names[index], runs[index], message or None, trees[index][1])
+
+
+def _failure_reason(failed: HostFailure, timeout: float, host_count: int, *, prefix: str, what: str = "training") -> str:
+    """SageMaker's FailureReason: the failure file when the container wrote one, else its exit."""
+    where = f"{failed.host}: " if host_count > 1 else ""
+    if failed.run.code is None:
+        return f"MaxRuntimeExceeded: {what} stopped after {timeout:.0f}s (local runner limit)"
+    if failed.message:
+        return f"{prefix}{where}{failed.message}"
+    return f"AlgorithmError: {where}the container exited {failed.run.code}; see {failed.log_file}"
 
 
 def _default_metric_definitions() -> list[dict[str, str]]:

@@ -100,6 +100,14 @@ class ProcessingRole(Construct):
         raw_objects = datasets_bucket.arn_for_objects(f"{input_prefix}*")
         processed_objects = datasets_bucket.arn_for_objects(f"{output_prefix}*")
         code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
+        # The SageMaker SDK's defaults (scripts.sdk_config makes OUTPUT_PREFIX its default key
+        # prefix): a ScriptProcessor/FrameworkProcessor job uploads its code and local inputs to
+        # <prefix><job>/input/<name>/ (FrameworkProcessor: <prefix><job>/source/) and, without a
+        # destination, writes each output to <prefix><job>/output/<name>/. Only the project's jobs
+        # (<project>-*), and never a file directly in output/ (a training job's model.tar.gz).
+        sdk_jobs = f"{OUTPUT_PREFIX}{project_name}-*"
+        sdk_inputs = [artifacts_bucket.arn_for_objects(f"{sdk_jobs}/{part}/*") for part in ("input", "source")]
+        sdk_outputs = artifacts_bucket.arn_for_objects(f"{sdk_jobs}/output/*/*")
         log_statements, log_wildcards = sagemaker_job_log_statements(
             stack,
             log_group_name=SAGEMAKER_PROCESSING_LOG_GROUP,
@@ -125,7 +133,11 @@ class ProcessingRole(Construct):
                 sid="ListUserCode",
                 actions=["s3:ListBucket"],
                 resources=[artifacts_bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{CODE_PREFIX}*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{CODE_PREFIX}*", f"{sdk_jobs}/input/*", f"{sdk_jobs}/source/*"]}},
+            ),
+            iam.PolicyStatement(sid="ReadSdkProcessingInputs", actions=["s3:GetObject"], resources=sdk_inputs),
+            iam.PolicyStatement(
+                sid="WriteSdkProcessingOutputs", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=[sdk_outputs]
             ),
             iam.PolicyStatement(
                 sid="UsePlatformKey",
@@ -145,13 +157,16 @@ class ProcessingRole(Construct):
             wildcard_reason=(
                 "Each wildcard is the narrowest the API allows: objects under the raw-data prefix (read), under the "
                 "processed-data prefix (write: each run writes a new prefix named after its job) and users' code under "
-                "the code prefix (read); SageMaker's fixed /aws/sagemaker/ProcessingJobs log group and the project's job "
+                "the code prefix (read); the SageMaker SDK's default locations of the project's own processing jobs "
+                "(<prefix><project>-*/input|source/*: code and inputs the SDK uploads, read; <prefix><project>-*/output/"
+                "<name>/*: outputs without a destination, write, never a file directly in output/ where a training job's "
+                "model is), whose names the SDK makes per job; SageMaker's fixed /aws/sagemaker/ProcessingJobs log group and the project's job "
                 "streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions) "
                 "and cloudwatch:PutMetricData (limited by namespace); subnets, security groups and network interfaces of "
                 "this account and region, limited to the training VPC by the ec2:Vpc condition (a new interface by the "
                 "subnet it must be created in)."
             ),
-            wildcards=[raw_objects, processed_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
+            wildcards=[raw_objects, processed_objects, code_objects, *sdk_inputs, sdk_outputs, *log_wildcards, *network_wildcards, "*"],
         )
 
 

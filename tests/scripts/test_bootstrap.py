@@ -59,7 +59,8 @@ def checkout(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "bootstrap.sh", repo / "scripts" / "bootstrap.sh")
-    for name in ("requirements.txt", "requirements-dev.txt", "requirements-nodeps.txt", "package.json", "package-lock.json"):
+    for name in ("requirements.txt", "requirements-dev.txt", "requirements-nodeps.txt", "requirements-sdk3.txt", "package.json",
+                 "package-lock.json"):
         shutil.copy(ROOT / name, repo / name)
     fakes = tmp_path / "bin"
     fakes.mkdir()
@@ -110,11 +111,14 @@ def test_it_says_what_it_is_doing_while_pip_works(checkout):
     assert result.stdout == ""
 
 
-def test_full_setup_installs_dev_and_no_deps_requirements(checkout):
+def test_full_setup_installs_dev_and_no_deps_requirements_and_sdk_v3_beside(checkout):
     result, calls = _bootstrap(checkout)
     assert result.returncode == 0, result.stderr
-    assert _requirement_files(calls) == ["requirements-dev.txt", "requirements-nodeps.txt"]
+    assert _requirement_files(calls) == ["requirements-dev.txt", "requirements-nodeps.txt", "requirements-sdk3.txt"]
     assert any("--no-deps -r requirements-nodeps.txt" in call for call in calls)
+    # SDK v3 is the same 'sagemaker' package as v2: its own virtualenv, never .venv.
+    assert [c for c in calls if c.startswith("venv ")] == ["venv -m venv .venv", "venv -m venv .venv-sdk3"]
+    assert "bootstrap: creating virtualenv .venv-sdk3 for SageMaker SDK v3 (requirements-sdk3.txt; ~1 GB, some 3 minutes)" in result.stderr
 
 
 def test_the_stamp_makes_a_second_run_a_no_op_and_full_satisfies_deploy_only(checkout):
@@ -127,7 +131,7 @@ def test_the_stamp_makes_a_second_run_a_no_op_and_full_satisfies_deploy_only(che
 def test_a_full_run_after_deploy_only_adds_what_was_left_out(checkout):
     _bootstrap(checkout, "--deploy-only")
     result, calls = _bootstrap(checkout)
-    assert result.returncode == 0 and _requirement_files(calls) == ["requirements-dev.txt", "requirements-nodeps.txt"]
+    assert result.returncode == 0 and _requirement_files(calls) == ["requirements-dev.txt", "requirements-nodeps.txt", "requirements-sdk3.txt"]
 
 
 def test_a_changed_requirement_file_reinstalls(checkout):

@@ -154,3 +154,26 @@ def test_telemetry_stays_home_only_with_the_file(aws, tmp_path, capsys, monkeypa
         tried[name] = outside
     assert tried["generated"] == []
     assert tried["bare"] == [f"sm-pysdk-t-{REGION}.s3.{REGION}.amazonaws.com"]
+
+
+def test_processors_get_the_platforms_processing_role_network_and_output_key(aws, tmp_path, capsys, monkeypatch):
+    out, document, _ = _generate(tmp_path, capsys)
+    job = document["SageMaker"]["ProcessingJob"]
+    training = document["SageMaker"]["TrainingJob"]
+    assert job["RoleArn"] == aws.training["ProcessingRoleArn"] != training["RoleArn"]
+    assert job["NetworkConfig"] == {"EnableNetworkIsolation": True, "EnableInterContainerTrafficEncryption": True,
+                                    "VpcConfig": training["VpcConfig"]}
+    assert job["ProcessingOutputConfig"] == {"KmsKeyId": aws.data["KeyArn"]}
+    assert job["Tags"] == training["Tags"]
+    assert "ProcessingResources" not in job  # a volume key would be refused on g5 (local NVMe)
+    # What a ScriptProcessor built with no role, network or key resolves from the file.
+    monkeypatch.setenv(CONFIG_ENV, str(out))
+    from sagemaker.processing import ScriptProcessor
+    from sagemaker.session import Session
+
+    processor = ScriptProcessor(image_uri=aws.data["ImageUri"], command=["python3"], instance_type="ml.g5.xlarge", instance_count=1,
+                                sagemaker_session=Session(boto3.Session(region_name=REGION)))
+    assert processor.role == aws.training["ProcessingRoleArn"]
+    assert processor.network_config.enable_network_isolation is True
+    assert processor.network_config.subnets == training["VpcConfig"]["Subnets"]
+    assert processor.output_kms_key == aws.data["KeyArn"]

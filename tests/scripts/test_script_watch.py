@@ -16,6 +16,7 @@ from scripts.common import Aws, Deployment, load_platform_config, run
 from scripts.launch import main as launch_main
 from scripts.watch import _JobTracker, follow, main
 from tests.scripts.plot_checks import assert_plot
+from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
 from tests.scripts.conftest import PROJECT, REGION
 
@@ -188,3 +189,66 @@ def test_a_pipelines_training_job_shows_its_epoch_figures_too(aws, moto_backends
     _JobTracker(_deployment().aws, "training", name, True, out).poll()
     moto_backends.set_job(name, "Completed", "Completed", "Training job completed")  # leave no job running for later tests
     assert "    epoch 1: 2100.0 examples/s, step 121.90 ms, input wait 64.0%, GPU 22.5% 30210 MiB, loss 1.2000\n" in out.getvalue()
+def _processing_job(name: str) -> None:
+    boto3.client("sagemaker", region_name=REGION).create_processing_job(
+        ProcessingJobName=name,
+        RoleArn="arn:aws:iam::123456789012:role/processing",
+        AppSpecification={"ImageUri": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:1",
+                          "ContainerEntrypoint": ["python3", "/opt/ml/processing/input/code/preprocess.py"]},
+        ProcessingResources={"ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.g5.xlarge", "VolumeSizeInGB": 30}},
+        ProcessingOutputConfig={"Outputs": [{"OutputName": "scaled", "S3Output": {
+            "S3Uri": f"s3://artifacts/training-jobs/{name}/output/scaled", "LocalPath": "/opt/ml/processing/output/scaled",
+            "S3UploadMode": "EndOfJob"}}]},
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+    )
+
+
+def _processing_log(name: str, *messages: str) -> None:
+    logs = boto3.client("logs", region_name=REGION)
+    for call in (lambda: logs.create_log_group(logGroupName=SAGEMAKER_PROCESSING_LOG_GROUP),
+                 lambda: logs.create_log_stream(logGroupName=SAGEMAKER_PROCESSING_LOG_GROUP, logStreamName=f"{name}/algo-1-1700000000")):
+        try:
+            call()
+        except logs.exceptions.ResourceAlreadyExistsException:
+            pass
+    now = int(time.time() * 1000)
+    logs.put_log_events(logGroupName=SAGEMAKER_PROCESSING_LOG_GROUP, logStreamName=f"{name}/algo-1-1700000000",
+                        logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(messages)])
+
+
+@pytest.mark.parametrize("status, expected", [("Completed", 0), ("Failed", 1), ("Stopped", 4)])
+def test_a_processing_job_is_followed_like_a_training_job(aws, moto_backends, capsys, status, expected):
+    name = f"{PROJECT}-training-proc-{status.lower()}"
+    _processing_job(name)
+    job = moto_backends.sagemaker.processing_jobs[name]
+    job.processing_job_status = "InProgress"  # moto completes it at once; SageMaker does not
+    phases = iter([
+        lambda: _processing_log(name, "scaled 96 rows"),
+        lambda: (setattr(job, "processing_job_status", status),
+                 status == "Failed" and setattr(job, "failure_reason", "AlgorithmError: DataError: raw/a.csv line 3: 2 values"),
+                 status == "Failed" and setattr(job, "exit_message", "DataError: raw/a.csv line 3: 2 values")),
+    ])
+    capsys.readouterr()
+    from scripts import watch
+
+    code = watch.follow_processing(_deployment(), name, interval=0, sleep=lambda _: next(phases)())
+    out = capsys.readouterr().out
+    assert code == expected
+    assert f"following {name}" in out and "processing-jobs/" + name in out
+    assert f"[algo-1-1700000000] scaled 96 rows" in out
+    assert f"processing job {name}: InProgress" in out
+    assert f"{name} {status}\n" in out
+    if status == "Completed":
+        assert f"  output scaled: s3://artifacts/training-jobs/{name}/output/scaled\n" in out
+    if status == "Failed":
+        assert "  FailureReason: AlgorithmError: DataError: raw/a.csv line 3: 2 values\n" in out
+        assert "  ExitMessage: DataError: raw/a.csv line 3: 2 values\n" in out
+
+
+def test_watch_by_name_finds_a_processing_job(aws, capsys):
+    name = f"{PROJECT}-training-proc-by-name"
+    _processing_job(name)  # moto: Completed at once
+    capsys.readouterr()
+    assert run(main, [name, "--interval", "0", "--no-logs"]) == 0
+    out = capsys.readouterr().out
+    assert f"following {name}" in out and f"{name} Completed" in out

@@ -24,7 +24,7 @@ KEY = f"arn:aws:kms:{server.REGION}:{server.ACCOUNT}:key/1234abcd-12ab-34cd-56ef
 # or fails the way the processing mode does (one line in output/message, a non-zero exit).
 CONTAINER = r"""
 import json, os, shutil, sys
-base = os.environ["SAGEMAKER_BASE_DIR"]
+base = "/opt/ml"  # the job's tree, where SageMaker mounts it
 seen = {
     "argv": sys.argv[1:],
     "config": json.load(open(f"{base}/config/processingjobconfig.json")),

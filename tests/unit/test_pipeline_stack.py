@@ -53,10 +53,12 @@ def test_processing_role_reads_raw_data_and_code_and_writes_only_processed_data(
     assert _text(statements["WriteProcessedData"]["Resource"]).endswith('/processed/*"]]}')
     assert statements["ReadUserCode"]["Action"] == "s3:GetObject"
     assert _text(statements["ReadUserCode"]["Resource"]).endswith('/code/*"]]}')
-    assert statements["ListUserCode"]["Condition"] == {"StringLike": {"s3:prefix": ["code/*"]}}
+    assert statements["ListUserCode"]["Condition"] == {
+        "StringLike": {"s3:prefix": ["code/*", "training-jobs/gputrain-*/input/*", "training-jobs/gputrain-*/source/*"]}}
     # No other S3 access at all: not the training channels, not the artifacts' outputs.
     s3 = [s for s in statements.values() if any(a.startswith("s3:") for a in json.dumps(s["Action"]).strip('[]"').split('", "'))]
-    assert sorted(s["Sid"] for s in s3) == ["ListRawData", "ListUserCode", "ReadRawData", "ReadUserCode", "WriteProcessedData"]
+    assert sorted(s["Sid"] for s in s3) == ["ListRawData", "ListUserCode", "ReadRawData", "ReadSdkProcessingInputs", "ReadUserCode",
+                                           "WriteProcessedData", "WriteSdkProcessingOutputs"]
     assert set(statements["UsePlatformKey"]["Action"]) == {"kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"}
     assert statements["EncryptMlVolumes"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
     assert "PullProcessingImage" in statements and statements["EcrLogin"]["Resource"] == "*"
@@ -77,8 +79,16 @@ def test_processing_role_trusts_only_sagemaker_for_this_account(training):
 def test_training_jobs_read_the_processed_prefix_but_processing_reads_no_training_channel(training):
     job = _policy_statements(training, "WorkflowJobRolePolicy")
     assert job["ListInputChannels"]["Condition"] == {"StringLike": {"s3:prefix": ["processed/*", "train/*"]}}
-    processing = _text(_policy_statements(training, "PipelineProcessingRolePolicy"))
-    assert "/train/*" not in processing and "training-jobs" not in processing
+    processing = _policy_statements(training, "PipelineProcessingRolePolicy")
+    assert "/train/*" not in _text(processing)
+    # The SDK's processing defaults only: the project's jobs' input/source (read) and named
+    # output folders (write), never a training job's output/model.tar.gz.
+    reads = _text(processing["ReadSdkProcessingInputs"]["Resource"])
+    assert reads.count("/training-jobs/gputrain-*/input/*") == 1 and reads.count("/training-jobs/gputrain-*/source/*") == 1
+    assert _text(processing["WriteSdkProcessingOutputs"]["Resource"]).endswith('/training-jobs/gputrain-*/output/*/*"]]}')
+    assert sorted(processing["WriteSdkProcessingOutputs"]["Action"]) == ["s3:AbortMultipartUpload", "s3:PutObject"]
+    assert [s for s in processing.values() if "training-jobs" in _text(s) and "s3:GetObject" in _text(s["Action"])] == [
+        processing["ReadSdkProcessingInputs"]]
 
 
 def test_promoted_models_read_only_model_files(training):

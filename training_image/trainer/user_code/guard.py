@@ -45,8 +45,6 @@ HOOK_DIR = Path(__file__).resolve().parent / "hook"
 MAX_MESSAGE_CHARS = 4096
 PROCESSING_CONFIG = Path("config") / "processingjobconfig.json"
 TRAINING_CONFIGS = tuple(Path("input") / "config" / name for name in ("hyperparameters.json", "resourceconfig.json", "inputdataconfig.json"))
-# Written by the platform's helpers inside a script (trainer.toolkit's rendezvous watchdog): more precise than ours.
-PLATFORM_REASONS = ("Rendezvous", "Peer")
 
 
 @dataclass(frozen=True)
@@ -169,13 +167,19 @@ def pick_report(reports: Path, guard_pid: int) -> dict[str, Any] | None:
 
 
 def _platform_reason(job: Job, since: float) -> str | None:
+    """A reason already in the failure file from this run: the platform's, or the user's own.
+
+    A script that writes its own failure file (or ExitMessage) keeps it, as SageMaker's
+    containers do (sagemaker-training-toolkit and SDK v3's sm_train.sh write theirs only when
+    the file is empty).
+    """
     try:
         if job.failure_file.stat().st_mtime < since:
             return None
         text = " ".join(job.failure_file.read_text(encoding="utf-8", errors="replace").split())
     except OSError:
         return None
-    return text if text.startswith(PLATFORM_REASONS) else None
+    return text or None
 
 
 def run(job: Job, args: Sequence[str]) -> int:

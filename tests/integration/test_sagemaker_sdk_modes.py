@@ -1,0 +1,303 @@
+"""A SageMaker user's own code, through the real SDKs (v2 and v3), on the emulator: it must run.
+
+One deployment (data and training stacks, the pipeline's processing role included), the SDK's
+defaults file from ``python -m scripts.sdk_config``, then what SageMaker users already have:
+
+- SDK v2 ``ScriptProcessor`` on the platform image (it replaces the entrypoint with
+  ``python3 /opt/ml/processing/input/code/preprocess.py``; outputs without a destination);
+- SDK v2 ``TensorFlow`` estimator with ``MultiWorkerMirroredStrategy`` on 2 instances (two
+  emulated hosts, ``algo-1`` and ``algo-2``, in their own network namespaces);
+- SDK v2 ``TensorFlow`` estimator with ``parameter_server`` on 1 instance (AWS's container runs
+  the script unchanged);
+- SDK v3 ``ModelTrainer`` (``/bin/bash`` + ``sm_train.sh``), from .venv-sdk3 in a subprocess.
+
+Each test asserts on what the user's code wrote (its own files in S3 / in the model), not on a
+status alone: the emulator must never report Completed for work it did not do.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import boto3
+import numpy as np
+import pytest
+
+from scripts.common import Aws, Deployment
+from scripts.emulator.lifecycle import Lifecycle, Options
+from scripts.sdk_config import CONFIG_ENV, estimator_arguments, sdk_defaults
+from stacks.components.training_job_spec import OUTPUT_PREFIX
+from tests.integration.test_sagemaker_sdk import _allows, _role_statements
+from tests.offline import loopback_only
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+USER_CODE = Path(__file__).resolve().parent / "sdk_user_code"
+SDK3_PYTHON = ROOT / ".venv-sdk3" / "bin" / "python"
+INSTANCE_TYPE = "ml.g5.xlarge"
+# The image's TensorFlow (training_image/Dockerfile): SDK v2's multi-worker check compares it
+# with 2.9 even when image_uri is given, and fails on None.
+FRAMEWORK_VERSION = "2.21"
+ROWS = 96
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    """Data and training stacks deployed on a fresh emulator, local runner watching."""
+    lifecycle = Lifecycle(
+        Options(work_dir=tmp_path_factory.mktemp("sdk-modes"), stacks=("gputrain-data", "gputrain-training"), job_timeout_seconds=600)
+    )
+    try:
+        lifecycle.start()
+        lifecycle.bootstrap_and_synth()
+        lifecycle.deploy()
+        yield lifecycle
+    finally:
+        lifecycle.close()
+
+
+def readme_example(first_line: str) -> str:
+    """The python block of the README's "Coming from SageMaker" section that starts with ``first_line``."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Coming from SageMaker\n", 1)[1].split("\n## ", 1)[0]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
+    (block,) = [b for b in blocks if b.startswith(first_line)]
+    return block
+
+
+def _outputs(run: Lifecycle, unit: str) -> dict[str, str]:
+    return run.outputs[f"{run.config().project_name}-{unit}"]
+
+
+def _csv(rows: int) -> bytes:
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(rows, 4)).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype(int)
+    return ("f0,f1,f2,f3,label\n" + "".join(",".join(f"{v:.5f}" for v in r) + f",{label}\n" for r, label in zip(x, y))).encode()
+
+
+class Sdk:
+    """The SDK's environment for this module: emulator credentials and the generated defaults file."""
+
+    def __init__(self, platform: Lifecycle, config_file: Path) -> None:
+        self.platform = platform
+        self.config_file = config_file
+        data = _outputs(platform, "data")
+        self.image = data["ImageUri"]
+        self.datasets = data["DatasetsBucketName"]
+        self.artifacts = data["ArtifactsBucketName"]
+        self.key_arn = data["KeyArn"]
+        self.training = _outputs(platform, "training")
+        self.train_uri = f"s3://{self.datasets}/train/"
+        self.raw_uri = f"s3://{self.datasets}/raw/"
+        self.env = {**{k: platform.env[k] for k in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
+                                                      "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE",
+                                                      "AWS_SHARED_CREDENTIALS_FILE") if k in platform.env},
+                    CONFIG_ENV: str(config_file), "SAGEMAKER_SUPPRESS_V2_WARNING": "1"}
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.platform.client("sagemaker").describe_training_job(TrainingJobName=name)
+
+    def read(self, uri: str) -> bytes:
+        bucket, _, key = uri[len("s3://") :].partition("/")
+        return self.platform.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+
+    def model_files(self, job: dict[str, Any]) -> dict[str, bytes]:
+        with tarfile.open(fileobj=io.BytesIO(self.read(job["ModelArtifacts"]["S3ModelArtifacts"]))) as tar:
+            return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+    def example(self, first_line: str, **replacements: str) -> str:
+        """A README example with the deployment's values in place of its placeholders."""
+        code = readme_example(first_line)
+        for placeholder, value in {'"<ImageUri output of gputrain-data>"': repr(self.image), "<DatasetsBucketName>": self.datasets,
+                                   "<ArtifactsBucketName>": self.artifacts, **replacements}.items():
+            code = code.replace(placeholder, value)
+        assert "<" not in code.replace("<=", ""), f"a placeholder is left in the README example:\n{code}"
+        return code
+
+    def estimator_arguments(self, job_name: str) -> dict[str, Any]:
+        deployment = Deployment(config=self.platform.config(), aws=Aws(boto3.Session(region_name=self.platform.region)))
+        return estimator_arguments(sdk_defaults(deployment), job_name)
+
+
+@pytest.fixture(scope="module")
+def sdk(platform: Lifecycle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sdk]:
+    config_file = tmp_path_factory.mktemp("sdk-config") / "config.yaml"
+    platform.run_script("sdk_config", "--out", str(config_file))
+    result = Sdk(platform, config_file)
+    s3 = platform.client("s3")
+    s3.put_object(Bucket=result.datasets, Key="train/part-0.csv", Body=_csv(ROWS))
+    s3.put_object(Bucket=result.datasets, Key="raw/part-0.csv", Body=_csv(ROWS))
+    patch = pytest.MonkeyPatch()
+    try:
+        for key, value in result.env.items():
+            patch.setenv(key, value)
+        patch.delenv("AWS_PROFILE", raising=False)
+        patch.setattr(boto3, "DEFAULT_SESSION", None)
+        yield result
+    finally:
+        patch.undo()
+
+
+def _fit(sdk: Sdk, job_name: str, **kwargs: Any) -> tuple[dict[str, Any], list[str], Exception | None]:
+    """A TensorFlow estimator's fit with the platform's printed arguments; the job, hosts tried, error."""
+    from sagemaker.tensorflow import TensorFlow
+
+    arguments = {k: v for k, v in sdk.estimator_arguments(job_name).items()}
+    error = None
+    patch = pytest.MonkeyPatch()
+    try:
+        with loopback_only(patch) as outside:
+            estimator = TensorFlow(source_dir=str(USER_CODE), image_uri=sdk.image, instance_type=INSTANCE_TYPE,
+                                   hyperparameters={"epochs": 3, "batch-size": 16}, **arguments, **kwargs)
+            try:
+                estimator.fit({"training": sdk.train_uri}, job_name=job_name, logs=False)
+            except Exception as err:  # noqa: BLE001 - asserted on with the job's FailureReason
+                error = err
+    finally:
+        patch.undo()
+    return sdk.job(job_name), list(outside), error
+
+
+# --- SDK v2: ScriptProcessor ------------------------------------------------------------------
+
+
+def test_a_script_processor_runs_the_users_script_on_the_platform_image(sdk: Sdk, platform: Lifecycle) -> None:
+    code = sdk.example("from sagemaker.processing import", **{'"preprocess.py"': repr(str(USER_CODE / "preprocess.py"))})
+    namespace: dict[str, Any] = {}
+    patch = pytest.MonkeyPatch()
+    try:
+        with loopback_only(patch) as outside:
+            exec(compile(code, "README.md (Coming from SageMaker, ScriptProcessor)", "exec"), namespace)  # noqa: S102
+    finally:
+        patch.undo()
+    processor = namespace["processor"]
+    assert outside == []
+    job = platform.client("sagemaker").describe_processing_job(ProcessingJobName=processor.latest_job.job_name)
+    assert job["ProcessingJobStatus"] == "Completed", job.get("FailureReason")
+    # The defaults file gave it the platform's processing role, network and key.
+    assert job["RoleArn"] == sdk.training["ProcessingRoleArn"]
+    assert job["NetworkConfig"]["EnableNetworkIsolation"] is True
+    assert job["ProcessingOutputConfig"]["KmsKeyId"] == sdk.key_arn
+    # The SDK's own locations: code under <prefix><job>/input/code/, output under <prefix><job>/output/<name>.
+    code = next(i for i in job["ProcessingInputs"] if i["InputName"] == "code")["S3Input"]
+    assert code["S3Uri"] == f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}{job['ProcessingJobName']}/input/code/preprocess.py"
+    output = job["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"]
+    assert output == f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}{job['ProcessingJobName']}/output/scaled"
+    # The user's script ran, with its arguments, on the input.
+    summary = json.loads(sdk.read(f"{output}/summary.json"))
+    assert summary == {"script": "sdk_user_code/preprocess.py", "rows": ROWS, "scale": 2.0}
+    scaled = sdk.read(f"{output}/scaled.csv").decode().splitlines()
+    original = _csv(ROWS).decode().splitlines()
+    assert float(scaled[1].split(",")[0]) == pytest.approx(2 * float(original[1].split(",")[0]), rel=1e-4)
+    # The role the stack made may read that code and write that output (AWS enforces it; moto does not).
+    statements = _role_statements(platform, job["RoleArn"])
+    arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
+    assert _allows(statements, "s3:GetObject", arn(code["S3Uri"]))
+    assert _allows(statements, "s3:PutObject", arn(f"{output}/summary.json"))
+    assert not _allows(statements, "s3:PutObject", arn(f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}{job['ProcessingJobName']}/output/model.tar.gz"))
+
+
+# --- SDK v2: TensorFlow estimator, multi-worker on 2 hosts -----------------------------------
+
+
+def test_multi_worker_mirrored_strategy_trains_on_two_hosts_in_step(sdk: Sdk) -> None:
+    name = f"{sdk.platform.config().project_name}-sdk-mwms-{int(time.time())}"
+    code = sdk.example("from sagemaker.tensorflow import TensorFlow", **{'"my_code/"': repr(str(USER_CODE))})
+    namespace: dict[str, Any] = {"platform_arguments": sdk.estimator_arguments(name), "job_name": name}
+    error = None
+    patch = pytest.MonkeyPatch()
+    try:
+        with loopback_only(patch) as outside:
+            try:
+                exec(compile(code, "README.md (Coming from SageMaker, multi-worker)", "exec"), namespace)  # noqa: S102
+            except Exception as err:  # noqa: BLE001 - fit raises when the job fails; asserted on below
+                error = err
+    finally:
+        patch.undo()
+    job = sdk.job(name)
+    assert outside == []
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason") or error
+    assert json.loads(job["HyperParameters"]["sagemaker_multi_worker_mirrored_strategy_enabled"]) is True
+    assert job["ResourceConfig"]["InstanceCount"] == 2
+    summary = json.loads(sdk.model_files(job)["summary.json"])
+    # Both hosts joined one collective: two replicas in sync, the chief's view of the cluster.
+    assert summary["script"] == "sdk_user_code/train_mwms.py"
+    assert summary["replicas_in_sync"] == 2
+    assert [w.split(":")[0] for w in summary["workers"]] == ["algo-1", "algo-2"]
+    assert summary["task"] == {"type": "worker", "index": 0} and summary["host"] == "algo-1"
+    # algo-2 ran the same script as the other worker and ended with the same weights.
+    algo_2 = sdk.platform.runner.outcomes[name].base_dir.parent / "algo-2" / "opt-ml" / "output" / "data" / "summary.json"
+    second = json.loads(algo_2.read_text())
+    assert second["task"] == {"type": "worker", "index": 1} and second["host"] == "algo-2"
+    assert second["digest"] == summary["digest"] and summary["steps"] > 0
+
+
+# --- SDK v2: TensorFlow estimator, parameter_server on 1 host --------------------------------
+
+
+def test_parameter_server_on_one_host_runs_the_script_unchanged(sdk: Sdk) -> None:
+    name = f"{sdk.platform.config().project_name}-sdk-ps-{int(time.time())}"
+    job, outside, error = _fit(sdk, name, entry_point="train.py", instance_count=1, distribution={"parameter_server": {"enabled": True}})
+    assert outside == []
+    assert json.loads(job["HyperParameters"]["sagemaker_parameter_server_enabled"]) is True
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason") or error
+    summary = json.loads(sdk.model_files(job)["summary.json"])
+    assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": 3, "batch_size": 16, "examples": ROWS}
+
+
+# --- SDK v3: ModelTrainer --------------------------------------------------------------------
+
+
+def _model_trainer(sdk: Sdk, **env: str) -> dict[str, Any]:
+    """The README's ModelTrainer example, run by sdk3_client.py in .venv-sdk3 with the SDK's environment plus ``env``."""
+    code = sdk.example("from sagemaker.train import ModelTrainer", **{'"my_code/"': repr(str(USER_CODE))})
+    child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SAGEMAKER_", "VIRTUAL_ENV"))}, **sdk.env, **env}
+    child_env["PATH"] = f"{SDK3_PYTHON.parent}:{child_env.get('PATH', '')}"
+    client = subprocess.run([str(SDK3_PYTHON), str(Path(__file__).with_name("sdk3_client.py")), code],
+                            env=child_env, capture_output=True, text=True, timeout=900, cwd=str(USER_CODE.parent), check=False)
+    assert client.returncode == 0, client.stderr[-4000:]
+    return dict(json.loads(client.stdout.strip().splitlines()[-1]))
+
+
+needs_sdk3 = pytest.mark.skipif(not SDK3_PYTHON.exists(), reason="SDK v3 lives in .venv-sdk3: run bash scripts/bootstrap.sh")
+
+
+@needs_sdk3
+def test_sdk_v3_refuses_the_least_privilege_role_unless_told_not_to_validate_it(sdk: Sdk) -> None:
+    # v3 simulates its "smoke test" actions on "*" (iam:SimulatePrincipalPolicy, no resources);
+    # the platform's role allows network interfaces only in its VPC and metrics only in
+    # SageMaker's namespace, so IAM answers implicitDeny and v3 refuses it (on AWS as here).
+    result = _model_trainer(sdk)
+    assert result["job_name"] is None
+    assert result["error"].startswith(f"RoleValidationError: IAM role '{sdk.training['JobRoleArn']}' cannot be used for 'training'")
+
+
+@needs_sdk3
+def test_a_model_trainer_job_runs_the_users_script_through_sm_train_sh(sdk: Sdk) -> None:
+    assert "export SAGEMAKER_VALIDATE_ROLE=false" in (ROOT / "README.md").read_text(encoding="utf-8")
+    result = _model_trainer(sdk, SAGEMAKER_VALIDATE_ROLE="false")
+    assert result["job_name"], f"ModelTrainer created no job: {result['error']}"
+    job = sdk.job(result["job_name"])
+    spec = job["AlgorithmSpecification"]
+    # v3 replaces the image's entrypoint: the emulator must run exactly that.
+    assert spec["ContainerEntrypoint"] == ["/bin/bash"]
+    assert spec["ContainerArguments"] == ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh "
+                                                "&& /opt/ml/input/data/sm_drivers/sm_train.sh"]
+    assert {c["ChannelName"] for c in job["InputDataConfig"]} >= {"training", "code", "sm_drivers"}
+    assert job["TrainingJobStatus"] == "Completed", job.get("FailureReason") or result["error"]
+    assert job["RoleArn"] == sdk.training["JobRoleArn"]
+    summary = json.loads(sdk.model_files(job)["summary.json"])
+    assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": 3, "batch_size": 16, "examples": ROWS}

@@ -1,0 +1,270 @@
+"""The local runner runs what a job asks, as SageMaker's container would, on a bare emulator.
+
+Each job here names its own ``ContainerEntrypoint`` (as ``ScriptProcessor``, ``FrameworkProcessor``
+and SDK v3's ``ModelTrainer`` do): the runner must run exactly that, with the job's tree at
+``/opt/ml`` (its own mount namespace), one container per instance with SageMaker's host names,
+and let the container's exit status and failure file decide the job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from scripts.emulator import containers, server
+from scripts.emulator.containers import ContainerRefused, JobNetwork, container_command, host_names
+from scripts.emulator.sagemaker import LocalSageMaker
+
+ROLE = f"arn:aws:iam::{server.ACCOUNT}:role/training"
+IMAGE = f"{server.ACCOUNT}.dkr.ecr.{server.REGION}.amazonaws.com/gputrain-training:1"
+
+# A container that records what it sees at /opt/ml and writes a "model" there.
+RECORDER = r"""
+import json, os, socket, sys
+seen = {
+    "argv": sys.argv[1:], "cwd": os.getcwd(),
+    "resources": json.load(open("/opt/ml/input/config/resourceconfig.json")),
+    "hyperparameters": json.load(open("/opt/ml/input/config/hyperparameters.json")),
+    "data": sorted(os.listdir("/opt/ml/input/data/training")),
+    "python": sys.executable,
+}
+os.makedirs("/opt/ml/model", exist_ok=True)
+json.dump(seen, open("/opt/ml/model/seen.json", "w"))
+"""
+
+
+@pytest.fixture()
+def emulator(tmp_path: Path) -> Iterator[server.Emulator]:
+    emu = server.start(log_file=tmp_path / "moto.log")
+    try:
+        yield emu
+    finally:
+        emu.stop()
+
+
+@pytest.fixture()
+def runner(emulator: server.Emulator, tmp_path: Path) -> LocalSageMaker:
+    # Jobs are run one by one from the test (run_job), not by the watching thread.
+    return LocalSageMaker(
+        endpoint_url=emulator.endpoint_url, region=server.REGION, account=server.ACCOUNT, work_dir=tmp_path / "jobs",
+        timeout_seconds=120, on_event=lambda _: None,
+    )
+
+
+def _client(emulator: server.Emulator, service: str) -> Any:
+    return server.client(service, endpoint_url=emulator.endpoint_url)
+
+
+def _create_training_job(emulator: server.Emulator, name: str, entrypoint: list[str] | None, arguments: list[str] | None = None,
+                         *, instances: int = 1, distribution: str = "FullyReplicated") -> None:
+    s3 = _client(emulator, "s3")
+    if "datasets" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
+        s3.create_bucket(Bucket="datasets")
+        s3.create_bucket(Bucket="artifacts")
+        for part in range(4):
+            s3.put_object(Bucket="datasets", Key=f"train/part-{part}.csv", Body=b"f0,label\n0.1,0\n")
+    spec: dict[str, Any] = {"TrainingImage": IMAGE, "TrainingInputMode": "File"}
+    if entrypoint:
+        spec["ContainerEntrypoint"] = entrypoint
+    if arguments:
+        spec["ContainerArguments"] = arguments
+    _client(emulator, "sagemaker").create_training_job(
+        TrainingJobName=name,
+        RoleArn=ROLE,
+        AlgorithmSpecification=spec,
+        HyperParameters={"epochs": "2"},
+        InputDataConfig=[{"ChannelName": "training", "DataSource": {"S3DataSource": {
+            "S3DataType": "S3Prefix", "S3Uri": "s3://datasets/train/", "S3DataDistributionType": distribution}}}],
+        OutputDataConfig={"S3OutputPath": "s3://artifacts/output/"},
+        ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50},
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+    )
+
+
+def _model_files(emulator: server.Emulator, artifact: str) -> dict[str, Any]:
+    bucket, _, key = artifact[len("s3://") :].partition("/")
+    body = _client(emulator, "s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        return {m.name: json.loads(tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_docker_rules_for_entrypoint_and_arguments() -> None:
+    assert container_command(None, None) == ["python", "-m", "trainer", "train"]
+    assert container_command(None, ["process", "--x"]) == ["python", "-m", "trainer", "process", "--x"]
+    assert container_command(["/bin/bash"], ["/opt/ml/input/data/sm_drivers/sm_train.sh"]) == [
+        "/bin/bash", "/opt/ml/input/data/sm_drivers/sm_train.sh"]
+    assert container_command(["/opt/venv/bin/python", "-m", "trainer"], ["serve"]) == ["python", "-m", "trainer", "serve"]
+    assert host_names(3) == ["algo-1", "algo-2", "algo-3"]
+
+
+def test_a_training_jobs_own_entrypoint_runs_with_the_job_tree_at_opt_ml(emulator, runner) -> None:
+    _create_training_job(emulator, "own-entrypoint", ["python3", "-c", RECORDER], ["--flag", "value"])
+    outcome = runner.run_job("own-entrypoint")
+    assert outcome.status == "Completed", outcome.failure_reason
+    seen = _model_files(emulator, outcome.model_artifact or "")["seen.json"]
+    assert seen["argv"] == ["--flag", "value"]
+    assert seen["cwd"] == "/opt/ml"  # the image's WORKDIR
+    assert seen["data"] == ["part-0.csv", "part-1.csv", "part-2.csv", "part-3.csv"]
+    assert seen["hyperparameters"] == {"epochs": "2"}
+    assert seen["resources"]["current_host"] == "algo-1" and seen["resources"]["hosts"] == ["algo-1"]
+    assert seen["resources"]["current_instance_type"] == "ml.g5.xlarge"
+    # python3 on the container's PATH is the image's interpreter (here, the emulator's).
+    assert Path(seen["python"]).parent == Path(os.sys.executable).parent
+
+
+def test_a_bash_entrypoint_runs_a_driver_script_from_the_jobs_tree(emulator, runner) -> None:
+    # ModelTrainer's shape: /bin/bash plus a script that lives under /opt/ml.
+    script = "set -e\nmkdir -p /opt/ml/model\necho \"$0 ran in $(pwd)\" > /opt/ml/model/driver.txt\n"
+    _create_training_job(emulator, "bash-driver", ["/bin/bash", "-c", script])
+    outcome = runner.run_job("bash-driver")
+    assert outcome.status == "Completed", outcome.failure_reason
+    assert (outcome.base_dir / "model" / "driver.txt").read_text().strip().endswith("ran in /opt/ml")
+
+
+def test_the_containers_exit_and_failure_file_decide_the_job(emulator, runner) -> None:
+    _create_training_job(emulator, "writes-failure", ["/bin/sh", "-c", "echo 'ValueError: bad label in row 3' > /opt/ml/output/failure; exit 3"])
+    _create_training_job(emulator, "exits-2", ["/bin/sh", "-c", "mkdir -p /opt/ml/model && echo x > /opt/ml/model/m && exit 2"])
+    _create_training_job(emulator, "writes-nothing", ["/bin/true"])
+    _create_training_job(emulator, "no-such-entrypoint", ["/opt/ml/code/missing.sh"])
+    sagemaker = _client(emulator, "sagemaker")
+    reasons = {}
+    for name in ("writes-failure", "exits-2", "writes-nothing", "no-such-entrypoint"):
+        outcome = runner.run_job(name)
+        job = sagemaker.describe_training_job(TrainingJobName=name)
+        assert outcome.status == job["TrainingJobStatus"] == "Failed", name
+        assert "ModelArtifacts" not in job or not job["ModelArtifacts"].get("S3ModelArtifacts"), name
+        reasons[name] = job["FailureReason"]
+    assert reasons["writes-failure"] == "ValueError: bad label in row 3"
+    assert reasons["exits-2"].startswith("AlgorithmError: the container exited 2")
+    assert reasons["writes-nothing"] == "AlgorithmError: the container exited 0 but wrote nothing to /opt/ml/model"
+    assert reasons["no-such-entrypoint"].startswith("AlgorithmError: the container exited 127")
+
+
+def test_a_script_processor_finds_its_code_at_the_container_path(emulator, runner) -> None:
+    s3 = _client(emulator, "s3")
+    s3.create_bucket(Bucket="datasets")
+    code = "import os\nos.makedirs('/opt/ml/processing/output/out', exist_ok=True)\n" \
+           "open('/opt/ml/processing/output/out/result.txt', 'w').write(open('/opt/ml/processing/input/data/in.txt').read().upper())\n"
+    s3.put_object(Bucket="datasets", Key="code/preprocess.py", Body=code.encode())
+    s3.put_object(Bucket="datasets", Key="raw/in.txt", Body=b"hello")
+    inputs = [
+        {"InputName": name, "S3Input": {"S3Uri": uri, "LocalPath": path, "S3DataType": "S3Prefix", "S3InputMode": "File"}}
+        for name, uri, path in (("input-1", "s3://datasets/raw/", "/opt/ml/processing/input/data"),
+                                ("code", "s3://datasets/code/preprocess.py", "/opt/ml/processing/input/code"))
+    ]
+    _client(emulator, "sagemaker").create_processing_job(
+        ProcessingJobName="script-processor", RoleArn=ROLE,
+        AppSpecification={"ImageUri": IMAGE, "ContainerEntrypoint": ["python3", "/opt/ml/processing/input/code/preprocess.py"]},
+        ProcessingResources={"ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.g5.xlarge", "VolumeSizeInGB": 30}},
+        ProcessingInputs=inputs,
+        ProcessingOutputConfig={"Outputs": [{"OutputName": "out", "S3Output": {
+            "S3Uri": "s3://datasets/processed/", "LocalPath": "/opt/ml/processing/output/out", "S3UploadMode": "EndOfJob"}}]},
+        StoppingCondition={"MaxRuntimeInSeconds": 600},
+    )
+    outcome = runner.run_processing_job("script-processor")
+    assert outcome.status == "Completed", outcome.failure_reason
+    assert s3.get_object(Bucket="datasets", Key="processed/result.txt")["Body"].read() == b"HELLO"
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="several hosts need one network namespace per host (root)")
+
+# Each host serves its name on port 2222 (the same port on every host, as on SageMaker) and reads
+# the other host's over the job's network by SageMaker's host name.
+PEERS = r"""
+import json, os, socket, threading, time
+config = json.load(open("/opt/ml/input/config/resourceconfig.json"))
+me = config["current_host"]
+server = socket.socket(); server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", 2222)); server.listen()
+def answer():
+    connection, _ = server.accept(); connection.sendall(me.encode()); connection.close()
+threading.Thread(target=answer, daemon=True).start()
+other = [h for h in config["hosts"] if h != me][0]
+for _ in range(100):
+    try:
+        heard = socket.create_connection((other, 2222), timeout=2).recv(64).decode(); break
+    except OSError:
+        time.sleep(0.1)
+time.sleep(1)
+os.makedirs("/opt/ml/model", exist_ok=True)
+json.dump({"me": me, "heard": heard, "hosts": config["hosts"], "data": sorted(os.listdir("/opt/ml/input/data/training"))},
+          open("/opt/ml/model/peer.json", "w"))
+"""
+
+
+@needs_root
+def test_two_instances_are_two_hosts_that_reach_each_other_by_name(emulator, runner) -> None:
+    _create_training_job(emulator, "two-hosts", ["python3", "-c", PEERS], instances=2, distribution="ShardedByS3Key")
+    outcome = runner.run_job("two-hosts")
+    assert outcome.status == "Completed", outcome.failure_reason
+    first = json.loads((outcome.base_dir / "model" / "peer.json").read_text())
+    second = json.loads((outcome.base_dir.parent / "algo-2" / "opt-ml" / "model" / "peer.json").read_text())
+    assert (first["me"], first["heard"], first["hosts"]) == ("algo-1", "algo-2", ["algo-1", "algo-2"])
+    assert (second["me"], second["heard"]) == ("algo-2", "algo-1")
+    # ShardedByS3Key: each host gets a disjoint half of the keys.
+    assert first["data"] == ["part-0.csv", "part-2.csv"] and second["data"] == ["part-1.csv", "part-3.csv"]
+    assert _model_files(emulator, outcome.model_artifact or "")["peer.json"]["me"] == "algo-1"
+
+
+@needs_root
+def test_one_failing_host_fails_the_job_and_ends_the_other(emulator, runner) -> None:
+    script = "import json,sys,time\nme=json.load(open('/opt/ml/input/config/resourceconfig.json'))['current_host']\n" \
+             "if me=='algo-2':\n    open('/opt/ml/output/failure','w').write('RuntimeError: worker lost'); sys.exit(1)\ntime.sleep(300)\n"
+    _create_training_job(emulator, "one-fails", ["python3", "-c", script], instances=2)
+    outcome = runner.run_job("one-fails")
+    assert outcome.status == "Failed" and outcome.seconds < 60
+    assert outcome.failure_reason == "algo-2: RuntimeError: worker lost"
+
+
+def test_several_instances_without_a_host_network_are_refused_with_one_line(emulator, runner, monkeypatch) -> None:
+    def refuse(self: JobNetwork) -> None:
+        raise ContainerRefused("InstanceCount 2: the local runner plays several hosts with one network namespace per host, "
+                               "which needs root and iproute2 ('ip')")
+
+    monkeypatch.setattr(JobNetwork, "up", refuse)
+    _create_training_job(emulator, "refused", ["python3", "-c", RECORDER], instances=2)
+    outcome = runner.run_job("refused")
+    job = _client(emulator, "sagemaker").describe_training_job(TrainingJobName="refused")
+    assert outcome.status == job["TrainingJobStatus"] == "Failed"
+    assert job["FailureReason"].startswith("ClientError: InstanceCount 2: the local runner plays several hosts")
+    assert "\n" not in job["FailureReason"]
+    assert not (outcome.base_dir / "model" / "seen.json").exists(), "nothing ran on one host instead"
+
+
+def test_a_machine_without_user_namespaces_refuses_rather_than_running_outside_opt_ml(monkeypatch) -> None:
+    containers.mount_namespace_prefix.cache_clear()
+    monkeypatch.setattr(containers.shutil, "which", lambda name: None)
+    try:
+        with pytest.raises(ContainerRefused, match="needs util-linux 'unshare'"):
+            containers.mount_namespace_prefix()
+    finally:
+        containers.mount_namespace_prefix.cache_clear()
+
+
+def test_a_replaced_entrypoints_python_runs_under_the_images_guard(emulator, runner) -> None:
+    # The image's python/python3 (training_image/bin, first on PATH) run a job's command under
+    # trainer.user_code.guard: the failure file names the user's error, where the job alone would
+    # have left none.
+    _create_training_job(emulator, "guarded", ["python3", "-c", "import json\nraise ValueError('bad label in row 3')\n"])
+    outcome = runner.run_job("guarded")
+    assert outcome.status == "Failed"
+    assert outcome.failure_reason is not None and outcome.failure_reason.startswith("The training script python -c")
+    assert "ValueError: bad label in row 3" in outcome.failure_reason
+
+
+def test_a_container_reaches_the_emulator_as_a_job_reaches_aws(emulator, runner) -> None:
+    # A job without network isolation calls AWS with the role's credentials (train25's s3://
+    # sagemaker_submit_directory download does); on the emulator, AWS is the emulator.
+    script = ("import boto3, os\nos.makedirs('/opt/ml/model', exist_ok=True)\n"
+              "keys = [o['Key'] for o in boto3.client('s3').list_objects_v2(Bucket='datasets')['Contents']]\n"
+              "open('/opt/ml/model/keys.txt', 'w').write(','.join(keys))\n")
+    _create_training_job(emulator, "calls-aws", ["python3", "-c", script])
+    outcome = runner.run_job("calls-aws")
+    assert outcome.status == "Completed", outcome.failure_reason
+    assert (outcome.base_dir / "model" / "keys.txt").read_text() == ",".join(f"train/part-{i}.csv" for i in range(4))
