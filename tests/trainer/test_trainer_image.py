@@ -135,7 +135,7 @@ def test_every_tensorflow_process_in_the_image_grows_gpu_memory_and_keeps_its_pt
     # Not only the built-in trainer (which sets memory growth itself): a user's script or processor too.
     assert env["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
     assert int(env["CUDA_CACHE_MAXSIZE"]) == 4 * 2**30
-    assert env["PATH"].startswith("/opt/venv/bin")  # the parse reads the whole multi-line ENV
+    assert env["PATH"].startswith("/opt/trainer/bin:/opt/venv/bin")  # the parse reads the whole multi-line ENV
 
 
 def test_the_tf_free_gpu_check_has_its_nvml_bindings_pinned_in_the_image_and_the_tests():

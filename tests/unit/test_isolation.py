@@ -133,9 +133,12 @@ def test_eventbridge_publishes_only_for_this_accounts_rules(default_app):
         f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-training-job-state",
         f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-training-workflow-failure",
         f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-pipeline-interrupted",
+        f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-gpu-idle-alarm",
     ]
+    # Every rule of the stack publishes to the topic but the GPU idle watch's, which starts its state machine.
     names = sorted(r["Properties"]["Name"] for r in _resources(default_app, "gputrain-training", "AWS::Events::Rule").values())
-    assert sorted(f"arn:aws:events:us-east-1:{ACCOUNT}:rule/{n}" for n in names) == sorted(rules)
+    watch = f"arn:aws:events:us-east-1:{ACCOUNT}:rule/gputrain-gpu-idle-watch-jobs"
+    assert sorted(f"arn:aws:events:us-east-1:{ACCOUNT}:rule/{n}" for n in names) == sorted([*rules, watch])
     expected = {"StringEquals": {"aws:SourceAccount": ACCOUNT}, "ArnEquals": {"aws:SourceArn": rules}}
     key_statements = _statements(default_app, "gputrain-training", "AWS::KMS::Key", "NotificationsTopicKey", "KeyPolicy")
     topic_statements = _statements(default_app, "gputrain-training", "AWS::SNS::TopicPolicy", "NotificationsTopicPolicy", "PolicyDocument")
