@@ -273,7 +273,8 @@ def install_invoke_route() -> None:
 
     Gap: moto's InvokeEndpoint returns canned data for any name, existing or not. Here an endpoint
     that does not exist is SageMaker's ValidationError, one with a local process gets the
-    process's answer, and any other keeps moto's behaviour.
+    process's answer, and any other (not InService, or no local process started for it) is a
+    ValidationError naming the endpoint and why: never moto's canned body.
     """
     from moto.sagemaker.models import sagemaker_backends
     from moto.sagemakerruntime.responses import SageMakerRuntimeResponse
@@ -282,8 +283,6 @@ def install_invoke_route() -> None:
 
     if getattr(SageMakerRuntimeResponse.invoke_endpoint, "_routes_locally", False):
         return
-    original = SageMakerRuntimeResponse.invoke_endpoint
-
     def invoke_endpoint(self: Any) -> Any:
         name = self._get_param("EndpointName") or self.path.split("/")[2]
         endpoints = sagemaker_backends[self.current_account][self.region].endpoints
@@ -292,7 +291,17 @@ def install_invoke_route() -> None:
             # moto takes the status from a "status" header, not from the tuple.
             return 400, {"status": "400", "x-amzn-ErrorType": "ValidationError", "Content-Type": "application/json"}, json.dumps(body)
         if name not in ROUTES:
-            return original(self)
+            # SageMaker answers only from a running model; the emulator has none for this
+            # endpoint, so it refuses rather than return moto's canned body as a prediction.
+            status = endpoints[name].endpoint_status
+            why = (
+                f"is {status}, not InService"
+                if status != "InService"
+                else "is InService in the emulator but no local serving process serves it (run it through "
+                "scripts.emulator's lifecycle, whose local hosting runner starts the model)"
+            )
+            body = {"message": f"Endpoint {name} of account {self.current_account} {why}: nothing answered the invocation."}
+            return 400, {"status": "400", "x-amzn-ErrorType": "ValidationError", "Content-Type": "application/json"}, json.dumps(body)
         request = urllib.request.Request(
             ROUTES[name] + "/invocations",
             data=self.body if isinstance(self.body, bytes) else str(self.body).encode("utf-8"),

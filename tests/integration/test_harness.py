@@ -159,6 +159,34 @@ def test_audit_flags_a_live_endpoint_as_compute_left_behind(emulator: server.Emu
     assert not [f for f in report.findings if f.kind == "sagemaker:endpoint" and f.verdict == ERROR]
 
 
+def test_invoking_an_endpoint_no_local_process_serves_is_refused_never_a_canned_answer(emulator: server.Emulator) -> None:
+    from botocore.exceptions import ClientError
+    from moto.sagemaker.models import sagemaker_backends
+
+    sagemaker, runtime = _client(emulator, "sagemaker"), _client(emulator, "sagemaker-runtime")
+    sagemaker.create_model(ModelName="m", ExecutionRoleArn="arn:aws:iam::123456789012:role/r", PrimaryContainer={"Image": "img:1"})
+    sagemaker.create_endpoint_config(
+        EndpointConfigName="c",
+        ProductionVariants=[{"VariantName": "AllTraffic", "ModelName": "m", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}],
+    )
+    sagemaker.create_endpoint(EndpointName="unserved", EndpointConfigName="c")
+    assert sagemaker.describe_endpoint(EndpointName="unserved")["EndpointStatus"] == "InService"  # moto's word, no container behind it
+
+    def refusal() -> dict[str, Any]:
+        with pytest.raises(ClientError) as refused:
+            runtime.invoke_endpoint(EndpointName="unserved", ContentType="text/csv", Body=b"1,2,3,4\n")
+        return refused.value.response
+
+    error = refusal()
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400 and error["Error"]["Code"] == "ValidationError"
+    assert error["Error"]["Message"].startswith("Endpoint unserved of account 123456789012 is InService in the emulator but no local serving process serves it")
+
+    sagemaker_backends["123456789012"]["us-east-1"].endpoints["unserved"].endpoint_status = "Creating"
+    error = refusal()
+    assert error["Error"]["Code"] == "ValidationError"
+    assert error["Error"]["Message"] == "Endpoint unserved of account 123456789012 is Creating, not InService: nothing answered the invocation."
+
+
 @pytest.mark.slow
 def test_local_hosting_serves_an_endpoint_with_sagemakers_error_contract(emulator: server.Emulator, tmp_path: Path) -> None:
     import tarfile
