@@ -301,3 +301,9 @@ def test_a_model_trainer_job_runs_the_users_script_through_sm_train_sh(sdk: Sdk)
     assert job["RoleArn"] == sdk.training["JobRoleArn"]
     summary = json.loads(sdk.model_files(job)["summary.json"])
     assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": 3, "batch_size": 16, "examples": ROWS}
+    # The role the stack made may read every channel v3 uploaded (code, sm_drivers) and write the model.
+    statements = _role_statements(sdk.platform, job["RoleArn"])
+    arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
+    assert [n for n, uri in channels.items() if not _allows(statements, "s3:GetObject", arn(uri.rstrip("/") + "/x.py"))] == []
+    assert _allows(statements, "s3:PutObject", arn(job["ModelArtifacts"]["S3ModelArtifacts"]))
