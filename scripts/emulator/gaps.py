@@ -30,6 +30,7 @@ def apply_all() -> None:
     _bucket_versioning_and_public_access_block()
     _training_jobs_wait_for_a_runner()
     _processing_jobs_wait_for_a_runner()
+    _jobs_without_a_runner_fail()
     _stop_jobs()
     _validate_images_and_instance_types()
     _hosting_instance_types()
@@ -218,6 +219,49 @@ def _processing_jobs_wait_for_a_runner() -> None:
         return result
 
     PATCHES.set(SageMakerResponse, "create_processing_job", create_processing_job_response)
+
+
+NO_RUNNER = "The emulator has no local runner for {kind}s: nothing ran (run this {kind} on AWS)."
+"""FailureReason of a job kind the emulator cannot run (its ``{kind}`` is e.g. "transform job")."""
+
+
+def _jobs_without_a_runner_fail() -> None:
+    # Gap: moto answers CreateTransformJob, CreateCompilationJob and
+    # CreateHyperParameterTuningJob with a job that is already Completed (a tuning job even with
+    # a made-up best training job), though it ran nothing. The emulator has no runner for these
+    # kinds, so each new one is Failed with a FailureReason saying so: a client that waits (the
+    # SDK's Transformer, tuner, compile) ends with that line, never with a result nobody made.
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def failing(method: str, jobs: str, name_param: str, kind: str, fail: Any) -> None:
+        original = getattr(SageMakerResponse, method)
+
+        def create(self: Any) -> Any:
+            result = original(self)
+            job = getattr(self.sagemaker_backend, jobs)[self._get_param(name_param)]
+            fail(job)
+            job.failure_reason = NO_RUNNER.format(kind=kind)
+            return result
+
+        PATCHES.set(SageMakerResponse, method, create)
+
+    def transform(job: Any) -> None:
+        job.transform_job_status = "Failed"
+
+    def compilation(job: Any) -> None:
+        job.compilation_job_status = "FAILED"
+
+    def tuning(job: Any) -> None:
+        job.hyper_parameter_tuning_job_status = "Failed"
+        job.training_job_status_counters = {**job.training_job_status_counters, "Completed": 0}
+        job.objective_status_counters = {**job.objective_status_counters, "Succeeded": 0}
+        job.best_training_job = None
+        job.OverallBestTrainingJob = None
+
+    failing("create_transform_job", "transform_jobs", "TransformJobName", "transform job", transform)
+    failing("create_compilation_job", "compilation_jobs", "CompilationJobName", "compilation job", compilation)
+    failing("create_hyper_parameter_tuning_job", "hyper_parameter_tuning_jobs", "HyperParameterTuningJobName",
+            "hyper-parameter tuning job", tuning)
 
 
 def _stop_jobs() -> None:

@@ -187,6 +187,44 @@ def test_invoking_an_endpoint_no_local_process_serves_is_refused_never_a_canned_
     assert error["Error"]["Message"] == "Endpoint unserved of account 123456789012 is Creating, not InService: nothing answered the invocation."
 
 
+def test_job_kinds_without_a_local_runner_fail_saying_so_never_completed(emulator: server.Emulator) -> None:
+    # moto makes transform, tuning and compilation jobs Completed at creation; nothing ran them.
+    sagemaker = _client(emulator, "sagemaker")
+    role = "arn:aws:iam::123456789012:role/r"
+    sagemaker.create_model(ModelName="m", ExecutionRoleArn=role, PrimaryContainer={"Image": "img:1"})
+    sagemaker.create_transform_job(
+        TransformJobName="t",
+        ModelName="m",
+        TransformInput={"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://in/x/"}}},
+        TransformOutput={"S3OutputPath": "s3://out/x/"},
+        TransformResources={"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+    )
+    transform = sagemaker.describe_transform_job(TransformJobName="t")
+    assert (transform["TransformJobStatus"], transform["FailureReason"]) == (
+        "Failed",
+        "The emulator has no local runner for transform jobs: nothing ran (run this transform job on AWS).",
+    )
+    sagemaker.create_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="h",
+        HyperParameterTuningJobConfig={
+            "Strategy": "Bayesian",
+            "ResourceLimits": {"MaxNumberOfTrainingJobs": 2, "MaxParallelTrainingJobs": 1},
+            "HyperParameterTuningJobObjective": {"Type": "Maximize", "MetricName": "accuracy"},
+        },
+        TrainingJobDefinition={
+            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+            "RoleArn": role,
+            "OutputDataConfig": {"S3OutputPath": "s3://out/x/"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 60},
+        },
+    )
+    tuning = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="h")
+    assert tuning["HyperParameterTuningJobStatus"] == "Failed"
+    assert tuning["FailureReason"].startswith("The emulator has no local runner for hyper-parameter tuning jobs: nothing ran")
+    assert tuning["TrainingJobStatusCounters"]["Completed"] == 0 and "BestTrainingJob" not in tuning
+
+
 @pytest.mark.slow
 def test_local_hosting_serves_an_endpoint_with_sagemakers_error_contract(emulator: server.Emulator, tmp_path: Path) -> None:
     import tarfile
