@@ -223,6 +223,16 @@ def test_job_kinds_without_a_local_runner_fail_saying_so_never_completed(emulato
     assert tuning["HyperParameterTuningJobStatus"] == "Failed"
     assert tuning["FailureReason"].startswith("The emulator has no local runner for hyper-parameter tuning jobs: nothing ran")
     assert tuning["TrainingJobStatusCounters"]["Completed"] == 0 and "BestTrainingJob" not in tuning
+    sagemaker.create_compilation_job(
+        CompilationJobName="c",
+        RoleArn=role,
+        InputConfig={"S3Uri": "s3://in/model.tar.gz", "DataInputConfig": '{"x": [1, 4]}', "Framework": "TENSORFLOW"},
+        OutputConfig={"S3OutputLocation": "s3://out/x/", "TargetDevice": "ml_g4dn"},
+        StoppingCondition={"MaxRuntimeInSeconds": 60},
+    )
+    compilation = sagemaker.describe_compilation_job(CompilationJobName="c")
+    assert compilation["CompilationJobStatus"] == "FAILED"
+    assert compilation["FailureReason"].startswith("The emulator has no local runner for compilation jobs: nothing ran")
 
 
 @pytest.mark.slow
