@@ -15,3 +15,18 @@ import os  # noqa: E402
 _venv_bin = str(Path(sys.executable).parent)
 if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _venv_bin + os.pathsep + os.environ.get("PATH", "")
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pytest's hook signature
+    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): one test module per group, as
+    ``--dist loadfile`` would, but the operator-script tests (tests/scripts) share one session's
+    moto server and stacks, and moto's backends are per process: any other emulator started in the
+    same worker between two of their modules would wipe those stacks. So they run as one group,
+    one after the other in one worker, as they do without xdist."""
+    import pytest
+
+    scripts = ROOT / "tests" / "scripts"
+    for item in items:
+        path = Path(str(item.path))
+        group = "tests/scripts" if scripts in path.parents else str(path.relative_to(ROOT))
+        item.add_marker(pytest.mark.xdist_group(group))
