@@ -465,6 +465,10 @@ def explain_failure(
     """The DataError for a failed image pipeline: the broken picture named when one is found."""
     message = " ".join(str(getattr(err, "message", err)).split())[:400]
     if "Bad label in" in message or "Bad image record in" in message:
+        # The assertion's own sentence, without TensorFlow's function and iterator names before it.
+        full = " ".join(str(getattr(err, "message", err)).split())
+        sentence = full.split("assertion failed: ", 1)[-1].split(" [[{{", 1)[0]
+        message = sentence.replace("] [", " ").replace("\\'", "'").removeprefix("[").removesuffix("]")[:400]
         return DataError(f"Reading channel {spec.channel!r} failed in epoch {epoch} at step {step}: {message}")
     problem = locate_problem(spec, pipeline_index=pipeline_index, num_pipelines=num_pipelines)
     where = f"Reading channel {spec.channel!r} ({spec.directory}) failed in epoch {epoch} at step {step}"
@@ -717,8 +721,9 @@ def _make_raw_dataset(
     height, width, channels = spec.image_shape
     pixels_per_image = height * width * channels
     items = _records_with_source(
-        spec, pipeline_index, num_pipelines, deterministic=not training, shuffle_seed=seed + epoch if training else None
-    )
+        spec, pipeline_index, num_pipelines, deterministic=ordered or not training,
+        shuffle_seed=seed + epoch if training else None,
+    )  # fmt: skip
     if training:
         items = items.repeat().shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
     features = {
@@ -803,7 +808,7 @@ def _batch_crop(pixels: Any, image_size: int, training: bool, seed: Any) -> Any:
         top, left = (1.0 - box_h) / 2.0, (1.0 - box_w) / 2.0
         boxes = tf.tile(tf.stack([top, left, top + box_h, left + box_w])[None, :], [batch, 1])
     cropped = tf.image.crop_and_resize(
-        pixels, boxes, tf.range(batch), [image_size, image_size], method="bilinear"
+        tf.cast(pixels, tf.float32), boxes, tf.range(batch), [image_size, image_size], method="bilinear"
     )
     out = tf.cast(tf.clip_by_value(tf.round(cropped), 0.0, 255.0), tf.uint8)
     return tf.ensure_shape(out, [None, image_size, image_size, 3])

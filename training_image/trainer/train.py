@@ -135,7 +135,8 @@ def run(env: TrainingEnvironment) -> TrainingResult:
             )
         log("validation-data", channel=val_spec.channel, files=len(val_spec.files), examples=val_spec.examples)
     result, model = _train_loop(
-        config=config, spec=spec, val_spec=val_spec, strategy=strategy, cluster=cluster, paths=env.paths, stop=stop, precision=precision
+        config=config, spec=spec, val_spec=val_spec, strategy=strategy, cluster=cluster, paths=env.paths, stop=stop, precision=precision,
+        input_threads=images.input_threads(env.instance_type, strategy.num_replicas_in_sync // cluster.num_workers),
     )
     if cluster.is_chief:
         resolved = _resolved_config(config, spec, strategy, cluster, precision, gpu_report, result)
@@ -324,6 +325,7 @@ def _train_loop(
     paths: Paths,
     stop: StopRequest,
     precision: str,
+    input_threads: int | None = None,
 ) -> tuple[TrainingResult, Any]:
     """Trains from the last checkpoint to ``config.epochs``; returns the result and the model.
 
@@ -438,7 +440,8 @@ def _train_loop(
     # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
     is_images = isinstance(spec, images.ImageDataset)
     cache = not is_images and max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
-    log("input", cache=cache, cache_max_mb=config.cache_max_mb)
+    log("input", cache=cache, cache_max_mb=config.cache_max_mb, input_threads=input_threads or "shared",
+        image_records=getattr(spec, "encoding", None))  # fmt: skip
 
     def pipeline(context: Any | None, first_epoch: int) -> Any:
         index = context.input_pipeline_id if context else 0
@@ -456,6 +459,7 @@ def _train_loop(
                     shuffle_buffer=config.shuffle_buffer,
                     seed=config.seed,
                     epoch=epoch,
+                    threads=input_threads,
                 )
                 for epoch in range(first_epoch, config.epochs + 1)
             ]
