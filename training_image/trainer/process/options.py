@@ -30,23 +30,23 @@ class TransformOptions:
         validation_fraction: Share of the examples written to ``validation/``, in (0, 0.5].
         image_size: ``(height, width)`` every picture is resized to (then re-encoded as JPEG);
             None keeps each picture's own bytes (decoded once to check it).
-        image_encoding: ``jpeg``: pictures stay JPEG (re-encoded at ``image_size``; small, decoded
-            at every training step). ``raw``: training-ready records, the resized pictures' uint8
-            pixels (``image/raw`` + ``image/shape``), which training reads without any decode;
-            needs ``image_size`` (one shape for every picture) and about 10x the bytes of JPEG.
         seed: Keys the train/validation split (and the image order); the same seed splits the
             same input the same way.
         skip_bad_images: Leave out pictures that cannot be decoded, counted and named in
             ``statistics.json``; without it the first one fails the job.
+        image_encoding: ``jpeg``: pictures stay JPEG (re-encoded at ``image_size``; small, decoded
+            at every training step). ``raw``: training-ready records, the resized pictures' uint8
+            pixels (``image/raw`` + ``image/shape``), which training reads without any decode;
+            needs ``image_size`` (one shape for every picture) and about 10x the bytes of JPEG.
     """
 
     data_format: str = "auto"
     shards: int = 0
     validation_fraction: float = DEFAULT_VALIDATION_FRACTION
     image_size: tuple[int, int] | None = None
-    image_encoding: str = "jpeg"
     seed: int = 0
     skip_bad_images: bool = False
+    image_encoding: str = "jpeg"
 
 
 class _Parser(argparse.ArgumentParser):

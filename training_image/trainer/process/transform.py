@@ -292,7 +292,7 @@ def convert_csv(
             if bool(bad):
                 raise _csv_problem(checked, num_features, None)
             mask = to_validation.numpy()
-            serialized = np.array(_raw_records(records.numpy(), label.numpy()), dtype=object) if raw_pixels else records.numpy()
+            serialized = records.numpy()
             writers[0].write_all(serialized[~mask])
             writers[1].write_all(serialized[mask])
             if reduce_on is None:
