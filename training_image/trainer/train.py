@@ -107,7 +107,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     ) as deadline:
         if cluster.num_workers > 1:
             distribute.wait_for_dns(cluster, deadline)
-        strategy = distribute.create_strategy(cluster, inventory)
+        strategy = distribute.create_strategy(cluster, inventory, env.instance_type)
         stop.install()
         gpu_report = _smoke_test(strategy, inventory, cluster)
 
