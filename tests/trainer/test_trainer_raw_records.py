@@ -183,3 +183,36 @@ def test_input_threads_come_from_the_gpu_tables_vcpus():
     assert images.input_threads("g5.xlarge", 1) == 3
     assert images.input_threads("g5.12xlarge", 4, pipelines_per_host=2) == 22
     assert images.input_threads("g4dn.xlarge", 4) is None  # too few left for a private pool
+
+
+def test_training_batches_carry_boxes_that_crop_to_what_the_host_would_crop(raw_run):
+    base, _, _ = raw_run
+    spec = images.discover(output_dir(base, "train"), channel="train", data_format="image-tfrecord")
+    kwargs = dict(training=True, image_size=12, per_replica_batch=8, batches=2, seed=3, epoch=1, ordered=True)
+    on_host = [batch.numpy() for batch, _ in images.make_dataset(spec, **kwargs)]
+    on_device = []
+    for (pixels, boxes), _ in images.make_dataset(spec, crop_on_device=True, **kwargs):
+        assert tuple(pixels.shape[1:]) == (16, 16, 3) and tuple(boxes.shape) == (8, 4)
+        on_device.append(images.apply_crops((pixels, boxes), 12).numpy())
+    np.testing.assert_array_equal(np.concatenate(on_host), np.concatenate(on_device))
+
+
+@pytest.mark.slow
+def test_the_trainer_trains_resnet50_from_the_processing_modes_raw_records(tmp_path):
+    from tests.trainer.helpers import run_trainer, write_job
+
+    spec = SyntheticSpec("image-dir", examples=40, features=40 * 40 * 3, classes=2, image_shape=(40, 40, 3), seed=2)
+    write_raw(tmp_path / "process", spec)
+    transform.run(_env(tmp_path / "process"), parse(["--image-size", "36x36", "--image-encoding", "raw", "--shards", "2",
+                                                     "--validation-fraction", "0.25"]))  # fmt: skip
+    job = write_job(tmp_path / "job", {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8,
+                                       "optimizer": "sgd", "learning_rate": 0.01}, None)  # fmt: skip
+    (job / "input" / "data").mkdir(parents=True)
+    for channel in ("train", "validation"):
+        output_dir(tmp_path / "process", channel).rename(job / "input" / "data" / channel)
+    run = run_trainer(job)
+    assert run.returncode == 0, run.explain()
+    (event,) = run.events("data")
+    assert event["format"] == "image-tfrecord"
+    (metrics,) = run.metrics()
+    assert "val_loss" in metrics, metrics

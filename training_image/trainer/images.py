@@ -598,6 +598,7 @@ def make_dataset(
     epoch: int = 1,
     ordered: bool = False,
     threads: int | None = None,
+    crop_on_device: bool = False,
 ) -> Any:
     """One input pipeline's batches ``(images uint8 [B, S, S, 3], labels int32 [B])``.
 
@@ -613,7 +614,8 @@ def make_dataset(
     The model rescales the uint8 pixels itself (see ``models.build_image_model``).
     Raw-pixel records (``spec.encoding == "raw"``) take the batched path of
     :func:`_make_raw_dataset`. ``threads``: the pipeline's private thread pool (None: TensorFlow's
-    shared pool), see :func:`input_threads`.
+    shared pool), see :func:`input_threads`. ``crop_on_device``: raw-record training batches carry
+    crop boxes for the training step to apply (:func:`apply_crops`); other batches are unchanged.
     """
     import tensorflow as tf
 
@@ -631,6 +633,7 @@ def make_dataset(
             epoch=epoch,
             ordered=ordered,
             threads=threads,
+            crop_on_device=crop_on_device,
         )
     if spec.data_format == "image-dir":
         items = tf.data.Dataset.from_tensor_slices((list(spec.files), list(spec.labels)))
@@ -708,13 +711,16 @@ def _make_raw_dataset(
     epoch: int,
     ordered: bool,
     threads: int | None,
+    crop_on_device: bool = False,
 ) -> Any:
     """Batches from raw-pixel records: parse, check, reshape, crop, flip, one batch at a time.
 
     Nothing runs per picture: ``parse_example`` and ``decode_raw`` take the whole batch, and the
     crops (random-resized in training, central in evaluation, as :func:`_crop_and_resize` picks
     them) are one ``crop_and_resize`` call. A record whose pixels or shape do not fit
-    ``spec.image_shape`` fails the pipeline naming its shard and record.
+    ``spec.image_shape`` fails the pipeline naming its shard and record. With ``crop_on_device``
+    training batches are ``((pixels [B, H, W, 3], boxes [B, 4]), labels)``: the host only parses,
+    and the training step crops (:func:`apply_crops`) on its device.
     """
     import tensorflow as tf
 
@@ -725,7 +731,10 @@ def _make_raw_dataset(
         shuffle_seed=seed + epoch if training else None,
     )  # fmt: skip
     if training:
-        items = items.repeat().shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
+        # Raw pictures are large (150 KB at 224x224): buffer at most this pipeline's share of one
+        # epoch, which the seeded shard order and interleave already mix, not several epochs of it.
+        share = max(per_replica_batch, spec.examples // max(num_pipelines, 1))
+        items = items.repeat().shuffle(min(shuffle_buffer, share), seed=seed * 7919 + epoch)
     features = {
         RAW_KEY: tf.io.FixedLenFeature([], tf.string),
         SHAPE_KEY: tf.io.FixedLenFeature([3], tf.int64),
@@ -766,6 +775,9 @@ def _make_raw_dataset(
             pixels = tf.reshape(tf.io.decode_raw(parsed[RAW_KEY], tf.uint8), [-1, height, width, channels])
             label = tf.cast(label, tf.int32)
         batch_seed = tf.stack([tf.constant(seed * 1_000_003 + epoch, tf.int64), position])
+        if crop_on_device and training:
+            boxes = _crop_boxes(tf.shape(pixels)[0], height, width, image_size, training, batch_seed)
+            return (pixels, boxes), label
         return _batch_crop(pixels, image_size, training, batch_seed), label
 
     batched = items.batch(per_replica_batch, drop_remainder=training)
@@ -775,17 +787,17 @@ def _make_raw_dataset(
     return _with_options(images.prefetch(tf.data.AUTOTUNE), threads)
 
 
-def _batch_crop(pixels: Any, image_size: int, training: bool, seed: Any) -> Any:
-    """``[B, S, S, 3]`` uint8 from ``[B, H, W, 3]``: random-resized crops and flips (training) or centre crops.
+def _crop_boxes(batch: Any, height: Any, width: Any, image_size: int, training: bool, seed: Any) -> Any:
+    """``crop_and_resize`` boxes ``[B, 4]``: random-resized crops with flips (training) or centre crops.
 
     Training boxes are drawn as :func:`_crop_and_resize` draws them (area 8-100% of the picture,
-    aspect 3/4-4/3, log-uniform), for the whole batch at once from ``seed``.
+    aspect 3/4-4/3, log-uniform), for the whole batch at once from ``seed``; a flipped box
+    (x1 > x2) makes ``crop_and_resize`` mirror the crop, so the flip costs nothing.
     """
     import tensorflow as tf
 
-    batch = tf.shape(pixels)[0]
-    height = tf.cast(tf.shape(pixels)[1], tf.float32)
-    width = tf.cast(tf.shape(pixels)[2], tf.float32)
+    height = tf.cast(height, tf.float32)
+    width = tf.cast(width, tf.float32)
     if training:
         seeds = tf.random.experimental.stateless_split(seed, 5)
         area = tf.random.stateless_uniform([batch], seeds[0], *CROP_AREA)
@@ -798,20 +810,41 @@ def _batch_crop(pixels: Any, image_size: int, training: bool, seed: Any) -> Any:
         top = tf.random.stateless_uniform([batch], seeds[2]) * (1.0 - box_h)
         left = tf.random.stateless_uniform([batch], seeds[3]) * (1.0 - box_w)
         flip = tf.random.stateless_uniform([batch], seeds[4]) < 0.5
-        # A flipped box (x1 > x2) makes crop_and_resize mirror the crop: the flip costs nothing.
         x1 = tf.where(flip, left + box_w, left)
         x2 = tf.where(flip, left, left + box_w)
-        boxes = tf.stack([top, x1, top + box_h, x2], axis=1)
-    else:
-        side = tf.minimum(height, width) * CENTER_CROP_FRACTION
-        box_h, box_w = side / height, side / width
-        top, left = (1.0 - box_h) / 2.0, (1.0 - box_w) / 2.0
-        boxes = tf.tile(tf.stack([top, left, top + box_h, left + box_w])[None, :], [batch, 1])
-    cropped = tf.image.crop_and_resize(
-        tf.cast(pixels, tf.float32), boxes, tf.range(batch), [image_size, image_size], method="bilinear"
-    )
+        return tf.stack([top, x1, top + box_h, x2], axis=1)
+    side = tf.minimum(height, width) * CENTER_CROP_FRACTION
+    box_h, box_w = side / height, side / width
+    top, left = (1.0 - box_h) / 2.0, (1.0 - box_w) / 2.0
+    return tf.tile(tf.stack([top, left, top + box_h, left + box_w])[None, :], [batch, 1])
+
+
+def apply_crops(features: Any, image_size: int) -> Any:
+    """The model's input from a batch: ``(pixels, boxes)`` cropped where this runs, anything else as is.
+
+    Raw-record training batches carry their crop boxes instead of crops (``crop_on_device``), so
+    the crop runs on the accelerator inside the training step, not on the host's CPUs. Outside
+    XLA: ``CropAndResize`` has no XLA kernel.
+    """
+    if not isinstance(features, tuple):
+        return features
+    import tensorflow as tf
+
+    pixels, boxes = features
+    batch = tf.shape(pixels)[0]
+    # uint8 in (the kernel converts as it samples): 1.6x faster on CPU than a float32 copy first.
+    cropped = tf.image.crop_and_resize(pixels, boxes, tf.range(batch), [image_size, image_size], method="bilinear")
     out = tf.cast(tf.clip_by_value(tf.round(cropped), 0.0, 255.0), tf.uint8)
-    return tf.ensure_shape(out, [None, image_size, image_size, 3])
+    return tf.ensure_shape(out, [None, image_size, image_size, pixels.shape[-1]])
+
+
+def _batch_crop(pixels: Any, image_size: int, training: bool, seed: Any) -> Any:
+    """``[B, S, S, 3]`` uint8 from ``[B, H, W, 3]``: the crops of :func:`_crop_boxes`, on the host."""
+    import tensorflow as tf
+
+    shape = tf.shape(pixels)
+    boxes = _crop_boxes(shape[0], shape[1], shape[2], image_size, training, seed)
+    return apply_crops((pixels, boxes), image_size)
 
 
 # --- naming what is broken -------------------------------------------------------------------

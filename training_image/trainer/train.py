@@ -409,6 +409,9 @@ def _train_loop(
         return grads, per_example, logits
 
     def replica_step(features: Any, labels: Any, stop_vote: Any) -> Any:
+        # Raw-record batches arrive uncropped with their boxes: crop on this replica's device,
+        # outside the XLA cluster (CropAndResize has no XLA kernel).
+        features = images.apply_crops(features, config.image_size)
         grads, per_example, logits = gradients(features, labels)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
@@ -460,6 +463,7 @@ def _train_loop(
                     seed=config.seed,
                     epoch=epoch,
                     threads=input_threads,
+                    crop_on_device=True,
                 )
                 for epoch in range(first_epoch, config.epochs + 1)
             ]
