@@ -59,6 +59,8 @@ CROP_AREA = (0.08, 1.0)
 CROP_ASPECT = (3.0 / 4.0, 4.0 / 3.0)
 # Evaluation: the central 87.5% of the shorter side (224 of 256), resized.
 CENTER_CROP_FRACTION = 0.875
+# Pixels a raw-record pipeline holds in its shuffle buffer at most.
+RAW_SHUFFLE_BYTES = 512 * 2**20
 _RECORD_HEADER = 12  # uint64 length + uint32 masked CRC of the length
 _RECORD_FOOTER = 4  # uint32 masked CRC of the data
 
@@ -731,10 +733,12 @@ def _make_raw_dataset(
         shuffle_seed=seed + epoch if training else None,
     )  # fmt: skip
     if training:
-        # Raw pictures are large (150 KB at 224x224): buffer at most this pipeline's share of one
-        # epoch, which the seeded shard order and interleave already mix, not several epochs of it.
-        share = max(per_replica_batch, spec.examples // max(num_pipelines, 1))
-        items = items.repeat().shuffle(min(shuffle_buffer, share), seed=seed * 7919 + epoch)
+        # Raw pictures are large (150 KB at 224x224), and each epoch's pipeline drops its buffer
+        # at the end (read for nothing): at most RAW_SHUFFLE_BYTES of pixels and an eighth of this
+        # pipeline's share of the epoch. The seeded shard order and the interleave mix the rest.
+        share = spec.examples // max(num_pipelines, 1)
+        limit = min(shuffle_buffer, RAW_SHUFFLE_BYTES // (height * width * channels), share // 8)
+        items = items.repeat().shuffle(max(limit, per_replica_batch), seed=seed * 7919 + epoch)
     features = {
         RAW_KEY: tf.io.FixedLenFeature([], tf.string),
         SHAPE_KEY: tf.io.FixedLenFeature([3], tf.int64),
