@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, models
+from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, lr_schedule, models
 from trainer import precision as precisions
 from trainer.config import TrainingConfig
 from trainer.environment import Cluster, Paths, TrainingEnvironment
@@ -113,6 +113,11 @@ def run(env: TrainingEnvironment) -> TrainingResult:
 
     import keras
 
+    given = config
+    config = config.resolved_for(replicas=strategy.num_replicas_in_sync, uses_gpus=inventory.uses_gpus)
+    if config != given:
+        log("config-resolved", batch_size=config.batch_size, learning_rate=config.learning_rate, xla=config.xla,
+            replicas=strategy.num_replicas_in_sync)  # fmt: skip
     keras.mixed_precision.set_dtype_policy(precision)
     keras.utils.set_random_seed(config.seed)
     if not isinstance(spec, images.ImageDataset):
@@ -369,10 +374,11 @@ def _train_loop(
 
     with strategy.scope():
         model = models.build_model(config, spec.num_features, spec.num_classes)
+        rate = lr_schedule.learning_rate(config.learning_rate, warmup_steps=round(config.warmup_epochs * steps))
         optimizer: Any = (
-            keras.optimizers.SGD(learning_rate=config.learning_rate, momentum=0.9)
+            keras.optimizers.SGD(learning_rate=rate, momentum=0.9)
             if config.optimizer == "sgd"
-            else keras.optimizers.Adam(learning_rate=config.learning_rate)
+            else keras.optimizers.Adam(learning_rate=rate)
         )
         # fp16: a dynamic loss scale whose skip-this-step verdict all replicas share (trainer.precision).
         optimizer = precisions.wrap_optimizer(optimizer, precision)
