@@ -95,6 +95,12 @@ def _bottleneck(repeats: int) -> list[dict]:
     return bottleneck_bench.run(repeats)
 
 
+def _resnet_torch(repeats: int) -> list[dict]:
+    from benchmarks import resnet_bench
+
+    return resnet_bench.run_torch(repeats)
+
+
 def _records(repeats: int) -> list[dict]:
     from benchmarks import records_bench
 
@@ -115,6 +121,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "process": _process,
     "bottleneck": _bottleneck,
     "records": _records,
+    "resnet_torch": _resnet_torch,
 }
 COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
 
