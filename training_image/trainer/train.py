@@ -488,7 +488,7 @@ def _train_loop(
             seed=config.seed,
         )
 
-    evaluate = _evaluator(model, val_spec, config) if val_spec is not None else None
+    evaluate = _evaluator(model, val_spec, config, strategy) if val_spec is not None else None
     watch = DivergenceWatch(config.divergence_factor, config.divergence_steps, spec.num_classes)
     writer = tf.summary.create_file_writer(str(paths.tensorboard_dir)) if cluster.is_chief else None
     last_metrics = None
@@ -685,11 +685,39 @@ def _discover_validation(env: TrainingEnvironment, config: TrainingConfig, spec:
     return val_spec
 
 
-def _evaluator(model: Any, val_spec: Any, config: TrainingConfig) -> Any:
-    """``evaluate() -> (val_loss, val_accuracy)`` over the whole validation channel."""
+def _evaluator(model: Any, val_spec: Any, config: TrainingConfig, strategy: Any = None) -> Any:
+    """``evaluate() -> (val_loss, val_accuracy)`` over the whole validation channel.
+
+    Image channels with several replicas are evaluated on all of them: each worker's pipeline
+    reads its own shards (as training does), each replica takes its part of every batch, and the
+    sums are all-reduced, so a validation pass costs 1/replicas of one GPU's time. Feature rows
+    are evaluated on one device per worker.
+    """
     import tensorflow as tf
 
-    if isinstance(val_spec, images.ImageDataset):
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    sharded = isinstance(val_spec, images.ImageDataset) and replicas > 1
+
+    def sums_of(features: Any, labels: Any) -> Any:
+        logits = model(features, training=False)
+        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float64))
+        return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float64)), correct, tf.cast(tf.shape(labels)[0], tf.float64)])
+
+    if sharded:
+        per_replica = max(1, config.batch_size // replicas)
+
+        def pipeline(context: Any) -> Any:
+            # Every picture once over all pipelines, centre-cropped; batched per replica (the
+            # distributed iterator deals them out; a short last round leaves some replicas empty).
+            return images.make_dataset(
+                val_spec, training=False, image_size=config.image_size,
+                per_replica_batch=per_replica, batches=None, pipeline_index=context.input_pipeline_id, num_pipelines=context.num_input_pipelines,
+            )  # fmt: skip
+
+        dataset = strategy.distribute_datasets_from_function(pipeline)
+    elif isinstance(val_spec, images.ImageDataset):
         # Every picture once, in order, centre-cropped; the last batch may be short.
         dataset = images.make_dataset(
             val_spec, training=False, image_size=config.image_size, per_replica_batch=config.batch_size, batches=None
@@ -701,13 +729,10 @@ def _evaluator(model: Any, val_spec: Any, config: TrainingConfig) -> Any:
     def totals() -> Any:
         sums = tf.zeros([3], tf.float64)
         for features, labels in dataset:
-            logits = model(features, training=False)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float64))
-            sums += tf.stack(
-                [tf.reduce_sum(tf.cast(per_example, tf.float64)), correct, tf.cast(tf.shape(labels)[0], tf.float64)]
-            )
+            if sharded:
+                sums += strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(sums_of, args=(features, labels)), axis=None)
+            else:
+                sums += sums_of(features, labels)
         return sums
 
     def evaluate() -> tuple[float, float]:
@@ -723,6 +748,7 @@ def _evaluator(model: Any, val_spec: Any, config: TrainingConfig) -> Any:
                 f"Reading validation channel {val_spec.channel!r} ({val_spec.directory}) failed: "
                 f"{' '.join(str(getattr(err, 'message', err)).split())[:400]}"
             ) from err
+        evaluate.examples = int(count)  # type: ignore[attr-defined]  # read by tests: every picture once
         return loss_sum / count, correct / count
 
     return evaluate
