@@ -198,7 +198,8 @@ def test_training_batches_carry_boxes_that_crop_to_what_the_host_would_crop(raw_
 
 
 @pytest.mark.slow
-def test_the_trainer_trains_resnet50_from_the_processing_modes_raw_records(tmp_path):
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_the_trainer_trains_resnet50_from_the_processing_modes_raw_records(tmp_path, replicas):
     from tests.trainer.helpers import run_trainer, write_job
 
     spec = SyntheticSpec("image-dir", examples=40, features=40 * 40 * 3, classes=2, image_shape=(40, 40, 3), seed=2)
@@ -210,9 +211,12 @@ def test_the_trainer_trains_resnet50_from_the_processing_modes_raw_records(tmp_p
     (job / "input" / "data").mkdir(parents=True)
     for channel in ("train", "validation"):
         output_dir(tmp_path / "process", channel).rename(job / "input" / "data" / channel)
-    run = run_trainer(job)
+    # Two replicas: the crops run inside strategy.run, validation is sharded over both.
+    run = run_trainer(job, TRAINER_LOGICAL_CPU_DEVICES=str(replicas), EXPECTED_GPU_COUNT="0")
     assert run.returncode == 0, run.explain()
     (event,) = run.events("data")
     assert event["format"] == "image-tfrecord"
+    (strategy,) = run.events("strategy")
+    assert strategy["replicas"] == str(replicas)
     (metrics,) = run.metrics()
     assert "val_loss" in metrics, metrics
