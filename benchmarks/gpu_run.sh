@@ -7,8 +7,12 @@
 # 2. the gpu-marked tests (pytest -m gpu), when pytest is installed;
 # 3. the trainer at fp32, bf16 and fp16 (benchmarks/gpu_precision.py), twice: first with an empty
 #    CUDA JIT cache, then with the cache the first pass filled (CUDA_CACHE_MAXSIZE=4 GiB, as the
-#    image sets it): first-step time (the difference is the PTX JIT), steps/s, loss finite.
-# Results: printed, and under ${OUT:-gpu-run-out}/ (gpu-check.json, pytest.txt, cold.json, warm.json).
+#    image sets it): first-step time (the difference is the PTX JIT), steps/s, loss finite;
+# 4. ResNet-50: the trainer's (mixed precision, XLA) synthetic and from raw-pixel records on local
+#    disk, against torchvision's (AMP, channels-last, torch.compile) in the same command, with MFU
+#    (python -m benchmarks.resnet_bench --vs-torch; the torch rows skip with one line without torch).
+# Results: printed, and under ${OUT:-gpu-run-out}/ (gpu-check.json, pytest.txt, cold.json, warm.json,
+# resnet-vs-torch.md).
 # See benchmarks/RESULTS.md, "pending GPU figures", for how the lent GPU machine gets TensorFlow.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -44,4 +48,8 @@ for pass in cold warm; do
   "$python" -m benchmarks.gpu_precision --gpus "$gpus" --label "$pass" --out "$out/$pass.json" || status=1
 done
 du -sh "$CUDA_CACHE_PATH" 2>/dev/null | sed 's/^/JIT cache: /'
+
+echo "== ResNet-50: trainer (synthetic, raw records) vs torchvision, one GPU"
+"$python" -m benchmarks.resnet_bench --vs-torch 2>"$out/resnet-vs-torch.log" | tee "$out/resnet-vs-torch.md"
+[ "${PIPESTATUS[0]}" = 0 ] || { status=1; tail -5 "$out/resnet-vs-torch.log"; }
 exit $status

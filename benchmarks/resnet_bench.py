@@ -25,6 +25,9 @@ Without a GPU it returns a row saying why it was skipped, never made-up figures.
 
     .venv/bin/python -m benchmarks.resnet_bench [--instance-type p5.48xlarge] [--steps 60]
     .venv/bin/python -m benchmarks.resnet_bench --allow-cpu --image-size 32 --batch 8 --steps 3   # plumbing only
+    .venv/bin/python -m benchmarks.resnet_bench --vs-torch [--allow-cpu ...]   # vs torchvision, one command
+
+``--vs-torch`` (``benchmarks.run resnet_torch``, ``benchmarks/gpu_run.sh``): see :func:`compare_with_torch`.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ class Setup:
         warmup: Untimed steps.
         precision: ``off`` (float32) or ``on`` (bf16/fp16, as the trainer picks for the GPU).
         xla: ``tf.function(jit_compile=True)`` for the forward and backward pass.
-        input_mode: ``files`` or ``memory``.
+        input_mode: ``files`` (JPEG shards), ``records`` (raw-pixel records, cropped on the GPU)
+            or ``memory`` (one batch kept on the GPU: synthetic data).
         classes: Classes in the data (1000, as ImageNet).
     """
 
@@ -115,6 +119,8 @@ def measure_in_process(setup: Setup, channel: Path) -> dict[str, Any]:
 
     @tf.function
     def step(pictures: Any, labels: Any) -> Any:
+        # Raw records arrive with crop boxes: cropped here, on the GPU, outside XLA (as the trainer does).
+        pictures = images.apply_crops(pictures, setup.image_size)
         grads, loss = gradients(pictures, labels)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return loss
@@ -122,10 +128,12 @@ def measure_in_process(setup: Setup, channel: Path) -> dict[str, Any]:
     spec = images.discover(channel, channel="train", data_format="image-tfrecord")
     dataset = images.make_dataset(
         spec, training=True, image_size=setup.image_size, per_replica_batch=setup.batch, batches=None,
-        shuffle_buffer=4 * setup.batch, seed=1,
+        shuffle_buffer=4 * setup.batch, seed=1, crop_on_device=True,
+        threads=images.input_threads(None, 1),
     )  # fmt: skip
     if setup.input_mode == "memory":
         pictures, labels = next(iter(dataset))
+        pictures = images.apply_crops(pictures, setup.image_size)  # raw records: cropped once
         pictures, labels = tf.identity(pictures), tf.identity(labels)  # on the GPU, once
         batches = iter(lambda: (pictures, labels), None)
     else:
@@ -217,6 +225,121 @@ def run(repeats: int = 1) -> list[dict]:
     return measure(Setup(), instance_type=None)
 
 
+def write_raw_records(directory: Path, *, examples: int, side: int, classes: int, shards: int = 8) -> Path:
+    """Raw-pixel records (as ``--image-encoding raw`` writes them) of random pictures, with their manifest."""
+    import numpy as np
+
+    sys.path.insert(0, str(TRAINING_IMAGE))
+    from trainer import images
+    from trainer.process.records import ShardWriter, raw_image_example
+
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(11)
+    writer = ShardWriter(directory, shards)
+    for start in range(0, examples, 64):
+        count = min(64, examples - start)
+        pictures = rng.integers(0, 256, (count, side, side, 3), dtype=np.uint8)
+        writer.write_all(
+            raw_image_example(picture, int(label) + 1, raw_key=images.RAW_KEY, shape_key=images.SHAPE_KEY,
+                              label_key=images.LABEL_KEY)
+            for picture, label in zip(pictures, rng.integers(0, classes, count), strict=True)
+        )  # fmt: skip
+    writer.close()
+    images.write_manifest(directory, num_classes=classes, label_base=1)
+    return directory
+
+
+def _torch_child(base: Setup, compile_model: bool, out: Path) -> dict[str, Any] | str:
+    """torchvision's figures from its own process, or the one line saying why there are none."""
+    from benchmarks import torch_resnet
+
+    reason = torch_resnet.absent_reason()
+    if reason:
+        return reason
+    command = [PYTHON, "-m", "benchmarks.torch_resnet", "--batch", str(base.batch), "--image-size", str(base.image_size),
+               "--steps", str(base.steps), "--warmup", str(base.warmup), *([] if compile_model else ["--no-compile"]),
+               str(out)]  # fmt: skip
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False)
+    if finished.returncode != 0:
+        tail = (finished.stdout + finished.stderr).strip().splitlines()[-1:] or ["no output"]
+        return f"torchvision run failed (exit {finished.returncode}): {tail[0][:300]}"
+    return json.loads(out.read_text())
+
+
+def compare_with_torch(base: Setup, instance_type: str | None, *, allow_cpu: bool = False) -> list[dict]:
+    """The trainer's ResNet-50 (mixed precision, XLA) synthetic and from raw records, against torchvision's.
+
+    One command, one GPU, interleaved processes: TF synthetic (a batch kept on the GPU), TF from
+    raw-pixel records on local disk (the trainer's pipeline, crops on the GPU), torchvision eager
+    and ``torch.compile`` (AMP, channels-last). Targets: TF synthetic >= 1.0x the best torchvision
+    figure; TF from records >= 0.9x TF synthetic. MFU against the table's dense half peak.
+    """
+    from benchmarks.gpu_bench import visible_gpus
+
+    names, why = visible_gpus()
+    if not names and not allow_cpu:
+        return [{
+            "benchmark": "resnet-torch", "metric": "trainer ResNet-50 vs torchvision ResNet-50, images/s, MFU",
+            "value": "skipped", "ratio": "", "target": f">= 1.0x torchvision on {TARGET_GPU}: not measured ({why})",
+        }]  # fmt: skip
+    device = names[0] if names else "CPU (plumbing check, not GPU figures)"
+    instance_type = instance_type or (_flops.instance_type_for_gpu(names[0]) if names else None)
+    peak = _flops.peak_tflops(instance_type) if instance_type else None
+
+    def mfu_text(flops: float, rate: float) -> str:
+        return f"MFU {100 * _flops.mfu(flops, rate, peak):.3g}%" if peak else "MFU n/a (no peak for this device)"
+
+    rows: list[dict] = []
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="resnet-torch-") as tmp:
+        side = max(base.image_size * 8 // 7, base.image_size)
+        records = write_raw_records(Path(tmp) / "records", examples=max(8 * base.batch, 64), side=side, classes=base.classes)
+        for mode, label in (("memory", "synthetic (batch kept on the GPU)"), ("records", f"raw-pixel records on local disk ({side}px, crops on the GPU)")):
+            setup = Setup(**{**asdict(base), "precision": "on", "xla": True, "input_mode": mode})
+            result = _run_child(setup, records, Path(tmp) / "result.json")
+            figures[f"tf-{mode}"] = result["images_per_sec"]
+            rows.append({
+                "benchmark": "resnet-torch",
+                "metric": f"{device}: trainer ResNet-50 (TF/Keras), {result['policy']}, XLA, {label}, {base.image_size}px, batch {base.batch}",
+                "value": (f"{result['images_per_sec']:,.0f} images/s, {result['step_time_ms']:.1f} ms/step, "
+                          f"{mfu_text(result['flops_per_image'], result['images_per_sec'])}; warm-up {result['warmup_s']:.0f} s"),
+            })  # fmt: skip
+        for compile_model in (False, True):
+            result = _torch_child(base, compile_model, Path(tmp) / "torch.json")
+            name = "torch.compile" if compile_model else "eager"
+            if isinstance(result, str):
+                rows.append({"benchmark": "resnet-torch", "metric": f"torchvision ResNet-50, AMP, channels-last, {name}",
+                             "value": "skipped", "target": result})  # fmt: skip
+                if "not installed" in result:
+                    break
+                continue
+            if compile_model and not result["compiled"]:
+                name = f"torch.compile failed ({result['compile_error']}), eager"
+            figures[f"torch-{'compiled' if compile_model else 'eager'}"] = result["images_per_sec"]
+            rows.append({
+                "benchmark": "resnet-torch",
+                "metric": (f"{result['device']}: torchvision ResNet-50 ({result['framework']}), AMP {result['dtype']}, "
+                           f"channels-last, {name}, synthetic, {base.image_size}px, batch {base.batch}"),
+                "value": (f"{result['images_per_sec']:,.0f} images/s, {result['step_time_ms']:.1f} ms/step, "
+                          f"{mfu_text(result['flops_per_image'], result['images_per_sec'])} (v1.5, "
+                          f"{result['flops_per_image'] / 1e9:.1f} GFLOP/image); warm-up {result['warmup_s']:.0f} s"),
+            })  # fmt: skip
+    torch_best = max((v for k, v in figures.items() if k.startswith("torch-")), default=None)
+    if torch_best:
+        ratio = figures["tf-memory"] / torch_best
+        rows[0].update(ratio=f"{ratio:.2f}x the best torchvision row",
+                       target=f">= 1.0x torchvision on {TARGET_GPU}: {'met' if ratio >= 1.0 else 'NOT met'}")  # fmt: skip
+    records_ratio = figures["tf-records"] / figures["tf-memory"]
+    rows[1].update(ratio=f"{records_ratio:.2f}x synthetic",
+                   target=f">= 0.9x synthetic: {'met' if records_ratio >= 0.9 else 'NOT met'}")  # fmt: skip
+    return rows
+
+
+def run_torch(repeats: int = 1) -> list[dict]:
+    """The runner's entry point for the comparison (``benchmarks.run resnet_torch``)."""
+    return compare_with_torch(Setup(), instance_type=None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Standalone: prints the table (not recorded in RESULTS.md); ``--child`` is one measurement."""
     argv = sys.argv[1:] if argv is None else argv
@@ -232,12 +355,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--warmup", type=int, default=defaults.warmup)
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU to check the plumbing; not GPU figures")
+    parser.add_argument("--vs-torch", action="store_true",
+                        help="trainer synthetic and from raw records vs torchvision (AMP, channels-last, torch.compile)")
     args = parser.parse_args(argv)
     if args.instance_type:
         _flops.peak_tflops(args.instance_type)  # fail early on a type not in the table
     base = Setup(image_size=args.image_size, batch=args.batch, steps=args.steps, warmup=args.warmup)
     from benchmarks.run import table
 
+    if args.vs_torch:
+        print(table(compare_with_torch(base, args.instance_type, allow_cpu=args.allow_cpu)))
+        return 0
     print(table(measure(base, args.instance_type, allow_cpu=args.allow_cpu)))
     return 0
 

@@ -95,6 +95,18 @@ def _bottleneck(repeats: int) -> list[dict]:
     return bottleneck_bench.run(repeats)
 
 
+def _resnet_torch(repeats: int) -> list[dict]:
+    from benchmarks import resnet_bench
+
+    return resnet_bench.run_torch(repeats)
+
+
+def _records(repeats: int) -> list[dict]:
+    from benchmarks import records_bench
+
+    return records_bench.run(max(repeats, 3))
+
+
 BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "synth": _synth,
     "pipeline": _pipeline,
@@ -108,6 +120,8 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "serve_warmup": _serve_warmup,
     "process": _process,
     "bottleneck": _bottleneck,
+    "records": _records,
+    "resnet_torch": _resnet_torch,
 }
 COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
 

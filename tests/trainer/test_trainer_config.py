@@ -18,7 +18,7 @@ def test_no_hyperparameters_gives_the_documented_defaults():
         10,
         256,
         "auto",
-        False,
+        None,  # unset: resolved per job (on for resnet50 on GPUs, issue #21), see TrainingConfig.resolved_for
     )
 
 

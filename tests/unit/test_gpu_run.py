@@ -29,6 +29,7 @@ def test_gpu_run_is_shellcheck_clean_and_keeps_the_jit_cache_settings():
     assert "for pass in cold warm" in text and 'rm -rf "$CUDA_CACHE_PATH"' in text
     assert "-m trainer.gpu_check" in text and "-m gpu tests/trainer" in text
     assert "benchmarks.gpu_precision" in text
+    assert "-m benchmarks.resnet_bench --vs-torch" in text  # issue #21: TF vs torchvision in the same run
 
 
 @pytest.mark.slow

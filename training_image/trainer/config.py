@@ -57,7 +57,14 @@ class TrainingConfig:
             float32; float32 on CPU), ``bf16`` (fails on GPUs below 8.0), ``fp16`` (dynamic loss
             scale agreed across replicas), ``fp32``; the older ``on`` (auto that must not end
             in float32 on a GPU; bf16 on CPU) and ``off`` (fp32) are kept. See trainer.precision.
-        xla: Compile the forward and backward pass with XLA.
+        xla: Compile the forward and backward pass with XLA; unset: on for ``resnet50`` on GPUs
+            (fused convolutions, batch norm and elementwise ops), off otherwise.
+        batch_size_per_gpu: Examples per replica; when set, the global batch is this times the
+            job's replicas (so it grows with GPUs) and ``batch_size`` must not be set too.
+        learning_rate_base_batch: The global batch ``learning_rate`` is meant for; when set, the
+            rate is scaled linearly to the job's global batch (the linear scaling rule of Goyal
+            et al., "Accurate, Large Minibatch SGD"). 0: ``learning_rate`` as given.
+        warmup_epochs: Epochs over which the rate rises linearly to its (scaled) value; 0: none.
         expected_gpu_count: GPUs per host, used when ``EXPECTED_GPU_COUNT`` is not set.
         seed: Seed for weight initialisation and shuffling.
         checkpoint_every_epochs: Checkpoint every this many epochs (the last epoch always is).
@@ -96,7 +103,7 @@ class TrainingConfig:
     train_channel: str = ""
     shuffle_buffer: int = 10_000
     mixed_precision: str = "auto"
-    xla: bool = False
+    xla: bool | None = None
     expected_gpu_count: int | None = None
     seed: int = 1234
     checkpoint_every_epochs: int = 1
@@ -111,6 +118,21 @@ class TrainingConfig:
     image_size: int = 224
     image_examples: int | None = None
     image_label_base: int | None = None
+    batch_size_per_gpu: int = 0
+    learning_rate_base_batch: int = 0
+    warmup_epochs: float = 0.0
+
+    def resolved_for(self, *, replicas: int, uses_gpus: bool) -> TrainingConfig:
+        """This config with what depends on the job's devices settled: global batch, learning rate, XLA.
+
+        ``batch_size_per_gpu`` sets ``batch_size`` (times ``replicas``); ``learning_rate_base_batch``
+        scales ``learning_rate`` to that global batch (and is then cleared, so resolving twice
+        scales once); an unset ``xla`` becomes on for ``resnet50`` on GPUs.
+        """
+        batch = self.batch_size_per_gpu * replicas if self.batch_size_per_gpu else self.batch_size
+        rate = self.learning_rate * batch / self.learning_rate_base_batch if self.learning_rate_base_batch else self.learning_rate
+        xla = self.xla if self.xla is not None else (self.model == "resnet50" and uses_gpus)
+        return dataclasses.replace(self, batch_size=batch, learning_rate=rate, learning_rate_base_batch=0, xla=xla)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (tuples become lists)."""
@@ -241,7 +263,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "train_channel": _channel,
     "shuffle_buffer": _int(1),
     "mixed_precision": _choice(MIXED_PRECISION_MODES),
-    "xla": _bool,
+    "xla": lambda text: None if text == "" else _bool(text),
     "expected_gpu_count": _optional_int,
     "seed": _int(0),
     "checkpoint_every_epochs": _int(1),
@@ -256,6 +278,9 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "image_size": _int(32),
     "image_examples": _optional_int,
     "image_label_base": _optional_int,
+    "batch_size_per_gpu": _int(0),
+    "learning_rate_base_batch": _int(0),
+    "warmup_epochs": _float(0.0, 1000.0, low_inclusive=True),
 }
 
 
@@ -290,6 +315,11 @@ def parse_hyperparameters(raw: Mapping[str, Any]) -> TrainingConfig:
             problems.append("hyperparameter 'image_shape' is required with model=cnn (e.g. 28x28x1)")
         if config.model == "cnn" and not config.conv_filters:
             problems.append("hyperparameter 'conv_filters' must name at least one block with model=cnn")
+        if "batch_size" in raw and config.batch_size_per_gpu:
+            problems.append(
+                "hyperparameters 'batch_size' (global) and 'batch_size_per_gpu' both set: keep one (with "
+                "batch_size_per_gpu the global batch is it times the job's replicas)"
+            )
         if config.num_classes == 1:
             problems.append("hyperparameter 'num_classes' must be >= 2 (or 0 to infer it)")
     if problems:

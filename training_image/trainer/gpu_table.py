@@ -26,6 +26,8 @@ class GpuInstance:
         gpu_memory_gib: Memory per GPU in GiB.
         mixed_precision_dtype: ``bfloat16`` or ``float16``.
         compute_capability: CUDA compute capability, ``major.minor``.
+        vcpus: vCPUs of the instance (sizes the input pipelines' thread pools).
+        efa: Whether the instance type supports EFA (NCCL over libfabric between nodes).
     """
 
     name: str
@@ -34,6 +36,8 @@ class GpuInstance:
     gpu_memory_gib: int
     mixed_precision_dtype: str
     compute_capability: str
+    vcpus: int = 0
+    efa: bool = False
 
 
 @lru_cache(maxsize=1)
@@ -47,6 +51,8 @@ def _rows() -> dict[str, GpuInstance]:
             gpu_memory_gib=int(row["gpu_memory_gib"]),
             mixed_precision_dtype=row["mixed_precision_dtype"],
             compute_capability=row["compute_capability"],
+            vcpus=int(row["vcpus"]),
+            efa=bool(row["efa"]),
         )
         for name, row in raw["instance_types"].items()
     }

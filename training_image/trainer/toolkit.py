@@ -94,7 +94,8 @@ def strategy() -> Any:
     raw_timeout = os.environ.get(environment.ENV_RENDEZVOUS_TIMEOUT, "").strip()
     timeout = float(raw_timeout) if raw_timeout else environment.DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
     with distribute.rendezvous_deadline(cluster, timeout):
-        created = distribute.create_strategy(cluster, inventory)
+        instance_type = os.environ.get(environment.ENV_INSTANCE_TYPE) or os.environ.get("SM_CURRENT_INSTANCE_TYPE")
+        created = distribute.create_strategy(cluster, inventory, instance_type)
     _STATE["strategy"] = created
     return created
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, models
+from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, lr_schedule, models
 from trainer import precision as precisions
 from trainer.config import TrainingConfig
 from trainer.environment import Cluster, Paths, TrainingEnvironment
@@ -107,12 +107,17 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     ) as deadline:
         if cluster.num_workers > 1:
             distribute.wait_for_dns(cluster, deadline)
-        strategy = distribute.create_strategy(cluster, inventory)
+        strategy = distribute.create_strategy(cluster, inventory, env.instance_type)
         stop.install()
         gpu_report = _smoke_test(strategy, inventory, cluster)
 
     import keras
 
+    given = config
+    config = config.resolved_for(replicas=strategy.num_replicas_in_sync, uses_gpus=inventory.uses_gpus)
+    if config != given:
+        log("config-resolved", batch_size=config.batch_size, learning_rate=config.learning_rate, xla=config.xla,
+            replicas=strategy.num_replicas_in_sync)  # fmt: skip
     keras.mixed_precision.set_dtype_policy(precision)
     keras.utils.set_random_seed(config.seed)
     if not isinstance(spec, images.ImageDataset):
@@ -135,7 +140,8 @@ def run(env: TrainingEnvironment) -> TrainingResult:
             )
         log("validation-data", channel=val_spec.channel, files=len(val_spec.files), examples=val_spec.examples)
     result, model = _train_loop(
-        config=config, spec=spec, val_spec=val_spec, strategy=strategy, cluster=cluster, paths=env.paths, stop=stop, precision=precision
+        config=config, spec=spec, val_spec=val_spec, strategy=strategy, cluster=cluster, paths=env.paths, stop=stop, precision=precision,
+        input_threads=images.input_threads(env.instance_type, strategy.num_replicas_in_sync // cluster.num_workers),
     )
     if cluster.is_chief:
         resolved = _resolved_config(config, spec, strategy, cluster, precision, gpu_report, result)
@@ -324,6 +330,7 @@ def _train_loop(
     paths: Paths,
     stop: StopRequest,
     precision: str,
+    input_threads: int | None = None,
 ) -> tuple[TrainingResult, Any]:
     """Trains from the last checkpoint to ``config.epochs``; returns the result and the model.
 
@@ -367,10 +374,11 @@ def _train_loop(
 
     with strategy.scope():
         model = models.build_model(config, spec.num_features, spec.num_classes)
+        rate = lr_schedule.learning_rate(config.learning_rate, warmup_steps=round(config.warmup_epochs * steps))
         optimizer: Any = (
-            keras.optimizers.SGD(learning_rate=config.learning_rate, momentum=0.9)
+            keras.optimizers.SGD(learning_rate=rate, momentum=0.9)
             if config.optimizer == "sgd"
-            else keras.optimizers.Adam(learning_rate=config.learning_rate)
+            else keras.optimizers.Adam(learning_rate=rate)
         )
         # fp16: a dynamic loss scale whose skip-this-step verdict all replicas share (trainer.precision).
         optimizer = precisions.wrap_optimizer(optimizer, precision)
@@ -407,6 +415,9 @@ def _train_loop(
         return grads, per_example, logits
 
     def replica_step(features: Any, labels: Any, stop_vote: Any) -> Any:
+        # Raw-record batches arrive uncropped with their boxes: crop on this replica's device,
+        # outside the XLA cluster (CropAndResize has no XLA kernel).
+        features = images.apply_crops(features, config.image_size)
         grads, per_example, logits = gradients(features, labels)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
@@ -438,7 +449,8 @@ def _train_loop(
     # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
     is_images = isinstance(spec, images.ImageDataset)
     cache = not is_images and max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
-    log("input", cache=cache, cache_max_mb=config.cache_max_mb)
+    log("input", cache=cache, cache_max_mb=config.cache_max_mb, input_threads=input_threads or "shared",
+        image_records=getattr(spec, "encoding", None))  # fmt: skip
 
     def pipeline(context: Any | None, first_epoch: int) -> Any:
         index = context.input_pipeline_id if context else 0
@@ -456,6 +468,8 @@ def _train_loop(
                     shuffle_buffer=config.shuffle_buffer,
                     seed=config.seed,
                     epoch=epoch,
+                    threads=input_threads,
+                    crop_on_device=True,
                 )
                 for epoch in range(first_epoch, config.epochs + 1)
             ]
@@ -474,7 +488,7 @@ def _train_loop(
             seed=config.seed,
         )
 
-    evaluate = _evaluator(model, val_spec, config) if val_spec is not None else None
+    evaluate = _evaluator(model, val_spec, config, strategy) if val_spec is not None else None
     watch = DivergenceWatch(config.divergence_factor, config.divergence_steps, spec.num_classes)
     writer = tf.summary.create_file_writer(str(paths.tensorboard_dir)) if cluster.is_chief else None
     last_metrics = None
@@ -671,11 +685,39 @@ def _discover_validation(env: TrainingEnvironment, config: TrainingConfig, spec:
     return val_spec
 
 
-def _evaluator(model: Any, val_spec: Any, config: TrainingConfig) -> Any:
-    """``evaluate() -> (val_loss, val_accuracy)`` over the whole validation channel."""
+def _evaluator(model: Any, val_spec: Any, config: TrainingConfig, strategy: Any = None) -> Any:
+    """``evaluate() -> (val_loss, val_accuracy)`` over the whole validation channel.
+
+    Image channels with several replicas are evaluated on all of them: each worker's pipeline
+    reads its own shards (as training does), each replica takes its part of every batch, and the
+    sums are all-reduced, so a validation pass costs 1/replicas of one GPU's time. Feature rows
+    are evaluated on one device per worker.
+    """
     import tensorflow as tf
 
-    if isinstance(val_spec, images.ImageDataset):
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    sharded = isinstance(val_spec, images.ImageDataset) and replicas > 1
+
+    def sums_of(features: Any, labels: Any) -> Any:
+        logits = model(features, training=False)
+        per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
+        correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float64))
+        return tf.stack([tf.reduce_sum(tf.cast(per_example, tf.float64)), correct, tf.cast(tf.shape(labels)[0], tf.float64)])
+
+    if sharded:
+        per_replica = max(1, config.batch_size // replicas)
+
+        def pipeline(context: Any) -> Any:
+            # Every picture once over all pipelines, centre-cropped; batched per replica (the
+            # distributed iterator deals them out; a short last round leaves some replicas empty).
+            return images.make_dataset(
+                val_spec, training=False, image_size=config.image_size,
+                per_replica_batch=per_replica, batches=None, pipeline_index=context.input_pipeline_id, num_pipelines=context.num_input_pipelines,
+            )  # fmt: skip
+
+        dataset = strategy.distribute_datasets_from_function(pipeline)
+    elif isinstance(val_spec, images.ImageDataset):
         # Every picture once, in order, centre-cropped; the last batch may be short.
         dataset = images.make_dataset(
             val_spec, training=False, image_size=config.image_size, per_replica_batch=config.batch_size, batches=None
@@ -687,13 +729,10 @@ def _evaluator(model: Any, val_spec: Any, config: TrainingConfig) -> Any:
     def totals() -> Any:
         sums = tf.zeros([3], tf.float64)
         for features, labels in dataset:
-            logits = model(features, training=False)
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-            predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
-            correct = tf.reduce_sum(tf.cast(tf.equal(predicted, labels), tf.float64))
-            sums += tf.stack(
-                [tf.reduce_sum(tf.cast(per_example, tf.float64)), correct, tf.cast(tf.shape(labels)[0], tf.float64)]
-            )
+            if sharded:
+                sums += strategy.reduce(tf.distribute.ReduceOp.SUM, strategy.run(sums_of, args=(features, labels)), axis=None)
+            else:
+                sums += sums_of(features, labels)
         return sums
 
     def evaluate() -> tuple[float, float]:
@@ -709,6 +748,7 @@ def _evaluator(model: Any, val_spec: Any, config: TrainingConfig) -> Any:
                 f"Reading validation channel {val_spec.channel!r} ({val_spec.directory}) failed: "
                 f"{' '.join(str(getattr(err, 'message', err)).split())[:400]}"
             ) from err
+        evaluate.examples = int(count)  # type: ignore[attr-defined]  # read by tests: every picture once
         return loss_sum / count, correct / count
 
     return evaluate

@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from trainer.errors import ConfigError
 
 FORMATS = ("auto", "csv", "image-dir")
+IMAGE_ENCODINGS = ("jpeg", "raw")
 DEFAULT_VALIDATION_FRACTION = 0.1
 MAX_VALIDATION_FRACTION = 0.5
 USAGE = (
-    "--format auto|csv|image-dir --shards N --validation-fraction F --image-size HxW --seed S --skip-bad-images"
+    "--format auto|csv|image-dir --shards N --validation-fraction F --image-size HxW --image-encoding jpeg|raw "
+    "--seed S --skip-bad-images"
 )
 
 
@@ -32,6 +34,10 @@ class TransformOptions:
             same input the same way.
         skip_bad_images: Leave out pictures that cannot be decoded, counted and named in
             ``statistics.json``; without it the first one fails the job.
+        image_encoding: ``jpeg``: pictures stay JPEG (re-encoded at ``image_size``; small, decoded
+            at every training step). ``raw``: training-ready records, the resized pictures' uint8
+            pixels (``image/raw`` + ``image/shape``), which training reads without any decode;
+            needs ``image_size`` (one shape for every picture) and about 10x the bytes of JPEG.
     """
 
     data_format: str = "auto"
@@ -40,6 +46,7 @@ class TransformOptions:
     image_size: tuple[int, int] | None = None
     seed: int = 0
     skip_bad_images: bool = False
+    image_encoding: str = "jpeg"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,14 +91,21 @@ def parse(argv: Sequence[str]) -> TransformOptions:
     parser.add_argument("--shards", type=_shards, default=0)
     parser.add_argument("--validation-fraction", type=_fraction, default=DEFAULT_VALIDATION_FRACTION)
     parser.add_argument("--image-size", type=_image_size, default=None)
+    parser.add_argument("--image-encoding", choices=IMAGE_ENCODINGS, default="jpeg")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-bad-images", action="store_true")
     args = parser.parse_args(list(argv))
+    if args.image_encoding == "raw" and args.image_size is None:
+        raise ConfigError(
+            "Bad processing argument: --image-encoding raw writes every picture at one shape, so it needs "
+            "--image-size HxW (e.g. --image-size 256x256); add it, or drop --image-encoding raw to keep JPEG."
+        )
     return TransformOptions(
         data_format=args.data_format,
         shards=args.shards,
         validation_fraction=args.validation_fraction,
         image_size=args.image_size,
+        image_encoding=args.image_encoding,
         seed=args.seed,
         skip_bad_images=args.skip_bad_images,
     )

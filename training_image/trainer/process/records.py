@@ -105,3 +105,47 @@ class ShardWriter:
             else:
                 path.unlink(missing_ok=True)
         return shards
+
+
+# --- raw-pixel image records, built in Python (one tobytes and a few joins per picture) --------
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (wire type 2)."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _feature_entry(key: str, feature: bytes) -> bytes:
+    return _field(1, _field(1, key.encode()) + _field(2, feature))
+
+
+def raw_image_example(pixels: Any, label: int, *, raw_key: str, shape_key: str, label_key: str) -> bytes:
+    """One serialized ``tf.train.Example`` holding ``pixels`` (uint8 ``[H, W, C]``) as raw bytes.
+
+    ``raw_key``: the pixels, row-major HWC (``BytesList``); ``shape_key``: ``[H, W, C]``
+    (``Int64List``); ``label_key``: the label (``Int64List``, >= 0). The protobuf wire format is
+    written directly (``Features``' map entries, ``Feature``'s oneof members 1 bytes, 3 int64),
+    so it parses with ``tf.io.parse_example`` and ``tf.train.Example.FromString`` like any Example.
+    """
+    shape = [int(n) for n in pixels.shape]
+    if label < 0:
+        raise ValueError(f"label must be >= 0, got {label}")
+    packed = lambda values: _field(1, b"".join(_varint(v) for v in values))  # noqa: E731
+    entries = (
+        _feature_entry(raw_key, _field(1, _field(1, pixels.tobytes()))),
+        _feature_entry(shape_key, _field(3, packed(shape))),
+        _feature_entry(label_key, _field(3, packed([int(label)]))),
+    )
+    return _field(1, b"".join(entries))

@@ -10,6 +10,8 @@ Input ``raw`` (``/opt/ml/processing/input/raw``) holds either
   ``image/class/label`` counted from 1) with the ``manifest.json`` the trainer counts from.
   ``--image-size HxW`` resizes every picture (bilinear, antialiased) and re-encodes it as JPEG
   (quality 95); without it each picture's own bytes are kept (decoded once, to check them).
+  ``--image-encoding raw`` (with ``--image-size``) writes training-ready records instead: the
+  resized pictures' uint8 pixels (``image/raw``, ``image/shape``), so training decodes nothing.
 
 Outputs ``train`` and ``validation`` (``/opt/ml/processing/output/<name>``) each get
 ``part-NNNNN.tfrecord`` shards whose sizes differ by at most one example and the manifest with
@@ -46,7 +48,7 @@ from trainer.errors import ConfigError, DataError
 from trainer.logs import log
 from trainer.process import contract
 from trainer.process.options import TransformOptions
-from trainer.process.records import Shard, ShardWriter, serialize_examples
+from trainer.process.records import Shard, ShardWriter, raw_image_example, serialize_examples
 from trainer.process.statistics import RunningMoments, batch_moments, choose_device, group_moments
 
 TARGET_SHARD_BYTES = 128 * 2**20  # TFRecord guidance: 100-200 MB per shard
@@ -84,7 +86,8 @@ def run(env: contract.ProcessingEnvironment, options: TransformOptions) -> dict[
     files = _input_files(raw)
     data_format = detect_format(raw, files, options.data_format)
     if data_format == "csv":
-        for given, name in ((options.image_size is not None, "--image-size"), (options.skip_bad_images, "--skip-bad-images")):
+        for given, name in ((options.image_size is not None, "--image-size"), (options.skip_bad_images, "--skip-bad-images"),
+                            (options.image_encoding != "jpeg", "--image-encoding")):
             if given:
                 raise ConfigError(
                     f"Bad processing argument: {name} applies to pictures, but the input {raw} holds CSV files; drop it."
@@ -356,6 +359,8 @@ def convert_images(
     # A seeded order, so shards mix the classes (the listing is class by class).
     order = np.random.default_rng(options.seed).permutation(len(files))
     estimated = _estimated_output_bytes(files, options.image_size)
+    if options.image_encoding == "raw" and options.image_size is not None:
+        estimated = float(len(files) * options.image_size[0] * options.image_size[1] * 3)
     train_shards, validation_shards = shard_counts(options.shards, estimated, options.validation_fraction)
 
     items = tf.data.Dataset.from_tensor_slices(
@@ -368,6 +373,7 @@ def convert_images(
     )
     batched_resize = options.image_size is not None and resize_device is not None
     size = options.image_size
+    raw_pixels = options.image_encoding == "raw"
 
     def decode(raw_bytes: Any) -> Any:
         return tf.io.decode_image(raw_bytes, channels=3, expand_animations=False)
@@ -385,7 +391,7 @@ def convert_images(
             return index, label, validation, image
         if size is not None:
             image = _to_uint8(tf.image.resize(image, size, method="bilinear", antialias=True))
-            encoded = tf.io.encode_jpeg(image, quality=JPEG_QUALITY)
+            encoded = image if raw_pixels else tf.io.encode_jpeg(image, quality=JPEG_QUALITY)
         else:
             encoded = raw_bytes
         count, mean, m2 = moments_of(image)
@@ -396,7 +402,7 @@ def convert_images(
     if batched_resize:
         stream = loaded.ragged_batch(IMAGE_BATCH).prefetch(tf.data.AUTOTUNE)
     else:
-        stream = loaded.batch(IMAGE_BATCH).map(_serialize_pictures(size), num_parallel_calls=tf.data.AUTOTUNE).prefetch(
+        stream = loaded.batch(IMAGE_BATCH).map(_serialize_pictures(raw_pixels), num_parallel_calls=tf.data.AUTOTUNE).prefetch(
             tf.data.AUTOTUNE
         )
     log("transform-start", format="image-dir", files=len(files), classes=spec.num_classes,
@@ -411,19 +417,21 @@ def convert_images(
     try:
         for batch in stream:
             if batched_resize:
-                index, label, validation, records, count, mean, m2, ran_on = _resize_on_device(batch, size, resize_device)
+                index, label, validation, records, count, mean, m2, ran_on = _resize_on_device(
+                    batch, size, resize_device, raw_pixels
+                )
                 resized_on.add(ran_on)
                 with tf.device(resize_device):
                     partials = tuple(group_moments(count, mean, m2, label, keep) for keep in (tf.logical_not(validation), validation))
             else:
-                index, validation, records, partials = batch
+                index, label, validation, records, partials = batch
             for arrived in index.numpy().tolist():
                 while order[position] != arrived:
                     _bad_picture(files[order[position]], options.skip_bad_images, bad)
                     position += 1
                 position += 1
             mask = validation.numpy()
-            serialized = records.numpy()
+            serialized = np.array(_raw_records(records.numpy(), label.numpy()), dtype=object) if raw_pixels else records.numpy()
             writers[0].write_all(serialized[~mask])
             writers[1].write_all(serialized[mask])
             for moment, partial in zip(moments, partials, strict=True):
@@ -444,6 +452,7 @@ def convert_images(
         class_names=list(spec.class_names),
         label_base=images.DEFAULT_LABEL_BASE,
         image_size=list(size) if size else None,
+        image_encoding=options.image_encoding,
         resized_on=(",".join(sorted(resized_on)) or resize_device if batched_resize else "/CPU:0") if size else None,
         skipped_images={"count": len(bad), "files": bad},
     )
@@ -503,21 +512,39 @@ def _image_format(encoded: Any) -> Any:
     return tf.where(tf.equal(tf.strings.substr(encoded, 0, 3), b"\xff\xd8\xff"), b"jpeg", b"png")
 
 
-def _serialize_pictures(size: tuple[int, int] | None) -> Any:
-    """``fn(batch of loaded pictures) -> (index, label, validation, records, count, mean, m2)`` for the CPU path."""
+def _serialize_pictures(raw_pixels: bool) -> Any:
+    """``fn(batch of loaded pictures) -> (index, label, validation, records, partials)`` for the CPU path.
+
+    With ``raw_pixels`` the "records" are the pictures' pixels ``[B, H, W, 3]``, serialized by
+    :func:`_raw_records` in the main loop.
+    """
 
     import tensorflow as tf
 
     def serialize(index: Any, label: Any, validation: Any, encoded: Any, height: Any, width: Any, count: Any, mean: Any, m2: Any) -> Any:
-        records = serialize_examples(_example_features(encoded, label, height, width, _image_format(encoded)))
+        if raw_pixels:
+            records = encoded
+        else:
+            records = serialize_examples(_example_features(encoded, label, height, width, _image_format(encoded)))
         # Reduced here, in parallel, on a CPU host: the main loop only merges two small partials.
         partials = tuple(group_moments(count, mean, m2, label, keep) for keep in (tf.logical_not(validation), validation))
-        return index, validation, records, partials
+        return index, label, validation, records, partials
 
     return serialize
 
 
-def _resize_on_device(batch: Any, size: tuple[int, int], device: str) -> tuple[Any, ...]:
+def _raw_records(pixels: np.ndarray, labels: np.ndarray) -> list[bytes]:
+    """Serialized raw-pixel Examples (label base 1) for a batch of uint8 pictures ``[B, H, W, 3]``."""
+    return [
+        raw_image_example(
+            picture, int(label) + images.DEFAULT_LABEL_BASE,
+            raw_key=images.RAW_KEY, shape_key=images.SHAPE_KEY, label_key=images.LABEL_KEY,
+        )
+        for picture, label in zip(pixels, labels, strict=True)
+    ]  # fmt: skip
+
+
+def _resize_on_device(batch: Any, size: tuple[int, int], device: str, raw_pixels: bool = False) -> tuple[Any, ...]:
     """Decoded pictures (ragged batch) resized on ``device`` in one call per batch, then JPEG-encoded on the CPU.
 
     The last item is the device the resize actually ran on (from its output tensor).
@@ -542,7 +569,7 @@ def _resize_on_device(batch: Any, size: tuple[int, int], device: str) -> tuple[A
         count = tf.cast(tf.fill([tf.shape(pixels)[0]], tf.shape(values)[1]), tf.float64)
         mean = tf.reduce_mean(values, axis=1)
         m2 = tf.reduce_sum(tf.square(values - mean[:, None, :]), axis=1)
-    records = _encode_batch(pixels, label)
+    records = pixels if raw_pixels else _encode_batch(pixels, label)
     return index, label, validation, records, count, mean, m2, _short_device(resized.device)
 
 
