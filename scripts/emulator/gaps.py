@@ -24,6 +24,7 @@ def apply_all() -> None:
     _flow_log_s3_prefix()
     _route_table_deletes()
     _change_set_outputs()
+    _change_sets_per_stack()
     _get_stack_output()
     _iam_deletes()
     _non_empty_bucket_delete_fails()
@@ -145,6 +146,50 @@ def _change_set_outputs() -> None:
             self.exports[export.name] = export
 
     PATCHES.set(CloudFormationBackend, "execute_change_set", execute_change_set)
+
+
+def _change_sets_per_stack() -> None:
+    # Gap: moto keeps a region's change sets in one dict and finds them by name alone, ignoring
+    # StackName. The CDK CLI names every stack's change set cdk-deploy-change-set, so when it
+    # redeploys a stack (scripts.promote's second deploy of the serving stack) its DeleteChangeSet
+    # deletes another stack's, DescribeChangeSet keeps answering with the old one, and the CLI waits
+    # forever for it to be gone; a change set that does not exist is a ValidationError instead of
+    # ChangeSetNotFound (which the CLI takes as "gone"). Resolve the name within the stack named.
+    from moto.cloudformation.exceptions import CloudFormationError
+    from moto.cloudformation.responses import CloudFormationResponse
+    from moto.core.responses import ActionResult, EmptyResult
+
+    class ChangeSetNotFound(CloudFormationError):
+        code = "ChangeSetNotFound"
+        status_code = 404
+
+    def key(response: Any) -> str:
+        backend = response.cloudformation_backend
+        name, stack = response._get_param("ChangeSetName"), response._get_param("StackName")
+        if name in backend.change_sets:  # an ARN
+            return str(name)
+        matches = [
+            arn for arn, cs in backend.change_sets.items()
+            if cs.change_set_name == name and (not stack or stack in (cs.stack_name, cs.stack_id))
+        ]  # fmt: skip
+        if not matches:
+            raise ChangeSetNotFound(f"ChangeSet [{name}] does not exist")
+        return matches[-1]
+
+    def describe_change_set(self: Any) -> Any:
+        return ActionResult(self.cloudformation_backend.change_sets[key(self)])
+
+    def delete_change_set(self: Any) -> Any:
+        del self.cloudformation_backend.change_sets[key(self)]
+        return EmptyResult()
+
+    def execute_change_set(self: Any) -> Any:
+        self.cloudformation_backend.execute_change_set(change_set_name=key(self), stack_name=self._get_param("StackName"))
+        return EmptyResult()
+
+    PATCHES.set(CloudFormationResponse, "describe_change_set", describe_change_set)
+    PATCHES.set(CloudFormationResponse, "delete_change_set", delete_change_set)
+    PATCHES.set(CloudFormationResponse, "execute_change_set", execute_change_set)
 
 
 def _training_jobs_wait_for_a_runner() -> None:
