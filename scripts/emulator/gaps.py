@@ -180,7 +180,12 @@ def _change_sets_per_stack() -> None:
         return ActionResult(self.cloudformation_backend.change_sets[key(self)])
 
     def delete_change_set(self: Any) -> Any:
-        del self.cloudformation_backend.change_sets[key(self)]
+        # The CLI deletes cdk-deploy-change-set before every deploy, whether the stack has one or
+        # not: deleting one that is not there succeeds.
+        try:
+            del self.cloudformation_backend.change_sets[key(self)]
+        except ChangeSetNotFound:
+            pass
         return EmptyResult()
 
     def execute_change_set(self: Any) -> Any:

@@ -48,6 +48,7 @@ def test_a_redeploy_deletes_its_own_stacks_change_set_and_sees_it_gone(cfn):
     assert err.value.response["Error"]["Code"] == "ChangeSetNotFound"
     # Stack a's change set is untouched; b's redeploy creates and executes its own.
     assert cfn.describe_change_set(StackName="a", ChangeSetName="cdk-deploy-change-set")["StackName"] == "a"
+    cfn.delete_change_set(StackName="b", ChangeSetName="cdk-deploy-change-set")  # gone already: no error
     _deploy(cfn, "b", "UPDATE")
     described = cfn.describe_change_set(StackName="b", ChangeSetName="cdk-deploy-change-set")
     assert described["StackName"] == "b" and described["ExecutionStatus"] == "EXECUTE_COMPLETE"
