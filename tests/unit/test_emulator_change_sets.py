@@ -53,3 +53,32 @@ def test_a_redeploy_deletes_its_own_stacks_change_set_and_sees_it_gone(cfn):
     described = cfn.describe_change_set(StackName="b", ChangeSetName="cdk-deploy-change-set")
     assert described["StackName"] == "b" and described["ExecutionStatus"] == "EXECUTE_COMPLETE"
     assert cfn.describe_stacks(StackName="b")["Stacks"][0]["StackStatus"] == "UPDATE_COMPLETE"
+
+
+def _serving_template(model_data: str) -> str:
+    """A model, its endpoint config and the endpoint naming it, as the serving stack has them."""
+    return json.dumps({"Resources": {
+        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
+            "ExecutionRoleArn": "arn:aws:iam::123456789012:role/model",
+            "PrimaryContainer": {"Image": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:1",
+                                 "ModelDataUrl": model_data}}},
+        "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {"ProductionVariants": [{
+            "ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}, "VariantName": "AllTraffic",
+            "InitialInstanceCount": 1, "InstanceType": "ml.g5.xlarge", "InitialVariantWeight": 1}]}},
+        "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": {
+            "EndpointName": "gputrain-endpoint", "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}},
+    }})  # fmt: skip
+
+
+def test_a_new_model_moves_the_endpoint_to_the_replaced_config(cfn):
+    cfn.create_stack(StackName="serving", TemplateBody=_serving_template("s3://artifacts/training-jobs/a/output/model.tar.gz"))
+    sagemaker = boto3.client("sagemaker", region_name="us-east-1", endpoint_url=cfn.meta.endpoint_url,
+                             aws_access_key_id="t", aws_secret_access_key="t")
+    before = sagemaker.describe_endpoint(EndpointName="gputrain-endpoint")["EndpointConfigName"]
+    cfn.update_stack(StackName="serving", TemplateBody=_serving_template("s3://artifacts/training-jobs/b/output/model.tar.gz"))
+    after = sagemaker.describe_endpoint(EndpointName="gputrain-endpoint")["EndpointConfigName"]
+    # The template's endpoint JSON did not change, its config's name did: CloudFormation updates it.
+    assert after != before
+    (variant,) = sagemaker.describe_endpoint_config(EndpointConfigName=after)["ProductionVariants"]
+    model = sagemaker.describe_model(ModelName=variant["ModelName"])
+    assert model["PrimaryContainer"]["ModelDataUrl"] == "s3://artifacts/training-jobs/b/output/model.tar.gz"
