@@ -12,7 +12,7 @@ import sys
 from aws_cdk import App, Environment
 
 from stacks.components.policy import add_policy_packs
-from stacks.config import ConfigError, load_config
+from stacks.config import CONTEXT_KEY, ConfigError, PlatformConfig, load_config
 from stacks.platform import build_platform
 
 # Synthesis without AWS credentials (tests, CI, the local emulator) targets the emulator's
@@ -34,15 +34,74 @@ def resolve_environment(app: App) -> Environment:
     return Environment(account=account or OFFLINE_ACCOUNT, region=region or OFFLINE_REGION)
 
 
+SERVING_OVERRIDES = tuple(f"{CONTEXT_KEY}.serving.{key}" for key in ("enabled", "training_job_name", "model_artifact_key"))
+
+
+class PromotionRecordError(Exception):
+    """The promotion record exists but cannot be read or used (one line)."""
+
+
+def promoted_job(config: PlatformConfig, context: dict, region: str) -> str | None:
+    """The live job of the promotion record ``/<project>/serving/promotion`` (``scripts.promote``),
+    read at every synth with the CLI's credentials (and ``AWS_ENDPOINT_URL``), so ``cdk deploy
+    --all`` keeps the promoted model and ``cdk destroy --all`` removes its endpoint.
+
+    ``None`` (the app as configured) when synthesizing offline (the CDK CLI sets
+    ``CDK_DEFAULT_ACCOUNT`` only when it found credentials), when the command line already
+    chooses the model or turns serving off (``-c gpu_training.serving.enabled=false``,
+    ``...training_job_name=``, ``...model_artifact_key=``: ``scripts.promote``'s deploy), or when
+    nothing was promoted. Read live rather than cached in ``cdk.context.json``, which would go
+    stale at the next promotion or rollback.
+    """
+    if not os.environ.get("CDK_DEFAULT_ACCOUNT") or any(key in context for key in SERVING_OVERRIDES):
+        return None
+    if config.serving.training_job_name or config.serving.model_artifact_key:
+        return None
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from scripts.common import OperatorError
+    from scripts.promote import RECORD_PARAMETER, PromotionRecord
+
+    name = RECORD_PARAMETER.format(project=config.project_name)
+    fix = f"grant ssm:GetParameter on {name}, or pass -c {CONTEXT_KEY}.serving.enabled=false to leave the serving stack out"
+    try:
+        value = boto3.session.Session(region_name=region).client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
+    except ClientError as err:
+        if err.response.get("Error", {}).get("Code") == "ParameterNotFound":
+            return None
+        raise PromotionRecordError(f"cannot read the promotion record {name} ({err.response.get('Error', {}).get('Code')}): {fix}") from None
+    except BotoCoreError as err:
+        raise PromotionRecordError(f"cannot read the promotion record {name} ({err}): {fix}") from None
+    try:
+        record = PromotionRecord.from_json(value, f"the promotion record {name}")
+    except OperatorError as err:
+        raise PromotionRecordError(f"{err}, or pass -c {CONTEXT_KEY}.serving.enabled=false") from None
+    if record.live is None:
+        return None
+    print(f"note: the serving stack serves {record.live.job}, the live model of the promotion record {name}", file=sys.stderr)
+    return record.live.job
+
+
 def main(*, policy_packs: bool = True) -> int:
     """Synthesize the platform. ``policy_packs=False`` exists for the synth benchmark only."""
     app = App()
+    context = app.node.get_all_context()
     try:
-        config = load_config(app.node.get_all_context())
+        config = load_config(context)
+        env = resolve_environment(app)
+        job = promoted_job(config, context, str(env.region))
+        if job is not None:
+            config = load_config(
+                {**context, f"{CONTEXT_KEY}.serving.enabled": "true", f"{CONTEXT_KEY}.serving.training_job_name": job}
+            )
     except ConfigError as err:
         print(f"error: invalid configuration: {err}", file=sys.stderr)
         return 2
-    build_platform(app, config, resolve_environment(app))
+    except PromotionRecordError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    build_platform(app, config, env)
     if policy_packs:
         add_policy_packs(app)
     app.synth()

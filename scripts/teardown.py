@@ -20,10 +20,11 @@ the stack goes first, and the project's endpoints that no stack owns
 (``<project>-*`` but not the serving stack's ``<project>-endpoint``: e.g. made with the SageMaker
 SDK's ``deploy()``), which bill by the hour and which ``cdk destroy`` cannot see.
 
-``--destroy`` first deletes the serving stack ``<project>-serving`` if it exists: ``scripts.promote``
-deploys it with ``-c serving.enabled=true``, so ``cdk destroy --all`` run without that flag would
-not see it (and could not delete the data stack whose exports it imports). Exit 0 when nothing is
-left running, 1 when something still is.
+``--destroy`` first deletes the serving stack ``<project>-serving`` if it exists. The app has it
+whenever the promotion record names a live model (app.py reads it with the CLI's credentials), but
+a serving stack deployed by hand with ``-c serving.enabled=true``, or with the record unreadable,
+is not in the app that ``cdk destroy --all`` synthesizes (which then could not delete the data
+stack whose exports it imports). Exit 0 when nothing is left running, 1 when something still is.
 """
 
 from __future__ import annotations
@@ -277,7 +278,7 @@ def delete_serving_stack(deployment: Deployment, *, timeout: float, interval: fl
     name = serving_stack(deployment)
     if name is None:
         return
-    print(f"deleting stack {name} (the endpoint; promoted with -c serving.enabled=true, so cdk destroy --all may not see it)")
+    print(f"deleting stack {name} (the endpoint, first: the data stack cdk destroy --all deletes exports to it)")
     cloudformation = deployment.aws.client("cloudformation")
     cloudformation.delete_stack(StackName=name)
     delay = max(1, int(interval))

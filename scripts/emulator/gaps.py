@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import uuid
 from typing import Any
 
 from scripts.emulator.patching import PATCHES
@@ -24,6 +25,9 @@ def apply_all() -> None:
     _flow_log_s3_prefix()
     _route_table_deletes()
     _change_set_outputs()
+    _change_sets_per_stack()
+    _update_keeps_resolved_ssm_parameters()
+    _update_reaches_the_endpoint_of_a_replaced_config()
     _get_stack_output()
     _iam_deletes()
     _non_empty_bucket_delete_fails()
@@ -146,6 +150,149 @@ def _change_set_outputs() -> None:
             self.exports[export.name] = export
 
     PATCHES.set(CloudFormationBackend, "execute_change_set", execute_change_set)
+
+
+def _change_sets_per_stack() -> None:
+    # Gap: moto keeps a region's change sets in one dict and finds them by name alone, ignoring
+    # StackName. The CDK CLI names every stack's change set cdk-deploy-change-set, so when it
+    # redeploys a stack (scripts.promote's second deploy of the serving stack) its DeleteChangeSet
+    # deletes another stack's, DescribeChangeSet keeps answering with the old one, and the CLI waits
+    # forever for it to be gone; a change set that does not exist is a ValidationError instead of
+    # ChangeSetNotFound (which the CLI takes as "gone"). Resolve the name within the stack named.
+    from moto.cloudformation.exceptions import CloudFormationError
+    from moto.cloudformation.responses import CloudFormationResponse
+    from moto.core.responses import ActionResult, EmptyResult
+
+    class ChangeSetNotFound(CloudFormationError):
+        code = "ChangeSetNotFound"
+        status_code = 404
+
+    def key(response: Any) -> str:
+        backend = response.cloudformation_backend
+        name, stack = response._get_param("ChangeSetName"), response._get_param("StackName")
+        if name in backend.change_sets:  # an ARN
+            return str(name)
+        matches = [
+            arn for arn, cs in backend.change_sets.items()
+            if cs.change_set_name == name and (not stack or stack in (cs.stack_name, cs.stack_id))
+        ]  # fmt: skip
+        if not matches:
+            raise ChangeSetNotFound(f"ChangeSet [{name}] does not exist")
+        return matches[-1]
+
+    def describe_change_set(self: Any) -> Any:
+        return ActionResult(self.cloudformation_backend.change_sets[key(self)])
+
+    def delete_change_set(self: Any) -> Any:
+        # The CLI deletes cdk-deploy-change-set before every deploy, whether the stack has one or
+        # not: deleting one that is not there succeeds.
+        try:
+            del self.cloudformation_backend.change_sets[key(self)]
+        except ChangeSetNotFound:
+            pass
+        return EmptyResult()
+
+    def execute_change_set(self: Any) -> Any:
+        self.cloudformation_backend.execute_change_set(change_set_name=key(self), stack_name=self._get_param("StackName"))
+        return EmptyResult()
+
+    PATCHES.set(CloudFormationResponse, "describe_change_set", describe_change_set)
+    PATCHES.set(CloudFormationResponse, "delete_change_set", delete_change_set)
+    PATCHES.set(CloudFormationResponse, "execute_change_set", execute_change_set)
+
+
+def _update_keeps_resolved_ssm_parameters() -> None:
+    # Gap: on a stack update moto resolves AWS::SSM::Parameter::Value<...> parameters again from
+    # the values the stack already holds, which are the resolved values (the CDK CLI passes
+    # UsePreviousValue for BootstrapVersion), not parameter names: get_parameter("30") is None and
+    # the update is a 500. A value that names no parameter and is not a path stays as it is.
+    from moto.cloudformation.parsing import ResourceMap
+    from moto.ssm.models import ssm_backends
+
+    original = ResourceMap.parse_ssm_parameter
+
+    def parse_ssm_parameter(self: Any, value: str, value_type: str) -> Any:
+        backend = ssm_backends[self._account_id][self._region_name]
+        if not str(value).startswith("/") and backend.get_parameter(value) is None:
+            return value
+        return original(self, value, value_type)
+
+    PATCHES.set(ResourceMap, "parse_ssm_parameter", parse_ssm_parameter)
+
+
+def _referenced_logical_ids(value: Any) -> set[str]:
+    """Logical ids a template fragment names through ``Ref`` or ``Fn::GetAtt``."""
+    found: set[str] = set()
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "Ref" and isinstance(item, str):
+                found.add(item)
+            elif key == "Fn::GetAtt":
+                target = item[0] if isinstance(item, list) else str(item).split(".", 1)[0]
+                found.add(target)
+            else:
+                found |= _referenced_logical_ids(item)
+    elif isinstance(value, list):
+        for item in value:
+            found |= _referenced_logical_ids(item)
+    return found
+
+
+REPLACED_WITH_WHAT_THEY_NAME = ("AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint")
+
+
+def _update_reaches_the_endpoint_of_a_replaced_config() -> None:
+    # Gap: moto updates only resources whose template JSON changed. A new model data URL replaces
+    # the AWS::SageMaker::Model (a new name), so CloudFormation replaces the ::EndpointConfig that
+    # names it and updates the ::Endpoint to that config; their JSON (Fn::GetAtt of the same
+    # logical ids) is unchanged, so moto left the endpoint on the old config and model
+    # (scripts.promote's redeploy of the serving stack). A config or endpoint that names a modified
+    # resource is modified too, after it (the list is processed in order).
+    from moto.cloudformation.parsing import ResourceMap
+
+    original = ResourceMap.build_resource_diff
+
+    def build_resource_diff(self: Any, other_template: dict[str, Any], parameters: Any = None) -> dict[str, Any]:
+        actions = original(self, other_template, parameters)
+        new = other_template["Resources"]
+        changed = set(actions["Modify"]) | set(actions["Add"])
+        grew = True
+        while grew:  # a model's config, then that config's endpoint: appended in that order
+            grew = False
+            for name, resource in new.items():
+                if (
+                    resource.get("Type") in REPLACED_WITH_WHAT_THEY_NAME
+                    and name in self._resource_json_map
+                    and name not in changed
+                    and _referenced_logical_ids(resource.get("Properties", {})) & changed
+                ):
+                    actions["Modify"].append(name)
+                    changed.add(name)
+                    grew = True
+        return actions
+
+    PATCHES.set(ResourceMap, "build_resource_diff", build_resource_diff)
+
+    # Gap: moto "replaces" a changed Model or EndpointConfig under the name it had (it deletes and
+    # creates it again), so the endpoint's config name never changes and nothing can tell the new
+    # model from the old by name; CloudFormation's replacement gets a new physical name.
+    from moto.sagemaker.models import FakeEndpointConfig, Model
+
+    for cls, attribute in ((FakeEndpointConfig, "endpoint_config_name"), (Model, "model_name")):
+        PATCHES.set(cls, "update_from_cloudformation_json", _replaced_under_a_new_name(cls, attribute))
+
+
+def _replaced_under_a_new_name(cls: Any, attribute: str) -> Any:
+    original = cls.update_from_cloudformation_json.__func__
+
+    def update(
+        klass: Any, original_resource: Any, new_resource_name: str, cloudformation_json: Any, account_id: str, region_name: str
+    ) -> Any:
+        if new_resource_name == getattr(original_resource, attribute, None):
+            new_resource_name = f"{new_resource_name.rsplit('-', 1)[0]}-{uuid.uuid4().hex[:12].upper()}"
+        return original(klass, original_resource, new_resource_name, cloudformation_json, account_id, region_name)
+
+    return classmethod(update)
 
 
 def _training_jobs_wait_for_a_runner() -> None:

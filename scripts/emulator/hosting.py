@@ -101,6 +101,7 @@ class LocalHosting:
     start_timeout_seconds: float = START_TIMEOUT_SECONDS
     _stop: threading.Event = field(default_factory=threading.Event)
     _watcher: threading.Thread | None = None
+    _failed: set[tuple[str, str]] = field(default_factory=set)
 
     def _client(self, service: str) -> Any:
         from scripts.emulator.server import client
@@ -184,9 +185,24 @@ class LocalHosting:
         while not self._stop.is_set():
             for backend in _region_backends(sagemaker_backends, self.region):
                 for name, endpoint in list(backend.endpoints.items()):
+                    if name not in self.hosted:
+                        continue
                     pending = getattr(endpoint, "pending_deployment_summary", None)
-                    if name in self.hosted and endpoint.endpoint_status == "Updating" and pending:
+                    if endpoint.endpoint_status == "Updating" and pending:
                         self.update(endpoint, pending["EndpointConfigName"])
+                    elif (
+                        endpoint.endpoint_status == "InService"
+                        and endpoint.endpoint_config_name != self.hosted[name].config_name
+                        and (name, endpoint.endpoint_config_name) not in self._failed
+                    ):
+                        # Emulator gap: moto plays CloudFormation's update of an
+                        # AWS::SageMaker::Endpoint (scripts.promote's deploy) by deleting and
+                        # recreating it, InService at once on the new config: start that model
+                        # and move the route, as SageMaker's blue/green deployment would.
+                        self._failed.add((name, endpoint.endpoint_config_name))
+                        self.update(endpoint, endpoint.endpoint_config_name)
+                        if self.hosted[name].config_name == endpoint.endpoint_config_name:
+                            self._failed.discard((name, endpoint.endpoint_config_name))
             self._stop.wait(0.5)
 
     def update(self, endpoint: Any, config_name: str) -> None:

@@ -674,6 +674,33 @@ class Lifecycle:
                 )
                 self.hosting.serve(self.endpoint_name)
 
+    def promote(self, *args: str, timeout: float = 600) -> str:
+        """``python -m scripts.promote <args>`` for real (``JOB`` or ``--rollback``): the job checks,
+        ``cdk deploy <project>-serving`` with the real CLI, the promotion record. Returns the
+        script's output once local hosting serves the endpoint's new config (CloudFormation's
+        update, which the emulator plays by recreating the endpoint on the new config)."""
+        assert self.endpoint_name is not None and self.hosting is not None
+        with self.progress.phase(f"scripts.promote {' '.join(args)}"):
+            output = self.run_script("promote", *args)
+            for line in output.splitlines():
+                self.progress.say(f"scripts.promote: {line}")
+            self._read_outputs()
+            config = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint_name)["EndpointConfigName"]
+            deadline = time.monotonic() + timeout
+            while self.hosting.hosted[self.endpoint_name].config_name != config:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"local hosting never moved {self.endpoint_name} to {config}")
+                time.sleep(0.5)
+            return output
+
+    def cdk_destroy_all(self) -> str:
+        """The README's plain ``npx cdk destroy --all``: the real CLI synthesizes the app, which
+        reads the promotion record with the CLI's credentials (the emulator's), so a promoted
+        serving stack is in the app and goes with the rest. Returns the CLI's output."""
+        assert self.cdk is not None
+        with self.progress.phase("npx cdk destroy --all"):
+            return self.cdk.run(["destroy", "--all", "--force"], timeout=1200)
+
     def invoke_endpoint(self, rows: int = 200) -> float | None:
         """Held-out rows through ``scripts.invoke`` and the endpoint; prints predictions and accuracy.
 

@@ -408,6 +408,85 @@ def test_promotion_moved_the_endpoint_to_the_second_runs_model(pipelined: Lifecy
     assert pipelined.heldout_accuracy is not None and pipelined.heldout_accuracy > 0.8
 
 
+# --- scripts.promote for real: the promotion record and --rollback ------------------------------
+
+
+@pytest.fixture(scope="module")
+def rolled_back(pipelined: Lifecycle) -> dict[str, Any]:
+    """``scripts.promote`` (check, ``cdk deploy <project>-serving``, record) of the pipeline's job,
+    then of the first job, then ``--rollback``; the endpoint, local hosting and the record after each."""
+    first = pipelined.outputs[f"{pipelined.config().project_name}-serving"]["ModelDataUrl"].split("/")[-3]
+    second = pipelined.pipeline_runs[-1].output["training_job"]
+    ssm, sagemaker = pipelined.client("ssm"), pipelined.client("sagemaker")
+    record_name = f"/{pipelined.config().project_name}/serving/promotion"
+    states = {}
+    for step, args in (("second", (second,)), ("first", (first,)), ("rollback", ("--rollback",))):
+        output = pipelined.promote(*args)
+        endpoint = sagemaker.describe_endpoint(EndpointName=pipelined.endpoint_name)
+        hosted = pipelined.hosting.hosted[pipelined.endpoint_name]
+        states[step] = {
+            "output": output,
+            "record": json.loads(ssm.get_parameter(Name=record_name)["Parameter"]["Value"]),
+            "config": endpoint["EndpointConfigName"],
+            "hosted": (hosted.config_name, hosted.model_data_url),
+        }
+    pipelined.invoke_endpoint()
+    return {"first": first, "second": second, "states": states, "run": pipelined}
+
+
+def test_promote_deploys_the_job_through_the_serving_stack_and_records_it(rolled_back: dict[str, Any]) -> None:
+    run, first, second = rolled_back["run"], rolled_back["first"], rolled_back["second"]
+    state = rolled_back["states"]["second"]
+    # CloudFormation's config now (not the pipeline's UpdateEndpoint one), serving the job's model.
+    assert state["config"] != run.pipeline_runs[-1].output["endpoint_config"]
+    assert state["hosted"] == (state["config"], run.pipeline_runs[-1].output["model_uri"])
+    assert state["record"]["live"]["job"] == second and state["record"]["live"]["metrics"]["train:epoch"] == run.options.epochs
+    state = rolled_back["states"]["first"]
+    assert state["record"]["live"]["job"] == first and [p["job"] for p in state["record"]["previous"]] == [second]
+    assert state["hosted"][1].endswith(f"/training-jobs/{first}/output/model.tar.gz")
+
+
+def test_rollback_returns_the_endpoint_to_the_previous_approved_model(rolled_back: dict[str, Any]) -> None:
+    run, first, second = rolled_back["run"], rolled_back["first"], rolled_back["second"]
+    state = rolled_back["states"]["rollback"]
+    assert f"rolling back {first} -> {second}" in state["output"]
+    record = state["record"]
+    assert record["live"]["job"] == second and record["previous"] == [] and [p["job"] for p in record["rolled_back"]] == [first]
+    assert state["hosted"] == (state["config"], run.pipeline_runs[-1].output["model_uri"])
+    # Held-out rows through scripts.invoke reach the model rolled back to.
+    assert run.heldout_accuracy is not None and run.heldout_accuracy > 0.8
+
+
+# --- the README's plain teardown after a promotion -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plainly_destroyed(rolled_back: dict[str, Any]) -> dict[str, Any]:
+    """``npx cdk destroy --all`` with no serving flags after the promotions, then the audit (the
+    ``destroyed`` fixture's full teardown runs after it on what is left)."""
+    run = rolled_back["run"]
+    project = run.config().project_name
+    output = run.cdk_destroy_all()
+    cfn = run.client("cloudformation")
+    stacks = [s["StackName"] for s in cfn.list_stacks()["StackSummaries"] if s["StackStatus"] != "DELETE_COMPLETE"]
+    endpoints = [
+        (e["EndpointName"], e["EndpointStatus"])
+        for e in run.client("sagemaker").list_endpoints()["Endpoints"]
+        if e["EndpointName"].startswith(project)
+    ]
+    report = run.audit()  # raises on an error finding
+    return {"output": output, "stacks": stacks, "endpoints": endpoints, "report": report, "project": project}
+
+
+def test_plain_cdk_destroy_all_removes_the_promoted_endpoint(plainly_destroyed: dict[str, Any]) -> None:
+    project = plainly_destroyed["project"]
+    assert f"{project}-serving" in plainly_destroyed["output"]  # the app had the serving stack
+    assert not [s for s in plainly_destroyed["stacks"] if s.startswith(f"{project}-")]
+    assert plainly_destroyed["endpoints"] == []
+    report = plainly_destroyed["report"]
+    assert report.ok and not [f for f in report.findings if f.kind == "sagemaker:endpoint" and f.verdict == ERROR]
+
+
 # --- after destroy -----------------------------------------------------------------------------
 
 
@@ -422,6 +501,11 @@ def test_no_compute_resource_remains(destroyed: Lifecycle) -> None:
     assert report.errors == []
     assert report.stacks_left == []
     assert not [f for f in report.findings if f.kind in COMPUTE_TYPES and f.verdict == ERROR]
+
+
+def test_destroy_keeps_the_promotion_record_for_the_next_deployment(destroyed: Lifecycle) -> None:
+    (record,) = [f for f in destroyed.audit_report.findings if f.kind == "ssm:parameter"]
+    assert record.verdict == KEPT and record.arn.endswith(f"parameter/{destroyed.config().project_name}/serving/promotion")
 
 
 def test_the_pipelines_models_and_configs_are_gone_and_its_jobs_are_history(destroyed: Lifecycle) -> None:
