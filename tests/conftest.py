@@ -21,12 +21,16 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
     """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): one test module per group, as
     ``--dist loadfile`` would, but the operator-script tests (tests/scripts) share one session's
     moto server and stacks, and moto's backends are per process: any other emulator started in the
-    same worker between two of their modules would wipe those stacks. So they run as one group,
-    one after the other in one worker, as they do without xdist."""
+    same worker between two of their modules would wipe those stacks. The emulator tests
+    (tests/integration) run the operator scripts, whose CDK CLI (``scripts.promote``,
+    ``scripts.teardown --destroy``) synthesizes into the checkout's cdk.out, which the CLI locks
+    against a second CLI. So each of those folders runs as one group, one module after the other
+    in one worker, as without xdist."""
     import pytest
 
-    scripts = ROOT / "tests" / "scripts"
+    serial = [ROOT / "tests" / "scripts", ROOT / "tests" / "integration"]
     for item in items:
         path = Path(str(item.path))
-        group = "tests/scripts" if scripts in path.parents else str(path.relative_to(ROOT))
+        folder = next((f for f in serial if f in path.parents), None)
+        group = str((folder or path).relative_to(ROOT))
         item.add_marker(pytest.mark.xdist_group(group))
