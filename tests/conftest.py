@@ -24,13 +24,14 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
     same worker between two of their modules would wipe those stacks. The emulator tests
     (tests/integration) run the operator scripts, whose CDK CLI (``scripts.promote``,
     ``scripts.teardown --destroy``) synthesizes into the checkout's cdk.out, which the CLI locks
-    against a second CLI. So each of those folders runs as one group, one module after the other
-    in one worker, as without xdist."""
+    against a second CLI, and the gates (tests/gates) run the CLI from the checkout too. So the
+    operator-script tests are one group, the emulator tests and the gates another, one module
+    after the other in one worker, as without xdist."""
     import pytest
 
-    serial = [ROOT / "tests" / "scripts", ROOT / "tests" / "integration"]
+    tests = ROOT / "tests"
+    serial = {tests / "scripts": "tests/scripts", tests / "integration": "cdk-cli", tests / "gates": "cdk-cli"}
     for item in items:
         path = Path(str(item.path))
-        folder = next((f for f in serial if f in path.parents), None)
-        group = str((folder or path).relative_to(ROOT))
+        group = next((name for folder, name in serial.items() if folder in path.parents), str(path.relative_to(ROOT)))
         item.add_marker(pytest.mark.xdist_group(group))
