@@ -264,6 +264,8 @@ def from_log(log_path: Path, plot_path: Optional[Path], out: Optional[TextIO] = 
         plot(recorded.epochs, plot_path, title=log_path.name, diagnosis=recorded.diagnosis)
         print(f"plot: {plot_path} ({len(recorded.epochs)} epochs)", file=out)
     return EXIT_OK
+
+
 def follow_processing(
     deployment: Deployment,
     job_name: str,

@@ -85,6 +85,8 @@ def test_follow_shows_transitions_logs_and_last_metrics_until_completed(aws, mot
     "status, expected",
     [("Completed", 0), ("Failed", 1), ("Stopped", 4)],
 )
+
+
 def test_exit_code_is_the_outcome_and_the_failure_reason_is_printed_in_full(aws, moto_backends, capsys, status, expected):
     name = f"{PROJECT}-watch-{status.lower()}"
     _launch_direct(name)
@@ -189,6 +191,8 @@ def test_a_pipelines_training_job_shows_its_epoch_figures_too(aws, moto_backends
     _JobTracker(_deployment().aws, "training", name, True, out).poll()
     moto_backends.set_job(name, "Completed", "Completed", "Training job completed")  # leave no job running for later tests
     assert "    epoch 1: 2100.0 examples/s, step 121.90 ms, input wait 64.0%, GPU 22.5% 30210 MiB, loss 1.2000\n" in out.getvalue()
+
+
 def _processing_job(name: str) -> None:
     boto3.client("sagemaker", region_name=REGION).create_processing_job(
         ProcessingJobName=name,
