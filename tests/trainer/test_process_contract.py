@@ -234,7 +234,10 @@ def test_sigterm_during_the_transform_exits_143_and_leaves_no_half_dataset(tmp_p
         cwd=TRAINING_IMAGE, env=trainer_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
     )  # fmt: skip
     seen = read_until(process, "[trainer] transform-start")
-    time.sleep(0.5)  # into the conversion (150k rows take seconds here), past the first shards written
+    shard = output_dir(tmp_path, "train") / "part-00000.tfrecord"
+    deadline = time.monotonic() + 60
+    while not (shard.exists() and shard.stat().st_size) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # into the conversion, past the first records written (150k rows take seconds)
     process.send_signal(signal.SIGTERM)
     rest, _ = process.communicate(timeout=120)
     assert process.returncode == 143, seen + rest
@@ -242,3 +245,25 @@ def test_sigterm_during_the_transform_exits_143_and_leaves_no_half_dataset(tmp_p
     assert "transform-done" not in rest, "the signal must have arrived during the conversion"
     for name in ("train", "validation"):
         assert not any(output_dir(tmp_path, name).iterdir()), "shards of a stopped run must not look like a dataset"
+
+
+def test_sigterm_in_the_transform_is_a_flag_checked_between_batches(monkeypatch):
+    # Raising from the handler itself could raise inside a __del__, where Python drops it.
+    import os
+    import signal
+
+    from trainer.errors import TrainingInterrupted
+    from trainer.process import stopping
+
+    monkeypatch.setattr(stopping, "_requested_at", None)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        stopping.install()
+        stopping.check()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)  # the handler runs at the next bytecode
+        assert stopping.requested()
+        with pytest.raises(TrainingInterrupted, match="Processing stopped by SIGTERM"):
+            stopping.check()
+    finally:
+        signal.signal(signal.SIGTERM, previous)

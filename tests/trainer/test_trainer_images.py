@@ -125,6 +125,20 @@ def test_class_directories_give_labels_in_sorted_name_order(tmp_path):
     assert means == {0: 120, 1: 220, 2: 30}
 
 
+def test_a_training_epoch_reads_every_picture_once_however_the_threads_finish(tmp_path):
+    # Out-of-order decoding must not let the next repetition's fastest pictures fill the epoch:
+    # one would be read twice, another (perhaps a corrupt one) never. One class per picture.
+    count = 24
+    for index in range(count):
+        (tmp_path / f"c{index:02d}").mkdir()
+        picture = _picture(index * 10) if index else np.full((1500, 1500, 3), 7, np.uint8)  # one slow decode
+        (tmp_path / f"c{index:02d}" / "a.png").write_bytes(encode_image(picture, "png"))
+    spec = images.discover(tmp_path, channel="train", data_format="image-dir")
+    for epoch in (1, 2):
+        dataset = images.make_dataset(spec, training=True, image_size=8, per_replica_batch=4, batches=6, epoch=epoch)
+        assert sorted(_collect(dataset)[1].tolist()) == list(range(count))
+
+
 def test_image_dir_layout_problems_are_named(tmp_path):
     write_dataset(tmp_path, _spec("image-dir"))
     (tmp_path / "stray.jpg").write_bytes(b"x")

@@ -656,6 +656,12 @@ def make_dataset(
             items = items.repeat().shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
         read = _parse_record(spec)
 
+    if batches is not None:
+        # Exactly the epoch's pictures enter the out-of-order map, and every one of them is
+        # consumed: cut after it, the batches would fill with the next repetition's fastest
+        # pictures and a slow one (or a corrupt one, whose error is its element) never surface.
+        items = items.take(batches * per_replica_batch)
+
     def load(position: Any, item: Any) -> Any:
         raw, label = read(*item)
         # Seeded by the picture's place in the (seeded) order, not by when a thread gets to it.
@@ -666,8 +672,6 @@ def make_dataset(
     # pictures of uneven size would otherwise hold the queue behind the slowest.
     images = items.enumerate().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered or not training)
     batched = images.batch(per_replica_batch, drop_remainder=training, num_parallel_calls=tf.data.AUTOTUNE)
-    if batches is not None:
-        batched = batched.take(batches)
     return _with_options(batched.prefetch(tf.data.AUTOTUNE), threads)
 
 

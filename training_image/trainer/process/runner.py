@@ -12,19 +12,17 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from trainer import environment
 from trainer.errors import ConfigError, TrainerError, TrainingInterrupted
 from trainer.logs import log
-from trainer.process import contract, options
+from trainer.process import contract, options, stopping
 from trainer.user_code import outputs as user_outputs
 from trainer.user_code import runner as script_runner
 from trainer.user_code import source
@@ -90,8 +88,8 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="trainer-process-") as scratch_text:
         gpu = script_runner.verify_gpus(supervisor, None, Path(scratch_text), what=what, extra_env=_check_extra_env(env))
         if env.program is None:
-            # From here the transform runs in this process: SIGTERM ends it (and its cleanup) directly.
-            _stop_on_sigterm()
+            # From here the transform runs in this process: SIGTERM stops it at its next batch.
+            stopping.install()
             if supervisor.stop_requested_at is not None:
                 raise TrainingInterrupted("Processing stopped by SIGTERM right after the GPU check; no data was read.")
         log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
@@ -123,15 +121,6 @@ def refuse_several_hosts(env: contract.ProcessingEnvironment) -> None:
         f"({', '.join(env.hosts)}){sharded}: set processing.instance_count to 1 in cdk.json (or --instance-count 1); "
         "one GPU instance converts the whole input, and a user processing script (SAGEMAKER_PROGRAM) may use several."
     )
-
-
-def _stop_on_sigterm() -> None:
-    def stop(signum: int, frame: Any) -> None:
-        raise TrainingInterrupted(
-            "Processing stopped by SIGTERM (job stopped); the shards written so far were removed, the job wrote no dataset."
-        )
-
-    signal.signal(signal.SIGTERM, stop)
 
 
 def declared_paths(env: contract.ProcessingEnvironment) -> user_outputs.DeclaredPaths:

@@ -46,7 +46,7 @@ import numpy as np
 from trainer import data, images, manifest
 from trainer.errors import ConfigError, DataError
 from trainer.logs import log
-from trainer.process import contract
+from trainer.process import contract, stopping
 from trainer.process.options import TransformOptions
 from trainer.process.records import Shard, ShardWriter, raw_image_example, serialize_examples
 from trainer.process.statistics import RunningMoments, batch_moments, choose_device, group_moments
@@ -102,6 +102,7 @@ def run(env: contract.ProcessingEnvironment, options: TransformOptions) -> dict[
             statistics = convert_csv(raw, [f for f in files if f.suffix.lower() == ".csv"], outputs, options)
         else:
             statistics = convert_images(raw, outputs, options)
+        stopping.check()  # a stop during the last batch or the manifests: still no dataset
     except BaseException:
         # The directories were empty when the run began: whatever is there now is this run's, and partial.
         for directory in (outputs.train, outputs.validation):
@@ -289,6 +290,7 @@ def convert_csv(
     moments = (RunningMoments(num_features, reduce_on or device), RunningMoments(num_features, reduce_on or device))
     try:
         for reduced, to_validation, records, bad in batches.prefetch(tf.data.AUTOTUNE):
+            stopping.check()
             if bool(bad):
                 raise _csv_problem(checked, num_features, None)
             mask = to_validation.numpy()
@@ -416,6 +418,7 @@ def convert_images(
     resized_on: set[str] = set()
     try:
         for batch in stream:
+            stopping.check()
             if batched_resize:
                 index, label, validation, records, count, mean, m2, ran_on = _resize_on_device(
                     batch, size, resize_device, raw_pixels
