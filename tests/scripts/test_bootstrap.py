@@ -22,7 +22,11 @@ SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 
 FAKE_VENV_PYTHON = """#!/usr/bin/env bash
 # The virtualenv's python: only "-m pip install ..." is expected.
-echo "pip $*" >> "$BOOTSTRAP_LOG"
+echo "pip $* venv=$(basename "$(dirname "$(dirname "$0")")")" >> "$BOOTSTRAP_LOG"
+if [[ -n "${FAKE_PIP_FAILS:-}" && "$*" == *"$FAKE_PIP_FAILS"* ]]; then
+  echo "ERROR: No matching distribution found for sagemaker==3.0.0" >&2
+  exit 1
+fi
 if [[ "$*" == *"-r "* ]]; then
   echo "Collecting aws-cdk-lib==2.275.0"
   echo "Processing /opt/wheels/constructs-10.8.1-py3-none-any.whl"
@@ -71,7 +75,7 @@ def checkout(tmp_path: Path) -> Path:
     return repo
 
 
-def _bootstrap(repo: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def _bootstrap(repo: Path, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     log = repo.parent / "calls.log"
     log.unlink(missing_ok=True)
     log.touch()
@@ -80,6 +84,7 @@ def _bootstrap(repo: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
         "HOME": str(repo.parent),
         "BOOTSTRAP_LOG": str(log),
         "FAKE_VENV_PYTHON": str(repo.parent / "venv-python"),
+        **(env or {}),
     }
     result = subprocess.run(
         ["bash", "scripts/bootstrap.sh", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=60
@@ -89,6 +94,17 @@ def _bootstrap(repo: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
 
 def _requirement_files(calls: list[str]) -> list[str]:
     return [word for call in calls if call.startswith("pip ") for word in call.split() if word.startswith("requirements")]
+
+
+def _installs(calls: list[str]) -> dict[str, str]:
+    """Requirement file -> the virtualenv it went into."""
+    return {
+        word: call.rsplit("venv=", 1)[1]
+        for call in calls
+        if call.startswith("pip ")
+        for word in call.split()
+        if word.startswith("requirements")
+    }
 
 
 def test_deploy_only_installs_the_runtime_requirements_and_the_cdk_cli(checkout):
@@ -114,11 +130,20 @@ def test_it_says_what_it_is_doing_while_pip_works(checkout):
 def test_full_setup_installs_dev_and_no_deps_requirements_and_sdk_v3_beside(checkout):
     result, calls = _bootstrap(checkout)
     assert result.returncode == 0, result.stderr
-    assert _requirement_files(calls) == ["requirements-dev.txt", "requirements-nodeps.txt", "requirements-sdk3.txt"]
+    assert _installs(calls) == {"requirements-dev.txt": ".venv", "requirements-nodeps.txt": ".venv", "requirements-sdk3.txt": ".venv-sdk3"}
+    main_venv = [f for f in _requirement_files(calls) if f != "requirements-sdk3.txt"]
+    assert main_venv == ["requirements-dev.txt", "requirements-nodeps.txt"]  # no-deps after what they depend on
     assert any("--no-deps -r requirements-nodeps.txt" in call for call in calls)
     # SDK v3 is the same 'sagemaker' package as v2: its own virtualenv, never .venv.
     assert [c for c in calls if c.startswith("venv ")] == ["venv -m venv .venv", "venv -m venv .venv-sdk3"]
-    assert "bootstrap: creating virtualenv .venv-sdk3 for SageMaker SDK v3 (requirements-sdk3.txt; ~1 GB, some 3 minutes)" in result.stderr
+    assert "bootstrap: creating virtualenv .venv-sdk3 for SageMaker SDK v3 (requirements-sdk3.txt; ~1 GB, beside the main install)" in result.stderr
+
+
+def test_a_failed_sdk_v3_install_fails_the_setup_and_leaves_no_stamp(checkout):
+    result, _ = _bootstrap(checkout, env={"FAKE_PIP_FAILS": "requirements-sdk3.txt"})
+    assert result.returncode == 1
+    assert "installing SageMaker SDK v3 into .venv-sdk3 failed" in result.stderr
+    assert not (checkout / ".venv" / ".setup-stamp").exists()
 
 
 def test_the_stamp_makes_a_second_run_a_no_op_and_full_satisfies_deploy_only(checkout):
@@ -131,7 +156,7 @@ def test_the_stamp_makes_a_second_run_a_no_op_and_full_satisfies_deploy_only(che
 def test_a_full_run_after_deploy_only_adds_what_was_left_out(checkout):
     _bootstrap(checkout, "--deploy-only")
     result, calls = _bootstrap(checkout)
-    assert result.returncode == 0 and _requirement_files(calls) == ["requirements-dev.txt", "requirements-nodeps.txt", "requirements-sdk3.txt"]
+    assert result.returncode == 0 and set(_installs(calls)) == {"requirements-dev.txt", "requirements-nodeps.txt", "requirements-sdk3.txt"}
 
 
 def test_a_changed_requirement_file_reinstalls(checkout):
