@@ -734,14 +734,34 @@ def _check_user_code(path: str, code_key: Optional[str], entry_point: Optional[s
 
 
 def _validate(cfg: PlatformConfig) -> PlatformConfig:
+    """``cfg`` checked section by section, with the values the checks resolve filled in."""
+    _validate_project_name(cfg.project_name)
+    _validate_data(cfg.data)
+    _validate_image(cfg.image)
+    _validate_network(cfg.network)
+    cl = _validate_cluster(cfg.cluster)
+    tj = _validate_training_job(cfg.training_job)
+    _validate_tags(cfg.tags)
+    pr = _validate_processing(cfg.processing, tj)
+    sv = _validate_serving(cfg.serving)
+    net = cfg.network
+    if net.dns_firewall is None:
+        # On wherever something in the VPC has a network: the nodes always do; models may.
+        net = dataclasses.replace(net, dns_firewall=cl.enabled or (sv.enabled and not sv.network_isolation))
+    return dataclasses.replace(cfg, network=net, cluster=cl, training_job=tj, processing=pr, serving=sv)
+
+
+def _validate_project_name(project_name: str) -> None:
     p = CONTEXT_KEY
-    if not _PROJECT_RE.match(cfg.project_name):
+    if not _PROJECT_RE.match(project_name):
         raise ConfigError(
-            f"{p}.project_name", cfg.project_name, "not a valid project name",
+            f"{p}.project_name", project_name, "not a valid project name",
             "use 3-20 lowercase letters, digits and hyphens, starting with a letter",
         )
 
-    d = cfg.data
+
+def _validate_data(d: DataConfig) -> None:
+    p = CONTEXT_KEY
     _check_bucket_name(f"{p}.data.datasets_bucket_name", d.datasets_bucket_name)
     _check_bucket_name(f"{p}.data.artifacts_bucket_name", d.artifacts_bucket_name)
     if d.datasets_bucket_name and d.datasets_bucket_name == d.artifacts_bucket_name:
@@ -752,7 +772,9 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     for name in ("checkpoint_expiration_days", "noncurrent_version_expiration_days", "access_log_expiration_days"):
         _check_positive(f"{p}.data.{name}", getattr(d, name))
 
-    img = cfg.image
+
+def _validate_image(img: ImageConfig) -> None:
+    p = CONTEXT_KEY
     if not img.repository_name or not _ECR_RE.match(img.repository_name) or len(img.repository_name) > 256:
         raise ConfigError(
             f"{p}.image.repository_name", img.repository_name, "not a valid ECR repository name",
@@ -769,7 +791,9 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         raise ConfigError(f"{p}.image.tag", img.tag, "not a valid image tag", "use letters, digits, _ . - (at most 128)")
     _check_positive(f"{p}.image.keep_images", img.keep_images)
 
-    net = cfg.network
+
+def _validate_network(net: NetworkConfig) -> None:
+    p = CONTEXT_KEY
     try:
         cidr = ipaddress.IPv4Network(net.vpc_cidr, strict=False)
     except ValueError:
@@ -787,7 +811,10 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
                 "write a lowercase name such as pypi.org, or *.pythonhosted.org for every subdomain",
             )
 
-    cl = cfg.cluster
+
+def _validate_cluster(cl: ClusterConfig) -> ClusterConfig:
+    """The cluster section checked, with its expected GPUs per node resolved."""
+    p = CONTEXT_KEY
     count = _check_gpu_type(f"{p}.cluster.instance_type", cl.instance_type, sagemaker=False)
     cl = dataclasses.replace(
         cl,
@@ -810,8 +837,12 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     _check_positive(f"{p}.cluster.idle_gpu_utilization_percent", cl.idle_gpu_utilization_percent, minimum=0, maximum=100)
     _check_positive(f"{p}.cluster.max_lifetime_hours", cl.max_lifetime_hours, minimum=0)
     _check_user_code(f"{p}.cluster", cl.code_key, cl.entry_point)
+    return cl
 
-    tj = cfg.training_job
+
+def _validate_training_job(tj: TrainingJobConfig) -> TrainingJobConfig:
+    """The training job section checked, with its expected GPUs and allowed types resolved."""
+    p = CONTEXT_KEY
     count = _check_gpu_type(f"{p}.training_job.instance_type", tj.instance_type, sagemaker=True)
     tj = dataclasses.replace(
         tj,
@@ -877,25 +908,24 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
         _check_field(f"{p}.training_job.hyperparameters.{name}", value, limits.hyperparameter_value, "the value")
     if tj.notification_email is not None and not _EMAIL_RE.match(tj.notification_email):
         raise ConfigError(f"{p}.training_job.notification_email", tj.notification_email, "not an e-mail address", "use name@example.com or null")
-    # Every job carries Project plus these tags; the same rules hold for the other resources' tags.
-    job_tags = {"Project", *cfg.tags}
+    return tj
+
+
+def _validate_tags(tags: Mapping[str, str]) -> None:
+    """Every job carries Project plus ``tags``; the same rules hold for the other resources' tags."""
+    p = CONTEXT_KEY
+    limits = training_job_limits()
+    job_tags = {"Project", *tags}
     if len(job_tags) > limits.max_tags:
         raise ConfigError(
-            f"{p}.tags", f"{len(cfg.tags)} tags", f"a training job takes at most {limits.max_tags} tags, Project included",
+            f"{p}.tags", f"{len(tags)} tags", f"a training job takes at most {limits.max_tags} tags, Project included",
             f"keep at most {limits.max_tags - 1} extra tags",
         )
-    for key, value in cfg.tags.items():
+    for key, value in tags.items():
         if key.lower().startswith("aws:"):
             raise ConfigError(f"{p}.tags.{key}", value, "tag keys starting with aws: are reserved by AWS", "rename the key")
         _check_field(f"{p}.tags.{key}", key, limits.tag_key, "the tag key", _TAG_FIX)
         _check_field(f"{p}.tags.{key}", value, limits.tag_value, "the tag value", _TAG_FIX)
-
-    pr = _validate_processing(cfg.processing, tj)
-    sv = _validate_serving(cfg.serving)
-    if net.dns_firewall is None:
-        # On wherever something in the VPC has a network: the nodes always do; models may.
-        net = dataclasses.replace(net, dns_firewall=cl.enabled or (sv.enabled and not sv.network_isolation))
-    return dataclasses.replace(cfg, network=net, cluster=cl, training_job=tj, processing=pr, serving=sv)
 
 
 _DNS_DOMAIN_RE = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.?$")
