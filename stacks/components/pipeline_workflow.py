@@ -8,6 +8,7 @@ definition is built in :mod:`stacks.components.pipeline_definition`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from aws_cdk import ArnFormat, Stack
@@ -391,17 +392,29 @@ class PipelineWorkflow(Construct):
         key: kms.IKey,
     ) -> tuple[list[iam.PolicyStatement], list[str]]:
         """What the pipeline's tasks, logging and tracing need, limited to the project's names."""
-        stack = Stack.of(self)
-        project = config.project_name
+        arns = _ProjectArns.of(Stack.of(self), config.project_name)
+        statements = self._job_statements(arns, training=training, subnet_ids=subnet_ids, key=key)
+        passed_roles = [self.processing_role.role_arn, training.job_role.role_arn]
+        if self.model_role is not None:
+            statements += _promotion_statements(Stack.of(self), config, arns, subnet_ids=subnet_ids, key=key)
+            passed_roles.append(self.model_role.role_arn)
+        statements += _run_statements(
+            Stack.of(self),
+            config,
+            passed_roles=passed_roles,
+            datasets_bucket=datasets_bucket,
+            topic=topic,
+            topic_key=topic_key,
+        )
+        wildcards = [arns.processing_jobs, arns.training_jobs, "*"]
+        if self.model_role is not None:
+            wildcards += [arns.models, arns.endpoint_configs]
+        return statements, wildcards
 
-        def arn(resource: str, name: str) -> str:
-            return stack.format_arn(service="sagemaker", resource=resource, resource_name=name)
-
-        processing_jobs = arn("processing-job", f"{project}-*")
-        training_jobs = arn("training-job", f"{project}-*")
-        models = arn("model", f"{project}-*")
-        endpoint_configs = arn("endpoint-config", f"{project}-*")
-        endpoint = arn("endpoint", endpoint_name(project))
+    def _job_statements(
+        self, arns: "_ProjectArns", *, training: TrainingJobWorkflow, subnet_ids: Sequence[str], key: kms.IKey
+    ) -> list[iam.PolicyStatement]:
+        """Create hardened processing and training jobs of the project; follow and stop them."""
         # The role itself refuses a job that drops isolation, the VPC or the output key.
         hardened_job = {
             "Bool": {"sagemaker:NetworkIsolation": "true"},
@@ -409,19 +422,11 @@ class PipelineWorkflow(Construct):
             "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
             "Null": {"sagemaker:VpcSubnets": "false"},
         }
-        hardened_model: dict[str, dict[str, object]] = {
-            "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
-            "Null": {"sagemaker:VpcSubnets": "false"},
-        }
-        if config.serving.network_isolation:
-            hardened_model["Bool"] = {"sagemaker:NetworkIsolation": "true"}
-        alarms = [stack.format_arn(service="cloudwatch", resource="alarm", resource_name=n, arn_format=ArnFormat.COLON_RESOURCE_NAME)
-                  for n in rollback_alarm_names(project)]
-        statements = [
+        return [
             *pinned_job_creation_statements(
                 "CreateHardenedProcessingJobs",
                 "sagemaker:CreateProcessingJob",
-                [processing_jobs],
+                [arns.processing_jobs],
                 hardened_job,
                 instance_types=self.template.allowed_instance_types or [self.template.default_instance_type],
                 volume_key_arn=key.key_arn,
@@ -429,7 +434,7 @@ class PipelineWorkflow(Construct):
             *pinned_job_creation_statements(
                 "CreateHardenedTrainingJobs",
                 "sagemaker:CreateTrainingJob",
-                [training_jobs],
+                [arns.training_jobs],
                 hardened_job,
                 instance_types=training.template.allowed_instance_types or [training.template.default_instance_type],
                 volume_key_arn=key.key_arn,
@@ -444,106 +449,152 @@ class PipelineWorkflow(Construct):
                     "sagemaker:AddTags",
                     "sagemaker:ListTags",
                 ],
-                resources=[processing_jobs, training_jobs],
+                resources=[arns.processing_jobs, arns.training_jobs],
             ),
         ]
-        promotion = [
-            iam.PolicyStatement(
-                sid="CreateIsolatedModels",
-                actions=["sagemaker:CreateModel"],
-                resources=[models],
-                conditions=hardened_model,
-            ),
-            iam.PolicyStatement(
-                sid="CreateEndpointConfigs",
-                actions=["sagemaker:CreateEndpointConfig"],
-                resources=[endpoint_configs],
-                # Only the configured hosting type, serving only the project's models; Null-guarded,
-                # since ForAllValues over an absent key (a serverless variant has no type) is true.
-                conditions={
-                    "ForAllValues:StringEquals": {"sagemaker:InstanceTypes": [config.serving.instance_type]},
-                    "ForAllValues:ArnLike": {"sagemaker:ModelArn": [models]},
-                    "Null": {"sagemaker:InstanceTypes": "false", "sagemaker:ModelArn": "false"},
-                },
-            ),
-            # CreateModel and CreateEndpointConfig with Tags also authorize sagemaker:AddTags.
-            iam.PolicyStatement(sid="TagModelsAndConfigs", actions=["sagemaker:AddTags"], resources=[models, endpoint_configs]),
-            iam.PolicyStatement(
-                sid="UpdateTheEndpoint",
-                actions=["sagemaker:UpdateEndpoint"],
-                resources=[endpoint, endpoint_configs],
-            ),
-            iam.PolicyStatement(sid="DescribeTheEndpoint", actions=["sagemaker:DescribeEndpoint"], resources=[endpoint]),
-            # UpdateEndpoint's automatic rollback reads the rollback alarms.
-            iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"], resources=alarms),
-            # An endpoint config with the platform key (EBS-only types, data capture): SageMaker
-            # creates grants on the key for the caller of UpdateEndpoint, only for AWS resources.
-            iam.PolicyStatement(
-                sid="GrantEndpointVolumeKey",
-                actions=["kms:CreateGrant"],
-                resources=[key.key_arn],
-                conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
-            ),
-            iam.PolicyStatement(sid="DescribeEndpointVolumeKey", actions=["kms:DescribeKey"], resources=[key.key_arn]),
-        ]
-        passed_roles = [self.processing_role.role_arn, training.job_role.role_arn]
-        if self.model_role is not None:
-            statements += promotion
-            passed_roles.append(self.model_role.role_arn)
-        statements += [
-            iam.PolicyStatement(
-                sid="PassProjectRoles",
-                actions=["iam:PassRole"],
-                resources=passed_roles,
-                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-            ),
-            iam.PolicyStatement(
-                sid="SyncIntegrationRules",
-                actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
-                resources=[
-                    stack.format_arn(service="events", resource="rule", resource_name=rule)
-                    for rule in (PROCESSING_SYNC_EVENTS_RULE, SYNC_EVENTS_RULE)
-                ],
-            ),
-            # OutputPrefixNotEmpty: ListObjectsV2 under the processed-data prefix only.
-            iam.PolicyStatement(
-                sid="ListProcessedData",
-                actions=["s3:ListBucket"],
-                resources=[datasets_bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{config.processing.output_prefix}*"]}},
-            ),
-            iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[topic.topic_arn]),
-            # The topic is encrypted with its own key.
-            iam.PolicyStatement(
-                sid="EncryptNotifications", actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[topic_key.key_arn]
-            ),
-            iam.PolicyStatement(
-                sid="LogDelivery",
-                actions=[
-                    "logs:CreateLogDelivery",
-                    "logs:GetLogDelivery",
-                    "logs:UpdateLogDelivery",
-                    "logs:DeleteLogDelivery",
-                    "logs:ListLogDeliveries",
-                    "logs:PutResourcePolicy",
-                    "logs:DescribeResourcePolicies",
-                    "logs:DescribeLogGroups",
-                ],
-                resources=["*"],
-            ),
-            iam.PolicyStatement(
-                sid="Tracing",
-                actions=[
-                    "xray:PutTraceSegments",
-                    "xray:PutTelemetryRecords",
-                    "xray:GetSamplingRules",
-                    "xray:GetSamplingTargets",
-                ],
-                resources=["*"],
-            ),
-        ]
-        wildcards = [processing_jobs, training_jobs, "*"]
-        if self.model_role is not None:
-            wildcards += [models, endpoint_configs]
-        return statements, wildcards
+
+
+@dataclass(frozen=True)
+class _ProjectArns:
+    """ARN patterns of the SageMaker resources the pipeline's role may act on."""
+
+    processing_jobs: str
+    training_jobs: str
+    models: str
+    endpoint_configs: str
+    endpoint: str
+
+    @classmethod
+    def of(cls, stack: Stack, project: str) -> "_ProjectArns":
+        def arn(resource: str, name: str) -> str:
+            return stack.format_arn(service="sagemaker", resource=resource, resource_name=name)
+
+        return cls(
+            processing_jobs=arn("processing-job", f"{project}-*"),
+            training_jobs=arn("training-job", f"{project}-*"),
+            models=arn("model", f"{project}-*"),
+            endpoint_configs=arn("endpoint-config", f"{project}-*"),
+            endpoint=arn("endpoint", endpoint_name(project)),
+        )
+
+
+def _promotion_statements(
+    stack: Stack, config: PlatformConfig, arns: _ProjectArns, *, subnet_ids: Sequence[str], key: kms.IKey
+) -> list[iam.PolicyStatement]:
+    """Create the project's models and endpoint configs, and move the endpoint to them."""
+    hardened_model: dict[str, dict[str, object]] = {
+        "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
+        "Null": {"sagemaker:VpcSubnets": "false"},
+    }
+    if config.serving.network_isolation:
+        hardened_model["Bool"] = {"sagemaker:NetworkIsolation": "true"}
+    alarms = [
+        stack.format_arn(service="cloudwatch", resource="alarm", resource_name=n, arn_format=ArnFormat.COLON_RESOURCE_NAME)
+        for n in rollback_alarm_names(config.project_name)
+    ]
+    return [
+        iam.PolicyStatement(
+            sid="CreateIsolatedModels",
+            actions=["sagemaker:CreateModel"],
+            resources=[arns.models],
+            conditions=hardened_model,
+        ),
+        iam.PolicyStatement(
+            sid="CreateEndpointConfigs",
+            actions=["sagemaker:CreateEndpointConfig"],
+            resources=[arns.endpoint_configs],
+            # Only the configured hosting type, serving only the project's models; Null-guarded,
+            # since ForAllValues over an absent key (a serverless variant has no type) is true.
+            conditions={
+                "ForAllValues:StringEquals": {"sagemaker:InstanceTypes": [config.serving.instance_type]},
+                "ForAllValues:ArnLike": {"sagemaker:ModelArn": [arns.models]},
+                "Null": {"sagemaker:InstanceTypes": "false", "sagemaker:ModelArn": "false"},
+            },
+        ),
+        # CreateModel and CreateEndpointConfig with Tags also authorize sagemaker:AddTags.
+        iam.PolicyStatement(
+            sid="TagModelsAndConfigs", actions=["sagemaker:AddTags"], resources=[arns.models, arns.endpoint_configs]
+        ),
+        iam.PolicyStatement(
+            sid="UpdateTheEndpoint",
+            actions=["sagemaker:UpdateEndpoint"],
+            resources=[arns.endpoint, arns.endpoint_configs],
+        ),
+        iam.PolicyStatement(sid="DescribeTheEndpoint", actions=["sagemaker:DescribeEndpoint"], resources=[arns.endpoint]),
+        # UpdateEndpoint's automatic rollback reads the rollback alarms.
+        iam.PolicyStatement(sid="ReadRollbackAlarms", actions=["cloudwatch:DescribeAlarms"], resources=alarms),
+        # An endpoint config with the platform key (EBS-only types, data capture): SageMaker
+        # creates grants on the key for the caller of UpdateEndpoint, only for AWS resources.
+        iam.PolicyStatement(
+            sid="GrantEndpointVolumeKey",
+            actions=["kms:CreateGrant"],
+            resources=[key.key_arn],
+            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
+        ),
+        iam.PolicyStatement(sid="DescribeEndpointVolumeKey", actions=["kms:DescribeKey"], resources=[key.key_arn]),
+    ]
+
+
+def _run_statements(
+    stack: Stack,
+    config: PlatformConfig,
+    *,
+    passed_roles: Sequence[str],
+    datasets_bucket: s3.IBucket,
+    topic: sns.ITopic,
+    topic_key: kms.IKey,
+) -> list[iam.PolicyStatement]:
+    """Pass the project's roles, follow .sync jobs, check the output prefix, notify, log and trace."""
+    return [
+        iam.PolicyStatement(
+            sid="PassProjectRoles",
+            actions=["iam:PassRole"],
+            resources=list(passed_roles),
+            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+        ),
+        iam.PolicyStatement(
+            sid="SyncIntegrationRules",
+            actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
+            resources=[
+                stack.format_arn(service="events", resource="rule", resource_name=rule)
+                for rule in (PROCESSING_SYNC_EVENTS_RULE, SYNC_EVENTS_RULE)
+            ],
+        ),
+        # OutputPrefixNotEmpty: ListObjectsV2 under the processed-data prefix only.
+        iam.PolicyStatement(
+            sid="ListProcessedData",
+            actions=["s3:ListBucket"],
+            resources=[datasets_bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{config.processing.output_prefix}*"]}},
+        ),
+        iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[topic.topic_arn]),
+        # The topic is encrypted with its own key.
+        iam.PolicyStatement(
+            sid="EncryptNotifications", actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[topic_key.key_arn]
+        ),
+        iam.PolicyStatement(
+            sid="LogDelivery",
+            actions=[
+                "logs:CreateLogDelivery",
+                "logs:GetLogDelivery",
+                "logs:UpdateLogDelivery",
+                "logs:DeleteLogDelivery",
+                "logs:ListLogDeliveries",
+                "logs:PutResourcePolicy",
+                "logs:DescribeResourcePolicies",
+                "logs:DescribeLogGroups",
+            ],
+            resources=["*"],
+        ),
+        iam.PolicyStatement(
+            sid="Tracing",
+            actions=[
+                "xray:PutTraceSegments",
+                "xray:PutTelemetryRecords",
+                "xray:GetSamplingRules",
+                "xray:GetSamplingTargets",
+            ],
+            resources=["*"],
+        ),
+    ]
 
