@@ -196,6 +196,67 @@ def pipeline_definition(
     """
     states_arn = f"arn:{partition}:states:::"
     endpoint = endpoint_name(project_name)
+    promotes = not serving.scale_to_zero
+    if promotes and model_resources is None:
+        raise ValueError("a pipeline that promotes needs the promoted models' resources")
+    # Without promotion, the check goes straight to processing and training ends the pipeline.
+    after_check = "PromotionRequested" if promotes else "ProcessRequested"
+    after_train = "PromoteRequested" if promotes else "NotifySuccess"
+    states: dict[str, Any] = _input_states(
+        project_name=project_name, processing=processing, training=training, serving=serving, next_state=after_check
+    )
+    if promotes:
+        states.update(_endpoint_check_states(states_arn, endpoint))
+    states.update(_process_states(states_arn, processing))
+    states.update(_train_states(states_arn, training, next_state=after_train))
+    if model_resources is not None:
+        states.update(
+            _promotion_states(
+                states_arn,
+                project_name=project_name,
+                serving=serving,
+                model_resources=model_resources,
+                tags=dict(training.tags),
+                poll_seconds=poll_seconds,
+            )
+        )
+    states.update(_end_states(states_arn, project_name=project_name, topic_arn=topic_arn))
+    return {
+        "Comment": f"{project_name}: raw data -> processing job -> training job -> endpoint, each step optional",
+        "QueryLanguage": "JSONata",
+        "StartAt": "ReadPipelineInput",
+        "States": states,
+    }
+
+
+def _fail_with(name: str, cause: str) -> dict[str, Any]:
+    """A state that records the failure ``name`` with ``cause`` and goes to the failure notification."""
+    return {
+        "Type": "Pass",
+        "Comment": f"Failure: {name}",
+        "Assign": {"failure_error": name, "failure_cause": cause},
+        "Next": "NotifyFailure",
+    }
+
+
+def _catch(target: str, errors: Sequence[str] = ("States.ALL",)) -> dict[str, Any]:
+    return {"ErrorEquals": list(errors), "Output": "{% $states.errorOutput %}", "Next": target}
+
+
+def _sdk_cause(prefix: str) -> str:
+    """JSONata: ``prefix`` and an ``aws-sdk`` task's error and cause."""
+    return "{% " + json.dumps(prefix) + " & $string($states.input.Error) & ': ' & $string($states.input.Cause) %}"
+
+
+def _input_states(
+    *,
+    project_name: str,
+    processing: ProcessingTemplate,
+    training: JobTemplate,
+    serving: ServingConfig,
+    next_state: str,
+) -> dict[str, Any]:
+    """Read which steps run and their options, then check every option before anything runs."""
     output_uri = processing_output_uri(processing, Jsonata("$process_job_name"))
     derived_channels = (
         f"($process_code_uri != '' ? {{{json.dumps(TRAIN_OUTPUT)}: {to_jsonata(output_uri)} & '{TRAIN_OUTPUT}/'}}"
@@ -203,45 +264,7 @@ def pipeline_definition(
         f" {json.dumps(VALIDATION_OUTPUT)}: {to_jsonata(output_uri)} & '{VALIDATION_OUTPUT}/'}})"
     )
     given_train = "$pipeline_input.train"
-    pipeline_rules = pipeline_input_rules(
-        project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving
-    )
-    process_rules = processing_launch_rules(processing)
-    train_rules = launch_rules(training)
-    valid = all_of(
-        [
-            *(c for c, _ in pipeline_rules),
-            f"$not($run_process) or ({all_of([c for c, _ in process_rules])})",
-            f"$not($run_train) or ({all_of([c for c, _ in train_rules])})",
-        ]
-    )
-    reasons = ", ".join(
-        [
-            *(f"$not({c}) ? ({r})" for c, r in pipeline_rules),
-            *(f"($run_process and $not({c})) ? ({r})" for c, r in process_rules),
-            *(f"($run_train and $not({c})) ? ('train.' & {r})" for c, r in train_rules),
-        ]
-    )
-    tags = dict(training.tags)
-    promoted = Jsonata("$promoted_name")
-    promotes = not serving.scale_to_zero
-    if promotes and model_resources is None:
-        raise ValueError("a pipeline that promotes needs the promoted models' resources")
-
-    def fail_with(name: str, cause: str) -> dict[str, Any]:
-        return {
-            "Type": "Pass",
-            "Comment": f"Failure: {name}",
-            "Assign": {"failure_error": name, "failure_cause": cause},
-            "Next": "NotifyFailure",
-        }
-
-    def catch(target: str, errors: Sequence[str] = ("States.ALL",)) -> dict[str, Any]:
-        return {"ErrorEquals": list(errors), "Output": "{% $states.errorOutput %}", "Next": target}
-
-    def sdk_cause(prefix: str) -> str:
-        return "{% " + json.dumps(prefix) + " & $string($states.input.Error) & ': ' & $string($states.input.Cause) %}"
-
+    valid, reasons = _input_check(project_name=project_name, processing=processing, training=training, serving=serving)
     assignments: dict[str, Any] = {
         "pipeline_input": "{% $states.input %}",
         "run_process": "{% $exists($states.input.process) %}",
@@ -258,7 +281,7 @@ def pipeline_definition(
         "failure_cause": None,
         **processing_state_machine_assignments(processing, source="$states.input.process"),
     }
-    states: dict[str, Any] = {
+    return {
         "ReadPipelineInput": {
             "Type": "Pass",
             "Comment": "Which steps run, and the processing options over the deployed defaults",
@@ -287,14 +310,44 @@ def pipeline_definition(
         "CheckPipelineInput": {
             "Type": "Choice",
             "Comment": "Every option of every requested step, before anything runs",
-            "Choices": [{"Condition": "{% " + valid + " %}", "Next": "PromotionRequested"}],
+            "Choices": [{"Condition": "{% " + valid + " %}", "Next": next_state}],
             "Default": INVALID_PIPELINE_INPUT,
         },
-        INVALID_PIPELINE_INPUT: fail_with(
+        INVALID_PIPELINE_INPUT: _fail_with(
             INVALID_PIPELINE_INPUT, "{% 'Invalid pipeline input: ' & $join([" + reasons + "], '; ') & '.' %}"
         ),
     }
-    promotion_check: dict[str, Any] = {
+
+
+def _input_check(
+    *, project_name: str, processing: ProcessingTemplate, training: JobTemplate, serving: ServingConfig
+) -> tuple[str, str]:
+    """JSONata ``(every rule of the requested steps holds, the reasons of the broken ones)``."""
+    pipeline_rules = pipeline_input_rules(
+        project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving
+    )
+    process_rules = processing_launch_rules(processing)
+    train_rules = launch_rules(training)
+    valid = all_of(
+        [
+            *(c for c, _ in pipeline_rules),
+            f"$not($run_process) or ({all_of([c for c, _ in process_rules])})",
+            f"$not($run_train) or ({all_of([c for c, _ in train_rules])})",
+        ]
+    )
+    reasons = ", ".join(
+        [
+            *(f"$not({c}) ? ({r})" for c, r in pipeline_rules),
+            *(f"($run_process and $not({c})) ? ({r})" for c, r in process_rules),
+            *(f"($run_train and $not({c})) ? ('train.' & {r})" for c, r in train_rules),
+        ]
+    )
+    return valid, reasons
+
+
+def _endpoint_check_states(states_arn: str, endpoint: str) -> dict[str, Any]:
+    """A requested promotion first checks that the endpoint exists."""
+    return {
         "PromotionRequested": {
             "Type": "Choice",
             "Choices": [{"Condition": "{% $run_promote %}", "Next": "CheckEndpoint"}],
@@ -305,18 +358,23 @@ def pipeline_definition(
             "Comment": "A promotion needs the deployed endpoint: fail now, not after the jobs",
             "Resource": f"{states_arn}aws-sdk:sagemaker:describeEndpoint",
             "Arguments": {"EndpointName": endpoint},
-            "Catch": [catch(ENDPOINT_NOT_DEPLOYED, ENDPOINT_MISSING_ERRORS), catch("EndpointCheckFailed")],
+            "Catch": [_catch(ENDPOINT_NOT_DEPLOYED, ENDPOINT_MISSING_ERRORS), _catch("EndpointCheckFailed")],
             "Next": "ProcessRequested",
         },
-        ENDPOINT_NOT_DEPLOYED: fail_with(
+        ENDPOINT_NOT_DEPLOYED: _fail_with(
             ENDPOINT_NOT_DEPLOYED,
             "{% "
             + json.dumps(f"endpoint {endpoint} is not deployed; deploy it once with python -m scripts.promote <job> (")
             + " & $string($states.input.Cause) & ')' %}",
         ),
-        "EndpointCheckFailed": fail_with(PROMOTION_FAILED, sdk_cause(f"could not describe endpoint {endpoint}: ")),
+        "EndpointCheckFailed": _fail_with(PROMOTION_FAILED, _sdk_cause(f"could not describe endpoint {endpoint}: ")),
     }
-    steps: dict[str, Any] = {
+
+
+def _process_states(states_arn: str, processing: ProcessingTemplate) -> dict[str, Any]:
+    """The processing step: an empty output prefix, then the processing job."""
+    output_uri = processing_output_uri(processing, Jsonata("$process_job_name"))
+    return {
         "ProcessRequested": {
             "Type": "Choice",
             "Choices": [{"Condition": "{% $run_process %}", "Next": "CheckOutputPrefix"}],
@@ -332,16 +390,16 @@ def pipeline_definition(
                 "MaxKeys": 1,
             },
             "Assign": {"output_prefix_objects": "{% $states.result.KeyCount %}"},
-            "Catch": [catch("OutputPrefixCheckFailed")],
+            "Catch": [_catch("OutputPrefixCheckFailed")],
             "Next": "OutputPrefixEmpty",
         },
-        "OutputPrefixCheckFailed": fail_with(PROCESSING_JOB_FAILED, sdk_cause("could not list the output prefix: ")),
+        "OutputPrefixCheckFailed": _fail_with(PROCESSING_JOB_FAILED, _sdk_cause("could not list the output prefix: ")),
         "OutputPrefixEmpty": {
             "Type": "Choice",
             "Choices": [{"Condition": "{% $output_prefix_objects = 0 %}", "Next": "ProcessData"}],
             "Default": OUTPUT_PREFIX_NOT_EMPTY,
         },
-        OUTPUT_PREFIX_NOT_EMPTY: fail_with(
+        OUTPUT_PREFIX_NOT_EMPTY: _fail_with(
             OUTPUT_PREFIX_NOT_EMPTY,
             "{% " + to_jsonata(output_uri) + " & ' already holds objects; refusing to mix runs: choose another"
             " process.job_name (or execution name), or remove them' %}",
@@ -357,14 +415,20 @@ def pipeline_definition(
             },
             "Output": "{% {'ProcessingJobName': $states.result.ProcessingJobName,"
             " 'ProcessingJobStatus': $states.result.ProcessingJobStatus} %}",
-            "Catch": [catch(PROCESSING_JOB_FAILED)],
+            "Catch": [_catch(PROCESSING_JOB_FAILED)],
             "Next": "TrainRequested",
         },
-        PROCESSING_JOB_FAILED: fail_with(PROCESSING_JOB_FAILED, _cause_from_job("ProcessingJobStatus")),
+        PROCESSING_JOB_FAILED: _fail_with(PROCESSING_JOB_FAILED, _cause_from_job("ProcessingJobStatus")),
+    }
+
+
+def _train_states(states_arn: str, training: JobTemplate, *, next_state: str) -> dict[str, Any]:
+    """The training step: the training workflow's request, then ``next_state``."""
+    return {
         "TrainRequested": {
             "Type": "Choice",
             "Choices": [{"Condition": "{% $run_train %}", "Next": "TrainModel"}],
-            "Default": "PromoteRequested",
+            "Default": next_state,
         },
         "TrainModel": {
             "Type": "Task",
@@ -377,14 +441,26 @@ def pipeline_definition(
             },
             "Output": "{% {'TrainingJobName': $states.result.TrainingJobName,"
             " 'TrainingJobStatus': $states.result.TrainingJobStatus} %}",
-            "Catch": [catch(TRAINING_JOB_FAILED)],
-            "Next": "PromoteRequested",
+            "Catch": [_catch(TRAINING_JOB_FAILED)],
+            "Next": next_state,
         },
-        TRAINING_JOB_FAILED: fail_with(TRAINING_JOB_FAILED, _cause_from_job("TrainingJobStatus")),
+        TRAINING_JOB_FAILED: _fail_with(TRAINING_JOB_FAILED, _cause_from_job("TrainingJobStatus")),
     }
-    if promotes and model_resources is None:
-        raise ValueError("a pipeline that promotes needs the promoted models' resources")
-    promotion: dict[str, Any] = {} if model_resources is None else {
+
+
+def _promotion_states(
+    states_arn: str,
+    *,
+    project_name: str,
+    serving: ServingConfig,
+    model_resources: ModelResources,
+    tags: Mapping[str, str],
+    poll_seconds: int,
+) -> dict[str, Any]:
+    """The promote step: the serving stack's model and endpoint config, blue/green, then wait for it."""
+    endpoint = endpoint_name(project_name)
+    promoted = Jsonata("$promoted_name")
+    return {
         "PromoteRequested": {
             "Type": "Choice",
             "Choices": [{"Condition": "{% $run_promote %}", "Next": "CreateModel"}],
@@ -397,7 +473,7 @@ def pipeline_definition(
             "Arguments": create_model_request(
                 serving, model_resources, model_name=promoted, model_data_url=Jsonata("$model_uri"), tags=tags
             ),
-            "Catch": [catch("PromotionStepFailed")],
+            "Catch": [_catch("PromotionStepFailed")],
             "Next": "CreateEndpointConfig",
         },
         "CreateEndpointConfig": {
@@ -408,7 +484,7 @@ def pipeline_definition(
                 serving, model_resources, endpoint=endpoint, config_name=promoted, model_name=promoted, tags=tags
             ),
             "Assign": {"endpoint_config": "{% $promoted_name %}"},
-            "Catch": [catch("PromotionStepFailed")],
+            "Catch": [_catch("PromotionStepFailed")],
             "Next": "UpdateEndpoint",
         },
         "UpdateEndpoint": {
@@ -418,10 +494,17 @@ def pipeline_definition(
             "Arguments": update_endpoint_request(
                 serving, endpoint=endpoint, config_name=promoted, alarm_names=rollback_alarm_names(project_name)
             ),
-            "Catch": [catch("PromotionStepFailed")],
+            "Catch": [_catch("PromotionStepFailed")],
             "Next": "WaitForEndpoint",
         },
-        "PromotionStepFailed": fail_with(PROMOTION_FAILED, sdk_cause("")),
+        "PromotionStepFailed": _fail_with(PROMOTION_FAILED, _sdk_cause("")),
+        **_endpoint_wait_states(states_arn, endpoint, poll_seconds),
+    }
+
+
+def _endpoint_wait_states(states_arn: str, endpoint: str, poll_seconds: int) -> dict[str, Any]:
+    """DescribeEndpoint every ``poll_seconds`` until it serves the new config, fails or rolls back."""
+    return {
         "WaitForEndpoint": {"Type": "Wait", "Seconds": poll_seconds, "Next": "DescribeEndpoint"},
         "DescribeEndpoint": {
             "Type": "Task",
@@ -433,7 +516,7 @@ def pipeline_definition(
                 "endpoint_failure": "{% $exists($states.result.FailureReason) ? $states.result.FailureReason : '' %}",
             },
             "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 10, "MaxAttempts": 3, "BackoffRate": 2}],
-            "Catch": [catch("PromotionStepFailed")],
+            "Catch": [_catch("PromotionStepFailed")],
             "Next": "EndpointUpdated",
         },
         "EndpointUpdated": {
@@ -449,7 +532,7 @@ def pipeline_definition(
             ],
             "Default": "WaitForEndpoint",
         },
-        PROMOTION_FAILED: fail_with(
+        PROMOTION_FAILED: _fail_with(
             PROMOTION_FAILED,
             "{% $endpoint_status = 'InService'"
             f" ? 'endpoint {endpoint} rolled back to ' & $endpoint_serves & ' (a rollback alarm fired or the new fleet"
@@ -457,7 +540,11 @@ def pipeline_definition(
             f" : 'endpoint {endpoint} is ' & $endpoint_status & ': ' & $endpoint_failure %}}",
         ),
     }
-    ends: dict[str, Any] = {
+
+
+def _end_states(states_arn: str, *, project_name: str, topic_arn: str) -> dict[str, Any]:
+    """Every end publishes one message to the topic, then succeeds or fails with the pipeline's reason."""
+    return {
         "NotifySuccess": {
             "Type": "Task",
             "Resource": f"{states_arn}sns:publish",
@@ -490,21 +577,6 @@ def pipeline_definition(
             "Next": "Failed",
         },
         "Failed": {"Type": "Fail", "Error": "{% $failure_error %}", "Cause": "{% $string($failure_cause) %}"},
-    }
-    if promotes:
-        states.update(promotion_check)
-    else:
-        states["CheckPipelineInput"]["Choices"][0]["Next"] = "ProcessRequested"
-        steps["TrainRequested"]["Default"] = "NotifySuccess"
-        steps["TrainModel"]["Next"] = "NotifySuccess"
-    states.update(steps)
-    states.update(promotion)
-    states.update(ends)
-    return {
-        "Comment": f"{project_name}: raw data -> processing job -> training job -> endpoint, each step optional",
-        "QueryLanguage": "JSONata",
-        "StartAt": "ReadPipelineInput",
-        "States": states,
     }
 
 
