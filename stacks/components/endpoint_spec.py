@@ -2,8 +2,9 @@
 
 Pure Python (no CDK import). The serving stack declares them as CloudFormation resources
 (``AWS::SageMaker::Model``/``EndpointConfig``/``Endpoint``, whose properties have the API's
-names and shapes); the pipeline's promote step calls CreateModel, CreateEndpointConfig and
-UpdateEndpoint with the requests built here. ``tests/unit/test_pipeline_workflow.py`` keeps the
+names and shapes) from the properties built here (:class:`~stacks.components.model_endpoint.GpuEndpoint`);
+the pipeline's promote step calls CreateModel, CreateEndpointConfig and UpdateEndpoint with
+requests built from the same properties. ``tests/unit/test_pipeline_workflow.py`` keeps the
 serving stack's resources equal to these requests, so a model promoted by the pipeline is
 served exactly as one deployed by ``python -m scripts.promote``.
 
@@ -136,6 +137,31 @@ def endpoint_config_properties(
     capture = data_capture_config(config, resources, endpoint)
     if capture is not None:
         properties["DataCaptureConfig"] = capture
+    return properties
+
+
+def component_endpoint_config_properties(config: ServingConfig, resources: ModelResources, *, endpoint: str) -> dict[str, Any]:
+    """The EndpointConfig of an endpoint serving an inference component (``serving.scale_to_zero``).
+
+    Its instances come and go with the component's copies, down to none when idle; such an
+    endpoint names its role and network itself.
+    """
+    variant = {
+        "VariantName": VARIANT_NAME,
+        "InstanceType": config.instance_type,
+        "InitialInstanceCount": config.initial_instance_count,
+        "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": config.max_instances},
+        "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"},
+    }
+    properties: dict[str, Any] = {"ProductionVariants": [variant]}
+    if volume_kms_allowed(config.instance_type):
+        properties["KmsKeyId"] = resources.key_arn
+    capture = data_capture_config(config, resources, endpoint)
+    if capture is not None:
+        properties["DataCaptureConfig"] = capture
+    properties["ExecutionRoleArn"] = resources.role_arn
+    properties["EnableNetworkIsolation"] = config.network_isolation
+    properties["VpcConfig"] = {"SecurityGroupIds": list(resources.security_group_ids), "Subnets": list(resources.subnet_ids)}
     return properties
 
 

@@ -9,7 +9,8 @@ rolls back on its alarms.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
@@ -29,8 +30,13 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     EXPECTED_GPU_COUNT_ENV,
     STARTUP_TIMEOUT_SECONDS,
     VARIANT_NAME,
+    ModelResources,
+    component_endpoint_config_properties,
+    deployment_config,
+    endpoint_config_properties,
     endpoint_name,
     model_environment,
+    model_properties,
     rollback_alarm_names,
     volume_kms_allowed,
 )
@@ -50,6 +56,31 @@ ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
 def inference_component_name(project_name: str) -> str:
     """The model's inference component (``serving.scale_to_zero``): ``<project>-model``."""
     return f"{project_name}-model"
+
+
+def cfn_arguments(properties: Mapping[str, Any]) -> dict[str, Any]:
+    """An L1 construct's keyword arguments from properties with the API's names (as the spec writes them).
+
+    The top level becomes keyword names (``KmsKeyId`` -> ``kms_key_id``); nested objects keep
+    their structure with their keys as the CDK struct fields (``ModelDataUrl`` -> ``modelDataUrl``),
+    which render back to the API's names. Maps of the user's own keys (``Environment``) stay as given.
+    """
+    return {_SNAKE.sub("_", key).lower(): _cfn_value(key, value) for key, value in properties.items()}
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+_MAPS = frozenset({"Environment"})
+"""Properties whose keys are the user's (not struct fields)."""
+
+
+def _cfn_value(key: str, value: Any) -> Any:
+    if key in _MAPS:
+        return value
+    if isinstance(value, Mapping):
+        return {k[:1].lower() + k[1:]: _cfn_value(k, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_cfn_value("", v) for v in value]
+    return value
 
 
 def typing_cast_str(value: Optional[str]) -> str:
@@ -284,92 +315,39 @@ class GpuEndpoint(Construct):
     ) -> None:
         """Create the endpoint for ``config`` (validated: a model source is set)."""
         super().__init__(scope, construct_id)
-        vpc = network.vpc
         stack = Stack.of(self)
         self.endpoint_name = endpoint_name(project_name)
-        model_key = config.model_key
         self.role = EndpointRole(
             self,
             "ExecutionRole",
             endpoint=self.endpoint_name,
-            model_object_arn=artifacts_bucket.arn_for_objects(model_key),
+            model_object_arn=artifacts_bucket.arn_for_objects(config.model_key),
             key=key,
             artifacts_bucket=artifacts_bucket,
             repository=repository,
-            vpc=vpc,
+            vpc=network.vpc,
             data_capture=config.data_capture,
             rollback_alarms=rollback_alarm_names(project_name),
         ).role
-        self.security_group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=vpc,
-            description=f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only",
-            allow_all_outbound=False,
+        self.security_group = self._security_group(network)
+        resources = ModelResources(
+            role_arn=self.role.role_arn,
+            image_uri=f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}",
+            artifacts_bucket=artifacts_bucket.bucket_name,
+            key_arn=key.key_arn,
+            subnet_ids=list(subnet_ids),
+            security_group_ids=[self.security_group.security_group_id],
         )
-        # SageMaker pulls the image and downloads the model through the VPC: the ECR interface
-        # endpoints and the S3 gateway endpoint. Never the internet, even where a NAT gateway
-        # gives training a route out.
-        network.allow_https_to_aws(self.security_group, internet=False)
-        image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
         self.model = sagemaker.CfnModel(
             self,
             "Model",
-            execution_role_arn=self.role.role_arn,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=image_uri,
-                mode="SingleModel",
-                model_data_url=f"s3://{artifacts_bucket.bucket_name}/{model_key}",
-                environment=model_environment(config),
-            ),
-            enable_network_isolation=config.network_isolation,
-            vpc_config=sagemaker.CfnModel.VpcConfigProperty(
-                security_group_ids=[self.security_group.security_group_id], subnets=list(subnet_ids)
+            **cfn_arguments(
+                model_properties(config, resources, model_data_url=f"s3://{artifacts_bucket.bucket_name}/{config.model_key}")
             ),
         )
         # The role's policy must exist before SageMaker checks that the role can read the model.
         self.model.node.add_dependency(self.role)
-
-        data_capture: Optional[sagemaker.CfnEndpointConfig.DataCaptureConfigProperty] = None
-        if config.data_capture:
-            data_capture = sagemaker.CfnEndpointConfig.DataCaptureConfigProperty(
-                enable_capture=True,
-                initial_sampling_percentage=config.data_capture_sampling_percent,
-                destination_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{DATA_CAPTURE_PREFIX}{self.endpoint_name}",
-                kms_key_id=key.key_arn,
-                capture_options=[
-                    sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Input"),
-                    sagemaker.CfnEndpointConfig.CaptureOptionProperty(capture_mode="Output"),
-                ],
-                capture_content_type_header=sagemaker.CfnEndpointConfig.CaptureContentTypeHeaderProperty(
-                    csv_content_types=["text/csv"], json_content_types=["application/json"]
-                ),
-            )
-        self.endpoint_config = sagemaker.CfnEndpointConfig(
-            self,
-            "EndpointConfig",
-            production_variants=[self._variant(config)],
-            kms_key_id=key.key_arn if volume_kms_allowed(config.instance_type) else None,
-            data_capture_config=data_capture,
-            # An endpoint of inference components names its role and network itself.
-            execution_role_arn=self.role.role_arn if config.scale_to_zero else None,
-            enable_network_isolation=config.network_isolation if config.scale_to_zero else None,
-            vpc_config=(
-                sagemaker.CfnEndpointConfig.VpcConfigProperty(
-                    security_group_ids=[self.security_group.security_group_id], subnets=list(subnet_ids)
-                )
-                if config.scale_to_zero
-                else None
-            ),
-        )
-        if not volume_kms_allowed(config.instance_type):
-            acknowledge(
-                self.endpoint_config,
-                f"{config.instance_type} serves from local NVMe instance storage, which AWS encrypts in hardware with "
-                "keys generated per instance; SageMaker rejects a KmsKeyId for such types. Data capture (when on) is "
-                "still encrypted with the platform key.",
-                "NIST.800.53.R5-SageMakerEndpointConfigurationKMSKeyConfigured",
-            )
+        self.endpoint_config = self._endpoint_config(config, resources)
         self.inference_component_name: Optional[str] = None
         if config.scale_to_zero:
             self.inference_component_name = inference_component_name(project_name)
@@ -385,17 +363,6 @@ class GpuEndpoint(Construct):
             alarm_names=rollback_alarm_names(project_name),
         )
         rollback_alarms = [alarm.alarm_name for alarm in (self.alarms.errors, self.alarms.latency)]
-        traffic = (
-            sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
-                type="CANARY",
-                canary_size=sagemaker.CfnEndpoint.CapacitySizeProperty(type="CAPACITY_PERCENT", value=config.canary_percent),
-                wait_interval_in_seconds=config.bake_seconds,
-            )
-            if config.rollout == "canary"
-            else sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
-                type="ALL_AT_ONCE", wait_interval_in_seconds=config.bake_seconds
-            )
-        )
         self.endpoint = sagemaker.CfnEndpoint(
             self,
             "Endpoint",
@@ -404,22 +371,49 @@ class GpuEndpoint(Construct):
             # With inference components a new model is a rolling update of the component (below).
             deployment_config=None
             if config.scale_to_zero
-            else sagemaker.CfnEndpoint.DeploymentConfigProperty(
-                blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
-                    traffic_routing_configuration=traffic,
-                    termination_wait_in_seconds=config.bake_seconds,
-                    maximum_execution_timeout_in_seconds=3 * config.bake_seconds + 3600,
-                ),
-                auto_rollback_configuration=sagemaker.CfnEndpoint.AutoRollbackConfigProperty(
-                    alarms=[sagemaker.CfnEndpoint.AlarmProperty(alarm_name=name) for name in rollback_alarms]
-                ),
-            ),
+            else cfn_arguments({"DeploymentConfig": deployment_config(config, rollback_alarms)})["deployment_config"],
         )
         self.inference_component: Optional[sagemaker.CfnInferenceComponent] = None
         if config.scale_to_zero:
             self.inference_component = self._inference_component(config, rollback_alarms)
+        self.scaling_target = self._scaling(config)
 
-        self.scaling_target = appscaling.ScalableTarget(
+    def _security_group(self, network: TrainingNetwork) -> ec2.SecurityGroup:
+        group = ec2.SecurityGroup(
+            self,
+            "SecurityGroup",
+            vpc=network.vpc,
+            description=f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only",
+            allow_all_outbound=False,
+        )
+        # SageMaker pulls the image and downloads the model through the VPC: the ECR interface
+        # endpoints and the S3 gateway endpoint. Never the internet, even where a NAT gateway
+        # gives training a route out.
+        network.allow_https_to_aws(group, internet=False)
+        return group
+
+    def _endpoint_config(self, config: ServingConfig, resources: ModelResources) -> sagemaker.CfnEndpointConfig:
+        """The real-time variant of the model, or (``scale_to_zero``) the instances of its inference component."""
+        if config.scale_to_zero:
+            properties = component_endpoint_config_properties(config, resources, endpoint=self.endpoint_name)
+        else:
+            properties = endpoint_config_properties(
+                config, resources, endpoint=self.endpoint_name, model_name=self.model.attr_model_name
+            )
+        endpoint_config = sagemaker.CfnEndpointConfig(self, "EndpointConfig", **cfn_arguments(properties))
+        if not volume_kms_allowed(config.instance_type):
+            acknowledge(
+                endpoint_config,
+                f"{config.instance_type} serves from local NVMe instance storage, which AWS encrypts in hardware with "
+                "keys generated per instance; SageMaker rejects a KmsKeyId for such types. Data capture (when on) is "
+                "still encrypted with the platform key.",
+                "NIST.800.53.R5-SageMakerEndpointConfigurationKMSKeyConfigured",
+            )
+        return endpoint_config
+
+    def _scaling(self, config: ServingConfig) -> appscaling.ScalableTarget:
+        """Target tracking on invocations (and, with ``scale_to_zero``, out of zero), plus the schedule."""
+        target = appscaling.ScalableTarget(
             self,
             "Scaling",
             service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
@@ -440,7 +434,7 @@ class GpuEndpoint(Construct):
                 self,
                 "ScalingRole",
                 # Application Auto Scaling's service-linked role for SageMaker (created on first use).
-                stack.format_arn(
+                Stack.of(self).format_arn(
                     service="iam",
                     region="",
                     resource="role",
@@ -449,8 +443,8 @@ class GpuEndpoint(Construct):
                 ),
             ),
         )
-        self.scaling_target.node.add_dependency(self.inference_component or self.endpoint)
-        self.scaling_target.scale_to_track_metric(
+        target.node.add_dependency(self.inference_component or self.endpoint)
+        target.scale_to_track_metric(
             "InvocationsPerInstance",
             target_value=config.target_invocations_per_instance,
             predefined_metric=(
@@ -464,7 +458,7 @@ class GpuEndpoint(Construct):
         if config.scale_to_zero:
             # Target tracking cannot wake a component at zero copies (no invocations, no metric):
             # a request that finds no copy counts in NoCapacityInvocationFailures, and that adds one.
-            self.scaling_target.scale_on_metric(
+            target.scale_on_metric(
                 "ScaleOutFromZero",
                 metric=cloudwatch.Metric(
                     namespace="AWS/SageMaker",
@@ -483,41 +477,19 @@ class GpuEndpoint(Construct):
         if config.scale_in_schedule and config.scale_out_schedule:
             # Real-time variants cannot go below one instance; a component can go to zero copies.
             floor = 0 if config.scale_to_zero else 1
-            self.scaling_target.scale_on_schedule(
+            target.scale_on_schedule(
                 "ScaleIn",
                 schedule=appscaling.Schedule.expression(config.scale_in_schedule),
                 min_capacity=floor,
                 max_capacity=floor,
             )
-            self.scaling_target.scale_on_schedule(
+            target.scale_on_schedule(
                 "ScaleOut",
                 schedule=appscaling.Schedule.expression(config.scale_out_schedule),
                 min_capacity=0 if config.scale_to_zero else config.min_instances,
                 max_capacity=config.max_instances,
             )
-
-    def _variant(self, config: ServingConfig) -> sagemaker.CfnEndpointConfig.ProductionVariantProperty:
-        if config.scale_to_zero:
-            # Instances come and go with the component's copies, down to none when idle.
-            return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
-                variant_name=VARIANT_NAME,
-                instance_type=config.instance_type,
-                initial_instance_count=config.initial_instance_count,
-                managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
-                    status="ENABLED", min_instance_count=0, max_instance_count=config.max_instances
-                ),
-                routing_config=sagemaker.CfnEndpointConfig.RoutingConfigProperty(routing_strategy="LEAST_OUTSTANDING_REQUESTS"),
-            )
-        return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
-            variant_name=VARIANT_NAME,
-            model_name=self.model.attr_model_name,
-            instance_type=config.instance_type,
-            initial_instance_count=config.initial_instance_count,
-            initial_variant_weight=1.0,
-            # GPU start-up (image pull, model download, GPU check, warm-up) takes minutes.
-            container_startup_health_check_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
-            model_data_download_timeout_in_seconds=STARTUP_TIMEOUT_SECONDS,
-        )
+        return target
 
     def _inference_component(self, config: ServingConfig, rollback_alarms: Sequence[str]) -> sagemaker.CfnInferenceComponent:
         component = sagemaker.CfnInferenceComponent(
