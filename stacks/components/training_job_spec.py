@@ -476,6 +476,8 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
     count = template.default_instance_count if options.instance_count is None else options.instance_count
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCE_COUNT:
         raise LaunchError(f"instance count {count!r} must be a whole number from 1 to {MAX_INSTANCE_COUNT}")
+    if options.use_spot is not None and not isinstance(options.use_spot, bool):
+        raise LaunchError(f"use_spot {options.use_spot!r} must be true or false")
     use_spot = template.default_use_spot if options.use_spot is None else options.use_spot
     if use_spot and not template.checkpointing:
         raise LaunchError(

@@ -1,0 +1,165 @@
+"""The launch rules agree: what the workflow's JSONata accepts, ``resolve_launch`` accepts, and back.
+
+The launch rules are written twice today: as Python checks (:func:`resolve_launch`, for
+``scripts.launch --direct`` and the SDK config) and as the workflow's JSONata rules
+(:func:`state_machine_launch_check`, in the deployed template). Rendering both from one table
+would change either the template's text or the messages the Python checks print, so both stay
+hand-written and this test holds them together: a generated set of launches (every field's valid
+values, each invalid value alone, and seeded random mixes of both) is run through both, with the
+reference JSONata implementation. For every launch both accept or both refuse; when both accept
+they send the same CreateTrainingJob request; when one field is invalid, the workflow's reason
+names that field.
+
+Needs Node and the npm package ``jsonata`` (as ``test_training_job_jsonata``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from stacks.components.training_job_spec import (
+    JobTemplate,
+    LaunchError,
+    LaunchOptions,
+    create_training_job_request,
+    resolve_launch,
+)
+from stacks.config import load_config
+from tests.synth import project_context
+from tests.unit.test_training_job_jsonata import RESOURCES, _evaluate
+
+ABSENT = object()
+"""The field is left out of the launch (the deployment's default applies)."""
+
+CODE = "s3://artifacts/code/run/sourcedir.tar.gz"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One launch option: values both paths must accept, and values both must refuse."""
+
+    name: str
+    valid: tuple[Any, ...]
+    invalid: tuple[Any, ...]
+
+
+FIELDS = (
+    Field("job_name", (ABSENT, "gputrain-a1", "gputrain-run-2--b"),
+          ("other-x", "gputrain-", "gputrain-a_b", "gputrain--a", "gputrain-" + "a" * 55)),
+    Field("instance_type", (ABSENT, "ml.g5.xlarge", "ml.g5.12xlarge"), ("ml.p4d.24xlarge", "ml.m5.large", "g5.xlarge")),
+    Field("instance_count", (ABSENT, 1, 2, 64), (0, 65, -1, 1.5, True, "2")),
+    Field("use_spot", (ABSENT, True, False), ("yes", 1)),
+    Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}),
+          ({"nested": {"a": 1}}, {"notes": "x" * 2501}, {"k" * 257: "1"}, {f"h{i}": i for i in range(98)})),
+    Field("legacy_keras", (ABSENT, True, False), ("yes", 0)),
+    Field("channels", (ABSENT, {}, {"train": "s3://datasets/processed/p/train/"}, {"extra": "s3://datasets/train/more/"}),
+          ({"train": "s3://other/train/"}, {"train": "s3://datasets/raw/x/"}, {"train": "s3://datasets/train/../raw/"},
+           {"bad name": "s3://datasets/train/"}, {f"c{i}": "s3://datasets/train/" for i in range(20)})),
+)
+SOURCES = {
+    "built-in": {},
+    "script": {"code_uri": CODE, "entry_point": "train.py"},
+    "script in a folder": {"code_uri": CODE, "entry_point": "src/run.sh"},
+}
+BAD_SOURCES = {
+    "code without entry point": {"code_uri": CODE},
+    "entry point without code": {"entry_point": "train.py"},
+    "code in another bucket": {"code_uri": "s3://other/code/run/sourcedir.tar.gz", "entry_point": "train.py"},
+    "code outside code/": {"code_uri": "s3://artifacts/training-jobs/x/sourcedir.tar.gz", "entry_point": "train.py"},
+    "not a tarball": {"code_uri": "s3://artifacts/code/run/sourcedir.zip", "entry_point": "train.py"},
+    "entry point leaves the folder": {"code_uri": CODE, "entry_point": "../train.py"},
+    "entry point not a script": {"code_uri": CODE, "entry_point": "train.txt"},
+}
+
+
+def _launch(choice: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
+    return {**{k: v for k, v in choice.items() if v is not ABSENT}, **source}
+
+
+def generated_launches(seed: int = 22, mixes: int = 150) -> list[tuple[dict[str, Any], str | None]]:
+    """``(execution input, the one invalid field or None)``: valid grids, each invalid value alone, random mixes."""
+    baseline = {f.name: ABSENT for f in FIELDS}
+    launches: list[tuple[dict[str, Any], str | None]] = []
+    for field, value in ((f, v) for f in FIELDS for v in f.valid):
+        for source in SOURCES.values():
+            launches.append((_launch({**baseline, field.name: value}, source), None))
+    for field, value in ((f, v) for f in FIELDS for v in f.invalid):
+        launches.append((_launch({**baseline, field.name: value}, {}), field.name))
+    for name, source in BAD_SOURCES.items():
+        launches.append((_launch(baseline, source), "code_uri"))
+    rng = random.Random(seed)
+    for _ in range(mixes):
+        choice = {f.name: rng.choice(f.valid + f.invalid) if rng.random() < 0.3 else rng.choice(f.valid) for f in FIELDS}
+        source = rng.choice([*SOURCES.values(), *BAD_SOURCES.values()])
+        launches.append((_launch(choice, source), None))
+    return launches
+
+
+def _python_verdict(template: JobTemplate, launch: dict[str, Any], execution_name: str) -> dict[str, Any] | str:
+    """The request ``resolve_launch`` builds, or its refusal."""
+    options = LaunchOptions(**{"job_name": f"{template.job_name_prefix}{execution_name}", **launch})
+    try:
+        return create_training_job_request(template, resolve_launch(template, options))
+    except LaunchError as error:
+        return str(error)
+
+
+DEPLOYMENTS = {
+    "as configured": {},
+    "checkpointing off, other allowed types": {
+        "training_job.checkpointing": "false",
+        "training_job.use_spot": "false",
+        "training_job.allowed_instance_types": '["ml.g5.xlarge", "ml.g5.12xlarge", "ml.p3.2xlarge"]',
+    },
+}
+
+
+@pytest.fixture(scope="module", params=list(DEPLOYMENTS))
+def template(request) -> JobTemplate:
+    overrides = {f"gpu_training.{k}": v for k, v in DEPLOYMENTS[request.param].items()}
+    return JobTemplate.from_config(load_config({**project_context(), **overrides}), RESOURCES)
+
+
+@pytest.fixture(scope="module")
+def verdicts(template: JobTemplate) -> list[tuple[dict[str, Any], str | None, dict[str, Any]]]:
+    launches = generated_launches()
+    results = _evaluate(template, [{"input": launch, "execution_name": f"e{i}"} for i, (launch, _) in enumerate(launches)])
+    return [(launch, field, result) for (launch, field), result in zip(launches, results)]
+
+
+def test_the_generated_set_covers_both_outcomes_and_every_field(verdicts):
+    outcomes = [result["ok"] for _, _, result in verdicts]
+    assert len(verdicts) > 200 and outcomes.count(True) > 50 and outcomes.count(False) > 50
+    assert {field for _, field, _ in verdicts} >= {f.name for f in FIELDS}
+
+
+def test_python_and_jsonata_accept_and_refuse_the_same_launches(template, verdicts):
+    disagreements = []
+    for i, (launch, _, result) in enumerate(verdicts):
+        python = _python_verdict(template, launch, f"e{i}")
+        if result["ok"] != isinstance(python, dict):
+            disagreements.append(f"{launch}: JSONata {'accepts' if result['ok'] else result['problem']}; "
+                                 f"Python {'accepts' if isinstance(python, dict) else python}")
+    assert disagreements == []
+
+
+def test_accepted_launches_send_the_same_request(template, verdicts):
+    for i, (launch, _, result) in enumerate(verdicts):
+        if result["ok"]:
+            assert result["request"] == _python_verdict(template, launch, f"e{i}"), launch
+
+
+def test_the_workflows_reason_names_the_invalid_field(verdicts):
+    for launch, field, result in verdicts:
+        if field is not None:
+            assert result["ok"] is False, launch
+            assert f"{field} " in result["problem"] or f"{field}:" in result["problem"], (launch, result["problem"])
+
+
+def test_the_mixes_are_reproducible():
+    assert generated_launches() == generated_launches()
+    assert generated_launches(seed=1) != generated_launches(seed=2)
