@@ -31,6 +31,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.components.log_group import encrypted_log_group
+from stacks.components.policy import state_machine_logging_statements
 from stacks.components.training_job_notifications import JOB_END_STATES, gpu_idle_alarm_prefix, idle_alarm_pattern
 from stacks.components.training_job_spec import instance_facts_table
 from stacks.components.training_job_workflow import acknowledge_wildcard_resources
@@ -118,7 +119,7 @@ class GpuIdleWatch(Construct):
         jobs = stack.format_arn(service="sagemaker", resource="training-job", resource_name=f"{project_name}-*")
         statements = [
             iam.PolicyStatement(sid="ManageJobAlarms", actions=["cloudwatch:PutMetricAlarm", "cloudwatch:DeleteAlarms"], resources=[alarms]),
-            *_logging_statements(),
+            *state_machine_logging_statements(),
         ]
         if settings.stop_job:
             statements.append(iam.PolicyStatement(sid="StopIdleJobs", actions=["sagemaker:StopTrainingJob"], resources=[jobs]))
@@ -218,30 +219,6 @@ def watch_definition(project_name: str, settings: GpuIdleAlarmConfig, partition:
         }
         states["AlreadyEnded"] = {"Type": "Succeed", "Comment": "The job had ended before the stop"}
     return {"Comment": f"{project_name}: GPU idle alarms of the project's training jobs", "QueryLanguage": "JSONata", "StartAt": "Route", "States": states}
-
-
-def _logging_statements() -> list[iam.PolicyStatement]:
-    return [
-        iam.PolicyStatement(
-            sid="LogDelivery",
-            actions=[
-                "logs:CreateLogDelivery",
-                "logs:GetLogDelivery",
-                "logs:UpdateLogDelivery",
-                "logs:DeleteLogDelivery",
-                "logs:ListLogDeliveries",
-                "logs:PutResourcePolicy",
-                "logs:DescribeResourcePolicies",
-                "logs:DescribeLogGroups",
-            ],
-            resources=["*"],
-        ),
-        iam.PolicyStatement(
-            sid="Tracing",
-            actions=["xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets"],
-            resources=["*"],
-        ),
-    ]
 
 
 @jsii.implements(events.IRuleTarget)

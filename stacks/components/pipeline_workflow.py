@@ -32,6 +32,7 @@ from stacks.components.policy import (
     sagemaker_image_and_volume_statements,
     sagemaker_job_log_statements,
     sagemaker_vpc_network_statements,
+    state_machine_logging_statements,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
 from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources
@@ -572,29 +573,6 @@ def _run_statements(
         iam.PolicyStatement(
             sid="EncryptNotifications", actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[topic_key.key_arn]
         ),
-        iam.PolicyStatement(
-            sid="LogDelivery",
-            actions=[
-                "logs:CreateLogDelivery",
-                "logs:GetLogDelivery",
-                "logs:UpdateLogDelivery",
-                "logs:DeleteLogDelivery",
-                "logs:ListLogDeliveries",
-                "logs:PutResourcePolicy",
-                "logs:DescribeResourcePolicies",
-                "logs:DescribeLogGroups",
-            ],
-            resources=["*"],
-        ),
-        iam.PolicyStatement(
-            sid="Tracing",
-            actions=[
-                "xray:PutTraceSegments",
-                "xray:PutTelemetryRecords",
-                "xray:GetSamplingRules",
-                "xray:GetSamplingTargets",
-            ],
-            resources=["*"],
-        ),
+        *state_machine_logging_statements(),
     ]
 

@@ -124,6 +124,34 @@ def describe_network_statement() -> iam.PolicyStatement:
     )
 
 
+def state_machine_logging_statements() -> list[iam.PolicyStatement]:
+    """What a state machine's role needs to deliver its execution logs and X-Ray traces.
+
+    Log delivery and X-Ray's calls have no resource-level permissions: ``"*"`` is the narrowest.
+    """
+    return [
+        iam.PolicyStatement(
+            sid="LogDelivery",
+            actions=[
+                "logs:CreateLogDelivery",
+                "logs:GetLogDelivery",
+                "logs:UpdateLogDelivery",
+                "logs:DeleteLogDelivery",
+                "logs:ListLogDeliveries",
+                "logs:PutResourcePolicy",
+                "logs:DescribeResourcePolicies",
+                "logs:DescribeLogGroups",
+            ],
+            resources=["*"],
+        ),
+        iam.PolicyStatement(
+            sid="Tracing",
+            actions=["xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets"],
+            resources=["*"],
+        ),
+    ]
+
+
 def sagemaker_job_log_statements(
     stack: Stack, *, log_group_name: str, project_name: str, metrics_sid: str
 ) -> tuple[list[iam.PolicyStatement], list[str]]:

@@ -32,6 +32,7 @@ from stacks.components.policy import (
     sagemaker_job_log_statements,
     sagemaker_principal,
     sagemaker_vpc_network_statements,
+    state_machine_logging_statements,
 )
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
@@ -475,28 +476,5 @@ class TrainingJobWorkflow(Construct):
                 actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
                 resources=[stack.format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)],
             ),
-            iam.PolicyStatement(
-                sid="LogDelivery",
-                actions=[
-                    "logs:CreateLogDelivery",
-                    "logs:GetLogDelivery",
-                    "logs:UpdateLogDelivery",
-                    "logs:DeleteLogDelivery",
-                    "logs:ListLogDeliveries",
-                    "logs:PutResourcePolicy",
-                    "logs:DescribeResourcePolicies",
-                    "logs:DescribeLogGroups",
-                ],
-                resources=["*"],
-            ),
-            iam.PolicyStatement(
-                sid="Tracing",
-                actions=[
-                    "xray:PutTraceSegments",
-                    "xray:PutTelemetryRecords",
-                    "xray:GetSamplingRules",
-                    "xray:GetSamplingTargets",
-                ],
-                resources=["*"],
-            ),
+            *state_machine_logging_statements(),
         ]
