@@ -29,9 +29,7 @@ from stacks.components.network import TrainingNetwork
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
     pinned_job_creation_statements,
-    sagemaker_image_and_volume_statements,
-    sagemaker_job_log_statements,
-    sagemaker_vpc_network_statements,
+    sagemaker_job_runtime_statements,
     state_machine_logging_statements,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
@@ -110,13 +108,16 @@ class ProcessingRole(Construct):
         sdk_jobs = f"{OUTPUT_PREFIX}{project_name}-*"
         sdk_inputs = [artifacts_bucket.arn_for_objects(f"{sdk_jobs}/{part}/*") for part in ("input", "source")]
         sdk_outputs = artifacts_bucket.arn_for_objects(f"{sdk_jobs}/output/*/*")
-        log_statements, log_wildcards = sagemaker_job_log_statements(
+        runtime_statements, runtime_wildcards = sagemaker_job_runtime_statements(
             stack,
+            key=key,
+            repository=repository,
+            vpc=vpc,
             log_group_name=SAGEMAKER_PROCESSING_LOG_GROUP,
             project_name=project_name,
             metrics_sid="PublishProcessingMetrics",
+            pull_sid="PullProcessingImage",
         )
-        network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
         statements = [
             iam.PolicyStatement(sid="ReadRawData", actions=["s3:GetObject"], resources=[raw_objects]),
             iam.PolicyStatement(
@@ -141,16 +142,7 @@ class ProcessingRole(Construct):
             iam.PolicyStatement(
                 sid="WriteSdkProcessingOutputs", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=[sdk_outputs]
             ),
-            iam.PolicyStatement(
-                sid="UsePlatformKey",
-                # kms:Encrypt: SageMaker requires it of the execution role when
-                # ProcessingOutputConfig.KmsKeyId is set.
-                actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
-                resources=[key.key_arn],
-            ),
-            *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullProcessingImage"),
-            *log_statements,
-            *network_statements,
+            *runtime_statements,
         ]
         self.role, self.policy = sagemaker_execution_role(
             self,
@@ -168,7 +160,7 @@ class ProcessingRole(Construct):
                 "this account and region, limited to the training VPC by the ec2:Vpc condition (a new interface by the "
                 "subnet it must be created in)."
             ),
-            wildcards=[raw_objects, processed_objects, code_objects, *sdk_inputs, sdk_outputs, *log_wildcards, *network_wildcards, "*"],
+            wildcards=[raw_objects, processed_objects, code_objects, *sdk_inputs, sdk_outputs, *runtime_wildcards],
         )
 
 

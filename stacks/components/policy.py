@@ -192,6 +192,45 @@ def sagemaker_job_log_statements(
     return statements, [log_group_children, project_streams]
 
 
+def sagemaker_job_runtime_statements(
+    stack: Stack,
+    *,
+    key: kms.IKey,
+    repository: ecr.IRepository,
+    vpc: ec2.IVpc,
+    log_group_name: str,
+    project_name: str,
+    metrics_sid: str,
+    pull_sid: str,
+) -> tuple[list[iam.PolicyStatement], list[str]]:
+    """What every SageMaker job's execution role needs to run, whatever the job reads and writes.
+
+    The platform key (``kms:Encrypt`` too: SageMaker requires it of the execution role when the
+    job's output ``KmsKeyId`` is set), the container image and ML volume
+    (:func:`sagemaker_image_and_volume_statements`), the job's logs and metrics
+    (:func:`sagemaker_job_log_statements`) and its network interfaces in the training VPC
+    (:func:`sagemaker_vpc_network_statements`).
+
+    Returns:
+        ``(statements, wildcard resources to acknowledge)``, ``"*"`` included.
+    """
+    log_statements, log_wildcards = sagemaker_job_log_statements(
+        stack, log_group_name=log_group_name, project_name=project_name, metrics_sid=metrics_sid
+    )
+    network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
+    statements = [
+        iam.PolicyStatement(
+            sid="UsePlatformKey",
+            actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
+            resources=[key.key_arn],
+        ),
+        *sagemaker_image_and_volume_statements(key, repository, pull_sid=pull_sid),
+        *log_statements,
+        *network_statements,
+    ]
+    return statements, [*log_wildcards, *network_wildcards, "*"]
+
+
 def pinned_job_creation_statements(
     sid: str,
     action: str,

@@ -27,11 +27,9 @@ from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork
 from stacks.components.policy import (
     pinned_job_creation_statements,
+    sagemaker_job_runtime_statements,
     acknowledge,
-    sagemaker_image_and_volume_statements,
-    sagemaker_job_log_statements,
     sagemaker_principal,
-    sagemaker_vpc_network_statements,
     state_machine_logging_statements,
 )
 from stacks.components.training_job_spec import (
@@ -205,10 +203,16 @@ class TrainingJobRole(Construct):
         input_objects = [datasets_bucket.arn_for_objects(f"{p}*") for p in input_prefixes]
         artifact_objects = [artifacts_bucket.arn_for_objects(f"{p}*") for p in artifact_prefixes]
         code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
-        log_statements, log_wildcards = sagemaker_job_log_statements(
-            stack, log_group_name=SAGEMAKER_LOG_GROUP, project_name=project_name, metrics_sid="PublishTrainingMetrics"
+        runtime_statements, runtime_wildcards = sagemaker_job_runtime_statements(
+            stack,
+            key=key,
+            repository=repository,
+            vpc=vpc,
+            log_group_name=SAGEMAKER_LOG_GROUP,
+            project_name=project_name,
+            metrics_sid="PublishTrainingMetrics",
+            pull_sid="PullTrainingImage",
         )
-        network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
         statements = [
             iam.PolicyStatement(sid="ReadInputChannels", actions=["s3:GetObject"], resources=input_objects),
             iam.PolicyStatement(
@@ -234,16 +238,7 @@ class TrainingJobRole(Construct):
                 actions=["s3:GetObject"],
                 resources=[code_objects],
             ),
-            iam.PolicyStatement(
-                sid="UsePlatformKey",
-                # kms:Encrypt: SageMaker requires it of the execution role when
-                # OutputDataConfig.KmsKeyId is set (CreateTrainingJob API reference).
-                actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
-                resources=[key.key_arn],
-            ),
-            *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullTrainingImage"),
-            *log_statements,
-            *network_statements,
+            *runtime_statements,
         ]
         self.role, self.policy = sagemaker_execution_role(
             self,
@@ -257,7 +252,7 @@ class TrainingJobRole(Construct):
                 "groups and network interfaces of this account and region, limited to the training VPC by the ec2:Vpc "
                 "condition (a new interface by the subnet it must be created in)."
             ),
-            wildcards=[*input_objects, *artifact_objects, code_objects, *log_wildcards, *network_wildcards, "*"],
+            wildcards=[*input_objects, *artifact_objects, code_objects, *runtime_wildcards],
         )
 
 
