@@ -44,11 +44,13 @@ from stacks.components.training_job_spec import (
     CODE_PREFIX,
     EXPECTED_GPU_COUNT_ENV,
     MAX_ENTRY_POINT_LENGTH,
+    InstanceFacts,
     JobResources,
     LaunchError,
+    offered_instance_facts,
+    offered_instance_facts_table,
 )
 from stacks.config import ENTRY_POINT_PATTERN, PlatformConfig
-from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
 from stacks.sagemaker_limits import processing_job_limits
 
 CONTAINER_ENTRYPOINT = ("python3", "-m", "trainer", "process")
@@ -86,31 +88,19 @@ def processing_instance_facts(instance_type: str) -> tuple[str, bool]:
     Raises:
         LaunchError: the type is not a ``ml.`` GPU row of the table offered for processing.
     """
-    row = lookup(instance_type) if isinstance(instance_type, str) and instance_type.startswith(SAGEMAKER_PREFIX) else None
-    if row is None:
-        raise LaunchError(
-            f"instance type {instance_type!r} is not a known SageMaker GPU type; "
-            "use ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge"
-        )
+    facts = _processing_facts(instance_type)
+    return facts.expected_gpu_count, facts.local_nvme
+
+
+def _processing_facts(instance_type: str) -> InstanceFacts:
     limits = processing_job_limits()
-    if instance_type not in limits.processing_instance_types:
-        raise LaunchError(
-            f"instance type {instance_type!r} is not offered for SageMaker Processing ({limits.source}); "
-            "use another GPU type, e.g. ml.g5.xlarge"
-        )
-    return str(row.gpu_count), row.local_nvme_gb > 0
+    return offered_instance_facts(instance_type, limits.processing_instance_types, use="Processing", source=limits.source)
 
 
 def processing_instance_facts_table(allowed: Optional[Sequence[str]] = None) -> dict[str, dict[str, Any]]:
     """:func:`processing_instance_facts` of every GPU type offered for processing (only those in
     ``allowed`` when given): the state machine's copy."""
-    offered = processing_job_limits().processing_instance_types
-    table = {}
-    for name in sorted(gpu_instance_types()):
-        if SAGEMAKER_PREFIX + name in offered and (allowed is None or SAGEMAKER_PREFIX + name in allowed):
-            count, nvme = processing_instance_facts(SAGEMAKER_PREFIX + name)
-            table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": count, "local_nvme": nvme}
-    return table
+    return offered_instance_facts_table(processing_job_limits().processing_instance_types, _processing_facts, allowed)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence, Union
 
 from stacks.components.request_expressions import (  # noqa: F401 (re-exported: the helpers' old home)
     Jsonata,
@@ -102,31 +102,48 @@ class InstanceFacts:
 
 def instance_facts(instance_type: str) -> InstanceFacts:
     """Facts for a ``ml.`` GPU type SageMaker trains on; :class:`LaunchError` for anything else."""
-    row = lookup(instance_type) if instance_type.startswith(SAGEMAKER_PREFIX) else None
-    if row is None:
-        raise LaunchError(
-            f"instance type {instance_type!r} is not a known SageMaker GPU type; "
-            "use ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge"
-        )
     limits = training_job_limits()
-    if instance_type not in limits.training_instance_types:
-        raise LaunchError(
-            f"instance type {instance_type!r} is not offered for SageMaker training ({limits.source}); "
-            "use another GPU type, e.g. ml.g5.xlarge"
-        )
-    return InstanceFacts(expected_gpu_count=str(row.gpu_count), local_nvme=row.local_nvme_gb > 0)
+    return offered_instance_facts(instance_type, limits.training_instance_types, use="training", source=limits.source)
 
 
 def instance_facts_table(allowed: Optional[Sequence[str]] = None) -> dict[str, dict[str, Any]]:
     """:func:`instance_facts` for every GPU type SageMaker trains on (only those in ``allowed``
     when given), keyed by SageMaker name (the state machine's copy)."""
+    return offered_instance_facts_table(training_job_limits().training_instance_types, instance_facts, allowed)
+
+
+def offered_instance_facts(instance_type: Any, offered: Collection[str], *, use: str, source: str) -> InstanceFacts:
+    """Facts for a ``ml.`` GPU type of the table that SageMaker offers for ``use`` (``offered``).
+
+    Raises:
+        LaunchError: not a ``ml.`` GPU row of the table, or not offered (``source``: the model
+            that says so).
+    """
+    row = lookup(instance_type) if isinstance(instance_type, str) and instance_type.startswith(SAGEMAKER_PREFIX) else None
+    if row is None:
+        raise LaunchError(
+            f"instance type {instance_type!r} is not a known SageMaker GPU type; "
+            "use ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge"
+        )
+    if instance_type not in offered:
+        raise LaunchError(
+            f"instance type {instance_type!r} is not offered for SageMaker {use} ({source}); "
+            "use another GPU type, e.g. ml.g5.xlarge"
+        )
+    return InstanceFacts(expected_gpu_count=str(row.gpu_count), local_nvme=row.local_nvme_gb > 0)
+
+
+def offered_instance_facts_table(
+    offered: Collection[str], facts: Callable[[str], InstanceFacts], allowed: Optional[Sequence[str]] = None
+) -> dict[str, dict[str, Any]]:
+    """``facts`` of every GPU type of the table in ``offered`` (and in ``allowed`` when given),
+    keyed by SageMaker name: the state machine's copy."""
     table = {}
-    offered = training_job_limits().training_instance_types
     for name in sorted(gpu_instance_types()):
         if SAGEMAKER_PREFIX + name not in offered or (allowed is not None and SAGEMAKER_PREFIX + name not in allowed):
             continue
-        facts = instance_facts(SAGEMAKER_PREFIX + name)
-        table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": facts.expected_gpu_count, "local_nvme": facts.local_nvme}
+        row = facts(SAGEMAKER_PREFIX + name)
+        table[SAGEMAKER_PREFIX + name] = {"expected_gpu_count": row.expected_gpu_count, "local_nvme": row.local_nvme}
     return table
 
 
