@@ -101,8 +101,7 @@ def sagemaker_hosting_instance_types() -> frozenset[str]:
     validates a CreateEndpointConfig request against. A GPU type can train but not host (and
     the other way round), so serving checks both this and the GPU table.
     """
-    import botocore.session
+    from stacks.sagemaker_limits import sagemaker_service_model
 
-    model = botocore.session.get_session().get_service_model("sagemaker")
-    return frozenset(model.shape_for("ProductionVariantInstanceType").enum)
+    return frozenset(sagemaker_service_model().shape_for("ProductionVariantInstanceType").enum)
 

@@ -119,6 +119,17 @@ class ProcessingJobLimits:
     job_name: FieldRule
 
 
+@lru_cache(maxsize=1)
+def sagemaker_service_model() -> botocore.model.ServiceModel:
+    """botocore's bundled SageMaker model, parsed once per process.
+
+    The file is megabytes of JSON: the training limits, the processing limits and the hosting
+    types (:func:`stacks.gpu_instances.sagemaker_hosting_instance_types`) all read this one copy.
+    """
+    raw = botocore.loaders.create_loader().load_service_model(SERVICE, "service-2")
+    return botocore.model.ServiceModel(raw, SERVICE)
+
+
 def _rule(shape: Any) -> FieldRule:
     meta = shape.metadata
     return FieldRule(min_length=int(meta.get("min", 0)), max_length=int(meta["max"]), pattern=meta.get("pattern"))
@@ -127,8 +138,7 @@ def _rule(shape: Any) -> FieldRule:
 @lru_cache(maxsize=1)
 def training_job_limits() -> TrainingJobLimits:
     """The limits, read once per process from botocore's bundled SageMaker model."""
-    raw = botocore.loaders.create_loader().load_service_model(SERVICE, "service-2")
-    model = botocore.model.ServiceModel(raw, SERVICE)
+    model = sagemaker_service_model()
     request: Any = model.shape_for("CreateTrainingJobRequest")
     members = request.members
     hyperparameters = members["HyperParameters"]
@@ -151,8 +161,7 @@ def training_job_limits() -> TrainingJobLimits:
 @lru_cache(maxsize=1)
 def processing_job_limits() -> ProcessingJobLimits:
     """The CreateProcessingJob limits, read once per process from botocore's bundled SageMaker model."""
-    raw = botocore.loaders.create_loader().load_service_model(SERVICE, "service-2")
-    model = botocore.model.ServiceModel(raw, SERVICE)
+    model = sagemaker_service_model()
     request: Any = model.shape_for("CreateProcessingJobRequest")
     members = request.members
     cluster = members["ProcessingResources"].members["ClusterConfig"].members
