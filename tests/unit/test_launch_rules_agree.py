@@ -8,19 +8,32 @@ hand-written and this test holds them together: a generated set of launches (eve
 values, each invalid value alone, and seeded random mixes of both) is run through both, with the
 reference JSONata implementation. For every launch both accept or both refuse; when both accept
 they send the same CreateTrainingJob request; when one field is invalid, the workflow's reason
-names that field.
+names that field. The pipeline's processing options (:func:`resolve_processing` against the
+processing rules the pipeline checks) are held together the same way.
 
 Needs Node and the npm package ``jsonata`` (as ``test_training_job_jsonata``).
 """
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from stacks.components.processing_job_spec import (
+    STATE_MACHINE_PROCESSING_VALUES,
+    ProcessingOptions,
+    ProcessingTemplate,
+    create_processing_job_request,
+    processing_launch_check,
+    processing_launch_problem,
+    processing_state_machine_assignments,
+    resolve_processing,
+)
 from stacks.components.training_job_spec import (
     JobTemplate,
     LaunchError,
@@ -30,7 +43,7 @@ from stacks.components.training_job_spec import (
 )
 from stacks.config import load_config
 from tests.synth import project_context
-from tests.unit.test_training_job_jsonata import RESOURCES, _evaluate
+from tests.unit.test_training_job_jsonata import EVALUATOR, NODE_ENV, RESOURCES, _evaluate
 
 ABSENT = object()
 """The field is left out of the launch (the deployment's default applies)."""
@@ -163,3 +176,91 @@ def test_the_workflows_reason_names_the_invalid_field(verdicts):
 def test_the_mixes_are_reproducible():
     assert generated_launches() == generated_launches()
     assert generated_launches(seed=1) != generated_launches(seed=2)
+
+
+# --------------------------------------------------------------------------------------------
+# The pipeline's processing options: resolve_processing and the processing rules
+# --------------------------------------------------------------------------------------------
+
+PROCESS_CODE = "s3://artifacts/code/prep/sourcedir.tar.gz"
+PROCESS_FIELDS = (
+    Field("job_name", (ABSENT, "gputrain-p1", "gputrain-prep-2--b"), ("other-x", "gputrain-", "gputrain-a_b", "gputrain-" + "a" * 60)),
+    Field("instance_type", (ABSENT, "ml.g5.xlarge"), ("ml.m5.large", "g5.xlarge", "ml.p4d.24xlarge")),
+    Field("instance_count", (ABSENT, 1, 2), (0, -1, 1.5, True, "1", 1000)),
+    Field("input_uri", (ABSENT, "s3://datasets/raw/", "s3://datasets/raw/2026/day-1/"),
+          ("s3://datasets/processed/x/", "s3://other/raw/", "s3://datasets/raw/../processed/", "s3://datasets/raw/" + "x" * 1100)),
+    Field("arguments", (ABSENT, [], ["--shards", "4"]), ("--shards 4", [1, 2], ["x" * 300])),
+)
+PROCESS_SOURCES = {"built-in": {}, "script": {"code_uri": PROCESS_CODE, "entry_point": "prep.py"}}
+PROCESS_BAD_SOURCES = {
+    "code without entry point": {"code_uri": PROCESS_CODE},
+    "entry point without code": {"entry_point": "prep.py"},
+    "code outside code/": {"code_uri": "s3://artifacts/raw/sourcedir.tar.gz", "entry_point": "prep.py"},
+    "entry point leaves the folder": {"code_uri": PROCESS_CODE, "entry_point": "../prep.py"},
+}
+
+
+def generated_processing_runs(seed: int = 22, mixes: int = 120) -> list[tuple[dict[str, Any], str | None]]:
+    """As :func:`generated_launches`, for the pipeline's ``process`` options."""
+    baseline = {f.name: ABSENT for f in PROCESS_FIELDS}
+    runs: list[tuple[dict[str, Any], str | None]] = []
+    for field, value in ((f, v) for f in PROCESS_FIELDS for v in f.valid):
+        for source in PROCESS_SOURCES.values():
+            runs.append((_launch({**baseline, field.name: value}, source), None))
+    for field, value in ((f, v) for f in PROCESS_FIELDS for v in f.invalid):
+        runs.append((_launch({**baseline, field.name: value}, {}), field.name))
+    for source in PROCESS_BAD_SOURCES.values():
+        runs.append((_launch(baseline, source), "code_uri"))
+    rng = random.Random(seed)
+    for _ in range(mixes):
+        choice = {f.name: rng.choice(f.valid + f.invalid) if rng.random() < 0.3 else rng.choice(f.valid) for f in PROCESS_FIELDS}
+        runs.append((_launch(choice, rng.choice([*PROCESS_SOURCES.values(), *PROCESS_BAD_SOURCES.values()])), None))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def processing_verdicts() -> tuple[ProcessingTemplate, list[tuple[dict[str, Any], str | None, dict[str, Any]]]]:
+    config = load_config(project_context())
+    template = ProcessingTemplate.from_config(config, RESOURCES)
+    runs = generated_processing_runs()
+    doc = {
+        "assign": processing_state_machine_assignments(template, source="$states.input"),
+        "check": processing_launch_check(template),
+        "problem": processing_launch_problem(template),
+        "request": create_processing_job_request(template, STATE_MACHINE_PROCESSING_VALUES),
+        "cases": [{"input": run, "execution_name": f"e{i}"} for i, (run, _) in enumerate(runs)],
+    }
+    result = subprocess.run(
+        ["node", "-e", EVALUATOR], input=json.dumps(doc), capture_output=True, text=True, env=NODE_ENV, timeout=60, check=True
+    )
+    return template, [(run, field, verdict) for (run, field), verdict in zip(runs, json.loads(result.stdout))]
+
+
+def _processing_verdict(template: ProcessingTemplate, run: dict[str, Any], execution_name: str) -> dict[str, Any] | str:
+    options = ProcessingOptions(**{"job_name": f"{template.job_name_prefix}{execution_name}-process", **run})
+    try:
+        return create_processing_job_request(template, resolve_processing(template, options))
+    except LaunchError as error:
+        return str(error)
+
+
+def test_python_and_jsonata_accept_and_refuse_the_same_processing_runs(processing_verdicts):
+    template, verdicts = processing_verdicts
+    outcomes = [verdict["ok"] for _, _, verdict in verdicts]
+    assert outcomes.count(True) > 30 and outcomes.count(False) > 30
+    disagreements = []
+    for i, (run, _, verdict) in enumerate(verdicts):
+        python = _processing_verdict(template, run, f"e{i}")
+        if verdict["ok"] != isinstance(python, dict):
+            disagreements.append(f"{run}: JSONata {'accepts' if verdict['ok'] else verdict['problem']}; "
+                                 f"Python {'accepts' if isinstance(python, dict) else python}")
+        elif verdict["ok"]:
+            assert verdict["request"] == python, run
+    assert disagreements == []
+
+
+def test_the_processing_reason_names_the_invalid_field(processing_verdicts):
+    for run, field, verdict in processing_verdicts[1]:
+        if field is not None:
+            assert verdict["ok"] is False, run
+            assert f"process.{field}" in verdict["problem"], (run, verdict["problem"])
