@@ -340,3 +340,24 @@ def test_alarm_topic_key_admits_cloudwatch_only_for_this_stacks_alarms(default):
     rendered = [_text(a) for a in arns]
     for arn, name in zip(rendered, ("gputrain-endpoint-5xx", "gputrain-endpoint-latency")):
         assert ":cloudwatch:us-east-1:123456789012:alarm:" + name in arn.replace('", "', "").replace('"', ""), arn
+
+
+def test_spec_properties_map_onto_the_l1_arguments():
+    """The serving stack hands endpoint_spec's API-named properties to the L1 constructs: keyword
+    names at the top, struct fields below, and the user's own map keys (the environment) untouched."""
+    from stacks.components.model_endpoint import cfn_arguments
+
+    arguments = cfn_arguments(
+        {
+            "ExecutionRoleArn": "arn:role",
+            "PrimaryContainer": {"ModelDataUrl": "s3://a/m.tar.gz", "Environment": {"EXPECTED_GPU_COUNT": "1", "Key": "v"}},
+            "ProductionVariants": [{"VariantName": "AllTraffic", "InitialVariantWeight": 1.0}],
+            "DataCaptureConfig": {"DestinationS3Uri": "s3://a/c", "CaptureOptions": [{"CaptureMode": "Input"}]},
+        }
+    )
+    assert arguments == {
+        "execution_role_arn": "arn:role",
+        "primary_container": {"modelDataUrl": "s3://a/m.tar.gz", "environment": {"EXPECTED_GPU_COUNT": "1", "Key": "v"}},
+        "production_variants": [{"variantName": "AllTraffic", "initialVariantWeight": 1.0}],
+        "data_capture_config": {"destinationS3Uri": "s3://a/c", "captureOptions": [{"captureMode": "Input"}]},
+    }
