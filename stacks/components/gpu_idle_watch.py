@@ -31,7 +31,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.components.log_group import encrypted_log_group
-from stacks.components.policy import state_machine_logging_statements
+from stacks.components.policy import state_machine_logging_statements, state_machine_principal
 from stacks.components.training_job_notifications import JOB_END_STATES, gpu_idle_alarm_prefix, idle_alarm_pattern
 from stacks.components.training_job_spec import instance_facts_table
 from stacks.components.training_job_workflow import acknowledge_wildcard_resources
@@ -101,17 +101,11 @@ class GpuIdleWatch(Construct):
         name = f"{project_name}-gpu-idle-watch"
         definition = watch_definition(project_name, settings, stack.partition)
         log_group = encrypted_log_group(self, "Logs", key=key, log_group_name=f"/aws/vendedlogs/states/{name}")
-        machine_arn = stack.format_arn(
-            service="states", resource="stateMachine", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME
-        )
         role = iam.Role(
             self,
             "Role",
             description=f"{project_name}: creates and deletes the GPU idle alarms of the project's training jobs",
-            assumed_by=iam.ServicePrincipal(
-                "states.amazonaws.com",
-                conditions={"ArnLike": {"aws:SourceArn": machine_arn}, "StringEquals": {"aws:SourceAccount": stack.account}},
-            ),
+            assumed_by=state_machine_principal(stack, name),
         )
         alarms = stack.format_arn(
             service="cloudwatch", resource="alarm", resource_name=f"{prefix}*", arn_format=ArnFormat.COLON_RESOURCE_NAME

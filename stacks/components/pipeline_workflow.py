@@ -31,6 +31,7 @@ from stacks.components.policy import (
     pinned_job_creation_statements,
     sagemaker_job_runtime_statements,
     state_machine_logging_statements,
+    state_machine_principal,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
 from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources
@@ -282,20 +283,7 @@ class PipelineWorkflow(Construct):
             self,
             "Role",
             description=f"{project}: the pipeline (processing, training, promotion of the project's jobs and endpoint)",
-            assumed_by=iam.ServicePrincipal(
-                "states.amazonaws.com",
-                conditions={
-                    "ArnLike": {
-                        "aws:SourceArn": stack.format_arn(
-                            service="states",
-                            resource="stateMachine",
-                            resource_name=name,
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    },
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                },
-            ),
+            assumed_by=state_machine_principal(stack, name),
         )
         statements, wildcards = self._statements(
             config,

@@ -83,6 +83,25 @@ def sagemaker_principal(stack: Stack) -> iam.ServicePrincipal:
     )
 
 
+def state_machine_principal(stack: Stack, state_machine_name: str) -> iam.ServicePrincipal:
+    """Step Functions, acting only for the state machine ``state_machine_name`` of this account
+    (confused deputy prevention): the trust of a state machine's own role."""
+    return iam.ServicePrincipal(
+        "states.amazonaws.com",
+        conditions={
+            "ArnLike": {
+                "aws:SourceArn": stack.format_arn(
+                    service="states",
+                    resource="stateMachine",
+                    resource_name=state_machine_name,
+                    arn_format=ArnFormat.COLON_RESOURCE_NAME,
+                )
+            },
+            "StringEquals": {"aws:SourceAccount": stack.account},
+        },
+    )
+
+
 def sagemaker_image_and_volume_statements(key: kms.IKey, repository: ecr.IRepository, *, pull_sid: str) -> list[iam.PolicyStatement]:
     """What every SageMaker execution role of the platform needs for its container and ML volume.
 

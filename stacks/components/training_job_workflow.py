@@ -13,7 +13,7 @@ import json
 from typing import Any, Mapping, Sequence
 
 import jsii
-from aws_cdk import ArnFormat, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_iam as iam
@@ -31,6 +31,7 @@ from stacks.components.policy import (
     acknowledge,
     sagemaker_principal,
     state_machine_logging_statements,
+    state_machine_principal,
 )
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
@@ -384,20 +385,7 @@ class TrainingJobWorkflow(Construct):
             self,
             "Role",
             description=f"{project}: the training workflow (creates, follows and stops the project's jobs)",
-            assumed_by=iam.ServicePrincipal(
-                "states.amazonaws.com",
-                conditions={
-                    "ArnLike": {
-                        "aws:SourceArn": stack.format_arn(
-                            service="states",
-                            resource="stateMachine",
-                            resource_name=state_machine_name,
-                            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                        )
-                    },
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                },
-            ),
+            assumed_by=state_machine_principal(stack, state_machine_name),
         )
         policy = iam.ManagedPolicy(
             self, "RolePolicy", statements=self._workflow_statements(project), roles=[self.role]
