@@ -705,6 +705,8 @@ def _check_positive(path: str, value: int, *, minimum: int = 1, maximum: Optiona
         raise ConfigError(path, value, f"must be {span}", f"set it to a value {span}")
 
 
+MAX_INSTANCE_COUNT = 64
+"""Instances of one training job: the configured default and every launch (Python and the workflow) stay within it."""
 USER_CODE_PREFIX = "code/"
 """Where users' ``sourcedir.tar.gz`` live in the artifacts bucket (the only code the roles read)."""
 ENTRY_POINT_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_./-]*[.](py|sh)$"
@@ -856,7 +858,7 @@ def _validate_training_job(tj: TrainingJobConfig) -> TrainingJobConfig:
             f"{p}.training_job.allowed_instance_types", tj.instance_type, tj.allowed_instance_types, processing=False
         ),
     )
-    _check_positive(f"{p}.training_job.instance_count", tj.instance_count, maximum=64)
+    _check_positive(f"{p}.training_job.instance_count", tj.instance_count, maximum=MAX_INSTANCE_COUNT)
     _check_positive(f"{p}.training_job.volume_size_gb", tj.volume_size_gb, maximum=16384)
     _check_positive(f"{p}.training_job.max_runtime_seconds", tj.max_runtime_seconds, maximum=28 * 86400)
     _check_positive(f"{p}.training_job.retry_attempts", tj.retry_attempts, minimum=1, maximum=30)

@@ -37,7 +37,7 @@ from stacks.components.request_expressions import (  # noqa: F401 (re-exported: 
     to_jsonata,
     when,
 )
-from stacks.config import ENTRY_POINT_PATTERN, USER_CODE_PREFIX, PlatformConfig
+from stacks.config import ENTRY_POINT_PATTERN, MAX_INSTANCE_COUNT, USER_CODE_PREFIX, PlatformConfig
 from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
 from stacks.sagemaker_limits import training_job_limits
 
@@ -69,7 +69,6 @@ CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 """SageMaker always writes training logs here, in streams named ``<job name>/algo-<n>-<ts>``."""
 
-MAX_INSTANCE_COUNT = 64
 MAX_CHANNEL_URI_LENGTH = 1024
 """``S3DataSource.S3Uri`` is at most 1024 characters (SageMaker's API model)."""
 MAX_JOB_NAME_LENGTH = training_job_limits().job_name.max_length
