@@ -4,7 +4,7 @@ Pure Python (no CDK import). The serving stack declares them as CloudFormation r
 (``AWS::SageMaker::Model``/``EndpointConfig``/``Endpoint``, whose properties have the API's
 names and shapes) from the properties built here (:class:`~stacks.components.model_endpoint.GpuEndpoint`);
 the pipeline's promote step calls CreateModel, CreateEndpointConfig and UpdateEndpoint with
-requests built from the same properties. ``tests/unit/test_pipeline_workflow.py`` keeps the
+requests built from the same properties. ``tests/unit/test_pipeline_stack.py`` keeps the
 serving stack's resources equal to these requests, so a model promoted by the pipeline is
 served exactly as one deployed by ``python -m scripts.promote``.
 
