@@ -76,7 +76,7 @@ def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
     if str(TRAINING_IMAGE) not in sys.path:
         sys.path.insert(0, str(TRAINING_IMAGE))
     from trainer.config import parse_hyperparameters
-    from trainer.errors import ConfigError
+    from trainer.contract.errors import ConfigError
 
     hyperparameters = dict(values.hyperparameters)  # type: ignore[arg-type]
     try:

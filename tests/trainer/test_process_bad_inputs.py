@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.process_helpers import job_config, output_dir, raw_dir, run_process, write_raw
-from trainer.errors import ConfigError, DataError
+from trainer.contract.errors import ConfigError, DataError
 from trainer.process import contract, transform
 from trainer.process.options import TransformOptions
 from trainer.synthetic import SyntheticSpec

@@ -17,7 +17,7 @@ import pytest
 from tests.trainer.process_helpers import output_dir, raw_dir, read_examples, write_raw
 from trainer import data, images, manifest
 from trainer.config import TrainingConfig
-from trainer.environment import resolve_paths
+from trainer.contract.environment import resolve_paths
 from trainer.process import contract, transform
 from trainer.process.options import TransformOptions
 from trainer.process.records import ShardWriter, serialize_examples

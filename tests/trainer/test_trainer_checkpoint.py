@@ -8,8 +8,8 @@ import pytest
 
 from trainer import data, models, train
 from trainer.config import TrainingConfig
-from trainer.environment import resolve_paths
-from trainer.errors import CheckpointError
+from trainer.contract.environment import resolve_paths
+from trainer.contract.errors import CheckpointError
 
 
 def _spec(features: int, classes: int) -> data.DatasetSpec:

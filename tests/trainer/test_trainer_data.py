@@ -9,8 +9,8 @@ import pytest
 
 from trainer import data
 from trainer.config import TrainingConfig
-from trainer.environment import resolve_paths
-from trainer.errors import ConfigError, DataError
+from trainer.contract.environment import resolve_paths
+from trainer.contract.errors import ConfigError, DataError
 from trainer.synthetic import SyntheticSpec, write_dataset
 
 

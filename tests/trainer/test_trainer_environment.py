@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.environment import load_environment, resolve_cluster, resolve_paths
-from trainer.errors import ConfigError
+from trainer.contract.environment import load_environment, resolve_cluster, resolve_paths
+from trainer.contract.errors import ConfigError
 
 
 def _resource_config(base: Path, **content) -> None:
@@ -170,7 +170,7 @@ def test_instance_type_precedence(tmp_path):
 
 
 def _cluster(source: str):
-    from trainer.environment import Cluster
+    from trainer.contract.environment import Cluster
 
     return Cluster(hosts=("algo-1", "algo-2"), current_host="algo-1", worker_port=2222, source=source)
 
@@ -189,7 +189,7 @@ def test_a_peer_lost_in_the_startup_all_reduce_is_the_named_multi_host_failure()
     import tensorflow as tf
 
     from trainer.distribute import peer_failure
-    from trainer.errors import PeerFailedError
+    from trainer.contract.errors import PeerFailedError
 
     err = tf.errors.UnavailableError(None, None, "Collective ops is aborted by: failed to connect to all addresses")
     failure = peer_failure(_cluster("SM_HOSTS"), "the start-up GPU check's all-reduce", err)

@@ -10,7 +10,7 @@ import pytest
 
 from trainer import images
 from trainer.config import TrainingConfig
-from trainer.errors import ConfigError, DataError
+from trainer.contract.errors import ConfigError, DataError
 from trainer.synthetic import SyntheticSpec, encode_image, main, write_dataset
 
 SHAPE = (20, 24, 3)

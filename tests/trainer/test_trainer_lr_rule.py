@@ -6,7 +6,7 @@ import pytest
 
 from trainer import lr_schedule
 from trainer.config import TrainingConfig
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 
 def test_the_global_batch_grows_with_replicas_and_the_rate_scales_linearly():

@@ -76,7 +76,7 @@ def test_the_writer_records_a_manifest_that_matches_a_scan(tmp_path):
 
     from trainer import data, manifest
     from trainer.config import TrainingConfig
-    from trainer.environment import resolve_paths
+    from trainer.contract.environment import resolve_paths
 
     for fmt in ("csv", "tfrecord"):
         directory = tmp_path / "input" / "data" / fmt

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.helpers import run_trainer, write_job
-from trainer import environment
-from trainer.errors import SourceError
+from trainer.contract import environment
+from trainer.contract.errors import SourceError
 from trainer.synthetic import SyntheticSpec
 from trainer.user_code import contract
 

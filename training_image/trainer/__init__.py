@@ -1,7 +1,7 @@
 """GPU-verified, multi-GPU TensorFlow training entrypoint for SageMaker and EC2 GPU nodes.
 
 Run it as ``python -m trainer`` (the image's ENTRYPOINT). The container contract lives in
-:mod:`trainer.environment`, the hyperparameters in :mod:`trainer.config`, and the training loop
+:mod:`trainer.contract.environment`, the hyperparameters in :mod:`trainer.config`, and the training loop
 in :mod:`trainer.train`. Modules that need TensorFlow import it lazily where device
 configuration has to happen before TensorFlow initialises its runtime.
 """

@@ -32,8 +32,8 @@ from typing import Any
 
 from trainer import manifest
 from trainer.config import TrainingConfig
-from trainer.environment import Paths
-from trainer.errors import ConfigError, DataError
+from trainer.contract.environment import Paths
+from trainer.contract.errors import ConfigError, DataError
 from trainer.logs import log
 
 FEATURES_KEY = "features"

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from trainer.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_WORKER_PORT, Cluster
-from trainer.errors import PeerFailedError, RendezvousError, TrainerError
+from trainer.contract.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_WORKER_PORT, Cluster
+from trainer.contract.errors import PeerFailedError, RendezvousError, TrainerError
 from trainer.gpu_check import DeviceInventory
 from trainer.logs import log
 from trainer.watchdog import Watchdog

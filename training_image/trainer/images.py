@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainingConfig
-from trainer.errors import DataError
+from trainer.contract.errors import DataError
 from trainer.manifest import STATISTICS_NAME
 
 IMAGE_KEY = "image/encoded"

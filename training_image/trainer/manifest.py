@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from trainer import data
     from trainer.config import TrainingConfig
-    from trainer.environment import resolve_paths
+    from trainer.contract.environment import resolve_paths
 
     directory = args.directory.resolve()
     paths = dataclasses.replace(resolve_paths({}), data_dir=directory.parent)

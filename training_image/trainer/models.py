@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from trainer.config import TrainingConfig
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 
 def build_model(config: TrainingConfig, num_features: int, num_classes: int) -> Any:

@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import environment, gpu_check, gpu_monitor
+from trainer import gpu_check, gpu_monitor
+from trainer.contract import environment
 from trainer.logs import log
 from trainer.metrics import EpochMetrics, emit
 
@@ -69,9 +70,9 @@ def _cluster_from_tf_config() -> environment.Cluster | None:
 
 def _inventory() -> gpu_check.DeviceInventory:
     if "inventory" not in _STATE:
-        raw = os.environ.get(environment.ENV_EXPECTED_GPU_COUNT, "").strip()
-        count = int(raw) if raw else int(os.environ.get("SM_NUM_GPUS", "0") or 0)
-        source = environment.ENV_EXPECTED_GPU_COUNT if raw else "SM_NUM_GPUS"
+        expected = environment.expected_gpu_count()
+        count = expected if expected is not None else int(os.environ.get("SM_NUM_GPUS", "0") or 0)
+        source = environment.ENV_EXPECTED_GPU_COUNT if expected is not None else "SM_NUM_GPUS"
         _STATE["inventory"] = gpu_check.inspect_devices(gpu_check.GpuExpectation(count, source))
     return _STATE["inventory"]
 

@@ -26,8 +26,8 @@ from typing import Any
 from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, lr_schedule, models
 from trainer import precision as precisions
 from trainer.config import TrainingConfig
-from trainer.environment import Cluster, Paths, TrainingEnvironment
-from trainer.errors import (
+from trainer.contract.environment import Cluster, Paths, TrainingEnvironment
+from trainer.contract.errors import (
     CheckpointError,
     ConfigError,
     DataError,

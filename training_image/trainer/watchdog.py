@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import trainer
-from trainer.environment import resolve_paths
-from trainer.failure import record_failure
+from trainer.contract.environment import resolve_paths
+from trainer.contract.failure import record_failure
 
 POLL_SECONDS = 0.5
 PROBE_EVERY_SECONDS = 2.0

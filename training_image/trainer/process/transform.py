@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from trainer import data, images, manifest
-from trainer.errors import ConfigError, DataError
+from trainer.contract.errors import ConfigError, DataError
 from trainer.logs import log
 from trainer.process import contract, stopping
 from trainer.process.options import TransformOptions

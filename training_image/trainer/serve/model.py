@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from trainer.errors import TrainerError
+from trainer.contract.errors import TrainerError
 from trainer.serve.tfserving import DEFAULT_SIGNATURE, Signature, TensorSpec
 
 TRAINER_CONFIG = "trainer_config.json"
