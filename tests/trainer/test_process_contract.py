@@ -14,10 +14,10 @@ import pytest
 
 from tests.trainer.process_helpers import job_config, output_dir, raw_dir, run_process, write_raw
 from trainer.contract.errors import ConfigError
+from trainer.datasets.synthetic import SyntheticSpec
 from trainer.process import contract, options
 from trainer.process.runner import refuse_several_hosts
 from trainer.process.transform import shard_counts
-from trainer.synthetic import SyntheticSpec
 
 TINY_CSV = SyntheticSpec("csv", examples=60, features=3, classes=2, seed=5)
 

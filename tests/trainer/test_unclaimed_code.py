@@ -10,7 +10,7 @@ import pytest
 from tests.trainer.helpers import run_trainer, write_job
 from trainer.contract import environment
 from trainer.contract.errors import SourceError
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 from trainer.user_code import contract
 
 DATA = SyntheticSpec("csv", examples=64, features=4, classes=2, seed=1)

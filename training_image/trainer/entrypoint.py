@@ -18,13 +18,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from trainer import train
 from trainer.contract import environment
-from trainer.user_code import contract as script_contract
-from trainer.user_code import runner as script_runner
 from trainer.contract.errors import ConfigError
 from trainer.contract.failure import record_failure, run_recorded
 from trainer.logs import log
+from trainer.train import runner as train
+from trainer.user_code import contract as script_contract
+from trainer.user_code import runner as script_runner
 
 ACCEPTED_ARGUMENTS = ([], ["train"])
 

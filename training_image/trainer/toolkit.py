@@ -34,7 +34,7 @@ from typing import Any
 from trainer import gpu_check, gpu_monitor
 from trainer.contract import environment
 from trainer.logs import log
-from trainer.metrics import EpochMetrics, emit
+from trainer.train.metrics import EpochMetrics, emit
 
 _STATE: dict[str, Any] = {}
 
@@ -86,7 +86,7 @@ def strategy() -> Any:
     """
     if "strategy" in _STATE:
         return _STATE["strategy"]
-    from trainer import distribute
+    from trainer.train import distribute
 
     inventory = _inventory()
     cluster = _cluster_from_tf_config() or environment.Cluster(

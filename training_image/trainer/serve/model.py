@@ -217,7 +217,7 @@ def _load_keras(source: ModelSource, output: str, device: str | None) -> LoadedM
     num_classes = int(math.prod(int(d) for d in model.outputs[0].shape[1:]))
     if output == "auto":
         if source.kind == "trainer":
-            output = "logits"  # trainer/models.py ends in a float32 logits layer
+            output = "logits"  # trainer/train/models.py ends in a float32 logits layer
         else:
             activation = getattr(getattr(model.layers[-1], "activation", None), "__name__", "")
             output = "probabilities" if activation in ("softmax", "sigmoid") else "logits"

@@ -23,9 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, lr_schedule, models
+from trainer import __version__, gpu_check, gpu_monitor
 from trainer import precision as precisions
-from trainer.config import TrainingConfig
 from trainer.contract.environment import Cluster, Paths, TrainingEnvironment
 from trainer.contract.errors import (
     CheckpointError,
@@ -35,8 +34,12 @@ from trainer.contract.errors import (
     TrainingDivergedError,
     TrainingInterrupted,
 )
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets import images
+from trainer.datasets import tabular as data
 from trainer.logs import log
-from trainer.metrics import EpochMetrics, emit
+from trainer.train import diagnosis, distribute, lr_schedule, models
+from trainer.train.metrics import EpochMetrics, emit
 
 MODEL_FILENAME = "model.keras"
 BEST_MODEL_FILENAME = "best.keras"
@@ -89,7 +92,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     config = TrainingConfig.from_hyperparameters(env.hyperparameters)
     cluster = env.cluster
     log("config", **{k: json.dumps(v) for k, v in config.to_dict().items()})
-    # Image channels (trainer.images) are counted from their listing or manifest; feature rows by
+    # Image channels (trainer.datasets.images) are counted from their listing or manifest; feature rows by
     # data.count_channel below.
     train_channel = data.resolve_train_channel(env.paths, config, env.input_data_config)
     spec: Any = images.from_config(env.paths.channel_dir(train_channel), config, channel=train_channel)
@@ -524,7 +527,7 @@ def _train_loop(
                 raise DataError(
                     f"Epoch {epoch} ended after fewer than {steps} steps: the files in {spec.directory} hold fewer "
                     f"examples than counted ({spec.examples} per {manifest_or_scan(spec)}); they changed during "
-                    "training, or the manifest is wrong (rewrite it with python -m trainer.manifest)."
+                    "training, or the manifest is wrong (rewrite it with python -m trainer.datasets.manifest)."
                 ) from err
             except tf.errors.OpError as err:
                 # Only errors a bad file raises are worth a walk over the files (after a failure only).
@@ -612,7 +615,7 @@ def _train_loop(
 
 
 def _timed_next(iterator: Any, after: Any) -> tuple[Any, Any, Any]:
-    """``next(iterator)`` in the step graph, and the seconds it waited (``input_wait``, trainer.metrics).
+    """``next(iterator)`` in the step graph, and the seconds it waited (``input_wait``, trainer.train.metrics).
 
     The control dependencies pin the clock readings: the first after ``after`` (the previous
     step's results) and before the batch is requested, the second once the batch has arrived.
@@ -630,7 +633,7 @@ def _timed_next(iterator: Any, after: Any) -> tuple[Any, Any, Any]:
 
 def manifest_or_scan(spec: data.DatasetSpec) -> str:
     """Where the channel's counts came from, for messages."""
-    from trainer.manifest import MANIFEST_NAME
+    from trainer.datasets.manifest import MANIFEST_NAME
 
     return MANIFEST_NAME if (spec.directory / MANIFEST_NAME).is_file() else "the scan"
 
