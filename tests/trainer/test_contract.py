@@ -47,6 +47,18 @@ def test_every_mode_reads_the_same_expected_gpu_count(tmp_path: Path) -> None:
     assert messages == {"Environment variable EXPECTED_GPU_COUNT must be an integer, got 'four'."}
 
 
+def test_the_rendezvous_timeout_and_channel_variables_are_read_in_the_contract() -> None:
+    assert environment.rendezvous_timeout_seconds({}) == environment.DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+    assert environment.rendezvous_timeout_seconds({"RENDEZVOUS_TIMEOUT_SECONDS": "30"}) == 30.0
+    for raw in ("soon", "0", "-5"):
+        with pytest.raises(ConfigError, match="RENDEZVOUS_TIMEOUT_SECONDS"):
+            environment.rendezvous_timeout_seconds({"RENDEZVOUS_TIMEOUT_SECONDS": raw})
+    assert environment.channel_variables({"SM_CHANNEL_TRAIN": "/a", "SM_CHANNEL_Validation": "/b", "SM_HOSTS": "[]"}) == {
+        "train",
+        "validation",
+    }
+
+
 def _sources_outside_contract() -> dict[str, str]:
     return {
         str(path.relative_to(TRAINER)): path.read_text(encoding="utf-8")

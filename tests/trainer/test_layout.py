@@ -28,7 +28,6 @@ ENVIRONMENT_EXCEPTIONS = {
     "toolkit.py": "runs inside a user's script, reading the SM_* variables AWS's toolkit exports there (to move)",
     "gpu_check.py": "CUDA_VISIBLE_DEVICES as TensorFlow sees it, and the check's own timeout (to move)",
     "gpu_driver.py": "CUDA_VISIBLE_DEVICES as the driver sees it, to name the visible GPUs",
-    "datasets/tabular.py": "SM_CHANNEL_* names for channel discovery (to move)",
     "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process",
     "train/watchdog.py": "passes this process's environment to the watchdog child",
     "serve/settings.py": "the serving mode's SERVE_* and SAGEMAKER_BIND_TO_PORT settings (to move)",

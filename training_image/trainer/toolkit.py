@@ -92,8 +92,7 @@ def strategy() -> Any:
     cluster = _cluster_from_tf_config() or environment.Cluster(
         hosts=("localhost",), current_host="localhost", worker_port=0, source="single host"
     )
-    raw_timeout = os.environ.get(environment.ENV_RENDEZVOUS_TIMEOUT, "").strip()
-    timeout = float(raw_timeout) if raw_timeout else environment.DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+    timeout = environment.rendezvous_timeout_seconds()
     with distribute.rendezvous_deadline(cluster, timeout):
         instance_type = os.environ.get(environment.ENV_INSTANCE_TYPE) or os.environ.get("SM_CURRENT_INSTANCE_TYPE")
         created = distribute.create_strategy(cluster, inventory, instance_type)

@@ -194,6 +194,29 @@ def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
     return _int_env(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
 
 
+def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:
+    """Channel names from the ``SM_CHANNEL_<NAME>`` variables (lower case), as AWS's toolkit exports them."""
+    env = os.environ if env is None else env
+    return {name[len("SM_CHANNEL_") :].lower() for name in env if name.startswith("SM_CHANNEL_")}
+
+
+def rendezvous_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``RENDEZVOUS_TIMEOUT_SECONDS`` (default 600): how long workers wait for each other.
+
+    Raises:
+        ConfigError: naming the variable when it is not a positive number.
+    """
+    env = os.environ if env is None else env
+    raw_timeout = env.get(ENV_RENDEZVOUS_TIMEOUT, "").strip()
+    try:
+        timeout = float(raw_timeout) if raw_timeout else DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+    except ValueError:
+        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be a number of seconds, got {raw_timeout!r}.") from None
+    if not timeout > 0:
+        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be positive, got {raw_timeout!r}.")
+    return timeout
+
+
 def resolve_cluster(paths: Paths, env: Mapping[str, str] | None = None) -> Cluster:
     """Finds the host list: TRAINING_HOSTS, else resourceconfig.json, else SM_HOSTS, else one host.
 
@@ -295,13 +318,7 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
         instance_type = _read_json(paths.resource_config_file).get("current_instance_type") or None
     instance_type = instance_type or env.get("SM_CURRENT_INSTANCE_TYPE") or None
 
-    raw_timeout = env.get(ENV_RENDEZVOUS_TIMEOUT, "").strip()
-    try:
-        timeout = float(raw_timeout) if raw_timeout else DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
-    except ValueError:
-        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be a number of seconds, got {raw_timeout!r}.") from None
-    if not timeout > 0:
-        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be positive, got {raw_timeout!r}.")
+    timeout = rendezvous_timeout_seconds(env)
     raw_refused = env.get(ENV_RENDEZVOUS_REFUSED, "").strip()
     try:
         refused = float(raw_refused) if raw_refused else DEFAULT_RENDEZVOUS_REFUSED_SECONDS

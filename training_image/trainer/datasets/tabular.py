@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer.contract.environment import Paths
+from trainer.contract.environment import Paths, channel_variables
 from trainer.contract.errors import ConfigError, DataError
 from trainer.contract.hyperparameters import TrainingConfig
 from trainer.datasets import manifest
@@ -100,7 +100,7 @@ def _declared_channels(paths: Paths, input_data_config: Mapping[str, Any]) -> li
     """Channel names the job declares: inputdataconfig.json, else SM_CHANNEL_* and input/data/*."""
     if input_data_config:
         return sorted(input_data_config)
-    found = {k[len("SM_CHANNEL_") :].lower() for k in os.environ if k.startswith("SM_CHANNEL_")}
+    found = channel_variables()
     if paths.data_dir.is_dir():
         found |= {p.name for p in paths.data_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
     return sorted(found)
