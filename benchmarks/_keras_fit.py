@@ -3,7 +3,7 @@
     python -m benchmarks._keras_fit CHANNEL_DIR EPOCHS BATCH_SIZE
 
 Reads the CSV channel into NumPy arrays (before timing), builds the trainer's default model
-(MLP 128-64 via ``trainer.models``, so the layers are identical), compiles it as the Keras
+(MLP 128-64 via ``trainer.train.models``, so the layers are identical), compiles it as the Keras
 guide does (Adam, sparse categorical cross-entropy from logits, accuracy; Keras' own default
 ``jit_compile="auto"``) and prints one ``[metrics]`` line per epoch, timed by a callback, in the
 trainer's format so the same MetricDefinitions read both.
@@ -23,9 +23,9 @@ def main(argv: list[str]) -> int:
     channel, epochs, batch_size = Path(argv[0]), int(argv[1]), int(argv[2])
     import keras
 
-    from trainer.config import TrainingConfig
-    from trainer.metrics import EpochMetrics, emit
-    from trainer.models import build_model
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.train.metrics import EpochMetrics, emit
+    from trainer.train.models import build_model
 
     rows = np.concatenate(
         [np.loadtxt(p, delimiter=",", skiprows=1, ndmin=2, dtype=np.float32) for p in sorted(channel.glob("*.csv"))]

@@ -106,7 +106,9 @@ def _in_memory(make_dataset: Any, report: dict[str, Any]) -> Any:
 
 def install(report: dict[str, Any], input_mode: str) -> None:
     """Wraps the trainer's functions; call before ``entrypoint.main``."""
-    from trainer import data, distribute, gpu_check
+    from trainer import gpu_check
+    from trainer.datasets import tabular as data
+    from trainer.train import distribute
 
     inspect_devices = gpu_check.inspect_devices
 
@@ -121,7 +123,7 @@ def install(report: dict[str, Any], input_mode: str) -> None:
     gpu_check.smoke_test = _timed(report, "smoke_test_s", gpu_check.smoke_test)
     data.count_channel = _timed(report, "scan_channel_s", data.count_channel)
 
-    from trainer import train
+    from trainer.train import runner as train
 
     trainer_log = train.log
 

@@ -25,8 +25,8 @@ TRAINING_IMAGE = ROOT / "training_image"
 if str(TRAINING_IMAGE) not in sys.path:
     sys.path.insert(0, str(TRAINING_IMAGE))
 
-from trainer.metrics import metric_definitions  # noqa: E402
-from trainer.synthetic import SyntheticSpec, write_dataset  # noqa: E402
+from trainer.datasets.synthetic import SyntheticSpec, write_dataset  # noqa: E402
+from trainer.train.metrics import metric_definitions  # noqa: E402
 
 PYTHON = sys.executable
 RUN_TIMEOUT_SECONDS = 300

@@ -1,6 +1,6 @@
 """Benchmark: where a training step's time goes, JPEG files against records, side by side.
 
-The same synthetic pictures (``trainer.synthetic``, JPEG-encoded) are written twice: as an
+The same synthetic pictures (``trainer.datasets.synthetic``, JPEG-encoded) are written twice: as an
 ``image-dir`` channel (one JPEG file per picture in class folders: the JPEG path a user starts
 with, the baseline) and as ``image-tfrecord`` shards (the records path). The trainer, through
 its entrypoint in its own process as SageMaker runs it, trains the same model with the same
@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 from benchmarks import _trainer
 from benchmarks._trainer import cpu_only_tensorflow, job_dir, trainer_command, trainer_env, write_data
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 
 
 @dataclass(frozen=True)

@@ -125,8 +125,8 @@ def visible_gpus() -> tuple[list[str], str]:
 
 def reference_flops(reference: Reference) -> int:
     """Training FLOPs per example of the trainer's CNN for ``reference`` (builds it on the CPU)."""
-    from trainer.config import TrainingConfig
-    from trainer.models import build_model
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.train.models import build_model
 
     cpu_only_tensorflow()
     config = TrainingConfig(model="cnn", image_shape=reference.image, conv_filters=reference.filters)

@@ -1,7 +1,7 @@
 """Benchmark 2: the trainer fed from its own files against the plain ``keras.fit`` a user would write.
 
 The baseline is ``benchmarks._keras_fit``: the same model (MLP 128-64, built by
-``trainer.models``), batch 256 and Adam, trained with ``model.fit`` on NumPy arrays already in
+``trainer.train.models``), batch 256 and Adam, trained with ``model.fit`` on NumPy arrays already in
 memory (the CSV channel loaded before timing), Keras' defaults otherwise. The trainer variants
 run the real entrypoint (``python -m trainer train``) on the CSV and TFRecord files the
 trainer's synthetic writer produced from the same seed. Throughput is each run's own

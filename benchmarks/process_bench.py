@@ -97,7 +97,7 @@ def write_csv_input(directory: Path, rows: int, features: int = CSV_FEATURES, fi
 def write_image_input(directory: Path, count: int, side: int = IMAGE_SIDE) -> None:
     """``count`` JPEG pictures ``side`` x ``side`` in class sub-directories."""
     sys.path.insert(0, str(TRAINING_IMAGE))
-    from trainer.synthetic import SyntheticSpec, write_dataset
+    from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 
     spec = SyntheticSpec("image-dir", examples=count, features=side * side * 3, classes=CLASSES, image_shape=(side, side, 3))
     write_dataset(directory, spec)

@@ -28,10 +28,10 @@ BATCH = 64
 
 
 def _prepare(root: Path) -> dict[str, object]:
-    from trainer import images
+    from trainer.datasets import images
+    from trainer.datasets.synthetic import SyntheticSpec, write_dataset
     from trainer.process import contract, transform
     from trainer.process.options import parse
-    from trainer.synthetic import SyntheticSpec, write_dataset
 
     specs = {}
     for encoding in ("jpeg", "raw"):
@@ -50,7 +50,7 @@ def _prepare(root: Path) -> dict[str, object]:
 
 
 def _images_per_second(spec: object, epoch: int, crop_on_device: bool = False) -> float:
-    from trainer import images
+    from trainer.datasets import images
 
     batches = spec.examples // BATCH  # type: ignore[attr-defined]
     dataset = images.make_dataset(

@@ -1,13 +1,13 @@
 """Benchmark 4b: ResNet-50 on one GPU, per-GPU images/s and MFU, from JPEG shards and from memory.
 
-The reference model for GPU figures is the trainer's ``resnet50`` (``trainer.models.
+The reference model for GPU figures is the trainer's ``resnet50`` (``trainer.train.models.
 build_image_model``: Keras applications ResNet-50 v1, random weights) at 224x224, batch 256 per
 GPU, SGD with momentum, as NVIDIA's published TensorFlow ResNet-50 figures train it. Each
 configuration runs in its own process (the dtype policy and XLA are per process): float32 and
 mixed precision (bf16 on compute capability >= 8.0, fp16 with loss scaling on 7.x), with and
 without XLA, each fed two ways:
 
-- ``files``: ``image-tfrecord`` shards of 256x256 JPEGs through ``trainer.images.make_dataset``
+- ``files``: ``image-tfrecord`` shards of 256x256 JPEGs through ``trainer.datasets.images.make_dataset``
   (decode-and-crop, random resized crop, flip, batch, prefetch), which shows whether the CPU
   side keeps up;
 - ``memory``: one batch kept on the GPU and trained on repeatedly: the model's own ceiling.
@@ -94,9 +94,9 @@ def measure_in_process(setup: Setup, channel: Path) -> dict[str, Any]:
     import keras
     import tensorflow as tf
 
-    from trainer import images
-    from trainer.config import TrainingConfig
-    from trainer.models import build_image_model
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.datasets import images
+    from trainer.train.models import build_image_model
 
     gpus = tf.config.list_physical_devices("GPU")
     policy = _policy(setup.precision, gpus)
@@ -230,7 +230,7 @@ def write_raw_records(directory: Path, *, examples: int, side: int, classes: int
     import numpy as np
 
     sys.path.insert(0, str(TRAINING_IMAGE))
-    from trainer import images
+    from trainer.datasets import images
     from trainer.process.records import ShardWriter, raw_image_example
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,7 @@ def _first_step(command: list[str], env: dict[str, str], cwd: Path) -> float:
 
 def _job(root: Path, name: str, requirements: bool) -> Path:
     from tests.trainer.script_helpers import build_wheel, pack, script_job, write_source
-    from trainer.synthetic import SyntheticSpec, write_dataset
+    from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 
     base = root / name
     source = root / f"{name}-src"

@@ -78,8 +78,8 @@ def median_level(levels: list[Level]) -> Level:
 def save_model(model_dir: Path) -> None:
     """The trainer's default MLP, saved the way a training job saves it."""
     cpu_only_tensorflow()
-    from trainer.config import TrainingConfig
-    from trainer.models import build_model
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.train.models import build_model
 
     model = build_model(TrainingConfig(), FEATURES, CLASSES)
     model_dir.mkdir(parents=True, exist_ok=True)

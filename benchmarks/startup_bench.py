@@ -1,6 +1,6 @@
 """Start-up: process start to the trainer's first training step, a small channel against a large one.
 
-The trainer reads counts and shapes from the channel's manifest (``trainer.manifest``), so
+The trainer reads counts and shapes from the channel's manifest (``trainer.datasets.manifest``), so
 nothing before the first step should grow with the data. Two CSV channels of the same shards
 (MLP 128-64, 64 features): ``SMALL_MB`` and about ``LARGE_MB`` on disk, the large one made by
 copying the small one's shards under new names and extending its manifest (a few seconds instead
@@ -32,7 +32,7 @@ HYPERPARAMETERS = {"epochs": 1, "batch_size": 256, "steps_per_execution": 1}
 
 
 def _large_channel(small: Path, target: Path, copies: int) -> Path:
-    from trainer import manifest
+    from trainer.datasets import manifest
 
     target.mkdir(parents=True)
     recorded = manifest.read(small)

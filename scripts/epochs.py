@@ -1,7 +1,7 @@
 """A training job's per-epoch figures, read from its log lines: a row per epoch, and a plot.
 
 The trainer prints one ``[metrics]`` line per epoch and, at the end, one ``[diagnosis]`` line
-(training_image/trainer/metrics.py and diagnosis.py). The figures are read with the image's own
+(training_image/trainer/train/metrics.py and diagnosis.py). The figures are read with the image's own
 metric definitions (``metric_definitions.json``), the regexes SageMaker applies, so what this
 shows is what CloudWatch records.
 """

@@ -42,7 +42,7 @@ def problems_with(tf: Any, expected_version: str | None) -> list[str]:
 def problems_with_trainer() -> list[str]:
     """The trainer package must import and carry its data files (metric definitions, GPU table)."""
     try:
-        metrics = importlib.import_module("trainer.metrics")
+        metrics = importlib.import_module("trainer.train.metrics")
         gpu_table = importlib.import_module("trainer.gpu_table")
         # Script mode and the helper library user scripts import.
         importlib.import_module("trainer.user_code.runner")

@@ -46,7 +46,7 @@ def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
     The same checks, on the same options, as after the deploy: ``scripts.launch``'s own parser
     and :func:`~stacks.components.training_job_spec.resolve_launch` (SageMaker's limits, the
     instance type, the job name), then the training entrypoint's parser of every hyperparameter
-    (``trainer.config``: unknown names, values out of range), which would otherwise fail only
+    (``trainer.contract.hyperparameters``: unknown names, values out of range), which would otherwise fail only
     once the job runs.
 
     Raises:
@@ -75,8 +75,8 @@ def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
         return dict(values.hyperparameters)  # type: ignore[arg-type]
     if str(TRAINING_IMAGE) not in sys.path:
         sys.path.insert(0, str(TRAINING_IMAGE))
-    from trainer.config import parse_hyperparameters
-    from trainer.errors import ConfigError
+    from trainer.contract.errors import ConfigError
+    from trainer.contract.hyperparameters import parse_hyperparameters
 
     hyperparameters = dict(values.hyperparameters)  # type: ignore[arg-type]
     try:

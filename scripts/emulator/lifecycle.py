@@ -477,7 +477,7 @@ class Lifecycle:
                 [
                     sys.executable,
                     "-m",
-                    "trainer.synthetic",
+                    "trainer.datasets.synthetic",
                     *shape,
                     "--out",
                     str(local),
@@ -741,7 +741,7 @@ class Lifecycle:
     # --- the pipeline: raw data -> shards -> model -> endpoint -----------------------------------
 
     def upload_raw_data(self, runs: int = 2) -> list[str]:
-        """Raw CSV rows (``trainer.synthetic``) under the datasets bucket's raw prefix, one folder per run.
+        """Raw CSV rows (``trainer.datasets.synthetic``) under the datasets bucket's raw prefix, one folder per run.
 
         The generator writes three shards of ``examples / 2`` rows from one seed (so one set of
         class centroids): shard ``i`` is run ``i+1``'s raw data, and the third shard is the
@@ -842,7 +842,7 @@ class Lifecycle:
         # The trainer's generator, one seed: the same rows for the same arguments.
         subprocess.run(
             [
-                sys.executable, "-m", "trainer.synthetic",
+                sys.executable, "-m", "trainer.datasets.synthetic",
                 "--format", "csv",
                 "--out", str(local),
                 "--examples", str(self.options.examples // 2 * shards),

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trainer.entrypoint import main as entrypoint_main
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.serve import codec
 from trainer.serve.batching import DynamicBatcher, QueueFull
 from trainer.serve.settings import load_settings

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.metrics import metric_definitions
-from trainer.synthetic import SyntheticSpec, write_dataset
+from trainer.datasets.synthetic import SyntheticSpec, write_dataset
+from trainer.train.metrics import metric_definitions
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE = ROOT / "training_image"

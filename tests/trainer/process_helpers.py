@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TrainerRun, run_trainer
-from trainer.synthetic import SyntheticSpec, write_dataset
+from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 
 
 def raw_dir(base: Path) -> Path:

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from trainer import data
+from trainer.datasets import tabular as data
 from trainer.entrypoint import main
 
 DELAY = float(os.environ.get("SLOW_INPUT_SECONDS", "0.05"))

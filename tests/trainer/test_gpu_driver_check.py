@@ -16,7 +16,7 @@ import pytest
 
 from tests.trainer.helpers import TRAINING_IMAGE, trainer_env
 from trainer import gpu_check, gpu_driver
-from trainer.errors import GpuCheckError
+from trainer.contract.errors import GpuCheckError
 from trainer.gpu_check import GpuExpectation, bounded, driver_check
 
 UUIDS = ["GPU-00112233-4455-6677-8899-aabbccddeeff", "GPU-ffeeddcc-bbaa-9988-7766-554433221100"]

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from tests.trainer.helpers import TRAINING_IMAGE, run_trainer, trainer_env, write_job
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 
 pytestmark = pytest.mark.gpu
 

@@ -198,7 +198,7 @@ def test_outside_a_job_and_for_the_platforms_own_modules_python_is_the_plain_int
     # A job tree that promises a GPU this host lacks: the platform's own module runs unguarded
     # (python -m trainer does its own check); a guarded command would have failed with exit 3.
     base = training_tree(tmp_path / "opt-ml")
-    own = run(["python", "-m", "trainer.errors"], tmp_path, image_env(base, EXPECTED_GPU_COUNT="1"))
+    own = run(["python", "-m", "trainer.contract.errors"], tmp_path, image_env(base, EXPECTED_GPU_COUNT="1"))
     assert own.returncode == 0, own.stdout + own.stderr
     assert "[trainer] guard" not in own.stdout
     assert not (base / "output" / "failure").exists()

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.process_helpers import job_config, output_dir, raw_dir, run_process, write_raw
-from trainer.errors import ConfigError, DataError
+from trainer.contract.errors import ConfigError, DataError
+from trainer.datasets.synthetic import SyntheticSpec
 from trainer.process import contract, transform
 from trainer.process.options import TransformOptions
-from trainer.synthetic import SyntheticSpec
 
 CSV = SyntheticSpec("csv", examples=80, features=4, classes=3, seed=2)
 PICTURES = SyntheticSpec("image-dir", examples=24, features=12 * 12 * 3, classes=3, image_shape=(12, 12, 3), seed=3)
@@ -162,7 +162,7 @@ def test_a_picture_without_read_permission_is_named(tmp_path):
 def test_an_image_directory_out_of_layout_is_named(tmp_path, layout, fragment):
     import numpy as np
 
-    from trainer.synthetic import encode_image
+    from trainer.datasets.synthetic import encode_image
 
     for name in layout:
         path = raw_dir(tmp_path) / name

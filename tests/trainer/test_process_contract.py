@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.process_helpers import job_config, output_dir, raw_dir, run_process, write_raw
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
+from trainer.datasets.synthetic import SyntheticSpec
 from trainer.process import contract, options
 from trainer.process.runner import refuse_several_hosts
 from trainer.process.transform import shard_counts
-from trainer.synthetic import SyntheticSpec
 
 TINY_CSV = SyntheticSpec("csv", examples=60, features=3, classes=2, seed=5)
 
@@ -252,7 +252,7 @@ def test_sigterm_in_the_transform_is_a_flag_checked_between_batches(monkeypatch)
     import os
     import signal
 
-    from trainer.errors import TrainingInterrupted
+    from trainer.contract.errors import TrainingInterrupted
     from trainer.process import stopping
 
     monkeypatch.setattr(stopping, "_requested_at", None)

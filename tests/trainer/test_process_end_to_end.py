@@ -15,7 +15,7 @@ import pytest
 
 from tests.trainer.helpers import ROOT, run_trainer, write_job
 from tests.trainer.process_helpers import job_config, output_dir, run_process, write_raw
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 
 
 def _deployed_hyperparameters() -> dict[str, str]:

@@ -14,7 +14,7 @@ import pytest
 from tests.trainer.process_helpers import job_config, output_dir, raw_dir, run_process, write_raw
 from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TRAINING_IMAGE, trainer_env
 from tests.trainer.script_helpers import pack, write_source
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 
 SUBMIT = "/opt/ml/processing/input/code/sourcedir.tar.gz"
 

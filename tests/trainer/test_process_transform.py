@@ -15,14 +15,15 @@ import numpy as np
 import pytest
 
 from tests.trainer.process_helpers import output_dir, raw_dir, read_examples, write_raw
-from trainer import data, images, manifest
-from trainer.config import TrainingConfig
-from trainer.environment import resolve_paths
+from trainer.contract.environment import resolve_paths
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets import images, manifest
+from trainer.datasets import tabular as data
+from trainer.datasets.synthetic import SyntheticSpec, encode_image, write_dataset
 from trainer.process import contract, transform
 from trainer.process.options import TransformOptions
 from trainer.process.records import ShardWriter, serialize_examples
 from trainer.process.statistics import RunningMoments
-from trainer.synthetic import SyntheticSpec, encode_image, write_dataset
 
 
 def _env(base: Path) -> contract.ProcessingEnvironment:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.script_helpers import script_job
-from trainer import environment
-from trainer.errors import ConfigError
+from trainer.contract import environment
+from trainer.contract.errors import ConfigError
 from trainer.user_code import contract
 
 RESOURCE_CONFIG = {

@@ -17,7 +17,7 @@ import pytest
 
 from tests.trainer.helpers import finish, free_ports, read_until, run_trainer, start_trainer
 from tests.trainer.script_helpers import build_wheel, pack, script_job, write_source
-from trainer.synthetic import SyntheticSpec, write_dataset
+from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 
 TRAINING_CHANNEL = {"training": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}
 CODE_CHANNEL = {"code": {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}}

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainer import diagnosis, gpu_monitor
-from trainer.metrics import EpochMetrics
+from trainer import gpu_monitor
+from trainer.train import diagnosis
+from trainer.train.metrics import EpochMetrics
 
 MIB = 1024 * 1024
 

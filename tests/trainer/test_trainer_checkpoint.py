@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from trainer import data, models, train
-from trainer.config import TrainingConfig
-from trainer.environment import resolve_paths
-from trainer.errors import CheckpointError
+from trainer.contract.environment import resolve_paths
+from trainer.contract.errors import CheckpointError
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets import tabular as data
+from trainer.train import models
+from trainer.train import runner as train
 
 
 def _spec(features: int, classes: int) -> data.DatasetSpec:

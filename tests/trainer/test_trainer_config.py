@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trainer.config import TrainingConfig, known_hyperparameters
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
+from trainer.contract.hyperparameters import TrainingConfig, known_hyperparameters
 
 
 def test_no_hyperparameters_gives_the_documented_defaults():

@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer import data
-from trainer.config import TrainingConfig
-from trainer.environment import resolve_paths
-from trainer.errors import ConfigError, DataError
-from trainer.synthetic import SyntheticSpec, write_dataset
+from trainer.contract.environment import resolve_paths
+from trainer.contract.errors import ConfigError, DataError
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets import tabular as data
+from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 
 
 def _channel(tmp_path: Path, spec: SyntheticSpec | None = None) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from trainer import distribute
+from trainer.train import distribute
 
 DOCKERFILE = Path(__file__).resolve().parents[2] / "training_image" / "Dockerfile"
 REQUIREMENTS = DOCKERFILE.parent / "requirements.txt"

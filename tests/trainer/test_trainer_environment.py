@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.environment import load_environment, resolve_cluster, resolve_paths
-from trainer.errors import ConfigError
+from trainer.contract.environment import load_environment, resolve_cluster, resolve_paths
+from trainer.contract.errors import ConfigError
 
 
 def _resource_config(base: Path, **content) -> None:
@@ -170,13 +170,13 @@ def test_instance_type_precedence(tmp_path):
 
 
 def _cluster(source: str):
-    from trainer.environment import Cluster
+    from trainer.contract.environment import Cluster
 
     return Cluster(hosts=("algo-1", "algo-2"), current_host="algo-1", worker_port=2222, source=source)
 
 
 def test_rendezvous_message_speaks_the_platform_the_job_runs_on():
-    from trainer.distribute import rendezvous_failure_message
+    from trainer.train.distribute import rendezvous_failure_message
 
     sagemaker = rendezvous_failure_message(_cluster("/opt/ml/input/config/resourceconfig.json"), 600)
     assert "algo-2:2222" in sagemaker and "On SageMaker" in sagemaker and "port 2222" in sagemaker
@@ -188,8 +188,8 @@ def test_rendezvous_message_speaks_the_platform_the_job_runs_on():
 def test_a_peer_lost_in_the_startup_all_reduce_is_the_named_multi_host_failure():
     import tensorflow as tf
 
-    from trainer.distribute import peer_failure
-    from trainer.errors import PeerFailedError
+    from trainer.contract.errors import PeerFailedError
+    from trainer.train.distribute import peer_failure
 
     err = tf.errors.UnavailableError(None, None, "Collective ops is aborted by: failed to connect to all addresses")
     failure = peer_failure(_cluster("SM_HOSTS"), "the start-up GPU check's all-reduce", err)
@@ -202,7 +202,7 @@ def test_a_peer_lost_in_the_startup_all_reduce_is_the_named_multi_host_failure()
 def test_the_watchdog_tells_a_refused_port_from_silence():
     import socket
 
-    from trainer.watchdog import describe_unanswered, knock
+    from trainer.train.watchdog import describe_unanswered, knock
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.trainer.helpers import run_trainer, write_job
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 
 pytestmark = pytest.mark.gpu
 

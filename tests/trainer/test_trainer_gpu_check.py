@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainer import gpu_table
-from trainer.errors import ConfigError, GpuCheckError
+from trainer.contract.errors import ConfigError, GpuCheckError
 from trainer.gpu_check import DeviceInventory, GpuExpectation, GpuInfo, choose_precision, resolve_expectation
 
 

@@ -1,4 +1,4 @@
-"""Image datasets (trainer.images), their synthetic writer, and the ResNet-50 built-in model."""
+"""Image datasets (trainer.datasets.images), their synthetic writer, and the ResNet-50 built-in model."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer import images
-from trainer.config import TrainingConfig
-from trainer.errors import ConfigError, DataError
-from trainer.synthetic import SyntheticSpec, encode_image, main, write_dataset
+from trainer.contract.errors import ConfigError, DataError
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets import images
+from trainer.datasets.synthetic import SyntheticSpec, encode_image, main, write_dataset
 
 SHAPE = (20, 24, 3)
 
@@ -106,7 +106,7 @@ def test_formats_are_told_from_the_files(tmp_path):
     write_dataset(tmp_path / "rows", SyntheticSpec("tfrecord", examples=4, features=3, classes=2))
     assert images.detect_format(tmp_path / "dir") == "image-dir"
     assert images.detect_format(tmp_path / "shards") == "image-tfrecord"
-    assert images.detect_format(tmp_path / "rows") is None  # feature rows belong to trainer.data
+    assert images.detect_format(tmp_path / "rows") is None  # feature rows belong to trainer.datasets.tabular
     # ImageNet's own shard names carry no suffix.
     (tmp_path / "bare").mkdir()
     (tmp_path / "shards" / "train-00000-of-00001.tfrecord").rename(tmp_path / "bare" / "train-00000-of-01024")
@@ -308,7 +308,7 @@ def test_resnet50_training_flops_are_the_published_figure():
     import keras
 
     from benchmarks import _flops
-    from trainer.models import build_model
+    from trainer.train.models import build_model
 
     model = build_model(TrainingConfig(model="resnet50", image_size=224), 0, 1000)
     assert 25.5e6 < sum(int(np.prod(v.shape)) for v in model.trainable_variables) < 25.6e6
@@ -324,7 +324,7 @@ def test_resnet50_trains_a_step_on_tiny_images_on_cpu_in_float32_and_mixed_preci
     import keras
     import tensorflow as tf
 
-    from trainer.models import build_model
+    from trainer.train.models import build_model
 
     write_dataset(tmp_path, _spec("image-tfrecord", examples=8, image_shape=(40, 40, 3), features=40 * 40 * 3))
     spec = images.discover(tmp_path, channel="train", data_format="image-tfrecord")
@@ -420,7 +420,7 @@ def test_resnet50_evaluates_an_image_validation_channel(tmp_path):
     from dataclasses import replace
 
     from tests.trainer.helpers import run_trainer, write_job
-    from trainer.synthetic import write_dataset
+    from trainer.datasets.synthetic import write_dataset
 
     data = _spec("image-dir", examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3)
     hp = {"model": "resnet50", "image_size": 32, "epochs": 2, "batch_size": 8, "optimizer": "sgd",
@@ -438,7 +438,7 @@ def test_resnet50_evaluates_an_image_validation_channel(tmp_path):
 
 def test_a_validation_channel_of_another_kind_is_refused(tmp_path):
     from tests.trainer.helpers import run_trainer, write_job
-    from trainer.synthetic import SyntheticSpec, write_dataset
+    from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 
     data = _spec("image-dir", examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3)
     base = write_job(tmp_path, {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8}, data)

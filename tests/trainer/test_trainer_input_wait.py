@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TRAINING_IMAGE, TrainerRun, run_trainer, trainer_env, write_job
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 
 pytestmark = pytest.mark.slow
 

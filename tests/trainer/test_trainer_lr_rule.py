@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainer import lr_schedule
-from trainer.config import TrainingConfig
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.train import lr_schedule
 
 
 def test_the_global_batch_grows_with_replicas_and_the_rate_scales_linearly():
@@ -58,7 +58,7 @@ def test_the_warm_up_rises_linearly_to_the_peak_and_stays_there():
 @pytest.mark.slow
 def test_the_trainer_trains_with_a_per_gpu_batch_and_warm_up(tmp_path):
     from tests.trainer.helpers import run_trainer, write_job
-    from trainer.synthetic import SyntheticSpec
+    from trainer.datasets.synthetic import SyntheticSpec
 
     data = SyntheticSpec("tfrecord", examples=512, features=8, classes=3, shards=2, seed=1)
     hp = {"epochs": 2, "batch_size_per_gpu": 64, "learning_rate": 0.01, "learning_rate_base_batch": 32,

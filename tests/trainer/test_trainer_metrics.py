@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from trainer.metrics import EpochMetrics, metric_definitions
+from trainer.train.metrics import EpochMetrics, metric_definitions
 
 FIELDS = (
     "epoch", "loss", "accuracy", "examples_per_sec", "step_time_ms", "input_wait", "gpu_util", "gpu_mem_mib",

@@ -26,7 +26,7 @@ from tests.trainer.helpers import (
     trainer_env,
     write_job,
 )
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
 
 DATA = SyntheticSpec("csv", examples=1024, features=12, classes=4, shards=2, seed=11)
 # Divergence watch off: the one extreme example makes its step's loss jump by design.

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from tests.trainer.process_helpers import output_dir, write_raw
-from trainer import images
-from trainer.errors import ConfigError, DataError
+from trainer.contract.errors import ConfigError, DataError
+from trainer.datasets import images
+from trainer.datasets.synthetic import SyntheticSpec
 from trainer.process import contract, transform
 from trainer.process.options import parse
 from trainer.process.records import ShardWriter, raw_image_example
-from trainer.synthetic import SyntheticSpec
 
 SIZE = (16, 16)
 

@@ -17,9 +17,10 @@ SCRIPT = textwrap.dedent(
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from trainer import images, train
-    from trainer.config import TrainingConfig
-    from trainer.synthetic import SyntheticSpec, write_dataset
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.datasets import images
+    from trainer.datasets.synthetic import SyntheticSpec, write_dataset
+    from trainer.train import runner as train
 
     directory = Path(sys.argv[1])
     # 23 pictures, batch 4: the last round of batches is short, so one replica gets less (or nothing).

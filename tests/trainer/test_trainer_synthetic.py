@@ -8,12 +8,12 @@ import sys
 import pytest
 
 from tests.trainer.helpers import TRAINING_IMAGE
-from trainer.synthetic import SyntheticSpec, main, write_dataset
+from trainer.datasets.synthetic import SyntheticSpec, main, write_dataset
 
 
 def test_command_line_writes_csv_shards_with_headers(tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "trainer.synthetic", "--format", "csv", "--out", str(tmp_path / "d"),
+        [sys.executable, "-m", "trainer.datasets.synthetic", "--format", "csv", "--out", str(tmp_path / "d"),
          "--examples", "101", "--features", "5", "--classes", "3", "--shards", "3"],
         cwd=TRAINING_IMAGE, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -74,9 +74,10 @@ def test_inconsistent_arguments_are_refused(tmp_path, argv):
 def test_the_writer_records_a_manifest_that_matches_a_scan(tmp_path):
     import os
 
-    from trainer import data, manifest
-    from trainer.config import TrainingConfig
-    from trainer.environment import resolve_paths
+    from trainer.contract.environment import resolve_paths
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.datasets import manifest
+    from trainer.datasets import tabular as data
 
     for fmt in ("csv", "tfrecord"):
         directory = tmp_path / "input" / "data" / fmt
@@ -97,14 +98,14 @@ def test_image_directories_have_one_folder_per_class_and_no_manifest(tmp_path):
 
 
 def test_the_manifest_command_records_what_the_writer_would(tmp_path):
-    from trainer import manifest
+    from trainer.datasets import manifest
 
     directory = tmp_path / "channel"
     write_dataset(directory, SyntheticSpec("tfrecord", examples=30, features=4, classes=3, shards=2, seed=2))
     written = manifest.read(directory)
     (directory / manifest.MANIFEST_NAME).unlink()
     completed = subprocess.run(
-        [sys.executable, "-m", "trainer.manifest", str(directory)],
+        [sys.executable, "-m", "trainer.datasets.manifest", str(directory)],
         cwd=TRAINING_IMAGE, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr

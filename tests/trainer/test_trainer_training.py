@@ -25,8 +25,8 @@ from tests.trainer.helpers import (
     start_trainer,
     write_job,
 )
-from trainer.metrics import metric_definitions
-from trainer.synthetic import SyntheticSpec
+from trainer.datasets.synthetic import SyntheticSpec
+from trainer.train.metrics import metric_definitions
 
 # 4 classes: chance is 0.25; the synthetic clusters are separable enough for > 0.8 in 3 epochs.
 TABULAR = SyntheticSpec("csv", examples=1536, features=12, classes=4, shards=2, seed=11)

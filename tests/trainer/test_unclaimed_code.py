@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.helpers import run_trainer, write_job
-from trainer import environment
-from trainer.errors import SourceError
-from trainer.synthetic import SyntheticSpec
+from trainer.contract import environment
+from trainer.contract.errors import SourceError
+from trainer.datasets.synthetic import SyntheticSpec
 from trainer.user_code import contract
 
 DATA = SyntheticSpec("csv", examples=64, features=4, classes=2, seed=1)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from trainer.errors import UserScriptError
+from trainer.contract.errors import UserScriptError
 from trainer.user_code import outputs
 
 

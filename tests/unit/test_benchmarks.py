@@ -37,8 +37,8 @@ def test_conv_flops_count_every_output_position(keras):
 
 
 def test_trainers_cnn_is_counted_per_layer(keras):
-    from trainer.config import TrainingConfig
-    from trainer.models import build_model, parameter_count
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.train.models import build_model, parameter_count
 
     config = TrainingConfig(model="cnn", image_shape=(8, 8, 1), conv_filters=(4,))
     model = build_model(config, num_features=64, num_classes=3)

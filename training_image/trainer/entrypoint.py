@@ -16,15 +16,15 @@ built-in model. A script the image cannot run is refused, never replaced by a bu
 from __future__ import annotations
 
 import sys
-import traceback
 from collections.abc import Sequence
 
-from trainer import environment, train
+from trainer.contract import environment
+from trainer.contract.errors import ConfigError
+from trainer.contract.failure import record_failure, run_recorded
+from trainer.logs import log
+from trainer.train import runner as train
 from trainer.user_code import contract as script_contract
 from trainer.user_code import runner as script_runner
-from trainer.errors import ConfigError, TrainerError
-from trainer.failure import record_failure
-from trainer.logs import log
 
 ACCEPTED_ARGUMENTS = ([], ["train"])
 
@@ -41,27 +41,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return process(args[1:])
     paths = environment.resolve_paths()
-    try:
-        if args not in ACCEPTED_ARGUMENTS:
-            raise ConfigError(
-                f"Unexpected arguments {args}: the image takes 'train' (or no argument) for training, 'serve' "
-                "for hosting and 'process [ARGS]' for processing, what SageMaker passes; configure it with hyperparameters.json and environment variables."
-            )
-        env = environment.load_environment()
-        job = script_contract.script_job(env.hyperparameters)
-        if job is not None:
-            script_runner.run(env, job)
-        else:
-            script_contract.refuse_unclaimed_code(env)
-            train.run(env)
-    except TrainerError as err:
-        record_failure(paths, str(err))
-        return err.exit_code
-    except Exception as err:  # noqa: BLE001 - the last resort must still leave a failure file
-        traceback.print_exc()
-        record_failure(paths, f"Unexpected {type(err).__name__} in the trainer: {err}")
-        return 1
+    status = run_recorded(lambda: _train(args), lambda reason: record_failure(paths, reason), "the trainer")
+    if status != 0:
+        return status
     # A failure file left by an interrupted earlier attempt must not outlive this success.
     paths.failure_file.unlink(missing_ok=True)
     log("success")
     return 0
+
+
+def _train(args: list[str]) -> None:
+    """The training job: the user's script when the hyperparameters name one, else the built-in model."""
+    if args not in ACCEPTED_ARGUMENTS:
+        raise ConfigError(
+            f"Unexpected arguments {args}: the image takes 'train' (or no argument) for training, 'serve' "
+            "for hosting and 'process [ARGS]' for processing, what SageMaker passes; configure it with hyperparameters.json and environment variables."
+        )
+    env = environment.load_environment()
+    job = script_contract.script_job(env.hyperparameters)
+    if job is not None:
+        script_runner.run(env, job)
+    else:
+        script_contract.refuse_unclaimed_code(env)
+        train.run(env)

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from trainer import gpu_driver, gpu_table, precision
-from trainer.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE
-from trainer.errors import GpuCheckError
+from trainer.contract.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE
+from trainer.contract.errors import GpuCheckError
 from trainer.logs import log, log_json
 
 MATMUL_SIZE = 256
@@ -432,8 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     from pathlib import Path
 
-    from trainer import environment
-    from trainer.errors import TrainerError
+    from trainer.contract import environment
+    from trainer.contract.errors import TrainerError
 
     result_file = Path((sys.argv[1:] if argv is None else argv)[0])
     try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 MODES = ("auto", "bf16", "fp16", "fp32", "on", "off")
 # Keras dtype policy per resolved precision.

@@ -31,9 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer import environment, gpu_check, gpu_monitor
+from trainer import gpu_check, gpu_monitor
+from trainer.contract import environment
 from trainer.logs import log
-from trainer.metrics import EpochMetrics, emit
+from trainer.train.metrics import EpochMetrics, emit
 
 _STATE: dict[str, Any] = {}
 
@@ -69,9 +70,9 @@ def _cluster_from_tf_config() -> environment.Cluster | None:
 
 def _inventory() -> gpu_check.DeviceInventory:
     if "inventory" not in _STATE:
-        raw = os.environ.get(environment.ENV_EXPECTED_GPU_COUNT, "").strip()
-        count = int(raw) if raw else int(os.environ.get("SM_NUM_GPUS", "0") or 0)
-        source = environment.ENV_EXPECTED_GPU_COUNT if raw else "SM_NUM_GPUS"
+        expected = environment.expected_gpu_count()
+        count = expected if expected is not None else int(os.environ.get("SM_NUM_GPUS", "0") or 0)
+        source = environment.ENV_EXPECTED_GPU_COUNT if expected is not None else "SM_NUM_GPUS"
         _STATE["inventory"] = gpu_check.inspect_devices(gpu_check.GpuExpectation(count, source))
     return _STATE["inventory"]
 
@@ -85,14 +86,13 @@ def strategy() -> Any:
     """
     if "strategy" in _STATE:
         return _STATE["strategy"]
-    from trainer import distribute
+    from trainer.train import distribute
 
     inventory = _inventory()
     cluster = _cluster_from_tf_config() or environment.Cluster(
         hosts=("localhost",), current_host="localhost", worker_port=0, source="single host"
     )
-    raw_timeout = os.environ.get(environment.ENV_RENDEZVOUS_TIMEOUT, "").strip()
-    timeout = float(raw_timeout) if raw_timeout else environment.DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+    timeout = environment.rendezvous_timeout_seconds()
     with distribute.rendezvous_deadline(cluster, timeout):
         instance_type = os.environ.get(environment.ENV_INSTANCE_TYPE) or os.environ.get("SM_CURRENT_INSTANCE_TYPE")
         created = distribute.create_strategy(cluster, inventory, instance_type)

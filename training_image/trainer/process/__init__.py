@@ -14,8 +14,9 @@ small module per concern, like the other modes:
 
 A user's processing script (``SAGEMAKER_PROGRAM``) runs through the same code as a training
 script (:mod:`trainer.user_code`: source unpacking, offline requirements, launcher, signals).
-Only the shared contract and data formats (``environment``, ``gpu_check``, ``errors``, ``logs``,
-``data``, ``images``, ``manifest``) and the shared script runner are imported from elsewhere.
+May import: the shared floors (``trainer.contract``, ``trainer.datasets`` for the formats it
+writes, ``trainer.user_code`` for the script runner, ``gpu_check``, ``logs``); never
+``trainer.train`` or ``trainer.serve``.
 """
 
 from trainer.process.runner import main

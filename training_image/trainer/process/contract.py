@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.environment import DEFAULT_BASE_DIR, ENV_BASE_DIR, ENV_EXPECTED_GPU_COUNT
-from trainer.errors import ConfigError, SourceError
+from trainer.contract.environment import DEFAULT_BASE_DIR, ENV_BASE_DIR, expected_gpu_count
+from trainer.contract.errors import ConfigError, SourceError
 from trainer.user_code import s3_source
 
 RAW_INPUT = "raw"
@@ -173,15 +173,7 @@ def load_environment(env: Mapping[str, str] | None = None) -> ProcessingEnvironm
             raise ConfigError(f"{paths.resource_config_file}: current_host {current!r} is not in hosts {list(hosts)}.")
 
     cluster = (job_config.get("ProcessingResources") or {}).get("ClusterConfig") or {}
-    expected: int | None = None
-    raw_expected = env.get(ENV_EXPECTED_GPU_COUNT, "").strip()
-    if raw_expected:
-        try:
-            expected = int(raw_expected)
-        except ValueError:
-            raise ConfigError(f"Environment variable {ENV_EXPECTED_GPU_COUNT} must be an integer, got {raw_expected!r}.") from None
-        if expected < 0:
-            raise ConfigError(f"Environment variable {ENV_EXPECTED_GPU_COUNT} must be >= 0, got {expected}.")
+    expected = expected_gpu_count(env)
 
     program = env.get(ENV_PROGRAM, "").strip() or None
     submit = env.get(ENV_SUBMIT_DIRECTORY, "").strip()

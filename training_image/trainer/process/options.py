@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 FORMATS = ("auto", "csv", "image-dir")
 IMAGE_ENCODINGS = ("jpeg", "raw")

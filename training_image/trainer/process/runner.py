@@ -15,47 +15,35 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from trainer import environment
-from trainer.errors import ConfigError, TrainerError, TrainingInterrupted
+from trainer.contract import environment
+from trainer.contract.errors import ConfigError, TrainingInterrupted
+from trainer.contract.failure import run_recorded, write_reason
 from trainer.logs import log
 from trainer.process import contract, options, stopping
 from trainer.user_code import outputs as user_outputs
 from trainer.user_code import runner as script_runner
 from trainer.user_code import source
 
-# SageMaker shows the first 1024 characters; the rest stays in the file for whoever reads it.
-MAX_MESSAGE_CHARS = 4096
 ENV_INSTANCE_TYPE = environment.ENV_INSTANCE_TYPE
 
 
 def record_message(paths: contract.ProcessingPaths, message: str) -> None:
-    """Writes the reason, on one line, to ``output/message`` (and stdout, in case the file cannot be written)."""
-    text = " ".join(message.split())[:MAX_MESSAGE_CHARS]
-    print(f"[trainer] failed reason={text}", file=sys.stdout, flush=True)
-    try:
-        paths.message_file.parent.mkdir(parents=True, exist_ok=True)
-        paths.message_file.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        print(f"[trainer] could not write {paths.message_file}: {err}", file=sys.stderr, flush=True)
+    """Writes the reason, on one line, to ``output/message`` (what SageMaker reports as ExitMessage)."""
+    write_reason(paths.message_file, message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m trainer process [ARGS]``: runs the job; returns its exit status (0 only on success)."""
     args = list(sys.argv[2:] if argv is None else argv)
     paths = contract.resolve_paths()
-    try:
-        run(contract.load_environment(), args)
-    except TrainerError as err:
-        record_message(paths, str(err))
-        return err.exit_code
-    except Exception as err:  # noqa: BLE001 - the last resort must still leave a message
-        traceback.print_exc()
-        record_message(paths, f"Unexpected {type(err).__name__} in the processing job: {err}")
-        return 1
+    status = run_recorded(
+        lambda: run(contract.load_environment(), args), lambda reason: record_message(paths, reason), "the processing job"
+    )
+    if status != 0:
+        return status
     paths.message_file.unlink(missing_ok=True)
     log("success")
     return 0

@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Any
 
-from trainer.errors import TrainingInterrupted
+from trainer.contract.errors import TrainingInterrupted
 from trainer.logs import log
 
 _requested_at: float | None = None

@@ -3,10 +3,10 @@
 Input ``raw`` (``/opt/ml/processing/input/raw``) holds either
 
 - CSV files in the trainer's layout (numeric features, the integer label last, an optional
-  header line per file, as :mod:`trainer.data` reads them), written as the trainer's ``tfrecord``
+  header line per file, as :mod:`trainer.datasets.tabular` reads them), written as the trainer's ``tfrecord``
   format (``features`` float list, ``label`` int64) with ``.trainer-manifest.json``; or
 - an image directory (one sub-directory per class of ``.jpg``/``.jpeg``/``.png``, as
-  :mod:`trainer.images` reads it), written as ``image-tfrecord`` (``image/encoded``,
+  :mod:`trainer.datasets.images` reads it), written as ``image-tfrecord`` (``image/encoded``,
   ``image/class/label`` counted from 1) with the ``manifest.json`` the trainer counts from.
   ``--image-size HxW`` resizes every picture (bilinear, antialiased) and re-encodes it as JPEG
   (quality 95); without it each picture's own bytes are kept (decoded once, to check them).
@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer import data, images, manifest
-from trainer.errors import ConfigError, DataError
+from trainer.contract.errors import ConfigError, DataError
+from trainer.datasets import images, manifest
+from trainer.datasets import tabular as data
 from trainer.logs import log
 from trainer.process import contract, stopping
 from trainer.process.options import TransformOptions

@@ -17,9 +17,9 @@ sagemaker-inference-toolkit (``model_server.py``, ``transformer.py``):
 - ``batching``  the dynamic batcher: concurrent requests share one model call
 - ``server``    the aiohttp application and the start-up sequence (GPU check, load, warm-up)
 
-Only the shared floors (``environment``, ``gpu_check``, ``gpu_table``, ``logs``, ``errors``, and
-``user_code`` for the user's module, its requirements and its failures) are imported from the rest
-of the package: serving never reaches into the training mode.
+May import: the shared floors (``trainer.contract``, ``gpu_check``, ``gpu_table``, ``logs``, and
+``trainer.user_code`` for the user's module, its requirements and its failures); never
+``trainer.train`` or ``trainer.process``.
 """
 
 from trainer.serve.server import main

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from trainer.errors import SourceError
+from trainer.contract.errors import SourceError
 from trainer.logs import log
 from trainer.user_code import modules, source
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from trainer.errors import TrainerError
+from trainer.contract.errors import TrainerError
 from trainer.serve.tfserving import DEFAULT_SIGNATURE, Signature, TensorSpec
 
 TRAINER_CONFIG = "trainer_config.json"
@@ -217,7 +217,7 @@ def _load_keras(source: ModelSource, output: str, device: str | None) -> LoadedM
     num_classes = int(math.prod(int(d) for d in model.outputs[0].shape[1:]))
     if output == "auto":
         if source.kind == "trainer":
-            output = "logits"  # trainer/models.py ends in a float32 logits layer
+            output = "logits"  # trainer/train/models.py ends in a float32 logits layer
         else:
             activation = getattr(getattr(model.layers[-1], "activation", None), "__name__", "")
             output = "probabilities" if activation in ("softmax", "sigmoid") else "logits"

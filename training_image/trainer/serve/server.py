@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable
 import numpy as np
 from aiohttp import web
 
-from trainer.errors import ConfigError, TrainerError
+from trainer.contract.errors import ConfigError, TrainerError
 from trainer.gpu_check import inspect_devices, resolve_expectation, smoke_test
 from trainer.logs import log, log_json
 from trainer.serve import codec, handlers, tfserving

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE, resolve_paths
-from trainer.errors import ConfigError
+from trainer.contract.environment import ENV_INSTANCE_TYPE, expected_gpu_count, resolve_paths
+from trainer.contract.errors import ConfigError
 
 DEFAULT_PORT = 8080
 # SageMaker real-time endpoints accept request payloads up to 6 MB; larger bodies cannot be a
@@ -133,14 +133,11 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
     output = env.get("SERVE_MODEL_OUTPUT", "auto").strip().lower() or "auto"
     if output not in OUTPUT_KINDS:
         raise ConfigError(f"SERVE_MODEL_OUTPUT must be one of {', '.join(OUTPUT_KINDS)}, got {output!r}.")
-    expected = None
-    if env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
-        expected = _int(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
     return ServeSettings(
         host=env.get("SERVE_HOST", "").strip() or "0.0.0.0",  # nosec B104 - SageMaker connects from outside the container
         port=_int(env, "SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT, minimum=1, maximum=65535),
         model_dir=resolve_paths(env).model_dir,
-        expected_gpu_count=expected,
+        expected_gpu_count=expected_gpu_count(env),
         instance_type=(env.get(ENV_INSTANCE_TYPE) or env.get("SERVING_INSTANCE_TYPE") or "").strip() or None,
         batching=batching == "on",
         max_batch_size=_int(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),

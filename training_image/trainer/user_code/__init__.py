@@ -13,5 +13,11 @@ user's exception, file and line.
 - :mod:`trainer.user_code.contract`: the environment and arguments (the toolkit's contract);
 - :mod:`trainer.user_code.source`: finding, unpacking and installing the user's code;
 - :mod:`trainer.user_code.launcher`: runs inside the user process and reports an exception;
-- :mod:`trainer.user_code.runner`: the orchestration, run by ``python -m trainer train``.
+- :mod:`trainer.user_code.runner`: the orchestration, run by ``python -m trainer train``;
+- :mod:`trainer.user_code.guard`: the same guarantees when a job replaces the entrypoint.
+
+May import: ``trainer.contract`` and ``trainer.logs`` (and, in the processes it starts,
+``python -m trainer.gpu_check``); never a mode (``trainer.train``, ``trainer.serve``,
+``trainer.process``). The hook/ directory runs inside the user's interpreter and imports nothing
+of the trainer.
 """

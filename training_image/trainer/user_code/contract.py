@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.environment import TrainingEnvironment
-from trainer.errors import ConfigError
+from trainer.contract.environment import TrainingEnvironment
+from trainer.contract.errors import ConfigError
 
 PROGRAM = "sagemaker_program"
 SUBMIT_DIR = "sagemaker_submit_directory"
@@ -188,7 +188,7 @@ def refuse_unclaimed_code(env: TrainingEnvironment, process_env: Mapping[str, st
     Raises:
         SourceError: naming what was found and what to set.
     """
-    from trainer.errors import SourceError
+    from trainer.contract.errors import SourceError
 
     process_env = os.environ if process_env is None else process_env
     channels = set(env.input_data_config)

@@ -34,15 +34,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer import environment
-from trainer.errors import GpuCheckError, TrainerError, TrainingInterrupted
+from trainer.contract import environment
+from trainer.contract.errors import GpuCheckError, TrainerError, TrainingInterrupted
+from trainer.contract.failure import write_reason
 from trainer.logs import log
 from trainer.user_code import outputs, runner
 
 ENV_ACTIVE = "TRAINER_GUARD_ACTIVE"
 ENV_REPORTS = "TRAINER_GUARD_REPORTS"
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
-MAX_MESSAGE_CHARS = 4096
 PROCESSING_CONFIG = Path("config") / "processingjobconfig.json"
 TRAINING_CONFIGS = tuple(Path("input") / "config" / name for name in ("hyperparameters.json", "resourceconfig.json", "inputdataconfig.json"))
 
@@ -103,13 +103,7 @@ def describe(args: Sequence[str]) -> str:
 
 def record(job: Job, message: str) -> None:
     """Writes the reason on one line to the job's failure file (and stdout, in case it cannot be written)."""
-    text = " ".join(message.split())[:MAX_MESSAGE_CHARS]
-    print(f"[trainer] failed reason={text}", flush=True)
-    try:
-        job.failure_file.parent.mkdir(parents=True, exist_ok=True)
-        job.failure_file.write_text(text + "\n", encoding="utf-8")
-    except OSError as err:
-        print(f"[trainer] could not write {job.failure_file}: {err}", file=sys.stderr, flush=True)
+    write_reason(job.failure_file, message)
 
 
 def _session_marker(job: Job) -> Path:

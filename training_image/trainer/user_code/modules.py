@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from trainer.errors import SourceError
+from trainer.contract.errors import SourceError
 
 MAX_MESSAGE_CHARS = 300
 

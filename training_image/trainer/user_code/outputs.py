@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.environment import DEFAULT_BASE_DIR
-from trainer.errors import UserScriptError
+from trainer.contract.environment import DEFAULT_BASE_DIR
+from trainer.contract.errors import UserScriptError
 
 # Where a processing job's results are expected; scanning the whole filesystem would be neither cheap nor meaningful.
 SEARCHED = ("processing", "output", "model")

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import trainer
-from trainer.environment import TrainingEnvironment
-from trainer.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
+from trainer.contract.environment import TrainingEnvironment
+from trainer.contract.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
 from trainer.logs import log
 from trainer.user_code import contract, keras_hint, source
 

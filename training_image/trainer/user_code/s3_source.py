@@ -18,7 +18,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.errors import SourceError
+from trainer.contract.errors import SourceError
 from trainer.logs import log
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")

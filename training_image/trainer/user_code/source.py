@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.environment import DEFAULT_BASE_DIR, Paths
-from trainer.errors import SourceError
+from trainer.contract.environment import DEFAULT_BASE_DIR, Paths
+from trainer.contract.errors import SourceError
 from trainer.logs import log
 from trainer.user_code import s3_source
 

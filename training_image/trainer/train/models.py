@@ -1,7 +1,7 @@
 """The built-in models, selected by the ``model`` hyperparameter.
 
 ``mlp`` and ``cnn`` take a flat float vector per example (what the CSV and TFRecord readers
-produce); ``resnet50`` takes ``[S, S, 3]`` uint8 images (what ``trainer.images`` produces) and
+produce); ``resnet50`` takes ``[S, S, 3]`` uint8 images (what ``trainer.datasets.images`` produces) and
 rescales them itself, so a saved model takes raw pixels. Every model ends in a float32 logits
 layer, so mixed precision never computes the loss in bf16/fp16.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainer.config import TrainingConfig
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
+from trainer.contract.hyperparameters import TrainingConfig
 
 
 def build_model(config: TrainingConfig, num_features: int, num_classes: int) -> Any:

@@ -23,11 +23,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, data, diagnosis, distribute, gpu_check, gpu_monitor, images, lr_schedule, models
+from trainer import __version__, gpu_check, gpu_monitor
 from trainer import precision as precisions
-from trainer.config import TrainingConfig
-from trainer.environment import Cluster, Paths, TrainingEnvironment
-from trainer.errors import (
+from trainer.contract.environment import Cluster, Paths, TrainingEnvironment
+from trainer.contract.errors import (
     CheckpointError,
     ConfigError,
     DataError,
@@ -35,8 +34,12 @@ from trainer.errors import (
     TrainingDivergedError,
     TrainingInterrupted,
 )
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets import images
+from trainer.datasets import tabular as data
 from trainer.logs import log
-from trainer.metrics import EpochMetrics, emit
+from trainer.train import diagnosis, distribute, lr_schedule, models
+from trainer.train.metrics import EpochMetrics, emit
 
 MODEL_FILENAME = "model.keras"
 BEST_MODEL_FILENAME = "best.keras"
@@ -89,7 +92,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     config = TrainingConfig.from_hyperparameters(env.hyperparameters)
     cluster = env.cluster
     log("config", **{k: json.dumps(v) for k, v in config.to_dict().items()})
-    # Image channels (trainer.images) are counted from their listing or manifest; feature rows by
+    # Image channels (trainer.datasets.images) are counted from their listing or manifest; feature rows by
     # data.count_channel below.
     train_channel = data.resolve_train_channel(env.paths, config, env.input_data_config)
     spec: Any = images.from_config(env.paths.channel_dir(train_channel), config, channel=train_channel)
@@ -320,31 +323,42 @@ class DivergenceWatch:
         return self.above == self.steps
 
 
-def _train_loop(
-    *,
-    config: TrainingConfig,
-    spec: data.DatasetSpec,
-    val_spec: data.DatasetSpec | None,
-    strategy: Any,
-    cluster: Cluster,
-    paths: Paths,
-    stop: StopRequest,
-    precision: str,
-    input_threads: int | None = None,
-) -> tuple[TrainingResult, Any]:
-    """Trains from the last checkpoint to ``config.epochs``; returns the result and the model.
+@dataclass(frozen=True)
+class _Batching:
+    """How the global batch splits over replicas and input pipelines (one per worker), and the steps per epoch."""
 
-    With one replica the step is a plain ``tf.function`` over a plain ``tf.data`` iterator,
-    what ``keras.fit`` runs; only with several replicas does it go through ``strategy.run`` and a
-    distributed dataset. Either way ``steps_per_execution`` steps run per call, with the
-    iterator read inside the graph, and the per-step losses come back for the NaN and
-    divergence checks.
-    """
-    import keras
-    import tensorflow as tf
+    replicas: int
+    num_pipelines: int
+    per_replica_batch: int
+    replicas_per_pipeline: int
+    plans: Any
+    steps: int
 
+    @property
+    def distributed(self) -> bool:
+        """Several replicas: steps go through ``strategy.run`` and a distributed dataset."""
+        return self.replicas > 1
+
+
+@dataclass(frozen=True)
+class _Trainable:
+    """The model, its optimizer and the checkpointed counters, restored from the last checkpoint."""
+
+    model: Any
+    optimizer: Any
+    completed: Any
+    best_val_loss: Any
+    evals_since_best: Any
+    checkpoint: Any
+    manager: Any
+    write_dir: Path
+    best_path: Path
+    resumed_from: int
+
+
+def _plan_batching(config: TrainingConfig, spec: data.DatasetSpec, strategy: Any, cluster: Cluster) -> _Batching:
+    """Splits the global batch; raises ConfigError for a batch the replicas cannot share, DataError for too little data."""
     replicas = strategy.num_replicas_in_sync
-    distributed = replicas > 1
     if config.batch_size % replicas:
         raise ConfigError(
             f"hyperparameter 'batch_size' {config.batch_size} is the global batch and must be divisible by the "
@@ -352,7 +366,6 @@ def _train_loop(
         )
     num_pipelines = cluster.num_workers
     per_replica_batch = config.batch_size // replicas
-    replicas_per_pipeline = replicas // num_pipelines
     if isinstance(spec, images.ImageDataset):
         plans: Any = (None,) * num_pipelines
         steps = images.steps_per_epoch(spec, config.batch_size)
@@ -371,6 +384,15 @@ def _train_loop(
         steps_per_epoch=steps,
         per_replica_batch=per_replica_batch,
     )
+    return _Batching(replicas, num_pipelines, per_replica_batch, replicas // num_pipelines, plans, steps)
+
+
+def _build_trainable(
+    config: TrainingConfig, spec: data.DatasetSpec, strategy: Any, *, steps: int, precision: str, paths: Paths, cluster: Cluster
+) -> _Trainable:
+    """Builds the model and optimizer in the strategy's scope and restores the last checkpoint all workers agree on."""
+    import keras
+    import tensorflow as tf
 
     with strategy.scope():
         model = models.build_model(config, spec.num_features, spec.num_classes)
@@ -402,6 +424,14 @@ def _train_loop(
     best_path = paths.checkpoint_dir / BEST_MODEL_FILENAME
     if cluster.is_chief and resumed_from == 0:
         best_path.unlink(missing_ok=True)  # from another job that used this checkpoint directory
+    return _Trainable(
+        model, optimizer, completed, best_val_loss, evals_since_best, checkpoint, manager, write_dir, best_path, resumed_from
+    )
+
+
+def _step_function(model: Any, optimizer: Any, strategy: Any, config: TrainingConfig, *, distributed: bool) -> Any:
+    """The graph that runs ``count`` steps, reading the iterator inside; returns per-step losses, sums, input wait."""
+    import tensorflow as tf
 
     @tf.function(jit_compile=config.xla)
     def gradients(features: Any, labels: Any) -> Any:
@@ -446,8 +476,16 @@ def _train_loop(
             totals += stats
         return losses.stack(), totals, waited
 
+    return run_steps
+
+
+def _input_pipeline(
+    config: TrainingConfig, spec: data.DatasetSpec, batching: _Batching, input_threads: int | None
+) -> tuple[Any, bool]:
+    """The per-pipeline dataset function ``(context, first_epoch) -> dataset`` and whether rows are cached."""
     # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
     is_images = isinstance(spec, images.ImageDataset)
+    plans = batching.plans
     cache = not is_images and max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
     log("input", cache=cache, cache_max_mb=config.cache_max_mb, input_threads=input_threads or "shared",
         image_records=getattr(spec, "encoding", None))  # fmt: skip
@@ -461,8 +499,8 @@ def _train_loop(
                     spec,
                     training=True,
                     image_size=config.image_size,
-                    per_replica_batch=per_replica_batch,
-                    batches=steps * replicas_per_pipeline,
+                    per_replica_batch=batching.per_replica_batch,
+                    batches=batching.steps * batching.replicas_per_pipeline,
                     pipeline_index=index,
                     num_pipelines=context.num_input_pipelines if context else 1,
                     shuffle_buffer=config.shuffle_buffer,
@@ -482,22 +520,178 @@ def _train_loop(
             last_epoch=config.epochs,
             pipeline_index=index,
             num_pipelines=context.num_input_pipelines if context else 1,
-            per_replica_batch=per_replica_batch,
-            batches=steps * replicas_per_pipeline,
+            per_replica_batch=batching.per_replica_batch,
+            batches=batching.steps * batching.replicas_per_pipeline,
             shuffle_buffer=config.shuffle_buffer,
             seed=config.seed,
         )
 
-    evaluate = _evaluator(model, val_spec, config, strategy) if val_spec is not None else None
+    return pipeline, cache
+
+
+def _train_epoch(
+    run_steps: Any,
+    iterator: Any,
+    *,
+    epoch: int,
+    first_epoch: int,
+    steps: int,
+    config: TrainingConfig,
+    spec: data.DatasetSpec,
+    cluster: Cluster,
+    paths: Paths,
+    stop: StopRequest,
+    watch: DivergenceWatch,
+    precision: str,
+    sampler: Any,
+) -> EpochMetrics:
+    """Runs one epoch's steps; a failed step becomes the error that names its cause (data, peer, NaN, SIGTERM)."""
+    import tensorflow as tf
+
+    totals = [0.0, 0.0, 0.0]
+    waited = 0.0
+    step = 0
+    if sampler is not None:
+        sampler.take()  # the epoch's GPU figures cover its steps only
+    started = time.perf_counter()
+    while step < steps:
+        count = min(config.steps_per_execution, steps - step)
+        try:
+            losses, sums, wait = run_steps(iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0))
+            losses, sums = losses.numpy(), sums.numpy()
+            waited += float(wait)
+        except (tf.errors.OutOfRangeError, tf.errors.FailedPreconditionError) as err:
+            if isinstance(err, tf.errors.FailedPreconditionError) and "expected to contain" not in str(err):
+                raise _step_failure(err, epoch, step + 1, spec, None, cluster) from err
+            raise DataError(
+                f"Epoch {epoch} ended after fewer than {steps} steps: the files in {spec.directory} hold fewer "
+                f"examples than counted ({spec.examples} per {manifest_or_scan(spec)}); they changed during "
+                "training, or the manifest is wrong (rewrite it with python -m trainer.datasets.manifest)."
+            ) from err
+        except tf.errors.OpError as err:
+            # Only errors a bad file raises are worth a walk over the files (after a failure only).
+            data_like = (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.NotFoundError)
+            if isinstance(spec, images.ImageDataset) and isinstance(err, data_like):
+                raise images.explain_failure(spec, err, epoch=epoch, step=step + 1) from err
+            problem = data.locate_problem(spec) if isinstance(err, data_like) else None
+            raise _step_failure(err, epoch, step + 1, spec, problem, cluster) from err
+        if step == 0 and epoch == first_epoch:
+            # Start-up ends here: the benchmark times process start to this line.
+            log("first-step", epoch=epoch, steps=count, loss=f"{float(losses[0]):.6f}")
+        for offset, loss in enumerate(losses.tolist(), start=1):
+            _check_loss(loss, watch, config, epoch, step + offset, steps, precision)
+        step += count
+        if sums[3] > 0:
+            raise TrainingInterrupted(
+                f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}. Completed epochs: "
+                f"{epoch - 1} (checkpointed in {paths.checkpoint_dir} every {config.checkpoint_every_epochs} "
+                "epoch(s)); a restart with the same checkpoint directory resumes from the last checkpoint."
+            )
+        totals = [t + float(v) for t, v in zip(totals, sums[:3], strict=True)]
+    elapsed = time.perf_counter() - started
+    usage = sampler.take() if sampler is not None else None
+    return EpochMetrics(
+        epoch=epoch,
+        loss=totals[0] / totals[2],
+        accuracy=totals[1] / totals[2],
+        examples_per_sec=totals[2] / elapsed,
+        step_time_ms=1000.0 * elapsed / steps,
+        input_wait_pct=min(100.0, 100.0 * waited / elapsed),
+        gpu_util_pct=usage.utilization_pct if usage else None,
+        gpu_mem_mib=usage.memory_used_mib if usage else None,
+    )
+
+
+def _end_epoch(
+    metrics: EpochMetrics,
+    state: _Trainable,
+    *,
+    evaluate: Any,
+    config: TrainingConfig,
+    cluster: Cluster,
+    writer: Any,
+) -> tuple[EpochMetrics, bool]:
+    """Validates (keeping the best model), checkpoints, then prints the epoch; returns its metrics and whether to stop early."""
+    epoch = metrics.epoch
+    stopped_early = False
+    if evaluate is not None and (epoch % config.validation_every_epochs == 0 or epoch == config.epochs):
+        val_loss, val_accuracy = evaluate()
+        metrics = replace(metrics, val_loss=val_loss, val_accuracy=val_accuracy)
+        if val_loss < float(state.best_val_loss.numpy()):
+            state.best_val_loss.assign(val_loss)
+            state.evals_since_best.assign(0)
+            if cluster.is_chief:
+                _save_keras(state.model, state.best_path)
+        else:
+            state.evals_since_best.assign_add(1)
+        stopped_early = bool(
+            config.early_stopping_patience and int(state.evals_since_best.numpy()) >= config.early_stopping_patience
+        )
+    state.completed.assign(epoch)
+    if epoch % config.checkpoint_every_epochs == 0 or epoch == config.epochs or stopped_early:
+        saved = state.manager.save(checkpoint_number=epoch)
+        if not cluster.is_chief:
+            shutil.rmtree(state.write_dir, ignore_errors=True)
+        else:
+            log("checkpoint", path=saved, epoch=epoch)
+    # The metric line comes after the checkpoint, so a printed epoch is always resumable.
+    loss_scale = precisions.loss_scale_state(state.optimizer)
+    if loss_scale is not None:
+        log("loss-scale", epoch=epoch, scale=f"{loss_scale['loss_scale']:g}", skipped_steps=loss_scale["skipped_steps"])
+    if cluster.is_chief:
+        emit(metrics)
+        assert writer is not None
+        _write_scalars(writer, metrics)
+    if stopped_early:
+        log(
+            "early-stop",
+            epoch=epoch,
+            best_val_loss=f"{float(state.best_val_loss.numpy()):.6f}",
+            patience=config.early_stopping_patience,
+        )
+    return metrics, stopped_early
+
+
+def _train_loop(
+    *,
+    config: TrainingConfig,
+    spec: data.DatasetSpec,
+    val_spec: data.DatasetSpec | None,
+    strategy: Any,
+    cluster: Cluster,
+    paths: Paths,
+    stop: StopRequest,
+    precision: str,
+    input_threads: int | None = None,
+) -> tuple[TrainingResult, Any]:
+    """Trains from the last checkpoint to ``config.epochs``; returns the result and the model.
+
+    With one replica the step is a plain ``tf.function`` over a plain ``tf.data`` iterator,
+    what ``keras.fit`` runs; only with several replicas does it go through ``strategy.run`` and a
+    distributed dataset. Either way ``steps_per_execution`` steps run per call, with the
+    iterator read inside the graph, and the per-step losses come back for the NaN and
+    divergence checks.
+    """
+    import tensorflow as tf
+
+    batching = _plan_batching(config, spec, strategy, cluster)
+    steps = batching.steps
+    state = _build_trainable(config, spec, strategy, steps=steps, precision=precision, paths=paths, cluster=cluster)
+    run_steps = _step_function(state.model, state.optimizer, strategy, config, distributed=batching.distributed)
+    pipeline, cache = _input_pipeline(config, spec, batching, input_threads)
+
+    evaluate = _evaluator(state.model, val_spec, config, strategy) if val_spec is not None else None
     watch = DivergenceWatch(config.divergence_factor, config.divergence_steps, spec.num_classes)
     writer = tf.summary.create_file_writer(str(paths.tensorboard_dir)) if cluster.is_chief else None
     last_metrics = None
-    stopped_early = config.early_stopping_patience and int(evals_since_best.numpy()) >= config.early_stopping_patience
-    first_epoch = resumed_from + 1
+    stopped_early = (
+        config.early_stopping_patience and int(state.evals_since_best.numpy()) >= config.early_stopping_patience
+    )
+    first_epoch = state.resumed_from + 1
     if first_epoch <= config.epochs and not stopped_early:
         dataset = (
             strategy.distribute_datasets_from_function(lambda context: pipeline(context, first_epoch))
-            if distributed
+            if batching.distributed
             else pipeline(None, first_epoch)
         )
         iterator = iter(dataset)
@@ -506,95 +700,13 @@ def _train_loop(
     for epoch in range(first_epoch, config.epochs + 1):
         if stopped_early:
             break
-        totals = [0.0, 0.0, 0.0]
-        waited = 0.0
-        step = 0
-        if sampler is not None:
-            sampler.take()  # the epoch's GPU figures cover its steps only
-        started = time.perf_counter()
-        while step < steps:
-            count = min(config.steps_per_execution, steps - step)
-            try:
-                losses, sums, wait = run_steps(iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0))
-                losses, sums = losses.numpy(), sums.numpy()
-                waited += float(wait)
-            except (tf.errors.OutOfRangeError, tf.errors.FailedPreconditionError) as err:
-                if isinstance(err, tf.errors.FailedPreconditionError) and "expected to contain" not in str(err):
-                    raise _step_failure(err, epoch, step + 1, spec, None, cluster) from err
-                raise DataError(
-                    f"Epoch {epoch} ended after fewer than {steps} steps: the files in {spec.directory} hold fewer "
-                    f"examples than counted ({spec.examples} per {manifest_or_scan(spec)}); they changed during "
-                    "training, or the manifest is wrong (rewrite it with python -m trainer.manifest)."
-                ) from err
-            except tf.errors.OpError as err:
-                # Only errors a bad file raises are worth a walk over the files (after a failure only).
-                data_like = (tf.errors.InvalidArgumentError, tf.errors.DataLossError, tf.errors.NotFoundError)
-                if is_images and isinstance(err, data_like):
-                    raise images.explain_failure(spec, err, epoch=epoch, step=step + 1) from err
-                problem = data.locate_problem(spec) if isinstance(err, data_like) else None
-                raise _step_failure(err, epoch, step + 1, spec, problem, cluster) from err
-            if step == 0 and epoch == first_epoch:
-                # Start-up ends here: the benchmark times process start to this line.
-                log("first-step", epoch=epoch, steps=count, loss=f"{float(losses[0]):.6f}")
-            for offset, loss in enumerate(losses.tolist(), start=1):
-                _check_loss(loss, watch, config, epoch, step + offset, steps, precision)
-            step += count
-            if sums[3] > 0:
-                raise TrainingInterrupted(
-                    f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}. Completed epochs: "
-                    f"{epoch - 1} (checkpointed in {paths.checkpoint_dir} every {config.checkpoint_every_epochs} "
-                    "epoch(s)); a restart with the same checkpoint directory resumes from the last checkpoint."
-                )
-            totals = [t + float(v) for t, v in zip(totals, sums[:3], strict=True)]
-        elapsed = time.perf_counter() - started
-        usage = sampler.take() if sampler is not None else None
-        metrics = EpochMetrics(
-            epoch=epoch,
-            loss=totals[0] / totals[2],
-            accuracy=totals[1] / totals[2],
-            examples_per_sec=totals[2] / elapsed,
-            step_time_ms=1000.0 * elapsed / steps,
-            input_wait_pct=min(100.0, 100.0 * waited / elapsed),
-            gpu_util_pct=usage.utilization_pct if usage else None,
-            gpu_mem_mib=usage.memory_used_mib if usage else None,
-        )
-        if evaluate is not None and (epoch % config.validation_every_epochs == 0 or epoch == config.epochs):
-            val_loss, val_accuracy = evaluate()
-            metrics = replace(metrics, val_loss=val_loss, val_accuracy=val_accuracy)
-            if val_loss < float(best_val_loss.numpy()):
-                best_val_loss.assign(val_loss)
-                evals_since_best.assign(0)
-                if cluster.is_chief:
-                    _save_keras(model, best_path)
-            else:
-                evals_since_best.assign_add(1)
-            stopped_early = bool(
-                config.early_stopping_patience and int(evals_since_best.numpy()) >= config.early_stopping_patience
-            )
-        completed.assign(epoch)
-        if epoch % config.checkpoint_every_epochs == 0 or epoch == config.epochs or stopped_early:
-            saved = manager.save(checkpoint_number=epoch)
-            if not cluster.is_chief:
-                shutil.rmtree(write_dir, ignore_errors=True)
-            else:
-                log("checkpoint", path=saved, epoch=epoch)
-        # The metric line comes after the checkpoint, so a printed epoch is always resumable.
-        loss_scale = precisions.loss_scale_state(optimizer)
-        if loss_scale is not None:
-            log("loss-scale", epoch=epoch, scale=f"{loss_scale['loss_scale']:g}", skipped_steps=loss_scale["skipped_steps"])
-        if cluster.is_chief:
-            emit(metrics)
-            assert writer is not None
-            _write_scalars(writer, metrics)
+        metrics = _train_epoch(
+            run_steps, iterator, epoch=epoch, first_epoch=first_epoch, steps=steps, config=config, spec=spec,
+            cluster=cluster, paths=paths, stop=stop, watch=watch, precision=precision, sampler=sampler,
+        )  # fmt: skip
+        metrics, stopped_early = _end_epoch(metrics, state, evaluate=evaluate, config=config, cluster=cluster, writer=writer)
         last_metrics = metrics
         trained.append(metrics)
-        if stopped_early:
-            log(
-                "early-stop",
-                epoch=epoch,
-                best_val_loss=f"{float(best_val_loss.numpy()):.6f}",
-                patience=config.early_stopping_patience,
-            )
 
     if sampler is not None:
         sampler.stop()
@@ -602,17 +714,17 @@ def _train_loop(
     if verdict and cluster.is_chief:
         diagnosis.emit(verdict)
     result = TrainingResult(
-        completed_epochs=int(completed.numpy()),
-        resumed_from_epoch=resumed_from,
+        completed_epochs=int(state.completed.numpy()),
+        resumed_from_epoch=state.resumed_from,
         last_metrics=last_metrics,
-        weights_sha256=_weights_digest(model),
-        best_model=best_path if evaluate is not None and best_path.exists() else None,
+        weights_sha256=_weights_digest(state.model),
+        best_model=state.best_path if evaluate is not None and state.best_path.exists() else None,
     )
-    return result, model
+    return result, state.model
 
 
 def _timed_next(iterator: Any, after: Any) -> tuple[Any, Any, Any]:
-    """``next(iterator)`` in the step graph, and the seconds it waited (``input_wait``, trainer.metrics).
+    """``next(iterator)`` in the step graph, and the seconds it waited (``input_wait``, trainer.train.metrics).
 
     The control dependencies pin the clock readings: the first after ``after`` (the previous
     step's results) and before the batch is requested, the second once the batch has arrived.
@@ -630,7 +742,7 @@ def _timed_next(iterator: Any, after: Any) -> tuple[Any, Any, Any]:
 
 def manifest_or_scan(spec: data.DatasetSpec) -> str:
     """Where the channel's counts came from, for messages."""
-    from trainer.manifest import MANIFEST_NAME
+    from trainer.datasets.manifest import MANIFEST_NAME
 
     return MANIFEST_NAME if (spec.directory / MANIFEST_NAME).is_file() else "the scan"
 

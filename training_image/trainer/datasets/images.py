@@ -18,7 +18,7 @@ Two layouts, the ones people already have:
   ``image_dataset_from_directory`` does).
 
 Nothing reads every image before training. Counts come from the file listing (``image-dir``),
-from ``manifest.json`` beside the shards (written by ``trainer.synthetic``; per-shard records
+from ``manifest.json`` beside the shards (written by ``trainer.datasets.synthetic``; per-shard records
 and bytes, so a shard cut short or replaced is caught by a ``stat``), from the ``image_examples``
 hyperparameter, or, failing those, from a walk over the record headers that seeks past every
 image (12 bytes read per record) and fails on a shard cut inside a record with its byte offset.
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.config import TrainingConfig
-from trainer.errors import DataError
-from trainer.manifest import STATISTICS_NAME
+from trainer.contract.errors import DataError
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets.manifest import STATISTICS_NAME
 
 IMAGE_KEY = "image/encoded"
 RAW_KEY = "image/raw"
@@ -423,8 +423,8 @@ def from_config(directory: Path, config: TrainingConfig, *, channel: str) -> Ima
     """The channel as an image dataset if it is one, per the hyperparameters; pure Python.
 
     ``data_format`` ``image-tfrecord``/``image-dir`` says so; ``auto`` asks
-    :func:`detect_format`. Returns None for feature-row channels (``trainer.data`` reads those)
-    and for a missing directory (``trainer.data.discover_channel`` names it).
+    :func:`detect_format`. Returns None for feature-row channels (``trainer.datasets.tabular`` reads those)
+    and for a missing directory (``trainer.datasets.tabular.discover_channel`` names it).
 
     Raises:
         DataError: ``model=resnet50`` on a channel that holds no image dataset, or a layout

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import trainer
-from trainer.environment import resolve_paths
-from trainer.failure import record_failure
+from trainer.contract.environment import resolve_paths
+from trainer.contract.failure import record_failure
 
 POLL_SECONDS = 0.5
 PROBE_EVERY_SECONDS = 2.0
@@ -47,7 +47,7 @@ class Watchdog:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
         refused = timeout_seconds if refused_seconds is None else refused_seconds
         self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [sys.executable, "-m", "trainer.watchdog", str(os.getpid()), str(timeout_seconds), message,
+            [sys.executable, "-m", "trainer.train.watchdog", str(os.getpid()), str(timeout_seconds), message,
              ",".join(peers), str(refused)],
             env=env,
         )  # fmt: skip
@@ -82,7 +82,7 @@ def describe_unanswered(states: dict[str, str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trainer.watchdog PARENT_PID TIMEOUT_SECONDS MESSAGE [PEERS REFUSED_SECONDS]``."""
+    """``python -m trainer.train.watchdog PARENT_PID TIMEOUT_SECONDS MESSAGE [PEERS REFUSED_SECONDS]``."""
     args = list(sys.argv[1:] if argv is None else argv)
     parent_text, timeout_text, message = args[:3]
     peers = [p for p in (args[3] if len(args) > 3 else "").split(",") if p]

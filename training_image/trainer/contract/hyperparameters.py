@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 MODELS = ("mlp", "cnn", "resnet50")
 DATA_FORMATS = ("auto", "csv", "tfrecord", "image-tfrecord", "image-dir")

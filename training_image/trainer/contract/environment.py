@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 DEFAULT_BASE_DIR = "/opt/ml"
 # SageMaker syncs this local path to the job's CheckpointConfig S3 URI (and back on restart).
@@ -179,6 +179,44 @@ def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
     return value
 
 
+def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
+    """``EXPECTED_GPU_COUNT``: GPUs per host the job must see, parsed here for every mode.
+
+    Returns ``None`` when the variable is unset or blank (the GPU check then falls back to the
+    hyperparameter or the instance table); ``0`` means CPU on purpose.
+
+    Raises:
+        ConfigError: naming ``EXPECTED_GPU_COUNT`` when it is not a whole number >= 0.
+    """
+    env = os.environ if env is None else env
+    if not env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
+        return None
+    return _int_env(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
+
+
+def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:
+    """Channel names from the ``SM_CHANNEL_<NAME>`` variables (lower case), as AWS's toolkit exports them."""
+    env = os.environ if env is None else env
+    return {name[len("SM_CHANNEL_") :].lower() for name in env if name.startswith("SM_CHANNEL_")}
+
+
+def rendezvous_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``RENDEZVOUS_TIMEOUT_SECONDS`` (default 600): how long workers wait for each other.
+
+    Raises:
+        ConfigError: naming the variable when it is not a positive number.
+    """
+    env = os.environ if env is None else env
+    raw_timeout = env.get(ENV_RENDEZVOUS_TIMEOUT, "").strip()
+    try:
+        timeout = float(raw_timeout) if raw_timeout else DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
+    except ValueError:
+        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be a number of seconds, got {raw_timeout!r}.") from None
+    if not timeout > 0:
+        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be positive, got {raw_timeout!r}.")
+    return timeout
+
+
 def resolve_cluster(paths: Paths, env: Mapping[str, str] | None = None) -> Cluster:
     """Finds the host list: TRAINING_HOSTS, else resourceconfig.json, else SM_HOSTS, else one host.
 
@@ -275,22 +313,12 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
 
     input_data_config = _read_json(paths.input_data_config_file) if paths.input_data_config_file.is_file() else {}
 
-    expected: int | None = None
-    if env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
-        expected = _int_env(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
-
     instance_type = env.get(ENV_INSTANCE_TYPE) or None
     if instance_type is None and paths.resource_config_file.is_file():
         instance_type = _read_json(paths.resource_config_file).get("current_instance_type") or None
     instance_type = instance_type or env.get("SM_CURRENT_INSTANCE_TYPE") or None
 
-    raw_timeout = env.get(ENV_RENDEZVOUS_TIMEOUT, "").strip()
-    try:
-        timeout = float(raw_timeout) if raw_timeout else DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
-    except ValueError:
-        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be a number of seconds, got {raw_timeout!r}.") from None
-    if not timeout > 0:
-        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be positive, got {raw_timeout!r}.")
+    timeout = rendezvous_timeout_seconds(env)
     raw_refused = env.get(ENV_RENDEZVOUS_REFUSED, "").strip()
     try:
         refused = float(raw_refused) if raw_refused else DEFAULT_RENDEZVOUS_REFUSED_SECONDS
@@ -304,7 +332,7 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
         cluster=resolve_cluster(paths, env),
         hyperparameters={str(k): v for k, v in hyperparameters.items()},
         input_data_config=input_data_config,
-        expected_gpu_count=expected,
+        expected_gpu_count=expected_gpu_count(env),
         instance_type=instance_type,
         rendezvous_timeout_seconds=timeout,
         rendezvous_refused_seconds=min(refused, timeout),

@@ -1,6 +1,6 @@
 """The per-epoch metric line, the single source of its format.
 
-The SageMaker stack reads ``metric_definitions.json`` (next to this file) for the training job's
+The SageMaker stack reads ``metric_definitions.json`` (in the trainer package, beside ``gpu_instances.json``) for the training job's
 MetricDefinitions, so the line printed here and those regexes change together; the tests parse
 real trainer output with the JSON file's regexes.
 
@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-METRIC_DEFINITIONS_PATH = Path(__file__).resolve().parent / "metric_definitions.json"
+METRIC_DEFINITIONS_PATH = Path(__file__).resolve().parent.parent / "metric_definitions.json"
 PREFIX = "[metrics]"
 
 

@@ -1,8 +1,8 @@
 """The channel manifest: example counts and shapes recorded once, so training starts without a scan.
 
 A manifest is ``.trainer-manifest.json`` in the channel's directory (hidden, so discovery never
-takes it for data). ``trainer.synthetic`` writes one with every dataset; for other data,
-``python -m trainer.manifest CHANNEL_DIR`` scans the files once and writes it. Format (version 1)::
+takes it for data). ``trainer.datasets.synthetic`` writes one with every dataset; for other data,
+``python -m trainer.datasets.manifest CHANNEL_DIR`` scans the files once and writes it. Format (version 1)::
 
     {
       "manifest_version": 1,
@@ -117,16 +117,16 @@ def read(directory: Path) -> Manifest | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m trainer.manifest CHANNEL_DIR``: scan the channel once and write its manifest."""
-    parser = argparse.ArgumentParser(prog="python -m trainer.manifest", description=main.__doc__)
+    """``python -m trainer.datasets.manifest CHANNEL_DIR``: scan the channel once and write its manifest."""
+    parser = argparse.ArgumentParser(prog="python -m trainer.datasets.manifest", description=main.__doc__)
     parser.add_argument("directory", type=Path)
     parser.add_argument("--data-format", default="auto", choices=("auto", "csv", "tfrecord"))
     args = parser.parse_args(argv)
     import dataclasses
 
-    from trainer import data
-    from trainer.config import TrainingConfig
-    from trainer.environment import resolve_paths
+    from trainer.contract.environment import resolve_paths
+    from trainer.contract.hyperparameters import TrainingConfig
+    from trainer.datasets import tabular as data
 
     directory = args.directory.resolve()
     paths = dataclasses.replace(resolve_paths({}), data_dir=directory.parent)

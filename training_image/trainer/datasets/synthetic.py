@@ -1,17 +1,17 @@
 """Writes a synthetic, learnable classification dataset in the trainer's CSV or TFRecord format.
 
-    python -m trainer.synthetic --format csv --out data/train --examples 4000 --features 16 --classes 4
-    python -m trainer.synthetic --format tfrecord --out data/train --examples 2000 --classes 4 --image 12x12x1
-    python -m trainer.synthetic --format image-dir --out data/train --examples 400 --classes 4 --image 16x16x3
+    python -m trainer.datasets.synthetic --format csv --out data/train --examples 4000 --features 16 --classes 4
+    python -m trainer.datasets.synthetic --format tfrecord --out data/train --examples 2000 --classes 4 --image 12x12x1
+    python -m trainer.datasets.synthetic --format image-dir --out data/train --examples 400 --classes 4 --image 16x16x3
 
-    python -m trainer.synthetic --format image-tfrecord --out data/train --examples 400 --classes 4 --image 32x32x3
+    python -m trainer.datasets.synthetic --format image-tfrecord --out data/train --examples 400 --classes 4 --image 32x32x3
 
 ``image-dir`` is the layout Keras' ``image_dataset_from_directory`` reads: one sub-directory per
 class (``class_0``... zero-padded when there are more than 10, so sorted names keep label order)
 of real JPEG files (``--encoding png`` for PNG). ``image-tfrecord`` is the TensorFlow/TPU ImageNet
 layout: ``tf.train.Example`` with the JPEG under ``image/encoded`` and the label under
 ``image/class/label`` counted from ``--label-base`` (1, as that tooling writes), plus the
-``manifest.json`` the trainer counts from (see ``trainer.images``). Image pixels: each class has
+``manifest.json`` the trainer counts from (see ``trainer.datasets.images``). Image pixels: each class has
 its own colour (grey level for one channel) over the whole picture, with noise, so it survives
 the random crops and flips of training.
 
@@ -20,7 +20,7 @@ MLP reaches high accuracy in a few epochs. Images: each class lights a square pa
 position on a noisy background, which a small CNN learns quickly. The same seed gives the same
 files, so tests and the local emulator harness are reproducible.
 
-CSV and TFRecord datasets come with their manifest (``trainer.manifest``): per-file example
+CSV and TFRecord datasets come with their manifest (``trainer.datasets.manifest``): per-file example
 counts and sizes, features and classes, so the trainer starts without reading the data.
 """
 
@@ -37,11 +37,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer import manifest
-from trainer.data import FEATURES_KEY, LABEL_KEY
-from trainer.images import IMAGE_KEY
-from trainer.images import LABEL_KEY as IMAGE_LABEL_KEY
-from trainer.images import write_manifest
+from trainer.datasets import manifest
+from trainer.datasets.images import IMAGE_KEY
+from trainer.datasets.images import LABEL_KEY as IMAGE_LABEL_KEY
+from trainer.datasets.images import write_manifest
+from trainer.datasets.tabular import FEATURES_KEY, LABEL_KEY
 
 IMAGE_FORMATS = ("image-dir", "image-tfrecord")
 ENCODINGS = ("jpeg", "png")
@@ -254,7 +254,7 @@ def _image_shape(text: str) -> tuple[int, int, int]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: parse arguments, write the files, print one summary line."""
-    parser = argparse.ArgumentParser(prog="python -m trainer.synthetic", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m trainer.datasets.synthetic", description=__doc__.split("\n\n")[0])
     parser.add_argument("--format", required=True, choices=("csv", "tfrecord", *IMAGE_FORMATS))
     parser.add_argument("--out", required=True, type=Path, help="directory to write the shards into")
     parser.add_argument("--examples", required=True, type=int)

@@ -20,11 +20,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from trainer.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_WORKER_PORT, Cluster
-from trainer.errors import PeerFailedError, RendezvousError, TrainerError
+from trainer.contract.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_WORKER_PORT, Cluster
+from trainer.contract.errors import PeerFailedError, RendezvousError, TrainerError
 from trainer.gpu_check import DeviceInventory
 from trainer.logs import log
-from trainer.watchdog import Watchdog
+from trainer.train.watchdog import Watchdog
 
 
 def _host_only(address: str) -> str:
@@ -94,7 +94,7 @@ def rendezvous_deadline(cluster: Cluster, timeout_seconds: float, refused_second
 
     Yields the absolute ``time.monotonic()`` deadline. On a single host there is nobody to wait
     for, so no watchdog is started. A peer whose port refuses connections for
-    ``refused_seconds`` ends the wait sooner (see :class:`trainer.watchdog.Watchdog`).
+    ``refused_seconds`` ends the wait sooner (see :class:`trainer.train.watchdog.Watchdog`).
     """
     deadline = time.monotonic() + timeout_seconds
     if cluster.num_workers == 1:

@@ -1,6 +1,6 @@
 """Input data: a channel directory of CSV or TFRecord shards, counted from metadata, then streamed.
 
-Formats (the synthetic writer, ``trainer.synthetic``, produces both); each is a
+Formats (the synthetic writer, ``trainer.datasets.synthetic``, produces both); each is a
 :class:`RecordFormat` (reader, vectorised parser, inspection, error locator) registered in
 :data:`FORMATS`, which is the hook another format implements:
 
@@ -11,7 +11,7 @@ Formats (the synthetic writer, ``trainer.synthetic``, produces both); each is a
 - TFRecord: serialized ``tf.train.Example`` with ``features`` (float list, one value per
   feature; images flattened row-major HxWxC) and ``label`` (one int64).
 
-Counts and shapes come from the channel's manifest (:mod:`trainer.manifest`) when it matches
+Counts and shapes come from the channel's manifest (:mod:`trainer.datasets.manifest`) when it matches
 the files, so nothing is read before the first step; the pipeline then checks every value as it
 parses it, and a failure is traced back to the file and line or record by
 :func:`locate_problem`. Without a manifest, :func:`scan_channel` reads every file once first (on
@@ -30,10 +30,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import manifest
-from trainer.config import TrainingConfig
-from trainer.environment import Paths
-from trainer.errors import ConfigError, DataError
+from trainer.contract.environment import Paths, channel_variables
+from trainer.contract.errors import ConfigError, DataError
+from trainer.contract.hyperparameters import TrainingConfig
+from trainer.datasets import manifest
 from trainer.logs import log
 
 FEATURES_KEY = "features"
@@ -100,7 +100,7 @@ def _declared_channels(paths: Paths, input_data_config: Mapping[str, Any]) -> li
     """Channel names the job declares: inputdataconfig.json, else SM_CHANNEL_* and input/data/*."""
     if input_data_config:
         return sorted(input_data_config)
-    found = {k[len("SM_CHANNEL_") :].lower() for k in os.environ if k.startswith("SM_CHANNEL_")}
+    found = channel_variables()
     if paths.data_dir.is_dir():
         found |= {p.name for p in paths.data_dir.iterdir() if p.is_dir() and not p.name.startswith(".")}
     return sorted(found)
@@ -633,7 +633,7 @@ def count_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     counted, reason = _from_manifest(spec, num_classes)
     if counted is None:
         log("scan", channel=spec.channel, reason=json.dumps(reason),
-            hint=json.dumps(f"python -m trainer.manifest DIR writes {manifest.MANIFEST_NAME}; then no scan"))  # fmt: skip
+            hint=json.dumps(f"python -m trainer.datasets.manifest DIR writes {manifest.MANIFEST_NAME}; then no scan"))  # fmt: skip
         return scan_channel(spec, num_classes)
     if counted.examples == 0:
         raise DataError(

@@ -1,6 +1,6 @@
 """One line at the end of a run that says where the step time went, and what to do about it.
 
-The verdict reads the epochs' metric figures (:class:`trainer.metrics.EpochMetrics`):
+The verdict reads the epochs' metric figures (:class:`trainer.train.metrics.EpochMetrics`):
 
 - ``input-bound``: the step loop waited for its next batch for at least
   :data:`INPUT_BOUND_PCT` percent of the step time. The accelerator idles while the CPU decodes
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trainer.metrics import EpochMetrics
+from trainer.train.metrics import EpochMetrics
 
 INPUT_BOUND_PCT = 30.0
 GPU_IDLE_PCT = 20.0
