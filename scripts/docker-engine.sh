@@ -44,12 +44,14 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; 
 fi
 
 ((EUID == 0)) || fail "dockerd is installed but not running, and starting it needs root (or start the docker service)"
+started=0
 if pgrep -x dockerd >/dev/null 2>&1; then
-  say "a dockerd is already starting; waiting for it"
+  say "a dockerd is already running; waiting for it to answer"
 else
   say "starting dockerd (log: $log)"
   # setsid: its own session, so a CI step's or a test's process group ending does not take it along.
   setsid nohup dockerd >"$log" 2>&1 </dev/null &
+  started=1
 fi
 for ((i = 0; i < wait_seconds; i++)); do
   if answers; then
@@ -59,4 +61,7 @@ for ((i = 0; i < wait_seconds; i++)); do
   pgrep -x dockerd >/dev/null 2>&1 || fail "dockerd exited: $(tail -n 1 "$log" 2>/dev/null)"
   sleep 1
 done
-fail "dockerd did not answer within ${wait_seconds} s: $(tail -n 1 "$log" 2>/dev/null)"
+if ((started)); then
+  fail "dockerd did not answer within ${wait_seconds} s: $(tail -n 1 "$log" 2>/dev/null)"
+fi
+fail "a dockerd runs but does not answer \`docker info\` within ${wait_seconds} s (DOCKER_HOST=${DOCKER_HOST:-its default socket})"
