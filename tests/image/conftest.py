@@ -49,4 +49,15 @@ def image() -> BuiltImage:
     if built.returncode != 0:
         pytest.fail(f"scripts/build-image.sh failed (exit {built.returncode}):\n{built.stdout[-3000:]}\n{built.stderr[-5000:]}")
     labels = inspect_image(TAG)["Config"].get("Labels") or {}
-    return BuiltImage(TAG, labels.get("gputrain.base", "unknown"), seconds, built.stdout)
+    _BUILT.append(BuiltImage(TAG, labels.get("gputrain.base", "unknown"), seconds, built.stdout))
+    return _BUILT[-1]
+
+
+_BUILT: list[BuiltImage] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook signature
+    """The build's last line (base, size, build time) in the run's summary: the image stage's cost in CI's log."""
+    for built in _BUILT:
+        lines = built.build_output.strip().splitlines()
+        terminalreporter.write_line(f"image tests: {lines[-1] if lines else built.tag} (session fixture {built.build_seconds:.0f} s)")
