@@ -81,15 +81,23 @@ done
 
 dockerfile=training_image/Dockerfile
 build_args=()
-if ((standin_only == 0)) && { docker image inspect "$CUDA_BASE" >/dev/null 2>&1 \
-  || timeout "$pull_seconds" docker pull --quiet "$CUDA_BASE" >/dev/null 2>&1; }; then
+reason="--standin"
+if ((standin_only == 0)); then
+  if docker image inspect "$CUDA_BASE" >/dev/null 2>&1; then
+    reason=""
+  elif pulled=$(timeout "$pull_seconds" docker pull --quiet "$CUDA_BASE" 2>&1); then
+    reason=""
+  else
+    # The pull's own last line (no such host, timeout, ...) says why the stand-in is used.
+    reason="nvidia/cuda unreachable: $(tail -n 1 <<<"${pulled:-docker pull ran past ${pull_seconds} s}" | cut -c1-200)"
+  fi
+fi
+if [[ -z $reason ]]; then
   base_name=$CUDA_BASE
   prefix="build-image [$CUDA_BASE]"
   say "base: $CUDA_BASE"
 else
   base_name=debian-bookworm-standin
-  reason="nvidia/cuda unreachable"
-  ((standin_only == 0)) || reason="--standin"
   prefix="build-image [debian-bookworm stand-in]"
   say "base: debian-bookworm stand-in ($reason): GPU libraries absent, EFA stage off; for tests on CPU only"
   if docker image inspect "$STANDIN_BASE" >/dev/null 2>&1; then
