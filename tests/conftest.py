@@ -26,11 +26,13 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
     ``scripts.teardown --destroy``) synthesizes into the checkout's cdk.out, which the CLI locks
     against a second CLI, and the gates (tests/gates) run the CLI from the checkout too. So the
     operator-script tests are one group, the emulator tests and the gates another, one module
-    after the other in one worker, as without xdist."""
+    after the other in one worker, as without xdist. The image tests (tests/image) are one group
+    too: each worker builds the image once, and two workers building it would share 2 cores for minutes."""
     import pytest
 
     tests = ROOT / "tests"
-    serial = {tests / "scripts": "tests/scripts", tests / "integration": "cdk-cli", tests / "gates": "cdk-cli"}
+    serial = {tests / "scripts": "tests/scripts", tests / "integration": "cdk-cli", tests / "gates": "cdk-cli",
+              tests / "image": "tests/image"}  # fmt: skip
     for item in items:
         path = Path(str(item.path))
         group = next((name for folder, name in serial.items() if folder in path.parents), str(path.relative_to(ROOT)))

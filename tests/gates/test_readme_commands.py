@@ -8,7 +8,8 @@ Commands are taken from the README's ``bash`` blocks and from inline code that s
 * ``python -m scripts.<tool> ...``: the tool's own argument parser must accept the command line
   (optional ``[...]`` parts included, each ``a|b`` alternative on its own), and every tool accepts
   ``--region``, ``--profile`` and ``-c`` as the README promises;
-* ``scripts/*.sh`` and ``bash scripts/*.sh``: the script exists and its options are its parser's;
+* ``scripts/*.sh`` and ``bash scripts/*.sh``: the script exists and its options are its parser's
+  (for build-image.sh and docker-engine.sh: the options its ``--help`` shows);
 * paths and pytest arguments exist.
 
 A command no rule knows fails the test: a new kind of command needs a rule here.
@@ -148,6 +149,11 @@ def check_script(path: str, args: list[str], monkeypatch: pytest.MonkeyPatch) ->
     elif script.name == "test.sh":
         paths = [a for a in args if a.startswith("tests")]
         assert all((ROOT / p).exists() for p in paths), paths
+    elif script.name in ("build-image.sh", "docker-engine.sh"):
+        # --help prints the usage and exits before Docker is touched.
+        usage = subprocess.run(["bash", str(script), "--help"], capture_output=True, text=True, timeout=30, check=True).stdout
+        options = [a for a in args if a.startswith("-")]
+        assert all(re.search(rf"(^|\s){re.escape(o)}\b", usage) for o in options), (options, usage)
     else:
         raise AssertionError(f"no rule for {path}")
 

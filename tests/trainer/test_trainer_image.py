@@ -49,9 +49,13 @@ def test_dockerfile_is_hadolint_clean():
 def test_base_image_is_an_exact_cuda_release_in_every_stage():
     base = _dockerfile_arg("CUDA_BASE_IMAGE")
     assert re.fullmatch(r"nvidia/cuda:12\.5\.\d+-base-ubuntu24\.04", base), base
-    stages = re.findall(r"^FROM (\S+) AS (\w+)$", DOCKERFILE.read_text(), re.MULTILINE)
-    assert [name for _, name in stages] == ["build", "efa", "runtime"]
-    assert all(image == "${CUDA_BASE_IMAGE}" for image, _ in stages)
+    stages = re.findall(r"^FROM (\S+) AS ([\w.-]+)$", DOCKERFILE.read_text(), re.MULTILINE)
+    assert [name for _, name in stages] == ["build", "wheel", "efa-1", "efa-0", "efa", "runtime"]
+    # wheel continues the build stage; efa picks one of the two stages above it (efa-1 by default);
+    # every other stage starts from the CUDA base.
+    assert dict(stages)["build"] == "wheel"
+    assert dict(stages)["efa-${WITH_EFA}"] == "efa" and _dockerfile_arg("WITH_EFA") == "1"
+    assert all(image == "${CUDA_BASE_IMAGE}" for image, name in stages if name not in ("wheel", "efa"))
     instructions = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
     assert not [line for line in instructions if "latest" in line]
 
