@@ -174,7 +174,7 @@ def test_build_context_holds_what_the_dockerfile_copies_and_nothing_else():
     assert sources == ["requirements.txt", "pyproject.toml", "build_check.py", "trainer", "bin/python"]
     for source in sources:
         assert _dockerignore_admits(source), source
-    assert _dockerignore_admits("trainer/train.py")
+    assert _dockerignore_admits("trainer/train/runner.py")
     assert _dockerignore_admits("trainer/gpu_instances.json")
     assert _dockerignore_admits("bin/python")
     for unwanted in ("README.md", "trainer/__pycache__/train.cpython-311.pyc", ".venv/bin/python", "notes.txt"):
