@@ -10,8 +10,8 @@ import pytest
 from trainer.contract import environment
 from trainer.contract.errors import ConfigError, DataError
 from trainer.contract.failure import record_failure, run_recorded, write_reason
+from trainer.contract.serving import load_settings
 from trainer.process import contract as process_contract
-from trainer.serve.settings import load_settings
 
 TRAINER = Path(__file__).resolve().parents[2] / "training_image" / "trainer"
 
@@ -57,6 +57,56 @@ def test_the_rendezvous_timeout_and_channel_variables_are_read_in_the_contract()
         "train",
         "validation",
     }
+
+
+# --- the serving mode's settings (trainer.contract.serving) -----------------------------------------
+
+SERVING_SETTINGS = [
+    # variable, valid value, the setting it gives, the default, a bad value
+    ("SAGEMAKER_BIND_TO_PORT", "9090", ("port", 9090), 8080, "http"),
+    ("SERVE_HOST", "127.0.0.1", ("host", "127.0.0.1"), "0.0.0.0", None),
+    ("SERVE_BATCHING", "OFF", ("batching", False), True, "maybe"),
+    ("SERVE_MAX_BATCH_SIZE", "16", ("max_batch_size", 16), 64, "0"),
+    ("SERVE_MAX_BATCH_DELAY_MS", "0", ("max_batch_delay_ms", 0.0), 2.0, "1001"),
+    ("SERVE_MAX_QUEUED_REQUESTS", "10", ("max_queued_requests", 10), 2048, "none"),
+    ("SERVE_MAX_REQUEST_BYTES", "2048", ("max_request_bytes", 2048), 6 * 1024 * 1024, "100"),
+    ("SERVE_REPLICAS", "2", ("replicas", 2), 0, "65"),
+    ("SERVE_MODEL_OUTPUT", "Logits", ("output", "logits"), "auto", "scores"),
+    ("TFS_DEFAULT_MODEL_NAME", "regression", ("model_name", "regression"), "model", "a/b"),
+    ("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "text/csv", ("default_accept", "text/csv"), "application/json", None),
+    ("SERVE_WARMUP", "off", ("warmup", False), True, "sometimes"),
+    ("SERVING_INSTANCE_TYPE", "ml.g5.xlarge", ("instance_type", "ml.g5.xlarge"), None, None),
+]
+
+
+@pytest.mark.parametrize(("name", "valid", "setting", "default", "bad"), SERVING_SETTINGS, ids=[row[0] for row in SERVING_SETTINGS])
+def test_each_serving_setting_reads_a_value_defaults_when_blank_and_names_itself_when_bad(
+    name: str, valid: str, setting: tuple[str, object], default: object, bad: str | None
+) -> None:
+    field, value = setting
+    assert getattr(load_settings({name: valid}), field) == value
+    assert getattr(load_settings({name: "  "}), field) == default == getattr(load_settings({}), field)
+    if bad is not None:
+        with pytest.raises(ConfigError, match=name):
+            load_settings({name: bad})
+
+
+def test_the_setting_helpers_name_the_variable_and_the_range() -> None:
+    assert environment.int_setting({"N": " 3 "}, "N", 1, minimum=0) == 3
+    assert environment.int_setting({"N": ""}, "N", 1, minimum=0) == 1
+    with pytest.raises(ConfigError, match=r"Environment variable N must be between 1 and 4, got 5\."):
+        environment.int_setting({"N": "5"}, "N", 1, minimum=1, maximum=4)
+    assert environment.seconds_setting({"T": "2.5"}, "T", 9.0) == 2.5
+    assert environment.seconds_setting({}, "T", 9.0) == 9.0
+    for raw in ("0", "-1", "inf", "nan", "soon"):
+        with pytest.raises(ConfigError, match=f"T must be a positive number of seconds, got '{raw}'"):
+            environment.seconds_setting({"T": raw}, "T", 9.0)
+    with pytest.raises(ConfigError, match=r"T must be in \(0, 115\] seconds \(SageMaker kills at 120 s\), got '116'"):
+        environment.seconds_setting({"T": "116"}, "T", 9.0, maximum=115, why="SageMaker kills at 120 s")
+    assert environment.switch_setting({"S": "Off"}, "S", True) is False
+    assert environment.switch_setting({"S": ""}, "S", False) is False
+    with pytest.raises(ConfigError, match="S must be on or off, got 'yes'"):
+        environment.switch_setting({"S": "yes"}, "S", True)
 
 
 def _sources_outside_contract() -> dict[str, str]:

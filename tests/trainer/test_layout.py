@@ -30,7 +30,6 @@ ENVIRONMENT_EXCEPTIONS = {
     "gpu_driver.py": "CUDA_VISIBLE_DEVICES as the driver sees it, to name the visible GPUs",
     "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process",
     "train/watchdog.py": "passes this process's environment to the watchdog child",
-    "serve/settings.py": "the serving mode's SERVE_* and SAGEMAKER_BIND_TO_PORT settings (to move)",
     "process/contract.py": "the processing mode's variables beside processingjobconfig.json (to move)",
     "process/runner.py": "hides GPUs for a CPU job, passes the environment to the script; stop grace (to move)",
     "user_code/contract.py": "builds the SM_* environment a user's script gets; SAGEMAKER_PROGRAM (to move)",

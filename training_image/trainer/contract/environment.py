@@ -12,13 +12,14 @@ the failure file has to be written somewhere.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.contract.errors import ConfigError
+from trainer.contract.errors import ConfigError, TrainerError
 
 DEFAULT_BASE_DIR = "/opt/ml"
 # SageMaker syncs this local path to the job's CheckpointConfig S3 URI (and back on restart).
@@ -166,7 +167,12 @@ def _read_json(path: Path) -> Any:
         raise ConfigError(f"{path} is not valid JSON: {err}.") from err
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+def int_setting(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+    """A whole-number variable: ``default`` when unset or blank, else between ``minimum`` and ``maximum``.
+
+    Raises:
+        ConfigError: naming the variable and the range it must be in.
+    """
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -174,9 +180,64 @@ def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
         value = int(raw)
     except ValueError:
         raise ConfigError(f"Environment variable {name} must be an integer, got {raw!r}.") from None
-    if value < minimum:
-        raise ConfigError(f"Environment variable {name} must be >= {minimum}, got {value}.")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"Environment variable {name} must be {bound}, got {value}.")
     return value
+
+
+def seconds_setting(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    *,
+    maximum: float | None = None,
+    why: str = "",
+    error: type[TrainerError] = ConfigError,
+) -> float:
+    """A duration in seconds: ``default`` when unset or blank, else a finite number > 0 (and <= ``maximum``).
+
+    Args:
+        env: The environment to read.
+        name: The variable.
+        default: Its value when unset or blank.
+        maximum: The largest value allowed, if any; ``why`` says why, in the message.
+        why: A reason for ``maximum`` (``SageMaker kills at 120 s``).
+        error: What a bad value raises; ConfigError unless the failure belongs to one check (the GPU check).
+
+    Raises:
+        ConfigError: (or ``error``) naming the variable and what it must be.
+    """
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if maximum is not None:
+        if not 0 < value <= maximum:
+            reason = f" ({why})" if why else ""
+            raise error(f"{name} must be in (0, {maximum:g}] seconds{reason}, got {raw!r}.")
+    elif not 0 < value < math.inf:
+        raise error(f"{name} must be a positive number of seconds, got {raw!r}.")
+    return value
+
+
+def switch_setting(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """An ``on``/``off`` variable (any case); ``default`` when unset or blank.
+
+    Raises:
+        ConfigError: naming the variable when it is neither.
+    """
+    value = env.get(name, "").strip().lower() or ("on" if default else "off")
+    if value not in ("on", "off"):
+        raise ConfigError(f"{name} must be on or off, got {value!r}.")
+    return value == "on"
+
+
+def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    return int_setting(env, name, default, minimum=minimum)
 
 
 def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
