@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainer.contract import environment
-from trainer.contract.errors import ConfigError, DataError
+from trainer.contract.errors import ConfigError, DataError, GpuCheckError
 from trainer.contract.failure import record_failure, run_recorded, write_reason
 from trainer.contract.serving import load_settings
 from trainer.process import contract as process_contract
@@ -107,6 +107,15 @@ def test_the_setting_helpers_name_the_variable_and_the_range() -> None:
     assert environment.switch_setting({"S": ""}, "S", False) is False
     with pytest.raises(ConfigError, match="S must be on or off, got 'yes'"):
         environment.switch_setting({"S": "yes"}, "S", True)
+
+
+def test_the_gpu_check_timeout_is_read_in_the_contract() -> None:
+    assert environment.gpu_check_timeout_seconds({"GPU_CHECK_TIMEOUT_SECONDS": "120"}) == 120.0
+    assert environment.gpu_check_timeout_seconds({"GPU_CHECK_TIMEOUT_SECONDS": " "}) == 300.0
+    assert environment.gpu_check_timeout_seconds({}) == environment.DEFAULT_GPU_CHECK_TIMEOUT_SECONDS
+    # A bad bound fails the GPU check (exit 3), as it always has, and says what the variable must be.
+    with pytest.raises(GpuCheckError, match="GPU_CHECK_TIMEOUT_SECONDS must be a positive number of seconds, got 'soon'"):
+        environment.gpu_check_timeout_seconds({"GPU_CHECK_TIMEOUT_SECONDS": "soon"})
 
 
 def _sources_outside_contract() -> dict[str, str]:

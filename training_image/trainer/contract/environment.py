@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.contract.errors import ConfigError, TrainerError
+from trainer.contract.errors import ConfigError, GpuCheckError, TrainerError
 
 DEFAULT_BASE_DIR = "/opt/ml"
 # SageMaker syncs this local path to the job's CheckpointConfig S3 URI (and back on restart).
@@ -40,6 +40,9 @@ ENV_RENDEZVOUS_TIMEOUT = "RENDEZVOUS_TIMEOUT_SECONDS"
 ENV_RENDEZVOUS_REFUSED = "RENDEZVOUS_REFUSED_SECONDS"
 ENV_INSTANCE_TYPE = "TRAINING_INSTANCE_TYPE"
 ENV_LOGICAL_CPU_DEVICES = "TRAINER_LOGICAL_CPU_DEVICES"
+ENV_GPU_CHECK_TIMEOUT = "GPU_CHECK_TIMEOUT_SECONDS"
+# Generous: the first CUDA call on a p5 initialises 8 GPUs and may JIT PTX; a healthy check takes seconds.
+DEFAULT_GPU_CHECK_TIMEOUT_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,19 @@ def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
     if not env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
         return None
     return _int_env(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
+
+
+def gpu_check_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``GPU_CHECK_TIMEOUT_SECONDS`` (default 300): the bound on each step of the GPU check.
+
+    Read at each bounded step rather than once, so a test (or a wrapper) may change it between checks.
+
+    Raises:
+        GpuCheckError: naming the variable when it is not a positive, finite number: the check
+            cannot run unbounded, and a bad bound fails the check as a hung device would.
+    """
+    env = os.environ if env is None else env
+    return seconds_setting(env, ENV_GPU_CHECK_TIMEOUT, DEFAULT_GPU_CHECK_TIMEOUT_SECONDS, error=GpuCheckError)
 
 
 def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:
