@@ -118,6 +118,18 @@ def test_the_gpu_check_timeout_is_read_in_the_contract() -> None:
         environment.gpu_check_timeout_seconds({"GPU_CHECK_TIMEOUT_SECONDS": "soon"})
 
 
+@pytest.mark.parametrize(("raw", "expected"), [("30", 30.0), ("115", 115.0), ("", 100.0), (" ", 100.0), (None, 100.0)])
+def test_the_script_stop_grace_is_read_in_the_contract(raw: str | None, expected: float) -> None:
+    env = {} if raw is None else {"SCRIPT_STOP_GRACE_SECONDS": raw}
+    assert environment.script_stop_grace_seconds(env) == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "116", "soon", "-1", "nan"])
+def test_a_bad_script_stop_grace_names_the_variable_and_its_range(raw: str) -> None:
+    with pytest.raises(ConfigError, match=r"SCRIPT_STOP_GRACE_SECONDS must be in \(0, 115\] seconds \(SageMaker kills at 120 s\)"):
+        environment.script_stop_grace_seconds({"SCRIPT_STOP_GRACE_SECONDS": raw})
+
+
 def _sources_outside_contract() -> dict[str, str]:
     return {
         str(path.relative_to(TRAINER)): path.read_text(encoding="utf-8")

@@ -43,6 +43,10 @@ ENV_LOGICAL_CPU_DEVICES = "TRAINER_LOGICAL_CPU_DEVICES"
 ENV_GPU_CHECK_TIMEOUT = "GPU_CHECK_TIMEOUT_SECONDS"
 # Generous: the first CUDA call on a p5 initialises 8 GPUs and may JIT PTX; a healthy check takes seconds.
 DEFAULT_GPU_CHECK_TIMEOUT_SECONDS = 300.0
+ENV_SCRIPT_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
+# SageMaker sends SIGKILL 120 s after SIGTERM; the rest is for uploading what the script wrote.
+DEFAULT_SCRIPT_STOP_GRACE_SECONDS = 100.0
+MAX_SCRIPT_STOP_GRACE_SECONDS = 115.0
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,23 @@ def gpu_check_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
     """
     env = os.environ if env is None else env
     return seconds_setting(env, ENV_GPU_CHECK_TIMEOUT, DEFAULT_GPU_CHECK_TIMEOUT_SECONDS, error=GpuCheckError)
+
+
+def script_stop_grace_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``SCRIPT_STOP_GRACE_SECONDS`` (default 100): how long a user's script (or processor) may run on
+    after SIGTERM before SIGKILL, in every mode that runs one.
+
+    Raises:
+        ConfigError: naming the variable when it is not in (0, 115] seconds (SageMaker kills at 120 s).
+    """
+    env = os.environ if env is None else env
+    return seconds_setting(
+        env,
+        ENV_SCRIPT_STOP_GRACE,
+        DEFAULT_SCRIPT_STOP_GRACE_SECONDS,
+        maximum=MAX_SCRIPT_STOP_GRACE_SECONDS,
+        why="SageMaker kills at 120 s",
+    )
 
 
 def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:

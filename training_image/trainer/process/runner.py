@@ -64,7 +64,7 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
         TrainerError: every failure, as a subclass that carries the exit code.
     """
     started = time.monotonic()
-    supervisor = script_runner.Supervisor(script_runner.stop_grace(os.environ))
+    supervisor = script_runner.Supervisor(environment.script_stop_grace_seconds())
     supervisor.install()
     what = "processing script" if env.program else "processing job"
     transform_options = None
