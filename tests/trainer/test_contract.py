@@ -130,6 +130,29 @@ def test_a_bad_script_stop_grace_names_the_variable_and_its_range(raw: str) -> N
         environment.script_stop_grace_seconds({"SCRIPT_STOP_GRACE_SECONDS": raw})
 
 
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("https://pypi.org/simple", "https://pypi.org/simple"),
+        (" http://mirror.internal:8080/simple/ ", "http://mirror.internal:8080/simple/"),
+        ("file:///opt/wheels/simple", "file:///opt/wheels/simple"),
+        ("", None),
+        ("   ", None),
+        (None, None),
+    ],
+)
+def test_pip_index_url_is_read_in_the_contract_and_blank_means_offline(raw: str | None, expected: str | None) -> None:
+    env = {} if raw is None else {"PIP_INDEX_URL": raw}
+    assert environment.pip_index_url(env) == expected
+
+
+@pytest.mark.parametrize("raw", ["pypi.org/simple", "ftp://host/simple", "https://"])
+def test_a_bad_pip_index_url_names_the_variable_and_the_fix(raw: str) -> None:
+    with pytest.raises(ConfigError, match="PIP_INDEX_URL must be a package index URL") as caught:
+        environment.pip_index_url({"PIP_INDEX_URL": raw})
+    assert "unset it to install requirements offline" in str(caught.value)
+
+
 def _sources_outside_contract() -> dict[str, str]:
     return {
         str(path.relative_to(TRAINER)): path.read_text(encoding="utf-8")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +48,7 @@ ENV_SCRIPT_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
 # SageMaker sends SIGKILL 120 s after SIGTERM; the rest is for uploading what the script wrote.
 DEFAULT_SCRIPT_STOP_GRACE_SECONDS = 100.0
 MAX_SCRIPT_STOP_GRACE_SECONDS = 115.0
+ENV_PIP_INDEX_URL = "PIP_INDEX_URL"
 
 
 @dataclass(frozen=True)
@@ -290,6 +292,29 @@ def script_stop_grace_seconds(env: Mapping[str, str] | None = None) -> float:
         maximum=MAX_SCRIPT_STOP_GRACE_SECONDS,
         why="SageMaker kills at 120 s",
     )
+
+
+def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
+    """``PIP_INDEX_URL``: the package index pip may use for a user's requirements, or ``None``.
+
+    Unset or blank (the default, and what a job with network isolation has) means offline: pip
+    installs only from the wheels shipped with the code. pip itself reads the variable from the
+    environment it inherits; this says whether to let it.
+
+    Raises:
+        ConfigError: naming the variable when it is set but not an http(s):// or file:// URL.
+    """
+    env = os.environ if env is None else env
+    url = env.get(ENV_PIP_INDEX_URL, "").strip()
+    if not url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https", "file") or not (parts.netloc or parts.path):
+        raise ConfigError(
+            f"{ENV_PIP_INDEX_URL} must be a package index URL (https://host/simple), got {url!r}; "
+            "unset it to install requirements offline from the wheels shipped with the code."
+        )
+    return url
 
 
 def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:
