@@ -153,6 +153,46 @@ def test_a_bad_pip_index_url_names_the_variable_and_the_fix(raw: str) -> None:
     assert "unset it to install requirements offline" in str(caught.value)
 
 
+def test_the_script_variables_are_read_in_the_contract() -> None:
+    variables = environment.script_variables(
+        {
+            "SAGEMAKER_PROGRAM": " train.py ",
+            "SAGEMAKER_SUBMIT_DIRECTORY": "s3://bucket/code/sourcedir.tar.gz",
+            "SAGEMAKER_TRAINING_MODULE": "sagemaker_tensorflow_container.training:main",
+            "TRAINING_JOB_NAME": "job-1",
+            "TRAINING_WORKER_PORT": "2345",
+        }
+    )
+    assert variables == environment.ScriptVariables(
+        program="train.py",
+        submit_directory="s3://bucket/code/sourcedir.tar.gz",
+        training_module="sagemaker_tensorflow_container.training:main",
+        job_name="job-1",
+        worker_port=2345,
+    )
+    assert environment.script_variables({"SAGEMAKER_PROGRAM": "prep.sh"}).program == "prep.sh"
+
+
+@pytest.mark.parametrize("env", [{}, {"SAGEMAKER_PROGRAM": " ", "SAGEMAKER_SUBMIT_DIRECTORY": "", "TRAINING_WORKER_PORT": " "}])
+def test_unset_or_blank_script_variables_are_none(env: dict[str, str]) -> None:
+    assert environment.script_variables(env) == environment.ScriptVariables(None, None, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"SAGEMAKER_PROGRAM": "train"}, "SAGEMAKER_PROGRAM must name a Python file (.py) or a shell script (.sh) in the code, got 'train'"),
+        ({"SAGEMAKER_PROGRAM": "model.ipynb"}, "SAGEMAKER_PROGRAM must name a Python file (.py)"),
+        ({"TRAINING_WORKER_PORT": "http"}, "TRAINING_WORKER_PORT must be an integer, got 'http'"),
+        ({"TRAINING_WORKER_PORT": "70000"}, "TRAINING_WORKER_PORT must be between 1 and 65535, got 70000"),
+    ],
+)
+def test_a_bad_script_variable_is_named(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        environment.script_variables(env)
+    assert says in str(caught.value)
+
+
 def _sources_outside_contract() -> dict[str, str]:
     return {
         str(path.relative_to(TRAINER)): path.read_text(encoding="utf-8")

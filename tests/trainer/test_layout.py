@@ -32,7 +32,6 @@ ENVIRONMENT_EXCEPTIONS = {
     "train/watchdog.py": "passes this process's environment to the watchdog child",
     "process/contract.py": "the processing mode's variables beside processingjobconfig.json (to move)",
     "process/runner.py": "hides GPUs for a CPU job; passes the environment (and the instance type, unless the job set one) to the GPU check and the script",
-    "user_code/contract.py": "builds the SM_* environment a user's script gets; SAGEMAKER_PROGRAM (to move)",
     "user_code/s3_source.py": "AWS_REGION for the S3 client that fetches the code",
     "user_code/guard.py": "runs before the trainer under a replaced entrypoint: detects the job, passes the environment on",
     "user_code/runner.py": "passes this process's environment (plus the script's) to the user's script",

@@ -49,6 +49,12 @@ ENV_SCRIPT_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
 DEFAULT_SCRIPT_STOP_GRACE_SECONDS = 100.0
 MAX_SCRIPT_STOP_GRACE_SECONDS = 115.0
 ENV_PIP_INDEX_URL = "PIP_INDEX_URL"
+ENV_PROGRAM = "SAGEMAKER_PROGRAM"
+ENV_SUBMIT_DIRECTORY = "SAGEMAKER_SUBMIT_DIRECTORY"
+ENV_TRAINING_MODULE = "SAGEMAKER_TRAINING_MODULE"
+ENV_JOB_NAME = "TRAINING_JOB_NAME"
+# What a user's script may be: the image runs Python files and shell scripts.
+SCRIPT_SUFFIXES = (".py", ".sh")
 
 
 @dataclass(frozen=True)
@@ -315,6 +321,55 @@ def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
             "unset it to install requirements offline from the wheels shipped with the code."
         )
     return url
+
+
+@dataclass(frozen=True)
+class ScriptVariables:
+    """The platform's variables about a user's script, as SageMaker's framework images read them.
+
+    Hyperparameters (``sagemaker_program``, ``sagemaker_submit_directory``) win over these where
+    both exist; the variables serve images with the code baked in and processing jobs.
+
+    Attributes:
+        program: ``SAGEMAKER_PROGRAM``: the script to run (a ``.py`` or ``.sh`` file in the
+            code), or ``None`` when unset or blank.
+        submit_directory: ``SAGEMAKER_SUBMIT_DIRECTORY``: where the code is, or ``None``.
+        training_module: ``SAGEMAKER_TRAINING_MODULE``, passed on to the script as
+            ``SM_FRAMEWORK_MODULE`` as it is; ``None`` when unset.
+        job_name: ``TRAINING_JOB_NAME``, passed on in ``SM_TRAINING_ENV`` as it is; ``None`` when unset.
+        worker_port: ``TRAINING_WORKER_PORT`` when the job sets it (EC2 nodes), else ``None``:
+            a script's TF_CONFIG then uses the toolkit's own ports.
+    """
+
+    program: str | None
+    submit_directory: str | None
+    training_module: str | None
+    job_name: str | None
+    worker_port: int | None
+
+
+def script_variables(env: Mapping[str, str] | None = None) -> ScriptVariables:
+    """Reads :class:`ScriptVariables`.
+
+    Raises:
+        ConfigError: naming ``SAGEMAKER_PROGRAM`` when it is not a .py or .sh file, or
+            ``TRAINING_WORKER_PORT`` when it is not a TCP port.
+    """
+    env = os.environ if env is None else env
+    program = env.get(ENV_PROGRAM, "").strip() or None
+    if program is not None and not program.endswith(SCRIPT_SUFFIXES):
+        raise ConfigError(
+            f"{ENV_PROGRAM} must name a Python file (.py) or a shell script (.sh) in the code, got {program!r}; "
+            "to run a package, add a small .py file that imports and calls it."
+        )
+    port = int_setting(env, ENV_WORKER_PORT, 0, minimum=1, maximum=65535) or None
+    return ScriptVariables(
+        program=program,
+        submit_directory=env.get(ENV_SUBMIT_DIRECTORY, "").strip() or None,
+        training_module=env.get(ENV_TRAINING_MODULE),
+        job_name=env.get(ENV_JOB_NAME),
+        worker_port=port,
+    )
 
 
 def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:

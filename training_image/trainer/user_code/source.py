@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.contract.environment import DEFAULT_BASE_DIR, Paths, pip_index_url
+from trainer.contract.environment import DEFAULT_BASE_DIR, SCRIPT_SUFFIXES, Paths, pip_index_url
 from trainer.contract.errors import SourceError
 from trainer.logs import log
 from trainer.user_code import s3_source
@@ -31,7 +31,7 @@ from trainer.user_code import s3_source
 CODE_CHANNEL = "code"
 REQUIREMENTS_FILE = "requirements.txt"
 WHEELS_DIR = "wheels"
-SUPPORTED_SUFFIXES = (".py", ".sh")
+SUPPORTED_SUFFIXES = SCRIPT_SUFFIXES
 
 
 @dataclass(frozen=True)
