@@ -193,6 +193,17 @@ def test_a_bad_script_variable_is_named(env: dict[str, str], says: str) -> None:
     assert says in str(caught.value)
 
 
+def test_the_processing_mode_reads_its_variables_through_the_contract(tmp_path: Path) -> None:
+    base = {"SAGEMAKER_BASE_DIR": str(tmp_path)}
+    env = process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "prep.py", "SAGEMAKER_SUBMIT_DIRECTORY": " /code "})
+    assert (env.paths.base_dir, env.program, env.submit_directory) == (tmp_path, "prep.py", "/code")
+    blank = process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "  ", "SAGEMAKER_SUBMIT_DIRECTORY": ""})
+    assert (blank.program, blank.submit_directory) == (None, process_contract.DEFAULT_SUBMIT_DIRECTORY)
+    assert process_contract.resolve_paths({}).base_dir == environment.resolve_paths({}).base_dir == Path("/opt/ml")
+    with pytest.raises(ConfigError, match="SAGEMAKER_PROGRAM must name a Python file"):
+        process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "prep"})
+
+
 def _sources_outside_contract() -> dict[str, str]:
     return {
         str(path.relative_to(TRAINER)): path.read_text(encoding="utf-8")

@@ -30,7 +30,6 @@ ENVIRONMENT_EXCEPTIONS = {
     "gpu_driver.py": "CUDA_VISIBLE_DEVICES as the driver sees it, to name the visible GPUs",
     "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process",
     "train/watchdog.py": "passes this process's environment to the watchdog child",
-    "process/contract.py": "the processing mode's variables beside processingjobconfig.json (to move)",
     "process/runner.py": "hides GPUs for a CPU job; passes the environment (and the instance type, unless the job set one) to the GPU check and the script",
     "user_code/s3_source.py": "AWS_REGION for the S3 client that fetches the code",
     "user_code/guard.py": "runs before the trainer under a replaced entrypoint: detects the job, passes the environment on",
