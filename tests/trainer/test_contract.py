@@ -10,6 +10,7 @@ import pytest
 from trainer.contract import environment
 from trainer.contract.errors import ConfigError, DataError, GpuCheckError
 from trainer.contract.failure import record_failure, run_recorded, write_reason
+from trainer.contract.script_runtime import ScriptRuntime, script_runtime
 from trainer.contract.serving import load_settings
 from trainer.process import contract as process_contract
 
@@ -202,6 +203,48 @@ def test_the_processing_mode_reads_its_variables_through_the_contract(tmp_path: 
     assert process_contract.resolve_paths({}).base_dir == environment.resolve_paths({}).base_dir == Path("/opt/ml")
     with pytest.raises(ConfigError, match="SAGEMAKER_PROGRAM must name a Python file"):
         process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "prep"})
+
+
+def test_what_a_users_script_reads_through_the_toolkit_is_read_in_the_contract() -> None:
+    tf_config = '{"cluster": {"worker": ["algo-1:8890", "algo-2:8890"]}, "task": {"index": 1, "type": "worker"}}'
+    runtime = script_runtime(
+        {
+            "TF_CONFIG": tf_config,
+            "SM_NUM_GPUS": "8",
+            "SM_CURRENT_INSTANCE_TYPE": "ml.p5.48xlarge",
+            "TF_USE_LEGACY_KERAS": "1",
+            "TRAINER_JOB_START_TIME": "1700000000.5",
+        }
+    )
+    assert runtime.cluster is not None and runtime.cluster.hosts == ("algo-1:8890", "algo-2:8890")
+    assert (runtime.cluster.current_host, runtime.cluster.is_chief) == ("algo-2:8890", False)
+    assert (runtime.gpu_count, runtime.gpu_count_source) == (8, "SM_NUM_GPUS")
+    assert (runtime.instance_type, runtime.legacy_keras, runtime.job_start_time) == ("ml.p5.48xlarge", True, 1700000000.5)
+    # EXPECTED_GPU_COUNT wins over SM_NUM_GPUS, as in every mode.
+    assert script_runtime({"EXPECTED_GPU_COUNT": "0", "SM_NUM_GPUS": "8"}).gpu_count_source == "EXPECTED_GPU_COUNT"
+    one_worker = '{"cluster": {"worker": ["algo-1:8890"]}, "task": {"index": 0}}'
+    assert script_runtime({"TF_CONFIG": one_worker}).cluster is None
+
+
+@pytest.mark.parametrize("env", [{}, {"TF_CONFIG": " ", "SM_NUM_GPUS": "", "TRAINER_JOB_START_TIME": "", "TF_USE_LEGACY_KERAS": "0"}])
+def test_a_script_without_those_variables_runs_on_one_host_without_gpus(env: dict[str, str]) -> None:
+    assert script_runtime(env) == ScriptRuntime(None, 0, "SM_NUM_GPUS", None, False, None)
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"TF_CONFIG": "{not json"}, "TF_CONFIG must be TensorFlow's cluster JSON"),
+        ({"TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"index": 2}}'}, "TF_CONFIG's task.index 2 is not one of its 2 workers"),
+        ({"SM_NUM_GPUS": "eight"}, "Environment variable SM_NUM_GPUS must be an integer, got 'eight'"),
+        ({"SM_NUM_GPUS": "-1"}, "SM_NUM_GPUS must be >= 0"),
+        ({"TRAINER_JOB_START_TIME": "yesterday"}, "TRAINER_JOB_START_TIME must be a time in seconds since the epoch"),
+    ],
+)
+def test_a_bad_script_runtime_variable_is_named(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        script_runtime(env)
+    assert says in str(caught.value)
 
 
 def _sources_outside_contract() -> dict[str, str]:

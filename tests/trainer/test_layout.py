@@ -25,7 +25,6 @@ MAX_FUNCTION_LINES = 150
 # issue #22's "contract/ is the only reader", to retire into contract/ one by one.
 ENVIRONMENT_EXCEPTIONS = {
     "__init__.py": "sets KERAS_BACKEND=tensorflow before anything imports Keras",
-    "toolkit.py": "runs inside a user's script: SM_MODEL_DIR, SM_NUM_GPUS, TF_CONFIG as AWS's toolkit sets them (to move)",
     "gpu_check.py": "CUDA_VISIBLE_DEVICES as TensorFlow sees it, to say which GPUs were visible in its report",
     "gpu_driver.py": "CUDA_VISIBLE_DEVICES as the driver sees it, to name the visible GPUs",
     "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process",
