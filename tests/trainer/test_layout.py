@@ -21,20 +21,21 @@ FLOORS = ("contract", "datasets", "user_code")
 MAX_FUNCTION_LINES = 150
 
 # Modules outside contract/ that still use os.environ, and why. Setting variables for this process
-# or a child is not reading the job's contract; the reads marked "to move" are what is left of
-# issue #22's "contract/ is the only reader", to retire into contract/ one by one.
+# or a child, passing the environment on, or saying what a library will see (CUDA_VISIBLE_DEVICES)
+# is not reading the job's contract; the job's settings themselves are parsed in contract/ (issue
+# #22's reads once marked "to move" all went there).
 ENVIRONMENT_EXCEPTIONS = {
     "__init__.py": "sets KERAS_BACKEND=tensorflow before anything imports Keras",
     "gpu_check.py": "CUDA_VISIBLE_DEVICES as TensorFlow sees it, to say which GPUs were visible in its report",
     "gpu_driver.py": "CUDA_VISIBLE_DEVICES as the driver sees it, to name the visible GPUs",
-    "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process",
+    "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process, leaving those the job set",
     "train/watchdog.py": "passes this process's environment to the watchdog child",
     "process/runner.py": "hides GPUs for a CPU job; passes the environment (and the instance type, unless the job set one) to the GPU check and the script",
-    "user_code/s3_source.py": "AWS_REGION for the S3 client that fetches the code",
-    "user_code/guard.py": "runs before the trainer under a replaced entrypoint: detects the job, passes the environment on",
-    "user_code/runner.py": "passes this process's environment (plus the script's) to the user's script",
+    "user_code/s3_source.py": "AWS_REGION (or AWS_DEFAULT_REGION) for the boto3 S3 client that fetches the code",
+    "user_code/guard.py": "runs before the trainer under a replaced entrypoint: detects the job (and whether it is already guarded), keys its one-check-per-session marker on the GPU variables, passes the environment on",
+    "user_code/runner.py": "passes this process's environment (plus the script's) to the user's script and the GPU check; its TF_USE_LEGACY_KERAS picks Keras 2 and the hint in a failure",
     "user_code/ps_server.py": "a parameter-server child: its TF_CONFIG, and no GPUs",
-    "user_code/hook/sitecustomize.py": "runs inside the user's interpreter, where the trainer must not be imported",
+    "user_code/hook/sitecustomize.py": "runs inside the user's interpreter, where the trainer must not be imported: TRAINER_GUARD_REPORTS, where to write a failure",
 }
 
 
