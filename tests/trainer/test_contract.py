@@ -247,6 +247,20 @@ def test_a_bad_script_runtime_variable_is_named(env: dict[str, str], says: str) 
     assert says in str(caught.value)
 
 
+@pytest.mark.parametrize(("raw", "expected"), [("1", True), (" Yes ", True), ("0", False), ("off", False), ("", False), (None, False)])
+def test_tf_use_legacy_keras_is_read_in_the_contract(raw: str | None, expected: bool) -> None:
+    env = {} if raw is None else {"TF_USE_LEGACY_KERAS": raw}
+    assert environment.legacy_keras(env) is expected
+
+
+def test_a_bad_tf_use_legacy_keras_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="Environment variable TF_USE_LEGACY_KERAS must be 1 or 0, got 'two'"):
+        environment.legacy_keras({"TF_USE_LEGACY_KERAS": "two"})
+    monkeypatch.setattr(environment.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ConfigError, match="TF_USE_LEGACY_KERAS=1 asks for Keras 2, but the tf-keras package is not installed"):
+        environment.legacy_keras({"TF_USE_LEGACY_KERAS": "1"})
+
+
 def _sources_outside_contract() -> dict[str, str]:
     return {
         str(path.relative_to(TRAINER)): path.read_text(encoding="utf-8")

@@ -33,7 +33,7 @@ ENVIRONMENT_EXCEPTIONS = {
     "process/runner.py": "hides GPUs for a CPU job; passes the environment (and the instance type, unless the job set one) to the GPU check and the script",
     "user_code/s3_source.py": "AWS_REGION (or AWS_DEFAULT_REGION) for the boto3 S3 client that fetches the code",
     "user_code/guard.py": "runs before the trainer under a replaced entrypoint: detects the job (and whether it is already guarded), keys its one-check-per-session marker on the GPU variables, passes the environment on",
-    "user_code/runner.py": "passes this process's environment (plus the script's) to the user's script and the GPU check; its TF_USE_LEGACY_KERAS picks Keras 2 and the hint in a failure",
+    "user_code/runner.py": "passes this process's environment (plus the script's) to the user's script, the GPU check and the Keras 2 hint",
     "user_code/ps_server.py": "a parameter-server child: its TF_CONFIG, and no GPUs",
     "user_code/hook/sitecustomize.py": "runs inside the user's interpreter, where the trainer must not be imported: TRAINER_GUARD_REPORTS, where to write a failure",
 }

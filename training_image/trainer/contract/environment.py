@@ -11,6 +11,7 @@ the failure file has to be written somewhere.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -49,6 +50,9 @@ ENV_SCRIPT_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
 DEFAULT_SCRIPT_STOP_GRACE_SECONDS = 100.0
 MAX_SCRIPT_STOP_GRACE_SECONDS = 115.0
 ENV_PIP_INDEX_URL = "PIP_INDEX_URL"
+ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 ENV_PROGRAM = "SAGEMAKER_PROGRAM"
 ENV_SUBMIT_DIRECTORY = "SAGEMAKER_SUBMIT_DIRECTORY"
 ENV_TRAINING_MODULE = "SAGEMAKER_TRAINING_MODULE"
@@ -370,6 +374,27 @@ def script_variables(env: Mapping[str, str] | None = None) -> ScriptVariables:
         job_name=env.get(ENV_JOB_NAME),
         worker_port=port,
     )
+
+
+def legacy_keras(env: Mapping[str, str] | None = None) -> bool:
+    """``TF_USE_LEGACY_KERAS``: whether the job asked for Keras 2 (``tf-keras``) for a user's script.
+
+    Unset, blank, ``0``/``false``/``no``/``off``: Keras 3; ``1``/``true``/``yes``/``on``: Keras 2.
+
+    Raises:
+        ConfigError: naming the variable when it is neither, or when it asks for Keras 2 and the
+            image lacks tf-keras.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(ENV_LEGACY_KERAS, "").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise ConfigError(f"Environment variable {ENV_LEGACY_KERAS} must be 1 or 0, got {env[ENV_LEGACY_KERAS]!r}.")
+    if raw in _TRUE and importlib.util.find_spec("tf_keras") is None:
+        raise ConfigError(
+            f"{ENV_LEGACY_KERAS}=1 asks for Keras 2, but the tf-keras package is not installed in this image; "
+            "rebuild the image from training_image/ (its requirements include tf-keras)."
+        )
+    return raw in _TRUE
 
 
 def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:

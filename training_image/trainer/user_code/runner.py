@@ -12,7 +12,6 @@ the 120 s SageMaker allows after a stop or spot interruption.
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import os
 import signal
@@ -26,29 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import trainer
-from trainer.contract.environment import TrainingEnvironment, script_stop_grace_seconds
-from trainer.contract.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
+from trainer.contract.environment import ENV_LEGACY_KERAS, TrainingEnvironment, legacy_keras, script_stop_grace_seconds
+from trainer.contract.errors import GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
 from trainer.logs import log
 from trainer.user_code import contract, keras_hint, source
 
-ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
 ENV_JOB_START = "TRAINER_JOB_START_TIME"
 STDERR_TAIL_LINES = 20
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("", "0", "false", "no", "off")
-
-
-def legacy_keras(env: Mapping[str, str]) -> bool:
-    """Whether the job asked for Keras 2 (``tf-keras``) through ``TF_USE_LEGACY_KERAS``."""
-    raw = env.get(ENV_LEGACY_KERAS, "").strip().lower()
-    if raw not in _TRUE + _FALSE:
-        raise ConfigError(f"Environment variable {ENV_LEGACY_KERAS} must be 1 or 0, got {env[ENV_LEGACY_KERAS]!r}.")
-    if raw in _TRUE and importlib.util.find_spec("tf_keras") is None:
-        raise ConfigError(
-            f"{ENV_LEGACY_KERAS}=1 asks for Keras 2, but the tf-keras package is not installed in this image; "
-            "rebuild the image from training_image/ (its requirements include tf-keras)."
-        )
-    return raw in _TRUE
 
 
 class Supervisor:
