@@ -185,7 +185,7 @@ def test_unset_or_blank_script_variables_are_none(env: dict[str, str]) -> None:
         ({"SAGEMAKER_PROGRAM": "train"}, "SAGEMAKER_PROGRAM must name a Python file (.py) or a shell script (.sh) in the code, got 'train'"),
         ({"SAGEMAKER_PROGRAM": "model.ipynb"}, "SAGEMAKER_PROGRAM must name a Python file (.py)"),
         ({"TRAINING_WORKER_PORT": "http"}, "TRAINING_WORKER_PORT must be an integer, got 'http'"),
-        ({"TRAINING_WORKER_PORT": "70000"}, "TRAINING_WORKER_PORT must be between 1 and 65535, got 70000"),
+        ({"TRAINING_WORKER_PORT": "70000"}, "TRAINING_WORKER_PORT must be a TCP port, got 70000"),
     ],
 )
 def test_a_bad_script_variable_is_named(env: dict[str, str], says: str) -> None:

@@ -255,8 +255,12 @@ def switch_setting(env: Mapping[str, str], name: str, default: bool) -> bool:
     return value == "on"
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    return int_setting(env, name, default, minimum=minimum)
+def _worker_port(env: Mapping[str, str]) -> int | None:
+    """``TRAINING_WORKER_PORT`` when set, else ``None``; ConfigError naming it when it is not a TCP port."""
+    port = int_setting(env, ENV_WORKER_PORT, 0, minimum=1)
+    if port > 65535:
+        raise ConfigError(f"Environment variable {ENV_WORKER_PORT} must be a TCP port, got {port}.")
+    return port or None
 
 
 def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
@@ -271,7 +275,7 @@ def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
     env = os.environ if env is None else env
     if not env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
         return None
-    return _int_env(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
+    return int_setting(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
 
 
 def gpu_check_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
@@ -366,7 +370,7 @@ def script_variables(env: Mapping[str, str] | None = None) -> ScriptVariables:
             f"{ENV_PROGRAM} must name a Python file (.py) or a shell script (.sh) in the code, got {program!r}; "
             "to run a package, add a small .py file that imports and calls it."
         )
-    port = int_setting(env, ENV_WORKER_PORT, 0, minimum=1, maximum=65535) or None
+    port = _worker_port(env)
     return ScriptVariables(
         program=program,
         submit_directory=env.get(ENV_SUBMIT_DIRECTORY, "").strip() or None,
@@ -428,9 +432,7 @@ def resolve_cluster(paths: Paths, env: Mapping[str, str] | None = None) -> Clust
     toolkit exports when it wraps a script.
     """
     env = os.environ if env is None else env
-    port = _int_env(env, ENV_WORKER_PORT, DEFAULT_WORKER_PORT, minimum=1)
-    if port > 65535:
-        raise ConfigError(f"Environment variable {ENV_WORKER_PORT} must be a TCP port, got {port}.")
+    port = _worker_port(env) or DEFAULT_WORKER_PORT
 
     if env.get(ENV_HOSTS, "").strip():
         hosts = tuple(h.strip() for h in env[ENV_HOSTS].split(",") if h.strip())
@@ -539,5 +541,5 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
         instance_type=instance_type,
         rendezvous_timeout_seconds=timeout,
         rendezvous_refused_seconds=min(refused, timeout),
-        logical_cpu_devices=_int_env(env, ENV_LOGICAL_CPU_DEVICES, 1, minimum=1),
+        logical_cpu_devices=int_setting(env, ENV_LOGICAL_CPU_DEVICES, 1, minimum=1),
     )
