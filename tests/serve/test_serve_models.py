@@ -14,7 +14,7 @@ from tests.serve.helpers import save_tiny_model, softmax_rows
 from tests.serve.models import save_regression
 from trainer.serve.model import ModelLoadError, find_model, load_model, load_tensor_model
 from trainer.serve.server import serves_as_classifier
-from trainer.serve.settings import load_settings
+from trainer.contract.serving import load_settings
 
 ROWS = np.array([[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]], dtype=np.float32)
 

@@ -13,9 +13,9 @@ import pytest
 
 from trainer.entrypoint import main as entrypoint_main
 from trainer.contract.errors import ConfigError
+from trainer.contract.serving import load_settings
 from trainer.serve import codec
 from trainer.serve.batching import DynamicBatcher, QueueFull
-from trainer.serve.settings import load_settings
 
 
 def test_settings_follow_the_hosting_contract():

@@ -16,6 +16,7 @@ import pytest
 
 from tests.trainer.helpers import TRAINING_IMAGE, trainer_env
 from trainer import gpu_check, gpu_driver
+from trainer.contract import environment
 from trainer.contract.errors import GpuCheckError
 from trainer.gpu_check import GpuExpectation, bounded, driver_check
 
@@ -84,7 +85,7 @@ def test_a_hung_round_trip_on_the_second_gpu_fails_the_driver_check_in_time(monk
 def test_a_bad_timeout_setting_is_named(monkeypatch, raw):
     monkeypatch.setenv(gpu_check.ENV_CHECK_TIMEOUT, raw)
     with pytest.raises(GpuCheckError, match=f"GPU_CHECK_TIMEOUT_SECONDS must be a positive number of seconds, got '{raw}'"):
-        gpu_check.check_timeout_seconds()
+        environment.gpu_check_timeout_seconds()
 
 
 # --- the TF-free check -----------------------------------------------------------------------------

@@ -21,25 +21,21 @@ FLOORS = ("contract", "datasets", "user_code")
 MAX_FUNCTION_LINES = 150
 
 # Modules outside contract/ that still use os.environ, and why. Setting variables for this process
-# or a child is not reading the job's contract; the reads marked "to move" are what is left of
-# issue #22's "contract/ is the only reader", to retire into contract/ one by one.
+# or a child, passing the environment on, or saying what a library will see (CUDA_VISIBLE_DEVICES)
+# is not reading the job's contract; the job's settings themselves are parsed in contract/ (issue
+# #22's reads once marked "to move" all went there).
 ENVIRONMENT_EXCEPTIONS = {
     "__init__.py": "sets KERAS_BACKEND=tensorflow before anything imports Keras",
-    "toolkit.py": "runs inside a user's script: SM_MODEL_DIR, SM_NUM_GPUS, TF_CONFIG as AWS's toolkit sets them (to move)",
-    "gpu_check.py": "CUDA_VISIBLE_DEVICES as TensorFlow sees it, and the check's own timeout (to move)",
+    "gpu_check.py": "CUDA_VISIBLE_DEVICES as TensorFlow sees it, to say which GPUs were visible in its report",
     "gpu_driver.py": "CUDA_VISIBLE_DEVICES as the driver sees it, to name the visible GPUs",
-    "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process",
+    "train/distribute.py": "sets TF_CONFIG and the NCCL/EFA variables for this process, leaving those the job set",
     "train/watchdog.py": "passes this process's environment to the watchdog child",
-    "serve/settings.py": "the serving mode's SERVE_* and SAGEMAKER_BIND_TO_PORT settings (to move)",
-    "process/contract.py": "the processing mode's variables beside processingjobconfig.json (to move)",
-    "process/runner.py": "hides GPUs for a CPU job, passes the environment to the script; stop grace (to move)",
-    "user_code/contract.py": "builds the SM_* environment a user's script gets; SAGEMAKER_PROGRAM (to move)",
-    "user_code/source.py": "PIP_INDEX_URL: whether pip may use an index for the user's requirements (to move)",
-    "user_code/s3_source.py": "AWS_REGION for the S3 client that fetches the code",
-    "user_code/guard.py": "runs before the trainer under a replaced entrypoint: detects the job, passes the environment on",
-    "user_code/runner.py": "passes this process's environment (plus the script's) to the user's script",
+    "process/runner.py": "hides GPUs for a CPU job; passes the environment (and the instance type, unless the job set one) to the GPU check and the script",
+    "user_code/s3_source.py": "AWS_REGION (or AWS_DEFAULT_REGION) for the boto3 S3 client that fetches the code",
+    "user_code/guard.py": "runs before the trainer under a replaced entrypoint: detects the job (and whether it is already guarded), keys its one-check-per-session marker on the GPU variables, passes the environment on",
+    "user_code/runner.py": "passes this process's environment (plus the script's) to the user's script, the GPU check and the Keras 2 hint",
     "user_code/ps_server.py": "a parameter-server child: its TF_CONFIG, and no GPUs",
-    "user_code/hook/sitecustomize.py": "runs inside the user's interpreter, where the trainer must not be imported",
+    "user_code/hook/sitecustomize.py": "runs inside the user's interpreter, where the trainer must not be imported: TRAINER_GUARD_REPORTS, where to write a failure",
 }
 
 

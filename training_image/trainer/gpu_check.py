@@ -24,37 +24,22 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from trainer import gpu_driver, gpu_table, precision
-from trainer.contract.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE
+from trainer.contract.environment import ENV_EXPECTED_GPU_COUNT, ENV_GPU_CHECK_TIMEOUT, ENV_INSTANCE_TYPE, gpu_check_timeout_seconds
 from trainer.contract.errors import GpuCheckError
 from trainer.logs import log, log_json
 
 MATMUL_SIZE = 256
 # TF32 on Ampere and later rounds matmul inputs to 10 mantissa bits; a broken device is off by far more.
 MATMUL_RTOL = 2e-2
-ENV_CHECK_TIMEOUT = "GPU_CHECK_TIMEOUT_SECONDS"
-# Generous: the first CUDA call on a p5 initialises 8 GPUs and may JIT PTX; a healthy check takes seconds.
-DEFAULT_CHECK_TIMEOUT_SECONDS = 300.0
+# The check's own bound (GPU_CHECK_TIMEOUT_SECONDS, default 300 s) is read by the contract.
+ENV_CHECK_TIMEOUT = ENV_GPU_CHECK_TIMEOUT
 
 T = TypeVar("T")
-
-
-def check_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
-    """``GPU_CHECK_TIMEOUT_SECONDS`` (default 300): the bound on each step of the check."""
-    raw = (os.environ if env is None else env).get(ENV_CHECK_TIMEOUT, "").strip()
-    if not raw:
-        return DEFAULT_CHECK_TIMEOUT_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 < seconds < float("inf"):
-        raise GpuCheckError(f"{ENV_CHECK_TIMEOUT} must be a positive number of seconds, got {raw!r}.")
-    return seconds
 
 
 def bounded(check: str, device: str, call: Callable[[], T], timeout: float | None = None) -> T:
@@ -66,7 +51,7 @@ def bounded(check: str, device: str, call: Callable[[], T], timeout: float | Non
     Raises:
         GpuCheckError: "GPU check '<check>' on <device> did not finish within <timeout> s ...".
     """
-    limit = check_timeout_seconds() if timeout is None else timeout
+    limit = gpu_check_timeout_seconds() if timeout is None else timeout
     outcome: dict[str, Any] = {}
 
     def target() -> None:

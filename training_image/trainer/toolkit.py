@@ -25,14 +25,13 @@ the built-in trainer does::
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from trainer import gpu_check, gpu_monitor
 from trainer.contract import environment
+from trainer.contract.script_runtime import ScriptRuntime, script_runtime
 from trainer.logs import log
 from trainer.train.metrics import EpochMetrics, emit
 
@@ -53,27 +52,20 @@ def checkpoint_dir() -> Path:
 
 def model_dir() -> Path:
     """``SM_MODEL_DIR`` (``/opt/ml/model``): what is written here becomes the job's model.tar.gz."""
-    return Path(os.environ.get("SM_MODEL_DIR") or environment.resolve_paths().model_dir)
+    return environment.resolve_paths().model_dir
 
 
-def _cluster_from_tf_config() -> environment.Cluster | None:
-    raw = os.environ.get("TF_CONFIG", "").strip()
-    if not raw:
-        return None
-    config = json.loads(raw)
-    workers = tuple(config.get("cluster", {}).get("worker") or ())
-    if len(workers) < 2:
-        return None
-    index = int(config.get("task", {}).get("index", 0))
-    return environment.Cluster(hosts=workers, current_host=workers[index], worker_port=0, source="TF_CONFIG")
+def _runtime() -> ScriptRuntime:
+    """The job as the runner described it to this script (TF_CONFIG, GPUs...), read once by the contract."""
+    if "runtime" not in _STATE:
+        _STATE["runtime"] = script_runtime()
+    return _STATE["runtime"]
 
 
 def _inventory() -> gpu_check.DeviceInventory:
     if "inventory" not in _STATE:
-        expected = environment.expected_gpu_count()
-        count = expected if expected is not None else int(os.environ.get("SM_NUM_GPUS", "0") or 0)
-        source = environment.ENV_EXPECTED_GPU_COUNT if expected is not None else "SM_NUM_GPUS"
-        _STATE["inventory"] = gpu_check.inspect_devices(gpu_check.GpuExpectation(count, source))
+        runtime = _runtime()
+        _STATE["inventory"] = gpu_check.inspect_devices(gpu_check.GpuExpectation(runtime.gpu_count, runtime.gpu_count_source))
     return _STATE["inventory"]
 
 
@@ -89,20 +81,19 @@ def strategy() -> Any:
     from trainer.train import distribute
 
     inventory = _inventory()
-    cluster = _cluster_from_tf_config() or environment.Cluster(
+    cluster = _runtime().cluster or environment.Cluster(
         hosts=("localhost",), current_host="localhost", worker_port=0, source="single host"
     )
     timeout = environment.rendezvous_timeout_seconds()
     with distribute.rendezvous_deadline(cluster, timeout):
-        instance_type = os.environ.get(environment.ENV_INSTANCE_TYPE) or os.environ.get("SM_CURRENT_INSTANCE_TYPE")
-        created = distribute.create_strategy(cluster, inventory, instance_type)
+        created = distribute.create_strategy(cluster, inventory, _runtime().instance_type)
     _STATE["strategy"] = created
     return created
 
 
 def is_chief() -> bool:
     """Whether this process writes the model (worker 0, or the only one)."""
-    cluster = _cluster_from_tf_config()
+    cluster = _runtime().cluster
     return cluster is None or cluster.is_chief
 
 
@@ -124,7 +115,7 @@ def optimizer(inner: Any) -> Any:
     """
     from trainer import precision
 
-    if os.environ.get("TF_USE_LEGACY_KERAS") == "1":
+    if _runtime().legacy_keras:
         return inner
     policy = keras_module().mixed_precision.global_policy()
     return precision.wrap_optimizer(inner, getattr(policy, "name", str(policy)))
@@ -162,9 +153,9 @@ def _metrics_callback_class() -> Any:
             self._steps += 1
             if not self._first_step_logged:
                 self._first_step_logged = True
-                started = os.environ.get("TRAINER_JOB_START_TIME")
-                if started:
-                    log("first-step", seconds_since_job_start=f"{time.time() - float(started):.1f}")
+                started = _runtime().job_start_time
+                if started is not None:
+                    log("first-step", seconds_since_job_start=f"{time.time() - started:.1f}")
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
             logs = logs or {}

@@ -2,6 +2,9 @@
 
 What lives here: :mod:`~trainer.contract.environment` (the ``/opt/ml`` paths, ``SM_*`` and the
 platform's variables, the host list, ``EXPECTED_GPU_COUNT``, read once into frozen dataclasses),
+:mod:`~trainer.contract.serving` (the serving mode's ``SERVE_*`` and ``SAGEMAKER_*`` settings),
+:mod:`~trainer.contract.script_runtime` (what a user's script reads through ``trainer.toolkit``:
+``TF_CONFIG``, ``SM_NUM_GPUS``...),
 :mod:`~trainer.contract.errors` (every failure the image names, each with its exit code) and
 :mod:`~trainer.contract.failure` (the one mapping from an outcome to a failure file and an exit
 status). It is the only reader of the job's environment; train, serve and process read what they

@@ -11,14 +11,17 @@ the failure file has to be written somewhere.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
 import os
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.contract.errors import ConfigError
+from trainer.contract.errors import ConfigError, GpuCheckError, TrainerError
 
 DEFAULT_BASE_DIR = "/opt/ml"
 # SageMaker syncs this local path to the job's CheckpointConfig S3 URI (and back on restart).
@@ -39,6 +42,23 @@ ENV_RENDEZVOUS_TIMEOUT = "RENDEZVOUS_TIMEOUT_SECONDS"
 ENV_RENDEZVOUS_REFUSED = "RENDEZVOUS_REFUSED_SECONDS"
 ENV_INSTANCE_TYPE = "TRAINING_INSTANCE_TYPE"
 ENV_LOGICAL_CPU_DEVICES = "TRAINER_LOGICAL_CPU_DEVICES"
+ENV_GPU_CHECK_TIMEOUT = "GPU_CHECK_TIMEOUT_SECONDS"
+# Generous: the first CUDA call on a p5 initialises 8 GPUs and may JIT PTX; a healthy check takes seconds.
+DEFAULT_GPU_CHECK_TIMEOUT_SECONDS = 300.0
+ENV_SCRIPT_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
+# SageMaker sends SIGKILL 120 s after SIGTERM; the rest is for uploading what the script wrote.
+DEFAULT_SCRIPT_STOP_GRACE_SECONDS = 100.0
+MAX_SCRIPT_STOP_GRACE_SECONDS = 115.0
+ENV_PIP_INDEX_URL = "PIP_INDEX_URL"
+ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+ENV_PROGRAM = "SAGEMAKER_PROGRAM"
+ENV_SUBMIT_DIRECTORY = "SAGEMAKER_SUBMIT_DIRECTORY"
+ENV_TRAINING_MODULE = "SAGEMAKER_TRAINING_MODULE"
+ENV_JOB_NAME = "TRAINING_JOB_NAME"
+# What a user's script may be: the image runs Python files and shell scripts.
+SCRIPT_SUFFIXES = (".py", ".sh")
 
 
 @dataclass(frozen=True)
@@ -166,7 +186,12 @@ def _read_json(path: Path) -> Any:
         raise ConfigError(f"{path} is not valid JSON: {err}.") from err
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+def int_setting(env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+    """A whole-number variable: ``default`` when unset or blank, else between ``minimum`` and ``maximum``.
+
+    Raises:
+        ConfigError: naming the variable and the range it must be in.
+    """
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -174,9 +199,68 @@ def _int_env(env: Mapping[str, str], name: str, default: int, minimum: int) -> i
         value = int(raw)
     except ValueError:
         raise ConfigError(f"Environment variable {name} must be an integer, got {raw!r}.") from None
-    if value < minimum:
-        raise ConfigError(f"Environment variable {name} must be >= {minimum}, got {value}.")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(f"Environment variable {name} must be {bound}, got {value}.")
     return value
+
+
+def seconds_setting(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    *,
+    maximum: float | None = None,
+    why: str = "",
+    error: type[TrainerError] = ConfigError,
+) -> float:
+    """A duration in seconds: ``default`` when unset or blank, else a finite number > 0 (and <= ``maximum``).
+
+    Args:
+        env: The environment to read.
+        name: The variable.
+        default: Its value when unset or blank.
+        maximum: The largest value allowed, if any; ``why`` says why, in the message.
+        why: A reason for ``maximum`` (``SageMaker kills at 120 s``).
+        error: What a bad value raises; ConfigError unless the failure belongs to one check (the GPU check).
+
+    Raises:
+        ConfigError: (or ``error``) naming the variable and what it must be.
+    """
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if maximum is not None:
+        if not 0 < value <= maximum:
+            reason = f" ({why})" if why else ""
+            raise error(f"{name} must be in (0, {maximum:g}] seconds{reason}, got {raw!r}.")
+    elif not 0 < value < math.inf:
+        raise error(f"{name} must be a positive number of seconds, got {raw!r}.")
+    return value
+
+
+def switch_setting(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """An ``on``/``off`` variable (any case); ``default`` when unset or blank.
+
+    Raises:
+        ConfigError: naming the variable when it is neither.
+    """
+    value = env.get(name, "").strip().lower() or ("on" if default else "off")
+    if value not in ("on", "off"):
+        raise ConfigError(f"{name} must be on or off, got {value!r}.")
+    return value == "on"
+
+
+def _worker_port(env: Mapping[str, str]) -> int | None:
+    """``TRAINING_WORKER_PORT`` when set, else ``None``; ConfigError naming it when it is not a TCP port."""
+    port = int_setting(env, ENV_WORKER_PORT, 0, minimum=1)
+    if port > 65535:
+        raise ConfigError(f"Environment variable {ENV_WORKER_PORT} must be a TCP port, got {port}.")
+    return port or None
 
 
 def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
@@ -191,7 +275,130 @@ def expected_gpu_count(env: Mapping[str, str] | None = None) -> int | None:
     env = os.environ if env is None else env
     if not env.get(ENV_EXPECTED_GPU_COUNT, "").strip():
         return None
-    return _int_env(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
+    return int_setting(env, ENV_EXPECTED_GPU_COUNT, 0, minimum=0)
+
+
+def gpu_check_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``GPU_CHECK_TIMEOUT_SECONDS`` (default 300): the bound on each step of the GPU check.
+
+    Read at each bounded step rather than once, so a test (or a wrapper) may change it between checks.
+
+    Raises:
+        GpuCheckError: naming the variable when it is not a positive, finite number: the check
+            cannot run unbounded, and a bad bound fails the check as a hung device would.
+    """
+    env = os.environ if env is None else env
+    return seconds_setting(env, ENV_GPU_CHECK_TIMEOUT, DEFAULT_GPU_CHECK_TIMEOUT_SECONDS, error=GpuCheckError)
+
+
+def script_stop_grace_seconds(env: Mapping[str, str] | None = None) -> float:
+    """``SCRIPT_STOP_GRACE_SECONDS`` (default 100): how long a user's script (or processor) may run on
+    after SIGTERM before SIGKILL, in every mode that runs one.
+
+    Raises:
+        ConfigError: naming the variable when it is not in (0, 115] seconds (SageMaker kills at 120 s).
+    """
+    env = os.environ if env is None else env
+    return seconds_setting(
+        env,
+        ENV_SCRIPT_STOP_GRACE,
+        DEFAULT_SCRIPT_STOP_GRACE_SECONDS,
+        maximum=MAX_SCRIPT_STOP_GRACE_SECONDS,
+        why="SageMaker kills at 120 s",
+    )
+
+
+def pip_index_url(env: Mapping[str, str] | None = None) -> str | None:
+    """``PIP_INDEX_URL``: the package index pip may use for a user's requirements, or ``None``.
+
+    Unset or blank (the default, and what a job with network isolation has) means offline: pip
+    installs only from the wheels shipped with the code. pip itself reads the variable from the
+    environment it inherits; this says whether to let it.
+
+    Raises:
+        ConfigError: naming the variable when it is set but not an http(s):// or file:// URL.
+    """
+    env = os.environ if env is None else env
+    url = env.get(ENV_PIP_INDEX_URL, "").strip()
+    if not url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https", "file") or not (parts.netloc or parts.path):
+        raise ConfigError(
+            f"{ENV_PIP_INDEX_URL} must be a package index URL (https://host/simple), got {url!r}; "
+            "unset it to install requirements offline from the wheels shipped with the code."
+        )
+    return url
+
+
+@dataclass(frozen=True)
+class ScriptVariables:
+    """The platform's variables about a user's script, as SageMaker's framework images read them.
+
+    Hyperparameters (``sagemaker_program``, ``sagemaker_submit_directory``) win over these where
+    both exist; the variables serve images with the code baked in and processing jobs.
+
+    Attributes:
+        program: ``SAGEMAKER_PROGRAM``: the script to run (a ``.py`` or ``.sh`` file in the
+            code), or ``None`` when unset or blank.
+        submit_directory: ``SAGEMAKER_SUBMIT_DIRECTORY``: where the code is, or ``None``.
+        training_module: ``SAGEMAKER_TRAINING_MODULE``, passed on to the script as
+            ``SM_FRAMEWORK_MODULE`` as it is; ``None`` when unset.
+        job_name: ``TRAINING_JOB_NAME``, passed on in ``SM_TRAINING_ENV`` as it is; ``None`` when unset.
+        worker_port: ``TRAINING_WORKER_PORT`` when the job sets it (EC2 nodes), else ``None``:
+            a script's TF_CONFIG then uses the toolkit's own ports.
+    """
+
+    program: str | None
+    submit_directory: str | None
+    training_module: str | None
+    job_name: str | None
+    worker_port: int | None
+
+
+def script_variables(env: Mapping[str, str] | None = None) -> ScriptVariables:
+    """Reads :class:`ScriptVariables`.
+
+    Raises:
+        ConfigError: naming ``SAGEMAKER_PROGRAM`` when it is not a .py or .sh file, or
+            ``TRAINING_WORKER_PORT`` when it is not a TCP port.
+    """
+    env = os.environ if env is None else env
+    program = env.get(ENV_PROGRAM, "").strip() or None
+    if program is not None and not program.endswith(SCRIPT_SUFFIXES):
+        raise ConfigError(
+            f"{ENV_PROGRAM} must name a Python file (.py) or a shell script (.sh) in the code, got {program!r}; "
+            "to run a package, add a small .py file that imports and calls it."
+        )
+    port = _worker_port(env)
+    return ScriptVariables(
+        program=program,
+        submit_directory=env.get(ENV_SUBMIT_DIRECTORY, "").strip() or None,
+        training_module=env.get(ENV_TRAINING_MODULE),
+        job_name=env.get(ENV_JOB_NAME),
+        worker_port=port,
+    )
+
+
+def legacy_keras(env: Mapping[str, str] | None = None) -> bool:
+    """``TF_USE_LEGACY_KERAS``: whether the job asked for Keras 2 (``tf-keras``) for a user's script.
+
+    Unset, blank, ``0``/``false``/``no``/``off``: Keras 3; ``1``/``true``/``yes``/``on``: Keras 2.
+
+    Raises:
+        ConfigError: naming the variable when it is neither, or when it asks for Keras 2 and the
+            image lacks tf-keras.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(ENV_LEGACY_KERAS, "").strip().lower()
+    if raw not in _TRUE + _FALSE:
+        raise ConfigError(f"Environment variable {ENV_LEGACY_KERAS} must be 1 or 0, got {env[ENV_LEGACY_KERAS]!r}.")
+    if raw in _TRUE and importlib.util.find_spec("tf_keras") is None:
+        raise ConfigError(
+            f"{ENV_LEGACY_KERAS}=1 asks for Keras 2, but the tf-keras package is not installed in this image; "
+            "rebuild the image from training_image/ (its requirements include tf-keras)."
+        )
+    return raw in _TRUE
 
 
 def channel_variables(env: Mapping[str, str] | None = None) -> set[str]:
@@ -225,9 +432,7 @@ def resolve_cluster(paths: Paths, env: Mapping[str, str] | None = None) -> Clust
     toolkit exports when it wraps a script.
     """
     env = os.environ if env is None else env
-    port = _int_env(env, ENV_WORKER_PORT, DEFAULT_WORKER_PORT, minimum=1)
-    if port > 65535:
-        raise ConfigError(f"Environment variable {ENV_WORKER_PORT} must be a TCP port, got {port}.")
+    port = _worker_port(env) or DEFAULT_WORKER_PORT
 
     if env.get(ENV_HOSTS, "").strip():
         hosts = tuple(h.strip() for h in env[ENV_HOSTS].split(",") if h.strip())
@@ -336,5 +541,5 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
         instance_type=instance_type,
         rendezvous_timeout_seconds=timeout,
         rendezvous_refused_seconds=min(refused, timeout),
-        logical_cpu_devices=_int_env(env, ENV_LOGICAL_CPU_DEVICES, 1, minimum=1),
+        logical_cpu_devices=int_setting(env, ENV_LOGICAL_CPU_DEVICES, 1, minimum=1),
     )

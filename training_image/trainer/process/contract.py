@@ -16,13 +16,13 @@ job's config is re-rooted the same way. Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.contract.environment import DEFAULT_BASE_DIR, ENV_BASE_DIR, expected_gpu_count
+from trainer.contract import environment
+from trainer.contract.environment import DEFAULT_BASE_DIR, ENV_PROGRAM, ENV_SUBMIT_DIRECTORY
 from trainer.contract.errors import ConfigError, SourceError
 from trainer.user_code import s3_source
 
@@ -30,8 +30,6 @@ RAW_INPUT = "raw"
 CODE_INPUT = "code"
 TRAIN_OUTPUT = "train"
 VALIDATION_OUTPUT = "validation"
-ENV_PROGRAM = "SAGEMAKER_PROGRAM"
-ENV_SUBMIT_DIRECTORY = "SAGEMAKER_SUBMIT_DIRECTORY"
 DEFAULT_SUBMIT_DIRECTORY = f"{DEFAULT_BASE_DIR}/processing/input/{CODE_INPUT}/sourcedir.tar.gz"
 SHARDED = "ShardedByS3Key"
 
@@ -69,9 +67,9 @@ class ProcessingPaths:
 
 
 def resolve_paths(env: Mapping[str, str] | None = None) -> ProcessingPaths:
-    """The layout from ``SAGEMAKER_BASE_DIR``; never raises, so a failure can always be recorded."""
-    env = os.environ if env is None else env
-    base = Path(env.get(ENV_BASE_DIR) or DEFAULT_BASE_DIR)
+    """The layout from ``SAGEMAKER_BASE_DIR`` (read by the contract, as for training); never raises,
+    so a failure can always be recorded."""
+    base = environment.resolve_paths(env).base_dir
     return ProcessingPaths(
         base_dir=base,
         job_config_file=base / "config" / "processingjobconfig.json",
@@ -142,8 +140,12 @@ def _read_json(path: Path) -> Any:
 
 
 def load_environment(env: Mapping[str, str] | None = None) -> ProcessingEnvironment:
-    """Reads the processing contract; raises ConfigError naming the file or variable."""
-    env = os.environ if env is None else env
+    """Reads the processing contract; raises ConfigError naming the file or variable.
+
+    The variables (``SAGEMAKER_BASE_DIR``, ``EXPECTED_GPU_COUNT``, ``SAGEMAKER_PROGRAM``,
+    ``SAGEMAKER_SUBMIT_DIRECTORY``) are parsed by :mod:`trainer.contract.environment`, the same
+    functions training and serving call; ``env`` (this process's environment by default) is passed on.
+    """
     paths = resolve_paths(env)
     job_config: dict[str, Any] = {}
     if paths.job_config_file.is_file():
@@ -173,10 +175,10 @@ def load_environment(env: Mapping[str, str] | None = None) -> ProcessingEnvironm
             raise ConfigError(f"{paths.resource_config_file}: current_host {current!r} is not in hosts {list(hosts)}.")
 
     cluster = (job_config.get("ProcessingResources") or {}).get("ClusterConfig") or {}
-    expected = expected_gpu_count(env)
+    expected = environment.expected_gpu_count(env)
 
-    program = env.get(ENV_PROGRAM, "").strip() or None
-    submit = env.get(ENV_SUBMIT_DIRECTORY, "").strip()
+    variables = environment.script_variables(env)
+    program, submit = variables.program, variables.submit_directory
     if submit and not program:
         raise ConfigError(
             f"{ENV_SUBMIT_DIRECTORY}={submit!r} is set but {ENV_PROGRAM} is not: say which processing script to run "

@@ -64,7 +64,7 @@ def run(env: contract.ProcessingEnvironment, args: list[str]) -> None:
         TrainerError: every failure, as a subclass that carries the exit code.
     """
     started = time.monotonic()
-    supervisor = script_runner.Supervisor(script_runner.stop_grace(os.environ))
+    supervisor = script_runner.Supervisor(environment.script_stop_grace_seconds())
     supervisor.install()
     what = "processing script" if env.program else "processing job"
     transform_options = None
@@ -141,13 +141,13 @@ def run_script(
         # SageMaker creates the output directories before the container starts; locally we do.
         env.output_dir(name).mkdir(parents=True, exist_ok=True)
     process_env = os.environ
-    legacy = script_runner.legacy_keras(process_env)
+    legacy = environment.legacy_keras(process_env)
     child_env = {k: v for k, v in process_env.items() if not k.startswith("SM_")}
     child_env.update(contract.script_environment(env, num_gpus=num_gpus, num_cpus=multiprocessing.cpu_count()))
     child_env.pop("TF_CONFIG", None)
     if num_gpus == 0:
         child_env["CUDA_VISIBLE_DEVICES"] = ""
-    child_env[script_runner.ENV_LEGACY_KERAS] = "1" if legacy else "0"
+    child_env[environment.ENV_LEGACY_KERAS] = "1" if legacy else "0"
     child_env.setdefault("KERAS_BACKEND", "tensorflow")
     child_env["PYTHONUNBUFFERED"] = "1"
     child_env["PYTHONPATH"] = script_runner.user_pythonpath(code, process_env.get("PYTHONPATH"))

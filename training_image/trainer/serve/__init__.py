@@ -5,7 +5,8 @@ SageMaker starts a hosting container as ``<image> serve`` and talks to it on por
 ``POST /invocations`` carries one request. One small module per concern, in the spirit of
 sagemaker-inference-toolkit (``model_server.py``, ``transformer.py``):
 
-- ``settings``  the environment variables serving reads (port, batching, limits, model dir)
+- settings      the environment variables serving reads (port, batching, limits, model dir):
+                ``trainer.contract.serving``, on the shared contract floor like every mode's variables
 - ``model``     finds and loads the model once: the built-in classifier (the trainer's
                 ``model.keras``) behind one compiled predict function, or any other model's
                 signatures as TF Serving serves them

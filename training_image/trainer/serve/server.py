@@ -37,7 +37,7 @@ from trainer.logs import log, log_json
 from trainer.serve import codec, handlers, tfserving
 from trainer.serve.batching import DynamicBatcher, QueueFull
 from trainer.serve.model import LoadedModel, TensorModel, load_model, load_tensor_model
-from trainer.serve.settings import ServeSettings, load_settings
+from trainer.contract.serving import ServeSettings, load_settings
 
 # Threads that run the user's inference.py handlers: each request's handler runs off the event
 # loop, so a slow handler (or one calling back into /v1/models) never blocks the server.

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.contract.environment import TrainingEnvironment
+from trainer.contract.environment import TrainingEnvironment, script_variables
 from trainer.contract.errors import ConfigError
 
 PROGRAM = "sagemaker_program"
@@ -54,7 +53,6 @@ TOOLKIT_MWMS_PORT = 8890
 # The ports sagemaker-tensorflow-training gives a parameter-server cluster: master/workers, then the ps tasks.
 TOOLKIT_PS_WORKER_PORT = 2222
 TOOLKIT_PS_PORT = 2223
-ENV_WORKER_PORT = "TRAINING_WORKER_PORT"
 DEFAULT_CODE_DIR = "/opt/ml/code"
 DEFAULT_LOG_LEVEL = 20  # logging.INFO, the toolkit's default
 
@@ -136,9 +134,9 @@ def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None
     Raises:
         ConfigError: a submit directory without a program, or a distribution this image lacks.
     """
-    env = os.environ if env is None else env
+    variables = script_variables(env)
     values = {str(k): deserialize(v) for k, v in hyperparameters.items()}
-    program = values.get(PROGRAM) or env.get("SAGEMAKER_PROGRAM") or None
+    program = values.get(PROGRAM) or variables.program
     if program is None:
         if values.get(SUBMIT_DIR):
             raise ConfigError(
@@ -164,7 +162,7 @@ def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None
     user = {k: v for k, v in values.items() if not k.startswith("sagemaker_") and k not in RESERVED}
     return ScriptJob(
         program=program.strip(),
-        submit_directory=str(values.get(SUBMIT_DIR) or env.get("SAGEMAKER_SUBMIT_DIRECTORY") or DEFAULT_CODE_DIR),
+        submit_directory=str(values.get(SUBMIT_DIR) or variables.submit_directory or DEFAULT_CODE_DIR),
         user_hyperparameters=user,
         framework_params=framework,
         log_level=values.get(LOG_LEVEL, DEFAULT_LOG_LEVEL),
@@ -190,7 +188,7 @@ def refuse_unclaimed_code(env: TrainingEnvironment, process_env: Mapping[str, st
     """
     from trainer.contract.errors import SourceError
 
-    process_env = os.environ if process_env is None else process_env
+    submit_directory = script_variables(process_env).submit_directory
     channels = set(env.input_data_config)
     drivers = env.paths.channel_dir(MODEL_TRAINER_CHANNEL, {})
     if MODEL_TRAINER_CHANNEL in channels or drivers.is_dir():
@@ -200,9 +198,9 @@ def refuse_unclaimed_code(env: TrainingEnvironment, process_env: Mapping[str, st
             "with its own entrypoint ('train'), which would train a built-in model instead of your script: run the "
             "job's ContainerEntrypoint and ContainerArguments as given (the SageMaker service and the emulator do)."
         )
-    if process_env.get("SAGEMAKER_SUBMIT_DIRECTORY", "").strip():
+    if submit_directory:
         raise SourceError(
-            f"SAGEMAKER_SUBMIT_DIRECTORY={process_env['SAGEMAKER_SUBMIT_DIRECTORY']!r} is set but no script is named: "
+            f"SAGEMAKER_SUBMIT_DIRECTORY={submit_directory!r} is set but no script is named: "
             f"set the {PROGRAM} hyperparameter (or SAGEMAKER_PROGRAM) to the entry point, or unset both to train a built-in model."
         )
     code = env.paths.channel_dir(CODE_CHANNEL, {})
@@ -238,13 +236,13 @@ def resource_config(env: TrainingEnvironment) -> dict[str, Any]:
     }
 
 
-def tf_config(env: TrainingEnvironment, process_env: Mapping[str, str]) -> dict[str, Any]:
+def tf_config(env: TrainingEnvironment, process_env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """TF_CONFIG for MultiWorkerMirroredStrategy, as sagemaker-tensorflow-training builds it.
 
     Port 8890 like the toolkit on SageMaker; on EC2 nodes ``TRAINING_WORKER_PORT`` (which the
     cluster's security group opens) or a port carried by a ``TRAINING_HOSTS`` entry wins.
     """
-    port = process_env.get(ENV_WORKER_PORT, "").strip()
+    port = script_variables(process_env).worker_port
     addresses = []
     for host in env.cluster.hosts:
         if host != _host_name(host):
@@ -258,27 +256,29 @@ def tf_config(env: TrainingEnvironment, process_env: Mapping[str, str]) -> dict[
     }
 
 
-def ps_addresses(env: TrainingEnvironment, process_env: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def ps_addresses(env: TrainingEnvironment, process_env: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
     """``(worker, ps)`` address of every host for a parameter-server cluster.
 
     On SageMaker (host names without ports) the toolkit's 2222 and 2223. ``TRAINING_WORKER_PORT``
     (EC2 nodes) or a port carried by a ``TRAINING_HOSTS`` entry (loopback tests) gives the worker
     port P, and the parameter server listens on P + 1, as 2223 follows 2222.
     """
-    raw = process_env.get(ENV_WORKER_PORT, "").strip()
+    set_port = script_variables(process_env).worker_port
     workers, servers = [], []
     for host in env.cluster.hosts:
         name = _host_name(host)
         if host != name:
             port = int(host.rpartition(":")[2])
         else:
-            port = int(raw) if raw else TOOLKIT_PS_WORKER_PORT
+            port = set_port or TOOLKIT_PS_WORKER_PORT
         workers.append(f"{name}:{port}")
-        servers.append(f"{name}:{port + 1 if host != name or raw else TOOLKIT_PS_PORT}")
+        servers.append(f"{name}:{port + 1 if host != name or set_port else TOOLKIT_PS_PORT}")
     return workers, servers
 
 
-def tf_config_for_ps(env: TrainingEnvironment, process_env: Mapping[str, str], *, ps_task: bool = False) -> dict[str, Any]:
+def tf_config_for_ps(
+    env: TrainingEnvironment, process_env: Mapping[str, str] | None = None, *, ps_task: bool = False
+) -> dict[str, Any]:
     """TF_CONFIG for a parameter-server job, as sagemaker-tensorflow-training's ``_build_tf_config_for_ps``.
 
     The first host is the ``master``, the others ``worker``; every host also runs a ``ps`` task
@@ -317,9 +317,9 @@ def sm_environment(
         env: The resolved container contract.
         job: The script job.
         num_gpus: GPUs on this host, as verified by the GPU check (the toolkit counts nvidia-smi lines).
-        process_env: The container's environment (job name, instance type fallbacks).
+        process_env: The container's environment, read by the contract (job name, framework module); this process's by default.
     """
-    process_env = os.environ if process_env is None else process_env
+    variables = script_variables(process_env)
     paths = env.paths
     resources = resource_config(env)
     hosts = list(resources.get("hosts") or [])
@@ -363,7 +363,7 @@ def sm_environment(
         "is_hetero": len(instance_groups) > 1,
         "module_name": module_name,
         "log_level": job.log_level,
-        "framework_module": process_env.get("SAGEMAKER_TRAINING_MODULE"),
+        "framework_module": variables.training_module,
         "input_dir": input_dir,
         "input_config_dir": str(paths.hyperparameters_file.parent),
         "output_dir": output_dir,
@@ -380,7 +380,7 @@ def sm_environment(
         "hyperparameters": dict(job.user_hyperparameters),
         "additional_framework_parameters": dict(job.framework_params),
         "channel_input_dirs": channels,
-        "job_name": process_env.get("TRAINING_JOB_NAME"),
+        "job_name": variables.job_name,
         "master_hostname": hosts[0] if hosts else current_host,
         "is_master": bool(hosts) and current_host == hosts[0],
         "distribution_hosts": hosts if distributed else [],

@@ -178,7 +178,7 @@ def _platform_reason(job: Job, since: float) -> str | None:
 
 def run(job: Job, args: Sequence[str]) -> int:
     """Runs ``python ARGS`` inside the guarantees; returns the exit status to end with."""
-    supervisor = runner.Supervisor(runner.stop_grace(os.environ))
+    supervisor = runner.Supervisor(environment.script_stop_grace_seconds())
     supervisor.install()
     name = describe(args)
     log("guard", job=job.kind, command=name)

@@ -4,14 +4,14 @@ Order is the guarantee: the GPU check runs (in a process of its own, so its Tens
 and GPU memory are gone before the script starts) and must pass before any user code is
 unpacked or run; then requirements install; then the script runs in its own process group with
 the toolkit's environment. The runner stays in Python without TensorFlow, forwards SIGTERM and
-SIGINT to the whole group, and kills it after :data:`STOP_GRACE_SECONDS` so the job ends inside
+SIGINT to the whole group, and kills it after ``SCRIPT_STOP_GRACE_SECONDS`` (the contract's
+:func:`~trainer.contract.environment.script_stop_grace_seconds`) so the job ends inside
 the 120 s SageMaker allows after a stop or spot interruption.
 """
 
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import os
 import signal
@@ -25,44 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import trainer
-from trainer.contract.environment import TrainingEnvironment
-from trainer.contract.errors import ConfigError, GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
+from trainer.contract.environment import ENV_LEGACY_KERAS, TrainingEnvironment, legacy_keras, script_stop_grace_seconds
+from trainer.contract.errors import GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
 from trainer.logs import log
 from trainer.user_code import contract, keras_hint, source
 
-ENV_LEGACY_KERAS = "TF_USE_LEGACY_KERAS"
-ENV_STOP_GRACE = "SCRIPT_STOP_GRACE_SECONDS"
 ENV_JOB_START = "TRAINER_JOB_START_TIME"
-# SageMaker sends SIGKILL 120 s after SIGTERM; the rest is for uploading what the script wrote.
-STOP_GRACE_SECONDS = 100.0
 STDERR_TAIL_LINES = 20
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("", "0", "false", "no", "off")
-
-
-def legacy_keras(env: Mapping[str, str]) -> bool:
-    """Whether the job asked for Keras 2 (``tf-keras``) through ``TF_USE_LEGACY_KERAS``."""
-    raw = env.get(ENV_LEGACY_KERAS, "").strip().lower()
-    if raw not in _TRUE + _FALSE:
-        raise ConfigError(f"Environment variable {ENV_LEGACY_KERAS} must be 1 or 0, got {env[ENV_LEGACY_KERAS]!r}.")
-    if raw in _TRUE and importlib.util.find_spec("tf_keras") is None:
-        raise ConfigError(
-            f"{ENV_LEGACY_KERAS}=1 asks for Keras 2, but the tf-keras package is not installed in this image; "
-            "rebuild the image from training_image/ (its requirements include tf-keras)."
-        )
-    return raw in _TRUE
-
-
-def stop_grace(env: Mapping[str, str]) -> float:
-    """``SCRIPT_STOP_GRACE_SECONDS``: how long a script may run on after SIGTERM before SIGKILL."""
-    raw = env.get(ENV_STOP_GRACE, "").strip()
-    try:
-        value = float(raw) if raw else STOP_GRACE_SECONDS
-    except ValueError:
-        raise ConfigError(f"{ENV_STOP_GRACE} must be a number of seconds, got {raw!r}.") from None
-    if not 0 < value <= 115:
-        raise ConfigError(f"{ENV_STOP_GRACE} must be in (0, 115] seconds (SageMaker kills at 120 s), got {raw!r}.")
-    return value
 
 
 class Supervisor:
@@ -285,7 +254,7 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
     started_wall = time.time()
     started = time.monotonic()
     process_env = os.environ
-    supervisor = Supervisor(stop_grace(process_env))
+    supervisor = Supervisor(script_stop_grace_seconds())
     supervisor.install()
     legacy = legacy_keras(process_env)
     log("script-mode", program=job.program, submit_directory=job.submit_directory, legacy_keras=legacy)

@@ -13,7 +13,6 @@ into a separate directory put first on the script's ``PYTHONPATH``: the image's 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainer.contract.environment import DEFAULT_BASE_DIR, Paths
+from trainer.contract.environment import DEFAULT_BASE_DIR, SCRIPT_SUFFIXES, Paths, pip_index_url
 from trainer.contract.errors import SourceError
 from trainer.logs import log
 from trainer.user_code import s3_source
@@ -32,7 +31,7 @@ from trainer.user_code import s3_source
 CODE_CHANNEL = "code"
 REQUIREMENTS_FILE = "requirements.txt"
 WHEELS_DIR = "wheels"
-SUPPORTED_SUFFIXES = (".py", ".sh")
+SUPPORTED_SUFFIXES = SCRIPT_SUFFIXES
 
 
 @dataclass(frozen=True)
@@ -159,19 +158,18 @@ def install_requirements(
     Args:
         directory: Holds ``requirements.txt``.
         site_dir: Where missing packages are installed.
-        env: The job's environment (``PIP_INDEX_URL``).
+        env: The job's environment, for ``PIP_INDEX_URL`` (read by the contract); this process's by default.
         wheel_dirs: Where the shipped wheels are: ``wheels/`` and ``directory`` itself for
             training and processing code; ``code/lib`` for a serving model's ``inference.py``.
 
     Raises:
         SourceError: naming the requirement and its line when no shipped wheel satisfies it.
     """
-    env = os.environ if env is None else env
     requirements = directory / REQUIREMENTS_FILE
     wheel_dirs = [directory / WHEELS_DIR, directory] if wheel_dirs is None else list(wheel_dirs)
     shipped = wheel_dirs[0].name if wheel_dirs[0] != directory else "."
     finders = [arg for wheels in wheel_dirs for arg in ("--find-links", str(wheels))]
-    index = [] if env.get("PIP_INDEX_URL") else ["--no-index"]
+    index = [] if pip_index_url(env) else ["--no-index"]
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
     with tempfile.TemporaryDirectory() as scratch:
         report_file = Path(scratch) / "report.json"

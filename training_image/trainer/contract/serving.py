@@ -1,4 +1,4 @@
-"""What the serving mode reads from its environment, resolved and validated once.
+"""What the serving mode reads from its environment, resolved and validated once (``serve`` calls :func:`load_settings`).
 
 SageMaker hosting sets ``SAGEMAKER_BIND_TO_PORT`` (and ``SAGEMAKER_SAFE_PORT_RANGE``) when the
 container must listen on another port than 8080; the stacks set ``EXPECTED_GPU_COUNT`` on the
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.contract.environment import ENV_INSTANCE_TYPE, expected_gpu_count, resolve_paths
+from trainer.contract.environment import ENV_INSTANCE_TYPE, expected_gpu_count, int_setting, resolve_paths, switch_setting
 from trainer.contract.errors import ConfigError
 
 DEFAULT_PORT = 8080
@@ -103,20 +103,6 @@ class ServeSettings:
         return tuple(sorted(sizes))
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int, maximum: int | None = None) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"Environment variable {name} must be an integer, got {raw!r}.") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-        raise ConfigError(f"Environment variable {name} must be {bound}, got {value}.")
-    return value
-
-
 def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
     """Reads the serving settings; raises ConfigError naming the variable."""
     env = os.environ if env is None else env
@@ -127,36 +113,26 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be a number of milliseconds, got {raw_delay!r}.") from None
     if not 0 <= delay <= 1000:
         raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be between 0 and 1000, got {raw_delay!r}.")
-    batching = env.get("SERVE_BATCHING", "on").strip().lower() or "on"
-    if batching not in ("on", "off"):
-        raise ConfigError(f"SERVE_BATCHING must be on or off, got {batching!r}.")
     output = env.get("SERVE_MODEL_OUTPUT", "auto").strip().lower() or "auto"
     if output not in OUTPUT_KINDS:
         raise ConfigError(f"SERVE_MODEL_OUTPUT must be one of {', '.join(OUTPUT_KINDS)}, got {output!r}.")
     return ServeSettings(
         host=env.get("SERVE_HOST", "").strip() or "0.0.0.0",  # nosec B104 - SageMaker connects from outside the container
-        port=_int(env, "SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT, minimum=1, maximum=65535),
+        port=int_setting(env, "SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT, minimum=1, maximum=65535),
         model_dir=resolve_paths(env).model_dir,
         expected_gpu_count=expected_gpu_count(env),
         instance_type=(env.get(ENV_INSTANCE_TYPE) or env.get("SERVING_INSTANCE_TYPE") or "").strip() or None,
-        batching=batching == "on",
-        max_batch_size=_int(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),
+        batching=switch_setting(env, "SERVE_BATCHING", default=True),
+        max_batch_size=int_setting(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),
         max_batch_delay_ms=delay,
-        max_queued_requests=_int(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
-        max_request_bytes=_int(env, "SERVE_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1024),
+        max_queued_requests=int_setting(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
+        max_request_bytes=int_setting(env, "SERVE_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1024),
         output=output,
-        replicas=_int(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
+        replicas=int_setting(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
         model_name=_model_name(env),
         default_accept=env.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "").strip() or "application/json",
-        warmup=_switch(env, "SERVE_WARMUP"),
+        warmup=switch_setting(env, "SERVE_WARMUP", default=True),
     )
-
-
-def _switch(env: Mapping[str, str], name: str) -> bool:
-    value = env.get(name, "on").strip().lower() or "on"
-    if value not in ("on", "off"):
-        raise ConfigError(f"{name} must be on or off, got {value!r}.")
-    return value == "on"
 
 
 def _model_name(env: Mapping[str, str]) -> str:
