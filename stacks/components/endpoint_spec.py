@@ -67,7 +67,7 @@ class ModelResources:
 
 
 def model_environment(config: ServingConfig) -> dict[str, str]:
-    """The serving mode's environment (``training_image/trainer/serve/settings.py``)."""
+    """The serving mode's environment (``training_image/trainer/contract/serving.py``)."""
     return {
         EXPECTED_GPU_COUNT_ENV: str(config.gpus_per_instance),
         "SERVING_INSTANCE_TYPE": config.instance_type,
