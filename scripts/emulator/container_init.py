@@ -9,7 +9,9 @@ Runs as root inside a fresh mount namespace (``unshare --mount``, see
    is covered by a tmpfs that carries every original entry of ``/opt`` (bind-mounted back) plus
    an empty ``ml``: nothing is created outside the namespace.
 2. ``/etc/hosts`` (multi-host jobs) names the job's hosts ``algo-1`` .. ``algo-N``.
-3. the working directory is the image's ``WORKDIR`` (``/opt/ml``) and the command is exec'd, so
+3. ``TMPDIR`` is a fresh directory of this container's own (a container's ``/tmp`` starts empty;
+   the machine's is shared by every emulated container);
+4. the working directory is the image's ``WORKDIR`` (``/opt/ml``) and the command is exec'd, so
    its exit status and signals are the container's.
 
 Usage: ``python -m scripts.emulator.container_init --opt-ml DIR [--etc-hosts FILE] -- CMD...``
@@ -77,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"emulated container: cannot lay out /opt/ml: {err}", file=sys.stderr)
         return 125  # docker's "the container could not start"
     os.chdir(OPT_ML)
+    # A container starts with its own empty /tmp. The emulated ones share the machine's, so each gets
+    # a fresh TMPDIR beside its tree: what one job leaves in its temporary directory (the image
+    # guard's once-per-container GPU-check marker, say) is never seen by the next job.
+    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix="container-tmp-", dir=args.opt_ml.parent)
     try:
         os.execvp(command[0], command)
     except OSError as err:

@@ -5,6 +5,8 @@ defaults file from ``python -m scripts.sdk_config``, then what SageMaker users a
 
 - SDK v2 ``ScriptProcessor`` on the platform image (it replaces the entrypoint with
   ``python3 /opt/ml/processing/input/code/preprocess.py``; outputs without a destination);
+- SDK v2 ``FrameworkProcessor`` (``/bin/bash`` running the SDK's ``runproc.sh``, which unpacks the
+  source directory and starts ``python3 preprocess.py``), with the image's GPU check before it;
 - SDK v2 ``TensorFlow`` estimator with ``MultiWorkerMirroredStrategy`` on 2 instances (two
   emulated hosts, ``algo-1`` and ``algo-2``, in their own network namespaces);
 - SDK v2 ``TensorFlow`` estimator with ``parameter_server`` on 1 instance (AWS's container runs
@@ -208,6 +210,59 @@ def test_a_script_processor_runs_the_users_script_on_the_platform_image(sdk: Sdk
     assert _allows(statements, "s3:GetObject", arn(code["S3Uri"]))
     assert _allows(statements, "s3:PutObject", arn(f"{output}/summary.json"))
     assert not _allows(statements, "s3:PutObject", arn(f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}{job['ProcessingJobName']}/output/model.tar.gz"))
+
+
+# --- SDK v2: FrameworkProcessor ---------------------------------------------------------------
+
+
+def test_a_framework_processor_runs_the_users_source_dir_through_runproc_sh(sdk: Sdk, platform: Lifecycle) -> None:
+    """FrameworkProcessor uploads the source directory as sourcedir.tar.gz and a runproc.sh, and replaces
+    the entrypoint with ``/bin/bash .../input/entrypoint/runproc.sh``, which unpacks the code and starts
+    ``python3 preprocess.py``: the user's script must run, through the image's python3."""
+    from sagemaker.processing import FrameworkProcessor, ProcessingInput, ProcessingOutput
+    from sagemaker.tensorflow import TensorFlow
+
+    patch = pytest.MonkeyPatch()
+    try:
+        with loopback_only(patch) as outside:
+            # base_job_name: the SDK names a FrameworkProcessor's jobs after the framework ("tensorflow-..."),
+            # and the processing role reads SDK uploads only under jobs named <project>-* (README, "What differs").
+            processor = FrameworkProcessor(estimator_cls=TensorFlow, framework_version=FRAMEWORK_VERSION, image_uri=sdk.image,
+                                           command=["python3"], instance_type=INSTANCE_TYPE, instance_count=1,
+                                           base_job_name="gputrain")
+            processor.run(code="preprocess.py", source_dir=str(USER_CODE), arguments=["--scale", "3"],
+                          inputs=[ProcessingInput(source=sdk.raw_uri, destination="/opt/ml/processing/input/raw")],
+                          outputs=[ProcessingOutput(output_name="scaled", source="/opt/ml/processing/output/scaled")],
+                          logs=False)
+    finally:
+        patch.undo()
+    assert outside == []
+    job = platform.client("sagemaker").describe_processing_job(ProcessingJobName=processor.latest_job.job_name)
+    assert job["ProcessingJobStatus"] == "Completed", job.get("FailureReason")
+    assert job["AppSpecification"]["ContainerEntrypoint"][0] == "/bin/bash"
+    assert job["AppSpecification"]["ContainerEntrypoint"][-1].endswith("/input/entrypoint/runproc.sh")
+    assert job["ProcessingJobName"].startswith("gputrain-")
+    assert job["RoleArn"] == sdk.training["ProcessingRoleArn"]
+    output = job["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"]
+    summary = json.loads(sdk.read(f"{output}/summary.json"))
+    assert summary == {"script": "sdk_user_code/preprocess.py", "rows": ROWS, "scale": 3.0}
+    scaled = sdk.read(f"{output}/scaled.csv").decode().splitlines()
+    original = _csv(ROWS).decode().splitlines()
+    assert float(scaled[1].split(",")[0]) == pytest.approx(3 * float(original[1].split(",")[0]), rel=1e-4)
+    # The role the stack made may read what the SDK uploaded (code and runproc.sh) and write the output.
+    statements = _role_statements(platform, job["RoleArn"])
+    arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
+    uploaded = [i["S3Input"]["S3Uri"] for i in job["ProcessingInputs"] if i["InputName"] in ("code", "entrypoint")]
+    assert len(uploaded) == 2, job["ProcessingInputs"]
+    for uri in uploaded:
+        assert _allows(statements, "s3:GetObject", arn(uri)), uri
+    assert _allows(statements, "s3:PutObject", arn(f"{output}/summary.json"))
+    # The image's python3 ran the GPU check before the script, though runproc.sh named no trainer.
+    events = platform.client("logs").filter_log_events(logGroupName="/aws/sagemaker/ProcessingJobs",
+                                                       logStreamNamePrefix=job["ProcessingJobName"])["events"]
+    # The job's own streams (<job>/algo-1-...), filtered here too: the emulator's logs answer every stream.
+    lines = [event["message"] for event in events if event["logStreamName"].startswith(job["ProcessingJobName"] + "/")]
+    assert sum(line.startswith("[gpu-check]") for line in lines) == 1, "\n".join(lines)
 
 
 # --- SDK v2: TensorFlow estimator, multi-worker on 2 hosts -----------------------------------
