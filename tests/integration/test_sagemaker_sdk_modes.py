@@ -173,6 +173,19 @@ def _fit(sdk: Sdk, job_name: str, **kwargs: Any) -> tuple[dict[str, Any], list[s
     return sdk.job(job_name), list(outside), error
 
 
+def _s3_arn(uri: str) -> str:
+    return "arn:aws:s3:::" + uri[len("s3://") :]
+
+
+def _assert_the_script_scaled_the_rows(sdk: Sdk, output: str, scale: float) -> None:
+    """preprocess.py ran, with its --scale, on the raw rows: its summary and its scaled CSV under ``output``."""
+    summary = json.loads(sdk.read(f"{output}/summary.json"))
+    assert summary == {"script": "sdk_user_code/preprocess.py", "rows": ROWS, "scale": scale}
+    scaled = sdk.read(f"{output}/scaled.csv").decode().splitlines()
+    original = _csv(ROWS).decode().splitlines()
+    assert float(scaled[1].split(",")[0]) == pytest.approx(scale * float(original[1].split(",")[0]), rel=1e-4)
+
+
 # --- SDK v2: ScriptProcessor ------------------------------------------------------------------
 
 
@@ -199,17 +212,12 @@ def test_a_script_processor_runs_the_users_script_on_the_platform_image(sdk: Sdk
     output = job["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"]
     assert output == f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}{job['ProcessingJobName']}/output/scaled"
     # The user's script ran, with its arguments, on the input.
-    summary = json.loads(sdk.read(f"{output}/summary.json"))
-    assert summary == {"script": "sdk_user_code/preprocess.py", "rows": ROWS, "scale": 2.0}
-    scaled = sdk.read(f"{output}/scaled.csv").decode().splitlines()
-    original = _csv(ROWS).decode().splitlines()
-    assert float(scaled[1].split(",")[0]) == pytest.approx(2 * float(original[1].split(",")[0]), rel=1e-4)
+    _assert_the_script_scaled_the_rows(sdk, output, 2.0)
     # The role the stack made may read that code and write that output (AWS enforces it; moto does not).
     statements = _role_statements(platform, job["RoleArn"])
-    arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
-    assert _allows(statements, "s3:GetObject", arn(code["S3Uri"]))
-    assert _allows(statements, "s3:PutObject", arn(f"{output}/summary.json"))
-    assert not _allows(statements, "s3:PutObject", arn(f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}{job['ProcessingJobName']}/output/model.tar.gz"))
+    assert _allows(statements, "s3:GetObject", _s3_arn(code["S3Uri"]))
+    assert _allows(statements, "s3:PutObject", _s3_arn(f"{output}/summary.json"))
+    assert not _allows(statements, "s3:PutObject", _s3_arn(f"s3://{sdk.artifacts}/{OUTPUT_PREFIX}{job['ProcessingJobName']}/output/model.tar.gz"))
 
 
 # --- SDK v2: FrameworkProcessor ---------------------------------------------------------------
@@ -244,19 +252,14 @@ def test_a_framework_processor_runs_the_users_source_dir_through_runproc_sh(sdk:
     assert job["ProcessingJobName"].startswith("gputrain-")
     assert job["RoleArn"] == sdk.training["ProcessingRoleArn"]
     output = job["ProcessingOutputConfig"]["Outputs"][0]["S3Output"]["S3Uri"]
-    summary = json.loads(sdk.read(f"{output}/summary.json"))
-    assert summary == {"script": "sdk_user_code/preprocess.py", "rows": ROWS, "scale": 3.0}
-    scaled = sdk.read(f"{output}/scaled.csv").decode().splitlines()
-    original = _csv(ROWS).decode().splitlines()
-    assert float(scaled[1].split(",")[0]) == pytest.approx(3 * float(original[1].split(",")[0]), rel=1e-4)
+    _assert_the_script_scaled_the_rows(sdk, output, 3.0)
     # The role the stack made may read what the SDK uploaded (code and runproc.sh) and write the output.
     statements = _role_statements(platform, job["RoleArn"])
-    arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
     uploaded = [i["S3Input"]["S3Uri"] for i in job["ProcessingInputs"] if i["InputName"] in ("code", "entrypoint")]
     assert len(uploaded) == 2, job["ProcessingInputs"]
     for uri in uploaded:
-        assert _allows(statements, "s3:GetObject", arn(uri)), uri
-    assert _allows(statements, "s3:PutObject", arn(f"{output}/summary.json"))
+        assert _allows(statements, "s3:GetObject", _s3_arn(uri)), uri
+    assert _allows(statements, "s3:PutObject", _s3_arn(f"{output}/summary.json"))
     # The image's python3 ran the GPU check before the script, though runproc.sh named no trainer.
     events = platform.client("logs").filter_log_events(logGroupName="/aws/sagemaker/ProcessingJobs",
                                                        logStreamNamePrefix=job["ProcessingJobName"])["events"]
@@ -358,7 +361,6 @@ def test_a_model_trainer_job_runs_the_users_script_through_sm_train_sh(sdk: Sdk)
     assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": 3, "batch_size": 16, "examples": ROWS}
     # The role the stack made may read every channel v3 uploaded (code, sm_drivers) and write the model.
     statements = _role_statements(sdk.platform, job["RoleArn"])
-    arn = lambda uri: "arn:aws:s3:::" + uri[len("s3://") :]  # noqa: E731
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
-    assert [n for n, uri in channels.items() if not _allows(statements, "s3:GetObject", arn(uri.rstrip("/") + "/x.py"))] == []
-    assert _allows(statements, "s3:PutObject", arn(job["ModelArtifacts"]["S3ModelArtifacts"]))
+    assert [n for n, uri in channels.items() if not _allows(statements, "s3:GetObject", _s3_arn(uri.rstrip("/") + "/x.py"))] == []
+    assert _allows(statements, "s3:PutObject", _s3_arn(job["ModelArtifacts"]["S3ModelArtifacts"]))
