@@ -5,6 +5,7 @@
     scripts/run-local.sh --sandbox       # delete_data_on_destroy=true: data goes too
     scripts/run-local.sh --real-account  # the same flow on your AWS credentials' account
     scripts/run-local.sh --pipeline      # raw data -> pipeline (process -> train) -> serve -> pipeline with promote
+    scripts/run-local.sh --containers    # every job and endpoint in Docker, in the built training image
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "process -> train -> promote on fresh raw data and invoke the promoted model",
     )
     parser.add_argument(
+        "--containers",
+        action="store_true",
+        help="run every job and endpoint in Docker, in containers of the training image built by scripts/build-image.sh "
+        "(as SageMaker runs it: the job's entrypoint, /opt/ml mounted, algo-1..N on a Docker network); default: this "
+        "machine's processes play the image",
+    )
+    parser.add_argument(
         "--job-timeout", type=float, default=900, metavar="SECONDS", help="longest wait for the training job (default: 900)"
     )
     parser.add_argument("--port", type=int, help="emulator port (default: a free one)")
@@ -61,6 +69,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     args = parser.parse_args(argv)
     if args.pipeline and (args.no_train or args.no_serve or args.user_script):
         parser.error("--pipeline trains, serves and promotes: it does not combine with --no-train, --no-serve or --user-script")
+    if args.containers and (args.real_account or args.no_train):
+        parser.error("--containers runs the emulator's jobs in Docker: it does not combine with --real-account or --no-train")
     context = {}
     for item in args.context:
         key, sep, value = item.partition("=")
@@ -84,6 +94,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         # user script is an image classifier, so --user-script stops after training.
         serve=not args.no_serve and not args.user_script,
         pipeline=args.pipeline,
+        containers=args.containers,
     )
 
 

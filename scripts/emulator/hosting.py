@@ -20,6 +20,10 @@ model the same way and, once its ``/ping`` answers, moves the route and the endp
 (InService on the new config) and stops the old process. A new model that does not start leaves
 the endpoint InService on the old config with a FailureReason, as SageMaker's rollback does.
 
+With ``docker`` set (``run-local.sh --containers``), step 3 runs the built image instead, as
+SageMaker hosting does: ``docker run IMAGE serve`` with the model mounted at ``/opt/ml/model`` and
+the container's port 8080 published on the loopback port (:mod:`scripts.emulator.docker_hosts`).
+
 Emulator only: on AWS, SageMaker runs the image on the GPU instances itself. The emulator has no
 GPU, so the process is told to expect none (``EXPECTED_GPU_COUNT=0``), as the training runner does.
 """
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from scripts.emulator.docker_hosts import DockerHosts, container_name
 from scripts.emulator.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,8 +66,9 @@ class HostedEndpoint:
         url: ``http://127.0.0.1:<port>`` of the serving process.
         model_dir: Where the artifact was extracted (``/opt/ml/model``).
         log_file: The container's stdout and stderr.
-        process: The serving process.
+        process: The serving process (in Docker: the attached ``docker run``).
         config_name: The endpoint config it serves.
+        container: The Docker container's name (``--containers``), removed when it stops.
     """
 
     name: str
@@ -73,6 +79,7 @@ class HostedEndpoint:
     log_file: Path
     process: subprocess.Popen[bytes]
     config_name: str = ""
+    container: str | None = None
 
 
 def _split_s3(uri: str) -> tuple[str, str]:
@@ -91,6 +98,8 @@ class LocalHosting:
         on_event: Called with one-line progress messages.
         hosted: Endpoints served, by name.
         start_timeout_seconds: Longest wait for a new serving process's ``/ping`` to answer 200.
+        docker: Serve in a container of the built image (``--containers``); ``None`` runs
+            ``python -m trainer serve`` as a process of this machine.
     """
 
     endpoint_url: str
@@ -99,6 +108,7 @@ class LocalHosting:
     on_event: Callable[[str], None] = print
     hosted: dict[str, HostedEndpoint] = field(default_factory=dict)
     start_timeout_seconds: float = START_TIMEOUT_SECONDS
+    docker: DockerHosts | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _watcher: threading.Thread | None = None
     _failed: set[tuple[str, str]] = field(default_factory=set)
@@ -138,38 +148,45 @@ class LocalHosting:
         self.on_event(f"endpoint {endpoint_name}: {model_data_url} extracted to {model_dir} (SageMaker's /opt/ml/model)")
 
         port = free_port()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "SERVE_", "TRAINING_"))}
-        env.update(container.get("Environment") or {})
-        env.update(
-            {
-                "SM_MODEL_DIR": str(model_dir),
-                "SAGEMAKER_BIND_TO_PORT": str(port),
-                "SERVE_HOST": "127.0.0.1",
-                # The emulator has no GPU (see the module docstring).
-                "EXPECTED_GPU_COUNT": "0",
-                "CUDA_VISIBLE_DEVICES": "",
-                "TF_CPP_MIN_LOG_LEVEL": "2",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
+        served = {
+            # The emulator has no GPU (see the module docstring).
+            "EXPECTED_GPU_COUNT": "0",
+            "CUDA_VISIBLE_DEVICES": "",
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
         log_file = base / "container.log"
-        with log_file.open("wb") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "trainer", "serve"], cwd=TRAINING_IMAGE_DIR, env=env, stdout=sink, stderr=sink
+        container_id = None
+        if self.docker is not None:
+            # The image's own ENV, the model's Environment, SageMaker's port: nothing of this machine's.
+            container_id = container_name(endpoint_name, config_name)
+            command = self.docker.run_command(
+                container_id,
+                entrypoint=None,
+                command=["serve"],
+                env={**(container.get("Environment") or {}), **served, "AWS_ENDPOINT_URL": self.docker.endpoint_url},
+                mounts={model_dir: "/opt/ml/model"},
+                publish=f"127.0.0.1:{port}:8080",
             )
+            cwd, env, what = None, dict(os.environ), f"{self.docker.image} serve (container {container_id})"
+        else:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "SERVE_", "TRAINING_"))}
+            env.update(container.get("Environment") or {})
+            env.update({**served, "SM_MODEL_DIR": str(model_dir), "SAGEMAKER_BIND_TO_PORT": str(port), "SERVE_HOST": "127.0.0.1"})
+            command, cwd, what = [sys.executable, "-m", "trainer", "serve"], TRAINING_IMAGE_DIR, "python -m trainer serve"
+        with log_file.open("wb") as sink:
+            process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=sink)
         hosted = HostedEndpoint(
-            endpoint_name, variant["ModelName"], model_data_url, f"http://127.0.0.1:{port}", model_dir, log_file, process, config_name
+            endpoint_name, variant["ModelName"], model_data_url, f"http://127.0.0.1:{port}", model_dir, log_file, process, config_name,
+            container_id,
         )
         started = time.monotonic()
         try:
             self._wait_healthy(hosted)
         except RuntimeError:
-            _terminate(hosted.process)
+            self._terminate(hosted)
             raise
-        self.on_event(
-            f"endpoint {endpoint_name}: python -m trainer serve healthy on {hosted.url} after "
-            f"{time.monotonic() - started:.1f}s (log: {log_file})"
-        )
+        self.on_event(f"endpoint {endpoint_name}: {what} healthy on {hosted.url} after {time.monotonic() - started:.1f}s (log: {log_file})")
         return hosted
 
     # --- UpdateEndpoint ------------------------------------------------------------------------
@@ -223,7 +240,7 @@ class LocalHosting:
         old = self.hosted[name]
         ROUTES[name] = hosted.url
         self.hosted[name] = hosted
-        _terminate(old.process)
+        self._terminate(old)
         backend = _backend_of(endpoint)
         variants = backend.endpoint_configs[config_name].production_variants
         endpoint.production_variants = endpoint._process_production_variants(variants)
@@ -259,8 +276,14 @@ class LocalHosting:
             self._watcher = None
         for name, hosted in list(self.hosted.items()):
             ROUTES.pop(name, None)
-            _terminate(hosted.process)
+            self._terminate(hosted)
             del self.hosted[name]
+
+    def _terminate(self, hosted: HostedEndpoint) -> None:
+        """Stop one serving process (SIGTERM, then SIGKILL); in Docker, remove its container too."""
+        _terminate(hosted.process)
+        if hosted.container is not None and self.docker is not None:
+            self.docker.remove(hosted.container)
 
 
 def _terminate(process: subprocess.Popen[bytes]) -> None:

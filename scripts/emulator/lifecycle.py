@@ -56,6 +56,9 @@ class Options:
         pipeline: Instead of one training job, the pipeline from raw data: process -> train,
             serve that model, then process -> train -> promote on fresh raw data and invoke
             the promoted model (see :meth:`Lifecycle.run_pipeline`).
+        containers: Run every job and endpoint in Docker, in containers of the training image
+            built by ``scripts/build-image.sh`` (as SageMaker does), instead of as this machine's
+            processes playing the image (emulator only).
     """
 
     real_account: bool = False
@@ -75,6 +78,7 @@ class Options:
     user_script: bool = False
     serve: bool = True
     pipeline: bool = False
+    containers: bool = False
 
 
 @dataclass
@@ -189,6 +193,7 @@ class Lifecycle:
         self.serving_cdk: Cdk | None = None
         self.serving_assembly: Path | None = None
         self.hosting: Any = None
+        self.docker: Any = None
         self.serving_deploy_check = DeployCheck()
         self.endpoint_name: str | None = None
         self.predictions: list[dict[str, Any]] = []
@@ -283,6 +288,8 @@ class Lifecycle:
                 self.account, self.region = identity["Account"], session.region_name or "us-east-1"
                 self.progress.say(f"account {self.account}, region {self.region} ({identity['Arn']})")
         else:
+            if self.options.containers and self.options.train:
+                self._build_image()
             with self.progress.phase("emulator start"):
                 from scripts.emulator import server
 
@@ -293,6 +300,14 @@ class Lifecycle:
                 self.progress.say(f"moto {_moto_version()} at {self.emulator.endpoint_url} (log: {self.emulator.log_file})")
                 for name, value in seeded.items():
                     self.progress.say(f"seeded public SSM parameter {name} = {value} (registered as an image)")
+                if self.options.containers and self.options.train:
+                    from scripts.emulator.docker_hosts import IMAGE_TAG, DockerHosts
+
+                    self.docker = DockerHosts.open(IMAGE_TAG, self.emulator.port)
+                    self.progress.say(
+                        f"--containers: jobs and endpoints run in containers of {IMAGE_TAG}; containers reach the emulator at "
+                        f"{self.docker.endpoint_url} (relayed from {self.docker.gateway})"
+                    )
                 if self.options.train:
                     from scripts.emulator.sagemaker import LocalSageMaker
 
@@ -303,6 +318,7 @@ class Lifecycle:
                         work_dir=self.work_dir / "jobs",
                         timeout_seconds=self.options.job_timeout_seconds,
                         on_event=self.progress.say,
+                        docker=self.docker,
                     )
                     self.runner.start()
                     from scripts.emulator.states import LocalStepFunctions
@@ -315,6 +331,21 @@ class Lifecycle:
                     )
                     self.states.start()
         self.cdk = Cdk(env=self.env, context=self.context, log_file=self.work_dir / "cdk.log", echo=self.options.echo_cdk)
+
+    def _build_image(self) -> None:
+        """``scripts/build-image.sh`` (seconds from Docker's layer cache): the image ``--containers`` runs."""
+        from scripts.emulator.docker_hosts import IMAGE_TAG
+
+        log = self.work_dir / "build-image.log"
+        with self.progress.phase("image (scripts/build-image.sh)"):
+            built = subprocess.run(
+                ["bash", str(ROOT / "scripts" / "build-image.sh"), "--tag", IMAGE_TAG],
+                capture_output=True, text=True, check=False, env={**os.environ, "BUILD_IMAGE_LOG": str(log)},
+            )
+            lines = [line for line in built.stdout.splitlines() + built.stderr.splitlines() if line.strip()]
+            if built.returncode != 0:
+                raise RuntimeError(f"--containers: scripts/build-image.sh failed: {lines[-1] if lines else built.returncode} (log: {log})")
+            self.progress.say(lines[-1] if lines else f"{IMAGE_TAG} built")
 
     def bootstrap_and_synth(self) -> None:
         """``cdk bootstrap`` and ``cdk synth`` (once, reused by deploy and destroy), side by side."""
@@ -671,6 +702,7 @@ class Lifecycle:
                     region=self.region,
                     work_dir=self.work_dir / "endpoints",
                     on_event=self.progress.say,
+                    docker=self.docker,
                 )
                 self.hosting.serve(self.endpoint_name)
 
@@ -892,6 +924,9 @@ class Lifecycle:
         if self.runner is not None:
             self.runner.stop()
             self.runner = None
+        if self.docker is not None:
+            self.docker.close()
+            self.docker = None
         if self.emulator is not None:
             self.emulator.stop()
             self.emulator = None

@@ -12,7 +12,9 @@ what SageMaker does around the training image, in the same order:
    else the image's ``python -m trainer train``) as one emulated container per instance
    (:mod:`scripts.emulator.containers`): its own mount namespace with its tree at ``/opt/ml``,
    the image's environment plus the job's Environment, and for several instances a network
-   namespace per host named as SageMaker names them;
+   namespace per host named as SageMaker names them; with ``docker`` set (``run-local.sh
+   --containers``), the built image itself in Docker, one container per instance
+   (:mod:`scripts.emulator.docker_hosts`);
 4. on success packs ``algo-1``'s ``model/`` into ``model.tar.gz`` and uploads it to
    ``<S3OutputPath>/<job name>/output/model.tar.gz`` (and checkpoints to the CheckpointConfig
    URI), encrypted with the job's output KMS key;
@@ -56,6 +58,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from scripts.emulator.containers import ContainerRefused, JobNetwork, container_command, host_names, image_environment, namespaced
+from scripts.emulator.docker_hosts import DockerHosts, container_name
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE_DIR = ROOT / "training_image"
@@ -282,6 +285,8 @@ class LocalSageMaker:
         timeout_seconds: Upper bound on one job's training process, below MaxRuntimeInSeconds.
         extra_env: Added to every job's environment (after the job's own Environment).
         on_event: Called with a one-line progress message (job picked up, finished...).
+        docker: Run each container in Docker from the built image (``--containers``); ``None``
+            plays the image with this machine's processes.
     """
 
     endpoint_url: str
@@ -291,6 +296,7 @@ class LocalSageMaker:
     timeout_seconds: float = 900
     extra_env: Mapping[str, str] = field(default_factory=dict)
     on_event: Callable[[str], None] = print
+    docker: DockerHosts | None = None
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
     _seen: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -373,12 +379,12 @@ class LocalSageMaker:
 
         self._set_status(name, "InProgress", "Training", "Training the model (local runner, CPU)")
         spec = job.get("AlgorithmSpecification") or {}
-        command = container_command(spec.get("ContainerEntrypoint"), spec.get("ContainerArguments"))
         timeout = min(self.timeout_seconds, float(job.get("StoppingCondition", {}).get("MaxRuntimeInSeconds", 1e9)))
         started = time.monotonic()
         try:
             runs = self._run_job_containers(
-                job, TRAINING_LOG_GROUP, names, trees, command, self._container_env(job), timeout,
+                job, TRAINING_LOG_GROUP, names, trees, (spec.get("ContainerEntrypoint"), spec.get("ContainerArguments")),
+                self._container_env(job), timeout,
                 lambda: self._backend_jobs()[name].training_job_status == "Stopping",
             )
         except ContainerRefused as err:
@@ -426,14 +432,20 @@ class LocalSageMaker:
         log_group: str,
         names: list[str],
         trees: list[tuple[Path, Path]],
-        command: list[str],
+        request: tuple[list[str] | None, list[str] | None],
         env: Mapping[str, str],
         timeout: float,
         stop_requested: Callable[[], bool],
     ) -> list[ContainerRun]:
-        """One emulated container per host, each with its tree at ``/opt/ml`` (and its own network for several)."""
+        """One emulated container per host, each with its tree at ``/opt/ml`` (and its own network for several).
+
+        ``request`` is the job's ``(ContainerEntrypoint, ContainerArguments)``.
+        """
         job_name = job.get("TrainingJobName") or job.get("ProcessingJobName")
         stamp = int(time.time())
+        if self.docker is not None:
+            return self._run_in_docker(self.docker, str(job_name), log_group, stamp, names, trees, request, env, timeout, stop_requested)
+        command = container_command(*request)
         network = JobNetwork(names, self.work_dir / str(job_name) / "network") if len(names) > 1 else None
         with network if network is not None else contextlib.nullcontext():
             hosts = [
@@ -448,6 +460,40 @@ class LocalSageMaker:
                 for host, (base, log_file) in zip(names, trees)
             ]
             return _run_hosts(hosts, timeout, stop_requested=stop_requested)
+
+    def _run_in_docker(
+        self,
+        docker: DockerHosts,
+        job_name: str,
+        log_group: str,
+        stamp: int,
+        names: list[str],
+        trees: list[tuple[Path, Path]],
+        request: tuple[list[str] | None, list[str] | None],
+        env: Mapping[str, str],
+        timeout: float,
+        stop_requested: Callable[[], bool],
+    ) -> list[ContainerRun]:
+        """One container of the built image per host, on a Docker network of the job's own for several."""
+        container_env = {**env, "AWS_ENDPOINT_URL": docker.endpoint_url}
+        containers = [container_name(job_name, host) for host in names]
+        try:
+            with docker.network(job_name, len(names)) as network:
+                hosts = [
+                    HostRun(
+                        host,
+                        base,
+                        log_file,
+                        docker.job_command(container, *request, opt_ml=base, env=container_env, network=network, host=host),
+                        os.environ,
+                        CloudWatchStream(self._client("logs"), log_group, f"{job_name}/{host}-{stamp}"),
+                    )
+                    for container, host, (base, log_file) in zip(containers, names, trees)
+                ]
+                return _run_hosts(hosts, timeout, stop_requested=stop_requested)
+        finally:
+            # Ended or not, no container outlives its job (a killed docker CLI leaves its container).
+            docker.remove(*containers)
 
     def _materialize(self, job: Mapping[str, Any], base: Path, s3: Any, hosts: list[str], host: str, index: int) -> None:
         config_dir = base / "input" / "config"
@@ -504,9 +550,10 @@ class LocalSageMaker:
     def _environment(self, job: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, str]:
         """The container's environment: the image's, the job's Environment, what SageMaker adds.
 
-        The job's tree is at ``/opt/ml`` in the container, so no path here points outside it.
+        The job's tree is at ``/opt/ml`` in the container, so no path here points outside it. In
+        Docker the image brings its own ``ENV``: only the job's and SageMaker's part is given.
         """
-        env = image_environment({
+        env = {} if self.docker is not None else image_environment({
             k: v
             for k, v in os.environ.items()
             if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG", "PROCESSING_", "SAGEMAKER_", "CHECKPOINT_DIR", "PYTHONPATH"))
@@ -589,7 +636,7 @@ class LocalSageMaker:
         else:
             try:
                 runs = self._run_job_containers(
-                    job, PROCESSING_LOG_GROUP, names, trees, container_command(entrypoint, arguments), env, timeout,
+                    job, PROCESSING_LOG_GROUP, names, trees, (entrypoint, arguments), env, timeout,
                     lambda: self._backend().processing_jobs[name].processing_job_status == "Stopping",
                 )
             except ContainerRefused as err:
