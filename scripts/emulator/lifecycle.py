@@ -288,7 +288,7 @@ class Lifecycle:
                 self.account, self.region = identity["Account"], session.region_name or "us-east-1"
                 self.progress.say(f"account {self.account}, region {self.region} ({identity['Arn']})")
         else:
-            if self.options.containers and self.options.train:
+            if self.options.containers:
                 self._build_image()
             with self.progress.phase("emulator start"):
                 from scripts.emulator import server
@@ -300,7 +300,7 @@ class Lifecycle:
                 self.progress.say(f"moto {_moto_version()} at {self.emulator.endpoint_url} (log: {self.emulator.log_file})")
                 for name, value in seeded.items():
                     self.progress.say(f"seeded public SSM parameter {name} = {value} (registered as an image)")
-                if self.options.containers and self.options.train:
+                if self.options.containers:
                     from scripts.emulator.docker_hosts import IMAGE_TAG, DockerHosts
 
                     self.docker = DockerHosts.open(IMAGE_TAG, self.emulator.port)

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scripts.emulator.docker_hosts import IMAGE_TAG
 from tests.trainer.helpers import ROOT
 
 BUILD_SCRIPT = ROOT / "scripts" / "build-image.sh"
 ENGINE_SCRIPT = ROOT / "scripts" / "docker-engine.sh"
-TAG = "gputrain-trainer:local"
+TAG = IMAGE_TAG
 # A cold build downloads ~3 GB of wheels and installs them on 2 cores (~5-8 min); from the layer
 # cache it takes seconds.
 BUILD_TIMEOUT_SECONDS = 1500

@@ -56,10 +56,15 @@ ROWS = 96
 
 
 @pytest.fixture(scope="module")
-def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
-    """Data and training stacks deployed on a fresh emulator, local runner watching."""
+def platform(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iterator[Lifecycle]:
+    """Data and training stacks deployed on a fresh emulator, local runner watching (jobs in Docker where it runs)."""
     lifecycle = Lifecycle(
-        Options(work_dir=tmp_path_factory.mktemp("sdk-modes"), stacks=("gputrain-data", "gputrain-training"), job_timeout_seconds=600)
+        Options(
+            work_dir=tmp_path_factory.mktemp("sdk-modes"),
+            stacks=("gputrain-data", "gputrain-training"),
+            job_timeout_seconds=600,
+            containers=containers,
+        )
     )
     try:
         lifecycle.start()

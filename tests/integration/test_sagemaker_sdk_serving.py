@@ -53,10 +53,10 @@ def readme_block() -> str:
 
 
 @pytest.fixture(scope="module")
-def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lifecycle, Any, list[Any]]]:
-    """The emulator, a model.tar.gz in S3, the SDK's deploy, and hosting for the endpoint it made."""
+def endpoint(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iterator[tuple[Lifecycle, Any, list[Any]]]:
+    """The emulator, a model.tar.gz in S3, the SDK's deploy, and hosting for the endpoint it made (in Docker where it runs)."""
     work = tmp_path_factory.mktemp("sdk-serving")
-    lifecycle = Lifecycle(Options(work_dir=work / "run", train=False))
+    lifecycle = Lifecycle(Options(work_dir=work / "run", train=False, containers=containers))
     patch = pytest.MonkeyPatch()
     try:
         lifecycle.start()
@@ -107,7 +107,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lifecyc
             from scripts.emulator.hosting import LocalHosting
 
             lifecycle.hosting = LocalHosting(
-                endpoint_url=lifecycle.emulator.endpoint_url, region=lifecycle.region, work_dir=work / "endpoints"
+                endpoint_url=lifecycle.emulator.endpoint_url, region=lifecycle.region, work_dir=work / "endpoints", docker=lifecycle.docker
             )
             lifecycle.hosting.serve(ENDPOINT)
             exec(compile(predict_line, where, "exec"), namespace)  # noqa: S102
@@ -125,6 +125,8 @@ def test_the_sdk_repacked_inference_py_into_the_model(endpoint) -> None:
     model = sagemaker_client.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])
     assert model["PrimaryContainer"]["Image"] == IMAGE_URI
     hosted = lifecycle.hosting.hosted[ENDPOINT]
+    # In Docker wherever an engine runs: the endpoint is the built image's container.
+    assert (hosted.container is not None) == (lifecycle.docker is not None) == lifecycle.options.containers
     assert (hosted.model_dir / "code" / "inference.py").read_text() == INFERENCE_PY
     assert (hosted.model_dir / "1" / "saved_model.pb").is_file()
 

@@ -101,11 +101,45 @@ def unpack(source: Path, destination: Path) -> Path:
     destination.mkdir(parents=True, exist_ok=True)
     try:
         with tarfile.open(source) as archive:
-            # The "data" filter refuses absolute paths, '..', device files and links out of the tree.
-            archive.extractall(destination, filter="data")
+            if hasattr(tarfile, "data_filter"):
+                # The "data" filter refuses absolute paths, '..', device files and links out of the tree.
+                archive.extractall(destination, filter="data")
+            else:
+                # Python before 3.11.4 / 3.10.12 (Debian bookworm's 3.11.2) has no filters: the same refusals, by hand.
+                archive.extractall(destination, members=_members_inside(archive, destination))
     except (tarfile.TarError, OSError) as err:
         raise SourceError(f"Cannot unpack the source archive {source}: {err}.") from err
     return destination
+
+
+def _members_inside(archive: tarfile.TarFile, destination: Path) -> list[tarfile.TarInfo]:
+    """Every member of ``archive``, once none of them leaves ``destination`` (what the "data" filter refuses).
+
+    Raises:
+        tarfile.TarError: a ``..`` path out of the tree, a device or FIFO, or a link that points out of the tree.
+    """
+    root = destination.resolve()
+
+    def inside(path: Path) -> bool:
+        return path == root or root in path.parents
+
+    members = archive.getmembers()
+    for member in members:
+        member.name = member.name.lstrip("/")  # as the filter does: /x.py is x.py of the tree
+        target = (root / member.name).resolve()
+        if not inside(target):
+            raise tarfile.TarError(f"member {member.name!r} would be written outside the source directory")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise tarfile.TarError(f"member {member.name!r} is a device or FIFO, which a source directory cannot hold")
+        if member.issym() or member.islnk():
+            base = target.parent if member.issym() else root
+            if PurePosixPath(member.linkname).is_absolute() or not inside((base / member.linkname).resolve()):
+                raise tarfile.TarError(f"member {member.name!r} links to {member.linkname!r}, outside the source directory")
+        # As the "data" filter does: no set-user/group-ID bits, files owned by the extracting user.
+        member.mode &= 0o755
+        member.uid = member.gid = 0
+        member.uname = member.gname = ""
+    return members
 
 
 def find_entry_point(directory: Path, program: str, what: str = "training script") -> Path:
