@@ -4,6 +4,10 @@ Each job here names its own ``ContainerEntrypoint`` (as ``ScriptProcessor``, ``F
 and SDK v3's ``ModelTrainer`` do): the runner must run exactly that, with the job's tree at
 ``/opt/ml`` (its own mount namespace), one container per instance with SageMaker's host names,
 and let the container's exit status and failure file decide the job.
+
+Each test that is about what a job sees runs twice: with the runner's default (this machine's
+processes playing the image) and in Docker (``run-local.sh --containers``: containers of the built
+image; those are ``image`` and ``slow`` tests, skipped where no Docker engine runs).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pytest
 
 from scripts.emulator import containers, server
 from scripts.emulator.containers import ContainerRefused, JobNetwork, container_command, host_names
+from scripts.emulator.docker_hosts import DockerHosts, image_command
 from scripts.emulator.sagemaker import LocalSageMaker
 
 ROLE = f"arn:aws:iam::{server.ACCOUNT}:role/training"
@@ -48,13 +53,39 @@ def emulator(tmp_path: Path) -> Iterator[server.Emulator]:
         emu.stop()
 
 
-@pytest.fixture()
-def runner(emulator: server.Emulator, tmp_path: Path) -> LocalSageMaker:
+def _runner(emulator: server.Emulator, work_dir: Path, docker: DockerHosts | None = None) -> LocalSageMaker:
     # Jobs are run one by one from the test (run_job), not by the watching thread.
     return LocalSageMaker(
-        endpoint_url=emulator.endpoint_url, region=server.REGION, account=server.ACCOUNT, work_dir=tmp_path / "jobs",
-        timeout_seconds=120, on_event=lambda _: None,
+        endpoint_url=emulator.endpoint_url, region=server.REGION, account=server.ACCOUNT, work_dir=work_dir,
+        timeout_seconds=120, on_event=lambda _: None, docker=docker,
     )
+
+
+@pytest.fixture(params=["processes", pytest.param("docker", marks=[pytest.mark.image, pytest.mark.slow])])
+def runner(request: pytest.FixtureRequest, emulator: server.Emulator, tmp_path: Path) -> Iterator[LocalSageMaker]:
+    """The local runner, playing the image with processes, or running the built image in Docker."""
+    if request.param == "processes":
+        yield _runner(emulator, tmp_path / "jobs")
+        return
+    from tests.image.built import BuildFailed, NoEngine, built_image
+
+    try:
+        image = built_image()
+    except NoEngine as err:
+        pytest.skip(f"no Docker engine: {err}")
+    except BuildFailed as err:
+        pytest.fail(str(err))
+    docker = DockerHosts.open(image.tag, emulator.port)
+    try:
+        yield _runner(emulator, tmp_path / "jobs", docker)
+    finally:
+        docker.close()
+
+
+@pytest.fixture()
+def process_runner(emulator: server.Emulator, tmp_path: Path) -> LocalSageMaker:
+    """The default runner only: for what is about playing the image with this machine's processes."""
+    return _runner(emulator, tmp_path / "jobs")
 
 
 def _client(emulator: server.Emulator, service: str) -> Any:
@@ -103,6 +134,39 @@ def test_docker_rules_for_entrypoint_and_arguments() -> None:
     assert host_names(3) == ["algo-1", "algo-2", "algo-3"]
 
 
+def test_docker_run_gets_the_entrypoints_first_word_and_the_rest_as_its_command() -> None:
+    # docker run --entrypoint takes one executable: SDK v3's ["/bin/bash", "-c", "..."] must keep -c.
+    assert image_command(["/bin/bash", "-c"], ["sm_train.sh"], ["train"]) == ("/bin/bash", ["-c", "sm_train.sh"])
+    assert image_command(["python3"], None, ["train"]) == ("python3", [])
+    # Without an entrypoint the image's own (tini -- python -m trainer) runs the arguments or the default.
+    assert image_command(None, ["process"], ["train"]) == (None, ["process"])
+    assert image_command(None, None, ["train"]) == (None, ["train"])
+    docker = DockerHosts("gputrain-trainer:local", 4566)
+    one_host = docker.job_command("c1", ["python3", "x.py"], ["--a"], opt_ml=Path("/w/opt-ml"), env={"K": "V"}, network=None, host="algo-1")
+    assert one_host[:4] == ["docker", "run", "--name", "c1"]
+    assert one_host[-5:] == ["--entrypoint", "python3", "gputrain-trainer:local", "x.py", "--a"]
+    assert "-v" in one_host and "/w/opt-ml:/opt/ml" in one_host and "K=V" in one_host
+    # A network alias exists on a user-defined network only (the default bridge refuses one).
+    assert "--network-alias" not in one_host and one_host[one_host.index("--hostname") + 1] == "algo-1"
+    two_hosts = docker.job_command("c2", None, None, opt_ml=Path("/w/opt-ml"), env={}, network="net", host="algo-2")
+    assert two_hosts[two_hosts.index("--network-alias") + 1] == "algo-2" and two_hosts[two_hosts.index("--network") + 1] == "net"
+    assert two_hosts[-2:] == ["gputrain-trainer:local", "train"] and "--entrypoint" not in two_hosts
+    assert docker.endpoint_url == "http://host.docker.internal:4566"
+
+
+@pytest.mark.image
+@pytest.mark.slow
+def test_containers_without_the_built_image_are_refused_with_the_command_that_builds_it(emulator) -> None:
+    from tests.image.built import NoEngine, built_image
+
+    try:
+        built_image()
+    except NoEngine as err:
+        pytest.skip(f"no Docker engine: {err}")
+    with pytest.raises(ContainerRefused, match=r"gputrain-trainer:never-built, which is not built here; run scripts/build-image.sh --tag gputrain-trainer:never-built"):
+        DockerHosts.open("gputrain-trainer:never-built", emulator.port)
+
+
 def test_a_training_jobs_own_entrypoint_runs_with_the_job_tree_at_opt_ml(emulator, runner) -> None:
     _create_training_job(emulator, "own-entrypoint", ["python3", "-c", RECORDER], ["--flag", "value"])
     outcome = runner.run_job("own-entrypoint")
@@ -114,8 +178,9 @@ def test_a_training_jobs_own_entrypoint_runs_with_the_job_tree_at_opt_ml(emulato
     assert seen["hyperparameters"] == {"epochs": "2"}
     assert seen["resources"]["current_host"] == "algo-1" and seen["resources"]["hosts"] == ["algo-1"]
     assert seen["resources"]["current_instance_type"] == "ml.g5.xlarge"
-    # python3 on the container's PATH is the image's interpreter (here, the emulator's).
-    assert Path(seen["python"]).parent == Path(os.sys.executable).parent
+    # python3 on the container's PATH is the image's interpreter (played: the emulator's).
+    image_python = Path("/opt/venv/bin") if runner.docker is not None else Path(os.sys.executable).parent
+    assert Path(seen["python"]).parent == image_python
 
 
 def test_a_bash_entrypoint_runs_a_driver_script_from_the_jobs_tree(emulator, runner) -> None:
@@ -200,6 +265,7 @@ json.dump({"me": me, "heard": heard, "hosts": config["hosts"], "data": sorted(os
 
 @needs_root
 def test_two_instances_are_two_hosts_that_reach_each_other_by_name(emulator, runner) -> None:
+    # Played: a network namespace per host; in Docker: a network of the job's own.
     _create_training_job(emulator, "two-hosts", ["python3", "-c", PEERS], instances=2, distribution="ShardedByS3Key")
     outcome = runner.run_job("two-hosts")
     assert outcome.status == "Completed", outcome.failure_reason
@@ -222,7 +288,8 @@ def test_one_failing_host_fails_the_job_and_ends_the_other(emulator, runner) -> 
     assert outcome.failure_reason == "algo-2: RuntimeError: worker lost"
 
 
-def test_several_instances_without_a_host_network_are_refused_with_one_line(emulator, runner, monkeypatch) -> None:
+def test_several_instances_without_a_host_network_are_refused_with_one_line(emulator, process_runner, monkeypatch) -> None:
+    runner = process_runner
     def refuse(self: JobNetwork) -> None:
         raise ContainerRefused("InstanceCount 2: the local runner plays several hosts with one network namespace per host, "
                                "which needs root and iproute2 ('ip')")
