@@ -335,3 +335,28 @@ def test_a_container_reaches_the_emulator_as_a_job_reaches_aws(emulator, runner)
     outcome = runner.run_job("calls-aws")
     assert outcome.status == "Completed", outcome.failure_reason
     assert (outcome.base_dir / "model" / "keys.txt").read_text() == ",".join(f"train/part-{i}.csv" for i in range(4))
+
+
+def test_stop_training_job_sends_sigterm_to_the_jobs_process_and_records_stopped(emulator, runner) -> None:
+    # As SageMaker does on StopTrainingJob: SIGTERM to the container (in Docker: through the attached
+    # docker run and the entrypoint), which has time to leave a checkpoint before it ends.
+    import threading
+    import time
+
+    script = ("import signal, sys, time\n"
+              "def stop(*_):\n    open('/opt/ml/checkpoints/stopped.txt', 'w').write('SIGTERM'); sys.exit(143)\n"
+              "signal.signal(signal.SIGTERM, stop)\nprint('waiting for a stop', flush=True)\ntime.sleep(300)\n")
+    _create_training_job(emulator, "stopped", ["python3", "-c", script])
+    outcomes: list[Any] = []
+    thread = threading.Thread(target=lambda: outcomes.append(runner.run_job("stopped")))
+    thread.start()
+    log = runner.work_dir / "stopped" / "container.log"
+    deadline = time.monotonic() + 90
+    while not (log.is_file() and "waiting for a stop" in log.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "waiting for a stop" in log.read_text()
+    _client(emulator, "sagemaker").stop_training_job(TrainingJobName="stopped")
+    thread.join(timeout=90)
+    (outcome,) = outcomes
+    assert outcome.status == "Stopped" and outcome.seconds < 60
+    assert (outcome.base_dir / "checkpoints" / "stopped.txt").read_text() == "SIGTERM"
