@@ -200,3 +200,15 @@ def namespaced(command: Sequence[str], opt_ml: Path, *, network: JobNetwork | No
         init += ["--etc-hosts", str(network.etc_hosts)]
     wrapped = [*mount_namespace_prefix(), *init, "--", *command]
     return [*network.prefix_for(host), *wrapped] if network is not None else wrapped
+
+
+def end_process(process: subprocess.Popen[bytes], grace_seconds: float = 30) -> None:
+    """SIGTERM, then SIGKILL after ``grace_seconds``, as SageMaker ends a container (and hosting a model's)."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)

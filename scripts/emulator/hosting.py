@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from scripts.emulator.containers import end_process
 from scripts.emulator.docker_hosts import DockerHosts, container_name
 from scripts.emulator.server import free_port
 
@@ -281,19 +282,9 @@ class LocalHosting:
 
     def _terminate(self, hosted: HostedEndpoint) -> None:
         """Stop one serving process (SIGTERM, then SIGKILL); in Docker, remove its container too."""
-        _terminate(hosted.process)
+        end_process(hosted.process, grace_seconds=15)
         if hosted.container is not None and self.docker is not None:
             self.docker.remove(hosted.container)
-
-
-def _terminate(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
 
 
 def _region_backends(backends: Any, region: str) -> list[Any]:

@@ -55,9 +55,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-from scripts.emulator.containers import ContainerRefused, JobNetwork, container_command, host_names, image_environment, namespaced
+from scripts.emulator.containers import (
+    ContainerRefused,
+    JobNetwork,
+    container_command,
+    end_process,
+    host_names,
+    image_environment,
+    namespaced,
+)
 from scripts.emulator.docker_hosts import DockerHosts, container_name
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -197,7 +205,7 @@ def _run_hosts(
             if failed or stopping or timed_out:
                 for index, process in enumerate(processes):
                     if results[index] is None:
-                        _end(process)
+                        end_process(process)
                         results[index] = ContainerRun(None if timed_out and not stopping else process.returncode, stopped=stopping,
                                                       ended=True)
             for log, tail in zip(logs, tails):
@@ -209,20 +217,11 @@ def _run_hosts(
     finally:
         for process in processes:
             if process.poll() is None:
-                _end(process)
+                end_process(process)
         for log in logs:
             log.close()
         for tail in tails:
             tail.handle.close()
-
-
-def _end(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=30)
 
 
 @dataclass
@@ -441,59 +440,43 @@ class LocalSageMaker:
 
         ``request`` is the job's ``(ContainerEntrypoint, ContainerArguments)``.
         """
-        job_name = job.get("TrainingJobName") or job.get("ProcessingJobName")
+        job_name = str(job.get("TrainingJobName") or job.get("ProcessingJobName"))
         stamp = int(time.time())
-        if self.docker is not None:
-            return self._run_in_docker(self.docker, str(job_name), log_group, stamp, names, trees, request, env, timeout, stop_requested)
-        command = container_command(*request)
-        network = JobNetwork(names, self.work_dir / str(job_name) / "network") if len(names) > 1 else None
-        with network if network is not None else contextlib.nullcontext():
+        with self._host_commands(job_name, names, request, env) as command_for:
             hosts = [
-                HostRun(
-                    host,
-                    base,
-                    log_file,
-                    namespaced(command, base, network=network, host=host),
-                    env,
-                    CloudWatchStream(self._client("logs"), log_group, f"{job_name}/{host}-{stamp}"),
-                )
+                HostRun(host, base, log_file, *command_for(host, base), CloudWatchStream(self._client("logs"), log_group, f"{job_name}/{host}-{stamp}"))
                 for host, (base, log_file) in zip(names, trees)
             ]
             return _run_hosts(hosts, timeout, stop_requested=stop_requested)
 
-    def _run_in_docker(
-        self,
-        docker: DockerHosts,
-        job_name: str,
-        log_group: str,
-        stamp: int,
-        names: list[str],
-        trees: list[tuple[Path, Path]],
-        request: tuple[list[str] | None, list[str] | None],
-        env: Mapping[str, str],
-        timeout: float,
-        stop_requested: Callable[[], bool],
-    ) -> list[ContainerRun]:
-        """One container of the built image per host, on a Docker network of the job's own for several."""
+    @contextlib.contextmanager
+    def _host_commands(
+        self, job_name: str, names: list[str], request: tuple[list[str] | None, list[str] | None], env: Mapping[str, str]
+    ) -> Iterator[Callable[[str, Path], tuple[list[str], Mapping[str, str]]]]:
+        """``(host, its /opt/ml tree) -> (command, its environment)`` while the job's network is up.
+
+        Played (default): a namespaced process with the image's environment, a network namespace
+        per host for several. In Docker: ``docker run`` of the built image with the job's
+        environment inside the container, a Docker network of the job's own for several; every
+        container is removed when the block ends (a killed docker CLI leaves its container).
+        """
+        docker = self.docker
+        if docker is None:
+            network = JobNetwork(names, self.work_dir / job_name / "network") if len(names) > 1 else None
+            command = container_command(*request)
+            with network if network is not None else contextlib.nullcontext():
+                yield lambda host, base: (namespaced(command, base, network=network, host=host), env)
+            return
         container_env = {**env, "AWS_ENDPOINT_URL": docker.endpoint_url}
-        containers = [container_name(job_name, host) for host in names]
+        containers = {host: container_name(job_name, host) for host in names}
         try:
-            with docker.network(job_name, len(names)) as network:
-                hosts = [
-                    HostRun(
-                        host,
-                        base,
-                        log_file,
-                        docker.job_command(container, *request, opt_ml=base, env=container_env, network=network, host=host),
-                        os.environ,
-                        CloudWatchStream(self._client("logs"), log_group, f"{job_name}/{host}-{stamp}"),
-                    )
-                    for container, host, (base, log_file) in zip(containers, names, trees)
-                ]
-                return _run_hosts(hosts, timeout, stop_requested=stop_requested)
+            with docker.network(job_name, len(names)) as docker_network:
+                yield lambda host, base: (
+                    docker.job_command(containers[host], *request, opt_ml=base, env=container_env, network=docker_network, host=host),
+                    os.environ,
+                )
         finally:
-            # Ended or not, no container outlives its job (a killed docker CLI leaves its container).
-            docker.remove(*containers)
+            docker.remove(*containers.values())
 
     def _materialize(self, job: Mapping[str, Any], base: Path, s3: Any, hosts: list[str], host: str, index: int) -> None:
         config_dir = base / "input" / "config"
