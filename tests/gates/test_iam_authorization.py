@@ -140,6 +140,7 @@ def iam_root(tmp_path_factory):
     return tmp_path_factory.mktemp("iam")
 
 
+@pytest.mark.slow
 def test_every_kind_of_policy_is_read(iam_root):
     """Identity, trust and resource policies (bucket, key, topic, VPC endpoints) are all checked."""
     templates = cached_synth(iam_root, {}).templates_by_stack_name()

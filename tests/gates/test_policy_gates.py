@@ -44,6 +44,7 @@ def test_policy_packs_pass_with_every_finding_acknowledged(gate_root, name):
 
 
 @pytest.mark.parametrize("name", list(GATED_CONFIGS))
+@pytest.mark.slow
 def test_cfn_lint_reports_no_error(gate_root, name):
     synthesized = cached_synth(gate_root, GATED_CONFIGS[name])
     files = [str(synthesized.outdir / f"{sid}.template.json") for sid in synthesized.stack_ids]

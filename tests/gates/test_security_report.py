@@ -26,6 +26,7 @@ KNOWN_BAD_STATEMENT = {
 }
 
 
+@pytest.mark.slow
 def test_the_report_runs_every_check_and_the_platform_is_clean(capsys):
     assert security_report.main([]) == 0
     out = capsys.readouterr().out

@@ -51,6 +51,7 @@ def test_final_metrics_are_the_last_value_each_definition_matches() -> None:
     assert parse_final_metrics(log, definitions) == {"train:epoch": 2.0, "train:loss": 0.7}
 
 
+@pytest.mark.slow
 def test_a_failing_job_is_recorded_failed_with_the_containers_reason(emulator: server.Emulator, tmp_path: Path) -> None:
     s3, sagemaker = _client(emulator, "s3"), _client(emulator, "sagemaker")
     s3.create_bucket(Bucket="data")
@@ -96,6 +97,7 @@ def test_a_failing_job_is_recorded_failed_with_the_containers_reason(emulator: s
     assert [t["Status"] for t in job["SecondaryStatusTransitions"]][-1] == "Failed"
 
 
+@pytest.mark.slow
 def test_audit_flags_running_compute_and_reports_kept_data(emulator: server.Emulator) -> None:
     ec2, s3 = _client(emulator, "ec2"), _client(emulator, "s3")
     s3.create_bucket(Bucket=f"{PROJECT}-data-datasets")
@@ -375,6 +377,7 @@ def test_update_endpoint_moves_to_the_new_model_or_rolls_back(emulator: server.E
         hosting.stop()
 
 
+@pytest.mark.slow
 def test_audit_judges_processing_jobs_and_the_pipelines_models(emulator: server.Emulator) -> None:
     sagemaker = _client(emulator, "sagemaker")
     sagemaker.create_processing_job(

@@ -88,6 +88,7 @@ def test_missing_dlami_parameter_fails(healthy_account, capsys):
     assert "check cluster.dlami_flavour" in out
 
 
+@pytest.mark.slow
 def test_a_pinned_dlami_is_looked_up_in_the_region(healthy_account, capsys):
     pinned = '{"ami_id": "ami-0fedcba9876543210", "nvidia_driver_branch": 580}'
     assert run(main, ["-c", "cluster.instance_type=p3.2xlarge", "-c", f"cluster.pinned_dlami={pinned}"]) == 1

@@ -156,6 +156,7 @@ def test_telemetry_stays_home_only_with_the_file(aws, tmp_path, capsys, monkeypa
     assert tried["bare"] == [f"sm-pysdk-t-{REGION}.s3.{REGION}.amazonaws.com"]
 
 
+@pytest.mark.slow
 def test_processors_get_the_platforms_processing_role_network_and_output_key(aws, tmp_path, capsys, monkeypatch):
     out, document, _ = _generate(tmp_path, capsys)
     job = document["SageMaker"]["ProcessingJob"]

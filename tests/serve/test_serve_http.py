@@ -54,6 +54,7 @@ def _check(reply, expected_rows):
         assert sum(prediction["probabilities"]) == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_ping_is_healthy_once_the_model_is_warm(server):
     reply = server.ping()
     assert reply.status == 200
@@ -208,6 +209,7 @@ def test_concurrent_requests_are_batched_and_each_gets_its_own_rows(server, mode
     assert max(after["recent_batch_rows"][-calls:]) <= 16  # never more rows than SERVE_MAX_BATCH_SIZE
 
 
+@pytest.mark.slow
 def test_replicas_on_separate_devices_share_the_load(model_and_dir, tmp_path):
     import aiohttp
 
@@ -234,6 +236,7 @@ def test_replicas_on_separate_devices_share_the_load(model_and_dir, tmp_path):
         assert stats["requests"] == 48 and all(count > 0 for count in stats["replica_batches"]), stats["replica_batches"]
 
 
+@pytest.mark.slow
 def test_a_host_without_the_promised_gpu_never_turns_healthy(model_and_dir, tmp_path):
     _, model_dir = model_and_dir
     with serving(model_dir, tmp_path, wait_for="failed", EXPECTED_GPU_COUNT=1) as server:
@@ -246,6 +249,7 @@ def test_a_host_without_the_promised_gpu_never_turns_healthy(model_and_dir, tmp_
         assert server.process.poll() is None  # still answering /ping, so SageMaker replaces the host
 
 
+@pytest.mark.slow
 def test_a_missing_model_keeps_ping_failing_with_the_reason(tmp_path):
     with serving(tmp_path / "empty", tmp_path, wait_for="failed") as server:
         ping = server.ping()

@@ -98,6 +98,7 @@ def _ours(base: Path) -> tuple[dict[str, str], list[str], dict[str, object]]:
     )
 
 
+@pytest.mark.slow
 def test_every_toolkit_variable_is_set_with_the_toolkit_value(sdk_tree: Path) -> None:
     reference = _toolkit_environment(sdk_tree)
     ours, _, _ = _ours(sdk_tree)
@@ -112,6 +113,7 @@ def test_every_toolkit_variable_is_set_with_the_toolkit_value(sdk_tree: Path) ->
     assert not different, f"values that differ from the toolkit's: {json.dumps(different, indent=1)}"
 
 
+@pytest.mark.slow
 def test_training_env_json_agrees_on_what_scripts_read(sdk_tree: Path) -> None:
     reference = json.loads(_toolkit_environment(sdk_tree)["env"]["SM_TRAINING_ENV"])  # type: ignore[index]
     ours = json.loads(_ours(sdk_tree)[0]["SM_TRAINING_ENV"])
@@ -124,6 +126,7 @@ def test_training_env_json_agrees_on_what_scripts_read(sdk_tree: Path) -> None:
     assert {f: ours.get(f) for f in fields} == {f: reference.get(f) for f in fields}
 
 
+@pytest.mark.slow
 def test_hyperparameters_become_the_toolkit_arguments(sdk_tree: Path) -> None:
     reference = _toolkit_environment(sdk_tree)
     _, args, _ = _ours(sdk_tree)
@@ -134,6 +137,7 @@ def test_hyperparameters_become_the_toolkit_arguments(sdk_tree: Path) -> None:
     assert not any(a.startswith("--sagemaker_") for a in args)
 
 
+@pytest.mark.slow
 def test_tf_config_matches_sagemaker_tensorflow_training(sdk_tree: Path) -> None:
     reference = _toolkit_environment(sdk_tree)
     _, _, tf_config = _ours(sdk_tree)
@@ -207,6 +211,7 @@ print(json.dumps(configs))
 
 
 @pytest.mark.parametrize("hosts", [["algo-1"], ["algo-1", "algo-2", "algo-3"]])
+@pytest.mark.slow
 def test_parameter_server_tf_config_matches_sagemaker_tensorflow_training(tmp_path: Path, hosts: list[str]) -> None:
     reference = _toolkit_ps_configs(hosts)
     ours = []

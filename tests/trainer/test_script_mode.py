@@ -86,6 +86,7 @@ def _job_with_code(base: Path, tmp: Path, files: dict[str, str], hyperparameters
     )
 
 
+@pytest.mark.slow
 def test_sagemaker_script_runs_unchanged_with_keras_3(tmp_path: Path) -> None:
     base = tmp_path / "opt-ml"
     _job_with_code(base, tmp_path, {"train.py": SAGEMAKER_SCRIPT}, {"epochs": 3, "batch-size": 32, "learning-rate": 0.05})
@@ -108,6 +109,7 @@ def test_sagemaker_script_runs_unchanged_with_keras_3(tmp_path: Path) -> None:
     assert run.failure is None
 
 
+@pytest.mark.slow
 def test_keras_2_script_needs_the_legacy_setting(tmp_path: Path) -> None:
     keras3 = tmp_path / "keras3"
     _job_with_code(keras3, tmp_path / "a", {"train.py": KERAS2_SCRIPT})
@@ -254,6 +256,7 @@ def test_missing_entry_point_lists_what_was_packed(tmp_path: Path) -> None:
     assert not (base / "model" / "model.keras").exists(), "never falls back to a built-in model"
 
 
+@pytest.mark.slow
 def test_sigterm_reaches_the_script_and_resume_continues(tmp_path: Path) -> None:
     """Spot interruption: SIGTERM stops the script, a restart resumes from the helper's checkpoint."""
     base = tmp_path / "opt-ml"

@@ -178,6 +178,7 @@ def test_a_shard_cut_inside_a_record_header_is_named_with_its_byte_offset(tmp_pa
 # --- the pipeline ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shards_read_back_every_label_and_shape(tmp_path):
     write_dataset(tmp_path, _spec("image-tfrecord", examples=13, shards=2))
     spec = images.discover(tmp_path, channel="train", data_format="image-tfrecord")
@@ -257,6 +258,7 @@ def test_a_corrupt_jpeg_in_a_class_directory_fails_and_is_named(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_corrupt_image_in_a_shard_is_named_by_file_and_record(tmp_path):
     import tensorflow as tf
 

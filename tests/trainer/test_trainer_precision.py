@@ -153,6 +153,7 @@ def _one_step(which: str, bad_replica: int) -> dict:
 
 
 @pytest.mark.parametrize("bad_replica", [0, 1])
+@pytest.mark.slow
 def test_an_overflow_on_either_replica_skips_the_step_on_both_and_halves_the_scale(bad_replica):
     result = _one_step("agreed", bad_replica)
     assert result["weights"] == [[1.0, 1.0], [1.0, 1.0]]
@@ -160,6 +161,7 @@ def test_an_overflow_on_either_replica_skips_the_step_on_both_and_halves_the_sca
     assert result["skipped"] == [1, 1]
 
 
+@pytest.mark.slow
 def test_finite_gradients_on_both_replicas_are_applied_unchanged():
     result = _one_step("agreed", -1)
     assert result["scale"] == [INITIAL_SCALE] * 2 and result["skipped"] == [0, 0]
@@ -168,6 +170,7 @@ def test_finite_gradients_on_both_replicas_are_applied_unchanged():
     assert result["weights"][0] == pytest.approx([1.0 - 0.1 * 2 / INITIAL_SCALE] * 2, abs=1e-7)
 
 
+@pytest.mark.slow
 def test_the_root_cause_keras_applies_inf_when_only_the_second_replica_overflows():
     # Keras 3.15 reads replica 0's verdict for all: replica 1's inf reaches the weights and the scale
     # stays. If this starts failing, Keras fixed it and AgreedLossScaleOptimizer may be retired.
@@ -194,6 +197,7 @@ _TOOLKIT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_toolkit_gives_scripts_the_agreed_loss_scale_under_fp16():
     completed = subprocess.run(
         [sys.executable, "-c", _TOOLKIT], cwd=TRAINING_IMAGE, env=trainer_env(TRAINING_IMAGE), capture_output=True,

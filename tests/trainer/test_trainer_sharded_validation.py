@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.trainer.helpers import ROOT
 
 SCRIPT = textwrap.dedent(
@@ -42,6 +44,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_validation_on_two_replicas_equals_validation_on_one_device(tmp_path):
     env_path = f"{ROOT / 'training_image'}"
     completed = subprocess.run(

@@ -97,6 +97,7 @@ def test_image_directories_have_one_folder_per_class_and_no_manifest(tmp_path):
     assert not (tmp_path / ".trainer-manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_the_manifest_command_records_what_the_writer_would(tmp_path):
     from trainer.datasets import manifest
 

@@ -49,6 +49,7 @@ def _load_csv(directory) -> tuple[np.ndarray, np.ndarray]:
     return rows[:, :-1].astype(np.float32), rows[:, -1].astype(np.int64)
 
 
+@pytest.mark.slow
 def test_mlp_learns_and_writes_model_config_metrics_and_tensorboard(one_device_run):
     run = one_device_run
     assert run.failure is None
@@ -113,6 +114,7 @@ def test_metric_definitions_parse_exactly_the_metric_lines(one_device_run):
                 assert match is None, (definition, line)
 
 
+@pytest.mark.slow
 def test_two_replicas_compute_what_one_device_computes(tmp_path, one_device_run):
     base = write_job(tmp_path, TABULAR_HP, TABULAR)
     run = run_trainer(base, "train", TRAINER_LOGICAL_CPU_DEVICES=2)
@@ -128,6 +130,7 @@ def test_two_replicas_compute_what_one_device_computes(tmp_path, one_device_run)
     assert run.model_path.exists()
 
 
+@pytest.mark.slow
 def test_small_cnn_learns_images_from_tfrecords(tmp_path):
     images = SyntheticSpec("tfrecord", examples=512, features=64, classes=4, shards=2, image_shape=(8, 8, 1), seed=3)
     hp = {"model": "cnn", "image_shape": "8x8x1", "conv_filters": "8", "epochs": 3, "batch_size": 32,
@@ -401,6 +404,7 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+@pytest.mark.slow
 def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
     env, expected = BAD_INPUTS[case](tmp_path)
     # A model from an earlier run in the same directory must not survive as if it were this run's.
@@ -416,6 +420,7 @@ def test_bad_input_fails_with_a_reason_and_no_model(tmp_path, case):
     assert not list((tmp_path / "model").glob("*.keras"))
 
 
+@pytest.mark.slow
 def test_exploding_loss_can_be_only_a_warning(tmp_path):
     write_job(tmp_path, {**TABULAR_HP, "optimizer": "adam", "learning_rate": "1000", "on_divergence": "warn",
                          "epochs": 1}, TABULAR)  # fmt: skip
@@ -431,6 +436,7 @@ def test_exploding_loss_can_be_only_a_warning(tmp_path):
 UNRELATED = SyntheticSpec("csv", examples=256, features=12, classes=4, shards=1, seed=99)
 
 
+@pytest.mark.slow
 def test_validation_channel_is_reported_and_the_best_model_kept(tmp_path):
     base = write_job(tmp_path, {**TABULAR_HP, "epochs": 2}, TABULAR, channel="training")
     write_job(base, {**TABULAR_HP, "epochs": 2}, SyntheticSpec("csv", examples=256, features=12, classes=4, seed=11),
@@ -450,6 +456,7 @@ def test_validation_channel_is_reported_and_the_best_model_kept(tmp_path):
     assert best.input_shape == (None, 12) and run.model_path.exists()
 
 
+@pytest.mark.slow
 def test_early_stopping_ends_training_when_val_loss_stops_improving(tmp_path):
     hp = {**TABULAR_HP, "epochs": 8, "early_stopping_patience": 1}
     base = write_job(tmp_path, hp, TABULAR)
@@ -472,6 +479,7 @@ def test_unexpected_command_line_arguments_are_refused(tmp_path):
     assert "Unexpected arguments ['evaluate']" in run.failure
 
 
+@pytest.mark.slow
 def test_a_manifest_that_promises_more_examples_than_the_files_hold_fails_the_epoch(tmp_path):
     base = write_job(tmp_path, {**TABULAR_HP, "epochs": 2}, TABULAR)
     manifest_path = base / "input" / "data" / "train" / ".trainer-manifest.json"

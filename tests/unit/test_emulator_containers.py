@@ -288,6 +288,7 @@ def test_one_failing_host_fails_the_job_and_ends_the_other(emulator, runner) -> 
     assert outcome.failure_reason == "algo-2: RuntimeError: worker lost"
 
 
+@pytest.mark.slow
 def test_several_instances_without_a_host_network_are_refused_with_one_line(emulator, process_runner, monkeypatch) -> None:
     runner = process_runner
     def refuse(self: JobNetwork) -> None:

@@ -44,6 +44,7 @@ def iam(tmp_path: Path) -> Iterator[object]:
         emu.stop()
 
 
+@pytest.mark.slow
 def test_decisions_are_iams_for_a_simulation_without_resources_or_context(iam) -> None:
     role = f"arn:aws:iam::{server.ACCOUNT}:role/job"
     actions = ["ecr:GetAuthorizationToken", "cloudwatch:PutMetricData", "ec2:DescribeVpcs", "ec2:CreateNetworkInterface",

@@ -140,6 +140,7 @@ def test_a_processing_job_gets_the_contract_files_and_its_outputs_are_uploaded(e
                                "validation": "s3://datasets/processed/gputrain-e1-process/validation/"}
 
 
+@pytest.mark.slow
 def test_a_failed_processing_job_records_failure_reason_and_exit_message_and_uploads_nothing(emulator, runner) -> None:
     _create(emulator, "gputrain-e2-process", ["--fail"])
     outcome = runner.wait("gputrain-e2-process", timeout=120)
@@ -183,6 +184,7 @@ def _wait_log_line(emulator: server.Emulator, name: str, text: str, timeout: flo
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_the_containers_lines_reach_the_jobs_cloudwatch_stream_while_it_runs(emulator, runner) -> None:
     _create(emulator, "gputrain-e3-process", ["--sleep"])
     lines = _wait_log_line(emulator, "gputrain-e3-process", "container started")
@@ -191,6 +193,7 @@ def test_the_containers_lines_reach_the_jobs_cloudwatch_stream_while_it_runs(emu
     _client(emulator, "sagemaker").stop_processing_job(ProcessingJobName="gputrain-e3-process")
 
 
+@pytest.mark.slow
 def test_stop_processing_job_ends_the_container_and_records_stopped(emulator, runner) -> None:
     from botocore.exceptions import ClientError
 
@@ -206,6 +209,7 @@ def test_stop_processing_job_ends_the_container_and_records_stopped(emulator, ru
         sagemaker.stop_processing_job(ProcessingJobName="gputrain-e4-process")
 
 
+@pytest.mark.slow
 def test_stopping_an_execution_stops_its_sync_job(emulator, runner) -> None:
     from scripts.emulator.states import LocalStepFunctions
 

@@ -210,6 +210,7 @@ def test_catch_output_can_parse_the_cause_of_a_task_failure(emulator, executor) 
     assert output["error"].startswith("SNS.") and output["cause_type"] == "string"
 
 
+@pytest.mark.slow
 def test_sns_publish_and_sdk_calls_reach_the_emulator(emulator, executor) -> None:
     sns, s3 = _client(emulator, "sns"), _client(emulator, "s3")
     topic = sns.create_topic(Name="notify")["TopicArn"]
