@@ -192,6 +192,7 @@ def test_a_bash_entrypoint_runs_a_driver_script_from_the_jobs_tree(emulator, run
     assert (outcome.base_dir / "model" / "driver.txt").read_text().strip().endswith("ran in /opt/ml")
 
 
+@pytest.mark.slow
 def test_the_containers_exit_and_failure_file_decide_the_job(emulator, runner) -> None:
     _create_training_job(emulator, "writes-failure", ["/bin/sh", "-c", "echo 'ValueError: bad label in row 3' > /opt/ml/output/failure; exit 3"])
     _create_training_job(emulator, "exits-2", ["/bin/sh", "-c", "mkdir -p /opt/ml/model && echo x > /opt/ml/model/m && exit 2"])
@@ -264,6 +265,7 @@ json.dump({"me": me, "heard": heard, "hosts": config["hosts"], "data": sorted(os
 
 
 @needs_root
+@pytest.mark.slow
 def test_two_instances_are_two_hosts_that_reach_each_other_by_name(emulator, runner) -> None:
     # Played: a network namespace per host; in Docker: a network of the job's own.
     _create_training_job(emulator, "two-hosts", ["python3", "-c", PEERS], instances=2, distribution="ShardedByS3Key")
@@ -326,6 +328,7 @@ def test_a_replaced_entrypoints_python_runs_under_the_images_guard(emulator, run
     assert "ValueError: bad label in row 3" in outcome.failure_reason
 
 
+@pytest.mark.slow
 def test_a_container_reaches_the_emulator_as_a_job_reaches_aws(emulator, runner) -> None:
     # A job without network isolation calls AWS with the role's credentials (train25's s3://
     # sagemaker_submit_directory download does); on the emulator, AWS is the emulator.

@@ -102,6 +102,7 @@ def _create(emulator: server.Emulator, name: str, arguments: list[str]) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_processing_job_gets_the_contract_files_and_its_outputs_are_uploaded(emulator, runner) -> None:
     _create(emulator, "gputrain-e1-process", ["--shards", "2"])
     sagemaker, s3 = _client(emulator, "sagemaker"), _client(emulator, "s3")
