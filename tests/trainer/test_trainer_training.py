@@ -457,6 +457,31 @@ def test_validation_channel_is_reported_and_the_best_model_kept(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_validation_loss_that_is_not_finite_is_said_and_never_kept_as_the_best_model(tmp_path):
+    import math
+
+    hp = {**TABULAR_HP, "epochs": 4}
+    base = write_job(tmp_path, hp, TABULAR, channel="training")
+    write_job(base, hp, SyntheticSpec("csv", examples=64, features=12, classes=4, seed=11), channel="validation")
+    # One validation row with features at float32's limit: once the weights grow, its logits overflow and the
+    # channel's mean loss is not finite (the training rows are untouched, so training goes on).
+    (first, *_) = sorted((base / "input" / "data" / "validation").glob("*.csv"))
+    header, row, *rest = first.read_text().splitlines()
+    first.write_text("\n".join([header, ",".join(["3.4e38"] * 12 + [row.split(",")[-1]]), *rest]) + "\n")
+    run = run_trainer(base, "train")
+    assert run.returncode == 0, run.explain()
+    # SageMaker's numeric metric regex (and so run.metrics()) skips val_loss=nan / inf: absent means not finite.
+    not_finite = [int(m["epoch"]) for m in run.metrics() if not math.isfinite(float(m.get("val_loss", "nan")))]
+    said = run.events("validation-not-finite")
+    assert not_finite and [int(e["epoch"]) for e in said] == not_finite, run.explain()
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith(f"[trainer] validation-not-finite epoch={not_finite[0]} ")]
+    assert "validation channel overflow" in line and "not kept as the best model" in line
+    best_epochs = [int(m["epoch"]) for m in run.metrics() if math.isfinite(float(m.get("val_loss", "nan")))]
+    assert (base / "model" / "best.keras").exists() == bool(best_epochs), "a non-finite epoch was kept as the best"
+    assert run.model_path.exists()
+
+
+@pytest.mark.slow
 def test_early_stopping_ends_training_when_val_loss_stops_improving(tmp_path):
     hp = {**TABULAR_HP, "epochs": 8, "early_stopping_patience": 1}
     base = write_job(tmp_path, hp, TABULAR)

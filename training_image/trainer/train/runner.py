@@ -617,6 +617,17 @@ def _end_epoch(
     if evaluate is not None and (epoch % config.validation_every_epochs == 0 or epoch == config.epochs):
         val_loss, val_accuracy = evaluate()
         metrics = replace(metrics, val_loss=val_loss, val_accuracy=val_accuracy)
+        if not math.isfinite(val_loss) and cluster.is_chief:
+            # Never the best model (inf and NaN compare as no improvement); said, not left to a metric regex that skips it.
+            log(
+                "validation-not-finite",
+                epoch=epoch,
+                val_loss=val_loss,
+                reason=json.dumps(
+                    "the model's outputs on the validation channel overflow: a value out of range in the validation "
+                    "data, or weights that diverged; this epoch is not kept as the best model"
+                ),
+            )
         if val_loss < float(state.best_val_loss.numpy()):
             state.best_val_loss.assign(val_loss)
             state.evals_since_best.assign(0)
