@@ -11,6 +11,8 @@ Modules:
     sagemaker: the local runner that plays SageMaker for training and processing jobs created on the emulator.
     states: the local Step Functions executor (JSONata-mode definitions, npm jsonata in node).
     hosting: local serving processes for endpoints (and UpdateEndpoint's switch to a new model).
+    containers: how a job's container is played with this machine's processes (mount and network namespaces).
+    docker_hosts: ``--containers``: the built image in Docker instead, one container per host or endpoint.
     cdk: the CDK CLI, run as a user runs it.
     lifecycle: the phases, timed.
 """
