@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional, Sequence
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -40,6 +40,7 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     rollback_alarm_names,
     volume_kms_allowed,
 )
+from stacks.components.encryption_key import topic_key
 from stacks.components.network import TrainingNetwork
 from stacks.components.policy import (
     acknowledge,
@@ -212,14 +213,7 @@ class EndpointAlarms(Construct):
         UpdateEndpoint names them as its rollback alarms without a lookup.
         """
         super().__init__(scope, construct_id)
-        key = kms.Key(
-            self,
-            "TopicKey",
-            description=f"{endpoint}: endpoint alarms topic",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.DESTROY,
-            pending_window=Duration.days(7),
-        )
+        key = topic_key(self, "TopicKey", description=f"{endpoint}: endpoint alarms topic")
         errors_name, latency_name = alarm_names
         stack = Stack.of(self)
         # Confused deputy: CloudWatch may use the key only for this endpoint's two alarms in this

@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Optional
 
 import jsii
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
+
+from stacks.components.encryption_key import topic_key
 
 JOB_END_STATES = ("Completed", "Failed", "Stopped")
 EXECUTION_FAILURES = ("FAILED", "TIMED_OUT", "ABORTED")
@@ -99,14 +100,7 @@ class TrainingJobNotifications(Construct):
             },
         }
         publisher = iam.PrincipalWithConditions(iam.ServicePrincipal("events.amazonaws.com"), events_from_these_rules)
-        self.topic_key = key = kms.Key(
-            self,
-            "TopicKey",
-            description=f"{project_name}: training job notifications topic",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.DESTROY,
-            pending_window=Duration.days(7),
-        )
+        self.topic_key = key = topic_key(self, "TopicKey", description=f"{project_name}: training job notifications topic")
         self.topic = sns.Topic(
             self,
             "Topic",
