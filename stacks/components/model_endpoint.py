@@ -185,6 +185,17 @@ class EndpointRole(Construct):
         )
 
 
+def per_minute_sagemaker_metric(metric_name: str, dimensions: Mapping[str, str], *, statistic: str) -> cloudwatch.Metric:
+    """An endpoint's (or inference component's) ``AWS/SageMaker`` metric, one datapoint a minute."""
+    return cloudwatch.Metric(
+        namespace="AWS/SageMaker",
+        metric_name=metric_name,
+        dimensions_map=dimensions,
+        statistic=statistic,
+        period=Duration.minutes(1),
+    )
+
+
 class EndpointAlarms(Construct):
     """5xx errors and model latency of the endpoint's variant, to an encrypted SNS topic.
 
@@ -241,13 +252,7 @@ class EndpointAlarms(Construct):
             "Errors5xx",
             alarm_name=errors_name,
             alarm_description=f"{endpoint}: the model container answers 5xx; rolls a deployment back",
-            metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="Invocation5XXErrors",
-                dimensions_map=dimensions,
-                statistic="Sum",
-                period=Duration.minutes(1),
-            ),
+            metric=per_minute_sagemaker_metric("Invocation5XXErrors", dimensions, statistic="Sum"),
             threshold=config.error_alarm_threshold,
             evaluation_periods=2,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -258,13 +263,7 @@ class EndpointAlarms(Construct):
             "ModelLatency",
             alarm_name=latency_name,
             alarm_description=f"{endpoint}: average model latency above {config.latency_alarm_ms} ms; rolls a deployment back",
-            metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="ModelLatency",  # microseconds
-                dimensions_map=dimensions,
-                statistic="Average",
-                period=Duration.minutes(1),
-            ),
+            metric=per_minute_sagemaker_metric("ModelLatency", dimensions, statistic="Average"),  # microseconds
             threshold=config.latency_alarm_ms * 1000,
             evaluation_periods=3,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -454,12 +453,10 @@ class GpuEndpoint(Construct):
             # a request that finds no copy counts in NoCapacityInvocationFailures, and that adds one.
             target.scale_on_metric(
                 "ScaleOutFromZero",
-                metric=cloudwatch.Metric(
-                    namespace="AWS/SageMaker",
-                    metric_name="NoCapacityInvocationFailures",
-                    dimensions_map={"InferenceComponentName": typing_cast_str(self.inference_component_name)},
+                metric=per_minute_sagemaker_metric(
+                    "NoCapacityInvocationFailures",
+                    {"InferenceComponentName": typing_cast_str(self.inference_component_name)},
                     statistic="Maximum",
-                    period=Duration.minutes(1),
                 ),
                 scaling_steps=[
                     appscaling.ScalingInterval(upper=0, change=0),
