@@ -34,7 +34,7 @@ from stacks.components.policy import (
     state_machine_principal,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
-from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources
+from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources, JobTemplate
 from stacks.components.training_job_workflow import (
     SYNC_EVENTS_RULE,
     TrainingJobWorkflow,
@@ -403,23 +403,23 @@ class PipelineWorkflow(Construct):
             "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
             "Null": {"sagemaker:VpcSubnets": "false"},
         }
+
+        def create_hardened_jobs(
+            sid: str, action: str, jobs_arn: str, template: ProcessingTemplate | JobTemplate
+        ) -> list[iam.PolicyStatement]:
+            """``action`` only for hardened jobs on the instance types ``template`` allows."""
+            return pinned_job_creation_statements(
+                sid,
+                action,
+                [jobs_arn],
+                hardened_job,
+                instance_types=template.allowed_instance_types or [template.default_instance_type],
+                volume_key_arn=key.key_arn,
+            )
+
         return [
-            *pinned_job_creation_statements(
-                "CreateHardenedProcessingJobs",
-                "sagemaker:CreateProcessingJob",
-                [arns.processing_jobs],
-                hardened_job,
-                instance_types=self.template.allowed_instance_types or [self.template.default_instance_type],
-                volume_key_arn=key.key_arn,
-            ),
-            *pinned_job_creation_statements(
-                "CreateHardenedTrainingJobs",
-                "sagemaker:CreateTrainingJob",
-                [arns.training_jobs],
-                hardened_job,
-                instance_types=training.template.allowed_instance_types or [training.template.default_instance_type],
-                volume_key_arn=key.key_arn,
-            ),
+            *create_hardened_jobs("CreateHardenedProcessingJobs", "sagemaker:CreateProcessingJob", arns.processing_jobs, self.template),
+            *create_hardened_jobs("CreateHardenedTrainingJobs", "sagemaker:CreateTrainingJob", arns.training_jobs, training.template),
             iam.PolicyStatement(
                 sid="FollowAndStopProjectJobs",
                 actions=[
