@@ -32,7 +32,12 @@ from constructs import Construct
 
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.policy import state_machine_logging_statements, state_machine_principal
-from stacks.components.training_job_notifications import JOB_END_STATES, gpu_idle_alarm_prefix, idle_alarm_pattern
+from stacks.components.training_job_notifications import (
+    JOB_END_STATES,
+    gpu_idle_alarm_prefix,
+    idle_alarm_pattern,
+    project_job_state_pattern,
+)
 from stacks.components.training_job_spec import instance_facts_table
 from stacks.components.training_job_workflow import acknowledge_wildcard_resources
 from stacks.config import GpuIdleAlarmConfig
@@ -145,14 +150,7 @@ class GpuIdleWatch(Construct):
             "JobStateChange",
             rule_name=rule_names[0],
             description=f"{project_name}: a training job started or ended: create or delete its GPU idle alarm",
-            event_pattern=events.EventPattern(
-                source=["aws.sagemaker"],
-                detail_type=["SageMaker Training Job State Change"],
-                detail={
-                    "TrainingJobStatus": ["InProgress", *JOB_END_STATES],
-                    "TrainingJobName": [{"prefix": f"{project_name}-"}],
-                },
-            ),
+            event_pattern=project_job_state_pattern(project_name, ["InProgress", *JOB_END_STATES]),
             targets=[start],
         )
         self.stop_rule: Optional[events.Rule] = None
