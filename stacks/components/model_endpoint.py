@@ -41,7 +41,7 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     volume_kms_allowed,
 )
 from stacks.components.encryption_key import topic_key
-from stacks.components.network import TrainingNetwork
+from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
     acknowledge,
     describe_network_statement,
@@ -372,12 +372,8 @@ class GpuEndpoint(Construct):
         self.scaling_target = self._scaling(config)
 
     def _security_group(self, network: TrainingNetwork) -> ec2.SecurityGroup:
-        group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=network.vpc,
-            description=f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only",
-            allow_all_outbound=False,
+        group = closed_security_group(
+            self, "SecurityGroup", network.vpc, f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only"
         )
         # SageMaker pulls the image and downloads the model through the VPC: the ECR interface
         # endpoints and the S3 gateway endpoint. Never the internet, even where a NAT gateway

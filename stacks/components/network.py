@@ -62,6 +62,14 @@ def s3_prefix_list_name(region: str) -> str:
     return f"com.amazonaws.{region}.s3"
 
 
+def closed_security_group(scope: Construct, construct_id: str, vpc: ec2.IVpc, description: str) -> ec2.SecurityGroup:
+    """A security group in ``vpc`` that lets nothing out but what its owner's rules add.
+
+    The CDK's default allows all outbound traffic; every group here names its ways out.
+    """
+    return ec2.SecurityGroup(scope, construct_id, vpc=vpc, description=description, allow_all_outbound=False)
+
+
 class TrainingNetwork(Construct):
     """A VPC where GPU nodes and SageMaker jobs run without internet access by default.
 
@@ -152,12 +160,8 @@ class TrainingNetwork(Construct):
                 resources=[f"arn:{stack.partition}:s3:::{b.format(region=stack.region)}/*" for b in AWS_OWNED_BUCKETS],
             )
         )
-        self.endpoint_security_group = ec2.SecurityGroup(
-            self,
-            "EndpointSecurityGroup",
-            vpc=self.vpc,
-            description="Interface endpoints: HTTPS from inside the training VPC only",
-            allow_all_outbound=False,
+        self.endpoint_security_group = closed_security_group(
+            self, "EndpointSecurityGroup", self.vpc, "Interface endpoints: HTTPS from inside the training VPC only"
         )
         self.endpoint_security_group.add_ingress_rule(
             # The literal block, not the VPC's CidrBlock attribute: policy checks can read a literal.

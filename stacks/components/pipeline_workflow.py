@@ -25,7 +25,7 @@ from constructs import Construct
 from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.model_endpoint import EndpointRole
-from stacks.components.network import TrainingNetwork
+from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
     pinned_job_creation_statements,
@@ -342,12 +342,11 @@ class PipelineWorkflow(Construct):
             data_capture=config.serving.data_capture,
             rollback_alarms=rollback_alarm_names(config.project_name),
         ).role
-        self.model_security_group = group = ec2.SecurityGroup(
+        self.model_security_group = group = closed_security_group(
             self,
             "ModelSecurityGroup",
-            vpc=vpc,
-            description=f"{endpoint}: hosting instances of models the pipeline promotes, HTTPS to AWS endpoints only",
-            allow_all_outbound=False,
+            vpc,
+            f"{endpoint}: hosting instances of models the pipeline promotes, HTTPS to AWS endpoints only",
         )
         # As the serving stack's group: HTTPS to the VPC endpoints only (ECR, and S3 through its
         # gateway endpoint's prefix list), never the internet, even with a NAT gateway.

@@ -24,7 +24,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IValidation
 
 from stacks.components.log_group import encrypted_log_group
-from stacks.components.network import TrainingNetwork
+from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
     pinned_job_creation_statements,
     sagemaker_job_runtime_statements,
@@ -135,12 +135,11 @@ class TrainingJobSecurityGroup(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, network: TrainingNetwork) -> None:
         """Create the group in the training VPC."""
         super().__init__(scope, construct_id)
-        self.security_group = ec2.SecurityGroup(
+        self.security_group = closed_security_group(
             self,
             "SecurityGroup",
-            vpc=network.vpc,
-            description="SageMaker training instances: traffic between the instances of a job, HTTPS to AWS endpoints",
-            allow_all_outbound=False,
+            network.vpc,
+            "SageMaker training instances: traffic between the instances of a job, HTTPS to AWS endpoints",
         )
         self.security_group.connections.allow_internally(
             ec2.Port.all_traffic(), "Between the instances of one training job"
