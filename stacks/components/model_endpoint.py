@@ -41,6 +41,7 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     volume_kms_allowed,
 )
 from stacks.components.encryption_key import topic_key
+from stacks.components.image_repository import repository_image_uri
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
     acknowledge,
@@ -325,7 +326,7 @@ class GpuEndpoint(Construct):
         self.security_group = self._security_group(network)
         resources = ModelResources(
             role_arn=self.role.role_arn,
-            image_uri=f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}",
+            image_uri=repository_image_uri(stack, repository, image_tag),
             artifacts_bucket=artifacts_bucket.bucket_name,
             key_arn=key.key_arn,
             subnet_ids=list(subnet_ids),

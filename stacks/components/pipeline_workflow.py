@@ -23,6 +23,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
+from stacks.components.image_repository import repository_image_uri
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.model_endpoint import EndpointRole
 from stacks.components.network import TrainingNetwork, closed_security_group
@@ -224,7 +225,7 @@ class PipelineWorkflow(Construct):
         vpc = network.vpc
         project = config.project_name
         pr = config.processing
-        image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
+        image_uri = repository_image_uri(stack, repository, image_tag)
         self.processing_role = ProcessingRole(
             self,
             "ProcessingRole",

@@ -23,6 +23,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IValidation
 
+from stacks.components.image_repository import repository_image_uri
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
@@ -323,9 +324,7 @@ class TrainingJobWorkflow(Construct):
             config,
             JobResources(
                 role_arn=self.job_role.role_arn,
-                # Same account and region as the repository's stack. Built here rather than with
-                # repository_uri_for_tag(), whose Fn::Split of an imported ARN cfn-lint rejects.
-                image_uri=f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}",
+                image_uri=repository_image_uri(stack, repository, image_tag),  # same account and region as the repository's stack
                 datasets_bucket=datasets_bucket.bucket_name,
                 artifacts_bucket=artifacts_bucket.bucket_name,
                 key_arn=key.key_arn,
