@@ -40,6 +40,7 @@ from stacks.components.training_job_workflow import (
     SYNC_EVENTS_RULE,
     TrainingJobWorkflow,
     acknowledge_wildcard_resources,
+    logged_state_machine,
     sagemaker_execution_role,
 )
 from stacks.config import PlatformConfig
@@ -303,19 +304,15 @@ class PipelineWorkflow(Construct):
             "that Step Functions logging and tracing need support no resource-level permissions.",
             wildcards,
         )
-        self.state_machine = sfn.StateMachine(
+        self.state_machine = logged_state_machine(
             self,
-            "StateMachine",
-            state_machine_name=name,
+            name=name,
             comment=f"{project}: raw data -> GPU processing job -> training job -> endpoint, each step optional",
             definition_body=sfn.DefinitionBody.from_string(stack.to_json_string(definition)),
-            # The managed policy holds every permission: no inline policy (NIST.800.53.R5-IAMNoInlinePolicy).
-            role=self.role.without_policy_updates(),
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
-            tracing_enabled=True,
+            role=self.role,
+            policy=policy,
+            log_group=self.log_group,
         )
-        # Step Functions checks log delivery permissions when it creates the state machine.
-        self.state_machine.node.add_dependency(policy)
 
     def _promoted_models(
         self,

@@ -10,7 +10,7 @@ same function ``scripts.launch --direct`` calls.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import jsii
 from aws_cdk import Stack
@@ -121,6 +121,38 @@ def sagemaker_execution_role(
     acknowledge_wildcard_resources(policy, wildcard_reason, wildcards)
     return role, policy
 
+
+
+def logged_state_machine(
+    scope: Construct,
+    *,
+    name: str,
+    comment: str,
+    definition_body: sfn.DefinitionBody,
+    role: iam.Role,
+    policy: iam.ManagedPolicy,
+    log_group: logs.ILogGroup,
+    query_language: Optional[sfn.QueryLanguage] = None,
+) -> sfn.StateMachine:
+    """``scope``'s state machine (id ``StateMachine``): every execution logged to ``log_group``
+    (ALL, with execution data) and traced with X-Ray; ``role``'s managed ``policy`` holds every
+    permission it has."""
+    state_machine = sfn.StateMachine(
+        scope,
+        "StateMachine",
+        state_machine_name=name,
+        comment=comment,
+        query_language=query_language,
+        definition_body=definition_body,
+        # The managed policy holds every permission (NIST.800.53.R5-IAMNoInlinePolicy), so the
+        # state machine must not add its own inline policy to the role.
+        role=role.without_policy_updates(),
+        logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        tracing_enabled=True,
+    )
+    # Step Functions checks log delivery permissions when it creates the state machine.
+    state_machine.node.add_dependency(policy)
+    return state_machine
 
 class TrainingJobSecurityGroup(Construct):
     """Network of a job's instances: each other (distributed training) and HTTPS out.
@@ -395,21 +427,16 @@ class TrainingJobWorkflow(Construct):
             "need support no resource-level permissions.",
             [self._jobs_arn(project), "*"],
         )
-        self.state_machine = sfn.StateMachine(
+        self.state_machine = logged_state_machine(
             self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
+            name=state_machine_name,
             comment=f"{project}: runs one SageMaker training job (spot, checkpoints, VPC, KMS) to completion",
             query_language=sfn.QueryLanguage.JSONATA,
             definition_body=sfn.DefinitionBody.from_chainable(definition),
-            # The managed policy above holds every permission (NIST.800.53.R5-IAMNoInlinePolicy), so the
-            # state machine must not add its own inline policy to the role.
-            role=self.role.without_policy_updates(),
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
-            tracing_enabled=True,
+            role=self.role,
+            policy=policy,
+            log_group=self.log_group,
         )
-        # Step Functions checks log delivery permissions when it creates the state machine.
-        self.state_machine.node.add_dependency(policy)
 
     def _jobs_arn(self, project: str) -> str:
         return Stack.of(self).format_arn(service="sagemaker", resource="training-job", resource_name=f"{project}-*")
