@@ -191,6 +191,11 @@ class TrainingNetwork(Construct):
                 )
             self.endpoints[name] = endpoint
 
+    @property
+    def private_subnet_ids(self) -> list[str]:
+        """The ids of the private subnets (``subnet_selection``) that jobs and endpoints run in."""
+        return self.vpc.select_subnets(subnet_type=self.subnet_selection.subnet_type).subnet_ids
+
     def allow_https_to_aws(self, group: ec2.SecurityGroup, *, internet: bool = True) -> None:
         """Let ``group`` reach AWS services the way this VPC offers them: HTTPS to the interface
         endpoints' security group and to the S3 prefix list (the gateway endpoint's routes), and,
