@@ -83,9 +83,7 @@ class DataPlaneStack(Stack):
         if net.dns_firewall:
             DnsFirewall(self, "DnsFirewall", vpc=self.network.vpc, extra_domains=net.dns_allowed_domains)
 
-        private_subnets = self.network.vpc.select_subnets(
-            subnet_type=self.network.subnet_selection.subnet_type
-        ).subnet_ids
+        private_subnets = self.network.private_subnet_ids
         kept = "kept on cdk destroy" if retain else "EMPTIED AND DELETED on cdk destroy (delete_data_on_destroy=true)"
         outputs = {
             "DatasetsBucketName": (self.datasets_bucket.bucket_name, f"Training data ({kept})"),

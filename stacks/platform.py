@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, TypeVar
 
 from aws_cdk import App, Environment, Tags
 
@@ -12,6 +12,9 @@ from stacks.data_plane_stack import DataPlaneStack
 from stacks.gpu_cluster_stack import GpuClusterStack
 from stacks.serving_stack import ServingStack
 from stacks.training_job_stack import TrainingJobStack
+
+_ComputeStack = TypeVar("_ComputeStack", GpuClusterStack, TrainingJobStack, ServingStack)
+"""A stack of one compute unit: built on the data plane, destroyed and redeployed freely."""
 
 
 @dataclass(frozen=True)
@@ -52,39 +55,28 @@ def build_platform(app: App, config: PlatformConfig, env: Environment) -> Platfo
         stack_name=stack_name(config, "data"),
         description=f"{config.project_name}: GPU training data plane (buckets, key, image repository, network)",
     )
+
+    def compute_stack(stack_class: type[_ComputeStack], unit: str, description: str) -> _ComputeStack:
+        """One of the compute stacks, built on the data plane's resources."""
+        return stack_class(
+            app,
+            stack_name(config, unit),
+            config=config,
+            data_plane=data_plane,
+            env=env,
+            stack_name=stack_name(config, unit),
+            description=f"{config.project_name}: {description}",
+        )
+
     gpu_cluster = None
     if config.cluster.enabled:
-        gpu_cluster = GpuClusterStack(
-            app,
-            stack_name(config, "cluster"),
-            config=config,
-            data_plane=data_plane,
-            env=env,
-            stack_name=stack_name(config, "cluster"),
-            description=f"{config.project_name}: GPU EC2 nodes on the Deep Learning AMI",
-        )
+        gpu_cluster = compute_stack(GpuClusterStack, "cluster", "GPU EC2 nodes on the Deep Learning AMI")
     training_job = None
     if config.training_job.enabled:
-        training_job = TrainingJobStack(
-            app,
-            stack_name(config, "training"),
-            config=config,
-            data_plane=data_plane,
-            env=env,
-            stack_name=stack_name(config, "training"),
-            description=f"{config.project_name}: SageMaker training job workflow",
-        )
+        training_job = compute_stack(TrainingJobStack, "training", "SageMaker training job workflow")
     serving = None
     if config.serving.enabled:
-        serving = ServingStack(
-            app,
-            stack_name(config, "serving"),
-            config=config,
-            data_plane=data_plane,
-            env=env,
-            stack_name=stack_name(config, "serving"),
-            description=f"{config.project_name}: SageMaker GPU endpoint serving a trained model",
-        )
+        serving = compute_stack(ServingStack, "serving", "SageMaker GPU endpoint serving a trained model")
     Tags.of(app).add("Project", config.project_name)
     Tags.of(app).add("ManagedBy", "cdk")
     for key, value in config.tags.items():

@@ -41,7 +41,7 @@ class ServingStack(Stack):
             repository=data_plane.repository,
             image_tag=config.image.tag,
             network=network,
-            subnet_ids=network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids,
+            subnet_ids=network.private_subnet_ids,
         )
         outputs = {
             "EndpointName": (self.endpoint.endpoint_name, "python -m scripts.invoke --endpoint <this> FILE"),

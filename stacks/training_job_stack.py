@@ -45,7 +45,7 @@ class TrainingJobStack(Stack):
         """Build the workflow on the data plane's key, buckets, repository and network."""
         super().__init__(scope, construct_id, **kwargs)
         network = data_plane.network
-        subnet_ids = network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnet_ids
+        subnet_ids = network.private_subnet_ids
         self.workflow = TrainingJobWorkflow(
             self,
             "Workflow",

@@ -1,4 +1,4 @@
-"""The platform's customer-managed KMS key."""
+"""The platform's customer-managed KMS keys: the platform key, and the keys of notification topics."""
 
 from __future__ import annotations
 
@@ -51,3 +51,19 @@ class PlatformKey(Construct):
                 },
             )
         )
+
+
+def topic_key(scope: Construct, construct_id: str, *, description: str) -> kms.Key:
+    """A rotating KMS key for one SNS topic, deleted with its stack after the shortest waiting period.
+
+    A topic keeps no messages, so nothing is lost with its key; the caller's key policy says who
+    may publish.
+    """
+    return kms.Key(
+        scope,
+        construct_id,
+        description=description,
+        enable_key_rotation=True,
+        removal_policy=RemovalPolicy.DESTROY,
+        pending_window=Duration.days(7),
+    )

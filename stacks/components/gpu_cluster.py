@@ -65,7 +65,7 @@ from constructs import Construct, IValidation
 
 from stacks.components.buckets import CLUSTER_CHECKPOINT_PREFIX, CLUSTER_OUTPUT_PREFIX
 from stacks.components.log_group import encrypted_log_group
-from stacks.components.network import TrainingNetwork
+from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.node_user_data import (
     GPU_METRIC_NAMESPACE,
     GPU_UTILIZATION_METRIC,
@@ -265,12 +265,11 @@ class GpuCluster(Construct):
             self.nodes.append(GpuNode(name=name, instance=instance, private_ip=host, idle_alarm=alarm))
 
     def _members_only_security_group(self, network: TrainingNetwork) -> ec2.SecurityGroup:
-        group = ec2.SecurityGroup(
+        group = closed_security_group(
             self,
             "NodeSecurityGroup",
-            vpc=network.vpc,
-            description="GPU nodes: all traffic between cluster members only; HTTPS out to AWS service endpoints",
-            allow_all_outbound=False,
+            network.vpc,
+            "GPU nodes: all traffic between cluster members only; HTTPS out to AWS service endpoints",
         )
         # EFA and NCCL need all traffic to and from the group itself; nothing else comes in
         # (no SSH: access is SSM Session Manager).

@@ -32,9 +32,14 @@ from constructs import Construct
 
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.policy import state_machine_logging_statements, state_machine_principal
-from stacks.components.training_job_notifications import JOB_END_STATES, gpu_idle_alarm_prefix, idle_alarm_pattern
+from stacks.components.training_job_notifications import (
+    JOB_END_STATES,
+    gpu_idle_alarm_prefix,
+    idle_alarm_pattern,
+    project_job_state_pattern,
+)
 from stacks.components.training_job_spec import instance_facts_table
-from stacks.components.training_job_workflow import acknowledge_wildcard_resources
+from stacks.components.training_job_workflow import acknowledge_wildcard_resources, logged_state_machine
 from stacks.config import GpuIdleAlarmConfig
 
 NAMESPACE = "/aws/sagemaker/TrainingJobs"
@@ -125,18 +130,16 @@ class GpuIdleWatch(Construct):
             "tracing need support no resource-level permissions.",
             [alarms, jobs, "*"] if settings.stop_job else [alarms, "*"],
         )
-        self.state_machine = sfn.StateMachine(
+        self.state_machine = logged_state_machine(
             self,
-            "StateMachine",
-            state_machine_name=name,
+            name=name,
             comment=f"{project_name}: a GPU idle alarm per running training job" + (", stops idle jobs" if settings.stop_job else ""),
             query_language=sfn.QueryLanguage.JSONATA,
             definition_body=sfn.DefinitionBody.from_string(json.dumps(definition)),
-            role=role.without_policy_updates(),
-            logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
-            tracing_enabled=True,
+            role=role,
+            policy=policy,
+            log_group=log_group,
         )
-        self.state_machine.node.add_dependency(policy)
 
         rule_names = [f"{project_name}-gpu-idle-watch-jobs"] + ([f"{project_name}-gpu-idle-stop"] if settings.stop_job else [])
         start = _StartExecutionRole(self, "EventsRole", project_name, self.state_machine, rule_names)
@@ -145,14 +148,7 @@ class GpuIdleWatch(Construct):
             "JobStateChange",
             rule_name=rule_names[0],
             description=f"{project_name}: a training job started or ended: create or delete its GPU idle alarm",
-            event_pattern=events.EventPattern(
-                source=["aws.sagemaker"],
-                detail_type=["SageMaker Training Job State Change"],
-                detail={
-                    "TrainingJobStatus": ["InProgress", *JOB_END_STATES],
-                    "TrainingJobName": [{"prefix": f"{project_name}-"}],
-                },
-            ),
+            event_pattern=project_job_state_pattern(project_name, ["InProgress", *JOB_END_STATES]),
             targets=[start],
         )
         self.stop_rule: Optional[events.Rule] = None

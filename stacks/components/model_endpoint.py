@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional, Sequence
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -40,7 +40,9 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     rollback_alarm_names,
     volume_kms_allowed,
 )
-from stacks.components.network import TrainingNetwork
+from stacks.components.encryption_key import topic_key
+from stacks.components.image_repository import repository_image_uri
+from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
     acknowledge,
     describe_network_statement,
@@ -184,6 +186,17 @@ class EndpointRole(Construct):
         )
 
 
+def per_minute_sagemaker_metric(metric_name: str, dimensions: Mapping[str, str], *, statistic: str) -> cloudwatch.Metric:
+    """An endpoint's (or inference component's) ``AWS/SageMaker`` metric, one datapoint a minute."""
+    return cloudwatch.Metric(
+        namespace="AWS/SageMaker",
+        metric_name=metric_name,
+        dimensions_map=dimensions,
+        statistic=statistic,
+        period=Duration.minutes(1),
+    )
+
+
 class EndpointAlarms(Construct):
     """5xx errors and model latency of the endpoint's variant, to an encrypted SNS topic.
 
@@ -212,14 +225,7 @@ class EndpointAlarms(Construct):
         UpdateEndpoint names them as its rollback alarms without a lookup.
         """
         super().__init__(scope, construct_id)
-        key = kms.Key(
-            self,
-            "TopicKey",
-            description=f"{endpoint}: endpoint alarms topic",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.DESTROY,
-            pending_window=Duration.days(7),
-        )
+        key = topic_key(self, "TopicKey", description=f"{endpoint}: endpoint alarms topic")
         errors_name, latency_name = alarm_names
         stack = Stack.of(self)
         # Confused deputy: CloudWatch may use the key only for this endpoint's two alarms in this
@@ -247,13 +253,7 @@ class EndpointAlarms(Construct):
             "Errors5xx",
             alarm_name=errors_name,
             alarm_description=f"{endpoint}: the model container answers 5xx; rolls a deployment back",
-            metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="Invocation5XXErrors",
-                dimensions_map=dimensions,
-                statistic="Sum",
-                period=Duration.minutes(1),
-            ),
+            metric=per_minute_sagemaker_metric("Invocation5XXErrors", dimensions, statistic="Sum"),
             threshold=config.error_alarm_threshold,
             evaluation_periods=2,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
@@ -264,13 +264,7 @@ class EndpointAlarms(Construct):
             "ModelLatency",
             alarm_name=latency_name,
             alarm_description=f"{endpoint}: average model latency above {config.latency_alarm_ms} ms; rolls a deployment back",
-            metric=cloudwatch.Metric(
-                namespace="AWS/SageMaker",
-                metric_name="ModelLatency",  # microseconds
-                dimensions_map=dimensions,
-                statistic="Average",
-                period=Duration.minutes(1),
-            ),
+            metric=per_minute_sagemaker_metric("ModelLatency", dimensions, statistic="Average"),  # microseconds
             threshold=config.latency_alarm_ms * 1000,
             evaluation_periods=3,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -332,7 +326,7 @@ class GpuEndpoint(Construct):
         self.security_group = self._security_group(network)
         resources = ModelResources(
             role_arn=self.role.role_arn,
-            image_uri=f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}",
+            image_uri=repository_image_uri(stack, repository, image_tag),
             artifacts_bucket=artifacts_bucket.bucket_name,
             key_arn=key.key_arn,
             subnet_ids=list(subnet_ids),
@@ -379,12 +373,8 @@ class GpuEndpoint(Construct):
         self.scaling_target = self._scaling(config)
 
     def _security_group(self, network: TrainingNetwork) -> ec2.SecurityGroup:
-        group = ec2.SecurityGroup(
-            self,
-            "SecurityGroup",
-            vpc=network.vpc,
-            description=f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only",
-            allow_all_outbound=False,
+        group = closed_security_group(
+            self, "SecurityGroup", network.vpc, f"{self.endpoint_name}: SageMaker hosting instances, HTTPS to AWS endpoints only"
         )
         # SageMaker pulls the image and downloads the model through the VPC: the ECR interface
         # endpoints and the S3 gateway endpoint. Never the internet, even where a NAT gateway
@@ -460,12 +450,10 @@ class GpuEndpoint(Construct):
             # a request that finds no copy counts in NoCapacityInvocationFailures, and that adds one.
             target.scale_on_metric(
                 "ScaleOutFromZero",
-                metric=cloudwatch.Metric(
-                    namespace="AWS/SageMaker",
-                    metric_name="NoCapacityInvocationFailures",
-                    dimensions_map={"InferenceComponentName": typing_cast_str(self.inference_component_name)},
+                metric=per_minute_sagemaker_metric(
+                    "NoCapacityInvocationFailures",
+                    {"InferenceComponentName": typing_cast_str(self.inference_component_name)},
                     statistic="Maximum",
-                    period=Duration.minutes(1),
                 ),
                 scaling_steps=[
                     appscaling.ScalingInterval(upper=0, change=0),

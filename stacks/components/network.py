@@ -62,6 +62,14 @@ def s3_prefix_list_name(region: str) -> str:
     return f"com.amazonaws.{region}.s3"
 
 
+def closed_security_group(scope: Construct, construct_id: str, vpc: ec2.IVpc, description: str) -> ec2.SecurityGroup:
+    """A security group in ``vpc`` that lets nothing out but what its owner's rules add.
+
+    The CDK's default allows all outbound traffic; every group here names its ways out.
+    """
+    return ec2.SecurityGroup(scope, construct_id, vpc=vpc, description=description, allow_all_outbound=False)
+
+
 class TrainingNetwork(Construct):
     """A VPC where GPU nodes and SageMaker jobs run without internet access by default.
 
@@ -152,12 +160,8 @@ class TrainingNetwork(Construct):
                 resources=[f"arn:{stack.partition}:s3:::{b.format(region=stack.region)}/*" for b in AWS_OWNED_BUCKETS],
             )
         )
-        self.endpoint_security_group = ec2.SecurityGroup(
-            self,
-            "EndpointSecurityGroup",
-            vpc=self.vpc,
-            description="Interface endpoints: HTTPS from inside the training VPC only",
-            allow_all_outbound=False,
+        self.endpoint_security_group = closed_security_group(
+            self, "EndpointSecurityGroup", self.vpc, "Interface endpoints: HTTPS from inside the training VPC only"
         )
         self.endpoint_security_group.add_ingress_rule(
             # The literal block, not the VPC's CidrBlock attribute: policy checks can read a literal.
@@ -186,6 +190,11 @@ class TrainingNetwork(Construct):
                     )
                 )
             self.endpoints[name] = endpoint
+
+    @property
+    def private_subnet_ids(self) -> list[str]:
+        """The ids of the private subnets (``subnet_selection``) that jobs and endpoints run in."""
+        return self.vpc.select_subnets(subnet_type=self.subnet_selection.subnet_type).subnet_ids
 
     def allow_https_to_aws(self, group: ec2.SecurityGroup, *, internet: bool = True) -> None:
         """Let ``group`` reach AWS services the way this VPC offers them: HTTPS to the interface

@@ -23,9 +23,10 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
+from stacks.components.image_repository import repository_image_uri
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.model_endpoint import EndpointRole
-from stacks.components.network import TrainingNetwork
+from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
     pinned_job_creation_statements,
@@ -34,11 +35,12 @@ from stacks.components.policy import (
     state_machine_principal,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
-from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources
+from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources, JobTemplate
 from stacks.components.training_job_workflow import (
     SYNC_EVENTS_RULE,
     TrainingJobWorkflow,
     acknowledge_wildcard_resources,
+    logged_state_machine,
     sagemaker_execution_role,
 )
 from stacks.config import PlatformConfig
@@ -224,7 +226,7 @@ class PipelineWorkflow(Construct):
         vpc = network.vpc
         project = config.project_name
         pr = config.processing
-        image_uri = f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}"
+        image_uri = repository_image_uri(stack, repository, image_tag)
         self.processing_role = ProcessingRole(
             self,
             "ProcessingRole",
@@ -302,19 +304,15 @@ class PipelineWorkflow(Construct):
             "that Step Functions logging and tracing need support no resource-level permissions.",
             wildcards,
         )
-        self.state_machine = sfn.StateMachine(
+        self.state_machine = logged_state_machine(
             self,
-            "StateMachine",
-            state_machine_name=name,
+            name=name,
             comment=f"{project}: raw data -> GPU processing job -> training job -> endpoint, each step optional",
             definition_body=sfn.DefinitionBody.from_string(stack.to_json_string(definition)),
-            # The managed policy holds every permission: no inline policy (NIST.800.53.R5-IAMNoInlinePolicy).
-            role=self.role.without_policy_updates(),
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
-            tracing_enabled=True,
+            role=self.role,
+            policy=policy,
+            log_group=self.log_group,
         )
-        # Step Functions checks log delivery permissions when it creates the state machine.
-        self.state_machine.node.add_dependency(policy)
 
     def _promoted_models(
         self,
@@ -342,12 +340,11 @@ class PipelineWorkflow(Construct):
             data_capture=config.serving.data_capture,
             rollback_alarms=rollback_alarm_names(config.project_name),
         ).role
-        self.model_security_group = group = ec2.SecurityGroup(
+        self.model_security_group = group = closed_security_group(
             self,
             "ModelSecurityGroup",
-            vpc=vpc,
-            description=f"{endpoint}: hosting instances of models the pipeline promotes, HTTPS to AWS endpoints only",
-            allow_all_outbound=False,
+            vpc,
+            f"{endpoint}: hosting instances of models the pipeline promotes, HTTPS to AWS endpoints only",
         )
         # As the serving stack's group: HTTPS to the VPC endpoints only (ECR, and S3 through its
         # gateway endpoint's prefix list), never the internet, even with a NAT gateway.
@@ -403,23 +400,23 @@ class PipelineWorkflow(Construct):
             "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
             "Null": {"sagemaker:VpcSubnets": "false"},
         }
+
+        def create_hardened_jobs(
+            sid: str, action: str, jobs_arn: str, template: ProcessingTemplate | JobTemplate
+        ) -> list[iam.PolicyStatement]:
+            """``action`` only for hardened jobs on the instance types ``template`` allows."""
+            return pinned_job_creation_statements(
+                sid,
+                action,
+                [jobs_arn],
+                hardened_job,
+                instance_types=template.allowed_instance_types or [template.default_instance_type],
+                volume_key_arn=key.key_arn,
+            )
+
         return [
-            *pinned_job_creation_statements(
-                "CreateHardenedProcessingJobs",
-                "sagemaker:CreateProcessingJob",
-                [arns.processing_jobs],
-                hardened_job,
-                instance_types=self.template.allowed_instance_types or [self.template.default_instance_type],
-                volume_key_arn=key.key_arn,
-            ),
-            *pinned_job_creation_statements(
-                "CreateHardenedTrainingJobs",
-                "sagemaker:CreateTrainingJob",
-                [arns.training_jobs],
-                hardened_job,
-                instance_types=training.template.allowed_instance_types or [training.template.default_instance_type],
-                volume_key_arn=key.key_arn,
-            ),
+            *create_hardened_jobs("CreateHardenedProcessingJobs", "sagemaker:CreateProcessingJob", arns.processing_jobs, self.template),
+            *create_hardened_jobs("CreateHardenedTrainingJobs", "sagemaker:CreateTrainingJob", arns.training_jobs, training.template),
             iam.PolicyStatement(
                 sid="FollowAndStopProjectJobs",
                 actions=[

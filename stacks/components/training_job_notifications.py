@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import jsii
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_kms as kms
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
+
+from stacks.components.encryption_key import topic_key
 
 JOB_END_STATES = ("Completed", "Failed", "Stopped")
 EXECUTION_FAILURES = ("FAILED", "TIMED_OUT", "ABORTED")
@@ -33,6 +34,27 @@ def idle_alarm_pattern(prefix: str) -> events.EventPattern:
         detail={"alarmName": [{"prefix": prefix}], "state": {"value": ["ALARM"]}},
     )
 
+
+
+def project_job_state_pattern(project_name: str, statuses: Sequence[str]) -> events.EventPattern:
+    """A project training job (``<project>-*``) entering one of ``statuses``."""
+    return events.EventPattern(
+        source=["aws.sagemaker"],
+        detail_type=["SageMaker Training Job State Change"],
+        detail={
+            "TrainingJobStatus": list(statuses),
+            "TrainingJobName": [{"prefix": f"{project_name}-"}],
+        },
+    )
+
+
+def execution_ended_pattern(statuses: Sequence[str], state_machine_arn: str) -> events.EventPattern:
+    """An execution of one state machine ending in one of ``statuses``."""
+    return events.EventPattern(
+        source=["aws.states"],
+        detail_type=["Step Functions Execution Status Change"],
+        detail={"status": list(statuses), "stateMachineArn": [state_machine_arn]},
+    )
 
 class TrainingJobNotifications(Construct):
     """An encrypted SNS topic fed by two EventBridge rules.
@@ -99,14 +121,7 @@ class TrainingJobNotifications(Construct):
             },
         }
         publisher = iam.PrincipalWithConditions(iam.ServicePrincipal("events.amazonaws.com"), events_from_these_rules)
-        self.topic_key = key = kms.Key(
-            self,
-            "TopicKey",
-            description=f"{project_name}: training job notifications topic",
-            enable_key_rotation=True,
-            removal_policy=RemovalPolicy.DESTROY,
-            pending_window=Duration.days(7),
-        )
+        self.topic_key = key = topic_key(self, "TopicKey", description=f"{project_name}: training job notifications topic")
         self.topic = sns.Topic(
             self,
             "Topic",
@@ -120,80 +135,61 @@ class TrainingJobNotifications(Construct):
         # kms:GenerateDataKey* in the key policy (the targets below grant nothing themselves).
         self.topic.grant_publish(publisher)
 
+        # The events' fields the messages quote (EventBridge fills them in).
         job = events.EventField.from_path("$.detail.TrainingJobName")
         status = events.EventField.from_path("$.detail.TrainingJobStatus")
         reason = events.EventField.from_path("$.detail.FailureReason")
-        self.job_rule = events.Rule(
-            self,
-            "JobStateChange",
-            rule_name=rule_names["job"],
-            description=f"{project_name}: a training job completed, failed or stopped",
-            event_pattern=events.EventPattern(
-                source=["aws.sagemaker"],
-                detail_type=["SageMaker Training Job State Change"],
-                detail={
-                    "TrainingJobStatus": list(JOB_END_STATES),
-                    "TrainingJobName": [{"prefix": f"{project_name}-"}],
-                },
-            ),
-            targets=[_PublishTo(self.topic, events.RuleTargetInput.from_text(f"Training job {job} is {status}. {reason}"))],
-        )
         execution = events.EventField.from_path("$.detail.name")
         exec_status = events.EventField.from_path("$.detail.status")
-        self.workflow_rule = events.Rule(
-            self,
+        self.job_rule = self._publishing_rule(
+            "JobStateChange",
+            rule_names["job"],
+            f"{project_name}: a training job completed, failed or stopped",
+            project_job_state_pattern(project_name, JOB_END_STATES),
+            f"Training job {job} is {status}. {reason}",
+        )
+        self.workflow_rule = self._publishing_rule(
             "WorkflowFailure",
-            rule_name=rule_names["workflow"],
-            description=f"{project_name}: a training workflow execution failed, timed out or was aborted",
-            event_pattern=events.EventPattern(
-                source=["aws.states"],
-                detail_type=["Step Functions Execution Status Change"],
-                detail={"status": list(EXECUTION_FAILURES), "stateMachineArn": [state_machine.state_machine_arn]},
-            ),
-            targets=[
-                _PublishTo(
-                    self.topic, events.RuleTargetInput.from_text(f"Training workflow execution {execution} is {exec_status}.")
-                )
-            ],
+            rule_names["workflow"],
+            f"{project_name}: a training workflow execution failed, timed out or was aborted",
+            execution_ended_pattern(EXECUTION_FAILURES, state_machine.state_machine_arn),
+            f"Training workflow execution {execution} is {exec_status}.",
         )
         self.pipeline_rule: Optional[events.Rule] = None
         if pipeline_name is not None:
-            self.pipeline_rule = events.Rule(
-                self,
+            pipeline_arn = stack.format_arn(
+                service="states", resource="stateMachine", resource_name=pipeline_name, arn_format=ArnFormat.COLON_RESOURCE_NAME
+            )
+            self.pipeline_rule = self._publishing_rule(
                 "PipelineInterrupted",
-                rule_name=rule_names["pipeline"],
-                description=f"{project_name}: a pipeline execution timed out or was aborted",
-                event_pattern=events.EventPattern(
-                    source=["aws.states"],
-                    detail_type=["Step Functions Execution Status Change"],
-                    detail={
-                        "status": list(PIPELINE_INTERRUPTIONS),
-                        "stateMachineArn": [
-                            stack.format_arn(
-                                service="states",
-                                resource="stateMachine",
-                                resource_name=pipeline_name,
-                                arn_format=ArnFormat.COLON_RESOURCE_NAME,
-                            )
-                        ],
-                    },
-                ),
-                targets=[
-                    _PublishTo(self.topic, events.RuleTargetInput.from_text(f"Pipeline execution {execution} is {exec_status}."))
-                ],
+                rule_names["pipeline"],
+                f"{project_name}: a pipeline execution timed out or was aborted",
+                execution_ended_pattern(PIPELINE_INTERRUPTIONS, pipeline_arn),
+                f"Pipeline execution {execution} is {exec_status}.",
             )
         self.gpu_idle_rule: Optional[events.Rule] = None
         if gpu_idle_alarms:
             description = events.EventField.from_path("$.detail.configuration.description")
-            self.gpu_idle_rule = events.Rule(
-                self,
+            self.gpu_idle_rule = self._publishing_rule(
                 "GpuIdle",
-                rule_name=rule_names["gpu_idle"],
-                description=f"{project_name}: a training job's GPUs idled (its GPU idle alarm fired)",
-                event_pattern=idle_alarm_pattern(gpu_idle_alarm_prefix(project_name)),
-                targets=[_PublishTo(self.topic, events.RuleTargetInput.from_text(f"GPU idle alarm: {description}"))],
+                rule_names["gpu_idle"],
+                f"{project_name}: a training job's GPUs idled (its GPU idle alarm fired)",
+                idle_alarm_pattern(gpu_idle_alarm_prefix(project_name)),
+                f"GPU idle alarm: {description}",
             )
 
+    def _publishing_rule(
+        self, construct_id: str, rule_name: str, description: str, event_pattern: events.EventPattern, message: str
+    ) -> events.Rule:
+        """A rule that publishes ``message`` (with the event's fields filled in) to the topic."""
+        return events.Rule(
+            self,
+            construct_id,
+            rule_name=rule_name,
+            description=description,
+            event_pattern=event_pattern,
+            targets=[_PublishTo(self.topic, events.RuleTargetInput.from_text(message))],
+        )
 
 @jsii.implements(events.IRuleTarget)
 class _PublishTo:

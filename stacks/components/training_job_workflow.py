@@ -10,7 +10,7 @@ same function ``scripts.launch --direct`` calls.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import jsii
 from aws_cdk import Stack
@@ -23,8 +23,9 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct, IValidation
 
+from stacks.components.image_repository import repository_image_uri
 from stacks.components.log_group import encrypted_log_group
-from stacks.components.network import TrainingNetwork
+from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
     pinned_job_creation_statements,
     sagemaker_job_runtime_statements,
@@ -121,6 +122,38 @@ def sagemaker_execution_role(
     return role, policy
 
 
+
+def logged_state_machine(
+    scope: Construct,
+    *,
+    name: str,
+    comment: str,
+    definition_body: sfn.DefinitionBody,
+    role: iam.Role,
+    policy: iam.ManagedPolicy,
+    log_group: logs.ILogGroup,
+    query_language: Optional[sfn.QueryLanguage] = None,
+) -> sfn.StateMachine:
+    """``scope``'s state machine (id ``StateMachine``): every execution logged to ``log_group``
+    (ALL, with execution data) and traced with X-Ray; ``role``'s managed ``policy`` holds every
+    permission it has."""
+    state_machine = sfn.StateMachine(
+        scope,
+        "StateMachine",
+        state_machine_name=name,
+        comment=comment,
+        query_language=query_language,
+        definition_body=definition_body,
+        # The managed policy holds every permission (NIST.800.53.R5-IAMNoInlinePolicy), so the
+        # state machine must not add its own inline policy to the role.
+        role=role.without_policy_updates(),
+        logs=sfn.LogOptions(destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
+        tracing_enabled=True,
+    )
+    # Step Functions checks log delivery permissions when it creates the state machine.
+    state_machine.node.add_dependency(policy)
+    return state_machine
+
 class TrainingJobSecurityGroup(Construct):
     """Network of a job's instances: each other (distributed training) and HTTPS out.
 
@@ -135,12 +168,11 @@ class TrainingJobSecurityGroup(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, network: TrainingNetwork) -> None:
         """Create the group in the training VPC."""
         super().__init__(scope, construct_id)
-        self.security_group = ec2.SecurityGroup(
+        self.security_group = closed_security_group(
             self,
             "SecurityGroup",
-            vpc=network.vpc,
-            description="SageMaker training instances: traffic between the instances of a job, HTTPS to AWS endpoints",
-            allow_all_outbound=False,
+            network.vpc,
+            "SageMaker training instances: traffic between the instances of a job, HTTPS to AWS endpoints",
         )
         self.security_group.connections.allow_internally(
             ec2.Port.all_traffic(), "Between the instances of one training job"
@@ -324,9 +356,7 @@ class TrainingJobWorkflow(Construct):
             config,
             JobResources(
                 role_arn=self.job_role.role_arn,
-                # Same account and region as the repository's stack. Built here rather than with
-                # repository_uri_for_tag(), whose Fn::Split of an imported ARN cfn-lint rejects.
-                image_uri=f"{stack.account}.dkr.ecr.{stack.region}.{stack.url_suffix}/{repository.repository_name}:{image_tag}",
+                image_uri=repository_image_uri(stack, repository, image_tag),  # same account and region as the repository's stack
                 datasets_bucket=datasets_bucket.bucket_name,
                 artifacts_bucket=artifacts_bucket.bucket_name,
                 key_arn=key.key_arn,
@@ -397,21 +427,16 @@ class TrainingJobWorkflow(Construct):
             "need support no resource-level permissions.",
             [self._jobs_arn(project), "*"],
         )
-        self.state_machine = sfn.StateMachine(
+        self.state_machine = logged_state_machine(
             self,
-            "StateMachine",
-            state_machine_name=state_machine_name,
+            name=state_machine_name,
             comment=f"{project}: runs one SageMaker training job (spot, checkpoints, VPC, KMS) to completion",
             query_language=sfn.QueryLanguage.JSONATA,
             definition_body=sfn.DefinitionBody.from_chainable(definition),
-            # The managed policy above holds every permission (NIST.800.53.R5-IAMNoInlinePolicy), so the
-            # state machine must not add its own inline policy to the role.
-            role=self.role.without_policy_updates(),
-            logs=sfn.LogOptions(destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=True),
-            tracing_enabled=True,
+            role=self.role,
+            policy=policy,
+            log_group=self.log_group,
         )
-        # Step Functions checks log delivery permissions when it creates the state machine.
-        self.state_machine.node.add_dependency(policy)
 
     def _jobs_arn(self, project: str) -> str:
         return Stack.of(self).format_arn(service="sagemaker", resource="training-job", resource_name=f"{project}-*")
