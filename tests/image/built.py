@@ -11,6 +11,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+import pytest
+
 from tests.image.containers import BUILD_SCRIPT, BUILD_TIMEOUT_SECONDS, ENGINE_SCRIPT, TAG, inspect_image
 
 
@@ -62,3 +64,14 @@ def built_image() -> BuiltImage:
         raise BuildFailed(f"scripts/build-image.sh failed (exit {built.returncode}):\n{built.stdout[-3000:]}\n{built.stderr[-5000:]}")
     labels = inspect_image(TAG)["Config"].get("Labels") or {}
     return BuiltImage(TAG, labels.get("gputrain.base", "unknown"), seconds, built.stdout)
+
+
+def built_image_or_skip() -> BuiltImage:
+    """The built image, for a test that needs it: skipped with docker-engine.sh's line where no engine can run,
+    failed where the build fails (the Dockerfile is what ships)."""
+    try:
+        return built_image()
+    except NoEngine as err:
+        pytest.skip(f"no Docker engine: {err}")
+    except BuildFailed as err:
+        pytest.fail(str(err))

@@ -8,25 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.image.built import BuildFailed, BuiltImage, NoEngine, built_image
+from tests.image.built import BuiltImage, built_image, built_image_or_skip
 
 
 @pytest.fixture(scope="session")
 def image() -> BuiltImage:
-    try:
-        return built_image()
-    except NoEngine as err:
-        pytest.skip(f"no Docker engine: {err}")
-    except BuildFailed as err:
-        pytest.fail(str(err))
+    return built_image_or_skip()
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook signature
     """The build's last line (base, size, build time) in the run's summary: the image stage's cost in CI's log."""
-    if built_image.cache_info().currsize:
-        try:
-            built = built_image()
-        except (NoEngine, BuildFailed):
-            return
+    if built_image.cache_info().currsize:  # only a build that succeeded is cached
+        built = built_image()
         lines = built.build_output.strip().splitlines()
         terminalreporter.write_line(f"image tests: {lines[-1] if lines else built.tag} (session fixture {built.build_seconds:.0f} s)")

@@ -67,15 +67,9 @@ def runner(request: pytest.FixtureRequest, emulator: server.Emulator, tmp_path: 
     if request.param == "processes":
         yield _runner(emulator, tmp_path / "jobs")
         return
-    from tests.image.built import BuildFailed, NoEngine, built_image
+    from tests.image.built import built_image_or_skip
 
-    try:
-        image = built_image()
-    except NoEngine as err:
-        pytest.skip(f"no Docker engine: {err}")
-    except BuildFailed as err:
-        pytest.fail(str(err))
-    docker = DockerHosts.open(image.tag, emulator.port)
+    docker = DockerHosts.open(built_image_or_skip().tag, emulator.port)
     try:
         yield _runner(emulator, tmp_path / "jobs", docker)
     finally:
@@ -157,12 +151,9 @@ def test_docker_run_gets_the_entrypoints_first_word_and_the_rest_as_its_command(
 @pytest.mark.image
 @pytest.mark.slow
 def test_containers_without_the_built_image_are_refused_with_the_command_that_builds_it(emulator) -> None:
-    from tests.image.built import NoEngine, built_image
+    from tests.image.built import built_image_or_skip
 
-    try:
-        built_image()
-    except NoEngine as err:
-        pytest.skip(f"no Docker engine: {err}")
+    built_image_or_skip()  # an engine that answers, so the refusal is about the image alone
     with pytest.raises(ContainerRefused, match=r"gputrain-trainer:never-built, which is not built here; run scripts/build-image.sh --tag gputrain-trainer:never-built"):
         DockerHosts.open("gputrain-trainer:never-built", emulator.port)
 
