@@ -37,3 +37,10 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
         path = Path(str(item.path))
         group = next((name for folder, name in serial.items() if folder in path.parents), str(path.relative_to(ROOT)))
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_sessionfinish(session, exitstatus):  # noqa: ANN001, ANN201 - pytest's hook signature
+    """Stops the trainer runs' fork server (tests/forkserver.py) if this session started one."""
+    forkserver = sys.modules.get("tests.forkserver")
+    if forkserver is not None:
+        forkserver.stop()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.trainer.helpers import TRAINING_IMAGE, free_ports, trainer_env
+from tests.trainer.helpers import TRAINING_IMAGE, free_ports, trainer_command, trainer_env
 
 START_TIMEOUT_SECONDS = 120
 REQUEST_TIMEOUT_SECONDS = 30
@@ -96,7 +95,7 @@ def serving(model_dir: Path, work: Path, *, wait_for: str = "ready", **env: Any)
     )
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "trainer", "serve"], cwd=TRAINING_IMAGE, env=environment, stdout=sink, stderr=sink
+            trainer_command("serve"), cwd=TRAINING_IMAGE, env=environment, stdout=sink, stderr=sink
         )
     server = Server(f"http://127.0.0.1:{port}", process, log)
     try:

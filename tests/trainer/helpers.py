@@ -1,7 +1,10 @@
 """Running the trainer the way SageMaker does: a base directory, a subprocess, its outputs.
 
 Every trainer run is a separate process, as in production: TensorFlow's device configuration
-and MultiWorkerMirroredStrategy can only be set up once per process, before its first op.
+and MultiWorkerMirroredStrategy can only be set up once per process, before its first op. Runs
+start with :func:`trainer_command`: a fork of the session's fork server (tests/forkserver.py,
+TensorFlow already imported) that behaves as a fresh ``python -m trainer``, or a fresh process
+where a fork would not be one (``TRAINER_TEST_FORKSERVER=0`` makes every run fresh).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.forkserver import python_command
 from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 from trainer.train.metrics import metric_definitions
 
@@ -134,10 +138,15 @@ def parse_metrics(text: str) -> list[dict[str, float]]:
     return rows
 
 
+def trainer_command(*args: str) -> list[str]:
+    """The command for ``python -m trainer [args]``, run from TRAINING_IMAGE (see the module's docstring)."""
+    return python_command("-m", "trainer", *args)
+
+
 def run_trainer(base: Path, *args: str, timeout: float = RUN_TIMEOUT_SECONDS, **env: Any) -> TrainerRun:
     """Runs ``python -m trainer [args]`` from training_image/ to completion."""
     completed = subprocess.run(
-        [sys.executable, "-m", "trainer", *args],
+        trainer_command(*args),
         cwd=TRAINING_IMAGE,
         env=trainer_env(base, **env),
         capture_output=True,
@@ -152,7 +161,7 @@ def start_trainer(base: Path, *args: str, **env: Any) -> subprocess.Popen[str]:
     """Starts ``python -m trainer [args]`` with stdout piped line by line; stderr to a file in base."""
     base.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
-        [sys.executable, "-m", "trainer", *args],
+        trainer_command(*args),
         cwd=TRAINING_IMAGE,
         env=trainer_env(base, **env),
         stdout=subprocess.PIPE,

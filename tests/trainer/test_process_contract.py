@@ -222,15 +222,14 @@ def test_a_data_failure_exits_5_with_the_reason_only(tmp_path):
 def test_sigterm_during_the_transform_exits_143_and_leaves_no_half_dataset(tmp_path):
     import signal
     import subprocess
-    import sys
 
     from benchmarks.process_bench import write_csv_input
-    from tests.trainer.helpers import TRAINING_IMAGE, read_until, trainer_env
+    from tests.trainer.helpers import TRAINING_IMAGE, read_until, trainer_command, trainer_env
 
     write_csv_input(raw_dir(tmp_path), rows=150_000, features=32, files=4)
     job_config(tmp_path)
     process = subprocess.Popen(
-        [sys.executable, "-m", "trainer", "process", "--shards", "3"],
+        trainer_command("process", "--shards", "3"),
         cwd=TRAINING_IMAGE, env=trainer_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1,
     )  # fmt: skip
     seen = read_until(process, "[trainer] transform-start")

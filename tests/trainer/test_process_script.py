@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.process_helpers import job_config, output_dir, raw_dir, run_process, write_raw
-from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TRAINING_IMAGE, trainer_env
+from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TRAINING_IMAGE, trainer_command, trainer_env
 from tests.trainer.script_helpers import pack, write_source
 from trainer.datasets.synthetic import SyntheticSpec
 
@@ -133,7 +133,6 @@ def test_an_s3_submit_directory_is_refused_with_the_local_path_to_use(tmp_path):
 @pytest.mark.slow
 def test_sigterm_reaches_the_script_and_ends_the_job_with_143(tmp_path):
     import subprocess
-    import sys
 
     waits = """
 import os, signal, sys, time
@@ -147,7 +146,7 @@ time.sleep(120)
 """
     base = _job(tmp_path / "job", tmp_path, {"prep.py": waits})
     process = subprocess.Popen(
-        [sys.executable, "-m", "trainer", "process"],
+        trainer_command("process"),
         cwd=TRAINING_IMAGE,
         env=trainer_env(base, **_script_env()),
         stdout=subprocess.PIPE,

@@ -8,11 +8,11 @@ keeps batches ready, must report little wait and the compute-bound verdict.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.forkserver import python_command
 from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TRAINING_IMAGE, TrainerRun, run_trainer, trainer_env, write_job
 from trainer.datasets.synthetic import SyntheticSpec
 
@@ -37,7 +37,7 @@ def _diagnosis(run: TrainerRun) -> str:
 def test_a_slow_input_pipeline_is_reported_as_input_bound(tmp_path):
     base = write_job(tmp_path, SLOW_HP, DATA)
     completed = subprocess.run(
-        [sys.executable, str(SLOW_INPUT), "train"],
+        python_command(str(SLOW_INPUT), "train"),
         cwd=TRAINING_IMAGE,
         env=trainer_env(base, SLOW_INPUT_SECONDS="0.1"),
         capture_output=True,

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.forkserver import python_command
 from tests.trainer.helpers import (
     TRAINING_IMAGE,
     TrainerRun,
@@ -145,7 +146,7 @@ _ONE_STEP = textwrap.dedent(
 
 def _one_step(which: str, bad_replica: int) -> dict:
     completed = subprocess.run(
-        [sys.executable, "-c", _ONE_STEP, which, str(bad_replica)],
+        python_command("-c", _ONE_STEP, which, str(bad_replica)),
         cwd=TRAINING_IMAGE, env=trainer_env(TRAINING_IMAGE), capture_output=True, text=True, timeout=180, check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]
@@ -200,7 +201,7 @@ _TOOLKIT = textwrap.dedent(
 @pytest.mark.slow
 def test_the_toolkit_gives_scripts_the_agreed_loss_scale_under_fp16():
     completed = subprocess.run(
-        [sys.executable, "-c", _TOOLKIT], cwd=TRAINING_IMAGE, env=trainer_env(TRAINING_IMAGE), capture_output=True,
+        python_command("-c", _TOOLKIT), cwd=TRAINING_IMAGE, env=trainer_env(TRAINING_IMAGE), capture_output=True,
         text=True, timeout=180, check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr[-3000:]

@@ -1,0 +1,97 @@
+"""The fork server the trainer tests run on (tests/forkserver.py): a fork must behave as a fresh process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.forkserver import python_command
+from tests.trainer.helpers import TRAINING_IMAGE, trainer_env
+
+PROBE = """
+import json, os, sys
+forked = "tensorflow" in sys.modules  # only a fork of the server has it before any import
+print(json.dumps({
+    "argv": sys.argv, "path0": sys.path[0], "path1": sys.path[1], "cwd": os.getcwd(), "name": __name__,
+    "marker": os.environ.get("PROBE_MARKER"),
+    "streams": [(s.line_buffering, s.write_through, type(s.buffer).__name__) for s in (sys.stdout, sys.stderr)],
+    "forked": forked,
+}))
+sys.exit(int(sys.argv[1]))
+"""
+
+
+def _probe(command_prefix: list[str], tmp_path, **env: str | None) -> tuple[int, dict]:
+    completed = subprocess.run(
+        [*command_prefix, "-c", PROBE, "7", "x y"], cwd=tmp_path, env=trainer_env(TRAINING_IMAGE, PROBE_MARKER="m", **env),
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return completed.returncode, json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("unbuffered", ["1", None])
+def test_a_forked_run_sees_what_a_fresh_python_would(tmp_path, unbuffered):
+    fresh_code, fresh = _probe([sys.executable], tmp_path, PYTHONUNBUFFERED=unbuffered)
+    forked_code, forked = _probe(python_command(), tmp_path, PYTHONUNBUFFERED=unbuffered)
+    assert forked.pop("forked") is True, "the run must have been a fork of the server"
+    assert fresh.pop("forked") is False
+    assert (forked_code, forked) == (fresh_code, fresh)
+    assert forked_code == 7
+
+
+def test_an_import_time_variable_that_differs_makes_the_run_fresh(tmp_path):
+    code, seen = _probe(python_command(), tmp_path, TF_USE_LEGACY_KERAS="1")
+    assert (code, seen["forked"]) == (7, False)
+
+
+def test_signals_reach_the_run_and_its_end_is_the_clients(tmp_path):
+    env = trainer_env(TRAINING_IMAGE)
+    waiting = "import signal, sys, time\nprint('up', flush=True)\ntime.sleep(60)"
+    for send, expected in ((signal.SIGTERM, -signal.SIGTERM), (signal.SIGINT, -signal.SIGINT)):
+        process = subprocess.Popen(python_command("-c", waiting), env=env, stdout=subprocess.PIPE, text=True)
+        assert process.stdout.readline().strip() == "up"
+        process.send_signal(send)
+        assert process.wait(timeout=30) == expected
+    handled = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(143))\nprint('up', flush=True)\ntime.sleep(60)"
+    process = subprocess.Popen(python_command("-c", handled), env=env, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "up"
+    process.terminate()
+    assert process.wait(timeout=30) == 143
+
+
+def test_killing_the_client_kills_the_run(tmp_path):
+    marker = tmp_path / "pid"
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\nprint('up', flush=True)\ntime.sleep(60)"
+    process = subprocess.Popen(python_command("-c", code), env=trainer_env(TRAINING_IMAGE), stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "up"
+    run_pid = int(marker.read_text())
+    assert run_pid != process.pid, "the run must be the server's fork, not the client itself"
+    process.kill()
+    process.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while _alive(run_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(run_pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("code, expected", [("raise ValueError('boom')", 1), ("raise SystemExit('bye')", 1), ("", 0)])
+def test_exit_statuses_and_tracebacks_are_the_interpreters(code, expected):
+    env = trainer_env(TRAINING_IMAGE)
+    forked = subprocess.run(python_command("-c", code), env=env, capture_output=True, text=True, timeout=60)
+    fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert forked.returncode == fresh.returncode == expected
+    assert forked.stderr.splitlines()[-1:] == fresh.stderr.splitlines()[-1:]
+    assert "forkserver" not in forked.stderr
