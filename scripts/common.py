@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -94,6 +96,24 @@ def project_context(overrides: Sequence[str] = ()) -> dict[str, Any]:
             key = f"{CONTEXT_KEY}.{key}"
         context[key] = value
     return context
+
+
+def cdk_command(*args: str, overrides: Sequence[str] = ()) -> list[str]:
+    """The project's pinned CDK CLI (``node_modules/.bin/cdk``, else ``npx cdk``) with ``args`` and
+    the ``-c`` overrides (``KEY`` may omit the ``gpu_training.`` prefix, as in :func:`project_context`)."""
+    cdk = ROOT / "node_modules" / ".bin" / "cdk"
+    context = [arg for item in overrides for arg in ("-c", item if item.startswith(CONTEXT_KEY + ".") else f"{CONTEXT_KEY}.{item}")]
+    return [*([str(cdk)] if cdk.exists() else ["npx", "cdk"]), *args, *context]
+
+
+def run_cdk(command: Sequence[str]) -> int:
+    """Runs a :func:`cdk_command` from the checkout, with the virtualenv's Python and Node first on
+    PATH; its exit code. The app is synthesized into a directory of this run's own, not ./cdk.out,
+    where another CLI in the checkout (a synth, a second operator) would hold the lock or read a
+    half-written assembly."""
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with tempfile.TemporaryDirectory(prefix="cdk.out-") as assembly:
+        return subprocess.run([*command, "--output", assembly], cwd=ROOT, env=env, check=False).returncode
 
 
 def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:

@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -40,13 +38,14 @@ from botocore.exceptions import ClientError
 
 from scripts.common import (
     EXIT_FAILED,
-    ROOT,
     Deployment,
     OperatorError,
     add_common_arguments,
+    cdk_command,
     describe_job,
     error_code,
     run,
+    run_cdk,
     stack_name,
 )
 
@@ -214,21 +213,10 @@ def check_job(deployment: Deployment, job: str) -> str:
 
 def deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -> list[str]:
     """``cdk deploy <project>-serving`` with the serving stack pointed at ``job``."""
-    cdk = ROOT / "node_modules" / ".bin" / "cdk"
-    command = [str(cdk)] if cdk.exists() else ["npx", "cdk"]
-    context = [arg for item in overrides for arg in ("-c", item if item.startswith("gpu_training.") else f"gpu_training.{item}")]
-    return [
-        *command,
-        "deploy",
-        stack_name(deployment.config, "serving"),
-        "--require-approval",
-        "never",
-        *context,
-        "-c",
-        "gpu_training.serving.enabled=true",
-        "-c",
-        f"gpu_training.serving.training_job_name={job}",
-    ]
+    return cdk_command(
+        "deploy", stack_name(deployment.config, "serving"), "--require-approval", "never",
+        overrides=[*overrides, "serving.enabled=true", f"serving.training_job_name={job}"],
+    )  # fmt: skip
 
 
 def print_deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -> list[str]:
@@ -240,8 +228,7 @@ def print_deploy_command(deployment: Deployment, job: str, overrides: Sequence[s
 def deploy(deployment: Deployment, job: str, overrides: Sequence[str]) -> None:
     """Run the serving stack's deploy for ``job``; :class:`OperatorError` (exit 1) when it fails."""
     command = print_deploy_command(deployment, job, overrides)
-    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    returncode = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+    returncode = run_cdk(command)
     if returncode != 0:
         raise OperatorError(
             f"deploy of {stack_name(deployment.config, 'serving')} failed (exit {returncode}); a deployment that "

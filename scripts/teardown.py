@@ -30,8 +30,6 @@ stack whose exports it imports). Exit 0 when nothing is left running, 1 when som
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,14 +40,15 @@ from botocore.exceptions import ClientError, WaiterError
 from scripts.common import (
     EXIT_FAILED,
     EXIT_OK,
-    ROOT,
     Deployment,
     OperatorError,
     add_common_arguments,
+    cdk_command,
     error_code,
     error_message,
     project_jobs,
     run,
+    run_cdk,
     stack_name,
 )
 from stacks.components.endpoint_spec import endpoint_name
@@ -302,12 +301,9 @@ def destroy(deployment: Deployment, overrides: Sequence[str], *, timeout: float,
 
 def cdk_destroy(overrides: Sequence[str] = ()) -> int:
     """``cdk destroy --all --force`` with the project's pinned CLI and the same ``-c`` overrides; its exit code."""
-    cdk = ROOT / "node_modules" / ".bin" / "cdk"
-    command = [str(cdk)] if cdk.exists() else ["npx", "cdk"]
-    context = [arg for item in overrides for arg in ("-c", item if item.startswith("gpu_training.") else f"gpu_training.{item}")]
-    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
-    print("running: cdk destroy --all --force" + "".join(f" {c}" for c in context))
-    return subprocess.run([*command, "destroy", "--all", "--force", *context], cwd=ROOT, env=env, check=False).returncode
+    command = cdk_command("destroy", "--all", "--force", overrides=overrides)
+    print("running: cdk " + " ".join(command[command.index("destroy") :]))
+    return run_cdk(command)
 
 
 def report(running: Running) -> None:

@@ -728,10 +728,13 @@ class Lifecycle:
     def cdk_destroy_all(self) -> str:
         """The README's plain ``npx cdk destroy --all``: the real CLI synthesizes the app, which
         reads the promotion record with the CLI's credentials (the emulator's), so a promoted
-        serving stack is in the app and goes with the rest. Returns the CLI's output."""
+        serving stack is in the app and goes with the rest. It synthesizes into the run's work
+        directory, not the checkout's ./cdk.out, where another CLI may be. Returns the CLI's output."""
         assert self.cdk is not None
         with self.progress.phase("npx cdk destroy --all"):
-            return self.cdk.run(["destroy", "--all", "--force"], timeout=1200)
+            return self.cdk.run(
+                ["destroy", "--all", "--force", "--output", str(self.work_dir / "cdk.out.destroy")], timeout=1200
+            )
 
     def invoke_endpoint(self, rows: int = 200) -> float | None:
         """Held-out rows through ``scripts.invoke`` and the endpoint; prints predictions and accuracy.

@@ -16,7 +16,7 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
-from scripts import invoke, promote
+from scripts import common, invoke, promote
 from scripts.common import Aws, run
 from scripts.launch import main as launch_main
 from tests.scripts.conftest import PROJECT, REGION
@@ -217,6 +217,8 @@ class FakeCdk:
 
     def __call__(self, command, **kwargs):
         assert command[command.index("deploy") + 1] == f"{PROJECT}-serving"
+        assert kwargs["cwd"] == common.ROOT and command[-2] == "--output", command
+        assert not command[-1].startswith(str(common.ROOT)), "not the checkout's cdk.out, where another CLI may be"
         (job,) = [c.split("=", 1)[1] for c in command if c.startswith("gpu_training.serving.training_job_name=")]
         self.deployed.append(job)
         return type("Completed", (), {"returncode": self.returncode})()
@@ -225,7 +227,7 @@ class FakeCdk:
 @pytest.fixture
 def fake_cdk(monkeypatch):
     cdk = FakeCdk()
-    monkeypatch.setattr(promote.subprocess, "run", cdk)
+    monkeypatch.setattr(common.subprocess, "run", cdk)
     yield cdk
     boto3.client("ssm", region_name=REGION).delete_parameter(Name=f"/{PROJECT}/serving/promotion")
 

@@ -6,11 +6,12 @@ moto has no StopTrainingJob; conftest adds one that moves the job straight to St
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 from botocore.exceptions import ClientError
 
-from scripts import list_jobs, stop, teardown
+from scripts import common, list_jobs, stop, teardown
 from scripts.common import Aws, Deployment, load_platform_config, run
 from scripts.launch import main as launch_main
 from tests.scripts.conftest import PROJECT, REGION
@@ -99,9 +100,13 @@ def test_teardown_lists_then_stops_running_executions_and_jobs(aws, moto_backend
 
 def test_teardown_destroy_runs_cdk_destroy_only_when_nothing_is_left(aws, moto_backends, monkeypatch, capsys):
     calls = []
-    monkeypatch.setattr(teardown.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or type("R", (), {"returncode": 0})())
+    monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: calls.append((cmd, kw)) or type("R", (), {"returncode": 0})())
     assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0"]) == 0
-    assert calls and calls[0][-3:] == ["destroy", "--all", "--force"]
+    ((command, options),) = calls
+    assert command[1:4] == ["destroy", "--all", "--force"]
+    assert options["cwd"] == common.ROOT, "the CLI reads the checkout's cdk.json"
+    # Synthesized into a directory of its own: not ./cdk.out, which another CLI in the checkout may hold.
+    assert command[-2] == "--output" and Path(command[-1]).parent != common.ROOT
 
     calls.clear()
     _running_job(moto_backends, f"{PROJECT}-td-stuck")
@@ -179,8 +184,8 @@ def test_teardown_destroy_deletes_a_promoted_serving_stack_before_cdk_destroy(aw
     _serving_stack()
     seen = []
     monkeypatch.setattr(
-        teardown.subprocess, "run",
-        lambda cmd, **kw: seen.append((cmd[-3:], _stack_exists(f"{PROJECT}-serving"))) or type("R", (), {"returncode": 0})(),
+        common.subprocess, "run",
+        lambda cmd, **kw: seen.append((cmd[1:4], _stack_exists(f"{PROJECT}-serving"))) or type("R", (), {"returncode": 0})(),
     )
     assert run(teardown.main, []) == 0
     assert f"{PROJECT}-serving is deployed (its endpoint bills by the hour): --destroy removes it" in capsys.readouterr().out
