@@ -17,30 +17,73 @@ if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _venv_bin + os.pathsep + os.environ.get("PATH", "")
 
 
-def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pytest's hook signature
-    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test.sh): one test module per group, as
-    ``--dist loadfile`` would, but the operator-script tests (tests/scripts) share one session's
-    moto server and stacks, and moto's backends are per process: any other emulator started in the
-    same worker between two of their modules would wipe those stacks. The emulator tests
-    (tests/integration) run the operator scripts, whose CDK CLI (``scripts.promote``,
-    ``scripts.teardown --destroy``) synthesizes into the checkout's cdk.out, which the CLI locks
-    against a second CLI, and the gates (tests/gates) run the CLI from the checkout too. So the
-    operator-script tests are one group, the emulator tests and the gates another, one module
-    after the other in one worker, as without xdist. The image tests (tests/image) are one group
-    too: each worker builds the image once, and two workers building it would share 2 cores for minutes."""
-    import pytest
+# Test groups for ``pytest -n N`` (scripts/test.sh): a group runs whole, in one worker, one module
+# after another as without xdist. Each module is a group of its own, except:
+# - the operator-script tests (tests/scripts) share one session's moto server and stacks, and
+#   moto's backends are per process: another emulator started in the same worker between two of
+#   their modules would wipe those stacks;
+# - the emulator tests (tests/integration) and the gates (tests/gates) each run the CDK CLI from the
+#   checkout, and the README's own commands write the checkout's files (the SDK config): together
+#   they are the longest group, so it is scheduled first;
+# - the image tests (tests/image) build the image once per worker, second, so that a cold build
+#   (minutes) overlaps the emulator tests instead of coming last.
+_GROUPS = {"tests/integration": "cdk-cli", "tests/gates": "cdk-cli", "tests/image": "tests/image", "tests/scripts": "tests/scripts"}
+_FIRST = ("cdk-cli", "tests/image")
 
-    tests = ROOT / "tests"
-    serial = {tests / "scripts": "tests/scripts", tests / "integration": "cdk-cli", tests / "gates": "cdk-cli",
-              tests / "image": "tests/image"}  # fmt: skip
-    for item in items:
-        path = Path(str(item.path))
-        group = next((name for folder, name in serial.items() if folder in path.parents), str(path.relative_to(ROOT)))
-        item.add_marker(pytest.mark.xdist_group(group))
+
+def group_of(path: str) -> str:
+    """The group of the test module at ``path`` (relative to the repository root, ``/``-separated)."""
+    return next((group for folder, group in _GROUPS.items() if path.startswith(folder + "/")), path)
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pytest's hook signature
+    """In an xdist worker, the groups of :data:`_FIRST` first (a stable sort: otherwise as collected)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        rank = {group: index for index, group in enumerate(_FIRST)}
+        items.sort(key=lambda item: rank.get(group_of(item.nodeid.split("::", 1)[0]), len(rank)))
+
+
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201 - xdist's hook signature
+    """Schedules whole groups (:func:`group_of`), in the workers' collection order.
+
+    xdist's own ``--dist loadgroup`` reads ``xdist_group`` marks into each test's id, which pytest 9
+    no longer lets a plugin change: every test became its own unit, so a module's fixtures (an
+    emulator deployment) ran in both workers. This scheduler groups by the test's path instead.
+    """
+    if config.getvalue("dist") == "each":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid.split("::", 1)[0])
+
+    config.option.loadscopereorder = False  # keep the order above, not "most tests first"
+    return ByGroup(config, log)
+
+
+_report_lines: list[str] = []
 
 
 def pytest_sessionfinish(session, exitstatus):  # noqa: ANN001, ANN201 - pytest's hook signature
-    """Stops the trainer runs' fork server (tests/forkserver.py) if this session started one."""
+    """Stops the trainer runs' fork server (tests/forkserver.py) if this session started one, and
+    gathers this process's report lines (tests/summary.py): for the controller, in an xdist worker."""
     forkserver = sys.modules.get("tests.forkserver")
     if forkserver is not None:
         forkserver.stop()
+    from tests import summary
+
+    lines = summary.collect()
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["report_lines"] = lines
+    else:
+        _report_lines.extend(lines)
+
+
+def pytest_testnodedown(node, error):  # noqa: ANN001, ANN201 - xdist's hook signature
+    _report_lines.extend(getattr(node, "workeroutput", {}).get("report_lines", []))
+
+
+def pytest_terminal_summary(terminalreporter):  # noqa: ANN001, ANN201 - pytest's hook signature
+    for line in dict.fromkeys(_report_lines):
+        terminalreporter.write_line(line)

@@ -125,11 +125,15 @@ class DockerHosts:
     Attributes:
         image: The image every container runs (``gputrain-trainer:local``).
         emulator_port: The emulator's loopback port, relayed to containers.
+        label: ``gputrain-emu.run=<id>``, on every container and network of this run: what to
+            filter on (``docker ps -a --filter label=...``) to find this run's containers among
+            another run's.
     """
 
     image: str
     emulator_port: int
     gateway: str = ""
+    label: str = field(default_factory=lambda: f"{CONTAINER_PREFIX}.run={uuid.uuid4().hex[:12]}")
     _relay: _Relay | None = field(default=None, repr=False)
 
     @classmethod
@@ -177,7 +181,7 @@ class DockerHosts:
         publish: str | None = None,
     ) -> list[str]:
         """The ``docker run`` (attached: its output is the container's, SIGTERM is passed on) for one container."""
-        args = ["docker", "run", "--name", name, "--add-host", f"{EMULATOR_HOST}:host-gateway"]
+        args = ["docker", "run", "--name", name, "--label", self.label, "--add-host", f"{EMULATOR_HOST}:host-gateway"]
         for source, target in mounts.items():
             args += ["-v", f"{Path(source).resolve()}:{target}"]
         for key, value in env.items():
@@ -211,7 +215,7 @@ class DockerHosts:
             yield None
             return
         name = container_name(job_name, "net")
-        created = docker("network", "create", name)
+        created = docker("network", "create", "--label", self.label, name)
         if created.returncode != 0:
             raise ContainerRefused(f"--containers: docker network create failed: {created.stderr.strip()}")
         try:

@@ -306,7 +306,7 @@ class Lifecycle:
                     self.docker = DockerHosts.open(IMAGE_TAG, self.emulator.port)
                     self.progress.say(
                         f"--containers: jobs and endpoints run in containers of {IMAGE_TAG}; containers reach the emulator at "
-                        f"{self.docker.endpoint_url} (relayed from {self.docker.gateway})"
+                        f"{self.docker.endpoint_url} (relayed from {self.docker.gateway}); each is labelled {self.docker.label}"
                     )
                 if self.options.train:
                     from scripts.emulator.sagemaker import LocalSageMaker

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests import summary
 from tests.image.built import BuiltImage, built_image, built_image_or_skip
 
 
@@ -16,9 +17,11 @@ def image() -> BuiltImage:
     return built_image_or_skip()
 
 
-def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook signature
+@summary.add
+def _build_line() -> list[str]:
     """The build's last line (base, size, build time) in the run's summary: the image stage's cost in CI's log."""
-    if built_image.cache_info().currsize:  # only a build that succeeded is cached
-        built = built_image()
-        lines = built.build_output.strip().splitlines()
-        terminalreporter.write_line(f"image tests: {lines[-1] if lines else built.tag} (session fixture {built.build_seconds:.0f} s)")
+    if not built_image.cache_info().currsize:  # only a build that succeeded is cached
+        return []
+    built = built_image()
+    lines = built.build_output.strip().splitlines()
+    return [f"image tests: {lines[-1] if lines else built.tag} (session fixture {built.build_seconds:.0f} s)"]

@@ -14,13 +14,14 @@ from tests.trainer.helpers import ROOT
 pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.integration]
 
 
-def _emulator_containers() -> list[str]:
-    listed = containers.docker("ps", "-a", "--filter", "name=gputrain-emu-", "--format", "{{.Names}}")
+def _labelled(kind: str, label: str) -> list[str]:
+    """Names of the containers (``container``) or networks (``network``) that carry ``label``."""
+    listed = containers.docker(kind, "ls", *(["-a"] if kind == "container" else []), "--filter", f"label={label}", "--format", "{{.Names}}" if kind == "container" else "{{.Name}}")  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
     return listed.stdout.split()
 
 
 def test_run_local_containers_trains_and_serves_in_the_image_and_leaves_no_container(image, tmp_path) -> None:
-    before = set(_emulator_containers())
     run = subprocess.run(
         ["bash", "scripts/run-local.sh", "--containers", "--work-dir", str(tmp_path / "run")],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
@@ -36,4 +37,7 @@ def test_run_local_containers_trains_and_serves_in_the_image_and_leaves_no_conta
     # The training container's own lines reached the job's log (the trainer's config line comes first).
     (log,) = (tmp_path / "run" / "jobs").glob("gputrain-*/container.log")
     assert log.read_text().startswith("[trainer] config model=\"mlp\"")
-    assert set(_emulator_containers()) - before == set(), "a container outlived its job or endpoint"
+    # This run's containers and networks (another run's may be running beside it) carry its label.
+    label = re.search(r"each is labelled (gputrain-emu\.run=[0-9a-f]+)", out).group(1)  # type: ignore[union-attr]
+    assert _labelled("container", label) == [], "a container outlived its job or endpoint"
+    assert _labelled("network", label) == [], "a job's network outlived it"

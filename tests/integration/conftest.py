@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests import summary
 from tests.image.built import BuildFailed, NoEngine, built_image
 
 _PROCESS_REASONS: list[str] = []
@@ -31,6 +32,6 @@ def containers(request: pytest.FixtureRequest) -> bool:
     return True
 
 
-def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook signature
-    for reason in _PROCESS_REASONS[:1]:
-        terminalreporter.write_line(f"SageMaker-code tests ran the image as processes, not in Docker: {reason}")
+@summary.add
+def _process_line() -> list[str]:
+    return [f"SageMaker-code tests ran the image as processes, not in Docker: {reason}" for reason in _PROCESS_REASONS[:1]]
