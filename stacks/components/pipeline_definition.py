@@ -326,8 +326,8 @@ def _input_check(
     pipeline_rules = pipeline_input_rules(
         project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving
     )
-    process_rules = processing_launch_rules(processing)
-    train_rules = launch_rules(training)
+    process_rules = processing_launch_rules(processing).rules
+    train_rules = launch_rules(training).rules
     valid = all_of(
         [
             *(c for c, _ in pipeline_rules),

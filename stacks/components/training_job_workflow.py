@@ -43,10 +43,9 @@ from stacks.components.training_job_spec import (
     JobResources,
     JobTemplate,
     create_training_job_request,
+    launch_rules,
     readable_processing_prefixes,
     state_machine_assignments,
-    state_machine_launch_check,
-    state_machine_launch_problem,
 )
 from stacks.config import PlatformConfig
 
@@ -365,6 +364,7 @@ class TrainingJobWorkflow(Construct):
             ),
         )
 
+        rules = launch_rules(self.template)
         resolve = sfn.Pass.jsonata(
             self,
             "ResolveLaunchOptions",
@@ -375,7 +375,7 @@ class TrainingJobWorkflow(Construct):
             self,
             "InvalidLaunchOptions",
             error="InvalidLaunchOptions",
-            cause=state_machine_launch_problem(self.template),
+            cause=rules.problem(),
         )
         failed = sfn.Fail.jsonata(
             self,
@@ -403,7 +403,7 @@ class TrainingJobWorkflow(Construct):
         train.add_catch(failed, errors=["States.ALL"])
         definition = resolve.next(
             sfn.Choice.jsonata(self, "CheckLaunchOptions")
-            .when(sfn.Condition.jsonata(state_machine_launch_check(self.template)), train)
+            .when(sfn.Condition.jsonata(rules.check()), train)
             .otherwise(invalid)
         )
 
