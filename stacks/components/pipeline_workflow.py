@@ -38,10 +38,10 @@ from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources, JobTemplate
 from stacks.components.training_job_workflow import (
     SYNC_EVENTS_RULE,
+    SageMakerExecutionRole,
     TrainingJobWorkflow,
     acknowledge_wildcard_resources,
     logged_state_machine,
-    sagemaker_execution_role,
 )
 from stacks.config import PlatformConfig
 
@@ -57,17 +57,13 @@ def pipeline_name(project_name: str) -> str:
     return f"{project_name}-pipeline"
 
 
-class ProcessingRole(Construct):
+class ProcessingRole(SageMakerExecutionRole):
     """The execution role SageMaker assumes for a processing job, limited to the project's resources.
 
     Reads only the raw-data prefix of the datasets bucket and users' ``code/`` in the artifacts
     bucket; writes only under the processed-data prefix; uses the platform key; pulls from the
     project's repository; writes logs only to the project's streams in SageMaker's processing
     log group; manages network interfaces only in the training VPC.
-
-    Attributes:
-        role: The role.
-        policy: Its customer-managed policy.
     """
 
     def __init__(
@@ -98,8 +94,7 @@ class ProcessingRole(Construct):
             repository: The project's image repository.
             vpc: The training VPC.
         """
-        super().__init__(scope, construct_id)
-        stack = Stack.of(self)
+        stack = Stack.of(scope)
         raw_objects = datasets_bucket.arn_for_objects(f"{input_prefix}*")
         processed_objects = datasets_bucket.arn_for_objects(f"{output_prefix}*")
         code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
@@ -147,8 +142,9 @@ class ProcessingRole(Construct):
             ),
             *runtime_statements,
         ]
-        self.role, self.policy = sagemaker_execution_role(
-            self,
+        super().__init__(
+            scope,
+            construct_id,
             description=f"{project_name}: execution role of the project's SageMaker processing jobs",
             statements=statements,
             wildcard_reason=(

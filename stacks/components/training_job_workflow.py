@@ -100,26 +100,34 @@ def acknowledge_wildcard_resources(scope: Construct, reason: str, resources: Seq
     scope.node.add_validation(_AcknowledgeWildcardResources(scope, reason, resources))
 
 
-def sagemaker_execution_role(
-    scope: Construct,
-    *,
-    description: str,
-    statements: Sequence[iam.PolicyStatement],
-    wildcard_reason: str,
-    wildcards: Sequence[str],
-) -> tuple[iam.Role, iam.ManagedPolicy]:
-    """An execution role for SageMaker jobs or endpoints: ``Role`` and ``Policy`` in ``scope``.
+class SageMakerExecutionRole(Construct):
+    """An execution role for SageMaker jobs or endpoints, with its customer-managed policy.
 
     Only SageMaker acting for this account's resources in this region may assume it
     (cross-service confused deputy prevention). Its permissions are one customer-managed policy
     rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy), whose wildcard resources are
-    acknowledged with ``wildcard_reason``.
-    """
-    role = iam.Role(scope, "Role", assumed_by=sagemaker_principal(Stack.of(scope)), description=description)
-    policy = iam.ManagedPolicy(scope, "Policy", statements=list(statements), roles=[role])
-    acknowledge_wildcard_resources(policy, wildcard_reason, wildcards)
-    return role, policy
+    acknowledged with ``wildcard_reason``. Subclasses say what the role may do.
 
+    Attributes:
+        role: The role.
+        policy: Its customer-managed policy.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        description: str,
+        statements: Sequence[iam.PolicyStatement],
+        wildcard_reason: str,
+        wildcards: Sequence[str],
+    ) -> None:
+        """Create ``Role`` and ``Policy`` (``statements``, with ``wildcards`` acknowledged) in the construct."""
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(self, "Role", assumed_by=sagemaker_principal(Stack.of(self)), description=description)
+        self.policy = iam.ManagedPolicy(self, "Policy", statements=list(statements), roles=[self.role])
+        acknowledge_wildcard_resources(self.policy, wildcard_reason, wildcards)
 
 
 def logged_state_machine(
@@ -186,17 +194,13 @@ class TrainingJobSecurityGroup(Construct):
         )
 
 
-class TrainingJobRole(Construct):
+class TrainingJobRole(SageMakerExecutionRole):
     """The execution role SageMaker assumes for a job, limited to the project's resources.
 
     Reads only the configured channel prefixes of the datasets bucket; reads and writes only the
     output and checkpoint prefixes of the artifacts bucket; uses the platform key; pulls from the
     project's repository; writes logs only to the project's streams in SageMaker's log group;
     manages network interfaces only in the training VPC.
-
-    Attributes:
-        role: The role.
-        policy: Its customer-managed policy.
     """
 
     def __init__(
@@ -228,8 +232,7 @@ class TrainingJobRole(Construct):
             extra_input_prefixes: Further datasets-bucket prefixes a launch's channels may
                 point into (read access): the processing output prefix.
         """
-        super().__init__(scope, construct_id)
-        stack = Stack.of(self)
+        stack = Stack.of(scope)
         input_prefixes = sorted({*channels.values(), *extra_input_prefixes})
         artifact_prefixes = [OUTPUT_PREFIX, CHECKPOINT_PREFIX]
         input_objects = [datasets_bucket.arn_for_objects(f"{p}*") for p in input_prefixes]
@@ -272,8 +275,9 @@ class TrainingJobRole(Construct):
             ),
             *runtime_statements,
         ]
-        self.role, self.policy = sagemaker_execution_role(
-            self,
+        super().__init__(
+            scope,
+            construct_id,
             description=f"{project_name}: execution role of the project's SageMaker training jobs",
             statements=statements,
             wildcard_reason=(
