@@ -10,6 +10,7 @@ same function ``scripts.launch --direct`` calls.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import jsii
@@ -292,6 +293,45 @@ class TrainingJobRole(SageMakerExecutionRole):
         )
 
 
+@dataclass(frozen=True)
+class JobInfrastructure:
+    """What the project's SageMaker jobs run on: the data plane's key, buckets, repository and network.
+
+    Attributes:
+        key: Platform KMS key.
+        datasets_bucket: Training data, raw and processed data.
+        artifacts_bucket: Users' code, outputs and checkpoints, the models.
+        repository: The project's image repository.
+        image_tag: The image tag jobs (and the models the pipeline promotes) run.
+        network: The training VPC and its endpoints.
+        subnet_ids: The private subnets jobs run in.
+    """
+
+    key: kms.IKey
+    datasets_bucket: s3.IBucket
+    artifacts_bucket: s3.IBucket
+    repository: ecr.IRepository
+    image_tag: str
+    network: TrainingNetwork
+    subnet_ids: Sequence[str]
+
+    def image_uri(self, stack: Stack) -> str:
+        """The URI of the image jobs run (``stack`` is in the repository's account and region)."""
+        return repository_image_uri(stack, self.repository, self.image_tag)
+
+    def job_resources(self, stack: Stack, *, role_arn: str, security_group_id: str) -> JobResources:
+        """The :class:`JobResources` of jobs run in ``stack`` with ``role_arn`` in ``security_group_id``."""
+        return JobResources(
+            role_arn=role_arn,
+            image_uri=self.image_uri(stack),
+            datasets_bucket=self.datasets_bucket.bucket_name,
+            artifacts_bucket=self.artifacts_bucket.bucket_name,
+            key_arn=self.key.key_arn,
+            subnet_ids=list(self.subnet_ids),
+            security_group_ids=[security_group_id],
+        )
+
+
 class TrainingJobWorkflow(Construct):
     """A state machine that runs the configured SageMaker training job to completion.
 
@@ -316,13 +356,7 @@ class TrainingJobWorkflow(Construct):
         construct_id: str,
         *,
         config: PlatformConfig,
-        key: kms.IKey,
-        datasets_bucket: s3.IBucket,
-        artifacts_bucket: s3.IBucket,
-        repository: ecr.IRepository,
-        image_tag: str,
-        network: TrainingNetwork,
-        subnet_ids: Sequence[str],
+        infrastructure: JobInfrastructure,
     ) -> None:
         """Create the workflow.
 
@@ -330,41 +364,29 @@ class TrainingJobWorkflow(Construct):
             scope: Parent construct.
             construct_id: Construct id.
             config: The validated platform config (``training_job`` and ``project_name``).
-            key: Platform KMS key.
-            datasets_bucket: Bucket with the input channels.
-            artifacts_bucket: Bucket for outputs and checkpoints.
-            repository: Training image repository.
-            image_tag: The image tag jobs run.
-            network: The training VPC and its endpoints.
-            subnet_ids: The private subnets jobs run in.
+            infrastructure: The key, buckets (input channels; outputs and checkpoints), image
+                repository and tag, VPC and subnets jobs run on.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         project = config.project_name
-        vpc = network.vpc
-        self.security_group = TrainingJobSecurityGroup(self, "Network", network=network).security_group
+        self.security_group = TrainingJobSecurityGroup(self, "Network", network=infrastructure.network).security_group
         self.job_role = TrainingJobRole(
             self,
             "JobRole",
             project_name=project,
             channels=config.training_job.channels,
             extra_input_prefixes=readable_processing_prefixes(config),
-            key=key,
-            datasets_bucket=datasets_bucket,
-            artifacts_bucket=artifacts_bucket,
-            repository=repository,
-            vpc=vpc,
+            key=infrastructure.key,
+            datasets_bucket=infrastructure.datasets_bucket,
+            artifacts_bucket=infrastructure.artifacts_bucket,
+            repository=infrastructure.repository,
+            vpc=infrastructure.network.vpc,
         ).role
         self.template = JobTemplate.from_config(
             config,
-            JobResources(
-                role_arn=self.job_role.role_arn,
-                image_uri=repository_image_uri(stack, repository, image_tag),  # same account and region as the repository's stack
-                datasets_bucket=datasets_bucket.bucket_name,
-                artifacts_bucket=artifacts_bucket.bucket_name,
-                key_arn=key.key_arn,
-                subnet_ids=list(subnet_ids),
-                security_group_ids=[self.security_group.security_group_id],
+            infrastructure.job_resources(
+                stack, role_arn=self.job_role.role_arn, security_group_id=self.security_group.security_group_id
             ),
         )
 
@@ -412,7 +434,7 @@ class TrainingJobWorkflow(Construct):
         )
 
         self.log_group: logs.LogGroup = encrypted_log_group(
-            self, "Logs", key=key, log_group_name=f"/aws/vendedlogs/states/{project}-training-job"
+            self, "Logs", key=infrastructure.key, log_group_name=f"/aws/vendedlogs/states/{project}-training-job"
         )
         state_machine_name = f"{project}-training-job"
         self.role = iam.Role(
