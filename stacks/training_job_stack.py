@@ -19,7 +19,7 @@ from constructs import Construct
 from stacks.components.gpu_idle_watch import GpuIdleWatch
 from stacks.components.pipeline_workflow import PipelineWorkflow, pipeline_name
 from stacks.components.training_job_notifications import TrainingJobNotifications
-from stacks.components.training_job_workflow import TrainingJobWorkflow
+from stacks.components.training_job_workflow import JobInfrastructure, TrainingJobWorkflow
 from stacks.config import PlatformConfig
 from stacks.data_plane_stack import DataPlaneStack
 
@@ -45,19 +45,16 @@ class TrainingJobStack(Stack):
         """Build the workflow on the data plane's key, buckets, repository and network."""
         super().__init__(scope, construct_id, **kwargs)
         network = data_plane.network
-        subnet_ids = network.private_subnet_ids
-        self.workflow = TrainingJobWorkflow(
-            self,
-            "Workflow",
-            config=config,
+        infrastructure = JobInfrastructure(
             key=data_plane.key,
             datasets_bucket=data_plane.datasets_bucket,
             artifacts_bucket=data_plane.artifacts_bucket,
             repository=data_plane.repository,
             image_tag=config.image.tag,
             network=network,
-            subnet_ids=subnet_ids,
+            subnet_ids=network.private_subnet_ids,
         )
+        self.workflow = TrainingJobWorkflow(self, "Workflow", config=config, infrastructure=infrastructure)
         self.notifications = TrainingJobNotifications(
             self,
             "Notifications",
@@ -79,13 +76,7 @@ class TrainingJobStack(Stack):
                 "Pipeline",
                 config=config,
                 training=self.workflow,
-                key=data_plane.key,
-                datasets_bucket=data_plane.datasets_bucket,
-                artifacts_bucket=data_plane.artifacts_bucket,
-                repository=data_plane.repository,
-                image_tag=config.image.tag,
-                network=network,
-                subnet_ids=subnet_ids,
+                infrastructure=infrastructure,
                 topic=self.notifications.topic,
                 topic_key=self.notifications.topic_key,
             )

@@ -142,33 +142,23 @@ class DataBucket(Construct):
         )
         # Default encryption covers uploads that name none; an upload naming SSE-S3 or another
         # KMS key would escape the platform key (and its key policy and CloudTrail record).
+        # Each header is checked only where the upload names it.
         objects = self.bucket.arn_for_objects("*")
-        self.bucket.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="DenyOtherEncryption",
-                effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
-                actions=["s3:PutObject"],
-                resources=[objects],
-                conditions={
-                    "StringNotEquals": {"s3:x-amz-server-side-encryption": ["aws:kms", "aws:kms:dsse"]},
-                    "Null": {"s3:x-amz-server-side-encryption": "false"},
-                },
+        refused_headers = {
+            "DenyOtherEncryption": ("StringNotEquals", "s3:x-amz-server-side-encryption", ["aws:kms", "aws:kms:dsse"]),
+            "DenyOtherKmsKeys": ("ArnNotEquals", "s3:x-amz-server-side-encryption-aws-kms-key-id", key.key_arn),
+        }
+        for sid, (operator, header, allowed) in refused_headers.items():
+            self.bucket.add_to_resource_policy(
+                iam.PolicyStatement(
+                    sid=sid,
+                    effect=iam.Effect.DENY,
+                    principals=[iam.AnyPrincipal()],
+                    actions=["s3:PutObject"],
+                    resources=[objects],
+                    conditions={operator: {header: allowed}, "Null": {header: "false"}},
+                )
             )
-        )
-        self.bucket.add_to_resource_policy(
-            iam.PolicyStatement(
-                sid="DenyOtherKmsKeys",
-                effect=iam.Effect.DENY,
-                principals=[iam.AnyPrincipal()],
-                actions=["s3:PutObject"],
-                resources=[objects],
-                conditions={
-                    "ArnNotEquals": {"s3:x-amz-server-side-encryption-aws-kms-key-id": key.key_arn},
-                    "Null": {"s3:x-amz-server-side-encryption-aws-kms-key-id": "false"},
-                },
-            )
-        )
         acknowledge(
             self.bucket,
             "Data is versioned and retained on stack deletion; cross-region replication doubles storage cost for large datasets and is left to the account's backup policy.",

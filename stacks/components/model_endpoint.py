@@ -49,7 +49,7 @@ from stacks.components.policy import (
     sagemaker_image_and_volume_statements,
     sagemaker_vpc_network_statements,
 )
-from stacks.components.training_job_workflow import sagemaker_execution_role
+from stacks.components.training_job_workflow import SageMakerExecutionRole
 from stacks.config import ServingConfig
 
 ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
@@ -91,17 +91,13 @@ def typing_cast_str(value: Optional[str]) -> str:
     return value
 
 
-class EndpointRole(Construct):
+class EndpointRole(SageMakerExecutionRole):
     """The execution role of the endpoint's instances (and of models the pipeline promotes).
 
     Reads exactly the model artifact (one object, or for the pipeline the pattern
     ``training-jobs/*/output/model.tar.gz``: every job's model and nothing else), decrypts with the platform key, pulls from the
     project's repository, writes only to the endpoint's log group, manages network interfaces only
     in the training VPC, and (with data capture) writes only under ``data-capture/<endpoint>/``.
-
-    Attributes:
-        role: The role.
-        policy: Its customer-managed policy.
     """
 
     def __init__(
@@ -123,8 +119,7 @@ class EndpointRole(Construct):
         ``rollback_alarms``: names of the deployment's rollback alarms, which SageMaker reads
         with the execution role (``cloudwatch:DescribeAlarms``) during a blue/green deployment.
         """
-        super().__init__(scope, construct_id)
-        stack = Stack.of(self)
+        stack = Stack.of(scope)
         log_group = stack.format_arn(
             service="logs",
             resource="log-group",
@@ -169,8 +164,9 @@ class EndpointRole(Construct):
                 iam.PolicyStatement(sid="WriteDataCapture", actions=["s3:PutObject"], resources=[capture_objects])
             )
             wildcards.append(capture_objects)
-        self.role, self.policy = sagemaker_execution_role(
-            self,
+        super().__init__(
+            scope,
+            construct_id,
             description=f"{endpoint}: execution role of the GPU endpoint (one model artifact, image pull, its logs)",
             statements=statements,
             wildcard_reason=(

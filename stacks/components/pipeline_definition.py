@@ -239,6 +239,11 @@ def _fail_with(name: str, cause: str) -> dict[str, Any]:
     }
 
 
+def _choice(condition: str, *, then: str, otherwise: str) -> dict[str, Any]:
+    """A Choice state: ``then`` when the JSONata ``condition`` holds, else ``otherwise``."""
+    return {"Type": "Choice", "Choices": [{"Condition": "{% " + condition + " %}", "Next": then}], "Default": otherwise}
+
+
 def _catch(target: str, errors: Sequence[str] = ("States.ALL",)) -> dict[str, Any]:
     return {"ErrorEquals": list(errors), "Output": "{% $states.errorOutput %}", "Next": target}
 
@@ -326,8 +331,8 @@ def _input_check(
     pipeline_rules = pipeline_input_rules(
         project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving
     )
-    process_rules = processing_launch_rules(processing)
-    train_rules = launch_rules(training)
+    process_rules = processing_launch_rules(processing).rules
+    train_rules = launch_rules(training).rules
     valid = all_of(
         [
             *(c for c, _ in pipeline_rules),
@@ -348,11 +353,7 @@ def _input_check(
 def _endpoint_check_states(states_arn: str, endpoint: str) -> dict[str, Any]:
     """A requested promotion first checks that the endpoint exists."""
     return {
-        "PromotionRequested": {
-            "Type": "Choice",
-            "Choices": [{"Condition": "{% $run_promote %}", "Next": "CheckEndpoint"}],
-            "Default": "ProcessRequested",
-        },
+        "PromotionRequested": _choice("$run_promote", then="CheckEndpoint", otherwise="ProcessRequested"),
         "CheckEndpoint": {
             "Type": "Task",
             "Comment": "A promotion needs the deployed endpoint: fail now, not after the jobs",
@@ -375,11 +376,7 @@ def _process_states(states_arn: str, processing: ProcessingTemplate) -> dict[str
     """The processing step: an empty output prefix, then the processing job."""
     output_uri = processing_output_uri(processing, Jsonata("$process_job_name"))
     return {
-        "ProcessRequested": {
-            "Type": "Choice",
-            "Choices": [{"Condition": "{% $run_process %}", "Next": "CheckOutputPrefix"}],
-            "Default": "TrainRequested",
-        },
+        "ProcessRequested": _choice("$run_process", then="CheckOutputPrefix", otherwise="TrainRequested"),
         "CheckOutputPrefix": {
             "Type": "Task",
             "Comment": "Refuse to mix runs: the run's output prefix must hold nothing yet",
@@ -394,11 +391,7 @@ def _process_states(states_arn: str, processing: ProcessingTemplate) -> dict[str
             "Next": "OutputPrefixEmpty",
         },
         "OutputPrefixCheckFailed": _fail_with(PROCESSING_JOB_FAILED, _sdk_cause("could not list the output prefix: ")),
-        "OutputPrefixEmpty": {
-            "Type": "Choice",
-            "Choices": [{"Condition": "{% $output_prefix_objects = 0 %}", "Next": "ProcessData"}],
-            "Default": OUTPUT_PREFIX_NOT_EMPTY,
-        },
+        "OutputPrefixEmpty": _choice("$output_prefix_objects = 0", then="ProcessData", otherwise=OUTPUT_PREFIX_NOT_EMPTY),
         OUTPUT_PREFIX_NOT_EMPTY: _fail_with(
             OUTPUT_PREFIX_NOT_EMPTY,
             "{% " + to_jsonata(output_uri) + " & ' already holds objects; refusing to mix runs: choose another"
@@ -425,11 +418,7 @@ def _process_states(states_arn: str, processing: ProcessingTemplate) -> dict[str
 def _train_states(states_arn: str, training: JobTemplate, *, next_state: str) -> dict[str, Any]:
     """The training step: the training workflow's request, then ``next_state``."""
     return {
-        "TrainRequested": {
-            "Type": "Choice",
-            "Choices": [{"Condition": "{% $run_train %}", "Next": "TrainModel"}],
-            "Default": next_state,
-        },
+        "TrainRequested": _choice("$run_train", then="TrainModel", otherwise=next_state),
         "TrainModel": {
             "Type": "Task",
             "Comment": "CreateTrainingJob with the training workflow's request, then wait for the job to end",
@@ -461,11 +450,7 @@ def _promotion_states(
     endpoint = endpoint_name(project_name)
     promoted = Jsonata("$promoted_name")
     return {
-        "PromoteRequested": {
-            "Type": "Choice",
-            "Choices": [{"Condition": "{% $run_promote %}", "Next": "CreateModel"}],
-            "Default": "NotifySuccess",
-        },
+        "PromoteRequested": _choice("$run_promote", then="CreateModel", otherwise="NotifySuccess"),
         "CreateModel": {
             "Type": "Task",
             "Comment": "The serving stack's model, on this run's artifact",

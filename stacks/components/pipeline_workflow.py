@@ -23,10 +23,9 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
-from stacks.components.image_repository import repository_image_uri
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.model_endpoint import EndpointRole
-from stacks.components.network import TrainingNetwork, closed_security_group
+from stacks.components.network import closed_security_group
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
     pinned_job_creation_statements,
@@ -35,13 +34,14 @@ from stacks.components.policy import (
     state_machine_principal,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
-from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobResources, JobTemplate
+from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobTemplate
 from stacks.components.training_job_workflow import (
     SYNC_EVENTS_RULE,
+    JobInfrastructure,
+    SageMakerExecutionRole,
     TrainingJobWorkflow,
     acknowledge_wildcard_resources,
     logged_state_machine,
-    sagemaker_execution_role,
 )
 from stacks.config import PlatformConfig
 
@@ -57,17 +57,13 @@ def pipeline_name(project_name: str) -> str:
     return f"{project_name}-pipeline"
 
 
-class ProcessingRole(Construct):
+class ProcessingRole(SageMakerExecutionRole):
     """The execution role SageMaker assumes for a processing job, limited to the project's resources.
 
     Reads only the raw-data prefix of the datasets bucket and users' ``code/`` in the artifacts
     bucket; writes only under the processed-data prefix; uses the platform key; pulls from the
     project's repository; writes logs only to the project's streams in SageMaker's processing
     log group; manages network interfaces only in the training VPC.
-
-    Attributes:
-        role: The role.
-        policy: Its customer-managed policy.
     """
 
     def __init__(
@@ -98,8 +94,7 @@ class ProcessingRole(Construct):
             repository: The project's image repository.
             vpc: The training VPC.
         """
-        super().__init__(scope, construct_id)
-        stack = Stack.of(self)
+        stack = Stack.of(scope)
         raw_objects = datasets_bucket.arn_for_objects(f"{input_prefix}*")
         processed_objects = datasets_bucket.arn_for_objects(f"{output_prefix}*")
         code_objects = artifacts_bucket.arn_for_objects(f"{CODE_PREFIX}*")
@@ -147,8 +142,9 @@ class ProcessingRole(Construct):
             ),
             *runtime_statements,
         ]
-        self.role, self.policy = sagemaker_execution_role(
-            self,
+        super().__init__(
+            scope,
+            construct_id,
             description=f"{project_name}: execution role of the project's SageMaker processing jobs",
             statements=statements,
             wildcard_reason=(
@@ -194,13 +190,7 @@ class PipelineWorkflow(Construct):
         *,
         config: PlatformConfig,
         training: TrainingJobWorkflow,
-        key: kms.IKey,
-        datasets_bucket: s3.IBucket,
-        artifacts_bucket: s3.IBucket,
-        repository: ecr.IRepository,
-        image_tag: str,
-        network: TrainingNetwork,
-        subnet_ids: Sequence[str],
+        infrastructure: JobInfrastructure,
         topic: sns.ITopic,
         topic_key: kms.IKey,
     ) -> None:
@@ -211,22 +201,17 @@ class PipelineWorkflow(Construct):
             construct_id: Construct id.
             config: The validated platform config (``processing``, ``serving``, ``project_name``).
             training: The training workflow (its job template, job role and security group).
-            key: Platform KMS key.
-            datasets_bucket: Raw and processed data.
-            artifacts_bucket: Users' code and the models.
-            repository: The project's image repository.
-            image_tag: The image tag jobs and models run.
-            network: The training network (its VPC; HTTPS to its endpoints for promoted models).
-            subnet_ids: The private subnets jobs and models run in.
+            infrastructure: What jobs and promoted models run on: the key, buckets (raw and processed
+                data; users' code and the models), image repository and tag, training network (its
+                VPC; HTTPS to its endpoints for promoted models) and subnets.
             topic: The notification topic every end of an execution publishes to.
             topic_key: The topic's KMS key.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        vpc = network.vpc
         project = config.project_name
         pr = config.processing
-        image_uri = repository_image_uri(stack, repository, image_tag)
+        key = infrastructure.key
         self.processing_role = ProcessingRole(
             self,
             "ProcessingRole",
@@ -234,22 +219,18 @@ class PipelineWorkflow(Construct):
             input_prefix=pr.input_prefix,
             output_prefix=pr.output_prefix,
             key=key,
-            datasets_bucket=datasets_bucket,
-            artifacts_bucket=artifacts_bucket,
-            repository=repository,
-            vpc=vpc,
+            datasets_bucket=infrastructure.datasets_bucket,
+            artifacts_bucket=infrastructure.artifacts_bucket,
+            repository=infrastructure.repository,
+            vpc=infrastructure.network.vpc,
         ).role
         self.template = ProcessingTemplate.from_config(
             config,
-            JobResources(
+            infrastructure.job_resources(
+                stack,
                 role_arn=self.processing_role.role_arn,
-                image_uri=image_uri,
-                datasets_bucket=datasets_bucket.bucket_name,
-                artifacts_bucket=artifacts_bucket.bucket_name,
-                key_arn=key.key_arn,
-                subnet_ids=list(subnet_ids),
                 # Same network rules as training: the instances of one job, HTTPS to AWS endpoints.
-                security_group_ids=[training.security_group.security_group_id],
+                security_group_id=training.security_group.security_group_id,
             ),
         )
         endpoint = endpoint_name(project)
@@ -257,16 +238,7 @@ class PipelineWorkflow(Construct):
         self.model_security_group: Optional[ec2.SecurityGroup] = None
         model_resources = None
         if not config.serving.scale_to_zero:
-            model_resources = self._promoted_models(
-                config,
-                endpoint=endpoint,
-                image_uri=image_uri,
-                key=key,
-                artifacts_bucket=artifacts_bucket,
-                repository=repository,
-                network=network,
-                subnet_ids=subnet_ids,
-            )
+            model_resources = self._promoted_models(config, endpoint=endpoint, infrastructure=infrastructure)
         definition = pipeline_definition(
             project_name=project,
             processing=self.template,
@@ -290,10 +262,10 @@ class PipelineWorkflow(Construct):
         statements, wildcards = self._statements(
             config,
             training=training,
-            datasets_bucket=datasets_bucket,
+            datasets_bucket=infrastructure.datasets_bucket,
             topic=topic,
             topic_key=topic_key,
-            subnet_ids=subnet_ids,
+            subnet_ids=infrastructure.subnet_ids,
             key=key,
         )
         policy = iam.ManagedPolicy(self, "RolePolicy", statements=statements, roles=[self.role])
@@ -315,18 +287,10 @@ class PipelineWorkflow(Construct):
         )
 
     def _promoted_models(
-        self,
-        config: PlatformConfig,
-        *,
-        endpoint: str,
-        image_uri: str,
-        key: kms.IKey,
-        artifacts_bucket: s3.IBucket,
-        repository: ecr.IRepository,
-        network: TrainingNetwork,
-        subnet_ids: Sequence[str],
+        self, config: PlatformConfig, *, endpoint: str, infrastructure: JobInfrastructure
     ) -> ModelResources:
         """The role and security group of the models the pipeline promotes (not with scale_to_zero)."""
+        network, artifacts_bucket, key = infrastructure.network, infrastructure.artifacts_bucket, infrastructure.key
         vpc = network.vpc
         self.model_role = model_role = EndpointRole(
             self,
@@ -335,7 +299,7 @@ class PipelineWorkflow(Construct):
             model_object_arn=artifacts_bucket.arn_for_objects(PROMOTED_MODEL_KEYS),
             key=key,
             artifacts_bucket=artifacts_bucket,
-            repository=repository,
+            repository=infrastructure.repository,
             vpc=vpc,
             data_capture=config.serving.data_capture,
             rollback_alarms=rollback_alarm_names(config.project_name),
@@ -351,10 +315,10 @@ class PipelineWorkflow(Construct):
         network.allow_https_to_aws(group, internet=False)
         return ModelResources(
             role_arn=model_role.role_arn,
-            image_uri=image_uri,
+            image_uri=infrastructure.image_uri(Stack.of(self)),
             artifacts_bucket=artifacts_bucket.bucket_name,
             key_arn=key.key_arn,
-            subnet_ids=list(subnet_ids),
+            subnet_ids=list(infrastructure.subnet_ids),
             security_group_ids=[group.security_group_id],
         )
 

@@ -6,7 +6,7 @@ Like :mod:`stacks.components.training_job_spec`, the request is written once, in
 :func:`create_processing_job_request`. What a run may override arrives as
 :class:`ProcessingValues`: concrete values (a direct launch, from :func:`resolve_processing`) or
 the pipeline's JSONata variables (:data:`STATE_MACHINE_PROCESSING_VALUES`, assigned by
-:func:`processing_state_machine_assignments` and checked by :func:`processing_launch_check`).
+:func:`processing_state_machine_assignments` and checked by :func:`processing_launch_rules`).
 Shape decisions that depend on an override (the volume key for types with local NVMe, sharding
 and encryption with more than one instance, container arguments only when there are some, the
 code input of a user's script) go through the shared helpers of
@@ -30,13 +30,12 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from stacks.components.request_expressions import (
     Jsonata,
+    LaunchRules,
     append,
     concat,
     greater_than,
     merge,
     render,
-    rules_check,
-    rules_problem,
     to_jsonata,
     when,
 )
@@ -374,7 +373,7 @@ def processing_state_machine_assignments(template: ProcessingTemplate, source: s
         source: JSONata path of the options object (the execution input's ``process``).
 
     Without ``job_name`` the job is ``<project>-<execution name>-process``. Values are kept as
-    given (whatever their type) so that :func:`processing_launch_check` refuses them with a reason.
+    given (whatever their type) so that :func:`processing_launch_rules` refuses them with a reason.
     """
 
     def given_or(key: str, default: str) -> str:
@@ -396,8 +395,9 @@ def processing_state_machine_assignments(template: ProcessingTemplate, source: s
     }
 
 
-def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
-    """``(JSONata condition, JSONata reason when it is false)`` for every processing option.
+def processing_launch_rules(template: ProcessingTemplate) -> LaunchRules:
+    """Every processing option's rule, in JSONata: the pipeline checks that the assigned variables are
+    options :func:`resolve_processing` accepts (combining the rules with its own and the training's).
 
     Each condition guards its own types, so every one can be evaluated whatever the input holds.
     """
@@ -406,7 +406,7 @@ def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
     input_prefix = template.input_uri_prefix
     code_prefix = template.code_uri_prefix
     arg_max = limits.container_argument.max_length
-    return [
+    rules = [
         (
             f"$type($process_job_name) = 'string' and $length($process_job_name) <= {MAX_JOB_NAME_LENGTH}"
             f" and $contains($process_job_name, /^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
@@ -460,21 +460,7 @@ def _processing_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
             f" & ' must both be absent, or a .tar.gz under {code_prefix} and a .py or .sh path inside it'",
         ),
     ]
-
-
-def processing_launch_rules(template: ProcessingTemplate) -> list[tuple[str, str]]:
-    """``(condition, reason)`` JSONata pairs of :func:`processing_launch_check` (the pipeline combines them)."""
-    return _processing_rules(template)
-
-
-def processing_launch_check(template: ProcessingTemplate) -> str:
-    """JSONata condition (``{% %}``) that the assigned variables are options :func:`resolve_processing` accepts."""
-    return rules_check(_processing_rules(template))
-
-
-def processing_launch_problem(template: ProcessingTemplate) -> str:
-    """JSONata (``{% %}``) for the reason :func:`processing_launch_check` is false: every broken rule's reason."""
-    return rules_problem(_processing_rules(template), "Invalid processing options")
+    return LaunchRules(tuple(rules), "Invalid processing options")
 
 
 # --------------------------------------------------------------------------------------------

@@ -105,15 +105,26 @@ def all_of(conditions: Sequence[str]) -> str:
     return " and ".join(f"({condition})" for condition in conditions)
 
 
-def rules_check(rules: Sequence[Rule]) -> str:
-    """A ``{% %}`` condition that every rule holds."""
-    return "{% " + all_of([condition for condition, _ in rules]) + " %}"
+@dataclass(frozen=True)
+class LaunchRules:
+    """The checks a state machine applies to a launch's options before it sends the request.
 
+    Attributes:
+        rules: Every option's :data:`Rule`.
+        title: Start of the refusal's cause (holds no quote), e.g. ``"Invalid launch options"``.
+    """
 
-def rules_problem(rules: Sequence[Rule], title: str) -> str:
-    """A ``{% %}`` string (``title`` holds no quote) ``'<title>: <reason>; <reason>.'`` naming every broken rule."""
-    reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in rules)
-    return "{% '" + title + ": ' & $join([" + reasons + "], '; ') & '.' %}"
+    rules: tuple[Rule, ...]
+    title: str
+
+    def check(self) -> str:
+        """A ``{% %}`` condition that every rule holds."""
+        return "{% " + all_of([condition for condition, _ in self.rules]) + " %}"
+
+    def problem(self) -> str:
+        """A ``{% %}`` string ``'<title>: <reason>; <reason>.'`` naming every broken rule: the refusal's cause."""
+        reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in self.rules)
+        return "{% '" + self.title + ": ' & $join([" + reasons + "], '; ') & '.' %}"
 
 
 def render(value: Value) -> Any:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Collection, Mapping, Optional, Sequence, Union
 
 from stacks.components.request_expressions import (  # noqa: F401 (re-exported: the helpers' old home)
     Jsonata,
+    LaunchRules,
     Value,
     append,
     concat,
@@ -32,8 +33,6 @@ from stacks.components.request_expressions import (  # noqa: F401 (re-exported: 
     map_items,
     merge,
     render,
-    rules_check,
-    rules_problem,
     to_jsonata,
     when,
 )
@@ -554,7 +553,7 @@ def state_machine_assignments(template: JobTemplate, source: str = "$states.inpu
     strings), ``code_uri``, ``entry_point`` and ``legacy_keras``, the same options as
     :class:`LaunchOptions`. Without ``job_name`` the job is named ``<project>-<execution name>``.
     ``hyperparameters`` that is not an object (an array, a string...) is kept as given, so that
-    :func:`state_machine_launch_check` refuses it with a reason rather than the assignment failing
+    :func:`launch_rules` refuses it with a reason rather than the assignment failing
     with a JSONata error. The configured hyperparameters are the built-in trainer's: a launch
     with ``code_uri`` (a user's script) gets only its own. ``channels`` (name -> S3 URI) is merged
     over the configured channels.
@@ -595,8 +594,10 @@ def state_machine_assignments(template: JobTemplate, source: str = "$states.inpu
     }
 
 
-def _launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
-    """``(JSONata condition, JSONata reason when it is false)`` for every launch option.
+def launch_rules(template: JobTemplate) -> LaunchRules:
+    """Every launch option's rule, in JSONata: the workflow checks that the resolved variables are a
+    launch :func:`resolve_launch` accepts, and refuses with each broken rule's reason (the pipeline
+    combines the rules with its own).
 
     Each condition guards its own types, so every one can be evaluated whatever the input holds.
     """
@@ -611,7 +612,7 @@ def _launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
     is_object = "$type($hyperparameters) = 'object'"
     spot = "" if template.checkpointing else " and $use_spot = false"
     spot_reason = "a boolean" if template.checkpointing else "false (this deployment has checkpointing off)"
-    return [
+    rules = [
         (
             f"$type($job_name) = 'string' and $length($job_name) <= {MAX_JOB_NAME_LENGTH}"
             f" and $contains($job_name, /^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
@@ -664,6 +665,7 @@ def _launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
         ),
         *_channel_rules(template),
     ]
+    return LaunchRules(tuple(rules), "Invalid launch options")
 
 
 def _channel_rules(template: JobTemplate) -> list[tuple[str, str]]:
@@ -697,22 +699,6 @@ def _channel_rules(template: JobTemplate) -> list[tuple[str, str]]:
             f" SageMaker accepts at most {limits.max_channels}'",
         ),
     ]
-
-
-def launch_rules(template: JobTemplate) -> list[tuple[str, str]]:
-    """``(condition, reason)`` JSONata pairs of :func:`state_machine_launch_check` (the pipeline combines them)."""
-    return _launch_rules(template)
-
-
-def state_machine_launch_check(template: JobTemplate) -> str:
-    """JSONata condition that the resolved variables are a launch :func:`resolve_launch` accepts."""
-    return rules_check(_launch_rules(template))
-
-
-def state_machine_launch_problem(template: JobTemplate) -> str:
-    """The ``Cause`` of the workflow's failure when :func:`state_machine_launch_check` is false:
-    every broken rule's reason."""
-    return rules_problem(_launch_rules(template), "Invalid launch options")
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ same function ``scripts.launch --direct`` calls.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import jsii
@@ -43,10 +44,9 @@ from stacks.components.training_job_spec import (
     JobResources,
     JobTemplate,
     create_training_job_request,
+    launch_rules,
     readable_processing_prefixes,
     state_machine_assignments,
-    state_machine_launch_check,
-    state_machine_launch_problem,
 )
 from stacks.config import PlatformConfig
 
@@ -101,26 +101,34 @@ def acknowledge_wildcard_resources(scope: Construct, reason: str, resources: Seq
     scope.node.add_validation(_AcknowledgeWildcardResources(scope, reason, resources))
 
 
-def sagemaker_execution_role(
-    scope: Construct,
-    *,
-    description: str,
-    statements: Sequence[iam.PolicyStatement],
-    wildcard_reason: str,
-    wildcards: Sequence[str],
-) -> tuple[iam.Role, iam.ManagedPolicy]:
-    """An execution role for SageMaker jobs or endpoints: ``Role`` and ``Policy`` in ``scope``.
+class SageMakerExecutionRole(Construct):
+    """An execution role for SageMaker jobs or endpoints, with its customer-managed policy.
 
     Only SageMaker acting for this account's resources in this region may assume it
     (cross-service confused deputy prevention). Its permissions are one customer-managed policy
     rather than an inline one (NIST.800.53.R5-IAMNoInlinePolicy), whose wildcard resources are
-    acknowledged with ``wildcard_reason``.
-    """
-    role = iam.Role(scope, "Role", assumed_by=sagemaker_principal(Stack.of(scope)), description=description)
-    policy = iam.ManagedPolicy(scope, "Policy", statements=list(statements), roles=[role])
-    acknowledge_wildcard_resources(policy, wildcard_reason, wildcards)
-    return role, policy
+    acknowledged with ``wildcard_reason``. Subclasses say what the role may do.
 
+    Attributes:
+        role: The role.
+        policy: Its customer-managed policy.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        description: str,
+        statements: Sequence[iam.PolicyStatement],
+        wildcard_reason: str,
+        wildcards: Sequence[str],
+    ) -> None:
+        """Create ``Role`` and ``Policy`` (``statements``, with ``wildcards`` acknowledged) in the construct."""
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(self, "Role", assumed_by=sagemaker_principal(Stack.of(self)), description=description)
+        self.policy = iam.ManagedPolicy(self, "Policy", statements=list(statements), roles=[self.role])
+        acknowledge_wildcard_resources(self.policy, wildcard_reason, wildcards)
 
 
 def logged_state_machine(
@@ -187,17 +195,13 @@ class TrainingJobSecurityGroup(Construct):
         )
 
 
-class TrainingJobRole(Construct):
+class TrainingJobRole(SageMakerExecutionRole):
     """The execution role SageMaker assumes for a job, limited to the project's resources.
 
     Reads only the configured channel prefixes of the datasets bucket; reads and writes only the
     output and checkpoint prefixes of the artifacts bucket; uses the platform key; pulls from the
     project's repository; writes logs only to the project's streams in SageMaker's log group;
     manages network interfaces only in the training VPC.
-
-    Attributes:
-        role: The role.
-        policy: Its customer-managed policy.
     """
 
     def __init__(
@@ -229,8 +233,7 @@ class TrainingJobRole(Construct):
             extra_input_prefixes: Further datasets-bucket prefixes a launch's channels may
                 point into (read access): the processing output prefix.
         """
-        super().__init__(scope, construct_id)
-        stack = Stack.of(self)
+        stack = Stack.of(scope)
         input_prefixes = sorted({*channels.values(), *extra_input_prefixes})
         artifact_prefixes = [OUTPUT_PREFIX, CHECKPOINT_PREFIX]
         input_objects = [datasets_bucket.arn_for_objects(f"{p}*") for p in input_prefixes]
@@ -273,8 +276,9 @@ class TrainingJobRole(Construct):
             ),
             *runtime_statements,
         ]
-        self.role, self.policy = sagemaker_execution_role(
-            self,
+        super().__init__(
+            scope,
+            construct_id,
             description=f"{project_name}: execution role of the project's SageMaker training jobs",
             statements=statements,
             wildcard_reason=(
@@ -286,6 +290,45 @@ class TrainingJobRole(Construct):
                 "condition (a new interface by the subnet it must be created in)."
             ),
             wildcards=[*input_objects, *artifact_objects, code_objects, *runtime_wildcards],
+        )
+
+
+@dataclass(frozen=True)
+class JobInfrastructure:
+    """What the project's SageMaker jobs run on: the data plane's key, buckets, repository and network.
+
+    Attributes:
+        key: Platform KMS key.
+        datasets_bucket: Training data, raw and processed data.
+        artifacts_bucket: Users' code, outputs and checkpoints, the models.
+        repository: The project's image repository.
+        image_tag: The image tag jobs (and the models the pipeline promotes) run.
+        network: The training VPC and its endpoints.
+        subnet_ids: The private subnets jobs run in.
+    """
+
+    key: kms.IKey
+    datasets_bucket: s3.IBucket
+    artifacts_bucket: s3.IBucket
+    repository: ecr.IRepository
+    image_tag: str
+    network: TrainingNetwork
+    subnet_ids: Sequence[str]
+
+    def image_uri(self, stack: Stack) -> str:
+        """The URI of the image jobs run (``stack`` is in the repository's account and region)."""
+        return repository_image_uri(stack, self.repository, self.image_tag)
+
+    def job_resources(self, stack: Stack, *, role_arn: str, security_group_id: str) -> JobResources:
+        """The :class:`JobResources` of jobs run in ``stack`` with ``role_arn`` in ``security_group_id``."""
+        return JobResources(
+            role_arn=role_arn,
+            image_uri=self.image_uri(stack),
+            datasets_bucket=self.datasets_bucket.bucket_name,
+            artifacts_bucket=self.artifacts_bucket.bucket_name,
+            key_arn=self.key.key_arn,
+            subnet_ids=list(self.subnet_ids),
+            security_group_ids=[security_group_id],
         )
 
 
@@ -313,13 +356,7 @@ class TrainingJobWorkflow(Construct):
         construct_id: str,
         *,
         config: PlatformConfig,
-        key: kms.IKey,
-        datasets_bucket: s3.IBucket,
-        artifacts_bucket: s3.IBucket,
-        repository: ecr.IRepository,
-        image_tag: str,
-        network: TrainingNetwork,
-        subnet_ids: Sequence[str],
+        infrastructure: JobInfrastructure,
     ) -> None:
         """Create the workflow.
 
@@ -327,44 +364,33 @@ class TrainingJobWorkflow(Construct):
             scope: Parent construct.
             construct_id: Construct id.
             config: The validated platform config (``training_job`` and ``project_name``).
-            key: Platform KMS key.
-            datasets_bucket: Bucket with the input channels.
-            artifacts_bucket: Bucket for outputs and checkpoints.
-            repository: Training image repository.
-            image_tag: The image tag jobs run.
-            network: The training VPC and its endpoints.
-            subnet_ids: The private subnets jobs run in.
+            infrastructure: The key, buckets (input channels; outputs and checkpoints), image
+                repository and tag, VPC and subnets jobs run on.
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         project = config.project_name
-        vpc = network.vpc
-        self.security_group = TrainingJobSecurityGroup(self, "Network", network=network).security_group
+        self.security_group = TrainingJobSecurityGroup(self, "Network", network=infrastructure.network).security_group
         self.job_role = TrainingJobRole(
             self,
             "JobRole",
             project_name=project,
             channels=config.training_job.channels,
             extra_input_prefixes=readable_processing_prefixes(config),
-            key=key,
-            datasets_bucket=datasets_bucket,
-            artifacts_bucket=artifacts_bucket,
-            repository=repository,
-            vpc=vpc,
+            key=infrastructure.key,
+            datasets_bucket=infrastructure.datasets_bucket,
+            artifacts_bucket=infrastructure.artifacts_bucket,
+            repository=infrastructure.repository,
+            vpc=infrastructure.network.vpc,
         ).role
         self.template = JobTemplate.from_config(
             config,
-            JobResources(
-                role_arn=self.job_role.role_arn,
-                image_uri=repository_image_uri(stack, repository, image_tag),  # same account and region as the repository's stack
-                datasets_bucket=datasets_bucket.bucket_name,
-                artifacts_bucket=artifacts_bucket.bucket_name,
-                key_arn=key.key_arn,
-                subnet_ids=list(subnet_ids),
-                security_group_ids=[self.security_group.security_group_id],
+            infrastructure.job_resources(
+                stack, role_arn=self.job_role.role_arn, security_group_id=self.security_group.security_group_id
             ),
         )
 
+        rules = launch_rules(self.template)
         resolve = sfn.Pass.jsonata(
             self,
             "ResolveLaunchOptions",
@@ -375,7 +401,7 @@ class TrainingJobWorkflow(Construct):
             self,
             "InvalidLaunchOptions",
             error="InvalidLaunchOptions",
-            cause=state_machine_launch_problem(self.template),
+            cause=rules.problem(),
         )
         failed = sfn.Fail.jsonata(
             self,
@@ -403,12 +429,12 @@ class TrainingJobWorkflow(Construct):
         train.add_catch(failed, errors=["States.ALL"])
         definition = resolve.next(
             sfn.Choice.jsonata(self, "CheckLaunchOptions")
-            .when(sfn.Condition.jsonata(state_machine_launch_check(self.template)), train)
+            .when(sfn.Condition.jsonata(rules.check()), train)
             .otherwise(invalid)
         )
 
         self.log_group: logs.LogGroup = encrypted_log_group(
-            self, "Logs", key=key, log_group_name=f"/aws/vendedlogs/states/{project}-training-job"
+            self, "Logs", key=infrastructure.key, log_group_name=f"/aws/vendedlogs/states/{project}-training-job"
         )
         state_machine_name = f"{project}-training-job"
         self.role = iam.Role(

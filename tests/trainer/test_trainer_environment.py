@@ -135,8 +135,8 @@ def test_malformed_hyperparameters_file_is_named(tmp_path):
     [
         ({"EXPECTED_GPU_COUNT": "-1"}, "EXPECTED_GPU_COUNT must be >= 0"),
         ({"EXPECTED_GPU_COUNT": "two"}, "EXPECTED_GPU_COUNT must be an integer"),
-        ({"RENDEZVOUS_TIMEOUT_SECONDS": "soon"}, "RENDEZVOUS_TIMEOUT_SECONDS must be a number"),
-        ({"RENDEZVOUS_TIMEOUT_SECONDS": "0"}, "RENDEZVOUS_TIMEOUT_SECONDS must be positive"),
+        ({"RENDEZVOUS_TIMEOUT_SECONDS": "soon"}, "RENDEZVOUS_TIMEOUT_SECONDS must be a positive number of seconds"),
+        ({"RENDEZVOUS_TIMEOUT_SECONDS": "0"}, "RENDEZVOUS_TIMEOUT_SECONDS must be a positive number of seconds"),
         ({"TRAINER_LOGICAL_CPU_DEVICES": "0"}, "TRAINER_LOGICAL_CPU_DEVICES must be >= 1"),
     ],
 )

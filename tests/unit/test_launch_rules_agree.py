@@ -2,7 +2,7 @@
 
 The launch rules are written twice today: as Python checks (:func:`resolve_launch`, for
 ``scripts.launch --direct`` and the SDK config) and as the workflow's JSONata rules
-(:func:`state_machine_launch_check`, in the deployed template). Rendering both from one table
+(:func:`launch_rules`, in the deployed template). Rendering both from one table
 would change either the template's text or the messages the Python checks print, so both stay
 hand-written and this test holds them together: a generated set of launches (every field's valid
 values, each invalid value alone, and seeded random mixes of both) is run through both, with the
@@ -29,8 +29,7 @@ from stacks.components.processing_job_spec import (
     ProcessingOptions,
     ProcessingTemplate,
     create_processing_job_request,
-    processing_launch_check,
-    processing_launch_problem,
+    processing_launch_rules,
     processing_state_machine_assignments,
     resolve_processing,
 )
@@ -225,8 +224,8 @@ def processing_verdicts() -> tuple[ProcessingTemplate, list[tuple[dict[str, Any]
     runs = generated_processing_runs()
     doc = {
         "assign": processing_state_machine_assignments(template, source="$states.input"),
-        "check": processing_launch_check(template),
-        "problem": processing_launch_problem(template),
+        "check": processing_launch_rules(template).check(),
+        "problem": processing_launch_rules(template).problem(),
         "request": create_processing_job_request(template, STATE_MACHINE_PROCESSING_VALUES),
         "cases": [{"input": run, "execution_name": f"e{i}"} for i, (run, _) in enumerate(runs)],
     }

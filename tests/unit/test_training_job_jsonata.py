@@ -27,10 +27,9 @@ from stacks.components.training_job_spec import (
     LaunchError,
     LaunchOptions,
     create_training_job_request,
+    launch_rules,
     resolve_launch,
     state_machine_assignments,
-    state_machine_launch_check,
-    state_machine_launch_problem,
 )
 from stacks.config import load_config
 from tests.synth import ROOT, project_context
@@ -128,8 +127,8 @@ INVALID_WITH_REASON = [
 def _evaluate(template: JobTemplate, cases: list[dict]) -> list[dict]:
     doc = {
         "assign": state_machine_assignments(template),
-        "check": state_machine_launch_check(template),
-        "problem": state_machine_launch_problem(template),
+        "check": launch_rules(template).check(),
+        "problem": launch_rules(template).problem(),
         "request": create_training_job_request(template, STATE_MACHINE_VALUES),
         "cases": cases,
     }

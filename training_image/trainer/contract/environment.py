@@ -413,15 +413,7 @@ def rendezvous_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
     Raises:
         ConfigError: naming the variable when it is not a positive number.
     """
-    env = os.environ if env is None else env
-    raw_timeout = env.get(ENV_RENDEZVOUS_TIMEOUT, "").strip()
-    try:
-        timeout = float(raw_timeout) if raw_timeout else DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS
-    except ValueError:
-        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be a number of seconds, got {raw_timeout!r}.") from None
-    if not timeout > 0:
-        raise ConfigError(f"{ENV_RENDEZVOUS_TIMEOUT} must be positive, got {raw_timeout!r}.")
-    return timeout
+    return seconds_setting(os.environ if env is None else env, ENV_RENDEZVOUS_TIMEOUT, DEFAULT_RENDEZVOUS_TIMEOUT_SECONDS)
 
 
 def resolve_cluster(paths: Paths, env: Mapping[str, str] | None = None) -> Cluster:
@@ -524,13 +516,7 @@ def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironmen
     instance_type = instance_type or env.get("SM_CURRENT_INSTANCE_TYPE") or None
 
     timeout = rendezvous_timeout_seconds(env)
-    raw_refused = env.get(ENV_RENDEZVOUS_REFUSED, "").strip()
-    try:
-        refused = float(raw_refused) if raw_refused else DEFAULT_RENDEZVOUS_REFUSED_SECONDS
-    except ValueError:
-        raise ConfigError(f"{ENV_RENDEZVOUS_REFUSED} must be a number of seconds, got {raw_refused!r}.") from None
-    if not refused > 0:
-        raise ConfigError(f"{ENV_RENDEZVOUS_REFUSED} must be positive, got {raw_refused!r}.")
+    refused = seconds_setting(env, ENV_RENDEZVOUS_REFUSED, DEFAULT_RENDEZVOUS_REFUSED_SECONDS)
 
     return TrainingEnvironment(
         paths=paths,
