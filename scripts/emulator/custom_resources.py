@@ -48,8 +48,15 @@ UNSERVED: list[str] = []
 """Custom resource types answered without a local provider (their effect did not happen)."""
 
 
+_client_lock = threading.Lock()
+
+
 def _client(service: str, event: Event) -> Any:
-    return _cached_client(service, _endpoint_url or "", event["StackId"].split(":")[3])
+    # moto starts one thread per custom resource, all at once (a sandbox data stack has three
+    # auto-delete buckets): one of them makes the client, the others wait for it and reuse it,
+    # instead of each building its own while the deploy's check waits.
+    with _client_lock:
+        return _cached_client(service, _endpoint_url or "", event["StackId"].split(":")[3])
 
 
 @functools.lru_cache(maxsize=None)
@@ -154,7 +161,8 @@ def handle(event: Event, *, respond: bool = True) -> tuple[str, str]:
     """Run the provider for one CloudFormation event and PUT the response, as a handler would.
 
     Returns:
-        ``(status, reason)`` as sent.
+        ``(status, reason)`` as sent, or ``("UNDELIVERED", why)`` where the emulator no longer
+        listens (a deploy that gave up waiting).
     """
     resource_type = event["ResourceType"]
     status, reason, data = "SUCCESS", "", {}
@@ -191,6 +199,9 @@ def handle(event: Event, *, respond: bool = True) -> tuple[str, str]:
         except urllib.error.HTTPError as err:
             log.error("response to %s rejected: %s %s", event["ResponseURL"], err.code, err.read()[:500])
             raise
+        except OSError as err:  # the emulator is gone (a deploy that gave up): nobody is left to answer
+            log.error("response to %s not delivered: %s", event["ResponseURL"], err)
+            return "UNDELIVERED", str(err)
     return status, reason
 
 

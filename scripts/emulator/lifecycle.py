@@ -423,7 +423,9 @@ class Lifecycle:
         cloudformation = self.client("cloudformation")
         manifest = json.loads((assembly / "manifest.json").read_text())["artifacts"]
         check = DeployCheck()
-        deadline = time.monotonic() + 30
+        # Custom resources answer from moto's threads; on a loaded 2-core machine (two test
+        # workers) a minute, not seconds, before one that never answers is reported.
+        deadline = time.monotonic() + 60
         for artifact_id, artifact in manifest.items():
             if artifact.get("type") != "aws:cloudformation:stack":
                 continue
