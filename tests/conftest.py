@@ -35,8 +35,9 @@ _GROUPS = {"tests/integration": "cdk-cli", "tests/gates": "cdk-cli", "tests/imag
 _FIRST = ("cdk-cli", "tests/image")
 
 
-def group_of(path: str) -> str:
-    """The group of the test module at ``path`` (relative to the repository root, ``/``-separated)."""
+def group_of(nodeid: str) -> str:
+    """The group of the test ``nodeid`` (``tests/.../test_x.py::test_y``): its module's, or its folder's."""
+    path = nodeid.split("::", 1)[0]
     return next((group for folder, group in _GROUPS.items() if path.startswith(folder + "/")), path)
 
 
@@ -44,7 +45,7 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pyte
     """In an xdist worker, the groups of :data:`_FIRST` first (a stable sort: otherwise as collected)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         rank = {group: index for index, group in enumerate(_FIRST)}
-        items.sort(key=lambda item: rank.get(group_of(item.nodeid.split("::", 1)[0]), len(rank)))
+        items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: known only where xdist is loaded
@@ -61,7 +62,7 @@ def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201 - xdist's 
 
     class ByGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return group_of(nodeid.split("::", 1)[0])
+            return group_of(nodeid)
 
     config.option.loadscopereorder = False  # keep the order above, not "most tests first"
     return ByGroup(config, log)

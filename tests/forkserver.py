@@ -36,6 +36,10 @@ import socket
 import struct
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the client runs with -S: nothing beyond what it needs is imported at start
+    import subprocess
 
 # Variables read while Python, NumPy, TensorFlow or Keras are imported: a run whose value differs
 # from the server's cannot be a fork of it.
@@ -67,8 +71,8 @@ def _receive(sock: socket.socket, with_fds: int = 0) -> tuple[dict | None, list[
     fds: list[int] = []
     buffer = b""
     space = socket.CMSG_SPACE(with_fds * array.array("i").itemsize) if with_fds else 0
-    while len(buffer) < _HEADER.size or len(buffer) < _HEADER.size + _HEADER.unpack_from(buffer)[0]:
-        want = _HEADER.size if len(buffer) < _HEADER.size else _HEADER.size + _HEADER.unpack_from(buffer)[0]
+    # The header first, then as many bytes as it says.
+    while len(buffer) < (want := _HEADER.size + (_HEADER.unpack_from(buffer)[0] if len(buffer) >= _HEADER.size else 0)):
         chunk, ancillary, _, _ = sock.recvmsg(want - len(buffer), space)
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -307,15 +311,16 @@ def _flush() -> None:
 
 # --- used by the tests -----------------------------------------------------------------------------
 
-_server: object = None
+_server: subprocess.Popen[bytes] | None = None
 _socket_path: str | None = None
 
 
 def python_command(*python_args: str) -> list[str]:
     """``[python, *python_args]`` as a command whose run may be a fork of the session's server.
 
-    Starts the server on first use (it imports TensorFlow in the background; runs before it is ready
-    are fresh processes). Stopped by :func:`stop` at the end of the session.
+    Starts the server on first use and waits (up to 60 s) until it has imported TensorFlow and
+    listens; if it never does, the client finds no socket and every run is a fresh process.
+    Stopped by :func:`stop` at the end of the session.
     """
     global _server, _socket_path
     if os.environ.get("TRAINER_TEST_FORKSERVER") == "0":
@@ -328,14 +333,11 @@ def python_command(*python_args: str) -> list[str]:
 
         directory = tempfile.mkdtemp(prefix="trainer-forkserver-")
         _socket_path = os.path.join(directory, "socket")
-        _server = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "serve", _socket_path],
-            cwd=TRAINING_IMAGE,
-            env=trainer_env(TRAINING_IMAGE),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=open(os.path.join(directory, "server.log"), "wb"),  # noqa: SIM115 - the server's lifetime
-        )
+        with open(os.path.join(directory, "server.log"), "wb") as log:
+            _server = subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "serve", _socket_path],
+                cwd=TRAINING_IMAGE, env=trainer_env(TRAINING_IMAGE), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+            )  # fmt: skip
         deadline = time.monotonic() + 60
         while not os.path.exists(_socket_path) and _server.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -346,11 +348,13 @@ def stop() -> None:
     """Stops the server (its runs in flight end with their clients)."""
     global _server
     if _server is not None:
-        _server.terminate()  # type: ignore[attr-defined]
+        import subprocess
+
+        _server.terminate()
         try:
-            _server.wait(timeout=10)  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001
-            _server.kill()  # type: ignore[attr-defined]
+            _server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            _server.kill()
         _server = None
 
 

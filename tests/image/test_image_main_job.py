@@ -14,11 +14,11 @@ from tests.trainer.helpers import ROOT
 pytestmark = [pytest.mark.image, pytest.mark.slow, pytest.mark.integration]
 
 
-def _labelled(kind: str, label: str) -> list[str]:
-    """Names of the containers (``container``) or networks (``network``) that carry ``label``."""
-    listed = containers.docker(kind, "ls", *(["-a"] if kind == "container" else []), "--filter", f"label={label}", "--format", "{{.Names}}" if kind == "container" else "{{.Name}}")  # fmt: skip
-    assert listed.returncode == 0, listed.stderr
-    return listed.stdout.split()
+def _left_behind(label: str) -> tuple[list[str], list[str]]:
+    """Names of the containers and of the networks that carry ``label``."""
+    left = containers.docker("ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}")
+    networks = containers.docker("network", "ls", "--filter", f"label={label}", "--format", "{{.Name}}")
+    return left.stdout.split(), networks.stdout.split()
 
 
 def test_run_local_containers_trains_and_serves_in_the_image_and_leaves_no_container(image, tmp_path) -> None:
@@ -39,5 +39,6 @@ def test_run_local_containers_trains_and_serves_in_the_image_and_leaves_no_conta
     assert log.read_text().startswith("[trainer] config model=\"mlp\"")
     # This run's containers and networks (another run's may be running beside it) carry its label.
     label = re.search(r"each is labelled (gputrain-emu\.run=[0-9a-f]+)", out).group(1)  # type: ignore[union-attr]
-    assert _labelled("container", label) == [], "a container outlived its job or endpoint"
-    assert _labelled("network", label) == [], "a job's network outlived it"
+    left, networks = _left_behind(label)
+    assert left == [], "a container outlived its job or endpoint"
+    assert networks == [], "a job's network outlived it"
