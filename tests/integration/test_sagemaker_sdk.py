@@ -31,6 +31,7 @@ from scripts.emulator.lifecycle import Lifecycle, Options
 from scripts.sdk_config import CONFIG_ENV, estimator_arguments, python_literal, sdk_defaults
 from scripts.teardown_audit import INFO
 from stacks.components.training_job_spec import CHECKPOINT_PREFIX, CODE_PREFIX, OUTPUT_PREFIX
+from tests.integration.sdk_clock import fast_sdk_polls
 from tests.offline import loopback_only
 
 pytestmark = [
@@ -126,6 +127,7 @@ def sdk_run(platform: Lifecycle) -> Iterator[SdkRun]:
         patch.setenv(CONFIG_ENV, str(result.config_file))
         patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
         patch.setattr(boto3, "DEFAULT_SESSION", None)
+        fast_sdk_polls(patch)
 
         # The user's code, as the README shows it, with its placeholders filled in.
         code = readme_block("python")

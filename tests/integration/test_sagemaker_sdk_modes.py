@@ -37,6 +37,7 @@ from scripts.emulator.lifecycle import Lifecycle, Options
 from scripts.sdk_config import CONFIG_ENV, estimator_arguments, sdk_defaults
 from stacks.components.training_job_spec import OUTPUT_PREFIX
 from tests.integration.test_sagemaker_sdk import _allows, _role_statements
+from tests.integration.sdk_clock import fast_sdk_polls
 from tests.offline import loopback_only
 
 pytestmark = [
@@ -153,6 +154,7 @@ def sdk(platform: Lifecycle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             patch.setenv(key, value)
         patch.delenv("AWS_PROFILE", raising=False)
         patch.setattr(boto3, "DEFAULT_SESSION", None)
+        fast_sdk_polls(patch)
         yield result
     finally:
         patch.undo()

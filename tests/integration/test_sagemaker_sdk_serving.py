@@ -21,6 +21,7 @@ import boto3
 import pytest
 
 from scripts.emulator.lifecycle import Lifecycle, Options
+from tests.integration.sdk_clock import fast_sdk_polls
 from tests.offline import loopback_only
 from tests.serve.models import save_regression
 
@@ -67,6 +68,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iter
         patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
         patch.delenv("AWS_PROFILE", raising=False)
         patch.setattr(boto3, "DEFAULT_SESSION", None)
+        fast_sdk_polls(patch)
         bucket = "gputrain-sdk-serving-artifacts"
         s3 = lifecycle.client("s3")
         s3.create_bucket(Bucket=bucket)
