@@ -46,8 +46,11 @@ fi
 # pip is quiet for minutes while it downloads and unpacks (TensorFlow alone is ~600 MB): relay
 # one line per package it fetches and one when it starts installing, and drop a harmless warning
 # some machines print for a configured local index that does not exist. pip's exit status is kept.
+# --no-compile: pip would byte-compile every installed module (TensorFlow's thousands included),
+# half of a fresh install's time; Python compiles a module the first time it is imported instead,
+# and caches it as usual.
 pip_install() {
-  "${PIP_VENV:-$VENV}/bin/python" -m pip install --disable-pip-version-check --progress-bar off "$@" \
+  "${PIP_VENV:-$VENV}/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-compile "$@" \
     2> >(grep -v "is ignored: it is neither" >&2) |
     while IFS= read -r line; do
       case "$line" in
