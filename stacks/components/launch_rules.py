@@ -160,7 +160,7 @@ class Compare(Expr):
         return _COMPARISONS[self.op](self.left.evaluate(env), self.right.evaluate(env))
 
     def jsonata(self) -> str:
-        return f"{self.left.jsonata()} {self.op} {self.right.jsonata()}"
+        return f"({self.left.jsonata()} {self.op} {self.right.jsonata()})"
 
 
 def eq(left: Operand, right: Operand) -> Expr:
@@ -297,9 +297,10 @@ class StringTest(Expr):
     def jsonata(self) -> str:
         value, text = self.value.jsonata(), json.dumps(self.text)
         if self.test == "starts":
-            return f"$substring({value}, 0, {len(self.text)}) = {text}"
+            # Measured when the machine runs: at synth a bucket name is a token of another length.
+            return f"($substring({value}, 0, $length({text})) = {text})"
         if self.test == "ends":
-            return f"$substring({value}, -{len(self.text)}) = {text}"
+            return f"($substring({value}, -$length({text})) = {text})"
         if self.test == "contains":
             return f"$contains({value}, {text})"
         return f"{text} in $split({value}, '/')"
