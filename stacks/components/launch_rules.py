@@ -15,6 +15,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence, Union
 
 from stacks.components.request_expressions import LaunchRules
@@ -45,23 +46,44 @@ def jsonata_type(value: Any) -> str:
     return "object" if isinstance(value, Mapping) else "array"
 
 
-def _json(value: Any) -> Any:
-    """``value`` with numbers as JavaScript writes them (15 significant digits, whole floats as integers)."""
-    if isinstance(value, float):
-        value = float(f"{value:.15g}")
-        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+def _js_number(number: float) -> str:
+    """A number as JavaScript writes it (ECMA-262 ``Number::toString``) after JSONata's rounding to 15
+    significant digits: ``2`` for 2.0, ``0.00001`` and ``1e-7``, where Python writes ``1e-05`` and ``1e-07``."""
+    rounded = float(f"{number:.15g}")
+    if rounded == 0:
+        return "0"
+    sign = "-" if rounded < 0 else ""
+    shortest = Decimal(repr(abs(rounded))).as_tuple()
+    digits = "".join(str(d) for d in shortest.digits)
+    n = len(digits) + int(shortest.exponent)  # the value is 0.<digits> x 10^n
+    digits = digits.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    mantissa = digits[0] + ("." + digits[1:] if k > 1 else "")
+    return f"{sign}{mantissa}e{'+' if n > 0 else '-'}{abs(n - 1)}"
+
+
+def _to_json(value: Any) -> str:
+    """``JSON.stringify(value)`` as JSONata's ``$string`` calls it (numbers as :func:`_js_number`)."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, (int, float)):
+        return _js_number(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
     if isinstance(value, Mapping):
-        return {k: _json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json(v) for v in value]
-    return value
+        return "{" + ",".join(f"{_to_json(str(k))}:{_to_json(v)}" for k, v in value.items()) + "}"
+    return "[" + ",".join(_to_json(v) for v in value) + "]"
 
 
 def jsonata_string(value: Any) -> str:
     """JSONata's ``$string``: a string as is, anything else as compact JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(_json(value), separators=(",", ":"), ensure_ascii=False)
+    return value if isinstance(value, str) else _to_json(value)
 
 
 @dataclass(frozen=True)

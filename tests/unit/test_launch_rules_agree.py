@@ -64,11 +64,11 @@ class Field:
 
 FIELDS = (
     Field("job_name", (ABSENT, "gputrain-a1", "gputrain-run-2--b"),
-          ("other-x", "gputrain-", "gputrain-a_b", "gputrain--a", "gputrain-" + "a" * 55)),
+          ("other-x", "gputrain-", "gputrain-a_b", "gputrain--a", "gputrain-" + "a" * 55, "gputrain-a\n", 7)),
     Field("instance_type", (ABSENT, "ml.g5.xlarge", "ml.g5.12xlarge"), ("ml.p4d.24xlarge", "ml.m5.large", "g5.xlarge")),
     Field("instance_count", (ABSENT, 1, 2, 64), (0, 65, -1, 1.5, True, "2")),
     Field("use_spot", (ABSENT, True, False), ("yes", 1)),
-    Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}),
+    Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}, {"lr": 1e-5, "decay": 2.0}),
           ({"nested": {"a": 1}}, {"notes": "x" * 2501}, {"k" * 257: "1"}, {f"h{i}": i for i in range(98)})),
     Field("legacy_keras", (ABSENT, True, False), ("yes", 0)),
     Field("channels", (ABSENT, {}, {"train": "s3://datasets/processed/p/train/"}, {"extra": "s3://datasets/train/more/"}),
