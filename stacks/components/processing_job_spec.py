@@ -282,7 +282,10 @@ def processing_rules(template: ProcessingTemplate) -> tuple[Rule, ...]:
         Rule(
             "process.instance_count",
             all_of(WholeNumber(count), ge(count, 1), le(count, limits.max_instance_count)),
-            ("process.instance_count ", count, f" must be a whole number from 1 to {limits.max_instance_count}"),
+            (
+                "process.instance_count ", count,
+                f" must be a whole number from 1 to {limits.max_instance_count} (scripts.launch --process-instance-count)",
+            ),
         ),
         Rule(
             # The built-in transform's shards, manifests and statistics are one host's (the container
@@ -305,7 +308,8 @@ def processing_rules(template: ProcessingTemplate) -> tuple[Rule, ...]:
             ),
             (
                 "process.input_uri ", input_uri, f" must lie under {input_prefix} (processing.input_prefix: the only raw"
-                f" data the processing role may read), at most {limits.s3_uri.max_length} characters: upload the raw data there",
+                f" data the processing role may read), at most {limits.s3_uri.max_length} characters: upload the raw data there"
+                " (scripts.launch --input-uri)",
             ),
         ),
         Rule(
@@ -317,7 +321,7 @@ def processing_rules(template: ProcessingTemplate) -> tuple[Rule, ...]:
             ),
             (
                 f"process.arguments must be a list of at most {limits.max_container_arguments} strings of at most"
-                f" {arg_max} characters, e.g. [\"--shards\", \"4\"], not ", arguments,
+                f" {arg_max} characters, e.g. [\"--shards\", \"4\"] (scripts.launch --process-arg), not ", arguments,
             ),
         ),
         *source_rules(

@@ -490,14 +490,17 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
             all_of(eq(type_of(Var("instance_type")), "string"), InTable(Var("instance_facts"), Var("instance_type"))),
             (
                 "instance_type ", Var("instance_type"), " must be a SageMaker training GPU type from the table"
-                " (ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge)"
+                " (ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge, scripts.launch --instance-type)"
                 + (f" that this deployment allows (training_job.allowed_instance_types: {', '.join(allowed)})" if allowed else ""),
             ),
         ),
         Rule(
             "instance_count",
             all_of(WholeNumber(Var("instance_count")), ge(Var("instance_count"), 1), le(Var("instance_count"), MAX_INSTANCE_COUNT)),
-            ("instance_count ", Var("instance_count"), f" must be a whole number from 1 to {MAX_INSTANCE_COUNT}"),
+            (
+                "instance_count ", Var("instance_count"),
+                f" must be a whole number from 1 to {MAX_INSTANCE_COUNT} (scripts.launch --instance-count)",
+            ),
         ),
         Rule(
             "use_spot",

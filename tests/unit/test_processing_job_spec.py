@@ -238,7 +238,7 @@ def test_config_arguments_are_the_built_in_transforms_only():
         ({"instance_count": 2}, "process.instance_count 2: the built-in transform runs on one instance"),
         ({"input_uri": "s3://datasets-bucket/processed/x/"}, "process.input_uri s3://datasets-bucket/processed/x/ must lie under s3://datasets-bucket/raw/"),
         ({"input_uri": "s3://other/raw/"}, "must lie under s3://datasets-bucket/raw/"),
-        ({"arguments": "--shards 4"}, 'process.arguments must be a list of at most 100 strings of at most 256 characters, e.g. ["--shards", "4"], not --shards 4'),
+        ({"arguments": "--shards 4"}, 'process.arguments must be a list of at most 100 strings of at most 256 characters, e.g. ["--shards", "4"] (scripts.launch --process-arg), not --shards 4'),
         ({"arguments": ["a"] * 101}, "process.arguments must be a list of at most 100 strings"),
         ({"code_uri": "s3://artifacts-bucket/code/x.tar.gz"}, "a script needs both its code and its entry point, as strings (scripts.launch --process-source-dir"),
         ({"code_uri": "s3://artifacts-bucket/training-jobs/x.tar.gz", "entry_point": "p.py"}, "process.code_uri s3://artifacts-bucket/training-jobs/x.tar.gz must be a .tar.gz under s3://artifacts-bucket/code/"),

@@ -120,7 +120,7 @@ INVALID_WITH_REASON = [
     ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameters notes must be strings, numbers or booleans of at most 2500 characters"),
     ({"hyperparameters": {"nested": {"a": 1}, "ok": 1}}, "hyperparameters nested must be strings"),
     ({"instance_type": "ml.g4dn.metal"}, "instance_type ml.g4dn.metal must be a SageMaker training GPU type"),
-    ({"instance_count": 0, "use_spot": "yes"}, "instance_count 0 must be a whole number from 1 to 64; use_spot yes must be true or false"),
+    ({"instance_count": 0, "use_spot": "yes"}, "instance_count 0 must be a whole number from 1 to 64 (scripts.launch --instance-count); use_spot yes must be true or false"),
 ]
 
 

@@ -123,7 +123,7 @@ def test_fast_file_channels_and_no_checkpoints_when_off():
     [
         ({"instance_type": "ml.m5.xlarge"}, "instance_type ml.m5.xlarge must be a SageMaker training GPU type from the table"),
         ({"instance_type": "g5.xlarge"}, "instance_type g5.xlarge must be a SageMaker training GPU type from the table (ml. + a row"),
-        ({"instance_count": 0}, "instance_count 0 must be a whole number from 1 to 64"),
+        ({"instance_count": 0}, "instance_count 0 must be a whole number from 1 to 64 (scripts.launch --instance-count)"),
         ({"instance_count": 65}, "instance_count 65 must be a whole number from 1 to 64"),
         ({"job_name": "other-1"}, "job_name other-1 must be gputrain-<letters, digits, hyphens>"),
         ({"job_name": "gputrain-has_underscore"}, "job_name gputrain-has_underscore must be gputrain-<letters"),
