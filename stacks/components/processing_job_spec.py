@@ -6,7 +6,9 @@ Like :mod:`stacks.components.training_job_spec`, the request is written once, in
 :func:`create_processing_job_request`. What a run may override arrives as
 :class:`ProcessingValues`: concrete values (a direct launch, from :func:`resolve_processing`) or
 the pipeline's JSONata variables (:data:`STATE_MACHINE_PROCESSING_VALUES`, assigned by
-:func:`processing_state_machine_assignments` and checked by :func:`processing_launch_rules`).
+:func:`processing_state_machine_assignments` and checked by :func:`processing_launch_rules`, the
+JSONata rendering of the one rule table :func:`processing_rules`, which :func:`resolve_processing`
+evaluates in Python).
 Shape decisions that depend on an override (the volume key for types with local NVMe, sharding
 and encryption with more than one instance, container arguments only when there are some, the
 code input of a user's script) go through the shared helpers of
@@ -22,12 +24,33 @@ a user's ``sourcedir.tar.gz`` at ``/opt/ml/processing/input/code``; the outputs 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from stacks.components.launch_rules import (
+    ITEM,
+    InTable,
+    Not,
+    Rule,
+    Var,
+    WholeNumber,
+    all_of,
+    any_of,
+    count as count_of,
+    eq,
+    every_item,
+    ge,
+    has_segment,
+    le,
+    length,
+    problems,
+    refusal,
+    render_rules,
+    starts_with,
+    type_of,
+)
 from stacks.components.request_expressions import (
     Jsonata,
     LaunchRules,
@@ -42,14 +65,15 @@ from stacks.components.request_expressions import (
 from stacks.components.training_job_spec import (
     CODE_PREFIX,
     EXPECTED_GPU_COUNT_ENV,
-    MAX_ENTRY_POINT_LENGTH,
     InstanceFacts,
     JobResources,
     LaunchError,
+    job_name_rule,
     offered_instance_facts,
     offered_instance_facts_table,
+    source_rules,
 )
-from stacks.config import ENTRY_POINT_PATTERN, PlatformConfig
+from stacks.config import PlatformConfig
 from stacks.sagemaker_limits import processing_job_limits
 
 CONTAINER_ENTRYPOINT = ("python3", "-m", "trainer", "process")
@@ -73,22 +97,13 @@ MAX_JOB_NAME_LENGTH = processing_job_limits().job_name.max_length
 JOB_NAME_SUFFIX = "process"
 """A pipeline's processing job is ``<project>-<execution name>-process``."""
 
-_JOB_SUFFIX_RE = re.compile(r"^[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$")
+PROCESSING_TITLE = "Invalid processing options"
+"""Start of a refused run's message, from the pipeline and from :func:`resolve_processing` alike."""
 
 
 # --------------------------------------------------------------------------------------------
 # What a processing job is made of
 # --------------------------------------------------------------------------------------------
-
-
-def processing_instance_facts(instance_type: str) -> tuple[str, bool]:
-    """``(expected GPU count, local NVMe)`` of a GPU type SageMaker Processing offers.
-
-    Raises:
-        LaunchError: the type is not a ``ml.`` GPU row of the table offered for processing.
-    """
-    facts = _processing_facts(instance_type)
-    return facts.expected_gpu_count, facts.local_nvme
 
 
 def _processing_facts(instance_type: str) -> InstanceFacts:
@@ -97,7 +112,7 @@ def _processing_facts(instance_type: str) -> InstanceFacts:
 
 
 def processing_instance_facts_table(allowed: Optional[Sequence[str]] = None) -> dict[str, dict[str, Any]]:
-    """:func:`processing_instance_facts` of every GPU type offered for processing (only those in
+    """Facts of every GPU type offered for processing (only those in
     ``allowed`` when given): the state machine's copy."""
     return offered_instance_facts_table(processing_job_limits().processing_instance_types, _processing_facts, allowed)
 
@@ -238,67 +253,101 @@ def default_processing_job_name(template: ProcessingTemplate, now: Optional[date
     return f"{template.job_name_prefix}{stamp}-{JOB_NAME_SUFFIX}"
 
 
-def _check_job_name(template: ProcessingTemplate, name: Any) -> str:
-    prefix = template.job_name_prefix
-    if (
-        not isinstance(name, str)
-        or not name.startswith(prefix)
-        or not _JOB_SUFFIX_RE.match(name[len(prefix):])
-        or len(name) > MAX_JOB_NAME_LENGTH
-    ):
-        raise LaunchError(
-            f"processing job name {name!r} is not allowed; use {prefix}<letters, digits, hyphens>, at most "
-            f"{MAX_JOB_NAME_LENGTH} characters (the roles may only create {prefix}* jobs)"
-        )
-    return name
-
-
-def _check_input_uri(template: ProcessingTemplate, uri: Any) -> str:
-    prefix = template.input_uri_prefix
-    limit = processing_job_limits().s3_uri.max_length
-    if not isinstance(uri, str) or not uri.startswith(prefix) or ".." in uri.split("/") or len(uri) > limit:
-        raise LaunchError(
-            f"input_uri {uri!r} must lie under {prefix} (processing.input_prefix: the only raw data the "
-            f"processing role may read), at most {limit} characters; upload the raw data there"
-        )
-    return uri
-
-
-def _check_arguments(arguments: Any) -> list[str]:
+def processing_rules(template: ProcessingTemplate) -> tuple[Rule, ...]:
+    """Every processing option's rule, over the variables of :func:`processing_state_machine_assignments`:
+    the one table that :func:`resolve_processing` evaluates and :func:`processing_launch_rules` renders."""
     limits = processing_job_limits()
-    if not isinstance(arguments, (list, tuple)) or not all(isinstance(a, str) for a in arguments):
-        raise LaunchError(f"arguments {arguments!r} must be a list of strings, e.g. ['--shards', '4']")
-    if len(arguments) > limits.max_container_arguments:
-        raise LaunchError(
-            f"{len(arguments)} container arguments; SageMaker Processing accepts at most {limits.max_container_arguments}"
-        )
-    for argument in arguments:
-        problem = limits.container_argument.problem(argument)
-        if problem:
-            raise LaunchError(f"container argument {argument[:60]!r} {problem} (SageMaker's limit)")
-    return list(arguments)
+    input_prefix = template.input_uri_prefix
+    arg_max = limits.container_argument.max_length
+    count, code_uri = Var("process_instance_count"), Var("process_code_uri")
+    input_uri, arguments = Var("process_input_uri"), Var("process_arguments")
+    allowed = template.allowed_instance_types
+    return (
+        job_name_rule(
+            "process.job_name", "process_job_name", template.job_name_prefix, MAX_JOB_NAME_LENGTH,
+            " (a long execution name makes the default too long)",
+        ),
+        Rule(
+            "process.instance_type",
+            all_of(
+                eq(type_of(Var("process_instance_type")), "string"),
+                InTable(Var("process_instance_facts"), Var("process_instance_type")),
+            ),
+            (
+                "process.instance_type ", Var("process_instance_type"), " must be a GPU type SageMaker Processing offers,"
+                " from the table (ml.*, scripts.launch --process-instance-type)"
+                + (f" that this deployment allows (processing.allowed_instance_types: {', '.join(allowed)})" if allowed else ""),
+            ),
+        ),
+        Rule(
+            "process.instance_count",
+            all_of(WholeNumber(count), ge(count, 1), le(count, limits.max_instance_count)),
+            (
+                "process.instance_count ", count,
+                f" must be a whole number from 1 to {limits.max_instance_count} (scripts.launch --process-instance-count)",
+            ),
+        ),
+        Rule(
+            # The built-in transform's shards, manifests and statistics are one host's (the container
+            # refuses several hosts too, but only once the instances are up and billed).
+            "process.instance_count",
+            any_of(Not(eq(type_of(count), "number")), eq(count, 1), all_of(eq(type_of(code_uri), "string"), Not(eq(code_uri, "")))),
+            (
+                "process.instance_count ", count, ": the built-in transform runs on one instance (processing.instance_count,"
+                " --process-instance-count), several need your own processing script (code_uri and entry_point,"
+                " --process-source-dir/--process-entry-point)",
+            ),
+        ),
+        Rule(
+            "process.input_uri",
+            all_of(
+                eq(type_of(input_uri), "string"),
+                le(length(input_uri), limits.s3_uri.max_length),
+                starts_with(input_uri, input_prefix),
+                Not(has_segment(input_uri, "..")),
+            ),
+            (
+                "process.input_uri ", input_uri, f" must lie under {input_prefix} (processing.input_prefix: the only raw"
+                f" data the processing role may read), at most {limits.s3_uri.max_length} characters: upload the raw data there"
+                " (scripts.launch --input-uri)",
+            ),
+        ),
+        Rule(
+            "process.arguments",
+            all_of(
+                eq(type_of(arguments), "array"),
+                le(count_of(arguments), limits.max_container_arguments),
+                every_item(arguments, all_of(eq(type_of(ITEM), "string"), le(length(ITEM), arg_max))),
+            ),
+            (
+                f"process.arguments must be a list of at most {limits.max_container_arguments} strings of at most"
+                f" {arg_max} characters, e.g. [\"--shards\", \"4\"] (scripts.launch --process-arg), not ", arguments,
+            ),
+        ),
+        *source_rules(
+            "process.", "process_", template.code_uri_prefix, "processing role",
+            "scripts.launch --process-source-dir DIR --process-entry-point prep.py",
+        ),
+    )
 
 
-def _check_source(template: ProcessingTemplate, code_uri: Optional[str], entry_point: Optional[str]) -> tuple[str, str]:
-    if not code_uri and not entry_point:
-        return "", ""
-    if not code_uri or not entry_point:
-        raise LaunchError(
-            "a processing script needs both its code and its entry point: --process-source-dir DIR "
-            "--process-entry-point prep.py (pipeline input: process.code_uri and process.entry_point)"
-        )
-    prefix = template.code_uri_prefix
-    if not code_uri.startswith(prefix) or not code_uri.endswith(".tar.gz"):
-        raise LaunchError(
-            f"code_uri {code_uri!r} must be a .tar.gz under {prefix} (the only code the processing role may read); "
-            "scripts.launch --process-source-dir uploads it there"
-        )
-    if len(entry_point) > MAX_ENTRY_POINT_LENGTH or not re.match(ENTRY_POINT_PATTERN, entry_point) or ".." in entry_point:
-        raise LaunchError(
-            f"entry point {entry_point!r} must be a .py or .sh file's path inside the source directory "
-            "(letters, digits, _ . / -; no '..'), e.g. prep.py"
-        )
-    return code_uri, entry_point
+def processing_variables(
+    template: ProcessingTemplate, options: ProcessingOptions, *, now: Optional[datetime] = None
+) -> dict[str, Any]:
+    """The pipeline's ``process_*`` variables for ``options``, as :func:`processing_state_machine_assignments` assigns them."""
+    code_uri = options.code_uri
+    # A user's script gets only its own arguments.
+    default_arguments = [] if code_uri is not None and code_uri != "" else list(template.default_arguments)
+    return {
+        "process_job_name": default_processing_job_name(template, now) if options.job_name is None else options.job_name,
+        "process_instance_type": template.default_instance_type if options.instance_type is None else options.instance_type,
+        "process_instance_count": template.default_instance_count if options.instance_count is None else options.instance_count,
+        "process_input_uri": template.input_uri_prefix if options.input_uri is None else options.input_uri,
+        "process_arguments": default_arguments if options.arguments is None else options.arguments,
+        "process_code_uri": "" if code_uri is None else code_uri,
+        "process_entry_point": "" if options.entry_point is None else options.entry_point,
+        "process_instance_facts": processing_instance_facts_table(template.allowed_instance_types or None),
+    }
 
 
 def resolve_processing(
@@ -307,45 +356,28 @@ def resolve_processing(
     """Apply ``options`` over the template's defaults and check them (the direct path).
 
     Raises:
-        LaunchError: one line naming the bad option and the fix.
+        LaunchError: the pipeline's refusal of these options, word for word: every broken rule's reason.
     """
     limits = processing_job_limits()
-    instance_type = options.instance_type or template.default_instance_type
-    expected_gpu_count, local_nvme = processing_instance_facts(instance_type)
-    if template.allowed_instance_types and instance_type not in template.allowed_instance_types:
-        raise LaunchError(
-            f"processing instance type {instance_type} is not allowed by this deployment (processing.allowed_instance_types: "
-            f"{', '.join(template.allowed_instance_types)}); pick one of those, or add it there and deploy"
-        )
-    count = template.default_instance_count if options.instance_count is None else options.instance_count
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= limits.max_instance_count:
-        raise LaunchError(f"processing instance count {count!r} must be a whole number from 1 to {limits.max_instance_count}")
-    job_name = _check_job_name(template, options.job_name or default_processing_job_name(template, now))
-    input_uri = _check_input_uri(template, options.input_uri if options.input_uri is not None else template.input_uri_prefix)
-    code_uri, entry_point = _check_source(template, options.code_uri, options.entry_point)
-    if count > 1 and not code_uri:
-        raise LaunchError(
-            f"the built-in transform runs on one instance, not {count} (processing.instance_count, "
-            "--process-instance-count): its shards, manifests and statistics are one host's; several instances "
-            "need your own processing script (--process-source-dir/--process-entry-point)"
-        )
-    # The configured arguments are the built-in transform's; a user's script gets only its own.
-    default_arguments = [] if code_uri else list(template.default_arguments)
-    arguments = _check_arguments(default_arguments if options.arguments is None else options.arguments)
     if len(template.tags) > limits.max_tags:
         raise LaunchError(f"{len(template.tags)} tags; SageMaker accepts at most {limits.max_tags} per job: change tags")
+    values = processing_variables(template, options, now=now)
+    reasons = problems(processing_rules(template), values)
+    if reasons:
+        raise LaunchError(refusal(PROCESSING_TITLE, reasons))
+    facts = values["process_instance_facts"][values["process_instance_type"]]
     return ProcessingValues(
-        job_name=job_name,
-        instance_type=instance_type,
-        instance_count=count,
-        input_uri=input_uri,
-        arguments=arguments,
-        expected_gpu_count=expected_gpu_count,
-        local_nvme=local_nvme,
-        code_uri=code_uri,
-        entry_point=entry_point,
-        has_code=bool(code_uri),
-        has_arguments=bool(arguments),
+        job_name=values["process_job_name"],
+        instance_type=values["process_instance_type"],
+        instance_count=values["process_instance_count"],
+        input_uri=values["process_input_uri"],
+        arguments=list(values["process_arguments"]),
+        expected_gpu_count=facts["expected_gpu_count"],
+        local_nvme=facts["local_nvme"],
+        code_uri=values["process_code_uri"],
+        entry_point=values["process_entry_point"],
+        has_code=values["process_code_uri"] != "",
+        has_arguments=bool(values["process_arguments"]),
     )
 
 
@@ -396,71 +428,9 @@ def processing_state_machine_assignments(template: ProcessingTemplate, source: s
 
 
 def processing_launch_rules(template: ProcessingTemplate) -> LaunchRules:
-    """Every processing option's rule, in JSONata: the pipeline checks that the assigned variables are
-    options :func:`resolve_processing` accepts (combining the rules with its own and the training's).
-
-    Each condition guards its own types, so every one can be evaluated whatever the input holds.
-    """
-    limits = processing_job_limits()
-    prefix = template.job_name_prefix
-    input_prefix = template.input_uri_prefix
-    code_prefix = template.code_uri_prefix
-    arg_max = limits.container_argument.max_length
-    rules = [
-        (
-            f"$type($process_job_name) = 'string' and $length($process_job_name) <= {MAX_JOB_NAME_LENGTH}"
-            f" and $contains($process_job_name, /^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
-            f"'process.job_name ' & $string($process_job_name) & ' must be {prefix}<letters, digits, hyphens>,"
-            f" at most {MAX_JOB_NAME_LENGTH} characters (a long execution name makes the default too long)'",
-        ),
-        (
-            "$type($process_instance_type) = 'string' and $exists($lookup($process_instance_facts, $process_instance_type))",
-            "'process.instance_type ' & $string($process_instance_type) & ' must be a GPU type SageMaker Processing"
-            " offers, from the table (ml.*)"
-            + (f" that this deployment allows ({', '.join(template.allowed_instance_types)})" if template.allowed_instance_types else "")
-            + "'",
-        ),
-        (
-            "$type($process_instance_count) = 'number' and $process_instance_count = $floor($process_instance_count)"
-            f" and $process_instance_count >= 1 and $process_instance_count <= {limits.max_instance_count}",
-            "'process.instance_count ' & $string($process_instance_count) & ' must be a whole number from 1 to"
-            f" {limits.max_instance_count}'",
-        ),
-        (
-            # The built-in transform's shards, manifests and statistics are one host's (the container
-            # refuses several hosts too, but only once the instances are up and billed).
-            "$type($process_instance_count) != 'number' or $process_instance_count = 1"
-            " or ($type($process_code_uri) = 'string' and $process_code_uri != '')",
-            "'process.instance_count ' & $string($process_instance_count) & ': the built-in transform runs on one"
-            " instance; several need your own processing script (code_uri, entry_point)'",
-        ),
-        (
-            f"$type($process_input_uri) = 'string' and $length($process_input_uri) <= {limits.s3_uri.max_length}"
-            f" and $substring($process_input_uri, 0, $length({to_jsonata(input_prefix)})) = {to_jsonata(input_prefix)}"
-            " and $not('..' in $split($process_input_uri, '/'))",
-            f"'process.input_uri ' & $string($process_input_uri) & ' must lie under {input_prefix}'",
-        ),
-        (
-            "$type($process_arguments) = 'array'"
-            f" and $count($process_arguments) <= {limits.max_container_arguments}"
-            " and $count($filter($process_arguments, function($a) {"
-            f"$type($a) != 'string' or $length($a) > {arg_max}"
-            "})) = 0",
-            "'process.arguments must be a list of at most "
-            f"{limits.max_container_arguments} strings of at most {arg_max} characters, not ' & $string($process_arguments)",
-        ),
-        (
-            "$type($process_code_uri) = 'string' and $type($process_entry_point) = 'string' and"
-            " (($process_code_uri = '' and $process_entry_point = '') or ("
-            f"$substring($process_code_uri, 0, $length({to_jsonata(code_prefix)})) = {to_jsonata(code_prefix)}"
-            " and $substring($process_code_uri, -7) = '.tar.gz'"
-            f" and $length($process_entry_point) <= {MAX_ENTRY_POINT_LENGTH}"
-            f" and $contains($process_entry_point, /{ENTRY_POINT_PATTERN}/) and $not($contains($process_entry_point, '..'))))",
-            "'process.code_uri ' & $string($process_code_uri) & ' and process.entry_point ' & $string($process_entry_point)"
-            f" & ' must both be absent, or a .tar.gz under {code_prefix} and a .py or .sh path inside it'",
-        ),
-    ]
-    return LaunchRules(tuple(rules), "Invalid processing options")
+    """:func:`processing_rules` in JSONata: the pipeline checks the assigned variables with them (combining
+    the rules with its own and the training's)."""
+    return render_rules(processing_rules(template), PROCESSING_TITLE)
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ at run time (the deployed workflow). Shape decisions that depend on an override 
 for types with local NVMe, ``MaxWaitTimeInSeconds`` only with spot, inter-container encryption
 with more than one instance) go through :func:`when` and :func:`greater_than`, which either
 decide in Python or emit the matching JSONata conditional. The two paths therefore cannot drift.
+
+The launch rules are written once too, as the table :func:`training_launch_rules` (see
+:mod:`stacks.components.launch_rules`): :func:`resolve_launch` evaluates it over the values the
+workflow would assign (:func:`launch_variables`) and raises the workflow's refusal word for word;
+:func:`launch_rules` renders it to the workflow's JSONata.
 """
 
 from __future__ import annotations
@@ -22,6 +27,39 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence, Union
 
+from stacks.components.launch_rules import (
+    KEY,
+    BadKeys,
+    IfElse,
+    InTable,
+    Joined,
+    Lit,
+    Lookup,
+    Matches,
+    Not,
+    Plus,
+    Rule,
+    Var,
+    WholeNumber,
+    all_of,
+    any_of,
+    contains,
+    count,
+    ends_with,
+    eq,
+    ge,
+    has_segment,
+    jsonata_string,
+    jsonata_type,
+    key_count,
+    le,
+    length,
+    problems,
+    refusal,
+    render_rules,
+    starts_with,
+    type_of,
+)
 from stacks.components.request_expressions import (  # noqa: F401 (re-exported: the helpers' old home)
     Jsonata,
     LaunchRules,
@@ -76,6 +114,10 @@ EXPECTED_GPU_COUNT_ENV = "EXPECTED_GPU_COUNT"
 
 class LaunchError(ValueError):
     """A launch option is wrong; ``str(err)`` is one line naming the option and the fix."""
+
+
+LAUNCH_TITLE = "Invalid launch options"
+"""Start of a refused launch's message, from the workflow and from :func:`resolve_launch` alike."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,7 +365,7 @@ class LaunchOptions:
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         if self.hyperparameters:
-            data["hyperparameters"] = {k: _hyperparameter_string(v) for k, v in self.hyperparameters.items()}
+            data["hyperparameters"] = {k: hyperparameter_string(v) for k, v in self.hyperparameters.items()}
         if self.channels:
             data["channels"] = dict(self.channels)
         return data
@@ -352,8 +394,6 @@ class LaunchValues:
 # Launch options: resolved in Python, or by the state machine
 # --------------------------------------------------------------------------------------------
 
-_JOB_SUFFIX_RE = re.compile(r"^[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$")
-
 
 def default_job_name(template: JobTemplate, now: Optional[datetime] = None, suffix: str = "") -> str:
     """``<project>-YYYYmmdd-HHMMSS[-suffix]`` in UTC."""
@@ -361,23 +401,10 @@ def default_job_name(template: JobTemplate, now: Optional[datetime] = None, suff
     return f"{template.job_name_prefix}{stamp}" + (f"-{suffix}" if suffix else "")
 
 
-def check_job_name(template: JobTemplate, name: str) -> str:
-    """Return ``name`` if it is a valid SageMaker job name with the project prefix."""
-    prefix = template.job_name_prefix
-    if not name.startswith(prefix) or not _JOB_SUFFIX_RE.match(name[len(prefix):]) or len(name) > MAX_JOB_NAME_LENGTH:
-        raise LaunchError(
-            f"job name {name!r} is not allowed; use {prefix}<letters, digits, hyphens>, at most "
-            f"{MAX_JOB_NAME_LENGTH} characters (the workflow's role may only create {prefix}* jobs)"
-        )
-    return name
-
-
-def _hyperparameter_string(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float, str)):
-        return str(value)
-    raise LaunchError(f"hyperparameter value {value!r} must be a string, number or boolean")
+def hyperparameter_string(value: Any) -> Any:
+    """A number or boolean as the string SageMaker receives (as the workflow's ``$string``); other values as given,
+    for :func:`training_launch_rules` to refuse."""
+    return jsonata_string(value) if jsonata_type(value) in ("number", "boolean") else value
 
 
 def code_uri_prefix(template: JobTemplate) -> str:
@@ -385,78 +412,185 @@ def code_uri_prefix(template: JobTemplate) -> str:
     return f"s3://{template.resources.artifacts_bucket}/{CODE_PREFIX}"
 
 
-def check_source(template: JobTemplate, code_uri: Optional[str], entry_point: Optional[str]) -> tuple[str, str]:
-    """``(code_uri, entry_point)`` checked for a script-mode launch, or ``("", "")`` for the built-in trainer."""
-    if not code_uri and not entry_point:
-        return "", ""
-    if not code_uri or not entry_point:
-        raise LaunchError(
-            "a script needs both its code and its entry point: --source-dir DIR --entry-point train.py "
-            "(workflow input: code_uri and entry_point)"
-        )
-    prefix = code_uri_prefix(template)
-    if not code_uri.startswith(prefix) or not code_uri.endswith(".tar.gz"):
-        raise LaunchError(
-            f"code_uri {code_uri!r} must be a .tar.gz under {prefix} (the only code the job role may read); "
-            "scripts.launch --source-dir uploads it there"
-        )
-    if len(entry_point) > MAX_ENTRY_POINT_LENGTH or not re.match(ENTRY_POINT_PATTERN, entry_point) or ".." in entry_point:
-        raise LaunchError(
-            f"entry point {entry_point!r} must be a .py or .sh file's path inside the source directory "
-            "(letters, digits, _ . / -; no '..'), e.g. train.py"
-        )
-    return code_uri, entry_point
+def job_name_rule(field_name: str, variable: str, prefix: str, max_length: int, hint: str) -> Rule:
+    """``variable`` is ``<prefix><letters, digits, hyphens>``, at most ``max_length`` characters."""
+    name = Var(variable)
+    return Rule(
+        field_name,
+        all_of(
+            eq(type_of(name), "string"),
+            le(length(name), max_length),
+            Matches(name, f"^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$"),
+        ),
+        (f"{field_name} ", name, f" must be {prefix}<letters, digits, hyphens>, at most {max_length} characters{hint}"),
+    )
 
 
-def check_channels(template: JobTemplate, overrides: Mapping[str, Any], *, has_code: bool) -> dict[str, str]:
-    """The configured channels as URIs with ``overrides`` merged over them, checked.
+def source_rules(field_prefix: str, variables: str, code_prefix: str, role: str, flags: str) -> tuple[Rule, ...]:
+    """``code_uri`` and ``entry_point`` (the variables ``<variables>code_uri`` ...) are both empty, or a
+    tarball under ``code_prefix`` (what ``role`` may read) and a script inside it; ``flags``: the CLI
+    options that upload the code and set both."""
+    code, entry = Var(f"{variables}code_uri"), Var(f"{variables}entry_point")
+    code_field, entry_field = f"{field_prefix}code_uri", f"{field_prefix}entry_point"
+    strings = all_of(eq(type_of(code), "string"), eq(type_of(entry), "string"))
+    return (
+        Rule(
+            code_field,
+            all_of(strings, eq(eq(code, ""), eq(entry, ""))),
+            (
+                f"{code_field} ", code, f" and {entry_field} ", entry, ": a script needs both its code and its entry"
+                f" point, as strings ({flags})",
+            ),
+        ),
+        Rule(
+            code_field,
+            any_of(Not(strings), eq(code, ""), all_of(starts_with(code, code_prefix), ends_with(code, ".tar.gz"))),
+            (
+                f"{code_field} ", code, f" must be a .tar.gz under {code_prefix} (the only code the {role} may read):"
+                f" {flags} uploads it there",
+            ),
+        ),
+        Rule(
+            entry_field,
+            any_of(
+                Not(strings),
+                eq(entry, ""),
+                all_of(le(length(entry), MAX_ENTRY_POINT_LENGTH), Matches(entry, ENTRY_POINT_PATTERN), Not(contains(entry, ".."))),
+            ),
+            (
+                f"{entry_field} ", entry, " must be a .py or .sh file's path inside the source directory"
+                f" (letters, digits, _ . / -, no '..', at most {MAX_ENTRY_POINT_LENGTH} characters)",
+            ),
+        ),
+    )
 
-    Raises:
-        LaunchError: a channel name or URI SageMaker or the job role would refuse.
-    """
+
+def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
+    """Every launch option's rule, over the variables of :func:`state_machine_assignments`: the one
+    table that :func:`resolve_launch` evaluates and :func:`launch_rules` renders for the workflow."""
     limits = training_job_limits()
-    if not isinstance(overrides, Mapping):
-        raise LaunchError(f"channels {overrides!r} must be an object of channel names to s3:// URIs")
-    channels = {**template.default_channel_uris, **overrides}
+    prefix = template.job_name_prefix
+    hyperparameters, channels = Var("hyperparameters"), Var("channels")
+    is_object = eq(type_of(hyperparameters), "object")
+    value = Lookup(hyperparameters, KEY)
+    bad_hyperparameters = BadKeys(
+        hyperparameters,
+        all_of(
+            eq(type_of(value), "string"),
+            le(length(value), limits.hyperparameter_value.max_length),
+            le(length(KEY), limits.hyperparameter_name.max_length),
+        ),
+    )
+    allowed = template.allowed_instance_types
+    spot = Var("use_spot")
+    return (
+        job_name_rule("job_name", "job_name", prefix, MAX_JOB_NAME_LENGTH, f", as the workflow's role may only create {prefix}* jobs (scripts.launch --name)"),
+        Rule(
+            "instance_type",
+            all_of(eq(type_of(Var("instance_type")), "string"), InTable(Var("instance_facts"), Var("instance_type"))),
+            (
+                "instance_type ", Var("instance_type"), " must be a SageMaker training GPU type from the table"
+                " (ml. + a row of training_image/trainer/gpu_instances.json, e.g. ml.g5.xlarge, scripts.launch --instance-type)"
+                + (f" that this deployment allows (training_job.allowed_instance_types: {', '.join(allowed)})" if allowed else ""),
+            ),
+        ),
+        Rule(
+            "instance_count",
+            all_of(WholeNumber(Var("instance_count")), ge(Var("instance_count"), 1), le(Var("instance_count"), MAX_INSTANCE_COUNT)),
+            (
+                "instance_count ", Var("instance_count"),
+                f" must be a whole number from 1 to {MAX_INSTANCE_COUNT} (scripts.launch --instance-count)",
+            ),
+        ),
+        Rule(
+            "use_spot",
+            all_of(eq(type_of(spot), "boolean"), *(() if template.checkpointing else (eq(spot, False),))),
+            ("use_spot ", spot, " must be true or false")
+            if template.checkpointing
+            else (
+                "use_spot ", spot, " must be false: this deployment has checkpointing off, so an interrupted job would"
+                " restart from scratch: launch on demand (scripts.launch --on-demand) or deploy with training_job.checkpointing=true",
+            ),
+        ),
+        Rule(
+            "hyperparameters",
+            is_object,
+            ("hyperparameters must be an object of names to values, not ", type_of(hyperparameters)),
+        ),
+        Rule(
+            "hyperparameters",
+            any_of(Not(is_object), le(key_count(hyperparameters), limits.max_hyperparameters)),
+            (
+                "hyperparameters has ", key_count(hyperparameters), " entries with the defaults (the config's and --hp"
+                f" together), SageMaker accepts at most {limits.max_hyperparameters}: drop some, or pass them in one"
+                " value the training script parses",
+            ),
+        ),
+        Rule(
+            "hyperparameters",
+            any_of(Not(is_object), eq(count(bad_hyperparameters), 0)),
+            (
+                "hyperparameters ", Joined(bad_hyperparameters), " must be strings, numbers or booleans of at most"
+                f" {limits.hyperparameter_value.max_length} characters, with names of at most"
+                f" {limits.hyperparameter_name.max_length} (SageMaker's limits)",
+            ),
+        ),
+        Rule(
+            "legacy_keras",
+            eq(type_of(Var("legacy_keras")), "boolean"),
+            ("legacy_keras ", Var("legacy_keras"), " must be true or false"),
+        ),
+        *source_rules("", "", code_uri_prefix(template), "job role", "scripts.launch --source-dir DIR --entry-point train.py"),
+        *_channel_rules(template, channels),
+    )
+
+
+def _channel_rules(template: JobTemplate, channels: Var) -> tuple[Rule, ...]:
+    """The ``channels`` rules of :func:`training_launch_rules`."""
+    limits = training_job_limits()
     allowed = [f"s3://{template.resources.datasets_bucket}/{p}" for p in template.readable_channel_prefixes]
-    for name, uri in overrides.items():
-        problem = limits.channel_name.problem(name) if isinstance(name, str) else "must be a string"
-        if problem or (has_code and name == CODE_CHANNEL):
-            reason = problem or f"is reserved for the script's code"
-            raise LaunchError(f"channel name {name!r} {reason}: use letters, digits, . - _ (not {CODE_CHANNEL!r} with a script)")
-        if (
-            not isinstance(uri, str)
-            or not any(uri.startswith(a) for a in allowed)
-            or ".." in uri.split("/")
-            or len(uri) > MAX_CHANNEL_URI_LENGTH
-        ):
-            raise LaunchError(
-                f"channel {name} URI {uri!r} must lie under one of {', '.join(allowed)} (what the job role may read), "
-                f"at most {MAX_CHANNEL_URI_LENGTH} characters"
-            )
-    total = len(channels) + (1 if has_code else 0)
-    if total > limits.max_channels:
-        raise LaunchError(f"{total} input channels; SageMaker accepts at most {limits.max_channels}: pass fewer channels")
-    return channels
+    is_object = eq(type_of(channels), "object")
+    has_code = Not(eq(Var("code_uri"), ""))
+    uri = Lookup(channels, KEY)
+    bad = BadKeys(
+        channels,
+        all_of(
+            le(length(KEY), limits.channel_name.max_length),
+            Matches(KEY, "^[A-Za-z0-9.\\-_]+$"),
+            Not(all_of(has_code, eq(KEY, CODE_CHANNEL))),
+            eq(type_of(uri), "string"),
+            le(length(uri), MAX_CHANNEL_URI_LENGTH),
+            any_of(*(starts_with(uri, a) for a in allowed)),
+            Not(has_segment(uri, "..")),
+        ),
+    )
+    total = Plus(key_count(channels), IfElse(has_code, Lit(1), Lit(0)))
+    return (
+        Rule("channels", is_object, ("channels must be an object of channel names to s3:// URIs, not ", type_of(channels))),
+        Rule(
+            "channels",
+            any_of(Not(is_object), eq(count(bad), 0)),
+            (
+                "channels ", Joined(bad), f" must be named with letters, digits, . - _ (not {CODE_CHANNEL} with a script)"
+                f" and lie under one of {', '.join(allowed)} (what the job role may read),"
+                f" at most {MAX_CHANNEL_URI_LENGTH} characters",
+            ),
+        ),
+        Rule(
+            "channels",
+            any_of(Not(is_object), le(total, limits.max_channels)),
+            ("channels: ", total, f" input channels, SageMaker accepts at most {limits.max_channels}: pass fewer channels"),
+        ),
+    )
 
 
-def check_request_limits(template: JobTemplate, hyperparameters: Mapping[str, str]) -> None:
-    """SageMaker's limits on hyperparameters, channels and tags (from botocore's model).
+def check_template_limits(template: JobTemplate) -> None:
+    """SageMaker's limits on the template's own channels and tags (from botocore's model).
 
     Raises:
         LaunchError: one line naming what is over which limit.
     """
     limits = training_job_limits()
-    if len(hyperparameters) > limits.max_hyperparameters:
-        raise LaunchError(
-            f"{len(hyperparameters)} hyperparameters (the config's defaults and --hp together); SageMaker accepts "
-            f"at most {limits.max_hyperparameters}: drop some, or pass them in one value the training script parses"
-        )
-    for name, value in hyperparameters.items():
-        for what, text, rule in (("name", name, limits.hyperparameter_name), ("value", value, limits.hyperparameter_value)):
-            problem = rule.problem(text)
-            if problem:
-                raise LaunchError(f"hyperparameter {name[:60]!r}: the {what} {problem} (SageMaker's limit)")
     if len(template.channels) > limits.max_channels:
         raise LaunchError(
             f"{len(template.channels)} input channels; SageMaker accepts at most {limits.max_channels}: "
@@ -475,52 +609,55 @@ def check_request_limits(template: JobTemplate, hyperparameters: Mapping[str, st
                 raise LaunchError(f"tag {key!r}: the {what} {problem}: change tags")
 
 
+def launch_variables(template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None) -> dict[str, Any]:
+    """The workflow's variables for ``options``, computed as :func:`state_machine_assignments` assigns them."""
+    given = options.hyperparameters
+    # The configured hyperparameters are the built-in trainer's; a user's script gets only its own.
+    hyperparameters: Any = {} if options.code_uri is not None else dict(template.default_hyperparameters)
+    if isinstance(given, Mapping):
+        hyperparameters = {**hyperparameters, **{k: hyperparameter_string(v) for k, v in given.items()}}
+    else:
+        hyperparameters = given
+    channels = options.channels
+    return {
+        "job_name": default_job_name(template, now) if options.job_name is None else options.job_name,
+        "instance_type": template.default_instance_type if options.instance_type is None else options.instance_type,
+        "instance_count": template.default_instance_count if options.instance_count is None else options.instance_count,
+        "use_spot": template.default_use_spot if options.use_spot is None else options.use_spot,
+        "hyperparameters": hyperparameters,
+        "code_uri": "" if options.code_uri is None else options.code_uri,
+        "entry_point": "" if options.entry_point is None else options.entry_point,
+        "legacy_keras": False if options.legacy_keras is None else options.legacy_keras,
+        "channels": {**template.default_channel_uris, **channels} if isinstance(channels, Mapping) else channels,
+        "instance_facts": instance_facts_table(template.allowed_instance_types or None),
+    }
+
+
 def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None) -> LaunchValues:
     """Apply ``options`` over the template's defaults and check them (the direct path).
 
     Raises:
-        LaunchError: one line naming the bad option.
+        LaunchError: the workflow's refusal, word for word: every broken rule's reason.
     """
-    instance_type = options.instance_type or template.default_instance_type
-    facts = instance_facts(instance_type)
-    if template.allowed_instance_types and instance_type not in template.allowed_instance_types:
-        raise LaunchError(
-            f"instance type {instance_type} is not allowed by this deployment (training_job.allowed_instance_types: "
-            f"{', '.join(template.allowed_instance_types)}); pick one of those, or add it there and deploy"
-        )
-    count = template.default_instance_count if options.instance_count is None else options.instance_count
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCE_COUNT:
-        raise LaunchError(f"instance count {count!r} must be a whole number from 1 to {MAX_INSTANCE_COUNT}")
-    if options.use_spot is not None and not isinstance(options.use_spot, bool):
-        raise LaunchError(f"use_spot {options.use_spot!r} must be true or false")
-    use_spot = template.default_use_spot if options.use_spot is None else options.use_spot
-    if use_spot and not template.checkpointing:
-        raise LaunchError(
-            "spot was requested but this deployment has checkpointing off, so an interrupted job would "
-            "restart from scratch; launch on demand (--on-demand) or deploy with training_job.checkpointing=true"
-        )
-    # The configured hyperparameters are the built-in trainer's; a user's script gets only its own.
-    hyperparameters = {} if options.code_uri else dict(template.default_hyperparameters)
-    hyperparameters.update({str(k): _hyperparameter_string(v) for k, v in options.hyperparameters.items()})
-    check_request_limits(template, hyperparameters)
-    job_name = check_job_name(template, options.job_name or default_job_name(template, now))
-    code_uri, entry_point = check_source(template, options.code_uri, options.entry_point)
-    if options.legacy_keras is not None and not isinstance(options.legacy_keras, bool):
-        raise LaunchError(f"legacy_keras {options.legacy_keras!r} must be true or false")
-    channels = check_channels(template, options.channels, has_code=bool(code_uri))
+    check_template_limits(template)
+    values = launch_variables(template, options, now=now)
+    reasons = problems(training_launch_rules(template), values)
+    if reasons:
+        raise LaunchError(refusal(LAUNCH_TITLE, reasons))
+    facts = values["instance_facts"][values["instance_type"]]
     return LaunchValues(
-        job_name=job_name,
-        instance_type=instance_type,
-        instance_count=count,
-        use_spot=bool(use_spot),
-        hyperparameters=hyperparameters,
-        expected_gpu_count=facts.expected_gpu_count,
-        local_nvme=facts.local_nvme,
-        code_uri=code_uri,
-        entry_point=entry_point,
-        legacy_keras=bool(options.legacy_keras),
-        has_code=bool(code_uri),
-        channels=channels,
+        job_name=values["job_name"],
+        instance_type=values["instance_type"],
+        instance_count=values["instance_count"],
+        use_spot=values["use_spot"],
+        hyperparameters=values["hyperparameters"],
+        expected_gpu_count=facts["expected_gpu_count"],
+        local_nvme=facts["local_nvme"],
+        code_uri=values["code_uri"],
+        entry_point=values["entry_point"],
+        legacy_keras=values["legacy_keras"],
+        has_code=values["code_uri"] != "",
+        channels=values["channels"],
     )
 
 
@@ -595,110 +732,9 @@ def state_machine_assignments(template: JobTemplate, source: str = "$states.inpu
 
 
 def launch_rules(template: JobTemplate) -> LaunchRules:
-    """Every launch option's rule, in JSONata: the workflow checks that the resolved variables are a
-    launch :func:`resolve_launch` accepts, and refuses with each broken rule's reason (the pipeline
-    combines the rules with its own).
-
-    Each condition guards its own types, so every one can be evaluated whatever the input holds.
-    """
-    limits = training_job_limits()
-    prefix = template.job_name_prefix
-    value_ok = (
-        f"$type($lookup($hyperparameters, $k)) = 'string'"
-        f" and $length($lookup($hyperparameters, $k)) <= {limits.hyperparameter_value.max_length}"
-        f" and $length($k) <= {limits.hyperparameter_name.max_length}"
-    )
-    bad_hyperparameters = f"$filter($keys($hyperparameters), function($k) {{$not({value_ok})}})"
-    is_object = "$type($hyperparameters) = 'object'"
-    spot = "" if template.checkpointing else " and $use_spot = false"
-    spot_reason = "a boolean" if template.checkpointing else "false (this deployment has checkpointing off)"
-    rules = [
-        (
-            f"$type($job_name) = 'string' and $length($job_name) <= {MAX_JOB_NAME_LENGTH}"
-            f" and $contains($job_name, /^{re.escape(prefix)}[a-zA-Z0-9]+(-+[a-zA-Z0-9]+)*$/)",
-            f"'job_name ' & $string($job_name) & ' must be {prefix}<letters, digits, hyphens>,"
-            f" at most {MAX_JOB_NAME_LENGTH} characters'",
-        ),
-        (
-            "$type($instance_type) = 'string' and $exists($lookup($instance_facts, $instance_type))",
-            "'instance_type ' & $string($instance_type) & ' must be a SageMaker training GPU type from the table (ml.*)"
-            + (f" that this deployment allows ({', '.join(template.allowed_instance_types)})" if template.allowed_instance_types else "")
-            + "'",
-        ),
-        (
-            "$type($instance_count) = 'number' and $instance_count = $floor($instance_count)"
-            f" and $instance_count >= 1 and $instance_count <= {MAX_INSTANCE_COUNT}",
-            f"'instance_count ' & $string($instance_count) & ' must be a whole number from 1 to {MAX_INSTANCE_COUNT}'",
-        ),
-        (
-            f"$type($use_spot) = 'boolean'{spot}",
-            f"'use_spot ' & $string($use_spot) & ' must be {spot_reason}'",
-        ),
-        (
-            is_object,
-            "'hyperparameters must be an object of names to values, not ' & $type($hyperparameters)",
-        ),
-        (
-            f"$not({is_object}) or $count($keys($hyperparameters)) <= {limits.max_hyperparameters}",
-            f"'hyperparameters has ' & $string($count($keys($hyperparameters))) & ' entries with the defaults;"
-            f" SageMaker accepts at most {limits.max_hyperparameters}'",
-        ),
-        (
-            f"$not({is_object}) or $count({bad_hyperparameters}) = 0",
-            f"'hyperparameters ' & $join({bad_hyperparameters}, ', ') & ' must be strings, numbers or booleans"
-            f" of at most {limits.hyperparameter_value.max_length} characters, with names of at most"
-            f" {limits.hyperparameter_name.max_length}'",
-        ),
-        (
-            "$type($legacy_keras) = 'boolean'",
-            "'legacy_keras ' & $string($legacy_keras) & ' must be true or false'",
-        ),
-        (
-            "$type($code_uri) = 'string' and $type($entry_point) = 'string' and (($code_uri = '' and $entry_point = '') or ("
-            + f"$substring($code_uri, 0, {len(CODE_PREFIX) + 6} + $length({to_jsonata(template.resources.artifacts_bucket)}))"
-            + f" = {to_jsonata(code_uri_prefix(template))}"
-            + " and $substring($code_uri, -7) = '.tar.gz'"
-            + f" and $length($entry_point) <= {MAX_ENTRY_POINT_LENGTH}"
-            + f" and $contains($entry_point, /{ENTRY_POINT_PATTERN}/) and $not($contains($entry_point, '..'))))",
-            "'code_uri ' & $string($code_uri) & ' and entry_point ' & $string($entry_point) & ' must both be absent,"
-            f" or a .tar.gz under s3://<artifacts bucket>/{CODE_PREFIX} and a .py or .sh path inside it'",
-        ),
-        *_channel_rules(template),
-    ]
-    return LaunchRules(tuple(rules), "Invalid launch options")
-
-
-def _channel_rules(template: JobTemplate) -> list[tuple[str, str]]:
-    """The ``channels`` rules of :func:`check_channels`, in JSONata."""
-    limits = training_job_limits()
-    allowed = [f"s3://{template.resources.datasets_bucket}/{p}" for p in template.readable_channel_prefixes]
-    allowed_list = to_jsonata(allowed)
-    name_re = "/^[A-Za-z0-9.\\-_]+$/"
-    uri_ok = (
-        f"$type($u) = 'string' and $length($u) <= {MAX_CHANNEL_URI_LENGTH}"
-        f" and $count($filter({allowed_list}, function($a) {{$substring($u, 0, $length($a)) = $a}})) > 0"
-        " and $not('..' in $split($u, '/'))"
-    )
-    name_ok = (
-        f"$length($k) <= {limits.channel_name.max_length} and $contains($k, {name_re})"
-        f" and $not($code_uri = '' ? false : $k = {json.dumps(CODE_CHANNEL)})"
-    )
-    bad = f"$filter($keys($channels), function($k) {{$not(({name_ok}) and ($u := $lookup($channels, $k); {uri_ok}))}})"
-    is_object = "$type($channels) = 'object'"
-    code = "($code_uri = '' ? 0 : 1)"
-    return [
-        (is_object, "'channels must be an object of channel names to s3:// URIs, not ' & $type($channels)"),
-        (
-            f"$not({is_object}) or $count({bad}) = 0",
-            f"'channels ' & $join({bad}, ', ') & ' must be named with letters, digits, . - _ (not code with a script)"
-            f" and lie under one of {', '.join(allowed)}'",
-        ),
-        (
-            f"$not({is_object}) or $count($keys($channels)) + {code} <= {limits.max_channels}",
-            "'channels: ' & $string($count($keys($channels)) + " + code + ") & ' input channels;"
-            f" SageMaker accepts at most {limits.max_channels}'",
-        ),
-    ]
+    """:func:`training_launch_rules` in JSONata: the workflow checks the resolved variables with them and
+    refuses with each broken rule's reason (the pipeline combines the rules with its own)."""
+    return render_rules(training_launch_rules(template), LAUNCH_TITLE)
 
 
 # --------------------------------------------------------------------------------------------

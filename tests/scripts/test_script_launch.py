@@ -75,11 +75,11 @@ def test_dry_run_prints_a_request_the_sagemaker_api_model_accepts(aws, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--instance-type", "ml.m5.large"], "not a known SageMaker GPU type"),
-        (["--instance-count", "0"], "from 1 to 64"),
-        (["--name", "someone-else-1"], "is not allowed; use gputrain-"),
+        (["--instance-type", "ml.m5.large"], "instance_type ml.m5.large must be a SageMaker training GPU type"),
+        (["--instance-count", "0"], "instance_count 0 must be a whole number from 1 to 64"),
+        (["--name", "someone-else-1"], "job_name someone-else-1 must be gputrain-<letters, digits, hyphens>"),
         (["--hp", "epochs"], "is not KEY=VALUE"),
-        (["--spot", "-c", "training_job.use_spot=false", "-c", "training_job.checkpointing=false"], "checkpointing off"),
+        (["--spot", "-c", "training_job.use_spot=false", "-c", "training_job.checkpointing=false"], "use_spot true must be false: this deployment has checkpointing off"),
     ],
 )
 def test_bad_launch_options_get_one_line_and_exit_3(aws, capsys, argv, message):
@@ -131,7 +131,7 @@ def test_dry_run_offline_still_refuses_bad_options(monkeypatch, capsys):
     monkeypatch.delenv("AWS_REGION", raising=False)
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
     assert run(main, ["--dry-run", "--instance-type", "ml.g4dn.metal"]) == 3
-    assert "is not offered for SageMaker training" in capsys.readouterr().err
+    assert "instance_type ml.g4dn.metal must be a SageMaker training GPU type" in capsys.readouterr().err
 
 
 def test_a_type_the_deployment_does_not_allow_is_refused_before_any_call(monkeypatch, capsys):

@@ -1,15 +1,17 @@
-"""The launch rules agree: what the workflow's JSONata accepts, ``resolve_launch`` accepts, and back.
+"""One table of launch rules, two renderings: they agree on a generated set of launches.
 
-The launch rules are written twice today: as Python checks (:func:`resolve_launch`, for
-``scripts.launch --direct`` and the SDK config) and as the workflow's JSONata rules
-(:func:`launch_rules`, in the deployed template). Rendering both from one table
-would change either the template's text or the messages the Python checks print, so both stay
-hand-written and this test holds them together: a generated set of launches (every field's valid
-values, each invalid value alone, and seeded random mixes of both) is run through both, with the
-reference JSONata implementation. For every launch both accept or both refuse; when both accept
-they send the same CreateTrainingJob request; when one field is invalid, the workflow's reason
-names that field. The pipeline's processing options (:func:`resolve_processing` against the
-processing rules the pipeline checks) are held together the same way.
+Each request's launch rules are written once, as a table of :class:`~stacks.components.launch_rules.Rule`
+(:func:`training_launch_rules`, :func:`processing_rules`): :func:`resolve_launch` evaluates the
+table in Python (``scripts.launch --direct``, the emulator, the SDK config) and :func:`launch_rules`
+renders it to the JSONata the deployed workflow evaluates. This test proves the two renderings
+mean the same: a generated set of launches (every field's valid values, each invalid value alone,
+and seeded random mixes of both) is run through both, with the reference JSONata implementation.
+For every launch both accept or both refuse; when both accept they send the same
+CreateTrainingJob request; when they refuse, the Python error is the workflow's refusal word for
+word, and a launch with one invalid field is refused by that field's rules. The pipeline's
+processing options (:func:`resolve_processing` against :func:`processing_launch_rules`) are held
+together the same way. A rule whose JSONata does not mean what its Python means (the last test
+breaks one on purpose) fails the comparison.
 
 Needs Node and the npm package ``jsonata`` (as ``test_training_job_jsonata``).
 """
@@ -24,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from stacks.components.launch_rules import Compare
 from stacks.components.processing_job_spec import (
     STATE_MACHINE_PROCESSING_VALUES,
     ProcessingOptions,
@@ -61,11 +64,11 @@ class Field:
 
 FIELDS = (
     Field("job_name", (ABSENT, "gputrain-a1", "gputrain-run-2--b"),
-          ("other-x", "gputrain-", "gputrain-a_b", "gputrain--a", "gputrain-" + "a" * 55)),
+          ("other-x", "gputrain-", "gputrain-a_b", "gputrain--a", "gputrain-" + "a" * 55, "gputrain-a\n", 7)),
     Field("instance_type", (ABSENT, "ml.g5.xlarge", "ml.g5.12xlarge"), ("ml.p4d.24xlarge", "ml.m5.large", "g5.xlarge")),
     Field("instance_count", (ABSENT, 1, 2, 64), (0, 65, -1, 1.5, True, "2")),
     Field("use_spot", (ABSENT, True, False), ("yes", 1)),
-    Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}),
+    Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}, {"lr": 1e-5, "decay": 2.0}),
           ({"nested": {"a": 1}}, {"notes": "x" * 2501}, {"k" * 257: "1"}, {f"h{i}": i for i in range(98)})),
     Field("legacy_keras", (ABSENT, True, False), ("yes", 0)),
     Field("channels", (ABSENT, {}, {"train": "s3://datasets/processed/p/train/"}, {"extra": "s3://datasets/train/more/"}),
@@ -78,13 +81,14 @@ SOURCES = {
     "script in a folder": {"code_uri": CODE, "entry_point": "src/run.sh"},
 }
 BAD_SOURCES = {
-    "code without entry point": {"code_uri": CODE},
-    "entry point without code": {"entry_point": "train.py"},
-    "code in another bucket": {"code_uri": "s3://other/code/run/sourcedir.tar.gz", "entry_point": "train.py"},
-    "code outside code/": {"code_uri": "s3://artifacts/training-jobs/x/sourcedir.tar.gz", "entry_point": "train.py"},
-    "not a tarball": {"code_uri": "s3://artifacts/code/run/sourcedir.zip", "entry_point": "train.py"},
-    "entry point leaves the folder": {"code_uri": CODE, "entry_point": "../train.py"},
-    "entry point not a script": {"code_uri": CODE, "entry_point": "train.txt"},
+    "code without entry point": ({"code_uri": CODE}, "code_uri"),
+    "entry point without code": ({"entry_point": "train.py"}, "code_uri"),
+    "code in another bucket": ({"code_uri": "s3://other/code/run/sourcedir.tar.gz", "entry_point": "train.py"}, "code_uri"),
+    "code outside code/": ({"code_uri": "s3://artifacts/training-jobs/x/sourcedir.tar.gz", "entry_point": "train.py"}, "code_uri"),
+    "not a tarball": ({"code_uri": "s3://artifacts/code/run/sourcedir.zip", "entry_point": "train.py"}, "code_uri"),
+    "entry point leaves the folder": ({"code_uri": CODE, "entry_point": "../train.py"}, "entry_point"),
+    "entry point not a script": ({"code_uri": CODE, "entry_point": "train.txt"}, "entry_point"),
+    "code not a string": ({"code_uri": 5, "entry_point": "train.py"}, "code_uri"),
 }
 
 
@@ -101,12 +105,12 @@ def generated_launches(seed: int = 22, mixes: int = 150) -> list[tuple[dict[str,
             launches.append((_launch({**baseline, field.name: value}, source), None))
     for field, value in ((f, v) for f in FIELDS for v in f.invalid):
         launches.append((_launch({**baseline, field.name: value}, {}), field.name))
-    for name, source in BAD_SOURCES.items():
-        launches.append((_launch(baseline, source), "code_uri"))
+    for source, field in BAD_SOURCES.values():
+        launches.append((_launch(baseline, source), field))
     rng = random.Random(seed)
     for _ in range(mixes):
         choice = {f.name: rng.choice(f.valid + f.invalid) if rng.random() < 0.3 else rng.choice(f.valid) for f in FIELDS}
-        source = rng.choice([*SOURCES.values(), *BAD_SOURCES.values()])
+        source = rng.choice([*SOURCES.values(), *(source for source, _ in BAD_SOURCES.values())])
         launches.append((_launch(choice, source), None))
     return launches
 
@@ -118,6 +122,17 @@ def _python_verdict(template: JobTemplate, launch: dict[str, Any], execution_nam
         return create_training_job_request(template, resolve_launch(template, options))
     except LaunchError as error:
         return str(error)
+
+
+def _disagreements(template: JobTemplate, verdicts) -> list[str]:
+    """Launches where Python's request or refusal is not the workflow's, with both sides."""
+    found = []
+    for i, (launch, _, result) in enumerate(verdicts):
+        workflow = result["request"] if result["ok"] else result["problem"]
+        python = _python_verdict(template, launch, f"e{i}")
+        if python != workflow:
+            found.append(f"{launch}:\n  workflow: {workflow}\n  Python:   {python}")
+    return found
 
 
 DEPLOYMENTS = {
@@ -149,20 +164,24 @@ def test_the_generated_set_covers_both_outcomes_and_every_field(verdicts):
     assert {field for _, field, _ in verdicts} >= {f.name for f in FIELDS}
 
 
-def test_python_and_jsonata_accept_and_refuse_the_same_launches(template, verdicts):
-    disagreements = []
-    for i, (launch, _, result) in enumerate(verdicts):
-        python = _python_verdict(template, launch, f"e{i}")
-        if result["ok"] != isinstance(python, dict):
-            disagreements.append(f"{launch}: JSONata {'accepts' if result['ok'] else result['problem']}; "
-                                 f"Python {'accepts' if isinstance(python, dict) else python}")
-    assert disagreements == []
+def test_python_and_the_workflow_send_the_same_request_or_the_same_refusal(template, verdicts):
+    assert _disagreements(template, verdicts) == []
 
 
-def test_accepted_launches_send_the_same_request(template, verdicts):
-    for i, (launch, _, result) in enumerate(verdicts):
-        if result["ok"]:
-            assert result["request"] == _python_verdict(template, launch, f"e{i}"), launch
+def test_refusals_list_every_broken_rule(template, verdicts):
+    refused = [result["problem"] for _, _, result in verdicts if not result["ok"]]
+    assert all(p.startswith("Invalid launch options: ") and p.endswith(".") for p in refused)
+    assert any(p.count("; ") >= 2 for p in refused)
+
+
+def test_a_rule_rendered_wrong_is_caught(template, monkeypatch):
+    """The comparison can fail: render ``<=`` as ``<`` (instance_count 64 and full names then differ)."""
+    original = Compare.jsonata
+    monkeypatch.setattr(Compare, "jsonata", lambda self: original(self).replace(" <= ", " < "))
+    launches = generated_launches(mixes=0)
+    results = _evaluate(template, [{"input": launch, "execution_name": f"e{i}"} for i, (launch, _) in enumerate(launches)])
+    verdicts = [(launch, field, result) for (launch, field), result in zip(launches, results)]
+    assert any("'instance_count': 64" in line for line in _disagreements(template, verdicts))
 
 
 def test_the_workflows_reason_names_the_invalid_field(verdicts):
@@ -192,10 +211,10 @@ PROCESS_FIELDS = (
 )
 PROCESS_SOURCES = {"built-in": {}, "script": {"code_uri": PROCESS_CODE, "entry_point": "prep.py"}}
 PROCESS_BAD_SOURCES = {
-    "code without entry point": {"code_uri": PROCESS_CODE},
-    "entry point without code": {"entry_point": "prep.py"},
-    "code outside code/": {"code_uri": "s3://artifacts/raw/sourcedir.tar.gz", "entry_point": "prep.py"},
-    "entry point leaves the folder": {"code_uri": PROCESS_CODE, "entry_point": "../prep.py"},
+    "code without entry point": ({"code_uri": PROCESS_CODE}, "code_uri"),
+    "entry point without code": ({"entry_point": "prep.py"}, "code_uri"),
+    "code outside code/": ({"code_uri": "s3://artifacts/raw/sourcedir.tar.gz", "entry_point": "prep.py"}, "code_uri"),
+    "entry point leaves the folder": ({"code_uri": PROCESS_CODE, "entry_point": "../prep.py"}, "entry_point"),
 }
 
 
@@ -208,12 +227,13 @@ def generated_processing_runs(seed: int = 22, mixes: int = 120) -> list[tuple[di
             runs.append((_launch({**baseline, field.name: value}, source), None))
     for field, value in ((f, v) for f in PROCESS_FIELDS for v in f.invalid):
         runs.append((_launch({**baseline, field.name: value}, {}), field.name))
-    for source in PROCESS_BAD_SOURCES.values():
-        runs.append((_launch(baseline, source), "code_uri"))
+    for source, field in PROCESS_BAD_SOURCES.values():
+        runs.append((_launch(baseline, source), field))
     rng = random.Random(seed)
     for _ in range(mixes):
         choice = {f.name: rng.choice(f.valid + f.invalid) if rng.random() < 0.3 else rng.choice(f.valid) for f in PROCESS_FIELDS}
-        runs.append((_launch(choice, rng.choice([*PROCESS_SOURCES.values(), *PROCESS_BAD_SOURCES.values()])), None))
+        sources = [*PROCESS_SOURCES.values(), *(source for source, _ in PROCESS_BAD_SOURCES.values())]
+        runs.append((_launch(choice, rng.choice(sources)), None))
     return runs
 
 
@@ -243,18 +263,16 @@ def _processing_verdict(template: ProcessingTemplate, run: dict[str, Any], execu
         return str(error)
 
 
-def test_python_and_jsonata_accept_and_refuse_the_same_processing_runs(processing_verdicts):
+def test_python_and_the_pipeline_send_the_same_processing_request_or_the_same_refusal(processing_verdicts):
     template, verdicts = processing_verdicts
     outcomes = [verdict["ok"] for _, _, verdict in verdicts]
     assert outcomes.count(True) > 30 and outcomes.count(False) > 30
     disagreements = []
     for i, (run, _, verdict) in enumerate(verdicts):
+        pipeline = verdict["request"] if verdict["ok"] else verdict["problem"]
         python = _processing_verdict(template, run, f"e{i}")
-        if verdict["ok"] != isinstance(python, dict):
-            disagreements.append(f"{run}: JSONata {'accepts' if verdict['ok'] else verdict['problem']}; "
-                                 f"Python {'accepts' if isinstance(python, dict) else python}")
-        elif verdict["ok"]:
-            assert verdict["request"] == python, run
+        if python != pipeline:
+            disagreements.append(f"{run}:\n  pipeline: {pipeline}\n  Python:   {python}")
     assert disagreements == []
 
 

@@ -229,26 +229,27 @@ def test_config_arguments_are_the_built_in_transforms_only():
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
-        ({"job_name": "other-job"}, "processing job name 'other-job' is not allowed"),
+        ({"job_name": "other-job"}, "process.job_name other-job must be gputrain-<letters, digits, hyphens>"),
         ({"job_name": "gputrain-" + "x" * 60}, "at most 63 characters"),
-        ({"instance_type": "ml.p4d.24xlarge"}, "not offered for SageMaker Processing"),
-        ({"instance_type": "ml.c5.xlarge"}, "not a known SageMaker GPU type"),
-        ({"instance_count": 0}, "from 1 to 100"),
-        ({"instance_count": True}, "from 1 to 100"),
-        ({"instance_count": 2}, "the built-in transform runs on one instance, not 2"),
-        ({"input_uri": "s3://datasets-bucket/processed/x/"}, "must lie under s3://datasets-bucket/raw/"),
+        ({"instance_type": "ml.p4d.24xlarge"}, "process.instance_type ml.p4d.24xlarge must be a GPU type SageMaker Processing offers"),
+        ({"instance_type": "ml.c5.xlarge"}, "process.instance_type ml.c5.xlarge must be a GPU type SageMaker Processing offers"),
+        ({"instance_count": 0}, "process.instance_count 0 must be a whole number from 1 to 100"),
+        ({"instance_count": True}, "process.instance_count true must be a whole number from 1 to 100"),
+        ({"instance_count": 2}, "process.instance_count 2: the built-in transform runs on one instance"),
+        ({"input_uri": "s3://datasets-bucket/processed/x/"}, "process.input_uri s3://datasets-bucket/processed/x/ must lie under s3://datasets-bucket/raw/"),
         ({"input_uri": "s3://other/raw/"}, "must lie under s3://datasets-bucket/raw/"),
-        ({"arguments": "--shards 4"}, "must be a list of strings"),
-        ({"arguments": ["a"] * 101}, "at most 100"),
-        ({"code_uri": "s3://artifacts-bucket/code/x.tar.gz"}, "needs both its code and its entry point"),
-        ({"code_uri": "s3://artifacts-bucket/training-jobs/x.tar.gz", "entry_point": "p.py"}, "must be a .tar.gz under"),
-        ({"code_uri": "s3://artifacts-bucket/code/x.tar.gz", "entry_point": "../p.py"}, "entry point '../p.py'"),
+        ({"arguments": "--shards 4"}, 'process.arguments must be a list of at most 100 strings of at most 256 characters, e.g. ["--shards", "4"] (scripts.launch --process-arg), not --shards 4'),
+        ({"arguments": ["a"] * 101}, "process.arguments must be a list of at most 100 strings"),
+        ({"code_uri": "s3://artifacts-bucket/code/x.tar.gz"}, "a script needs both its code and its entry point, as strings (scripts.launch --process-source-dir"),
+        ({"code_uri": "s3://artifacts-bucket/training-jobs/x.tar.gz", "entry_point": "p.py"}, "process.code_uri s3://artifacts-bucket/training-jobs/x.tar.gz must be a .tar.gz under s3://artifacts-bucket/code/"),
+        ({"code_uri": "s3://artifacts-bucket/code/x.tar.gz", "entry_point": "../p.py"}, "process.entry_point ../p.py must be a .py or .sh file's path"),
     ],
 )
 def test_bad_options_are_refused_with_one_line(options, problem):
     with pytest.raises(LaunchError) as info:
         resolve_processing(template(), ProcessingOptions(**{"job_name": "gputrain-ok", **options}))
     assert problem in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value).startswith("Invalid processing options: ")
 
 
 def test_the_state_machine_values_render_as_jsonata():

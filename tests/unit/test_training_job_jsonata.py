@@ -116,11 +116,11 @@ INVALID_WITH_REASON = [
     ({"hyperparameters": ["epochs", 3]}, "hyperparameters must be an object of names to values, not array"),
     ({"hyperparameters": "epochs=3"}, "hyperparameters must be an object of names to values, not string"),
     ({"hyperparameters": None}, "hyperparameters must be an object of names to values, not null"),
-    ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries with the defaults; SageMaker accepts at most 100"),
+    ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries with the defaults (the config's and --hp together), SageMaker accepts at most 100"),
     ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameters notes must be strings, numbers or booleans of at most 2500 characters"),
     ({"hyperparameters": {"nested": {"a": 1}, "ok": 1}}, "hyperparameters nested must be strings"),
     ({"instance_type": "ml.g4dn.metal"}, "instance_type ml.g4dn.metal must be a SageMaker training GPU type"),
-    ({"instance_count": 0, "use_spot": "yes"}, "instance_count 0 must be a whole number from 1 to 64; use_spot yes must be a boolean"),
+    ({"instance_count": 0, "use_spot": "yes"}, "instance_count 0 must be a whole number from 1 to 64 (scripts.launch --instance-count); use_spot yes must be true or false"),
 ]
 
 
@@ -156,9 +156,11 @@ def test_a_type_outside_the_allowed_types_takes_the_failure_branch_naming_them()
     template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
     (result,) = _evaluate(template, [{"input": {"instance_type": "ml.p4d.24xlarge"}, "execution_name": "e"}])
     assert result["ok"] is False
-    assert "instance_type ml.p4d.24xlarge must be a SageMaker training GPU type from the table (ml.*) that this deployment allows (ml.g5.12xlarge, ml.g5.xlarge)" in result["problem"]
-    with pytest.raises(LaunchError, match="training_job.allowed_instance_types"):
-        resolve_launch(template, LaunchOptions(job_name="gputrain-x1", instance_type="ml.p4d.24xlarge"))
+    assert result["problem"].startswith("Invalid launch options: instance_type ml.p4d.24xlarge must be a SageMaker training GPU type")
+    assert "that this deployment allows (training_job.allowed_instance_types: ml.g5.12xlarge, ml.g5.xlarge)" in result["problem"]
+    with pytest.raises(LaunchError) as info:
+        resolve_launch(template, LaunchOptions(job_name="gputrain-e", instance_type="ml.p4d.24xlarge"))
+    assert str(info.value) == result["problem"]
 
 
 def test_invalid_options_take_the_failure_branch():

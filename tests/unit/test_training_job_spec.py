@@ -121,30 +121,32 @@ def test_fast_file_channels_and_no_checkpoints_when_off():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"instance_type": "ml.m5.xlarge"}, "not a known SageMaker GPU type"),
-        ({"instance_type": "g5.xlarge"}, "not a known SageMaker GPU type"),
-        ({"instance_count": 0}, "from 1 to 64"),
-        ({"instance_count": 65}, "from 1 to 64"),
-        ({"job_name": "other-1"}, "use gputrain-<letters"),
-        ({"job_name": "gputrain-has_underscore"}, "not allowed"),
-        ({"job_name": "gputrain-" + "x" * 60}, "at most 63"),
-        ({"hyperparameters": {"layers": [1, 2]}}, "must be a string, number or boolean"),
+        ({"instance_type": "ml.m5.xlarge"}, "instance_type ml.m5.xlarge must be a SageMaker training GPU type from the table"),
+        ({"instance_type": "g5.xlarge"}, "instance_type g5.xlarge must be a SageMaker training GPU type from the table (ml. + a row"),
+        ({"instance_count": 0}, "instance_count 0 must be a whole number from 1 to 64 (scripts.launch --instance-count)"),
+        ({"instance_count": 65}, "instance_count 65 must be a whole number from 1 to 64"),
+        ({"job_name": "other-1"}, "job_name other-1 must be gputrain-<letters, digits, hyphens>"),
+        ({"job_name": "gputrain-has_underscore"}, "job_name gputrain-has_underscore must be gputrain-<letters"),
+        ({"job_name": "gputrain-" + "x" * 60}, "at most 63 characters, as the workflow's role may only create gputrain-* jobs (scripts.launch --name)"),
+        ({"hyperparameters": {"layers": [1, 2]}}, "hyperparameters layers must be strings, numbers or booleans"),
         # SageMaker's limits, from botocore's model: each passed here and failed at the service.
-        ({"instance_type": "ml.g4dn.metal"}, "'ml.g4dn.metal' is not offered for SageMaker training"),
-        ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "101 hyperparameters (the config's defaults and --hp together); SageMaker accepts at most 100"),
-        ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameter 'notes': the value must be 0-2500 characters long (it has 2501)"),
-        ({"hyperparameters": {"n" * 257: "1"}}, "the name must be 0-256 characters long"),
+        ({"instance_type": "ml.g4dn.metal"}, "instance_type ml.g4dn.metal must be a SageMaker training GPU type"),
+        ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries with the defaults (the config's and --hp together), SageMaker accepts at most 100"),
+        ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameters notes must be strings, numbers or booleans of at most 2500 characters"),
+        ({"hyperparameters": {"n" * 257: "1"}}, f"hyperparameters {'n' * 257} must be strings, numbers or booleans of at most 2500 characters, with names of at most 256"),
     ],
 )
 def test_bad_options_are_refused_with_one_line(options, message):
-    with pytest.raises(LaunchError, match=re.escape(message)):
+    with pytest.raises(LaunchError, match=re.escape(message)) as info:
         request(**options)
+    assert str(info.value).startswith("Invalid launch options: ") and "\n" not in str(info.value)
 
 
 def test_spot_needs_checkpointing():
     tmpl = template(use_spot="false", checkpointing="false")
-    with pytest.raises(LaunchError, match="checkpointing off"):
+    with pytest.raises(LaunchError, match=re.escape("use_spot true must be false: this deployment has checkpointing off")) as info:
         request(tmpl, use_spot=True)
+    assert "--on-demand" in str(info.value) and "training_job.checkpointing=true" in str(info.value)
 
 
 def test_generated_job_names_carry_the_project_prefix():
