@@ -505,7 +505,7 @@ class Lifecycle:
             data = self.outputs[f"{config.project_name}-data"]
             bucket = data["DatasetsBucketName"]
             local = self.work_dir / ("images" if images else "dataset")
-            shape = ["--format", "image-dir", "--image", "16x16x3"] if images else ["--format", "csv", "--features", str(self.options.features), "--shards", "2"]
+            shape = ["--format", "image-dir", "--encoding", "png", "--image", "16x16x3"] if images else ["--format", "csv", "--features", str(self.options.features), "--shards", "2"]
             subprocess.run(
                 [
                     sys.executable,

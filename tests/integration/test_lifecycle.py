@@ -207,7 +207,7 @@ def test_the_deployed_workflow_refuses_bad_options_with_its_reason(trained: Life
     assert outcome.status == described["status"] == "FAILED"
     assert described["error"] == "InvalidLaunchOptions"
     assert "instance_count 0 must be a whole number from 1 to 64" in described["cause"]
-    assert "use_spot yes must be a boolean" in described["cause"]
+    assert "use_spot yes must be true or false" in described["cause"]
     time.sleep(0.5)
     assert not [j for j in trained.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] if j["TrainingJobName"].endswith("bad-options")]
 
@@ -310,6 +310,11 @@ def test_user_script_trained_through_the_launch_script(script_trained: Lifecycle
     assert code["DataSource"]["S3DataSource"]["S3Uri"] == (
         f"s3://{data['ArtifactsBucketName']}/code/{script_trained.job_name}/sourcedir.tar.gz"
     )
+    train = next(c for c in job["InputDataConfig"] if c["ChannelName"] == "train")["DataSource"]["S3DataSource"]["S3Uri"]
+    bucket, prefix = train[len("s3://") :].split("/", 1)
+    keys = [o["Key"] for o in script_trained.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]]
+    pictures = [k for k in keys if k[len(prefix) :].startswith("class_")]
+    assert pictures and all(k.endswith(".png") for k in pictures), f"the upload says PNG images: {pictures[:3]}"
     metrics = {m["MetricName"]: m["Value"] for m in job["FinalMetricDataList"]}
     assert metrics["train:epoch"] == script_trained.options.epochs, "the toolkit's metric lines reach the job"
     log = script_trained.runner.outcomes[script_trained.job_name].log_file.read_text()
