@@ -30,7 +30,8 @@ if _venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
 #   they are the longest group, scheduled first;
 # - the image tests (tests/image) build the image once per worker; second, so that a cold build
 #   (minutes) overlaps the emulator tests instead of coming last.
-# Everything else follows in collection order.
+# Every other group follows longest first (by :func:`estimated_seconds`), so that the last groups
+# a worker takes are short ones and both workers finish close together.
 _GROUPS = {"tests/integration": "cdk-cli", "tests/gates": "cdk-cli", "tests/image": "tests/image", "tests/scripts": "tests/scripts"}
 _FIRST = ("cdk-cli", "tests/image")
 
@@ -41,16 +42,38 @@ def group_of(nodeid: str) -> str:
     return next((group for folder, group in _GROUPS.items() if path.startswith(folder + "/")), path)
 
 
+SLOW_SECONDS, QUICK_SECONDS = 10.0, 0.15
+"""What a test marked ``slow`` (more than a few seconds: 2.5 to 60 on CI) and any other take, on average."""
+
+
+def estimated_seconds(items) -> float:  # noqa: ANN001 - pytest items
+    """A group's expected run time, from its tests' ``slow`` marks: enough to order groups longest first."""
+    return sum(SLOW_SECONDS if item.get_closest_marker("slow") else QUICK_SECONDS for item in items)
+
+
 def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201 - pytest's hook signature
-    """In an xdist worker, the groups of :data:`_FIRST` first (a stable sort: otherwise as collected)."""
+    """In an xdist worker, the groups of :data:`_FIRST` first, then the others longest first.
+
+    The workers' collection order is the order in which the scheduler hands groups out. A stable
+    sort: within a group, tests keep the order they were collected in.
+    """
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        rank = {group: index for index, group in enumerate(_FIRST)}
-        items.sort(key=lambda item: rank.get(group_of(item.nodeid), len(rank)))
+        items[:] = scheduling_order(items)
+
+
+def scheduling_order(items: list) -> list:
+    """``items`` with the groups of :data:`_FIRST` first, then the other groups longest first."""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(group_of(item.nodeid), []).append(item)
+    rank = {group: index for index, group in enumerate(_FIRST)}
+    ordered = sorted(groups, key=lambda group: (rank.get(group, len(rank)), -estimated_seconds(groups[group])))
+    return [item for group in ordered for item in groups[group]]
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: known only where xdist is loaded
 def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201 - xdist's hook signature
-    """Schedules whole groups (:func:`group_of`), in the workers' collection order.
+    """Schedules whole groups (:func:`group_of`), in the workers' collection order (see above).
 
     xdist's own ``--dist loadgroup`` reads ``xdist_group`` marks into each test's id, which pytest 9
     no longer lets a plugin change: every test became its own unit, so a module's fixtures (an
