@@ -124,14 +124,14 @@ def _python_verdict(template: JobTemplate, launch: dict[str, Any], execution_nam
         return str(error)
 
 
-def _disagreements(template: JobTemplate, verdicts) -> list[str]:
-    """Launches where Python's request or refusal is not the workflow's, with both sides."""
+def _disagreements(template: Any, verdicts, python_verdict=_python_verdict, side: str = "workflow") -> list[str]:
+    """Launches where Python's request or refusal (``python_verdict``) is not the ``side``'s, with both."""
     found = []
     for i, (launch, _, result) in enumerate(verdicts):
-        workflow = result["request"] if result["ok"] else result["problem"]
-        python = _python_verdict(template, launch, f"e{i}")
-        if python != workflow:
-            found.append(f"{launch}:\n  workflow: {workflow}\n  Python:   {python}")
+        expected = result["request"] if result["ok"] else result["problem"]
+        python = python_verdict(template, launch, f"e{i}")
+        if python != expected:
+            found.append(f"{launch}:\n  {side}: {expected}\n  Python:   {python}")
     return found
 
 
@@ -267,13 +267,7 @@ def test_python_and_the_pipeline_send_the_same_processing_request_or_the_same_re
     template, verdicts = processing_verdicts
     outcomes = [verdict["ok"] for _, _, verdict in verdicts]
     assert outcomes.count(True) > 30 and outcomes.count(False) > 30
-    disagreements = []
-    for i, (run, _, verdict) in enumerate(verdicts):
-        pipeline = verdict["request"] if verdict["ok"] else verdict["problem"]
-        python = _processing_verdict(template, run, f"e{i}")
-        if python != pipeline:
-            disagreements.append(f"{run}:\n  pipeline: {pipeline}\n  Python:   {python}")
-    assert disagreements == []
+    assert _disagreements(template, verdicts, _processing_verdict, "pipeline") == []
 
 
 def test_the_processing_reason_names_the_invalid_field(processing_verdicts):
