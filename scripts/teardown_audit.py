@@ -31,7 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 import boto3
 from botocore.exceptions import ClientError
@@ -211,26 +211,32 @@ def audit(
 def _tagged_roles(iam: Any, project: str) -> list[str]:
     # The tagging API does not list IAM roles; CDK names a stack's roles <stack name>-..., and
     # every project stack is named <project>-..., so only those roles' tags need reading.
-    found = []
-    for page in iam.get_paginator("list_roles").paginate():
-        for role in page["Roles"]:
-            if not role["RoleName"].startswith(f"{project}-"):
-                continue
-            tags = iam.list_role_tags(RoleName=role["RoleName"]).get("Tags", [])
-            if any(t["Key"] == "Project" and t["Value"] == project for t in tags):
-                found.append(role["Arn"])
-    return found
+    roles = [role for role in _listed(iam, "list_roles", "Roles") if role["RoleName"].startswith(f"{project}-")]
+    return [
+        role["Arn"]
+        for role in roles
+        if _has_project_tag(iam.list_role_tags(RoleName=role["RoleName"]).get("Tags", []), project)
+    ]
 
 
 def _tagged_repositories(ecr: Any, project: str) -> list[str]:
     # ECR is in the tagging API on AWS but not in every emulator: read the tags directly.
-    found = []
-    for page in ecr.get_paginator("describe_repositories").paginate():
-        for repo in page["repositories"]:
-            tags = ecr.list_tags_for_resource(resourceArn=repo["repositoryArn"]).get("tags", [])
-            if any(t["Key"] == "Project" and t["Value"] == project for t in tags):
-                found.append(repo["repositoryArn"])
-    return found
+    return [
+        repo["repositoryArn"]
+        for repo in _listed(ecr, "describe_repositories", "repositories")
+        if _has_project_tag(ecr.list_tags_for_resource(resourceArn=repo["repositoryArn"]).get("tags", []), project)
+    ]
+
+
+def _listed(client: Any, operation: str, key: str) -> Iterator[Any]:
+    """Every item under ``key`` of every page of the paginated ``operation``."""
+    for page in client.get_paginator(operation).paginate():
+        yield from page[key]
+
+
+def _has_project_tag(tags: Sequence[Mapping[str, str]], project: str) -> bool:
+    """Whether ``tags`` (``[{"Key": ..., "Value": ...}]``, as IAM and ECR list them) hold ``Project=<project>``."""
+    return any(tag["Key"] == "Project" and tag["Value"] == project for tag in tags)
 
 
 def _project_endpoints(sagemaker: Any, project: str) -> list[str]:
