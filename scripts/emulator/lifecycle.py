@@ -920,21 +920,15 @@ class Lifecycle:
 
     def close(self) -> None:
         """Stop the local runner and the emulator (its state is lost)."""
-        if self.hosting is not None:
-            self.hosting.stop()
-            self.hosting = None
-        if self.states is not None:
-            self.states.stop()
-            self.states = None
-        if self.runner is not None:
-            self.runner.stop()
-            self.runner = None
-        if self.docker is not None:
-            self.docker.close()
-            self.docker = None
-        if self.emulator is not None:
-            self.emulator.stop()
-            self.emulator = None
+        # In this order: what serves and runs jobs first, the Docker clients, then the emulator they call.
+        for name in ("hosting", "states", "runner", "docker", "emulator"):
+            service = getattr(self, name)
+            if service is not None:
+                if name == "docker":
+                    service.close()
+                else:
+                    service.stop()
+                setattr(self, name, None)
 
 
 @contextmanager
