@@ -6,9 +6,10 @@ freely while datasets and artifacts stay.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional, Sequence
 
 from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.components.buckets import AccessLogBucket, DataBucket, checkpoint_expiry_rules
@@ -41,27 +42,33 @@ class DataPlaneStack(Stack):
         self.log_bucket = AccessLogBucket(
             self, "AccessLogs", expiration_days=data.access_log_expiration_days, retain=retain
         ).bucket
-        self.datasets_bucket = DataBucket(
-            self,
-            "Datasets",
-            key=self.key,
-            access_logs=self.log_bucket,
-            log_prefix="s3-access/datasets/",
-            noncurrent_version_expiration_days=data.noncurrent_version_expiration_days,
-            retain=retain,
-            bucket_name=data.datasets_bucket_name,
-        ).bucket
-        self.artifacts_bucket = DataBucket(
-            self,
+
+        def data_bucket(
+            construct_id: str,
+            log_prefix: str,
+            bucket_name: Optional[str],
+            extra_lifecycle_rules: Sequence[s3.LifecycleRule] = (),
+        ) -> s3.Bucket:
+            """A bucket of the plane's data: on the platform key, access-logged under ``log_prefix``."""
+            return DataBucket(
+                self,
+                construct_id,
+                key=self.key,
+                access_logs=self.log_bucket,
+                log_prefix=log_prefix,
+                noncurrent_version_expiration_days=data.noncurrent_version_expiration_days,
+                retain=retain,
+                bucket_name=bucket_name,
+                extra_lifecycle_rules=extra_lifecycle_rules,
+            ).bucket
+
+        self.datasets_bucket = data_bucket("Datasets", "s3-access/datasets/", data.datasets_bucket_name)
+        self.artifacts_bucket = data_bucket(
             "Artifacts",
-            key=self.key,
-            access_logs=self.log_bucket,
-            log_prefix="s3-access/artifacts/",
-            noncurrent_version_expiration_days=data.noncurrent_version_expiration_days,
-            retain=retain,
-            bucket_name=data.artifacts_bucket_name,
-            extra_lifecycle_rules=checkpoint_expiry_rules(data.checkpoint_expiration_days),
-        ).bucket
+            "s3-access/artifacts/",
+            data.artifacts_bucket_name,
+            checkpoint_expiry_rules(data.checkpoint_expiration_days),
+        )
         self.repository = TrainingImageRepository(
             self,
             "TrainingImage",
