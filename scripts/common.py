@@ -374,6 +374,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def parse_operator_args(
+    parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]
+) -> tuple[argparse.Namespace, "Deployment"]:
+    """``argv`` parsed by ``parser``, and the deployment its common arguments name (see :func:`add_common_arguments`)."""
+    args = parser.parse_args(argv)
+    return args, Deployment.from_args(args)
+
+
 def run(main: Callable[[Optional[Sequence[str]]], int], argv: Optional[Sequence[str]] = None) -> int:
     """Run ``main(argv)``; turn every expected failure into one ``error:`` line and an exit code."""
     try:

@@ -74,6 +74,7 @@ from scripts.common import (
     add_common_arguments,
     execution_console_url,
     job_console_url,
+    parse_operator_args,
     run,
     stack_name,
 )
@@ -499,8 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    deployment = Deployment.from_args(args)
+    args, deployment = parse_operator_args(build_parser(), argv)
     if args.upload_only:
         if args.source_dir is None:
             raise OperatorError("--upload-only needs --source-dir DIR and --entry-point SCRIPT")

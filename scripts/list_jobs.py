@@ -15,7 +15,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
-from scripts.common import Deployment, add_common_arguments, format_duration, print_table, project_jobs, run
+from scripts.common import add_common_arguments, format_duration, parse_operator_args, print_table, project_jobs, run
 
 STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
 
@@ -48,8 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    deployment = Deployment.from_args(args)
+    args, deployment = parse_operator_args(build_parser(), argv)
     jobs = project_jobs(deployment.aws, deployment.job_name_prefix, status=args.status, limit=args.max)
     if not jobs:
         print(f"no training jobs named {deployment.job_name_prefix}* in {deployment.aws.region}")

@@ -35,6 +35,7 @@ from scripts.common import (
     add_common_arguments,
     error_code,
     error_message,
+    parse_operator_args,
     print_table,
     project_context,
     run,
@@ -281,8 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    deployment = Deployment.from_args(args)
+    args, deployment = parse_operator_args(build_parser(), argv)
     checks = run_checks(deployment, qualifier=args.qualifier)
     print_table([[c.result, c.name, c.detail] for c in checks], ["RESULT", "CHECK", "DETAIL"])
     problems = [c for c in checks if c.result != OK and c.fix]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from scripts.common import ROOT, Deployment, add_common_arguments, run
+from scripts.common import ROOT, Deployment, add_common_arguments, parse_operator_args, run
 from scripts.launch import direct_request
 from stacks.components.training_job_spec import CHECKPOINT_LOCAL_PATH, CHECKPOINT_PREFIX, CODE_PREFIX, LaunchOptions
 
@@ -288,8 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    deployment = Deployment.from_args(args)
+    args, deployment = parse_operator_args(build_parser(), argv)
     defaults = sdk_defaults(deployment)
     endpoint = os.environ.get("AWS_ENDPOINT_URL")
     source = f"the stacks in {deployment.aws.region}" + (f" at {endpoint}" if endpoint else "")

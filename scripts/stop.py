@@ -27,6 +27,7 @@ from scripts.common import (
     describe_job,
     error_code,
     error_message,
+    parse_operator_args,
     run,
 )
 
@@ -89,8 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    deployment = Deployment.from_args(args)
+    args, deployment = parse_operator_args(build_parser(), argv)
     name = args.job_name
     stopped_execution = stop_execution(deployment, name)
     before = stop_job(deployment, name)

@@ -46,6 +46,7 @@ from scripts.common import (
     cdk_command,
     error_code,
     error_message,
+    parse_operator_args,
     project_jobs,
     run,
     run_cdk,
@@ -329,8 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    deployment = Deployment.from_args(args)
+    args, deployment = parse_operator_args(build_parser(), argv)
     if not args.stop_running:
         running = find_running(deployment)
         endpoints = find_unowned_endpoints(deployment)
