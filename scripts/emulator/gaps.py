@@ -423,12 +423,16 @@ def _stop_jobs() -> None:
     from moto.sagemaker.exceptions import ValidationError
     from moto.sagemaker.responses import SageMakerResponse
 
+    def refuse_unless_in_progress(kind: str, status: str) -> None:
+        # SageMaker stops only an InProgress job; one that has ended (or is stopping) is a ValidationException.
+        if status != "InProgress":
+            raise ValidationError(message=f"The request was rejected because the {kind} job is in status {status}.")
+
     def stop_training_job(self: Any) -> Any:
         name = self._get_param("TrainingJobName")
         self.sagemaker_backend.describe_training_job(name)  # ValidationError when it does not exist
         job = self.sagemaker_backend.training_jobs[name]
-        if job.training_job_status != "InProgress":
-            raise ValidationError(message=f"The request was rejected because the training job is in status {job.training_job_status}.")
+        refuse_unless_in_progress("training", job.training_job_status)
         now = utcnow()
         transitions = list(job.secondary_status_transitions or [])
         if transitions and "EndTime" not in transitions[-1]:
@@ -442,8 +446,7 @@ def _stop_jobs() -> None:
         name = self._get_param("ProcessingJobName")
         self.sagemaker_backend.describe_processing_job(name)  # ValidationError when it does not exist
         job = self.sagemaker_backend.processing_jobs[name]
-        if job.processing_job_status != "InProgress":
-            raise ValidationError(message=f"The request was rejected because the processing job is in status {job.processing_job_status}.")
+        refuse_unless_in_progress("processing", job.processing_job_status)
         job.processing_job_status = "Stopping"
         job.last_modified_time = utcnow()
         return EmptyResult()
