@@ -230,10 +230,7 @@ def seconds_setting(
     raw = env.get(name, "").strip()
     if not raw:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
+    value = float_or_nan(raw)
     if maximum is not None:
         if not 0 < value <= maximum:
             reason = f" ({why})" if why else ""
@@ -241,6 +238,14 @@ def seconds_setting(
     elif not 0 < value < math.inf:
         raise error(f"{name} must be a positive number of seconds, got {raw!r}.")
     return value
+
+
+def float_or_nan(raw: str) -> float:
+    """``raw`` as a number; NaN when it is not one, so the caller's range check refuses it in its own words."""
+    try:
+        return float(raw)
+    except ValueError:
+        return math.nan
 
 
 def switch_setting(env: Mapping[str, str], name: str, default: bool) -> bool:

@@ -16,7 +16,14 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from trainer.contract.environment import ENV_EXPECTED_GPU_COUNT, ENV_INSTANCE_TYPE, Cluster, expected_gpu_count, int_setting
+from trainer.contract.environment import (
+    ENV_EXPECTED_GPU_COUNT,
+    ENV_INSTANCE_TYPE,
+    Cluster,
+    expected_gpu_count,
+    float_or_nan,
+    int_setting,
+)
 from trainer.contract.errors import ConfigError
 
 ENV_TF_CONFIG = "TF_CONFIG"
@@ -74,10 +81,7 @@ def _job_start_time(env: Mapping[str, str]) -> float | None:
     raw = env.get(ENV_JOB_START, "").strip()
     if not raw:
         return None
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
+    value = float_or_nan(raw)
     if not math.isfinite(value):
         raise ConfigError(f"{ENV_JOB_START} must be a time in seconds since the epoch (the script runner sets it), got {raw!r}.")
     return value
