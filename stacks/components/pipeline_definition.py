@@ -530,38 +530,40 @@ def _endpoint_wait_states(states_arn: str, endpoint: str, poll_seconds: int) -> 
 def _end_states(states_arn: str, *, project_name: str, topic_arn: str) -> dict[str, Any]:
     """Every end publishes one message to the topic, then succeeds or fails with the pipeline's reason."""
     return {
-        "NotifySuccess": {
-            "Type": "Task",
-            "Resource": f"{states_arn}sns:publish",
-            "Arguments": {
-                "TopicArn": topic_arn,
-                "Subject": "{% $substring(" + json.dumps(f"{project_name} pipeline succeeded: ")
-                + " & $states.context.Execution.Name, 0, 100) %}",
-                "Message": "{% " + json.dumps(f"{project_name} pipeline ")
-                + " & $states.context.Execution.Name & ' succeeded: ' & $string(" + _final_output() + ") %}",
-            },
-            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 5, "MaxAttempts": 3, "BackoffRate": 2}],
-            # The pipeline's work is done: a lost notification does not turn it into a failure.
-            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Succeeded"}],
-            "Next": "Succeeded",
-        },
+        "NotifySuccess": _notify_outcome(
+            states_arn, project_name=project_name, topic_arn=topic_arn, outcome="succeeded",
+            details="$string(" + _final_output() + ")", next_state="Succeeded",
+        ),
         "Succeeded": {"Type": "Succeed", "Output": "{% " + _final_output() + " %}"},
-        "NotifyFailure": {
-            "Type": "Task",
-            "Resource": f"{states_arn}sns:publish",
-            "Arguments": {
-                "TopicArn": topic_arn,
-                "Subject": "{% $substring(" + json.dumps(f"{project_name} pipeline failed: ")
-                + " & $states.context.Execution.Name, 0, 100) %}",
-                "Message": "{% " + json.dumps(f"{project_name} pipeline ")
-                + " & $states.context.Execution.Name & ' failed: ' & $failure_error & ': ' & $string($failure_cause) %}",
-            },
-            "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 5, "MaxAttempts": 3, "BackoffRate": 2}],
-            # Fail with the pipeline's reason even when the notification is lost.
-            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Failed"}],
-            "Next": "Failed",
-        },
+        "NotifyFailure": _notify_outcome(
+            states_arn, project_name=project_name, topic_arn=topic_arn, outcome="failed",
+            details="$failure_error & ': ' & $string($failure_cause)", next_state="Failed",
+        ),
         "Failed": {"Type": "Fail", "Error": "{% $failure_error %}", "Cause": "{% $string($failure_cause) %}"},
+    }
+
+
+def _notify_outcome(
+    states_arn: str, *, project_name: str, topic_arn: str, outcome: str, details: str, next_state: str
+) -> dict[str, Any]:
+    """Publish ``<project> pipeline <execution> <outcome>: <details>`` to the topic, then go to ``next_state``.
+
+    A lost notification changes nothing: after three tries the state goes on to ``next_state`` all the
+    same, so a finished pipeline still succeeds and a failed one still fails with its own reason.
+    """
+    return {
+        "Type": "Task",
+        "Resource": f"{states_arn}sns:publish",
+        "Arguments": {
+            "TopicArn": topic_arn,
+            "Subject": "{% $substring(" + json.dumps(f"{project_name} pipeline {outcome}: ")
+            + " & $states.context.Execution.Name, 0, 100) %}",
+            "Message": "{% " + json.dumps(f"{project_name} pipeline ")
+            + f" & $states.context.Execution.Name & ' {outcome}: ' & " + details + " %}",
+        },
+        "Retry": [{"ErrorEquals": ["States.ALL"], "IntervalSeconds": 5, "MaxAttempts": 3, "BackoffRate": 2}],
+        "Catch": [{"ErrorEquals": ["States.ALL"], "Next": next_state}],
+        "Next": next_state,
     }
 
 
