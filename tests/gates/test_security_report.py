@@ -67,6 +67,28 @@ def test_each_check_is_wired_into_the_counts(tmp_path, monkeypatch):
     assert "bad: iam: " in out.getvalue() and "PROBLEMS FOUND" in out.getvalue()
 
 
+def test_one_cfn_lint_run_reports_each_configurations_errors_under_its_name(tmp_path, monkeypatch):
+    """cfn-lint runs once over every configuration; a template it rejects fails only its own configuration."""
+    bucket = {"Type": "AWS::S3::Bucket", "Properties": {}}
+    templates = {"good": {"Resources": {"Bucket": bucket}},
+                 "good-too": {"Resources": {"Bucket": bucket}},
+                 "bad": {"Resources": {"Bucket": {**bucket, "Properties": {"NoSuchProperty": True}}}}}  # fmt: skip
+
+    def fake_synthesize(context, outdir: Path):
+        outdir.mkdir(parents=True)
+        (outdir / "Stack.template.json").write_text(json.dumps(templates[outdir.name]))
+        return {"stack": templates[outdir.name]}, [], 0
+
+    runs = []
+    real_lint = security_report._cfn_lint
+    monkeypatch.setattr(security_report, "_synthesize", fake_synthesize)
+    monkeypatch.setattr(security_report, "_cfn_lint", lambda files: runs.append(files) or real_lint(files))
+    reports = {r.name: r for r in security_report.check_configurations(dict.fromkeys(templates, {}), tmp_path)}
+    assert len(runs) == 1 and len(runs[0]) == 3
+    assert reports["good"].clean and reports["good-too"].clean
+    assert reports["bad"].lint_errors and all("/bad/" in e and "E3002" in e for e in reports["bad"].lint_errors)
+
+
 def test_a_serving_configuration_has_its_serving_template_checked(tmp_path, monkeypatch):
     """Every stack the app synthesizes is checked, the serving stack included."""
     from scripts.common import project_context
