@@ -53,5 +53,6 @@ def test_the_comparison_runs_end_to_end_on_cpu_at_tiny_shapes():
     )
     synthetic, records = rows[0], rows[1]
     assert "synthetic" in synthetic["metric"] and "images/s" in synthetic["value"]
+    assert "no XLA" in synthetic["metric"]  # XLA only where a GPU is: on a CPU it would only add its compile
     assert "raw-pixel records" in records["metric"] and records["ratio"].endswith("x synthetic")
     assert len(rows) >= 3  # torchvision: measured rows, or one skipped row naming why
