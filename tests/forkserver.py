@@ -22,6 +22,13 @@ What a fork cannot give a run is a different import-time state, so the client ru
   and PYTHONUNBUFFERED, ``LD_*``), e.g. ``TF_USE_LEGACY_KERAS=1``;
 - the run is not ``python -m MODULE``, ``python -c CODE`` or ``python FILE``.
 
+A run's own Python children may be forks too: in a run, ``sys.executable`` is a small script that
+starts this client, and the children of :data:`CHILD_MODULES` (the user script's launcher, the GPU
+check child, the parameter server: each imported TensorFlow afresh, 3-4 s of CPU a child) are
+forks under the same rules. Any other child (``-c``, a file, pip, the rendezvous watchdog) is the
+real interpreter: a fork's parent is the server, not the run, and the watchdog and the image's
+guard go by their parent's pid.
+
 The real entrypoint in a fresh process is still what the image tests (tests/image), the emulator
 and the main job run; the test helpers say which of their runs may be forked.
 """
@@ -51,6 +58,8 @@ _IMPORT_TIME_PREFIXES = (
 _RUN_TIME = ("PYTHONPATH", "PYTHONUNBUFFERED", "TF_CONFIG", "PYTHONDONTWRITEBYTECODE")
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 _HEADER = struct.Struct("!I")
+# A run's children that may be forks: none of them looks at its parent process.
+CHILD_MODULES = ("trainer.user_code.launcher", "trainer.gpu_check", "trainer.user_code.ps_server")
 
 
 def _import_state(env: dict[str, str]) -> dict[str, str]:
@@ -89,6 +98,8 @@ def _receive(sock: socket.socket, with_fds: int = 0) -> tuple[dict | None, list[
 
 
 def _client(socket_path: str, python_args: list[str]) -> None:
+    child = python_args[:1] == ["--child"]  # started by a run as its sys.executable
+    python_args = python_args[1:] if child else python_args
     fresh = [sys.executable, *python_args]
     if os.environ.get("TRAINER_TEST_FORKSERVER") == "0" or not os.path.exists(socket_path):
         os.execv(sys.executable, fresh)
@@ -97,7 +108,7 @@ def _client(socket_path: str, python_args: list[str]) -> None:
         sock.connect(socket_path)
     except OSError:
         os.execv(sys.executable, fresh)
-    request = {"args": python_args, "env": dict(os.environ), "cwd": os.getcwd()}
+    request = {"args": python_args, "env": dict(os.environ), "cwd": os.getcwd(), "child": child}
     _send(sock, request, [0, 1, 2])
     answer, _ = _receive(sock)
     if answer is None or "fresh" in answer:
@@ -133,6 +144,12 @@ def _serve(socket_path: str) -> None:
     import tensorflow  # noqa: F401
     import keras  # noqa: F401
 
+    # What a run's sys.executable names: this client, so that the run's own Python children may be forks.
+    child_python = socket_path + "-python"
+    with open(child_python, "w") as script:
+        script.write(f'#!/bin/sh\nexec "{sys.executable}" -E -S "{os.path.abspath(__file__)}" client "{socket_path}" --child "$@"\n')
+    os.chmod(child_python, 0o755)
+
     base_env = dict(os.environ)
     base_state = _import_state(base_env)
     base_path = [p for p in sys.path if p and p not in _pythonpath(base_env) and p != os.path.dirname(__file__)]
@@ -153,7 +170,7 @@ def _serve(socket_path: str) -> None:
         connection.settimeout(None)
         if os.fork() == 0:
             listener.close()
-            _supervise(connection, base_state, base_path)
+            _supervise(connection, base_state, base_path, child_python)
         connection.close()
 
 
@@ -169,7 +186,7 @@ def _pythonpath(env: dict[str, str]) -> list[str]:
     return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
-def _supervise(connection: socket.socket, base_state: dict[str, str], base_path: list[str]) -> None:
+def _supervise(connection: socket.socket, base_state: dict[str, str], base_path: list[str], child_python: str) -> None:
     """In a fork of the server: starts the run, reports its pid, waits, reports its status."""
     code = 1
     try:
@@ -183,7 +200,7 @@ def _supervise(connection: socket.socket, base_state: dict[str, str], base_path:
         pid = os.fork()
         if pid == 0:
             connection.close()
-            _run(request, fds, base_path)
+            _run(request, fds, base_path, child_python)
         for fd in fds:
             os.close(fd)
         _send(connection, {"pid": pid})
@@ -196,6 +213,8 @@ def _supervise(connection: socket.socket, base_state: dict[str, str], base_path:
 
 def _why_fresh(request: dict, base_state: dict[str, str]) -> str | None:
     args = request["args"]
+    if request.get("child") and not (args[:1] == ["-m"] and len(args) > 1 and args[1] in CHILD_MODULES):
+        return f"a run's child other than {', '.join(CHILD_MODULES)}: {args[:2]}"
     if not args or (args[0] in ("-m", "-c") and len(args) < 2) or (args[0].startswith("-") and args[0] not in ("-m", "-c")):
         return f"not a -m/-c/file run: {args[:2]}"
     state = _import_state(request["env"])
@@ -226,8 +245,9 @@ def _wait_or_kill(connection: socket.socket, pid: int) -> dict:
             return {"signal": signal.SIGKILL}
 
 
-def _run(request: dict, fds: list[int], base_path: list[str]) -> None:
-    """In the run's own process: becomes ``python ARGS`` in the request's environment and directory."""
+def _run(request: dict, fds: list[int], base_path: list[str], child_python: str) -> None:
+    """In the run's own process: becomes ``python ARGS`` in the request's environment and directory,
+    whose ``sys.executable`` is ``child_python`` (its Python children go through this server too)."""
     import io
     import runpy
     import traceback
@@ -256,6 +276,7 @@ def _run(request: dict, fds: list[int], base_path: list[str]) -> None:
             )  # fmt: skip
             setattr(sys, name, stream)
             setattr(sys, f"__{name}__", stream)
+        sys.executable = child_python
         first = os.getcwd() if args[0] == "-m" else "" if args[0] == "-c" else os.path.dirname(os.path.abspath(args[0]))
         sys.path[:] = [first, *_pythonpath(env), *base_path]
         if args[0] == "-m":

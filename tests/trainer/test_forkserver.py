@@ -49,6 +49,26 @@ def test_an_import_time_variable_that_differs_makes_the_run_fresh(tmp_path):
     assert (code, seen["forked"]) == (7, False)
 
 
+def test_a_runs_launcher_child_is_a_fork_and_its_other_children_are_fresh(tmp_path):
+    # As the trainer starts its children (the user script's launcher, the watchdog): [sys.executable, ...].
+    (tmp_path / "probe.py").write_text(PROBE)
+    parent = """
+import json, os, subprocess, sys
+results = []
+for module, env in (("trainer.user_code.launcher", {}), ("trainer.user_code.launcher", {"TF_USE_LEGACY_KERAS": "1"}),
+                    ("probe", {})):
+    command = [sys.executable, "-m", module, *(["3", "x"] if module == "probe" else ["r.json", ".", "probe.py", "3", "x"])]
+    child = subprocess.run(command, env=dict(os.environ, **env), capture_output=True, text=True)
+    results.append([child.returncode, json.loads(child.stdout.strip().splitlines()[-1])["forked"]])
+print(json.dumps(results))
+"""
+    completed = subprocess.run(python_command("-c", parent), cwd=tmp_path, env=trainer_env(TRAINING_IMAGE),
+                               capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    # The launcher: a fork, or fresh where an import-time variable differs; any other module: fresh.
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == [[3, True], [3, False], [3, False]], completed.stderr
+
+
 def test_signals_reach_the_run_and_its_end_is_the_clients(tmp_path):
     env = trainer_env(TRAINING_IMAGE)
     waiting = "import signal, sys, time\nprint('up', flush=True)\ntime.sleep(60)"
