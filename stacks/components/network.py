@@ -142,22 +142,24 @@ class TrainingNetwork(Construct):
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
         stack = Stack.of(self)
+        # Read once: each read of a stack attribute is a round trip to the CDK's process.
+        account, region, partition = stack.account, stack.region, stack.partition
         self.internet_egress = nat_gateways > 0
         self.s3_prefix_list_id = ec2.PrefixList.from_lookup(
-            self, "S3PrefixList", prefix_list_name=s3_prefix_list_name(stack.region)
+            self, "S3PrefixList", prefix_list_name=s3_prefix_list_name(region)
         ).prefix_list_id
         s3_endpoint = self.vpc.add_gateway_endpoint(
             "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.subnet_selection]
         )
         self.endpoints: dict[str, ec2.IVpcEndpoint] = {"s3": s3_endpoint}
-        for statement in self._account_perimeter(stack):
+        for statement in self._account_perimeter(account):
             s3_endpoint.add_to_policy(statement)
         s3_endpoint.add_to_policy(
             iam.PolicyStatement(
                 sid="AwsOwnedBuckets",
                 principals=[iam.AnyPrincipal()],
                 actions=["s3:GetObject"],
-                resources=[f"arn:{stack.partition}:s3:::{b.format(region=stack.region)}/*" for b in AWS_OWNED_BUCKETS],
+                resources=[f"arn:{partition}:s3:::{b.format(region=region)}/*" for b in AWS_OWNED_BUCKETS],
             )
         )
         self.endpoint_security_group = closed_security_group(
@@ -177,7 +179,7 @@ class TrainingNetwork(Construct):
                 private_dns_enabled=True,
                 open=False,
             )
-            for statement in self._account_perimeter(stack, RESOURCELESS_ACTIONS.get(name, ())):
+            for statement in self._account_perimeter(account, RESOURCELESS_ACTIONS.get(name, ())):
                 endpoint.add_to_policy(statement)
             if name == "ssm":
                 endpoint.add_to_policy(
@@ -185,8 +187,8 @@ class TrainingNetwork(Construct):
                         sid="ThisAccountToAwsOwnedSsmResources",
                         principals=[iam.AnyPrincipal()],
                         actions=["ssm:Describe*", "ssm:List*", "ssm:Get*"],
-                        resources=[f"arn:{stack.partition}:ssm:{stack.region}::{r}" for r in AWS_OWNED_SSM_RESOURCES],
-                        conditions={"StringEquals": {"aws:PrincipalAccount": stack.account}},
+                        resources=[f"arn:{partition}:ssm:{region}::{r}" for r in AWS_OWNED_SSM_RESOURCES],
+                        conditions={"StringEquals": {"aws:PrincipalAccount": account}},
                     )
                 )
             self.endpoints[name] = endpoint
@@ -209,8 +211,8 @@ class TrainingNetwork(Construct):
             group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS out through the NAT gateway (nat_gateways > 0)")
 
     @staticmethod
-    def _account_perimeter(stack: Stack, resourceless_actions: Sequence[str] = ()) -> list[iam.PolicyStatement]:
-        """This account's principals to this account's resources, AWS services on its behalf,
+    def _account_perimeter(account: str, resourceless_actions: Sequence[str] = ()) -> list[iam.PolicyStatement]:
+        """This account's (``account``) principals to its resources, AWS services on its behalf,
         and the named actions that have no resource."""
         statements = [
             iam.PolicyStatement(
@@ -219,7 +221,7 @@ class TrainingNetwork(Construct):
                 actions=["*"],
                 resources=["*"],
                 conditions={
-                    "StringEquals": {"aws:PrincipalAccount": stack.account, "aws:ResourceAccount": stack.account}
+                    "StringEquals": {"aws:PrincipalAccount": account, "aws:ResourceAccount": account}
                 },
             ),
             iam.PolicyStatement(
@@ -237,7 +239,7 @@ class TrainingNetwork(Construct):
                     principals=[iam.AnyPrincipal()],
                     actions=list(resourceless_actions),
                     resources=["*"],
-                    conditions={"StringEquals": {"aws:PrincipalAccount": stack.account}},
+                    conditions={"StringEquals": {"aws:PrincipalAccount": account}},
                 )
             )
         return statements
