@@ -15,6 +15,7 @@ import pytest
 from tests.forkserver import python_command
 from tests.trainer.helpers import RUN_TIMEOUT_SECONDS, TRAINING_IMAGE, TrainerRun, run_trainer, trainer_env, write_job
 from trainer.datasets.synthetic import SyntheticSpec
+from trainer.train.diagnosis import INPUT_BOUND_PCT
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,9 @@ def test_a_fast_input_pipeline_is_reported_as_compute_bound(tmp_path):
     assert run.returncode == 0, run.explain()
     metrics = run.metrics()
     assert [m["epoch"] for m in metrics] == [1, 2, 3]
-    assert all(0 <= m["input_wait"] < 20 for m in metrics[1:]), [(m["input_wait"], m["step_time_ms"]) for m in metrics]
+    # Each steady epoch under the input-bound line. Not near 0: the take from the prefetch buffer is a
+    # few ms when the machine's other work holds the cores (seen: 21% of an 8 ms step with CI's workers).
+    assert all(0 <= m["input_wait"] < INPUT_BOUND_PCT for m in metrics[1:]), [(m["input_wait"], m["step_time_ms"]) for m in metrics]
     assert not any("gpu_util" in m or "gpu_mem_mib" in m for m in metrics)  # no GPU, no GPU figures
     print("fast input:", [(m["input_wait"], m["step_time_ms"]) for m in metrics], _diagnosis(run))
     assert _diagnosis(run).startswith("compute-bound: "), run.stdout
