@@ -177,7 +177,7 @@ def check_configurations(configurations: Mapping[str, Mapping[str, Any]], workdi
         report.iam_statements, findings = check_templates(templates)
         report.iam_findings = [str(f) for f in findings]
         reports.append(report)
-    errors, warnings = _cfn_lint(sorted(workdir.glob("*/*.template.json")))
+    errors, warnings = _cfn_lint([f for r in reports for f in sorted((workdir / r.name).glob("*.template.json"))])
     for report in reports:
         prefix = f"{workdir / report.name}{os.sep}"
         # A line that names no template (cfn-lint itself failed) concerns every configuration.
