@@ -921,13 +921,10 @@ class Lifecycle:
     def close(self) -> None:
         """Stop the local runner and the emulator (its state is lost)."""
         # In this order: what serves and runs jobs first, the Docker clients, then the emulator they call.
-        for name in ("hosting", "states", "runner", "docker", "emulator"):
+        for name, end in (("hosting", "stop"), ("states", "stop"), ("runner", "stop"), ("docker", "close"), ("emulator", "stop")):
             service = getattr(self, name)
             if service is not None:
-                if name == "docker":
-                    service.close()
-                else:
-                    service.stop()
+                getattr(service, end)()
                 setattr(self, name, None)
 
 

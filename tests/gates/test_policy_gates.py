@@ -47,9 +47,8 @@ def test_policy_packs_pass_with_every_finding_acknowledged(gate_root, name):
 def cfn_lint_lines(gate_root) -> dict[str, list[str]]:
     """cfn-lint's lines for each gated configuration's templates, from one cfn-lint run over all of them
     (its start-up is most of its time). cfn-lint failing (exit status bit 2) fails every configuration."""
-    files = {name: [cached_synth(gate_root, GATED_CONFIGS[name]).outdir / f"{sid}.template.json"
-                    for sid in cached_synth(gate_root, GATED_CONFIGS[name]).stack_ids]
-             for name in GATED_CONFIGS}  # fmt: skip
+    synthesized = {name: cached_synth(gate_root, overrides) for name, overrides in GATED_CONFIGS.items()}
+    files = {name: [s.outdir / f"{sid}.template.json" for sid in s.stack_ids] for name, s in synthesized.items()}
     result = subprocess.run(
         [str(CFN_LINT), "--format", "parseable", "--", *(str(f) for paths in files.values() for f in paths)],
         capture_output=True, text=True, timeout=600,
