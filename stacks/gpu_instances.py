@@ -103,5 +103,5 @@ def sagemaker_hosting_instance_types() -> frozenset[str]:
     """
     from stacks.sagemaker_limits import sagemaker_service_model
 
-    return frozenset(sagemaker_service_model().shape_for("ProductionVariantInstanceType").enum)
+    return frozenset(sagemaker_service_model().shape("ProductionVariantInstanceType")["enum"])
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import TYPE_CHECKING, Optional, TypeVar
 
 from aws_cdk import App, Environment, Tags
 
 from stacks.config import PlatformConfig
 from stacks.data_plane_stack import DataPlaneStack
 from stacks.gpu_cluster_stack import GpuClusterStack
-from stacks.serving_stack import ServingStack
 from stacks.training_job_stack import TrainingJobStack
 
-_ComputeStack = TypeVar("_ComputeStack", GpuClusterStack, TrainingJobStack, ServingStack)
+if TYPE_CHECKING:
+    from stacks.serving_stack import ServingStack
+
+_ComputeStack = TypeVar("_ComputeStack", GpuClusterStack, TrainingJobStack, "ServingStack")
 """A stack of one compute unit: built on the data plane, destroyed and redeployed freely."""
 
 
@@ -76,6 +78,10 @@ def build_platform(app: App, config: PlatformConfig, env: Environment) -> Platfo
         training_job = compute_stack(TrainingJobStack, "training", "SageMaker training job workflow")
     serving = None
     if config.serving.enabled:
+        # Imported here: the endpoint's modules (aws_sagemaker, autoscaling) cost every synth ~0.1 s,
+        # and serving is off until a model is promoted.
+        from stacks.serving_stack import ServingStack
+
         serving = compute_stack(ServingStack, "serving", "SageMaker GPU endpoint serving a trained model")
     Tags.of(app).add("Project", config.project_name)
     Tags.of(app).add("ManagedBy", "cdk")

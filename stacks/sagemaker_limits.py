@@ -6,20 +6,23 @@ every request field. The config (at synth) and :func:`~stacks.components.trainin
 (at launch) check against these numbers instead of copies written by hand, so a boto3 upgrade
 that brings a new instance type or a changed limit brings it here too.
 
-Pure Python (no CDK import) and no network: the model is a file inside the installed botocore.
+Pure Python (no CDK import) and no network: the model is a file inside the installed botocore,
+read as the JSON it is. botocore's loader and shape classes would add ~0.08 s of imports (its
+HTTP stack) to every ``cdk synth`` for three lookups; :class:`ServiceShapes` walks the same data.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import botocore
-import botocore.loaders
-import botocore.model
 
 SERVICE = "sagemaker"
 
@@ -119,42 +122,78 @@ class ProcessingJobLimits:
     job_name: FieldRule
 
 
+@dataclass(frozen=True)
+class ServiceShapes:
+    """A service model's shapes, as botocore ships them (``service-2.json``).
+
+    Attributes:
+        api_version: The model's API version (``metadata.apiVersion``).
+        shapes: Every shape by name: a dict with ``type`` and, by type, ``members`` (structure),
+            ``member`` (list), ``key``/``value`` (map), ``enum``, ``min``, ``max``, ``pattern``.
+    """
+
+    api_version: str
+    shapes: Mapping[str, Any]
+
+    def shape(self, name: str, *path: str) -> Mapping[str, Any]:
+        """The shape ``name``, or the one reached from it along ``path``.
+
+        Each step names a member of a structure, or is ``member`` (a list's element), ``key`` or
+        ``value`` (a map's): ``shape("CreateTrainingJobRequest", "Tags", "member", "Key")``.
+        """
+        shape = self.shapes[name]
+        for step in path:
+            reference = shape["members"][step] if shape["type"] == "structure" else shape[step]
+            shape = self.shapes[reference["shape"]]
+        return shape
+
+
+def _model_file(service: str) -> Path:
+    """The newest API version's ``service-2.json`` (or ``.json.gz``) in botocore's data."""
+    versions = Path(botocore.__file__).resolve().parent / "data" / service
+    newest = max(version for version in versions.iterdir() if version.is_dir())
+    for name in ("service-2.json", "service-2.json.gz"):
+        if (newest / name).is_file():
+            return newest / name
+    raise FileNotFoundError(f"botocore {botocore.__version__} has no service-2.json for {service} in {newest}")
+
+
 @lru_cache(maxsize=1)
-def sagemaker_service_model() -> botocore.model.ServiceModel:
+def sagemaker_service_model() -> ServiceShapes:
     """botocore's bundled SageMaker model, parsed once per process.
 
     The file is megabytes of JSON: the training limits, the processing limits and the hosting
     types (:func:`stacks.gpu_instances.sagemaker_hosting_instance_types`) all read this one copy.
     """
-    raw = botocore.loaders.create_loader().load_service_model(SERVICE, "service-2")
-    return botocore.model.ServiceModel(raw, SERVICE)
+    path = _model_file(SERVICE)
+    raw = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+    return ServiceShapes(api_version=raw["metadata"]["apiVersion"], shapes=raw["shapes"])
 
 
-def _rule(shape: Any) -> FieldRule:
-    meta = shape.metadata
-    return FieldRule(min_length=int(meta.get("min", 0)), max_length=int(meta["max"]), pattern=meta.get("pattern"))
+def _rule(shape: Mapping[str, Any]) -> FieldRule:
+    return FieldRule(min_length=int(shape.get("min", 0)), max_length=int(shape["max"]), pattern=shape.get("pattern"))
 
 
 @lru_cache(maxsize=1)
 def training_job_limits() -> TrainingJobLimits:
     """The limits, read once per process from botocore's bundled SageMaker model."""
     model = sagemaker_service_model()
-    request: Any = model.shape_for("CreateTrainingJobRequest")
-    members = request.members
-    hyperparameters = members["HyperParameters"]
-    tag = members["Tags"].member
+
+    def shape(*path: str) -> Mapping[str, Any]:
+        return model.shape("CreateTrainingJobRequest", *path)
+
     return TrainingJobLimits(
         source=f"botocore {botocore.__version__}, {SERVICE} API {model.api_version}",
-        training_instance_types=frozenset(members["ResourceConfig"].members["InstanceType"].enum),
-        max_hyperparameters=int(hyperparameters.metadata["max"]),
-        hyperparameter_name=_rule(hyperparameters.key),
-        hyperparameter_value=_rule(hyperparameters.value),
-        max_channels=int(members["InputDataConfig"].metadata["max"]),
-        channel_name=_rule(members["InputDataConfig"].member.members["ChannelName"]),
-        max_tags=int(members["Tags"].metadata["max"]),
-        tag_key=_rule(tag.members["Key"]),
-        tag_value=_rule(tag.members["Value"]),
-        job_name=_rule(members["TrainingJobName"]),
+        training_instance_types=frozenset(shape("ResourceConfig", "InstanceType")["enum"]),
+        max_hyperparameters=int(shape("HyperParameters")["max"]),
+        hyperparameter_name=_rule(shape("HyperParameters", "key")),
+        hyperparameter_value=_rule(shape("HyperParameters", "value")),
+        max_channels=int(shape("InputDataConfig")["max"]),
+        channel_name=_rule(shape("InputDataConfig", "member", "ChannelName")),
+        max_tags=int(shape("Tags")["max"]),
+        tag_key=_rule(shape("Tags", "member", "Key")),
+        tag_value=_rule(shape("Tags", "member", "Value")),
+        job_name=_rule(shape("TrainingJobName")),
     )
 
 
@@ -162,28 +201,27 @@ def training_job_limits() -> TrainingJobLimits:
 def processing_job_limits() -> ProcessingJobLimits:
     """The CreateProcessingJob limits, read once per process from botocore's bundled SageMaker model."""
     model = sagemaker_service_model()
-    request: Any = model.shape_for("CreateProcessingJobRequest")
-    members = request.members
-    cluster = members["ProcessingResources"].members["ClusterConfig"].members
-    arguments = members["AppSpecification"].members["ContainerArguments"]
-    environment = members["Environment"]
-    inputs = members["ProcessingInputs"]
+
+    def shape(*path: str) -> Mapping[str, Any]:
+        return model.shape("CreateProcessingJobRequest", *path)
+
+    cluster = ("ProcessingResources", "ClusterConfig")
     return ProcessingJobLimits(
         source=f"botocore {botocore.__version__}, {SERVICE} API {model.api_version}",
-        processing_instance_types=frozenset(cluster["InstanceType"].enum),
-        max_instance_count=int(cluster["InstanceCount"].metadata["max"]),
-        max_volume_size_gb=int(cluster["VolumeSizeInGB"].metadata["max"]),
-        max_runtime_seconds=int(members["StoppingCondition"].members["MaxRuntimeInSeconds"].metadata["max"]),
-        max_container_arguments=int(arguments.metadata["max"]),
-        container_argument=_rule(arguments.member),
-        max_environment=int(environment.metadata["max"]),
-        environment_key=_rule(environment.key),
-        environment_value=_rule(environment.value),
-        max_inputs=int(inputs.metadata["max"]),
-        max_outputs=int(members["ProcessingOutputConfig"].members["Outputs"].metadata["max"]),
-        s3_uri=_rule(inputs.member.members["S3Input"].members["S3Uri"]),
-        max_tags=int(members["Tags"].metadata["max"]),
-        job_name=_rule(members["ProcessingJobName"]),
+        processing_instance_types=frozenset(shape(*cluster, "InstanceType")["enum"]),
+        max_instance_count=int(shape(*cluster, "InstanceCount")["max"]),
+        max_volume_size_gb=int(shape(*cluster, "VolumeSizeInGB")["max"]),
+        max_runtime_seconds=int(shape("StoppingCondition", "MaxRuntimeInSeconds")["max"]),
+        max_container_arguments=int(shape("AppSpecification", "ContainerArguments")["max"]),
+        container_argument=_rule(shape("AppSpecification", "ContainerArguments", "member")),
+        max_environment=int(shape("Environment")["max"]),
+        environment_key=_rule(shape("Environment", "key")),
+        environment_value=_rule(shape("Environment", "value")),
+        max_inputs=int(shape("ProcessingInputs")["max"]),
+        max_outputs=int(shape("ProcessingOutputConfig", "Outputs")["max"]),
+        s3_uri=_rule(shape("ProcessingInputs", "member", "S3Input", "S3Uri")),
+        max_tags=int(shape("Tags")["max"]),
+        job_name=_rule(shape("ProcessingJobName")),
     )
 
 

@@ -41,19 +41,11 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     volume_kms_allowed,
 )
 from stacks.components.encryption_key import topic_key
+from stacks.components.endpoint_role import EndpointRole
 from stacks.components.image_repository import repository_image_uri
 from stacks.components.network import TrainingNetwork, closed_security_group
-from stacks.components.policy import (
-    acknowledge,
-    describe_network_statement,
-    sagemaker_image_and_volume_statements,
-    sagemaker_vpc_network_statements,
-)
-from stacks.components.training_job_workflow import SageMakerExecutionRole
+from stacks.components.policy import acknowledge
 from stacks.config import ServingConfig
-
-ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
-
 
 def inference_component_name(project_name: str) -> str:
     """The model's inference component (``serving.scale_to_zero``): ``<project>-model``."""
@@ -89,97 +81,6 @@ def typing_cast_str(value: Optional[str]) -> str:
     """A name that is set in the mode that uses it."""
     assert value is not None
     return value
-
-
-class EndpointRole(SageMakerExecutionRole):
-    """The execution role of the endpoint's instances (and of models the pipeline promotes).
-
-    Reads exactly the model artifact (one object, or for the pipeline the pattern
-    ``training-jobs/*/output/model.tar.gz``: every job's model and nothing else), decrypts with the platform key, pulls from the
-    project's repository, writes only to the endpoint's log group, manages network interfaces only
-    in the training VPC, and (with data capture) writes only under ``data-capture/<endpoint>/``.
-    """
-
-    def __init__(
-        self,
-        scope: Construct,
-        construct_id: str,
-        *,
-        endpoint: str,
-        model_object_arn: str,
-        key: kms.IKey,
-        artifacts_bucket: s3.IBucket,
-        repository: ecr.IRepository,
-        vpc: ec2.IVpc,
-        data_capture: bool,
-        rollback_alarms: Sequence[str] = (),
-    ) -> None:
-        """Create the role for ``endpoint`` serving the object ``model_object_arn``.
-
-        ``rollback_alarms``: names of the deployment's rollback alarms, which SageMaker reads
-        with the execution role (``cloudwatch:DescribeAlarms``) during a blue/green deployment.
-        """
-        stack = Stack.of(scope)
-        log_group = stack.format_arn(
-            service="logs",
-            resource="log-group",
-            resource_name=f"{ENDPOINT_LOG_GROUP_PREFIX}/{endpoint}",
-            arn_format=ArnFormat.COLON_RESOURCE_NAME,
-        )
-        log_streams = f"{log_group}:*"
-        network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
-        statements = [
-            iam.PolicyStatement(sid="ReadModelArtifact", actions=["s3:GetObject"], resources=[model_object_arn]),
-            iam.PolicyStatement(
-                sid="UsePlatformKey", actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"], resources=[key.key_arn]
-            ),
-            *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullServingImage"),
-            iam.PolicyStatement(
-                sid="WriteEndpointLogs",
-                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
-                resources=[log_group, log_streams],
-            ),
-            describe_network_statement(),
-            *network_statements,
-        ]
-        if rollback_alarms:
-            statements.append(
-                iam.PolicyStatement(
-                    sid="ReadRollbackAlarms",
-                    actions=["cloudwatch:DescribeAlarms"],
-                    resources=[
-                        stack.format_arn(
-                            service="cloudwatch", resource="alarm", resource_name=n, arn_format=ArnFormat.COLON_RESOURCE_NAME
-                        )
-                        for n in rollback_alarms
-                    ],
-                )
-            )
-        wildcards = [log_streams, *network_wildcards, "*"]
-        if "*" in model_object_arn:
-            wildcards.append(model_object_arn)
-        if data_capture:
-            capture_objects = artifacts_bucket.arn_for_objects(f"{DATA_CAPTURE_PREFIX}{endpoint}/*")
-            statements.append(
-                iam.PolicyStatement(sid="WriteDataCapture", actions=["s3:PutObject"], resources=[capture_objects])
-            )
-            wildcards.append(capture_objects)
-        super().__init__(
-            scope,
-            construct_id,
-            description=f"{endpoint}: execution role of the GPU endpoint (one model artifact, image pull, its logs)",
-            statements=statements,
-            wildcard_reason=(
-                "Each wildcard is the narrowest the API allows: the streams of this endpoint's own log group, captured "
-                "requests under data-capture/<endpoint>/ (object keys are generated per hour), and '*' only for "
-                "ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions); subnets, security groups and "
-                "network interfaces of this account and region, limited to the training VPC by the ec2:Vpc condition (a "
-                "new interface by the subnet it must be created in). The model artifact is one exact object, or for "
-                "models the pipeline promotes training-jobs/*/output/model.tar.gz: the model file of a project job and "
-                "nothing else under its output."
-            ),
-            wildcards=wildcards,
-        )
 
 
 def per_minute_sagemaker_metric(metric_name: str, dimensions: Mapping[str, str], *, statistic: str) -> cloudwatch.Metric:

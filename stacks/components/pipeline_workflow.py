@@ -24,7 +24,7 @@ from constructs import Construct
 
 from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
 from stacks.components.log_group import encrypted_log_group
-from stacks.components.model_endpoint import EndpointRole
+from stacks.components.endpoint_role import EndpointRole
 from stacks.components.network import closed_security_group
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
