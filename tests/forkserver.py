@@ -235,7 +235,7 @@ def _wait_or_kill(connection: socket.socket, pid: int) -> dict:
                 return {"signal": os.WTERMSIG(status)}
             return {"code": os.WEXITSTATUS(status)}
         readable, _, _ = select.select([connection], [], [], 0.05)
-        if readable and not connection.recv(1, socket.MSG_PEEK):
+        if readable and _closed(connection):
             for target in (lambda s: os.killpg(pid, s), lambda s: os.kill(pid, s)):
                 try:
                     target(signal.SIGKILL)
@@ -243,6 +243,15 @@ def _wait_or_kill(connection: socket.socket, pid: int) -> dict:
                     pass
             os.waitpid(pid, 0)
             return {"signal": signal.SIGKILL}
+
+
+def _closed(connection: socket.socket) -> bool:
+    """Whether the client has gone: EOF, or ECONNRESET when it was killed before it read the run's pid
+    (a Unix socket closed with unread data resets its peer)."""
+    try:
+        return not connection.recv(1, socket.MSG_PEEK)
+    except ConnectionResetError:
+        return True
 
 
 def _run(request: dict, fds: list[int], base_path: list[str], child_python: str) -> None:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from tests import forkserver
 from tests.forkserver import python_command
 from tests.trainer.helpers import TRAINING_IMAGE, trainer_env
 
@@ -93,10 +97,39 @@ def test_killing_the_client_kills_the_run(tmp_path):
     assert run_pid != process.pid, "the run must be the server's fork, not the client itself"
     process.kill()
     process.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while _alive(run_pid) and time.monotonic() < deadline:
+    _assert_dies(run_pid)
+
+
+def test_a_client_killed_before_it_read_the_runs_pid_still_kills_the_run(tmp_path):
+    # The race a loaded machine hits: the run is up, and its client is killed before it was scheduled
+    # to read the pid the server sent. A Unix socket closed with unread data resets its peer
+    # (ECONNRESET, not EOF), which left the run alive for its whole 60 s.
+    marker = tmp_path / "pid"
+    code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)"
+    python_command()  # starts the server
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(forkserver._socket_path)
+    request = {"args": ["-c", code], "env": trainer_env(TRAINING_IMAGE), "cwd": str(tmp_path), "child": False}
+    with open(os.devnull, "r+b") as devnull:
+        forkserver._send(client, request, [devnull.fileno()] * 3)
+    deadline = time.monotonic() + 30
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline, "the run never started"
         time.sleep(0.05)
-    assert not _alive(run_pid)
+    run_pid = int(marker.read_text())
+    select.select([client], [], [], 10)  # the pid is there, and stays unread
+    client.close()
+    _assert_dies(run_pid)
+
+
+def _assert_dies(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = _alive(pid)
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the run outlived its client"
 
 
 def _alive(pid: int) -> bool:
