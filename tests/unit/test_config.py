@@ -275,6 +275,25 @@ def test_sagemaker_limits_come_from_botocores_model():
     assert (limits.max_hyperparameters, limits.hyperparameter_value.max_length, limits.max_channels) == (100, 2500, 20)
 
 
+def test_the_model_read_as_json_is_the_one_botocores_loader_reads():
+    # sagemaker_limits reads the file itself (botocore's loader costs every synth its HTTP stack's
+    # imports): the same newest API version, and the same shapes, as botocore would use.
+    import botocore.loaders
+    import botocore.model
+
+    from stacks.sagemaker_limits import processing_job_limits, sagemaker_service_model
+
+    ours = sagemaker_service_model()
+    botocores = botocore.model.ServiceModel(botocore.loaders.create_loader().load_service_model("sagemaker", "service-2"))
+    assert ours.api_version == botocores.api_version
+    assert ours.shapes == botocores._shape_resolver._shape_map
+    assert ours.shape("CreateTrainingJobRequest", "Tags", "member", "Key") == botocores.shape_for("TagKey").metadata | {
+        "type": "string"
+    }
+    cluster = botocores.shape_for("CreateProcessingJobRequest").members["ProcessingResources"].members["ClusterConfig"]
+    assert processing_job_limits().processing_instance_types == frozenset(cluster.members["InstanceType"].enum)
+
+
 def test_gpu_type_sagemaker_does_not_train_on_is_refused():
     msg = error_of(training_job__instance_type="ml.g4dn.metal")
     assert msg.startswith('gpu_training.training_job.instance_type = "ml.g4dn.metal": SageMaker training does not offer')
