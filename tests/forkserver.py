@@ -203,9 +203,16 @@ def _supervise(connection: socket.socket, base_state: dict[str, str], base_path:
             _run(request, fds, base_path, child_python)
         for fd in fds:
             os.close(fd)
-        _send(connection, {"pid": pid})
+        try:
+            _send(connection, {"pid": pid})
+        except OSError:  # the client was killed before it had the pid (EPIPE, ECONNRESET)
+            _kill_run(pid)
+            os._exit(0)
         status = _wait_or_kill(connection, pid)
-        _send(connection, status)
+        try:
+            _send(connection, status)
+        except OSError:  # the client is gone; so is the run
+            pass
         code = 0
     finally:
         os._exit(code)
@@ -236,13 +243,18 @@ def _wait_or_kill(connection: socket.socket, pid: int) -> dict:
             return {"code": os.WEXITSTATUS(status)}
         readable, _, _ = select.select([connection], [], [], 0.05)
         if readable and _closed(connection):
-            for target in (lambda s: os.killpg(pid, s), lambda s: os.kill(pid, s)):
-                try:
-                    target(signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            os.waitpid(pid, 0)
-            return {"signal": signal.SIGKILL}
+            return _kill_run(pid)
+
+
+def _kill_run(pid: int) -> dict:
+    """Kills the run and what it started (its process group), and reaps it."""
+    for target in (lambda s: os.killpg(pid, s), lambda s: os.kill(pid, s)):
+        try:
+            target(signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.waitpid(pid, 0)
+    return {"signal": signal.SIGKILL}
 
 
 def _closed(connection: socket.socket) -> bool:

@@ -122,6 +122,47 @@ def test_a_client_killed_before_it_read_the_runs_pid_still_kills_the_run(tmp_pat
     _assert_dies(run_pid)
 
 
+def test_a_client_gone_before_the_run_started_leaves_no_run(tmp_path):
+    # Earlier still: the client closes as soon as it has asked. The server's answer (the pid) then
+    # fails to send (EPIPE), which used to end the supervisor and leave its fresh run orphaned.
+    marker = tmp_path / "started"
+    code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)"
+    python_command()  # starts the server
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(forkserver._socket_path)
+    request = {"args": ["-c", code], "env": trainer_env(TRAINING_IMAGE), "cwd": str(tmp_path), "child": False}
+    with open(os.devnull, "r+b") as devnull:
+        forkserver._send(client, request, [devnull.fileno()] * 3)
+    client.close()
+    # A leaked run starts (and stays); a killed one usually never gets to write its marker.
+    started = time.monotonic()
+    while not marker.exists() and time.monotonic() - started < 3:
+        time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while (left := _runs_of_the_server()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], "a run outlived its client"
+
+
+def _runs_of_the_server() -> list[int]:
+    """Live forks of this session's server (its supervisors and runs), the server itself left out."""
+    server = forkserver._server.pid
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == server:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                argv = cmdline.read().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in argv and forkserver._socket_path.encode() in argv and _alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
 def _assert_dies(pid: int) -> None:
     deadline = time.monotonic() + 10
     while _alive(pid) and time.monotonic() < deadline:
