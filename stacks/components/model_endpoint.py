@@ -25,9 +25,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from constructs import Construct
 
-from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARIANT_NAME... re-exported)
-    DATA_CAPTURE_PREFIX,
-    EXPECTED_GPU_COUNT_ENV,
+from stacks.components.endpoint_spec import (
     STARTUP_TIMEOUT_SECONDS,
     VARIANT_NAME,
     ModelResources,
@@ -35,7 +33,6 @@ from stacks.components.endpoint_spec import (  # noqa: F401 (endpoint_name, VARI
     deployment_config,
     endpoint_config_properties,
     endpoint_name,
-    model_environment,
     model_properties,
     rollback_alarm_names,
     volume_kms_allowed,
