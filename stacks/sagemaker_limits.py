@@ -149,7 +149,8 @@ class ServiceShapes:
 
 
 def _model_file(service: str) -> Path:
-    """The newest API version's ``service-2.json`` (or ``.json.gz``) in botocore's data."""
+    """The newest API version's ``service-2.json`` (or ``.json.gz``) in the installed botocore's own data
+    (a model a user put in ``~/.aws/models`` or ``AWS_DATA_PATH`` is not SageMaker's published one)."""
     versions = Path(botocore.__file__).resolve().parent / "data" / service
     newest = max(version for version in versions.iterdir() if version.is_dir())
     for name in ("service-2.json", "service-2.json.gz"):

@@ -284,7 +284,10 @@ def test_the_model_read_as_json_is_the_one_botocores_loader_reads():
     from stacks.sagemaker_limits import processing_job_limits, sagemaker_service_model
 
     ours = sagemaker_service_model()
-    botocores = botocore.model.ServiceModel(botocore.loaders.create_loader().load_service_model("sagemaker", "service-2"))
+    builtin = botocore.loaders.Loader(
+        extra_search_paths=[botocore.loaders.Loader.BUILTIN_DATA_PATH], include_default_search_paths=False
+    )  # the botocore installed, not a model a user put in ~/.aws/models
+    botocores = botocore.model.ServiceModel(builtin.load_service_model("sagemaker", "service-2"))
     assert ours.api_version == botocores.api_version
     assert ours.shapes == botocores._shape_resolver._shape_map
     assert ours.shape("CreateTrainingJobRequest", "Tags", "member", "Key") == botocores.shape_for("TagKey").metadata | {
