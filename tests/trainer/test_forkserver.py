@@ -106,12 +106,7 @@ def test_a_client_killed_before_it_read_the_runs_pid_still_kills_the_run(tmp_pat
     # (ECONNRESET, not EOF), which left the run alive for its whole 60 s.
     marker = tmp_path / "pid"
     code = f"import os, time\nopen({str(marker)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)"
-    python_command()  # starts the server
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.connect(forkserver._socket_path)
-    request = {"args": ["-c", code], "env": trainer_env(TRAINING_IMAGE), "cwd": str(tmp_path), "child": False}
-    with open(os.devnull, "r+b") as devnull:
-        forkserver._send(client, request, [devnull.fileno()] * 3)
+    client = _raw_client_asking_for(code, tmp_path)
     deadline = time.monotonic() + 30
     while not marker.exists() or not marker.read_text():
         assert time.monotonic() < deadline, "the run never started"
@@ -127,12 +122,7 @@ def test_a_client_gone_before_the_run_started_leaves_no_run(tmp_path):
     # fails to send (EPIPE), which used to end the supervisor and leave its fresh run orphaned.
     marker = tmp_path / "started"
     code = f"import time\nopen({str(marker)!r}, 'w').close()\ntime.sleep(60)"
-    python_command()  # starts the server
-    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    client.connect(forkserver._socket_path)
-    request = {"args": ["-c", code], "env": trainer_env(TRAINING_IMAGE), "cwd": str(tmp_path), "child": False}
-    with open(os.devnull, "r+b") as devnull:
-        forkserver._send(client, request, [devnull.fileno()] * 3)
+    client = _raw_client_asking_for(code, tmp_path)
     client.close()
     # A leaked run starts (and stays); a killed one usually never gets to write its marker.
     started = time.monotonic()
@@ -144,6 +134,18 @@ def test_a_client_gone_before_the_run_started_leaves_no_run(tmp_path):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert left == [], "a run outlived its client"
+
+
+def _raw_client_asking_for(code: str, cwd) -> socket.socket:  # noqa: ANN001 - a path
+    """A client's socket that has asked the server (started if need be) to run ``python -c code``, and
+    does nothing else: what a client killed at that moment leaves behind."""
+    python_command()
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(forkserver._socket_path)
+    request = {"args": ["-c", code], "env": trainer_env(TRAINING_IMAGE), "cwd": str(cwd), "child": False}
+    with open(os.devnull, "r+b") as devnull:
+        forkserver._send(client, request, [devnull.fileno()] * 3)
+    return client
 
 
 def _runs_of_the_server() -> list[int]:
