@@ -36,6 +36,7 @@ and the main job run; the test helpers say which of their runs may be forked.
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import signal
@@ -203,16 +204,13 @@ def _supervise(connection: socket.socket, base_state: dict[str, str], base_path:
             _run(request, fds, base_path, child_python)
         for fd in fds:
             os.close(fd)
-        try:
+        # A client already gone (EPIPE, ECONNRESET) fails these sends; _wait_or_kill sees it gone
+        # and kills the run.
+        with contextlib.suppress(OSError):
             _send(connection, {"pid": pid})
-        except OSError:  # the client was killed before it had the pid (EPIPE, ECONNRESET)
-            _kill_run(pid)
-            os._exit(0)
         status = _wait_or_kill(connection, pid)
-        try:
+        with contextlib.suppress(OSError):
             _send(connection, status)
-        except OSError:  # the client is gone; so is the run
-            pass
         code = 0
     finally:
         os._exit(code)
@@ -243,18 +241,13 @@ def _wait_or_kill(connection: socket.socket, pid: int) -> dict:
             return {"code": os.WEXITSTATUS(status)}
         readable, _, _ = select.select([connection], [], [], 0.05)
         if readable and _closed(connection):
-            return _kill_run(pid)
-
-
-def _kill_run(pid: int) -> dict:
-    """Kills the run and what it started (its process group), and reaps it."""
-    for target in (lambda s: os.killpg(pid, s), lambda s: os.kill(pid, s)):
-        try:
-            target(signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    os.waitpid(pid, 0)
-    return {"signal": signal.SIGKILL}
+            for target in (lambda s: os.killpg(pid, s), lambda s: os.kill(pid, s)):
+                try:
+                    target(signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os.waitpid(pid, 0)
+            return {"signal": signal.SIGKILL}
 
 
 def _closed(connection: socket.socket) -> bool:

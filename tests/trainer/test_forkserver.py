@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -136,7 +137,7 @@ def test_a_client_gone_before_the_run_started_leaves_no_run(tmp_path):
     assert left == [], "a run outlived its client"
 
 
-def _raw_client_asking_for(code: str, cwd) -> socket.socket:  # noqa: ANN001 - a path
+def _raw_client_asking_for(code: str, cwd: Path) -> socket.socket:
     """A client's socket that has asked the server (started if need be) to run ``python -c code``, and
     does nothing else: what a client killed at that moment leaves behind."""
     python_command()
