@@ -23,8 +23,12 @@ environment leaks in. Every container is named ``gputrain-emu-...`` and removed 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import ipaddress
+import json
 import re
 import socket
+import struct
 import subprocess
 import threading
 import uuid
@@ -118,6 +122,62 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
                 sock.shutdown(how)
 
 
+def bridge_gateway() -> str:
+    """The IPv4 address of Docker's default bridge on this machine: where ``host-gateway`` points.
+
+    A daemon records it in the bridge's IPAM config, except where it does not: Debian's docker.io
+    20.10, freshly started, records ``{"Subnet": "172.17.0.0/16"}`` alone while its ``docker0`` has
+    ``172.17.0.1/16``. The address is then read off the bridge's own interface (its name from the
+    network's ``com.docker.network.bridge.name`` option, ``docker0`` by default), which is what
+    ``host-gateway`` resolves to either way.
+
+    Raises:
+        ContainerRefused: neither the IPAM config nor the interface has an IPv4 address (one line
+            that names both).
+    """
+    inspected = docker("network", "inspect", "bridge", "--format", "{{json .}}")
+    if inspected.returncode != 0:
+        raise ContainerRefused(f"--containers: docker network inspect bridge failed: {inspected.stderr.strip() or 'no output'}")
+    try:
+        network = json.loads(inspected.stdout)
+    except json.JSONDecodeError as err:
+        raise ContainerRefused(f"--containers: docker network inspect bridge printed no JSON ({err})") from err
+    for config in (network.get("IPAM") or {}).get("Config") or []:
+        gateway = (config or {}).get("Gateway") or ""
+        if _is_ipv4(gateway):
+            return gateway
+    interface = (network.get("Options") or {}).get("com.docker.network.bridge.name") or "docker0"
+    address = interface_ipv4(interface)
+    if address:
+        return address
+    raise ContainerRefused(
+        f"--containers: Docker's bridge network records no gateway and its interface {interface} has no IPv4 address; "
+        "restart the daemon (scripts/docker-engine.sh) and check `ip addr show docker0`"
+    )
+
+
+def interface_ipv4(interface: str) -> str:
+    """The IPv4 address of a network interface on this machine, or ``""`` (none, or no such interface)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            request = struct.pack("256s", interface.encode()[:15])
+            answer = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, request)
+    except OSError:
+        return ""
+    return socket.inet_ntoa(answer[20:24])
+
+
+_SIOCGIFADDR = 0x8915
+"""Linux's ioctl for an interface's address (``<linux/sockios.h>``)."""
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
 @dataclass
 class DockerHosts:
     """The built image, ready to run jobs and endpoints in containers.
@@ -147,10 +207,7 @@ class DockerHosts:
             raise ContainerRefused("--containers needs a Docker engine and none answers; run scripts/docker-engine.sh")
         if docker("image", "inspect", image).returncode != 0:
             raise ContainerRefused(f"--containers runs the image {image}, which is not built here; run scripts/build-image.sh --tag {image}")
-        inspected = docker("network", "inspect", "bridge", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}")
-        gateway = next(iter(inspected.stdout.split()), "")
-        if inspected.returncode != 0 or not gateway:
-            raise ContainerRefused(f"--containers: Docker's bridge network has no gateway address ({inspected.stderr.strip()})")
+        gateway = bridge_gateway()
         hosts = cls(image, emulator_port, gateway)
         try:
             hosts._relay = _Relay((gateway, emulator_port), ("127.0.0.1", emulator_port))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import tarfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,7 +24,8 @@ import pytest
 
 from scripts.emulator import containers, server
 from scripts.emulator.containers import ContainerRefused, JobNetwork, container_command, host_names
-from scripts.emulator.docker_hosts import DockerHosts, image_command
+from scripts.emulator import docker_hosts
+from scripts.emulator.docker_hosts import DockerHosts, bridge_gateway, image_command, interface_ipv4
 from scripts.emulator.sagemaker import LocalSageMaker
 
 ROLE = f"arn:aws:iam::{server.ACCOUNT}:role/training"
@@ -146,6 +148,44 @@ def test_docker_run_gets_the_entrypoints_first_word_and_the_rest_as_its_command(
     assert two_hosts[two_hosts.index("--network-alias") + 1] == "algo-2" and two_hosts[two_hosts.index("--network") + 1] == "net"
     assert two_hosts[-2:] == ["gputrain-trainer:local", "train"] and "--entrypoint" not in two_hosts
     assert docker.endpoint_url == "http://host.docker.internal:4566"
+
+
+def _inspect_bridge(monkeypatch: pytest.MonkeyPatch, network: dict[str, Any] | None, stderr: str = "") -> None:
+    """``docker network inspect bridge`` answers ``network`` (or fails with ``stderr``); nothing else is run."""
+
+    def fake_docker(*args: str, timeout: float = 0) -> subprocess.CompletedProcess[str]:
+        assert args[:3] == ("network", "inspect", "bridge"), args
+        if network is None:
+            return subprocess.CompletedProcess(["docker", *args], 1, "", stderr)
+        return subprocess.CompletedProcess(["docker", *args], 0, json.dumps(network) + "\n", "")
+
+    monkeypatch.setattr(docker_hosts, "docker", fake_docker)
+
+
+def test_the_bridge_gateway_is_the_one_the_daemon_records(monkeypatch) -> None:
+    _inspect_bridge(monkeypatch, {"IPAM": {"Config": [{"Subnet": "fd00::/64", "Gateway": "fd00::1"},
+                                                      {"Subnet": "172.17.0.0/16", "Gateway": "172.17.0.1"}]},
+                                  "Options": {"com.docker.network.bridge.name": "no-such-if0"}})
+    assert bridge_gateway() == "172.17.0.1"  # the IPv4 one, whatever the interface says
+
+
+def test_a_bridge_without_a_recorded_gateway_is_read_off_its_interface(monkeypatch) -> None:
+    # Debian's docker.io 20.10 on a fresh machine records the subnet alone; docker0 has the address.
+    # Here the bridge's interface is loopback, whose address every Linux machine has.
+    _inspect_bridge(monkeypatch, {"IPAM": {"Config": [{"Subnet": "172.17.0.0/16"}]},
+                                  "Options": {"com.docker.network.bridge.name": "lo"}})
+    assert bridge_gateway() == "127.0.0.1"
+    assert interface_ipv4("lo") == "127.0.0.1" and interface_ipv4("no-such-if0") == ""
+
+
+def test_a_bridge_with_no_address_anywhere_is_refused_in_one_line(monkeypatch) -> None:
+    _inspect_bridge(monkeypatch, {"IPAM": {"Config": [{"Subnet": "172.17.0.0/16", "Gateway": ""}]},
+                                  "Options": {"com.docker.network.bridge.name": "no-such-if0"}})
+    with pytest.raises(ContainerRefused, match=r"records no gateway and its interface no-such-if0 has no IPv4 address; restart"):
+        bridge_gateway()
+    _inspect_bridge(monkeypatch, None, stderr="Error: No such network: bridge")
+    with pytest.raises(ContainerRefused, match=r"docker network inspect bridge failed: Error: No such network: bridge"):
+        bridge_gateway()
 
 
 @pytest.mark.image
