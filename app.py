@@ -12,7 +12,7 @@ import sys
 from aws_cdk import App, Environment
 
 from stacks.components.policy import add_policy_packs
-from stacks.config import CONTEXT_KEY, ConfigError, PlatformConfig, load_config
+from stacks.config import CONTEXT_KEY, ConfigError, PlatformConfig, load_config, platform_overrides
 from stacks.platform import build_platform
 
 # Synthesis without AWS credentials (tests, CI, the local emulator) targets the emulator's
@@ -53,7 +53,7 @@ def promoted_job(config: PlatformConfig, context: dict, region: str) -> str | No
     nothing was promoted. Read live rather than cached in ``cdk.context.json``, which would go
     stale at the next promotion or rollback.
     """
-    if not os.environ.get("CDK_DEFAULT_ACCOUNT") or any(key in context for key in SERVING_OVERRIDES):
+    if not os.environ.get("CDK_DEFAULT_ACCOUNT") or any(key in platform_overrides(context) for key in SERVING_OVERRIDES):
         return None
     if config.serving.training_job_name or config.serving.model_artifact_key:
         return None

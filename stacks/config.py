@@ -5,8 +5,11 @@ be overridden from the command line with a dotted context key, e.g.::
 
     npx cdk synth -c gpu_training.cluster.node_count=2 -c gpu_training.training_job.use_spot=false
 
-An override's value is read as JSON when it parses (numbers, booleans, ``null``, objects),
-else as a plain string.
+The ``gpu_training.`` prefix may be left out (``-c cluster.node_count=2``), as the operator scripts
+allow; a misspelled key is refused with the right one, never dropped (:func:`platform_overrides`).
+An override's value is read as JSON when it parses (numbers, booleans, ``null``, objects), else as a
+plain string; a value that opens as JSON must parse. An object merges into the setting's object
+(one hyperparameter overridden keeps the others); ``null`` in it removes an entry.
 
 Every problem is reported as one :class:`ConfigError` line that names the setting, the value
 and the fix; ``app.py`` prints it and exits non-zero before CDK builds anything.
@@ -25,6 +28,7 @@ from collections import abc
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
+from stacks.components import hyperparameter_rules
 from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup, sagemaker_hosting_instance_types
 from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits
 
@@ -34,10 +38,11 @@ CONTEXT_KEY = "gpu_training"
 class ConfigError(ValueError):
     """A setting is wrong. ``str(err)`` is one line: setting, value, what to do."""
 
-    def __init__(self, setting: str, value: Any, problem: str, fix: str) -> None:
+    def __init__(self, setting: str, value: Any, problem: str, fix: str, *, verbatim: bool = False) -> None:
         self.setting = setting
         self.value = value
-        shown = json.dumps(value, default=str)
+        # verbatim: a string shown as typed (a -c value that is not JSON), not as a JSON string.
+        shown = value if verbatim and isinstance(value, str) else json.dumps(value, default=str)
         if len(shown) > _MAX_SHOWN_VALUE:
             size = len(value) if isinstance(value, str) else len(shown)
             shown = f"{shown[:_MAX_SHOWN_VALUE]}... ({size} characters)"
@@ -519,6 +524,8 @@ def _coerce(path: str, value: Any, tp: Any) -> Any:
             raise ConfigError(path, value, "expected an object", f"write {path} as a JSON object")
         out = {}
         for key, item in value.items():
+            if item is None:
+                continue  # an override's null removes the entry (_merge_overrides)
             # SageMaker passes every hyperparameter as a string; accept JSON scalars and say so.
             if isinstance(item, bool):
                 item = "true" if item else "false"
@@ -908,6 +915,15 @@ def _validate_training_job(tj: TrainingJobConfig) -> TrainingJobConfig:
     for name, value in tj.hyperparameters.items():
         _check_field(f"{p}.training_job.hyperparameters.{name}", name, limits.hyperparameter_name, "the name")
         _check_field(f"{p}.training_job.hyperparameters.{name}", value, limits.hyperparameter_value, "the value")
+    # The built-in trainer's own rules, here rather than after a GPU instance has started.
+    refused = hyperparameter_rules.problems(
+        tj.hyperparameters, user_script=False, instance_count=tj.instance_count, gpus_per_instance=tj.expected_gpus_per_instance or 1
+    )
+    if refused:
+        raise ConfigError(
+            f"{p}.training_job.hyperparameters", dict(tj.hyperparameters), "; ".join(refused),
+            f"fix them in cdk.json, or override one with -c {p}.training_job.hyperparameters.NAME=VALUE",
+        )
     if tj.notification_email is not None and not _EMAIL_RE.match(tj.notification_email):
         raise ConfigError(f"{p}.training_job.notification_email", tj.notification_email, "not an e-mail address", "use name@example.com or null")
     return tj
@@ -1085,19 +1101,90 @@ def _validate_serving(sv: ServingConfig) -> ServingConfig:
 # --------------------------------------------------------------------------------------------
 
 
-def _parse_override(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
+_JSON_OPENERS = ("{", "[", '"')
+"""An override value starting with one of these is meant as JSON: it must parse."""
 
 
-def _merge_overrides(base: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+def _parse_override(value: Any, setting: str = CONTEXT_KEY) -> Any:
+    """A ``-c`` value: JSON where it parses (numbers, booleans, ``null``), else a plain string; a value
+    that opens as JSON (an object, a list, a quoted string) must parse, and is refused with the position."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as err:
+        if value.lstrip().startswith(_JSON_OPENERS):
+            near = value[max(0, err.pos - 12) : err.pos + 1]
+            raise ConfigError(
+                setting, value,
+                f"does not parse as JSON: {err.msg} at line {err.lineno} column {err.colno} (character {err.pos}, after {near!r})",
+                "fix the JSON there (in a shell, put the whole -c KEY=VALUE in single quotes)", verbatim=True,
+            ) from None
+        return value
+
+
+def platform_overrides(context: Mapping[str, Any]) -> dict[str, Any]:
+    """The command line's overrides of settings, each under its full key (``gpu_training.a.b``).
+
+    ``cdk synth``, ``deploy`` and ``destroy`` take the same keys as the operator scripts:
+    ``-c gpu_training.training_job.instance_count=2`` or, without the prefix,
+    ``-c training_job.instance_count=2``. A key whose first part is a near miss of ``gpu_training`` or
+    of a section (``gpu_trainng.cluster.node_count``, ``trainng_job.use_spot``) is refused with the
+    right name rather than dropped; one setting given both ways with two values is refused too.
+    Context the platform does not own (CDK's feature flags and lookups, ``account``, ``region``) is
+    left alone.
+
+    Raises:
+        ConfigError: one line naming the key and the right one.
+    """
+    sections = [f.name for f in dataclasses.fields(PlatformConfig)]
+    full: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
+    for key, value in context.items():
+        name = full_key(key)
+        if not name.startswith(CONTEXT_KEY + "."):
+            head = key.partition(".")[0]
+            if head != CONTEXT_KEY and not head.startswith(("@", "aws:", "aws-cdk:")) and ":" not in head:
+                _refuse_near_miss(key, value, sections)
+            continue
+        if name in full and full[name] != value:
+            raise ConfigError(
+                name, value, f"given twice, as {given_as[name]} and as {key}, with different values", "pass it once"
+            )
+        full[name], given_as[name] = value, key
+    return full
+
+
+def full_key(key: str) -> str:
+    """``gpu_training.<key>`` for a setting given without its prefix (``training_job.use_spot``); any other
+    context key as given."""
+    head = key.partition(".")[0]
+    return f"{CONTEXT_KEY}.{key}" if head in {f.name for f in dataclasses.fields(PlatformConfig)} else key
+
+
+def _refuse_near_miss(key: str, value: Any, sections: Sequence[str]) -> None:
+    """Refuse ``key`` when its first part looks like a misspelling of the root or of a section."""
+    head, _, rest = key.partition(".")
+    lowered = head.lower().replace("-", "_")
+    if lowered != head and lowered in (CONTEXT_KEY, *sections):
+        close = [lowered]
+    else:
+        close = difflib.get_close_matches(lowered, [CONTEXT_KEY, *sections], n=1, cutoff=0.8)
+    if not close:
+        return
+    right = close[0] + (f".{rest}" if rest else "")
+    if close[0] != CONTEXT_KEY:
+        right = f"{CONTEXT_KEY}.{right}"
+    raise ConfigError(key, value, "not a setting (a misspelled key would be dropped without a word)", f"did you mean {right}?")
+
+
+def _merge_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with each override applied at its dotted key. An object given for an object merges into
+    it (``-c training_job.hyperparameters='{"epochs": "3"}'`` keeps the other hyperparameters); a
+    ``null`` entry in an object of strings removes that entry (:func:`_coerce`)."""
     merged: dict[str, Any] = json.loads(json.dumps(base))  # deep copy of plain JSON
     prefix = CONTEXT_KEY + "."
-    for key in sorted(k for k in context if k.startswith(prefix)):
+    for key in sorted(overrides):
         parts = key[len(prefix):].split(".")
         node = merged
         for i, part in enumerate(parts[:-1]):
@@ -1105,8 +1192,17 @@ def _merge_overrides(base: Mapping[str, Any], context: Mapping[str, Any]) -> dic
             if not isinstance(child, dict):
                 raise ConfigError(prefix + ".".join(parts[: i + 1]), child, "not an object", f"cannot override {key} inside it")
             node = child
-        node[parts[-1]] = _parse_override(context[key])
+        value = _parse_override(overrides[key], key)
+        current = node.get(parts[-1])
+        node[parts[-1]] = _deep_merge(current, value) if isinstance(current, dict) and isinstance(value, dict) else value
     return merged
+
+
+def _deep_merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(out.get(key), dict) and isinstance(value, dict) else value
+    return out
 
 
 def load_config(context: Mapping[str, Any]) -> PlatformConfig:
@@ -1124,7 +1220,7 @@ def load_config(context: Mapping[str, Any]) -> PlatformConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ConfigError(CONTEXT_KEY, raw, "expected an object", f'put the settings under "context": {{"{CONTEXT_KEY}": {{...}}}} in cdk.json')
-    merged = _merge_overrides(raw, context)
+    merged = _merge_overrides(raw, platform_overrides(context))
     cfg = _build(PlatformConfig, merged, CONTEXT_KEY)
     return _validate(cfg)
 

@@ -7,7 +7,6 @@ script, its config loading and its reading of the stacks' outputs, not a copy of
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from scripts.emulator.lifecycle import Lifecycle
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAINING_IMAGE = ROOT / "training_image"
 
 
 def launch_arguments(run: "Lifecycle", *, user_script: bool = False) -> list[str]:
@@ -45,16 +43,16 @@ def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
 
     The same checks, on the same options, as after the deploy: ``scripts.launch``'s own parser
     and :func:`~stacks.components.training_job_spec.resolve_launch` (SageMaker's limits, the
-    instance type, the job name), then the training entrypoint's parser of every hyperparameter
-    (``trainer.contract.hyperparameters``: unknown names, values out of range), which would otherwise fail only
-    once the job runs.
+    instance type, the job name, and the training image's own rules for every hyperparameter:
+    unknown names, values out of range, the batch split over the GPUs), which would otherwise fail
+    only once the job runs.
 
     Raises:
         RuntimeError: one line naming what is wrong.
     """
     from scripts.common import OperatorError, load_platform_config
     from scripts.launch import build_parser, options_from_args
-    from stacks.components.training_job_spec import JobResources, JobTemplate, LaunchError, resolve_launch
+    from stacks.components.training_job_spec import JobResources, JobTemplate, LaunchError, code_uri_prefix, resolve_launch
 
     args = build_parser().parse_args(launch_arguments(run, user_script=user_script))
     try:
@@ -66,24 +64,11 @@ def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
             from scripts.launch import pack_source
 
             pack_source(ROOT / args.source_dir, args.entry_point)
-            options = replace(options, entry_point=None)
+            options = replace(options, code_uri=f"{code_uri_prefix(template)}check/sourcedir.tar.gz")
         values = resolve_launch(template, options)
     except (OperatorError, LaunchError) as err:
         raise RuntimeError(f"launch refused before deploy: {err}") from None
-    if user_script:
-        # A script parses its own arguments; the trainer's hyperparameter rules do not apply.
-        return dict(values.hyperparameters)  # type: ignore[arg-type]
-    if str(TRAINING_IMAGE) not in sys.path:
-        sys.path.insert(0, str(TRAINING_IMAGE))
-    from trainer.contract.errors import ConfigError
-    from trainer.contract.hyperparameters import parse_hyperparameters
-
-    hyperparameters = dict(values.hyperparameters)  # type: ignore[arg-type]
-    try:
-        parse_hyperparameters(hyperparameters)
-    except ConfigError as err:
-        raise RuntimeError(f"launch refused before deploy: {err}") from None
-    return hyperparameters
+    return dict(values.hyperparameters)  # type: ignore[arg-type]
 
 
 def launch(run: "Lifecycle", *, user_script: bool = False) -> str:

@@ -446,11 +446,14 @@ class Rule:
         condition: Holds for a valid launch; guards its own types, so it can be evaluated
             whatever the input holds.
         reason: Why the launch is refused when ``condition`` fails, and how to fix it.
+        full_check_covers: The Python path checks this with a fuller check of its own, which refuses
+            all this rule refuses and says more (the image's hyperparameter parser): it skips the rule.
     """
 
     field: str
     condition: Expr
     reason: Reason
+    full_check_covers: bool = False
 
     def reason_text(self, env: Mapping[str, Any]) -> str:
         """The reason over ``env``."""

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence, Union
 
+from stacks.components import hyperparameter_rules
 from stacks.components.launch_rules import (
     KEY,
     BadKeys,
@@ -535,6 +536,7 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
                 f" {limits.hyperparameter_name.max_length} (SageMaker's limits)",
             ),
         ),
+        *hyperparameter_rules.workflow_rules(hyperparameters, eq(Var("code_uri"), "")),
         Rule(
             "legacy_keras",
             eq(type_of(Var("legacy_keras")), "boolean"),
@@ -641,7 +643,8 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
     """
     check_template_limits(template)
     values = launch_variables(template, options, now=now)
-    reasons = problems(training_launch_rules(template), values)
+    reasons = problems([rule for rule in training_launch_rules(template) if not rule.full_check_covers], values)
+    reasons += _hyperparameter_problems(values)
     if reasons:
         raise LaunchError(refusal(LAUNCH_TITLE, reasons))
     facts = values["instance_facts"][values["instance_type"]]
@@ -658,6 +661,23 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
         legacy_keras=values["legacy_keras"],
         has_code=values["code_uri"] != "",
         channels=values["channels"],
+    )
+
+
+def _hyperparameter_problems(values: Mapping[str, Any]) -> list[str]:
+    """:func:`hyperparameter_rules.problems` over the launch's variables, once the rules have found them
+    well formed (an object of strings; the batch split over a known instance type and count)."""
+    hyperparameters = values["hyperparameters"]
+    if not isinstance(hyperparameters, Mapping) or not all(isinstance(v, str) for v in hyperparameters.values()):
+        return []
+    facts = values["instance_facts"].get(values["instance_type"]) if isinstance(values["instance_type"], str) else None
+    count = values["instance_count"]
+    well_formed = facts is not None and isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_INSTANCE_COUNT
+    return hyperparameter_rules.problems(
+        hyperparameters,
+        user_script=values["code_uri"] != "",
+        instance_count=count if well_formed else 1,
+        gpus_per_instance=int(facts["expected_gpu_count"]) if well_formed else 1,
     )
 
 
@@ -791,15 +811,16 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
             "EnableSageMakerMetricsTimeSeries": True,
         },
         # Script mode (the user's code) is selected by the same hyperparameters the SageMaker SDK
-        # sets; the launch's own hyperparameters come last, so a user may override the switch.
+        # sets, from the checked code_uri and entry_point. The launch rules refuse a launch's own
+        # sagemaker_* keys; the platform's come last all the same, so none could override them.
         "HyperParameters": merge(
+            launch.hyperparameters,
             when(
                 launch.has_code,
                 {PROGRAM_HYPERPARAMETER: launch.entry_point, SUBMIT_DIRECTORY_HYPERPARAMETER: CODE_CHANNEL_SOURCEDIR},
                 {},
             ),
             when(logical_and(launch.has_code, greater_than(launch.instance_count, 1)), {MULTI_WORKER_HYPERPARAMETER: "true"}, {}),
-            launch.hyperparameters,
         ),
         # The entrypoint fails hard unless it sees exactly this many GPUs.
         "Environment": merge(

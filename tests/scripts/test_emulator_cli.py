@@ -28,7 +28,9 @@ def test_bad_hyperparameters_are_refused_before_anything_starts(monkeypatch, tmp
     argv = ["--work-dir", str(tmp_path), "-c", 'gpu_training.training_job.hyperparameters={"learning_rat": "0.1"}']
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
-    assert "error: launch refused before deploy: Invalid hyperparameters: unknown hyperparameter 'learning_rat'" in err
+    # cdk synth would refuse the same config: the image's own rules, in the config's one line.
+    assert "error: launch refused before deploy: invalid configuration: gpu_training.training_job.hyperparameters = " in err
+    assert "Invalid hyperparameters: unknown hyperparameter 'learning_rat'" in err
     assert "did you mean 'learning_rate'" in err and "note:" not in err
 
 
@@ -74,3 +76,25 @@ def test_after_a_failed_real_account_run_the_note_names_the_cleanup(tmp_path):
     assert "python -m scripts.teardown --stop-running --destroy" in note
     run.destroyed = True
     assert cli.failure_note(run) is None
+
+
+def test_keep_prints_the_region_for_boto3_too(monkeypatch, capsys):
+    """boto3 reads AWS_DEFAULT_REGION, not AWS_REGION: without it a user's own boto3 script
+    against the kept emulator fails with NoRegionError."""
+    from types import SimpleNamespace
+
+    from scripts.emulator.server import Emulator
+
+    class _Done:
+        def wait(self) -> None:
+            return None
+
+    emulator = SimpleNamespace(client_env=lambda: Emulator.client_env(SimpleNamespace(endpoint_url="http://localhost:1")))
+    run = SimpleNamespace(emulator=emulator, options=SimpleNamespace(sandbox=False), runner=None)
+    monkeypatch.setattr(cli.threading, "Event", _Done)
+    monkeypatch.setattr(cli.signal, "signal", lambda *_: None)
+    cli._explore(run)  # type: ignore[arg-type]
+    exports = dict(line.strip().removeprefix("export ").split("=", 1) for line in capsys.readouterr().out.splitlines()
+                   if line.strip().startswith("export "))
+    assert exports["AWS_DEFAULT_REGION"] == exports["AWS_REGION"] == "us-east-1"
+    assert exports["AWS_ENDPOINT_URL"] == "http://localhost:1"

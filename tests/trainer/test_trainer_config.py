@@ -155,3 +155,50 @@ def test_divergence_check_can_be_turned_off_or_relaxed():
     assert TrainingConfig.from_hyperparameters({"divergence_factor": "0"}).divergence_factor == 0.0
     relaxed = TrainingConfig.from_hyperparameters({"divergence_factor": "100", "on_divergence": "warn"})
     assert (relaxed.divergence_factor, relaxed.on_divergence) == (100.0, "warn")
+
+
+def _accepted(key: str, value: str) -> bool:
+    from trainer.contract import hyperparameters
+
+    try:
+        hyperparameters._PARSERS[key](hyperparameters._unquote(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _candidates() -> list[str]:
+    """Values every parser is tried on: the forms users write, edge forms Python's int() and float() take, noise."""
+    import random
+
+    from trainer.contract import hyperparameters
+
+    words = [*hyperparameters.MODELS, *hyperparameters.DATA_FORMATS, *hyperparameters.MIXED_PRECISION_MODES,
+             *hyperparameters.OPTIMIZERS, "fail", "warn", "true", "False", "YES", "no", "On", "off", "1", "0"]
+    forms = ["3", " 3 ", "+3", "03", "1_000", "-3", "0", "0.0", "1e-3", "1E+2", ".5", "5.", "-0.5", "2.5", "inf", "nan",
+             "", " ", "28x28x1", "28X28X3", "[1,2]", "128, 64", "1,,2", "a/b", "abc", "1e400", "3.5.1", "x", "1_"]
+    rng = random.Random(41)
+    alphabet = "0123456789.-+_eExX, []\"/aAbcfilmnoprstuvwy"
+    noise = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6))) for _ in range(3000)]
+    plain = [*words, *(w.upper() for w in words), *forms, *noise]
+    return plain + [f'"{v}"' for v in plain[:200]]
+
+
+def test_every_value_a_parser_accepts_matches_the_pattern_the_workflow_checks() -> None:
+    """The launch workflow checks values with VALUE_PATTERNS: a pattern narrower than its parser would refuse
+    a good job there, so each parser is held to its pattern over thousands of values."""
+    import re
+
+    from trainer.contract import hyperparameters
+
+    assert set(hyperparameters.VALUE_PATTERNS) == set(known_hyperparameters())
+    misses, refused = [], 0
+    for key in known_hyperparameters():
+        pattern = re.compile(hyperparameters.value_pattern(key).replace("$", r"\Z"))
+        for value in _candidates():
+            matched = pattern.search(value) is not None
+            if _accepted(key, value) and not matched:
+                misses.append((key, value))
+            refused += not matched
+    assert misses == []
+    assert refused > 10_000  # and the patterns do refuse: they are not '.*'

@@ -212,7 +212,79 @@ def test_nat_gateways_cannot_exceed_azs():
 
 def test_hyperparameters_are_stringified_like_sagemaker_does():
     cfg = load(training_job__hyperparameters={"epochs": 3, "xla": True})
-    assert dict(cfg.training_job.hyperparameters) == {"epochs": "3", "xla": "true"}
+    assert dict(cfg.training_job.hyperparameters) == {"model": "mlp", "epochs": "3", "batch_size": "256", "xla": "true"}
+
+
+def test_an_object_override_of_the_hyperparameters_merges_and_null_removes_one():
+    # -c 'gpu_training.training_job.hyperparameters={"epochs":"3"}' used to replace the whole map.
+    context = {**project_context(), "gpu_training.training_job.hyperparameters": '{"epochs": "3", "batch_size": null}'}
+    assert dict(load_config(context).training_job.hyperparameters) == {"model": "mlp", "epochs": "3"}
+    context = {**project_context(), "gpu_training.training_job.hyperparameters.epochs": "7"}
+    assert dict(load_config(context).training_job.hyperparameters) == {"model": "mlp", "epochs": "7", "batch_size": "256"}
+
+
+@pytest.mark.parametrize(
+    ("hyperparameters", "expected"),
+    [
+        ({"epocs": "3"}, "unknown hyperparameter 'epocs' (did you mean 'epochs'?"),
+        ({"epochs": "-3"}, "hyperparameter 'epochs' must be >= 1, got -3"),
+        ({"batch_size": "abc"}, "hyperparameter 'batch_size' must be an integer, got 'abc'"),
+        ({"sagemaker_program": "evil.py"}, "hyperparameters sagemaker_program are the platform's"),
+    ],
+)
+def test_synth_refuses_hyperparameters_the_image_would_refuse(hyperparameters, expected) -> None:
+    msg = error_of(training_job__hyperparameters=hyperparameters)
+    assert msg.startswith("gpu_training.training_job.hyperparameters = ") and expected in msg, msg
+
+
+def test_synth_refuses_a_global_batch_the_jobs_gpus_cannot_share() -> None:
+    # ml.g5.12xlarge has 4 GPUs: two of them train on 8 replicas, and 250 does not split.
+    msg = error_of(training_job__instance_type="ml.g5.12xlarge", training_job__instance_count=2, training_job__hyperparameters={"batch_size": 250})
+    assert "must be divisible by the 8 replicas of this job (2 worker(s)); use a multiple of 8" in msg
+
+
+@pytest.mark.parametrize("key", ["training_job.instance_count", "gpu_training.training_job.instance_count"])
+def test_a_setting_without_its_prefix_is_applied_as_with_it(key) -> None:
+    assert load_config({**project_context(), key: "2"}).training_job.instance_count == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "right"),
+    [
+        ("gpu_trainng.cluster.node_count", "gpu_training.cluster.node_count"),
+        ("GPU_TRAINING.cluster.node_count", "gpu_training.cluster.node_count"),
+        ("gpu-training.cluster.node_count", "gpu_training.cluster.node_count"),
+        ("trainng_job.instance_count", "gpu_training.training_job.instance_count"),
+        ("clustr.node_count", "gpu_training.cluster.node_count"),
+    ],
+)
+def test_a_misspelled_root_or_section_is_refused_with_the_right_key(key, right) -> None:
+    with pytest.raises(ConfigError, match=rf"^{key} = \"2\": not a setting .*; did you mean {right}\?$"):
+        load_config({**project_context(), key: "2"})
+
+
+def test_context_the_platform_does_not_own_is_left_alone() -> None:
+    context = {**project_context(), "account": "111122223333", "region": "eu-west-1", "@aws-cdk/core:newStyleStackSynthesis": True}
+    assert load_config(context).training_job.instance_count == 1
+
+
+def test_one_setting_given_with_and_without_its_prefix_must_agree() -> None:
+    context = {**project_context(), "training_job.instance_count": "2", "gpu_training.training_job.instance_count": "3"}
+    with pytest.raises(ConfigError, match="given twice, as .* with different values; pass it once"):
+        load_config(context)
+    assert load_config({**context, "gpu_training.training_job.instance_count": "2"}).training_job.instance_count == 2
+
+
+def test_a_json_value_that_does_not_parse_is_refused_with_its_position() -> None:
+    value = '{"ami_id": "ami-0123456789abcdef0", "nvidia_driver_branch": 580,}'
+    with pytest.raises(ConfigError) as info:
+        load_config({**project_context(), "gpu_training.cluster.pinned_dlami": value})
+    message = str(info.value)
+    # The value as typed (no escaped quotes), what did not parse and where.
+    assert message.startswith(f"gpu_training.cluster.pinned_dlami = {value}: does not parse as JSON: ")
+    assert f"at line 1 column {len(value)} (character {len(value) - 1}" in message and "single quotes" in message
+    # A value that does not open as JSON stays a plain string.
+    assert load_config({**project_context(), "gpu_training.cluster.instance_type": "g5.12xlarge"}).cluster.gpus_per_node == 4
 
 
 def test_cdk_synth_with_a_non_gpu_type_exits_nonzero_with_one_clear_line():
@@ -304,7 +376,8 @@ def test_gpu_type_sagemaker_does_not_train_on_is_refused():
 
 
 def test_more_than_100_hyperparameters_is_refused():
-    msg = error_of(training_job__hyperparameters={f"h{i}": "1" for i in range(101)})
+    # An object override merges into cdk.json's three (model, epochs, batch_size).
+    msg = error_of(training_job__hyperparameters={f"h{i}": "1" for i in range(98)})
     assert msg.startswith('gpu_training.training_job.hyperparameters = "101 entries": SageMaker accepts at most 100')
 
 
@@ -315,7 +388,7 @@ def test_hyperparameter_value_over_2500_characters_is_refused_in_one_short_line(
 
 
 def test_more_than_20_channels_is_refused():
-    msg = error_of(training_job__channels={f"c{i}": f"c{i}/" for i in range(21)})
+    msg = error_of(training_job__channels={f"c{i}": f"c{i}/" for i in range(20)})  # and cdk.json's train
     assert msg.startswith('gpu_training.training_job.channels = "21 channels": SageMaker accepts at most 20')
 
 
@@ -336,7 +409,7 @@ def test_tag_keys_follow_the_pattern_and_aws_prefix_is_reserved():
 
 
 def test_more_tags_than_a_job_takes_is_refused():
-    msg = error_of(tags={f"T{i}": "x" for i in range(50)})
+    msg = error_of(tags={f"T{i}": "x" for i in range(49)})  # and cdk.json's CostCenter
     assert msg.startswith('gpu_training.tags = "50 tags": a training job takes at most 50 tags, Project included')
 
 

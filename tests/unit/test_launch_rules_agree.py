@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from stacks.components.launch_rules import Compare
+from stacks.components.launch_rules import Compare, problems, refusal
 from stacks.components.processing_job_spec import (
     STATE_MACHINE_PROCESSING_VALUES,
     ProcessingOptions,
@@ -37,11 +37,14 @@ from stacks.components.processing_job_spec import (
     resolve_processing,
 )
 from stacks.components.training_job_spec import (
+    LAUNCH_TITLE,
     JobTemplate,
     LaunchError,
     LaunchOptions,
     create_training_job_request,
+    launch_variables,
     resolve_launch,
+    training_launch_rules,
 )
 from stacks.config import load_config
 from tests.synth import project_context
@@ -68,8 +71,12 @@ FIELDS = (
     Field("instance_type", (ABSENT, "ml.g5.xlarge", "ml.g5.12xlarge"), ("ml.p4d.24xlarge", "ml.m5.large", "g5.xlarge")),
     Field("instance_count", (ABSENT, 1, 2, 64), (0, 65, -1, 1.5, True, "2")),
     Field("use_spot", (ABSENT, True, False), ("yes", 1)),
-    Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}, {"lr": 1e-5, "decay": 2.0}),
-          ({"nested": {"a": 1}}, {"notes": "x" * 2501}, {"k" * 257: "1"}, {f"h{i}": i for i in range(98)})),
+    # Valid for the built-in trainer and for a script alike; the invalid ones are tried on the built-in trainer.
+    Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "learning_rate": 0.1, "xla": True, "model": "cnn", "image_shape": "28x28x1"},
+                              {"learning_rate": 1e-5, "dropout": 0.5, "optimizer": " SGD "}),
+          ({"nested": {"a": 1}}, {"notes": "x" * 2501}, {"k" * 257: "1"}, {f"h{i}": i for i in range(98)},
+           {"epocs": 3}, {"epochs": "three"}, {"model": "vgg"}, {"xla": "maybe"}, {"train_channel": "a/b"},
+           {"sagemaker_program": "evil.py", "sagemaker_submit_directory": "/opt/ml/input/data/train/evil.tar.gz"})),
     Field("legacy_keras", (ABSENT, True, False), ("yes", 0)),
     Field("channels", (ABSENT, {}, {"train": "s3://datasets/processed/p/train/"}, {"extra": "s3://datasets/train/more/"}),
           ({"train": "s3://other/train/"}, {"train": "s3://datasets/raw/x/"}, {"train": "s3://datasets/train/../raw/"},
@@ -115,13 +122,23 @@ def generated_launches(seed: int = 22, mixes: int = 150) -> list[tuple[dict[str,
     return launches
 
 
-def _python_verdict(template: JobTemplate, launch: dict[str, Any], execution_name: str) -> dict[str, Any] | str:
+def _options(template: JobTemplate, launch: dict[str, Any], execution_name: str) -> LaunchOptions:
+    return LaunchOptions(**{"job_name": f"{template.job_name_prefix}{execution_name}", **launch})
+
+
+def _direct_verdict(template: JobTemplate, launch: dict[str, Any], execution_name: str) -> dict[str, Any] | str:
     """The request ``resolve_launch`` builds, or its refusal."""
-    options = LaunchOptions(**{"job_name": f"{template.job_name_prefix}{execution_name}", **launch})
     try:
-        return create_training_job_request(template, resolve_launch(template, options))
+        return create_training_job_request(template, resolve_launch(template, _options(template, launch, execution_name)))
     except LaunchError as error:
         return str(error)
+
+
+def _python_verdict(template: JobTemplate, launch: dict[str, Any], execution_name: str) -> dict[str, Any] | str:
+    """The whole table evaluated in Python (the rules a direct launch leaves to the image's fuller check
+    included), else the request ``resolve_launch`` builds."""
+    reasons = problems(training_launch_rules(template), launch_variables(template, _options(template, launch, execution_name)))
+    return refusal(LAUNCH_TITLE, reasons) if reasons else _direct_verdict(template, launch, execution_name)
 
 
 def _disagreements(template: Any, verdicts, python_verdict=_python_verdict, side: str = "workflow") -> list[str]:
@@ -166,6 +183,25 @@ def test_the_generated_set_covers_both_outcomes_and_every_field(verdicts):
 
 def test_python_and_the_workflow_send_the_same_request_or_the_same_refusal(template, verdicts):
     assert _disagreements(template, verdicts) == []
+
+
+def test_a_direct_launch_refuses_all_the_workflow_refuses_in_its_words_or_the_images(template, verdicts):
+    """``scripts.launch`` skips the hyperparameter rules the image's own parser covers and runs that parser:
+    it refuses every launch the workflow refuses, word for word unless those rules were broken."""
+    covered = [rule for rule in training_launch_rules(template) if rule.full_check_covers]
+    checked = 0
+    for i, (launch, _, result) in enumerate(verdicts):
+        direct = _direct_verdict(template, launch, f"e{i}")
+        if result["ok"]:
+            assert direct == result["request"], launch
+            continue
+        assert isinstance(direct, str), (launch, result["problem"])
+        values = launch_variables(template, _options(template, launch, f"e{i}"))
+        if all(rule.condition.evaluate(values) for rule in covered):
+            assert direct == result["problem"], launch
+        else:
+            checked += "Invalid hyperparameters: " in direct or "are the platform's" in direct
+    assert checked >= 6
 
 
 def test_refusals_list_every_broken_rule(template, verdicts):

@@ -78,7 +78,7 @@ RESOURCES = JobResources("arn:role", "img:tag", "datasets", "artifacts", "arn:ke
 VALID = [
     LaunchOptions(job_name="gputrain-a1"),
     LaunchOptions(job_name="gputrain-b2", instance_type="ml.p3.2xlarge", instance_count=2, use_spot=False,
-                  hyperparameters={"epochs": 3, "lr": 0.1, "flag": True, "model": "cnn"}),
+                  hyperparameters={"epochs": 3, "learning_rate": 0.1, "xla": True, "model": "cnn", "image_shape": "28x28x1"}),
     LaunchOptions(job_name="gputrain-c3", instance_type="ml.g5.12xlarge", instance_count=4),
     # Script mode: the code channel, the SDK's hyperparameters, legacy Keras, and MWMS with 2 hosts.
     LaunchOptions(job_name="gputrain-d4", code_uri="s3://artifacts/code/gputrain-d4/sourcedir.tar.gz",
@@ -177,6 +177,39 @@ def test_invalid_options_take_the_failure_branch():
         if "use_spot" not in bad and not isinstance(bad.get("job_name", ""), int):
             with pytest.raises(LaunchError):
                 resolve_launch(template, options)
+
+
+EVIL = {"sagemaker_program": "evil.py", "sagemaker_submit_directory": "/opt/ml/input/data/train/evil.tar.gz"}
+
+
+@pytest.mark.parametrize(
+    ("given", "reason"),
+    [
+        # Issue #42: code from a dataset channel instead of s3://<artifacts>/code/, for a built-in job and a script's.
+        ({"hyperparameters": EVIL}, "hyperparameters sagemaker_program, sagemaker_submit_directory are the platform's"),
+        ({"hyperparameters": EVIL, "code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.py"},
+         "hyperparameters sagemaker_program, sagemaker_submit_directory are the platform's"),
+        ({"hyperparameters": {"sagemaker_multi_worker_mirrored_strategy_enabled": "false"}}, "are the platform's"),
+        # Issue #41: what the image's own parser would refuse once a GPU instance had started.
+        ({"hyperparameters": {"epocs": 3}}, "hyperparameters epocs are unknown to the built-in trainer"),
+        ({"hyperparameters": {"batch_size": "abc", "model": "MLP"}}, "hyperparameters batch_size have values the built-in trainer cannot read"),
+    ],
+)
+def test_the_workflow_refuses_platform_keys_and_what_the_image_would_refuse(given, reason):
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    [result] = _evaluate(template, [{"input": {"job_name": "gputrain-x1", **given}, "execution_name": "e"}])
+    assert result["ok"] is False and reason in result["problem"], result
+    with pytest.raises(LaunchError, match="are the platform's|Invalid hyperparameters: "):
+        resolve_launch(template, LaunchOptions(job_name="gputrain-x1", **given))
+
+
+def test_a_scripts_own_hyperparameters_pass_the_workflow_unchecked():
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    script = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.py", "hyperparameters": {"epocs": "x", "lr": 1}}
+    [result] = _evaluate(template, [{"input": {"job_name": "gputrain-x1", **script}, "execution_name": "e"}])
+    assert result["ok"] is True, result
+    assert result["request"]["HyperParameters"] == {
+        "epocs": "x", "lr": "1", "sagemaker_program": "train.py", "sagemaker_submit_directory": "/opt/ml/input/data/code/sourcedir.tar.gz"}
 
 
 def test_script_mode_request_carries_the_code_channel_and_the_sdk_hyperparameters():

@@ -101,12 +101,12 @@ def test_a_type_the_deployment_does_not_allow_is_refused_naming_the_setting():
 
 
 def test_on_demand_drops_max_wait_and_multi_instance_encrypts_traffic():
-    req = request(use_spot=False, instance_count=3, hyperparameters={"epochs": 9, "mixed": True, "lr": 0.5})
+    req = request(use_spot=False, instance_count=4, hyperparameters={"epochs": 9, "xla": True, "learning_rate": 0.5})
     validate_parameters(req, INPUT_SHAPE)
     assert req["EnableManagedSpotTraining"] is False
     assert req["StoppingCondition"] == {"MaxRuntimeInSeconds": 86400}
     assert req["EnableInterContainerTrafficEncryption"] is True
-    assert req["HyperParameters"] == {"model": "mlp", "epochs": "9", "batch_size": "256", "mixed": "true", "lr": "0.5"}
+    assert req["HyperParameters"] == {"model": "mlp", "epochs": "9", "batch_size": "256", "xla": "true", "learning_rate": "0.5"}
 
 
 def test_fast_file_channels_and_no_checkpoints_when_off():

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -282,6 +283,75 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "learning_rate_base_batch": _int(0),
     "warmup_epochs": _float(0.0, 1000.0, low_inclusive=True),
 }
+
+
+# A regular expression that every value each parser accepts matches (after the optional quotes of
+# the SDK's JSON encoding): what a launch workflow, which cannot run these parsers, can check of a
+# value before a GPU instance starts (stacks.components.hyperparameter_rules renders it to JSONata).
+# Necessary, not sufficient: ranges and the checks across keys run in parse_hyperparameters alone.
+# tests/trainer/test_trainer_config.py holds each parser to its pattern.
+_WHOLE = r"[+]?[0-9][0-9_]*"
+_NUMBER = r"[+-]?([0-9][0-9_]*[.]?[0-9_]*|[.][0-9][0-9_]*)([eE][+-]?[0-9]+)?"
+_INT_LIST = r"[\[\] ]*[0-9xX,+_ ]*[\[\] ]*"
+
+
+def _any_case(words: tuple[str, ...]) -> str:
+    """``(mlp|cnn)`` matching any letter case (JSONata's regexes in a rule carry no flags)."""
+    return "(" + "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in w) for w in words) + ")"
+
+
+_BOOL_WORDS = ("true", "1", "yes", "on", "false", "0", "no", "off")
+VALUE_PATTERNS: dict[str, str] = {
+    "model": _any_case(MODELS),
+    "epochs": _WHOLE,
+    "batch_size": _WHOLE,
+    "learning_rate": _NUMBER,
+    "optimizer": _any_case(OPTIMIZERS),
+    "hidden_units": _INT_LIST,
+    "conv_filters": _INT_LIST,
+    "dropout": _NUMBER,
+    "image_shape": _INT_LIST,
+    "num_classes": _WHOLE,
+    "data_format": _any_case(DATA_FORMATS),
+    "train_channel": r"[^\/]*",
+    "shuffle_buffer": _WHOLE,
+    "mixed_precision": _any_case(MIXED_PRECISION_MODES),
+    "xla": f"({_any_case(_BOOL_WORDS)})?",
+    "expected_gpu_count": f"({_WHOLE})?",
+    "seed": _WHOLE,
+    "checkpoint_every_epochs": _WHOLE,
+    "steps_per_execution": _WHOLE,
+    "cache_max_mb": _WHOLE,
+    "validation_channel": r"[^\/]*",
+    "validation_every_epochs": _WHOLE,
+    "early_stopping_patience": _WHOLE,
+    "divergence_factor": _NUMBER,
+    "divergence_steps": _WHOLE,
+    "on_divergence": _any_case(("fail", "warn")),
+    "image_size": _WHOLE,
+    "image_examples": f"({_WHOLE})?",
+    "image_label_base": f"({_WHOLE})?",
+    "batch_size_per_gpu": _WHOLE,
+    "learning_rate_base_batch": _WHOLE,
+    "warmup_epochs": _NUMBER,
+}
+"""Per hyperparameter, the shape of every value its parser accepts (see the comment above)."""
+
+
+def value_pattern(key: str) -> str:
+    """The whole-value regex for ``key``: :data:`VALUE_PATTERNS`, with the surrounding blanks and quotes
+    that :func:`_unquote` removes."""
+    return f'^\\s*"?\\s*{VALUE_PATTERNS[key]}\\s*"?\\s*$'
+
+
+def batch_problem(config: TrainingConfig, *, replicas: int, workers: int) -> str | None:
+    """Why the global batch cannot be split over ``replicas`` (GPUs of all ``workers``), or ``None``."""
+    if config.batch_size_per_gpu or config.batch_size % replicas == 0:
+        return None
+    return (
+        f"hyperparameter 'batch_size' {config.batch_size} is the global batch and must be divisible by the "
+        f"{replicas} replicas of this job ({workers} worker(s)); use a multiple of {replicas}."
+    )
 
 
 def parse_hyperparameters(raw: Mapping[str, Any]) -> TrainingConfig:

@@ -34,7 +34,7 @@ from trainer.contract.errors import (
     TrainingDivergedError,
     TrainingInterrupted,
 )
-from trainer.contract.hyperparameters import TrainingConfig
+from trainer.contract.hyperparameters import TrainingConfig, batch_problem
 from trainer.datasets import images
 from trainer.datasets import tabular as data
 from trainer.logs import log
@@ -359,11 +359,10 @@ class _Trainable:
 def _plan_batching(config: TrainingConfig, spec: data.DatasetSpec, strategy: Any, cluster: Cluster) -> _Batching:
     """Splits the global batch; raises ConfigError for a batch the replicas cannot share, DataError for too little data."""
     replicas = strategy.num_replicas_in_sync
-    if config.batch_size % replicas:
-        raise ConfigError(
-            f"hyperparameter 'batch_size' {config.batch_size} is the global batch and must be divisible by the "
-            f"{replicas} replicas of this job ({cluster.num_workers} worker(s)); use a multiple of {replicas}."
-        )
+    # The config is resolved: batch_size is the global batch even where batch_size_per_gpu set it.
+    problem = batch_problem(replace(config, batch_size_per_gpu=0), replicas=replicas, workers=cluster.num_workers)
+    if problem:
+        raise ConfigError(problem)
     num_pipelines = cluster.num_workers
     per_replica_batch = config.batch_size // replicas
     if isinstance(spec, images.ImageDataset):

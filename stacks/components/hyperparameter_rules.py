@@ -1,0 +1,158 @@
+"""One check of a job's hyperparameters before it costs anything: the image's own rules, wherever a job starts.
+
+The built-in trainer refuses bad hyperparameters when its container starts
+(``trainer.contract.hyperparameters``), which on AWS is after a GPU instance has started and billed.
+This module brings the same module's rules to every place that starts a job earlier: the config
+(``cdk synth`` refuses bad ``training_job.hyperparameters``), :func:`resolve_launch`
+(``scripts.launch`` in every mode, dry run included, and the emulator's launcher) and, as far as
+JSONata can say it, the launch workflows (:func:`workflow_rules`, in the one launch-rules table).
+
+What each place checks:
+
+- everywhere: no hyperparameter named ``sagemaker_*``. The platform sets those (``sagemaker_program``,
+  ``sagemaker_submit_directory``...) from the checked ``code_uri``/``entry_point``; one given as a
+  hyperparameter would run code from wherever it points.
+- a built-in job (no ``code_uri``), in Python (:func:`problems`): the image's parser (unknown names
+  with the closest known one, types, ranges, the checks across keys) and the global batch split over
+  the job's replicas (instances x GPUs).
+- a built-in job, in the workflow (:func:`workflow_rules`): the names, and each value's shape (a
+  whole number, a number, one of the choices...). Ranges, the checks across keys and the batch split
+  are caught only by the Python path (``scripts.launch``) or, on AWS, when the container starts.
+- a user's script: nothing more; the script parses its own arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+from stacks.components.launch_rules import (
+    KEY,
+    BadKeys,
+    Expr,
+    InTable,
+    Joined,
+    Lit,
+    Lookup,
+    Matches,
+    Not,
+    Rule,
+    all_of,
+    any_of,
+    count,
+    eq,
+    starts_with,
+    type_of,
+)
+
+TRAINING_IMAGE = Path(__file__).resolve().parent.parent.parent / "training_image"
+PLATFORM_PREFIX = "sagemaker_"
+"""Hyperparameters the platform sets and a launch may not."""
+CODE_FLAGS = "scripts.launch --source-dir DIR --entry-point train.py"
+
+
+@functools.cache
+def image_rules() -> ModuleType:
+    """``trainer.contract.hyperparameters`` from ``training_image/`` (standard library only: no TensorFlow)."""
+    if str(TRAINING_IMAGE) not in sys.path:
+        sys.path.append(str(TRAINING_IMAGE))
+    from trainer.contract import hyperparameters
+
+    return hyperparameters
+
+
+def platform_keys(hyperparameters: Mapping[str, Any]) -> list[str]:
+    """The names in ``hyperparameters`` that only the platform may set, sorted."""
+    return sorted(key for key in hyperparameters if key.startswith(PLATFORM_PREFIX))
+
+
+def platform_key_problem(keys: list[str]) -> str:
+    """The refusal of :func:`platform_keys` (the workflow's reason says the same)."""
+    return (
+        f"hyperparameters {', '.join(keys)} are the platform's ({PLATFORM_PREFIX}*, set from the checked code_uri and"
+        f" entry_point): drop them, and choose a script with {CODE_FLAGS}"
+    )
+
+
+def problems(hyperparameters: Mapping[str, Any], *, user_script: bool, instance_count: int, gpus_per_instance: int) -> list[str]:
+    """What the image would refuse of these hyperparameters, each problem one sentence; empty when none.
+
+    Args:
+        hyperparameters: Every hyperparameter the job gets (the configured defaults merged with the launch's).
+        user_script: The job runs a user's script (``code_uri``), which parses its own arguments.
+        instance_count: Hosts of the job.
+        gpus_per_instance: GPUs of each host; the built-in trainer runs one replica per GPU.
+    """
+    found: list[str] = []
+    keys = platform_keys(hyperparameters)
+    if keys:
+        found.append(platform_key_problem(keys))
+    if user_script:
+        return found
+    rules = image_rules()
+    from trainer.contract.errors import ConfigError as ImageConfigError
+
+    builtin = {key: value for key, value in hyperparameters.items() if key not in keys}
+    try:
+        config = rules.parse_hyperparameters(builtin)
+    except ImageConfigError as err:
+        return [*found, str(err).removesuffix(".")]
+    replicas = max(1, instance_count * gpus_per_instance)
+    batch = rules.batch_problem(config.resolved_for(replicas=replicas, uses_gpus=True), replicas=replicas, workers=instance_count)
+    return [*found, batch.removesuffix(".")] if batch else found
+
+
+def workflow_rules(hyperparameters: Expr, builtin: Expr) -> tuple[Rule, ...]:
+    """The rules of :func:`problems` that JSONata can express, over the workflow's ``$hyperparameters``;
+    ``builtin`` holds for a job without a user's script. Each is marked ``full_check_covers``: the
+    Python path runs :func:`problems`, which refuses all they refuse and says more (the closest name)."""
+    rules = image_rules()
+    is_object = eq(type_of(hyperparameters), "object")
+    value = Lookup(hyperparameters, KEY)
+    platform = BadKeys(hyperparameters, Not(starts_with(KEY, PLATFORM_PREFIX)))
+    known = Lit({name: True for name in rules.known_hyperparameters()})
+    # The image tolerates what SageMaker and its SDK inject (model_dir, _tuning_objective_metric).
+    injected = any_of(eq(KEY, "model_dir"), starts_with(KEY, "_"), starts_with(KEY, PLATFORM_PREFIX))
+    unknown = BadKeys(hyperparameters, any_of(InTable(known, KEY), injected))
+    by_pattern: dict[str, list[str]] = {}
+    for name in rules.known_hyperparameters():
+        by_pattern.setdefault(rules.value_pattern(name), []).append(name)
+    shaped = any_of(
+        Not(InTable(known, KEY)),
+        Not(eq(type_of(value), "string")),
+        *(all_of(InTable(Lit(dict.fromkeys(names, True)), KEY), Matches(value, pattern)) for pattern, names in by_pattern.items()),
+    )
+    misshapen = BadKeys(hyperparameters, shaped)
+    return (
+        Rule(
+            "hyperparameters",
+            any_of(Not(is_object), eq(count(platform), 0)),
+            (
+                "hyperparameters ", Joined(platform), f" are the platform's ({PLATFORM_PREFIX}*, set from the checked code_uri"
+                f" and entry_point): drop them, and choose a script with {CODE_FLAGS}",
+            ),
+            full_check_covers=True,
+        ),
+        Rule(
+            "hyperparameters",
+            any_of(Not(is_object), Not(builtin), eq(count(unknown), 0)),
+            (
+                "hyperparameters ", Joined(unknown), " are unknown to the built-in trainer (scripts.launch --dry-run names"
+                " the closest known one; training_image/README.md lists them all), or run a script of your own with"
+                f" {CODE_FLAGS}",
+            ),
+            full_check_covers=True,
+        ),
+        Rule(
+            "hyperparameters",
+            any_of(Not(is_object), Not(builtin), eq(count(misshapen), 0)),
+            (
+                "hyperparameters ", Joined(misshapen), " have values the built-in trainer cannot read (a whole number, a"
+                " number, true/false or one of its choices; scripts.launch --dry-run says which)",
+            ),
+            full_check_covers=True,
+        ),
+    )
