@@ -8,13 +8,18 @@ Exit codes, the same in every script:
 
 ====  =====================================================================================
 0     done; the job completed; every preflight check passed
-1     the job failed; a preflight check failed; something is still running after teardown
-2     bad command line (argparse)
-3     cannot proceed: no credentials or region, stack or output missing, job not found,
-      an AWS call was refused, invalid configuration or launch option
+1     the checked condition failed: the job failed; a preflight check failed; something is
+      still running after teardown
+2     usage: an unknown, malformed or conflicting option or argument (argparse's own errors
+      and :class:`UsageError`)
+3     AWS or configuration: no credentials or region, stack or output missing, job not found,
+      an AWS call was refused, an invalid setting, a launch the platform's rules refuse
 4     the job was stopped (``watch``)
 130   interrupted (Ctrl-C)
 ====  =====================================================================================
+
+Every tool's ``--help`` ends with :func:`help_epilog`: examples, the credentials it needs and
+these codes as they apply to it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -44,7 +50,7 @@ from botocore.exceptions import (
 )
 
 from stacks.components.training_job_spec import JobResources
-from stacks.config import CONTEXT_KEY, ConfigError, PlatformConfig, load_config
+from stacks.config import ConfigError, PlatformConfig, full_key, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,6 +79,14 @@ class OperatorError(Exception):
         self.exit_code = exit_code
 
 
+class UsageError(OperatorError):
+    """A command-line mistake argparse cannot see (a malformed ``-c``, a file argument that does not
+    exist): one ``error:`` line and exit code :data:`EXIT_USAGE`, as argparse's own errors."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_USAGE)
+
+
 # --------------------------------------------------------------------------------------------
 # Configuration
 # --------------------------------------------------------------------------------------------
@@ -82,7 +96,8 @@ def project_context(overrides: Sequence[str] = ()) -> dict[str, Any]:
     """CDK context as ``cdk synth`` sees it: ``cdk.json``, ``cdk.context.json`` and ``-c`` overrides.
 
     Args:
-        overrides: ``KEY=VALUE`` strings; ``KEY`` may omit the ``gpu_training.`` prefix.
+        overrides: ``KEY=VALUE`` strings, as ``cdk -c`` takes them: ``KEY`` may omit the ``gpu_training.``
+            prefix, and :func:`stacks.config.load_config` refuses a misspelled one.
     """
     context = dict(json.loads((ROOT / "cdk.json").read_text(encoding="utf-8"))["context"])
     cached = ROOT / "cdk.context.json"
@@ -91,18 +106,17 @@ def project_context(overrides: Sequence[str] = ()) -> dict[str, Any]:
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise OperatorError(f"context override {item!r} is not KEY=VALUE, e.g. training_job.instance_count=2")
-        if not key.startswith(CONTEXT_KEY + "."):
-            key = f"{CONTEXT_KEY}.{key}"
+            raise UsageError(f"context override {item!r} is not KEY=VALUE, e.g. training_job.instance_count=2")
         context[key] = value
     return context
 
 
 def cdk_command(*args: str, overrides: Sequence[str] = ()) -> list[str]:
     """The project's pinned CDK CLI (``node_modules/.bin/cdk``, else ``npx cdk``) with ``args`` and
-    the ``-c`` overrides (``KEY`` may omit the ``gpu_training.`` prefix, as in :func:`project_context`)."""
+    the ``-c`` overrides, a setting's under its full key (the app takes either; a misspelled key is
+    passed as given, for the app to refuse)."""
     cdk = ROOT / "node_modules" / ".bin" / "cdk"
-    context = [arg for item in overrides for arg in ("-c", item if item.startswith(CONTEXT_KEY + ".") else f"{CONTEXT_KEY}.{item}")]
+    context = [arg for item in overrides for arg in ("-c", full_key(item))]
     return [*([str(cdk)] if cdk.exists() else ["npx", "cdk"]), *args, *context]
 
 
@@ -372,6 +386,57 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="config override as given to cdk, e.g. -c training_job.instance_count=2 (repeatable)",
     )
+
+
+AWS_CREDENTIALS = (
+    "AWS: --profile or AWS_PROFILE (after aws sso login), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; "
+    "the region from --region or AWS_REGION. On the local emulator instead: the export lines "
+    "(AWS_ENDPOINT_URL and its keys) that scripts/run-local.sh --keep prints."
+)
+"""What a tool that calls AWS needs (its :func:`help_epilog` ``credentials``)."""
+
+USAGE_EXIT = "usage: an unknown, malformed or conflicting option or argument"
+AWS_EXIT = (
+    "AWS or configuration: no credentials or region, AWS unreachable or refusing a call, a stack, "
+    "output or job not found, an invalid setting (cdk.json or -c)"
+)
+CONFIG_EXIT = "configuration: an invalid setting (cdk.json or -c)"
+
+
+def help_epilog(
+    prog: str,
+    examples: Sequence[tuple[str, str]],
+    *,
+    credentials: str,
+    done: str,
+    failed: Optional[str] = None,
+    cannot_proceed: Optional[str] = AWS_EXIT,
+    more: Optional[Mapping[int, str]] = None,
+) -> str:
+    """The end of every tool's ``--help``: examples, the credentials it needs, its exit codes.
+
+    Give it to the parser as ``epilog``, with ``formatter_class=argparse.RawDescriptionHelpFormatter``
+    (the default formatter would run the lines together).
+
+    Args:
+        prog: The command as typed, e.g. ``python -m scripts.stop``; each example starts with it.
+        examples: Two or three ``(arguments, what they do)``, shown as a ``# what`` line over the
+            command; ``tests/scripts/test_cli_help.py`` parses each with the tool's own parser.
+        credentials: :data:`AWS_CREDENTIALS`, or a sentence starting ``none:`` for a tool that
+            calls no AWS API.
+        done: What exit 0 means.
+        failed: What exit 1 means (the condition the tool checks); ``None`` when it has none.
+        cannot_proceed: What exit 3 means; ``None`` when the tool never exits 3.
+        more: Other exit codes, e.g. ``{4: "the job was stopped"}``.
+    """
+    lines = ["examples:"]
+    for arguments, what in examples:
+        lines += [f"  # {what}", f"  {prog} {arguments}".rstrip()]
+    lines += ["", textwrap.fill(f"credentials: {credentials}", width=100, subsequent_indent="  "), "", "exit codes:"]
+    codes = {0: done, 1: failed, EXIT_USAGE: USAGE_EXIT, EXIT_ERROR: cannot_proceed, **(more or {})}
+    for code, meaning in sorted((c, m) for c, m in codes.items() if m):
+        lines.append(textwrap.fill(meaning, width=100, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7))
+    return "\n".join(lines)
 
 
 def parse_operator_args(

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from scripts.common import add_common_arguments, load_platform_config, run  # noqa: E402
+from scripts.common import CONFIG_EXIT, add_common_arguments, help_epilog, load_platform_config, run  # noqa: E402
 from stacks.config import PlatformConfig  # noqa: E402
 from stacks.gpu_instances import GpuInstanceType, lookup, price_source  # noqa: E402
 
@@ -181,7 +181,23 @@ def render(title: str, lines: Sequence[Line], hours: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.cost",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.cost",
+            [
+                ("", "the configuration in cdk.json: per hour, per job at its maximum runtime, standing"),
+                ("--hours 12", "a 12-hour job instead"),
+                ("-c gpu_training.cluster.node_count=4 -c gpu_training.training_job.use_spot=false", "what a change would cost"),
+            ],
+            credentials="none: prices come from the GPU table in the repository and no AWS API is called "
+            "(--region only labels the list prices).",
+            done="the estimate is printed",
+            cannot_proceed=CONFIG_EXIT,
+        ),
+    )
     parser.add_argument("--hours", type=_amount(True), help="job length in hours, above 0 (default: the job's max runtime)")
     parser.add_argument("--dataset-gb", type=_amount(False), default=100.0)
     parser.add_argument("--artifacts-gb", type=_amount(False), default=50.0)

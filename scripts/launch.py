@@ -67,12 +67,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from scripts import pipeline
 from scripts.common import (
+    AWS_CREDENTIALS,
+    AWS_EXIT,
     DATA_OUTPUTS,
+    EXIT_STOPPED,
     TRAINING_OUTPUTS,
     Deployment,
     OperatorError,
+    UsageError,
     add_common_arguments,
     execution_console_url,
+    help_epilog,
     job_console_url,
     parse_operator_args,
     run,
@@ -150,7 +155,7 @@ def parse_hyperparameters(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise OperatorError(f"hyperparameter {item!r} is not KEY=VALUE, e.g. --hp epochs=10")
+            raise UsageError(f"hyperparameter {item!r} is not KEY=VALUE, e.g. --hp epochs=10")
         result[key.strip()] = value
     return result
 
@@ -158,9 +163,9 @@ def parse_hyperparameters(items: Sequence[str]) -> dict[str, str]:
 def options_from_args(args: argparse.Namespace) -> LaunchOptions:
     """The launch options the command line asks for (the code is uploaded later, by :func:`launch`)."""
     if args.source_dir is None and (args.entry_point or args.legacy_keras):
-        raise OperatorError("--entry-point and --legacy-keras need --source-dir DIR (the directory with your script)")
+        raise UsageError("--entry-point and --legacy-keras need --source-dir DIR (the directory with your script)")
     if args.source_dir is not None and not args.entry_point:
-        raise OperatorError("--source-dir needs --entry-point, the script to run inside it, e.g. --entry-point train.py")
+        raise UsageError("--source-dir needs --entry-point, the script to run inside it, e.g. --entry-point train.py")
     return LaunchOptions(
         job_name=args.name,
         instance_type=args.instance_type,
@@ -182,9 +187,9 @@ def pack_source(source_dir: Path, entry_point: str) -> bytes:
         OperatorError: the directory or the entry point inside it is missing.
     """
     if not source_dir.is_dir():
-        raise OperatorError(f"--source-dir {source_dir} is not a directory")
+        raise UsageError(f"--source-dir {source_dir} is not a directory")
     if not (source_dir / entry_point).is_file():
-        raise OperatorError(f"--entry-point {entry_point} is not a file in {source_dir}")
+        raise UsageError(f"--entry-point {entry_point} is not a file in {source_dir}")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         for path in sorted(source_dir.rglob("*")):
@@ -336,7 +341,7 @@ def processing_console_url(region: str, job_name: str) -> str:
 def processing_options_from_args(args: argparse.Namespace, *, job_name: Optional[str] = None) -> ProcessingOptions:
     """The processing options the command line asks for (the code is uploaded later)."""
     if (args.process_source_dir is None) != (args.process_entry_point is None):
-        raise OperatorError(
+        raise UsageError(
             "a processing script needs --process-source-dir DIR and --process-entry-point SCRIPT together, "
             "e.g. --process-source-dir prep --process-entry-point prep.py"
         )
@@ -414,7 +419,7 @@ def pipeline_input(
     if args.promote:
         execution_input["promote"] = True
     if not execution_input:
-        raise OperatorError("--skip-process and --skip-train with no --promote leave the pipeline nothing to do")
+        raise UsageError("--skip-process and --skip-train with no --promote leave the pipeline nothing to do")
     names = pipeline.pipeline_names(project, execution_name, execution_input)
     pipeline.check_names(names)
 
@@ -434,7 +439,7 @@ def pipeline_input(
                 raise OperatorError(str(err)) from None
         execution_input["process"] = {k: v for k, v in options.state_machine_input().items() if k != "job_name"}
     elif args.input_uri or args.process_arg or args.process_source_dir or args.process_instance_type or args.process_instance_count:
-        raise OperatorError("processing options (--input-uri, --process-*) have no effect with --skip-process")
+        raise UsageError("processing options (--input-uri, --process-*) have no effect with --skip-process")
 
     if names.training_job:
         options = replace(options_from_args(args), job_name=names.training_job)
@@ -460,7 +465,24 @@ def launch_pipeline(deployment: Deployment, args: argparse.Namespace) -> Pipelin
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.launch", description="Start a SageMaker training job (through the workflow by default)."
+        prog="python -m scripts.launch",
+        description="Start a SageMaker training job (through the workflow by default), the pipeline, or a processing job.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.launch",
+            [
+                ("--dry-run", "print the request the configured job would send, and send nothing"),
+                ("--instance-type ml.g5.12xlarge --instance-count 2 --hp epochs=20 --watch", "a bigger job, followed to its end"),
+                ("--pipeline --promote", "raw data -> shards -> model -> the deployed endpoint"),
+            ],
+            credentials=AWS_CREDENTIALS + " A training job's --dry-run needs none: with no stack to read it prints "
+            "the request from cdk.json.",
+            done="started (the job or execution and its console link are printed); --dry-run: printed; "
+            "--watch: the job completed",
+            failed="--watch: the job or the execution failed",
+            cannot_proceed=AWS_EXIT + ", a launch the platform's rules refuse (instance type or count, name, hyperparameters)",
+            more={EXIT_STOPPED: "--watch: the job or the execution was stopped"},
+        ),
     )
     parser.add_argument("--instance-type", help="SageMaker GPU type, e.g. ml.g5.12xlarge (default: config)")
     parser.add_argument("--instance-count", type=int, help="instances (default: config)")
@@ -503,7 +525,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args, deployment = parse_operator_args(build_parser(), argv)
     if args.upload_only:
         if args.source_dir is None:
-            raise OperatorError("--upload-only needs --source-dir DIR and --entry-point SCRIPT")
+            raise UsageError("--upload-only needs --source-dir DIR and --entry-point SCRIPT")
         options = with_job_name(deployment, options_from_args(args))
         uploaded = upload_source(deployment, options, args.source_dir, dry_run=args.dry_run)
         key = code_key(str(options.job_name))
@@ -547,22 +569,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _refuse_mixed_modes(args: argparse.Namespace) -> None:
     pipeline_only = [flag for flag, on in (("--skip-process", args.skip_process), ("--skip-train", args.skip_train), ("--promote", args.promote)) if on]
     if pipeline_only and not args.pipeline:
-        raise OperatorError(f"{', '.join(pipeline_only)} only apply to --pipeline")
+        raise UsageError(f"{', '.join(pipeline_only)} only apply to --pipeline")
     processing = args.input_uri or args.process_arg or args.process_source_dir or args.process_entry_point
     processing = processing or args.process_instance_type or args.process_instance_count is not None
     if processing and not (args.pipeline or args.process):
-        raise OperatorError("--input-uri and --process-* options need --pipeline or --process --direct")
+        raise UsageError("--input-uri and --process-* options need --pipeline or --process --direct")
     if args.process:
         if not args.direct:
-            raise OperatorError(
+            raise UsageError(
                 "--process creates one processing job directly: add --direct (through the workflow: --pipeline --skip-train)"
             )
         training = [flag for flag, on in (("--hp", args.hp), ("--source-dir", args.source_dir), ("--spot/--on-demand", args.spot is not None),
                                           ("--instance-type", args.instance_type), ("--instance-count", args.instance_count)) if on]
         if training:
-            raise OperatorError(f"{', '.join(training)} are training options; a processing job takes --process-* options")
+            raise UsageError(f"{', '.join(training)} are training options; a processing job takes --process-* options")
     if args.pipeline and args.direct:
-        raise OperatorError("--pipeline starts the pipeline's state machine; --direct does not apply")
+        raise UsageError("--pipeline starts the pipeline's state machine; --direct does not apply")
 
 
 def _main_processing(deployment: Deployment, args: argparse.Namespace) -> int:

@@ -15,7 +15,16 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
-from scripts.common import add_common_arguments, format_duration, parse_operator_args, print_table, project_jobs, run
+from scripts.common import (
+    AWS_CREDENTIALS,
+    add_common_arguments,
+    format_duration,
+    help_epilog,
+    parse_operator_args,
+    print_table,
+    project_jobs,
+    run,
+)
 
 STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
 
@@ -40,7 +49,21 @@ def job_rows(jobs: Sequence[dict[str, Any]], now: Optional[datetime] = None) -> 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scripts.list_jobs", description="List the project's training jobs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.list_jobs",
+        description="List the project's training jobs, newest first.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.list_jobs",
+            [
+                ("", "the newest 20 jobs named <project>-*"),
+                ("--status InProgress --max 50", "only the running ones"),
+                ("--region eu-west-1 -c gpu_training.project_name=team2", "another project's, in another region"),
+            ],
+            credentials=AWS_CREDENTIALS,
+            done="listed (no job at all is not an error)",
+        ),
+    )
     parser.add_argument("--status", choices=STATUSES, help="only jobs in this status")
     parser.add_argument("--max", type=int, default=20, help="at most this many (default 20)")
     add_common_arguments(parser)

@@ -29,12 +29,14 @@ from typing import Optional, Sequence
 from botocore.exceptions import ClientError
 
 from scripts.common import (
+    AWS_CREDENTIALS,
     EXIT_FAILED,
     EXIT_OK,
     Deployment,
     add_common_arguments,
     error_code,
     error_message,
+    help_epilog,
     parse_operator_args,
     print_table,
     project_context,
@@ -275,7 +277,22 @@ def run_checks(deployment: Deployment, *, qualifier: str = DEFAULT_QUALIFIER) ->
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scripts.preflight", description="Check the account and region before a deploy.")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.preflight",
+        description="Check the account and region before a deploy: GPU offerings per AZ, EC2 and SageMaker quotas, "
+        "the DLAMI, the CDK bootstrap.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.preflight",
+            [
+                ("", "the configuration in cdk.json, in your credentials' region"),
+                ("-c gpu_training.training_job.instance_count=4 --region us-west-2", "a bigger job, in another region"),
+            ],
+            credentials=AWS_CREDENTIALS,
+            done="no check FAILs (WARN lines may still say what to fix)",
+            failed="a check FAILs (each is printed with what to fix)",
+        ),
+    )
     parser.add_argument("--qualifier", default=DEFAULT_QUALIFIER, help="CDK bootstrap qualifier (default hnb659fds)")
     add_common_arguments(parser)
     return parser

@@ -37,6 +37,7 @@ from typing import Any, Optional, Sequence
 from botocore.exceptions import ClientError
 
 from scripts.common import (
+    AWS_CREDENTIALS,
     EXIT_FAILED,
     Deployment,
     OperatorError,
@@ -44,6 +45,7 @@ from scripts.common import (
     cdk_command,
     describe_job,
     error_code,
+    help_epilog,
     run,
     run_cdk,
     stack_name,
@@ -256,21 +258,33 @@ def show(deployment: Deployment, record: PromotionRecord) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.promote", description="Serve a finished job's model, record it, roll it back."
+        prog="python -m scripts.promote",
+        description="Serve a finished job's model, record it, roll it back.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.promote",
+            [
+                ("gputrain-20260101-120000-ab12 --dry-run", "check the job and print the deploy command"),
+                ("gputrain-20260101-120000-ab12", "serve its model (blue/green deploy of <project>-serving), then record it"),
+                ("--rollback", "serve the previous approved model again"),
+            ],
+            credentials=AWS_CREDENTIALS + " The deploy runs the CDK CLI with the same credentials.",
+            done="served and recorded (or, with --dry-run or --show, printed)",
+            failed="the job did not complete, or the deploy failed or was rolled back by an alarm",
+        ),
     )
-    parser.add_argument("job_name", nargs="?", help="a Completed training job of the project")
-    parser.add_argument("--rollback", action="store_true", help="serve the previous approved model again")
-    parser.add_argument("--show", action="store_true", help="print the promotion record only")
+    # One of the three, and no more: argparse names the two that conflict.
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("job_name", nargs="?", metavar="JOB", help="a Completed training job of the project")
+    which.add_argument("--rollback", action="store_true", help="serve the previous approved model again")
+    which.add_argument("--show", action="store_true", help="print the promotion record only")
     parser.add_argument("--dry-run", action="store_true", help="check the job and print the deploy command only")
     add_common_arguments(parser)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if sum((args.job_name is not None, args.rollback, args.show)) != 1:
-        parser.error("give a JOB to promote, or --rollback, or --show")
+    args = build_parser().parse_args(argv)
     deployment = Deployment.from_args(args)
     record = read_record(deployment)
     if args.show:

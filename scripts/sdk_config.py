@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from scripts.common import ROOT, Deployment, add_common_arguments, parse_operator_args, run
+from scripts.common import AWS_CREDENTIALS, ROOT, Deployment, add_common_arguments, help_epilog, parse_operator_args, run
 from scripts.launch import direct_request
 from stacks.components.training_job_spec import CHECKPOINT_LOCAL_PATH, CHECKPOINT_PREFIX, CODE_PREFIX, LaunchOptions
 
@@ -281,6 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.sdk_config",
         description="Write the SageMaker Python SDK's defaults file (config.yaml) from the deployed stacks.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.sdk_config",
+            [
+                ("", "write .work/sagemaker-sdk/config.yaml; then export SAGEMAKER_USER_CONFIG_OVERRIDE"),
+                ("--out ~/.config/sagemaker/config.yaml", "where the SDK looks without the variable (Linux)"),
+            ],
+            credentials=AWS_CREDENTIALS,
+            done="written; the estimator arguments the file cannot hold are printed",
+        ),
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"file to write (default: {DEFAULT_OUT.relative_to(ROOT)})")
     add_common_arguments(parser)

@@ -28,7 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from scripts.common import EXIT_FAILED, EXIT_OK, OperatorError, add_common_arguments, print_table, project_context, run
+from scripts.common import (
+    CONFIG_EXIT,
+    EXIT_FAILED,
+    EXIT_OK,
+    OperatorError,
+    add_common_arguments,
+    help_epilog,
+    print_table,
+    project_context,
+    run,
+)
 from scripts.iam_check import check_templates
 
 CFN_LINT = Path(sys.executable).parent / "cfn-lint"
@@ -71,6 +81,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 """Configurations whose templates differ in ways the checks care about (EFA, deletion
 machinery, NAT egress, on-demand jobs without checkpoints)."""
+
+NOT_EXPRESSIBLE: tuple[str, ...] = (
+    "S3 endpoint, EcrImageLayers: s3:GetObject on ECR's layer bucket has no account condition: ECR presigns "
+    "layer URLs with an account of its own (undocumented), so aws:PrincipalAccount cannot name it; the bucket "
+    "is AWS-owned and its objects are read through those URLs only",
+    "iam:PassRole to SageMaker: iam:AssociatedResourceArn only as ArnLikeIfExists: SageMaker does not document "
+    "setting it, so a request without it is not refused by it (iam:PassedToService and the named roles still are)",
+    "sagemaker:CreateModel: no sagemaker:VolumeKmsKey in its request context (a model has no volume); the "
+    "pipeline pins the volume key on CreateEndpointConfig instead, on EBS-only types (NVMe types take none)",
+    "execution roles' kms:Encrypt and kms:DescribeKey on the platform key: no kms:ViaService, because SageMaker "
+    "requires kms:Encrypt of the role for an output KmsKeyId without naming the calling service; neither returns "
+    "plaintext (kms:Decrypt and kms:GenerateDataKey are limited to S3 and SageMaker)",
+)
+"""What the policies cannot express, each with why: printed under every report."""
 
 
 @dataclass
@@ -203,13 +227,32 @@ def print_report(reports: Sequence[ConfigReport], *, verbose: bool = False, out:
         for r in reports
     ]
     print_table(rows, headers, out=out)
+    print("not expressible in the policies (accepted):", file=out)
+    for limit in NOT_EXPRESSIBLE:
+        print(f"  - {limit}", file=out)
     clean = all(r.clean for r in reports)
     print(f"security report: {'clean' if clean else 'PROBLEMS FOUND'} ({len(reports)} configuration(s))", file=out)
     return EXIT_OK if clean else EXIT_FAILED
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.security_report", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.security_report",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.security_report",
+            [
+                ("", "the configuration in cdk.json"),
+                ("--variants", "plus the gate tests' variants (EFA, sandbox, NAT, on-demand, serving)"),
+                ("-c gpu_training.cluster.node_count=4 -v", "a changed configuration, with cfn-lint's warnings"),
+            ],
+            credentials="none: it synthesizes offline (cdk.json and the committed lookups) and calls no AWS API.",
+            done="no IAM finding, no cfn-lint error, no unacknowledged cdk-nag finding",
+            failed="any of those (each is printed, then the counts)",
+            cannot_proceed=CONFIG_EXIT,
+        ),
+    )
     parser.add_argument("--variants", action="store_true", help="also check the variants the gate tests use")
     # -c, --region and --profile as every operator tool takes them; the report synthesizes offline and
     # reads no account, so only -c changes what it checks.

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 from botocore.exceptions import ClientError
 
 from scripts.common import (
+    AWS_CREDENTIALS,
     Deployment,
     OperatorError,
     add_common_arguments,
@@ -27,6 +28,7 @@ from scripts.common import (
     describe_job,
     error_code,
     error_message,
+    help_epilog,
     parse_operator_args,
     run,
 )
@@ -80,7 +82,21 @@ def wait_until_ended(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scripts.stop", description="Stop a training job.")
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.stop",
+        description="Stop a training job, and the workflow execution running it.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.stop",
+            [
+                ("gputrain-20260101-120000-ab12", "stop the job and its workflow execution"),
+                ("JOB --wait --timeout 600", "and wait until SageMaker reports it Stopped"),
+            ],
+            credentials=AWS_CREDENTIALS,
+            done="the stop was requested, or the job had already ended",
+            failed="--wait: the job is still stopping after --timeout",
+        ),
+    )
     parser.add_argument("job_name", help="the training job (and workflow execution) to stop")
     parser.add_argument("--wait", action="store_true", help="wait until the job has stopped")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds --wait waits (default 900)")

@@ -38,6 +38,7 @@ from typing import Callable, Optional, Sequence
 from botocore.exceptions import ClientError, WaiterError
 
 from scripts.common import (
+    AWS_CREDENTIALS,
     EXIT_FAILED,
     EXIT_OK,
     Deployment,
@@ -46,6 +47,7 @@ from scripts.common import (
     cdk_command,
     error_code,
     error_message,
+    help_epilog,
     parse_operator_args,
     project_jobs,
     run,
@@ -318,7 +320,20 @@ def report(running: Running) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.teardown", description="Stop running training executions and jobs before cdk destroy."
+        prog="python -m scripts.teardown",
+        description="Stop what cdk destroy cannot: running executions, training and processing jobs, endpoints no stack owns.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.teardown",
+            [
+                ("", "list what is still running"),
+                ("--stop-running", "stop it all and wait until it has ended"),
+                ("--stop-running --destroy", "then delete the serving stack and run cdk destroy --all"),
+            ],
+            credentials=AWS_CREDENTIALS + " --destroy runs the CDK CLI with the same credentials.",
+            done="nothing is left running (with --destroy: and the stacks are deleted)",
+            failed="something is still running (listed), or still running after --timeout, or the destroy failed",
+        ),
     )
     parser.add_argument("--stop-running", action="store_true", help="stop them (default: only list them)")
     parser.add_argument("--no-wait", dest="wait", action="store_false", help="do not wait until they have ended")

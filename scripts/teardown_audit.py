@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 import boto3
 from botocore.exceptions import ClientError
 
-from scripts.common import Aws, add_common_arguments, load_platform_config, run
+from scripts.common import AWS_CREDENTIALS, Aws, add_common_arguments, help_epilog, load_platform_config, run
 
 ERROR, KEPT, INFO, WARNING = "ERROR", "kept", "info", "warning"
 
@@ -356,7 +356,22 @@ def _endpoint_status(sagemaker: Any, name: str) -> str | None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Command line: audit, print, exit 1 on errors."""
-    parser = argparse.ArgumentParser(prog="python -m scripts.teardown_audit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.teardown_audit",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.teardown_audit",
+            [
+                ("", "after cdk destroy: what still carries the project's tag"),
+                ("--sandbox", "deployed with delete_data_on_destroy=true: the data should be gone too"),
+                ("--region eu-west-1 --profile ml -c gpu_training.project_name=team2", "another project, account and region"),
+            ],
+            credentials=AWS_CREDENTIALS,
+            done="nothing left behind that should be gone (kept data is listed, not flagged)",
+            failed="an ERROR: compute left behind, a project stack still there, or (--sandbox) data not deleted",
+        ),
+    )
     parser.add_argument("--project", help="value of the Project tag (default: the config's project_name)")
     parser.add_argument(
         "--sandbox", action="store_true", help="the platform was deployed with delete_data_on_destroy=true"

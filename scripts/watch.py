@@ -45,18 +45,21 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 from botocore.exceptions import ClientError
 
 from scripts.common import (
+    AWS_CREDENTIALS,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STOPPED,
     Aws,
     Deployment,
     OperatorError,
+    UsageError,
     add_common_arguments,
     describe_execution,
     describe_job,
     error_code,
     execution_console_url,
     format_duration,
+    help_epilog,
     job_console_url,
     project_jobs,
     run,
@@ -249,13 +252,14 @@ def _final_plot(epochs: EpochReader, title: str, plot_path: Path, out: TextIO) -
 
 
 def from_log(log_path: Path, plot_path: Optional[Path], out: Optional[TextIO] = None) -> int:
-    """Prints a recorded log's epochs and diagnosis, and writes the plot; exit 0, 3 with no epoch."""
+    """Prints a recorded log's epochs and diagnosis, and writes the plot; exit 0, 2 (usage) when
+    ``log_path`` is no file or has no epoch."""
     out = out or sys.stdout
     if not log_path.is_file():
-        raise OperatorError(f"--from-log {log_path}: no such file")
+        raise UsageError(f"--from-log {log_path}: no such file")
     recorded = read_log(log_path)
     if not recorded.epochs:
-        raise OperatorError(f"--from-log {log_path}: no [metrics] epoch lines in it (is it a training job's log?)")
+        raise UsageError(f"--from-log {log_path}: no [metrics] epoch lines in it (is it a training job's log?)")
     for figures in recorded.epochs:
         print(figures.row(), file=out)
     if recorded.diagnosis:
@@ -505,7 +509,21 @@ def _report_execution(described: dict[str, Any], out: TextIO) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.watch", description="Follow a training or processing job, or a pipeline execution, until it ends."
+        prog="python -m scripts.watch",
+        description="Follow a training or processing job, or a pipeline execution, until it ends.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "python -m scripts.watch",
+            [
+                ("", "the project's newest training job: status, each epoch's figures, log lines"),
+                ("gputrain-20260101-120000-ab12 --no-logs --plot job.png", "one job, no log lines, a plot of its epochs"),
+                ("--pipeline", "the newest pipeline execution, step by step"),
+            ],
+            credentials=AWS_CREDENTIALS + " --from-log reads a file and needs none.",
+            done="the job completed (the execution succeeded; --from-log: epochs printed)",
+            failed="the job or the execution failed (its failure reason is printed in full)",
+            more={EXIT_STOPPED: "the job or the execution was stopped"},
+        ),
     )
     parser.add_argument("job_name", nargs="?", help="training or processing job (default: the project's newest training job)")
     which = parser.add_mutually_exclusive_group()

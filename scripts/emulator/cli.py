@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from scripts.common import EXIT_FAILED, EXIT_INTERRUPTED, help_epilog
 from scripts.emulator.lifecycle import DEFAULT_WORK_DIR, Lifecycle, Options
 
 
@@ -26,6 +27,24 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         prog="scripts/run-local.sh",
         description="Deploy the platform, train a job on it, destroy it and audit what is left: "
         "on a local AWS emulator (default) or on a real account.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            "scripts/run-local.sh",
+            [
+                ("", "deploy -> train -> serve -> destroy -> audit on the emulator, about 3 minutes"),
+                ("--keep", "stop after the summary and keep the emulator up until Ctrl-C"),
+                ("--pipeline", "raw CSV -> the pipeline -> served; a second execution promotes onto the endpoint"),
+            ],
+            credentials="none: it starts moto on loopback and gives every command it runs that emulator's "
+            "AWS_ENDPOINT_URL and keys (--keep prints them for your shell). --real-account uses your AWS "
+            "credentials and region instead (AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; "
+            "AWS_REGION) and costs money.",
+            done="trained (and served), destroyed, and the audit found nothing left behind",
+            failed="a phase failed, a refused configuration or launch included: the error line names it, "
+            "the logs are in --work-dir",
+            cannot_proceed=None,
+            more={EXIT_INTERRUPTED: "interrupted (Ctrl-C)"},
+        ),
     )
     parser.add_argument("--keep", action="store_true", help="leave everything up after the summary (Ctrl-C ends it)")
     parser.add_argument(
@@ -161,13 +180,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as err:  # noqa: BLE001 - one line for the user, details are in the logs
         print(f"\nerror: {err}", file=sys.stderr)
         note = failure_note(run)
         if note:
             print(note, file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     finally:
         run.close()
 
@@ -178,7 +197,9 @@ def _explore(run: Lifecycle) -> None:
         return
     env = run.emulator.client_env()
     print("\n--keep: the emulator stays up until Ctrl-C. In another shell:")
-    for key in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+    # AWS_DEFAULT_REGION too: boto3 reads no AWS_REGION (the CDK CLI and the other SDKs do).
+    for key in ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                "AWS_SESSION_TOKEN"):
         print(f"  export {key}={env[key]}")
     sandbox = " --sandbox" if run.options.sandbox else ""
     print(f"  .venv/bin/python -m scripts.teardown_audit{sandbox}   # what carries the project's tags")

@@ -148,14 +148,14 @@ def test_bad_files_are_one_line_and_nothing_is_sent(tmp_path, capsys, name, cont
     path = tmp_path / name
     if content is not None:
         path.write_text(content)
-    assert run(invoke.main, [str(path)]) == 3
+    assert run(invoke.main, [str(path)]) == 2  # the FILE argument is the mistake: usage
     assert capsys.readouterr().err.strip().startswith(line.format(path=path))
 
 
 def test_a_payload_over_6_mb_is_refused_before_sending(tmp_path, capsys):
     path = tmp_path / "big.csv"
     path.write_text("1.0,2.0\n" * 800_000)
-    assert run(invoke.main, [str(path)]) == 3
+    assert run(invoke.main, [str(path)]) == 2
     assert "over SageMaker's 6 MB invocation limit" in capsys.readouterr().err
 
 
@@ -303,8 +303,23 @@ def test_a_corrupt_record_is_one_line_naming_the_parameter(aws, fake_cdk, capsys
 
 
 def test_promote_takes_exactly_one_of_job_rollback_show(capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         promote.main([])
-    with pytest.raises(SystemExit):
-        promote.main([f"{PROJECT}-x", "--rollback"])
-    assert "give a JOB to promote, or --rollback, or --show" in capsys.readouterr().err
+    assert exc.value.code == 2
+    assert "one of the arguments JOB --rollback --show is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, conflict",
+    [
+        ([f"{PROJECT}-x", "--rollback"], "argument --rollback: not allowed with argument JOB"),
+        ([f"{PROJECT}-x", "--show"], "argument --show: not allowed with argument JOB"),
+        (["--rollback", "--show"], "argument --show: not allowed with argument --rollback"),
+    ],
+)
+def test_promote_names_the_two_options_that_conflict_and_exits_2(capsys, argv, conflict):
+    with pytest.raises(SystemExit) as exc:
+        run(promote.main, argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.rstrip().endswith(f"error: {conflict}") and "give a JOB" not in err
