@@ -262,6 +262,11 @@ class Deployment:
         """Every job of the project is named ``<project>-...``."""
         return f"{self.config.project_name}-"
 
+    @property
+    def region(self) -> str:
+        """The session's region (an :class:`OperatorError` saying how to set one)."""
+        return self.aws.region
+
     def outputs(self, unit: str, required: Sequence[str]) -> dict[str, str]:
         """Outputs of ``<project>-<unit>``, read once."""
         if unit not in self._outputs:

@@ -87,7 +87,7 @@ def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
     hourly = per_instance * tj.instance_count
     spot = hourly * (1 - SPOT_DISCOUNT_ASSUMED)
     what = f"{tj.instance_count} x {tj.instance_type}"
-    storage = tj.volume_size_gb * tj.instance_count * 0.14 / HOURS_PER_MONTH  # ML storage gp2-class, $/GB-month
+    storage = tj.volume_size_gb * tj.instance_count * ML_STORAGE_USD_PER_GB_MONTH / HOURS_PER_MONTH
     lines = [
         Line(f"SageMaker job, on-demand: {what}", hourly + storage, (hourly + storage) * hours,
              f"EC2 price + {surcharge:.0%} SageMaker surcharge, + {tj.volume_size_gb} GB ML storage"),
@@ -95,6 +95,81 @@ def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
              f"assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving" + (" (configured)" if tj.use_spot else "")),
     ]
     return lines
+
+
+def processing_job(cfg: PlatformConfig, hours: float) -> list[Line]:
+    """A SageMaker Processing job (the pipeline's first step, or ``launch --process --direct``): on-demand only."""
+    if not cfg.processing.enabled:
+        return []
+    pr = cfg.processing
+    price = job_price("processing job", "", pr.instance_type, pr.instance_count, spot=False, volume_gb=pr.volume_size_gb,
+                      max_runtime_seconds=int(hours * 3600))
+    return [Line(f"SageMaker processing, on-demand: {pr.instance_count} x {pr.instance_type}", price.usd_per_hour,
+                 price.usd_per_hour * hours, f"the pipeline's process step; + {pr.volume_size_gb} GB ML storage")]
+
+
+ML_STORAGE_USD_PER_GB_MONTH = 0.14
+"""SageMaker ML storage (gp2-class) per GB-month, us-east-1."""
+
+
+@dataclass(frozen=True)
+class JobPrice:
+    """What one job costs per hour, and the most it can cost, before it is started.
+
+    Attributes:
+        kind: ``training job`` or ``processing job``.
+        name: The job's name.
+        instance_type: ``ml.`` type.
+        instance_count: Instances.
+        spot: Managed spot (training only).
+        on_demand_usd_per_hour: Every instance at SageMaker's list price, with its ML storage.
+        usd_per_hour: What it is expected to bill per hour: spot at the assumed saving, else on-demand.
+        max_runtime_hours: SageMaker stops the job after this much billed time.
+        max_wait_hours: Spot only: the job ends within this much time, waiting for capacity included.
+    """
+
+    kind: str
+    name: str
+    instance_type: str
+    instance_count: int
+    spot: bool
+    on_demand_usd_per_hour: float
+    usd_per_hour: float
+    max_runtime_hours: float
+    max_wait_hours: float | None = None
+
+    @property
+    def most_usd(self) -> float:
+        """The most it can bill: every instance for its whole maximum runtime at on-demand (spot never bills more)."""
+        return self.on_demand_usd_per_hour * self.max_runtime_hours
+
+    def line(self) -> str:
+        """One line: instance, count, price per hour, the most at its maximum runtime."""
+        what = f"{self.instance_count} x {self.instance_type}"
+        if self.spot:
+            rate = f"managed spot, about ${self.usd_per_hour:,.2f}/h (on-demand ${self.on_demand_usd_per_hour:,.2f}/h)"
+            limit = (f"; at most ${self.most_usd:,.2f} over its {self.max_runtime_hours:g} h maximum runtime (spot never bills above"
+                     f" on-demand; waiting for capacity is not billed, and the job ends within {self.max_wait_hours:g} h, wait included)")
+        else:
+            rate = f"on-demand ${self.usd_per_hour:,.2f}/h"
+            limit = f"; at most ${self.most_usd:,.2f} over its {self.max_runtime_hours:g} h maximum runtime"
+        return f"price: {self.kind} {self.name}: {what}, {rate}{limit}".replace(f" {self.kind} :", f" {self.kind}:")
+
+
+def job_price(
+    kind: str, name: str, instance_type: str, instance_count: int, *, spot: bool, volume_gb: int,
+    max_runtime_seconds: int, max_wait_seconds: int | None = None,
+) -> JobPrice:
+    """The :class:`JobPrice` of one SageMaker job (us-east-1 list prices, see the module's notes)."""
+    row = _row(instance_type)
+    per_instance = row.on_demand_usd_per_hour * (1 + SAGEMAKER_SURCHARGE[row.family])
+    storage = volume_gb * ML_STORAGE_USD_PER_GB_MONTH / HOURS_PER_MONTH
+    on_demand = (per_instance + storage) * instance_count
+    expected = (per_instance * (1 - SPOT_DISCOUNT_ASSUMED) + storage) * instance_count if spot else on_demand
+    return JobPrice(
+        kind, name, instance_type, instance_count, spot, on_demand, expected, max_runtime_seconds / 3600,
+        (max_wait_seconds or max_runtime_seconds) / 3600 if spot else None,
+    )
 
 
 def serving(cfg: PlatformConfig) -> list[Line]:
@@ -211,6 +286,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"Prices: {price_source()} SageMaker surcharge per family and standing prices as of {STANDING_PRICE_DATE}; "
           f"spot is an assumed {SPOT_DISCOUNT_ASSUMED:.0%} saving.\n")
     print(render("Training compute", [*ec2_cluster(cfg, hours), *sagemaker_job(cfg, hours)], hours))
+    process_hours = args.hours if args.hours is not None else cfg.processing.max_runtime_seconds / 3600
+    processing = processing_job(cfg, process_hours)
+    if processing:
+        print()
+        print(render("Processing (the pipeline's first step: a pipeline run bills it, then the training job)", processing, process_hours))
     idle = standing(cfg, dataset_gb=args.dataset_gb, artifacts_gb=args.artifacts_gb, image_gb=args.image_gb)
     print()
     print(render("Standing cost with no job running (no compute runs)", idle, None))

@@ -63,6 +63,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from scripts import pipeline
@@ -71,7 +72,10 @@ from scripts.common import (
     AWS_EXIT,
     DATA_OUTPUTS,
     EXIT_STOPPED,
+    PIPELINE_OUTPUTS,
+    PROCESSING_OUTPUTS,
     TRAINING_OUTPUTS,
+    Aws,
     Deployment,
     OperatorError,
     UsageError,
@@ -83,9 +87,11 @@ from scripts.common import (
     run,
     stack_name,
 )
+from scripts.cost import JobPrice, job_price
 from stacks.components.processing_job_spec import (
     ProcessingOptions,
     ProcessingTemplate,
+    ProcessingValues,
     create_processing_job_request,
     resolve_processing,
 )
@@ -96,6 +102,8 @@ from stacks.components.training_job_spec import (
     JobTemplate,
     LaunchError,
     LaunchOptions,
+    LaunchValues,
+    code_uri_prefix,
     create_training_job_request,
     default_job_name,
     load_metric_definitions,
@@ -116,33 +124,63 @@ class Launched:
         console_url: Its SageMaker console page (empty for an offline dry run).
         execution_arn: The workflow execution running it (``None`` for a direct launch).
         request: What was sent (execution input, or the CreateTrainingJob request).
-        offline_reason: Set by a dry run that could read no stack: why; ``request`` is then the
-            full CreateTrainingJob request with deploy-time values as placeholders.
+        prices: What each job costs (:func:`training_price`, :func:`processing_price`).
     """
 
     job_name: str
     console_url: str
     execution_arn: Optional[str]
     request: dict[str, Any]
-    offline_reason: Optional[str] = None
+    prices: tuple[JobPrice, ...] = ()
+
+
+@dataclass
+class OfflineDeployment(Deployment):
+    """A dry run's deployment where no stack can be read (no region, no credentials, no network, not
+    deployed): each stack output as ``<stack.Output>``, the output it is read from when deployed (the
+    config's bucket names where it sets them), and no AWS call.
+
+    Attributes:
+        reason: Why no stack could be read, in one line.
+    """
+
+    reason: str = ""
+
+    def outputs(self, unit: str, required: Sequence[str]) -> dict[str, str]:
+        stack = stack_name(self.config, unit)
+        known = {"data": DATA_OUTPUTS, "training": (*TRAINING_OUTPUTS, *PIPELINE_OUTPUTS, *PROCESSING_OUTPUTS)}.get(unit, ())
+        values = {key: f"<{stack}.{key}>" for key in (*known, *required)}
+        if unit == "data":
+            # Explicitly named buckets are known before the deploy; generated names are not.
+            for key, name in (("DatasetsBucketName", self.config.data.datasets_bucket_name),
+                              ("ArtifactsBucketName", self.config.data.artifacts_bucket_name)):
+                if key in values and name:
+                    values[key] = name
+        return values
+
+    @property
+    def region(self) -> str:
+        return self.aws.session.region_name or "<region>"
 
 
 def offline_resources(config: PlatformConfig) -> JobResources:
-    """Each deploy-time value of a job as ``<stack.Output>``, the output it is read from when deployed
-    (the config's bucket names where it sets them)."""
-    data, training = stack_name(config, "data"), stack_name(config, "training")
-    assert {"ImageUri", "DatasetsBucketName", "ArtifactsBucketName", "KeyArn", "PrivateSubnetIds"} <= set(DATA_OUTPUTS)
-    assert {"JobRoleArn", "JobSecurityGroupId"} <= set(TRAINING_OUTPUTS)
-    return JobResources(
-        role_arn=f"<{training}.JobRoleArn>",
-        image_uri=f"<{data}.ImageUri>",
-        # Explicitly named buckets are known before the deploy; generated names are not.
-        datasets_bucket=config.data.datasets_bucket_name or f"<{data}.DatasetsBucketName>",
-        artifacts_bucket=config.data.artifacts_bucket_name or f"<{data}.ArtifactsBucketName>",
-        key_arn=f"<{data}.KeyArn>",
-        subnet_ids=(f"<{data}.PrivateSubnetIds>",),
-        security_group_ids=(f"<{training}.JobSecurityGroupId>",),
-    )
+    """What a job runs with, as an offline dry run shows it (:class:`OfflineDeployment`)."""
+    return OfflineDeployment(config, Aws(boto3.Session(region_name="us-east-1"))).job_resources()
+
+
+def for_dry_run(deployment: Deployment, args: argparse.Namespace) -> Deployment:
+    """``deployment`` when the stacks a dry run of ``args`` reads can be read, else an :class:`OfflineDeployment`."""
+    try:
+        deployment.outputs("data", DATA_OUTPUTS)
+        if args.pipeline:
+            deployment.pipeline_arn()
+        if args.pipeline or args.process:
+            deployment.processing_resources()
+        else:
+            deployment.training_outputs()
+    except _UNREADABLE_STACK as err:
+        return OfflineDeployment(deployment.config, deployment.aws, reason=_one_line(err))
+    return deployment
 
 
 _UNREADABLE_STACK = (OperatorError, BotoCoreError, ClientError)
@@ -250,15 +288,62 @@ def direct_request(deployment: Deployment, options: LaunchOptions) -> dict[str, 
         raise OperatorError(str(err)) from None
 
 
-def check_options(deployment: Deployment, options: LaunchOptions) -> None:
-    """Refuse what the workflow would refuse, before starting an execution (one clear line)."""
+def check_options(deployment: Deployment, options: LaunchOptions, *, code_pending: bool = False) -> LaunchValues:
+    """Refuse what the workflow would refuse, before starting an execution (one clear line); the values.
+
+    Args:
+        code_pending: The options' script (``entry_point``) is not uploaded yet: its code URI is taken
+            as one under the code prefix, checked for real once it is uploaded. A script's own
+            hyperparameters are then passed through, as they will be.
+    """
     # A code URI is checked against the deployed artifacts bucket, as the workflow does.
     resources = deployment.job_resources() if options.code_uri else _PLACEHOLDER_RESOURCES
     template = JobTemplate.from_config(deployment.config, resources, metric_definitions=())
+    if code_pending and options.entry_point:
+        options = replace(options, code_uri=f"{code_uri_prefix(template)}{PENDING_CODE}")
     try:
-        resolve_launch(template, options)
+        return resolve_launch(template, options)
     except LaunchError as err:
         raise OperatorError(str(err)) from None
+
+
+PENDING_CODE = "pending-upload/sourcedir.tar.gz"
+"""Where :func:`check_options` takes a script's code to be before it is uploaded."""
+
+
+def training_price(deployment: Deployment, values: LaunchValues) -> JobPrice:
+    """What a training job with ``values`` costs per hour, and the most it can."""
+    tj = deployment.config.training_job
+    return job_price(
+        "training job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
+        spot=bool(values.use_spot), volume_gb=tj.volume_size_gb, max_runtime_seconds=tj.max_runtime_seconds,
+        max_wait_seconds=tj.max_wait_seconds,
+    )
+
+
+def processing_price(deployment: Deployment, values: ProcessingValues) -> JobPrice:
+    """What a processing job with ``values`` costs per hour, and the most it can."""
+    pr = deployment.config.processing
+    return job_price(
+        "processing job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
+        spot=False, volume_gb=pr.volume_size_gb, max_runtime_seconds=pr.max_runtime_seconds,
+    )
+
+
+def confirm_spend(deployment: Deployment, prices: Sequence[JobPrice], *, yes: bool, dry_run: bool) -> None:
+    """Refuse a real launch whose jobs can together cost more than ``cost.confirm_above_usd``, unless ``yes``.
+
+    Raises:
+        UsageError: the launch needs ``--yes`` (nothing has been uploaded or started).
+    """
+    limit = deployment.config.cost.confirm_above_usd
+    most = sum(price.most_usd for price in prices)
+    if dry_run or yes or most <= limit:
+        return
+    raise UsageError(
+        f"this launch can cost up to ${most:,.2f} at its maximum runtime, over cost.confirm_above_usd = ${limit:,}: "
+        "add --yes to launch it (the price lines above say what each job costs)"
+    )
 
 
 def launch(
@@ -268,6 +353,7 @@ def launch(
     direct: bool = False,
     dry_run: bool = False,
     source_dir: Optional[Path] = None,
+    yes: bool = False,
 ) -> Launched:
     """Start the job through the workflow, or with CreateTrainingJob when ``direct``.
 
@@ -277,41 +363,29 @@ def launch(
         direct: Call CreateTrainingJob instead of starting a workflow execution.
         dry_run: Build and return the request without sending (or uploading) anything.
         source_dir: Your script's directory (with ``options.entry_point``): packed and uploaded first.
+        yes: Launch even when the job can cost more than ``cost.confirm_above_usd`` (:func:`confirm_spend`).
     """
     options = with_job_name(deployment, options)
-    name = str(options.job_name)
     # A bad option is an error, online or not; the code's location is checked once it is uploaded.
-    check_options(deployment, replace(options, code_uri=None, entry_point=None) if source_dir else options)
-    if dry_run:
-        try:
-            if source_dir is not None:
-                options = upload_source(deployment, options, source_dir, dry_run=True)
-            return _launch(deployment, options, direct=direct, dry_run=True)
-        except _UNREADABLE_STACK as err:
-            resources = offline_resources(deployment.config)
-            if source_dir is not None:
-                pack_source(source_dir, str(options.entry_point))
-                options = replace(options, code_uri=f"s3://{resources.artifacts_bucket}/{code_key(name)}")
-            template = JobTemplate.from_config(deployment.config, resources)
-            try:
-                request = create_training_job_request(template, resolve_launch(template, options))
-            except LaunchError as launch_err:
-                raise OperatorError(str(launch_err)) from None
-            return Launched(name, "", None, request, offline_reason=_one_line(err))
+    price = training_price(deployment, check_options(deployment, options, code_pending=source_dir is not None))
+    confirm_spend(deployment, [price], yes=yes, dry_run=dry_run)
     if source_dir is not None:
-        options = upload_source(deployment, options, source_dir, dry_run=False)
+        options = upload_source(deployment, options, source_dir, dry_run=dry_run)
         check_options(deployment, options)
-    return _launch(deployment, options, direct=direct, dry_run=False)
+    # Offline, the request the workflow's template holds (its execution input would say little).
+    direct = direct or isinstance(deployment, OfflineDeployment)
+    return replace(_launch(deployment, options, direct=direct, dry_run=dry_run), prices=(price,))
 
 
 def _one_line(err: Exception) -> str:
+    """The first line of an error's own message (no class name: botocore's and ours say what happened)."""
     text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return text[0] if text else type(err).__name__
 
 
 def _launch(deployment: Deployment, options: LaunchOptions, *, direct: bool, dry_run: bool) -> Launched:
     name = str(options.job_name)
-    region = deployment.aws.region
+    region = deployment.region
     if direct:
         request = direct_request(deployment, options)
         if not dry_run:
@@ -355,17 +429,23 @@ def processing_options_from_args(args: argparse.Namespace, *, job_name: Optional
     )
 
 
-def processing_request(deployment: Deployment, options: ProcessingOptions) -> dict[str, Any]:
-    """The CreateProcessingJob request for ``options``, from the stacks' outputs and the config."""
+def processing_values(deployment: Deployment, options: ProcessingOptions) -> ProcessingValues:
+    """``options`` resolved and checked as the pipeline checks them (one line on refusal)."""
     template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
     try:
-        return create_processing_job_request(template, resolve_processing(template, options))
+        return resolve_processing(template, options)
     except LaunchError as err:
         raise OperatorError(str(err)) from None
 
 
+def processing_request(deployment: Deployment, options: ProcessingOptions) -> dict[str, Any]:
+    """The CreateProcessingJob request for ``options``, from the stacks' outputs and the config."""
+    template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
+    return create_processing_job_request(template, processing_values(deployment, options))
+
+
 def launch_processing(
-    deployment: Deployment, options: ProcessingOptions, *, dry_run: bool = False, source_dir: Optional[Path] = None
+    deployment: Deployment, options: ProcessingOptions, *, dry_run: bool = False, source_dir: Optional[Path] = None, yes: bool = False
 ) -> Launched:
     """Create one processing job directly (CreateProcessingJob), refusing a non-empty output prefix."""
     name = options.job_name or (
@@ -374,7 +454,8 @@ def launch_processing(
     options = replace(options, job_name=name)
     # A bad option is refused before anything is uploaded.
     checked = replace(options, code_uri=None, entry_point=None) if source_dir is not None else options
-    processing_request(deployment, checked)
+    price = processing_price(deployment, processing_values(deployment, checked))
+    confirm_spend(deployment, [price], yes=yes, dry_run=dry_run)
     if source_dir is not None:
         code_uri = upload_code(deployment, source_dir, str(options.entry_point), name, dry_run=dry_run)
         options = replace(options, code_uri=code_uri)
@@ -384,7 +465,7 @@ def launch_processing(
         prefix = f"{deployment.config.processing.output_prefix}{name}/"
         pipeline.check_output_prefix_empty(deployment.aws.client("s3"), data["DatasetsBucketName"], prefix)
         deployment.aws.client("sagemaker").create_processing_job(**request)
-    return Launched(name, processing_console_url(deployment.aws.region, name), None, request)
+    return Launched(name, processing_console_url(deployment.region, name), None, request, (price,))
 
 
 @dataclass(frozen=True)
@@ -395,11 +476,13 @@ class PipelineLaunch:
         names: What it will create.
         execution_arn: The execution.
         execution_input: What it was started with.
+        prices: What each of its jobs costs.
     """
 
     names: pipeline.PipelineNames
     execution_arn: str
     execution_input: dict[str, Any]
+    prices: tuple[JobPrice, ...] = ()
 
 
 def pipeline_input(
@@ -408,8 +491,9 @@ def pipeline_input(
     execution_name: str,
     *,
     dry_run: bool,
-) -> tuple[dict[str, Any], pipeline.PipelineNames]:
-    """The execution input for the command line's steps (code uploaded unless ``dry_run``), and the names."""
+) -> tuple[dict[str, Any], pipeline.PipelineNames, list[JobPrice]]:
+    """The execution input for the command line's steps (code uploaded unless ``dry_run``), the names and
+    the jobs' prices (a launch over ``cost.confirm_above_usd`` is refused first, unless ``--yes``)."""
     project = deployment.config.project_name
     execution_input: dict[str, Any] = {}
     if not args.skip_process:
@@ -423,44 +507,49 @@ def pipeline_input(
     names = pipeline.pipeline_names(project, execution_name, execution_input)
     pipeline.check_names(names)
 
+    prices = pipeline_prices(deployment, args, names)
+    confirm_spend(deployment, prices, yes=args.yes, dry_run=dry_run)
     if names.processing_job:
         options = processing_options_from_args(args, job_name=names.processing_job)
-        template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
-        try:
-            resolve_processing(template, replace(options, entry_point=None))
-        except LaunchError as err:
-            raise OperatorError(str(err)) from None
         if args.process_source_dir is not None:
             code_uri = upload_code(deployment, args.process_source_dir, str(args.process_entry_point), names.processing_job, dry_run=dry_run)
             options = replace(options, code_uri=code_uri)
-            try:
-                resolve_processing(template, options)
-            except LaunchError as err:
-                raise OperatorError(str(err)) from None
+            processing_values(deployment, options)
         execution_input["process"] = {k: v for k, v in options.state_machine_input().items() if k != "job_name"}
     elif args.input_uri or args.process_arg or args.process_source_dir or args.process_instance_type or args.process_instance_count:
         raise UsageError("processing options (--input-uri, --process-*) have no effect with --skip-process")
 
     if names.training_job:
         options = replace(options_from_args(args), job_name=names.training_job)
-        check_options(deployment, replace(options, entry_point=None) if args.source_dir else options)
         if args.source_dir is not None:
             options = upload_source(deployment, options, args.source_dir, dry_run=dry_run)
             check_options(deployment, options)
         execution_input["train"] = {k: v for k, v in options.state_machine_input().items() if k != "job_name"}
-    return execution_input, names
+    return execution_input, names, prices
+
+
+def pipeline_prices(deployment: Deployment, args: argparse.Namespace, names: pipeline.PipelineNames) -> list[JobPrice]:
+    """The pipeline's jobs checked (before anything is uploaded) and priced."""
+    prices = []
+    if names.processing_job:
+        options = processing_options_from_args(args, job_name=names.processing_job)
+        prices.append(processing_price(deployment, processing_values(deployment, replace(options, entry_point=None))))
+    if names.training_job:
+        options = replace(options_from_args(args), job_name=names.training_job)
+        prices.append(training_price(deployment, check_options(deployment, options, code_pending=args.source_dir is not None)))
+    return prices
 
 
 def launch_pipeline(deployment: Deployment, args: argparse.Namespace) -> PipelineLaunch:
     """Start one execution of ``<project>-pipeline`` (or, with ``--dry-run``, only build its input)."""
     execution_name = args.name or pipeline.default_execution_name()
-    execution_input, names = pipeline_input(deployment, args, execution_name, dry_run=args.dry_run)
+    execution_input, names, prices = pipeline_input(deployment, args, execution_name, dry_run=args.dry_run)
     arn = deployment.pipeline_execution_arn(execution_name)
     if not args.dry_run:
         arn = deployment.aws.client("stepfunctions").start_execution(
             stateMachineArn=deployment.pipeline_arn(), name=execution_name, input=json.dumps(execution_input)
         )["executionArn"]
-    return PipelineLaunch(names, arn, execution_input)
+    return PipelineLaunch(names, arn, execution_input, tuple(prices))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -515,7 +604,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--process-instance-count", type=int, help="processing instances (default: config)")
     parser.add_argument("--process-source-dir", type=Path, help="your processing script's directory")
     parser.add_argument("--process-entry-point", help="the script in --process-source-dir to run, e.g. prep.py")
-    parser.add_argument("--dry-run", action="store_true", help="print the request, send nothing")
+    parser.add_argument("--dry-run", action="store_true", help="print the request and the price, send nothing (offline too)")
+    parser.add_argument(
+        "--yes", action="store_true",
+        help="launch even when the jobs can cost more than cost.confirm_above_usd (default $100) at their maximum runtime",
+    )
     parser.add_argument("--watch", action="store_true", help="follow the job until it ends (exit code = outcome)")
     add_common_arguments(parser)
     return parser
@@ -523,6 +616,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args, deployment = parse_operator_args(build_parser(), argv)
+    if args.dry_run:
+        deployment = for_dry_run(deployment, args)
+        if isinstance(deployment, OfflineDeployment):
+            print(
+                f"note: no deployed stack could be read ({deployment.reason}); an offline dry run: what would be sent, "
+                "from the config, with each deploy-time value as <stack.Output>",
+                file=sys.stderr,
+            )
     if args.upload_only:
         if args.source_dir is None:
             raise UsageError("--upload-only needs --source-dir DIR and --entry-point SCRIPT")
@@ -543,22 +644,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.process:
         return _main_processing(deployment, args)
     launched = launch(
-        deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir
+        deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir, yes=args.yes
     )
+    _print_prices(launched.prices, dry_run=args.dry_run)
     if args.dry_run:
-        if launched.offline_reason:
-            print(
-                f"note: no deployed stack could be read ({launched.offline_reason}); this is the CreateTrainingJob "
-                "request the workflow's template holds, from the config, with each deploy-time value as "
-                "<stack.Output>",
-                file=sys.stderr,
-            )
         print(json.dumps(launched.request, indent=2, sort_keys=True))
         return 0
     print(f"job: {launched.job_name}")
     print(f"console: {launched.console_url}")
     if launched.execution_arn:
-        print(f"execution: {execution_console_url(deployment.aws.region, launched.execution_arn)}")
+        print(f"execution: {execution_console_url(deployment.region, launched.execution_arn)}")
     if args.watch:
         from scripts.watch import follow
 
@@ -587,9 +682,16 @@ def _refuse_mixed_modes(args: argparse.Namespace) -> None:
         raise UsageError("--pipeline starts the pipeline's state machine; --direct does not apply")
 
 
+def _print_prices(prices: Sequence[JobPrice], *, dry_run: bool) -> None:
+    """One line per job; a dry run's go to stderr, its stdout being the request alone."""
+    for price in prices:
+        print(price.line(), file=sys.stderr if dry_run else sys.stdout)
+
+
 def _main_processing(deployment: Deployment, args: argparse.Namespace) -> int:
     options = processing_options_from_args(args, job_name=args.name)
-    launched = launch_processing(deployment, options, dry_run=args.dry_run, source_dir=args.process_source_dir)
+    launched = launch_processing(deployment, options, dry_run=args.dry_run, source_dir=args.process_source_dir, yes=args.yes)
+    _print_prices(launched.prices, dry_run=args.dry_run)
     if args.dry_run:
         print(json.dumps(launched.request, indent=2, sort_keys=True))
         return 0
@@ -601,13 +703,14 @@ def _main_processing(deployment: Deployment, args: argparse.Namespace) -> int:
 
 def _main_pipeline(deployment: Deployment, args: argparse.Namespace) -> int:
     launched = launch_pipeline(deployment, args)
+    _print_prices(launched.prices, dry_run=args.dry_run)
     if args.dry_run:
         print(json.dumps(launched.execution_input, indent=2, sort_keys=True))
         for line in launched.names.lines():
             print(line, file=sys.stderr)
         return 0
     print(f"execution: {launched.execution_arn}")
-    print(f"console: {execution_console_url(deployment.aws.region, launched.execution_arn)}")
+    print(f"console: {execution_console_url(deployment.region, launched.execution_arn)}")
     for line in launched.names.lines():
         print(line)
     if args.watch:

@@ -455,6 +455,20 @@ class ServingConfig:
 
 
 @dataclass(frozen=True)
+class CostConfig:
+    """What the operator tools ask before they spend (no resource is made from it).
+
+    Attributes:
+        confirm_above_usd: ``scripts.launch`` prints each job's price and the most it can cost at its
+            maximum runtime; a real launch whose jobs together can cost more than this many US
+            dollars (list price) is refused until ``--yes`` is given. 0 asks for every launch.
+            Default 100.
+    """
+
+    confirm_above_usd: int = 100
+
+
+@dataclass(frozen=True)
 class PlatformConfig:
     """Everything a deploy needs; built by :func:`load_config`.
 
@@ -474,6 +488,7 @@ class PlatformConfig:
         training_job: SageMaker job, see :class:`TrainingJobConfig`.
         processing: SageMaker Processing and the pipeline, see :class:`ProcessingConfig`.
         serving: SageMaker endpoint, see :class:`ServingConfig`.
+        cost: The price check before a launch, see :class:`CostConfig`.
     """
 
     project_name: str = "gputrain"
@@ -486,6 +501,7 @@ class PlatformConfig:
     training_job: TrainingJobConfig = field(default_factory=TrainingJobConfig)
     processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
+    cost: CostConfig = field(default_factory=CostConfig)
 
 
 # --------------------------------------------------------------------------------------------
@@ -753,6 +769,7 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     _validate_tags(cfg.tags)
     pr = _validate_processing(cfg.processing, tj)
     sv = _validate_serving(cfg.serving)
+    _check_positive(f"{CONTEXT_KEY}.cost.confirm_above_usd", cfg.cost.confirm_above_usd, minimum=0, maximum=10_000_000)
     net = cfg.network
     if net.dns_firewall is None:
         # On wherever something in the VPC has a network: the nodes always do; models may.

@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from stacks.config import CONTEXT_KEY, load_config
+from stacks.config import CONTEXT_KEY, full_key, load_config
 from tests.synth import ROOT, cached_synth, project_context
 
 README = ROOT / "README.md"
@@ -122,7 +122,7 @@ def check_cdk(tokens: list[str], assembly: Path) -> None:
             continue
         if token in ("-c", "--context"):
             key, _, value = rest[i + 1].partition("=")
-            assert key.startswith(CONTEXT_KEY + "."), key
+            assert full_key(key).startswith(CONTEXT_KEY + "."), key  # a setting, with or without its prefix
             overrides[key] = value
             skip_next = True
         elif token in ("--reset", "--app"):
