@@ -75,6 +75,7 @@ class DataPlaneStack(Stack):
             repository_name=config.image.repository_name,
             key=self.key,
             keep_images=config.image.keep_images,
+            deployed_tag=config.image.tag,
             retain=retain,
         ).repository
         net = config.network

@@ -83,7 +83,8 @@ class AccessLogBucket(Construct):
 
 
 class DataBucket(Construct):
-    """A KMS-encrypted, versioned, access-logged bucket that denies non-TLS requests.
+    """A KMS-encrypted, versioned, access-logged bucket that denies non-TLS requests and any
+    encryption but the platform key (SSE-S3, another KMS key, SSE-C).
 
     Attributes:
         bucket: The bucket.
@@ -124,6 +125,9 @@ class DataBucket(Construct):
             encryption=s3.BucketEncryption.KMS,
             encryption_key=key,
             bucket_key_enabled=True,
+            # SSE-C: S3 refuses every write that brings its own key (PutObject, CopyObject,
+            # multipart uploads), which would leave objects under a key the platform does not hold.
+            blocked_encryption_types=[s3.BlockedEncryptionType.SSE_C],
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             versioned=True,
@@ -142,7 +146,7 @@ class DataBucket(Construct):
         )
         # Default encryption covers uploads that name none; an upload naming SSE-S3 or another
         # KMS key would escape the platform key (and its key policy and CloudTrail record).
-        # Each header is checked only where the upload names it.
+        # Each header is checked only where the upload names it (SSE-C is blocked above).
         objects = self.bucket.arn_for_objects("*")
         refused_headers = {
             "DenyOtherEncryption": ("StringNotEquals", "s3:x-amz-server-side-encryption", ["aws:kms", "aws:kms:dsse"]),

@@ -20,6 +20,7 @@ from constructs import Construct
 from stacks.components.endpoint_spec import DATA_CAPTURE_PREFIX
 from stacks.components.policy import (
     describe_network_statement,
+    platform_key_data_statement,
     sagemaker_image_and_volume_statements,
     sagemaker_vpc_network_statements,
 )
@@ -32,9 +33,10 @@ class EndpointRole(SageMakerExecutionRole):
     """The execution role of the endpoint's instances (and of models the pipeline promotes).
 
     Reads exactly the model artifact (one object, or for the pipeline the pattern
-    ``training-jobs/*/output/model.tar.gz``: every job's model and nothing else), decrypts with the platform key, pulls from the
-    project's repository, writes only to the endpoint's log group, manages network interfaces only
-    in the training VPC, and (with data capture) writes only under ``data-capture/<endpoint>/``.
+    ``training-jobs/*/output/model.tar.gz``: every job's model and nothing else), decrypts with
+    the platform key (through S3 and SageMaker only), pulls from the project's repository, writes
+    only to the endpoint's log group, manages network interfaces only in the training VPC, and
+    (with data capture) writes only under ``data-capture/<endpoint>/``.
     """
 
     def __init__(
@@ -67,9 +69,8 @@ class EndpointRole(SageMakerExecutionRole):
         network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
         statements = [
             iam.PolicyStatement(sid="ReadModelArtifact", actions=["s3:GetObject"], resources=[model_object_arn]),
-            iam.PolicyStatement(
-                sid="UsePlatformKey", actions=["kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"], resources=[key.key_arn]
-            ),
+            platform_key_data_statement(stack, key),
+            iam.PolicyStatement(sid="DescribePlatformKey", actions=["kms:DescribeKey"], resources=[key.key_arn]),
             *sagemaker_image_and_volume_statements(key, repository, pull_sid="PullServingImage"),
             iam.PolicyStatement(
                 sid="WriteEndpointLogs",

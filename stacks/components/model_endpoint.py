@@ -122,26 +122,39 @@ class EndpointAlarms(Construct):
         key = topic_key(self, "TopicKey", description=f"{endpoint}: endpoint alarms topic")
         errors_name, latency_name = alarm_names
         stack = Stack.of(self)
-        # Confused deputy: CloudWatch may use the key only for this endpoint's two alarms in this
-        # account (as the training stack's topic key admits EventBridge for its rules only).
+        # Confused deputy: CloudWatch may use the key and publish only for this endpoint's two
+        # alarms in this account (as the training stack's topic admits EventBridge for its rules only).
+        from_these_alarms = {
+            "StringEquals": {"aws:SourceAccount": stack.account},
+            "ArnEquals": {
+                "aws:SourceArn": [
+                    stack.format_arn(service="cloudwatch", resource="alarm", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME)
+                    for name in alarm_names
+                ]
+            },
+        }
+        cloudwatch_alarms = iam.ServicePrincipal("cloudwatch.amazonaws.com")
         key.add_to_resource_policy(
             iam.PolicyStatement(
                 sid="AllowCloudWatchAlarmsToPublish",
-                principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+                principals=[cloudwatch_alarms],
                 actions=["kms:Decrypt", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy "*" means this key
-                conditions={
-                    "StringEquals": {"aws:SourceAccount": stack.account},
-                    "ArnEquals": {
-                        "aws:SourceArn": [
-                            stack.format_arn(service="cloudwatch", resource="alarm", resource_name=name, arn_format=ArnFormat.COLON_RESOURCE_NAME)
-                            for name in alarm_names
-                        ]
-                    },
-                },
+                conditions=from_these_alarms,
             )
         )
         self.topic = sns.Topic(self, "Topic", display_name=f"{endpoint} alarms", master_key=key, enforce_ssl=True)
+        # A topic policy replaces SNS's default one (the account's principals may publish), so
+        # without this statement the alarms' notifications would be refused.
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="AllowCloudWatchAlarmsToPublish",
+                principals=[cloudwatch_alarms],
+                actions=["sns:Publish"],
+                resources=[self.topic.topic_arn],
+                conditions=from_these_alarms,
+            )
+        )
         self.errors = cloudwatch.Alarm(
             self,
             "Errors5xx",

@@ -18,10 +18,12 @@ from constructs import Construct
 
 from stacks.components.policy import acknowledge
 
+ECR_LAYER_BUCKET = "prod-{region}-starport-layer-bucket"
+"""ECR keeps image layers in this AWS-owned bucket; the layer URLs are presigned by an account of
+ECR's (ECR user guide, "Minimum Amazon S3 bucket permissions for Amazon ECR")."""
+
 AWS_OWNED_BUCKETS: tuple[str, ...] = (
-    # ECR keeps image layers in an AWS-owned bucket; the layer URLs are presigned by ECR's
-    # account (ECR user guide, "Minimum Amazon S3 bucket permissions for Amazon ECR").
-    "prod-{region}-starport-layer-bucket",
+    ECR_LAYER_BUCKET,
     # The CloudWatch agent package and its signature (CloudWatch user guide, "Download the
     # CloudWatch agent package").
     "amazoncloudwatch-agent-{region}",
@@ -154,12 +156,32 @@ class TrainingNetwork(Construct):
         self.endpoints: dict[str, ec2.IVpcEndpoint] = {"s3": s3_endpoint}
         for statement in self._account_perimeter(account):
             s3_endpoint.add_to_policy(statement)
+        def owned_objects(*buckets: str) -> list[str]:
+            return [f"arn:{partition}:s3:::{b.format(region=region)}/*" for b in buckets]
+
+        # Package repositories, the CloudWatch agent (bootstrap.sh fetches it with curl) and SSM
+        # Agent's downloads are read anonymously: such a request has no aws:PrincipalAccount, so
+        # only ...IfExists lets it through. A signed request must be this account's: outside
+        # credentials get nothing through the endpoint, not even these buckets' objects.
         s3_endpoint.add_to_policy(
             iam.PolicyStatement(
                 sid="AwsOwnedBuckets",
                 principals=[iam.AnyPrincipal()],
                 actions=["s3:GetObject"],
-                resources=[f"arn:{partition}:s3:::{b.format(region=region)}/*" for b in AWS_OWNED_BUCKETS],
+                resources=owned_objects(*(b for b in AWS_OWNED_BUCKETS if b != ECR_LAYER_BUCKET)),
+                conditions={"StringEqualsIfExists": {"aws:PrincipalAccount": account}},
+            )
+        )
+        # Image layers come through URLs that an account of ECR's presigned, so the request's
+        # aws:PrincipalAccount is ECR's (undocumented, per region): no account condition admits it.
+        # What is left open is s3:GetObject on one AWS-owned bucket whose objects only those URLs
+        # read (named in scripts.security_report's output).
+        s3_endpoint.add_to_policy(
+            iam.PolicyStatement(
+                sid="EcrImageLayers",
+                principals=[iam.AnyPrincipal()],
+                actions=["s3:GetObject"],
+                resources=owned_objects(ECR_LAYER_BUCKET),
             )
         )
         self.endpoint_security_group = closed_security_group(

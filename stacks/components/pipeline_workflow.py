@@ -22,12 +22,15 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names
+from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names, volume_kms_allowed
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.endpoint_role import EndpointRole
 from stacks.components.network import closed_security_group
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
+    in_security_groups,
+    merge_conditions,
+    pass_role_to_sagemaker,
     pinned_job_creation_statements,
     sagemaker_job_runtime_statements,
     state_machine_logging_statements,
@@ -336,14 +339,26 @@ class PipelineWorkflow(Construct):
         """What the pipeline's tasks, logging and tracing need, limited to the project's names."""
         arns = _ProjectArns.of(Stack.of(self), config.project_name)
         statements = self._job_statements(arns, training=training, subnet_ids=subnet_ids, key=key)
-        passed_roles = [self.processing_role.role_arn, training.job_role.role_arn]
+        # Each role only to SageMaker, and only to the kind of resource it is for.
+        pass_roles = [
+            pass_role_to_sagemaker("PassProcessingRole", self.processing_role.role_arn, arns.processing_jobs),
+            pass_role_to_sagemaker("PassTrainingJobRole", training.job_role.role_arn, arns.training_jobs),
+        ]
         if self.model_role is not None:
-            statements += _promotion_statements(Stack.of(self), config, arns, subnet_ids=subnet_ids, key=key)
-            passed_roles.append(self.model_role.role_arn)
+            assert self.model_security_group is not None
+            statements += _promotion_statements(
+                Stack.of(self),
+                config,
+                arns,
+                subnet_ids=subnet_ids,
+                security_group_ids=[self.model_security_group.security_group_id],
+                key=key,
+            )
+            pass_roles.append(pass_role_to_sagemaker("PassModelRole", self.model_role.role_arn, arns.models))
         statements += _run_statements(
             Stack.of(self),
             config,
-            passed_roles=passed_roles,
+            pass_roles=pass_roles,
             datasets_bucket=datasets_bucket,
             topic=topic,
             topic_key=topic_key,
@@ -357,7 +372,8 @@ class PipelineWorkflow(Construct):
         self, arns: "_ProjectArns", *, training: TrainingJobWorkflow, subnet_ids: Sequence[str], key: kms.IKey
     ) -> list[iam.PolicyStatement]:
         """Create hardened processing and training jobs of the project; follow and stop them."""
-        # The role itself refuses a job that drops isolation, the VPC or the output key.
+        # The role itself refuses a job that drops isolation, the VPC (its subnets and the job's
+        # security group) or the output key.
         hardened_job = {
             "Bool": {"sagemaker:NetworkIsolation": "true"},
             "ArnEquals": {"sagemaker:OutputKmsKey": key.key_arn},
@@ -373,7 +389,7 @@ class PipelineWorkflow(Construct):
                 sid,
                 action,
                 [jobs_arn],
-                hardened_job,
+                merge_conditions(hardened_job, in_security_groups(template.resources.security_group_ids)),
                 instance_types=template.allowed_instance_types or [template.default_instance_type],
                 volume_key_arn=key.key_arn,
             )
@@ -421,15 +437,32 @@ class _ProjectArns:
 
 
 def _promotion_statements(
-    stack: Stack, config: PlatformConfig, arns: _ProjectArns, *, subnet_ids: Sequence[str], key: kms.IKey
+    stack: Stack,
+    config: PlatformConfig,
+    arns: _ProjectArns,
+    *,
+    subnet_ids: Sequence[str],
+    security_group_ids: Sequence[str],
+    key: kms.IKey,
 ) -> list[iam.PolicyStatement]:
     """Create the project's models and endpoint configs, and move the endpoint to them."""
-    hardened_model: dict[str, dict[str, object]] = {
-        "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
-        "Null": {"sagemaker:VpcSubnets": "false"},
-    }
+    hardened_model = merge_conditions(
+        {"ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)}, "Null": {"sagemaker:VpcSubnets": "false"}},
+        in_security_groups(security_group_ids),
+    )
     if config.serving.network_isolation:
         hardened_model["Bool"] = {"sagemaker:NetworkIsolation": "true"}
+    # Only the configured hosting type, serving only the project's models; Null-guarded, since
+    # ForAllValues over an absent key (a serverless variant has no type) is true. CreateModel has
+    # no volume; the endpoint config carries the volume key, the platform key on EBS-only types
+    # (SageMaker rejects one on types with local NVMe).
+    endpoint_config: dict[str, dict[str, object]] = {
+        "ForAllValues:StringEquals": {"sagemaker:InstanceTypes": [config.serving.instance_type]},
+        "ForAllValues:ArnLike": {"sagemaker:ModelArn": [arns.models]},
+        "Null": {"sagemaker:InstanceTypes": "false", "sagemaker:ModelArn": "false"},
+    }
+    if volume_kms_allowed(config.serving.instance_type):
+        endpoint_config["ArnEquals"] = {"sagemaker:VolumeKmsKey": key.key_arn}
     alarms = [
         stack.format_arn(service="cloudwatch", resource="alarm", resource_name=n, arn_format=ArnFormat.COLON_RESOURCE_NAME)
         for n in rollback_alarm_names(config.project_name)
@@ -445,13 +478,7 @@ def _promotion_statements(
             sid="CreateEndpointConfigs",
             actions=["sagemaker:CreateEndpointConfig"],
             resources=[arns.endpoint_configs],
-            # Only the configured hosting type, serving only the project's models; Null-guarded,
-            # since ForAllValues over an absent key (a serverless variant has no type) is true.
-            conditions={
-                "ForAllValues:StringEquals": {"sagemaker:InstanceTypes": [config.serving.instance_type]},
-                "ForAllValues:ArnLike": {"sagemaker:ModelArn": [arns.models]},
-                "Null": {"sagemaker:InstanceTypes": "false", "sagemaker:ModelArn": "false"},
-            },
+            conditions=endpoint_config,
         ),
         # CreateModel and CreateEndpointConfig with Tags also authorize sagemaker:AddTags.
         iam.PolicyStatement(
@@ -481,19 +508,15 @@ def _run_statements(
     stack: Stack,
     config: PlatformConfig,
     *,
-    passed_roles: Sequence[str],
+    pass_roles: Sequence[iam.PolicyStatement],
     datasets_bucket: s3.IBucket,
     topic: sns.ITopic,
     topic_key: kms.IKey,
 ) -> list[iam.PolicyStatement]:
-    """Pass the project's roles, follow .sync jobs, check the output prefix, notify, log and trace."""
+    """Pass the project's roles (``pass_roles``), follow .sync jobs, check the output prefix,
+    notify, log and trace."""
     return [
-        iam.PolicyStatement(
-            sid="PassProjectRoles",
-            actions=["iam:PassRole"],
-            resources=list(passed_roles),
-            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-        ),
+        *pass_roles,
         iam.PolicyStatement(
             sid="SyncIntegrationRules",
             actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],

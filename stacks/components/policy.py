@@ -6,6 +6,8 @@ a reason, next to the construct it concerns.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from aws_cdk import Acknowledgment, App, ArnFormat, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
@@ -70,6 +72,63 @@ def sagemaker_vpc_network_statements(stack: Stack, vpc: ec2.IVpc) -> tuple[list[
         ),
     ]
     return statements, [subnets, security_groups, network_interfaces]
+
+
+def platform_key_data_statement(stack: Stack, key: kms.IKey) -> iam.PolicyStatement:
+    """An execution role's use of the platform key's data keys (``UsePlatformKey``), only in
+    requests an AWS service makes for the role (``kms:ViaService``): S3, for the objects the
+    role reads and writes, and SageMaker, for what it does with the role on the job's or
+    endpoint's behalf. Code in the container holding the role's credentials cannot decrypt or
+    generate data keys by calling KMS itself.
+    """
+    return iam.PolicyStatement(
+        sid="UsePlatformKey",
+        actions=["kms:Decrypt", "kms:GenerateDataKey"],
+        resources=[key.key_arn],
+        conditions={
+            "StringEquals": {
+                "kms:ViaService": [f"{service}.{stack.region}.amazonaws.com" for service in ("s3", "sagemaker")]
+            }
+        },
+    )
+
+
+def pass_role_to_sagemaker(sid: str, role_arn: str, resource_arn: str) -> iam.PolicyStatement:
+    """``iam:PassRole`` of ``role_arn`` to SageMaker only, for the resources ``resource_arn``
+    (a pattern: the project's jobs or models) where the request names them.
+
+    ``iam:AssociatedResourceArn`` is in PassRole's request context only where the receiving
+    service sets it, and SageMaker does not document doing so: the condition is ``...IfExists``,
+    enforced where the key is present and no obstacle where it is not (named in
+    ``scripts.security_report``'s output).
+    """
+    return iam.PolicyStatement(
+        sid=sid,
+        actions=["iam:PassRole"],
+        resources=[role_arn],
+        conditions={
+            "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
+            "ArnLikeIfExists": {"iam:AssociatedResourceArn": resource_arn},
+        },
+    )
+
+
+def in_security_groups(group_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+    """Conditions of a Create* request (job or model) whose VPC config uses only ``group_ids``
+    (``sagemaker:VpcSecurityGroupIds``; Null-guarded: ``ForAllValues`` over an absent key is true)."""
+    return {
+        "ForAllValues:StringEquals": {"sagemaker:VpcSecurityGroupIds": list(group_ids)},
+        "Null": {"sagemaker:VpcSecurityGroupIds": "false"},
+    }
+
+
+def merge_conditions(*parts: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    """One condition block from several, operator by operator (keys of one operator merged)."""
+    merged: dict[str, dict[str, object]] = {}
+    for part in parts:
+        for operator, keys in part.items():
+            merged.setdefault(operator, {}).update(keys)
+    return merged
 
 
 def sagemaker_principal(stack: Stack) -> iam.ServicePrincipal:
@@ -224,8 +283,11 @@ def sagemaker_job_runtime_statements(
 ) -> tuple[list[iam.PolicyStatement], list[str]]:
     """What every SageMaker job's execution role needs to run, whatever the job reads and writes.
 
-    The platform key (``kms:Encrypt`` too: SageMaker requires it of the execution role when the
-    job's output ``KmsKeyId`` is set), the container image and ML volume
+    The platform key: its data keys only through S3 and SageMaker
+    (:func:`platform_key_data_statement`), and ``kms:Encrypt`` and ``kms:DescribeKey`` without
+    that condition (SageMaker requires ``kms:Encrypt`` of the execution role when the job's output
+    ``KmsKeyId`` is set and does not say which service calls it; neither returns plaintext), the
+    container image and ML volume
     (:func:`sagemaker_image_and_volume_statements`), the job's logs and metrics
     (:func:`sagemaker_job_log_statements`) and its network interfaces in the training VPC
     (:func:`sagemaker_vpc_network_statements`).
@@ -238,10 +300,9 @@ def sagemaker_job_runtime_statements(
     )
     network_statements, network_wildcards = sagemaker_vpc_network_statements(stack, vpc)
     statements = [
+        platform_key_data_statement(stack, key),
         iam.PolicyStatement(
-            sid="UsePlatformKey",
-            actions=["kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"],
-            resources=[key.key_arn],
+            sid="EncryptOutputsWithPlatformKey", actions=["kms:Encrypt", "kms:DescribeKey"], resources=[key.key_arn]
         ),
         *sagemaker_image_and_volume_statements(key, repository, pull_sid=pull_sid),
         *log_statements,
@@ -278,10 +339,7 @@ def pinned_job_creation_statements(
     for group_sid, types, volume in groups:
         if not types:
             continue
-        merged: dict[str, dict[str, object]] = {operator: dict(keys) for operator, keys in conditions.items()}
-        for operator, keys in volume.items():
-            merged.setdefault(operator, {}).update(keys)
-        merged.setdefault("ForAllValues:StringEquals", {})["sagemaker:InstanceTypes"] = types
-        merged.setdefault("Null", {})["sagemaker:InstanceTypes"] = "false"
+        on_types = {"ForAllValues:StringEquals": {"sagemaker:InstanceTypes": types}, "Null": {"sagemaker:InstanceTypes": "false"}}
+        merged = merge_conditions(conditions, volume, on_types)
         statements.append(iam.PolicyStatement(sid=group_sid, actions=[action], resources=resources, conditions=merged))
     return statements

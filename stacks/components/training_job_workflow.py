@@ -28,6 +28,9 @@ from stacks.components.image_repository import repository_image_uri
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
+    in_security_groups,
+    merge_conditions,
+    pass_role_to_sagemaker,
     pinned_job_creation_statements,
     sagemaker_job_runtime_statements,
     acknowledge,
@@ -474,19 +477,23 @@ class TrainingJobWorkflow(Construct):
         jobs = self._jobs_arn(project)
         r = self.template.resources
         return [
-            # The role itself refuses a request that drops isolation, the VPC or the output key, or
-            # that asks for a type the deployment does not allow (or an EBS volume on another key).
+            # The role itself refuses a request that drops isolation, the VPC (its subnets and
+            # security group) or the output key, or that asks for a type the deployment does not
+            # allow (or an EBS volume on another key).
             *pinned_job_creation_statements(
                 "CreateHardenedTrainingJobs",
                 "sagemaker:CreateTrainingJob",
                 [jobs],
-                {
-                    "Bool": {"sagemaker:NetworkIsolation": "true"},
-                    # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
-                    "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
-                    "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
-                    "Null": {"sagemaker:VpcSubnets": "false"},
-                },
+                merge_conditions(
+                    {
+                        "Bool": {"sagemaker:NetworkIsolation": "true"},
+                        # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
+                        "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
+                        "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
+                        "Null": {"sagemaker:VpcSubnets": "false"},
+                    },
+                    in_security_groups(r.security_group_ids),
+                ),
                 instance_types=self.template.allowed_instance_types or [self.template.default_instance_type],
                 volume_key_arn=r.key_arn,
             ),
@@ -500,12 +507,7 @@ class TrainingJobWorkflow(Construct):
                 ],
                 resources=[jobs],
             ),
-            iam.PolicyStatement(
-                sid="PassJobRole",
-                actions=["iam:PassRole"],
-                resources=[self.job_role.role_arn],
-                conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-            ),
+            pass_role_to_sagemaker("PassJobRole", self.job_role.role_arn, jobs),
             iam.PolicyStatement(
                 sid="SyncIntegrationRule",
                 actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],

@@ -117,6 +117,64 @@ def test_global_keys_and_service_keys_of_the_action_pass():
     assert _kinds(statement) == []
 
 
+SAGEMAKER = "arn:aws:sagemaker:us-east-1:123456789012:"
+
+
+@pytest.mark.parametrize(
+    ("action", "resource"),
+    [
+        ("sagemaker:CreateTrainingJob", f"{SAGEMAKER}training-job/p-*"),
+        ("sagemaker:CreateProcessingJob", f"{SAGEMAKER}processing-job/p-*"),
+        ("sagemaker:CreateModel", f"{SAGEMAKER}model/p-*"),
+    ],
+)
+def test_the_security_group_key_is_in_each_create_requests_context(action, resource):
+    """sagemaker:VpcSecurityGroupIds, as the workflows' and the pipeline's grants pin it."""
+    statement = {
+        "Effect": "Allow",
+        "Action": action,
+        "Condition": {
+            "ForAllValues:StringEquals": {"sagemaker:VpcSecurityGroupIds": ["sg-1"]},
+            "Null": {"sagemaker:VpcSecurityGroupIds": "false"},
+        },
+    }
+    assert _kinds(statement, (resource,)) == []
+
+
+def test_the_volume_key_is_pinned_where_the_request_has_one():
+    """CreateModel's request has no sagemaker:VolumeKmsKey (a model has no volume): a grant that
+    pinned it there would never allow; CreateEndpointConfig's has (where the pipeline pins it)."""
+    condition = {"ArnEquals": {"sagemaker:VolumeKmsKey": "arn:aws:kms:us-east-1:123456789012:key/k"}}
+    model = {"Effect": "Allow", "Action": "sagemaker:CreateModel", "Condition": condition}
+    assert _kinds(model, (f"{SAGEMAKER}model/p-*",)) == ["condition-key"]
+    config = {"Effect": "Allow", "Action": "sagemaker:CreateEndpointConfig", "Condition": condition}
+    assert _kinds(config, (f"{SAGEMAKER}endpoint-config/p-*",)) == []
+
+
+def test_pass_role_keys_are_in_its_context_and_the_resource_key_is_an_arn():
+    statement = {
+        "Effect": "Allow",
+        "Action": "iam:PassRole",
+        "Condition": {
+            "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
+            "ArnLikeIfExists": {"iam:AssociatedResourceArn": f"{SAGEMAKER}training-job/p-*"},
+        },
+    }
+    role = ("arn:aws:iam::123456789012:role/job",)
+    assert _kinds(statement, role) == []
+    statement["Condition"]["StringLikeIfExists"] = statement["Condition"].pop("ArnLikeIfExists")
+    assert _kinds(statement, role) == ["operator-type"]
+
+
+def test_the_via_service_key_is_in_the_data_key_actions_context():
+    statement = {
+        "Effect": "Allow",
+        "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+        "Condition": {"StringEquals": {"kms:ViaService": ["s3.us-east-1.amazonaws.com", "sagemaker.us-east-1.amazonaws.com"]}},
+    }
+    assert _kinds(statement, ("arn:aws:kms:us-east-1:123456789012:key/k",)) == []
+
+
 def test_unresolvable_resources_are_findings_not_guesses():
     templates = {
         "s": {

@@ -108,6 +108,19 @@ def test_a_serving_configuration_has_its_serving_template_checked(tmp_path, monk
     assert "gputrain-serving.template.json" in checked["lint"]
 
 
+def test_the_report_names_what_the_policies_cannot_express():
+    """Each hardening the condition keys do not allow is printed under the counts, with why."""
+    out = io.StringIO()
+    assert print_report([ConfigReport("clean", templates=3)], out=out) == 0
+    text = out.getvalue()
+    assert "not expressible in the policies (accepted):" in text
+    for limit in security_report.NOT_EXPRESSIBLE:
+        assert f"  - {limit}" in text
+    named = " ".join(security_report.NOT_EXPRESSIBLE)
+    for what in ("EcrImageLayers", "iam:AssociatedResourceArn", "sagemaker:CreateModel", "kms:Encrypt"):
+        assert what in named, what
+
+
 def test_cfn_lint_warnings_alone_do_not_fail_the_report():
     out = io.StringIO()
     assert print_report([ConfigReport("w", templates=3, lint_warnings=["x:W3005:y"])], out=out) == 0

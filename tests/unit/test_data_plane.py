@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 from aws_cdk.assertions import Match
 
@@ -141,6 +144,15 @@ def test_data_buckets_refuse_objects_encrypted_with_another_key(resources, bucke
     assert _denied(policy, {SSE: "AES256"})
 
 
+@pytest.mark.parametrize("bucket", DATA_BUCKETS)
+def test_data_buckets_refuse_sse_c_uploads(resources, bucket):
+    """An upload with a customer-provided key (SSE-C) names no SSE or KMS header, so the deny
+    statements above cannot see it: S3 itself refuses it (BlockedEncryptionTypes), on every write
+    path (PutObject, CopyObject, multipart), so no object sits under a key the platform does not hold."""
+    (rule,) = resources[bucket]["Properties"]["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["BlockedEncryptionTypes"] == {"EncryptionType": ["SSE-C"]}
+
+
 @pytest.mark.parametrize("bucket, prefix", [(DATA_BUCKETS[0], "s3-access/datasets/"), (DATA_BUCKETS[1], "s3-access/artifacts/")])
 def test_data_buckets_log_access_to_the_log_bucket(resources, bucket, prefix):
     assert resources[bucket]["Properties"]["LoggingConfiguration"] == {
@@ -188,6 +200,74 @@ def test_repository_scans_on_push_has_immutable_tags_and_a_lifecycle(template, r
     )
     assert resources["TrainingImageRepositoryA4686A09"]["DeletionPolicy"] == "Retain"
     assert resources["TrainingImageRepositoryA4686A09"]["Properties"].get("EmptyOnDelete", False) is False
+
+
+def _lifecycle_rules(resources) -> list[dict]:
+    policy = resources["TrainingImageRepositoryA4686A09"]["Properties"]["LifecyclePolicy"]["LifecyclePolicyText"]
+    return json.loads(policy)["rules"]
+
+
+def _selects(selection: dict, tags: tuple[str, ...]) -> bool:
+    """Whether an image with ``tags`` meets a rule's tag selection (ECR user guide, "Lifecycle
+    policy properties"): ``any``; ``untagged``: no tag; ``tagged``: every entry of the prefix or
+    pattern list matches one of the image's tags (``*`` the only wildcard of a pattern)."""
+    status = selection["tagStatus"]
+    if status == "any":
+        return True
+    if status == "untagged":
+        return not tags
+    if "tagPrefixList" in selection:
+        return all(any(t.startswith(p) for t in tags) for p in selection["tagPrefixList"])
+    patterns = [re.compile("^" + ".*".join(map(re.escape, p.split("*"))) + "$") for p in selection["tagPatternList"]]
+    return all(any(p.match(t) for t in tags) for p in patterns)
+
+
+def _expire(rules: list[dict], images: list[tuple[int, tuple[str, ...]]]) -> list[tuple[int, tuple[str, ...]]]:
+    """One run of ECR's lifecycle evaluation over ``images`` ((push time, tags)); the images it keeps.
+
+    As the ECR user guide's evaluation rules say: rules go by priority, lowest first; an image
+    that meets the tag selection of a rule is never expired by a lower-priority rule; a rule still
+    counts the images that higher rules selected or expired; ``imageCountMoreThan`` sorts its
+    images youngest first and expires those past the count.
+    """
+    expired, selected_above = set(), set()
+    for rule in sorted(rules, key=lambda r: r["rulePriority"]):
+        selection = rule["selection"]
+        assert selection["countType"] == "imageCountMoreThan", "this evaluator counts images only"
+        assert rule["action"]["type"] == "expire"
+        matching = sorted((i for i in images if _selects(selection, i[1])), key=lambda i: i[0], reverse=True)
+        for image in matching[selection["countNumber"]:]:
+            if image not in selected_above:
+                expired.add(image)
+        selected_above.update(matching)
+    return [i for i in images if i not in expired]
+
+
+def test_the_deployed_tag_survives_any_number_of_pushes(resources):
+    """Jobs, nodes and the endpoint pull the configured tag: however many images are pushed after
+    it (tags are immutable, so each push is a new tag, or none), the lifecycle never expires it,
+    and still keeps the repository at the configured count plus that one image."""
+    rules = _lifecycle_rules(resources)
+    deployed = (0, ("tf2.21.0-gpu-1",))
+    images = [deployed]
+    for push in range(1, 101):
+        # Newer builds (one tag a prefix of the deployed one's), untagged pushes now and then.
+        tags = () if push % 7 == 0 else (f"tf2.21.0-gpu-1{push}" if push % 5 == 0 else f"build-{push}",)
+        images = _expire(rules, [*images, (push, tags)])
+        assert deployed in images, f"the deployed image expired after {push} pushes"
+        assert len(images) <= 20 + 1
+    # The count rule alone (the lifecycle before the deployed tag's rule) expires it at once.
+    assert deployed not in _expire([r for r in rules if r["selection"]["tagStatus"] == "any"], images)
+
+
+def test_lifecycle_keeps_the_configured_count_and_tag(synth_app):
+    rules = _lifecycle_rules(
+        synth_app({"image.tag": "tf2.21.0-gpu-7", "image.keep_images": 5}).template_json("gputrain-data")["Resources"]
+    )
+    assert [r["selection"] for r in rules] == [
+        {"tagStatus": "tagged", "tagPatternList": ["tf2.21.0-gpu-7"], "countType": "imageCountMoreThan", "countNumber": 1},
+        {"tagStatus": "any", "countType": "imageCountMoreThan", "countNumber": 5},
+    ]
 
 
 def test_default_destroy_keeps_data_so_no_auto_delete_machinery(resources):

@@ -3,12 +3,13 @@ confused-deputy conditions on service principals."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from typing import Any
 
 import pytest
 
-from stacks.components.network import AWS_OWNED_BUCKETS, s3_prefix_list_name
+from stacks.components.network import AWS_OWNED_BUCKETS, ECR_LAYER_BUCKET, s3_prefix_list_name
 from tests.synth import ROOT, Synth
 
 ACCOUNT = "123456789012"
@@ -42,18 +43,72 @@ def test_every_endpoint_limits_requests_to_this_accounts_principals_and_resource
         perimeter = statements["ThisAccountToThisAccount"]
         assert perimeter["Condition"] == {"StringEquals": {"aws:PrincipalAccount": ACCOUNT, "aws:ResourceAccount": ACCOUNT}}, service
         assert statements["AwsServicePrincipals"]["Condition"] == {"Bool": {"aws:PrincipalIsAWSService": "true"}}
-        # Every statement is conditioned on this account, except the AWS-owned buckets' objects.
+        # Every statement is conditioned on this account, except ECR's image layers (presigned by
+        # an account of ECR's: scripts.security_report names it).
         for sid, statement in statements.items():
-            assert "Condition" in statement or sid == "AwsOwnedBuckets", (service, sid)
+            assert "Condition" in statement or (service, sid) == ("s3", "EcrImageLayers"), (service, sid)
 
 
 def test_s3_endpoint_reaches_only_the_aws_owned_buckets_the_platform_needs(default_app):
     statements = _by_sid(_endpoints(default_app)["s3"]["PolicyDocument"])
-    owned = statements["AwsOwnedBuckets"]
-    assert owned["Action"] == "s3:GetObject"
+    owned, layers = statements["AwsOwnedBuckets"], statements["EcrImageLayers"]
+    assert owned["Action"] == layers["Action"] == "s3:GetObject"
     buckets = {r.removeprefix("arn:aws:s3:::").removesuffix("/*") for r in owned["Resource"]}
-    assert {"prod-us-east-1-starport-layer-bucket", "amazoncloudwatch-agent-us-east-1", "aws-ssm-us-east-1"} <= buckets
-    assert len(buckets) == len(AWS_OWNED_BUCKETS)
+    assert {"amazoncloudwatch-agent-us-east-1", "aws-ssm-us-east-1", "al2023-repos-us-east-1-de612dc2"} <= buckets
+    assert layers["Resource"] == "arn:aws:s3:::prod-us-east-1-starport-layer-bucket/*"
+    assert len(buckets) + 1 == len(AWS_OWNED_BUCKETS) and ECR_LAYER_BUCKET in AWS_OWNED_BUCKETS
+
+
+OTHER_ACCOUNT = "210987654321"
+
+
+def _endpoint_allows(statements: dict[str, dict[str, Any]], obj: str, context: dict[str, str]) -> bool:
+    """Whether an endpoint policy lets a GetObject of ``obj`` through, for a request whose
+    context has ``context`` (an anonymous request has no aws:PrincipalAccount). The operators
+    the policies use, as IAM evaluates them: a key absent from the context matches no
+    ``StringEquals`` and every ``...IfExists``."""
+    for statement in statements.values():
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        if statement["Effect"] != "Allow" or not {"*", "s3:GetObject"} & set(actions):
+            continue
+        if not any(fnmatch.fnmatchcase(obj, r) for r in resources):
+            continue
+        matched = True
+        for operator, keys in statement.get("Condition", {}).items():
+            for key, value in keys.items():
+                present = key in context
+                if operator == "StringEquals":
+                    matched &= present and context[key] == value
+                elif operator == "StringEqualsIfExists":
+                    matched &= not present or context[key] == value
+                elif operator == "Bool":
+                    matched &= present and context[key] == value
+                else:
+                    raise AssertionError(f"operator this evaluator does not know: {operator}")
+        if matched:
+            return True
+    return False
+
+
+def test_aws_owned_buckets_admit_anonymous_reads_and_this_accounts_credentials_only(default_app):
+    """Outside credentials on a node get nothing through the S3 endpoint: an AWS-owned object is
+    readable anonymously (dnf, curl of the CloudWatch agent, SSM Agent) or with this account's
+    credentials, never with another account's. ECR's layers, presigned by an account of ECR's,
+    stay readable: no account condition can admit that account (scripts.security_report says so)."""
+    statements = _by_sid(_endpoints(default_app)["s3"]["PolicyDocument"])
+    # An AWS-owned bucket is in neither account; a service principal never calls from a node.
+    signed = {"aws:ResourceAccount": "999999999999", "aws:PrincipalIsAWSService": "false"}
+    for bucket in AWS_OWNED_BUCKETS:
+        obj = f"arn:aws:s3:::{bucket.format(region='us-east-1')}/some/object"
+        anonymous = _endpoint_allows(statements, obj, {"aws:ResourceAccount": "999999999999"})
+        ours = _endpoint_allows(statements, obj, {**signed, "aws:PrincipalAccount": ACCOUNT})
+        outside = _endpoint_allows(statements, obj, {**signed, "aws:PrincipalAccount": OTHER_ACCOUNT})
+        assert anonymous and ours, bucket
+        assert outside == (bucket == ECR_LAYER_BUCKET), bucket
+    # And nothing else in another account: the datasets of an outside bucket stay out of reach.
+    outside_bucket = {**signed, "aws:PrincipalAccount": ACCOUNT, "aws:ResourceAccount": OTHER_ACCOUNT}
+    assert not _endpoint_allows(statements, "arn:aws:s3:::someone-elses-bucket/data.csv", outside_bucket)
 
 
 def test_resourceless_actions_are_named_per_endpoint(default_app):

@@ -33,6 +33,11 @@ def _text(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
+def _security_group(template, prefix: str) -> str:
+    (logical_id,) = [k for k in template.find_resources("AWS::EC2::SecurityGroup") if k.startswith(prefix)]
+    return logical_id
+
+
 def _role_of(template, policy_prefix: str) -> str:
     (policy,) = [p for k, p in template.find_resources("AWS::IAM::ManagedPolicy").items() if k.startswith(policy_prefix)]
     (role,) = policy["Properties"]["Roles"]
@@ -59,7 +64,8 @@ def test_processing_role_reads_raw_data_and_code_and_writes_only_processed_data(
     s3 = [s for s in statements.values() if any(a.startswith("s3:") for a in json.dumps(s["Action"]).strip('[]"').split('", "'))]
     assert sorted(s["Sid"] for s in s3) == ["ListRawData", "ListUserCode", "ReadRawData", "ReadSdkProcessingInputs", "ReadUserCode",
                                            "WriteProcessedData", "WriteSdkProcessingOutputs"]
-    assert set(statements["UsePlatformKey"]["Action"]) == {"kms:Encrypt", "kms:Decrypt", "kms:GenerateDataKey", "kms:DescribeKey"}
+    assert set(statements["UsePlatformKey"]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey"}
+    assert set(statements["EncryptOutputsWithPlatformKey"]["Action"]) == {"kms:Encrypt", "kms:DescribeKey"}
     assert statements["EncryptMlVolumes"]["Condition"] == {"Bool": {"kms:GrantIsForAWSResource": "true"}}
     assert "PullProcessingImage" in statements and statements["EcrLogin"]["Resource"] == "*"
     assert statements["PublishProcessingMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": SAGEMAKER_PROCESSING_LOG_GROUP}}
@@ -119,11 +125,17 @@ def test_pipeline_role_creates_only_hardened_project_jobs_and_models(training):
         assert condition["Bool"] == {"sagemaker:NetworkIsolation": "true"}
         assert "PlatformKey" in _text(condition["ArnEquals"]["sagemaker:OutputKmsKey"])
         assert len(condition["ForAllValues:StringEquals"]["sagemaker:VpcSubnets"]) == 2
-        assert condition["Null"] == {"sagemaker:VpcSubnets": "false", "sagemaker:InstanceTypes": "false"}
+        # The jobs' own security group (the training workflow's), no other.
+        assert condition["ForAllValues:StringEquals"]["sagemaker:VpcSecurityGroupIds"] == [
+            {"Fn::GetAtt": [_security_group(training, "WorkflowNetworkSecurityGroup"), "GroupId"]}]
+        assert condition["Null"] == {
+            "sagemaker:VpcSubnets": "false", "sagemaker:VpcSecurityGroupIds": "false", "sagemaker:InstanceTypes": "false"}
     model = statements["CreateIsolatedModels"]
     assert model["Resource"] == f"{ARN}model/gputrain-*"
     assert model["Condition"]["Bool"] == {"sagemaker:NetworkIsolation": "true"}
-    assert model["Condition"]["Null"] == {"sagemaker:VpcSubnets": "false"}
+    assert model["Condition"]["ForAllValues:StringEquals"]["sagemaker:VpcSecurityGroupIds"] == [
+        {"Fn::GetAtt": [_security_group(training, "PipelineModelSecurityGroup"), "GroupId"]}]
+    assert model["Condition"]["Null"] == {"sagemaker:VpcSubnets": "false", "sagemaker:VpcSecurityGroupIds": "false"}
     config = statements["CreateEndpointConfigs"]
     assert config["Resource"] == f"{ARN}endpoint-config/gputrain-*"
     assert config["Condition"]["ForAllValues:StringEquals"] == {"sagemaker:InstanceTypes": ["ml.g5.xlarge"]}
@@ -143,12 +155,32 @@ def test_pipeline_role_updates_only_the_projects_endpoint(training):
     assert not {"sagemaker:DeleteEndpoint", "sagemaker:CreateEndpoint", "sagemaker:DeleteModel"} & actions
 
 
-def test_pipeline_role_passes_only_the_three_roles_to_sagemaker(training):
+def test_pipeline_role_passes_each_of_the_three_roles_to_sagemaker_for_its_own_resources(training):
     statements = _policy_statements(training, "PipelineRolePolicy")
-    passed = statements["PassProjectRoles"]
-    assert passed["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
-    refs = sorted(r["Fn::GetAtt"][0] for r in passed["Resource"])
-    assert [r.rstrip("0123456789ABCDEF") for r in refs] == ["PipelineModelRole", "PipelineProcessingRole", "WorkflowJobRole"]
+    passes = {sid: s for sid, s in statements.items() if s["Action"] == "iam:PassRole"}
+    expected = {
+        "PassProcessingRole": ("PipelineProcessingRole", "processing-job"),
+        "PassTrainingJobRole": ("WorkflowJobRole", "training-job"),
+        "PassModelRole": ("PipelineModelRole", "model"),
+    }
+    assert set(passes) == set(expected)
+    for sid, (role, kind) in expected.items():
+        assert passes[sid]["Resource"]["Fn::GetAtt"][0].rstrip("0123456789ABCDEF") == role
+        # IfExists: SageMaker does not document setting the key (scripts.security_report names it).
+        assert passes[sid]["Condition"] == {
+            "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
+            "ArnLikeIfExists": {"iam:AssociatedResourceArn": f"{ARN}{kind}/gputrain-*"},
+        }
+
+
+def test_endpoint_configs_take_the_platform_volume_key_on_ebs_only_types(training, synth_app):
+    """CreateModel has no volume (no sagemaker:VolumeKmsKey); the endpoint config has: on an
+    EBS-only hosting type it must name the platform key; an NVMe type takes none (SageMaker rejects one)."""
+    assert "ArnEquals" not in _policy_statements(training, "PipelineRolePolicy")["CreateEndpointConfigs"]["Condition"]
+    ebs = synth_app({"serving.instance_type": "ml.p3.2xlarge"}).template("gputrain-training")
+    condition = _policy_statements(ebs, "PipelineRolePolicy")["CreateEndpointConfigs"]["Condition"]
+    assert "PlatformKey" in _text(condition["ArnEquals"]["sagemaker:VolumeKmsKey"])
+    assert condition["ForAllValues:StringEquals"] == {"sagemaker:InstanceTypes": ["ml.p3.2xlarge"]}
 
 
 def test_pipeline_role_sync_rules_listing_and_notifications(training):
@@ -231,7 +263,7 @@ def test_scale_to_zero_pipeline_has_no_promotion_permissions(synth_app):
     template = synth_app({"serving.scale_to_zero": True}).template("gputrain-training")
     statements = _policy_statements(template, "PipelineRolePolicy")
     assert not {"CreateIsolatedModels", "UpdateTheEndpoint", "CreateEndpointConfigs"} & set(statements)
-    assert len(statements["PassProjectRoles"]["Resource"]) == 2
+    assert {sid for sid, s in statements.items() if s["Action"] == "iam:PassRole"} == {"PassProcessingRole", "PassTrainingJobRole"}
     assert not [k for k in template.find_resources("AWS::IAM::Role") if k.startswith("PipelineModelRole")]
 
 

@@ -7,6 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Match
 
+from stacks.components.endpoint_spec import rollback_alarm_names
 from stacks.config import ConfigError, load_config
 
 DEFAULT = {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"}
@@ -340,6 +341,35 @@ def test_alarm_topic_key_admits_cloudwatch_only_for_this_stacks_alarms(default):
     rendered = [_text(a) for a in arns]
     for arn, name in zip(rendered, ("gputrain-endpoint-5xx", "gputrain-endpoint-latency")):
         assert ":cloudwatch:us-east-1:123456789012:alarm:" + name in arn.replace('", "', "").replace('"', ""), arn
+
+
+def test_alarm_topic_lets_cloudwatch_publish_only_for_this_stacks_alarms(default):
+    """A topic policy replaces SNS's default one, so CloudWatch must be allowed to publish, and
+    only for the endpoint's two alarms in this account (as the key policy above)."""
+    (policy,) = default.find_resources("AWS::SNS::TopicPolicy").values()
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    (publish,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert publish["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert publish["Action"] == "sns:Publish"
+    assert publish["Resource"] == {"Ref": next(iter(default.find_resources("AWS::SNS::Topic")))}
+    assert publish["Condition"]["StringEquals"] == {"aws:SourceAccount": "123456789012"}
+    assert publish["Condition"]["ArnEquals"]["aws:SourceArn"] == [
+        f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{name}" for name in rollback_alarm_names("gputrain")
+    ]
+    # The TLS deny stays.
+    assert [s["Condition"] for s in statements if s["Effect"] == "Deny"] == [{"Bool": {"aws:SecureTransport": "false"}}]
+
+
+def test_execution_role_uses_the_platform_key_only_through_s3_and_sagemaker(default):
+    statements = _role_policy(default)
+    keys = statements["UsePlatformKey"]
+    assert sorted(keys["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]
+    assert keys["Condition"] == {
+        "StringEquals": {"kms:ViaService": ["s3.us-east-1.amazonaws.com", "sagemaker.us-east-1.amazonaws.com"]}
+    }
+    assert statements["DescribePlatformKey"]["Action"] == "kms:DescribeKey"
+    decrypting = [s["Sid"] for s in statements.values() if "kms:Decrypt" in _text(s["Action"])]
+    assert decrypting == ["UsePlatformKey"]
 
 
 def test_spec_properties_map_onto_the_l1_arguments():

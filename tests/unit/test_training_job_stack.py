@@ -190,10 +190,11 @@ def _data_channels(input_data_config: str, assign: dict) -> list:
 
 
 def test_hyperparameters_and_expected_gpu_count(args):
+    # The platform's sagemaker_* keys come last: no launch's hyperparameters can override them (issue #42).
     assert args["HyperParameters"] == (
-        "{% $merge([(($code_uri != '') ? {\"sagemaker_program\": ($entry_point), \"sagemaker_submit_directory\": "
+        "{% $merge([($hyperparameters), (($code_uri != '') ? {\"sagemaker_program\": ($entry_point), \"sagemaker_submit_directory\": "
         "\"/opt/ml/input/data/code/sourcedir.tar.gz\"} : {}), ((($code_uri != '') and (($instance_count) > 1)) ? "
-        "{\"sagemaker_multi_worker_mirrored_strategy_enabled\": \"true\"} : {}), ($hyperparameters)]) %}"
+        "{\"sagemaker_multi_worker_mirrored_strategy_enabled\": \"true\"} : {})]) %}"
     )
     assert args["Environment"] == (
         "{% $merge([{\"EXPECTED_GPU_COUNT\": ($lookup($instance_facts, $instance_type).expected_gpu_count)}, "
@@ -329,7 +330,14 @@ def test_workflow_role_is_scoped_to_the_jobs_it_creates(default):
         "sagemaker:AddTags",
         "sagemaker:ListTags",
     }
-    assert statements["PassJobRole"]["Condition"] == {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}}
+    assert statements["PassJobRole"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
+        "ArnLikeIfExists": {"iam:AssociatedResourceArn": jobs},
+    }
+    # The job's subnets and its security group only (Null-guarded: ForAllValues over no key is true).
+    (group,) = [k for k in template.find_resources("AWS::EC2::SecurityGroup") if k.startswith("WorkflowNetworkSecurityGroup")]
+    assert create["Condition"]["ForAllValues:StringEquals"]["sagemaker:VpcSecurityGroupIds"] == [{"Fn::GetAtt": [group, "GroupId"]}]
+    assert create["Condition"]["Null"]["sagemaker:VpcSecurityGroupIds"] == "false"
     assert statements["SyncIntegrationRule"]["Resource"] == (
         "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule"
     )
@@ -383,7 +391,20 @@ def test_job_role_can_create_network_interfaces_only_in_the_training_vpc(default
 def test_job_role_may_encrypt_outputs_with_the_platform_key(default):
     """SageMaker requires kms:Encrypt of the execution role when OutputDataConfig.KmsKeyId is set."""
     statements = _policy_statements(default.template("gputrain-training"), "WorkflowJobRolePolicy")
-    assert "kms:Encrypt" in statements["UsePlatformKey"]["Action"]
+    assert "kms:Encrypt" in statements["EncryptOutputsWithPlatformKey"]["Action"]
+
+
+def test_job_roles_use_the_platform_keys_data_keys_only_through_s3_and_sagemaker(default):
+    """Code in a job's container holds the role's credentials: it may not decrypt or generate data
+    keys by calling KMS itself, only S3 (the objects) and SageMaker may for it."""
+    template = default.template("gputrain-training")
+    for policy in ("WorkflowJobRolePolicy", "PipelineProcessingRolePolicy", "PipelineModelRolePolicy"):
+        statements = _policy_statements(template, policy)
+        data_keys = [s for s in statements.values() if {"kms:Decrypt", "kms:GenerateDataKey"} & set(json.dumps(s["Action"]).strip('[]"').split('", "'))]
+        assert [s["Sid"] for s in data_keys] == ["UsePlatformKey"], policy
+        assert data_keys[0]["Condition"] == {
+            "StringEquals": {"kms:ViaService": ["s3.us-east-1.amazonaws.com", "sagemaker.us-east-1.amazonaws.com"]}
+        }, policy
 
 
 def test_workflow_compares_the_output_key_as_an_arn(default):
