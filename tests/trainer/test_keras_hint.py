@@ -39,3 +39,15 @@ def test_a_failure_without_a_report_is_recognised_from_its_last_error_lines(monk
     monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
     tail = ["Traceback (most recent call last):", "ValueError: Invalid filepath extension for saving. Please add either"]
     assert keras_hint.keras2_hint(None, tail, {}) == keras_hint.HINT
+
+
+def test_keras_3_fit_under_multi_worker_mirrored_strategy_gets_its_own_pointer(monkeypatch):
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    message = ("Attempt to convert a value (PerReplica:{ 0: <tf.Tensor: shape=(8, 4), dtype=float32> }) with an unsupported "
+               "type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.")
+    report = {"type": "ValueError", "message": message, "file": "train.py", "line": 11, "code": "model.fit(data)"}
+    failure = str(script_failure("train.py", 1, report))
+    assert "at train.py line 11: model.fit(data)" in failure
+    assert keras_hint.MULTI_WORKER_FIT_HINT in failure and keras_hint.HINT not in failure
+    monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
+    assert keras_hint.MULTI_WORKER_FIT_HINT not in str(script_failure("train.py", 1, report))

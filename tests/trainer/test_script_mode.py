@@ -494,3 +494,40 @@ def test_two_hosts_run_a_parameter_server_cluster_for_a_parameter_server_strateg
     # One variable on each host's parameter server: both servers held the model.
     assert master["devices"] == ["/job:ps/replica:0/task:0/device:CPU:0", "/job:ps/replica:0/task:1/device:CPU:0"]
     assert f"master localhost:{ports[0]} is down; stopping" in runs[1].stdout, "the worker host served until the master ended"
+
+
+MWMS_FIT_SCRIPT = """
+import numpy as np
+import tensorflow as tf
+from trainer import toolkit
+
+strategy = toolkit.strategy()
+with strategy.scope():
+    model = tf.keras.Sequential([tf.keras.Input((4,)), tf.keras.layers.Dense(3)])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+x = np.zeros((64, 4), "float32")
+y = np.zeros((64,), "int64")
+model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=1, verbose=0)
+"""
+
+
+@pytest.mark.slow
+def test_keras_3_fit_under_multi_worker_mirrored_strategy_names_the_cause_and_both_fixes(tmp_path: Path) -> None:
+    """Issue #39: both hosts start, TF_CONFIG is right, and Keras 3's fit fails with a raw PerReplica error."""
+    ports = free_ports(2)
+    hosts = ",".join(f"localhost:{p}" for p in ports)
+    processes, bases = [], []
+    for index in range(2):
+        base = tmp_path / f"worker-{index}"
+        (base / "output" / "data").mkdir(parents=True)
+        _job_with_code(base, tmp_path / f"src-{index}", {"train.py": MWMS_FIT_SCRIPT}, {"sagemaker_multi_worker_mirrored_strategy_enabled": True})
+        bases.append(base)
+        processes.append(start_trainer(base, TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{ports[index]}",
+                                       RENDEZVOUS_TIMEOUT_SECONDS="120"))
+    runs = [finish(p, b, timeout=240) for p, b in zip(processes, bases)]
+    chief = runs[0]
+    assert chief.returncode != 0, chief.explain()
+    failure = chief.failure or ""
+    assert "at train.py line 11: model.fit(" in failure, failure  # the user's file and line
+    assert "Keras 3's model.fit does not run under MultiWorkerMirroredStrategy" in failure
+    assert "TF_USE_LEGACY_KERAS=1 (scripts.launch --legacy-keras" in failure and "custom loop" in failure

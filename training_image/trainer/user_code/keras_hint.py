@@ -3,7 +3,9 @@
 TensorFlow 2.16+ makes ``tf.keras`` Keras 3, which rejects idioms many SageMaker scripts still use
 (``model.save("dir")`` as a SavedModel, ``metric.reset_states()``, ``tf.keras.optimizers.legacy``,
 ``keras.layers.experimental``...). The image ships tf-keras, so such a script runs unchanged with
-``TF_USE_LEGACY_KERAS=1``; the failure line says so, after the user's file and line.
+``TF_USE_LEGACY_KERAS=1``; the failure line says so, after the user's file and line. Keras 3's
+``model.fit`` under ``MultiWorkerMirroredStrategy`` fails with a raw ``PerReplica`` conversion error
+that names neither cause nor fix: it gets a pointer of its own (the legacy setting, or a custom loop).
 """
 
 from __future__ import annotations
@@ -37,9 +39,24 @@ HINT = (
 )
 
 
+# Keras 3's model.fit under MultiWorkerMirroredStrategy hands the strategy's per-replica values to a
+# tensor op (checked against keras 3.15 on TensorFlow 2.21): "Attempt to convert a value
+# (PerReplica:{...}) with an unsupported type (...PerReplica...) to a Tensor".
+MULTI_WORKER_FIT_SIGN = re.compile(r"Attempt to convert a value \(PerReplica:")
+MULTI_WORKER_FIT_HINT = (
+    "Keras 3's model.fit does not run under MultiWorkerMirroredStrategy (it hands the strategy's PerReplica values "
+    "to a tensor op): run the script with Keras 2, whose fit does, by setting TF_USE_LEGACY_KERAS=1 (scripts.launch "
+    "--legacy-keras; SageMaker SDK: environment={'TF_USE_LEGACY_KERAS': '1'}; tf-keras is in this image), or train "
+    "with a custom loop (strategy.run over a tf.function step)."
+)
+
+
 def keras2_hint(report: Mapping[str, Any] | None, stderr_tail: Iterable[str], env: Mapping[str, str]) -> str | None:
-    """The pointer at the legacy setting, when the failure reads like Keras 2 code and Keras 2 was not asked for."""
+    """The pointer at the legacy setting, when the failure reads like Keras 2 code, or like Keras 3's fit under
+    MultiWorkerMirroredStrategy, and Keras 2 was not asked for."""
     if env.get(ENV_LEGACY_KERAS, "").strip().lower() in ("1", "true", "yes", "on"):
         return None
     said = [str((report or {}).get("message", "")), *(str(line) for line in list(stderr_tail)[-5:])]
+    if any(MULTI_WORKER_FIT_SIGN.search(text) for text in said):
+        return MULTI_WORKER_FIT_HINT
     return HINT if any(KERAS3_SIGNS.search(text) for text in said) else None
