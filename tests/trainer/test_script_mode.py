@@ -12,6 +12,7 @@ import json
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -347,26 +348,24 @@ json.dump({"digest": digest, "task": config["task"], "workers": config["cluster"
 """
 
 
-@pytest.mark.slow
-def test_two_workers_run_a_user_script_with_multi_worker_mirrored_strategy(tmp_path: Path) -> None:
+def _two_workers(tmp_path: Path, script: str) -> tuple[list[int], list[Path], list[Any]]:
+    """``script`` run by two hosts of a MultiWorkerMirroredStrategy job over loopback: ports, job trees, runs."""
     ports = free_ports(2)
     hosts = ",".join(f"localhost:{p}" for p in ports)
-    processes = []
-    bases = []
+    processes, bases = [], []
     for index in range(2):
         base = tmp_path / f"worker-{index}"
         (base / "output" / "data").mkdir(parents=True)
-        _job_with_code(base, tmp_path / f"src-{index}", {"train.py": MWMS_SCRIPT}, {"sagemaker_multi_worker_mirrored_strategy_enabled": True})
+        _job_with_code(base, tmp_path / f"src-{index}", {"train.py": script}, {"sagemaker_multi_worker_mirrored_strategy_enabled": True})
         bases.append(base)
-        processes.append(
-            start_trainer(
-                base,
-                TRAINING_HOSTS=hosts,
-                TRAINING_CURRENT_HOST=f"localhost:{ports[index]}",
-                RENDEZVOUS_TIMEOUT_SECONDS="120",
-            )
-        )
-    runs = [finish(p, b, timeout=240) for p, b in zip(processes, bases)]
+        processes.append(start_trainer(base, TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{ports[index]}",
+                                       RENDEZVOUS_TIMEOUT_SECONDS="120"))
+    return ports, bases, [finish(p, b, timeout=240) for p, b in zip(processes, bases)]
+
+
+@pytest.mark.slow
+def test_two_workers_run_a_user_script_with_multi_worker_mirrored_strategy(tmp_path: Path) -> None:
+    ports, bases, runs = _two_workers(tmp_path, MWMS_SCRIPT)
     for run in runs:
         assert run.returncode == 0, run.explain()
     results = [json.loads((b / "output" / "data" / "weights.json").read_text()) for b in bases]
@@ -514,17 +513,7 @@ model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=1, verbos
 @pytest.mark.slow
 def test_keras_3_fit_under_multi_worker_mirrored_strategy_names_the_cause_and_both_fixes(tmp_path: Path) -> None:
     """Issue #39: both hosts start, TF_CONFIG is right, and Keras 3's fit fails with a raw PerReplica error."""
-    ports = free_ports(2)
-    hosts = ",".join(f"localhost:{p}" for p in ports)
-    processes, bases = [], []
-    for index in range(2):
-        base = tmp_path / f"worker-{index}"
-        (base / "output" / "data").mkdir(parents=True)
-        _job_with_code(base, tmp_path / f"src-{index}", {"train.py": MWMS_FIT_SCRIPT}, {"sagemaker_multi_worker_mirrored_strategy_enabled": True})
-        bases.append(base)
-        processes.append(start_trainer(base, TRAINING_HOSTS=hosts, TRAINING_CURRENT_HOST=f"localhost:{ports[index]}",
-                                       RENDEZVOUS_TIMEOUT_SECONDS="120"))
-    runs = [finish(p, b, timeout=240) for p, b in zip(processes, bases)]
+    _, _, runs = _two_workers(tmp_path, MWMS_FIT_SCRIPT)
     chief = runs[0]
     assert chief.returncode != 0, chief.explain()
     failure = chief.failure or ""
