@@ -4,12 +4,19 @@
 #   scripts/build-image.sh                      # -> gputrain-trainer:local
 #   scripts/build-image.sh --tag trainer:dev    # another tag
 #   scripts/build-image.sh --standin            # skip the CUDA base even where it can be pulled
+#   scripts/build-image.sh --production         # the image GPU nodes run: CUDA base, WITH_EFA=1, or a one-line refusal
+#
+# --production builds only the image that ships: the Dockerfile's CUDA base and its EFA stage
+# (WITH_EFA=1: AWS's EFA installer, its checksum verified, installed without --minimal). Before it
+# touches Docker it checks that the base's registry (registry-1.docker.io) and AWS's download host
+# (efa-installer.amazonaws.com) answer, and where either does not it refuses in one line: it never
+# falls back to the stand-in. (PyPI must answer too, as for every build.)
 #
 # The base is the Dockerfile's own (nvidia/cuda:12.5.1-base-ubuntu24.04) when it can be pulled.
 # Where no container registry answers, a Debian bookworm base made with mmdebstrap from Debian's
 # archive stands in (tagged gputrain-base:debian-bookworm-standin, made once, then reused): it has
-# Python 3.11 and no CUDA libraries outside TensorFlow's pip wheels, and the EFA stage (downloads
-# from AWS and GitHub) is off (WITH_EFA=0). Every line printed then names the stand-in: such an
+# Python 3.11 and no CUDA libraries outside TensorFlow's pip wheels, and the EFA stage (a download
+# from AWS) is off (WITH_EFA=0). Every line printed then names the stand-in: such an
 # image trains, serves and processes on CPU, and is for tests, never for a GPU node or a registry.
 #
 # The machine's CA bundle (PIP_CERT, REQUESTS_CA_BUNDLE, SSL_CERT_FILE, or the system bundle) goes
@@ -24,6 +31,7 @@ CUDA_BASE=$(sed -n 's/^ARG CUDA_BASE_IMAGE=//p' training_image/Dockerfile)
 STANDIN_BASE=gputrain-base:debian-bookworm-standin
 tag=gputrain-trainer:local
 standin_only=0
+production=0
 log=${BUILD_IMAGE_LOG:-/tmp/build-image.log}
 pull_seconds=${PULL_TIMEOUT_SECONDS:-30}
 
@@ -45,13 +53,38 @@ while (($#)); do
       standin_only=1
       shift
       ;;
+    --production)
+      production=1
+      shift
+      ;;
     -h | --help)
-      sed -n '2,19s/^# \{0,1\}//p' "$0"
+      # The comment block at the top of this file.
+      awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
       exit 0
       ;;
     *) fail "unknown option $1 (see --help)" ;;
   esac
 done
+
+# The hosts the production build downloads from, checked before anything touches Docker.
+production_hosts_answer() {
+  local efa_version efa_url said
+  command -v curl >/dev/null 2>&1 || fail "--production checks its download hosts with curl, which is not installed"
+  efa_version=$(sed -n 's/^ARG EFA_INSTALLER_VERSION=//p' training_image/Dockerfile)
+  efa_url="https://efa-installer.amazonaws.com/aws-efa-installer-${efa_version}.tar.gz"
+  # Any HTTP answer from the registry will do (401 without a token); the installer must exist (2xx).
+  if ! said=$(curl --silent --show-error --output /dev/null --max-time "$pull_seconds" https://registry-1.docker.io/v2/ 2>&1); then
+    fail "--production refused: registry-1.docker.io (the registry of $CUDA_BASE) did not answer ($(tail -n 1 <<<"$said" | cut -c1-160)); the production image (CUDA base, WITH_EFA=1) can only be built where it and efa-installer.amazonaws.com answer"
+  fi
+  if ! said=$(curl --fail --silent --show-error --head --output /dev/null --max-time "$pull_seconds" "$efa_url" 2>&1); then
+    fail "--production refused: efa-installer.amazonaws.com did not answer for $efa_url ($(tail -n 1 <<<"$said" | cut -c1-160)); the production image (CUDA base, WITH_EFA=1) can only be built where it answers"
+  fi
+}
+
+if ((production)); then
+  ((standin_only == 0)) || fail "--production and --standin exclude each other: the stand-in is never the production image"
+  production_hosts_answer
+fi
 
 bash scripts/docker-engine.sh >&2 || fail "no Docker engine (the line above says why)"
 
@@ -87,6 +120,8 @@ if ((standin_only == 0)); then
     reason=""
   elif pulled=$(timeout "$pull_seconds" docker pull --quiet "$CUDA_BASE" 2>&1); then
     reason=""
+  elif ((production)); then
+    fail "--production: docker pull $CUDA_BASE failed: $(tail -n 1 <<<"${pulled:-docker pull ran past ${pull_seconds} s}" | cut -c1-200)"
   else
     # The pull's own last line (no such host, timeout, ...) says why the stand-in is used.
     reason="nvidia/cuda unreachable: $(tail -n 1 <<<"${pulled:-docker pull ran past ${pull_seconds} s}" | cut -c1-200)"
@@ -96,6 +131,10 @@ if [[ -z $reason ]]; then
   base_name=$CUDA_BASE
   prefix="build-image [$CUDA_BASE]"
   say "base: $CUDA_BASE"
+  if ((production)); then
+    prefix="build-image [production: $CUDA_BASE, WITH_EFA=1]"
+    build_args+=(--build-arg WITH_EFA=1)
+  fi
 else
   base_name=debian-bookworm-standin
   prefix="build-image [debian-bookworm stand-in]"

@@ -89,12 +89,47 @@ def problems_with_python_wrapper(wrapper_dir: str, path: str | None = None) -> l
     return found
 
 
+def problems_with_efa(environ: dict[str, str] | None = None, timeout: float = 60.0) -> list[str]:
+    """NCCL's net and tuner plugins must load in a fresh process of this image, and fi_info must run.
+
+    The same probe the job's network check runs (trainer.network_check), with this build step's
+    environment, which is the image's ``ENV``: a plugin whose NEEDED library is missing, a plugin
+    name or library path that finds nothing, fails the build instead of a p5 job's first minute.
+    ``fi_info -p efa`` needs the EFA device, so here only ``fi_info --version`` (libfabric loads).
+    """
+    import subprocess
+
+    from trainer import network_check
+
+    env = dict(os.environ if environ is None else environ)
+    found = []
+    plugins = network_check.probe_plugins(env, timeout)
+    if not any(p.kind == "tuner" for p in plugins):
+        found.append(f"{network_check.ENV_TUNER_PLUGIN} is not set: NCCL would not load the OFI tuner")
+    for plugin in plugins:
+        if not plugin.ok:
+            why = plugin.error or f"exports none of the plugin APIs NCCL 2.27 loads (found at {plugin.path or plugin.loaded})"
+            found.append(f"NCCL's {plugin.kind} plugin does not load ({plugin.setting}: {why})")
+    try:
+        version = subprocess.run(  # noqa: S603 - a fixed tool and argument
+            [network_check.FI_INFO, "--version"], env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if version.returncode != 0:
+            found.append(f"{network_check.FI_INFO} --version exited {version.returncode}: {version.stderr.strip()[-200:]}")
+    except OSError as err:
+        found.append(f"libfabric's fi_info does not run: {err}")
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs every check and reports all problems at once."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--expect-tf-version", help="exact TensorFlow version the image must have")
     parser.add_argument("--skip-trainer", action="store_true", help="check TensorFlow only")
     parser.add_argument("--expect-python-wrapper", metavar="DIR", help="python/python3 on PATH must be the guard wrapper in DIR")
+    parser.add_argument(
+        "--with-efa", choices=("0", "1"), default="0", help="1: NCCL's OFI plugins must load and fi_info must run (WITH_EFA)"
+    )
     args = parser.parse_args(argv)
 
     try:
@@ -107,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         found += problems_with_trainer()
     if args.expect_python_wrapper:
         found += problems_with_python_wrapper(args.expect_python_wrapper)
+    if args.with_efa == "1":
+        found += problems_with_efa()
     if found:
         for problem in found:
             print(f"build check failed: {problem}", file=sys.stderr)

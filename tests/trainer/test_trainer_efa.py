@@ -1,10 +1,11 @@
-"""Multi-node NCCL over EFA (issue #21): the environment set per instance type, and the image's pinned plugin."""
+"""Multi-node NCCL over EFA (issues #21, #43): the environment set per instance type, and the image's pinned plugin."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from trainer import network_check
 from trainer.train import distribute
 
 DOCKERFILE = Path(__file__).resolve().parents[2] / "training_image" / "Dockerfile"
@@ -26,26 +27,36 @@ def test_no_efa_variables_for_one_host_or_an_instance_without_efa():
     assert distribute.nccl_environment("m5.large", 2) == {}
 
 
-def test_the_jobs_own_settings_win_and_the_plugin_is_put_on_the_library_path():
-    environ = {"NCCL_DEBUG": "INFO", "LD_LIBRARY_PATH": "/usr/local/lib"}
+def test_the_jobs_own_settings_win_and_the_library_path_is_left_to_the_image():
+    environ = {"NCCL_DEBUG": "WARN", "LD_LIBRARY_PATH": "/usr/local/lib"}
     applied = distribute.apply_nccl_environment("p4d.24xlarge", 2, environ)
-    assert environ["NCCL_DEBUG"] == "INFO" and "NCCL_DEBUG" not in applied
-    assert environ["FI_PROVIDER"] == "efa"
-    assert environ["LD_LIBRARY_PATH"].split(":") == [distribute.OFI_NCCL_LIB, distribute.EFA_LIB, "/usr/local/lib"]
+    assert environ["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG" not in applied
+    assert environ["FI_PROVIDER"] == "efa" and applied["NCCL_DEBUG_SUBSYS"] == "NET"
+    # The loader read LD_LIBRARY_PATH when the process started (issue #43): the image's ENV sets it.
+    assert environ["LD_LIBRARY_PATH"] == "/usr/local/lib" and "LD_LIBRARY_PATH" not in applied
     again = dict(environ)
-    distribute.apply_nccl_environment("p4d.24xlarge", 2, again)
-    assert again["LD_LIBRARY_PATH"] == environ["LD_LIBRARY_PATH"], "applying twice must not grow the path"
+    assert distribute.apply_nccl_environment("p4d.24xlarge", 2, again) == {} and again == environ
     untouched: dict[str, str] = {}
     assert distribute.apply_nccl_environment("g5.xlarge", 2, untouched) == {} and untouched == {}
 
 
-def test_the_image_pins_libfabric_and_the_ofi_plugin_where_the_trainer_looks_for_them():
+def test_no_trainer_module_sets_the_library_path_in_a_running_process():
+    trainer = DOCKERFILE.parent / "trainer"
+    setters = [
+        f"{path.relative_to(trainer)}:{number}"
+        for path in trainer.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"""\benviron\s*\[\s*["']LD_LIBRARY_PATH["']\s*\]\s*=|(set|put)env\(\s*["']LD_LIBRARY_PATH""", line)
+    ]
+    assert setters == []
+
+
+def test_the_image_pins_the_efa_installer_and_puts_its_plugin_where_the_check_looks():
     text = DOCKERFILE.read_text()
     assert re.search(r"ARG EFA_INSTALLER_VERSION=\d+\.\d+\.\d+\n", text)
-    assert re.search(r"ARG AWS_OFI_NCCL_VERSION=\d+\.\d+\.\d+\n", text)
-    assert "--prefix=/opt/amazon/ofi-nccl" in text and f"COPY --from=efa {Path(distribute.OFI_NCCL_LIB).parent}" in text
-    assert "--with-libfabric=/opt/amazon/efa" in text and distribute.EFA_LIB.startswith("/opt/amazon/efa/")
-    # The plugin is built for the CUDA release TensorFlow's wheels are pinned to.
-    cuda = re.search(r"nvidia/cuda:(\d+)\.(\d+)\.\d+-base", text)
-    assert cuda and f"--with-cuda=/usr/local/cuda-{cuda[1]}.{cuda[2]}" in text
-    assert re.search(r"^nvidia-nccl-cu12==2\.\d+\.\d+$", REQUIREMENTS.read_text(), re.M)
+    assert re.search(r"ARG EFA_INSTALLER_SHA256=[0-9a-f]{64}\n", text)
+    assert "AWS_OFI_NCCL_VERSION" not in text, "one plugin: the installer's, no second build"
+    env = re.search(r"^ENV LD_LIBRARY_PATH=(\S+)", text, re.M)
+    assert env and env[1].split("$")[0].split(":") == [network_check.OFI_NCCL_LIB, network_check.EFA_LIB]
+    assert network_check.FI_INFO.startswith(network_check.EFA_LIB.removesuffix("lib"))
+    assert re.search(r"^nvidia-nccl-cu12==2\.27\.\d+$", REQUIREMENTS.read_text(), re.M), "the plugin loader emulated is 2.27's"

@@ -4,7 +4,7 @@ Run it as ``python -m trainer [train|serve|process]`` (the image's ENTRYPOINT); 
 picks the mode from argv. The layout (training_image/README.md): :mod:`trainer.contract` (the job's
 environment, errors and failure file, shared by every mode), :mod:`trainer.datasets`,
 :mod:`trainer.user_code`, the GPU floor (``gpu_check``, ``gpu_driver``, ``gpu_table``, ``precision``,
-``gpu_monitor``), and the three modes :mod:`trainer.train`, :mod:`trainer.serve` and
+``gpu_monitor``, and ``network_check`` for EFA), and the three modes :mod:`trainer.train`, :mod:`trainer.serve` and
 :mod:`trainer.process`, which import the floors and never each other. Modules that need TensorFlow
 import it lazily where device configuration has to happen before TensorFlow initialises its runtime.
 """

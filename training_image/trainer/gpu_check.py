@@ -407,11 +407,12 @@ def driver_check(expectation: GpuExpectation, driver: Any = None) -> dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m trainer.gpu_check RESULT_FILE``: the check for every process but the built-in trainer.
+    """``python -m trainer.gpu_check RESULT_FILE [--network]``: the check for every process but the built-in trainer.
 
     Runs :func:`driver_check` (no TensorFlow) before a user's script or a processor, or from an
-    image-level wrapper when a job replaces the entrypoint. Writes ``{"ok", "gpus", "report"}``
-    or ``{"ok": false, "error", "exit_code"}`` to RESULT_FILE; exits 0 or the error's exit code.
+    image-level wrapper when a job replaces the entrypoint; with ``--network`` (training, whose
+    hosts may talk over NCCL) then :func:`trainer.network_check.verify`. Writes ``{"ok", "gpus",
+    "report"}`` or ``{"ok": false, "error", "exit_code"}`` to RESULT_FILE; exits 0 or the error's exit code.
     """
     import json
     import sys
@@ -420,11 +421,16 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.contract import environment
     from trainer.contract.errors import TrainerError
 
-    result_file = Path((sys.argv[1:] if argv is None else argv)[0])
+    args = sys.argv[1:] if argv is None else argv
+    result_file = Path(args[0])
     try:
         env = environment.load_environment()
         expectation = resolve_expectation(env.expected_gpu_count, None, env.instance_type)
         report = driver_check(expectation)
+        if "--network" in args[1:]:
+            from trainer import network_check
+
+            report["network"] = network_check.verify(env.instance_type, env.cluster.num_workers, uses_gpus=expectation.count > 0)
     except TrainerError as err:
         result_file.write_text(json.dumps({"ok": False, "error": str(err), "exit_code": err.exit_code}), encoding="utf-8")
         return err.exit_code

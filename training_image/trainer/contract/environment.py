@@ -296,6 +296,26 @@ def gpu_check_timeout_seconds(env: Mapping[str, str] | None = None) -> float:
     return seconds_setting(env, ENV_GPU_CHECK_TIMEOUT, DEFAULT_GPU_CHECK_TIMEOUT_SECONDS, error=GpuCheckError)
 
 
+def loader_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default ``os.environ``) with ``LD_LIBRARY_PATH`` as this process started with it.
+
+    The dynamic loader reads ``LD_LIBRARY_PATH`` once, at process start: it is the path this
+    process's ``dlopen`` (NCCL's, for its plugins) searches, whatever ``os.environ`` says now. Read
+    from ``/proc/self/environ``, the block the process was started with; without procfs,
+    ``environ`` as given.
+    """
+    env = dict(os.environ if environ is None else environ)
+    try:
+        started = Path("/proc/self/environ").read_bytes().split(b"\0")
+    except OSError:
+        return env
+    env.pop("LD_LIBRARY_PATH", None)
+    for entry in started:
+        if entry.startswith(b"LD_LIBRARY_PATH="):
+            env["LD_LIBRARY_PATH"] = entry.split(b"=", 1)[1].decode("utf-8", "replace")
+    return env
+
+
 def script_stop_grace_seconds(env: Mapping[str, str] | None = None) -> float:
     """``SCRIPT_STOP_GRACE_SECONDS`` (default 100): how long a user's script (or processor) may run on
     after SIGTERM before SIGKILL, in every mode that runs one.

@@ -30,6 +30,14 @@ class GpuCheckError(TrainerError):
     exit_code = 3
 
 
+class NetworkCheckError(GpuCheckError):
+    """The instance type has EFA but NCCL would not use it (plugin not loadable, no EFA provider).
+
+    A GPU check failure in kind (same exit status): the job would run, over TCP sockets, on less
+    than the hardware it pays for.
+    """
+
+
 class RendezvousError(TrainerError):
     """The workers of a multi-host job could not all meet within the timeout."""
 

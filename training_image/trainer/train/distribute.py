@@ -24,6 +24,7 @@ from trainer.contract.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_
 from trainer.contract.errors import PeerFailedError, RendezvousError, TrainerError
 from trainer.gpu_check import DeviceInventory
 from trainer.logs import log
+from trainer.network_check import nccl_environment
 from trainer.train.watchdog import Watchdog
 
 
@@ -108,39 +109,6 @@ def rendezvous_deadline(cluster: Cluster, timeout_seconds: float, refused_second
         watchdog.cancel()
 
 
-# Where training_image/Dockerfile installs the AWS OFI NCCL plugin and libfabric.
-OFI_NCCL_LIB = "/opt/amazon/ofi-nccl/lib"
-EFA_LIB = "/opt/amazon/efa/lib"
-# GPUDirect RDMA over EFA: p4d/p4de (A100) and p5/p5e/p5en (H100/H200); other EFA types copy through host memory.
-_RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en")
-
-
-def nccl_environment(instance_type: str | None, num_workers: int) -> dict[str, str]:
-    """The NCCL/libfabric variables for a job of ``num_workers`` hosts of ``instance_type``.
-
-    Empty for one host (NCCL stays on NVLink/PCIe inside it) and for instance types without EFA
-    in the GPU table (NCCL's own TCP sockets). With EFA: NCCL loads the AWS OFI plugin
-    (``libnccl-net.so``, found on ``LD_LIBRARY_PATH``) over libfabric's ``efa`` provider, as
-    AWS's deep learning containers configure it; RDMA reads where the GPU and EFA support them.
-    """
-    from trainer import gpu_table
-
-    row = gpu_table.lookup(instance_type) if instance_type else None
-    if num_workers < 2 or row is None or not row.efa:
-        return {}
-    env = {
-        "FI_PROVIDER": "efa",
-        # The trainer forks (the rendezvous watchdog, user code): registered memory must survive it.
-        "FI_EFA_FORK_SAFE": "1",
-        # NCCL's own bootstrap still needs a TCP interface; never the loopback or docker bridge.
-        "NCCL_SOCKET_IFNAME": "^lo,docker",
-        "NCCL_DEBUG": "WARN",
-    }
-    if row.name.split(".")[0] in _RDMA_FAMILIES:
-        env["FI_EFA_USE_DEVICE_RDMA"] = "1"
-    return env
-
-
 def apply_nccl_environment(instance_type: str | None, num_workers: int, environ: Any = None) -> dict[str, str]:
     """Sets :func:`nccl_environment` in ``environ`` (default ``os.environ``) where the job did not; returns what it set.
 
@@ -153,10 +121,8 @@ def apply_nccl_environment(instance_type: str | None, num_workers: int, environ:
             environ[name] = value
             applied[name] = value
     if applied:
-        paths = [p for p in (OFI_NCCL_LIB, EFA_LIB) if p not in environ.get("LD_LIBRARY_PATH", "").split(":")]
-        if paths:
-            # Read by dlopen when NCCL loads the plugin, after this process started: setting it here works.
-            environ["LD_LIBRARY_PATH"] = ":".join([*paths, *filter(None, [environ.get("LD_LIBRARY_PATH", "")])])
+        # LD_LIBRARY_PATH is not among them: the loader reads it only at process start, so the image
+        # sets it (Dockerfile ENV) and trainer.network_check proves NCCL's plugin loads with it.
         log("nccl-network", instance_type=instance_type, **{k.lower(): v for k, v in applied.items()})
     return applied
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from trainer import __version__, gpu_check, gpu_monitor
+from trainer import __version__, gpu_check, gpu_monitor, network_check
 from trainer import precision as precisions
 from trainer.contract.environment import Cluster, Paths, TrainingEnvironment
 from trainer.contract.errors import (
@@ -101,6 +101,7 @@ def run(env: TrainingEnvironment) -> TrainingResult:
     val_spec = _discover_validation(env, config, spec)
     expectation = gpu_check.resolve_expectation(env.expected_gpu_count, config.expected_gpu_count, env.instance_type)
     inventory = gpu_check.inspect_devices(expectation, env.logical_cpu_devices)
+    network_check.verify(env.instance_type, cluster.num_workers, uses_gpus=inventory.uses_gpus)
     precision = gpu_check.choose_precision(config.mixed_precision, inventory, env.instance_type)
 
     stop = StopRequest()

@@ -126,7 +126,7 @@ def verified_gpus(job: Job, supervisor: runner.Supervisor, scratch: Path) -> int
     if job.instance_type and not os.environ.get(environment.ENV_INSTANCE_TYPE):
         extra[environment.ENV_INSTANCE_TYPE] = job.instance_type
     started = time.monotonic()
-    result = runner.verify_gpus(supervisor, None, scratch, what=job.what, extra_env=extra)
+    result = runner.verify_gpus(supervisor, None, scratch, what=job.what, extra_env=extra, network=job.kind == "training")
     gpus = int(result["gpus"])
     log("gpu-verified", gpus=gpus, seconds=f"{time.monotonic() - started:.1f}")
     marker.write_text(json.dumps({"gpus": gpus}), encoding="utf-8")

@@ -120,6 +120,7 @@ def verify_gpus(
     *,
     what: str = "training script",
     extra_env: Mapping[str, str] | None = None,
+    network: bool = False,
 ) -> dict[str, Any]:
     """The GPU check (``python -m trainer.gpu_check``) in its own process; raises GpuCheckError.
 
@@ -129,11 +130,14 @@ def verify_gpus(
         scratch: Where the check writes its result file.
         what: What is not started when the check fails ("training script", "processing job").
         extra_env: Variables added for the check only (processing passes the instance type).
+        network: Also the network check (trainer.network_check: EFA where the instance type has it),
+            for training, whose hosts may talk over NCCL.
     """
     result_file = scratch / "gpu-check.json"
     child_env = {**os.environ, **(extra_env or {})}
     child_env["PYTHONPATH"] = os.pathsep.join(filter(None, [_trainer_root(), child_env.get("PYTHONPATH")]))
-    code = supervisor.run([sys.executable, "-m", "trainer.gpu_check", str(result_file)], env=child_env, cwd=scratch)
+    command = [sys.executable, "-m", "trainer.gpu_check", str(result_file), *(["--network"] if network else [])]
+    code = supervisor.run(command, env=child_env, cwd=scratch)
     if supervisor.stop_requested_at is not None:
         raise TrainingInterrupted(f"Stopped by SIGTERM during the GPU check; the {what} never started.")
     try:
@@ -261,7 +265,7 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
 
     with tempfile.TemporaryDirectory(prefix="trainer-script-") as scratch_text:
         scratch = Path(scratch_text)
-        gpu = verify_gpus(supervisor, env, scratch)
+        gpu = verify_gpus(supervisor, env, scratch, network=True)
         log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
 
         code = source.prepare(job.submit_directory, job.program, env.paths, env.input_data_config)
