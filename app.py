@@ -13,7 +13,7 @@ from aws_cdk import App, Environment
 
 from stacks.components.policy import add_policy_packs
 from stacks.config import CONTEXT_KEY, ConfigError, PlatformConfig, load_config, platform_overrides
-from stacks.platform import build_platform
+from stacks.platform import Platform, build_platform, stack_name
 
 # Synthesis without AWS credentials (tests, CI, the local emulator) targets the emulator's
 # account and region; cdk.context.json holds the lookups cached for it.
@@ -83,6 +83,66 @@ def promoted_job(config: PlatformConfig, context: dict, region: str) -> str | No
     return record.live.job
 
 
+class LeftOutStackError(Exception):
+    """A project stack is deployed but not in this app, so ``cdk destroy --all`` would leave it (one line)."""
+
+
+def _left_out(config: PlatformConfig, unit: str) -> str:
+    """``<project>-<unit>`` is deployed but not in the app: why, and the fix."""
+    name = stack_name(config, unit)
+    if unit == "serving":
+        why = "serving.enabled is false, and no live model of the promotion record was read"
+        fix = "record its model with python -m scripts.promote JOB, or delete it with python -m scripts.teardown --stop-running --destroy"
+    else:
+        section = {"cluster": "cluster", "training": "training_job"}[unit]
+        why = f"{section}.enabled is false"
+        fix = f"pass -c {CONTEXT_KEY}.{section}.enabled=true to have it (npx cdk destroy {name} then removes it)"
+    return f"{name} is deployed but not in this app ({why}), so cdk destroy --all would leave it running: {fix}"
+
+
+def check_no_deployed_stack_left_out(config: PlatformConfig, platform: Platform, region: str) -> None:
+    """Refuse an app that leaves out a compute stack the account has: ``cdk destroy --all`` would
+    leave it running and ``cdk deploy --all`` would not update it (the CLI cannot tell the app
+    which command it runs, so every command is refused until the app has the stack again).
+
+    The app's stacks depend on settings (``cluster.enabled``, ``training_job.enabled``,
+    ``serving.enabled`` and the promotion record), which a later command may not repeat. Read,
+    like the promotion record, only with the CLI's credentials: one DescribeStacks per stack the
+    app leaves out (none while every unit is in). A check that cannot be made is one warning line.
+
+    Raises:
+        LeftOutStackError: one line naming each such stack, why it is out, and the fix.
+    """
+    if not os.environ.get("CDK_DEFAULT_ACCOUNT"):
+        return
+    have = {stack.stack_name for stack in (platform.gpu_cluster, platform.training_job, platform.serving) if stack is not None}
+    units = [unit for unit in ("cluster", "training", "serving") if stack_name(config, unit) not in have]
+    if not units:
+        return
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    cloudformation = boto3.session.Session(region_name=region).client("cloudformation")
+    deployed = []
+    for unit in units:
+        name = stack_name(config, unit)
+        try:
+            stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
+        except ClientError as err:
+            if "does not exist" in str(err):
+                continue
+            cause = err.response.get("Error", {}).get("Code")
+        except BotoCoreError as err:
+            cause = str(err)
+        else:
+            if stacks and stacks[0]["StackStatus"] != "DELETE_COMPLETE":
+                deployed.append(unit)
+            continue
+        print(f"warning: cannot check whether {name} is deployed ({cause}); if it is, cdk destroy --all leaves it", file=sys.stderr)
+    if deployed:
+        raise LeftOutStackError("; ".join(_left_out(config, unit) for unit in deployed))
+
+
 def main(*, policy_packs: bool = True) -> int:
     """Synthesize the platform. ``policy_packs=False`` exists for the synth benchmark only."""
     app = App()
@@ -101,7 +161,12 @@ def main(*, policy_packs: bool = True) -> int:
     except PromotionRecordError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    build_platform(app, config, env)
+    platform = build_platform(app, config, env)
+    try:
+        check_no_deployed_stack_left_out(config, platform, str(env.region))
+    except LeftOutStackError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if policy_packs:
         add_policy_packs(app)
     app.synth()

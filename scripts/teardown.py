@@ -23,8 +23,8 @@ SDK's ``deploy()``), which bill by the hour and which ``cdk destroy`` cannot see
 ``--destroy`` first deletes the serving stack ``<project>-serving`` if it exists. The app has it
 whenever the promotion record names a live model (app.py reads it with the CLI's credentials), but
 a serving stack deployed by hand with ``-c serving.enabled=true``, or with the record unreadable,
-is not in the app that ``cdk destroy --all`` synthesizes (which then could not delete the data
-stack whose exports it imports). Exit 0 when nothing is left running, 1 when something still is.
+is not in the app that ``cdk destroy --all`` synthesizes (which then refuses, in one line, to leave
+it running). Exit 0 when nothing is left running, 1 when something still is.
 """
 
 from __future__ import annotations

@@ -141,6 +141,35 @@ def failure_note(run: Lifecycle) -> str | None:
     return None
 
 
+def run_phases(run: Lifecycle) -> None:
+    """Every phase up to the summary: what ``scripts/run-local.sh --keep`` leaves deployed (the
+    integration tests run this, then a user's teardown)."""
+    options = run.options
+    if options.train:
+        run.check_launch()
+    run.start()
+    run.bootstrap_and_synth()
+    if options.real_account:
+        run.preflight()
+    run.deploy()
+    if options.pipeline:
+        first, second = run.upload_raw_data()
+        run.run_pipeline(first, promote=False)  # the endpoint does not exist yet: no promote
+        run.deploy_endpoint()  # python -m scripts.promote JOB, with the pipeline's training job
+        run.invoke_endpoint()
+        run.run_pipeline(second, promote=True)
+        run.check_promoted()
+        run.invoke_endpoint()
+    elif options.train:
+        run.upload_dataset()
+        run.launch()
+        run.train()
+        if options.serve:
+            run.deploy_endpoint()  # python -m scripts.promote JOB: deploys and records
+            run.invoke_endpoint()
+    run.summary()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run every phase; 0 when the job trained and the audit found nothing left behind."""
     options = parse_args(argv)
@@ -148,29 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = "your AWS account (real resources, real cost)" if options.real_account else "a local AWS emulator (moto)"
     print(f"main job: deploy -> train -> destroy -> audit on {target}")
     try:
-        if options.train:
-            run.check_launch()
-        run.start()
-        run.bootstrap_and_synth()
-        if options.real_account:
-            run.preflight()
-        run.deploy()
-        if options.pipeline:
-            first, second = run.upload_raw_data()
-            run.run_pipeline(first, promote=False)  # the endpoint does not exist yet: no promote
-            run.deploy_endpoint()  # scripts.promote's path, with the pipeline's training job
-            run.invoke_endpoint()
-            run.run_pipeline(second, promote=True)
-            run.check_promoted()
-            run.invoke_endpoint()
-        elif options.train:
-            run.upload_dataset()
-            run.launch()
-            run.train()
-            if options.serve:
-                run.deploy_endpoint()
-                run.invoke_endpoint()
-        run.summary()
+        run_phases(run)
         if options.keep:
             _explore(run)
             return 0
@@ -204,6 +211,8 @@ def _explore(run: Lifecycle) -> None:
     sandbox = " --sandbox" if run.options.sandbox else ""
     print(f"  .venv/bin/python -m scripts.teardown_audit{sandbox}   # what carries the project's tags")
     print("  .venv/bin/python -m scripts.teardown --stop-running --destroy   # the README's teardown; then audit again")
+    if run.endpoint_name is not None:
+        print("  npx cdk destroy --all   # or plain CDK: the app reads the promotion record, so the endpoint goes too")
     if run.runner is not None:
         print("Training jobs created there (python -m scripts.launch ...) are run by the local runner.")
     stop = threading.Event()

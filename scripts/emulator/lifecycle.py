@@ -189,9 +189,7 @@ class Lifecycle:
         self.destroyed = False
         self.account = ""
         self.region = ""
-        # Serving (after training): its own assembly, so destroy can remove the serving stack.
-        self.serving_cdk: Cdk | None = None
-        self.serving_assembly: Path | None = None
+        # Serving (after training): deployed by scripts.promote, checked as the main deploy is.
         self.hosting: Any = None
         self.docker: Any = None
         self.serving_deploy_check = DeployCheck()
@@ -382,7 +380,7 @@ class Lifecycle:
             self.cdk.deploy(self.options.stacks, self.assembly, self.work_dir / "outputs.json")
             self._read_outputs()
             if self.emulator is not None:
-                self._check_emulated_deploy()
+                self.deploy_check = self._check_emulated_deploy(self._assembly_templates(), main_deploy=True)
             for stack, values in self.outputs.items():
                 self.progress.say(f"{stack}: {len(values)} outputs")
 
@@ -401,11 +399,35 @@ class Lifecycle:
                         if not o["OutputKey"].startswith("PublishOutput")
                     }
 
-    def _check_emulated_deploy(self, assembly: Path | None = None, stacks: Sequence[str] | None = None) -> DeployCheck:
-        """Compare every template with what the emulator created; wait for custom resources.
+    def _assembly_templates(self) -> dict[str, dict[str, Any]]:
+        """The main deploy's templates by stack name: every stack of its assembly, or ``options.stacks``."""
+        manifest = json.loads((self.assembly / "manifest.json").read_text())["artifacts"]
+        templates = {}
+        for artifact_id, artifact in manifest.items():
+            if artifact.get("type") != "aws:cloudformation:stack":
+                continue
+            if self.options.stacks and artifact_id not in self.options.stacks:
+                continue
+            stack_name = artifact["properties"].get("stackName", artifact_id)
+            templates[stack_name] = json.loads((self.assembly / artifact["properties"]["templateFile"]).read_text())
+        return templates
 
-        ``assembly``/``stacks`` default to the main deploy's (whose check becomes
-        :attr:`deploy_check`); the serving phase checks its own assembly's ``Serving`` stack.
+    def _deployed_templates(self, stacks: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The templates CloudFormation holds for ``stacks``: what a CLI run from an assembly this
+        harness never sees (``scripts.promote``'s deploy) submitted."""
+        cloudformation = self.client("cloudformation")
+        templates = {}
+        for stack in stacks:
+            body = cloudformation.get_template(StackName=stack)["TemplateBody"]
+            templates[stack] = body if isinstance(body, dict) else json.loads(body)  # botocore decodes JSON bodies
+        return templates
+
+    def _check_emulated_deploy(self, templates: Mapping[str, dict[str, Any]], *, main_deploy: bool = False) -> DeployCheck:
+        """Compare every template (by stack name) with what the emulator created; wait for custom resources.
+
+        The main deploy checks its assembly's templates (:meth:`_assembly_templates`; custom
+        resource providers' records are its own); the serving phase the template that
+        ``scripts.promote``'s deploy left in CloudFormation (:meth:`_deployed_templates`).
 
         Emulator gap: moto applies a change set inside the ExecuteChangeSet call and reports
         the stack complete even when a resource handler raised half-way, so a green
@@ -417,22 +439,12 @@ class Lifecycle:
 
         from scripts.emulator import custom_resources
 
-        main_deploy = assembly is None
-        assembly = self.assembly if assembly is None else assembly
-        stacks = self.options.stacks if stacks is None else stacks
         cloudformation = self.client("cloudformation")
-        manifest = json.loads((assembly / "manifest.json").read_text())["artifacts"]
         check = DeployCheck()
         # Custom resources answer from moto's threads; on a loaded 2-core machine (two test
         # workers) a minute, not seconds, before one that never answers is reported.
         deadline = time.monotonic() + 60
-        for artifact_id, artifact in manifest.items():
-            if artifact.get("type") != "aws:cloudformation:stack":
-                continue
-            if stacks and artifact_id not in stacks:
-                continue
-            stack_name = artifact["properties"].get("stackName", artifact_id)
-            template = json.loads((assembly / artifact["properties"]["templateFile"]).read_text())
+        for stack_name, template in templates.items():
             while True:
                 created = {
                     r["LogicalResourceId"]: r
@@ -462,8 +474,6 @@ class Lifecycle:
         # The providers' records cover the whole run: they belong to the main deploy's check.
         check.custom_resources = list(custom_resources.SERVED) if main_deploy else []
         check.unserved_custom_resources = list(custom_resources.UNSERVED) if main_deploy else []
-        if main_deploy:
-            self.deploy_check = check
         skipped = ", ".join(f"{t} x{n}" for t, n in sorted(check.skipped_types.items()))
         if skipped:
             self.progress.say(f"skipped by the emulator (unsupported types, known gap): {skipped}")
@@ -645,10 +655,10 @@ class Lifecycle:
         """The README's teardown: ``python -m scripts.teardown --stop-running --destroy``.
 
         It stops running jobs and workflow executions (which CloudFormation cannot), deletes
-        endpoints no stack owns, the serving stack (promoted with ``-c serving.enabled=true``,
-        so outside the main assembly), runs ``cdk destroy --all`` and deletes the pipeline's
-        leftover models and configs. A run limited to some stacks (``--stacks``) destroys
-        those from its assembly instead.
+        endpoints no stack owns, the serving stack (deployed by ``scripts.promote``, so outside
+        the main assembly), runs ``cdk destroy --all`` and deletes the pipeline's leftover
+        models and configs. A run limited to some stacks (``--stacks``) destroys those from its
+        assembly instead, after the serving stack.
         """
         assert self.cdk is not None
         with self.progress.phase("cdk destroy"):
@@ -666,32 +676,22 @@ class Lifecycle:
     # --- serving (after training) --------------------------------------------------------------
 
     def deploy_endpoint(self) -> None:
-        """Serve the trained job's model: ``scripts.promote`` checks the job, the serving stack deploys.
+        """Serve the trained job's model the way a user does: ``python -m scripts.promote JOB``.
 
-        The serving stack is synthesized into its own assembly with ``serving.training_job_name``
-        set to the job, exactly the deploy that ``python -m scripts.promote JOB`` runs, and deployed
-        with the real CDK CLI. On the emulator a local process then plays SageMaker hosting: the
-        real serving mode on the extracted model (:mod:`scripts.emulator.hosting`).
+        The script checks the job, deploys ``<project>-serving`` with ``serving.training_job_name``
+        set to the job (the real CDK CLI) and writes the promotion record, which the app reads at
+        every synth: a later plain ``npx cdk destroy --all`` (``--keep``, then the README's
+        teardown) has the serving stack and removes the endpoint. The deploy is then checked as
+        strictly as the main one (:meth:`_check_promotion`). On the emulator a local process then
+        plays SageMaker hosting: the real serving mode on the extracted model
+        (:mod:`scripts.emulator.hosting`).
         """
         assert self.cdk is not None and self.job_name is not None
         with self.progress.phase("promote + deploy endpoint"):
-            for line in self.run_script("promote", self.job_name, "--dry-run").splitlines():
+            for line in self.run_script("promote", self.job_name).splitlines():
                 self.progress.say(f"scripts.promote: {line}")
-            context = {
-                **self.context,
-                "gpu_training.serving.enabled": "true",
-                "gpu_training.serving.training_job_name": self.job_name,
-            }
-            self.serving_cdk = dataclasses.replace(self.cdk, context=context, log_file=self.work_dir / "cdk-serving.log")
-            assembly = self.work_dir / "cdk.out.serving"
-            self.serving_cdk.synth(assembly)
-            self.serving_assembly = assembly
-            self.serving_cdk.run(
-                ["deploy", f"{self.config().project_name}-serving", "--app", str(assembly), "--require-approval", "never"], timeout=3600
-            )
             self._read_outputs()
-            if self.emulator is not None:
-                self.serving_deploy_check = self._check_emulated_deploy(assembly, [f"{self.config().project_name}-serving"])
+            self._check_promotion(self.job_name)
             project = self.config().project_name
             self.endpoint_name = self.outputs[f"{project}-serving"]["EndpointName"]
             endpoint = self.client("sagemaker").describe_endpoint(EndpointName=self.endpoint_name)
@@ -707,6 +707,33 @@ class Lifecycle:
                     docker=self.docker,
                 )
                 self.hosting.serve(self.endpoint_name)
+
+    def _check_promotion(self, job: str) -> None:
+        """After ``scripts.promote JOB`` exited 0: what it deployed and recorded is what it said.
+
+        On the emulator every resource of the serving template the CLI deployed exists (the
+        main deploy's check, :meth:`_check_emulated_deploy`, on the template CloudFormation holds:
+        the script synthesizes into an assembly of its own). On either target the stack serves
+        the job's model and the promotion record names the job live.
+        """
+        from scripts.promote import RECORD_PARAMETER, PromotionRecord
+
+        project = self.config().project_name
+        serving = f"{project}-serving"
+        if serving not in self.outputs:
+            raise RuntimeError(f"scripts.promote {job} exited 0 but there is no stack {serving}")
+        if self.emulator is not None:
+            self.serving_deploy_check = self._check_emulated_deploy(self._deployed_templates([serving]))
+        model = self.client("sagemaker").describe_training_job(TrainingJobName=job)["ModelArtifacts"]["S3ModelArtifacts"]
+        served = self.outputs[serving].get("ModelDataUrl")
+        if served != model:
+            raise RuntimeError(f"scripts.promote {job} exited 0 but {serving} serves {served}, not {model}")
+        name = RECORD_PARAMETER.format(project=project)
+        record = PromotionRecord.from_json(self.client("ssm").get_parameter(Name=name)["Parameter"]["Value"], name)
+        live = record.live.job if record.live else "nothing"
+        if live != job:
+            raise RuntimeError(f"scripts.promote {job} exited 0 but the promotion record {name} names {live} live")
+        self.progress.say(f"promotion record {name}: {job} live")
 
     def promote(self, *args: str, timeout: float = 600) -> str:
         """``python -m scripts.promote <args>`` for real (``JOB`` or ``--rollback``): the job checks,
@@ -853,7 +880,7 @@ class Lifecycle:
                 if value is not None:
                     self.progress.say(f"{key}: {value}")
             self.pipeline_runs.append(run)
-            # The pipeline's training job is the run's job (promote --dry-run and the summary read it).
+            # The pipeline's training job is the run's job (deploy_endpoint promotes it; the summary reads it).
             self.job_name, self.job = output["training_job"], run.training_job
         return run
 
@@ -894,9 +921,14 @@ class Lifecycle:
         )
 
     def _destroy_serving(self) -> None:
-        if self.serving_cdk is None or self.serving_assembly is None:
+        # Not in the main assembly (synthesized before the promotion), but in the app again: it
+        # reads the promotion record, so the CLI synthesizes the stack afresh, as for a user's
+        # `cdk destroy <project>-serving`.
+        assert self.cdk is not None
+        serving = f"{self.config().project_name}-serving"
+        if serving not in self.outputs:
             return
-        self.serving_cdk.destroy([f"{self.config().project_name}-serving"], self.serving_assembly)
+        self.cdk.run(["destroy", serving, "--force", "--output", str(self.work_dir / "cdk.out.destroy-serving")], timeout=1200)
         if self.hosting is not None:
             self.hosting.stop()
         self.progress.say("serving stack destroyed; local serving process stopped")

@@ -212,6 +212,23 @@ def test_the_deployed_workflow_refuses_bad_options_with_its_reason(trained: Life
     assert not [j for j in trained.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] if j["TrainingJobName"].endswith("bad-options")]
 
 
+def test_an_execution_started_directly_cannot_name_the_code_to_run(trained: Lifecycle) -> None:
+    """Issue #42: code from a dataset channel instead of s3://<artifacts>/code/ is refused at the check, no job made."""
+    import time
+
+    sfn = trained.client("stepfunctions")
+    machine = trained.outputs[f"{trained.config().project_name}-training"]["StateMachineArn"]
+    evil = {"sagemaker_program": "evil.py", "sagemaker_submit_directory": "/opt/ml/input/data/train/evil.tar.gz"}
+    name = f"{trained.config().project_name}-evil-1"
+    arn = sfn.start_execution(stateMachineArn=machine, name="evil-1", input=json.dumps({"job_name": name, "hyperparameters": evil}))["executionArn"]
+    outcome = trained.states.wait(arn, timeout=60)
+    described = sfn.describe_execution(executionArn=arn)
+    assert outcome.status == described["status"] == "FAILED" and described["error"] == "InvalidLaunchOptions"
+    assert "hyperparameters sagemaker_program, sagemaker_submit_directory are the platform's" in described["cause"]
+    time.sleep(0.5)
+    assert not [j for j in trained.client("sagemaker").list_training_jobs()["TrainingJobSummaries"] if j["TrainingJobName"] == name]
+
+
 def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lifecycle, tmp_path: Path) -> None:
     artifact = trained.job["ModelArtifacts"]["S3ModelArtifacts"]
     artifacts_bucket = trained.outputs[f"{trained.config().project_name}-data"]["ArtifactsBucketName"]
@@ -264,6 +281,15 @@ def test_the_endpoint_serves_the_trained_jobs_model(served: Lifecycle) -> None:
     check = served.serving_deploy_check
     assert check.missing == []
     assert {"AWS::ApplicationAutoScaling::ScalableTarget", "AWS::ApplicationAutoScaling::ScalingPolicy"} <= set(check.skipped_types)
+
+
+def test_the_main_job_served_through_scripts_promote_which_recorded_it(served: Lifecycle) -> None:
+    """The serving phase is ``python -m scripts.promote JOB`` itself (not its --dry-run and a deploy
+    beside it): the record names the job, so the app has the serving stack at destroy (#39)."""
+    record_name = f"/{served.config().project_name}/serving/promotion"
+    record = json.loads(served.client("ssm").get_parameter(Name=record_name)["Parameter"]["Value"])
+    assert record["live"]["job"] == served.job_name and record["previous"] == []
+    assert f"serves {served.job_name}; recorded in {record_name}" in (served.work_dir / "promote.log").read_text()
 
 
 def test_invocations_reach_the_serving_mode_and_predict_held_out_rows(served: Lifecycle) -> None:

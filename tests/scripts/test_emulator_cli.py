@@ -90,11 +90,14 @@ def test_keep_prints_the_region_for_boto3_too(monkeypatch, capsys):
             return None
 
     emulator = SimpleNamespace(client_env=lambda: Emulator.client_env(SimpleNamespace(endpoint_url="http://localhost:1")))
-    run = SimpleNamespace(emulator=emulator, options=SimpleNamespace(sandbox=False), runner=None)
+    run = SimpleNamespace(emulator=emulator, options=SimpleNamespace(sandbox=False), runner=None, endpoint_name="gputrain-endpoint")
     monkeypatch.setattr(cli.threading, "Event", _Done)
     monkeypatch.setattr(cli.signal, "signal", lambda *_: None)
     cli._explore(run)  # type: ignore[arg-type]
-    exports = dict(line.strip().removeprefix("export ").split("=", 1) for line in capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    exports = dict(line.strip().removeprefix("export ").split("=", 1) for line in out.splitlines()
                    if line.strip().startswith("export "))
+    # The README's plain teardown too: the main job served through scripts.promote, which recorded it (#39).
+    assert "npx cdk destroy --all" in out
     assert exports["AWS_DEFAULT_REGION"] == exports["AWS_REGION"] == "us-east-1"
     assert exports["AWS_ENDPOINT_URL"] == "http://localhost:1"
