@@ -63,6 +63,9 @@ EXIT_INTERRUPTED = 130
 
 DATA_OUTPUTS = ("DatasetsBucketName", "ArtifactsBucketName", "KeyArn", "ImageUri", "PrivateSubnetIds")
 """Outputs of ``<project>-data`` that a direct launch needs."""
+DASHBOARD_OUTPUT = "DashboardName"
+"""Output of ``<project>-data`` naming the deployment's CloudWatch dashboard (optional: a data
+stack deployed before the dashboard existed has none)."""
 TRAINING_OUTPUTS = ("StateMachineArn", "JobRoleArn", "JobSecurityGroupId", "JobNamePrefix")
 """Outputs of ``<project>-training`` that the scripts read."""
 PIPELINE_OUTPUTS = ("PipelineStateMachineArn",)
@@ -275,6 +278,14 @@ class Deployment:
             stack_outputs_check(self._outputs[unit], stack_name(self.config, unit), required)
         return self._outputs[unit]
 
+    def dashboard_name(self) -> Optional[str]:
+        """The deployment's CloudWatch dashboard, or ``None`` where ``<project>-data`` is not
+        deployed, predates the dashboard or cannot be read: showing it is never worth a failure."""
+        try:
+            return self.outputs("data", ()).get(DASHBOARD_OUTPUT) or None
+        except (OperatorError, ClientError):
+            return None
+
     def training_outputs(self) -> dict[str, str]:
         """Outputs of ``<project>-training``."""
         return self.outputs("training", TRAINING_OUTPUTS)
@@ -332,6 +343,11 @@ def stack_outputs_check(outputs: Mapping[str, str], name: str, required: Sequenc
 def job_console_url(region: str, job_name: str) -> str:
     """The SageMaker console page of a training job."""
     return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/jobs/{job_name}"
+
+
+def dashboard_console_url(region: str, dashboard_name: str) -> str:
+    """The CloudWatch console page of a dashboard."""
+    return f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards/dashboard/{dashboard_name}"
 
 
 def execution_console_url(region: str, execution_arn: str) -> str:

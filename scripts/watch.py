@@ -18,6 +18,11 @@ job does not exist. A name that is no training job but a processing job is follo
 execution is still running, ``watch`` waits for it (``--start-timeout``), and if the execution
 failed before creating a job, prints the execution's error.
 
+The first line names the deployment's CloudWatch dashboard (the ``DashboardName`` output of
+``<project>-data``: GPUs of nodes and jobs, input wait, job outcomes, the endpoint, running GPU
+compute) with its console address; a data stack deployed before the dashboard existed has none,
+and the line is left out.
+
 Each epoch's figures are shown as the trainer prints them (``epoch 3: 10234.1 examples/s, step
 3.21 ms, input wait 12.0%, GPU 87.0% 20480 MiB, loss 0.4123``), and its end-of-run diagnosis
 (input-bound, GPU idle or compute-bound). ``--plot FILE.png`` draws throughput, input wait and GPU
@@ -54,6 +59,7 @@ from scripts.common import (
     OperatorError,
     UsageError,
     add_common_arguments,
+    dashboard_console_url,
     describe_execution,
     describe_job,
     error_code,
@@ -135,6 +141,13 @@ def _elapsed(job: dict[str, Any], now: datetime) -> float:
     return ((end or now) - start).total_seconds()
 
 
+def print_dashboard(deployment: Deployment, out: TextIO) -> None:
+    """``dashboard: <name>  <console address>``, where the data stack names one."""
+    name = deployment.dashboard_name()
+    if name:
+        print(f"dashboard: {name}  {dashboard_console_url(deployment.aws.region, name)}", file=out)
+
+
 def wait_for_job(
     deployment: Deployment,
     job_name: str,
@@ -195,6 +208,7 @@ def follow(
     """
     out = out or sys.stdout
     aws = deployment.aws
+    print_dashboard(deployment, out)
     job = wait_for_job(deployment, job_name, start_timeout=start_timeout, interval=interval, out=out, sleep=sleep)
     print(f"following {job_name}  {job_console_url(aws.region, job_name)}", file=out)
     metrics = MetricParser(job.get("AlgorithmSpecification", {}).get("MetricDefinitions") or load_metric_definitions())
@@ -282,6 +296,7 @@ def follow_processing(
     """Follow the processing job ``job_name`` until it ends, as :func:`follow` does a training job."""
     out = out or sys.stdout
     aws = deployment.aws
+    print_dashboard(deployment, out)
     tracker = _JobTracker(aws, "processing", job_name, logs, out)
     job = tracker.poll()
     if job is None:
@@ -429,6 +444,7 @@ def follow_pipeline(
 
     out = out or sys.stdout
     aws = deployment.aws
+    print_dashboard(deployment, out)
     arn = deployment.pipeline_execution_arn(execution)
     described = describe_execution(aws, arn)
     if described is None:

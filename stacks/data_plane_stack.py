@@ -13,6 +13,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.components.buckets import AccessLogBucket, DataBucket, checkpoint_expiry_rules
+from stacks.components.dashboard import PlatformDashboard
 from stacks.components.dns_firewall import DnsFirewall
 from stacks.components.encryption_key import PlatformKey
 from stacks.components.image_repository import TrainingImageRepository
@@ -21,7 +22,9 @@ from stacks.config import PlatformConfig
 
 
 class DataPlaneStack(Stack):
-    """KMS key, datasets/artifacts/log buckets, ECR repository and the training VPC.
+    """KMS key, datasets/artifacts/log buckets, ECR repository and the training VPC, and the
+    deployment's dashboard (here because every deployment has this stack; it references no
+    compute stack, see :mod:`stacks.components.dashboard`).
 
     Attributes:
         key: Platform KMS key.
@@ -30,6 +33,7 @@ class DataPlaneStack(Stack):
         artifacts_bucket: Models, checkpoints (under ``checkpoints/``) and job outputs.
         repository: Training image repository.
         network: The training VPC and its endpoints.
+        dashboard: The deployment's CloudWatch dashboard.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, config: PlatformConfig, **kwargs: Any) -> None:
@@ -91,6 +95,8 @@ class DataPlaneStack(Stack):
         if net.dns_firewall:
             DnsFirewall(self, "DnsFirewall", vpc=self.network.vpc, extra_domains=net.dns_allowed_domains)
 
+        self.dashboard = PlatformDashboard(self, "Dashboard", project_name=config.project_name, serving=config.serving)
+
         private_subnets = self.network.private_subnet_ids
         kept = "kept on cdk destroy" if retain else "EMPTIED AND DELETED on cdk destroy (delete_data_on_destroy=true)"
         outputs = {
@@ -108,6 +114,7 @@ class DataPlaneStack(Stack):
                 "Security group of the VPC interface endpoints",
             ),
             "DataRetention": (kept, "What cdk destroy does with the buckets, key and repository"),
+            "DashboardName": (self.dashboard.dashboard_name, "CloudWatch dashboard: GPUs, jobs, endpoint, running compute"),
         }
         for name, (value, description) in outputs.items():
             CfnOutput(self, name, value=value, description=description)

@@ -33,6 +33,11 @@ def endpoint_name(project_name: str) -> str:
     return f"{project_name}-endpoint"
 
 
+def inference_component_name(project_name: str) -> str:
+    """The model's inference component (``serving.scale_to_zero``): ``<project>-model``."""
+    return f"{project_name}-model"
+
+
 def rollback_alarm_names(project_name: str) -> tuple[str, str]:
     """The endpoint's fixed-name alarms (5xx errors, model latency) that roll a deployment back."""
     name = endpoint_name(project_name)

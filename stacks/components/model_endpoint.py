@@ -33,6 +33,7 @@ from stacks.components.endpoint_spec import (
     deployment_config,
     endpoint_config_properties,
     endpoint_name,
+    inference_component_name,
     model_properties,
     rollback_alarm_names,
     volume_kms_allowed,
@@ -43,11 +44,6 @@ from stacks.components.image_repository import repository_image_uri
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import acknowledge
 from stacks.config import ServingConfig
-
-def inference_component_name(project_name: str) -> str:
-    """The model's inference component (``serving.scale_to_zero``): ``<project>-model``."""
-    return f"{project_name}-model"
-
 
 def cfn_arguments(properties: Mapping[str, Any]) -> dict[str, Any]:
     """An L1 construct's keyword arguments from properties with the API's names (as the spec writes them).

@@ -26,6 +26,16 @@ def gpu_idle_alarm_prefix(project_name: str) -> str:
     return f"{project_name}-gpu-idle-"
 
 
+def job_state_rule_name(project_name: str) -> str:
+    """The rule that publishes the project's ended jobs (its ``AWS/Events`` metrics count them)."""
+    return f"{project_name}-training-job-state"
+
+
+def gpu_idle_rule_name(project_name: str) -> str:
+    """The rule that publishes the project's GPU idle alarms entering ALARM."""
+    return f"{project_name}-gpu-idle-alarm"
+
+
 def idle_alarm_pattern(prefix: str) -> events.EventPattern:
     """A job's GPU idle alarm (named ``<prefix><job>``) entering ALARM."""
     return events.EventPattern(
@@ -109,11 +119,11 @@ class TrainingJobNotifications(Construct):
         """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
-        rule_names = {"job": f"{project_name}-training-job-state", "workflow": f"{project_name}-training-workflow-failure"}
+        rule_names = {"job": job_state_rule_name(project_name), "workflow": f"{project_name}-training-workflow-failure"}
         if pipeline_name is not None:
             rule_names["pipeline"] = f"{project_name}-pipeline-interrupted"
         if gpu_idle_alarms:
-            rule_names["gpu_idle"] = f"{project_name}-gpu-idle-alarm"
+            rule_names["gpu_idle"] = gpu_idle_rule_name(project_name)
         events_from_these_rules = {
             "StringEquals": {"aws:SourceAccount": stack.account},
             "ArnEquals": {

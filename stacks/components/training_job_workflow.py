@@ -57,6 +57,11 @@ SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The managed EventBridge rule through which Step Functions learns that a ``.sync`` job ended."""
 
 
+def workflow_name(project_name: str) -> str:
+    """The training workflow state machine's fixed name."""
+    return f"{project_name}-training-job"
+
+
 def _flatten_reference(node: Any) -> str:
     """A resolved CloudFormation value as cdk-nag names it in a finding id (``flattenCfnReference``)."""
     if isinstance(node, str):
@@ -438,9 +443,9 @@ class TrainingJobWorkflow(Construct):
         )
 
         self.log_group: logs.LogGroup = encrypted_log_group(
-            self, "Logs", key=infrastructure.key, log_group_name=f"/aws/vendedlogs/states/{project}-training-job"
+            self, "Logs", key=infrastructure.key, log_group_name=f"/aws/vendedlogs/states/{workflow_name(project)}"
         )
-        state_machine_name = f"{project}-training-job"
+        state_machine_name = workflow_name(project)
         self.role = iam.Role(
             self,
             "Role",

@@ -6,6 +6,7 @@ by editing the job in moto's backend between polls (see conftest's module docstr
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 
@@ -256,3 +257,30 @@ def test_watch_by_name_finds_a_processing_job(aws, capsys):
     assert run(main, [name, "--interval", "0", "--no-logs"]) == 0
     out = capsys.readouterr().out
     assert f"following {name}" in out and f"{name} Completed" in out
+
+
+DASHBOARD_LINE = (
+    "dashboard: gputrain-us-east-1  "
+    "https://us-east-1.console.aws.amazon.com/cloudwatch/home?region=us-east-1#dashboards/dashboard/gputrain-us-east-1\n"
+)
+
+
+def test_the_first_line_names_the_deployments_dashboard(aws):
+    name = f"{PROJECT}-watch-dashboard"
+    _launch_direct(name)
+    deployment = _deployment()
+    deployment._outputs["data"] = {**aws.data, "DashboardName": "gputrain-us-east-1"}  # as the data stack outputs it
+    out = io.StringIO()
+    assert follow(deployment, name, interval=0, logs=False, out=out) == 0
+    assert out.getvalue().startswith(DASHBOARD_LINE + f"following {name}  ")
+
+
+def test_a_data_stack_without_a_dashboard_leaves_the_line_out(aws):
+    """The moto data stack predates the dashboard (no ``DashboardName``), as an old deploy does."""
+    name = f"{PROJECT}-watch-no-dashboard"
+    _launch_direct(name)
+    out = io.StringIO()
+    assert follow(_deployment(), name, interval=0, logs=False, out=out) == 0
+    assert out.getvalue().startswith(f"following {name}  ")
+    missing = Deployment(config=dataclasses.replace(load_platform_config(), project_name="absent"), aws=Aws(boto3.Session()))
+    assert missing.dashboard_name() is None  # no <project>-data at all: no line, no error
