@@ -94,6 +94,10 @@ def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
         Line(f"SageMaker job, managed spot: {what}", spot + storage, (spot + storage) * hours,
              f"assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving" + (" (configured)" if tj.use_spot else "")),
     ]
+    if tj.keep_alive_seconds:
+        kept = tj.keep_alive_seconds / 3600
+        lines.append(Line(f"SageMaker warm pool after each job: {what}, {tj.keep_alive_seconds // 60} min", hourly + storage,
+                          (hourly + storage) * kept, "training_job.keep_alive_seconds: the kept instances bill until reused or released"))
     return lines
 
 
@@ -126,6 +130,7 @@ class JobPrice:
         usd_per_hour: What it is expected to bill per hour: spot at the assumed saving, else on-demand.
         max_runtime_hours: SageMaker stops the job after this much billed time.
         max_wait_hours: Spot only: the job ends within this much time, waiting for capacity included.
+        keep_alive_hours: The warm pool kept after the job (on-demand only): its instances bill meanwhile.
     """
 
     kind: str
@@ -137,11 +142,13 @@ class JobPrice:
     usd_per_hour: float
     max_runtime_hours: float
     max_wait_hours: float | None = None
+    keep_alive_hours: float = 0.0
 
     @property
     def most_usd(self) -> float:
-        """The most it can bill: every instance for its whole maximum runtime at on-demand (spot never bills more)."""
-        return self.on_demand_usd_per_hour * self.max_runtime_hours
+        """The most it can bill: every instance for its whole maximum runtime and warm pool at on-demand (spot
+        never bills more)."""
+        return self.on_demand_usd_per_hour * (self.max_runtime_hours + self.keep_alive_hours)
 
     def line(self) -> str:
         """One line: instance, count, price per hour, the most at its maximum runtime."""
@@ -153,12 +160,14 @@ class JobPrice:
         else:
             rate = f"on-demand ${self.usd_per_hour:,.2f}/h"
             limit = f"; at most ${self.most_usd:,.2f} over its {self.max_runtime_hours:g} h maximum runtime"
+            if self.keep_alive_hours:
+                limit += f" and {self.keep_alive_hours * 60:g} min of warm pool after it"
         return f"price: {self.kind} {self.name}: {what}, {rate}{limit}".replace(f" {self.kind} :", f" {self.kind}:")
 
 
 def job_price(
     kind: str, name: str, instance_type: str, instance_count: int, *, spot: bool, volume_gb: int,
-    max_runtime_seconds: int, max_wait_seconds: int | None = None,
+    max_runtime_seconds: int, max_wait_seconds: int | None = None, keep_alive_seconds: int = 0,
 ) -> JobPrice:
     """The :class:`JobPrice` of one SageMaker job (us-east-1 list prices, see the module's notes)."""
     row = _row(instance_type)
@@ -168,7 +177,7 @@ def job_price(
     expected = (per_instance * (1 - SPOT_DISCOUNT_ASSUMED) + storage) * instance_count if spot else on_demand
     return JobPrice(
         kind, name, instance_type, instance_count, spot, on_demand, expected, max_runtime_seconds / 3600,
-        (max_wait_seconds or max_runtime_seconds) / 3600 if spot else None,
+        (max_wait_seconds or max_runtime_seconds) / 3600 if spot else None, keep_alive_seconds / 3600,
     )
 
 

@@ -212,6 +212,7 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
         hyperparameters=parse_hyperparameters(args.hp),
         entry_point=args.entry_point,
         legacy_keras=True if args.legacy_keras else None,
+        keep_alive_seconds=args.keep_alive,
     )
 
 
@@ -317,7 +318,7 @@ def training_price(deployment: Deployment, values: LaunchValues) -> JobPrice:
     return job_price(
         "training job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
         spot=bool(values.use_spot), volume_gb=tj.volume_size_gb, max_runtime_seconds=tj.max_runtime_seconds,
-        max_wait_seconds=tj.max_wait_seconds,
+        max_wait_seconds=tj.max_wait_seconds, keep_alive_seconds=int(values.keep_alive_seconds),  # type: ignore[call-overload]
     )
 
 
@@ -584,6 +585,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--entry-point", help="the script in --source-dir to run, e.g. train.py")
     parser.add_argument("--legacy-keras", action="store_true", help="run the script with Keras 2 (tf-keras)")
     parser.add_argument(
+        "--keep-alive", type=int, metavar="SECONDS",
+        help="keep the instances as a SageMaker warm pool this long after the job, 0-3600, on demand only; they bill meanwhile "
+        "(default: config training_job.keep_alive_seconds)",
+    )
+    parser.add_argument(
         "--upload-only",
         action="store_true",
         help="upload --source-dir and print its code_key for the GPU cluster (cluster.code_key); start no job",
@@ -675,7 +681,8 @@ def _refuse_mixed_modes(args: argparse.Namespace) -> None:
                 "--process creates one processing job directly: add --direct (through the workflow: --pipeline --skip-train)"
             )
         training = [flag for flag, on in (("--hp", args.hp), ("--source-dir", args.source_dir), ("--spot/--on-demand", args.spot is not None),
-                                          ("--instance-type", args.instance_type), ("--instance-count", args.instance_count)) if on]
+                                          ("--instance-type", args.instance_type), ("--instance-count", args.instance_count),
+                                          ("--keep-alive", args.keep_alive is not None)) if on]
         if training:
             raise UsageError(f"{', '.join(training)} are training options; a processing job takes --process-* options")
     if args.pipeline and args.direct:

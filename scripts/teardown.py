@@ -69,18 +69,21 @@ class Running:
         executions: ARNs of RUNNING workflow executions.
         jobs: Names of the project's training jobs that are InProgress or Stopping.
         processing_jobs: Names of the project's processing jobs that are InProgress or Stopping.
+        warm_pools: Names of the project's finished training jobs whose warm pool is still
+            ``Available``: their instances bill until it ends.
     """
 
     executions: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     processing_jobs: list[str] = field(default_factory=list)
+    warm_pools: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.executions or self.jobs or self.processing_jobs)
+        return bool(self.executions or self.jobs or self.processing_jobs or self.warm_pools)
 
     def names(self) -> list[str]:
         """Every job and execution name, for one progress line."""
-        return self.jobs + self.processing_jobs + [a.rsplit(":", 1)[-1] for a in self.executions]
+        return self.jobs + self.processing_jobs + [f"{n} (warm pool)" for n in self.warm_pools] + [a.rsplit(":", 1)[-1] for a in self.executions]
 
 
 def find_running(deployment: Deployment) -> Running:
@@ -97,7 +100,22 @@ def find_running(deployment: Deployment) -> Running:
     for status in ACTIVE:
         running.jobs.extend(j["TrainingJobName"] for j in project_jobs(deployment.aws, deployment.job_name_prefix, status=status))
         running.processing_jobs.extend(project_processing_jobs(deployment, status))
+    running.warm_pools.extend(project_warm_pools(deployment))
     return running
+
+
+def project_warm_pools(deployment: Deployment) -> list[str]:
+    """Names of the project's training jobs whose SageMaker warm pool is ``Available`` (kept, billing)."""
+    paginator = deployment.aws.client("sagemaker").get_paginator("list_training_jobs")
+    prefix = deployment.job_name_prefix
+    names: list[str] = []
+    for page in paginator.paginate(NameContains=prefix, WarmPoolStatusEquals="Available"):
+        names.extend(
+            j["TrainingJobName"] for j in page["TrainingJobSummaries"]
+            # Checked again: a service (or emulator) that ignored the filter must not end other jobs' pools.
+            if j["TrainingJobName"].startswith(prefix) and (j.get("WarmPoolStatus") or {}).get("Status") == "Available"
+        )
+    return names
 
 
 def project_processing_jobs(deployment: Deployment, status: str) -> list[str]:
@@ -247,6 +265,13 @@ def stop_running(
     for name in running.jobs:
         print(f"stopping training job {name}")
         stop_job(deployment, name)
+    for name in running.warm_pools:
+        print(f"ending the warm pool of training job {name} (KeepAlivePeriodInSeconds=0)")
+        try:
+            deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+        except ClientError as err:
+            # Its period may have run out in the meantime.
+            print(f"  {name}: {error_code(err)}: {error_message(err)}")
     for name in running.processing_jobs:
         print(f"stopping processing job {name}")
         try:
@@ -316,6 +341,8 @@ def report(running: Running) -> None:
         print(f"running training job: {name}")
     for name in running.processing_jobs:
         print(f"running processing job: {name}")
+    for name in running.warm_pools:
+        print(f"warm pool kept (billing) after training job: {name}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -286,9 +286,12 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
             return Finding(arn, kind, INFO, "terminated")
         return Finding(arn, kind, ERROR, f"compute left behind: instance is {state}")
     if kind == "sagemaker:training-job":
-        status = _training_job_status(client("sagemaker"), name)
+        status, pool = _training_job_status(client("sagemaker"), name)
         if status in {"InProgress", "Stopping"}:
             return Finding(arn, kind, ERROR, f"compute left behind: training job is {status}")
+        if pool == "Available":
+            return Finding(arn, kind, ERROR, "compute left behind: its warm pool is Available (the instances bill until it "
+                           "ends); python -m scripts.teardown --stop-running ends it")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
     if kind == "sagemaker:processing-job":
         status = _processing_job_status(client("sagemaker"), name)
@@ -333,11 +336,13 @@ def _instance_state(ec2: Any, instance_id: str) -> str | None:
     return instances[0]["State"]["Name"] if instances else None
 
 
-def _training_job_status(sagemaker: Any, name: str) -> str | None:
+def _training_job_status(sagemaker: Any, name: str) -> tuple[str | None, str | None]:
+    """The job's status and its warm pool's (``None`` where it has none, or the job is gone)."""
     try:
-        return sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobStatus"]
+        job = sagemaker.describe_training_job(TrainingJobName=name)
     except ClientError:
-        return None
+        return None, None
+    return job["TrainingJobStatus"], (job.get("WarmPoolStatus") or {}).get("Status")
 
 
 def _processing_job_status(sagemaker: Any, name: str) -> str | None:

@@ -33,6 +33,8 @@ from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance
 from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits
 
 CONTEXT_KEY = "gpu_training"
+MAX_KEEP_ALIVE_SECONDS = 3600
+"""SageMaker's longest warm pool (``ResourceConfig.KeepAlivePeriodInSeconds``)."""
 
 
 class ConfigError(ValueError):
@@ -294,6 +296,13 @@ class TrainingJobConfig:
             (``sagemaker:InstanceTypes``), so no launch reaches a bigger GPU at a higher price.
             ``instance_type`` is always allowed. Default: ``instance_type`` alone.
         gpu_idle_alarm: Notice jobs whose GPUs idle, see :class:`GpuIdleAlarmConfig`.
+        keep_alive_seconds: SageMaker managed warm pool: keep a finished job's instances this
+            long (0-3600) so that a matching next job starts in seconds instead of minutes
+            (``ResourceConfig.KeepAlivePeriodInSeconds``). The kept instances bill: ``scripts.cost``
+            and each launch's price count the time, ``scripts.teardown_audit`` reports an
+            available pool as compute left running and ``scripts.teardown --stop-running`` ends
+            it. SageMaker keeps no warm pool for managed spot jobs: refused with ``use_spot``.
+            Default 0 (none).
     """
 
     enabled: bool = True
@@ -314,6 +323,7 @@ class TrainingJobConfig:
     notification_email: Optional[str] = None
     allowed_instance_types: tuple[str, ...] = ()
     gpu_idle_alarm: GpuIdleAlarmConfig = field(default_factory=GpuIdleAlarmConfig)
+    keep_alive_seconds: int = 0
 
     @property
     def gpus_per_instance(self) -> int:
@@ -899,6 +909,12 @@ def _validate_training_job(tj: TrainingJobConfig) -> TrainingJobConfig:
             f"{p}.training_job.max_wait_seconds", tj.max_wait_seconds,
             f"must be at least max_runtime_seconds ({tj.max_runtime_seconds})",
             f"raise it to {tj.max_runtime_seconds} or more, or lower max_runtime_seconds",
+        )
+    _check_positive(f"{p}.training_job.keep_alive_seconds", tj.keep_alive_seconds, minimum=0, maximum=MAX_KEEP_ALIVE_SECONDS)
+    if tj.keep_alive_seconds and tj.use_spot:
+        raise ConfigError(
+            f"{p}.training_job.keep_alive_seconds", tj.keep_alive_seconds, "SageMaker keeps no warm pool for managed spot jobs",
+            f"set {p}.training_job.use_spot to false, or keep_alive_seconds to 0",
         )
     if tj.input_mode not in INPUT_MODES:
         raise ConfigError(f"{p}.training_job.input_mode", tj.input_mode, "unsupported input mode", "use File or FastFile")

@@ -36,6 +36,7 @@ def apply_all() -> None:
     _processing_jobs_wait_for_a_runner()
     _jobs_without_a_runner_fail()
     _stop_jobs()
+    _warm_pools()
     _validate_images_and_instance_types()
     _hosting_instance_types()
     _endpoint_names_from_template()
@@ -453,6 +454,84 @@ def _stop_jobs() -> None:
 
     PATCHES.set(SageMakerResponse, "stop_training_job", stop_training_job)
     PATCHES.set(SageMakerResponse, "stop_processing_job", stop_processing_job)
+
+
+def refresh_warm_pool(job: Any, now: Any = None) -> None:
+    """A finished job's warm pool as SageMaker reports it: ``Available`` from the end of a Completed job with
+    ``KeepAlivePeriodInSeconds``, ``Terminated`` once that period has passed, with the billable time kept
+    (the emulator never reuses a pool, so never ``Reused``/``InUse``)."""
+    from moto.core.utils import utcnow
+
+    pool = getattr(job, "warm_pool_status", None)
+    if not pool or pool.get("Status") != "Available":
+        return
+    now = now or utcnow()
+    keep = int((job.resource_config or {}).get("KeepAlivePeriodInSeconds") or 0)
+    elapsed = int((now - job.training_end_time).total_seconds())
+    if elapsed >= keep:
+        job.warm_pool_status = {"Status": "Terminated", "ResourceRetainedBillableTimeInSeconds": keep}
+    else:
+        job.warm_pool_status = {"Status": "Available", "ResourceRetainedBillableTimeInSeconds": max(0, elapsed)}
+
+
+def _warm_pools() -> None:
+    # Gap: moto keeps ResourceConfig.KeepAlivePeriodInSeconds but reports no WarmPoolStatus, has no
+    # UpdateTrainingJob ("not yet implemented") and ignores ListTrainingJobs' WarmPoolStatusEquals,
+    # so a warm pool, which bills, would be invisible. Here a Completed job with a keep-alive has
+    # its pool Available (the local runner sets it when it records the outcome) until the period
+    # passes or UpdateTrainingJob sets KeepAlivePeriodInSeconds to 0, then Terminated; Describe and
+    # List report it and List filters on it. No later job reuses a pool: the emulator starts each
+    # job afresh and says so by never reporting Reused.
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.models import SageMakerModelBackend
+    from moto.sagemaker.responses import SageMakerResponse
+
+    original_describe = SageMakerModelBackend.describe_training_job
+
+    def describe_training_job(self: Any, training_job_name: str) -> Any:
+        job = self.training_jobs.get(training_job_name)
+        if job is not None:
+            refresh_warm_pool(job)
+        return original_describe(self, training_job_name)
+
+    original_list = SageMakerResponse.list_training_jobs
+
+    def list_training_jobs(self: Any) -> Any:
+        wanted = self._get_param("WarmPoolStatusEquals")
+        result = original_list(self).result
+        summaries = []
+        for summary in result["TrainingJobSummaries"]:
+            job = self.sagemaker_backend.training_jobs[summary["TrainingJobName"]]
+            refresh_warm_pool(job)
+            pool = getattr(job, "warm_pool_status", None)
+            if pool:
+                summary = {**summary, "WarmPoolStatus": dict(pool)}
+            if wanted is None or (pool or {}).get("Status") == wanted:
+                summaries.append(summary)
+        return ActionResult({**result, "TrainingJobSummaries": summaries})
+
+    def update_training_job(self: Any) -> Any:
+        name = self._get_param("TrainingJobName")
+        self.sagemaker_backend.describe_training_job(name)  # ValidationError when it does not exist
+        job = self.sagemaker_backend.training_jobs[name]
+        keep = (self._get_param("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds")
+        if keep is None:
+            raise ValidationError(message="The emulator updates only ResourceConfig.KeepAlivePeriodInSeconds of a training job.")
+        pool = getattr(job, "warm_pool_status", None)
+        if not pool or pool.get("Status") != "Available":
+            raise ValidationError(message=f"The training job {name} has no available warm pool to update.")
+        job.resource_config = {**(job.resource_config or {}), "KeepAlivePeriodInSeconds": int(keep)}
+        if int(keep) == 0:
+            billed = int((utcnow() - job.training_end_time).total_seconds())
+            job.warm_pool_status = {"Status": "Terminated", "ResourceRetainedBillableTimeInSeconds": max(0, billed)}
+        job.last_modified_time = utcnow()
+        return ActionResult({"TrainingJobArn": job.arn})
+
+    PATCHES.set(SageMakerModelBackend, "describe_training_job", describe_training_job)
+    PATCHES.set(SageMakerResponse, "list_training_jobs", list_training_jobs)
+    PATCHES.set(SageMakerResponse, "update_training_job", update_training_job)
 
 
 def _validate_images_and_instance_types() -> None:

@@ -738,6 +738,10 @@ class LocalSageMaker:
         if seconds is not None:
             job.training_time_in_seconds = max(1, int(seconds))
             job.billable_time_in_seconds = max(1, int(seconds))
+        if status == "Completed" and int((job.resource_config or {}).get("KeepAlivePeriodInSeconds") or 0) > 0:
+            # SageMaker keeps a completed job's instances as a warm pool, billing, for the period
+            # (scripts.emulator.gaps reports it and ends it).
+            job.warm_pool_status = {"Status": "Available", "ResourceRetainedBillableTimeInSeconds": 0}
 
 
 def _resource_config(hosts: list[str], host: str, instance_type: str | None) -> dict[str, Any]:

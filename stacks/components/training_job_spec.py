@@ -75,7 +75,7 @@ from stacks.components.request_expressions import (  # noqa: F401 (re-exported: 
     to_jsonata,
     when,
 )
-from stacks.config import ENTRY_POINT_PATTERN, MAX_INSTANCE_COUNT, USER_CODE_PREFIX, PlatformConfig
+from stacks.config import ENTRY_POINT_PATTERN, MAX_INSTANCE_COUNT, MAX_KEEP_ALIVE_SECONDS, USER_CODE_PREFIX, PlatformConfig
 from stacks.gpu_instances import SAGEMAKER_PREFIX, gpu_instance_types, lookup
 from stacks.sagemaker_limits import training_job_limits
 
@@ -255,6 +255,7 @@ class JobTemplate:
         default_instance_count: Used when a launch does not override it.
         default_use_spot: Used when a launch does not override it.
         default_hyperparameters: A launch's hyperparameters are merged over these.
+        default_keep_alive_seconds: The warm pool a launch keeps unless it overrides it (0: none).
         extra_channel_prefixes: Further key prefixes of the datasets bucket that a launch's
             ``channels`` may point into (the job role reads them too): the processing output
             prefix, where pipeline runs leave training-ready shards.
@@ -279,6 +280,7 @@ class JobTemplate:
     default_hyperparameters: Mapping[str, str]
     extra_channel_prefixes: Sequence[str] = ()
     allowed_instance_types: Sequence[str] = ()
+    default_keep_alive_seconds: int = 0
 
     @classmethod
     def from_config(
@@ -307,6 +309,7 @@ class JobTemplate:
             default_hyperparameters=MappingProxyType(dict(tj.hyperparameters)),
             extra_channel_prefixes=readable_processing_prefixes(config),
             allowed_instance_types=tuple(tj.allowed_instance_types),
+            default_keep_alive_seconds=tj.keep_alive_seconds,
         )
 
     @property
@@ -347,6 +350,8 @@ class LaunchOptions:
         channels: Channel name -> ``s3://`` URI, merged over the configured channels (a new name
             adds a channel). Every URI must lie in the datasets bucket under a prefix the job role
             reads: a configured channel prefix or ``processing.output_prefix``.
+        keep_alive_seconds: Keep the instances as a warm pool this long after the job (0-3600;
+            on-demand jobs only).
     """
 
     job_name: Optional[str] = None
@@ -358,11 +363,13 @@ class LaunchOptions:
     entry_point: Optional[str] = None
     legacy_keras: Optional[bool] = None
     channels: Mapping[str, str] = field(default_factory=dict)
+    keep_alive_seconds: Optional[int] = None
 
     def state_machine_input(self) -> dict[str, Any]:
         """The execution input the workflow reads: only what is overridden."""
         data: dict[str, Any] = {}
-        for key in ("job_name", "instance_type", "instance_count", "use_spot", "code_uri", "entry_point", "legacy_keras"):
+        for key in ("job_name", "instance_type", "instance_count", "use_spot", "code_uri", "entry_point", "legacy_keras",
+                    "keep_alive_seconds"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         if self.hyperparameters:
@@ -389,6 +396,8 @@ class LaunchValues:
     has_code: Union[bool, Jsonata] = False
     channels: Union[Mapping[str, str], Jsonata, None] = None
     """Channel name -> S3 URI; ``None``: the template's configured channels."""
+    keep_alive_seconds: Union[int, Jsonata] = 0
+    """The warm pool kept after the job (``ResourceConfig.KeepAlivePeriodInSeconds``); 0: none."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -537,6 +546,7 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
             ),
         ),
         *hyperparameter_rules.workflow_rules(hyperparameters, eq(Var("code_uri"), "")),
+        *_keep_alive_rules(Var("keep_alive_seconds"), spot),
         Rule(
             "legacy_keras",
             eq(type_of(Var("legacy_keras")), "boolean"),
@@ -544,6 +554,26 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
         ),
         *source_rules("", "", code_uri_prefix(template), "job role", "scripts.launch --source-dir DIR --entry-point train.py"),
         *_channel_rules(template, channels),
+    )
+
+
+def _keep_alive_rules(keep: Var, spot: Var) -> tuple[Rule, ...]:
+    """``keep_alive_seconds`` is 0-3600, and 0 for a managed spot job (SageMaker keeps no warm pool for one)."""
+    whole = WholeNumber(keep)
+    return (
+        Rule(
+            "keep_alive_seconds",
+            all_of(whole, ge(keep, 0), le(keep, MAX_KEEP_ALIVE_SECONDS)),
+            ("keep_alive_seconds ", keep, f" must be a whole number of seconds from 0 to {MAX_KEEP_ALIVE_SECONDS} (scripts.launch --keep-alive)"),
+        ),
+        Rule(
+            "keep_alive_seconds",
+            any_of(Not(whole), Not(eq(spot, True)), le(keep, 0)),
+            (
+                "keep_alive_seconds ", keep, " needs an on-demand job: SageMaker keeps no warm pool for managed spot"
+                " (scripts.launch --on-demand, or --keep-alive 0)",
+            ),
+        ),
     )
 
 
@@ -630,6 +660,7 @@ def launch_variables(template: JobTemplate, options: LaunchOptions, *, now: Opti
         "code_uri": "" if options.code_uri is None else options.code_uri,
         "entry_point": "" if options.entry_point is None else options.entry_point,
         "legacy_keras": False if options.legacy_keras is None else options.legacy_keras,
+        "keep_alive_seconds": template.default_keep_alive_seconds if options.keep_alive_seconds is None else options.keep_alive_seconds,
         "channels": {**template.default_channel_uris, **channels} if isinstance(channels, Mapping) else channels,
         "instance_facts": instance_facts_table(template.allowed_instance_types or None),
     }
@@ -661,6 +692,7 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
         legacy_keras=values["legacy_keras"],
         has_code=values["code_uri"] != "",
         channels=values["channels"],
+        keep_alive_seconds=values["keep_alive_seconds"],
     )
 
 
@@ -694,6 +726,7 @@ STATE_MACHINE_VALUES = LaunchValues(
     legacy_keras=Jsonata("$legacy_keras"),
     has_code=Jsonata("$code_uri != ''"),
     channels=Jsonata("$channels"),
+    keep_alive_seconds=Jsonata("$keep_alive_seconds"),
 )
 """The launch values as the workflow's variables (assigned by :func:`state_machine_assignments`)."""
 
@@ -743,6 +776,7 @@ def state_machine_assignments(template: JobTemplate, source: str = "$states.inpu
         "code_uri": _input_or("code_uri", '""', source),
         "entry_point": _input_or("entry_point", '""', source),
         "legacy_keras": _input_or("legacy_keras", "false", source),
+        "keep_alive_seconds": _input_or("keep_alive_seconds", json.dumps(template.default_keep_alive_seconds), source),
         "channels": "{% "
         + f"$not($exists({given_channels})) ? {default_channels}"
         + f" : $type({given_channels}) = 'object' ? $merge([{default_channels}, {given_channels}]) : {given_channels}"
@@ -775,6 +809,8 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
         "InstanceCount": launch.instance_count,
         "VolumeSizeInGB": template.volume_size_gb,
     }
+    # A managed warm pool: the instances stay (and bill) this long after the job, for the next one.
+    warm_pool = when(greater_than(launch.keep_alive_seconds, 0), {"KeepAlivePeriodInSeconds": launch.keep_alive_seconds}, {})
     max_runtime = {"MaxRuntimeInSeconds": template.max_runtime_seconds}
     data_channels = map_items(
         template.default_channel_uris if launch.channels is None else launch.channels,
@@ -832,7 +868,7 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
         "OutputDataConfig": {"S3OutputPath": f"s3://{r.artifacts_bucket}/{OUTPUT_PREFIX}", "KmsKeyId": r.key_arn},
         # Types with local NVMe keep data on hardware-encrypted instance storage, and SageMaker
         # rejects a VolumeKmsKeyId for them; EBS-only types get the platform key.
-        "ResourceConfig": when(launch.local_nvme, resource_config, {**resource_config, "VolumeKmsKeyId": r.key_arn}),
+        "ResourceConfig": merge(when(launch.local_nvme, resource_config, {**resource_config, "VolumeKmsKeyId": r.key_arn}), warm_pool),
         # MaxWaitTimeInSeconds is only accepted together with managed spot training.
         "StoppingCondition": when(
             launch.use_spot, {**max_runtime, "MaxWaitTimeInSeconds": template.max_wait_seconds}, max_runtime

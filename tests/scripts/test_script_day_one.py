@@ -185,3 +185,23 @@ def test_the_scripts_and_cdk_take_a_short_key_the_same_way(aws, capsys):
     assert cdk_command("synth", overrides=["training_job.instance_count=2"])[-2:] == ["-c", "gpu_training.training_job.instance_count=2"]
     assert run(main, ["--dry-run", "-c", "gpu_trainng.training_job.use_spot=false"]) == 3
     assert "did you mean gpu_training.training_job.use_spot?" in capsys.readouterr().err
+
+
+# --- warm pools bill: priced, counted, refused with spot (issue #39) ----------------------------------------
+
+
+def test_a_warm_pool_is_priced_and_sent_and_refused_with_spot(aws, capsys):
+    assert run(main, ["--direct", "--on-demand", "--keep-alive", "900", "--name", f"{PROJECT}-warm-2"]) == 0
+    out = capsys.readouterr().out
+    assert "at most $34.62 over its 24 h maximum runtime and 15 min of warm pool after it" in out
+    job = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=f"{PROJECT}-warm-2")
+    assert job["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 900
+    assert run(main, ["--keep-alive", "900"]) == 3  # managed spot by default
+    assert "keep_alive_seconds 900 needs an on-demand job: SageMaker keeps no warm pool for managed spot" in capsys.readouterr().err
+
+
+def test_cost_counts_the_warm_pool(capsys):
+    from scripts.cost import main as cost
+
+    assert cost(["-c", "training_job.use_spot=false", "-c", "training_job.keep_alive_seconds=1800"]) == 0
+    assert "SageMaker warm pool after each job: 1 x ml.g5.xlarge, 30 min" in capsys.readouterr().out

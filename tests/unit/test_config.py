@@ -475,3 +475,10 @@ def test_dns_firewall_defaults_on_where_something_has_a_network_and_domains_are_
     assert load(network__dns_firewall=False).network.dns_firewall is False
     msg = error_of(network__dns_allowed_domains=["pypi.org", "https://evil.example/"])
     assert msg.startswith("gpu_training.network.dns_allowed_domains[1] = ")
+
+
+def test_a_warm_pool_is_0_to_3600_seconds_and_never_with_spot() -> None:
+    assert load(training_job__keep_alive_seconds=900, training_job__use_spot=False).training_job.keep_alive_seconds == 900
+    assert "must be between 0 and 3600" in error_of(training_job__keep_alive_seconds=3601, training_job__use_spot=False)
+    msg = error_of(training_job__keep_alive_seconds=600)  # use_spot is on by default
+    assert msg.startswith("gpu_training.training_job.keep_alive_seconds = 600: SageMaker keeps no warm pool for managed spot jobs")

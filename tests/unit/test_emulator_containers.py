@@ -89,7 +89,7 @@ def _client(emulator: server.Emulator, service: str) -> Any:
 
 
 def _create_training_job(emulator: server.Emulator, name: str, entrypoint: list[str] | None, arguments: list[str] | None = None,
-                         *, instances: int = 1, distribution: str = "FullyReplicated") -> None:
+                         *, instances: int = 1, distribution: str = "FullyReplicated", keep_alive: int = 0) -> None:
     s3 = _client(emulator, "s3")
     if "datasets" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
         s3.create_bucket(Bucket="datasets")
@@ -109,7 +109,8 @@ def _create_training_job(emulator: server.Emulator, name: str, entrypoint: list[
         InputDataConfig=[{"ChannelName": "training", "DataSource": {"S3DataSource": {
             "S3DataType": "S3Prefix", "S3Uri": "s3://datasets/train/", "S3DataDistributionType": distribution}}}],
         OutputDataConfig={"S3OutputPath": "s3://artifacts/output/"},
-        ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50},
+        ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50,
+                        **({"KeepAlivePeriodInSeconds": keep_alive} if keep_alive else {})},
         StoppingCondition={"MaxRuntimeInSeconds": 600},
     )
 
@@ -395,3 +396,37 @@ def test_stop_training_job_sends_sigterm_to_the_jobs_process_and_records_stopped
     (outcome,) = outcomes
     assert outcome.status == "Stopped" and outcome.seconds < 60
     assert (outcome.base_dir / "checkpoints" / "stopped.txt").read_text() == "SIGTERM"
+
+
+def test_a_warm_pool_is_reported_audited_and_ended_by_teardown(emulator, process_runner, monkeypatch, capsys) -> None:
+    """Issue #39: a kept warm pool bills, so the audit reports it and scripts.teardown --stop-running ends it."""
+    import boto3
+
+    from scripts import teardown, teardown_audit
+    from scripts.common import Aws, Deployment, load_platform_config
+
+    sagemaker = _client(emulator, "sagemaker")
+    _create_training_job(emulator, "gputrain-warm-1", ["python3", "-c", RECORDER], keep_alive=900)
+    _create_training_job(emulator, "gputrain-cold-1", ["python3", "-c", RECORDER])
+    for name in ("gputrain-warm-1", "gputrain-cold-1"):
+        assert process_runner.run_job(name).status == "Completed"
+    assert sagemaker.describe_training_job(TrainingJobName="gputrain-warm-1")["WarmPoolStatus"]["Status"] == "Available"
+    assert "WarmPoolStatus" not in sagemaker.describe_training_job(TrainingJobName="gputrain-cold-1")
+    listed = sagemaker.list_training_jobs(WarmPoolStatusEquals="Available")["TrainingJobSummaries"]
+    assert [j["TrainingJobName"] for j in listed] == ["gputrain-warm-1"]
+
+    for key, value in {"AWS_ENDPOINT_URL": emulator.endpoint_url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(key, value)
+    session = boto3.Session(region_name=server.REGION)
+    arn = sagemaker.describe_training_job(TrainingJobName="gputrain-warm-1")["TrainingJobArn"]
+    judged = teardown_audit._judge(arn, data_retained=True, client=lambda s: _client(emulator, s), ec2=None)
+    assert judged.verdict == teardown_audit.ERROR and "warm pool is Available" in judged.note
+
+    deployment = Deployment(config=load_platform_config(), aws=Aws(session))
+    assert teardown.find_running(deployment).warm_pools == ["gputrain-warm-1"]
+    left = teardown.stop_running(deployment, interval=0.1, timeout=10)
+    assert not left and "ending the warm pool of training job gputrain-warm-1" in capsys.readouterr().out
+    pool = sagemaker.describe_training_job(TrainingJobName="gputrain-warm-1")["WarmPoolStatus"]
+    assert pool["Status"] == "Terminated" and pool["ResourceRetainedBillableTimeInSeconds"] >= 0
+    judged = teardown_audit._judge(arn, data_retained=True, client=lambda s: _client(emulator, s), ec2=None)
+    assert judged.verdict == teardown_audit.INFO

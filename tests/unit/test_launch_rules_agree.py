@@ -78,6 +78,8 @@ FIELDS = (
            {"epocs": 3}, {"epochs": "three"}, {"model": "vgg"}, {"xla": "maybe"}, {"train_channel": "a/b"},
            {"sagemaker_program": "evil.py", "sagemaker_submit_directory": "/opt/ml/input/data/train/evil.tar.gz"})),
     Field("legacy_keras", (ABSENT, True, False), ("yes", 0)),
+    # A positive keep-alive is valid only on demand, which one deployment's default is not: see the spot case below.
+    Field("keep_alive_seconds", (ABSENT, 0), (-1, 3601, 1.5, "60", True)),
     Field("channels", (ABSENT, {}, {"train": "s3://datasets/processed/p/train/"}, {"extra": "s3://datasets/train/more/"}),
           ({"train": "s3://other/train/"}, {"train": "s3://datasets/raw/x/"}, {"train": "s3://datasets/train/../raw/"},
            {"bad name": "s3://datasets/train/"}, {f"c{i}": "s3://datasets/train/" for i in range(20)})),

@@ -179,6 +179,20 @@ def test_invalid_options_take_the_failure_branch():
                 resolve_launch(template, options)
 
 
+def test_a_warm_pool_is_kept_on_demand_and_refused_with_spot():
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    on_demand = {"job_name": "gputrain-w1", "use_spot": False, "keep_alive_seconds": 600}
+    spot = {"job_name": "gputrain-w2", "use_spot": True, "keep_alive_seconds": 600}
+    kept, refused, none = _evaluate(template, [{"input": on_demand, "execution_name": "e1"}, {"input": spot, "execution_name": "e2"},
+                                               {"input": {"job_name": "gputrain-w3"}, "execution_name": "e3"}])
+    assert kept["ok"] and kept["request"]["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
+    assert kept["request"] == create_training_job_request(template, resolve_launch(template, LaunchOptions(**on_demand)))
+    assert not refused["ok"] and "keep_alive_seconds 600 needs an on-demand job: SageMaker keeps no warm pool for managed spot" in refused["problem"]
+    with pytest.raises(LaunchError, match="keep_alive_seconds 600 needs an on-demand job"):
+        resolve_launch(template, LaunchOptions(**spot))
+    assert none["ok"] and "KeepAlivePeriodInSeconds" not in none["request"]["ResourceConfig"]
+
+
 EVIL = {"sagemaker_program": "evil.py", "sagemaker_submit_directory": "/opt/ml/input/data/train/evil.tar.gz"}
 
 

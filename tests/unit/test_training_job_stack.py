@@ -226,8 +226,10 @@ def test_resources_volume_key_only_without_local_nvme(default, args):
     key = ref(default, default.platform.data_plane.key.key_arn)
     without_key = '{"InstanceType": ($instance_type), "InstanceCount": ($instance_count), "VolumeSizeInGB": 100}'
     with_key = without_key[:-1] + f', "VolumeKmsKeyId": "{key}"' + "}"
+    # ... and the warm pool's KeepAlivePeriodInSeconds when a launch keeps one.
     assert args["ResourceConfig"] == (
-        "{% ($lookup($instance_facts, $instance_type).local_nvme) ? " + without_key + " : " + with_key + " %}"
+        "{% $merge([(($lookup($instance_facts, $instance_type).local_nvme) ? " + without_key + " : " + with_key + "), "
+        "((($keep_alive_seconds) > 0) ? {\"KeepAlivePeriodInSeconds\": ($keep_alive_seconds)} : {})]) %}"
     )
 
 
