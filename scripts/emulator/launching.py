@@ -35,7 +35,13 @@ def launch_arguments(run: "Lifecycle", *, user_script: bool = False) -> list[str
     # executor (scripts.emulator.states) runs its real definition, JSONata and all, and its
     # createTrainingJob.sync task creates the job the local runner trains. (--direct, which sends
     # the same request without the workflow, is tested in tests/scripts.)
-    return arguments
+    return [*arguments, *spend_consent(run)]
+
+
+def spend_consent(run: "Lifecycle") -> list[str]:
+    """``--yes`` on the emulator, where no job bills; on a real account nothing: :func:`check` refuses a
+    run whose jobs cost more than ``cost.confirm_above_usd`` before anything is deployed."""
+    return [] if run.options.real_account else ["--yes"]
 
 
 def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
@@ -68,6 +74,18 @@ def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
         values = resolve_launch(template, options)
     except (OperatorError, LaunchError) as err:
         raise RuntimeError(f"launch refused before deploy: {err}") from None
+    if run.options.real_account:
+        from scripts.cost import job_price
+
+        tj = config.training_job
+        price = job_price("training job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
+                          spot=bool(values.use_spot), volume_gb=tj.volume_size_gb, max_runtime_seconds=tj.max_runtime_seconds,
+                          max_wait_seconds=tj.max_wait_seconds, keep_alive_seconds=int(values.keep_alive_seconds))  # type: ignore[call-overload]
+        if price.most_usd > config.cost.confirm_above_usd:
+            raise RuntimeError(
+                f"launch refused before deploy: {price.line()}: over cost.confirm_above_usd = ${config.cost.confirm_above_usd:,}; "
+                "pass -c gpu_training.cost.confirm_above_usd=N to accept it"
+            )
     return dict(values.hyperparameters)  # type: ignore[arg-type]
 
 

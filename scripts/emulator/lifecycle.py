@@ -847,6 +847,9 @@ class Lifecycle:
             ]
             if promote:
                 arguments.append("--promote")
+            from scripts.emulator.launching import spend_consent
+
+            arguments += spend_consent(self)
             launched = self.run_script("launch", *arguments)
             self.progress.say(f"$ python -m scripts.launch {' '.join(arguments)}")
             arn = next(line.split(": ", 1)[1] for line in launched.splitlines() if line.startswith("execution: "))

@@ -101,3 +101,21 @@ def test_keep_prints_the_region_for_boto3_too(monkeypatch, capsys):
     assert "npx cdk destroy --all" in out
     assert exports["AWS_DEFAULT_REGION"] == exports["AWS_REGION"] == "us-east-1"
     assert exports["AWS_ENDPOINT_URL"] == "http://localhost:1"
+
+
+def test_the_emulator_consents_to_spend_and_a_real_account_run_is_priced_before_deploy() -> None:
+    from types import SimpleNamespace
+
+    from scripts.emulator import launching
+
+    def run(real_account: bool, **context: str) -> SimpleNamespace:
+        return SimpleNamespace(options=SimpleNamespace(real_account=real_account, epochs=2), context=context)
+
+    assert launching.launch_arguments(run(False))[-1] == "--yes"  # nothing bills on the emulator
+    assert "--yes" not in launching.launch_arguments(run(True))
+    big = {"gpu_training.training_job.instance_type": "ml.g5.12xlarge", "gpu_training.training_job.use_spot": "false",
+           "gpu_training.training_job.allowed_instance_types": '["ml.g5.12xlarge"]'}
+    with pytest.raises(RuntimeError, match=r"launch refused before deploy: price: training job .*at most \$191.04.*over cost.confirm_above_usd = \$100"):
+        launching.check(run(True, **big))
+    assert launching.check(run(True, **big, **{"gpu_training.cost.confirm_above_usd": "500"}))["epochs"] == "2"
+    assert launching.check(run(False, **big))["epochs"] == "2"
