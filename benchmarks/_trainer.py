@@ -35,6 +35,19 @@ _SCRUBBED_PREFIXES = ("SM_", "TRAINING_", "TF_CONFIG", "SAGEMAKER_", "RENDEZVOUS
 _SCRUBBED = ("EXPECTED_GPU_COUNT", "CUDA_VISIBLE_DEVICES")
 
 
+def child_pythonpath(*first: Path) -> str:
+    """PYTHONPATH of a child process: ``first``, then what the caller's PYTHONPATH already held.
+
+    The caller's entries are kept, after ours, because that is where TensorFlow lives on the lent
+    GPU machine: its ``/root/tf-env.sh`` (written by ``../shared/gpu/stage-tensorflow``'s
+    install.sh) puts the staged install on PYTHONPATH, and a child that dropped it would find no
+    TensorFlow there.
+    """
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    ours = [str(path) for path in first]
+    return os.pathsep.join([*ours, *(entry for entry in inherited if entry not in ours)])
+
+
 def cpu_only_tensorflow() -> Any:
     """TensorFlow for the runner's own process, with the GPUs hidden from it; call before any op.
 
@@ -77,7 +90,7 @@ def trainer_env(base: Path, channel: Path, *, gpus: int = 0, **overrides: Any) -
         SAGEMAKER_BASE_DIR=str(base),
         SM_CHANNEL_TRAIN=str(channel),
         EXPECTED_GPU_COUNT=str(gpus),
-        PYTHONPATH=os.pathsep.join([str(TRAINING_IMAGE), str(ROOT)]),
+        PYTHONPATH=child_pythonpath(TRAINING_IMAGE, ROOT),
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONUNBUFFERED="1",
     )

@@ -6,8 +6,8 @@ reports, per run:
 
 - ``first_step_s``: process start to the trainer's ``first-step`` line (interpreter, TensorFlow
   import, GPU check, data scan, tracing, and the PTX JIT of any kernel the wheel ships no SASS
-  for). gpu_run.sh runs everything twice, the first time with an empty ``CUDA_CACHE_PATH``: the
-  difference between the two is the JIT that ``CUDA_CACHE_MAXSIZE`` lets the cache keep.
+  for). gpu_run.sh's ``jit`` tier runs it twice (bf16), the first time with an empty ``CUDA_CACHE_PATH``:
+  the difference between the two is the JIT that ``CUDA_CACHE_MAXSIZE`` lets the cache keep.
 - ``steps_per_s``: 1000 / the median steady epoch's ``step_time_ms`` (the first epoch is dropped).
 - ``loss_finite``: every epoch's loss is finite and the run exited 0 (the trainer fails on NaN).
 

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import _flops
-from benchmarks._trainer import PYTHON, ROOT, TRAINING_IMAGE, SyntheticSpec, write_data
+from benchmarks._trainer import PYTHON, ROOT, TRAINING_IMAGE, SyntheticSpec, child_pythonpath, write_data
 
 TARGET_MFU = 0.40
 TARGET_GPU = "H100"
@@ -159,7 +159,7 @@ def measure_in_process(setup: Setup, channel: Path) -> dict[str, Any]:
 
 
 def _run_child(setup: Setup, channel: Path, out: Path) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TRAINING_IMAGE), str(ROOT)]), TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, PYTHONPATH=child_pythonpath(TRAINING_IMAGE, ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     command = [PYTHON, "-m", "benchmarks.resnet_bench", "--child", json.dumps(asdict(setup)), str(channel), str(out)]
     finished = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
@@ -259,20 +259,51 @@ def _torch_child(base: Setup, compile_model: bool, out: Path) -> dict[str, Any] 
     command = [PYTHON, "-m", "benchmarks.torch_resnet", "--batch", str(base.batch), "--image-size", str(base.image_size),
                "--steps", str(base.steps), "--warmup", str(base.warmup), *([] if compile_model else ["--no-compile"]),
                str(out)]  # fmt: skip
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False)
+    # Only the repository on its path: not TensorFlow's staged install (its CUDA 12 libraries and
+    # its own ``nvidia`` package would shadow torch's) where the caller's PYTHONPATH holds one.
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    finished = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
+    )
     if finished.returncode != 0:
         tail = (finished.stdout + finished.stderr).strip().splitlines()[-1:] or ["no output"]
         return f"torchvision run failed (exit {finished.returncode}): {tail[0][:300]}"
     return json.loads(out.read_text())
 
 
-def compare_with_torch(base: Setup, instance_type: str | None, *, allow_cpu: bool = False) -> list[dict]:
+INPUTS = ("memory", "records")
+TORCH_MODES = ("eager", "compile")
+
+
+def _known_figures(jsonl: Path | None, device: str) -> dict[str, float]:
+    """Figures an earlier step of the same run appended to ``jsonl`` on this device (for the ratios)."""
+    if jsonl is None or not jsonl.exists():
+        return {}
+    lines = (json.loads(line) for line in jsonl.read_text().splitlines() if line.startswith("{"))
+    return {line["figure"]: line["images_per_sec"] for line in lines if "figure" in line and line.get("device") == device}
+
+
+def compare_with_torch(
+    base: Setup,
+    instance_type: str | None,
+    *,
+    allow_cpu: bool = False,
+    inputs: tuple[str, ...] = INPUTS,
+    torch_modes: tuple[str, ...] = TORCH_MODES,
+    jsonl: Path | None = None,
+    known: Path | None = None,
+) -> list[dict]:
     """The trainer's ResNet-50 (mixed precision, XLA) synthetic and from raw records, against torchvision's.
 
     One command, one GPU, interleaved processes: TF synthetic (a batch kept on the GPU), TF from
     raw-pixel records on local disk (the trainer's pipeline, crops on the GPU), torchvision eager
     and ``torch.compile`` (AMP, channels-last). Targets: TF synthetic >= 1.0x the best torchvision
     figure; TF from records >= 0.9x TF synthetic. MFU against the table's dense half peak.
+
+    ``inputs`` and ``torch_modes`` pick the halves to measure (benchmarks/gpu_run.sh runs them as
+    separate steps, each under its own time limit). With ``jsonl``, each figure is appended there
+    as soon as it is measured (a step cut off keeps what it measured); figures already there or
+    in ``known`` (an earlier step's file) from the same device count for the ratios.
     """
     from benchmarks.gpu_bench import visible_gpus
 
@@ -289,57 +320,88 @@ def compare_with_torch(base: Setup, instance_type: str | None, *, allow_cpu: boo
     def mfu_text(flops: float, rate: float) -> str:
         return f"MFU {100 * _flops.mfu(flops, rate, peak):.3g}%" if peak else "MFU n/a (no peak for this device)"
 
+    def record(figure: str, result: dict[str, Any], row: dict[str, Any]) -> None:
+        figures[figure] = result["images_per_sec"]
+        measured[figure] = row
+        rows.append(row)
+        if jsonl is not None:
+            with jsonl.open("a") as sink:
+                sink.write(json.dumps({**result, **row, "figure": figure, "device": device}) + "\n")
+
     rows: list[dict] = []
-    figures: dict[str, float] = {}
+    figures: dict[str, float] = {**_known_figures(known, device), **_known_figures(jsonl, device)}
+    measured: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="resnet-torch-") as tmp:
         side = max(base.image_size * 8 // 7, base.image_size)
-        records = write_raw_records(Path(tmp) / "records", examples=max(8 * base.batch, 64), side=side, classes=base.classes)
-        for mode, label in (("memory", "synthetic (batch kept on the GPU)"), ("records", f"raw-pixel records on local disk ({side}px, crops on the GPU)")):
+        labels = {"memory": "synthetic (batch kept on the GPU)",
+                  "records": f"raw-pixel records on local disk ({side}px, crops on the GPU)"}
+        if inputs:
+            records = write_raw_records(Path(tmp) / "records", examples=max(8 * base.batch, 64), side=side, classes=base.classes)
+        for mode in inputs:
             # XLA on the GPU, as the trainer compiles ResNet-50 there. On a CPU (the plumbing check) it
             # would only add XLA's CPU compile of the model (measured: a run took 29.6 s with it, 16.3 s without).
             setup = Setup(**{**asdict(base), "precision": "on", "xla": bool(names), "input_mode": mode})
             result = _run_child(setup, records, Path(tmp) / "result.json")
-            figures[f"tf-{mode}"] = result["images_per_sec"]
-            rows.append({
+            record(f"tf-{mode}", result, {
                 "benchmark": "resnet-torch",
-                "metric": f"{device}: trainer ResNet-50 (TF/Keras), {result['policy']}, {'XLA' if setup.xla else 'no XLA'}, {label}, {base.image_size}px, batch {base.batch}",
+                "metric": f"{device}: trainer ResNet-50 (TF/Keras), {result['policy']}, {'XLA' if setup.xla else 'no XLA'}, {labels[mode]}, {base.image_size}px, batch {base.batch}",
                 "value": (f"{result['images_per_sec']:,.0f} images/s, {result['step_time_ms']:.1f} ms/step, "
                           f"{mfu_text(result['flops_per_image'], result['images_per_sec'])}; warm-up {result['warmup_s']:.0f} s"),
             })  # fmt: skip
-        for compile_model in (False, True):
+        for name in torch_modes:
+            compile_model = name == "compile"
             result = _torch_child(base, compile_model, Path(tmp) / "torch.json")
-            name = "torch.compile" if compile_model else "eager"
             if isinstance(result, str):
                 rows.append({"benchmark": "resnet-torch", "metric": f"torchvision ResNet-50, AMP, channels-last, {name}",
                              "value": "skipped", "target": result})  # fmt: skip
                 if "not installed" in result:
                     break
                 continue
+            label = "torch.compile" if compile_model else "eager"
             if compile_model and not result["compiled"]:
-                name = f"torch.compile failed ({result['compile_error']}), eager"
-            figures[f"torch-{'compiled' if compile_model else 'eager'}"] = result["images_per_sec"]
-            rows.append({
+                label = f"torch.compile failed ({result['compile_error']}), eager"
+            record(f"torch-{'compiled' if compile_model else 'eager'}", result, {
                 "benchmark": "resnet-torch",
                 "metric": (f"{result['device']}: torchvision ResNet-50 ({result['framework']}), AMP {result['dtype']}, "
-                           f"channels-last, {name}, synthetic, {base.image_size}px, batch {base.batch}"),
+                           f"channels-last, {label}, synthetic, {base.image_size}px, batch {base.batch}"),
                 "value": (f"{result['images_per_sec']:,.0f} images/s, {result['step_time_ms']:.1f} ms/step, "
                           f"{mfu_text(result['flops_per_image'], result['images_per_sec'])} (v1.5, "
                           f"{result['flops_per_image'] / 1e9:.1f} GFLOP/image); warm-up {result['warmup_s']:.0f} s"),
             })  # fmt: skip
     torch_best = max((v for k, v in figures.items() if k.startswith("torch-")), default=None)
-    if torch_best:
-        ratio = figures["tf-memory"] / torch_best
-        rows[0].update(ratio=f"{ratio:.2f}x the best torchvision row",
-                       target=f">= 1.0x torchvision on {TARGET_GPU}: {'met' if ratio >= 1.0 else 'NOT met'}")  # fmt: skip
-    records_ratio = figures["tf-records"] / figures["tf-memory"]
-    rows[1].update(ratio=f"{records_ratio:.2f}x synthetic",
-                   target=f">= 0.9x synthetic: {'met' if records_ratio >= 0.9 else 'NOT met'}")  # fmt: skip
+    ratios: dict[str, float] = {}
+    if torch_best and "tf-memory" in figures:
+        ratios["tf-memory/torch-best"] = ratio = figures["tf-memory"] / torch_best
+        if "tf-memory" in measured:
+            measured["tf-memory"].update(ratio=f"{ratio:.2f}x the best torchvision row",
+                                         target=f">= 1.0x torchvision on {TARGET_GPU}: {'met' if ratio >= 1.0 else 'NOT met'}")  # fmt: skip
+    if "tf-records" in figures and "tf-memory" in figures:
+        ratios["tf-records/tf-memory"] = records_ratio = figures["tf-records"] / figures["tf-memory"]
+        if "tf-records" in measured:
+            measured["tf-records"].update(ratio=f"{records_ratio:.2f}x synthetic",
+                                          target=f">= 0.9x synthetic: {'met' if records_ratio >= 0.9 else 'NOT met'}")  # fmt: skip
+    if jsonl is not None and ratios:
+        with jsonl.open("a") as sink:
+            sink.write(json.dumps({"ratios": {k: round(v, 3) for k, v in ratios.items()}, "device": device}) + "\n")
     return rows
 
 
 def run_torch(repeats: int = 1) -> list[dict]:
     """The runner's entry point for the comparison (``benchmarks.run resnet_torch``)."""
     return compare_with_torch(Setup(), instance_type=None)
+
+
+def _names(allowed: tuple[str, ...]) -> Any:
+    """An argparse type: a comma-separated subset of ``allowed`` (empty: none), as a tuple."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(name for name in text.split(",") if name)
+        unknown = [name for name in names if name not in allowed]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: not one of {', '.join(allowed)}")
+        return names
+
+    return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -359,14 +421,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU to check the plumbing; not GPU figures")
     parser.add_argument("--vs-torch", action="store_true",
                         help="trainer synthetic and from raw records vs torchvision (AMP, channels-last, torch.compile)")
+    parser.add_argument("--inputs", type=_names(INPUTS), default=INPUTS,
+                        help=f"with --vs-torch: the trainer's inputs to measure, comma-separated ({', '.join(INPUTS)}; '' for none)")
+    parser.add_argument("--torch", type=_names(TORCH_MODES), default=TORCH_MODES,
+                        help=f"with --vs-torch: torchvision's modes to measure ({', '.join(TORCH_MODES)}; '' for none)")
+    parser.add_argument("--jsonl", type=Path, help="with --vs-torch: append each figure here as it is measured")
+    parser.add_argument("--known", type=Path, help="with --vs-torch: an earlier step's --jsonl, whose figures count for the ratios")
     args = parser.parse_args(argv)
     if args.instance_type:
         _flops.peak_tflops(args.instance_type)  # fail early on a type not in the table
     base = Setup(image_size=args.image_size, batch=args.batch, steps=args.steps, warmup=args.warmup)
-    from benchmarks.run import table
+    from benchmarks._table import table
 
     if args.vs_torch:
-        print(table(compare_with_torch(base, args.instance_type, allow_cpu=args.allow_cpu)))
+        rows = compare_with_torch(base, args.instance_type, allow_cpu=args.allow_cpu, inputs=args.inputs, torch_modes=args.torch,
+                                  jsonl=args.jsonl, known=args.known)  # fmt: skip
+        print(table(rows))
         return 0
     print(table(measure(base, args.instance_type, allow_cpu=args.allow_cpu)))
     return 0

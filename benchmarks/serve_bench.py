@@ -229,9 +229,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="measured window per level and server")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--jsonl", type=Path, help="also append the rows here, one JSON line each")
     args = parser.parse_args()
     for row in run(args.repeats, args.seconds):
         print(f"{row['metric']}: {row['value']}  [{row['ratio']}]")
+        if args.jsonl:
+            with args.jsonl.open("a") as sink:
+                sink.write(json.dumps(row) + "\n")
     return 0
 
 

@@ -67,16 +67,24 @@ def measure(batch: int, image_size: int, steps: int, warmup: int, compile_model:
         return loss
 
     started = time.perf_counter()
-    try:
-        for _ in range(warmup):
+
+    def warm_up() -> tuple[Any, float]:
+        begun = time.perf_counter()
+        loss = step()
+        float(loss)  # the first step (torch.compile's compilation, cuDNN's autotuning) ends here
+        first = time.perf_counter() - begun
+        for _ in range(warmup - 1):
             loss = step()
+        return loss, first
+
+    try:
+        loss, first_step_s = warm_up()
     except Exception as err:  # noqa: BLE001 - torch.compile fails at the first call, not at compile()
         if compiled is model:
             raise
         compile_error = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"
         compiled = model
-        for _ in range(warmup):
-            loss = step()
+        loss, first_step_s = warm_up()
     float(loss)
     warm = time.perf_counter()
     for _ in range(steps):
@@ -92,6 +100,7 @@ def measure(batch: int, image_size: int, steps: int, warmup: int, compile_model:
         "images_per_sec": steps * batch / elapsed,
         "step_time_ms": 1000.0 * elapsed / steps,
         "warmup_s": warm - started,
+        "first_step_s": first_step_s,
         "flops_per_image": training_flops_per_image(image_size),
         "loss": final,
     }

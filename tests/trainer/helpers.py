@@ -42,7 +42,9 @@ def trainer_env(base: Path, **overrides: Any) -> dict[str, str]:
     env.update(
         SAGEMAKER_BASE_DIR=str(base),
         EXPECTED_GPU_COUNT="0",
-        PYTHONPATH=str(TRAINING_IMAGE),
+        # The caller's PYTHONPATH stays after ours: on the lent GPU machine it is where TensorFlow is
+        # (/root/tf-env.sh, from ../shared/gpu/stage-tensorflow), and a run without it has none.
+        PYTHONPATH=os.pathsep.join([str(TRAINING_IMAGE), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]),
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONUNBUFFERED="1",
     )

@@ -27,7 +27,7 @@ def test_gpu_run_is_shellcheck_clean_and_keeps_the_jit_cache_settings():
     text = GPU_RUN.read_text()
     assert "export CUDA_CACHE_MAXSIZE=4294967296" in text
     assert "for pass in cold warm" in text and 'rm -rf "$CUDA_CACHE_PATH"' in text
-    assert "-m trainer.gpu_check" in text and "-m gpu tests/trainer" in text
+    assert "-m trainer.gpu_check" in text and "-m gpu -n 3 tests/trainer/" in text
     assert "benchmarks.gpu_precision" in text
     assert "-m benchmarks.resnet_bench --vs-torch" in text  # issue #21: TF vs torchvision in the same run
 

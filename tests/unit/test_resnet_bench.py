@@ -56,3 +56,16 @@ def test_the_comparison_runs_end_to_end_on_cpu_at_tiny_shapes():
     assert "no XLA" in synthetic["metric"]  # XLA only where a GPU is: on a CPU it would only add its compile
     assert "raw-pixel records" in records["metric"] and records["ratio"].endswith("x synthetic")
     assert len(rows) >= 3  # torchvision: measured rows, or one skipped row naming why
+
+
+def test_an_earlier_steps_figures_count_for_the_ratios_and_unknown_halves_are_refused(tmp_path, capsys):
+    import json
+
+    known = tmp_path / "resnet.jsonl"
+    known.write_text(json.dumps({"figure": "tf-memory", "device": "GPU X", "images_per_sec": 1000.0}) + "\n"
+                     + json.dumps({"ratios": {"tf-memory/torch-best": 1.1}, "device": "GPU X"}) + "\n")  # fmt: skip
+    assert resnet_bench._known_figures(known, "GPU X") == {"tf-memory": 1000.0}
+    assert resnet_bench._known_figures(known, "GPU Y") == {} == resnet_bench._known_figures(tmp_path / "none", "GPU X")
+    with pytest.raises(SystemExit) as refused:
+        resnet_bench.main(["--vs-torch", "--inputs", "memory,disk"])
+    assert refused.value.code == 2 and "disk: not one of memory, records" in capsys.readouterr().err
