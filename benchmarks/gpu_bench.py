@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         image=args.image, filters=tuple(int(f) for f in args.filters.split(",")), batch_per_gpu=args.batch_per_gpu,
         examples=args.examples, epochs=max(args.epochs, 2), xla=args.xla,
     )  # fmt: skip
-    from benchmarks.run import table
+    from benchmarks._table import table
 
     print(table(measure(reference, args.repeats, args.instance_type, allow_cpu=args.allow_cpu)))
     return 0

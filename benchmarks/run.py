@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from benchmarks._table import table
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -123,13 +125,6 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "records": _records,
     "resnet_torch": _resnet_torch,
 }
-COLUMNS = ("benchmark", "metric", "value", "ratio", "target")
-
-
-def table(rows: list[dict]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(str(r.get(c, "")) for c in COLUMNS) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def machine() -> str:

@@ -63,7 +63,7 @@ def _client(service: str, event: Event) -> Any:
 def _cached_client(service: str, endpoint_url: str, region: str) -> Any:
     # Making a boto3 client costs about a second on a busy 2-core machine; a Delete event is
     # answered while the stack delete waits, so each provider reuses one client per service.
-    from scripts.emulator.server import client
+    from scripts.emulator.aws import client
 
     return client(service, endpoint_url=endpoint_url, region=region)
 

@@ -9,19 +9,42 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol
 
 EXAMPLE_SCRIPT_DIR = Path("training_image") / "examples" / "keras_image_classifier"
 """The example user script the main job trains with ``--user-script`` (relative to the repository
 root, where the launch script runs)."""
 
-if TYPE_CHECKING:
-    from scripts.emulator.lifecycle import Lifecycle
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def launch_arguments(run: "Lifecycle", *, user_script: bool = False) -> list[str]:
+class _RunOptions(Protocol):
+    @property
+    def epochs(self) -> int: ...
+
+    @property
+    def real_account(self) -> bool: ...
+
+
+class _Progress(Protocol):
+    def say(self, message: str) -> None: ...
+
+
+class LaunchingRun(Protocol):
+    """What launching needs of the run (:class:`scripts.emulator.lifecycle.Lifecycle` is one), so that
+    this part does not import the entry that wires it."""
+
+    options: _RunOptions
+    progress: _Progress
+    work_dir: Path
+
+    @property
+    def context(self) -> Mapping[str, str]: ...
+
+    def run_script(self, module: str, *args: str) -> str: ...
+
+
+def launch_arguments(run: LaunchingRun, *, user_script: bool = False) -> list[str]:
     """Arguments of ``python -m scripts.launch`` for this run."""
     arguments = ["--hp", f"epochs={run.options.epochs}"]
     if user_script:
@@ -38,13 +61,13 @@ def launch_arguments(run: "Lifecycle", *, user_script: bool = False) -> list[str
     return [*arguments, *spend_consent(run)]
 
 
-def spend_consent(run: "Lifecycle") -> list[str]:
+def spend_consent(run: LaunchingRun) -> list[str]:
     """``--yes`` on the emulator, where no job bills; on a real account nothing: :func:`check` refuses a
     run whose jobs cost more than ``cost.confirm_above_usd`` before anything is deployed."""
     return [] if run.options.real_account else ["--yes"]
 
 
-def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
+def check(run: LaunchingRun, *, user_script: bool = False) -> dict[str, str]:
     """Refuse the run's launch before anything is deployed; return the job's hyperparameters.
 
     The same checks, on the same options, as after the deploy: ``scripts.launch``'s own parser
@@ -89,7 +112,7 @@ def check(run: "Lifecycle", *, user_script: bool = False) -> dict[str, str]:
     return dict(values.hyperparameters)  # type: ignore[arg-type]
 
 
-def launch(run: "Lifecycle", *, user_script: bool = False) -> str:
+def launch(run: LaunchingRun, *, user_script: bool = False) -> str:
     """Run ``scripts.launch``; return the name of the job it started."""
     arguments = launch_arguments(run, user_script=user_script)
     output = run.run_script("launch", *arguments)

@@ -12,25 +12,12 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping
 
-ACCOUNT = "123456789012"
-"""moto's default account; ``app.py`` synthesizes for it when no credentials are configured."""
-
-REGION = "us-east-1"
-"""The region whose lookups ``cdk.context.json`` caches."""
-
-DUMMY_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_SESSION_TOKEN": "testing"}
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now (emulator, local hosting processes)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+# Re-exported: callers and tests read server.ACCOUNT, server.REGION, server.client as before.
+from scripts.emulator.aws import ACCOUNT, DUMMY_CREDENTIALS, REGION, client, free_port  # noqa: F401
 
 
 @dataclass
@@ -81,18 +68,6 @@ class Emulator:
             self._server = None
         PATCHES.revert()
         _unroute_moto_logs()
-
-
-def client(service: str, *, endpoint_url: str, region: str = REGION) -> Any:
-    """A boto3 client for the emulator with its dummy credentials, whatever this process's env says."""
-    import boto3
-
-    return boto3.session.Session(
-        aws_access_key_id=DUMMY_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=DUMMY_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=DUMMY_CREDENTIALS["AWS_SESSION_TOKEN"],
-        region_name=region,
-    ).client(service, endpoint_url=endpoint_url)
 
 
 def start(*, log_file: Path, port: int | None = None) -> Emulator:

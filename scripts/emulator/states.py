@@ -670,7 +670,7 @@ class LocalStepFunctions:
     _evaluator: JsonataEvaluator | None = None
 
     def _client(self, service: str) -> Any:
-        from scripts.emulator.server import client
+        from scripts.emulator.aws import client
 
         return client(service, endpoint_url=self.endpoint_url, region=self.region)
 

@@ -37,10 +37,13 @@ CLIS = {
     "scripts.cost": "scripts.cost",
     "scripts.security_report": "scripts.security_report",
     "scripts.iam_check": "scripts.iam_check",
+    "scripts.config_reference": "scripts.config_reference",
+    "scripts.architecture": "scripts.architecture",
     "scripts.emulator": "scripts.emulator.cli",
 }
 """``python -m`` name -> the module whose ``main(argv)`` it runs."""
-OFFLINE = {"scripts.cost", "scripts.security_report", "scripts.iam_check", "scripts.emulator"}
+OFFLINE = {"scripts.cost", "scripts.security_report", "scripts.iam_check", "scripts.config_reference",
+           "scripts.architecture", "scripts.emulator"}
 """The CLIs that call no AWS API (the emulator brings its own)."""
 LIBRARIES = {"scripts.common", "scripts.epochs", "scripts.pipeline"}
 """Modules under scripts/ that are no command."""
