@@ -35,6 +35,7 @@ def apply_all() -> None:
     _training_jobs_wait_for_a_runner()
     _processing_jobs_wait_for_a_runner()
     _jobs_without_a_runner_fail()
+    _tuning_job_trials()
     _stop_jobs()
     _warm_pools()
     _validate_images_and_instance_types()
@@ -369,6 +370,10 @@ def _processing_jobs_wait_for_a_runner() -> None:
     PATCHES.set(SageMakerResponse, "create_processing_job", create_processing_job_response)
 
 
+LOCAL_RUNNERS: set[str] = set()
+"""Job kinds a local runner now plays (``"transform job"``, registered by ``LocalSageMaker.start``):
+a new job of such a kind is left InProgress for it, not failed with :data:`NO_RUNNER`."""
+
 NO_RUNNER = "The emulator has no local runner for {kind}s: nothing ran (run this {kind} on AWS)."
 """FailureReason of a job kind the emulator cannot run (its ``{kind}`` is e.g. "transform job")."""
 
@@ -379,14 +384,19 @@ def _jobs_without_a_runner_fail() -> None:
     # a made-up best training job), though it ran nothing. The emulator has no runner for these
     # kinds, so each new one is Failed with a FailureReason saying so: a client that waits (the
     # SDK's Transformer, tuner, compile) ends with that line, never with a result nobody made.
+    # Transform and tuning jobs have a runner while LocalSageMaker watches
+    # (scripts.emulator.transform, scripts.emulator.tuning): then a new one stays InProgress for it.
     from moto.sagemaker.responses import SageMakerResponse
 
-    def failing(method: str, jobs: str, name_param: str, kind: str, fail: Any) -> None:
+    def failing(method: str, jobs: str, name_param: str, kind: str, fail: Any, pick_up: Any = None) -> None:
         original = getattr(SageMakerResponse, method)
 
         def create(self: Any) -> Any:
             result = original(self)
             job = getattr(self.sagemaker_backend, jobs)[self._get_param(name_param)]
+            if pick_up is not None and kind in LOCAL_RUNNERS:
+                pick_up(job)
+                return result
             fail(job)
             job.failure_reason = NO_RUNNER.format(kind=kind)
             return result
@@ -395,6 +405,16 @@ def _jobs_without_a_runner_fail() -> None:
 
     def transform(job: Any) -> None:
         job.transform_job_status = "Failed"
+
+    def transform_in_progress(job: Any) -> None:
+        job.transform_job_status, job.transform_end_time = "InProgress", None
+
+    def tuning_in_progress(job: Any) -> None:
+        job.hyper_parameter_tuning_job_status, job.hyper_parameter_tuning_end_time = "InProgress", None
+        job.training_job_status_counters = {key: 0 for key in job.training_job_status_counters}
+        job.objective_status_counters = {key: 0 for key in job.objective_status_counters}
+        job.best_training_job = job.OverallBestTrainingJob = None
+        job.tuning_job_completion_details, job.consumed_resources, job.local_trials = {}, {}, []
 
     def compilation(job: Any) -> None:
         job.compilation_job_status = "FAILED"
@@ -406,10 +426,42 @@ def _jobs_without_a_runner_fail() -> None:
         job.best_training_job = None
         job.OverallBestTrainingJob = None
 
-    failing("create_transform_job", "transform_jobs", "TransformJobName", "transform job", transform)
+    failing("create_transform_job", "transform_jobs", "TransformJobName", "transform job", transform, transform_in_progress)
     failing("create_compilation_job", "compilation_jobs", "CompilationJobName", "compilation job", compilation)
     failing("create_hyper_parameter_tuning_job", "hyper_parameter_tuning_jobs", "HyperParameterTuningJobName",
-            "hyper-parameter tuning job", tuning)
+            "hyper-parameter tuning job", tuning, tuning_in_progress)
+
+
+def _tuning_job_trials() -> None:
+    # Gap: moto has no ListTrainingJobsForHyperParameterTuningJob (the SDK's tuner.analytics()
+    # reads it). It answers from the trials the local tuner recorded (scripts.emulator.tuning):
+    # none for a tuning job no runner played.
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def list_training_jobs_for_hyper_parameter_tuning_job(self: Any) -> Any:
+        name = self._get_param("HyperParameterTuningJobName")
+        jobs = self.sagemaker_backend.hyper_parameter_tuning_jobs
+        if name not in jobs:
+            raise ValidationError(message=f"Amazon SageMaker can't find a tuning job with name {name}")
+        trials = list(getattr(jobs[name], "local_trials", []))
+        if self._get_param("StatusEquals"):
+            trials = [t for t in trials if t["TrainingJobStatus"] == self._get_param("StatusEquals")]
+        sort_by = self._get_param("SortBy") or "CreationTime"
+        def key(trial: dict[str, Any]) -> Any:
+            if sort_by == "FinalObjectiveMetricValue":
+                return (trial.get("FinalHyperParameterTuningJobObjectiveMetric") or {}).get("Value", float("-inf"))
+            return trial.get({"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(sort_by, "CreationTime"))
+        trials.sort(key=key, reverse=(self._get_param("SortOrder") or "Descending") == "Descending")
+        start = int(self._get_param("NextToken") or 0)
+        size = int(self._get_param("MaxResults") or 100)
+        page: dict[str, Any] = {"TrainingJobSummaries": trials[start : start + size]}
+        if start + size < len(trials):
+            page["NextToken"] = str(start + size)
+        return ActionResult(page)
+
+    PATCHES.set(SageMakerResponse, "list_training_jobs_for_hyper_parameter_tuning_job", list_training_jobs_for_hyper_parameter_tuning_job)
 
 
 def _stop_jobs() -> None:

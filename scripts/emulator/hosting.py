@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 from scripts.emulator.containers import end_process
 from scripts.emulator.docker_hosts import DockerHosts, container_name
-from scripts.emulator.server import free_port
+from scripts.emulator.aws import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE_DIR = ROOT / "training_image"
@@ -115,7 +115,7 @@ class LocalHosting:
     _failed: set[tuple[str, str]] = field(default_factory=set)
 
     def _client(self, service: str) -> Any:
-        from scripts.emulator.server import client
+        from scripts.emulator.aws import client
 
         return client(service, endpoint_url=self.endpoint_url, region=self.region)
 
@@ -131,11 +131,19 @@ class LocalHosting:
 
     def _start(self, endpoint_name: str, config_name: str) -> HostedEndpoint:
         """Start and health-check the serving process of ``config_name``'s model (raises if it never gets healthy)."""
+        config = self._client("sagemaker").describe_endpoint_config(EndpointConfigName=config_name)
+        model_name = config["ProductionVariants"][0]["ModelName"]
+        return self.start_model(endpoint_name, config_name, model_name)
+
+    def start_model(
+        self, name: str, config_name: str, model_name: str, extra_env: dict[str, str] | None = None, label: str = "endpoint"
+    ) -> HostedEndpoint:
+        """Start and health-check ``model_name``'s serving process for ``name`` (an endpoint, or a
+        transform job with ``extra_env``: SageMaker's ``SAGEMAKER_BATCH`` variables); raises if it
+        never gets healthy."""
         sagemaker, s3 = self._client("sagemaker"), self._client("s3")
-        config = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)
-        variant = config["ProductionVariants"][0]
-        model = sagemaker.describe_model(ModelName=variant["ModelName"])
-        container = model["PrimaryContainer"]
+        endpoint_name = name
+        container = sagemaker.describe_model(ModelName=model_name)["PrimaryContainer"]
         model_data_url = container["ModelDataUrl"]
 
         base = self.work_dir / endpoint_name / config_name
@@ -146,10 +154,11 @@ class LocalHosting:
         s3.download_file(bucket, key, str(archive))
         with tarfile.open(archive) as tar:
             tar.extractall(model_dir, filter="data")
-        self.on_event(f"endpoint {endpoint_name}: {model_data_url} extracted to {model_dir} (SageMaker's /opt/ml/model)")
+        self.on_event(f"{label} {endpoint_name}: {model_data_url} extracted to {model_dir} (SageMaker's /opt/ml/model)")
 
         port = free_port()
         served = {
+            **(extra_env or {}),
             # The emulator has no GPU (see the module docstring).
             "EXPECTED_GPU_COUNT": "0",
             "CUDA_VISIBLE_DEVICES": "",
@@ -178,7 +187,7 @@ class LocalHosting:
         with log_file.open("wb") as sink:
             process = subprocess.Popen(command, cwd=cwd, env=env, stdout=sink, stderr=sink)
         hosted = HostedEndpoint(
-            endpoint_name, variant["ModelName"], model_data_url, f"http://127.0.0.1:{port}", model_dir, log_file, process, config_name,
+            endpoint_name, model_name, model_data_url, f"http://127.0.0.1:{port}", model_dir, log_file, process, config_name,
             container_id,
         )
         started = time.monotonic()
@@ -187,7 +196,7 @@ class LocalHosting:
         except RuntimeError:
             self._terminate(hosted)
             raise
-        self.on_event(f"endpoint {endpoint_name}: {what} healthy on {hosted.url} after {time.monotonic() - started:.1f}s (log: {log_file})")
+        self.on_event(f"{label} {endpoint_name}: {what} healthy on {hosted.url} after {time.monotonic() - started:.1f}s (log: {log_file})")
         return hosted
 
     # --- UpdateEndpoint ------------------------------------------------------------------------
@@ -264,6 +273,8 @@ class LocalHosting:
                         return
             except urllib.error.HTTPError as err:
                 last = err.read().decode("utf-8", "replace")
+                if err.code == 503 and _start_failed(last):
+                    raise RuntimeError(f"{hosted.name}'s model did not start: {_start_failed(last)} (see {hosted.log_file})") from None
             except OSError:
                 pass
             time.sleep(0.3)
@@ -285,6 +296,15 @@ class LocalHosting:
         end_process(hosted.process, grace_seconds=15)
         if hosted.container is not None and self.docker is not None:
             self.docker.remove(hosted.container)
+
+
+def _start_failed(ping_body: str) -> str | None:
+    """The serve mode's reason when its ``/ping`` 503 says the start failed (not "Starting: ...")."""
+    try:
+        error = json.loads(ping_body).get("error", "")
+    except (ValueError, AttributeError):
+        return None
+    return error if error and not error.startswith("Starting") else None
 
 
 def _region_backends(backends: Any, region: str) -> list[Any]:

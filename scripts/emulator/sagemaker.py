@@ -297,6 +297,7 @@ class LocalSageMaker:
     on_event: Callable[[str], None] = print
     docker: DockerHosts | None = None
     outcomes: dict[str, JobOutcome] = field(default_factory=dict)
+    transforms: dict[str, Any] = field(default_factory=dict)
     _seen: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -308,11 +309,17 @@ class LocalSageMaker:
 
     def start(self) -> None:
         """Watch for new InProgress jobs and run each (as the SageMaker service would)."""
+        from scripts.emulator.gaps import LOCAL_RUNNERS
+
+        LOCAL_RUNNERS.update(("transform job", "hyper-parameter tuning job"))  # new ones now stay InProgress for this runner
         self._thread = threading.Thread(target=self._watch, name="local-sagemaker", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop watching (a job already running finishes first)."""
+        from scripts.emulator.gaps import LOCAL_RUNNERS
+
+        LOCAL_RUNNERS.difference_update(("transform job", "hyper-parameter tuning job"))
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.timeout_seconds + 60)
@@ -335,12 +342,23 @@ class LocalSageMaker:
                 ("processing", name)
                 for name, job in list(self._backend().processing_jobs.items())
                 if name not in self._seen and job.processing_job_status == "InProgress"
+            ] + [
+                ("transform", name)
+                for name, job in list(self._backend().transform_jobs.items())
+                if name not in self._seen and job.transform_job_status == "InProgress"
             ]
+            for name, tuning_job in list(self._backend().hyper_parameter_tuning_jobs.items()):
+                if name not in self._seen and tuning_job.hyper_parameter_tuning_job_status == "InProgress":
+                    # Its own thread: it waits for trials that this thread trains.
+                    self._seen.add(name)
+                    threading.Thread(target=self.run_tuning_job, args=(name,), name=f"local-tuner-{name}", daemon=True).start()
             for kind, name in pending:
                 self._seen.add(name)
                 try:
                     if kind == "training":
                         self.run_job(name)
+                    elif kind == "transform":
+                        self.run_transform_job(name)
                     else:
                         self.run_processing_job(name)
                 except Exception as err:  # noqa: BLE001 - a runner bug fails the job, not the harness
@@ -587,6 +605,52 @@ class LocalSageMaker:
             for path in sorted(p for p in (base / "checkpoints").rglob("*") if p.is_file()):
                 s3.upload_file(str(path), ck_bucket, ck_prefix + path.relative_to(base / "checkpoints").as_posix(), ExtraArgs=extra)
         return f"s3://{bucket}/{key}"
+
+    # --- one transform job -----------------------------------------------------------------
+
+    def run_transform_job(self, name: str) -> Any:
+        """Play one transform job (:mod:`scripts.emulator.transform`) and record its outcome; any
+        failure, the runner's own included, fails the job with one line."""
+        from scripts.emulator import transform
+
+        self.on_event(f"transform job {name}: SageMaker batch transform played locally")
+        started = time.monotonic()
+        try:
+            outcome = transform.run_transform_job(
+                name, sagemaker=self._client("sagemaker"), s3=self._client("s3"),
+                log_sink=CloudWatchStream(self._client("logs"), transform.TRANSFORM_LOG_GROUP, f"{name}/algo-1-{int(time.time())}"),
+                endpoint_url=self.endpoint_url, region=self.region, work_dir=self.work_dir / "transform-jobs",
+                docker=self.docker, on_event=self.on_event,
+            )
+        except Exception as err:  # noqa: BLE001 - every failure is the job's, in one line
+            reason = str(err) if isinstance(err, transform.TransformFailed) else f"local runner error: {type(err).__name__}: {err}"
+            outcome = transform.TransformOutcome(name, "Failed", reason, [], 0, time.monotonic() - started, None)
+        transform.record(self._backend().transform_jobs[name], outcome)
+        self.transforms[name] = outcome
+        self.on_event(f"transform job {name}: {outcome.status} after {outcome.seconds:.1f}s ({outcome.records} records)"
+                      + (f": {outcome.failure_reason}" if outcome.failure_reason else ""))
+        return outcome
+
+    # --- one tuning job --------------------------------------------------------------------
+
+    def run_tuning_job(self, name: str) -> str:
+        """Play one tuning job (:mod:`scripts.emulator.tuning`): its trials are training jobs this
+        runner trains; any failure of the tuner itself fails the tuning job with one line."""
+        from scripts.emulator import tuning
+
+        backend_job = self._backend().hyper_parameter_tuning_jobs[name]
+        self.on_event(f"tuning job {name}: SageMaker automatic model tuning played locally")
+        trials: list[Any] = []
+        refused = None
+        stopping = lambda: backend_job.hyper_parameter_tuning_job_status == "Stopping" or self._stop.is_set()  # noqa: E731
+        try:
+            trials = tuning.run_tuning_job(name, sagemaker=self._client("sagemaker"), backend_job=backend_job, on_event=self.on_event,
+                                           stop_requested=stopping)
+        except Exception as err:  # noqa: BLE001 - every failure is the tuning job's, in one line
+            refused = str(err) if isinstance(err, tuning.TuningRefused) else f"local tuner error: {type(err).__name__}: {err}"
+        status = tuning.record_end(backend_job, trials, refused, stopped=stopping())
+        self.on_event(f"tuning job {name}: {status}" + (f": {backend_job.failure_reason}" if backend_job.failure_reason else ""))
+        return status
 
     # --- one processing job ----------------------------------------------------------------
 

@@ -121,6 +121,19 @@ def test_a_users_keras_model_is_served_as_tf_serving_would_with_its_own_names(tm
     assert served.warm_up([1, 8]) == [1, 8]
 
 
+def test_a_users_sequential_keras_file_is_served_with_its_last_layers_name(tmp_path):
+    # Keras 3's Sequential (what most scripts build) has no output_names of its own.
+    import keras
+
+    keras.utils.set_random_seed(3)
+    model = keras.Sequential([keras.Input(shape=(4,)), keras.layers.Dense(5, activation="relu"), keras.layers.Dense(2, name="head")])
+    model.save(tmp_path / "model.keras")
+    served = load_tensor_model(tmp_path)
+    assert list(served.signatures["serving_default"].outputs) == ["head"]
+    np.testing.assert_allclose(served.run("serving_default", {name: ROWS for name in served.signatures["serving_default"].inputs})["head"],
+                               model.predict(ROWS, verbose=0), atol=1e-6)
+
+
 def test_a_regression_saved_model_keeps_its_values(tmp_path):
     save_regression(tmp_path)
     served = load_tensor_model(tmp_path)

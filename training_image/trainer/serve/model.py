@@ -375,6 +375,10 @@ def _tensor_keras(source: ModelSource, device: str | None) -> TensorModel:
     import tensorflow as tf
 
     model = keras.saving.load_model(str(source.path), compile=False)
+    if not hasattr(model, "output_names"):
+        # Keras 3's Sequential (what most scripts build) has no output names or input structure
+        # until called; its functional view has both (the output named after the last layer).
+        model = keras.Model(model.inputs, model.outputs)
     input_names = [t.name for t in model.inputs]
     inputs = {name: _spec(t.shape, t.dtype or "float32") for name, t in zip(input_names, model.inputs)}
     output_names = list(model.output_names)

@@ -1,0 +1,203 @@
+"""The SageMaker Python SDK (v2) runs a batch transform over a CSV in S3, on the emulator.
+
+What a SageMaker user does after ``fit``: ``estimator.transformer(...).transform(s3_uri,
+content_type="text/csv", split_type="Line")``, then reads ``<output_path>/<file>.out``. The
+emulator's local runner trains the user's script (``sdk_user_code/train.py``) as a platform
+training job, then plays SageMaker batch transform for the job the SDK creates: the real serve
+mode on the trained model, ``/invocations`` per record or per batch, the ``.out`` object written
+with the job's KMS key. The tests assert on the predictions (one per row, in order, the same
+whichever way the rows were batched), and that a bad record or a model that does not start fails
+the job with one line, never a Completed job with missing rows.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import boto3
+import numpy as np
+import pytest
+
+from scripts.emulator.lifecycle import Lifecycle, Options
+from scripts.sdk_config import CONFIG_ENV
+from tests.integration.sdk_clock import fast_sdk_polls
+from tests.offline import loopback_only
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")]
+
+USER_CODE = Path(__file__).resolve().parent / "sdk_user_code"
+IMAGE_URI = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:sdk-test"
+INSTANCE_TYPE = "ml.g5.xlarge"
+BUCKET = "gputrain-sdk-transform"
+ROWS = 300
+
+
+def _rows(count: int, seed: int, label: bool) -> bytes:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(count, 4)).astype("float32")
+    header = "f0,f1,f2,f3,label\n" if label else ""
+    return (header + "".join(",".join(f"{v:.5f}" for v in row) + (f",{int(row[0] + row[1] > 0)}" if label else "") + "\n" for row in x)).encode()
+
+
+def start_for_the_sdk(lifecycle: Lifecycle, patch: pytest.MonkeyPatch, work: Path) -> Any:
+    """Start the emulator, point the SDK at it (telemetry off, fast polls), upload 96 labelled
+    training rows to ``s3://BUCKET/train/``; returns an S3 client."""
+    lifecycle.start()
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        patch.setenv(key, lifecycle.env[key])
+    patch.setenv("AWS_DEFAULT_REGION", lifecycle.region)
+    patch.setenv("AWS_REGION", lifecycle.region)
+    patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    patch.delenv("AWS_PROFILE", raising=False)
+    patch.setattr(boto3, "DEFAULT_SESSION", None)
+    # As scripts.sdk_config's file does: no telemetry GET to a public AWS bucket.
+    defaults = work / "sdk-defaults.yaml"
+    defaults.write_text(json.dumps({"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}))
+    patch.setenv(CONFIG_ENV, str(defaults))
+    fast_sdk_polls(patch)
+    s3 = lifecycle.client("s3")
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key="train/part-0.csv", Body=_rows(96, 7, label=True))
+    return s3
+
+
+def script_mode_estimator(lifecycle: Lifecycle, **kwargs: Any) -> Any:
+    """``sagemaker.tensorflow.TensorFlow`` over ``sdk_user_code/train.py`` on the platform image."""
+    import sagemaker
+    from sagemaker.tensorflow import TensorFlow
+
+    return TensorFlow(
+        entry_point="train.py", source_dir=str(USER_CODE), image_uri=IMAGE_URI, framework_version="2.21", py_version="py3",
+        role=f"arn:aws:iam::{lifecycle.account}:role/gputrain-sdk-user", instance_count=1, instance_type=INSTANCE_TYPE,
+        output_path=f"s3://{BUCKET}/training-jobs", sagemaker_session=sagemaker.Session(default_bucket=BUCKET), **kwargs,
+    )
+
+
+class Sdk:
+    """The emulator with a trained estimator, and what the tests need to run transforms."""
+
+    def __init__(self, lifecycle: Lifecycle, estimator: Any, kms_key: str, patch: pytest.MonkeyPatch) -> None:
+        self.lifecycle, self.estimator, self.kms_key, self.patch = lifecycle, estimator, kms_key, patch
+        self.s3 = lifecycle.client("s3")
+
+    def transform(self, data_key: str, output: str, **kwargs: Any) -> tuple[Any, Exception | None]:
+        """``estimator.transformer(**kwargs).transform(...)``; the transformer and what ``transform`` raised."""
+        transformer = self.estimator.transformer(
+            instance_count=1, instance_type=INSTANCE_TYPE, output_path=f"s3://{BUCKET}/{output}/", output_kms_key=self.kms_key, **kwargs
+        )
+        error = None
+        with loopback_only(self.patch) as outside:
+            try:
+                transformer.transform(f"s3://{BUCKET}/{data_key}", content_type="text/csv", split_type="Line", wait=True, logs=False)
+            except Exception as err:  # noqa: BLE001 - asserted on by the tests
+                error = err
+        assert outside == [], f"the SDK left the emulator: {outside}"
+        return transformer, error
+
+    def output(self, key: str) -> dict[str, Any]:
+        """The object's GetObject answer, its body read into ``Content``."""
+        answer = self.s3.get_object(Bucket=BUCKET, Key=key)
+        return {**answer, "Content": answer["Body"].read()}
+
+
+@pytest.fixture(scope="module")
+def sdk(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iterator[Sdk]:
+    """The emulator with its local runner, a CSV in S3, and the user's script trained by ``fit``."""
+    work = tmp_path_factory.mktemp("sdk-transform")
+    lifecycle = Lifecycle(Options(work_dir=work / "run", job_timeout_seconds=600, containers=containers))
+    patch = pytest.MonkeyPatch()
+    try:
+        s3 = start_for_the_sdk(lifecycle, patch, work)
+        s3.put_object(Bucket=BUCKET, Key="score/rows.csv", Body=_rows(ROWS, 11, label=False))
+        kms_key = lifecycle.client("kms").create_key(Description="transform output")["KeyMetadata"]["Arn"]
+        estimator = script_mode_estimator(lifecycle, hyperparameters={"epochs": 1, "batch-size": 32})
+        with loopback_only(patch) as outside:
+            estimator.fit({"training": f"s3://{BUCKET}/train/"}, logs=False)
+        assert outside == [], f"the SDK left the emulator: {outside}"
+        yield Sdk(lifecycle, estimator, kms_key, patch)
+    finally:
+        patch.undo()
+        lifecycle.close()
+
+
+def _predictions(body: bytes) -> list[list[float]]:
+    """Every prediction of an ``AssembleWith=Line`` output, one JSON answer per line, in order."""
+    return [row for line in body.decode().splitlines() for row in json.loads(line)["predictions"]]
+
+
+@pytest.fixture(scope="module")
+def scored(sdk: Sdk) -> tuple[Any, dict[str, Any]]:
+    """300 rows, MultiRecord, assembled by line: the transformer and its ``rows.csv.out``."""
+    transformer, error = sdk.transform("score/", "scored", strategy="MultiRecord", assemble_with="Line", accept="application/json")
+    assert error is None, error
+    return transformer, sdk.output("scored/rows.csv.out")
+
+
+def test_a_multi_record_transform_writes_one_prediction_per_row_with_the_jobs_kms_key(sdk: Sdk, scored) -> None:
+    transformer, out = scored
+    predictions = _predictions(out["Content"])
+    assert len(predictions) == ROWS
+    assert all(len(p) == 2 and sum(p) == pytest.approx(1.0, abs=1e-4) for p in predictions)  # softmax over 2 classes
+    assert out["ServerSideEncryption"] == "aws:kms" and out["SSEKMSKeyId"] == sdk.kms_key
+    job = sdk.lifecycle.client("sagemaker").describe_transform_job(TransformJobName=transformer.latest_transform_job.name)
+    assert job["TransformJobStatus"] == "Completed"
+    assert (job["BatchStrategy"], job["TransformInput"]["SplitType"]) == ("MultiRecord", "Line")
+    outcome = sdk.lifecycle.runner.transforms[job["TransformJobName"]]
+    assert (outcome.records, outcome.outputs) == (ROWS, [f"s3://{BUCKET}/scored/rows.csv.out"])
+    # The serve mode ran as SageMaker starts it for batch transform, and its log reached CloudWatch.
+    logs = sdk.lifecycle.client("logs")
+    streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/TransformJobs", logStreamNamePrefix=job["TransformJobName"])
+    assert streams["logStreams"], "no log stream for the transform job"
+
+
+def test_single_record_requests_give_the_same_predictions_in_input_order(sdk: Sdk, scored) -> None:
+    _, out = scored
+    batched = _predictions(out["Content"])
+    transformer, error = sdk.transform(
+        "score/rows.csv", "single", strategy="SingleRecord", assemble_with="Line", accept="application/json", max_concurrent_transforms=4
+    )
+    assert error is None, error
+    lines = sdk.output("single/rows.csv.out")["Content"].decode().splitlines()
+    assert len(lines) == ROWS  # one answer per record, each on its own line
+    single = [json.loads(line)["predictions"][0] for line in lines]
+    np.testing.assert_allclose(single, batched, atol=1e-5)  # row i's answer is row i's, however it was batched
+
+
+def test_a_bad_record_fails_the_job_in_one_line_naming_the_file_and_record(sdk: Sdk) -> None:
+    rows = _rows(10, 3, label=False).decode().splitlines()
+    rows[6] = "0.1,0.2,oops,0.4"
+    sdk.s3.put_object(Bucket=BUCKET, Key="bad/bad.csv", Body=("\n".join(rows) + "\n").encode())
+    transformer, error = sdk.transform("bad/", "bad-out", strategy="SingleRecord", assemble_with="Line")
+    assert error is not None
+    job = sdk.lifecycle.client("sagemaker").describe_transform_job(TransformJobName=transformer.latest_transform_job.name)
+    reason = job["FailureReason"]
+    assert job["TransformJobStatus"] == "Failed" and "\n" not in reason
+    assert reason.startswith(f"ClientError: s3://{BUCKET}/bad/bad.csv record 7: the model container answered 400"), reason
+    assert "oops" in reason
+    assert "Contents" not in sdk.s3.list_objects_v2(Bucket=BUCKET, Prefix="bad-out/")  # nothing written for a failed object
+
+
+def test_a_model_that_does_not_start_fails_the_job(sdk: Sdk) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("README.txt")
+        tar.addfile(info, io.BytesIO(b""))
+    sdk.s3.put_object(Bucket=BUCKET, Key="empty/model.tar.gz", Body=buffer.getvalue())
+    sagemaker_client = sdk.lifecycle.client("sagemaker")
+    sagemaker_client.create_model(
+        ModelName="no-model", ExecutionRoleArn=f"arn:aws:iam::{sdk.lifecycle.account}:role/gputrain-sdk-user",
+        PrimaryContainer={"Image": IMAGE_URI, "ModelDataUrl": f"s3://{BUCKET}/empty/model.tar.gz"},
+    )
+    from sagemaker.transformer import Transformer
+
+    transformer = Transformer("no-model", instance_count=1, instance_type=INSTANCE_TYPE, output_path=f"s3://{BUCKET}/never/")
+    with loopback_only(sdk.patch):
+        with pytest.raises(Exception, match="did not start"):
+            transformer.transform(f"s3://{BUCKET}/score/", content_type="text/csv", split_type="Line", wait=True, logs=False)
+    job = sagemaker_client.describe_transform_job(TransformJobName=transformer.latest_transform_job.name)
+    assert job["TransformJobStatus"] == "Failed"
+    assert job["FailureReason"].startswith("ClientError: the model no-model did not start for batch transform"), job["FailureReason"]
