@@ -55,6 +55,11 @@ class GpuClusterStack(Stack):
             "LogGroupName": (cluster.log_group.log_group_name, "Boot, health and training logs (<instance id>/...)"),
             "AmiId": (cluster.ami_id, "Deep Learning AMI the nodes run (cached in cdk.context.json)"),
             "ExpectedGpusPerNode": (str(config.cluster.gpus_per_node), "GPUs every node proved at boot"),
+            "JobDocumentName": (cluster.job_document_name, "SSM Command document of cluster jobs (scripts.cluster_job)"),
+            "JobOperatorPolicyArn": (
+                cluster.job_operator_policy.managed_policy_arn,
+                "Managed policy for operators of cluster jobs (attach it to their role)",
+            ),
         }
         for name, (value, description) in outputs.items():
             CfnOutput(self, name, value=value, description=description)

@@ -61,9 +61,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct, IValidation
 
 from stacks.components.buckets import CLUSTER_CHECKPOINT_PREFIX, CLUSTER_OUTPUT_PREFIX
+from stacks.components.cluster_job_document import document_content, document_name
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.node_user_data import (
@@ -157,6 +159,12 @@ class GpuCluster(Construct):
         role: The nodes' instance role.
         log_group: Boot, health and training logs of every node.
         placement_group: Cluster placement group, or ``None`` for a single node.
+        job_document: The SSM Command document a cluster job is sent as (``scripts.cluster_job``; see
+            :mod:`stacks.components.cluster_job_document`).
+        job_document_name: Its name, ``<project>-cluster-train``.
+        job_operator_policy: What ``scripts.cluster_job`` needs, for teams to attach to their operators:
+            the document sent to this cluster's nodes only, the commands followed and cancelled, the
+            jobs' log lines read.
         efa: Whether nodes have an EFA interface (several nodes of an EFA-capable type).
         ami_id: The cached Deep Learning AMI id the nodes run.
     """
@@ -263,6 +271,22 @@ class GpuCluster(Construct):
             )
             alarm = self._idle_alarm(f"Node{index}IdleAlarm", name, instance) if config.idle_stop_minutes else None
             self.nodes.append(GpuNode(name=name, instance=instance, private_ip=host, idle_alarm=alarm))
+        self.job_document_name = document_name(project_name)
+        self.job_document = ssm.CfnDocument(
+            self,
+            "JobDocument",
+            name=self.job_document_name,
+            document_type="Command",
+            document_format="JSON",
+            target_type="/AWS::EC2::Instance",
+            # A changed document becomes its new default version; the name stays the operators'.
+            update_method="NewVersion",
+            content=document_content(
+                datasets_s3_uri=f"s3://{datasets_bucket.bucket_name}/",
+                artifacts_s3_uri=f"s3://{artifacts_bucket.bucket_name}/",
+            ),
+        )
+        self.job_operator_policy = self._job_operator_policy()
 
     def _members_only_security_group(self, network: TrainingNetwork) -> ec2.SecurityGroup:
         group = closed_security_group(
@@ -438,6 +462,9 @@ class GpuCluster(Construct):
                     actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
                     resources=[self.log_group.log_group_arn],
                 ),
+                # SSM Agent looks the log group up before it sends a cluster job's output there
+                # (CloudWatchOutputConfig); DescribeLogGroups has no resource-level permissions.
+                iam.PolicyStatement(sid="FindJobOutputLogGroup", actions=["logs:DescribeLogGroups"], resources=["*"]),
                 iam.PolicyStatement(
                     sid="PublishGpuMetrics",
                     actions=["cloudwatch:PutMetricData"],
@@ -458,9 +485,10 @@ class GpuCluster(Construct):
         )
         acknowledge(
             policy,
-            "ecr:GetAuthorizationToken, cloudwatch:PutMetricData and Session Manager's ssmmessages/ec2messages "
-            "channel actions support no resource-level permissions; the metric statement is limited to the "
-            "CloudWatch agent's namespace by a condition.",
+            "ecr:GetAuthorizationToken, cloudwatch:PutMetricData, logs:DescribeLogGroups (SSM Agent's look-up of "
+            "the log group a cluster job's output goes to) and Session Manager's ssmmessages/ec2messages channel "
+            "actions support no resource-level permissions; the metric statement is limited to the CloudWatch "
+            "agent's namespace by a condition.",
             "AwsSolutions-IAM5[Resource::*]",
         )
         policy.node.add_validation(
@@ -516,6 +544,45 @@ class GpuCluster(Construct):
                     "applies only to credentials issued to that node's fixed private address.",
                 )
             )
+
+    def _job_operator_policy(self) -> iam.ManagedPolicy:
+        """Cluster jobs for operators (attached to no one here; the stack outputs its ARN)."""
+        stack = Stack.of(self)
+        policy = iam.ManagedPolicy(
+            self,
+            "JobOperatorPolicy",
+            description=f"Run, follow and stop jobs on {stack.stack_name} (python -m scripts.cluster_job)",
+            statements=[
+                # The document and this cluster's instances by id: SendCommand is authorized on both.
+                iam.PolicyStatement(
+                    sid="SendClusterJobs",
+                    actions=["ssm:SendCommand"],
+                    resources=[
+                        stack.format_arn(service="ssm", resource="document", resource_name=self.job_document_name),
+                        *(stack.format_arn(service="ec2", resource="instance", resource_name=n.instance.instance_id)
+                          for n in self.nodes),
+                    ],
+                ),  # fmt: skip
+                iam.PolicyStatement(
+                    sid="FollowAndCancelCommands",
+                    actions=["ssm:ListCommands", "ssm:ListCommandInvocations", "ssm:CancelCommand"],
+                    resources=["*"],
+                ),
+                iam.PolicyStatement(sid="SeeNodesRunning", actions=["ec2:DescribeInstances"], resources=["*"]),
+                iam.PolicyStatement(sid="ReadJobLogs", actions=["logs:GetLogEvents"], resources=[self.log_group.log_group_arn]),
+                iam.PolicyStatement(
+                    sid="ReadClusterOutputs", actions=["cloudformation:DescribeStacks"], resources=[Aws.STACK_ID]
+                ),
+            ],
+        )
+        acknowledge(
+            policy,
+            "ssm:ListCommands, ssm:ListCommandInvocations, ssm:CancelCommand and ec2:DescribeInstances support no "
+            "resource-level permissions; sending, the one action that runs anything, names the document and this "
+            "cluster's instances.",
+            "AwsSolutions-IAM5[Resource::*]",
+        )
+        return policy
 
     def _idle_alarm(self, construct_id: str, name: str, instance: ec2.Instance) -> cloudwatch.Alarm:
         config = self._config

@@ -27,6 +27,7 @@ CLIS = {
     "scripts.launch": "scripts.launch",
     "scripts.watch": "scripts.watch",
     "scripts.stop": "scripts.stop",
+    "scripts.cluster_job": "scripts.cluster_job",
     "scripts.list_jobs": "scripts.list_jobs",
     "scripts.promote": "scripts.promote",
     "scripts.invoke": "scripts.invoke",
@@ -139,7 +140,8 @@ def test_every_example_is_a_command_line_the_cli_accepts(name, monkeypatch, caps
 
 @pytest.mark.parametrize("name", sorted(CLIS))
 def test_an_unknown_option_exits_2(name, capsys):
-    required = {"scripts.stop": ["gputrain-x"], "scripts.invoke": ["-"], "scripts.promote": ["--show"]}.get(name, [])
+    required = {"scripts.stop": ["gputrain-x"], "scripts.invoke": ["-"], "scripts.promote": ["--show"],
+                "scripts.cluster_job": ["status", "gputrain-x"]}.get(name, [])  # fmt: skip
     with pytest.raises(SystemExit) as exc:
         importlib.import_module(CLIS[name]).main([*required, "--no-such-option"])
     assert exc.value.code == 2

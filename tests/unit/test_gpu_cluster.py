@@ -411,6 +411,7 @@ def test_role_has_least_privilege(synth_app):
         "PullTrainingImage": ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
         "EcrLogin": ["ecr:GetAuthorizationToken"],
         "WriteNodeLogs": ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+        "FindJobOutputLogGroup": ["logs:DescribeLogGroups"],  # SSM Agent, before a cluster job's output
         "PublishGpuMetrics": ["cloudwatch:PutMetricData"],
         "SignalHealth": ["cloudformation:SignalResource"],
         "SessionManagerChannels": sorted(SESSION_MANAGER_ACTIONS),
@@ -418,7 +419,7 @@ def test_role_has_least_privilege(synth_app):
     }
     assert all(s["Effect"] == "Allow" and "*" not in "".join(actions[sid]) for sid, s in statements.items())
     # "*" only where the service has no resource-level permissions.
-    assert {sid for sid, s in statements.items() if s["Resource"] == "*"} == {"EcrLogin", "PublishGpuMetrics", "SessionManagerChannels"}
+    assert {sid for sid, s in statements.items() if s["Resource"] == "*"} == {"EcrLogin", "PublishGpuMetrics", "SessionManagerChannels", "FindJobOutputLogGroup"}
     assert statements["PublishGpuMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "CWAgent"}}
     assert "kms:ViaService" in statements["BucketObjectKeys"]["Condition"]["StringEquals"]
     # Own log group only, and no creating log groups outside the stack.
@@ -605,6 +606,7 @@ ALLOWED_TYPES = {
     "AWS::IAM::InstanceProfile",
     "AWS::CloudWatch::Alarm",
     "AWS::Logs::LogGroup",
+    "AWS::SSM::Document",  # the cluster jobs' Command document: compute's, destroyed with it
 }
 
 

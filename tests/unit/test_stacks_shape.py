@@ -33,6 +33,7 @@ STACKS_MODULES_FOR_SCRIPTS = frozenset(
         "stacks.config",
         "stacks.gpu_instances",
         "stacks.platform",
+        "stacks.components.cluster_job_document",
         "stacks.components.endpoint_spec",
         "stacks.components.model_endpoint",
         "stacks.components.policy",

@@ -173,6 +173,26 @@ prepare_user_code() {
   log "script mode: $ENTRY_POINT from $CODE_S3_URI (multi-worker: $multi_worker)"
 }
 
+# The training container's docker options, shared with the cluster jobs (cluster_job.sh): every
+# GPU, host networking (workers reach each other at the node addresses in TRAINING_HOSTS), the
+# EFA devices, the container contract's variables, ML_DIR as /opt/ml and the output in the log
+# group. $1: the container's name, $2: its log stream after the instance id.
+container_options() {
+  local dev
+  EFA_DEVICES=()
+  for dev in /dev/infiniband/uverbs*; do
+    if [[ -e $dev ]]; then EFA_DEVICES+=(--device "$dev"); fi
+  done
+  CONTAINER_OPTIONS=(--name "$1" --gpus all --network host --ipc host
+    --ulimit memlock=-1 --ulimit stack=67108864 "${EFA_DEVICES[@]}"
+    --env EXPECTED_GPU_COUNT --env TRAINING_HOSTS --env TRAINING_CURRENT_HOST
+    --env TRAINING_WORKER_PORT --env TRAINING_INSTANCE_TYPE --env SAGEMAKER_BASE_DIR=/opt/ml
+    --env TF_USE_LEGACY_KERAS
+    --volume "$ML_DIR:/opt/ml"
+    --log-driver awslogs --log-opt "awslogs-region=$AWS_REGION"
+    --log-opt "awslogs-group=$LOG_GROUP" --log-opt "awslogs-stream=$INSTANCE_ID/$2")
+}
+
 start_training() {
   mkdir -p "$ML_DIR/checkpoints" "$ML_DIR/model" "$ML_DIR/output"
   if ! prepare_user_code; then
@@ -181,23 +201,11 @@ start_training() {
   fi
   aws s3 sync "$CHECKPOINT_S3_URI" "$ML_DIR/checkpoints" --region "$AWS_REGION" --only-show-errors ||
     log "no checkpoints restored from $CHECKPOINT_S3_URI"
-  local devices=() dev
-  for dev in /dev/infiniband/uverbs*; do
-    if [[ -e $dev ]]; then devices+=(--device "$dev"); fi
-  done
   docker rm -f "$CONTAINER" >/dev/null 2>&1 || true
-  # Host networking: workers reach each other at the node addresses in TRAINING_HOSTS.
-  docker run --detach --name "$CONTAINER" --gpus all --network host --ipc host \
-    --ulimit memlock=-1 --ulimit stack=67108864 "${devices[@]}" \
-    --env EXPECTED_GPU_COUNT --env TRAINING_HOSTS --env TRAINING_CURRENT_HOST \
-    --env TRAINING_WORKER_PORT --env TRAINING_INSTANCE_TYPE --env SAGEMAKER_BASE_DIR=/opt/ml \
-    --env TF_USE_LEGACY_KERAS \
-    --volume "$ML_DIR:/opt/ml" \
-    --log-driver awslogs --log-opt "awslogs-region=$AWS_REGION" \
-    --log-opt "awslogs-group=$LOG_GROUP" --log-opt "awslogs-stream=$INSTANCE_ID/training" \
-    "$IMAGE_URI" >/dev/null
+  container_options "$CONTAINER" training
+  docker run --detach "${CONTAINER_OPTIONS[@]}" "$IMAGE_URI" >/dev/null
   install_checkpoint_sync
-  log "training started: $TRAINING_CURRENT_HOST of $TRAINING_HOSTS, ${#devices[@]} EFA device option(s)"
+  log "training started: $TRAINING_CURRENT_HOST of $TRAINING_HOSTS, ${#EFA_DEVICES[@]} EFA device option(s)"
 }
 
 boot() {
@@ -226,16 +234,19 @@ boot() {
   fi
 }
 
-case ${1:-boot} in
-  boot) boot ;;
-  sync-checkpoints) sync_checkpoints ;;
-  start-training)
-    mkdir -p "$LOG_DIR"
-    INSTANCE_ID=$(imds instance-id)
-    start_training
-    ;;
-  *)
-    echo "usage: $0 [boot | sync-checkpoints | start-training]" >&2
-    exit 2
-    ;;
-esac
+# cluster_job.sh sources this file for its functions and settings; only a run dispatches.
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
+  case ${1:-boot} in
+    boot) boot ;;
+    sync-checkpoints) sync_checkpoints ;;
+    start-training)
+      mkdir -p "$LOG_DIR"
+      INSTANCE_ID=$(imds instance-id)
+      start_training
+      ;;
+    *)
+      echo "usage: $0 [boot | sync-checkpoints | start-training]" >&2
+      exit 2
+      ;;
+  esac
+fi

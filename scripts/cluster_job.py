@@ -1,0 +1,370 @@
+"""Run, follow and stop training jobs on the running GPU cluster, through SSM Run Command.
+
+Usage (from the repository root)::
+
+    python -m scripts.cluster_job run mlp-1 --hp epochs=5 --channel train=train/
+    python -m scripts.cluster_job run mlp-1 --dry-run        # print the SendCommand request only
+    python -m scripts.cluster_job status mlp-1               # each node's invocation
+    python -m scripts.cluster_job logs mlp-1 --follow        # each node's output, until the job ends
+    python -m scripts.cluster_job stop mlp-1                 # SIGTERM into the containers (checkpoint, exit 143)
+
+A job is one ``SendCommand`` of the cluster stack's ``<project>-cluster-train`` document (its
+``JobDocumentName`` output) to the instances tagged ``aws:cloudformation:stack-name=<project>-cluster``,
+every node at once (``MaxConcurrency`` 100%: a multi-node job needs all its workers) and
+``MaxErrors`` 0, its output in the cluster's log group. The document's parameter patterns and the
+image's hyperparameter rules are checked here first, so a bad request is refused in one line before
+any node is touched; so is a second job while one runs (one job at a time per cluster), and a job
+while a node is not running. ``status`` reads ``ListCommandInvocations``; ``stop`` cancels the
+command (``CancelCommand``) and sends the document's ``stop`` action, which gives each node's
+container SIGTERM and 120 s to write its checkpoint. A rerun of the same job name resumes from
+its checkpoints, as a SageMaker job with the same checkpoint location does.
+
+Outputs land in ``s3://<artifacts>/cluster-outputs/<project>-cluster/<job>/<node>/{model,output}/``
+and checkpoints in each node's own ``cluster-checkpoints/<project>-cluster/<node>/<job>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+from scripts.common import (
+    AWS_CREDENTIALS,
+    AWS_EXIT,
+    Deployment,
+    OperatorError,
+    UsageError,
+    add_common_arguments,
+    help_epilog,
+    parse_operator_args,
+    print_table,
+    run,
+    stack_name,
+)
+from scripts.cost import ec2_cluster
+from scripts.launch import parse_hyperparameters
+from stacks.components.cluster_job_document import (
+    DEFAULT_MAX_RUNTIME_SECONDS,
+    MAX_RUNTIME_LIMIT_SECONDS,
+    hyperparameter_problems,
+    request_refusals,
+)
+
+PROG = "python -m scripts.cluster_job"
+CLUSTER_OUTPUTS = ("JobDocumentName", "LogGroupName", "InstanceIds")
+"""Outputs of ``<project>-cluster`` the tool reads."""
+STACK_TAG = "aws:cloudformation:stack-name"
+"""CloudFormation's own tag on every instance of the stack: the command's target."""
+ACTIVE = ("Pending", "InProgress")
+DELIVERY_TIMEOUT_SECONDS = 600
+"""How long SSM tries to reach a node before that node's invocation times out."""
+PLUGIN = "ClusterJob"
+"""The document's step, which names the output's log streams."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The deployed cluster as a job sees it.
+
+    Attributes:
+        stack: ``<project>-cluster``.
+        document: The Command document's name.
+        log_group: Where the nodes' and the commands' output goes.
+        instance_ids: The nodes' instances, in node order (``node-<index>``).
+    """
+
+    stack: str
+    document: str
+    log_group: str
+    instance_ids: tuple[str, ...]
+
+    @classmethod
+    def of(cls, deployment: Deployment) -> "Cluster":
+        outputs = deployment.outputs("cluster", CLUSTER_OUTPUTS)
+        return cls(
+            stack=stack_name(deployment.config, "cluster"),
+            document=outputs["JobDocumentName"],
+            log_group=outputs["LogGroupName"],
+            instance_ids=tuple(i for i in outputs["InstanceIds"].split(",") if i),
+        )
+
+    def node_name(self, instance_id: str) -> str:
+        """``node-<index>`` of an instance of the cluster (its id when it is none)."""
+        return f"node-{self.instance_ids.index(instance_id)}" if instance_id in self.instance_ids else instance_id
+
+
+# --------------------------------------------------------------------------------------------
+# The request
+# --------------------------------------------------------------------------------------------
+
+
+def job_parameters(deployment: Deployment, args: argparse.Namespace) -> dict[str, str]:
+    """The document's parameters for ``run``: refused in one line where SSM or the image would refuse them."""
+    if bool(args.code_key) != bool(args.entry_point):
+        raise UsageError("script mode needs both --code-key code/.../sourcedir.tar.gz and --entry-point SCRIPT")
+    hyperparameters = parse_hyperparameters(args.hp)
+    cluster = deployment.config.cluster
+    found = hyperparameter_problems(hyperparameters, user_script=bool(args.entry_point), node_count=cluster.node_count,
+                                    gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+    if found:
+        raise OperatorError(f"refused before any node is touched: {'; '.join(found)}")
+    if not 1 <= args.max_runtime <= MAX_RUNTIME_LIMIT_SECONDS:
+        raise UsageError(f"--max-runtime must be 1-{MAX_RUNTIME_LIMIT_SECONDS} seconds, not {args.max_runtime}")
+    parameters = {
+        "Action": "run",
+        "JobName": args.job_name,
+        "Hyperparameters": json.dumps(hyperparameters),
+        "Channels": ",".join(args.channel),
+        "CodeKey": args.code_key or "",
+        "EntryPoint": args.entry_point or "",
+        "MaxRuntimeSeconds": str(args.max_runtime),
+    }
+    refusals = request_refusals(parameters)
+    if refusals or any(".." in channel for channel in args.channel):
+        raise OperatorError(f"refused before any node is touched: {'; '.join(refusals) or 'a channel prefix with ..'}")
+    return parameters
+
+
+def send_command_request(deployment: Deployment, cluster: Cluster, parameters: dict[str, str]) -> dict[str, Any]:
+    """The ``SendCommand`` request of one action of the document to every node of the cluster."""
+    return {
+        "DocumentName": cluster.document,
+        "DocumentVersion": "$DEFAULT",
+        "Targets": [{"Key": f"tag:{STACK_TAG}", "Values": [cluster.stack]}],
+        "Parameters": {name: [value] for name, value in parameters.items()},
+        "MaxConcurrency": "100%",
+        "MaxErrors": "0",
+        "TimeoutSeconds": DELIVERY_TIMEOUT_SECONDS,
+        "Comment": f"{parameters['Action']} {parameters['JobName']}"[:100],
+        "CloudWatchOutputConfig": {"CloudWatchLogGroupName": cluster.log_group, "CloudWatchOutputEnabled": True},
+    }
+
+
+def price_line(deployment: Deployment, max_runtime_seconds: int) -> str:
+    """The cluster's on-demand price while the job runs, and the most over its maximum runtime."""
+    hours = max_runtime_seconds / 3600
+    on_demand = ec2_cluster(deployment.config, hours)[0]
+    return (f"price: {on_demand.item.removeprefix('EC2 cluster, on-demand: ')}, on-demand ${on_demand.usd_per_hour:,.2f}/h; "
+            f"at most ${on_demand.usd_per_run:,.2f} over its {hours:g} h maximum runtime (the nodes bill while they run, "
+            "job or not)")  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# AWS
+# --------------------------------------------------------------------------------------------
+
+
+def job_commands(deployment: Deployment, cluster: Cluster, job_name: Optional[str] = None, action: str = "run") -> list[dict[str, Any]]:
+    """The document's commands of ``action`` (for ``job_name``, or every job), newest first."""
+    ssm = deployment.aws.client("ssm")
+    commands: list[dict[str, Any]] = []
+    for page in ssm.get_paginator("list_commands").paginate(Filters=[{"key": "DocumentName", "value": cluster.document}]):
+        for command in page["Commands"]:
+            parameters = command.get("Parameters") or {}
+            if command.get("DocumentName") != cluster.document or parameters.get("Action", ["run"]) != [action]:
+                continue
+            if job_name is None or parameters.get("JobName") == [job_name]:
+                commands.append(command)
+    return sorted(commands, key=lambda c: c["RequestedDateTime"], reverse=True)
+
+
+def latest_run(deployment: Deployment, cluster: Cluster, job_name: str) -> dict[str, Any]:
+    """The newest ``run`` command of the job, or an :class:`OperatorError` naming the way to list them."""
+    commands = job_commands(deployment, cluster, job_name)
+    if not commands:
+        raise OperatorError(f"no cluster job {job_name} in {deployment.region} (see {PROG} list)")
+    return commands[0]
+
+
+def running_nodes(deployment: Deployment, cluster: Cluster) -> list[str]:
+    """The running instances the command's target selects; an :class:`OperatorError` unless every node runs."""
+    ec2 = deployment.aws.client("ec2")
+    reservations = ec2.describe_instances(Filters=[{"Name": f"tag:{STACK_TAG}", "Values": [cluster.stack]}])["Reservations"]
+    states = {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
+    down = [f"{cluster.node_name(i)} ({i}) {states.get(i, 'missing')}" for i in cluster.instance_ids if states.get(i) != "running"]
+    if down:
+        raise OperatorError(
+            f"refused: every node must run for a cluster job, and {', '.join(down)}: start it "
+            f"(aws ec2 start-instances --instance-ids ...) or redeploy {cluster.stack}"
+        )
+    return list(cluster.instance_ids)
+
+
+def invocations(deployment: Deployment, command_id: str) -> list[dict[str, Any]]:
+    """``ListCommandInvocations`` of one command."""
+    paginator = deployment.aws.client("ssm").get_paginator("list_command_invocations")
+    return [i for page in paginator.paginate(CommandId=command_id) for i in page["CommandInvocations"]]
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
+    parameters = job_parameters(deployment, args)
+    cluster = Cluster.of(deployment)
+    request = send_command_request(deployment, cluster, parameters)
+    price = price_line(deployment, args.max_runtime)
+    if args.dry_run:
+        print(json.dumps(request, indent=2))
+        print(price)
+        return 0
+    running = [c for c in job_commands(deployment, cluster) if c["Status"] in ACTIVE]
+    if running:
+        name = running[0]["Parameters"]["JobName"][0]
+        raise OperatorError(f"refused: cluster job {name} is running (command {running[0]['CommandId']}); one job at a "
+                            f"time: wait for it, or {PROG} stop {name}")  # fmt: skip
+    nodes = running_nodes(deployment, cluster)
+    command = deployment.aws.client("ssm").send_command(**request)["Command"]
+    print(f"started cluster job {args.job_name}: command {command['CommandId']} to {len(nodes)} node(s) of {cluster.stack}")
+    print(price)
+    print(f"follow: {PROG} status {args.job_name}  |  {PROG} logs {args.job_name} --follow")
+    return 0
+
+
+def cmd_status(deployment: Deployment, args: argparse.Namespace) -> int:
+    cluster = Cluster.of(deployment)
+    command = latest_run(deployment, cluster, args.job_name)
+    rows = [
+        (cluster.node_name(i["InstanceId"]), i["InstanceId"], i["Status"], str(i.get("StatusDetails", "")),
+         str(i.get("CommandPlugins", [{}])[0].get("ResponseCode", "")) if i.get("CommandPlugins") else "")
+        for i in invocations(deployment, command["CommandId"])
+    ]  # fmt: skip
+    print(f"{args.job_name}: {command['Status']} (command {command['CommandId']}, {command.get('TargetCount', '?')} node(s))")
+    print_table(sorted(rows), ("node", "instance", "status", "details", "exit"))
+    return 1 if command["Status"] in ("Failed", "Cancelled", "TimedOut") else 0
+
+
+def _stream_events(logs: Any, group: str, stream: str, token: Optional[str]) -> tuple[list[str], Optional[str]]:
+    params: dict[str, Any] = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
+    if token:
+        params["nextToken"] = token
+    try:
+        page = logs.get_log_events(**params)
+    except logs.exceptions.ResourceNotFoundException:
+        return [], token
+    return [e["message"].rstrip("\n") for e in page["events"]], page.get("nextForwardToken")
+
+
+def cmd_logs(deployment: Deployment, args: argparse.Namespace, sleep: Callable[[float], None] = time.sleep) -> int:
+    cluster = Cluster.of(deployment)
+    command = latest_run(deployment, cluster, args.job_name)
+    instances = [i for i in cluster.instance_ids if args.node in (None, cluster.node_name(i))]
+    if not instances:
+        raise UsageError(f"--node {args.node} is no node of {cluster.stack} (node-0 ... node-{len(cluster.instance_ids) - 1})")
+    logs = deployment.aws.client("logs")
+    streams = [
+        (instance, stream)
+        for instance in instances
+        for stream in (f"{command['CommandId']}/{instance}/{PLUGIN}/stdout", f"{command['CommandId']}/{instance}/{PLUGIN}/stderr",
+                       f"{instance}/job/{args.job_name}")  # fmt: skip
+    ]
+    tokens: dict[str, Optional[str]] = {}
+    while True:
+        for instance, stream in streams:
+            lines, tokens[stream] = _stream_events(logs, cluster.log_group, stream, tokens.get(stream))
+            for line in lines:
+                print(f"{cluster.node_name(instance)}: {line}")
+        if not args.follow:
+            return 0
+        command = latest_run(deployment, cluster, args.job_name)
+        if command["Status"] not in ACTIVE:
+            print(f"{args.job_name}: {command['Status']}")
+            return 1 if command["Status"] in ("Failed", "Cancelled", "TimedOut") else 0
+        sleep(args.interval)
+
+
+def cmd_stop(deployment: Deployment, args: argparse.Namespace) -> int:
+    cluster = Cluster.of(deployment)
+    command = latest_run(deployment, cluster, args.job_name)
+    if command["Status"] not in ACTIVE:
+        print(f"{args.job_name} already {command['Status']}; nothing to stop")
+        return 0
+    ssm = deployment.aws.client("ssm")
+    # The stop action first: it reaches the containers whatever the cancel does to the run's shell.
+    request = send_command_request(deployment, cluster, {"Action": "stop", "JobName": args.job_name})
+    stop = ssm.send_command(**request)["Command"]
+    ssm.cancel_command(CommandId=command["CommandId"])
+    print(f"stopping cluster job {args.job_name}: SIGTERM into its containers (command {stop['CommandId']}), "
+          f"command {command['CommandId']} cancelled; its checkpoints stay for a rerun to resume")  # fmt: skip
+    return 0
+
+
+def cmd_list(deployment: Deployment, args: argparse.Namespace) -> int:
+    cluster = Cluster.of(deployment)
+    rows = [
+        (c["Parameters"]["JobName"][0], c["Status"], str(c["RequestedDateTime"])[:19], c["CommandId"])
+        for c in job_commands(deployment, cluster)
+    ]
+    print_table(rows, ("job", "status", "requested", "command"))
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Run, follow and stop training jobs on the running GPU cluster (SSM Run Command).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=help_epilog(
+            PROG,
+            [
+                ("run mlp-1 --hp epochs=5 --channel train=train/ --dry-run", "print the SendCommand request and the price"),
+                ("run script-1 --code-key code/run-1/sourcedir.tar.gz --entry-point train.py", "a user's script on every node"),
+                ("stop mlp-1", "SIGTERM into the job's containers: a checkpoint, exit 143"),
+            ],
+            credentials=AWS_CREDENTIALS,
+            done="the job was sent or stopped; status: it succeeded or still runs",
+            failed="status and logs --follow: the job failed, was cancelled or timed out on a node",
+            cannot_proceed=AWS_EXIT + ", a job the document or the image's rules refuse, a second job while one runs, "
+            "a node not running",
+        ),
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,status,logs,stop,list}")
+    run_parser = commands.add_parser("run", help="start a job on every node")
+    run_parser.add_argument("job_name", help="the job (lowercase letters, digits, single hyphens; a rerun resumes)")
+    run_parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="hyperparameter (repeatable)")
+    run_parser.add_argument("--channel", action="append", default=[], metavar="NAME=PREFIX",
+                            help="channel NAME from PREFIX in the datasets bucket (repeatable)")  # fmt: skip
+    run_parser.add_argument("--code-key", help="script mode: a sourcedir.tar.gz under code/ in the artifacts bucket "
+                            "(scripts.launch --source-dir DIR --entry-point train.py --upload-only puts one there)")  # fmt: skip
+    run_parser.add_argument("--entry-point", help="script mode: the script inside --code-key")
+    run_parser.add_argument("--max-runtime", type=int, default=DEFAULT_MAX_RUNTIME_SECONDS, metavar="SECONDS",
+                            help=f"SIGTERM after this long (default {DEFAULT_MAX_RUNTIME_SECONDS})")  # fmt: skip
+    run_parser.add_argument("--dry-run", action="store_true", help="print the SendCommand request; send nothing")
+    for name, what in (("status", "each node's invocation of the job"), ("stop", "stop the job on every node")):
+        commands.add_parser(name, help=what).add_argument("job_name")
+    logs_parser = commands.add_parser("logs", help="each node's output")
+    logs_parser.add_argument("job_name")
+    logs_parser.add_argument("--node", help="one node, e.g. node-0 (default: every node)")
+    logs_parser.add_argument("--follow", action="store_true", help="until the job ends")
+    logs_parser.add_argument("--interval", type=float, default=10.0, help="seconds between polls (default 10)")
+    commands.add_parser("list", help="the cluster's jobs, newest first")
+    for sub in commands.choices.values():
+        add_common_arguments(sub)
+    return parser
+
+
+COMMANDS: dict[str, Callable[[Deployment, argparse.Namespace], int]] = {
+    "run": cmd_run, "status": cmd_status, "logs": cmd_logs, "stop": cmd_stop, "list": cmd_list,
+}  # fmt: skip
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args, deployment = parse_operator_args(build_parser(), argv)
+    if not deployment.config.cluster.enabled:
+        raise OperatorError("cluster.enabled is false in this config: there is no cluster to run jobs on")
+    return COMMANDS[args.command](deployment, args)
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

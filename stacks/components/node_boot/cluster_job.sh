@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# One cluster job on one node, as the <project>-cluster-train SSM Command document runs it
+# (stacks/components/cluster_job_document.py renders this file into the document). SSM Run
+# Command starts it on every node at once; the document's parameters arrive as SSM_* variables
+# (interpolationType ENV_VAR: data, never shell), already checked against its allowedPattern.
+#
+#   SSM_Action=run   refuse if a training container runs here; the node's GPU check (no
+#                    CloudFormation signal); the image the node pulled at boot; the job laid out
+#                    as SageMaker lays it out under $JOBS_DIR/<job>/ml (= /opt/ml in the
+#                    container): input/config/{hyperparameters,resourceconfig,inputdataconfig}.json
+#                    with the fixed host list, the channels synced from S3 first, the checkpoints
+#                    of this node restored; the container waited for, up to the maximum
+#                    runtime; then the model and outputs to <OUTPUT_S3_URI><job>/<node>/ and the
+#                    checkpoints to <CHECKPOINT_S3_URI><job>/. The exit code is the container's
+#                    (143: stopped, as SageMaker's SIGTERM), so SSM reports each node truthfully.
+#   SSM_Action=stop  SIGTERM into the job's container on this node (120 s to write a checkpoint).
+#
+# The settings and the shared steps (pull_image, prepare_user_code, container_options) are
+# bootstrap.sh's, sourced from beside this file on the node (GPUTRAIN_NODE_DIR in tests).
+# shellcheck disable=SC2154  # the SSM_* variables are Run Command's (the document's parameters)
+set -Eeuo pipefail
+
+# The document's copy of this file removes itself (bash holds it open).
+[[ $0 != /tmp/gputrain-job.* ]] || rm -f -- "$0"
+# shellcheck source=/dev/null
+. "${GPUTRAIN_NODE_DIR:-/opt/gputrain}/bootstrap.sh"
+JOBS_DIR=${GPUTRAIN_JOBS_DIR:-/var/lib/gputrain/jobs}
+JOB_PREFIX=gputrain-job-
+STOP_SECONDS=120
+MAX_RUNTIME_LIMIT=169200
+
+log() { printf '%s job %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$*"; }
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+
+running_jobs() {
+  docker ps --filter "name=^$JOB_PREFIX" --filter "name=^$CONTAINER\$" | awk 'NR > 1 { print $NF }'
+}
+
+stop_job() {
+  if [[ " $(running_jobs | tr '\n' ' ') " != *" $JOB_CONTAINER "* ]]; then
+    log "job $JOB_NAME is not running on this node"
+    return 0
+  fi
+  log "stopping $JOB_CONTAINER (SIGTERM, $STOP_SECONDS s to write a checkpoint)"
+  docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null
+}
+
+# SageMaker's hyperparameters.json: the job's (a flat JSON object of strings, the document's
+# pattern) with script mode's sagemaker_* entries, which prepare_user_code wrote, appended.
+write_config() {
+  local config=$ML_DIR/input/config hosts="" host channel channels="" script iface open='{' close='}'
+  mkdir -p "$config"
+  script=$(cat "$config/hyperparameters.json" 2>/dev/null || true)
+  if [[ -n $script && $SSM_Hyperparameters != "{}" ]]; then
+    printf '%s, %s\n' "${SSM_Hyperparameters%"$close"}" "${script#"$open"}" >"$config/hyperparameters.json"
+  elif [[ -z $script ]]; then
+    printf '%s\n' "$SSM_Hyperparameters" >"$config/hyperparameters.json"
+  fi
+  for host in ${TRAINING_HOSTS//,/ }; do hosts+="${hosts:+, }\"$host\""; done
+  iface=$(ip route show default 2>/dev/null | awk '{ print $5; exit }' || true)
+  printf '{"current_host": "%s", "hosts": [%s], "network_interface_name": "%s", "current_instance_type": "%s"}\n' \
+    "$TRAINING_CURRENT_HOST" "$hosts" "${iface:-eth0}" "$TRAINING_INSTANCE_TYPE" >"$config/resourceconfig.json"
+  for channel in ${SSM_Channels//,/ }; do
+    channels+="${channels:+, }\"${channel%%=*}\": {\"TrainingInputMode\": \"File\", \"S3DistributionType\": \"FullyReplicated\", \"RecordWrapperType\": \"None\"}"
+  done
+  printf '{%s}\n' "$channels" >"$config/inputdataconfig.json"
+}
+
+download_channels() {
+  local channel name prefix
+  for channel in ${SSM_Channels//,/ }; do
+    name=${channel%%=*} prefix=${channel#*=}
+    aws s3 sync "$JOB_DATASETS_S3_URI$prefix" "$ML_DIR/input/data/$name" --region "$AWS_REGION" --only-show-errors ||
+      die "could not download channel $name from $JOB_DATASETS_S3_URI$prefix"
+    log "channel $name: $JOB_DATASETS_S3_URI$prefix"
+  done
+}
+
+upload_results() {
+  local where=$OUTPUT_S3_URI$JOB_NAME/$NODE_NAME
+  aws s3 sync "$ML_DIR/checkpoints" "$JOB_CHECKPOINTS" --region "$AWS_REGION" --only-show-errors ||
+    log "WARNING: checkpoint upload to $JOB_CHECKPOINTS failed"
+  if ! { aws s3 sync "$ML_DIR/model" "$where/model" --region "$AWS_REGION" --only-show-errors &&
+    aws s3 sync "$ML_DIR/output" "$where/output" --region "$AWS_REGION" --only-show-errors; }; then
+    log "WARNING: upload of the model and outputs to $where failed"
+  fi
+}
+
+stop_container() { docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null 2>&1 || true; }
+
+# The container runs detached and this script waits in `wait`, which a signal interrupts: Run
+# Command's cancel (or a stopping instance) reaches the trap at once and the container gets
+# SIGTERM, rather than running on without the command that reports it.
+wait_for_container() {
+  local exit_file=$ML_DIR/../container-exit-code waiter status=0
+  timeout "$SSM_MaxRuntimeSeconds" docker wait "$JOB_CONTAINER" >"$exit_file" &
+  waiter=$!
+  wait "$waiter" || status=$?
+  while kill -0 "$waiter" 2>/dev/null; do wait "$waiter" || status=$?; done
+  if ((status == 124)); then
+    log "maximum runtime of $SSM_MaxRuntimeSeconds s reached: stopping $JOB_CONTAINER"
+    stop_container
+    docker wait "$JOB_CONTAINER" >"$exit_file"
+  fi
+  CONTAINER_EXIT=$(<"$exit_file")
+}
+
+run_job() {
+  local running
+  running=$(running_jobs)
+  [[ -z $running ]] || die "refused: $running is running on this node (one job at a time; stop it first)"
+  INSTANCE_ID=$(imds instance-id)
+  export INSTANCE_ID
+  log "job $JOB_NAME on $INSTANCE_ID ($TRAINING_CURRENT_HOST of $TRAINING_HOSTS)"
+  env -u STACK_NAME bash "$NODE_DIR/health_check.sh" || die "GPU check failed: the job does not start on this node"
+  pull_image || die "could not pull $IMAGE_URI"
+
+  ML_DIR=$JOBS_DIR/$JOB_NAME/ml
+  rm -rf "$ML_DIR/input" "$ML_DIR/model" "$ML_DIR/output"
+  mkdir -p "$ML_DIR/input/data" "$ML_DIR/model" "$ML_DIR/output" "$ML_DIR/checkpoints"
+  # shellcheck disable=SC2034  # prepare_user_code's inputs
+  CODE_S3_URI=${SSM_CodeKey:+$JOB_ARTIFACTS_S3_URI$SSM_CodeKey} ENTRY_POINT=$SSM_EntryPoint
+  prepare_user_code || die "could not prepare the user's code"
+  write_config
+  download_channels
+  aws s3 sync "$JOB_CHECKPOINTS" "$ML_DIR/checkpoints" --region "$AWS_REGION" --only-show-errors ||
+    log "no checkpoints restored from $JOB_CHECKPOINTS"
+
+  docker rm -f "$JOB_CONTAINER" >/dev/null 2>&1 || true
+  container_options "$JOB_CONTAINER" "job/$JOB_NAME"
+  trap 'log "signal: stopping $JOB_CONTAINER"; stop_container' TERM INT
+  docker run --detach "${CONTAINER_OPTIONS[@]}" "$IMAGE_URI" >/dev/null
+  log "started $JOB_CONTAINER: ${#EFA_DEVICES[@]} EFA device option(s), at most $SSM_MaxRuntimeSeconds s"
+  wait_for_container
+  upload_results
+  log "job $JOB_NAME: the container exited $CONTAINER_EXIT"
+  exit "$CONTAINER_EXIT"
+}
+
+# The document's patterns already held; checked again here because these values become paths,
+# numbers and a container's name on the node.
+check_parameters() {
+  local channel
+  [[ $JOB_NAME =~ ^[a-z0-9](-?[a-z0-9]){0,62}$ ]] || die "invalid job name '$JOB_NAME'"
+  if ! [[ $SSM_MaxRuntimeSeconds =~ ^[1-9][0-9]{0,5}$ ]] || ((SSM_MaxRuntimeSeconds > MAX_RUNTIME_LIMIT)); then
+    die "MaxRuntimeSeconds '$SSM_MaxRuntimeSeconds' is not 1-$MAX_RUNTIME_LIMIT"
+  fi
+  for channel in ${SSM_Channels//,/ }; do
+    [[ $channel =~ ^[A-Za-z0-9][A-Za-z0-9-]{0,63}=[A-Za-z0-9_./-]*$ && $channel != *..* ]] ||
+      die "invalid channel '$channel'"
+  done
+}
+
+JOB_NAME=${SSM_JobName:-}
+[[ -n ${SSM_Action+set} ]] || die "SSM Agent sets no SSM_* variables: it predates ENV_VAR interpolation (3.3.2746.0); update it"
+JOB_CONTAINER=$JOB_PREFIX$JOB_NAME JOB_CHECKPOINTS=$CHECKPOINT_S3_URI$JOB_NAME/
+case $SSM_Action in
+  stop)
+    [[ $JOB_NAME =~ ^[a-z0-9](-?[a-z0-9]){0,62}$ ]] || die "invalid job name '$JOB_NAME'"
+    stop_job
+    ;;
+  run)
+    check_parameters
+    run_job
+    ;;
+  *) die "unknown action '$SSM_Action'" ;;
+esac

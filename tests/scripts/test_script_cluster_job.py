@@ -1,0 +1,220 @@
+"""scripts.cluster_job against moto: the SendCommand it sends, what it refuses first, status, logs and stop.
+
+A two-node ``gputrain-cluster`` stack is deployed into moto for these tests and deleted after them
+(CloudFormation tags its instances ``aws:cloudformation:stack-name``, the command's target, as AWS
+does). moto records ``SendCommand`` but runs nothing, and every command is ``Success`` at once;
+it has no ``ListCommandInvocations`` or ``CancelCommand``. The tests add those two in-process and
+set a command's status in moto's backend where they need a running or failed job. The document's
+script itself runs in tests/unit/test_cluster_job_document.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Iterator
+
+import boto3
+import pytest
+from moto.backends import get_backend
+from moto.core.responses import ActionResult
+from moto.ssm.responses import SimpleSystemManagerResponse
+
+from scripts import cluster_job
+from scripts.common import run
+from tests.scripts.conftest import ACCOUNT, PROJECT, REGION
+
+STACK = f"{PROJECT}-cluster"
+DOCUMENT = f"{PROJECT}-cluster-train"
+LOG_GROUP = f"/{PROJECT}/gpu-cluster"
+CLUSTER_TEMPLATE = {
+    "Resources": {
+        **{f"Node{i}": {"Type": "AWS::EC2::Instance", "Properties": {"ImageId": "ami-12c6146b", "InstanceType": "g5.xlarge"}}
+           for i in range(2)},  # fmt: skip
+        "Logs": {"Type": "AWS::Logs::LogGroup", "Properties": {"LogGroupName": LOG_GROUP}},
+    },
+    "Outputs": {
+        "InstanceIds": {"Value": {"Fn::Join": [",", [{"Ref": "Node0"}, {"Ref": "Node1"}]]}},
+        "LogGroupName": {"Value": LOG_GROUP},
+        "JobDocumentName": {"Value": DOCUMENT},
+    },
+}
+
+
+def _ssm_backend() -> Any:
+    return get_backend("ssm")[ACCOUNT][REGION]
+
+
+def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ListCommandInvocations and CancelCommand, from moto's record of the command."""
+
+    def list_command_invocations(self: SimpleSystemManagerResponse) -> ActionResult:
+        command = self.ssm_backend.get_command_by_id(self._get_param("CommandId"))
+        statuses = getattr(command, "node_statuses", {})
+        invocations = []
+        for instance in command.instance_ids:
+            status, code = statuses.get(instance, (command.status, 0))
+            invocations.append({
+                "CommandId": command.command_id, "InstanceId": instance, "DocumentName": command.document_name,
+                "Status": status, "StatusDetails": status,
+                "CommandPlugins": [{"Name": "ClusterJob", "Status": status, "ResponseCode": code}],
+            })  # fmt: skip
+        return ActionResult({"CommandInvocations": invocations})
+
+    def cancel_command(self: SimpleSystemManagerResponse) -> ActionResult:
+        command = self.ssm_backend.get_command_by_id(self._get_param("CommandId"))
+        command.status = "Cancelled"
+        return ActionResult({})
+
+    monkeypatch.setattr(SimpleSystemManagerResponse, "list_command_invocations", list_command_invocations, raising=False)
+    monkeypatch.setattr(SimpleSystemManagerResponse, "cancel_command", cancel_command, raising=False)
+
+
+@pytest.fixture
+def cluster(aws, monkeypatch) -> Iterator[list[str]]:
+    """The cluster stack in moto; its two instance ids, node order. Deleted after the test."""
+    _patch_moto(monkeypatch)
+    cfn = boto3.client("cloudformation", region_name=REGION)
+    cfn.create_stack(StackName=STACK, TemplateBody=json.dumps(CLUSTER_TEMPLATE))
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in cfn.describe_stacks(StackName=STACK)["Stacks"][0]["Outputs"]}
+    instances = outputs["InstanceIds"].split(",")
+    try:
+        yield instances
+    finally:
+        cfn.delete_stack(StackName=STACK)  # its instances and log group with it
+        # moto's tag targeting would still select the terminated instances (SSM targets only online ones).
+        boto3.client("ec2", region_name=REGION).delete_tags(Resources=instances, Tags=[{"Key": "aws:cloudformation:stack-name"}])
+        backend = _ssm_backend()
+        backend._commands[:] = [c for c in backend._commands if c.document_name != DOCUMENT]
+
+
+def _commands() -> list[Any]:
+    return [c for c in _ssm_backend()._commands if c.document_name == DOCUMENT]
+
+
+def test_dry_run_prints_the_send_command_request_and_the_price(cluster, capsys):
+    argv = ["run", "mlp-1", "--hp", "epochs=3", "--channel", "train=train/", "--max-runtime", "7200", "--dry-run"]
+    assert run(cluster_job.main, argv) == 0
+    out = capsys.readouterr().out
+    request = json.loads(out[: out.index("\nprice:")])
+    assert request == {
+        "DocumentName": DOCUMENT,
+        "DocumentVersion": "$DEFAULT",
+        "Targets": [{"Key": "tag:aws:cloudformation:stack-name", "Values": [STACK]}],
+        "Parameters": {
+            "Action": ["run"], "JobName": ["mlp-1"], "Hyperparameters": ['{"epochs": "3"}'], "Channels": ["train=train/"],
+            "CodeKey": [""], "EntryPoint": [""], "MaxRuntimeSeconds": ["7200"],
+        },  # fmt: skip
+        "MaxConcurrency": "100%",
+        "MaxErrors": "0",
+        "TimeoutSeconds": 600,
+        "Comment": "run mlp-1",
+        "CloudWatchOutputConfig": {"CloudWatchLogGroupName": LOG_GROUP, "CloudWatchOutputEnabled": True},
+    }
+    assert "price: 1 x g5.xlarge (1 x NVIDIA A10G), on-demand $1.01/h; at most $2.01 over its 2 h" in out
+    assert _commands() == []
+
+
+def test_run_sends_the_document_to_every_node_of_the_cluster(cluster, capsys):
+    assert run(cluster_job.main, ["run", "mlp-2", "--hp", "epochs=2", "--channel", "train=train/"]) == 0
+    (command,) = _commands()
+    assert sorted(command.instance_ids) == sorted(cluster)  # the stack's tag selects both nodes
+    assert command.parameters["JobName"] == ["mlp-2"] and command.max_concurrency == "100%" and command.max_errors == "0"
+    out = capsys.readouterr().out
+    assert f"started cluster job mlp-2: command {command.command_id} to 2 node(s) of {STACK}" in out
+
+
+def test_a_script_mode_job_passes_its_code_and_entry_point(cluster):
+    argv = ["run", "script-1", "--code-key", "code/run-1/sourcedir.tar.gz", "--entry-point", "train.py", "--hp", "anything=goes"]
+    assert run(cluster_job.main, argv) == 0
+    (command,) = _commands()
+    assert command.parameters["CodeKey"] == ["code/run-1/sourcedir.tar.gz"] and command.parameters["EntryPoint"] == ["train.py"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "bad-1", "--hp", "epochz=3"], "refused before any node is touched: "),  # the image's own rules
+        (["run", "bad-2", "--hp", "sagemaker_program=evil.py"], "sagemaker_"),
+        (["run", "Bad_Name"], "JobName 'Bad_Name' does not match"),
+        (["run", "bad-3", "--channel", "train=s3://elsewhere/"], "Channels"),
+        (["run", "bad-4", "--code-key", "training-jobs/x.tar.gz", "--entry-point", "t.py"], "CodeKey"),
+    ],
+)
+def test_bad_requests_are_refused_in_one_line_before_send_command(cluster, capsys, argv, message):
+    assert run(cluster_job.main, argv) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.strip().splitlines()) == 1
+    assert _commands() == []
+
+
+def test_script_mode_needs_both_code_and_entry_point(cluster, capsys):
+    assert run(cluster_job.main, ["run", "half", "--entry-point", "train.py"]) == 2
+    assert "needs both --code-key" in capsys.readouterr().err
+
+
+def test_a_second_job_is_refused_naming_the_running_one(cluster, capsys):
+    assert run(cluster_job.main, ["run", "first"]) == 0
+    (first,) = _commands()
+    first.status = "InProgress"
+    assert run(cluster_job.main, ["run", "second"]) == 3
+    assert f"refused: cluster job first is running (command {first.command_id})" in capsys.readouterr().err
+    assert len(_commands()) == 1
+
+
+def test_a_job_needs_every_node_running(cluster, capsys):
+    boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=[cluster[1]])
+    assert run(cluster_job.main, ["run", "half-cluster"]) == 3
+    assert f"node-1 ({cluster[1]}) stopped" in capsys.readouterr().err
+    assert _commands() == []
+
+
+def test_status_shows_each_node_and_fails_when_a_node_failed(cluster, capsys):
+    assert run(cluster_job.main, ["run", "st-1"]) == 0
+    (command,) = _commands()
+    command.status = "InProgress"
+    capsys.readouterr()
+    assert run(cluster_job.main, ["status", "st-1"]) == 0
+    out = capsys.readouterr().out
+    assert f"st-1: InProgress (command {command.command_id}" in out
+    assert [line.split()[:3] for line in out.splitlines()[2:]] == [["node-0", cluster[0], "InProgress"], ["node-1", cluster[1], "InProgress"]]
+    command.status = "Failed"
+    command.node_statuses = {cluster[0]: ("Success", 0), cluster[1]: ("Failed", 1)}
+    assert run(cluster_job.main, ["status", "st-1"]) == 1
+    assert ["node-1", cluster[1], "Failed", "Failed", "1"] in [l.split() for l in capsys.readouterr().out.splitlines()]
+
+
+def test_status_of_an_unknown_job_says_how_to_list_them(cluster, capsys):
+    assert run(cluster_job.main, ["status", "never-ran"]) == 3
+    assert "no cluster job never-ran" in capsys.readouterr().err
+
+
+def test_stop_sends_the_stop_action_and_cancels_the_command(cluster, capsys):
+    assert run(cluster_job.main, ["run", "to-stop"]) == 0
+    (command,) = _commands()
+    command.status = "InProgress"
+    assert run(cluster_job.main, ["stop", "to-stop"]) == 0
+    stop = next(c for c in _commands() if c.parameters["Action"] == ["stop"])
+    assert stop.parameters["JobName"] == ["to-stop"] and sorted(stop.instance_ids) == sorted(cluster)
+    assert command.status == "Cancelled"
+    assert "SIGTERM into its containers" in capsys.readouterr().out
+    assert run(cluster_job.main, ["stop", "to-stop"]) == 0
+    assert "already Cancelled; nothing to stop" in capsys.readouterr().out
+
+
+def test_logs_prints_each_nodes_lines(cluster, capsys):
+    assert run(cluster_job.main, ["run", "logged"]) == 0
+    (command,) = _commands()
+    logs = boto3.client("logs", region_name=REGION)
+    for index, instance in enumerate(cluster):
+        stream = f"{instance}/job/logged"
+        logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+        logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
+                            logEvents=[{"timestamp": int(time.time() * 1000), "message": f"epoch 1: loss 0.{index}"}])  # fmt: skip
+    capsys.readouterr()
+    assert run(cluster_job.main, ["logs", "logged", "--node", "node-1"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["node-1: epoch 1: loss 0.1"]
+    assert run(cluster_job.main, ["logs", "logged", "--follow", "--interval", "0"]) == 0  # moto: Success at once
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["node-0: epoch 1: loss 0.0", "node-1: epoch 1: loss 0.1", "logged: Success"]
+    assert command.command_id

