@@ -312,9 +312,9 @@ PENDING_CODE = "pending-upload/sourcedir.tar.gz"
 """Where :func:`check_options` takes a script's code to be before it is uploaded."""
 
 
-def training_price(deployment: Deployment, values: LaunchValues) -> JobPrice:
+def training_price(config: PlatformConfig, values: LaunchValues) -> JobPrice:
     """What a training job with ``values`` costs per hour, and the most it can."""
-    tj = deployment.config.training_job
+    tj = config.training_job
     return job_price(
         "training job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
         spot=bool(values.use_spot), volume_gb=tj.volume_size_gb, max_runtime_seconds=tj.max_runtime_seconds,
@@ -322,9 +322,9 @@ def training_price(deployment: Deployment, values: LaunchValues) -> JobPrice:
     )
 
 
-def processing_price(deployment: Deployment, values: ProcessingValues) -> JobPrice:
+def processing_price(config: PlatformConfig, values: ProcessingValues) -> JobPrice:
     """What a processing job with ``values`` costs per hour, and the most it can."""
-    pr = deployment.config.processing
+    pr = config.processing
     return job_price(
         "processing job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
         spot=False, volume_gb=pr.volume_size_gb, max_runtime_seconds=pr.max_runtime_seconds,
@@ -368,7 +368,7 @@ def launch(
     """
     options = with_job_name(deployment, options)
     # A bad option is an error, online or not; the code's location is checked once it is uploaded.
-    price = training_price(deployment, check_options(deployment, options, code_pending=source_dir is not None))
+    price = training_price(deployment.config, check_options(deployment, options, code_pending=source_dir is not None))
     confirm_spend(deployment, [price], yes=yes, dry_run=dry_run)
     if source_dir is not None:
         options = upload_source(deployment, options, source_dir, dry_run=dry_run)
@@ -455,7 +455,7 @@ def launch_processing(
     options = replace(options, job_name=name)
     # A bad option is refused before anything is uploaded.
     checked = replace(options, code_uri=None, entry_point=None) if source_dir is not None else options
-    price = processing_price(deployment, processing_values(deployment, checked))
+    price = processing_price(deployment.config, processing_values(deployment, checked))
     confirm_spend(deployment, [price], yes=yes, dry_run=dry_run)
     if source_dir is not None:
         code_uri = upload_code(deployment, source_dir, str(options.entry_point), name, dry_run=dry_run)
@@ -534,10 +534,10 @@ def pipeline_prices(deployment: Deployment, args: argparse.Namespace, names: pip
     prices = []
     if names.processing_job:
         options = processing_options_from_args(args, job_name=names.processing_job)
-        prices.append(processing_price(deployment, processing_values(deployment, replace(options, entry_point=None))))
+        prices.append(processing_price(deployment.config, processing_values(deployment, replace(options, entry_point=None))))
     if names.training_job:
         options = replace(options_from_args(args), job_name=names.training_job)
-        prices.append(training_price(deployment, check_options(deployment, options, code_pending=args.source_dir is not None)))
+        prices.append(training_price(deployment.config, check_options(deployment, options, code_pending=args.source_dir is not None)))
     return prices
 
 

@@ -90,20 +90,17 @@ def check(run: LaunchingRun, *, user_script: bool = False) -> dict[str, str]:
         options = options_from_args(args)
         if user_script:
             # The code is packed now (the directory and entry point must exist) and uploaded after the deploy.
-            from scripts.launch import pack_source
+            from scripts.launch import PENDING_CODE, pack_source
 
             pack_source(ROOT / args.source_dir, args.entry_point)
-            options = replace(options, code_uri=f"{code_uri_prefix(template)}check/sourcedir.tar.gz")
+            options = replace(options, code_uri=f"{code_uri_prefix(template)}{PENDING_CODE}")
         values = resolve_launch(template, options)
     except (OperatorError, LaunchError) as err:
         raise RuntimeError(f"launch refused before deploy: {err}") from None
     if run.options.real_account:
-        from scripts.cost import job_price
+        from scripts.launch import training_price
 
-        tj = config.training_job
-        price = job_price("training job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
-                          spot=bool(values.use_spot), volume_gb=tj.volume_size_gb, max_runtime_seconds=tj.max_runtime_seconds,
-                          max_wait_seconds=tj.max_wait_seconds, keep_alive_seconds=int(values.keep_alive_seconds))  # type: ignore[call-overload]
+        price = training_price(config, values)
         if price.most_usd > config.cost.confirm_above_usd:
             raise RuntimeError(
                 f"launch refused before deploy: {price.line()}: over cost.confirm_above_usd = ${config.cost.confirm_above_usd:,}; "
