@@ -81,23 +81,23 @@ def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
     if not cfg.training_job.enabled:
         return []
     tj = cfg.training_job
-    row = _row(tj.instance_type)
-    surcharge = SAGEMAKER_SURCHARGE[row.family]
-    per_instance = row.on_demand_usd_per_hour * (1 + surcharge)
-    hourly = per_instance * tj.instance_count
-    spot = hourly * (1 - SPOT_DISCOUNT_ASSUMED)
+    surcharge = SAGEMAKER_SURCHARGE[_row(tj.instance_type).family]
+    on_demand, spot = (
+        job_price("training job", "", tj.instance_type, tj.instance_count, spot=use_spot, volume_gb=tj.volume_size_gb,
+                  max_runtime_seconds=int(hours * 3600)).usd_per_hour
+        for use_spot in (False, True)
+    )
     what = f"{tj.instance_count} x {tj.instance_type}"
-    storage = tj.volume_size_gb * tj.instance_count * ML_STORAGE_USD_PER_GB_MONTH / HOURS_PER_MONTH
     lines = [
-        Line(f"SageMaker job, on-demand: {what}", hourly + storage, (hourly + storage) * hours,
+        Line(f"SageMaker job, on-demand: {what}", on_demand, on_demand * hours,
              f"EC2 price + {surcharge:.0%} SageMaker surcharge, + {tj.volume_size_gb} GB ML storage"),
-        Line(f"SageMaker job, managed spot: {what}", spot + storage, (spot + storage) * hours,
+        Line(f"SageMaker job, managed spot: {what}", spot, spot * hours,
              f"assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving" + (" (configured)" if tj.use_spot else "")),
     ]
     if tj.keep_alive_seconds:
         kept = tj.keep_alive_seconds / 3600
-        lines.append(Line(f"SageMaker warm pool after each job: {what}, {tj.keep_alive_seconds // 60} min", hourly + storage,
-                          (hourly + storage) * kept, "training_job.keep_alive_seconds: the kept instances bill until reused or released"))
+        lines.append(Line(f"SageMaker warm pool after each job: {what}, {tj.keep_alive_seconds // 60} min", on_demand,
+                          on_demand * kept, "training_job.keep_alive_seconds: the kept instances bill until reused or released"))
     return lines
 
 
