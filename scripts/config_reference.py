@@ -17,12 +17,11 @@ import re
 import sys
 import types
 import typing
-from collections import abc
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from scripts.common import EXIT_FAILED, EXIT_OK, ROOT, OperatorError, help_epilog, run
-from stacks.config import CONTEXT_KEY, PlatformConfig
+from stacks.config import CONTEXT_KEY, PlatformConfig, json_type
 
 REFERENCE = ROOT / "docs" / "configuration.md"
 REFRESH = "python -m scripts.config_reference"
@@ -98,20 +97,6 @@ def _section_type(tp: Any) -> Any:
 
 def _is_optional(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
-
-
-def json_type(tp: Any) -> str:
-    """The JSON type a setting takes, as ``cdk.json`` and ``-c`` write it."""
-    if _is_optional(tp):
-        return f"{json_type(next(a for a in typing.get_args(tp) if a is not type(None)))} or null"
-    origin = typing.get_origin(tp)
-    if origin in (abc.Mapping, dict):
-        return "object of strings"
-    if origin is tuple:
-        return "list of strings"
-    if dataclasses.is_dataclass(tp):
-        return "object"
-    return {bool: "boolean", int: "integer", str: "string", float: "number"}[tp]
 
 
 def _default(f: dataclasses.Field[Any]) -> str:

@@ -519,18 +519,19 @@ class PlatformConfig:
 # --------------------------------------------------------------------------------------------
 
 
-def _type_name(tp: Any) -> str:
+def json_type(tp: Any) -> str:
+    """The JSON type a setting of annotation ``tp`` takes, as ``cdk.json`` and ``-c`` write it (the
+    configuration reference's column, ``scripts.config_reference``)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return f"{_type_name(args[0])} or null"
+        return f"{json_type(next(a for a in typing.get_args(tp) if a is not type(None)))} or null"
     if origin in (abc.Mapping, dict):
-        return "an object of strings"
+        return "object of strings"
     if origin is tuple:
-        return "a list of strings"
+        return "list of strings"
     if dataclasses.is_dataclass(tp):
-        return "an object"
-    return {bool: "true or false", int: "a whole number", str: "a string", float: "a number"}.get(tp, str(tp))
+        return "object"
+    return {bool: "boolean", int: "integer", str: "string", float: "number"}[tp]
 
 
 def _coerce(path: str, value: Any, tp: Any) -> Any:
