@@ -1,7 +1,7 @@
 """SageMaker training jobs declared through Step Functions (compute; no data of its own).
 
 ``cdk destroy`` cannot stop a running job, and deleting the workflow's role would leave its
-jobs running unobserved. Run the pre-destroy step first (the README's teardown does)::
+jobs running unobserved. Run the pre-destroy step first (docs/teardown-and-cost.md's teardown does)::
 
     python -m scripts.teardown --stop-running
 

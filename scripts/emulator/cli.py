@@ -210,7 +210,7 @@ def _explore(run: Lifecycle) -> None:
         print(f"  export {key}={env[key]}")
     sandbox = " --sandbox" if run.options.sandbox else ""
     print(f"  .venv/bin/python -m scripts.teardown_audit{sandbox}   # what carries the project's tags")
-    print("  .venv/bin/python -m scripts.teardown --stop-running --destroy   # the README's teardown; then audit again")
+    print("  .venv/bin/python -m scripts.teardown --stop-running --destroy   # docs/teardown-and-cost.md; then audit again")
     if run.endpoint_name is not None:
         print("  npx cdk destroy --all   # or plain CDK: the app reads the promotion record, so the endpoint goes too")
     if run.runner is not None:

@@ -652,7 +652,7 @@ class Lifecycle:
         return text
 
     def destroy(self) -> None:
-        """The README's teardown: ``python -m scripts.teardown --stop-running --destroy``.
+        """The documented teardown (docs/teardown-and-cost.md): ``python -m scripts.teardown --stop-running --destroy``.
 
         It stops running jobs and workflow executions (which CloudFormation cannot), deletes
         endpoints no stack owns, the serving stack (deployed by ``scripts.promote``, so outside
@@ -680,7 +680,7 @@ class Lifecycle:
 
         The script checks the job, deploys ``<project>-serving`` with ``serving.training_job_name``
         set to the job (the real CDK CLI) and writes the promotion record, which the app reads at
-        every synth: a later plain ``npx cdk destroy --all`` (``--keep``, then the README's
+        every synth: a later plain ``npx cdk destroy --all`` (``--keep``, then the documented
         teardown) has the serving stack and removes the endpoint. The deploy is then checked as
         strictly as the main one (:meth:`_check_promotion`). On the emulator a local process then
         plays SageMaker hosting: the real serving mode on the extracted model
@@ -755,7 +755,7 @@ class Lifecycle:
             return output
 
     def cdk_destroy_all(self) -> str:
-        """The README's plain ``npx cdk destroy --all``: the real CLI synthesizes the app, which
+        """The documented plain ``npx cdk destroy --all``: the real CLI synthesizes the app, which
         reads the promotion record with the CLI's credentials (the emulator's), so a promoted
         serving stack is in the app and goes with the rest. It synthesizes into the run's work
         directory, not the checkout's ./cdk.out, where another CLI may be. Returns the CLI's output."""

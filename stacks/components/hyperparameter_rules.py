@@ -141,7 +141,7 @@ def workflow_rules(hyperparameters: Expr, builtin: Expr) -> tuple[Rule, ...]:
             any_of(Not(is_object), Not(builtin), eq(count(unknown), 0)),
             (
                 "hyperparameters ", Joined(unknown), " are unknown to the built-in trainer (scripts.launch --dry-run names"
-                " the closest known one; training_image/README.md lists them all), or run a script of your own with"
+                " the closest known one; docs/image.md lists them all), or run a script of your own with"
                 f" {CODE_FLAGS}",
             ),
             full_check_covers=True,

@@ -1,8 +1,8 @@
-"""Runs the README's SDK v3 ``ModelTrainer`` example in .venv-sdk3 (v3 cannot share .venv with v2).
+"""Runs docs/sagemaker-code.md's SDK v3 ``ModelTrainer`` example in .venv-sdk3 (v3 cannot share .venv with v2).
 
 Run by tests/integration/test_sagemaker_sdk_modes.py as a subprocess, with the emulator's
 AWS_* variables and SAGEMAKER_USER_CONFIG_OVERRIDE (the file ``python -m scripts.sdk_config``
-writes) in its environment; the code is the README's block with its placeholders filled in, so
+writes) in its environment; the code is that page's block with its placeholders filled in, so
 the role, network and keys come from the defaults file, as for a user.
 
 Usage: python sdk3_client.py CODE
@@ -17,7 +17,7 @@ def main() -> int:
     namespace: dict = {}
     error = None
     try:
-        exec(compile(sys.argv[1], "README.md (Coming from SageMaker, ModelTrainer)", "exec"), namespace)  # noqa: S102
+        exec(compile(sys.argv[1], "docs/sagemaker-code.md (Coming from SageMaker, ModelTrainer)", "exec"), namespace)  # noqa: S102
     except Exception as err:  # noqa: BLE001 - reported to the test, which asserts on the job
         error = f"{type(err).__name__}: {err}"
     trainer = namespace.get("trainer")

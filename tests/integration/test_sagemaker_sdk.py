@@ -43,7 +43,7 @@ pytestmark = [
 ROOT = Path(__file__).resolve().parents[2]
 USER_CODE = Path(__file__).resolve().parent / "sdk_user_code"
 INSTANCE_TYPE = "ml.g5.xlarge"
-EPOCHS = 10  # as in the README's example (96 rows: a second of training)
+EPOCHS = 10  # as in the docs' example (96 rows: a second of training)
 BATCH_SIZE = 64
 
 
@@ -92,9 +92,9 @@ def _upload_tiny_dataset(run: Lifecycle, uri: str) -> str:
 
 
 def readme_section() -> str:
-    """The README's "With the SageMaker Python SDK" subsection."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    return text.split("### With the SageMaker Python SDK", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    """docs/sagemaker-code.md's "With the SageMaker Python SDK" section."""
+    text = (ROOT / "docs" / "sagemaker-code.md").read_text(encoding="utf-8")
+    return text.split("\n## With the SageMaker Python SDK\n", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
 
 
 def readme_block(language: str) -> str:
@@ -104,7 +104,7 @@ def readme_block(language: str) -> str:
 
 @pytest.fixture(scope="module")
 def sdk_run(platform: Lifecycle) -> Iterator[SdkRun]:
-    """The README's two commands and its estimator code, run as written, against the emulator."""
+    """The two commands and docs/sagemaker-code.md's estimator code, run as written, against the emulator."""
     result = SdkRun()
     datasets = _outputs(platform, "data")["DatasetsBucketName"]
     result.data_uri = _upload_tiny_dataset(platform, f"s3://{datasets}/train/")
@@ -129,7 +129,7 @@ def sdk_run(platform: Lifecycle) -> Iterator[SdkRun]:
         patch.setattr(boto3, "DEFAULT_SESSION", None)
         fast_sdk_polls(patch)
 
-        # The user's code, as the README shows it, with its placeholders filled in.
+        # The user's code, as docs/sagemaker-code.md shows it, with its placeholders filled in.
         code = readme_block("python")
         for placeholder, value in {
             '"<ImageUri output of gputrain-data>"': repr(_outputs(platform, "data")["ImageUri"]),
@@ -137,12 +137,12 @@ def sdk_run(platform: Lifecycle) -> Iterator[SdkRun]:
             "<DatasetsBucketName>": datasets,
             '"my_code/"': repr(str(USER_CODE)),
         }.items():
-            assert placeholder in code, f"the README's example lost {placeholder}"
+            assert placeholder in code, f"the docs' example lost {placeholder}"
             code = code.replace(placeholder, value)
         namespace: dict[str, Any] = {}
         with loopback_only(patch) as outside:
             try:
-                exec(compile(code, "README.md (With the SageMaker Python SDK)", "exec"), namespace)  # noqa: S102
+                exec(compile(code, "docs/sagemaker-code.md (With the SageMaker Python SDK)", "exec"), namespace)  # noqa: S102
             except Exception as err:  # noqa: BLE001 - fit raises when the job fails; asserted on below
                 result.wait_error = err
         result.outside = list(outside)
@@ -165,7 +165,7 @@ def test_the_readme_example_passes_the_arguments_sdk_config_prints(sdk_run: SdkR
             literal = python_literal(value)
             assert f"    {key}={literal}," in sdk_run.printed.splitlines(), f"scripts.sdk_config output: {key}"
             literal = literal.replace(artifacts, "<ArtifactsBucketName>")
-            assert f"{key}={literal}" in code, f"README example: {key} should be {literal}"
+            assert f"{key}={literal}" in code, f"docs example: {key} should be {literal}"
 
 
 def test_the_sdk_never_left_the_emulator(sdk_run: SdkRun) -> None:

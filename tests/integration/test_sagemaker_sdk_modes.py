@@ -77,8 +77,8 @@ def platform(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iter
 
 
 def readme_example(first_line: str) -> str:
-    """The python block of the README's "Coming from SageMaker" section that starts with ``first_line``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The python block of docs/sagemaker-code.md's "Coming from SageMaker" section that starts with ``first_line``."""
+    text = (ROOT / "docs" / "sagemaker-code.md").read_text(encoding="utf-8")
     section = text.split("\n## Coming from SageMaker\n", 1)[1].split("\n## ", 1)[0]
     blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:]]
     (block,) = [b for b in blocks if b.startswith(first_line)]
@@ -127,12 +127,12 @@ class Sdk:
             return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
     def example(self, first_line: str, **replacements: str) -> str:
-        """A README example with the deployment's values in place of its placeholders."""
+        """A docs example with the deployment's values in place of its placeholders."""
         code = readme_example(first_line)
         for placeholder, value in {'"<ImageUri output of gputrain-data>"': repr(self.image), "<DatasetsBucketName>": self.datasets,
                                    "<ArtifactsBucketName>": self.artifacts, **replacements}.items():
             code = code.replace(placeholder, value)
-        assert "<" not in code.replace("<=", ""), f"a placeholder is left in the README example:\n{code}"
+        assert "<" not in code.replace("<=", ""), f"a placeholder is left in the docs' example:\n{code}"
         return code
 
     def estimator_arguments(self, job_name: str) -> dict[str, Any]:
@@ -202,7 +202,7 @@ def test_a_script_processor_runs_the_users_script_on_the_platform_image(sdk: Sdk
     patch = pytest.MonkeyPatch()
     try:
         with loopback_only(patch) as outside:
-            exec(compile(code, "README.md (Coming from SageMaker, ScriptProcessor)", "exec"), namespace)  # noqa: S102
+            exec(compile(code, "docs/sagemaker-code.md (Coming from SageMaker, ScriptProcessor)", "exec"), namespace)  # noqa: S102
     finally:
         patch.undo()
     processor = namespace["processor"]
@@ -241,7 +241,7 @@ def test_a_framework_processor_runs_the_users_source_dir_through_runproc_sh(sdk:
     try:
         with loopback_only(patch) as outside:
             # base_job_name: the SDK names a FrameworkProcessor's jobs after the framework ("tensorflow-..."),
-            # and the processing role reads SDK uploads only under jobs named <project>-* (README, "What differs").
+            # and the processing role reads SDK uploads only under jobs named <project>-* (docs/sagemaker-code.md, "What differs").
             processor = FrameworkProcessor(estimator_cls=TensorFlow, framework_version=FRAMEWORK_VERSION, image_uri=sdk.image,
                                            command=["python3"], instance_type=INSTANCE_TYPE, instance_count=1,
                                            base_job_name="gputrain")
@@ -287,7 +287,7 @@ def test_multi_worker_mirrored_strategy_trains_on_two_hosts_in_step(sdk: Sdk) ->
     try:
         with loopback_only(patch) as outside:
             try:
-                exec(compile(code, "README.md (Coming from SageMaker, multi-worker)", "exec"), namespace)  # noqa: S102
+                exec(compile(code, "docs/sagemaker-code.md (Coming from SageMaker, multi-worker)", "exec"), namespace)  # noqa: S102
             except Exception as err:  # noqa: BLE001 - fit raises when the job fails; asserted on below
                 error = err
     finally:
@@ -327,7 +327,7 @@ def test_parameter_server_on_one_host_runs_the_script_unchanged(sdk: Sdk) -> Non
 
 
 def _model_trainer(sdk: Sdk, **env: str) -> dict[str, Any]:
-    """The README's ModelTrainer example, run by sdk3_client.py in .venv-sdk3 with the SDK's environment plus ``env``."""
+    """docs/sagemaker-code.md's ModelTrainer example, run by sdk3_client.py in .venv-sdk3 with the SDK's environment plus ``env``."""
     code = sdk.example("from sagemaker.train import ModelTrainer", **{'"my_code/"': repr(str(USER_CODE))})
     child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SAGEMAKER_", "VIRTUAL_ENV"))}, **sdk.env, **env}
     child_env["PATH"] = f"{SDK3_PYTHON.parent}:{child_env.get('PATH', '')}"
@@ -352,7 +352,7 @@ def test_sdk_v3_refuses_the_least_privilege_role_unless_told_not_to_validate_it(
 
 @needs_sdk3
 def test_a_model_trainer_job_runs_the_users_script_through_sm_train_sh(sdk: Sdk) -> None:
-    assert "export SAGEMAKER_VALIDATE_ROLE=false" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "export SAGEMAKER_VALIDATE_ROLE=false" in (ROOT / "docs" / "sagemaker-code.md").read_text(encoding="utf-8")
     result = _model_trainer(sdk, SAGEMAKER_VALIDATE_ROLE="false")
     assert result["job_name"], f"ModelTrainer created no job: {result['error']}"
     job = sdk.job(result["job_name"])

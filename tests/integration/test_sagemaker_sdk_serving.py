@@ -47,9 +47,9 @@ def output_handler(response, context):
 
 
 def readme_block() -> str:
-    """The python block of the README's "Serving your model with your inference.py" section."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Serving your model with your `inference.py`", 1)[1].split("\n## ", 1)[0]
+    """The python block of docs/sagemaker-code.md's "Serving your model with your inference.py" section."""
+    text = (ROOT / "docs" / "sagemaker-code.md").read_text(encoding="utf-8")
+    section = text.split("\n## Serving your model with your `inference.py`\n", 1)[1].split("\n## ", 1)[0]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
@@ -84,7 +84,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iter
         (code_dir / "inference.py").write_text(INFERENCE_PY)
         printed: list[Any] = []
 
-        # The README's example, as written, with its placeholders filled in.
+        # The docs' example, as written, with its placeholders filled in.
         code = readme_block()
         role = f"arn:aws:iam::{lifecycle.account}:role/gputrain-endpoint"
         for placeholder, value in {
@@ -95,15 +95,15 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iter
             "<an execution role that reads the model and pulls the image>": role,
             'endpoint_name="gputrain-my-endpoint"': f"endpoint_name={ENDPOINT!r}",
         }.items():
-            assert placeholder in code, f"the README's example lost {placeholder}"
+            assert placeholder in code, f"the docs' example lost {placeholder}"
             code = code.replace(placeholder, value)
         predict_line = "print(predictor.predict(\"1\\n2\\n3\"))"
         assert predict_line in code, code
         namespace: dict[str, Any] = {"print": printed.append}
-        where = "README.md (Serving your model with your inference.py)"
+        where = "docs/sagemaker-code.md (Serving your model with your inference.py)"
         with loopback_only(patch) as outside:
             # Up to the deploy; SageMaker's deploy waits for the container, moto's endpoint is
-            # InService at once: the hosting runner starts it before the README's predict line.
+            # InService at once: the hosting runner starts it before the example's predict line.
             exec(compile(code.replace(predict_line, ""), where, "exec"), namespace)  # noqa: S102
             predictor = namespace["predictor"]
             from scripts.emulator.hosting import LocalHosting
@@ -135,7 +135,7 @@ def test_the_sdk_repacked_inference_py_into_the_model(endpoint) -> None:
 
 def test_the_readmes_predict_runs_the_users_handlers(endpoint) -> None:
     _, predictor, printed = endpoint
-    # What the README's print showed: the user's output_handler's JSON, not a TF Serving answer.
+    # What the example's print showed: the user's output_handler's JSON, not a TF Serving answer.
     assert printed == [{"handled_by": "inference.py", "ys": [3.0, 5.0, 7.0]}]
     assert predictor.predict("4\n5") == {"handled_by": "inference.py", "ys": [9.0, 11.0]}
 

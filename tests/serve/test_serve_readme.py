@@ -1,4 +1,4 @@
-"""training_image/README.md's ``code/inference.py`` examples, served as written."""
+"""docs/serving.md's ``code/inference.py`` examples, served as written."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.serve.models import save_regression
 
 pytestmark = pytest.mark.slow  # each example starts a server
 
-README = Path(__file__).resolve().parents[2] / "training_image" / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "serving.md"
 
 
 def readme_examples() -> list[str]:

@@ -4,7 +4,7 @@ The SageMaker stack reads ``metric_definitions.json`` (in the trainer package, b
 MetricDefinitions, so the line printed here and those regexes change together; the tests parse
 real trainer output with the JSON file's regexes.
 
-Definitions of the figures that say where an epoch's time went (README "Where the time goes"):
+Definitions of the figures that say where an epoch's time went (docs/training-jobs.md, "Where the time goes"):
 
 - ``step_time_ms``: wall-clock time of the epoch's training steps over their number, input
   pipeline included (validation and checkpoints excluded).

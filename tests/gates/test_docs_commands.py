@@ -1,6 +1,6 @@
-"""Every command the README shows works as written, or is checked against what exists.
+"""Every command README.md and docs/ show works as written, or is checked against what exists.
 
-Commands are taken from the README's ``bash`` blocks and from inline code that starts with
+Commands are taken from the pages' ``bash`` blocks and from inline code that starts with
 ``npx cdk``, ``cdk``, ``python -m scripts.`` or ``scripts/``. Running them would need AWS, so:
 
 * ``npx cdk <verb> <stack>...``: the real CDK CLI (``cdk ls`` over a synthesized assembly) must
@@ -10,7 +10,13 @@ Commands are taken from the README's ``bash`` blocks and from inline code that s
   ``--region``, ``--profile`` and ``-c`` as the README promises;
 * ``scripts/*.sh`` and ``bash scripts/*.sh``: the script exists and its options are its parser's
   (for build-image.sh and docker-engine.sh: the options its ``--help`` shows);
-* paths and pytest arguments exist.
+* paths and pytest arguments exist;
+* the image's own commands (docs/image.md, serving.md, pipeline.md): ``python -m trainer[.module]``
+  through the trainer's parsers (``process`` arguments, the synthetic data generator's options),
+  each leading ``NAME=value`` and ``docker run -e NAME=...`` a variable the image reads, ``docker
+  build`` a folder with a Dockerfile and ``docker run`` an image a ``docker build`` shown tags,
+  ``echo JSON > .../hyperparameters.json`` hyperparameters the trainer accepts, ``curl`` a route and
+  a content type the serve mode answers.
 
 A command no rule knows fails the test: a new kind of command needs a rule here.
 """
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
+import json
 import os
 import re
 import shlex
@@ -33,6 +40,9 @@ from stacks.config import CONTEXT_KEY, full_key, load_config
 from tests.synth import ROOT, cached_synth, project_context
 
 README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+"""README.md and every page of docs/."""
+TRAINING_IMAGE = ROOT / "training_image"
 JOB = "gputrain-20260101-000000-abcd"
 SKIPPED_PROGRAMS = {"export", "git", "source"}
 """Shell built-ins and tools outside the project: nothing of ours to check."""
@@ -53,7 +63,7 @@ def readme_commands(text: str) -> list[str]:
     return list(dict.fromkeys(commands))
 
 
-COMMANDS = readme_commands(README.read_text(encoding="utf-8"))
+COMMANDS = list(dict.fromkeys(c for page in PAGES for c in readme_commands(page.read_text(encoding="utf-8"))))
 
 
 def _variants(tokens: list[str]) -> Iterator[list[str]]:
@@ -158,10 +168,80 @@ def check_script(path: str, args: list[str], monkeypatch: pytest.MonkeyPatch) ->
         raise AssertionError(f"no rule for {path}")
 
 
+def image_reads(name: str) -> bool:
+    """Whether the image's code reads the environment variable ``name`` (its name as a string literal)."""
+    sources = (path.read_text(encoding="utf-8") for path in (TRAINING_IMAGE / "trainer").rglob("*.py"))
+    return any(re.search(rf"[\"']{re.escape(name)}[\"']", text) for text in sources)
+
+
+def _trainer_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(TRAINING_IMAGE))
+
+
+def check_trainer(module: str, args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m trainer [mode] ARGS`` or ``python -m trainer.<module> ARGS``, through the image's parsers."""
+    _trainer_on_path(monkeypatch)
+    if module == "trainer":
+        mode, rest = (args[0], args[1:]) if args else ("train", [])
+        assert mode in ("train", "serve", "process"), f"python -m trainer takes train, serve or process, not {mode}"
+        if mode == "process":
+            from trainer.process.options import parse
+
+            parse(rest)  # raises ConfigError naming a bad argument
+        else:
+            assert rest == [], f"python -m trainer {mode} takes no arguments: {rest}"
+        return
+    parse_with_tool(module, args, monkeypatch)
+
+
+def check_docker(tokens: list[str]) -> None:
+    verb, rest = tokens[1], tokens[2:]
+    if verb == "build":
+        assert (ROOT / rest[-1] / "Dockerfile").is_file(), f"docker build {rest[-1]}: no Dockerfile there"
+        return
+    assert verb == "run", f"no rule for docker {verb}"
+    built = {c.split()[c.split().index("-t") + 1] for c in COMMANDS if c.startswith("docker build") and " -t " in c}
+    assert rest[-1] in built, f"docker run {rest[-1]}: no docker build shown tags that image ({sorted(built)})"
+    for flag, value in zip(rest, rest[1:]):
+        if flag == "-e":
+            assert image_reads(value.split("=", 1)[0]), f"docker run -e {value}: the image reads no such variable"
+
+
+def check_curl(tokens: list[str]) -> None:
+    server = (TRAINING_IMAGE / "trainer" / "serve" / "server.py").read_text(encoding="utf-8")
+    url = next(t for t in tokens[1:] if "localhost" in t or "127.0.0.1" in t)
+    path = "/" + url.split("/", 1)[1]
+    assert f'"{path}"' in server, f"curl {url}: the serve mode has no route {path}"
+    for flag, value in zip(tokens, tokens[1:]):
+        if flag == "-H" and value.lower().startswith("content-type:"):
+            content_type = value.split(":", 1)[1].strip()
+            served = "".join(p.read_text(encoding="utf-8") for p in (TRAINING_IMAGE / "trainer" / "serve").glob("*.py"))
+            assert f'"{content_type}"' in served, f"curl: the serve mode does not take {content_type}"
+
+
+def check_echo(tokens: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert tokens[-2] == ">", f"echo shown without a file: {tokens}"
+    body = json.loads(tokens[1])
+    if tokens[-1].endswith("/input/config/hyperparameters.json"):
+        _trainer_on_path(monkeypatch)
+        from trainer.contract.hyperparameters import parse_hyperparameters
+
+        parse_hyperparameters(body)  # raises ConfigError naming a bad key or value
+
+
 def check(command: str, assembly: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    tokens = shlex.split(command)
+    tokens = shlex.split(command.removesuffix("&").strip())
+    while tokens and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", tokens[0]):
+        name = tokens.pop(0).split("=", 1)[0]
+        assert image_reads(name), f"{command}: the image reads no variable {name}"
     if tokens[0] in SKIPPED_PROGRAMS:
         return
+    if tokens[0] == "docker":
+        return check_docker(tokens)
+    if tokens[0] == "curl":
+        return check_curl(tokens)
+    if tokens[0] == "echo":
+        return check_echo(tokens, monkeypatch)
     if tokens[:2] == ["npx", "cdk"]:
         return check_cdk(tokens[2:], assembly)
     if tokens[0] == "cdk":
@@ -175,21 +255,25 @@ def check(command: str, assembly: Path, monkeypatch: pytest.MonkeyPatch) -> None
         if module == "pytest":
             assert all((ROOT / a).exists() for a in args if not a.startswith("-")), args
             return
+        if module == "trainer" or module.startswith("trainer."):
+            return check_trainer(module, args, monkeypatch)
         assert module.startswith("scripts."), module
         for variant in _variants(args):
             parse_with_tool(module, variant, monkeypatch)
         return
-    raise AssertionError(f"the README shows a command no rule covers: {command}")
+    raise AssertionError(f"the docs show a command no rule covers: {command}")
 
 
-def test_the_readme_shows_the_commands_this_test_is_about():
+def test_the_docs_show_the_commands_this_test_is_about():
     assert "npx cdk destroy gputrain-cluster" in COMMANDS and "npx cdk deploy gputrain-data" in COMMANDS
     assert any(c.startswith("python -m scripts.teardown_audit") for c in COMMANDS)
     assert "bash scripts/bootstrap.sh --deploy-only" in COMMANDS
+    assert any(c.startswith("python -m scripts.cluster_job run") for c in COMMANDS)
+    assert any(c.startswith("SAGEMAKER_BASE_DIR=") and "python -m trainer process" in c for c in COMMANDS)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command(command, assembly, monkeypatch):
+def test_docs_command(command, assembly, monkeypatch):
     check(command, assembly, monkeypatch)
 
 
@@ -198,12 +282,14 @@ def test_cdk_would_have_matched_nothing_for_a_name_that_is_not_a_stack(assembly)
     assert cdk_selects(assembly, "GpuCluster") == []
 
 
-OPERATOR_TOOLS = sorted({c.split()[2] for c in COMMANDS if c.startswith("python -m scripts.")})
+DOCS_TOOLS = {"scripts.architecture", "scripts.config_reference"}
+"""Tools that write the docs from the code: they read no AWS, so they take no --region or --profile."""
+OPERATOR_TOOLS = sorted({c.split()[2] for c in COMMANDS if c.startswith("python -m scripts.")} - DOCS_TOOLS)
 
 
 @pytest.mark.parametrize("module", OPERATOR_TOOLS)
 def test_every_operator_tool_takes_region_profile_and_context(module, monkeypatch):
-    required = {"scripts.stop": [JOB], "scripts.promote": [JOB], "scripts.invoke": ["-"]}.get(module, [])
+    required = {"scripts.stop": [JOB], "scripts.promote": [JOB], "scripts.invoke": ["-"], "scripts.cluster_job": ["list"]}.get(module, [])
     common = ["--region", "eu-west-1", "--profile", "ml", "-c", "training_job.instance_count=2"]
     namespace = parse_with_tool(module, [*required, *common], monkeypatch)
     assert (namespace.region, namespace.profile, namespace.context) == ("eu-west-1", "ml", ["training_job.instance_count=2"])
@@ -215,10 +301,10 @@ def test_commands_are_split_and_cleaned_as_a_shell_would_read_them():
     assert list(_variants(["[--spot|--on-demand]", "[JOB]"])) == [["--spot", JOB], ["--on-demand", JOB]]
 
 
-def test_the_emulator_options_the_readme_lists_exist(capsys):
+def test_the_emulator_options_the_docs_list_exist(capsys):
     from scripts.emulator.cli import parse_args
 
-    text = README.read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "local-emulator.md").read_text(encoding="utf-8")
     section = text.split("**Run the platform on a local AWS emulator**", 1)[1].split("**Run the tests**", 1)[0]
     options = {span.split()[0] for span in re.findall(r"`(-[^`]+)`", section)}
     assert {"--keep", "--sandbox", "--real-account", "--epochs", "-c"} <= options
@@ -226,3 +312,23 @@ def test_the_emulator_options_the_readme_lists_exist(capsys):
         parse_args(["--help"])
     usage = capsys.readouterr().out
     assert [o for o in sorted(options) if not re.search(rf"(^|[\s\[,]){re.escape(o)}\b", usage)] == []
+
+
+@pytest.mark.parametrize(
+    "command, says",
+    [
+        ("SAGEMAKER_BASE_DIRX=/tmp/job python -m trainer", "reads no variable SAGEMAKER_BASE_DIRX"),
+        ("python -m trainer serve extra", "takes no arguments"),
+        ("python -m trainer process --shards -1", "--shards"),
+        ("docker run -e EXPECTED_GPUS=4 trainer:dev", "reads no such variable"),
+        ("docker run trainer:other", "no docker build shown tags that image"),
+        ("curl -s localhost:8080/predict", "no route /predict"),
+        ("curl -s -H 'Content-Type: text/html' localhost:8080/invocations", "does not take text/html"),
+        ("""echo '{"epoch": "3"}' > /tmp/job/input/config/hyperparameters.json""", "epoch"),
+        ("python -m trainer.datasets.synthetic --format parquet", "refuses"),
+    ],
+)
+def test_the_image_commands_rules_catch_a_wrong_command(command, says, monkeypatch):
+    """The rules for the image's commands are real: each of these near misses is refused, saying why."""
+    with pytest.raises(Exception, match=re.escape(says)):
+        check(command, Path("unused"), monkeypatch)
