@@ -10,20 +10,26 @@ the image, in the same order:
    result computed some other way;
 2. starts the job's model as SageMaker starts a serving container for batch transform: the real
    serve mode (``python -m trainer serve``, or the image with ``--containers``) on the model's
-   extracted ``ModelDataUrl``, with the model's and the job's Environment and SageMaker's
-   ``SAGEMAKER_BATCH``, ``SAGEMAKER_MAX_PAYLOAD_IN_MB``, ``SAGEMAKER_BATCH_STRATEGY`` and
+   extracted ``ModelDataUrl``, with the model's and the job's Environment, ``SAGEMAKER_BATCH=true``
+   and, for what the job set, ``SAGEMAKER_MAX_PAYLOAD_IN_MB``, ``SAGEMAKER_BATCH_STRATEGY`` and
    ``SAGEMAKER_MAX_CONCURRENT_TRANSFORMS``, and waits for ``/ping`` (:mod:`scripts.emulator.hosting`);
-3. for every input object (``S3Prefix``: each key under the prefix; ``ManifestFile``: each key
+3. settles ``MaxConcurrentTransforms``, ``BatchStrategy`` and ``MaxPayloadInMB`` in SageMaker's order:
+   the job's value, else the container's answer to ``GET /execution-parameters`` (asked only when
+   the job left one unset; any answer but 200 counts as none), else SageMaker's default (1,
+   MultiRecord, 6 MB). An answer that is not such an object fails the job with one line;
+4. for every input object (``S3Prefix``: each key under the prefix; ``ManifestFile``: each key
    the manifest lists), gunzipped when ``CompressionType`` is Gzip, splits it by ``SplitType``
    (``None``: the whole object is one record; ``Line``: one record per non-empty line) and sends
    ``POST /invocations`` with the job's ``ContentType`` and ``Accept``: one record per request
-   (``SingleRecord``) or as many lines as fit in ``MaxPayloadInMB`` (``MultiRecord``), at most
-   ``MaxConcurrentTransforms`` requests at a time, answers kept in input order;
-4. writes each object's answers, joined as ``AssembleWith`` says (``Line``: a newline after each
+   (``SingleRecord``) or as many lines as fit in ``MaxPayloadInMB`` (``MultiRecord``; never a
+   byte more, and a record that alone is larger fails the job naming the object and the record;
+   0 sends the whole object with HTTP chunked encoding), at most ``MaxConcurrentTransforms``
+   requests at a time, answers kept in input order;
+5. writes each object's answers, joined as ``AssembleWith`` says (``Line``: a newline after each
    answer; ``None``: the bytes as they came), to ``<S3OutputPath>/<key relative to the input
    prefix>.out``, encrypted with the job's output ``KmsKeyId``; an object is written only when
    every one of its records was transformed, as SageMaker does;
-5. records the outcome: Completed, or Failed with one line naming the input object and record
+6. records the outcome: Completed, or Failed with one line naming the input object and record
    and the container's answer (a bad record), or why the model did not start. The serving
    container's log goes to ``/aws/sagemaker/TransformJobs``, ``<job>/algo-1-<epoch>``.
 
@@ -35,21 +41,27 @@ from __future__ import annotations
 
 import concurrent.futures
 import gzip
+import json
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from scripts.emulator.docker_hosts import DockerHosts
 
 TRANSFORM_LOG_GROUP = "/aws/sagemaker/TransformJobs"
-DEFAULT_MAX_PAYLOAD_MB = 6
-"""SageMaker's default ``MaxPayloadInMB``."""
+MB = 1024 * 1024
+DEFAULT_PARAMETERS: dict[str, Any] = {"MaxConcurrentTransforms": 1, "BatchStrategy": "MultiRecord", "MaxPayloadInMB": 6}
+"""SageMaker's defaults for what neither the job nor the container's ``/execution-parameters`` set."""
+MAX_PAYLOAD_IN_MB = 100
+"""CreateTransformJob's largest ``MaxPayloadInMB``."""
 INVOKE_TIMEOUT_SECONDS = 600
 """SageMaker's default ``ModelClientConfig.InvocationsTimeoutInSeconds``."""
+EXECUTION_PARAMETERS_TIMEOUT_SECONDS = 60
 BATCH_STRATEGIES = {"SingleRecord": "SINGLE_RECORD", "MultiRecord": "MULTI_RECORD"}
+"""CreateTransformJob's ``BatchStrategy`` -> ``SAGEMAKER_BATCH_STRATEGY`` and ``/execution-parameters``."""
 
 
 class TransformFailed(Exception):
@@ -68,9 +80,11 @@ class TransformRequest:
         content_type: ``TransformInput.ContentType`` (sent as each request's Content-Type).
         gzip: ``CompressionType`` Gzip.
         split_type: ``None`` or ``Line``.
-        batch_strategy: ``SingleRecord`` or ``MultiRecord``.
-        max_payload_bytes: ``MaxPayloadInMB`` in bytes; 0: no limit (the whole object at once).
-        max_concurrent: ``MaxConcurrentTransforms`` (at least 1).
+        batch_strategy: ``SingleRecord`` or ``MultiRecord``; None until the job or the container sets it.
+        max_payload_mb: ``MaxPayloadInMB``; 0: no limit (the whole object at once, chunked); None
+            until the job or the container sets it.
+        max_concurrent: ``MaxConcurrentTransforms`` (at least 1); None until the job or the
+            container sets it (the job's 0 is unset, as in CreateTransformJob).
         invocation_timeout: ``ModelClientConfig.InvocationsTimeoutInSeconds``.
         output_path: ``TransformOutput.S3OutputPath``.
         accept: ``TransformOutput.Accept`` (sent as each request's Accept).
@@ -86,9 +100,9 @@ class TransformRequest:
     content_type: str
     gzip: bool
     split_type: str
-    batch_strategy: str
-    max_payload_bytes: int
-    max_concurrent: int
+    batch_strategy: str | None
+    max_payload_mb: int | None
+    max_concurrent: int | None
     invocation_timeout: float
     output_path: str
     accept: str
@@ -113,7 +127,6 @@ class TransformRequest:
                 f"ClientError: DataProcessing {processing} is not applied by the emulator's transform runner; "
                 "nothing ran (run this transform job on AWS, or filter the input and output yourself)."
             )
-        payload_mb = job.get("MaxPayloadInMB")
         client_config = job.get("ModelClientConfig") or {}
         return cls(
             name=job["TransformJobName"],
@@ -123,9 +136,9 @@ class TransformRequest:
             content_type=job["TransformInput"].get("ContentType") or "",
             gzip=job["TransformInput"].get("CompressionType") == "Gzip",
             split_type=split_type,
-            batch_strategy=job.get("BatchStrategy") or "MultiRecord",
-            max_payload_bytes=int(DEFAULT_MAX_PAYLOAD_MB if payload_mb is None else payload_mb) * 1024 * 1024,
-            max_concurrent=max(1, int(job.get("MaxConcurrentTransforms") or 1)),
+            batch_strategy=job.get("BatchStrategy") or None,
+            max_payload_mb=None if job.get("MaxPayloadInMB") is None else int(job["MaxPayloadInMB"]),
+            max_concurrent=int(job.get("MaxConcurrentTransforms") or 0) or None,
             invocation_timeout=float(client_config.get("InvocationsTimeoutInSeconds") or INVOKE_TIMEOUT_SECONDS),
             output_path=output["S3OutputPath"],
             accept=output.get("Accept") or "",
@@ -135,14 +148,97 @@ class TransformRequest:
         )
 
     def batch_environment(self) -> dict[str, str]:
-        """What SageMaker sets in a serving container it starts for batch transform."""
-        return {
-            **self.environment,
-            "SAGEMAKER_BATCH": "true",
-            "SAGEMAKER_MAX_PAYLOAD_IN_MB": str(self.max_payload_bytes // (1024 * 1024)),
-            "SAGEMAKER_BATCH_STRATEGY": BATCH_STRATEGIES.get(self.batch_strategy, self.batch_strategy),
-            "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS": str(self.max_concurrent),
-        }
+        """What SageMaker sets in a serving container it starts for batch transform: the job's
+        Environment, ``SAGEMAKER_BATCH``, and a ``SAGEMAKER_*`` variable for each of the three
+        parameters the job set (as the SageMaker SDK's local mode does); the others the container
+        chooses in its ``/execution-parameters`` answer."""
+        environment = {**self.environment, "SAGEMAKER_BATCH": "true"}
+        if self.max_payload_mb is not None:
+            environment["SAGEMAKER_MAX_PAYLOAD_IN_MB"] = str(self.max_payload_mb)
+        if self.batch_strategy is not None:
+            environment["SAGEMAKER_BATCH_STRATEGY"] = BATCH_STRATEGIES.get(self.batch_strategy, self.batch_strategy)
+        if self.max_concurrent is not None:
+            environment["SAGEMAKER_MAX_CONCURRENT_TRANSFORMS"] = str(self.max_concurrent)
+        return environment
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """``MaxConcurrentTransforms``, ``BatchStrategy`` and ``MaxPayloadInMB``; None where unset."""
+        return {"MaxConcurrentTransforms": self.max_concurrent, "BatchStrategy": self.batch_strategy, "MaxPayloadInMB": self.max_payload_mb}
+
+    @property
+    def unsettled(self) -> list[str]:
+        """The parameters the job left to the container (and SageMaker's defaults)."""
+        return [name for name, value in self.parameters.items() if value is None]
+
+    def settled(self, answer: Mapping[str, Any] | None) -> TransformRequest:
+        """The request with every parameter set: the job's, else the container's ``answer`` to
+        ``GET /execution-parameters`` (None: it gave none), else SageMaker's default.
+
+        Raises:
+            TransformFailed: the answer has a parameter the job left unset, and its value is not one
+                a job could set.
+        """
+        chosen = {name: DEFAULT_PARAMETERS[name] for name in self.unsettled}
+        chosen.update({name: _answered(answer, name) for name in self.unsettled if answer and name in answer})
+        return replace(
+            self,
+            max_concurrent=self.max_concurrent or chosen.get("MaxConcurrentTransforms"),
+            batch_strategy=self.batch_strategy or chosen.get("BatchStrategy"),
+            max_payload_mb=self.max_payload_mb if self.max_payload_mb is not None else chosen.get("MaxPayloadInMB"),
+        )
+
+    @property
+    def max_payload_bytes(self) -> int:
+        """``MaxPayloadInMB`` in bytes (0: no limit); the request must be :meth:`settled`."""
+        if self.max_payload_mb is None:
+            raise ValueError("MaxPayloadInMB is read before the request is settled")
+        return self.max_payload_mb * MB
+
+
+def _answered(answer: Mapping[str, Any], name: str) -> Any:
+    """One parameter of the container's ``/execution-parameters`` answer, in CreateTransformJob's
+    terms; :class:`TransformFailed` when a job could not have set that value."""
+    value = answer[name]
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if name == "MaxConcurrentTransforms" and whole and value >= 1:
+        return value
+    if name == "MaxPayloadInMB" and whole and 0 <= value <= MAX_PAYLOAD_IN_MB:
+        return value
+    if name == "BatchStrategy" and isinstance(value, str):
+        for api, env in BATCH_STRATEGIES.items():
+            if value in (api, env):
+                return api
+    allowed = {
+        "MaxConcurrentTransforms": "a whole number >= 1",
+        "MaxPayloadInMB": f"a whole number of MB from 0 to {MAX_PAYLOAD_IN_MB}",
+        "BatchStrategy": " or ".join(BATCH_STRATEGIES.values()),
+    }[name]
+    raise TransformFailed(
+        f"ClientError: the model container's GET /execution-parameters answered {name} {value!r}; it must be {allowed} "
+        f"(answer: {json.dumps(answer)[:300]})."
+    )
+
+
+def execution_parameters(url: str, timeout: float = EXECUTION_PARAMETERS_TIMEOUT_SECONDS) -> dict[str, Any] | None:
+    """The container's answer to ``GET /execution-parameters``, as SageMaker asks it before the first
+    ``/invocations``: None when it answers anything but 200 (a container without the route); a 200
+    that is not a JSON object fails the job with one line."""
+    try:
+        with urllib.request.urlopen(url + "/execution-parameters", timeout=timeout) as reply:  # nosec B310 - loopback
+            body = reply.read()
+    except OSError:  # HTTPError included: SageMaker falls back to its defaults
+        return None
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        shown = " ".join(body.decode("utf-8", "replace").split())[:200]
+        raise TransformFailed(
+            f"ClientError: the model container's GET /execution-parameters answered 200 with {shown!r}, not a JSON object."
+        )
+    return answer
 
 
 def split_s3(uri: str) -> tuple[str, str]:
@@ -189,8 +285,6 @@ def input_objects(s3: Any, request: TransformRequest) -> list[InputObject]:
 
 
 def _read_manifest(s3: Any, bucket: str, key: str) -> list[Any]:
-    import json
-
     try:
         entries = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     except ValueError as err:
@@ -208,27 +302,35 @@ def split_records(body: bytes, split_type: str) -> list[bytes]:
 
 
 def batches(records: list[bytes], request: TransformRequest, where: str) -> Iterator[tuple[int, int, bytes]]:
-    """``(first, last, payload)`` per request, records numbered from 1: one record each for
-    SingleRecord (or SplitType None), else as many lines as fit in MaxPayloadInMB."""
+    """``(first, last, payload)`` per request of a :meth:`~TransformRequest.settled` request, records
+    numbered from 1: one record each for SingleRecord (or SplitType None), else as many lines as fit
+    in MaxPayloadInMB, each ended by a newline unless only the last one's newline would not fit.
+    No payload is ever larger than MaxPayloadInMB: a record that is larger alone fails the job."""
     limit = request.max_payload_bytes
     for number, record in enumerate(records, start=1):
         if limit and len(record) > limit:
             raise TransformFailed(
                 f"ClientError: {where} record {number} is {len(record)} bytes, over MaxPayloadInMB "
-                f"({limit // (1024 * 1024)} MB): split it, or raise MaxPayloadInMB."
+                f"({request.max_payload_mb} MB): split it, or raise MaxPayloadInMB."
             )
     if request.batch_strategy != "MultiRecord" or request.split_type == "None":
         yield from ((number, number, record) for number, record in enumerate(records, start=1))
         return
-    first, size, pending = 1, 0, []
+
+    def payload(lines: list[bytes]) -> bytes:
+        joined = b"\n".join(lines)
+        return joined + b"\n" if not limit or len(joined) < limit else joined
+
+    first, size = 1, 0  # size: the pending records joined by newlines
+    pending: list[bytes] = []
     for number, record in enumerate(records, start=1):
         if pending and limit and size + 1 + len(record) > limit:
-            yield first, number - 1, b"\n".join(pending) + b"\n"
+            yield first, number - 1, payload(pending)
             first, size, pending = number, 0, []
+        size += len(record) + (1 if pending else 0)
         pending.append(record)
-        size += len(record) + 1
     if pending:
-        yield first, len(records), b"\n".join(pending) + b"\n"
+        yield first, len(records), payload(pending)
 
 
 def invoke(url: str, payload: bytes, request: TransformRequest, where: str, first: int, last: int) -> bytes:
@@ -236,7 +338,9 @@ def invoke(url: str, payload: bytes, request: TransformRequest, where: str, firs
     headers = {"Content-Type": request.content_type} if request.content_type else {}
     if request.accept:
         headers["Accept"] = request.accept
-    call = urllib.request.Request(url + "/invocations", data=payload, method="POST", headers=headers)
+    # MaxPayloadInMB 0: SageMaker streams the payload with HTTP chunked encoding (urllib chunks an iterable).
+    data: bytes | Iterator[bytes] = payload if request.max_payload_mb else _chunks(payload)
+    call = urllib.request.Request(url + "/invocations", data=data, method="POST", headers=headers)
     records = f"record {first}" if first == last else f"records {first}-{last}"
     try:
         with urllib.request.urlopen(call, timeout=request.invocation_timeout) as reply:  # nosec B310 - loopback
@@ -246,6 +350,11 @@ def invoke(url: str, payload: bytes, request: TransformRequest, where: str, firs
         raise TransformFailed(f"ClientError: {where} {records}: the model container answered {err.code}: {message}") from None
     except OSError as err:
         raise TransformFailed(f"ClientError: {where} {records}: no answer from the model container: {err}") from None
+
+
+def _chunks(payload: bytes, size: int = MB) -> Iterator[bytes]:
+    for start in range(0, len(payload), size):
+        yield payload[start : start + size]
 
 
 def assemble(answers: list[bytes], assemble_with: str) -> bytes:
@@ -281,6 +390,10 @@ class TransformOutcome:
         records: Records transformed.
         seconds: Wall time from the model's start to the last upload.
         log_file: The serving container's stdout and stderr, if it was started.
+        parameters: ``MaxConcurrentTransforms``, ``BatchStrategy`` and ``MaxPayloadInMB`` as the job
+            ran (the job's, the container's answer, or SageMaker's defaults).
+        container_answer: The container's answer to ``GET /execution-parameters``; None when the
+            job set all three (not asked) or it gave none.
     """
 
     name: str
@@ -290,6 +403,8 @@ class TransformOutcome:
     records: int
     seconds: float
     log_file: Path | None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    container_answer: dict[str, Any] | None = None
 
 
 def run_transform_job(
@@ -318,13 +433,18 @@ def run_transform_job(
         raise TransformFailed(f"ClientError: the model {request.model_name} did not start for batch transform: {err}") from None
     outputs, count = [], 0
     try:
+        answer = None
+        if request.unsettled:  # SageMaker asks only for what the job left unset
+            answer = execution_parameters(hosted.url)
+            on_event(f"transform job {name}: GET /execution-parameters answered {json.dumps(answer) if answer else 'nothing (defaults)'}")
+        request = request.settled(answer)
         on_event(
             f"transform job {name}: {len(items)} object(s), SplitType {request.split_type}, {request.batch_strategy}, "
-            f"up to {request.max_concurrent} request(s) at a time"
+            f"MaxPayloadInMB {request.max_payload_mb}, up to {request.max_concurrent} request(s) at a time"
         )
         out_bucket, out_prefix = split_s3(request.output_path.rstrip("/") + "/")
         extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": request.kms_key_id} if request.kms_key_id else {}
-        with concurrent.futures.ThreadPoolExecutor(max_workers=request.max_concurrent) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=request.max_concurrent or 1) as pool:
             for item in items:
                 body, records = transform_object(s3, hosted.url, item, request, pool)
                 key = f"{out_prefix}{item.relative}.out"
@@ -335,7 +455,8 @@ def run_transform_job(
         hosting._terminate(hosted)
         if hosted.log_file.is_file():
             log_sink(hosted.log_file.read_text(encoding="utf-8", errors="replace").splitlines())
-    return TransformOutcome(name, "Completed", None, outputs, count, time.monotonic() - started, hosted.log_file)
+    seconds = time.monotonic() - started
+    return TransformOutcome(name, "Completed", None, outputs, count, seconds, hosted.log_file, request.parameters, answer)
 
 
 def record(backend_job: Any, outcome: TransformOutcome) -> None:

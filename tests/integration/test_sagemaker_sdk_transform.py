@@ -148,6 +148,10 @@ def test_a_multi_record_transform_writes_one_prediction_per_row_with_the_jobs_km
     assert (job["BatchStrategy"], job["TransformInput"]["SplitType"]) == ("MultiRecord", "Line")
     outcome = sdk.lifecycle.runner.transforms[job["TransformJobName"]]
     assert (outcome.records, outcome.outputs) == (ROWS, [f"s3://{BUCKET}/scored/rows.csv.out"])
+    # The job set only BatchStrategy: the runner asked the serve mode for the rest, as SageMaker does,
+    # and ran with its answer (one CPU replica: two requests at a time; its 6 MB request limit).
+    assert outcome.container_answer == {"MaxConcurrentTransforms": 2, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 6}
+    assert outcome.parameters == {"MaxConcurrentTransforms": 2, "BatchStrategy": "MultiRecord", "MaxPayloadInMB": 6}
     # The serve mode ran as SageMaker starts it for batch transform, and its log reached CloudWatch.
     logs = sdk.lifecycle.client("logs")
     streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/TransformJobs", logStreamNamePrefix=job["TransformJobName"])
@@ -161,6 +165,10 @@ def test_single_record_requests_give_the_same_predictions_in_input_order(sdk: Sd
         "score/rows.csv", "single", strategy="SingleRecord", assemble_with="Line", accept="application/json", max_concurrent_transforms=4
     )
     assert error is None, error
+    outcome = sdk.lifecycle.runner.transforms[transformer.latest_transform_job.name]
+    # What the job set reaches the container (SAGEMAKER_*) and is said back; the payload limit is the container's.
+    assert outcome.container_answer == {"MaxConcurrentTransforms": 4, "BatchStrategy": "SINGLE_RECORD", "MaxPayloadInMB": 6}
+    assert outcome.parameters == {"MaxConcurrentTransforms": 4, "BatchStrategy": "SingleRecord", "MaxPayloadInMB": 6}
     lines = sdk.output("single/rows.csv.out")["Content"].decode().splitlines()
     assert len(lines) == ROWS  # one answer per record, each on its own line
     single = [json.loads(line)["predictions"][0] for line in lines]

@@ -1,8 +1,15 @@
-"""The emulator's batch transform runner, the parts that need no emulator: what a job asks, how its
-input is split and batched, and how the answers are assembled (scripts.emulator.transform)."""
+"""The emulator's batch transform runner, the parts that need no emulator: what a job asks, what
+the container answers to ``GET /execution-parameters``, how the input is split and batched, and how
+the answers are assembled (scripts.emulator.transform)."""
 
 from __future__ import annotations
 
+import json
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -13,9 +20,13 @@ from scripts.emulator.transform import (
     TransformRequest,
     assemble,
     batches,
+    execution_parameters,
     input_objects,
+    invoke,
     split_records,
 )
+
+MB = 1024 * 1024
 
 
 def _job(**overrides: Any) -> dict[str, Any]:
@@ -34,16 +45,49 @@ def _job(**overrides: Any) -> dict[str, Any]:
     return job
 
 
-def test_the_request_reads_sagemakers_defaults_and_sets_the_batch_environment() -> None:
+def test_the_container_learns_what_the_job_set_and_sagemakers_defaults_fill_the_rest() -> None:
     request = TransformRequest.from_description(_job(Environment={"MY": "1"}))
-    assert (request.max_payload_bytes, request.max_concurrent, request.invocation_timeout) == (6 * 1024 * 1024, 1, 600.0)
-    assert request.batch_environment() == {
-        "MY": "1",
+    # BatchStrategy is the job's; the other two are left to the container's /execution-parameters.
+    assert request.unsettled == ["MaxConcurrentTransforms", "MaxPayloadInMB"]
+    assert request.batch_environment() == {"MY": "1", "SAGEMAKER_BATCH": "true", "SAGEMAKER_BATCH_STRATEGY": "MULTI_RECORD"}
+    settled = request.settled(None)  # no answer: SageMaker's defaults
+    assert (settled.max_payload_bytes, settled.max_concurrent, settled.batch_strategy) == (6 * MB, 1, "MultiRecord")
+    assert settled.invocation_timeout == 600.0
+    full = TransformRequest.from_description(_job(BatchStrategy="SingleRecord", MaxPayloadInMB=20, MaxConcurrentTransforms=4))
+    assert full.unsettled == [] and full.settled({"MaxPayloadInMB": 1, "MaxConcurrentTransforms": 9}) == full
+    assert full.batch_environment() == {
         "SAGEMAKER_BATCH": "true",
-        "SAGEMAKER_MAX_PAYLOAD_IN_MB": "6",
-        "SAGEMAKER_BATCH_STRATEGY": "MULTI_RECORD",
-        "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS": "1",
+        "SAGEMAKER_MAX_PAYLOAD_IN_MB": "20",
+        "SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD",
+        "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS": "4",
     }
+
+
+def test_the_jobs_values_win_over_the_containers_answer_which_wins_over_the_defaults() -> None:
+    answer = {"MaxConcurrentTransforms": 8, "BatchStrategy": "SINGLE_RECORD", "MaxPayloadInMB": 12}
+    unset = TransformRequest.from_description(_job(BatchStrategy=None, MaxConcurrentTransforms=0))  # 0 is unset too
+    assert unset.batch_environment() == {"SAGEMAKER_BATCH": "true"}
+    settled = unset.settled(answer)
+    assert (settled.max_concurrent, settled.batch_strategy, settled.max_payload_mb) == (8, "SingleRecord", 12)
+    partly = TransformRequest.from_description(_job(MaxPayloadInMB=0)).settled({"MaxPayloadInMB": 12})
+    assert (partly.max_concurrent, partly.batch_strategy, partly.max_payload_mb) == (1, "MultiRecord", 0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"MaxPayloadInMB": 101}, "MaxPayloadInMB 101; it must be a whole number of MB from 0 to 100"),
+        ({"MaxPayloadInMB": "6"}, "MaxPayloadInMB '6'; it must be a whole number of MB"),
+        ({"MaxConcurrentTransforms": 0}, "MaxConcurrentTransforms 0; it must be a whole number >= 1"),
+        ({"MaxConcurrentTransforms": True}, "MaxConcurrentTransforms True"),
+        ({"BatchStrategy": "EVERYTHING"}, "BatchStrategy 'EVERYTHING'; it must be SINGLE_RECORD or MULTI_RECORD"),
+    ],
+)
+def test_an_answer_no_job_could_set_fails_the_job_in_one_line(answer: dict[str, Any], said: str) -> None:
+    request = TransformRequest.from_description(_job(BatchStrategy=None))
+    with pytest.raises(TransformFailed, match="^ClientError: the model container's GET /execution-parameters answered ") as refused:
+        request.settled(answer)
+    assert said in str(refused.value) and "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize(
@@ -70,7 +114,7 @@ def test_lines_are_records_and_an_unsplit_object_is_one() -> None:
 
 
 def test_multi_record_batches_fill_the_payload_limit_in_order() -> None:
-    request = TransformRequest.from_description(_job(MaxPayloadInMB=1))
+    request = TransformRequest.from_description(_job(MaxPayloadInMB=1)).settled(None)
     record = b"x" * (300 * 1024)
     sent = list(batches([record] * 7, request, "s3://in/a.csv"))
     assert [(first, last) for first, last, _ in sent] == [(1, 3), (4, 6), (7, 7)]
@@ -79,14 +123,41 @@ def test_multi_record_batches_fill_the_payload_limit_in_order() -> None:
 
 
 def test_single_record_sends_each_record_alone() -> None:
-    request = TransformRequest.from_description(_job(BatchStrategy="SingleRecord"))
+    request = TransformRequest.from_description(_job(BatchStrategy="SingleRecord")).settled(None)
     assert list(batches([b"a", b"b"], request, "s3://in/a.csv")) == [(1, 1, b"a"), (2, 2, b"b")]
 
 
 def test_a_record_over_the_payload_limit_fails_naming_it() -> None:
-    request = TransformRequest.from_description(_job(MaxPayloadInMB=1))
+    request = TransformRequest.from_description(_job(MaxPayloadInMB=1)).settled(None)
     with pytest.raises(TransformFailed, match=r"^ClientError: s3://in/a.csv record 2 is 1048577 bytes, over MaxPayloadInMB \(1 MB\)"):
         list(batches([b"a", b"x" * (1024 * 1024 + 1)], request, "s3://in/a.csv"))
+    # The limit the container chose is the one records are held to.
+    answered = TransformRequest.from_description(_job()).settled({"MaxPayloadInMB": 1})
+    with pytest.raises(TransformFailed, match=r"^ClientError: s3://in/b.csv record 3 is 1048577 bytes, over MaxPayloadInMB \(1 MB\)"):
+        list(batches([b"a", b"b", b"x" * (MB + 1)], answered, "s3://in/b.csv"))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_multi_record_payload_is_ever_over_the_limit_and_every_record_arrives_once_in_order(seed: int) -> None:
+    request = TransformRequest.from_description(_job()).settled({"MaxPayloadInMB": 1})
+    rng = random.Random(seed)
+    # Sizes around the limit's edges: a record of exactly the limit, one a byte short, many small ones.
+    sizes = [MB, MB - 1, MB - 2, 1] + [rng.choice([1, 2, 1000, 300_000, MB // 2, MB // 2 - 1]) for _ in range(40)]
+    rng.shuffle(sizes)
+    records = [bytes([97 + i % 26]) * size for i, size in enumerate(sizes)]
+    sent = list(batches(records, request, "s3://in/a.csv"))
+    assert all(len(payload) <= MB for _, _, payload in sent)
+    assert [first for first, _, _ in sent] == [1] + [last + 1 for _, last, _ in sent[:-1]] and sent[-1][1] == len(records)
+    assert [line for _, _, payload in sent for line in payload.split(b"\n") if line] == records
+
+
+def test_the_containers_payload_limit_sizes_the_batches() -> None:
+    record = b"1.0,2.0,3.0,4.0" + b"0" * 1000
+    records = [record] * 3000  # ~3 MB
+    default = list(batches(records, TransformRequest.from_description(_job()).settled(None), "s3://in/a.csv"))
+    assert len(default) == 1  # SageMaker's 6 MB takes them all
+    small = list(batches(records, TransformRequest.from_description(_job()).settled({"MaxPayloadInMB": 1}), "s3://in/a.csv"))
+    assert len(small) == 3 and all(len(payload) <= MB for _, _, payload in small)
 
 
 def test_assemble_with_line_ends_every_answer_with_one_newline() -> None:
@@ -117,3 +188,84 @@ def test_each_output_mirrors_the_key_below_the_input_prefix() -> None:
     empty = TransformRequest.from_description(_job(TransformInput={**_job()["TransformInput"], "DataSource": {"S3DataSource": {"S3Uri": "s3://in/none/"}}}))
     with pytest.raises(TransformFailed, match="no S3 objects under s3://in/none/"):
         input_objects(s3, empty)
+
+
+# --- the container's side of the conversation, played by a stub HTTP server ---------------------
+
+
+@contextmanager
+def _container(routes: dict[str, tuple[int, bytes]]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A loopback HTTP server answering ``routes`` (path -> status, body); yields its URL and the
+    requests it saw (path, headers, body)."""
+    seen: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, body: bytes = b"") -> None:
+            seen.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            status, reply = routes.get(self.path, (404, b'{"error": "Not Found"}'))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self._answer()
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            if self.headers.get("Transfer-Encoding") == "chunked":
+                body = b""
+                while size := int(self.rfile.readline().strip(), 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
+                self.rfile.readline()
+            else:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._answer(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_runner_asks_the_container_and_takes_its_answer() -> None:
+    answer = {"MaxConcurrentTransforms": 4, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 2}
+    with _container({"/execution-parameters": (200, json.dumps(answer).encode())}) as (url, seen):
+        assert execution_parameters(url) == answer
+    assert [request["path"] for request in seen] == ["/execution-parameters"]
+    settled = TransformRequest.from_description(_job(BatchStrategy=None)).settled(answer)
+    assert (settled.max_concurrent, settled.batch_strategy, settled.max_payload_bytes) == (4, "MultiRecord", 2 * MB)
+
+
+def test_a_container_without_the_route_leaves_sagemakers_defaults() -> None:
+    with _container({}) as (url, _):
+        assert execution_parameters(url) is None
+    with _container({"/execution-parameters": (503, b"starting")}) as (url, _):
+        assert execution_parameters(url) is None
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]"])
+def test_a_200_that_is_not_a_json_object_fails_the_job_in_one_line(body: bytes) -> None:
+    said = r"^ClientError: the model container's GET /execution-parameters answered 200 with .*not a JSON object\.$"
+    with _container({"/execution-parameters": (200, body)}) as (url, _), pytest.raises(TransformFailed, match=said):
+        execution_parameters(url)
+
+
+def test_a_payload_without_limit_is_streamed_chunked_and_a_limited_one_has_a_length() -> None:
+    payload = b"1,2,3,4\n" * 300_000  # 2.4 MB: three chunks
+    with _container({"/invocations": (200, b'{"ok": 1}')}) as (url, seen):
+        unlimited = TransformRequest.from_description(_job(MaxPayloadInMB=0)).settled(None)
+        assert invoke(url, payload, unlimited, "s3://in/a.csv", 1, 300_000) == b'{"ok": 1}'
+        limited = TransformRequest.from_description(_job(MaxPayloadInMB=6)).settled(None)
+        invoke(url, payload, limited, "s3://in/a.csv", 1, 300_000)
+    assert seen[0]["headers"].get("Transfer-Encoding") == "chunked" and "Content-Length" not in seen[0]["headers"]
+    assert seen[1]["headers"].get("Content-Length") == str(len(payload))
+    assert seen[0]["body"] == seen[1]["body"] == payload
+    assert seen[0]["headers"]["Content-Type"] == "text/csv" and seen[0]["headers"]["Accept"] == "application/json"

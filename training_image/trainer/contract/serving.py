@@ -4,6 +4,12 @@ SageMaker hosting sets ``SAGEMAKER_BIND_TO_PORT`` (and ``SAGEMAKER_SAFE_PORT_RAN
 container must listen on another port than 8080; the stacks set ``EXPECTED_GPU_COUNT`` on the
 Model. The ``SERVE_*`` variables tune batching and limits and have defaults that suit small
 tabular models on one GPU.
+
+Batch transform starts the same ``serve`` with ``SAGEMAKER_BATCH=true`` and, for what the job set,
+``SAGEMAKER_MAX_PAYLOAD_IN_MB``, ``SAGEMAKER_BATCH_STRATEGY`` and
+``SAGEMAKER_MAX_CONCURRENT_TRANSFORMS`` ("Use Your Own Inference Code with Batch Transform" in
+SageMaker's developer guide). What the job left unset, SageMaker asks the container for with
+``GET /execution-parameters`` (the server's answer is built from these settings).
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ DEFAULT_MAX_BATCH_SIZE = 64
 DEFAULT_MAX_BATCH_DELAY_MS = 2.0
 DEFAULT_MAX_QUEUED_REQUESTS = 2048
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
+MB = 1024 * 1024
+"""One MB of ``MaxPayloadInMB``: the binary megabyte, the larger reading, so the server never refuses
+a payload SageMaker sized to the limit."""
+MAX_PAYLOAD_IN_MB = 100
+"""The largest ``MaxPayloadInMB`` CreateTransformJob accepts; 0 there means no limit (HTTP chunked)."""
+BATCH_STRATEGIES = ("MULTI_RECORD", "SINGLE_RECORD")
+"""``SAGEMAKER_BATCH_STRATEGY``'s values (CreateTransformJob's ``MultiRecord`` and ``SingleRecord``)."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +60,10 @@ class ServeSettings:
             this only matters when the server is idle.
         max_queued_requests: ``SERVE_MAX_QUEUED_REQUESTS``: beyond this, requests get 503 at once
             instead of waiting in an unbounded queue.
-        max_request_bytes: ``SERVE_MAX_REQUEST_BYTES``: larger bodies get 413.
+        max_request_bytes: The largest body served; larger bodies get 413, and 0 serves any size.
+            ``SAGEMAKER_MAX_PAYLOAD_IN_MB`` MB when a transform job set it (0 for a job that
+            streams with HTTP chunked encoding), else ``SERVE_MAX_REQUEST_BYTES``, else 6 MB,
+            SageMaker's limit for one real-time invocation.
         replicas: ``SERVE_REPLICAS``: model replicas, each on its own device with its own batches.
             0 (default): one per GPU found, one on CPU. On CPU (``EXPECTED_GPU_COUNT=0``) a
             larger number splits the CPU into that many logical devices (tests).
@@ -66,6 +82,13 @@ class ServeSettings:
         warmup: ``SERVE_WARMUP`` = on|off (default on): call the model once per batch-size
             bucket before ``/ping`` turns healthy, so no request pays for a first call at a new
             size. ``off`` exists for the benchmark's baseline.
+        batch_transform: ``SAGEMAKER_BATCH`` = true|false: SageMaker started this server for a
+            batch transform job.
+        max_payload_in_mb: ``SAGEMAKER_MAX_PAYLOAD_IN_MB`` (0..100) when set: the job's
+            ``MaxPayloadInMB``, which sets ``max_request_bytes``.
+        batch_strategy: ``SAGEMAKER_BATCH_STRATEGY`` = MULTI_RECORD|SINGLE_RECORD when set.
+        max_concurrent_transforms: ``SAGEMAKER_MAX_CONCURRENT_TRANSFORMS`` when set (0 counts as
+            unset, as in CreateTransformJob).
     """
 
     host: str
@@ -84,6 +107,17 @@ class ServeSettings:
     default_accept: str = "application/json"
     default_content_type: str = "application/json"
     warmup: bool = True
+    batch_transform: bool = False
+    max_payload_in_mb: int | None = None
+    batch_strategy: str | None = None
+    max_concurrent_transforms: int | None = None
+
+    @property
+    def request_limit_setting(self) -> str:
+        """The variable that sets ``max_request_bytes``, for the 413 answer and the log."""
+        if self.max_payload_in_mb is not None:
+            return f"SAGEMAKER_MAX_PAYLOAD_IN_MB={self.max_payload_in_mb}"
+        return "SERVE_MAX_REQUEST_BYTES"
 
     @property
     def batch_buckets(self) -> tuple[int, ...]:
@@ -116,6 +150,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
     output = env.get("SERVE_MODEL_OUTPUT", "auto").strip().lower() or "auto"
     if output not in OUTPUT_KINDS:
         raise ConfigError(f"SERVE_MODEL_OUTPUT must be one of {', '.join(OUTPUT_KINDS)}, got {output!r}.")
+    payload_mb = _max_payload_in_mb(env)
+    request_bytes = int_setting(env, "SERVE_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1024)
     return ServeSettings(
         host=env.get("SERVE_HOST", "").strip() or "0.0.0.0",  # nosec B104 - SageMaker connects from outside the container
         port=int_setting(env, "SAGEMAKER_BIND_TO_PORT", DEFAULT_PORT, minimum=1, maximum=65535),
@@ -126,13 +162,49 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         max_batch_size=int_setting(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),
         max_batch_delay_ms=delay,
         max_queued_requests=int_setting(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
-        max_request_bytes=int_setting(env, "SERVE_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES, minimum=1024),
+        # The job's MaxPayloadInMB wins: SageMaker sends payloads up to it, whatever the model's own limit.
+        max_request_bytes=request_bytes if payload_mb is None else payload_mb * MB,
         output=output,
         replicas=int_setting(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
         model_name=_model_name(env),
         default_accept=env.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "").strip() or "application/json",
         warmup=switch_setting(env, "SERVE_WARMUP", default=True),
+        batch_transform=_batch_transform(env),
+        max_payload_in_mb=payload_mb,
+        batch_strategy=_batch_strategy(env),
+        max_concurrent_transforms=int_setting(env, "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS", 0, minimum=0) or None,
     )
+
+
+def _max_payload_in_mb(env: Mapping[str, str]) -> int | None:
+    """``SAGEMAKER_MAX_PAYLOAD_IN_MB``: None when unset, else a whole number of MB in 0..100."""
+    raw = env.get("SAGEMAKER_MAX_PAYLOAD_IN_MB", "").strip()
+    if not raw:
+        return None
+    value = int(raw) if raw.isascii() and raw.isdigit() else -1
+    if not 0 <= value <= MAX_PAYLOAD_IN_MB:
+        raise ConfigError(
+            f"SAGEMAKER_MAX_PAYLOAD_IN_MB must be a whole number of MB from 0 to {MAX_PAYLOAD_IN_MB} "
+            f"(the transform job's MaxPayloadInMB; 0: no limit), got {raw!r}."
+        )
+    return value
+
+
+def _batch_strategy(env: Mapping[str, str]) -> str | None:
+    raw = env.get("SAGEMAKER_BATCH_STRATEGY", "").strip()
+    if not raw:
+        return None
+    if raw.upper() not in BATCH_STRATEGIES:
+        raise ConfigError(f"SAGEMAKER_BATCH_STRATEGY must be {' or '.join(BATCH_STRATEGIES)}, got {raw!r}.")
+    return raw.upper()
+
+
+def _batch_transform(env: Mapping[str, str]) -> bool:
+    # SageMaker sets "true"; the SageMaker SDK's local mode sets "True".
+    raw = env.get("SAGEMAKER_BATCH", "").strip().lower() or "false"
+    if raw not in ("true", "false"):
+        raise ConfigError(f"SAGEMAKER_BATCH must be true or false, got {raw!r}.")
+    return raw == "true"
 
 
 def _model_name(env: Mapping[str, str]) -> str:

@@ -16,7 +16,8 @@ sagemaker-inference-toolkit (``model_server.py``, ``transformer.py``):
                 signature_name) and the bodies AWS's serving container turns into it
 - ``handlers``  ``code/inference.py``: both of AWS's handler families, requirements from code/lib
 - ``batching``  the dynamic batcher: concurrent requests share one model call
-- ``server``    the aiohttp application and the start-up sequence (GPU check, load, warm-up)
+- ``server``    the aiohttp application and the start-up sequence (GPU check, load, warm-up);
+                ``GET /execution-parameters``, batch transform's question to the container
 
 May import: the shared floors (``trainer.contract``, ``gpu_check``, ``gpu_table``, ``logs``, and
 ``trainer.user_code`` for the user's module, its requirements and its failures); never

@@ -7,6 +7,10 @@ with no framework around it, where Flask/gunicorn (sagemaker-inference-toolkit u
 server) would need worker processes that each load the model onto the GPU, and FastAPI/uvicorn
 brings validation and ASGI layers this three-route contract does not need.
 
+Batch transform: SageMaker starts this same server with ``SAGEMAKER_BATCH=true`` and asks
+``GET /execution-parameters`` how to call it (concurrency, batch strategy, payload size) for what
+the job left unset; :func:`execution_parameters` answers from the settings and the devices found.
+
 Start-up: the port opens at once, so SageMaker's ``/ping`` gets an answer (503 while loading),
 then a background thread verifies the GPUs (the same check as training: a host that does not
 show the GPUs it promises never turns healthy, so SageMaker replaces it instead of serving from
@@ -37,7 +41,7 @@ from trainer.logs import log, log_json
 from trainer.serve import codec, handlers, tfserving
 from trainer.serve.batching import DynamicBatcher, QueueFull
 from trainer.serve.model import LoadedModel, TensorModel, load_model, load_tensor_model
-from trainer.contract.serving import ServeSettings, load_settings
+from trainer.contract.serving import MAX_PAYLOAD_IN_MB, MB, ServeSettings, load_settings
 
 # Threads that run the user's inference.py handlers: each request's handler runs off the event
 # loop, so a slow handler (or one calling back into /v1/models) never blocks the server.
@@ -61,6 +65,8 @@ class ServingState:
         tensor_replicas: The model as TF Serving serves it (a model that is not the built-in
             classifier), one per device; requests reach them through the same batcher.
         user_code: ``code/inference.py``, when the model carries one.
+        workers: The devices that run model calls (one per replica: each GPU, or the CPU), once
+            the GPU check has found them.
     """
 
     settings: ServeSettings
@@ -72,6 +78,7 @@ class ServingState:
     batcher: DynamicBatcher | None = None
     tensor_replicas: list[TensorModel] = field(default_factory=list)
     user_code: handlers.UserCode | None = None
+    workers: int = 0
     _handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
@@ -126,6 +133,7 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
     try:
         state.gpu_report = gpu_check(settings)
         devices = replica_devices(state.gpu_report, settings.replicas)
+        state.workers = len(devices)
         # The user's code comes after the GPU check and before the model: its requirements and
         # import fail the start with one line, and its model_fn may replace the model loading.
         state.user_code = handlers.load(settings.model_dir)
@@ -160,6 +168,8 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
             user_code=state.user_code.family if state.user_code else "none",
             **{k: v for k, v in described.items() if k != "device"},
         )
+        if settings.batch_transform:
+            log("serve-batch-transform", **execution_parameters(settings, state.workers, user_code=state.user_code is not None))
         state.ready.set()
     except TrainerError as err:
         state.failure = " ".join(str(err).split())
@@ -246,13 +256,15 @@ async def tfs_predict(request: web.Request) -> web.Response:
 
 
 async def _body(request: web.Request, state: ServingState) -> bytes | web.Response:
+    """The request body, or 413 naming the limit and the variable that sets it (0: no limit)."""
     limit = state.settings.max_request_bytes
-    if request.content_length is not None and request.content_length > limit:
-        return _error(413, f"Request body of {request.content_length} bytes is over the {limit}-byte limit.")
+    where = f"the {limit}-byte limit ({state.settings.request_limit_setting})"
+    if limit and request.content_length is not None and request.content_length > limit:
+        return _error(413, f"Request body of {request.content_length} bytes is over {where}.")
     try:
         return await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return _error(413, f"Request body is over the {limit}-byte limit.")
+        return _error(413, f"Request body is over {where}.")
 
 
 def _answer_type(accept: str) -> str | None:
@@ -382,13 +394,9 @@ async def _classify(request: web.Request, state: ServingState) -> web.Response:
     accept = request.headers.get("Accept", "").strip()
     if accept and not any(t in accept for t in (codec.JSON, "*/*", "application/*")):
         return _error(406, f"Unsupported Accept {accept!r}; predictions are returned as application/json.")
-    limit = state.settings.max_request_bytes
-    if request.content_length is not None and request.content_length > limit:
-        return _error(413, f"Request body of {request.content_length} bytes is over the {limit}-byte limit.")
-    try:
-        body = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        return _error(413, f"Request body is over the {limit}-byte limit.")
+    body = await _body(request, state)
+    if isinstance(body, web.Response):
+        return body
     try:
         rows = codec.decode(body, request.headers.get("Content-Type", ""), state.model.num_features)
     except codec.RequestError as err:
@@ -418,6 +426,53 @@ async def stats(request: web.Request) -> web.Response:
         **(state.batcher.stats.as_dict() if state.batcher else {"batches": 0, "requests": 0, "rows": 0}),
     }
     return web.json_response(payload)
+
+
+def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bool) -> dict[str, Any]:
+    """The answer to SageMaker's ``GET /execution-parameters``: how batch transform should call this server.
+
+    SageMaker asks before the first ``/invocations`` of a transform job and uses the answer for what
+    the job did not set; what it did set (the ``SAGEMAKER_*`` variables) is said back as it is.
+    The rest:
+
+    - ``BatchStrategy``: MULTI_RECORD. Every body this server reads (CSV, JSON lines, JSON, TF
+      Serving's lists) carries many rows, and one request of many rows is one model call.
+    - ``MaxPayloadInMB``: the request limit in whole MB, at most 100 (SageMaker's largest); left out
+      when the limit is under 1 MB, which no MaxPayloadInMB can express (the job then gets 413s that
+      name ``SERVE_MAX_REQUEST_BYTES``).
+    - ``MaxConcurrentTransforms``: for MULTI_RECORD, two requests per device, so one is on the
+      device while the next is read and decoded; more only queue behind the model. For
+      SINGLE_RECORD with dynamic batching, enough one-record requests to fill a batch on every
+      device (the batcher joins them), at most the queue. ``inference.py`` handlers run in
+      ``HANDLER_THREADS`` threads, which bound them too.
+
+    Args:
+        settings: The resolved settings.
+        workers: Devices that run model calls (:attr:`ServingState.workers`).
+        user_code: The model carries ``code/inference.py``.
+    """
+    strategy = settings.batch_strategy or "MULTI_RECORD"
+    workers = max(1, workers)
+    if strategy == "SINGLE_RECORD" and settings.batching and not user_code:
+        concurrency = min(workers * settings.max_batch_size, settings.max_queued_requests)
+    else:
+        concurrency = 2 * workers
+    if user_code:
+        concurrency = min(concurrency, HANDLER_THREADS)
+    answer: dict[str, Any] = {"MaxConcurrentTransforms": settings.max_concurrent_transforms or concurrency, "BatchStrategy": strategy}
+    if settings.max_payload_in_mb is not None:
+        answer["MaxPayloadInMB"] = settings.max_payload_in_mb
+    elif settings.max_request_bytes >= MB:
+        answer["MaxPayloadInMB"] = min(MAX_PAYLOAD_IN_MB, settings.max_request_bytes // MB)
+    return answer
+
+
+async def get_execution_parameters(request: web.Request) -> web.Response:
+    """``GET /execution-parameters``, once start-up has found the devices (SageMaker asks after ``/ping``)."""
+    state = request.app[STATE]
+    if not state.ready.is_set():
+        return _error(503, state.failure or "Not ready: the model is still loading.")
+    return web.json_response(execution_parameters(state.settings, state.workers, user_code=state.user_code is not None))
 
 
 def _batcher(state: ServingState) -> DynamicBatcher:
@@ -455,6 +510,7 @@ def create_app(state: ServingState) -> web.Application:
 
     app.on_cleanup.append(stop_batcher)
     app.router.add_get("/ping", ping)
+    app.router.add_get("/execution-parameters", get_execution_parameters)
     app.router.add_post("/invocations", invocations)
     app.router.add_post("/v1/models/{tail:.+}", tfs_predict)
     app.router.add_get("/stats", stats)
