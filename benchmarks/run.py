@@ -85,6 +85,12 @@ def _serve_warmup(repeats: int) -> list[dict]:
     return serve_warmup_bench.run(repeats)
 
 
+def _transform(repeats: int) -> list[dict]:
+    from benchmarks import transform_bench
+
+    return transform_bench.run(repeats)
+
+
 def _process(repeats: int) -> list[dict]:
     from benchmarks import process_bench
 
@@ -120,6 +126,7 @@ BENCHMARKS: dict[str, Callable[[int], list[dict]]] = {
     "script": _script,
     "serve": _serve,
     "serve_warmup": _serve_warmup,
+    "transform": _transform,
     "process": _process,
     "bottleneck": _bottleneck,
     "records": _records,
