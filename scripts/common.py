@@ -514,3 +514,13 @@ def print_table(rows: Sequence[Sequence[str]], headers: Sequence[str], out: Any 
     for row in (headers, *rows):
         print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip(), file=out)
 
+
+def parse_hyperparameters(items: Sequence[str]) -> dict[str, str]:
+    """``["epochs=3", "lr=0.1"]`` -> ``{"epochs": "3", "lr": "0.1"}``."""
+    result = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"hyperparameter {item!r} is not KEY=VALUE, e.g. --hp epochs=10")
+        result[key.strip()] = value
+    return result

@@ -33,9 +33,11 @@ channel, as the SageMaker SDK does for network-isolated jobs. ``--legacy-keras``
 with Keras 2 (tf-keras). Hyperparameters reach the script as ``--key value`` arguments.
 
 The pipeline (``--pipeline``): one execution of ``<project>-pipeline`` runs process -> train ->
-promote, each step optional (``--skip-process``, ``--skip-train``; promote only with
-``--promote``, and only to an endpoint deployed once with ``scripts.promote``). It names its jobs
-``<project>-<execution>-process`` / ``-train`` and the model ``<project>-<execution>``
+promote (-> transform), each step optional (``--skip-process``, ``--skip-train``; promote only with
+``--promote``, and only to an endpoint deployed once with ``scripts.promote``; with
+``transform.enabled`` a batch transform of the scoring prefix ends every run that trains, unless
+``--skip-transform``). It names its jobs ``<project>-<execution>-process`` / ``-train`` /
+``-transform`` and the model ``<project>-<execution>``
 (``--name`` names the execution; default ``<UTC time>-<4 hex>``). Processing options:
 ``--input-uri`` (raw data under ``s3://<datasets>/<processing.input_prefix>``),
 ``--process-arg=ARG`` (repeatable; the built-in transform's ``--shards 4`` is
@@ -83,6 +85,7 @@ from scripts.common import (
     execution_console_url,
     help_epilog,
     job_console_url,
+    parse_hyperparameters,
     parse_operator_args,
     run,
     stack_name,
@@ -185,17 +188,6 @@ def for_dry_run(deployment: Deployment, args: argparse.Namespace) -> Deployment:
 
 _UNREADABLE_STACK = (OperatorError, BotoCoreError, ClientError)
 """What reading the stacks raises without region, credentials, network or deployment."""
-
-
-def parse_hyperparameters(items: Sequence[str]) -> dict[str, str]:
-    """``["epochs=3", "lr=0.1"]`` -> ``{"epochs": "3", "lr": "0.1"}``."""
-    result = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"hyperparameter {item!r} is not KEY=VALUE, e.g. --hp epochs=10")
-        result[key.strip()] = value
-    return result
 
 
 def options_from_args(args: argparse.Namespace) -> LaunchOptions:
@@ -328,6 +320,15 @@ def processing_price(config: PlatformConfig, values: ProcessingValues) -> JobPri
     return job_price(
         "processing job", str(values.job_name), str(values.instance_type), int(values.instance_count),  # type: ignore[call-overload]
         spot=False, volume_gb=pr.volume_size_gb, max_runtime_seconds=pr.max_runtime_seconds,
+    )
+
+
+def transform_price(config: PlatformConfig, job_name: str) -> JobPrice:
+    """What the pipeline's batch transform job costs per hour, and the most it can (its step's timeout)."""
+    tr = config.transform
+    return job_price(
+        "transform job", job_name, tr.instance_type, tr.instance_count, spot=False, volume_gb=0,
+        max_runtime_seconds=tr.max_runtime_seconds,
     )
 
 
@@ -505,7 +506,12 @@ def pipeline_input(
         execution_input["promote"] = True
     if not execution_input:
         raise UsageError("--skip-process and --skip-train with no --promote leave the pipeline nothing to do")
-    names = pipeline.pipeline_names(project, execution_name, execution_input)
+    transform = deployment.config.transform.enabled
+    if args.skip_transform:
+        if not transform:
+            raise UsageError("--skip-transform: the deployed pipeline has no transform step (transform.enabled is false)")
+        execution_input["transform"] = False
+    names = pipeline.pipeline_names(project, execution_name, execution_input, transform=transform)
     pipeline.check_names(names)
 
     prices = pipeline_prices(deployment, args, names)
@@ -538,6 +544,8 @@ def pipeline_prices(deployment: Deployment, args: argparse.Namespace, names: pip
     if names.training_job:
         options = replace(options_from_args(args), job_name=names.training_job)
         prices.append(training_price(deployment.config, check_options(deployment, options, code_pending=args.source_dir is not None)))
+    if names.transform_job:
+        prices.append(transform_price(deployment.config, names.transform_job))
     return prices
 
 
@@ -601,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-process", action="store_true", help="pipeline: no processing step (train on the configured channels)")
     parser.add_argument("--skip-train", action="store_true", help="pipeline: no training step")
     parser.add_argument("--promote", action="store_true", help="pipeline: serve the trained model on the deployed endpoint")
+    parser.add_argument(
+        "--skip-transform", action="store_true", help="pipeline: no batch transform at the end (deployments with transform.enabled)"
+    )
     parser.add_argument("--input-uri", help="processing: raw data, s3://<datasets>/<processing.input_prefix>... (default: all of it)")
     parser.add_argument(
         "--process-arg", action="append", default=[], metavar="ARG",
@@ -668,7 +679,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _refuse_mixed_modes(args: argparse.Namespace) -> None:
-    pipeline_only = [flag for flag, on in (("--skip-process", args.skip_process), ("--skip-train", args.skip_train), ("--promote", args.promote)) if on]
+    pipeline_only = [
+        flag for flag, on in (("--skip-process", args.skip_process), ("--skip-train", args.skip_train), ("--promote", args.promote),
+                              ("--skip-transform", args.skip_transform)) if on
+    ]
     if pipeline_only and not args.pipeline:
         raise UsageError(f"{', '.join(pipeline_only)} only apply to --pipeline")
     processing = args.input_uri or args.process_arg or args.process_source_dir or args.process_entry_point

@@ -1,13 +1,16 @@
-"""The pipeline (process -> train -> promote) as the operator scripts see it: names and inputs.
+"""The pipeline (process -> train -> promote -> transform) as the operator scripts see it: names and inputs.
 
 ``scripts.launch --pipeline`` builds an execution input of ``<project>-pipeline`` and
 ``scripts.watch --execution`` follows one; both need the names the pipeline gives what it creates:
 
 - processing job ``<project>-<execution name>-process`` (unless ``process.job_name`` says otherwise),
 - training job ``<project>-<execution name>-train`` (unless ``train.job_name``),
-- model and endpoint config ``<project>-<execution name>`` (promote).
+- model and endpoint config ``<project>-<execution name>`` (promote),
+- transform job ``<project>-<execution name>-transform`` and, unless the promoted model runs it, a
+  model of the same name (``transform.enabled`` deployments).
 
-A step whose key is absent from the input is skipped.
+A step whose key is absent from the input is skipped, except the transform: it runs after every
+execution with a model (``train``, or ``promote.model_uri``) unless ``"transform": false``.
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ class PipelineNames:
         processing_job: The processing job.
         training_job: The training job.
         model: The model and the endpoint config of the promote step.
+        transform_job: The batch transform job (and its model, where it makes one).
     """
 
     execution: str
     processing_job: Optional[str]
     training_job: Optional[str]
     model: Optional[str]
+    transform_job: Optional[str] = None
 
     def lines(self) -> list[str]:
         """``processing job: ...`` lines for what the execution will create."""
@@ -51,11 +56,16 @@ class PipelineNames:
         if self.model:
             lines.append(f"model: {self.model}")
             lines.append(f"endpoint config: {self.model}")
+        if self.transform_job:
+            lines.append(f"transform job: {self.transform_job}")
         return lines
 
 
-def pipeline_names(project: str, execution_name: str, execution_input: Mapping[str, Any]) -> PipelineNames:
-    """The names an execution of ``execution_input`` gives what it creates (see the module docstring)."""
+def pipeline_names(
+    project: str, execution_name: str, execution_input: Mapping[str, Any], *, transform: bool = False
+) -> PipelineNames:
+    """The names an execution of ``execution_input`` gives what it creates (see the module docstring);
+    ``transform``: the deployed pipeline ends in a batch transform (``transform.enabled``)."""
 
     def given(step: str, default: str) -> Optional[str]:
         if step not in execution_input:
@@ -65,11 +75,15 @@ def pipeline_names(project: str, execution_name: str, execution_input: Mapping[s
         return str(name) if name else default
 
     base = f"{project}-{execution_name}"
+    promote = execution_input.get("promote")
+    has_model = "train" in execution_input or (isinstance(promote, Mapping) and "model_uri" in promote)
+    transforms = transform and has_model and execution_input.get("transform") is not False
     return PipelineNames(
         execution=execution_name,
         processing_job=given("process", f"{base}-process"),
         training_job=given("train", f"{base}-train"),
         model=base if "promote" in execution_input else None,
+        transform_job=f"{base}-transform" if transforms else None,
     )
 
 
@@ -80,7 +94,11 @@ def default_execution_name(now: Optional[datetime] = None) -> str:
 
 def check_names(names: PipelineNames) -> None:
     """Refuse an execution name that makes a job, model or config name longer than SageMaker allows."""
-    for what, name in (("processing job", names.processing_job), ("training job", names.training_job), ("model", names.model)):
+    named = (
+        ("processing job", names.processing_job), ("training job", names.training_job), ("model", names.model),
+        ("transform job", names.transform_job),
+    )
+    for what, name in named:
         if name and len(name) > MAX_NAME_LENGTH:
             raise OperatorError(
                 f"execution name {names.execution!r} makes the {what} name {name} {len(name)} characters long; "

@@ -58,6 +58,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "training_job.checkpointing": False,
         "training_job.instance_type": "ml.p3.2xlarge",
         "training_job.gpu_idle_alarm.stop_job": True,
+        # The pipeline's batch transform on an EBS-only type: the volume key condition.
+        "transform.enabled": True,
+        "transform.instance_type": "ml.p3.2xlarge",
     },
     "serving-nvme": {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"},
     "serving-scale-to-zero": {
@@ -65,6 +68,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "serving.training_job_name": "gputrain-job-1",
         "serving.scale_to_zero": True,
         "serving.data_capture": True,
+        # No promotion there: the transform's model statements of their own.
+        "transform.enabled": True,
     },
     "serving-ebs-capture-canary": {
         "serving.enabled": True,

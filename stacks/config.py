@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from stacks.components import hyperparameter_rules
 from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup, sagemaker_hosting_instance_types
-from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits
+from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits, transform_job_limits
 
 CONTEXT_KEY = "gpu_training"
 MAX_KEEP_ALIVE_SECONDS = 3600
@@ -465,6 +465,60 @@ class ServingConfig:
 
 
 @dataclass(frozen=True)
+class TransformConfig:
+    """A batch transform at the end of the pipeline: the run's model scores a held-out or scoring prefix.
+
+    Part of the pipeline (``processing.enabled``): after training, and after the promotion when
+    the execution promotes, ``createTransformJob.sync`` runs the model (the serving mode of the
+    image, as an endpoint runs it) over every object under ``input_prefix`` and writes one
+    ``<key>.out`` per object under ``<output_prefix><job name>/``. An execution skips it with
+    ``"transform": false``. The model's role reads only ``input_prefix`` and writes only
+    ``output_prefix``.
+
+    Attributes:
+        enabled: Add the transform step to the pipeline. Default ``False``.
+        input_prefix: Key prefix of the data to score in the datasets bucket (read only).
+            Default ``score/``.
+        output_prefix: Key prefix of the results in the artifacts bucket; each job writes
+            ``<output_prefix><job name>/``. Must not overlap the bucket's other prefixes
+            (``training-jobs/``, ``code/``, ``checkpoints/``...). Default ``transform-outputs/``.
+        instance_type: SageMaker GPU type (``ml.`` + a GPU table row that SageMaker offers for
+            batch transform, per botocore's ``TransformInstanceType`` enum). Default ``ml.g5.xlarge``.
+        expected_gpus_per_instance: GPUs each instance must show before the model answers
+            ``/ping``. Default ``None``: the table's count; when set it must equal it.
+        instance_count: Instances of the job (the input objects are spread over them).
+            Default 1.
+        content_type: MIME type of the input records (``TransformInput.ContentType``, sent as
+            each request's ``Content-Type``). Default ``text/csv``.
+        split_type: ``Line`` (one record per line) or ``None`` (one record per object).
+            Default ``Line``.
+        batch_strategy: ``MultiRecord`` (as many records per request as fit in
+            ``max_payload_mb``) or ``SingleRecord``. Default ``MultiRecord``.
+        max_payload_mb: Largest request, in MB (1-100, SageMaker's bounds without chunked
+            encoding). Default 6.
+        max_runtime_seconds: Stop the job after this long (the pipeline step's timeout: Step
+            Functions stops the job). Default 86400 (1 day).
+    """
+
+    enabled: bool = False
+    input_prefix: str = "score/"
+    output_prefix: str = "transform-outputs/"
+    instance_type: str = "ml.g5.xlarge"
+    expected_gpus_per_instance: Optional[int] = None
+    instance_count: int = 1
+    content_type: str = "text/csv"
+    split_type: str = "Line"
+    batch_strategy: str = "MultiRecord"
+    max_payload_mb: int = 6
+    max_runtime_seconds: int = 86400
+
+    @property
+    def gpus_per_instance(self) -> int:
+        """The GPU count every instance must show (validated against the table)."""
+        return typing.cast(int, self.expected_gpus_per_instance)
+
+
+@dataclass(frozen=True)
 class CostConfig:
     """What the operator tools ask before they spend (no resource is made from it).
 
@@ -498,6 +552,7 @@ class PlatformConfig:
         training_job: SageMaker job, see :class:`TrainingJobConfig`.
         processing: SageMaker Processing and the pipeline, see :class:`ProcessingConfig`.
         serving: SageMaker endpoint, see :class:`ServingConfig`.
+        transform: Batch transform at the end of the pipeline, see :class:`TransformConfig`.
         cost: The price check before a launch, see :class:`CostConfig`.
     """
 
@@ -511,6 +566,7 @@ class PlatformConfig:
     training_job: TrainingJobConfig = field(default_factory=TrainingJobConfig)
     processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
+    transform: TransformConfig = field(default_factory=TransformConfig)
     cost: CostConfig = field(default_factory=CostConfig)
 
 
@@ -631,10 +687,11 @@ def _known_types_hint(prefix: str = "") -> str:
     return f"use an NVIDIA GPU type from training_image/trainer/gpu_instances.json (e.g. {sample})"
 
 
-def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool, processing: bool = False) -> int:
+def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool, processing: bool = False, transform: bool = False) -> int:
     """Validate an instance type against the GPU table; return its GPU count.
 
-    SageMaker types must be offered for training, or with ``processing`` for processing jobs.
+    SageMaker types must be offered for training, or with ``processing`` for processing jobs, or
+    with ``transform`` for batch transform jobs.
     """
     if sagemaker and not instance_type.startswith(SAGEMAKER_PREFIX):
         raise ConfigError(path, instance_type, "SageMaker instance types start with 'ml.'", f"use ml.{instance_type}")
@@ -648,16 +705,20 @@ def _check_gpu_type(path: str, instance_type: str, *, sagemaker: bool, processin
         raise ConfigError(
             path, instance_type, "not a known NVIDIA GPU instance type", _known_types_hint("ml." if sagemaker else "")
         )
-    if processing:
-        offered = processing_job_limits().processing_instance_types
+    if processing or transform:
+        limits_source, offered, use = (
+            (processing_job_limits().source, processing_job_limits().processing_instance_types, "Processing")
+            if processing
+            else (transform_job_limits().source, transform_job_limits().transform_instance_types, "batch transform")
+        )
         if instance_type not in offered:
             same_gpu = sorted(
                 SAGEMAKER_PREFIX + r.name for r in gpu_instance_types().values()
                 if r.gpu_model == row.gpu_model and SAGEMAKER_PREFIX + r.name in offered
             )
             raise ConfigError(
-                path, instance_type, f"SageMaker Processing does not offer this type ({processing_job_limits().source})",
-                f"use a processing GPU type such as {same_gpu[0] if same_gpu else 'ml.g5.xlarge'}",
+                path, instance_type, f"SageMaker {use} does not offer this type ({limits_source})",
+                f"use a {use.lower()} GPU type such as {same_gpu[0] if same_gpu else 'ml.g5.xlarge'}",
             )
         return row.gpu_count
     limits = training_job_limits()
@@ -780,12 +841,13 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     _validate_tags(cfg.tags)
     pr = _validate_processing(cfg.processing, tj)
     sv = _validate_serving(cfg.serving)
+    tr = _validate_transform(cfg.transform, pr)
     _check_positive(f"{CONTEXT_KEY}.cost.confirm_above_usd", cfg.cost.confirm_above_usd, minimum=0, maximum=10_000_000)
     net = cfg.network
     if net.dns_firewall is None:
         # On wherever something in the VPC has a network: the nodes always do; models may.
         net = dataclasses.replace(net, dns_firewall=cl.enabled or (sv.enabled and not sv.network_isolation))
-    return dataclasses.replace(cfg, network=net, cluster=cl, training_job=tj, processing=pr, serving=sv)
+    return dataclasses.replace(cfg, network=net, cluster=cl, training_job=tj, processing=pr, serving=sv, transform=tr)
 
 
 def _validate_project_name(project_name: str) -> None:
@@ -1005,11 +1067,11 @@ def _refuse_iam_wildcards(path: str, key: str, example: str) -> None:
         raise ConfigError(path, key, "a '..' segment points outside the prefix", f"write a literal prefix such as {example}")
 
 
-def _check_key_prefix(path: str, prefix: str, example: str) -> None:
+def _check_key_prefix(path: str, prefix: str, example: str, bucket: str = "datasets") -> None:
     _refuse_iam_wildcards(path, prefix, example)
     if not _KEY_PREFIX_RE.match(prefix):
         raise ConfigError(
-            path, prefix, "expected a key prefix inside the datasets bucket ending in /",
+            path, prefix, f"expected a key prefix inside the {bucket} bucket ending in /",
             f"write a relative prefix such as {example} (letters, digits, ! _ . ' ( ) = -, /-separated)",
         )
 
@@ -1051,6 +1113,60 @@ def _validate_processing(pr: ProcessingConfig, tj: TrainingJobConfig) -> Process
         if problem:
             raise ConfigError(f"{p}.arguments[{i}]", argument, f"a container argument {problem} ({limits.source})", "shorten it")
     return pr
+
+
+ARTIFACT_PREFIXES = ("training-jobs/", "checkpoints/", "cluster-checkpoints/", "cluster-outputs/", "code/", "data-capture/")
+"""What the artifacts bucket holds besides transform outputs (models, checkpoints, nodes' outputs, users'
+code, captured requests: the constants of ``training_job_spec``, ``buckets`` and ``endpoint_spec``, which
+``tests/unit/test_config.py`` keeps equal): a transform's output prefix must not overlap them."""
+SPLIT_TYPES = ("Line", "None")
+"""The ``SplitType`` values the serving mode answers (botocore's RecordIO and TFRecord are not offered)."""
+_CONTENT_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*(;.*)?$")
+
+
+def _validate_transform(tr: TransformConfig, pr: ProcessingConfig) -> TransformConfig:
+    """The transform section checked, with its expected GPUs resolved."""
+    p = f"{CONTEXT_KEY}.transform"
+    limits = transform_job_limits()
+    count = _check_gpu_type(f"{p}.instance_type", tr.instance_type, sagemaker=True, transform=True)
+    tr = dataclasses.replace(
+        tr,
+        expected_gpus_per_instance=_check_expected_gpus(
+            f"{p}.expected_gpus_per_instance", tr.expected_gpus_per_instance, count, tr.instance_type
+        ),
+    )
+    if tr.enabled and not pr.enabled:
+        raise ConfigError(
+            f"{p}.enabled", True, "the transform is a step of the pipeline, which processing.enabled=false leaves out",
+            f"set {CONTEXT_KEY}.processing.enabled to true, or {p}.enabled to false",
+        )
+    _check_key_prefix(f"{p}.input_prefix", tr.input_prefix, "score/")
+    _check_key_prefix(f"{p}.output_prefix", tr.output_prefix, "transform-outputs/", bucket="artifacts")
+    for used in ARTIFACT_PREFIXES:
+        if tr.output_prefix.startswith(used) or used.startswith(tr.output_prefix):
+            raise ConfigError(
+                f"{p}.output_prefix", tr.output_prefix,
+                f"overlaps {used!r} in the artifacts bucket (the model role would write where the platform keeps other data)",
+                "use a prefix of its own, e.g. transform-outputs/",
+            )
+    # Instances of one job: SageMaker's model gives no ceiling (an account quota does); as processing.
+    _check_positive(f"{p}.instance_count", tr.instance_count, maximum=100)
+    problem = limits.content_type.problem(tr.content_type)
+    if problem or not _CONTENT_TYPE_RE.match(tr.content_type):
+        raise ConfigError(
+            f"{p}.content_type", tr.content_type, problem or "not a MIME type",
+            "use a MIME type the model's input handler reads, e.g. text/csv or application/jsonlines",
+        )
+    if tr.split_type not in SPLIT_TYPES:
+        raise ConfigError(
+            f"{p}.split_type", tr.split_type, "unsupported split type",
+            "use Line (one record per line) or None (one record per object)",
+        )
+    if tr.batch_strategy not in limits.batch_strategies:
+        raise ConfigError(f"{p}.batch_strategy", tr.batch_strategy, "unknown batch strategy", "use MultiRecord or SingleRecord")
+    _check_positive(f"{p}.max_payload_mb", tr.max_payload_mb, maximum=limits.max_payload_mb)
+    _check_positive(f"{p}.max_runtime_seconds", tr.max_runtime_seconds, maximum=28 * 86400)
+    return tr
 
 
 _JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")

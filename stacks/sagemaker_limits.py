@@ -1,4 +1,4 @@
-"""SageMaker's limits on CreateTrainingJob and CreateProcessingJob requests, from botocore's service model.
+"""SageMaker's limits on CreateTrainingJob, CreateProcessingJob and CreateTransformJob requests, from botocore's service model.
 
 boto3 ships the API model SageMaker publishes (``botocore/data/sagemaker/<version>/service-2.json``):
 the training instance types SageMaker accepts, and the length, count and pattern constraints of
@@ -123,6 +123,37 @@ class ProcessingJobLimits:
 
 
 @dataclass(frozen=True)
+class TransformJobLimits:
+    """What SageMaker accepts in a CreateTransformJob request.
+
+    Attributes:
+        source: Which model the numbers come from (botocore version and API version).
+        transform_instance_types: ``TransformResources.InstanceType`` (the ``TransformInstanceType``
+            enum; not the training or processing list).
+        max_payload_mb: ``MaxPayloadInMB``'s largest value. The model gives no maximum; 100 is
+            the API reference's (:data:`MAX_TRANSFORM_PAYLOAD_MB`).
+        split_types: ``TransformInput.SplitType``.
+        batch_strategies: ``BatchStrategy``.
+        content_type: Rule for ``TransformInput.ContentType``.
+        max_tags: Entries in ``Tags``.
+        job_name: Rule for ``TransformJobName``.
+    """
+
+    source: str
+    transform_instance_types: frozenset[str]
+    max_payload_mb: int
+    split_types: tuple[str, ...]
+    batch_strategies: tuple[str, ...]
+    content_type: FieldRule
+    max_tags: int
+    job_name: FieldRule
+
+
+MAX_TRANSFORM_PAYLOAD_MB = 100
+"""CreateTransformJob's ``MaxPayloadInMB`` ceiling, which the API reference states and the model does not."""
+
+
+@dataclass(frozen=True)
 class ServiceShapes:
     """A service model's shapes, as botocore ships them (``service-2.json``).
 
@@ -223,6 +254,26 @@ def processing_job_limits() -> ProcessingJobLimits:
         s3_uri=_rule(shape("ProcessingInputs", "member", "S3Input", "S3Uri")),
         max_tags=int(shape("Tags")["max"]),
         job_name=_rule(shape("ProcessingJobName")),
+    )
+
+
+@lru_cache(maxsize=1)
+def transform_job_limits() -> TransformJobLimits:
+    """The CreateTransformJob limits, read once per process from botocore's bundled SageMaker model."""
+    model = sagemaker_service_model()
+
+    def shape(*path: str) -> Mapping[str, Any]:
+        return model.shape("CreateTransformJobRequest", *path)
+
+    return TransformJobLimits(
+        source=f"botocore {botocore.__version__}, {SERVICE} API {model.api_version}",
+        transform_instance_types=frozenset(shape("TransformResources", "InstanceType")["enum"]),
+        max_payload_mb=int(shape("MaxPayloadInMB").get("max", MAX_TRANSFORM_PAYLOAD_MB)),
+        split_types=tuple(shape("TransformInput", "SplitType")["enum"]),
+        batch_strategies=tuple(shape("BatchStrategy")["enum"]),
+        content_type=_rule(shape("TransformInput", "ContentType")),
+        max_tags=int(shape("Tags")["max"]),
+        job_name=_rule(shape("TransformJobName")),
     )
 
 

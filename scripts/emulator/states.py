@@ -17,7 +17,8 @@ What it runs (Amazon States Language, JSONata query language only):
 - ``$states.input``, ``$states.result``, ``$states.errorOutput`` and ``$states.context``
   (``Execution.Id/Name/Input/StartTime/RoleArn``, ``StateMachine.Id/Name``,
   ``State.Name/EnteredTime/RetryCount``);
-- task resources ``sagemaker:createTrainingJob.sync`` and ``createProcessingJob.sync`` (create,
+- task resources ``sagemaker:createTrainingJob.sync``, ``createProcessingJob.sync`` and
+  ``createTransformJob.sync`` (create,
   then poll Describe* until the job ends; the result is the description; a failed or stopped job
   fails the task with ``States.TaskFailed`` and the description as JSON in ``Cause``),
   ``sagemaker:createModel``, ``createEndpointConfig``, ``updateEndpoint``, ``sns:publish`` and
@@ -60,9 +61,16 @@ SYNC_JOBS = {
     # resource action: (create call, describe call, name member, status member)
     "createTrainingJob": ("create_training_job", "describe_training_job", "TrainingJobName", "TrainingJobStatus"),
     "createProcessingJob": ("create_processing_job", "describe_processing_job", "ProcessingJobName", "ProcessingJobStatus"),
+    # A transform job on the emulator is played by the local runner (scripts.emulator.transform)
+    # while LocalSageMaker watches; its statuses are the other jobs' (Stopping: still running).
+    "createTransformJob": ("create_transform_job", "describe_transform_job", "TransformJobName", "TransformJobStatus"),
 }
 JOB_END_STATES = {"Completed", "Failed", "Stopped"}
-STOP_CALLS = {"createTrainingJob": "stop_training_job", "createProcessingJob": "stop_processing_job"}
+STOP_CALLS = {
+    "createTrainingJob": "stop_training_job",
+    "createProcessingJob": "stop_processing_job",
+    "createTransformJob": "stop_transform_job",
+}
 
 REQUEST_RESPONSE = {
     # Optimized integrations (arn:aws:states:::<service>:<action>) the executor plays.
@@ -239,7 +247,7 @@ class Integrations:
         raise StatesError(
             RUNTIME,
             f"Task resource {resource} is not supported by the local executor (scripts.emulator.states); it runs "
-            "sagemaker:createTrainingJob.sync, createProcessingJob.sync, createModel, createEndpointConfig, "
+            "sagemaker:createTrainingJob.sync, createProcessingJob.sync, createTransformJob.sync, createModel, createEndpointConfig, "
             "updateEndpoint, sns:publish and aws-sdk:<service>:<action>",
         )
 

@@ -7,7 +7,8 @@ the endpoint's own modules (``aws_sagemaker`` alone is ~0.06 s of every ``cdk sy
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 from aws_cdk import ArnFormat, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -22,11 +23,61 @@ from stacks.components.policy import (
     describe_network_statement,
     platform_key_data_statement,
     sagemaker_image_and_volume_statements,
+    sagemaker_job_log_statements,
     sagemaker_vpc_network_statements,
 )
 from stacks.components.training_job_workflow import SageMakerExecutionRole
+from stacks.components.transform_job_spec import SAGEMAKER_TRANSFORM_LOG_GROUP
 
 ENDPOINT_LOG_GROUP_PREFIX = "/aws/sagemaker/Endpoints"
+
+
+@dataclass(frozen=True)
+class BatchTransformAccess:
+    """What the role reads and writes as the model of the pipeline's batch transform jobs.
+
+    Attributes:
+        project_name: Transform jobs (and their log streams) are named ``<project_name>-...``.
+        datasets_bucket: Bucket of the data to score.
+        input_prefix: The data to score (read, and listed: an ``S3Prefix`` input is listed).
+        output_prefix: Results in the artifacts bucket (written, never read or deleted).
+    """
+
+    project_name: str
+    datasets_bucket: s3.IBucket
+    input_prefix: str
+    output_prefix: str
+
+
+def _batch_transform_statements(
+    stack: Stack, access: BatchTransformAccess, *, artifacts_bucket: s3.IBucket, key: kms.IKey
+) -> tuple[list[iam.PolicyStatement], list[str]]:
+    """Read the scoring prefix, write the results (encrypted with the platform key), the jobs' logs."""
+    input_objects = access.datasets_bucket.arn_for_objects(f"{access.input_prefix}*")
+    output_objects = artifacts_bucket.arn_for_objects(f"{access.output_prefix}*")
+    log_statements, log_wildcards = sagemaker_job_log_statements(
+        stack,
+        log_group_name=SAGEMAKER_TRANSFORM_LOG_GROUP,
+        project_name=access.project_name,
+        metrics_sid="PublishTransformMetrics",
+        describe_network=False,
+    )
+    statements = [
+        iam.PolicyStatement(sid="ReadTransformInput", actions=["s3:GetObject"], resources=[input_objects]),
+        iam.PolicyStatement(
+            sid="ListTransformInput",
+            actions=["s3:ListBucket"],
+            resources=[access.datasets_bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{access.input_prefix}*"]}},
+        ),
+        iam.PolicyStatement(
+            sid="WriteTransformOutput", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=[output_objects]
+        ),
+        # The output KmsKeyId: SageMaker requires kms:Encrypt of the execution role (no plaintext returned).
+        iam.PolicyStatement(sid="EncryptTransformOutput", actions=["kms:Encrypt"], resources=[key.key_arn]),
+        *log_statements,
+    ]
+    return statements, [input_objects, output_objects, *log_wildcards]
 
 
 class EndpointRole(SageMakerExecutionRole):
@@ -52,11 +103,14 @@ class EndpointRole(SageMakerExecutionRole):
         vpc: ec2.IVpc,
         data_capture: bool,
         rollback_alarms: Sequence[str] = (),
+        batch_transform: Optional[BatchTransformAccess] = None,
     ) -> None:
         """Create the role for ``endpoint`` serving the object ``model_object_arn``.
 
         ``rollback_alarms``: names of the deployment's rollback alarms, which SageMaker reads
         with the execution role (``cloudwatch:DescribeAlarms``) during a blue/green deployment.
+        ``batch_transform``: the role also runs the pipeline's batch transform jobs: it reads the
+        scoring prefix and writes the results prefix, nothing wider.
         """
         stack = Stack.of(scope)
         log_group = stack.format_arn(
@@ -102,6 +156,19 @@ class EndpointRole(SageMakerExecutionRole):
                 iam.PolicyStatement(sid="WriteDataCapture", actions=["s3:PutObject"], resources=[capture_objects])
             )
             wildcards.append(capture_objects)
+        reason = ""
+        if batch_transform is not None:
+            transform_statements, transform_wildcards = _batch_transform_statements(
+                stack, batch_transform, artifacts_bucket=artifacts_bucket, key=key
+            )
+            statements += transform_statements
+            wildcards += transform_wildcards
+            reason = (
+                " As the model of the pipeline's batch transform jobs: the objects under the scoring prefix (read; "
+                "SageMaker lists and reads every object there) and under the results prefix (write: each job writes "
+                "<prefix><job>/<key>.out), SageMaker's fixed /aws/sagemaker/TransformJobs log group and the project's "
+                "job streams in it, and cloudwatch:PutMetricData (limited by namespace)."
+            )
         super().__init__(
             scope,
             construct_id,
@@ -114,7 +181,7 @@ class EndpointRole(SageMakerExecutionRole):
                 "network interfaces of this account and region, limited to the training VPC by the ec2:Vpc condition (a "
                 "new interface by the subnet it must be created in). The model artifact is one exact object, or for "
                 "models the pipeline promotes training-jobs/*/output/model.tar.gz: the model file of a project job and "
-                "nothing else under its output."
+                "nothing else under its output." + reason
             ),
             wildcards=wildcards,
         )

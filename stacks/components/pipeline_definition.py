@@ -1,4 +1,4 @@
-"""The pipeline's state machine definition (Amazon States Language, JSONata mode): process -> train -> promote.
+"""The pipeline's state machine definition (Amazon States Language, JSONata mode): process -> train -> promote -> transform.
 
 Pure Python (no CDK import): the definition is a plain dict whose values may be CDK tokens
 (bucket names, ARNs) at synth time and plain strings in tests, which evaluate its JSONata
@@ -9,9 +9,12 @@ Execution input (every key optional, at least one step)::
 
     {"process": {job_name, instance_type, instance_count, input_uri, arguments, code_uri, entry_point},
      "train":   {the training workflow's options, plus "channels": {name: s3 URI}},
-     "promote": {"model_uri": "s3://<artifacts>/training-jobs/<job>/output/model.tar.gz"} or true}
+     "promote": {"model_uri": "s3://<artifacts>/training-jobs/<job>/output/model.tar.gz"} or true,
+     "transform": false}
 
-Each step runs only when its key is present. Everything is checked before anything runs
+Each step runs only when its key is present, except the transform (``transform.enabled`` deployments
+only): it runs after every execution that has a model (``train``, or ``promote.model_uri``) unless
+``"transform": false`` skips it. Everything is checked before anything runs
 (``InvalidPipelineInput``); a requested promotion first checks that the endpoint exists
 (``EndpointNotDeployed``), so a mistake fails in seconds, not after hours of GPU time. Then:
 
@@ -22,11 +25,15 @@ Each step runs only when its key is present. Everything is checked before anythi
   ``createTrainingJob.sync`` with the very request of the training workflow (``TrainingJobFailed``);
 - promote: CreateModel and CreateEndpointConfig named ``<project>-<execution name>``, UpdateEndpoint
   with the serving stack's blue/green deployment and rollback alarms, then DescribeEndpoint every
-  minute until it serves the new config (``PromotionFailed`` when it fails or rolls back).
+  minute until it serves the new config (``PromotionFailed`` when it fails or rolls back);
+- transform: CreateModel ``<project>-<execution name>-transform`` on the run's artifact (unless the
+  promotion's model is the same model), then ``createTransformJob.sync`` of the same name over the
+  scoring prefix (:mod:`stacks.components.transform_job_spec`; ``TransformJobFailed``).
 
 Every end publishes one message to the notification topic, then succeeds with
-``{processing_job, processed_uri, training_job, model_uri, endpoint_config}`` (``null`` for
-skipped steps) or fails with ``Error`` = the failure's name and ``Cause`` = its reason.
+``{processing_job, processed_uri, training_job, model_uri, endpoint_config}`` (and with the
+transform, ``transform_job`` and ``transform_uri``; ``null`` for skipped steps) or fails with
+``Error`` = the failure's name and ``Cause`` = its reason.
 """
 
 from __future__ import annotations
@@ -53,7 +60,7 @@ from stacks.components.processing_job_spec import (
     processing_output_uri,
     processing_state_machine_assignments,
 )
-from stacks.components.request_expressions import Jsonata, all_of, to_jsonata
+from stacks.components.request_expressions import Jsonata, all_of, render, to_jsonata
 from stacks.components.training_job_spec import (
     OUTPUT_PREFIX,
     STATE_MACHINE_VALUES,
@@ -62,9 +69,19 @@ from stacks.components.training_job_spec import (
     launch_rules,
     state_machine_assignments,
 )
-from stacks.config import ServingConfig
+from stacks.components.transform_job_spec import (
+    MAX_JOB_NAME_LENGTH as MAX_TRANSFORM_JOB_NAME_LENGTH,
+    TransformTemplate,
+    create_transform_job_request,
+    reuses_promoted_model,
+    transform_job_name,
+    transform_model_config,
+    transform_output_uri,
+)
+from stacks.config import ServingConfig, TransformConfig
 
 STEPS = ("process", "train", "promote")
+TRANSFORM_STEP = "transform"
 TRAIN_JOB_SUFFIX = "train"
 
 # Failure names: the pipeline's Fail state's Error.
@@ -74,6 +91,7 @@ ENDPOINT_NOT_DEPLOYED = "EndpointNotDeployed"
 PROCESSING_JOB_FAILED = "ProcessingJobFailed"
 TRAINING_JOB_FAILED = "TrainingJobFailed"
 PROMOTION_FAILED = "PromotionFailed"
+TRANSFORM_JOB_FAILED = "TransformJobFailed"
 FAILURES = (
     INVALID_PIPELINE_INPUT,
     OUTPUT_PREFIX_NOT_EMPTY,
@@ -81,8 +99,11 @@ FAILURES = (
     PROCESSING_JOB_FAILED,
     TRAINING_JOB_FAILED,
     PROMOTION_FAILED,
+    TRANSFORM_JOB_FAILED,
 )
 OUTPUT_KEYS = ("processing_job", "processed_uri", "training_job", "model_uri", "endpoint_config")
+TRANSFORM_OUTPUT_KEYS = ("transform_job", "transform_uri")
+"""Further output keys of a pipeline with the transform step."""
 
 ENDPOINT_MISSING_ERRORS = ("SageMaker.ValidationException", "SageMaker.SageMakerException")
 """How the ``aws-sdk`` integration names DescribeEndpoint's error for an endpoint that does not exist."""
@@ -108,9 +129,11 @@ def _cause_from_job(status_key: str) -> str:
 
 
 def pipeline_input_rules(
-    *, project_name: str, artifacts_bucket: str, serving: ServingConfig
+    *, project_name: str, artifacts_bucket: str, serving: ServingConfig, transform: bool = False
 ) -> list[tuple[str, str]]:
-    """``(JSONata condition, reason)`` of the pipeline's own input rules (the steps' options aside)."""
+    """``(JSONata condition, reason)`` of the pipeline's own input rules (the steps' options aside);
+    ``transform``: the pipeline has the transform step."""
+    keys = [*STEPS, TRANSFORM_STEP] if transform else list(STEPS)
     model_prefix = f"s3://{artifacts_bucket}/{OUTPUT_PREFIX}"
     model_prefix_length = f"{len('s3:///' + OUTPUT_PREFIX)} + $length({to_jsonata(artifacts_bucket)})"
     job_part = (
@@ -120,10 +143,11 @@ def pipeline_input_rules(
     rules = [
         (
             "$type($pipeline_input) = 'object'"
-            f" and $count($filter($keys($pipeline_input), function($k) {{$not($k in {to_jsonata(list(STEPS))})}})) = 0"
+            f" and $count($filter($keys($pipeline_input), function($k) {{$not($k in {to_jsonata(keys)})}})) = 0"
             " and ($run_process or $run_train or $run_promote)",
-            "'the input must be an object with at least one of process, train, promote (and no other keys), not '"
-            " & $string($pipeline_input)",
+            "'the input must be an object with at least one of process, train, promote (and no other keys"
+            + (", but transform" if transform else "")
+            + "), not ' & $string($pipeline_input)",
         ),
         (
             "$not($run_process) or $type($pipeline_input.process) = 'object'",
@@ -158,6 +182,24 @@ def pipeline_input_rules(
             f" letters, digits and hyphens that keeps it at most {MAX_JOB_NAME_LENGTH} characters'",
         ),
     ]
+    if transform:
+        rules += [
+            (
+                "$not($exists($pipeline_input.transform)) or $type($pipeline_input.transform) = 'boolean'",
+                "'transform must be true or false (false skips the batch transform), not ' & $string($pipeline_input.transform)",
+            ),
+            (
+                "$not($pipeline_input.transform = true) or $run_transform",
+                "'transform needs a model: train, or promote.model_uri'",
+            ),
+            (
+                f"$not($run_transform) or ($length($transform_job_name) <= {MAX_TRANSFORM_JOB_NAME_LENGTH}"
+                " and $contains($transform_job_name, /^[a-zA-Z0-9](-*[a-zA-Z0-9])*$/))",
+                "'the transform job would be named ' & $transform_job_name & ': start the execution with a name of"
+                f" letters, digits and hyphens that keeps it at most {MAX_TRANSFORM_JOB_NAME_LENGTH} characters, or skip"
+                " it with \"transform\": false'",
+            ),
+        ]
     if serving.scale_to_zero:
         rules.append(
             (
@@ -179,6 +221,8 @@ def pipeline_definition(
     topic_arn: str,
     partition: str,
     poll_seconds: int = 60,
+    transform: TransformTemplate | None = None,
+    transform_config: TransformConfig | None = None,
 ) -> dict[str, Any]:
     """The pipeline's definition (see the module docstring).
 
@@ -187,29 +231,39 @@ def pipeline_definition(
         processing: The processing job template (the processing role, the datasets bucket).
         training: The training job template (the training workflow's own).
         serving: The serving settings the promoted model and endpoint config are built from.
-        model_resources: Role (the promoted-model role), image, key, network of promoted models;
-            ``None`` with ``serving.scale_to_zero``: the pipeline then has no promotion states and
-            refuses ``promote`` (an inference component is promoted with ``scripts.promote``).
+        model_resources: Role (the promoted-model role), image, key, network of promoted models
+            and of the transform's model; ``None`` with ``serving.scale_to_zero`` and no transform.
+            With ``serving.scale_to_zero`` the pipeline has no promotion states and refuses
+            ``promote`` (an inference component is promoted with ``scripts.promote``).
         topic_arn: The notification topic every end publishes to.
         partition: AWS partition of the task resource ARNs.
         poll_seconds: Wait between two DescribeEndpoint calls during a promotion.
+        transform: The transform job's template: the pipeline ends in a batch transform
+            (``transform.enabled``); ``None``: no transform step.
+        transform_config: The transform settings (its model's GPU count); required with ``transform``.
     """
     states_arn = f"arn:{partition}:states:::"
     endpoint = endpoint_name(project_name)
     promotes = not serving.scale_to_zero
-    if promotes and model_resources is None:
-        raise ValueError("a pipeline that promotes needs the promoted models' resources")
-    # Without promotion, the check goes straight to processing and training ends the pipeline.
+    if (promotes or transform is not None) and model_resources is None:
+        raise ValueError("a pipeline that promotes or transforms needs the models' resources")
+    if transform is not None and transform_config is None:
+        raise ValueError("a pipeline that transforms needs the transform settings")
+    # Without promotion, the check goes straight to processing and training ends the pipeline
+    # (or goes on to the transform, which also follows a promotion).
+    after_promotion = "TransformRequested" if transform is not None else "NotifySuccess"
     after_check = "PromotionRequested" if promotes else "ProcessRequested"
-    after_train = "PromoteRequested" if promotes else "NotifySuccess"
+    after_train = "PromoteRequested" if promotes else after_promotion
     states: dict[str, Any] = _input_states(
-        project_name=project_name, processing=processing, training=training, serving=serving, next_state=after_check
+        project_name=project_name, processing=processing, training=training, serving=serving, next_state=after_check,
+        transform=transform is not None,
     )
     if promotes:
         states.update(_endpoint_check_states(states_arn, endpoint))
     states.update(_process_states(states_arn, processing))
     states.update(_train_states(states_arn, training, next_state=after_train))
-    if model_resources is not None:
+    if promotes:
+        assert model_resources is not None
         states.update(
             _promotion_states(
                 states_arn,
@@ -218,11 +272,25 @@ def pipeline_definition(
                 model_resources=model_resources,
                 tags=dict(training.tags),
                 poll_seconds=poll_seconds,
+                next_state=after_promotion,
             )
         )
-    states.update(_end_states(states_arn, project_name=project_name, topic_arn=topic_arn))
+    if transform is not None:
+        assert model_resources is not None and transform_config is not None
+        states.update(
+            _transform_states(
+                states_arn,
+                transform,
+                model_config=transform_model_config(serving, transform_config),
+                model_resources=model_resources,
+                reuse_promoted=reuses_promoted_model(serving, transform_config),
+            )
+        )
+    output_keys = OUTPUT_KEYS + (TRANSFORM_OUTPUT_KEYS if transform is not None else ())
+    states.update(_end_states(states_arn, project_name=project_name, topic_arn=topic_arn, output_keys=output_keys))
+    comment = "raw data -> processing job -> training job -> endpoint" + (" -> batch transform" if transform else "")
     return {
-        "Comment": f"{project_name}: raw data -> processing job -> training job -> endpoint, each step optional",
+        "Comment": f"{project_name}: {comment}, each step optional",
         "QueryLanguage": "JSONata",
         "StartAt": "ReadPipelineInput",
         "States": states,
@@ -260,6 +328,7 @@ def _input_states(
     training: JobTemplate,
     serving: ServingConfig,
     next_state: str,
+    transform: bool = False,
 ) -> dict[str, Any]:
     """Read which steps run and their options, then check every option before anything runs."""
     output_uri = processing_output_uri(processing, Jsonata("$process_job_name"))
@@ -269,7 +338,9 @@ def _input_states(
         f" {json.dumps(VALIDATION_OUTPUT)}: {to_jsonata(output_uri)} & '{VALIDATION_OUTPUT}/'}})"
     )
     given_train = "$pipeline_input.train"
-    valid, reasons = _input_check(project_name=project_name, processing=processing, training=training, serving=serving)
+    valid, reasons = _input_check(
+        project_name=project_name, processing=processing, training=training, serving=serving, transform=transform
+    )
     assignments: dict[str, Any] = {
         "pipeline_input": "{% $states.input %}",
         "run_process": "{% $exists($states.input.process) %}",
@@ -286,6 +357,17 @@ def _input_states(
         "failure_cause": None,
         **processing_state_machine_assignments(processing, source="$states.input.process"),
     }
+    if transform:
+        assignments.update(
+            {
+                # After every run with a model, unless the input says "transform": false.
+                "run_transform": "{% $not($states.input.transform = false)"
+                " and ($exists($states.input.train) or $exists($states.input.promote.model_uri)) %}",
+                "transform_job_name": render(transform_job_name(project_name, Jsonata("$states.context.Execution.Name"))),
+                "transform_job": None,
+                "transform_uri": None,
+            }
+        )
     return {
         "ReadPipelineInput": {
             "Type": "Pass",
@@ -325,11 +407,11 @@ def _input_states(
 
 
 def _input_check(
-    *, project_name: str, processing: ProcessingTemplate, training: JobTemplate, serving: ServingConfig
+    *, project_name: str, processing: ProcessingTemplate, training: JobTemplate, serving: ServingConfig, transform: bool
 ) -> tuple[str, str]:
     """JSONata ``(every rule of the requested steps holds, the reasons of the broken ones)``."""
     pipeline_rules = pipeline_input_rules(
-        project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving
+        project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving, transform=transform
     )
     process_rules = processing_launch_rules(processing).rules
     train_rules = launch_rules(training).rules
@@ -445,12 +527,13 @@ def _promotion_states(
     model_resources: ModelResources,
     tags: Mapping[str, str],
     poll_seconds: int,
+    next_state: str = "NotifySuccess",
 ) -> dict[str, Any]:
-    """The promote step: the serving stack's model and endpoint config, blue/green, then wait for it."""
+    """The promote step: the serving stack's model and endpoint config, blue/green, wait for it, then ``next_state``."""
     endpoint = endpoint_name(project_name)
     promoted = Jsonata("$promoted_name")
     return {
-        "PromoteRequested": _choice("$run_promote", then="CreateModel", otherwise="NotifySuccess"),
+        "PromoteRequested": _choice("$run_promote", then="CreateModel", otherwise=next_state),
         "CreateModel": {
             "Type": "Task",
             "Comment": "The serving stack's model, on this run's artifact",
@@ -483,11 +566,11 @@ def _promotion_states(
             "Next": "WaitForEndpoint",
         },
         "PromotionStepFailed": _fail_with(PROMOTION_FAILED, _sdk_cause("")),
-        **_endpoint_wait_states(states_arn, endpoint, poll_seconds),
+        **_endpoint_wait_states(states_arn, endpoint, poll_seconds, next_state),
     }
 
 
-def _endpoint_wait_states(states_arn: str, endpoint: str, poll_seconds: int) -> dict[str, Any]:
+def _endpoint_wait_states(states_arn: str, endpoint: str, poll_seconds: int, next_state: str) -> dict[str, Any]:
     """DescribeEndpoint every ``poll_seconds`` until it serves the new config, fails or rolls back."""
     return {
         "WaitForEndpoint": {"Type": "Wait", "Seconds": poll_seconds, "Next": "DescribeEndpoint"},
@@ -508,7 +591,7 @@ def _endpoint_wait_states(states_arn: str, endpoint: str, poll_seconds: int) -> 
             "Type": "Choice",
             "Comment": "InService on the new config: done; failed, or back on the old one: rolled back",
             "Choices": [
-                {"Condition": "{% $endpoint_status = 'InService' and $endpoint_serves = $promoted_name %}", "Next": "NotifySuccess"},
+                {"Condition": "{% $endpoint_status = 'InService' and $endpoint_serves = $promoted_name %}", "Next": next_state},
                 {
                     "Condition": "{% $endpoint_status in " + to_jsonata(list(ENDPOINT_FAILED_STATES))
                     + " or $endpoint_status = 'InService' %}",
@@ -527,14 +610,68 @@ def _endpoint_wait_states(states_arn: str, endpoint: str, poll_seconds: int) -> 
     }
 
 
-def _end_states(states_arn: str, *, project_name: str, topic_arn: str) -> dict[str, Any]:
+def _transform_states(
+    states_arn: str,
+    template: TransformTemplate,
+    *,
+    model_config: ServingConfig,
+    model_resources: ModelResources,
+    reuse_promoted: bool,
+) -> dict[str, Any]:
+    """The transform step: the run's model (the promoted one when it is the same model), then the
+    batch transform over the scoring prefix."""
+    job_name = Jsonata("$transform_job_name")
+    choices = [{"Condition": "{% $run_transform %}", "Next": "CreateTransformModel"}]
+    model_name: Any = "{% $transform_job_name %}"
+    if reuse_promoted:
+        # A promoting run's model runs the transform as it is: no second model of the same artifact.
+        choices.insert(0, {"Condition": "{% $run_transform and $run_promote %}", "Next": "TransformData"})
+        model_name = "{% $run_promote ? $promoted_name : $transform_job_name %}"
+    request = create_transform_job_request(template, job_name=job_name, model_name=Jsonata("$transform_job_name"))
+    request["ModelName"] = model_name
+    return {
+        "TransformRequested": {"Type": "Choice", "Choices": choices, "Default": "NotifySuccess"},
+        "CreateTransformModel": {
+            "Type": "Task",
+            "Comment": "The run's model, as the serving stack's, on the transform's instance type and without network",
+            "Resource": f"{states_arn}aws-sdk:sagemaker:createModel",
+            "Arguments": create_model_request(
+                model_config, model_resources, model_name=job_name, model_data_url=Jsonata("$model_uri"), tags=template.tags
+            ),
+            "Catch": [_catch("TransformModelFailed")],
+            "Next": "TransformData",
+        },
+        "TransformModelFailed": _fail_with(TRANSFORM_JOB_FAILED, _sdk_cause("could not create the transform's model: ")),
+        "TransformData": {
+            "Type": "Task",
+            "Comment": "CreateTransformJob with the full API over the scoring prefix, then wait for the job to end",
+            "Resource": f"{states_arn}sagemaker:createTransformJob.sync",
+            "Arguments": request,
+            # transform.max_runtime_seconds: a transform job has no stopping condition of its own;
+            # at the timeout Step Functions stops it.
+            "TimeoutSeconds": template.max_runtime_seconds,
+            "Assign": {
+                "transform_job": "{% $states.result.TransformJobName %}",
+                "transform_uri": "{% " + to_jsonata(transform_output_uri(template, job_name)) + " %}",
+            },
+            "Output": "{% {'TransformJobName': $states.result.TransformJobName,"
+            " 'TransformJobStatus': $states.result.TransformJobStatus} %}",
+            "Catch": [_catch(TRANSFORM_JOB_FAILED)],
+            "Next": "NotifySuccess",
+        },
+        TRANSFORM_JOB_FAILED: _fail_with(TRANSFORM_JOB_FAILED, _cause_from_job("TransformJobStatus")),
+    }
+
+
+def _end_states(states_arn: str, *, project_name: str, topic_arn: str, output_keys: Sequence[str] = OUTPUT_KEYS) -> dict[str, Any]:
     """Every end publishes one message to the topic, then succeeds or fails with the pipeline's reason."""
+    final_output = _final_output(output_keys)
     return {
         "NotifySuccess": _notify_outcome(
             states_arn, project_name=project_name, topic_arn=topic_arn, outcome="succeeded",
-            details="$string(" + _final_output() + ")", next_state="Succeeded",
+            details="$string(" + final_output + ")", next_state="Succeeded",
         ),
-        "Succeeded": {"Type": "Succeed", "Output": "{% " + _final_output() + " %}"},
+        "Succeeded": {"Type": "Succeed", "Output": "{% " + final_output + " %}"},
         "NotifyFailure": _notify_outcome(
             states_arn, project_name=project_name, topic_arn=topic_arn, outcome="failed",
             details="$failure_error & ': ' & $string($failure_cause)", next_state="Failed",
@@ -567,14 +704,19 @@ def _notify_outcome(
     }
 
 
-def _final_output() -> str:
-    return "{" + ", ".join(f"{json.dumps(k)}: ${k}" for k in OUTPUT_KEYS) + "}"
+def _final_output(output_keys: Sequence[str]) -> str:
+    return "{" + ", ".join(f"{json.dumps(k)}: ${k}" for k in output_keys) + "}"
 
 
 def execution_input(
-    *, process: Mapping[str, Any] | None = None, train: Mapping[str, Any] | None = None, promote: Any = None
+    *,
+    process: Mapping[str, Any] | None = None,
+    train: Mapping[str, Any] | None = None,
+    promote: Any = None,
+    transform: bool | None = None,
 ) -> dict[str, Any]:
-    """The execution input for the requested steps (``None`` = skipped)."""
+    """The execution input for the requested steps (``None`` = skipped; ``transform``: ``None`` leaves
+    it to the deployment, ``False`` skips it, ``True`` requires it)."""
     data: dict[str, Any] = {}
     if process is not None:
         data["process"] = dict(process)
@@ -582,4 +724,6 @@ def execution_input(
         data["train"] = dict(train)
     if promote is not None and promote is not False:
         data["promote"] = promote
+    if transform is not None:
+        data[TRANSFORM_STEP] = transform
     return data

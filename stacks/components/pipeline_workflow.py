@@ -1,4 +1,4 @@
-"""GPU processing jobs and the pipeline that runs process -> train -> promote (Step Functions).
+"""GPU processing jobs and the pipeline that runs process -> train -> promote -> transform (Step Functions).
 
 CloudFormation has no processing-job resource: like the training job, the processing job is
 declared as a ``createProcessingJob.sync`` task with the complete request from
@@ -24,7 +24,7 @@ from constructs import Construct
 
 from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names, volume_kms_allowed
 from stacks.components.log_group import encrypted_log_group
-from stacks.components.endpoint_role import EndpointRole
+from stacks.components.endpoint_role import BatchTransformAccess, EndpointRole
 from stacks.components.network import closed_security_group
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
@@ -38,6 +38,7 @@ from stacks.components.policy import (
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
 from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobTemplate
+from stacks.components.transform_job_spec import TransformTemplate
 from stacks.components.training_job_workflow import (
     SYNC_EVENTS_RULE,
     JobInfrastructure,
@@ -50,6 +51,8 @@ from stacks.config import PlatformConfig
 
 PROCESSING_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerProcessingJobsRule"
 """The managed EventBridge rule through which Step Functions learns that a processing job ended."""
+TRANSFORM_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTransformJobsRule"
+"""The managed EventBridge rule through which Step Functions learns that a transform job ended."""
 
 PROMOTED_MODEL_KEYS = f"{OUTPUT_PREFIX}*/output/model.tar.gz"
 """What the promoted-model role may read: every project job's model file, nothing else of its output."""
@@ -178,8 +181,9 @@ class PipelineWorkflow(Construct):
     Attributes:
         template: The processing job's fixed settings and defaults.
         processing_role: Execution role of the processing jobs.
-        model_role: Execution role of the models the pipeline promotes (``None`` with
-            ``serving.scale_to_zero``: the pipeline does not promote).
+        model_role: Execution role of the models the pipeline promotes and of its batch transform
+            jobs (``None`` with ``serving.scale_to_zero`` and no transform: the pipeline makes no model).
+        transform: The batch transform job's settings (``None`` without ``transform.enabled``).
         model_security_group: Security group of the promoted models' hosting instances (or ``None``).
         log_group: The state machine's log group.
         role: The state machine's role.
@@ -240,8 +244,14 @@ class PipelineWorkflow(Construct):
         self.model_role: Optional[iam.Role] = None
         self.model_security_group: Optional[ec2.SecurityGroup] = None
         model_resources = None
-        if not config.serving.scale_to_zero:
+        self.transform: Optional[TransformTemplate] = None
+        if not config.serving.scale_to_zero or config.transform.enabled:
             model_resources = self._promoted_models(config, endpoint=endpoint, infrastructure=infrastructure)
+        if config.transform.enabled:
+            assert model_resources is not None
+            self.transform = TransformTemplate.from_config(
+                config, datasets_bucket=infrastructure.datasets_bucket.bucket_name, model=model_resources
+            )
         definition = pipeline_definition(
             project_name=project,
             processing=self.template,
@@ -250,6 +260,8 @@ class PipelineWorkflow(Construct):
             model_resources=model_resources,
             topic_arn=topic.topic_arn,
             partition=stack.partition,
+            transform=self.transform,
+            transform_config=config.transform,
         )
 
         name = pipeline_name(project)
@@ -292,7 +304,8 @@ class PipelineWorkflow(Construct):
     def _promoted_models(
         self, config: PlatformConfig, *, endpoint: str, infrastructure: JobInfrastructure
     ) -> ModelResources:
-        """The role and security group of the models the pipeline promotes (not with scale_to_zero)."""
+        """The role and security group of the models the pipeline promotes (not with scale_to_zero) and
+        of its batch transform jobs' models."""
         network, artifacts_bucket, key = infrastructure.network, infrastructure.artifacts_bucket, infrastructure.key
         vpc = network.vpc
         self.model_role = model_role = EndpointRole(
@@ -306,6 +319,14 @@ class PipelineWorkflow(Construct):
             vpc=vpc,
             data_capture=config.serving.data_capture,
             rollback_alarms=rollback_alarm_names(config.project_name),
+            batch_transform=BatchTransformAccess(
+                project_name=config.project_name,
+                datasets_bucket=infrastructure.datasets_bucket,
+                input_prefix=config.transform.input_prefix,
+                output_prefix=config.transform.output_prefix,
+            )
+            if config.transform.enabled
+            else None,
         ).role
         self.model_security_group = group = closed_security_group(
             self,
@@ -346,15 +367,16 @@ class PipelineWorkflow(Construct):
         ]
         if self.model_role is not None:
             assert self.model_security_group is not None
-            statements += _promotion_statements(
-                Stack.of(self),
-                config,
-                arns,
-                subnet_ids=subnet_ids,
-                security_group_ids=[self.model_security_group.security_group_id],
-                key=key,
-            )
+            model_groups = [self.model_security_group.security_group_id]
+            if not config.serving.scale_to_zero:
+                statements += _promotion_statements(
+                    Stack.of(self), config, arns, subnet_ids=subnet_ids, security_group_ids=model_groups, key=key
+                )
+            else:
+                statements += _transform_model_statements(arns, subnet_ids=subnet_ids, security_group_ids=model_groups)
             pass_roles.append(pass_role_to_sagemaker("PassModelRole", self.model_role.role_arn, arns.models))
+        if self.transform is not None:
+            statements += _transform_statements(config, arns, key=key)
         statements += _run_statements(
             Stack.of(self),
             config,
@@ -366,6 +388,8 @@ class PipelineWorkflow(Construct):
         wildcards = [arns.processing_jobs, arns.training_jobs, "*"]
         if self.model_role is not None:
             wildcards += [arns.models, arns.endpoint_configs]
+        if self.transform is not None:
+            wildcards.append(arns.transform_jobs)
         return statements, wildcards
 
     def _job_statements(
@@ -418,6 +442,7 @@ class _ProjectArns:
 
     processing_jobs: str
     training_jobs: str
+    transform_jobs: str
     models: str
     endpoint_configs: str
     endpoint: str
@@ -430,6 +455,7 @@ class _ProjectArns:
         return cls(
             processing_jobs=arn("processing-job", f"{project}-*"),
             training_jobs=arn("training-job", f"{project}-*"),
+            transform_jobs=arn("transform-job", f"{project}-*"),
             models=arn("model", f"{project}-*"),
             endpoint_configs=arn("endpoint-config", f"{project}-*"),
             endpoint=arn("endpoint", endpoint_name(project)),
@@ -504,6 +530,61 @@ def _promotion_statements(
     ]
 
 
+def _transform_model_statements(
+    arns: _ProjectArns, *, subnet_ids: Sequence[str], security_group_ids: Sequence[str]
+) -> list[iam.PolicyStatement]:
+    """Create the transform's models where the pipeline promotes none (``serving.scale_to_zero``):
+    isolated, in the training VPC's subnets and the models' security group."""
+    hardened_model = merge_conditions(
+        {
+            "Bool": {"sagemaker:NetworkIsolation": "true"},
+            "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
+            "Null": {"sagemaker:VpcSubnets": "false"},
+        },
+        in_security_groups(security_group_ids),
+    )
+    return [
+        iam.PolicyStatement(
+            sid="CreateIsolatedModels", actions=["sagemaker:CreateModel"], resources=[arns.models], conditions=hardened_model
+        ),
+        # CreateModel with Tags also authorizes sagemaker:AddTags.
+        iam.PolicyStatement(sid="TagModels", actions=["sagemaker:AddTags"], resources=[arns.models]),
+    ]
+
+
+def _transform_statements(config: PlatformConfig, arns: _ProjectArns, *, key: kms.IKey) -> list[iam.PolicyStatement]:
+    """Create the project's batch transform jobs, hardened; follow and stop them.
+
+    Only on the configured type (``sagemaker:InstanceTypes``, Null-guarded: ``ForAllValues`` over an
+    absent key is true), only with the project's models (``sagemaker:ModelArn``), results encrypted
+    with the platform key and, on EBS-only types, the volume too (SageMaker rejects a volume key on
+    types with local NVMe). ``Arn*`` operators are false for an absent key: no guard needed there.
+    """
+    instance_type = config.transform.instance_type
+    conditions: dict[str, dict[str, object]] = {
+        "ForAllValues:StringEquals": {"sagemaker:InstanceTypes": [instance_type]},
+        "ArnLike": {"sagemaker:ModelArn": arns.models},
+        "ArnEquals": {"sagemaker:OutputKmsKey": key.key_arn},
+        "Null": {"sagemaker:InstanceTypes": "false"},
+    }
+    if volume_kms_allowed(instance_type):
+        conditions["ArnEquals"]["sagemaker:VolumeKmsKey"] = key.key_arn
+    return [
+        iam.PolicyStatement(
+            sid="CreateHardenedTransformJobs",
+            actions=["sagemaker:CreateTransformJob"],
+            resources=[arns.transform_jobs],
+            conditions=conditions,
+        ),
+        # CreateTransformJob with Tags also authorizes sagemaker:AddTags.
+        iam.PolicyStatement(
+            sid="FollowAndStopTransformJobs",
+            actions=["sagemaker:DescribeTransformJob", "sagemaker:StopTransformJob", "sagemaker:AddTags"],
+            resources=[arns.transform_jobs],
+        ),
+    ]
+
+
 def _run_statements(
     stack: Stack,
     config: PlatformConfig,
@@ -523,6 +604,7 @@ def _run_statements(
             resources=[
                 stack.format_arn(service="events", resource="rule", resource_name=rule)
                 for rule in (PROCESSING_SYNC_EVENTS_RULE, SYNC_EVENTS_RULE)
+                + ((TRANSFORM_SYNC_EVENTS_RULE,) if config.transform.enabled else ())
             ],
         ),
         # OutputPrefixNotEmpty: ListObjectsV2 under the processed-data prefix only.

@@ -231,9 +231,10 @@ def state_machine_logging_statements() -> list[iam.PolicyStatement]:
 
 
 def sagemaker_job_log_statements(
-    stack: Stack, *, log_group_name: str, project_name: str, metrics_sid: str
+    stack: Stack, *, log_group_name: str, project_name: str, metrics_sid: str, describe_network: bool = True
 ) -> tuple[list[iam.PolicyStatement], list[str]]:
-    """What a SageMaker job's execution role needs for its logs and metrics, then its VPC lookups.
+    """What a SageMaker job's execution role needs for its logs and metrics, then (with
+    ``describe_network``, for a role that has no such statement yet) its VPC lookups.
 
     SageMaker writes a job's logs into a fixed group (``/aws/sagemaker/TrainingJobs``,
     ``/aws/sagemaker/ProcessingJobs``) in streams named after the job, and publishes its metrics
@@ -265,8 +266,9 @@ def sagemaker_job_log_statements(
             actions=["logs:CreateLogStream", "logs:PutLogEvents"],
             resources=[project_streams],
         ),
-        describe_network_statement(),
     ]
+    if describe_network:
+        statements.append(describe_network_statement())
     return statements, [log_group_children, project_streams]
 
 

@@ -227,3 +227,15 @@ def test_the_pipelines_policies_are_checked(iam_root):
     sids = {s.statement.get("Sid") for s in statements}
     assert {"CreateHardenedProcessingJobs", "CreateIsolatedModels", "UpdateTheEndpoint", "WriteProcessedData"} <= sids
     assert [f for s in statements for f in check_statement(s)] == []
+
+
+def test_the_transforms_policies_are_checked(iam_root):
+    """The batch transform's statements (the pipeline role's CreateTransformJob with its condition keys,
+    the model role's scoring and results prefixes) are in the checked set of a gated configuration, clean."""
+    templates = cached_synth(iam_root, ALL_CONFIGS["gate-on-demand-ebs-only"]).templates_by_stack_name()
+    statements = [s for s in policy_statements(templates) if s.where.startswith("gputrain-training/Pipeline")]
+    sids = {s.statement.get("Sid") for s in statements}
+    assert {"CreateHardenedTransformJobs", "FollowAndStopTransformJobs", "ReadTransformInput", "WriteTransformOutput"} <= sids
+    (create,) = [s.statement for s in statements if s.statement.get("Sid") == "CreateHardenedTransformJobs"]
+    assert {"sagemaker:OutputKmsKey", "sagemaker:VolumeKmsKey"} <= set(create["Condition"]["ArnEquals"])
+    assert [f for s in statements for f in check_statement(s)] == []

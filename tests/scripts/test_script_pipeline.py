@@ -90,12 +90,14 @@ def test_process_direct_refuses_an_output_prefix_that_already_holds_data(aws, ca
         (["--pipeline", "--process-instance-type", "ml.m5.xlarge"], "process.instance_type ml.m5.xlarge must be a GPU type SageMaker Processing offers"),
         (["--pipeline", "--process-entry-point", "prep.py"], "--process-source-dir DIR and --process-entry-point SCRIPT together"),
         (["--pipeline", "--skip-process", "--input-uri", "s3://x/raw/"], "have no effect with --skip-process"),
+        (["--skip-transform"], "--skip-transform only apply to --pipeline"),
+        (["--pipeline", "--skip-transform"], "--skip-transform: the deployed pipeline has no transform step"),
     ],
 )
 def test_bad_pipeline_and_processing_options_get_one_line_and_exit_2_or_3(aws, capsys, argv, message):
     # Options that do not go together, or half of a pair, are usage (2); a value the rules refuse is 3.
     usage = ("--process creates", "--hp are", "only apply to", "need --pipeline", "nothing to do", "--direct does not",
-             "together", "no effect with")
+             "together", "no effect with", "no transform step")
     assert run(launch, argv) == (2 if any(u in message for u in usage) else 3)
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
@@ -154,6 +156,34 @@ def test_pipeline_dry_run_prints_the_input_and_starts_nothing(aws, capsys):
 def test_pipeline_names_follow_the_input() -> None:
     names = pipeline_names("gputrain", "e1", {"process": {"job_name": "gputrain-mine"}, "train": {}})
     assert (names.processing_job, names.training_job, names.model) == ("gputrain-mine", "gputrain-e1-train", None)
+    assert names.transform_job is None, "no transform unless the deployment has one"
+
+
+def test_pipeline_names_of_the_transform_follow_the_deployment_and_the_input() -> None:
+    uri = "s3://a/training-jobs/j/output/model.tar.gz"
+    for execution_input, expected in (
+        ({"train": {}}, "gputrain-e1-transform"),
+        ({"promote": {"model_uri": uri}}, "gputrain-e1-transform"),
+        ({"train": {}, "transform": False}, None),
+        ({"process": {}}, None),  # no model: nothing to transform
+    ):
+        names = pipeline_names("gputrain", "e1", execution_input, transform=True)
+        assert names.transform_job == expected, execution_input
+    assert "transform job: gputrain-e1-transform" in pipeline_names("gputrain", "e1", {"train": {}}, transform=True).lines()
+
+
+def test_pipeline_dry_run_prices_and_names_the_transform_and_skips_it_on_request(aws, capsys):
+    transform = ["-c", "transform.enabled=true", "-c", "transform.instance_type=ml.g6.xlarge"]
+    assert launch(["--pipeline", "--skip-process", "--name", "run-t1", "--dry-run", *transform]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"train": {}}
+    price_lines = [line for line in captured.err.splitlines() if "ml.g6.xlarge" in line]
+    assert len(price_lines) == 1 and f"{PROJECT}-run-t1-transform" in price_lines[0], captured.err
+    assert f"transform job: {PROJECT}-run-t1-transform" in captured.err
+    assert launch(["--pipeline", "--skip-process", "--skip-transform", "--name", "run-t2", "--dry-run", *transform]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"train": {}, "transform": False}
+    assert "transform" not in captured.err
 
 
 # --- watch --execution / --pipeline -----------------------------------------------------------

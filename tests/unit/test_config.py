@@ -482,3 +482,71 @@ def test_a_warm_pool_is_0_to_3600_seconds_and_never_with_spot() -> None:
     assert "must be between 0 and 3600" in error_of(training_job__keep_alive_seconds=3601, training_job__use_spot=False)
     msg = error_of(training_job__keep_alive_seconds=600)  # use_spot is on by default
     assert msg.startswith("gpu_training.training_job.keep_alive_seconds = 600: SageMaker keeps no warm pool for managed spot jobs")
+
+
+# --------------------------------------------------------------------------------------------
+# transform: the batch transform at the end of the pipeline
+# --------------------------------------------------------------------------------------------
+
+
+def test_transform_is_off_by_default_and_its_defaults_are_valid():
+    tr = load().transform
+    assert tr.enabled is False
+    assert (tr.input_prefix, tr.output_prefix, tr.instance_type, tr.gpus_per_instance) == ("score/", "transform-outputs/", "ml.g5.xlarge", 1)
+    assert (tr.content_type, tr.split_type, tr.batch_strategy, tr.max_payload_mb) == ("text/csv", "Line", "MultiRecord", 6)
+    cfg = load(transform__enabled=True, transform__instance_type="ml.g5.12xlarge", transform__split_type="None",
+               transform__batch_strategy="SingleRecord", transform__max_payload_mb=100, transform__content_type="application/jsonlines")
+    assert cfg.transform.gpus_per_instance == 4
+
+
+def test_transform_limits_come_from_botocores_model():
+    from stacks.sagemaker_limits import sagemaker_service_model, transform_job_limits
+
+    limits = transform_job_limits()
+    enum = sagemaker_service_model().shape("CreateTransformJobRequest", "TransformResources", "InstanceType")["enum"]
+    assert limits.transform_instance_types == frozenset(enum) and "ml.g5.xlarge" in limits.transform_instance_types
+    assert (limits.max_payload_mb, limits.job_name.max_length) == (100, 63)
+    assert limits.batch_strategies == ("MultiRecord", "SingleRecord")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "start", "fix"),
+    [
+        ({"transform__instance_type": "g5.xlarge"}, 'gpu_training.transform.instance_type = "g5.xlarge": SageMaker instance types start with', "use ml.g5.xlarge"),
+        ({"transform__instance_type": "ml.m5.xlarge"}, 'gpu_training.transform.instance_type = "ml.m5.xlarge": not a known NVIDIA GPU', "use an NVIDIA GPU type"),
+        ({"transform__instance_type": "ml.p4d.24xlarge"}, 'gpu_training.transform.instance_type = "ml.p4d.24xlarge": SageMaker batch transform does not offer',
+         "use a batch transform GPU type such as ml."),
+        ({"transform__expected_gpus_per_instance": 2}, "gpu_training.transform.expected_gpus_per_instance = 2: ml.g5.xlarge has 1 GPU", "set it to 1"),
+        ({"transform__input_prefix": "score"}, 'gpu_training.transform.input_prefix = "score": expected a key prefix inside the datasets bucket', "score/"),
+        ({"transform__input_prefix": "*/"}, "gpu_training.transform.input_prefix", "write a literal prefix"),
+        ({"transform__output_prefix": "s3://x/out/"}, 'gpu_training.transform.output_prefix = "s3://x/out/": expected a key prefix inside the artifacts bucket',
+         "transform-outputs/"),
+        ({"transform__output_prefix": "training-jobs/scores/"}, 'gpu_training.transform.output_prefix = "training-jobs/scores/": overlaps \'training-jobs/\'',
+         "use a prefix of its own"),
+        ({"transform__output_prefix": "code/"}, "gpu_training.transform.output_prefix = \"code/\": overlaps 'code/'", "transform-outputs/"),
+        ({"transform__instance_count": 0}, "gpu_training.transform.instance_count = 0: must be between 1 and 100", "set it to"),
+        ({"transform__content_type": "csv"}, 'gpu_training.transform.content_type = "csv": not a MIME type', "e.g. text/csv"),
+        ({"transform__split_type": "RecordIO"}, 'gpu_training.transform.split_type = "RecordIO": unsupported split type', "use Line"),
+        ({"transform__batch_strategy": "Multi"}, 'gpu_training.transform.batch_strategy = "Multi": unknown batch strategy', "MultiRecord or SingleRecord"),
+        ({"transform__max_payload_mb": 101}, "gpu_training.transform.max_payload_mb = 101: must be between 1 and 100", "set it to"),
+        ({"transform__max_payload_mb": 0}, "gpu_training.transform.max_payload_mb = 0: must be between 1 and 100", "set it to"),
+        ({"transform__max_runtime_seconds": 0}, "gpu_training.transform.max_runtime_seconds = 0: must be between 1 and", "set it to"),
+        ({"transform__enabled": True, "processing__enabled": False}, "gpu_training.transform.enabled = true: the transform is a step of the pipeline",
+         "set gpu_training.processing.enabled to true"),
+    ],
+    ids=lambda v: str(v)[:40],
+)
+def test_transform_rules_name_the_setting_and_the_fix(overrides, start, fix):
+    msg = error_of(**overrides)
+    assert msg.startswith(start), msg
+    assert fix in msg.split("; ", 1)[1], msg
+
+
+def test_the_artifact_prefixes_a_transform_may_not_write_are_the_platforms_own():
+    from stacks.components.buckets import CHECKPOINT_PREFIX, CLUSTER_CHECKPOINT_PREFIX, CLUSTER_OUTPUT_PREFIX
+    from stacks.components.endpoint_spec import DATA_CAPTURE_PREFIX
+    from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX
+    from stacks.config import ARTIFACT_PREFIXES
+
+    assert set(ARTIFACT_PREFIXES) == {
+        CHECKPOINT_PREFIX, CLUSTER_CHECKPOINT_PREFIX, CLUSTER_OUTPUT_PREFIX, DATA_CAPTURE_PREFIX, CODE_PREFIX, OUTPUT_PREFIX}

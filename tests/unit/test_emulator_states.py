@@ -356,3 +356,55 @@ def test_a_capped_wait_still_leads_to_its_next_state() -> None:
         evaluator.close()
     assert outcome.status == "SUCCEEDED" and outcome.output == {"waited": True}
     assert sum(slept) == 0.0
+
+
+class _FakeTransforms:
+    """A SageMaker client that plays one transform job through the statuses given, recording the calls."""
+
+    def __init__(self, statuses: list[str], **described: Any) -> None:
+        self.statuses, self.described, self.calls = list(statuses), described, []
+
+    def create_transform_job(self, **request: Any) -> dict[str, Any]:
+        self.calls.append(("create", request))
+        return {"TransformJobArn": f"arn:aws:sagemaker:{server.REGION}:{server.ACCOUNT}:transform-job/{request['TransformJobName']}"}
+
+    def describe_transform_job(self, TransformJobName: str) -> dict[str, Any]:
+        self.calls.append(("describe", TransformJobName))
+        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return {"TransformJobName": TransformJobName, "TransformJobStatus": status, **self.described}
+
+    def stop_transform_job(self, TransformJobName: str) -> None:
+        self.calls.append(("stop", TransformJobName))
+
+
+TRANSFORM_SYNC = "arn:aws:states:::sagemaker:createTransformJob.sync"
+
+
+def test_a_transform_sync_task_creates_the_job_and_polls_it_to_its_end() -> None:
+    fake = _FakeTransforms(["InProgress", "InProgress", "Completed"], TransformOutput={"S3OutputPath": "s3://a/out/"})
+    integrations = Integrations(lambda service: fake, poll_seconds=0)
+    request = {"TransformJobName": "gputrain-r1-transform", "ModelName": "gputrain-r1"}
+    result = integrations.call(TRANSFORM_SYNC, request, aborted=lambda: False, deadline=None)
+    assert result["TransformJobStatus"] == "Completed" and result["TransformOutput"] == {"S3OutputPath": "s3://a/out/"}
+    assert fake.calls[0] == ("create", request)
+    assert [c for c in fake.calls if c[0] == "describe"] == [("describe", "gputrain-r1-transform")] * 3
+
+
+@pytest.mark.parametrize("status", ["Failed", "Stopped"])
+def test_a_failed_or_stopped_transform_fails_the_task_with_its_description(status: str) -> None:
+    fake = _FakeTransforms(["InProgress", status], FailureReason="ClientError: record 3 of score/a.csv: 400")
+    integrations = Integrations(lambda service: fake, poll_seconds=0)
+    with pytest.raises(StatesError) as failed:
+        integrations.call(TRANSFORM_SYNC, {"TransformJobName": "gputrain-r2-transform"}, aborted=lambda: False, deadline=None)
+    assert failed.value.error == "States.TaskFailed"
+    assert json.loads(failed.value.cause)["TransformJobStatus"] == status
+    assert json.loads(failed.value.cause)["FailureReason"].startswith("ClientError: record 3")
+
+
+def test_a_timed_out_transform_task_stops_its_job() -> None:
+    fake = _FakeTransforms(["InProgress"])
+    integrations = Integrations(lambda service: fake, poll_seconds=0)
+    with pytest.raises(StatesError) as timed_out:
+        integrations.call(TRANSFORM_SYNC, {"TransformJobName": "gputrain-r3-transform"}, aborted=lambda: False, deadline=0.0)
+    assert timed_out.value.error == "States.Timeout" and "gputrain-r3-transform was still InProgress" in timed_out.value.cause
+    assert fake.calls[-1] == ("stop", "gputrain-r3-transform"), "Step Functions stops the job of a timed-out .sync task"

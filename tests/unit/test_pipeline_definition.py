@@ -29,7 +29,7 @@ from stacks.components.endpoint_spec import (
     rollback_alarm_names,
     update_endpoint_request,
 )
-from stacks.components.pipeline_definition import FAILURES, OUTPUT_KEYS, pipeline_definition
+from stacks.components.pipeline_definition import FAILURES, OUTPUT_KEYS, TRANSFORM_OUTPUT_KEYS, pipeline_definition
 from stacks.components.processing_job_spec import (
     ProcessingOptions,
     ProcessingTemplate,
@@ -44,6 +44,7 @@ from stacks.components.training_job_spec import (
     create_training_job_request,
     resolve_launch,
 )
+from stacks.components.transform_job_spec import TransformTemplate, create_transform_job_request, transform_model_config
 from stacks.config import load_config
 from tests.synth import project_context
 from tests.unit.states_simulator import node_env, simulate, validate
@@ -71,6 +72,7 @@ SHAPES = {
     "createModel": ("sagemaker", "CreateModel"),
     "createEndpointConfig": ("sagemaker", "CreateEndpointConfig"),
     "updateEndpoint": ("sagemaker", "UpdateEndpoint"),
+    "createTransformJob.sync": ("sagemaker", "CreateTransformJob"),
     "describeEndpoint": ("sagemaker", "DescribeEndpoint"),
     "listObjectsV2": ("s3", "ListObjectsV2"),
     "publish": ("sns", "Publish"),
@@ -84,6 +86,10 @@ def _config(**overrides: Any):
     return load_config(context)
 
 
+def _transform(config) -> TransformTemplate | None:
+    return TransformTemplate.from_config(config, datasets_bucket="datasets", model=MODEL) if config.transform.enabled else None
+
+
 def _build(**overrides: Any) -> tuple[dict, ProcessingTemplate, JobTemplate, Any]:
     config = _config(**overrides)
     processing = ProcessingTemplate.from_config(config, _resources("processing"))
@@ -93,15 +99,22 @@ def _build(**overrides: Any) -> tuple[dict, ProcessingTemplate, JobTemplate, Any
         processing=processing,
         training=training,
         serving=config.serving,
-        model_resources=None if config.serving.scale_to_zero else MODEL,
+        model_resources=None if config.serving.scale_to_zero and not config.transform.enabled else MODEL,
         topic_arn=TOPIC,
         partition="aws",
+        transform=_transform(config),
+        transform_config=config.transform,
     )
     return definition, processing, training, config
 
 
 # The other types the runs below pick are allowed here (cdk.json allows processing.instance_type alone).
 DEFINITION, PROCESSING, TRAINING, CONFIG = _build(**{"processing.allowed_instance_types": ["ml.g6e.12xlarge", "ml.p3.2xlarge"]})
+# The pipeline that ends in a batch transform: on the endpoint's type (the promoted model serves it),
+# and on an EBS-only type of its own (a model of its own, the volume key).
+TRANSFORM_DEFINITION, _, _, TRANSFORM_CONFIG = _build(**{"transform.enabled": True})
+TRANSFORM_EBS, _, _, TRANSFORM_EBS_CONFIG = _build(**{"transform.enabled": True, "transform.instance_type": "ml.p3.2xlarge",
+                                                      "transform.split_type": "None", "transform.batch_strategy": "SingleRecord"})
 OLD_CONFIG = "gputrain-previous"
 
 
@@ -127,6 +140,8 @@ def _script(name: str = "run1", **changes: Any) -> dict[str, list[dict[str, Any]
             {"result": {"EndpointStatus": "Updating", "EndpointConfigName": OLD_CONFIG}},
             {"result": {"EndpointStatus": "InService", "EndpointConfigName": f"gputrain-{name}"}},
         ],
+        "CreateTransformModel": [{"result": {"ModelArn": "arn:transform-model"}}],
+        "TransformData": [{"result": {"TransformJobName": f"gputrain-{name}-transform", "TransformJobStatus": "Completed"}}],
         "NotifySuccess": [{"result": {"MessageId": "m-1"}}],
         "NotifyFailure": [{"result": {"MessageId": "m-2"}}],
     }
@@ -164,7 +179,8 @@ def test_every_field_is_valid_jsonata_mode_asl(synthesized):
     scale_to_zero, *_ = _build(**{"serving.scale_to_zero": True})
     canary, *_ = _build(**{"serving.rollout": "canary", "serving.min_instances": 2, "serving.initial_instance_count": 2,
                            "serving.data_capture": True})
-    verdicts = validate([DEFINITION, synthesized, scale_to_zero, canary], NODE_ENV)
+    transform_zero, *_ = _build(**{"transform.enabled": True, "serving.scale_to_zero": True})
+    verdicts = validate([DEFINITION, synthesized, scale_to_zero, canary, TRANSFORM_DEFINITION, TRANSFORM_EBS, transform_zero], NODE_ENV)
     for verdict in verdicts:
         assert verdict == {"valid": True, "errors": "", "jsonata_errors": []}
     assert synthesized["QueryLanguage"] == "JSONata"
@@ -202,10 +218,11 @@ def test_the_validator_rejects_broken_definitions():
 
 
 def test_every_failure_name_has_a_path_and_every_end_notifies():
-    text = json.dumps(DEFINITION)
+    text = json.dumps(TRANSFORM_DEFINITION)
     for failure in FAILURES:
         assert f'"failure_error": "{failure}"' in text
-    states = DEFINITION["States"]
+    assert "TransformJobFailed" not in json.dumps(DEFINITION), "no transform step unless transform.enabled"
+    states = TRANSFORM_DEFINITION["States"]
     ends = [n for n, s in states.items() if s["Type"] in ("Succeed", "Fail")]
     assert sorted(ends) == ["Failed", "Succeeded"]
     assert [n for n, s in states.items() if s.get("Next") == "Failed" or s.get("Next") == "Succeeded"] == ["NotifySuccess", "NotifyFailure"]
@@ -530,3 +547,122 @@ def test_bucket_names_are_measured_when_the_machine_runs_not_at_synth():
     ):
         result = _run(execution_input, definition=deployed)
         assert result["end"] == "Succeed", result
+
+
+# --------------------------------------------------------------------------------------------
+# The batch transform at the end (transform.enabled)
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_transform_step_exists_only_when_enabled():
+    transform_states = {"TransformRequested", "CreateTransformModel", "TransformData", "TransformJobFailed", "TransformModelFailed"}
+    assert not transform_states & set(DEFINITION["States"])
+    assert transform_states <= set(TRANSFORM_DEFINITION["States"])
+    # Training without promotion, and promotion, both go on to it.
+    assert TRANSFORM_DEFINITION["States"]["PromoteRequested"]["Default"] == "TransformRequested"
+    assert TRANSFORM_DEFINITION["States"]["EndpointUpdated"]["Choices"][0]["Next"] == "TransformRequested"
+    assert DEFINITION["States"]["PromoteRequested"]["Default"] == "NotifySuccess"
+    # transform.max_runtime_seconds: Step Functions stops the job at the task's timeout.
+    assert TRANSFORM_DEFINITION["States"]["TransformData"]["TimeoutSeconds"] == 86400
+
+
+def _transform_template(config) -> TransformTemplate:
+    return TransformTemplate.from_config(config, datasets_bucket="datasets", model=MODEL)
+
+
+def test_train_promote_transform_scores_with_the_promoted_model():
+    result = _run({"train": {}, "promote": True}, definition=TRANSFORM_DEFINITION)
+    assert result["end"] == "Succeed", result
+    _check_against_the_service_model(result)
+    order = [t["state"] for t in result["tasks"]]
+    assert order[-3:] == ["DescribeEndpoint", "TransformData", "NotifySuccess"] and "CreateTransformModel" not in order
+    [request] = _args(result, "TransformData")
+    template = _transform_template(TRANSFORM_CONFIG)
+    assert request == create_transform_job_request(template, job_name="gputrain-run1-transform", model_name="gputrain-run1")
+    assert request["TransformInput"] == {
+        "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://datasets/score/"}},
+        "ContentType": "text/csv", "CompressionType": "None", "SplitType": "Line"}
+    assert request["TransformOutput"] == {"S3OutputPath": "s3://artifacts/transform-outputs/gputrain-run1-transform/",
+                                          "AssembleWith": "Line", "KmsKeyId": KEY}
+    # ml.g5.xlarge has local NVMe: SageMaker rejects a volume key there.
+    assert request["TransformResources"] == {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1}
+    assert (request["BatchStrategy"], request["MaxPayloadInMB"]) == ("MultiRecord", 6)
+    assert {"Key": "Project", "Value": "gputrain"} in request["Tags"]
+    assert result["output"]["transform_job"] == "gputrain-run1-transform"
+    assert result["output"]["transform_uri"] == "s3://artifacts/transform-outputs/gputrain-run1-transform/"
+    assert set(result["output"]) == {*OUTPUT_KEYS, *TRANSFORM_OUTPUT_KEYS}
+
+
+def test_train_alone_creates_the_transforms_model_on_its_own_type():
+    result = _run({"train": {}}, definition=TRANSFORM_EBS)
+    assert result["end"] == "Succeed", result
+    _check_against_the_service_model(result)
+    assert [t["state"] for t in result["tasks"]] == ["TrainModel", "CreateTransformModel", "TransformData", "NotifySuccess"]
+    model_uri = "s3://artifacts/training-jobs/gputrain-run1-train/output/model.tar.gz"
+    [model] = _args(result, "CreateTransformModel")
+    model_config = transform_model_config(TRANSFORM_EBS_CONFIG.serving, TRANSFORM_EBS_CONFIG.transform)
+    assert model == create_model_request(model_config, MODEL, model_name="gputrain-run1-transform", model_data_url=model_uri,
+                                         tags=dict(TRAINING.tags))
+    assert model["PrimaryContainer"]["Environment"]["SERVING_INSTANCE_TYPE"] == "ml.p3.2xlarge"
+    assert model["EnableNetworkIsolation"] is True
+    [request] = _args(result, "TransformData")
+    assert request == create_transform_job_request(_transform_template(TRANSFORM_EBS_CONFIG), job_name="gputrain-run1-transform",
+                                                   model_name="gputrain-run1-transform")
+    assert request["TransformResources"] == {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1, "VolumeKmsKeyId": KEY}
+    assert (request["TransformInput"]["SplitType"], request["BatchStrategy"]) == ("None", "SingleRecord")
+    # A promoting run on another type than the endpoint's: a model of its own too.
+    result = _run({"train": {}, "promote": True}, definition=TRANSFORM_EBS)
+    assert [t["state"] for t in result["tasks"]][-3:] == ["CreateTransformModel", "TransformData", "NotifySuccess"]
+    assert _args(result, "TransformData")[0]["ModelName"] == "gputrain-run1-transform"
+
+
+def test_the_transform_is_skipped_on_request_and_without_a_model():
+    for execution_input in ({"train": {}, "transform": False}, {"process": {}}, {"process": {}, "transform": False}):
+        result = _run(execution_input, definition=TRANSFORM_DEFINITION)
+        assert result["end"] == "Succeed", result
+        assert "TransformData" not in result["path"]
+        assert result["output"]["transform_job"] is None and result["output"]["transform_uri"] is None
+    uri = "s3://artifacts/training-jobs/gputrain-old-7/output/model.tar.gz"
+    result = _run({"promote": {"model_uri": uri}}, definition=TRANSFORM_DEFINITION)
+    assert _args(result, "TransformData")[0]["ModelName"] == "gputrain-run1"
+    assert _args(result, "CreateModel")[0]["PrimaryContainer"]["ModelDataUrl"] == uri
+
+
+@pytest.mark.parametrize(
+    ("execution_input", "reason", "name"),
+    [
+        ({"train": {}, "transform": "yes"}, "transform must be true or false", "run1"),
+        ({"process": {}, "transform": True}, "transform needs a model: train, or promote.model_uri", "run1"),
+        ({"train": {}}, "the transform job would be named gputrain-" + "e" * 47 + "-transform", "e" * 47),
+    ],
+    ids=["not-boolean", "no-model", "long-name"],
+)
+def test_invalid_transform_input_fails_before_anything_runs(execution_input, reason, name):
+    result = _run(execution_input, name=name, definition=TRANSFORM_DEFINITION)
+    cause = _failed(result, "InvalidPipelineInput")
+    assert reason in cause, cause
+    assert [t["state"] for t in result["tasks"]] == ["NotifyFailure"]
+    # A pipeline without the step refuses the key as any other unknown one.
+    assert "no other keys" in _failed(_run({"train": {}, "transform": False}), "InvalidPipelineInput")
+
+
+def test_a_failed_transform_names_its_reason():
+    described = {"TransformJobName": "gputrain-run1-transform", "TransformJobStatus": "Failed",
+                 "FailureReason": "ClientError: score/a.csv record 3: the model answered 400"}
+    result = _run({"train": {}}, definition=TRANSFORM_DEFINITION, TransformData=[{"error": "States.TaskFailed", "cause": json.dumps(described)}])
+    assert _failed(result, "TransformJobFailed") == "ClientError: score/a.csv record 3: the model answered 400"
+    timed_out = {"error": "States.Timeout", "cause": "the task timed out"}
+    assert _failed(_run({"train": {}}, definition=TRANSFORM_DEFINITION, TransformData=[timed_out]), "TransformJobFailed") == (
+        "States.Timeout: the task timed out")
+    refused = {"error": "SageMaker.ResourceLimitExceededException", "cause": "model quota"}
+    result = _run({"train": {}}, definition=TRANSFORM_DEFINITION, CreateTransformModel=[refused])
+    assert _failed(result, "TransformJobFailed") == "could not create the transform's model: SageMaker.ResourceLimitExceededException: model quota"
+    assert "TransformData" not in result["path"]
+
+
+def test_scale_to_zero_pipelines_transform_with_a_model_of_their_own():
+    definition, *_ = _build(**{"transform.enabled": True, "serving.scale_to_zero": True})
+    assert not {"CreateEndpointConfig", "UpdateEndpoint", "CheckEndpoint"} & set(definition["States"])
+    result = _run({"train": {}}, definition=definition)
+    assert result["end"] == "Succeed", result
+    assert [t["state"] for t in result["tasks"]] == ["TrainModel", "CreateTransformModel", "TransformData", "NotifySuccess"]

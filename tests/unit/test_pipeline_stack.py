@@ -337,7 +337,8 @@ def _all_statements(synthesized):
                 yield f"{stack_name}/{logical_id}/{statement.get('Sid')}", statement
 
 
-@pytest.mark.parametrize("overrides", [{}, DEFAULT, ALTERNATIVE, PINNED], ids=["default", "serving", "serving-alt", "pinned"])
+@pytest.mark.parametrize("overrides", [{}, DEFAULT, ALTERNATIVE, PINNED, {"transform.enabled": True}],
+                         ids=["default", "serving", "serving-alt", "pinned", "transform"])
 def test_every_for_all_values_condition_is_null_guarded(synth_app, overrides):
     """ForAllValues over an absent key is true: without Null=false beside it, a request that
     omits the key (a serverless variant has no instance types) passes the condition."""
@@ -391,3 +392,71 @@ def test_default_job_creation_is_pinned_to_the_configured_type(training):
         statement = _policy_statements(training, policy)[sid]
         assert statement["Condition"]["ForAllValues:StringEquals"]["sagemaker:InstanceTypes"] == types
         assert f"{sid}EbsVolumeKey" not in _policy_statements(training, policy)  # both are local-NVMe types
+
+
+# ------------------------------------------------------------------------------------------
+# The batch transform at the end of the pipeline (transform.enabled)
+# ------------------------------------------------------------------------------------------
+
+TRANSFORM = {"transform.enabled": True}
+TRANSFORM_EBS_ZERO = {"transform.enabled": True, "transform.instance_type": "ml.p3.2xlarge", "serving.scale_to_zero": True}
+
+
+def test_the_transforms_model_role_reads_the_input_prefix_and_writes_the_output_prefix_only(synth_app, training):
+    statements = _policy_statements(synth_app(TRANSFORM).template("gputrain-training"), "PipelineModelRolePolicy")
+    assert statements["ReadTransformInput"]["Action"] == "s3:GetObject"
+    assert _text(statements["ReadTransformInput"]["Resource"]).endswith('/score/*"]]}')
+    assert "DatasetsBucket" in _text(statements["ReadTransformInput"]["Resource"])
+    assert statements["ListTransformInput"]["Action"] == "s3:ListBucket"
+    assert statements["ListTransformInput"]["Condition"] == {"StringLike": {"s3:prefix": ["score/*"]}}
+    assert sorted(statements["WriteTransformOutput"]["Action"]) == ["s3:AbortMultipartUpload", "s3:PutObject"]
+    assert _text(statements["WriteTransformOutput"]["Resource"]).endswith('/transform-outputs/*"]]}')
+    assert "ArtifactsBucket" in _text(statements["WriteTransformOutput"]["Resource"])
+    # Nothing wider: the model file (as before), the scoring prefix and the results, no other S3 access.
+    s3 = sorted(sid for sid, s in statements.items() if "s3:" in _text(s["Action"]))
+    assert s3 == ["ListTransformInput", "ReadModelArtifact", "ReadTransformInput", "WriteTransformOutput"]
+    assert statements["EncryptTransformOutput"]["Action"] == "kms:Encrypt"
+    assert "log-group:/aws/sagemaker/TransformJobs:log-stream:gputrain-*" in _text(statements["WriteProjectLogStreams"]["Resource"])
+    assert statements["PublishTransformMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/TransformJobs"}}
+    # Without the transform, the role has none of it.
+    assert not {"ReadTransformInput", "WriteTransformOutput"} & set(_policy_statements(training, "PipelineModelRolePolicy"))
+
+
+def test_pipeline_role_creates_only_hardened_project_transform_jobs(synth_app, training):
+    template = synth_app(TRANSFORM).template("gputrain-training")
+    statements = _policy_statements(template, "PipelineRolePolicy")
+    create = statements["CreateHardenedTransformJobs"]
+    assert create["Action"] == "sagemaker:CreateTransformJob"
+    assert create["Resource"] == f"{ARN}transform-job/gputrain-*"
+    condition = create["Condition"]
+    assert condition["ForAllValues:StringEquals"] == {"sagemaker:InstanceTypes": ["ml.g5.xlarge"]}
+    assert condition["Null"] == {"sagemaker:InstanceTypes": "false"}
+    assert condition["ArnLike"] == {"sagemaker:ModelArn": f"{ARN}model/gputrain-*"}
+    # Results with the platform key; ml.g5.xlarge has local NVMe: no volume key (SageMaker rejects one).
+    assert list(condition["ArnEquals"]) == ["sagemaker:OutputKmsKey"] and "PlatformKey" in _text(condition["ArnEquals"])
+    follow = statements["FollowAndStopTransformJobs"]
+    assert sorted(follow["Action"]) == ["sagemaker:AddTags", "sagemaker:DescribeTransformJob", "sagemaker:StopTransformJob"]
+    assert follow["Resource"] == f"{ARN}transform-job/gputrain-*"
+    assert statements["SyncIntegrationRules"]["Resource"][-1] == (
+        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTransformJobsRule")
+    assert not [sid for sid in _policy_statements(training, "PipelineRolePolicy") if "Transform" in sid]
+    # The deployed definition ends in the transform, with the role's key and the project's names.
+    definition = parse_definition(synth_app(TRANSFORM).template_json("gputrain-training"), name="gputrain-pipeline")
+    request = definition["States"]["TransformData"]["Arguments"]
+    assert definition["States"]["TransformData"]["Resource"].endswith(":states:::sagemaker:createTransformJob.sync")
+    assert "PlatformKey" in _text(request["TransformOutput"]["KmsKeyId"]) and "VolumeKmsKeyId" not in request["TransformResources"]
+
+
+def test_scale_to_zero_pipelines_create_only_isolated_transform_models_and_pin_the_volume_key(synth_app):
+    template = synth_app(TRANSFORM_EBS_ZERO).template("gputrain-training")
+    statements = _policy_statements(template, "PipelineRolePolicy")
+    assert not {"UpdateTheEndpoint", "CreateEndpointConfigs", "DescribeTheEndpoint"} & set(statements)
+    model = statements["CreateIsolatedModels"]
+    assert model["Condition"]["Bool"] == {"sagemaker:NetworkIsolation": "true"}
+    assert model["Condition"]["Null"] == {"sagemaker:VpcSubnets": "false", "sagemaker:VpcSecurityGroupIds": "false"}
+    assert statements["TagModels"]["Resource"] == f"{ARN}model/gputrain-*"
+    assert "PassModelRole" in statements
+    condition = statements["CreateHardenedTransformJobs"]["Condition"]
+    assert condition["ForAllValues:StringEquals"] == {"sagemaker:InstanceTypes": ["ml.p3.2xlarge"]}
+    assert sorted(condition["ArnEquals"]) == ["sagemaker:OutputKmsKey", "sagemaker:VolumeKmsKey"]
+    assert "PlatformKey" in _text(condition["ArnEquals"]["sagemaker:VolumeKmsKey"])
