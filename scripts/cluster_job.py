@@ -17,7 +17,8 @@ any node is touched; so is a second job while one runs (one job at a time per cl
 while a node is not running. ``status`` reads ``ListCommandInvocations``; ``stop`` cancels the
 command (``CancelCommand``) and sends the document's ``stop`` action, which gives each node's
 container SIGTERM and 120 s to write its checkpoint. A rerun of the same job name resumes from
-its checkpoints, as a SageMaker job with the same checkpoint location does.
+its checkpoints, as a SageMaker job with the same checkpoint location does. ``python -m
+scripts.teardown --stop-running`` stops a running job the same way before anything is destroyed.
 
 Outputs land in ``s3://<artifacts>/cluster-outputs/<project>-cluster/<job>/<node>/{model,output}/``
 and checkpoints in each node's own ``cluster-checkpoints/<project>-cluster/<node>/<job>/``.
@@ -40,13 +41,13 @@ from scripts.common import (
     UsageError,
     add_common_arguments,
     help_epilog,
+    parse_hyperparameters,
     parse_operator_args,
     print_table,
     run,
     stack_name,
 )
-from scripts.cost import ec2_cluster
-from scripts.launch import parse_hyperparameters
+from scripts.cost import cluster_job_price
 from stacks.components.cluster_job_document import (
     DEFAULT_MAX_RUNTIME_SECONDS,
     MAX_RUNTIME_LIMIT_SECONDS,
@@ -60,6 +61,9 @@ CLUSTER_OUTPUTS = ("JobDocumentName", "LogGroupName", "InstanceIds")
 STACK_TAG = "aws:cloudformation:stack-name"
 """CloudFormation's own tag on every instance of the stack: the command's target."""
 ACTIVE = ("Pending", "InProgress")
+"""A command's statuses while its job runs: what ``stop`` (and ``scripts.teardown``) stops."""
+STILL_RUNNING = (*ACTIVE, "Cancelling")
+"""A command's statuses while something of it may still run on the nodes (a cancel under way included)."""
 DELIVERY_TIMEOUT_SECONDS = 600
 """How long SSM tries to reach a node before that node's invocation times out."""
 PLUGIN = "ClusterJob"
@@ -92,9 +96,49 @@ class Cluster:
             instance_ids=tuple(i for i in outputs["InstanceIds"].split(",") if i),
         )
 
+    @classmethod
+    def find(cls, deployment: Deployment) -> Optional["Cluster"]:
+        """The deployed cluster, or ``None`` where ``<project>-cluster`` is not deployed (or predates cluster jobs)."""
+        try:
+            return cls.of(deployment)
+        except OperatorError:
+            return None
+
     def node_name(self, instance_id: str) -> str:
         """``node-<index>`` of an instance of the cluster (its id when it is none)."""
         return f"node-{self.instance_ids.index(instance_id)}" if instance_id in self.instance_ids else instance_id
+
+
+@dataclass(frozen=True)
+class ClusterCommand:
+    """One command of the cluster's document, as ``ListCommands`` shows it.
+
+    Attributes:
+        job_name: The job it runs (or stops).
+        command_id: SSM's id of the command.
+        action: The document's action: ``run`` or ``stop``.
+        status: SSM's status of the command (``Pending``, ``InProgress``, ``Cancelling``, ``Success``...).
+    """
+
+    job_name: str
+    command_id: str
+    action: str
+    status: str
+
+    @classmethod
+    def of(cls, command: dict[str, Any]) -> "ClusterCommand":
+        parameters = command.get("Parameters") or {}
+        return cls(
+            job_name=(parameters.get("JobName") or ["?"])[0],
+            command_id=command["CommandId"],
+            action=(parameters.get("Action") or ["run"])[0],
+            status=command["Status"],
+        )
+
+    def describe(self) -> str:
+        """``<job> (command <id>)``, saying so where it is the job's stop action or a cancel under way."""
+        what = f"command {self.command_id}" if self.action == "run" else f"its {self.action} action, command {self.command_id}"
+        return f"{self.job_name} ({what}{', ' + self.status if self.status not in ACTIVE else ''})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -144,13 +188,10 @@ def send_command_request(deployment: Deployment, cluster: Cluster, parameters: d
     }
 
 
-def price_line(deployment: Deployment, max_runtime_seconds: int) -> str:
+def price_line(deployment: Deployment, job_name: str, max_runtime_seconds: int) -> str:
     """The cluster's on-demand price while the job runs, and the most over its maximum runtime."""
-    hours = max_runtime_seconds / 3600
-    on_demand = ec2_cluster(deployment.config, hours)[0]
-    return (f"price: {on_demand.item.removeprefix('EC2 cluster, on-demand: ')}, on-demand ${on_demand.usd_per_hour:,.2f}/h; "
-            f"at most ${on_demand.usd_per_run:,.2f} over its {hours:g} h maximum runtime (the nodes bill while they run, "
-            "job or not)")  # fmt: skip
+    price = cluster_job_price(deployment.config, job_name, max_runtime_seconds)
+    return f"{price.line()} (EC2 on-demand: the nodes bill while they run, job or not)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -160,16 +201,27 @@ def price_line(deployment: Deployment, max_runtime_seconds: int) -> str:
 
 def job_commands(deployment: Deployment, cluster: Cluster, job_name: Optional[str] = None, action: str = "run") -> list[dict[str, Any]]:
     """The document's commands of ``action`` (for ``job_name``, or every job), newest first."""
-    ssm = deployment.aws.client("ssm")
+    return document_commands(deployment.aws.client("ssm"), cluster.document, job_name=job_name, action=action)
+
+
+def document_commands(ssm: Any, document: str, *, job_name: Optional[str] = None, action: Optional[str] = "run") -> list[dict[str, Any]]:
+    """``ListCommands`` of ``document``: those of ``action`` (every action when ``None``) and of ``job_name``
+    (every job when ``None``), newest first."""
     commands: list[dict[str, Any]] = []
-    for page in ssm.get_paginator("list_commands").paginate(Filters=[{"key": "DocumentName", "value": cluster.document}]):
+    for page in ssm.get_paginator("list_commands").paginate(Filters=[{"key": "DocumentName", "value": document}]):
         for command in page["Commands"]:
             parameters = command.get("Parameters") or {}
-            if command.get("DocumentName") != cluster.document or parameters.get("Action", ["run"]) != [action]:
+            if command.get("DocumentName") != document or (action is not None and parameters.get("Action", ["run"]) != [action]):
                 continue
             if job_name is None or parameters.get("JobName") == [job_name]:
                 commands.append(command)
     return sorted(commands, key=lambda c: c["RequestedDateTime"], reverse=True)
+
+
+def running_commands(ssm: Any, document: str) -> list[ClusterCommand]:
+    """The document's commands (``run`` and ``stop`` actions) that may still run something on the nodes:
+    what ``scripts.teardown`` stops and waits for, and what ``scripts.teardown_audit`` reports."""
+    return [ClusterCommand.of(c) for c in document_commands(ssm, document, action=None) if c["Status"] in STILL_RUNNING]
 
 
 def latest_run(deployment: Deployment, cluster: Cluster, job_name: str) -> dict[str, Any]:
@@ -209,7 +261,7 @@ def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
     parameters = job_parameters(deployment, args)
     cluster = Cluster.of(deployment)
     request = send_command_request(deployment, cluster, parameters)
-    price = price_line(deployment, args.max_runtime)
+    price = price_line(deployment, args.job_name, args.max_runtime)
     if args.dry_run:
         print(json.dumps(request, indent=2))
         print(price)
@@ -240,7 +292,18 @@ def cmd_status(deployment: Deployment, args: argparse.Namespace) -> int:
     return 1 if command["Status"] in ("Failed", "Cancelled", "TimedOut") else 0
 
 
-def _stream_events(logs: Any, group: str, stream: str, token: Optional[str]) -> tuple[list[str], Optional[str]]:
+def job_streams(cluster: Cluster, command_id: str, job_name: str, instances: Sequence[str]) -> list[tuple[str, str]]:
+    """``(instance, stream)`` of every log stream a job's nodes write in the cluster's log group: the
+    command's own output (stdout, stderr) and the container's lines, per node."""
+    return [
+        (instance, stream)
+        for instance in instances
+        for stream in (f"{command_id}/{instance}/{PLUGIN}/stdout", f"{command_id}/{instance}/{PLUGIN}/stderr", f"{instance}/job/{job_name}")
+    ]
+
+
+def stream_events(logs: Any, group: str, stream: str, token: Optional[str]) -> tuple[list[str], Optional[str]]:
+    """The lines of ``stream`` after ``token`` and the token to read on from (a stream not yet written: none)."""
     params: dict[str, Any] = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
     if token:
         params["nextToken"] = token
@@ -258,16 +321,11 @@ def cmd_logs(deployment: Deployment, args: argparse.Namespace, sleep: Callable[[
     if not instances:
         raise UsageError(f"--node {args.node} is no node of {cluster.stack} (node-0 ... node-{len(cluster.instance_ids) - 1})")
     logs = deployment.aws.client("logs")
-    streams = [
-        (instance, stream)
-        for instance in instances
-        for stream in (f"{command['CommandId']}/{instance}/{PLUGIN}/stdout", f"{command['CommandId']}/{instance}/{PLUGIN}/stderr",
-                       f"{instance}/job/{args.job_name}")  # fmt: skip
-    ]
+    streams = job_streams(cluster, command["CommandId"], args.job_name, instances)
     tokens: dict[str, Optional[str]] = {}
     while True:
         for instance, stream in streams:
-            lines, tokens[stream] = _stream_events(logs, cluster.log_group, stream, tokens.get(stream))
+            lines, tokens[stream] = stream_events(logs, cluster.log_group, stream, tokens.get(stream))
             for line in lines:
                 print(f"{cluster.node_name(instance)}: {line}")
         if not args.follow:
@@ -279,18 +337,25 @@ def cmd_logs(deployment: Deployment, args: argparse.Namespace, sleep: Callable[[
         sleep(args.interval)
 
 
+def stop_cluster_job(deployment: Deployment, cluster: Cluster, job_name: str, command_id: str) -> str:
+    """Stop a running job on every node: the document's ``stop`` action (SIGTERM into its containers,
+    120 s to checkpoint), then ``CancelCommand`` of its ``run`` command. The stop command's id."""
+    ssm = deployment.aws.client("ssm")
+    # The stop action first: it reaches the containers whatever the cancel does to the run's shell.
+    request = send_command_request(deployment, cluster, {"Action": "stop", "JobName": job_name})
+    stop = ssm.send_command(**request)["Command"]
+    ssm.cancel_command(CommandId=command_id)
+    return str(stop["CommandId"])
+
+
 def cmd_stop(deployment: Deployment, args: argparse.Namespace) -> int:
     cluster = Cluster.of(deployment)
     command = latest_run(deployment, cluster, args.job_name)
     if command["Status"] not in ACTIVE:
         print(f"{args.job_name} already {command['Status']}; nothing to stop")
         return 0
-    ssm = deployment.aws.client("ssm")
-    # The stop action first: it reaches the containers whatever the cancel does to the run's shell.
-    request = send_command_request(deployment, cluster, {"Action": "stop", "JobName": args.job_name})
-    stop = ssm.send_command(**request)["Command"]
-    ssm.cancel_command(CommandId=command["CommandId"])
-    print(f"stopping cluster job {args.job_name}: SIGTERM into its containers (command {stop['CommandId']}), "
+    stop_id = stop_cluster_job(deployment, cluster, args.job_name, command["CommandId"])
+    print(f"stopping cluster job {args.job_name}: SIGTERM into its containers (command {stop_id}), "
           f"command {command['CommandId']} cancelled; its checkpoints stay for a rerun to resume")  # fmt: skip
     return 0
 

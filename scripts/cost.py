@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from scripts.common import CONFIG_EXIT, add_common_arguments, help_epilog, load_platform_config, run  # noqa: E402
+from stacks.components.cluster_job_document import DEFAULT_MAX_RUNTIME_SECONDS  # noqa: E402
 from stacks.config import PlatformConfig  # noqa: E402
 from stacks.gpu_instances import GpuInstanceType, lookup, price_source  # noqa: E402
 
@@ -62,18 +63,27 @@ class Line:
 
 
 def ec2_cluster(cfg: PlatformConfig, hours: float) -> list[Line]:
-    """The GPU EC2 cluster: on-demand and (assumed) spot."""
+    """The GPU EC2 cluster running a job of ``hours``: on-demand (what it bills) and, for comparison, (assumed) spot."""
     if not cfg.cluster.enabled:
         return []
+    price = cluster_job_price(cfg, "", hours * 3600)
     row = _row(cfg.cluster.instance_type)
     n = cfg.cluster.node_count
-    hourly = row.on_demand_usd_per_hour * n
-    spot = hourly * (1 - SPOT_DISCOUNT_ASSUMED)
+    spot = price.on_demand_usd_per_hour * (1 - SPOT_DISCOUNT_ASSUMED)
     what = f"{n} x {row.name} ({n * row.gpu_count} x {row.gpu_model})"
     return [
-        Line(f"EC2 cluster, on-demand: {what}", hourly, hourly * hours, "GPU table price"),
-        Line(f"EC2 cluster, spot: {what}", spot, spot * hours, f"assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving"),
+        Line(f"EC2 cluster, on-demand: {what}", price.usd_per_hour, price.most_usd, "GPU table price"),
+        Line(f"EC2 cluster, spot: {what}", spot, spot * hours,
+             f"for comparison: the nodes are on-demand; assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving"),
     ]
+
+
+def cluster_job_price(cfg: PlatformConfig, name: str, max_runtime_seconds: float) -> JobPrice:
+    """The :class:`JobPrice` of a job on the EC2 cluster (``scripts.cluster_job``): every node at the GPU
+    table's on-demand price, at most for the job's maximum runtime (the nodes are on-demand instances)."""
+    row = _row(cfg.cluster.instance_type)
+    hourly = row.on_demand_usd_per_hour * cfg.cluster.node_count
+    return JobPrice("cluster job", name, row.name, cfg.cluster.node_count, False, hourly, hourly, max_runtime_seconds / 3600)
 
 
 def sagemaker_job(cfg: PlatformConfig, hours: float) -> list[Line]:
@@ -121,12 +131,13 @@ class JobPrice:
     """What one job costs per hour, and the most it can cost, before it is started.
 
     Attributes:
-        kind: ``training job`` or ``processing job``.
+        kind: ``training job``, ``processing job`` or ``cluster job`` (on the EC2 cluster).
         name: The job's name.
-        instance_type: ``ml.`` type.
-        instance_count: Instances.
+        instance_type: ``ml.`` type (a cluster job: the nodes' EC2 type).
+        instance_count: Instances (a cluster job: the nodes).
         spot: Managed spot (training only).
-        on_demand_usd_per_hour: Every instance at SageMaker's list price, with its ML storage.
+        on_demand_usd_per_hour: Every instance at SageMaker's list price, with its ML storage (a cluster job:
+            every node at EC2's on-demand price).
         usd_per_hour: What it is expected to bill per hour: spot at the assumed saving, else on-demand.
         max_runtime_hours: SageMaker stops the job after this much billed time.
         max_wait_hours: Spot only: the job ends within this much time, waiting for capacity included.
@@ -282,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cannot_proceed=CONFIG_EXIT,
         ),
     )
-    parser.add_argument("--hours", type=_amount(True), help="job length in hours, above 0 (default: the job's max runtime)")
+    parser.add_argument("--hours", type=_amount(True), help="job length in hours, above 0 (default: each kind of job's max "
+                        f"runtime: the config's for SageMaker jobs, {DEFAULT_MAX_RUNTIME_SECONDS // 3600} h for a cluster job)")
     parser.add_argument("--dataset-gb", type=_amount(False), default=100.0)
     parser.add_argument("--artifacts-gb", type=_amount(False), default=50.0)
     parser.add_argument("--image-gb", type=_amount(False), default=8.0)
@@ -294,7 +306,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     hours = args.hours if args.hours is not None else cfg.training_job.max_runtime_seconds / 3600
     print(f"Prices: {price_source()} SageMaker surcharge per family and standing prices as of {STANDING_PRICE_DATE}; "
           f"spot is an assumed {SPOT_DISCOUNT_ASSUMED:.0%} saving.\n")
-    print(render("Training compute", [*ec2_cluster(cfg, hours), *sagemaker_job(cfg, hours)], hours))
+    # A cluster job (scripts.cluster_job run) stops at its own --max-runtime, by default the document's.
+    cluster_hours = args.hours if args.hours is not None else DEFAULT_MAX_RUNTIME_SECONDS / 3600
+    sections = [
+        ("Cluster job (python -m scripts.cluster_job run: every node on-demand, at most its maximum runtime)",
+         ec2_cluster(cfg, cluster_hours), cluster_hours),
+        ("SageMaker training job", sagemaker_job(cfg, hours), hours),
+    ]  # fmt: skip
+    rendered = [render(title, lines, section_hours) for title, lines, section_hours in sections if lines]
+    print("\n\n".join(rendered) or "Training compute: none enabled (cluster.enabled and training_job.enabled are false)")
     process_hours = args.hours if args.hours is not None else cfg.processing.max_runtime_seconds / 3600
     processing = processing_job(cfg, process_hours)
     if processing:

@@ -10,15 +10,18 @@ watching. Run this first::
 
 ``--stop-running`` stops every RUNNING execution of the training workflow and of the pipeline
 (Step Functions then stops their jobs) and every InProgress training or processing job named
-``<project>-*`` (including ``--direct`` launches), then waits (``--timeout``, default 900 s)
-until none is InProgress or Stopping. It then deletes the models and endpoint configs the
-pipeline's promote step created (``<project>-<execution>``: not CloudFormation's, so ``cdk
-destroy`` would leave them) that no endpoint uses any more; with ``--destroy``, once more after
-``cdk destroy`` removed the endpoint. It also deletes the GPU idle alarms (``<project>-gpu-idle-<job>``)
-of jobs no longer running, which the stack's watch deletes as each job ends but could miss when
-the stack goes first, and the project's endpoints that no stack owns
-(``<project>-*`` but not the serving stack's ``<project>-endpoint``: e.g. made with the SageMaker
-SDK's ``deploy()``), which bill by the hour and which ``cdk destroy`` cannot see.
+``<project>-*`` (including ``--direct`` launches), and every job on the GPU cluster (a Pending or
+InProgress command of its ``<project>-cluster-train`` document: the document's ``stop`` action
+sent to the nodes, then the command cancelled, as ``python -m scripts.cluster_job stop`` does),
+then waits (``--timeout``, default 900 s) until none is InProgress or Stopping, and no command of
+the cluster's document is Pending, InProgress or Cancelling. It then deletes the models and
+endpoint configs the pipeline's promote step created (``<project>-<execution>``: not
+CloudFormation's, so ``cdk destroy`` would leave them) that no endpoint uses any more; with
+``--destroy``, once more after ``cdk destroy`` removed the endpoint. It also deletes the GPU idle
+alarms (``<project>-gpu-idle-<job>``) of jobs no longer running, which the stack's watch deletes
+as each job ends but could miss when the stack goes first, and the project's endpoints that no
+stack owns (``<project>-*`` but not the serving stack's ``<project>-endpoint``: e.g. made with
+the SageMaker SDK's ``deploy()``), which bill by the hour and which ``cdk destroy`` cannot see.
 
 ``--destroy`` first deletes the serving stack ``<project>-serving`` if it exists. The app has it
 whenever the promotion record names a live model (app.py reads it with the CLI's credentials), but
@@ -37,6 +40,8 @@ from typing import Callable, Optional, Sequence
 
 from botocore.exceptions import ClientError, WaiterError
 
+from scripts.cluster_job import ACTIVE as CLUSTER_JOB_ACTIVE
+from scripts.cluster_job import Cluster, ClusterCommand, running_commands, stop_cluster_job
 from scripts.common import (
     AWS_CREDENTIALS,
     EXIT_FAILED,
@@ -71,23 +76,27 @@ class Running:
         processing_jobs: Names of the project's processing jobs that are InProgress or Stopping.
         warm_pools: Names of the project's finished training jobs whose warm pool is still
             ``Available``: their instances bill until it ends.
+        cluster_jobs: Commands of the GPU cluster's job document still Pending, InProgress or
+            Cancelling (a job's ``run``, or the ``stop`` action sent to end one).
     """
 
     executions: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     processing_jobs: list[str] = field(default_factory=list)
     warm_pools: list[str] = field(default_factory=list)
+    cluster_jobs: list[ClusterCommand] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.executions or self.jobs or self.processing_jobs or self.warm_pools)
+        return bool(self.executions or self.jobs or self.processing_jobs or self.warm_pools or self.cluster_jobs)
 
     def names(self) -> list[str]:
         """Every job and execution name, for one progress line."""
-        return self.jobs + self.processing_jobs + [f"{n} (warm pool)" for n in self.warm_pools] + [a.rsplit(":", 1)[-1] for a in self.executions]
+        return (self.jobs + self.processing_jobs + [f"{n} (warm pool)" for n in self.warm_pools]
+                + [f"cluster job {c.describe()}" for c in self.cluster_jobs] + [a.rsplit(":", 1)[-1] for a in self.executions])  # fmt: skip
 
 
 def find_running(deployment: Deployment) -> Running:
-    """RUNNING executions of the workflow and InProgress/Stopping ``<project>-*`` jobs."""
+    """RUNNING executions of the workflow, InProgress/Stopping ``<project>-*`` jobs and the cluster's running commands."""
     running = Running()
     if deployment.has_training_stack():
         paginator = deployment.aws.client("stepfunctions").get_paginator("list_executions")
@@ -101,6 +110,9 @@ def find_running(deployment: Deployment) -> Running:
         running.jobs.extend(j["TrainingJobName"] for j in project_jobs(deployment.aws, deployment.job_name_prefix, status=status))
         running.processing_jobs.extend(project_processing_jobs(deployment, status))
     running.warm_pools.extend(project_warm_pools(deployment))
+    cluster = Cluster.find(deployment)
+    if cluster is not None:
+        running.cluster_jobs.extend(running_commands(deployment.aws.client("ssm"), cluster.document))
     return running
 
 
@@ -279,6 +291,7 @@ def stop_running(
         except ClientError as err:
             # The pipeline's own stop may have got there first.
             print(f"  {name}: {error_code(err)}: {error_message(err)}")
+    stop_cluster_jobs(deployment, running.cluster_jobs)
     deadline = time.monotonic() + timeout
     while True:
         left = find_running(deployment)
@@ -286,6 +299,22 @@ def stop_running(
             return left
         print(f"waiting for {', '.join(left.names())} to end ...")
         sleep(interval)
+
+
+def stop_cluster_jobs(deployment: Deployment, commands: Sequence[ClusterCommand]) -> None:
+    """Stop the cluster's running jobs as ``scripts.cluster_job stop`` does; a stop action or a
+    cancel already under way is only waited for."""
+    to_stop = [c for c in commands if c.action == "run" and c.status in CLUSTER_JOB_ACTIVE]
+    cluster = Cluster.find(deployment) if to_stop else None
+    if cluster is None:
+        return
+    for command in to_stop:
+        print(f"stopping cluster job {command.describe()}: SIGTERM into its containers, then the command cancelled")
+        try:
+            stop_cluster_job(deployment, cluster, command.job_name, command.command_id)
+        except ClientError as err:
+            # It may have ended in the meantime.
+            print(f"  {command.job_name}: {error_code(err)}: {error_message(err)}")
 
 
 def serving_stack(deployment: Deployment) -> Optional[str]:
@@ -343,12 +372,15 @@ def report(running: Running) -> None:
         print(f"running processing job: {name}")
     for name in running.warm_pools:
         print(f"warm pool kept (billing) after training job: {name}")
+    for command in running.cluster_jobs:
+        print(f"running cluster job: {command.describe()}")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.teardown",
-        description="Stop what cdk destroy cannot: running executions, training and processing jobs, endpoints no stack owns.",
+        description="Stop what cdk destroy cannot: running executions, training, processing and cluster jobs, endpoints "
+        "no stack owns.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=help_epilog(
             "python -m scripts.teardown",

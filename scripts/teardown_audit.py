@@ -10,8 +10,9 @@ roles and ECR repositories, which that API does not cover everywhere) with a ver
 
 * ``ERROR``: compute left behind (an instance not terminated, a volume, a network interface, a
   launch template, an Elastic IP, a state machine, a function, a running training job, a live
-  SageMaker endpoint), a
-  project stack that still exists, or, with ``--sandbox``, data that should have been deleted;
+  SageMaker endpoint, a job still running on the GPU cluster: a command of its
+  ``<project>-cluster-train`` document Pending, InProgress or Cancelling), a project stack that
+  still exists, or, with ``--sandbox``, data that should have been deleted;
 * ``kept``: data kept by design (buckets, KMS key, image repository) when
   ``delete_data_on_destroy`` is off, and the promotion record (``/<project>/serving/promotion``,
   rollback history): reported, not flagged;
@@ -36,7 +37,9 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 import boto3
 from botocore.exceptions import ClientError
 
+from scripts.cluster_job import running_commands
 from scripts.common import AWS_CREDENTIALS, Aws, add_common_arguments, help_epilog, load_platform_config, run
+from stacks.components.cluster_job_document import document_name
 
 ERROR, KEPT, INFO, WARNING = "ERROR", "kept", "info", "warning"
 
@@ -70,7 +73,7 @@ class Finding:
     """One tagged resource still present.
 
     Attributes:
-        arn: The resource's ARN.
+        arn: The resource's ARN (an SSM command, which has none: ``command/<id>``).
         kind: ``service:type`` taken from the ARN (``ec2:instance``, ``s3:bucket``...).
         verdict: ``ERROR``, ``kept``, ``info`` or ``warning``.
         note: Why.
@@ -194,6 +197,7 @@ def audit(
     ec2 = client("ec2")
     for arn in arns:
         report.findings.append(_judge(arn, data_retained=data_retained, client=client, ec2=ec2))
+    report.findings.extend(_cluster_jobs(client("ssm"), project))
 
     cloudformation = client("cloudformation")
     for page in cloudformation.get_paginator("list_stacks").paginate():
@@ -267,6 +271,26 @@ def _project_sagemaker_records(sagemaker: Any, project: str) -> list[str]:
         except ClientError:
             continue
     return found
+
+
+def _cluster_jobs(ssm: Any, project: str) -> list[Finding]:
+    # A command is no tagged resource, and the document goes with the cluster stack while its
+    # commands stay listed: look for them by the document's name.
+    document = document_name(project)
+    try:
+        commands = running_commands(ssm, document)
+    except ClientError:
+        return []
+    findings: list[Finding] = []
+    for c in commands:
+        what = f"cluster job {c.job_name}" if c.action == "run" else f"the {c.action} action of cluster job {c.job_name}"
+        findings.append(Finding(
+            f"command/{c.command_id}", "ssm:command", ERROR,
+            f"compute left behind: {what} is {c.status} (SSM command {c.command_id} of {document}); python -m "
+            f"scripts.teardown --stop-running stops it while the cluster stack exists, else aws ssm cancel-command "
+            f"--command-id {c.command_id}",
+        ))  # fmt: skip
+    return findings
 
 
 def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: Any) -> Finding:
@@ -374,7 +398,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             ],
             credentials=AWS_CREDENTIALS,
             done="nothing left behind that should be gone (kept data is listed, not flagged)",
-            failed="an ERROR: compute left behind, a project stack still there, or (--sandbox) data not deleted",
+            failed="an ERROR: compute left behind (a cluster job still running included), a project stack still there, "
+            "or (--sandbox) data not deleted",
         ),
     )
     parser.add_argument("--project", help="value of the Project tag (default: the config's project_name)")

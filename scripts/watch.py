@@ -11,6 +11,7 @@ Usage (from the repository root)::
     python -m scripts.watch --pipeline                         # the newest execution of <project>-pipeline
     python -m scripts.watch JOB --plot job.png                 # and a plot of the epochs, rewritten each epoch
     python -m scripts.watch --from-log run.log --plot run.png  # a recorded log (trainer stdout, docker logs)
+    python -m scripts.watch --cluster mlp-1                    # a job on the GPU cluster (scripts.cluster_job run)
 
 Exit code: 0 completed, 1 failed (the failure reason is printed in full), 4 stopped, 3 when the
 job does not exist. A name that is no training job but a processing job is followed the same way
@@ -33,6 +34,12 @@ enters (its execution history), and while its processing or training job runs, t
 secondary status and log lines as for a job; a promote step shows the endpoint's status. It ends
 with the execution: exit 0 when it succeeded (its output is printed), 1 when it failed (the
 failure's name and cause, e.g. ``TrainingJobFailed: AlgorithmError: ...``), 4 when it was stopped.
+
+A cluster job (``--cluster JOB``, started by ``scripts.cluster_job run``) is followed the same way:
+each node's state as SSM reports its invocation, each node's log lines (the command's output and
+the container's stream), the epoch figures from the chief's (``node-0``) lines, and at the end each
+node's state and exit code: exit 0 when every node succeeded, 1 when a node failed or timed out, 4
+when the job was stopped (its command cancelled).
 """
 
 from __future__ import annotations
@@ -323,6 +330,71 @@ def processing_console_url(region: str, job_name: str) -> str:
     return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/processing-jobs/{job_name}"
 
 
+def follow_cluster(
+    deployment: Deployment,
+    job_name: str,
+    *,
+    interval: float = 15.0,
+    logs: bool = True,
+    plot_path: Optional[Path] = None,
+    out: Optional[TextIO] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+) -> int:
+    """Follow the cluster job ``job_name`` (its newest ``run`` command) until it ends, as :func:`follow`
+    does a training job; the epoch figures come from the chief's (``node-0``) lines."""
+    from scripts import cluster_job
+
+    out = out or sys.stdout
+    sleep = sleep or time.sleep  # looked up at the call: tests replace it
+    print_dashboard(deployment, out)
+    cluster = cluster_job.Cluster.of(deployment)
+    command = cluster_job.latest_run(deployment, cluster, job_name)
+    print(f"following cluster job {job_name}: command {command['CommandId']} on {len(cluster.instance_ids)} node(s) of {cluster.stack}", file=out)
+    client = deployment.aws.client("logs")
+    streams = cluster_job.job_streams(cluster, command["CommandId"], job_name, cluster.instance_ids)
+    tokens: dict[str, Optional[str]] = {}
+    epochs = EpochReader()
+    chief = cluster.instance_ids[0] if cluster.instance_ids else None
+    shown = ""
+    while True:
+        for instance, stream in streams:
+            lines, tokens[stream] = cluster_job.stream_events(client, cluster.log_group, stream, tokens.get(stream))
+            for line in lines:
+                if logs:
+                    print(f"  [{cluster.node_name(instance)}] {line}", file=out)
+                if instance == chief:
+                    _show_epoch(epochs, line, job_name, plot_path, out)
+        nodes = cluster_job.invocations(deployment, command["CommandId"])
+        states = ", ".join(f"{cluster.node_name(i['InstanceId'])} {i['Status']}" for i in sorted(nodes, key=lambda i: cluster.node_name(i["InstanceId"])))
+        line = f"{job_name}: {command['Status']}" + (f" ({states})" if states else "")
+        if line != shown:
+            print(line, file=out)
+            shown = line
+        if command["Status"] not in cluster_job.ACTIVE:
+            if plot_path:
+                _final_plot(epochs, job_name, plot_path, out)
+            return _report_cluster_end(cluster, command, nodes, out)
+        sleep(interval)
+        command = cluster_job.latest_run(deployment, cluster, job_name)
+
+
+def _report_cluster_end(cluster: Any, command: dict[str, Any], nodes: list[dict[str, Any]], out: TextIO) -> int:
+    """Each node's end and exit code; the exit code of the job's outcome."""
+    for node in sorted(nodes, key=lambda i: cluster.node_name(i["InstanceId"])):
+        plugins = node.get("CommandPlugins") or [{}]
+        code = plugins[0].get("ResponseCode", "")
+        print(f"  {cluster.node_name(node['InstanceId'])} ({node['InstanceId']}): {node['Status']}, exit {code}", file=out)
+    status = command["Status"]
+    if status == "Success":
+        return EXIT_OK
+    if status in ("Cancelled", "Cancelling"):
+        print(f"stopped: command {command['CommandId']} was cancelled (a rerun of the same job resumes from its checkpoints)", file=out)
+        return EXIT_STOPPED
+    failed = [cluster.node_name(n["InstanceId"]) for n in nodes if n["Status"] not in ("Success", "InProgress", "Pending")]
+    print(f"failed: {status}" + (f" on {', '.join(failed)}" if failed else "") + f" (command {command['CommandId']})", file=out)
+    return EXIT_FAILED
+
+
 def _is_processing_job(aws: Aws, job_name: str) -> bool:
     """True when ``job_name`` is no training job but a processing job."""
     if describe_job(aws, job_name) is not None:
@@ -453,7 +525,10 @@ def follow_pipeline(
         execution_input = json.loads(described.get("input") or "{}")
     except json.JSONDecodeError:
         execution_input = {}
-    names = pipeline_names(deployment.config.project_name, described["name"], execution_input if isinstance(execution_input, dict) else {})
+    names = pipeline_names(
+        deployment.config.project_name, described["name"], execution_input if isinstance(execution_input, dict) else {},
+        transform=deployment.config.transform.enabled,
+    )
     print(f"following pipeline execution {described['name']}  {execution_console_url(aws.region, arn)}", file=out)
     for line in names.lines():
         print(f"  {line}", file=out)
@@ -546,6 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--execution", metavar="ARN|NAME", help="follow this execution of <project>-pipeline")
     which.add_argument("--pipeline", action="store_true", help="follow the newest execution of <project>-pipeline")
     which.add_argument("--from-log", metavar="FILE", type=Path, help="read a recorded training log instead of a job")
+    which.add_argument("--cluster", metavar="JOB", help="follow this job on the GPU cluster (python -m scripts.cluster_job run JOB)")
     parser.add_argument(
         "--plot", metavar="FILE.png", type=Path, help="write throughput, input wait and GPU utilization per epoch here"
     )
@@ -563,6 +639,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("give a training job, or --execution/--pipeline, not both")
     if args.job_name and args.from_log:
         parser.error("give a training job or --from-log, not both")
+    if args.job_name and args.cluster:
+        parser.error("give a training job or --cluster JOB, not both")
     if args.plot is not None:
         _check_plot_path(parser, args.plot)
         if args.execution or args.pipeline:
@@ -570,6 +648,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.from_log:
         return from_log(args.from_log, args.plot)
     deployment = Deployment.from_args(args)
+    if args.cluster:
+        return follow_cluster(deployment, args.cluster, interval=args.interval, logs=args.logs, plot_path=args.plot)
     if args.execution or args.pipeline:
         execution = args.execution or newest_pipeline_execution(deployment)
         return follow_pipeline(deployment, execution, interval=args.interval, logs=args.logs)

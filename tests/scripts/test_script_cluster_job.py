@@ -1,4 +1,5 @@
-"""scripts.cluster_job against moto: the SendCommand it sends, what it refuses first, status, logs and stop.
+"""scripts.cluster_job against moto: the SendCommand it sends, what it refuses first, status, logs and stop;
+and what scripts.teardown and scripts.teardown_audit do with a cluster job still running.
 
 A two-node ``gputrain-cluster`` stack is deployed into moto for these tests and deleted after them
 (CloudFormation tags its instances ``aws:cloudformation:stack-name``, the command's target, as AWS
@@ -20,8 +21,9 @@ from moto.backends import get_backend
 from moto.core.responses import ActionResult
 from moto.ssm.responses import SimpleSystemManagerResponse
 
-from scripts import cluster_job
-from scripts.common import run
+from scripts import cluster_job, common, teardown
+from scripts.common import Aws, Deployment, load_platform_config, run
+from scripts.teardown_audit import ERROR, audit
 from tests.scripts.conftest import ACCOUNT, PROJECT, REGION
 
 STACK = f"{PROJECT}-cluster"
@@ -111,7 +113,8 @@ def test_dry_run_prints_the_send_command_request_and_the_price(cluster, capsys):
         "Comment": "run mlp-1",
         "CloudWatchOutputConfig": {"CloudWatchLogGroupName": LOG_GROUP, "CloudWatchOutputEnabled": True},
     }
-    assert "price: 1 x g5.xlarge (1 x NVIDIA A10G), on-demand $1.01/h; at most $2.01 over its 2 h" in out
+    # g5.xlarge at the GPU table's $1.006/h, one node, 2 h: scripts.cost's cluster job price.
+    assert "price: cluster job mlp-1: 1 x g5.xlarge, on-demand $1.01/h; at most $2.01 over its 2 h maximum runtime" in out
     assert _commands() == []
 
 
@@ -218,3 +221,72 @@ def test_logs_prints_each_nodes_lines(cluster, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out == ["node-0: epoch 1: loss 0.0", "node-1: epoch 1: loss 0.1", "logged: Success"]
     assert command.command_id
+
+
+def _running(job_name: str) -> Any:
+    """A job of the cluster that SSM shows InProgress (moto: Success at once)."""
+    assert run(cluster_job.main, ["run", job_name]) == 0
+    command = next(c for c in _commands() if c.parameters["JobName"] == [job_name])
+    command.status = "InProgress"
+    return command
+
+
+def test_teardown_names_a_running_cluster_job_then_stops_it_before_cdk_destroy(cluster, monkeypatch, capsys):
+    assert run(cluster_job.main, ["run", "td-ended"]) == 0  # an earlier job, ended: left alone
+    command = _running("td-cluster")
+    capsys.readouterr()
+
+    assert run(teardown.main, []) == 1  # without --stop-running: named, nothing stopped
+    out = capsys.readouterr().out
+    assert f"running cluster job: td-cluster (command {command.command_id})" in out
+    assert "stop them with: python -m scripts.teardown --stop-running" in out
+    assert command.status == "InProgress" and len(_commands()) == 2
+
+    at_destroy = []
+    monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: at_destroy.append((cmd[1:4], command.status, len(_commands())))
+                        or type("R", (), {"returncode": 0})())  # fmt: skip
+    assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "5"]) == 0
+    out = capsys.readouterr().out
+    assert f"stopping cluster job td-cluster (command {command.command_id}): SIGTERM into its containers" in out
+    (stop,) = [c for c in _commands() if c.parameters["Action"] == ["stop"]]
+    assert stop.parameters["JobName"] == ["td-cluster"]
+    assert stop.targets == [{"Key": "tag:aws:cloudformation:stack-name", "Values": [STACK]}] and sorted(stop.instance_ids) == sorted(cluster)
+    # CancelCommand of the running job's command, not of the ended one or of the stop; all before cdk destroy.
+    assert command.status == "Cancelled"
+    assert {c.parameters["JobName"][0]: c.status for c in _commands() if c.parameters["Action"] == ["run"]}["td-ended"] == "Success"
+    assert at_destroy == [(["destroy", "--all", "--force"], "Cancelled", 3)]
+
+
+def test_teardown_does_not_destroy_while_a_cluster_job_still_runs(cluster, monkeypatch, capsys):
+    command = _running("td-stuck")
+    calls = []
+    monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or type("R", (), {"returncode": 0})())
+    monkeypatch.setattr(teardown, "stop_cluster_job", lambda *args: None)  # a job that will not stop
+    assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "0"]) == 1
+    assert not calls
+    captured = capsys.readouterr()
+    assert f"running cluster job: td-stuck (command {command.command_id})" in captured.out
+    assert "not destroying" in captured.err
+    # A stop action still under way is waited for, not sent again.
+    monkeypatch.setattr(teardown, "stop_cluster_job", cluster_job.stop_cluster_job)
+    assert run(cluster_job.main, ["stop", "td-stuck"]) == 0
+    (stop,) = [c for c in _commands() if c.parameters["Action"] == ["stop"]]
+    stop.status = "InProgress"
+    deployment = Deployment(config=load_platform_config(), aws=Aws(boto3.Session()))
+    left = teardown.stop_running(deployment, wait=False)
+    assert [c.describe() for c in left.cluster_jobs] == [f"td-stuck (its stop action, command {stop.command_id})"]
+    assert len(_commands()) == 2
+
+
+def test_audit_reports_a_running_cluster_job_as_an_error(cluster):
+    command = _running("au-1")
+    report = audit(project=PROJECT, data_retained=True, region=REGION)
+    (finding,) = [f for f in report.findings if f.kind == "ssm:command"]
+    assert finding.verdict == ERROR and finding.arn == f"command/{command.command_id}"
+    assert finding.note.startswith(f"compute left behind: cluster job au-1 is InProgress (SSM command {command.command_id} of {DOCUMENT})")
+    assert f"aws ssm cancel-command --command-id {command.command_id}" in finding.note
+    line = next(line for line in report.render().splitlines() if command.command_id in line)
+    assert line.split()[:3] == ["ERROR", "ssm:command", f"command/{command.command_id}"]
+    assert "=> FAIL" in report.render()
+    command.status = "Success"  # ended: nothing to report
+    assert not [f for f in audit(project=PROJECT, data_retained=True, region=REGION).findings if f.kind == "ssm:command"]

@@ -103,3 +103,32 @@ def test_scale_to_zero_endpoint_costs_nothing_idle():
     idle, busiest = cost.serving(cfg)
     assert idle.usd_per_hour == 0.0 and "scale_to_zero" in idle.item
     assert busiest.usd_per_hour == pytest.approx(3 * 1.006 * 1.40)
+
+
+def test_a_cluster_job_costs_every_node_on_demand_for_its_maximum_runtime():
+    cfg = config(cluster__instance_type="g5.12xlarge", cluster__node_count=2)
+    price = cost.cluster_job_price(cfg, "job-1", 7200)
+    assert price.on_demand_usd_per_hour == pytest.approx(2 * 5.672) and price.usd_per_hour == price.on_demand_usd_per_hour
+    assert price.most_usd == pytest.approx(2 * 5.672 * 2)
+    assert price.line() == "price: cluster job job-1: 2 x g5.12xlarge, on-demand $11.34/h; at most $22.69 over its 2 h maximum runtime"
+    # The cost table's cluster line is the same formula.
+    on_demand, _ = cost.ec2_cluster(cfg, hours=2)
+    assert (on_demand.usd_per_hour, on_demand.usd_per_run) == (price.on_demand_usd_per_hour, price.most_usd)
+
+
+def _cluster_job_line(out: str) -> tuple[str, list[str]]:
+    """The on-demand line's per-job dollars, and the cluster job's section of the printout."""
+    section = out[out.index("Cluster job (python -m scripts.cluster_job run") :].split("\n\n")[0].splitlines()
+    (on_demand,) = [line for line in section if "EC2 cluster, on-demand: 3 x g5.xlarge" in line]
+    return on_demand.split("/h")[1].split("/job")[0].replace("$", "").strip(), section
+
+
+def test_cli_prices_a_cluster_job_at_its_default_maximum_runtime(capsys):
+    from stacks.components.cluster_job_document import DEFAULT_MAX_RUNTIME_SECONDS
+
+    assert cost.main(["-c", "gpu_training.cluster.node_count=3"]) == 0
+    per_job, section = _cluster_job_line(capsys.readouterr().out)
+    assert per_job == f"{3 * 1.006 * DEFAULT_MAX_RUNTIME_SECONDS / 3600:,.2f}" == "72.43"  # 3 nodes x $1.006/h x 24 h
+    assert section[-1] == f"  (a job is {DEFAULT_MAX_RUNTIME_SECONDS / 3600:g} h)"
+    assert cost.main(["--hours", "2", "-c", "gpu_training.cluster.node_count=3"]) == 0
+    assert _cluster_job_line(capsys.readouterr().out)[0] == "6.04"
