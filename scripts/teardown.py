@@ -236,7 +236,7 @@ def delete_leftovers(deployment: Deployment) -> Leftovers:
             sagemaker.delete_endpoint_config(EndpointConfigName=name)
     for name in leftovers.models:
         if name not in leftovers.in_use:
-            print(f"deleting model {name} (created by the pipeline's promote step)")
+            print(f"deleting model {name} (created by the pipeline: its promote or transform step)")
             sagemaker.delete_model(ModelName=name)
     for name in leftovers.in_use:
         print(f"keeping {name}: the endpoint still serves it (deleted after cdk destroy --destroy removes the endpoint)")

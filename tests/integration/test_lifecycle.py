@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     """A lifecycle with every stack deployed on a fresh emulator."""
-    lifecycle = Lifecycle(Options(work_dir=tmp_path_factory.mktemp("lifecycle"), epochs=2))
+    # With the pipeline's batch transform step on, so that both pipeline runs below end in one.
+    lifecycle = Lifecycle(Options(work_dir=tmp_path_factory.mktemp("lifecycle"), epochs=2, context={"gpu_training.transform.enabled": "true"}))
     try:
         lifecycle.check_launch()  # the command line's first phase: nothing is started before it passes
         lifecycle.start()
@@ -364,11 +365,26 @@ def pipelined(script_trained: Lifecycle) -> Lifecycle:
     fresh rows onto the endpoint already serving, and held-out rows through it (the deployed
     definition run by the local executor; jobs by the local runner; UpdateEndpoint by local hosting)."""
     first, second = script_trained.upload_raw_data()
+    _upload_scoring_rows(script_trained)
     script_trained.run_pipeline(first, promote=False)
     script_trained.run_pipeline(second, promote=True)
     script_trained.check_promoted()
     script_trained.invoke_endpoint()
     return script_trained
+
+
+SCORED_ROWS = 300
+
+
+def _upload_scoring_rows(run: Lifecycle) -> None:
+    """The held-out rows' features (their labels kept here) under the transform step's input prefix."""
+    config = run.config()
+    rows = [r for r in (run.work_dir / "raw" / "part-00002.csv").read_text().splitlines() if r.rsplit(",", 1)[1].isdigit()]  # no header
+    rows = rows[:SCORED_ROWS]
+    run.scored_labels = [int(row.rsplit(",", 1)[1]) for row in rows]
+    body = "".join(row.rsplit(",", 1)[0] + "\n" for row in rows)
+    bucket = run.outputs[f"{config.project_name}-data"]["DatasetsBucketName"]
+    run.client("s3").put_object(Bucket=bucket, Key=f"{config.transform.input_prefix}rows.csv", Body=body.encode())
 
 
 def _keys(run: Lifecycle, uri: str) -> list[str]:
@@ -437,6 +453,29 @@ def test_promotion_moved_the_endpoint_to_the_second_runs_model(pipelined: Lifecy
     # Held-out rows through scripts.invoke reach the promoted model.
     assert len(pipelined.predictions) == 200
     assert pipelined.heldout_accuracy is not None and pipelined.heldout_accuracy > 0.8
+
+
+def test_each_pipeline_run_ended_in_a_batch_transform_of_the_scoring_rows(pipelined: Lifecycle) -> None:
+    """Both runs scored the rows under transform.input_prefix with their own model: one prediction per
+    row, in input order (the labels match), written as SageMaker writes a transform's output."""
+    project = pipelined.config().project_name
+    sagemaker, s3 = pipelined.client("sagemaker"), pipelined.client("s3")
+    first, second = pipelined.pipeline_runs
+    for run, promoted in ((first, False), (second, True)):
+        job = sagemaker.describe_transform_job(TransformJobName=run.output["transform_job"])
+        assert job["TransformJobName"] == f"{project}-{run.execution['name']}-transform"
+        assert job["TransformJobStatus"] == "Completed", job.get("FailureReason")
+        # The promoted model serves the second run's transform; the first makes its own of the run's model.
+        model = sagemaker.describe_model(ModelName=job["ModelName"])
+        assert model["PrimaryContainer"]["ModelDataUrl"] == run.output["model_uri"]
+        assert (job["ModelName"] == f"{project}-{run.execution['name']}") == promoted
+        output_uri = run.output["transform_uri"]
+        bucket, prefix = output_uri[len("s3://") :].split("/", 1)
+        body = s3.get_object(Bucket=bucket, Key=prefix.rstrip("/") + "/rows.csv.out")["Body"].read().decode()
+        predictions = [p for line in body.splitlines() if line.strip() for p in json.loads(line)["predictions"]]
+        assert len(predictions) == SCORED_ROWS
+        hits = sum(p["predicted_class"] == label for p, label in zip(predictions, pipelined.scored_labels))
+        assert hits / SCORED_ROWS > 0.8, f"{hits}/{SCORED_ROWS}: the rows were scored out of order or by the wrong model"
 
 
 # --- scripts.promote for real: the promotion record and --rollback ------------------------------
