@@ -17,6 +17,7 @@ Everything is us-east-1 list price before taxes and discounts: a budget estimate
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -142,6 +143,8 @@ class JobPrice:
         max_runtime_hours: SageMaker stops the job after this much billed time.
         max_wait_hours: Spot only: the job ends within this much time, waiting for capacity included.
         keep_alive_hours: The warm pool kept after the job (on-demand only): its instances bill meanwhile.
+        trials: A tuning job: the most training jobs it starts, each priced as one training job
+            (the rates above are one trial's); :attr:`most_usd` counts every one.
     """
 
     kind: str
@@ -154,23 +157,29 @@ class JobPrice:
     max_runtime_hours: float
     max_wait_hours: float | None = None
     keep_alive_hours: float = 0.0
+    trials: int = 1
 
     @property
     def most_usd(self) -> float:
-        """The most it can bill: every instance for its whole maximum runtime and warm pool at on-demand (spot
-        never bills more)."""
-        return self.on_demand_usd_per_hour * (self.max_runtime_hours + self.keep_alive_hours)
+        """The most it can bill: every instance (of every trial) for its whole maximum runtime and warm pool at
+        on-demand (spot never bills more)."""
+        return self.on_demand_usd_per_hour * (self.max_runtime_hours + self.keep_alive_hours) * self.trials
 
     def line(self) -> str:
         """One line: instance, count, price per hour, the most at its maximum runtime."""
         what = f"{self.instance_count} x {self.instance_type}"
+        if self.trials > 1:
+            what = f"up to {self.trials} trials of {what}, each"
         if self.spot:
             rate = f"managed spot, about ${self.usd_per_hour:,.2f}/h (on-demand ${self.on_demand_usd_per_hour:,.2f}/h)"
-            limit = (f"; at most ${self.most_usd:,.2f} over its {self.max_runtime_hours:g} h maximum runtime (spot never bills above"
+            runtime = f"{self.trials} trials' " if self.trials > 1 else "its "
+            limit = (f"; at most ${self.most_usd:,.2f} over {runtime}{self.max_runtime_hours:g} h maximum runtime (spot never bills above"
                      f" on-demand; waiting for capacity is not billed, and the job ends within {self.max_wait_hours:g} h, wait included)")
         else:
             rate = f"on-demand ${self.usd_per_hour:,.2f}/h"
             limit = f"; at most ${self.most_usd:,.2f} over its {self.max_runtime_hours:g} h maximum runtime"
+            if self.trials > 1:
+                limit = f"; at most ${self.most_usd:,.2f} over {self.trials} trials' {self.max_runtime_hours:g} h maximum runtime"
             if self.keep_alive_hours:
                 limit += f" and {self.keep_alive_hours * 60:g} min of warm pool after it"
         return f"price: {self.kind} {self.name}: {what}, {rate}{limit}".replace(f" {self.kind} :", f" {self.kind}:")
@@ -190,6 +199,36 @@ def job_price(
         kind, name, instance_type, instance_count, spot, on_demand, expected, max_runtime_seconds / 3600,
         (max_wait_seconds or max_runtime_seconds) / 3600 if spot else None, keep_alive_seconds / 3600,
     )
+
+
+def tuning_price(
+    name: str, instance_type: str, instance_count: int, *, max_jobs: int, spot: bool, volume_gb: int,
+    max_runtime_seconds: int, max_wait_seconds: int | None = None,
+) -> JobPrice:
+    """The :class:`JobPrice` of a tuning job: ``max_jobs`` trials, each the training job :func:`job_price`
+    prices (instances x price), at most ``max_jobs`` x instances x price x maximum runtime."""
+    one = job_price("tuning job", name, instance_type, instance_count, spot=spot, volume_gb=volume_gb,
+                    max_runtime_seconds=max_runtime_seconds, max_wait_seconds=max_wait_seconds)
+    return dataclasses.replace(one, trials=max_jobs)
+
+
+def tuning_job(cfg: PlatformConfig, hours: float) -> list[Line]:
+    """A tuning job (``scripts.launch --tune``) at the config's caps: ``tuning.max_parallel_jobs`` trials at
+    once per hour, ``tuning.max_jobs`` trials per tuning job."""
+    if not cfg.training_job.enabled:
+        return []
+    tj, tu = cfg.training_job, cfg.tuning
+    price = tuning_price("", tj.instance_type, tj.instance_count, max_jobs=tu.max_jobs, spot=tj.use_spot,
+                         volume_gb=tj.volume_size_gb, max_runtime_seconds=int(hours * 3600))
+    what = f"{tu.max_jobs} trials x {tj.instance_count} x {tj.instance_type}"
+    spot = "managed spot" if tj.use_spot else "on-demand"
+    return [
+        Line(f"Tuning job, {spot}: {what}", price.usd_per_hour * tu.max_parallel_jobs, price.usd_per_hour * hours * tu.max_jobs,
+             f"{tu.max_parallel_jobs} trials at once (tuning.max_parallel_jobs); each trial a training job"
+             + (f"; assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving" if tj.use_spot else "")),
+        Line(f"Tuning job at most, on-demand: {what}", price.on_demand_usd_per_hour * tu.max_parallel_jobs, price.most_usd,
+             "what launch --tune checks against cost.confirm_above_usd"),
+    ]
 
 
 def serving(cfg: PlatformConfig) -> list[Line]:
@@ -312,6 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("Cluster job (python -m scripts.cluster_job run: every node on-demand, at most its maximum runtime)",
          ec2_cluster(cfg, cluster_hours), cluster_hours),
         ("SageMaker training job", sagemaker_job(cfg, hours), hours),
+        ("SageMaker tuning job (python -m scripts.launch --tune: up to tuning.max_jobs training jobs)", tuning_job(cfg, hours), hours),
     ]  # fmt: skip
     rendered = [render(title, lines, section_hours) for title, lines, section_hours in sections if lines]
     print("\n\n".join(rendered) or "Training compute: none enabled (cluster.enabled and training_job.enabled are false)")

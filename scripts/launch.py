@@ -11,6 +11,7 @@ Usage (from the repository root)::
     python -m scripts.launch --pipeline --promote                # raw data -> shards -> model -> endpoint
     python -m scripts.launch --pipeline --skip-process --hp epochs=5
     python -m scripts.launch --process --direct --process-arg=--shards --process-arg=4   # one processing job
+    python -m scripts.launch --tune ranges.json --max-jobs 4 --dry-run   # a tuning job over ranges.json
 
 By default the job runs through the deployed workflow (``<project>-training``): the execution,
 named after the job, carries only the overrides and the workflow fills in the hardened rest.
@@ -50,6 +51,15 @@ with ``python -m scripts.watch --execution <name>`` (or ``--watch``).
 ``--process --direct`` creates one processing job with the request the pipeline builds
 (:func:`stacks.components.processing_job_spec.create_processing_job_request`), after checking
 that its output prefix is empty, and prints ``processing job: <name>``.
+
+``--tune RANGES.json`` creates one hyperparameter tuning job directly (CreateHyperParameterTuningJob, not
+through the workflow) with the request of :func:`stacks.components.tuning_job_spec.create_tuning_job_request`:
+every trial is the training job this command would launch (the training options above apply to all
+trials; ``--hp`` values are static), with the hyperparameters of RANGES.json tuned. Each range's bounds
+and values are checked with the image's hyperparameter rules first, and the tuning job is priced at
+``--max-jobs`` x instances x price x maximum runtime (capped by ``tuning.max_jobs`` and
+``tuning.max_parallel_jobs``). ``--name`` names the tuning job (at most 32 characters). It prints
+``tuning job: <name>``; promote its best job with ``python -m scripts.promote --best-of <name>``.
 """
 
 from __future__ import annotations
@@ -90,7 +100,7 @@ from scripts.common import (
     run,
     stack_name,
 )
-from scripts.cost import JobPrice, job_price
+from scripts.cost import JobPrice, job_price, tuning_price
 from stacks.components.processing_job_spec import (
     ProcessingOptions,
     ProcessingTemplate,
@@ -111,6 +121,14 @@ from stacks.components.training_job_spec import (
     default_job_name,
     load_metric_definitions,
     resolve_launch,
+)
+from stacks.components.tuning_job_spec import (
+    TuningOptions,
+    TuningValues,
+    create_tuning_job_request,
+    default_tuning_job_name,
+    parse_ranges,
+    resolve_tuning,
 )
 
 _PLACEHOLDER_RESOURCES = JobResources(
@@ -561,6 +579,87 @@ def launch_pipeline(deployment: Deployment, args: argparse.Namespace) -> Pipelin
     return PipelineLaunch(names, arn, execution_input, tuple(prices))
 
 
+# --------------------------------------------------------------------------------------------
+# Hyperparameter tuning
+# --------------------------------------------------------------------------------------------
+
+
+def read_ranges(path: Path) -> Any:
+    """RANGES.json's object (its ranges are checked by :func:`parse_ranges`)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"--tune {path}: cannot read it ({err.strerror or err})") from None
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--tune {path}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+
+
+def tuning_options(deployment: Deployment, args: argparse.Namespace) -> TuningOptions:
+    """The tuning launch the command line asks for, named (the code is uploaded later)."""
+    template = JobTemplate.from_config(deployment.config, _PLACEHOLDER_RESOURCES, metric_definitions=())
+    training = options_from_args(args)
+    name = args.name or default_tuning_job_name(template, suffix=secrets.token_hex(2))
+    try:
+        ranges = parse_ranges(read_ranges(args.tune), source=str(args.tune))
+    except LaunchError as err:
+        raise OperatorError(str(err)) from None
+    return TuningOptions(ranges, replace(training, job_name=name), args.max_jobs, args.max_parallel_jobs)
+
+
+def tuning_values(deployment: Deployment, options: TuningOptions, *, code_pending: bool = False) -> tuple[JobTemplate, TuningValues]:
+    """The checked tuning launch (a script's code taken as uploaded when ``code_pending``, as :func:`check_options`)."""
+    template = JobTemplate.from_config(deployment.config, deployment.job_resources(), load_metric_definitions())
+    if code_pending and options.training.entry_point:
+        options = replace(options, training=replace(options.training, code_uri=f"{code_uri_prefix(template)}{PENDING_CODE}"))
+    try:
+        return template, resolve_tuning(template, deployment.config.tuning, options)
+    except LaunchError as err:
+        raise OperatorError(str(err)) from None
+
+
+def price_of_tuning(config: PlatformConfig, values: TuningValues) -> JobPrice:
+    """What the tuning job can cost: its most trials, each priced as one training job (:func:`tuning_price`)."""
+    tj, training = config.training_job, values.training
+    return tuning_price(
+        values.job_name, str(training.instance_type), int(training.instance_count), max_jobs=values.max_jobs,  # type: ignore[call-overload]
+        spot=bool(training.use_spot), volume_gb=tj.volume_size_gb, max_runtime_seconds=tj.max_runtime_seconds,
+        max_wait_seconds=tj.max_wait_seconds,
+    )
+
+
+def launch_tuning(deployment: Deployment, args: argparse.Namespace) -> Launched:
+    """Create one tuning job (CreateHyperParameterTuningJob), or with ``--dry-run`` only build its request."""
+    options = tuning_options(deployment, args)
+    _, checked = tuning_values(deployment, options, code_pending=args.source_dir is not None)
+    price = price_of_tuning(deployment.config, checked)
+    confirm_spend(deployment, [price], yes=args.yes, dry_run=args.dry_run)
+    if args.source_dir is not None:
+        code_uri = upload_code(deployment, args.source_dir, str(args.entry_point), checked.job_name, dry_run=args.dry_run)
+        options = replace(options, training=replace(options.training, code_uri=code_uri))
+    template, values = tuning_values(deployment, options)
+    request = create_tuning_job_request(template, values)
+    if not args.dry_run:
+        deployment.aws.client("sagemaker").create_hyper_parameter_tuning_job(**request)
+    return Launched(values.job_name, tuning_console_url(deployment.region, values.job_name), None, request, (price,))
+
+
+def tuning_console_url(region: str, name: str) -> str:
+    """The SageMaker console page of a tuning job."""
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/hyper-tuning-jobs/{name}"
+
+
+def _main_tuning(deployment: Deployment, args: argparse.Namespace) -> int:
+    launched = launch_tuning(deployment, args)
+    _print_prices(launched.prices, dry_run=args.dry_run)
+    if args.dry_run:
+        print(json.dumps(launched.request, indent=2, sort_keys=True))
+        return 0
+    print(f"tuning job: {launched.job_name}")
+    print(f"console: {launched.console_url}")
+    print(f"best job, once it ends: python -m scripts.promote --best-of {launched.job_name}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.launch",
@@ -606,6 +705,14 @@ def build_parser() -> argparse.ArgumentParser:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--pipeline", action="store_true", help="start the pipeline: process -> train (-> promote)")
     what.add_argument("--process", action="store_true", help="with --direct: create one processing job")
+    what.add_argument(
+        "--tune", type=Path, metavar="RANGES.json",
+        help="create a hyperparameter tuning job over the ranges in RANGES.json (CreateHyperParameterTuningJob, direct)",
+    )
+    parser.add_argument("--max-jobs", type=int, metavar="N", help="--tune: trials, at most tuning.max_jobs (default: that cap)")
+    parser.add_argument(
+        "--max-parallel-jobs", type=int, metavar="N", help="--tune: trials at once, at most tuning.max_parallel_jobs (default: that cap)"
+    )
     parser.add_argument("--skip-process", action="store_true", help="pipeline: no processing step (train on the configured channels)")
     parser.add_argument("--skip-train", action="store_true", help="pipeline: no training step")
     parser.add_argument("--promote", action="store_true", help="pipeline: serve the trained model on the deployed endpoint")
@@ -660,6 +767,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _main_pipeline(deployment, args)
     if args.process:
         return _main_processing(deployment, args)
+    if args.tune is not None:
+        return _main_tuning(deployment, args)
     launched = launch(
         deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir, yes=args.yes
     )
@@ -701,6 +810,20 @@ def _refuse_mixed_modes(args: argparse.Namespace) -> None:
             raise UsageError(f"{', '.join(training)} are training options; a processing job takes --process-* options")
     if args.pipeline and args.direct:
         raise UsageError("--pipeline starts the pipeline's state machine; --direct does not apply")
+    _refuse_tuning_mixes(args)
+
+
+def _refuse_tuning_mixes(args: argparse.Namespace) -> None:
+    if args.tune is None:
+        if args.max_jobs is not None or args.max_parallel_jobs is not None:
+            raise UsageError("--max-jobs and --max-parallel-jobs only apply to --tune RANGES.json")
+        return
+    mixed = [flag for flag, on in (("--keep-alive", args.keep_alive is not None), ("--watch", args.watch)) if on]
+    if mixed:
+        raise UsageError(
+            f"{', '.join(mixed)} do not apply to --tune: a tuning job's trials keep no warm pool, and its trials are"
+            " followed with python -m scripts.list_jobs or the console"
+        )
 
 
 def _print_prices(prices: Sequence[JobPrice], *, dry_run: bool) -> None:

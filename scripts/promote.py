@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     python -m scripts.promote gputrain-20260101-120000-ab12
     python -m scripts.promote JOB --dry-run        # check the job and print the deploy command
+    python -m scripts.promote --best-of TUNING_JOB # the best training job of a tuning job (launch --tune)
     python -m scripts.promote --rollback           # back to the previous approved model
     python -m scripts.promote --show               # the promotion record: live and previous models
 
@@ -213,6 +214,22 @@ def check_job(deployment: Deployment, job: str) -> str:
     return expected
 
 
+def best_of(deployment: Deployment, tuning_job: str) -> str:
+    """The name of a tuning job's best training job (``BestTrainingJob``: the completed trial with the best objective)."""
+    try:
+        description = deployment.aws.client("sagemaker").describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=tuning_job)
+    except ClientError as err:
+        if error_code(err) in ("ResourceNotFound", "ValidationException"):
+            raise OperatorError(f"tuning job {tuning_job} not found in {deployment.aws.region}") from None
+        raise
+    best = (description.get("BestTrainingJob") or {}).get("TrainingJobName")
+    if not best:
+        status = description.get("HyperParameterTuningJobStatus")
+        raise OperatorError(f"tuning job {tuning_job} ({status}) has no best training job yet: no trial has completed with an "
+                            "objective value", EXIT_FAILED)
+    return str(best)
+
+
 def deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -> list[str]:
     """``cdk deploy <project>-serving`` with the serving stack pointed at ``job``."""
     return cdk_command(
@@ -278,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("job_name", nargs="?", metavar="JOB", help="a Completed training job of the project")
     which.add_argument("--rollback", action="store_true", help="serve the previous approved model again")
     which.add_argument("--show", action="store_true", help="print the promotion record only")
+    which.add_argument("--best-of", metavar="TUNING_JOB", help="promote the best training job of this tuning job (launch --tune)")
     parser.add_argument("--dry-run", action="store_true", help="check the job and print the deploy command only")
     add_common_arguments(parser)
     return parser
@@ -304,6 +322,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         write_record(deployment, record.rolled_back_to_previous())
         print(f"{stack_name(deployment.config, 'serving')} serves {target.job} again; {record_parameter(deployment)} updated")
         return 0
+    if args.best_of:
+        args.job_name = best_of(deployment, args.best_of)
+        print(f"{args.best_of}: best training job {args.job_name}")
     model = check_job(deployment, args.job_name)
     print(f"{args.job_name} completed; model {model}")
     if args.dry_run:

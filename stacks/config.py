@@ -30,7 +30,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from stacks.components import hyperparameter_rules
 from stacks.gpu_instances import SAGEMAKER_PREFIX, GpuInstanceType, gpu_instance_types, lookup, sagemaker_hosting_instance_types
-from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits, transform_job_limits
+from stacks.sagemaker_limits import FieldRule, processing_job_limits, training_job_limits, transform_job_limits, tuning_job_limits
 
 CONTEXT_KEY = "gpu_training"
 MAX_KEEP_ALIVE_SECONDS = 3600
@@ -519,6 +519,47 @@ class TransformConfig:
 
 
 @dataclass(frozen=True)
+class TuningConfig:
+    """SageMaker automatic model tuning of the training job (``scripts.launch --tune RANGES.json``).
+
+    A tuning job starts up to ``max_jobs`` training jobs, each the platform's training job (the
+    same request: image, role, VPC, network isolation, KMS, spot with checkpoints, the GPU check)
+    with hyperparameters drawn from the ranges; a trial that fails is a failed trial, and the
+    tuning job fails only when none completes with an objective value. No resource is made from
+    this section: it sets what a tuning launch sends and caps what it may ask for.
+
+    Attributes:
+        max_jobs: The most training jobs one tuning job may start (``--max-jobs`` may ask for
+            fewer, never more); the price check counts all of them at their maximum runtime.
+            1-500 (SageMaker's default quota per tuning job). Default 8.
+        max_parallel_jobs: The most trials running at once (``--max-parallel-jobs`` may ask for
+            fewer); at most ``max_jobs``. Default 2.
+        strategy: ``Bayesian``, ``Random``, ``Hyperband`` or ``Grid`` (the ``Strategy`` values of
+            botocore's model). ``Grid`` takes categorical ranges only and runs every combination
+            (at most ``max_jobs`` of them). Default ``Bayesian``.
+        early_stopping: ``Off`` or ``Auto`` (``TrainingJobEarlyStoppingType``: SageMaker stops
+            trials unlikely to beat the best so far). ``Hyperband`` stops trials itself and needs
+            ``Off``. Default ``Off``.
+        objective_metric: The metric the tuner optimizes: one of the built-in trainer's metric
+            definitions (``training_image/trainer/metric_definitions.json``), e.g.
+            ``validation:loss`` (needs a ``validation`` channel) or ``train:loss``.
+            Default ``validation:loss``.
+        objective_type: ``Minimize`` or ``Maximize``. Default ``Minimize``.
+    """
+
+    max_jobs: int = 8
+    max_parallel_jobs: int = 2
+    strategy: str = "Bayesian"
+    early_stopping: str = "Off"
+    objective_metric: str = "validation:loss"
+    objective_type: str = "Minimize"
+
+
+MAX_TUNING_JOBS = 500
+"""SageMaker's default quota of training jobs per tuning job: the ceiling of ``tuning.max_jobs``."""
+
+
+@dataclass(frozen=True)
 class CostConfig:
     """What the operator tools ask before they spend (no resource is made from it).
 
@@ -553,6 +594,7 @@ class PlatformConfig:
         processing: SageMaker Processing and the pipeline, see :class:`ProcessingConfig`.
         serving: SageMaker endpoint, see :class:`ServingConfig`.
         transform: Batch transform at the end of the pipeline, see :class:`TransformConfig`.
+        tuning: Hyperparameter tuning of the training job, see :class:`TuningConfig`.
         cost: The price check before a launch, see :class:`CostConfig`.
     """
 
@@ -567,6 +609,7 @@ class PlatformConfig:
     processing: ProcessingConfig = field(default_factory=ProcessingConfig)
     serving: ServingConfig = field(default_factory=ServingConfig)
     transform: TransformConfig = field(default_factory=TransformConfig)
+    tuning: TuningConfig = field(default_factory=TuningConfig)
     cost: CostConfig = field(default_factory=CostConfig)
 
 
@@ -842,6 +885,7 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     pr = _validate_processing(cfg.processing, tj)
     sv = _validate_serving(cfg.serving)
     tr = _validate_transform(cfg.transform, pr)
+    _validate_tuning(cfg.tuning)
     _check_positive(f"{CONTEXT_KEY}.cost.confirm_above_usd", cfg.cost.confirm_above_usd, minimum=0, maximum=10_000_000)
     net = cfg.network
     if net.dns_firewall is None:
@@ -1167,6 +1211,38 @@ def _validate_transform(tr: TransformConfig, pr: ProcessingConfig) -> TransformC
     _check_positive(f"{p}.max_payload_mb", tr.max_payload_mb, maximum=limits.max_payload_mb)
     _check_positive(f"{p}.max_runtime_seconds", tr.max_runtime_seconds, maximum=28 * 86400)
     return tr
+
+
+def metric_names() -> tuple[str, ...]:
+    """The names of the built-in trainer's metric definitions (the image's file), in its order."""
+    path = hyperparameter_rules.TRAINING_IMAGE / "trainer" / "metric_definitions.json"
+    return tuple(item["Name"] for item in json.loads(path.read_text(encoding="utf-8")))
+
+
+def _validate_tuning(tu: TuningConfig) -> None:
+    p = f"{CONTEXT_KEY}.tuning"
+    limits = tuning_job_limits()
+    _check_positive(f"{p}.max_jobs", tu.max_jobs, maximum=MAX_TUNING_JOBS)
+    _check_positive(f"{p}.max_parallel_jobs", tu.max_parallel_jobs, maximum=tu.max_jobs)
+    for name, value, allowed in (
+        ("strategy", tu.strategy, limits.strategies),
+        ("early_stopping", tu.early_stopping, limits.early_stopping_types),
+        ("objective_type", tu.objective_type, limits.objective_types),
+    ):
+        if value not in allowed:
+            raise ConfigError(f"{p}.{name}", value, f"not one of SageMaker's values ({limits.source})", f"use one of {', '.join(allowed)}")
+    if tu.strategy == "Hyperband" and tu.early_stopping != "Off":
+        raise ConfigError(
+            f"{p}.early_stopping", tu.early_stopping, "Hyperband stops trials itself and SageMaker refuses early stopping with it",
+            f"set {p}.early_stopping to Off, or choose another strategy",
+        )
+    names = metric_names()
+    if tu.objective_metric not in names:
+        close = difflib.get_close_matches(tu.objective_metric, names, n=1)
+        raise ConfigError(
+            f"{p}.objective_metric", tu.objective_metric, "not a metric the built-in trainer's metric definitions extract",
+            f"use {close[0] if close else names[0]} (one of {', '.join(names)})",
+        )
 
 
 _JOB_NAME_RE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")

@@ -1,4 +1,5 @@
-"""SageMaker's limits on CreateTrainingJob, CreateProcessingJob and CreateTransformJob requests, from botocore's service model.
+"""SageMaker's limits on CreateTrainingJob, CreateProcessingJob, CreateTransformJob and CreateHyperParameterTuningJob
+requests, from botocore's service model.
 
 boto3 ships the API model SageMaker publishes (``botocore/data/sagemaker/<version>/service-2.json``):
 the training instance types SageMaker accepts, and the length, count and pattern constraints of
@@ -149,6 +150,35 @@ class TransformJobLimits:
     job_name: FieldRule
 
 
+@dataclass(frozen=True)
+class TuningJobLimits:
+    """What SageMaker accepts in a CreateHyperParameterTuningJob request.
+
+    Attributes:
+        source: Which model the numbers come from (botocore version and API version).
+        strategies: ``HyperParameterTuningJobConfig.Strategy``.
+        early_stopping_types: ``TrainingJobEarlyStoppingType``.
+        objective_types: ``HyperParameterTuningJobObjective.Type``.
+        scaling_types: A continuous or integer range's ``ScalingType``.
+        max_ranges: Ranges of one kind (and, SageMaker's documentation adds, of all kinds together).
+        max_categorical_values: ``Values`` of one categorical range.
+        max_static_hyperparameters: Entries in ``StaticHyperParameters``.
+        parameter_value: Rule for a range's bound or categorical value.
+        job_name: Rule for ``HyperParameterTuningJobName``.
+    """
+
+    source: str
+    strategies: tuple[str, ...]
+    early_stopping_types: tuple[str, ...]
+    objective_types: tuple[str, ...]
+    scaling_types: tuple[str, ...]
+    max_ranges: int
+    max_categorical_values: int
+    max_static_hyperparameters: int
+    parameter_value: FieldRule
+    job_name: FieldRule
+
+
 MAX_TRANSFORM_PAYLOAD_MB = 100
 """CreateTransformJob's ``MaxPayloadInMB`` ceiling, which the API reference states and the model does not."""
 
@@ -274,6 +304,29 @@ def transform_job_limits() -> TransformJobLimits:
         content_type=_rule(shape("TransformInput", "ContentType")),
         max_tags=int(shape("Tags")["max"]),
         job_name=_rule(shape("TransformJobName")),
+    )
+
+
+@lru_cache(maxsize=1)
+def tuning_job_limits() -> TuningJobLimits:
+    """The CreateHyperParameterTuningJob limits, read once per process from botocore's bundled SageMaker model."""
+    model = sagemaker_service_model()
+
+    def shape(*path: str) -> Mapping[str, Any]:
+        return model.shape("CreateHyperParameterTuningJobRequest", *path)
+
+    config, ranges = ("HyperParameterTuningJobConfig",), ("HyperParameterTuningJobConfig", "ParameterRanges")
+    return TuningJobLimits(
+        source=f"botocore {botocore.__version__}, {SERVICE} API {model.api_version}",
+        strategies=tuple(shape(*config, "Strategy")["enum"]),
+        early_stopping_types=tuple(shape(*config, "TrainingJobEarlyStoppingType")["enum"]),
+        objective_types=tuple(shape(*config, "HyperParameterTuningJobObjective", "Type")["enum"]),
+        scaling_types=tuple(shape(*ranges, "ContinuousParameterRanges", "member", "ScalingType")["enum"]),
+        max_ranges=int(shape(*ranges, "ContinuousParameterRanges")["max"]),
+        max_categorical_values=int(shape(*ranges, "CategoricalParameterRanges", "member", "Values")["max"]),
+        max_static_hyperparameters=int(shape("TrainingJobDefinition", "StaticHyperParameters")["max"]),
+        parameter_value=_rule(shape(*ranges, "ContinuousParameterRanges", "member", "MinValue")),
+        job_name=_rule(shape("HyperParameterTuningJobName")),
     )
 
 

@@ -302,11 +302,11 @@ def test_a_corrupt_record_is_one_line_naming_the_parameter(aws, fake_cdk, capsys
     assert capsys.readouterr().err.startswith(f"error: the promotion record /{PROJECT}/serving/promotion is not JSON")
 
 
-def test_promote_takes_exactly_one_of_job_rollback_show(capsys):
+def test_promote_takes_exactly_one_of_job_best_of_rollback_show(capsys):
     with pytest.raises(SystemExit) as exc:
         promote.main([])
     assert exc.value.code == 2
-    assert "one of the arguments JOB --rollback --show is required" in capsys.readouterr().err
+    assert "one of the arguments JOB --rollback --show --best-of is required" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,14 @@ def test_checkpoint_dir_variable_wins(tmp_path):
     assert paths.checkpoint_dir == Path("/shared/ckpt")
 
 
+def test_a_tuning_trial_keeps_its_checkpoints_under_its_own_name():
+    """A tuning job's trials share one CheckpointConfig prefix: each resumes only from its own checkpoints."""
+    trial = {"CHECKPOINT_PER_JOB": "true", "TRAINING_JOB_NAME": "gputrain-tune-1-002-abcdef12"}
+    assert resolve_paths(trial).checkpoint_dir == Path("/opt/ml/checkpoints/gputrain-tune-1-002-abcdef12")
+    assert resolve_paths({**trial, "CHECKPOINT_PER_JOB": "false"}).checkpoint_dir == Path("/opt/ml/checkpoints")
+    assert resolve_paths({"CHECKPOINT_PER_JOB": "true"}).checkpoint_dir == Path("/opt/ml/checkpoints")
+
+
 def test_sm_variables_override_model_output_and_channel_dirs(tmp_path):
     env = {"SM_MODEL_DIR": "/m", "SM_OUTPUT_DIR": "/o", "SM_CHANNEL_TRAIN": "/data/t"}
     paths = resolve_paths(env)

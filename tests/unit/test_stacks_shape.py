@@ -40,6 +40,7 @@ STACKS_MODULES_FOR_SCRIPTS = frozenset(
         "stacks.components.processing_job_spec",
         "stacks.components.training_job_notifications",
         "stacks.components.training_job_spec",
+        "stacks.components.tuning_job_spec",
     }
 )
 """The modules of ``stacks/`` that ``scripts/`` may import."""

@@ -34,6 +34,9 @@ DEFAULT_RENDEZVOUS_REFUSED_SECONDS = 120.0
 
 ENV_BASE_DIR = "SAGEMAKER_BASE_DIR"
 ENV_CHECKPOINT_DIR = "CHECKPOINT_DIR"
+# Set by the platform's tuning jobs: every trial shares the tuning job's CheckpointConfig prefix, so
+# each keeps its checkpoints under its own name there, and never resumes from a sibling trial's.
+ENV_CHECKPOINT_PER_JOB = "CHECKPOINT_PER_JOB"
 ENV_EXPECTED_GPU_COUNT = "EXPECTED_GPU_COUNT"
 ENV_HOSTS = "TRAINING_HOSTS"
 ENV_CURRENT_HOST = "TRAINING_CURRENT_HOST"
@@ -77,7 +80,9 @@ class Paths:
         tensorboard_dir: TensorBoard event files, ``output/tensorboard`` (the path SageMaker's
             TensorBoardOutputConfig uploads by default).
         checkpoint_dir: Periodic checkpoints. ``CHECKPOINT_DIR`` if set, else
-            ``<SAGEMAKER_BASE_DIR>/checkpoints`` if that is set, else ``/opt/ml/checkpoints``.
+            ``<SAGEMAKER_BASE_DIR>/checkpoints`` if that is set, else ``/opt/ml/checkpoints``; with
+            ``CHECKPOINT_PER_JOB`` true (a tuning job's trials), its ``<TRAINING_JOB_NAME>``
+            subdirectory.
     """
 
     base_dir: Path
@@ -116,6 +121,8 @@ def resolve_paths(env: Mapping[str, str] | None = None) -> Paths:
         checkpoint_dir = base / "checkpoints"
     else:
         checkpoint_dir = Path(DEFAULT_CHECKPOINT_DIR)
+    if env.get(ENV_CHECKPOINT_PER_JOB, "").strip().lower() in _TRUE and env.get(ENV_JOB_NAME):
+        checkpoint_dir = checkpoint_dir / Path(env[ENV_JOB_NAME]).name
     return Paths(
         base_dir=base,
         hyperparameters_file=config_dir / "hyperparameters.json",

@@ -1,0 +1,120 @@
+"""scripts.launch --tune: the tuning job's request, dry run (offline too), price line, refusals; scripts.promote --best-of."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from botocore.session import get_session
+from botocore.validate import validate_parameters
+
+from scripts.common import Aws, run
+from scripts.launch import main
+from tests.scripts.conftest import PROJECT, REGION
+
+RANGES = {
+    "learning_rate": {"type": "continuous", "min": 0.001, "max": 0.1, "scaling": "Logarithmic"},
+    "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
+}
+TRAIN_LOSS = ["-c", "tuning.objective_metric=train:loss"]
+
+
+@pytest.fixture
+def ranges(tmp_path):
+    path = tmp_path / "ranges.json"
+    path.write_text(json.dumps(RANGES))
+    return path
+
+
+@pytest.fixture
+def offline(monkeypatch):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+
+
+def test_dry_run_offline_prints_the_request_and_the_price(offline, ranges, capsys):
+    assert main(["--tune", str(ranges), "--max-jobs", "3", "--dry-run", "--name", f"{PROJECT}-tune-1", *TRAIN_LOSS]) == 0
+    captured = capsys.readouterr()
+    request = json.loads(captured.out)
+    validate_parameters(request, get_session().get_service_model("sagemaker").operation_model("CreateHyperParameterTuningJob").input_shape)
+    assert request["HyperParameterTuningJobName"] == f"{PROJECT}-tune-1"
+    assert request["HyperParameterTuningJobConfig"]["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 3, "MaxParallelTrainingJobs": 2}
+    assert request["TrainingJobDefinition"]["RoleArn"] == f"<{PROJECT}-training.JobRoleArn>"
+    assert request["TrainingJobDefinition"]["EnableNetworkIsolation"] is True
+    (price,) = [line for line in captured.err.splitlines() if line.startswith("price:")]
+    assert price.startswith(f"price: tuning job {PROJECT}-tune-1: up to 3 trials of 1 x ml.g5.xlarge, each, managed spot")
+    assert "over 3 trials' 24 h maximum runtime" in price
+
+
+@pytest.mark.parametrize(
+    "ranges_text, argv, message, code",
+    [
+        (json.dumps(RANGES), ["--max-jobs", "9"], "--max-jobs 9 must be from 1 to 8, the cap tuning.max_jobs sets", 3),
+        (json.dumps({"learning_rate": {"type": "continuous", "min": 0, "max": 1}}), [], "range learning_rate: its min is refused", 3),
+        (json.dumps(RANGES), ["--keep-alive", "60"], "--keep-alive do not apply to --tune", 2),
+        ("{not json", [], "not JSON (Expecting property name", 2),
+    ],
+)
+def test_bad_tuning_launches_get_one_line(offline, tmp_path, capsys, ranges_text, argv, message, code):
+    path = tmp_path / "ranges.json"
+    path.write_text(ranges_text)
+    assert run(main, ["--tune", str(path), "--dry-run", *TRAIN_LOSS, *argv]) == code
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("error: ") and message in err[-1]
+
+
+def test_max_jobs_needs_tune(offline, capsys):
+    assert run(main, ["--dry-run", "--max-jobs", "2"]) == 2
+    assert "--max-jobs and --max-parallel-jobs only apply to --tune" in capsys.readouterr().err
+
+
+def test_a_launch_over_the_spend_limit_needs_yes(aws, ranges, capsys):
+    assert run(main, ["--tune", str(ranges), *TRAIN_LOSS]) == 2
+    assert "over cost.confirm_above_usd" in capsys.readouterr().err
+
+
+def test_tune_creates_the_tuning_job_with_the_platforms_definition(aws, ranges, capsys):
+    name = f"{PROJECT}-tune-2"
+    assert main(["--tune", str(ranges), "--max-jobs", "2", "--name", name, "--yes", "--hp", "epochs=2", *TRAIN_LOSS]) == 0
+    out = capsys.readouterr().out
+    assert f"tuning job: {name}" in out and f"python -m scripts.promote --best-of {name}" in out
+    job = boto3.client("sagemaker", region_name=REGION).describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+    definition = job["TrainingJobDefinition"]
+    assert definition["RoleArn"] == aws.training["JobRoleArn"]
+    assert definition["StaticHyperParameters"]["epochs"] == "2" and "learning_rate" not in definition["StaticHyperParameters"]
+    assert definition["VpcConfig"]["Subnets"] == aws.data["PrivateSubnetIds"].split(",")
+    assert job["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxNumberOfTrainingJobs"] == 2
+
+
+def test_promote_best_of_reads_the_tuning_jobs_best_training_job(aws, monkeypatch, capsys):
+    from scripts import promote
+
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    monkeypatch.setattr(promote, "check_job", lambda deployment, job: f"s3://artifacts/training-jobs/{job}/output/model.tar.gz")
+    monkeypatch.setattr(promote, "read_record", lambda deployment: promote.PromotionRecord())
+
+    class Described:
+        def describe_hyper_parameter_tuning_job(self, HyperParameterTuningJobName):
+            assert HyperParameterTuningJobName == f"{PROJECT}-tune-3"
+            return {"HyperParameterTuningJobStatus": "Completed", "BestTrainingJob": {"TrainingJobName": f"{PROJECT}-tune-3-002-abcdef12"}}
+
+    monkeypatch.setattr(Aws, "client", lambda self, service: Described() if service == "sagemaker" else sagemaker)
+    assert promote.main(["--best-of", f"{PROJECT}-tune-3", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"{PROJECT}-tune-3: best training job {PROJECT}-tune-3-002-abcdef12" in out
+    assert f"serving.training_job_name={PROJECT}-tune-3-002-abcdef12" in out
+
+
+def test_promote_best_of_refuses_a_tuning_job_without_a_best_job(aws, monkeypatch, capsys):
+    from scripts import promote
+
+    monkeypatch.setattr(promote, "read_record", lambda deployment: promote.PromotionRecord())
+
+    class Described:
+        def describe_hyper_parameter_tuning_job(self, HyperParameterTuningJobName):
+            return {"HyperParameterTuningJobStatus": "Failed"}
+
+    monkeypatch.setattr(Aws, "client", lambda self, service: Described())
+    assert run(promote.main, ["--best-of", f"{PROJECT}-tune-4", "--dry-run"]) == 1
+    assert "has no best training job yet" in capsys.readouterr().err
