@@ -6,8 +6,10 @@ transform job stays InProgress and this module does what SageMaker batch transfo
 the image, in the same order:
 
 1. reads the job (DescribeTransformJob) and refuses, with one ``ClientError`` line, what it cannot
-   play faithfully (RecordIO/TFRecord splitting, ``DataProcessing`` filters and joins): never a
-   result computed some other way;
+   play faithfully (RecordIO/TFRecord splitting): never a result computed some other way; so too
+   a ``DataProcessing`` SageMaker would refuse (a filter outside its JSONPath subset, a content
+   type or SplitType it does not filter or join), naming the field and the value
+   (:mod:`scripts.emulator.data_processing`);
 2. starts the job's model as SageMaker starts a serving container for batch transform: the real
    serve mode (``python -m trainer serve``, or the image with ``--containers``) on the model's
    extracted ``ModelDataUrl``, with the model's and the job's Environment, ``SAGEMAKER_BATCH=true``
@@ -19,17 +21,21 @@ the image, in the same order:
    MultiRecord, 6 MB). An answer that is not such an object fails the job with one line;
 4. for every input object (``S3Prefix``: each key under the prefix; ``ManifestFile``: each key
    the manifest lists), gunzipped when ``CompressionType`` is Gzip, splits it by ``SplitType``
-   (``None``: the whole object is one record; ``Line``: one record per non-empty line) and sends
+   (``None``: the whole object is one record; ``Line``: one record per non-empty line), applies
+   ``InputFilter`` to each record (the container gets only what it selects) and sends
    ``POST /invocations`` with the job's ``ContentType`` and ``Accept``: one record per request
    (``SingleRecord``) or as many lines as fit in ``MaxPayloadInMB`` (``MultiRecord``; never a
    byte more, and a record that alone is larger fails the job naming the object and the record;
    0 sends the whole object with HTTP chunked encoding), at most ``MaxConcurrentTransforms``
    requests at a time, answers kept in input order;
-5. writes each object's answers, joined as ``AssembleWith`` says (``Line``: a newline after each
+5. with ``JoinSource`` Input or an ``OutputFilter``, splits each answer back into one answer per
+   record, joins it with the record as read and filters that, record by record (a record its
+   filter selects nothing from fails the job naming the object and the record);
+6. writes each object's answers, joined as ``AssembleWith`` says (``Line``: a newline after each
    answer; ``None``: the bytes as they came), to ``<S3OutputPath>/<key relative to the input
    prefix>.out``, encrypted with the job's output ``KmsKeyId``; an object is written only when
    every one of its records was transformed, as SageMaker does;
-6. records the outcome: Completed, or Failed with one line naming the input object and record
+7. records the outcome: Completed, or Failed with one line naming the input object and record
    and the container's answer (a bad record), or why the model did not start. The serving
    container's log goes to ``/aws/sagemaker/TransformJobs``, ``<job>/algo-1-<epoch>``.
 
@@ -49,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
+from scripts.emulator.data_processing import DataProcessing, DataProcessingRefused, RecordFailed
 from scripts.emulator.docker_hosts import DockerHosts
 
 TRANSFORM_LOG_GROUP = "/aws/sagemaker/TransformJobs"
@@ -91,6 +98,7 @@ class TransformRequest:
         assemble_with: ``None`` or ``Line``.
         kms_key_id: ``TransformOutput.KmsKeyId``.
         environment: The job's Environment.
+        data_processing: The job's ``DataProcessing``; None when it asks nothing.
     """
 
     name: str
@@ -109,6 +117,7 @@ class TransformRequest:
     assemble_with: str
     kms_key_id: str | None
     environment: dict[str, str] = field(default_factory=dict)
+    data_processing: DataProcessing | None = None
 
     @classmethod
     def from_description(cls, job: Mapping[str, Any]) -> TransformRequest:
@@ -121,12 +130,16 @@ class TransformRequest:
                 f"ClientError: SplitType {split_type} is not played by the emulator's transform runner (None and Line are); "
                 "nothing ran (run this transform job on AWS)."
             )
-        processing = {k: v for k, v in (job.get("DataProcessing") or {}).items() if v not in ("$", "None", "", None)}
-        if processing:
-            raise TransformFailed(
-                f"ClientError: DataProcessing {processing} is not applied by the emulator's transform runner; "
-                "nothing ran (run this transform job on AWS, or filter the input and output yourself)."
+        try:
+            processing = DataProcessing.from_job(
+                job.get("DataProcessing"),
+                content_type=job["TransformInput"].get("ContentType") or "",
+                accept=output.get("Accept") or "",
+                split_type=split_type,
+                assemble_with=output.get("AssembleWith") or "None",
             )
+        except DataProcessingRefused as err:
+            raise TransformFailed(f"ClientError: {err}; nothing ran.") from None
         client_config = job.get("ModelClientConfig") or {}
         return cls(
             name=job["TransformJobName"],
@@ -145,6 +158,7 @@ class TransformRequest:
             assemble_with=output.get("AssembleWith") or "None",
             kms_key_id=output.get("KmsKeyId") or None,
             environment=dict(job.get("Environment") or {}),
+            data_processing=processing,
         )
 
     def batch_environment(self) -> dict[str, str]:
@@ -373,9 +387,38 @@ def transform_object(s3: Any, url: str, item: InputObject, request: TransformReq
         except OSError as err:
             raise TransformFailed(f"ClientError: {item.uri} is not gzip (CompressionType Gzip): {err}") from None
     records = split_records(body, request.split_type)
-    calls = [pool.submit(invoke, url, payload, request, item.uri, first, last) for first, last, payload in batches(records, request, item.uri)]
+    processing = request.data_processing
+    sent = records
+    if processing is not None:
+        sent = [_per_record(item, number, number, processing.filter_input, record) for number, record in enumerate(records, start=1)]
+    planned = list(batches(sent, request, item.uri))
+    calls = [pool.submit(invoke, url, payload, request, item.uri, first, last) for first, last, payload in planned]
     answers = [call.result() for call in calls]  # input order; the first failure (in order) fails the job
+    if processing is not None and processing.per_record:
+        answers = per_record_outputs(processing, item, records, planned, answers)
     return assemble(answers, request.assemble_with), len(records)
+
+
+def per_record_outputs(
+    processing: DataProcessing, item: InputObject, records: list[bytes], planned: list[tuple[int, int, bytes]], answers: list[bytes]
+) -> list[bytes]:
+    """Each record's output line, in input order: its share of its request's answer, joined with the
+    record as read (JoinSource Input) and filtered (OutputFilter)."""
+    outputs = []
+    for (first, last, _), answer in zip(planned, answers):
+        shares = _per_record(item, first, last, processing.record_answers, answer, last - first + 1)
+        for number, share in enumerate(shares, start=first):
+            outputs.append(_per_record(item, number, number, processing.finish, records[number - 1], share))
+    return outputs
+
+
+def _per_record(item: InputObject, first: int, last: int, step: Callable[..., Any], *args: Any) -> Any:
+    """``step(*args)``; a record it fails on fails the job, naming the object and the record(s)."""
+    try:
+        return step(*args)
+    except RecordFailed as err:
+        records = f"record {first}" if first == last else f"records {first}-{last}"
+        raise TransformFailed(f"ClientError: {item.uri} {records}: {err}") from None
 
 
 @dataclass

@@ -6,8 +6,9 @@ emulator's local runner trains the user's script (``sdk_user_code/train.py``) as
 training job, then plays SageMaker batch transform for the job the SDK creates: the real serve
 mode on the trained model, ``/invocations`` per record or per batch, the ``.out`` object written
 with the job's KMS key. The tests assert on the predictions (one per row, in order, the same
-whichever way the rows were batched), and that a bad record or a model that does not start fails
-the job with one line, never a Completed job with missing rows.
+whichever way the rows were batched, and kept beside each row's id by ``DataProcessing``), and
+that a bad record or a model that does not start fails the job with one line, never a Completed
+job with missing rows.
 """
 
 from __future__ import annotations
@@ -84,15 +85,17 @@ class Sdk:
         self.lifecycle, self.estimator, self.kms_key, self.patch = lifecycle, estimator, kms_key, patch
         self.s3 = lifecycle.client("s3")
 
-    def transform(self, data_key: str, output: str, **kwargs: Any) -> tuple[Any, Exception | None]:
-        """``estimator.transformer(**kwargs).transform(...)``; the transformer and what ``transform`` raised."""
+    def transform(self, data_key: str, output: str, processing: dict[str, str] | None = None, **kwargs: Any) -> tuple[Any, Exception | None]:
+        """``estimator.transformer(**kwargs).transform(..., **processing)``; the transformer and what ``transform`` raised."""
         transformer = self.estimator.transformer(
             instance_count=1, instance_type=INSTANCE_TYPE, output_path=f"s3://{BUCKET}/{output}/", output_kms_key=self.kms_key, **kwargs
         )
         error = None
         with loopback_only(self.patch) as outside:
             try:
-                transformer.transform(f"s3://{BUCKET}/{data_key}", content_type="text/csv", split_type="Line", wait=True, logs=False)
+                transformer.transform(
+                    f"s3://{BUCKET}/{data_key}", content_type="text/csv", split_type="Line", wait=True, logs=False, **(processing or {})
+                )
             except Exception as err:  # noqa: BLE001 - asserted on by the tests
                 error = err
         assert outside == [], f"the SDK left the emulator: {outside}"
@@ -173,6 +176,21 @@ def test_single_record_requests_give_the_same_predictions_in_input_order(sdk: Sd
     assert len(lines) == ROWS  # one answer per record, each on its own line
     single = [json.loads(line)["predictions"][0] for line in lines]
     np.testing.assert_allclose(single, batched, atol=1e-5)  # row i's answer is row i's, however it was batched
+
+
+def test_a_join_writes_each_rows_id_and_its_prediction_in_input_order(sdk: Sdk, scored) -> None:
+    # SageMaker's documented example: the id column is kept from the model, joined back, and kept with the answer.
+    rows = _rows(ROWS, 11, label=False).decode().splitlines()
+    sdk.s3.put_object(Bucket=BUCKET, Key="ids/rows.csv", Body="".join(f"row-{i},{row}\n" for i, row in enumerate(rows)).encode())
+    processing = {"input_filter": "$[1:]", "join_source": "Input", "output_filter": "$[0,-1]"}
+    transformer, error = sdk.transform("ids/", "joined", processing, strategy="MultiRecord", assemble_with="Line", accept="application/json")
+    assert error is None, error
+    job = sdk.lifecycle.client("sagemaker").describe_transform_job(TransformJobName=transformer.latest_transform_job.name)
+    assert job["DataProcessing"] == {"InputFilter": "$[1:]", "OutputFilter": "$[0,-1]", "JoinSource": "Input"}
+    lines = [line.split(",") for line in sdk.output("joined/rows.csv.out")["Content"].decode().splitlines()]
+    assert [line[0] for line in lines] == [f"row-{i}" for i in range(ROWS)] and {len(line) for line in lines} == {2}
+    # The last joined column is the answer's last value: the row's class-1 probability, as without the id.
+    np.testing.assert_allclose([float(line[1]) for line in lines], [p[1] for p in _predictions(scored[1]["Content"])], atol=1e-5)
 
 
 def test_a_bad_record_fails_the_job_in_one_line_naming_the_file_and_record(sdk: Sdk) -> None:

@@ -4,6 +4,8 @@ the answers are assembled (scripts.emulator.transform)."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import io
 import json
 import random
 import threading
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from scripts.emulator.data_processing import DataProcessing, JsonPath, RecordFailed
 from scripts.emulator.transform import (
     InputObject,
     TransformFailed,
@@ -24,6 +27,7 @@ from scripts.emulator.transform import (
     input_objects,
     invoke,
     split_records,
+    transform_object,
 )
 
 MB = 1024 * 1024
@@ -94,8 +98,6 @@ def test_an_answer_no_job_could_set_fails_the_job_in_one_line(answer: dict[str, 
     ("overrides", "said"),
     [
         ({"TransformInput": {**_job()["TransformInput"], "SplitType": "RecordIO"}}, "SplitType RecordIO is not played"),
-        ({"DataProcessing": {"InputFilter": "$[1:]", "JoinSource": "None", "OutputFilter": "$"}}, "DataProcessing {'InputFilter': '$[1:]'}"),
-        ({"DataProcessing": {"JoinSource": "Input"}}, "DataProcessing {'JoinSource': 'Input'}"),
     ],
 )
 def test_what_the_runner_cannot_play_fails_the_job_before_anything_runs(overrides: dict[str, Any], said: str) -> None:
@@ -104,8 +106,10 @@ def test_what_the_runner_cannot_play_fails_the_job_before_anything_runs(override
     assert said in str(refused.value) and "nothing ran" in str(refused.value)
 
 
-def test_default_data_processing_is_accepted() -> None:
-    TransformRequest.from_description(_job(DataProcessing={"InputFilter": "$", "JoinSource": "None", "OutputFilter": "$"}))
+def test_default_data_processing_asks_nothing() -> None:
+    request = TransformRequest.from_description(_job(DataProcessing={"InputFilter": "$", "JoinSource": "None", "OutputFilter": "$"}))
+    assert request.data_processing is None
+    assert TransformRequest.from_description(_job(DataProcessing={"InputFilter": ""})).data_processing is None
 
 
 def test_lines_are_records_and_an_unsplit_object_is_one() -> None:
@@ -269,3 +273,166 @@ def test_a_payload_without_limit_is_streamed_chunked_and_a_limited_one_has_a_len
     assert seen[1]["headers"].get("Content-Length") == str(len(payload))
     assert seen[0]["body"] == seen[1]["body"] == payload
     assert seen[0]["headers"]["Content-Type"] == "text/csv" and seen[0]["headers"]["Accept"] == "application/json"
+
+
+# --- DataProcessing: InputFilter, JoinSource, OutputFilter (scripts.emulator.data_processing) -----
+
+ROW = ["id7", "0.5", "1.5", "2.5"]
+DOC = {"id": 7, "features": [1, 2], "meta": {"x": 1, "y": 2}, "field1": {"child1": "a", "child2": "b", "child3": "c"}}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "selected"),
+    [
+        ("$", ROW, ROW),
+        ("$[1:]", ROW, ["0.5", "1.5", "2.5"]),
+        ("$[0,2]", ROW, ["id7", "1.5"]),
+        ("$[0,-1]", ROW, ["id7", "2.5"]),
+        ("$[1]", ROW, "0.5"),  # a single index selects the value itself
+        ("$[1:2]", ROW, ["0.5", "1.5"]),  # the guide: a slice includes both ends
+        ("$[:1]", ROW, ["id7", "0.5"]),
+        ("$[-2:]", ROW, ["1.5", "2.5"]),
+        ("$[0,2:]", ROW, ["id7", "1.5", "2.5"]),  # indexes and one range (the API's "$[0,5:]")
+        ("$[1:9]", ROW, ["0.5", "1.5", "2.5"]),  # a slice stops at the last element
+        ("$[*]", ROW, ROW),
+        ("$.features", DOC, [1, 2]),
+        ("$.features[0]", DOC, 1),
+        ("$.meta.*", DOC, [1, 2]),
+        ("$['id','features']", DOC, {"id": 7, "features": [1, 2]}),
+        ("$['id', 'missing']", DOC, {"id": 7}),
+        ("$.field1.['child1','child2']", DOC, {"child1": "a", "child2": "b"}),
+    ],
+)
+def test_the_jsonpath_subset_selects_as_sagemaker_documents(path: str, value: Any, selected: Any) -> None:
+    assert JsonPath.parse(path, "InputFilter").select(value, "InputFilter") == selected
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "said"),
+    [
+        ("$[4]", ROW, 'InputFilter "$[4]": index 4 is outside the record\'s 4 element(s)'),
+        ("$[0,-5]", ROW, "index -5 is outside"),
+        ("$[5:]", ROW, 'InputFilter "$[5:]" selects nothing from'),
+        ("$.label", DOC, 'InputFilter "$.label" selects nothing from'),
+        ("$.features", ROW, "selects nothing"),
+    ],
+)
+def test_a_filter_that_selects_nothing_fails_the_record(path: str, value: Any, said: str) -> None:
+    with pytest.raises(RecordFailed) as failed:
+        JsonPath.parse(path, "InputFilter").select(value, "InputFilter")
+    assert said in str(failed.value)
+
+
+def _processing(content_type: str = "text/csv", accept: str = "text/csv", split: str = "Line", assemble: str = "Line", **given: str) -> dict[str, Any]:
+    return _job(
+        TransformInput={**_job()["TransformInput"], "ContentType": content_type, "SplitType": split},
+        TransformOutput={**_job()["TransformOutput"], "Accept": accept, "AssembleWith": assemble},
+        DataProcessing=given,
+    )
+
+
+@pytest.mark.parametrize(
+    ("job", "said"),
+    [
+        (
+            _processing(OutputFilter="$['account_id','SageMakerOutput']"),
+            'DataProcessing.OutputFilter "$[\'account_id\',\'SageMakerOutput\']" is not a JSONPath SageMaker accepts: unexpected "_"',
+        ),
+        (_processing(OutputFilter="$[0:2,246:]"), "only single range filters of format (eg: [1:5]) are supported; [0:2,246:] is not"),
+        (_processing(InputFilter="$..id"), "DataProcessing.InputFilter \"$..id\" is not a JSONPath SageMaker accepts"),
+        (_processing(InputFilter="features"), "it must start with $"),
+        (_processing(InputFilter="$" + "[1]" * 21), "it is 64 characters, over 63"),
+        (_processing(InputFilter="$.a['b.c']"), "no nested children"),
+        (_processing(InputFilter="$[a]"), "[a] is not [*], ['name',...], [index,...] or [start:end]"),
+        (_processing(JoinSource="Output"), 'DataProcessing.JoinSource "Output" is not None or Input'),
+        (_processing(InputFilter="$.id"), 'DataProcessing.InputFilter "$.id" names a field, but its data is CSV'),
+        (_processing(accept="application/json", JoinSource="Input", OutputFilter="$.id"), 'OutputFilter "$.id" names a field, but its data is CSV'),
+        (_processing(split="None", assemble="None", InputFilter="$[1:]"), 'DataProcessing on text/csv needs TransformInput.SplitType Line, not "None"'),
+        (
+            _processing("application/json", "application/json", split="None", JoinSource="Input"),
+            'needs TransformOutput.AssembleWith equal to SplitType ("Line" is not "None")',
+        ),
+        (_processing(accept="application/x-npy", InputFilter="$[1:]"), 'TransformOutput.Accept "application/x-npy" does not work with DataProcessing'),
+        (_processing(content_type="application/x-npy", JoinSource="Input"), 'TransformInput.ContentType "application/x-npy" does not work'),
+    ],
+)
+def test_data_processing_sagemaker_would_refuse_is_refused_in_one_line_when_the_job_is_read(job: dict[str, Any], said: str) -> None:
+    with pytest.raises(TransformFailed, match="^ClientError: ") as refused:
+        TransformRequest.from_description(job)
+    message = str(refused.value)
+    assert said in message and message.endswith("; nothing ran.") and "\n" not in message
+
+
+def _dp(job: dict[str, Any]) -> DataProcessing:
+    processing = TransformRequest.from_description(job).data_processing
+    assert processing is not None
+    return processing
+
+
+def test_a_csv_row_is_filtered_joined_and_filtered_again_with_its_quoted_fields_kept() -> None:
+    dp = _dp(_processing(InputFilter="$[1:]", JoinSource="Input", OutputFilter="$[0,-1]"))
+    record = b'id7,"a, b","say ""hi""",3'
+    assert dp.filter_input(record) == b'"a, b","say ""hi""",3'  # RFC 4180 quoting, as it came
+    assert dp.finish(record, b"0.25,0.75") == b"id7,0.75"
+    everything = _dp(_processing(JoinSource="Input"))
+    assert everything.finish(record, b"0.25,0.75") == b'id7,"a, b","say ""hi""",3,0.25,0.75'
+    # A header line is a record like any other: SageMaker has no header option.
+    assert everything.finish(b"id,f0", b"p") == b"id,f0,p"
+
+
+def test_a_json_answer_joined_to_a_csv_row_adds_its_values_as_columns() -> None:
+    dp = _dp(_processing(accept="application/json", InputFilter="$[1:]", JoinSource="Input", OutputFilter="$[0,-2:]"))
+    assert dp.finish(b"id7,1,2", b"[0.25,0.75]") == b"id7,0.25,0.75"
+    assert _dp(_processing(accept="application/json", JoinSource="Input")).finish(b"id7,1", b'{"label":1}') == b'id7,1,"{""label"":1}"'
+
+
+def test_a_json_record_gets_the_answer_under_sagemaker_output() -> None:
+    given = {"InputFilter": "$.features", "JoinSource": "Input", "OutputFilter": "$['id','SageMakerOutput']"}
+    dp = _dp(_processing("application/jsonlines", "application/json", **given))
+    record = json.dumps({**DOC, "SageMakerOutput": "overwritten"}).encode()
+    assert dp.filter_input(record) == b"[1,2]"
+    assert json.loads(dp.finish(record, b'{"label":1}')) == {"id": 7, "SageMakerOutput": {"label": 1}}
+    # A record that is not an object: the input goes under SageMakerInput.
+    plain = _dp(_processing("application/json", "application/json", JoinSource="Input"))
+    assert json.loads(plain.finish(b"[1,2]", b"[0.9]")) == {"SageMakerInput": [1, 2], "SageMakerOutput": [0.9]}
+    # OutputFilter without a join reads the answer.
+    only = _dp(_processing("application/json", "application/json", OutputFilter="$.predictions[0]"))
+    assert only.finish(b"[1,2]", b'{"predictions":[[0.1,0.9]]}') == b"[0.1,0.9]"
+    with pytest.raises(RecordFailed, match="the record is not JSON"):
+        dp.filter_input(b"{not json")
+
+
+def test_a_batch_answer_is_split_into_one_answer_per_record() -> None:
+    dp = _dp(_processing(accept="application/json", JoinSource="Input"))
+    assert dp.record_answers(b'{"predictions":[[0.1,0.9],[0.8,0.2]]}', 2) == [b"[0.1,0.9]", b"[0.8,0.2]"]
+    assert dp.record_answers(b'{"predictions":[[0.1,0.9]]}', 1) == [b"[0.1,0.9]"]  # the same answer, however batched
+    assert dp.record_answers(b"[0.1]\n[0.2]\n", 2) == [b"[0.1]", b"[0.2]"]  # JSON lines
+    with pytest.raises(RecordFailed, match=r"answered 1 line\(s\) for 3 records; .*SageMaker needs one answer line per record"):
+        dp.record_answers(b'{"predictions":[[0.1,0.9],[0.8,0.2]]}', 3)
+    assert _dp(_processing(JoinSource="Input")).record_answers(b"1\n0\n", 2) == [b"1", b"0"]
+    # SplitType None: the object is one record, and its whole answer is that record's.
+    whole = _dp(_processing("application/json", "application/json", split="None", assemble="None", JoinSource="Input"))
+    assert whole.record_answers(b'{"predictions":[1]}', 1) == [b'{"predictions":[1]}']
+
+
+class _Objects:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803 - boto3's names
+        return {"Body": io.BytesIO(self.body)}
+
+
+def test_the_container_gets_the_filtered_records_and_the_output_is_each_rows_id_and_answer_in_order() -> None:
+    job = _processing(accept="application/json", InputFilter="$[1:]", JoinSource="Input", OutputFilter="$[0,-1]")
+    request = TransformRequest.from_description(job).settled(None)  # MultiRecord, 6 MB: one request
+    answer = json.dumps({"predictions": [[0.1, 0.9], [0.8, 0.2], [0.5, 0.5]]}).encode()
+    item = InputObject("in", "score/a.csv", "a.csv")
+    with _container({"/invocations": (200, answer)}) as (url, seen), concurrent.futures.ThreadPoolExecutor(1) as pool:
+        body, count = transform_object(_Objects(b"a,1,2\nb,3,4\nc,5,6\n"), url, item, request, pool)
+        assert (body, count) == (b"a,0.9\nb,0.2\nc,0.5\n", 3)
+        assert [request["body"] for request in seen] == [b"1,2\n3,4\n5,6\n"]
+        with pytest.raises(TransformFailed, match=r"^ClientError: s3://in/score/a.csv records 1-4: the model container answered 1 line\(s\) for 4 records"):
+            transform_object(_Objects(b"a,1,2\nb,3,4\nc,5,6\nd,7,8\n"), url, item, request, pool)
+        with pytest.raises(TransformFailed, match=r"^ClientError: s3://in/score/a.csv record 2: InputFilter \"\$\[1:\]\" selects nothing"):
+            transform_object(_Objects(b"a,1,2\nb\n"), url, item, request, pool)
