@@ -302,11 +302,25 @@ def job_streams(cluster: Cluster, command_id: str, job_name: str, instances: Seq
     ]
 
 
-def stream_events(logs: Any, group: str, stream: str, token: Optional[str]) -> tuple[list[str], Optional[str]]:
-    """The lines of ``stream`` after ``token`` and the token to read on from (a stream not yet written: none)."""
+CLOCK_SLACK_SECONDS = 5
+"""How much earlier than the command's request time a node's line may be stamped (clock skew)."""
+
+
+def run_started_ms(command: dict[str, Any]) -> Optional[int]:
+    """When ``command`` was requested, in epoch milliseconds, less :data:`CLOCK_SLACK_SECONDS`: a rerun
+    of a job writes to the same container stream, and only its own lines are read from there."""
+    requested = command.get("RequestedDateTime")
+    return int((requested.timestamp() - CLOCK_SLACK_SECONDS) * 1000) if requested else None
+
+
+def stream_events(logs: Any, group: str, stream: str, token: Optional[str], since_ms: Optional[int] = None) -> tuple[list[str], Optional[str]]:
+    """The lines of ``stream`` after ``token`` (at first: from ``since_ms`` on) and the token to read
+    on from (a stream not yet written: none)."""
     params: dict[str, Any] = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
     if token:
         params["nextToken"] = token
+    elif since_ms is not None:
+        params["startTime"] = since_ms
     try:
         page = logs.get_log_events(**params)
     except logs.exceptions.ResourceNotFoundException:
@@ -325,7 +339,7 @@ def cmd_logs(deployment: Deployment, args: argparse.Namespace, sleep: Callable[[
     tokens: dict[str, Optional[str]] = {}
     while True:
         for instance, stream in streams:
-            lines, tokens[stream] = stream_events(logs, cluster.log_group, stream, tokens.get(stream))
+            lines, tokens[stream] = stream_events(logs, cluster.log_group, stream, tokens.get(stream), run_started_ms(command))
             for line in lines:
                 print(f"{cluster.node_name(instance)}: {line}")
         if not args.follow:

@@ -353,12 +353,13 @@ def follow_cluster(
     client = deployment.aws.client("logs")
     streams = cluster_job.job_streams(cluster, command["CommandId"], job_name, cluster.instance_ids)
     tokens: dict[str, Optional[str]] = {}
+    since = cluster_job.run_started_ms(command)  # this run's lines only: a rerun writes to the same streams
     epochs = EpochReader()
     chief = cluster.instance_ids[0] if cluster.instance_ids else None
     shown = ""
     while True:
         for instance, stream in streams:
-            lines, tokens[stream] = cluster_job.stream_events(client, cluster.log_group, stream, tokens.get(stream))
+            lines, tokens[stream] = cluster_job.stream_events(client, cluster.log_group, stream, tokens.get(stream), since)
             for line in lines:
                 if logs:
                     print(f"  [{cluster.node_name(instance)}] {line}", file=out)

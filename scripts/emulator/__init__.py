@@ -13,9 +13,11 @@ Modules:
     server: the in-process moto server, its environment, seeded public parameters.
     gaps: workarounds for moto's gaps, each naming the gap it covers.
     custom_resources: local stand-ins for the Lambda functions behind CDK custom resources.
+    cluster: the local runner that plays the GPU cluster's SSM Command document (cluster jobs) on every node.
     sagemaker: the local runner that plays SageMaker for training and processing jobs created on the emulator.
     states: the local Step Functions executor (JSONata-mode definitions, npm jsonata in node).
     hosting: local serving processes for endpoints (and UpdateEndpoint's switch to a new model).
+    data_processing: batch transform's DataProcessing (InputFilter, JoinSource, OutputFilter) as SageMaker applies it.
     containers: how a job's container is played with this machine's processes (mount and network namespaces).
     docker_hosts: ``--containers``: the built image in Docker instead, one container per host or endpoint.
     cdk: the CDK CLI, run as a user runs it.

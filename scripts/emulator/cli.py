@@ -6,6 +6,7 @@
     scripts/run-local.sh --real-account  # the same flow on your AWS credentials' account
     scripts/run-local.sh --pipeline      # raw data -> pipeline (process -> train) -> serve -> pipeline with promote
     scripts/run-local.sh --containers    # every job and endpoint in Docker, in the built training image
+    scripts/run-local.sh --cluster       # jobs on a two-node GPU cluster: run, refused, stop, resumed
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "process -> train -> promote on fresh raw data and invoke the promoted model",
     )
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="instead of one SageMaker job, jobs on a two-node GPU cluster with python -m scripts.cluster_job: run, "
+        "status and logs, a second job refused while it runs, stop, the job resumed to its end (no serving phase)",
+    )
+    parser.add_argument(
         "--containers",
         action="store_true",
         help="run every job and endpoint in Docker, in containers of the training image built by scripts/build-image.sh "
@@ -88,6 +95,11 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     args = parser.parse_args(argv)
     if args.pipeline and (args.no_train or args.no_serve or args.user_script):
         parser.error("--pipeline trains, serves and promotes: it does not combine with --no-train, --no-serve or --user-script")
+    if args.cluster and (args.pipeline or args.no_train or args.user_script or args.containers or args.real_account):
+        parser.error(
+            "--cluster runs jobs on the emulated cluster's nodes as processes: it does not combine with --pipeline, "
+            "--no-train, --user-script, --containers or --real-account"
+        )
     if args.containers and (args.real_account or args.no_train):
         parser.error("--containers runs the emulator's jobs in Docker: it does not combine with --real-account or --no-train")
     context = {}
@@ -96,6 +108,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         if not sep:
             parser.error(f"-c expects KEY=VALUE, got {item!r}")
         context[key] = value
+    if args.cluster and not any(k.removeprefix("gpu_training.") == "cluster.node_count" for k in context):
+        context["gpu_training.cluster.node_count"] = "2"  # a multi-node job: both nodes train one model
     return Options(
         real_account=args.real_account,
         sandbox=args.sandbox,
@@ -111,8 +125,9 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         user_script=args.user_script,
         # The serving phase checks held-out feature rows against the built-in model; the example
         # user script is an image classifier, so --user-script stops after training.
-        serve=not args.no_serve and not args.user_script,
+        serve=not args.no_serve and not args.user_script and not args.cluster,
         pipeline=args.pipeline,
+        cluster=args.cluster,
         containers=args.containers,
     )
 
@@ -160,6 +175,9 @@ def run_phases(run: Lifecycle) -> None:
         run.run_pipeline(second, promote=True)
         run.check_promoted()
         run.invoke_endpoint()
+    elif options.cluster:
+        run.upload_dataset()
+        run.run_cluster_jobs()
     elif options.train:
         run.upload_dataset()
         run.launch()

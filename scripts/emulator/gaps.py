@@ -25,6 +25,7 @@ def apply_all() -> None:
     _flow_log_s3_prefix()
     _route_table_deletes()
     _change_set_outputs()
+    _change_set_stack_tags()
     _change_sets_per_stack()
     _update_keeps_resolved_ssm_parameters()
     _update_reaches_the_endpoint_of_a_replaced_config()
@@ -45,6 +46,8 @@ def apply_all() -> None:
     _update_endpoint()
     _executions_run_locally()
     _simulate_principal_policy()
+    _placement_groups()
+    _commands_wait_for_a_runner()
 
 
 def _kms_key_from_template() -> None:
@@ -150,6 +153,35 @@ def _change_set_outputs() -> None:
         self._validate_export_uniqueness(stack)
         for export in stack.exports:
             self.exports[export.name] = export
+
+    PATCHES.set(CloudFormationBackend, "execute_change_set", execute_change_set)
+
+
+def _change_set_stack_tags() -> None:
+    # Gap: CloudFormation tags what a stack creates with aws:cloudformation:stack-name, -stack-id
+    # and -logical-id; moto does so only for a stack made by CreateStack, not through a change set
+    # (how the CDK CLI deploys), so the cluster's instances carried none and a Run Command whose
+    # target is tag:aws:cloudformation:stack-name (scripts.cluster_job) selected no node. Tag the
+    # EC2 resources of the stack after its change set ran, as create does.
+    from moto.cloudformation.models import CloudFormationBackend
+    from moto.ec2 import models as ec2_models
+    from moto.ec2.models.core import TaggedEC2Resource
+
+    original = CloudFormationBackend.execute_change_set
+
+    def execute_change_set(self: Any, change_set_name: str, stack_name: str | None = None) -> None:
+        original(self, change_set_name, stack_name)
+        change_set = self.change_sets.get(change_set_name) or next(
+            (cs for cs in self.change_sets.values() if cs.change_set_name == change_set_name), None
+        )
+        stack = self.stacks.get(change_set.stack_id) if change_set is not None else None
+        if stack is None:
+            return
+        backend = ec2_models.ec2_backends[self.account_id][self.region_name]
+        tags = {**(stack.tags or {}), "aws:cloudformation:stack-name": stack.name, "aws:cloudformation:stack-id": stack.stack_id}
+        for logical_id, resource in list(stack.resource_map._parsed_resources.items()):
+            if isinstance(resource, TaggedEC2Resource):
+                backend.create_tags([resource.physical_resource_id], {**tags, "aws:cloudformation:logical-id": logical_id})
 
     PATCHES.set(CloudFormationBackend, "execute_change_set", execute_change_set)
 
@@ -897,3 +929,144 @@ def _simulate_principal_policy() -> None:
         return ActionResult({"EvaluationResults": results, "IsTruncated": False})
 
     PATCHES.set(IamResponse, "simulate_principal_policy", simulate_principal_policy)
+
+
+def _placement_groups() -> None:
+    # Gap: moto has no placement groups, in EC2 or in CloudFormation: a template with an
+    # AWS::EC2::PlacementGroup (the cluster stack with more than one node, which packs its nodes
+    # in a cluster placement group) fails to deploy on its Fn::GetAtt GroupName. Give the resource
+    # a name (Ref and GroupName) and a delete, as CloudFormation does; moto's instances ignore the
+    # PlacementGroupName they are given, so nothing is placed (the emulator has no network to place).
+    from moto.cloudformation import parsing
+
+    class PlacementGroup:
+        """An AWS::EC2::PlacementGroup as CloudFormation shows it: a name, nothing else."""
+
+        def __init__(self, name: str) -> None:
+            self.group_name = name
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.group_name
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "AWS::EC2::PlacementGroup"
+
+        @staticmethod
+        def cloudformation_name_type() -> str:
+            return "GroupName"
+
+        @classmethod
+        def has_cfn_attr(cls, attr: str) -> bool:
+            return attr == "GroupName"
+
+        def get_cfn_attribute(self, attr: str) -> str:
+            from moto.cloudformation.exceptions import UnformattedGetAttTemplateException
+
+            if attr == "GroupName":
+                return self.group_name
+            raise UnformattedGetAttTemplateException()
+
+        @classmethod
+        def create_from_cloudformation_json(cls, resource_name: str, cfn: dict[str, Any], account_id: str, region_name: str,
+                                            **kw: Any) -> "PlacementGroup":  # fmt: skip
+            return cls((cfn.get("Properties") or {}).get("GroupName") or resource_name)
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, resource_name: str, cfn: dict[str, Any], account_id: str, region_name: str) -> None:
+            return None
+
+        def delete(self, account_id: str, region_name: str) -> None:
+            return None
+
+    original = parsing.resource_class_from_type
+
+    def resource_class_from_type(resource_type: str) -> Any:
+        if resource_type == PlacementGroup.cloudformation_type():
+            return PlacementGroup
+        return original(resource_type)
+
+    PATCHES.set(parsing, "resource_class_from_type", resource_class_from_type)
+
+
+RUN_COMMAND_RUNNER = "cluster job"
+"""The :data:`LOCAL_RUNNERS` kind of the cluster's Command document (``scripts.emulator.cluster``)."""
+
+NO_COMMAND_RUNNER = "The emulator has no local runner for document {document}: nothing ran (run this command on AWS)."
+"""The output of every node of a command no local runner plays."""
+
+
+def _commands_wait_for_a_runner() -> None:
+    # Gap: moto's Run Command runs nothing: SendCommand records the command and reports it, and
+    # every node's invocation, Success at once (exit 0, empty output); ListCommandInvocations and
+    # CancelCommand do not exist. Here a command of the cluster's document (<project>-cluster-train)
+    # stays InProgress, every node's invocation too, while the local runner
+    # (scripts.emulator.cluster) plays it and records each node's status, exit code and output;
+    # any other document, or the cluster's with no runner watching, is Failed on every node with
+    # a line saying nothing ran. ListCommandInvocations answers from those records, and
+    # CancelCommand turns a running command Cancelling (the runner ends its processes and records
+    # it Cancelled, as SSM does), one that has not started Cancelled.
+    from moto.core.responses import ActionResult
+    from moto.core.utils import utcnow
+    from moto.ssm.models import SimpleSystemManagerBackend
+    from moto.ssm.responses import SimpleSystemManagerResponse
+
+    from stacks.components.cluster_job_document import DOCUMENT_SUFFIX
+
+    original_send = SimpleSystemManagerBackend.send_command
+
+    def send_command(self: Any, **kwargs: Any) -> Any:
+        command = original_send(self, **kwargs)
+        now = utcnow()
+        played = str(command.document_name or "").endswith(DOCUMENT_SUFFIX) and RUN_COMMAND_RUNNER in LOCAL_RUNNERS
+        command.completed_count = 0
+        command.local_runner = played
+        command.status = command.status_details = "InProgress" if played else "Failed"
+        for invocation in command.invocations:
+            invocation.update(Status=command.status, StatusDetails=command.status, ResponseCode=-1 if played else 1,
+                              PluginName=PLUGIN_OF_THE_CLUSTER_DOCUMENT if played else invocation["PluginName"],
+                              ExecutionStartDateTime=now.isoformat(), ExecutionEndDateTime="", ExecutionElapsedTime="PT0S")  # fmt: skip
+            if not played:
+                invocation["StandardOutputContent"] = NO_COMMAND_RUNNER.format(document=command.document_name)
+        if not played:
+            command.completed_count = command.error_count = len(command.invocations)
+        return command
+
+    def list_command_invocations(self: Any) -> Any:
+        command_id, instance_id = self._get_param("CommandId"), self._get_param("InstanceId")
+        commands = [self.ssm_backend.get_command_by_id(command_id)] if command_id else list(self.ssm_backend._commands)
+        found = []
+        for command in commands:
+            for invocation in command.invocations:
+                if instance_id and invocation["InstanceId"] != instance_id:
+                    continue
+                plugin = {
+                    "Name": invocation["PluginName"], "Status": invocation["Status"], "StatusDetails": invocation["StatusDetails"],
+                    "ResponseCode": invocation["ResponseCode"], "Output": invocation.get("StandardOutputContent", "")[-2500:],
+                }  # fmt: skip
+                found.append({
+                    "CommandId": command.command_id, "InstanceId": invocation["InstanceId"], "Comment": command.comment,
+                    "DocumentName": command.document_name, "RequestedDateTime": command.requested_date_time,
+                    "Status": invocation["Status"], "StatusDetails": invocation["StatusDetails"],
+                    "CommandPlugins": [plugin],
+                })  # fmt: skip
+        return ActionResult({"CommandInvocations": found})
+
+    def cancel_command(self: Any) -> Any:
+        command = self.ssm_backend.get_command_by_id(self._get_param("CommandId"))
+        if command.status in ("Pending", "InProgress"):
+            played = getattr(command, "local_runner", False)
+            command.status = command.status_details = "Cancelling" if played else "Cancelled"
+            if not played:
+                for invocation in command.invocations:
+                    invocation.update(Status="Cancelled", StatusDetails="Cancelled")
+        return ActionResult({})
+
+    PATCHES.set(SimpleSystemManagerBackend, "send_command", send_command)
+    PATCHES.set(SimpleSystemManagerResponse, "list_command_invocations", list_command_invocations)
+    PATCHES.set(SimpleSystemManagerResponse, "cancel_command", cancel_command)
+
+
+PLUGIN_OF_THE_CLUSTER_DOCUMENT = "ClusterJob"
+"""The cluster document's one step (``mainSteps[0].name``): the plugin that names its output streams."""

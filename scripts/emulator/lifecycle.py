@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -56,6 +57,8 @@ class Options:
         pipeline: Instead of one training job, the pipeline from raw data: process -> train,
             serve that model, then process -> train -> promote on fresh raw data and invoke
             the promoted model (see :meth:`Lifecycle.run_pipeline`).
+        cluster: Instead of one SageMaker job, jobs on the two-node GPU cluster through
+            ``python -m scripts.cluster_job`` (see :meth:`Lifecycle.run_cluster_jobs`).
         containers: Run every job and endpoint in Docker, in containers of the training image
             built by ``scripts/build-image.sh`` (as SageMaker does), instead of as this machine's
             processes playing the image (emulator only).
@@ -78,6 +81,7 @@ class Options:
     user_script: bool = False
     serve: bool = True
     pipeline: bool = False
+    cluster: bool = False
     containers: bool = False
 
 
@@ -177,6 +181,7 @@ class Lifecycle:
         self.emulator: Any = None
         self.runner: Any = None
         self.states: Any = None
+        self.cluster: Any = None
         self.execution: dict[str, Any] = {}
         self.env: dict[str, str] = {}
         self.cdk: Cdk | None = None
@@ -199,6 +204,8 @@ class Lifecycle:
         # The pipeline (raw data -> shards -> model -> endpoint).
         self.raw_uris: list[str] = []
         self.pipeline_runs: list[PipelineRun] = []
+        # Jobs on the GPU cluster (--cluster): each run's outcome, in order.
+        self.cluster_outcomes: list[tuple[str, Any]] = []
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -319,6 +326,18 @@ class Lifecycle:
                         docker=self.docker,
                     )
                     self.runner.start()
+                    from scripts.emulator.cluster import LocalCluster
+
+                    self.cluster = LocalCluster(
+                        endpoint_url=self.emulator.endpoint_url,
+                        region=self.region,
+                        account=self.account,
+                        work_dir=self.work_dir / "cluster-jobs",
+                        timeout_seconds=self.options.job_timeout_seconds,
+                        on_event=self.progress.say,
+                        docker=self.docker,
+                    )
+                    self.cluster.start()
                     from scripts.emulator.states import LocalStepFunctions
 
                     self.states = LocalStepFunctions(
@@ -637,6 +656,9 @@ class Lifecycle:
             if self.runner and self.job_name in self.runner.outcomes:
                 outcome = self.runner.outcomes[self.job_name]
                 lines.append(f"  container log              {outcome.log_file}")
+        for job, outcome in self.cluster_outcomes:
+            nodes = ", ".join(f"{node} {status} (exit {code})" for node, (status, code) in sorted(outcome.nodes.items()))
+            lines.append(f"cluster job {job}: {outcome.status}: {nodes}")
         for run in self.pipeline_runs:
             lines.append(f"pipeline execution {run.execution['name']}: {run.execution['status']} in {run.seconds:.1f}s")
             for key, value in run.output.items():
@@ -802,6 +824,76 @@ class Lifecycle:
         path.write_text("\n".join(features) + "\n", encoding="utf-8")
         return path, labels
 
+    # --- jobs on the GPU cluster: scripts.cluster_job -------------------------------------------
+
+    CLUSTER_JOB = "mlp-1"
+    CLUSTER_LONG_EPOCHS = 5000
+    """Epochs of the first run: it runs until it is stopped."""
+
+    def run_cluster_jobs(self) -> None:
+        """The operator's cluster-job loop with ``python -m scripts.cluster_job``: a job on every node of
+        the cluster, its status and logs, a second job refused while it runs, a stop (SIGTERM: a
+        checkpoint, exit 143 on every node), and the same job run again, resumed from its checkpoint
+        and followed to its end with ``scripts.watch --cluster``. On the emulator the local cluster
+        runner plays the document on each node (scripts/emulator/cluster.py)."""
+        job, channel = self.CLUSTER_JOB, "--channel=train=train/"
+        with self.progress.phase("cluster job: run, status, logs"):
+            started = self.run_script("cluster_job", "run", job, "--hp", f"epochs={self.CLUSTER_LONG_EPOCHS}", channel)
+            command = re.search(r"command (\S+) to (\d+) node", started)
+            if command is None:
+                raise RuntimeError(f"scripts.cluster_job run printed no command: {started}")
+            self.progress.say(f"$ python -m scripts.cluster_job run {job} --hp epochs={self.CLUSTER_LONG_EPOCHS} {channel}")
+            self.progress.say(started.splitlines()[0])
+            epoch = self._first_cluster_epoch(job)
+            self.progress.say(f"node-0: {epoch}")
+            for line in self.run_script("cluster_job", "status", job).splitlines():
+                self.progress.say(line)
+        with self.progress.phase("cluster job: a second job refused while it runs"):
+            try:
+                self.run_script("cluster_job", "run", "other-1", "--hp", "epochs=1", channel)
+            except RuntimeError as err:
+                refusal = next((line for line in str(err).splitlines() if "refused:" in line), "")
+                if "is running" not in refusal:
+                    raise
+                self.progress.say(refusal.strip())
+            else:
+                raise RuntimeError("a second cluster job was accepted while one ran")
+        with self.progress.phase("cluster job: stop"):
+            self.progress.say(self.run_script("cluster_job", "stop", job).strip().splitlines()[0])
+            stopped = self.cluster.wait(command.group(1), self.options.job_timeout_seconds) if self.cluster else None
+            if stopped is not None:
+                self.cluster_outcomes.append((job, stopped))
+                self.progress.say(f"{job}: {stopped.status} ({', '.join(f'{n} exit {c}' for n, (_, c) in sorted(stopped.nodes.items()))})")
+                if stopped.status != "Cancelled":
+                    raise RuntimeError(f"cluster job {job} ended {stopped.status} after its stop: {stopped.failure or ''}")
+        with self.progress.phase("cluster job: resumed to its end"):
+            completed = max(int(e) for e in re.findall(r"\[metrics\] epoch=(\d+)", self.run_script("cluster_job", "logs", job, "--node", "node-0")))
+            epochs = completed + self.options.epochs
+            started = self.run_script("cluster_job", "run", job, "--hp", f"epochs={epochs}", channel)
+            rerun = re.search(r"command (\S+) to", started)
+            self.progress.say(f"$ python -m scripts.cluster_job run {job} --hp epochs={epochs} {channel}  (completed: {completed})")
+            watched = self.run_script("watch", "--cluster", job, "--interval", "1", "--no-logs")
+            epochs = [line.strip() for line in watched.splitlines() if line.startswith("  epoch ")]
+            for line in [*epochs[-1:], *(line.strip() for line in watched.splitlines() if line.startswith("  node-"))]:
+                self.progress.say(line)
+            logs = self.run_script("cluster_job", "logs", job, "--node", "node-0")
+            resumed = next((line for line in logs.splitlines() if "[trainer] resume" in line), None)
+            if resumed is None:
+                raise RuntimeError(f"cluster job {job} did not resume from its checkpoint:\n{logs[-2000:]}")
+            self.progress.say(resumed)
+            if self.cluster and rerun:
+                self.cluster_outcomes.append((job, self.cluster.wait(rerun.group(1), self.options.job_timeout_seconds)))
+
+    def _first_cluster_epoch(self, job: str) -> str:
+        """The chief's first ``[metrics]`` line of the running job (a checkpoint is written by then)."""
+        deadline = time.monotonic() + self.options.job_timeout_seconds
+        while time.monotonic() < deadline:
+            for line in self.run_script("cluster_job", "logs", job, "--node", "node-0").splitlines():
+                if "[metrics] epoch=" in line:
+                    return line.split(": ", 1)[1]
+            time.sleep(1)
+        raise RuntimeError(f"no epoch of cluster job {job} completed within {self.options.job_timeout_seconds:.0f}s")
+
     # --- the pipeline: raw data -> shards -> model -> endpoint -----------------------------------
 
     def upload_raw_data(self, runs: int = 2) -> list[str]:
@@ -956,7 +1048,8 @@ class Lifecycle:
     def close(self) -> None:
         """Stop the local runner and the emulator (its state is lost)."""
         # In this order: what serves and runs jobs first, the Docker clients, then the emulator they call.
-        for name, end in (("hosting", "stop"), ("states", "stop"), ("runner", "stop"), ("docker", "close"), ("emulator", "stop")):
+        for name, end in (("hosting", "stop"), ("states", "stop"), ("cluster", "stop"), ("runner", "stop"), ("docker", "close"),
+                          ("emulator", "stop")):
             service = getattr(self, name)
             if service is not None:
                 getattr(service, end)()

@@ -154,7 +154,7 @@ class HostRun:
     log_sink: Callable[[list[str]], None] | None = None
 
 
-class _Tail:
+class LogTail:
     """New complete lines of a growing log file, for a log sink."""
 
     def __init__(self, path: Path, sink: Callable[[list[str]], None] | None) -> None:
@@ -191,7 +191,7 @@ def _run_hosts(
             host.log_file.parent.mkdir(parents=True, exist_ok=True)
             log = host.log_file.open("w", encoding="utf-8")
             logs.append(log)
-            tails.append(_Tail(host.log_file, host.log_sink))
+            tails.append(LogTail(host.log_file, host.log_sink))
             processes.append(subprocess.Popen(host.command, cwd=ROOT, env=dict(host.env), stdout=log, stderr=subprocess.STDOUT))
         results: list[ContainerRun | None] = [None] * len(hosts)
         while any(r is None for r in results):

@@ -109,6 +109,11 @@ def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """A patched moto server on a free loopback port."""
+    from moto.moto_api._internal.models import moto_api_backend
+
+    # moto's backends are per process: an emulator that ran earlier in this worker (tests/integration,
+    # another group) left its deployment there, e.g. instances tagged as this project's cluster.
+    moto_api_backend.reset()
     patcher = pytest.MonkeyPatch()
     _patch_moto(patcher)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

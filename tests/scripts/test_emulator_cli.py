@@ -119,3 +119,14 @@ def test_the_emulator_consents_to_spend_and_a_real_account_run_is_priced_before_
         launching.check(run(True, **big))
     assert launching.check(run(True, **big, **{"gpu_training.cost.confirm_above_usd": "500"}))["epochs"] == "2"
     assert launching.check(run(False, **big))["epochs"] == "2"
+
+
+def test_cluster_runs_two_nodes_without_serving_and_refuses_what_it_cannot_combine(capsys):
+    options = cli.parse_args(["--cluster"])
+    assert options.cluster and not options.serve and options.train
+    assert options.context == {"gpu_training.cluster.node_count": "2"}
+    assert cli.parse_args(["--cluster", "-c", "cluster.node_count=3"]).context == {"cluster.node_count": "3"}
+    for other in ("--pipeline", "--containers", "--no-train", "--user-script", "--real-account"):
+        with pytest.raises(SystemExit):
+            cli.parse_args(["--cluster", other])
+        assert "--cluster runs jobs on the emulated cluster's nodes" in capsys.readouterr().err

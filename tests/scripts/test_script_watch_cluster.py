@@ -23,14 +23,14 @@ EPOCH = (
 )
 
 
-def _log(instance: str, job: str, *lines: str) -> None:
+def _log(instance: str, job: str, *lines: str, ago: float = 0) -> None:
     logs = boto3.client("logs", region_name=REGION)
     stream = f"{instance}/job/{job}"
     try:
         logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
     except logs.exceptions.ResourceAlreadyExistsException:
         pass
-    now = int(time.time() * 1000)
+    now = int((time.time() - ago) * 1000)
     logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream,
                         logEvents=[{"timestamp": now + i, "message": line} for i, line in enumerate(lines)])  # fmt: skip
 
@@ -93,3 +93,17 @@ def test_a_job_name_and_cluster_together_are_a_usage_error(capsys):
         watch.main(["gputrain-x", "--cluster", "w-1"])
     assert exited.value.code == 2
     assert "give a training job or --cluster JOB, not both" in capsys.readouterr().err
+
+
+def test_a_rerun_of_the_job_shows_its_own_lines_only(cluster, capsys):  # noqa: F811
+    _log(cluster[0], "w-4", EPOCH.format(epoch=7), "[trainer] finished worker=0 epochs=7", ago=3600)  # the first run's, an hour ago
+    command = _started("w-4")
+    _log(cluster[0], "w-4", EPOCH.format(epoch=8))
+    command.status = "Success"
+    command.node_statuses = {cluster[0]: ("Success", 0), cluster[1]: ("Success", 0)}
+    assert run(watch.main, ["--cluster", "w-4"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("  epoch ")] == ["  epoch 8"]
+    assert "finished worker=0 epochs=7" not in out
+    assert run(cluster_job.main, ["logs", "w-4", "--node", "node-0"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"node-0: {EPOCH.format(epoch=8)}"]

@@ -296,7 +296,8 @@ def test_a_built_in_job_runs_as_sagemaker_lays_it_out(node, tmp_path):
         "docker pull --quiet " + IMAGE,
         f"aws s3 sync {DATASETS}train/ {ml}/input/data/train",
         f"aws s3 sync {DATASETS}mnist/test/ {ml}/input/data/test",
-        "aws s3 sync s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/mlp-1/ " + str(ml / "checkpoints"),
+        # the chief's checkpoints, on every node (only the chief keeps them)
+        "aws s3 sync s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-0/mlp-1/ " + str(ml / "checkpoints"),
         "docker run --detach --name gputrain-job-mlp-1 --gpus all --network host",
         f"aws s3 sync {ml}/checkpoints s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/mlp-1/",
         f"aws s3 sync {ml}/model s3://artifacts-bucket/cluster-outputs/gputrain-cluster/mlp-1/node-1/model",

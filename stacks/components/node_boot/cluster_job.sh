@@ -8,8 +8,8 @@
 #                    CloudFormation signal); the image the node pulled at boot; the job laid out
 #                    as SageMaker lays it out under $JOBS_DIR/<job>/ml (= /opt/ml in the
 #                    container): input/config/{hyperparameters,resourceconfig,inputdataconfig}.json
-#                    with the fixed host list, the channels synced from S3 first, the checkpoints
-#                    of this node restored; the container waited for, up to the maximum
+#                    with the fixed host list, the channels synced from S3 first, the chief's
+#                    (node-0's) checkpoints restored; the container waited for, up to the maximum
 #                    runtime; then the model and outputs to <OUTPUT_S3_URI><job>/<node>/ and the
 #                    checkpoints to <CHECKPOINT_S3_URI><job>/. The exit code is the container's
 #                    (143: stopped, as SageMaker's SIGTERM), so SSM reports each node truthfully.
@@ -126,8 +126,8 @@ run_job() {
   prepare_user_code || die "could not prepare the user's code"
   write_config
   download_channels
-  aws s3 sync "$JOB_CHECKPOINTS" "$ML_DIR/checkpoints" --region "$AWS_REGION" --only-show-errors ||
-    log "no checkpoints restored from $JOB_CHECKPOINTS"
+  aws s3 sync "$CHIEF_CHECKPOINTS" "$ML_DIR/checkpoints" --region "$AWS_REGION" --only-show-errors ||
+    log "no checkpoints restored from $CHIEF_CHECKPOINTS"
 
   docker rm -f "$JOB_CONTAINER" >/dev/null 2>&1 || true
   container_options "$JOB_CONTAINER" "job/$JOB_NAME"
@@ -157,6 +157,9 @@ check_parameters() {
 JOB_NAME=${SSM_JobName:-}
 [[ -n ${SSM_Action+set} ]] || die "SSM Agent sets no SSM_* variables: it predates ENV_VAR interpolation (3.3.2746.0); update it"
 JOB_CONTAINER=$JOB_PREFIX$JOB_NAME JOB_CHECKPOINTS=$CHECKPOINT_S3_URI$JOB_NAME/
+# Every node restores the chief's checkpoints: only the chief keeps its copy (the other workers'
+# are temporary), and the trainer refuses workers that restored different epochs.
+CHIEF_CHECKPOINTS=${CHECKPOINT_S3_URI%/node-*/}/node-0/$JOB_NAME/
 case $SSM_Action in
   stop)
     [[ $JOB_NAME =~ ^[a-z0-9](-?[a-z0-9]){0,62}$ ]] || die "invalid job name '$JOB_NAME'"

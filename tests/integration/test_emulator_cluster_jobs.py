@@ -1,0 +1,174 @@
+"""Cluster jobs on the emulator: ``python -m scripts.cluster_job`` against a two-node ``gputrain-cluster``
+whose Command document the local runner (scripts/emulator/cluster.py) plays as cluster_job.sh does on
+the nodes: both nodes train one model, outputs and checkpoints land where the script puts them, a
+stop checkpoints and exits 143, a rerun resumes, a killed node fails the job in bounded time naming
+it, and what the runner cannot play is Failed in one line, never Success.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+
+from scripts.emulator.lifecycle import Lifecycle, Options
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning"),
+]
+
+ROOT = Path(__file__).resolve().parents[2]
+STACK = "gputrain-cluster"
+TINY = ("--hp", "batch_size=32", "--hp", "hidden_units=8", "--channel", "train=train/")
+"""256 rows of 4 features, 8 steps an epoch: seconds of training on two loopback nodes."""
+LONG_EPOCHS = "5000"
+"""Epochs of a job that runs until it is stopped or a node is killed."""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
+    """The data and two-node cluster stacks deployed on a fresh emulator, a tiny dataset uploaded."""
+    run = Lifecycle(Options(work_dir=tmp_path_factory.mktemp("cluster-jobs"), stacks=("gputrain-data", STACK),
+                            context={"gpu_training.cluster.node_count": "2"}, job_timeout_seconds=300))  # fmt: skip
+    try:
+        run.start()
+        run.bootstrap_and_synth()
+        run.deploy()
+        run.cluster.peer_grace_seconds = 20
+        rng = np.random.default_rng(7)
+        x = rng.normal(size=(256, 4))
+        y = (x[:, 0] + x[:, 1] > 0).astype(int)
+        rows = "".join(",".join(f"{v:.5f}" for v in row) + f",{label}\n" for row, label in zip(x, y))
+        bucket = run.outputs["gputrain-data"]["DatasetsBucketName"]
+        run.client("s3").put_object(Bucket=bucket, Key="train/part-0.csv", Body=("f0,f1,f2,f3,label\n" + rows).encode())
+        yield run
+    finally:
+        run.close()
+
+
+def _cluster_job(run: Lifecycle, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m scripts.cluster_job ARGS`` as the operator runs it against the emulator."""
+    command = [sys.executable, "-m", "scripts.cluster_job", *args]
+    for key, value in run.context.items():
+        command += ["-c", f"{key}={value}"]
+    return subprocess.run(command, cwd=ROOT, env=run.env, capture_output=True, text=True, check=False)
+
+
+def _start(run: Lifecycle, job: str, *args: str) -> str:
+    started = _cluster_job(run, "run", job, *args)
+    assert started.returncode == 0, started.stdout + started.stderr
+    return re.search(r"command (\S+) to 2 node\(s\)", started.stdout).group(1)
+
+
+def _instances(run: Lifecycle) -> list[str]:
+    return run.outputs[STACK]["InstanceIds"].split(",")
+
+
+def _wait_for_epoch(run: Lifecycle, job: str, timeout: float = 180) -> None:
+    """Until the chief's container stream shows a completed epoch (a checkpoint is written)."""
+    logs, group = run.client("logs"), run.outputs[STACK]["LogGroupName"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            events = logs.get_log_events(logGroupName=group, logStreamName=f"{_instances(run)[0]}/job/{job}", startFromHead=True)
+            if any(e["message"].startswith("[metrics] epoch=") for e in events["events"]):
+                return
+        except logs.exceptions.ResourceNotFoundException:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"no epoch of {job} completed within {timeout:.0f}s")
+
+
+def _keys(run: Lifecycle, prefix: str) -> list[str]:
+    bucket = run.outputs["gputrain-data"]["ArtifactsBucketName"]
+    pages = run.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [item["Key"] for page in pages for item in page.get("Contents", [])]
+
+
+def test_two_nodes_train_one_model_and_upload_it_where_the_script_does(cluster: Lifecycle) -> None:
+    command = _start(cluster, "mlp-1", "--hp", "epochs=2", *TINY)
+    outcome = cluster.cluster.wait(command, 300)
+    assert outcome.status == "Success" and outcome.nodes == {"node-0": ("Success", 0), "node-1": ("Success", 0)}, outcome
+
+    status = _cluster_job(cluster, "status", "mlp-1")
+    assert status.returncode == 0 and "mlp-1: Success" in status.stdout, status.stdout + status.stderr
+    logs = _cluster_job(cluster, "logs", "mlp-1").stdout
+    digests = {node: re.findall(rf"^{node}: \[trainer\] finished .*weights_sha256=(\w+)", logs, re.M) for node in ("node-0", "node-1")}
+    assert len(digests["node-0"]) == 1 and digests["node-0"] == digests["node-1"], logs[-3000:]
+    assert "node-1: " in logs and "job node-1: job mlp-1: the container exited 0" in logs  # the command's own stream too
+
+    outputs = f"cluster-outputs/{STACK}/mlp-1/"
+    keys = _keys(cluster, outputs)
+    assert f"{outputs}node-0/model/model.keras" in keys, keys
+    assert not [k for k in keys if k.startswith(f"{outputs}node-1/model/model.keras")]  # only the chief writes the model
+    assert f"cluster-checkpoints/{STACK}/node-0/mlp-1/checkpoint" in _keys(cluster, f"cluster-checkpoints/{STACK}/node-0/mlp-1/")
+
+
+def test_a_second_job_is_refused_a_stop_exits_143_with_a_checkpoint_and_a_rerun_resumes(cluster: Lifecycle) -> None:
+    command = _start(cluster, "long-1", "--hp", f"epochs={LONG_EPOCHS}", *TINY)
+    _wait_for_epoch(cluster, "long-1")
+
+    second = _cluster_job(cluster, "run", "other-1", "--hp", "epochs=1", *TINY)
+    assert second.returncode == 3 and "refused: cluster job long-1 is running" in second.stderr, second.stdout + second.stderr
+
+    stopped = _cluster_job(cluster, "stop", "long-1")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    outcome = cluster.cluster.wait(command, 200)
+    assert outcome.status == "Cancelled" and {code for _, code in outcome.nodes.values()} == {143}, outcome
+    status = _cluster_job(cluster, "status", "long-1")
+    assert status.returncode == 1 and "long-1: Cancelled" in status.stdout and "143" in status.stdout, status.stdout
+    checkpoints = _keys(cluster, f"cluster-checkpoints/{STACK}/node-0/long-1/")
+    assert any(k.endswith("/checkpoint") for k in checkpoints), checkpoints
+    completed = max(int(m) for m in re.findall(r"\[metrics\] epoch=(\d+)", _cluster_job(cluster, "logs", "long-1", "--node", "node-0").stdout))
+
+    rerun = _start(cluster, "long-1", "--hp", f"epochs={completed + 1}", *TINY)
+    outcome = cluster.cluster.wait(rerun, 300)
+    logs = _cluster_job(cluster, "logs", "long-1").stdout
+    assert outcome.status == "Success", (outcome, logs[-4000:])
+    assert re.search(rf"^node-0: \[trainer\] resume .*completed_epochs={completed}\b", logs, re.M), logs[-4000:]
+    assert re.search(rf"^node-0: \[trainer\] finished worker=0 epochs={completed + 1} resumed_from_epoch={completed}\b", logs, re.M)
+
+
+def test_a_killed_node_fails_the_job_in_bounded_time_naming_it(cluster: Lifecycle) -> None:
+    command = _start(cluster, "kill-1", "--hp", f"epochs={LONG_EPOCHS}", *TINY)
+    _wait_for_epoch(cluster, "kill-1")
+    node_1 = cluster.cluster.running["kill-1"][1]
+    assert node_1.node.name == "node-1"
+    killed = time.monotonic()
+    node_1.process.send_signal(signal.SIGKILL)
+    outcome = cluster.cluster.wait(command, 200)
+    seconds = time.monotonic() - killed
+    assert outcome.status == "Failed" and outcome.nodes["node-1"] == ("Failed", 137), outcome
+    assert outcome.nodes["node-0"][0] == "Failed", outcome  # the survivor did not hang, nor succeed
+    assert seconds < cluster.cluster.peer_grace_seconds + 60, seconds
+    assert outcome.failure.startswith(f"cluster job kill-1 failed on node-1 ({_instances(cluster)[1]}): the container exited 137 "
+                                      "(killed by signal 9); last completed epoch "), outcome.failure  # fmt: skip
+    logs = _cluster_job(cluster, "logs", "kill-1", "--node", "node-1").stdout
+    assert outcome.failure in logs
+
+
+def test_what_the_runner_cannot_play_is_failed_in_one_line_never_success(cluster: Lifecycle) -> None:
+    ssm = cluster.client("ssm")
+    document = cluster.outputs[STACK]["JobDocumentName"]
+    target = [{"Key": "tag:aws:cloudformation:stack-name", "Values": [STACK]}]
+    # Parameters the document refuses (moto does not check allowedPattern; the node's script does).
+    bad = ssm.send_command(DocumentName=document, Targets=target, Parameters={"JobName": ["Bad_Name"], "Action": ["run"]})["Command"]
+    outcome = cluster.cluster.wait(bad["CommandId"], 60)
+    assert outcome.status == "Failed" and set(outcome.nodes.values()) == {("Failed", 1)}, outcome
+    assert outcome.failure.startswith("refused: invalid parameters: JobName 'Bad_Name' does not match"), outcome.failure
+    # A document no local runner plays: Failed on every node at once, saying nothing ran.
+    other = ssm.send_command(DocumentName="AWS-RunShellScript", Targets=target, Parameters={"commands": ["true"]})["Command"]
+    (described,) = ssm.list_commands(CommandId=other["CommandId"])["Commands"]
+    assert described["Status"] == "Failed"
+    invocations = ssm.list_command_invocations(CommandId=other["CommandId"], Details=True)["CommandInvocations"]
+    assert len(invocations) == 2 and {i["Status"] for i in invocations} == {"Failed"}
+    assert "The emulator has no local runner for document AWS-RunShellScript: nothing ran" in invocations[0]["CommandPlugins"][0]["Output"]
