@@ -11,7 +11,8 @@ Usage (from the repository root)::
     python -m scripts.launch --pipeline --promote                # raw data -> shards -> model -> endpoint
     python -m scripts.launch --pipeline --skip-process --hp epochs=5
     python -m scripts.launch --process --direct --process-arg=--shards --process-arg=4   # one processing job
-    python -m scripts.launch --tune ranges.json --max-jobs 4 --dry-run   # a tuning job over ranges.json
+    python -m scripts.launch --tune ranges.json --max-jobs 4 --dry-run   # a tuning job over ranges.json (the workflow)
+    python -m scripts.launch --tune ranges.json --direct                 # CreateHyperParameterTuningJob itself
 
 By default the job runs through the deployed workflow (``<project>-training``): the execution,
 named after the job, carries only the overrides and the workflow fills in the hardened rest.
@@ -52,24 +53,26 @@ with ``python -m scripts.watch --execution <name>`` (or ``--watch``).
 (:func:`stacks.components.processing_job_spec.create_processing_job_request`), after checking
 that its output prefix is empty, and prints ``processing job: <name>``.
 
-``--tune RANGES.json`` creates one hyperparameter tuning job directly (CreateHyperParameterTuningJob, not
-through the workflow) with the request of :func:`stacks.components.tuning_job_spec.create_tuning_job_request`:
-every trial is the training job this command would launch (the training options above apply to all
-trials; ``--hp`` values are static), with the hyperparameters of RANGES.json tuned. Each range's bounds
-and values are checked with the image's hyperparameter rules first, and the tuning job is priced at
-``--max-jobs`` x instances x price x maximum runtime (capped by ``tuning.max_jobs`` and
-``tuning.max_parallel_jobs``). ``--name`` names the tuning job (at most 32 characters). It prints
+``--tune RANGES.json`` runs one hyperparameter tuning job through the deployed workflow: the execution,
+named after the tuning job, carries the training overrides and ``tuning`` (the ranges and the trial
+caps), and the workflow's Tune branch checks them as a training launch's, checks the ranges, and calls
+``createHyperParameterTuningJob.sync``. ``--tune --direct`` calls CreateHyperParameterTuningJob itself
+with the same request (:func:`stacks.components.tuning_job_spec.create_tuning_job_request`): every trial
+is the training job this command would launch (the training options above apply to all trials;
+``--hp`` values are static), with the hyperparameters of RANGES.json tuned. Either way each range's
+bounds and values are checked with the image's hyperparameter rules first, and the tuning job is priced
+at ``--max-jobs`` x instances x price x maximum runtime (capped by ``tuning.max_jobs`` and
+``tuning.max_parallel_jobs``). ``--name`` names the tuning job (at most 32 characters). ``--dry-run``
+prints the execution input (with ``--direct``, the request), offline too. It prints
 ``tuning job: <name>``; promote its best job with ``python -m scripts.promote --best-of <name>``.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import secrets
 import sys
-import tarfile
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -101,6 +104,7 @@ from scripts.common import (
     stack_name,
 )
 from scripts.cost import JobPrice, job_price, tuning_price
+from scripts.source_code import code_key, pack_source, upload_code
 from stacks.components.processing_job_spec import (
     ProcessingOptions,
     ProcessingTemplate,
@@ -129,6 +133,7 @@ from stacks.components.tuning_job_spec import (
     default_tuning_job_name,
     parse_ranges,
     resolve_tuning,
+    tuning_execution_input,
 )
 
 _PLACEHOLDER_RESOURCES = JobResources(
@@ -224,46 +229,6 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
         legacy_keras=True if args.legacy_keras else None,
         keep_alive_seconds=args.keep_alive,
     )
-
-
-_SKIPPED_NAMES = {"__pycache__", ".git", ".ipynb_checkpoints", ".DS_Store"}
-
-
-def pack_source(source_dir: Path, entry_point: str) -> bytes:
-    """``sourcedir.tar.gz`` of ``source_dir``'s contents (what the SageMaker SDK uploads).
-
-    Raises:
-        OperatorError: the directory or the entry point inside it is missing.
-    """
-    if not source_dir.is_dir():
-        raise UsageError(f"--source-dir {source_dir} is not a directory")
-    if not (source_dir / entry_point).is_file():
-        raise UsageError(f"--entry-point {entry_point} is not a file in {source_dir}")
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for path in sorted(source_dir.rglob("*")):
-            relative = path.relative_to(source_dir)
-            if any(part in _SKIPPED_NAMES for part in relative.parts) or path.suffix == ".pyc":
-                continue
-            tar.add(path, arcname=relative.as_posix(), recursive=False)
-    return buffer.getvalue()
-
-
-def upload_code(deployment: Deployment, source_dir: Path, entry_point: str, job_name: str, *, dry_run: bool) -> str:
-    """Pack ``source_dir`` and upload it KMS-encrypted to ``code/<job name>/``; its ``s3://`` URI."""
-    archive = pack_source(source_dir, entry_point)
-    data = deployment.outputs("data", DATA_OUTPUTS)
-    key = code_key(job_name)
-    if not dry_run:
-        deployment.aws.client("s3").put_object(
-            Bucket=data["ArtifactsBucketName"], Key=key, Body=archive, ServerSideEncryption="aws:kms", SSEKMSKeyId=data["KeyArn"]
-        )
-    return f"s3://{data['ArtifactsBucketName']}/{key}"
-
-
-def code_key(job_name: str) -> str:
-    """Where a job's ``sourcedir.tar.gz`` goes in the artifacts bucket."""
-    return f"{CODE_PREFIX}{job_name}/sourcedir.tar.gz"
 
 
 def upload_source(deployment: Deployment, options: LaunchOptions, source_dir: Path, *, dry_run: bool) -> LaunchOptions:
@@ -628,19 +593,29 @@ def price_of_tuning(config: PlatformConfig, values: TuningValues) -> JobPrice:
 
 
 def launch_tuning(deployment: Deployment, args: argparse.Namespace) -> Launched:
-    """Create one tuning job (CreateHyperParameterTuningJob), or with ``--dry-run`` only build its request."""
+    """Start one tuning job through the workflow (an execution with ``tuning`` in its input), or with
+    ``--direct`` create it (CreateHyperParameterTuningJob); with ``--dry-run`` only build what would be sent."""
     options = tuning_options(deployment, args)
     _, checked = tuning_values(deployment, options, code_pending=args.source_dir is not None)
     price = price_of_tuning(deployment.config, checked)
     confirm_spend(deployment, [price], yes=args.yes, dry_run=args.dry_run)
     if args.source_dir is not None:
-        code_uri = upload_code(deployment, args.source_dir, str(args.entry_point), checked.job_name, dry_run=args.dry_run)
+        code_uri = upload_code(deployment, args.source_dir, str(args.entry_point), str(checked.job_name), dry_run=args.dry_run)
         options = replace(options, training=replace(options.training, code_uri=code_uri))
     template, values = tuning_values(deployment, options)
-    request = create_tuning_job_request(template, values)
+    name, console = str(values.job_name), tuning_console_url(deployment.region, str(values.job_name))
+    if args.direct:
+        request = create_tuning_job_request(template, values)
+        if not args.dry_run:
+            deployment.aws.client("sagemaker").create_hyper_parameter_tuning_job(**request)
+        return Launched(name, console, None, request, (price,))
+    execution_input = tuning_execution_input(options, values)
+    execution_arn = deployment.execution_arn(name)
     if not args.dry_run:
-        deployment.aws.client("sagemaker").create_hyper_parameter_tuning_job(**request)
-    return Launched(values.job_name, tuning_console_url(deployment.region, values.job_name), None, request, (price,))
+        execution_arn = deployment.aws.client("stepfunctions").start_execution(
+            stateMachineArn=deployment.training_outputs()["StateMachineArn"], name=name, input=json.dumps(execution_input)
+        )["executionArn"]
+    return Launched(name, console, execution_arn, execution_input, (price,))
 
 
 def tuning_console_url(region: str, name: str) -> str:
@@ -656,6 +631,8 @@ def _main_tuning(deployment: Deployment, args: argparse.Namespace) -> int:
         return 0
     print(f"tuning job: {launched.job_name}")
     print(f"console: {launched.console_url}")
+    if launched.execution_arn:
+        print(f"execution: {execution_console_url(deployment.region, launched.execution_arn)}")
     print(f"best job, once it ends: python -m scripts.promote --best-of {launched.job_name}")
     return 0
 
@@ -707,7 +684,8 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--process", action="store_true", help="with --direct: create one processing job")
     what.add_argument(
         "--tune", type=Path, metavar="RANGES.json",
-        help="create a hyperparameter tuning job over the ranges in RANGES.json (CreateHyperParameterTuningJob, direct)",
+        help="run a hyperparameter tuning job over the ranges in RANGES.json through the workflow "
+        "(with --direct: CreateHyperParameterTuningJob)",
     )
     parser.add_argument("--max-jobs", type=int, metavar="N", help="--tune: trials, at most tuning.max_jobs (default: that cap)")
     parser.add_argument(

@@ -536,8 +536,27 @@ def _stop_jobs() -> None:
         job.last_modified_time = utcnow()
         return EmptyResult()
 
+    def stop_hyper_parameter_tuning_job(self: Any) -> Any:
+        # Gap: moto has no StopHyperParameterTuningJob. On SageMaker the tuning job turns Stopping,
+        # its running trials are stopped, no new trial starts, and it ends Stopped.
+        import re
+
+        name = self._get_param("HyperParameterTuningJobName")
+        self.sagemaker_backend.describe_hyper_parameter_tuning_job(name)  # ValidationError when it does not exist
+        job = self.sagemaker_backend.hyper_parameter_tuning_jobs[name]
+        refuse_unless_in_progress("hyper-parameter tuning", job.hyper_parameter_tuning_job_status)
+        job.hyper_parameter_tuning_job_status = "Stopping"
+        job.last_modified_time = now = utcnow()
+        trial = re.compile(rf"{re.escape(name)}-\d{{3}}-[0-9a-f]{{8}}$")  # tuning.trial_name's form
+        for trial_name, trial_job in self.sagemaker_backend.training_jobs.items():
+            if trial.match(trial_name) and trial_job.training_job_status == "InProgress":
+                trial_job.training_job_status = trial_job.secondary_status = "Stopping"
+                trial_job.last_modified_time = now
+        return EmptyResult()
+
     PATCHES.set(SageMakerResponse, "stop_training_job", stop_training_job)
     PATCHES.set(SageMakerResponse, "stop_processing_job", stop_processing_job)
+    PATCHES.set(SageMakerResponse, "stop_hyper_parameter_tuning_job", stop_hyper_parameter_tuning_job)
 
 
 def refresh_warm_pool(job: Any, now: Any = None) -> None:

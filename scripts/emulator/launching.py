@@ -90,7 +90,8 @@ def check(run: LaunchingRun, *, user_script: bool = False) -> dict[str, str]:
         options = options_from_args(args)
         if user_script:
             # The code is packed now (the directory and entry point must exist) and uploaded after the deploy.
-            from scripts.launch import PENDING_CODE, pack_source
+            from scripts.launch import PENDING_CODE
+            from scripts.source_code import pack_source
 
             pack_source(ROOT / args.source_dir, args.entry_point)
             options = replace(options, code_uri=f"{code_uri_prefix(template)}{PENDING_CODE}")

@@ -17,8 +17,8 @@ What it runs (Amazon States Language, JSONata query language only):
 - ``$states.input``, ``$states.result``, ``$states.errorOutput`` and ``$states.context``
   (``Execution.Id/Name/Input/StartTime/RoleArn``, ``StateMachine.Id/Name``,
   ``State.Name/EnteredTime/RetryCount``);
-- task resources ``sagemaker:createTrainingJob.sync``, ``createProcessingJob.sync`` and
-  ``createTransformJob.sync`` (create,
+- task resources ``sagemaker:createTrainingJob.sync``, ``createProcessingJob.sync``,
+  ``createTransformJob.sync`` and ``createHyperParameterTuningJob.sync`` (create,
   then poll Describe* until the job ends; the result is the description; a failed or stopped job
   fails the task with ``States.TaskFailed`` and the description as JSON in ``Cause``),
   ``sagemaker:createModel``, ``createEndpointConfig``, ``updateEndpoint``, ``sns:publish`` and
@@ -64,12 +64,18 @@ SYNC_JOBS = {
     # A transform job on the emulator is played by the local runner (scripts.emulator.transform)
     # while LocalSageMaker watches; its statuses are the other jobs' (Stopping: still running).
     "createTransformJob": ("create_transform_job", "describe_transform_job", "TransformJobName", "TransformJobStatus"),
+    # A tuning job is played by the local tuner (scripts.emulator.tuning), its trials by the training runner.
+    "createHyperParameterTuningJob": (
+        "create_hyper_parameter_tuning_job", "describe_hyper_parameter_tuning_job",
+        "HyperParameterTuningJobName", "HyperParameterTuningJobStatus",
+    ),
 }
 JOB_END_STATES = {"Completed", "Failed", "Stopped"}
 STOP_CALLS = {
     "createTrainingJob": "stop_training_job",
     "createProcessingJob": "stop_processing_job",
     "createTransformJob": "stop_transform_job",
+    "createHyperParameterTuningJob": "stop_hyper_parameter_tuning_job",
 }
 
 REQUEST_RESPONSE = {
@@ -247,7 +253,8 @@ class Integrations:
         raise StatesError(
             RUNTIME,
             f"Task resource {resource} is not supported by the local executor (scripts.emulator.states); it runs "
-            "sagemaker:createTrainingJob.sync, createProcessingJob.sync, createTransformJob.sync, createModel, createEndpointConfig, "
+            "sagemaker:createTrainingJob.sync, createProcessingJob.sync, createTransformJob.sync, "
+            "createHyperParameterTuningJob.sync, createModel, createEndpointConfig, "
             "updateEndpoint, sns:publish and aws-sdk:<service>:<action>",
         )
 

@@ -121,7 +121,8 @@ def _expr(value: Operand) -> Expr:
 
 @dataclass(frozen=True)
 class Call(Expr):
-    """A JSONata function of one value: ``$type``, ``$length`` (strings only), ``$count``, ``$keys``."""
+    """A JSONata function of one value: ``$type``, ``$length`` (strings only), ``$count``, ``$keys``,
+    ``$string``, ``$number`` (of a number, or a string that reads as one)."""
 
     function: str
     argument: Expr
@@ -134,6 +135,10 @@ class Call(Expr):
             raise TypeError(f"$length of {jsonata_type(value)}: guard the rule with a type check")
         if self.function == "keys":
             return list(value)
+        if self.function == "string":
+            return jsonata_string(value)
+        if self.function == "number":
+            return value if jsonata_type(value) == "number" else float(value)
         return len(value)
 
     def jsonata(self) -> str:
@@ -153,6 +158,16 @@ def length(value: Operand) -> Expr:
 def count(value: Operand) -> Expr:
     """``$count(value)`` of an array."""
     return Call("count", _expr(value))
+
+
+def string_of(value: Operand) -> Expr:
+    """``$string(value)``."""
+    return Call("string", _expr(value))
+
+
+def number_of(value: Operand) -> Expr:
+    """``$number(value)``: guard it, a string that does not read as a number is an error."""
+    return Call("number", _expr(value))
 
 
 def key_count(value: Operand) -> Expr:
@@ -183,6 +198,16 @@ class Compare(Expr):
 
     def jsonata(self) -> str:
         return f"({self.left.jsonata()} {self.op} {self.right.jsonata()})"
+
+
+def lt(left: Operand, right: Operand) -> Expr:
+    """``left < right``."""
+    return Compare("<", _expr(left), _expr(right))
+
+
+def gt(left: Operand, right: Operand) -> Expr:
+    """``left > right``."""
+    return Compare(">", _expr(left), _expr(right))
 
 
 def eq(left: Operand, right: Operand) -> Expr:
@@ -374,6 +399,19 @@ class Lookup(Expr):
 
     def jsonata(self) -> str:
         return f"$lookup({self.obj.jsonata()}, {self.key.jsonata()})"
+
+
+@dataclass(frozen=True)
+class ArrayOf(Expr):
+    """``[a, b, ...]``: an array of the values (an absent one left out, as JSONata does)."""
+
+    items: tuple[Expr, ...]
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return [item.evaluate(env) for item in self.items]
+
+    def jsonata(self) -> str:
+        return "[" + ", ".join(item.jsonata() for item in self.items) + "]"
 
 
 KEY = Var("k")

@@ -93,9 +93,9 @@ def platform_key_data_statement(stack: Stack, key: kms.IKey) -> iam.PolicyStatem
     )
 
 
-def pass_role_to_sagemaker(sid: str, role_arn: str, resource_arn: str) -> iam.PolicyStatement:
+def pass_role_to_sagemaker(sid: str, role_arn: str, resource_arn: "str | Sequence[str]") -> iam.PolicyStatement:
     """``iam:PassRole`` of ``role_arn`` to SageMaker only, for the resources ``resource_arn``
-    (a pattern: the project's jobs or models) where the request names them.
+    (a pattern, or several: the project's jobs or models) where the request names them.
 
     ``iam:AssociatedResourceArn`` is in PassRole's request context only where the receiving
     service sets it, and SageMaker does not document doing so: the condition is ``...IfExists``,
@@ -108,7 +108,7 @@ def pass_role_to_sagemaker(sid: str, role_arn: str, resource_arn: str) -> iam.Po
         resources=[role_arn],
         conditions={
             "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
-            "ArnLikeIfExists": {"iam:AssociatedResourceArn": resource_arn},
+            "ArnLikeIfExists": {"iam:AssociatedResourceArn": resource_arn if isinstance(resource_arn, str) else list(resource_arn)},
         },
     )
 

@@ -803,6 +803,12 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
     ``sagemaker.create_training_job(**request)``; with :data:`STATE_MACHINE_VALUES` it holds
     ``{% %}`` expressions for the state machine.
     """
+    return render(training_job_request_values(template, launch))
+
+
+def training_job_request_values(template: JobTemplate, launch: LaunchValues) -> dict[str, Any]:
+    """:func:`create_training_job_request` before :func:`render`: each run-time value still a
+    :class:`Jsonata`, for a request that wraps this one (a tuning job's ``TrainingJobDefinition``)."""
     r = template.resources
     resource_config = {
         "InstanceType": launch.instance_type,
@@ -886,4 +892,4 @@ def create_training_job_request(template: JobTemplate, launch: LaunchValues) -> 
             "S3Uri": concat(f"s3://{r.artifacts_bucket}/{CHECKPOINT_PREFIX}", launch.job_name, "/"),
             "LocalPath": CHECKPOINT_LOCAL_PATH,
         }
-    return render(request)
+    return request

@@ -51,10 +51,28 @@ from stacks.components.training_job_spec import (
     readable_processing_prefixes,
     state_machine_assignments,
 )
+from stacks.components.tuning_job_spec import (
+    TUNE_OUTPUT,
+    TUNING_FAILED_CAUSE,
+    TUNING_FAILED_ERROR,
+    TUNING_INPUT,
+    TUNING_TITLE,
+    create_tuning_job_request,
+    state_machine_tuning_values,
+    tuning_rules,
+    tuning_state_machine_assignments,
+)
 from stacks.config import PlatformConfig
 
 SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The managed EventBridge rule through which Step Functions learns that a ``.sync`` job ended."""
+TUNING_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTuningJobsRule"
+"""Its counterpart for a ``.sync`` tuning job (``createHyperParameterTuningJob.sync``)."""
+
+
+def _inner(condition: str) -> str:
+    """A ``{% %}`` condition's expression, parenthesised, to combine with another."""
+    return "(" + condition.removeprefix("{%").removesuffix("%}").strip() + ")"
 
 
 def workflow_name(project_name: str) -> str:
@@ -350,6 +368,13 @@ class TrainingJobWorkflow(Construct):
     options, then calls ``createTrainingJob.sync``; it fails with SageMaker's error when the job
     fails or is stopped. Logging (ALL, with execution data) and X-Ray tracing are on.
 
+    With ``tuning`` in the input (``{"ranges": RANGES.json's object, "max_jobs": N,
+    "max_parallel_jobs": N}``, ``scripts.launch --tune``) it runs the Tune branch instead: the same
+    option checks, the tuning checks (``tuning_job_spec.tuning_launch_rules``, refused as ``InvalidLaunchOptions``
+    with one line), then ``createHyperParameterTuningJob.sync`` with :func:`create_tuning_job_request`'s
+    request, every trial this workflow's training job; its output names the tuning job and its
+    ``BestTrainingJob``; a failed or stopped tuning job fails it with ``TuningJobFailed`` and SageMaker's reason.
+
     Attributes:
         template: The job's fixed settings and defaults (:class:`JobTemplate`).
         security_group: The job instances' security group.
@@ -436,9 +461,11 @@ class TrainingJobWorkflow(Construct):
             },
         )
         train.add_catch(failed, errors=["States.ALL"])
+        tuned = f"$exists($states.input.{TUNING_INPUT})"
         definition = resolve.next(
             sfn.Choice.jsonata(self, "CheckLaunchOptions")
-            .when(sfn.Condition.jsonata(rules.check()), train)
+            .when(sfn.Condition.jsonata(f"{{% $not({tuned}) and {_inner(rules.check())} %}}"), train)
+            .when(sfn.Condition.jsonata(f"{{% {tuned} %}}"), self._tune_branch(stack, config, invalid))
             .otherwise(invalid)
         )
 
@@ -457,10 +484,10 @@ class TrainingJobWorkflow(Construct):
         )
         acknowledge_wildcard_resources(
             policy,
-            "Training-job actions are limited to the project's job names (<project>-*), a prefix because every launch "
-            "creates a new job; the CloudWatch Logs delivery and X-Ray actions that Step Functions logging and tracing "
+            "Training- and tuning-job actions are limited to the project's job names (<project>-*), a prefix because "
+            "every launch creates a new job; the CloudWatch Logs delivery and X-Ray actions that Step Functions logging and tracing "
             "need support no resource-level permissions.",
-            [self._jobs_arn(project), "*"],
+            [self._jobs_arn(project), self._tuning_jobs_arn(project), "*"],
         )
         self.state_machine = logged_state_machine(
             self,
@@ -473,34 +500,79 @@ class TrainingJobWorkflow(Construct):
             log_group=self.log_group,
         )
 
+    def _tune_branch(self, stack: Stack, config: PlatformConfig, invalid: sfn.Fail) -> sfn.IChainable:
+        """With ``tuning`` in the input: the tuning launch's variables, the training launch's checks and the
+        tuning checks, then ``createHyperParameterTuningJob.sync`` with the request ``scripts.launch --tune
+        --direct`` sends (:func:`create_tuning_job_request`); its output names the best training job."""
+        rules, checks = launch_rules(self.template), tuning_rules(self.template, config.tuning)
+        resolve = sfn.Pass.jsonata(
+            self,
+            "ResolveTuningOptions",
+            comment="A tuning launch: the ranges and caps over the deployed tuning section, the static hyperparameters",
+            assign=tuning_state_machine_assignments(self.template, config.tuning),
+        )
+        refused = sfn.Fail.jsonata(self, "InvalidTuningLaunch", error="InvalidLaunchOptions", cause=checks.problem())
+        failed = sfn.Fail.jsonata(
+            self,
+            "TuningJobFailed",
+            comment="SageMaker's reason for a tuning job that failed or was stopped, or a refused request",
+            error=TUNING_FAILED_ERROR,
+            cause=TUNING_FAILED_CAUSE,
+        )
+        tune = sfn.CustomState(
+            self,
+            "Tune",
+            state_json={
+                "Type": "Task",
+                "Comment": "CreateHyperParameterTuningJob (every trial the workflow's training job), then wait for it to end",
+                "Resource": f"arn:{stack.partition}:states:::sagemaker:createHyperParameterTuningJob.sync",
+                "Arguments": create_tuning_job_request(self.template, state_machine_tuning_values(config.tuning)),
+                "Output": TUNE_OUTPUT,
+            },
+        )
+        tune.add_catch(failed, errors=["States.ALL"])
+        launch_ok = _inner(rules.check())
+        return resolve.next(
+            sfn.Choice.jsonata(self, "CheckTuningLaunch", comment=f"The training launch's checks, then the tuning launch's ({TUNING_TITLE})")
+            .when(sfn.Condition.jsonata(f"{{% {launch_ok} and {_inner(checks.check())} %}}"), tune)
+            .when(sfn.Condition.jsonata(f"{{% {launch_ok} %}}"), refused)
+            .otherwise(invalid)
+        )
+
     def _jobs_arn(self, project: str) -> str:
         return Stack.of(self).format_arn(service="sagemaker", resource="training-job", resource_name=f"{project}-*")
+
+    def _tuning_jobs_arn(self, project: str) -> str:
+        return Stack.of(self).format_arn(service="sagemaker", resource="hyper-parameter-tuning-job", resource_name=f"{project}-*")
 
     def _workflow_statements(self, project: str) -> list[iam.PolicyStatement]:
         """What ``createTrainingJob.sync``, logging and tracing need, limited to the project's jobs."""
         stack = Stack.of(self)
-        jobs = self._jobs_arn(project)
+        jobs, tuning_jobs = self._jobs_arn(project), self._tuning_jobs_arn(project)
         r = self.template.resources
+        # The role itself refuses a request that drops isolation, the VPC (its subnets and security
+        # group) or the output key, or that asks for a type the deployment does not allow (or an EBS
+        # volume on another key): a training job's, and a tuning job's TrainingJobDefinition (the
+        # same keys are in CreateHyperParameterTuningJob's request context).
+        hardened = merge_conditions(
+            {
+                "Bool": {"sagemaker:NetworkIsolation": "true"},
+                # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
+                "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
+                "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
+                "Null": {"sagemaker:VpcSubnets": "false"},
+            },
+            in_security_groups(r.security_group_ids),
+        )
+        instance_types = self.template.allowed_instance_types or [self.template.default_instance_type]
         return [
-            # The role itself refuses a request that drops isolation, the VPC (its subnets and
-            # security group) or the output key, or that asks for a type the deployment does not
-            # allow (or an EBS volume on another key).
             *pinned_job_creation_statements(
-                "CreateHardenedTrainingJobs",
-                "sagemaker:CreateTrainingJob",
-                [jobs],
-                merge_conditions(
-                    {
-                        "Bool": {"sagemaker:NetworkIsolation": "true"},
-                        # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
-                        "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
-                        "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
-                        "Null": {"sagemaker:VpcSubnets": "false"},
-                    },
-                    in_security_groups(r.security_group_ids),
-                ),
-                instance_types=self.template.allowed_instance_types or [self.template.default_instance_type],
-                volume_key_arn=r.key_arn,
+                "CreateHardenedTrainingJobs", "sagemaker:CreateTrainingJob", [jobs], hardened,
+                instance_types=instance_types, volume_key_arn=r.key_arn,
+            ),
+            *pinned_job_creation_statements(
+                "CreateHardenedTuningJobs", "sagemaker:CreateHyperParameterTuningJob", [tuning_jobs], hardened,
+                instance_types=instance_types, volume_key_arn=r.key_arn,
             ),
             iam.PolicyStatement(
                 sid="FollowAndStopProjectJobs",
@@ -512,11 +584,25 @@ class TrainingJobWorkflow(Construct):
                 ],
                 resources=[jobs],
             ),
-            pass_role_to_sagemaker("PassJobRole", self.job_role.role_arn, jobs),
+            iam.PolicyStatement(
+                sid="FollowAndStopProjectTuningJobs",
+                actions=[
+                    "sagemaker:DescribeHyperParameterTuningJob",
+                    "sagemaker:StopHyperParameterTuningJob",
+                    "sagemaker:ListTrainingJobsForHyperParameterTuningJob",
+                    "sagemaker:AddTags",
+                    "sagemaker:ListTags",
+                ],
+                resources=[tuning_jobs],
+            ),
+            pass_role_to_sagemaker("PassJobRole", self.job_role.role_arn, [jobs, tuning_jobs]),
             iam.PolicyStatement(
                 sid="SyncIntegrationRule",
                 actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
-                resources=[stack.format_arn(service="events", resource="rule", resource_name=SYNC_EVENTS_RULE)],
+                resources=[
+                    stack.format_arn(service="events", resource="rule", resource_name=rule)
+                    for rule in (SYNC_EVENTS_RULE, TUNING_SYNC_EVENTS_RULE)
+                ],
             ),
             *state_machine_logging_statements(),
         ]

@@ -33,18 +33,53 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from stacks.components import hyperparameter_rules
-from stacks.components.launch_rules import refusal
+from stacks.components.launch_rules import (
+    ITEM,
+    KEY,
+    ArrayOf,
+    BadItems,
+    BadKeys,
+    Expr,
+    IfElse,
+    InTable,
+    Joined,
+    Lit,
+    Lookup,
+    Matches,
+    Not,
+    Rule,
+    Var,
+    WholeNumber,
+    all_of,
+    any_of,
+    count,
+    eq,
+    ge,
+    gt,
+    key_count,
+    le,
+    length,
+    lt,
+    number_of,
+    refusal,
+    render_rules,
+    starts_with,
+    string_of,
+    type_of,
+)
+from stacks.components.request_expressions import Jsonata, LaunchRules, merge, render, to_jsonata
 from stacks.components.training_job_spec import (
+    STATE_MACHINE_VALUES,
     JobTemplate,
     LaunchError,
     LaunchOptions,
     LaunchValues,
-    create_training_job_request,
     hyperparameter_string,
     resolve_launch,
+    training_job_request_values,
 )
 from stacks.config import TuningConfig
 from stacks.sagemaker_limits import tuning_job_limits
@@ -96,6 +131,12 @@ class ParameterRange:
         if self.kind == "categorical":
             return tuple((f"value {value!r}", value) for value in self.values)
         return (("min", self.min_value), ("max", self.max_value))
+
+    def as_json(self) -> dict[str, Any]:
+        """The range as RANGES.json writes it (the workflow's ``tuning.ranges`` entry), its values SageMaker's strings."""
+        if self.kind == "categorical":
+            return {"type": self.kind, "values": list(self.values)}
+        return {"type": self.kind, "min": self.min_value, "max": self.max_value, "scaling": self.scaling}
 
     def sagemaker(self) -> dict[str, Any]:
         """The range as an entry of SageMaker's ``ParameterRanges`` list of its kind."""
@@ -202,13 +243,15 @@ class TuningValues:
         max_jobs: The most trials (a Grid: its combinations).
         max_parallel_jobs: Trials at once.
         settings: The config's ``tuning`` section (strategy, early stopping, objective).
+
+    All concrete (a direct launch), or the workflow's variables (:func:`state_machine_tuning_values`).
     """
 
-    job_name: str
+    job_name: Union[str, Jsonata]
     training: LaunchValues
-    ranges: tuple[ParameterRange, ...]
-    max_jobs: int
-    max_parallel_jobs: int
+    ranges: Union[tuple[ParameterRange, ...], Jsonata]
+    max_jobs: Union[int, Jsonata]
+    max_parallel_jobs: Union[int, Jsonata]
     settings: TuningConfig
 
 
@@ -328,33 +371,420 @@ def _grid_size(ranges: Sequence[ParameterRange], settings: TuningConfig) -> int:
 
 
 def create_tuning_job_request(template: JobTemplate, tuning: TuningValues) -> dict[str, Any]:
-    """The CreateHyperParameterTuningJob request (boto3 keyword arguments)."""
-    training = create_training_job_request(template, tuning.training)
+    """The CreateHyperParameterTuningJob request (boto3 keyword arguments / the workflow's Tune task's
+    ``Arguments``, with :func:`state_machine_tuning_values`)."""
+    training = training_job_request_values(template, tuning.training)
     definition = {key: value for key, value in training.items() if key not in DEFINITION_DROPS}
     definition["AlgorithmSpecification"] = {
         key: value for key, value in training["AlgorithmSpecification"].items() if key != "EnableSageMakerMetricsTimeSeries"
     }
     definition["StaticHyperParameters"] = training["HyperParameters"]
     if "CheckpointConfig" in definition:
-        definition["Environment"] = {**definition["Environment"], CHECKPOINT_PER_JOB_ENV: "true"}
-    ranges: dict[str, list[dict[str, Any]]] = {}
-    for r in tuning.ranges:
-        ranges.setdefault(RANGE_KINDS[r.kind], []).append(r.sagemaker())
+        definition["Environment"] = merge(definition["Environment"], {CHECKPOINT_PER_JOB_ENV: "true"})
     settings = tuning.settings
-    limits: dict[str, int] = {"MaxParallelTrainingJobs": tuning.max_parallel_jobs}
+    limits: dict[str, Any] = {"MaxParallelTrainingJobs": tuning.max_parallel_jobs}
     if settings.strategy != "Grid":
         # A Grid runs every combination; SageMaker takes no job count with it.
         limits["MaxNumberOfTrainingJobs"] = tuning.max_jobs
-    return {
+    return render({
         "HyperParameterTuningJobName": tuning.job_name,
         "HyperParameterTuningJobConfig": {
             "Strategy": settings.strategy,
             "HyperParameterTuningJobObjective": {"Type": settings.objective_type, "MetricName": settings.objective_metric},
             "ResourceLimits": limits,
-            "ParameterRanges": ranges,
+            "ParameterRanges": parameter_ranges(tuning.ranges),
             "TrainingJobEarlyStoppingType": settings.early_stopping,
         },
         "TrainingJobDefinition": definition,
         # SageMaker adds the tuning job's tags to every training job it starts.
         "Tags": training["Tags"],
+    })
+
+
+def parameter_ranges(ranges: Union[Sequence[ParameterRange], Jsonata]) -> Any:
+    """SageMaker's ``ParameterRanges`` (a list per kind, only the kinds used), now or from the workflow's
+    ``$ranges`` (RANGES.json's shape; bounds and values made strings as :func:`parse_ranges` makes them)."""
+    if not isinstance(ranges, Jsonata):
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for r in ranges:
+            grouped.setdefault(RANGE_KINDS[r.kind], []).append(r.sagemaker())
+        return grouped
+    entry = {
+        "categorical": "{'Name': $k, 'Values': [$map($lookup($v, 'values'), function($x) {$string($x)})]}",
+        "bounded": (
+            "{'Name': $k, 'MinValue': $string($lookup($v, 'min')), 'MaxValue': $string($lookup($v, 'max')),"
+            " 'ScalingType': $exists($lookup($v, 'scaling')) ? $lookup($v, 'scaling') : 'Auto'}"
+        ),
     }
+    parts = []
+    for kind, member in RANGE_KINDS.items():
+        build = entry["categorical" if kind == "categorical" else "bounded"]
+        picked = f"[$each({to_jsonata(ranges)}, function($v, $k) {{$lookup($v, 'type') = '{kind}' ? {build}}})]"
+        parts.append(f"($r := {picked}; $count($r) > 0 ? {{'{member}': $r}} : {{}})")
+    return Jsonata("$merge([" + ", ".join(parts) + "])")
+
+
+# --------------------------------------------------------------------------------------------
+# The workflow's Tune branch: its execution input, variables and checks
+# --------------------------------------------------------------------------------------------
+
+TUNING_INPUT = "tuning"
+"""The execution input's member that makes the training workflow tune: ``{"ranges": RANGES.json's object,
+"max_jobs": N, "max_parallel_jobs": N}`` (the caps optional)."""
+_TUNING_KEYS = ("ranges", "max_jobs", "max_parallel_jobs")
+TUNING_NAME_PATTERN = "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,31}$"
+"""SageMaker's HyperParameterTuningJobName (botocore's model: 32 characters)."""
+
+
+TUNE_OUTPUT = (
+    "{% {'HyperParameterTuningJobName': $states.result.HyperParameterTuningJobName,"
+    " 'HyperParameterTuningJobArn': $states.result.HyperParameterTuningJobArn,"
+    " 'HyperParameterTuningJobStatus': $states.result.HyperParameterTuningJobStatus,"
+    " 'BestTrainingJob': $states.result.BestTrainingJob,"
+    " 'TrainingJobStatusCounters': $states.result.TrainingJobStatusCounters} %}"
+)
+"""The Tune task's output: the tuning job, and its best training job (name, objective, tuned values) to promote."""
+TUNING_FAILED_ERROR = "{% $states.input.Error = 'States.TaskFailed' ? 'TuningJobFailed' : $states.input.Error %}"
+"""The error of the Tune task's failure state: ``TuningJobFailed`` for a tuning job that failed or was
+stopped (the ``.sync`` task's States.TaskFailed), else the task's own (``SageMaker.ValidationException``...)."""
+TUNING_FAILED_CAUSE = (
+    "{% $states.input.Error = 'States.TaskFailed' and $substring($trim($states.input.Cause), 0, 1) = '{'"
+    " ? ($d := $parse($states.input.Cause); $d.HyperParameterTuningJobName & ' ' & $d.HyperParameterTuningJobStatus"
+    " & ': ' & ($exists($d.FailureReason) ? $d.FailureReason : 'no reason given'))"
+    " : $states.input.Cause %}"
+)
+"""Its cause, one line: ``<tuning job> <status>: <SageMaker's FailureReason>`` (the ``.sync`` task's cause is
+the job's description as JSON), or the task's own cause."""
+
+
+def tuning_execution_input(options: TuningOptions, values: TuningValues) -> dict[str, Any]:
+    """The training workflow's execution input for a checked tuning launch: the training overrides
+    (named after the tuning job) and ``tuning``, with the caps :func:`resolve_tuning` settled on, so
+    the workflow sends :func:`create_tuning_job_request`'s request for them."""
+    tuned = {r.name for r in options.ranges}
+    static = {k: v for k, v in options.training.hyperparameters.items() if k not in tuned}
+    training = replace(options.training, job_name=str(values.job_name), hyperparameters=static, keep_alive_seconds=None)
+    ranges = values.ranges if not isinstance(values.ranges, Jsonata) else ()
+    return {
+        **training.state_machine_input(),
+        TUNING_INPUT: {
+            "ranges": {r.name: r.as_json() for r in ranges},
+            "max_jobs": values.max_jobs,
+            "max_parallel_jobs": values.max_parallel_jobs,
+        },
+    }
+
+
+def state_machine_tuning_values(settings: TuningConfig) -> TuningValues:
+    """The tuning launch as the workflow's variables (:func:`tuning_state_machine_assignments` over the
+    training launch's :data:`STATE_MACHINE_VALUES`); trials keep no warm pool."""
+    return TuningValues(
+        job_name=Jsonata("$job_name"),
+        training=replace(STATE_MACHINE_VALUES, keep_alive_seconds=0),
+        ranges=Jsonata("$ranges"),
+        max_jobs=Jsonata("$max_jobs"),
+        max_parallel_jobs=Jsonata("$max_parallel_jobs"),
+        settings=settings,
+    )
+
+
+def tuning_state_machine_assignments(template: JobTemplate, settings: TuningConfig, source: str = "$states.input") -> dict[str, Any]:
+    """``Assign`` of the Tune branch's first state, over the training launch's variables: ``tuning``,
+    ``ranges`` (null when absent), ``max_jobs`` and ``max_parallel_jobs`` (the config's caps by default,
+    the parallel one no more than ``max_jobs``), ``keep_alive_seconds`` (0 unless given: trials keep no
+    warm pool), ``hyperparameters`` without the tuned names (the static ones), and without a given
+    ``job_name`` the tuning job's own: ``<project>-`` and the execution name's letters and digits, cut
+    to SageMaker's 32 characters."""
+    tuning = f"{source}.{TUNING_INPUT}"
+    given = f"$type({tuning}) = 'object'"
+
+    def member(name: str, default: str) -> str:
+        return f"({given} and $exists({tuning}.{name}) ? {tuning}.{name} : {default})"
+
+    max_jobs = member("max_jobs", str(settings.max_jobs))
+    parallel_cap = settings.max_parallel_jobs
+    ranges = f"{tuning}.ranges"
+    tuned = f"($type({ranges}) = 'object' ? $keys({ranges}) : [])"
+    static = f"$merge([{{}}, $sift($hyperparameters, function($v, $k) {{$not($k in {tuned})}})])"
+    name_length = tuning_job_limits().job_name.max_length
+    default_name = (
+        f"$substring({json.dumps(template.job_name_prefix)} & $replace($states.context.Execution.Name, /[^A-Za-z0-9]/, ''),"
+        f" 0, {name_length})"
+    )
+    return {
+        "tuning": "{% " + tuning + " %}",
+        "ranges": "{% " + member("ranges", "null") + " %}",
+        "max_jobs": "{% " + max_jobs + " %}",
+        "max_parallel_jobs": "{% "
+        + member("max_parallel_jobs", f"($m := {max_jobs}; $type($m) = 'number' and $m < {parallel_cap} ? $m : {parallel_cap})")
+        + " %}",
+        "job_name": f"{{% $exists({source}.job_name) ? $job_name : {default_name} %}}",
+        "keep_alive_seconds": f"{{% $exists({source}.keep_alive_seconds) ? {source}.keep_alive_seconds : 0 %}}",
+        "hyperparameters": f"{{% $type($hyperparameters) = 'object' ? {static} : $hyperparameters %}}",
+    }
+
+
+@dataclass(frozen=True)
+class _Distinct(Expr):
+    """``$count($distinct(values as strings)) = $count(values)``: no value twice, as SageMaker receives them."""
+
+    values: Expr
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        strings = [hyperparameter_string(v) for v in self.values.evaluate(env)]
+        return len(set(strings)) == len(strings)
+
+    def jsonata(self) -> str:
+        values = self.values.jsonata()
+        return f"($count($distinct($map({values}, function($x) {{$string($x)}}))) = $count({values}))"
+
+
+@dataclass(frozen=True)
+class _GridSize(Expr):
+    """The product of the categorical ranges' value counts: a Grid's trials."""
+
+    ranges: Expr
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return math.prod(len(r.get("values") or []) for r in self.ranges.evaluate(env).values())
+
+    def jsonata(self) -> str:
+        counts = f"[$each({self.ranges.jsonata()}, function($v) {{$count($lookup($v, 'values'))}})]"
+        return f"$reduce({counts}, function($a, $b) {{$a * $b}}, 1)"
+
+
+def _reads_as_number(value: Expr, *, whole: bool) -> Expr:
+    """A number (whole for an integer range), or a string that reads as one."""
+    pattern = "^[+-]?[0-9]+$" if whole else _NUMBER.pattern
+    number = WholeNumber(value) if whole else eq(type_of(value), "number")
+    return any_of(number, all_of(eq(type_of(value), "string"), Matches(value, pattern)))
+
+
+def _as_number(value: Expr) -> Expr:
+    return IfElse(eq(type_of(value), "number"), value, number_of(value))
+
+
+def _range_is_well_formed(r: Expr) -> Expr:
+    """The range ``r`` is one SageMaker takes, as :func:`parse_ranges` checks it (JSON types, bounds in
+    order, scaling, 1-N distinct values of at most SageMaker's length)."""
+    limits = tuning_job_limits()
+    kind = Lookup(r, Lit("type"))
+
+    def only_keys(kind_name: str) -> Expr:
+        return eq(count(BadKeys(r, InTable(Lit(dict.fromkeys(sorted(_RANGE_KEYS[kind_name]), True)), KEY))), 0)
+
+    def bounded(kind_name: str, scalings: Sequence[str]) -> Expr:
+        low, high, scaling = Lookup(r, Lit("min")), Lookup(r, Lit("max")), Lookup(r, Lit("scaling"))
+        whole = kind_name == "integer"
+        return all_of(
+            eq(kind, kind_name),
+            only_keys(kind_name),
+            _reads_as_number(low, whole=whole),
+            _reads_as_number(high, whole=whole),
+            lt(_as_number(low), _as_number(high)),
+            any_of(Not(InTable(r, Lit("scaling"))), all_of(eq(type_of(scaling), "string"), InTable(Lit(dict.fromkeys(scalings, True)), scaling))),
+            any_of(Not(eq(scaling, "Logarithmic")), gt(_as_number(low), 0)),
+            any_of(Not(eq(scaling, "ReverseLogarithmic")), all_of(ge(_as_number(low), 0), lt(_as_number(high), 1))),
+        )
+
+    values = Lookup(r, Lit("values"))
+    scalar = any_of(*(eq(type_of(ITEM), t) for t in ("string", "number", "boolean")))
+    max_length = limits.parameter_value.max_length
+    categorical = all_of(
+        eq(kind, "categorical"),
+        only_keys("categorical"),
+        eq(type_of(values), "array"),
+        ge(count(values), 1),
+        le(count(values), limits.max_categorical_values),
+        eq(count(BadItems(values, all_of(scalar, le(length(string_of(ITEM)), max_length)))), 0),
+        _Distinct(values),
+    )
+    return all_of(
+        eq(type_of(r), "object"),
+        any_of(
+            bounded("continuous", limits.scaling_types),
+            bounded("integer", tuple(s for s in limits.scaling_types if s != "ReverseLogarithmic")),
+            categorical,
+        ),
+    )
+
+
+def tuning_launch_rules(template: JobTemplate, settings: TuningConfig) -> tuple[Rule, ...]:
+    """The Tune branch's checks of a tuning launch, over :func:`tuning_state_machine_assignments`'s
+    variables, after the training launch's own (:func:`training_job_spec.launch_rules`): as far as
+    JSONata can say what :func:`resolve_tuning` refuses. The tuning input's shape, each range's shape,
+    names (never ``_*`` or ``sagemaker_*``; the built-in trainer's unless the launch runs a script),
+    each bound and categorical value with its hyperparameter's value pattern, a continuous range only on
+    a hyperparameter that takes fractions, the caps of the config's ``tuning`` section, the tuning job's
+    name, no warm pool, a Grid's ranges, and the objective's validation channel. What needs the image's
+    parser (a bound's range, the checks across keys, the batch split) only the Python path checks."""
+    limits = tuning_job_limits()
+    rules = hyperparameter_rules.image_rules()
+    tuning, ranges = Var("tuning"), Var("ranges")
+    max_jobs, parallel, job_name = Var("max_jobs"), Var("max_parallel_jobs"), Var("job_name")
+    builtin = eq(Var("code_uri"), "")
+    has_ranges = eq(type_of(ranges), "object")
+    r = Lookup(ranges, KEY)
+    kind = Lookup(r, Lit("type"))
+    well_formed = _range_is_well_formed(r)
+    known_names = rules.known_hyperparameters()
+    known = Lit(dict.fromkeys(known_names, True))
+    by_pattern: dict[str, list[str]] = {}
+    for name in known_names:
+        by_pattern.setdefault(rules.value_pattern(name), []).append(name)
+    fractional = Lit({name: True for name in known_names if re.fullmatch(rules.value_pattern(name), "0.5")})
+    value_reads = any_of(
+        *(all_of(InTable(Lit(dict.fromkeys(names, True)), KEY), Matches(string_of(ITEM), pattern)) for pattern, names in by_pattern.items())
+    )
+    bounds = IfElse(eq(kind, "categorical"), Lookup(r, Lit("values")), ArrayOf((Lookup(r, Lit("min")), Lookup(r, Lit("max")))))
+    platform = hyperparameter_rules.PLATFORM_PREFIX
+
+    def bad_ranges(ok: Expr) -> Expr:
+        return BadKeys(ranges, ok)
+
+    malformed = bad_ranges(well_formed)
+    reserved = bad_ranges(Not(any_of(starts_with(KEY, "_"), starts_with(KEY, platform))))
+    unknown = bad_ranges(any_of(Not(builtin), InTable(known, KEY), starts_with(KEY, "_"), starts_with(KEY, platform)))
+    unreadable = bad_ranges(any_of(Not(builtin), Not(InTable(known, KEY)), Not(well_formed), eq(count(BadItems(bounds, value_reads)), 0)))
+    whole_only = bad_ranges(any_of(Not(builtin), Not(InTable(known, KEY)), Not(eq(kind, "continuous")), InTable(fractional, KEY)))
+    on_ranges = Not(has_ranges)
+    table = [
+        Rule(
+            "tuning",
+            all_of(eq(type_of(tuning), "object"), eq(count(BadKeys(tuning, InTable(Lit(dict.fromkeys(_TUNING_KEYS, True)), KEY))), 0)),
+            ("tuning must be an object of ranges, max_jobs and max_parallel_jobs (scripts.launch --tune RANGES.json), not ", string_of(tuning)),
+        ),
+        Rule(
+            "tuning.ranges",
+            all_of(has_ranges, ge(key_count(ranges), 1), le(key_count(ranges), limits.max_ranges)),
+            (
+                f"tuning.ranges must be an object of 1-{limits.max_ranges} hyperparameter -> range (RANGES.json's, e.g."
+                ' {"learning_rate": {"type": "continuous", "min": 0.0001, "max": 0.1}})',
+            ),
+        ),
+        Rule(
+            "tuning.ranges",
+            any_of(on_ranges, eq(count(malformed), 0)),
+            (
+                "tuning.ranges ", Joined(malformed), " are not ranges SageMaker takes: {type: continuous or integer, min < max"
+                f" (numbers; whole for integer), scaling: {', '.join(limits.scaling_types)}}} or {{type: categorical, values:"
+                f" 1-{limits.max_categorical_values} distinct strings, numbers or booleans}} (scripts.launch --tune --dry-run says which)",
+            ),
+        ),
+        Rule(
+            "tuning.ranges",
+            any_of(on_ranges, eq(count(reserved), 0)),
+            (
+                "tuning.ranges ", Joined(reserved), f" are not for a launch to tune: names starting with _ are SageMaker's and"
+                f" {platform}* the platform's (set from the checked code_uri and entry_point)",
+            ),
+        ),
+        Rule(
+            "tuning.ranges",
+            any_of(on_ranges, eq(count(unknown), 0)),
+            (
+                "tuning.ranges ", Joined(unknown), " are unknown to the built-in trainer (docs/image.md lists them all),"
+                f" or tune a script of your own with {hyperparameter_rules.CODE_FLAGS}",
+            ),
+        ),
+        Rule(
+            "tuning.ranges",
+            any_of(on_ranges, eq(count(unreadable), 0)),
+            (
+                "tuning.ranges ", Joined(unreadable), " have bounds or values the built-in trainer cannot read (a whole number,"
+                " a number, true/false or one of its choices; scripts.launch --tune --dry-run says which)",
+            ),
+        ),
+        Rule(
+            "tuning.ranges",
+            any_of(on_ranges, eq(count(whole_only), 0)),
+            (
+                "tuning.ranges ", Joined(whole_only), " take whole numbers, and a continuous range passes fractions:"
+                ' make them "type": "integer"',
+            ),
+        ),
+        Rule(
+            "tuning.max_jobs",
+            all_of(WholeNumber(max_jobs), ge(max_jobs, 1), le(max_jobs, settings.max_jobs)),
+            (
+                "tuning.max_jobs ", max_jobs, f" must be a whole number from 1 to {settings.max_jobs}, the cap the deployment's"
+                " tuning.max_jobs sets (scripts.launch --max-jobs)",
+            ),
+        ),
+        Rule(
+            "tuning.max_parallel_jobs",
+            all_of(
+                WholeNumber(parallel), ge(parallel, 1), le(parallel, settings.max_parallel_jobs),
+                any_of(Not(WholeNumber(max_jobs)), le(parallel, max_jobs)),
+            ),
+            (
+                "tuning.max_parallel_jobs ", parallel, f" must be a whole number from 1 to {settings.max_parallel_jobs} (the"
+                " deployment's tuning.max_parallel_jobs) and no more than max_jobs (scripts.launch --max-parallel-jobs)",
+            ),
+        ),
+        Rule(
+            "job_name",
+            all_of(eq(type_of(job_name), "string"), le(length(job_name), limits.job_name.max_length), Matches(job_name, TUNING_NAME_PATTERN)),
+            (
+                "job_name ", job_name, f" names the tuning job: at most {limits.job_name.max_length} characters, letters,"
+                " digits and hyphens (scripts.launch --tune ... --name)",
+            ),
+        ),
+        Rule(
+            "keep_alive_seconds",
+            eq(Var("keep_alive_seconds"), 0),
+            ("keep_alive_seconds ", Var("keep_alive_seconds"), ": a tuning job's trials keep no warm pool: drop it (--keep-alive)"),
+        ),
+    ]
+    if settings.strategy == "Grid":
+        table += _grid_rules(settings, ranges, malformed)
+    if settings.objective_metric.startswith("validation:"):
+        table.append(_validation_channel_rule(settings, builtin))
+    return tuple(table)
+
+
+def _grid_rules(settings: TuningConfig, ranges: Expr, malformed: Expr) -> list[Rule]:
+    """A Grid takes categorical ranges only, and runs every combination: at most ``tuning.max_jobs``."""
+    not_categorical = BadKeys(ranges, eq(Lookup(Lookup(ranges, KEY), Lit("type")), "categorical"))
+    on_ranges = Not(eq(type_of(ranges), "object"))
+    return [
+        Rule(
+            "tuning.ranges",
+            any_of(on_ranges, eq(count(not_categorical), 0)),
+            (
+                "tuning.ranges ", Joined(not_categorical), " are not categorical, and the Grid strategy takes categorical"
+                " ranges only: list their values, or deploy another tuning.strategy",
+            ),
+        ),
+        Rule(
+            "tuning.ranges",
+            any_of(on_ranges, Not(eq(count(not_categorical), 0)), Not(eq(count(malformed), 0)), le(_GridSize(ranges), settings.max_jobs)),
+            (
+                "tuning.ranges: the grid has ", _GridSize(ranges), f" combinations, more than tuning.max_jobs = {settings.max_jobs}:"
+                " list fewer values",
+            ),
+        ),
+    ]
+
+
+def _validation_channel_rule(settings: TuningConfig, builtin: Expr) -> Rule:
+    """The built-in trainer measures ``validation:*`` only on its validation channel (:func:`_objective_problems`)."""
+    hyperparameters, channels = Var("hyperparameters"), Var("channels")
+    channel = IfElse(InTable(hyperparameters, Lit("validation_channel")), Lookup(hyperparameters, Lit("validation_channel")), Lit("validation"))
+    return Rule(
+        "channels",
+        any_of(
+            Not(builtin), Not(eq(type_of(hyperparameters), "object")), Not(eq(type_of(channels), "object")),
+            Not(eq(type_of(channel), "string")), InTable(channels, channel),
+        ),
+        (
+            f"tuning.objective_metric {settings.objective_metric} is measured on the ", channel, " input channel, which"
+            " this job does not have: add the channel (training_job.channels), or deploy with"
+            " tuning.objective_metric=train:loss",
+        ),
+    )
+
+
+def tuning_rules(template: JobTemplate, settings: TuningConfig) -> LaunchRules:
+    """:func:`tuning_launch_rules` in JSONata, refused as :data:`TUNING_TITLE`."""
+    return render_rules(tuning_launch_rules(template, settings), TUNING_TITLE)

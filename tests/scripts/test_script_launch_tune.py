@@ -1,4 +1,5 @@
-"""scripts.launch --tune: the tuning job's request, dry run (offline too), price line, refusals; scripts.promote --best-of."""
+"""scripts.launch --tune: the workflow execution's input, the direct tuning job's request, dry run (offline too),
+price line, refusals; scripts.promote --best-of."""
 
 from __future__ import annotations
 
@@ -33,8 +34,29 @@ def offline(monkeypatch):
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
 
 
-def test_dry_run_offline_prints_the_request_and_the_price(offline, ranges, capsys):
-    assert main(["--tune", str(ranges), "--max-jobs", "3", "--dry-run", "--name", f"{PROJECT}-tune-1", *TRAIN_LOSS]) == 0
+def test_dry_run_offline_prints_the_execution_input_and_the_price(offline, ranges, capsys):
+    argv = ["--tune", str(ranges), "--max-jobs", "3", "--dry-run", "--name", f"{PROJECT}-tune-1", "--hp", "epochs=2", *TRAIN_LOSS]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    # What the training workflow's Tune branch reads: the overrides, the ranges as SageMaker's strings, the caps.
+    assert json.loads(captured.out) == {
+        "job_name": f"{PROJECT}-tune-1",
+        "hyperparameters": {"epochs": "2"},
+        "tuning": {
+            "ranges": {
+                "learning_rate": {"type": "continuous", "min": "0.001", "max": "0.1", "scaling": "Logarithmic"},
+                "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
+            },
+            "max_jobs": 3,
+            "max_parallel_jobs": 2,
+        },
+    }
+    (price,) = [line for line in captured.err.splitlines() if line.startswith("price:")]
+    assert price.startswith(f"price: tuning job {PROJECT}-tune-1: up to 3 trials of 1 x ml.g5.xlarge, each, managed spot")
+
+
+def test_direct_dry_run_offline_prints_the_request_and_the_price(offline, ranges, capsys):
+    assert main(["--tune", str(ranges), "--direct", "--max-jobs", "3", "--dry-run", "--name", f"{PROJECT}-tune-1", *TRAIN_LOSS]) == 0
     captured = capsys.readouterr()
     request = json.loads(captured.out)
     validate_parameters(request, get_session().get_service_model("sagemaker").operation_model("CreateHyperParameterTuningJob").input_shape)
@@ -74,9 +96,24 @@ def test_a_launch_over_the_spend_limit_needs_yes(aws, ranges, capsys):
     assert "over cost.confirm_above_usd" in capsys.readouterr().err
 
 
-def test_tune_creates_the_tuning_job_with_the_platforms_definition(aws, ranges, capsys):
-    name = f"{PROJECT}-tune-2"
+def test_tune_starts_a_workflow_execution_named_after_the_tuning_job(aws, ranges, capsys):
+    name = f"{PROJECT}-tune-5"
     assert main(["--tune", str(ranges), "--max-jobs", "2", "--name", name, "--yes", "--hp", "epochs=2", *TRAIN_LOSS]) == 0
+    out = capsys.readouterr().out
+    assert f"tuning job: {name}" in out and "execution: " in out and f"python -m scripts.promote --best-of {name}" in out
+    arn = aws.training["StateMachineArn"].replace(":stateMachine:", ":execution:") + f":{name}"
+    execution = boto3.client("stepfunctions", region_name=REGION).describe_execution(executionArn=arn)
+    execution_input = json.loads(execution["input"])
+    assert execution_input["job_name"] == name and execution_input["hyperparameters"] == {"epochs": "2"}
+    assert execution_input["tuning"]["max_jobs"] == 2 and set(execution_input["tuning"]["ranges"]) == set(RANGES)
+    # Nothing was created directly: the workflow's role creates the tuning job.
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    assert name not in [j["HyperParameterTuningJobName"] for j in sagemaker.list_hyper_parameter_tuning_jobs()["HyperParameterTuningJobSummaries"]]
+
+
+def test_tune_direct_creates_the_tuning_job_with_the_platforms_definition(aws, ranges, capsys):
+    name = f"{PROJECT}-tune-2"
+    assert main(["--tune", str(ranges), "--direct", "--max-jobs", "2", "--name", name, "--yes", "--hp", "epochs=2", *TRAIN_LOSS]) == 0
     out = capsys.readouterr().out
     assert f"tuning job: {name}" in out and f"python -m scripts.promote --best-of {name}" in out
     job = boto3.client("sagemaker", region_name=REGION).describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)

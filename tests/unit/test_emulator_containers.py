@@ -430,3 +430,38 @@ def test_a_warm_pool_is_reported_audited_and_ended_by_teardown(emulator, process
     assert pool["Status"] == "Terminated" and pool["ResourceRetainedBillableTimeInSeconds"] >= 0
     judged = teardown_audit._judge(arn, data_retained=True, client=lambda s: _client(emulator, s), ec2=None)
     assert judged.verdict == teardown_audit.INFO
+
+
+def test_stop_hyper_parameter_tuning_job_stops_it_and_its_running_trials_as_sagemaker_does(emulator) -> None:
+    """moto has no StopHyperParameterTuningJob: the emulator's turns the tuning job and its running
+    trials Stopping (the local tuner and runner then end them Stopped), and refuses an ended one."""
+    from botocore.exceptions import ClientError
+    from moto.backends import get_backend
+
+    sagemaker = _client(emulator, "sagemaker")
+    role = "arn:aws:iam::123456789012:role/r"
+    sagemaker.create_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName="gputrain-t1",
+        HyperParameterTuningJobConfig={
+            "Strategy": "Random", "ResourceLimits": {"MaxNumberOfTrainingJobs": 2, "MaxParallelTrainingJobs": 1},
+            "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "train:loss"},
+        },
+        TrainingJobDefinition={
+            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"}, "RoleArn": role,
+            "OutputDataConfig": {"S3OutputPath": "s3://out/x/"}, "StoppingCondition": {"MaxRuntimeInSeconds": 60},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+        },
+    )
+    backend = get_backend("sagemaker")[server.ACCOUNT][server.REGION]
+    backend.hyper_parameter_tuning_jobs["gputrain-t1"].hyper_parameter_tuning_job_status = "InProgress"  # as a watching tuner sets it
+    for name in ("gputrain-t1-001-0123abcd", "gputrain-other-1"):
+        _create_training_job(emulator, name, ["true"])
+        backend.training_jobs[name].training_job_status = "InProgress"
+
+    sagemaker.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName="gputrain-t1")
+    described = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName="gputrain-t1")
+    assert described["HyperParameterTuningJobStatus"] == "Stopping"
+    assert backend.training_jobs["gputrain-t1-001-0123abcd"].training_job_status == "Stopping"  # its running trial
+    assert backend.training_jobs["gputrain-other-1"].training_job_status == "InProgress"  # not its trial
+    with pytest.raises(ClientError, match="in status Stopping"):
+        sagemaker.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName="gputrain-t1")

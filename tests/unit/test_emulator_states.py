@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import pytest
 
 from scripts.emulator import server
-from scripts.emulator.states import Integrations, Interpreter, JsonataEvaluator, LocalStepFunctions, StatesError
+from scripts.emulator.states import Aborted, Integrations, Interpreter, JsonataEvaluator, LocalStepFunctions, StatesError
 
 ROLE = f"arn:aws:iam::{server.ACCOUNT}:role/workflow"
 
@@ -408,3 +408,68 @@ def test_a_timed_out_transform_task_stops_its_job() -> None:
         integrations.call(TRANSFORM_SYNC, {"TransformJobName": "gputrain-r3-transform"}, aborted=lambda: False, deadline=0.0)
     assert timed_out.value.error == "States.Timeout" and "gputrain-r3-transform was still InProgress" in timed_out.value.cause
     assert fake.calls[-1] == ("stop", "gputrain-r3-transform"), "Step Functions stops the job of a timed-out .sync task"
+
+
+class _FakeTuner:
+    """A SageMaker client that plays one tuning job through the statuses given, recording the calls."""
+
+    def __init__(self, statuses: list[str], **described: Any) -> None:
+        self.statuses, self.described, self.calls = list(statuses), described, []
+
+    def create_hyper_parameter_tuning_job(self, **request: Any) -> dict[str, Any]:
+        self.calls.append(("create", request))
+        return {"HyperParameterTuningJobArn": f"arn:aws:sagemaker:{server.REGION}:{server.ACCOUNT}:hyper-parameter-tuning-job/x"}
+
+    def describe_hyper_parameter_tuning_job(self, HyperParameterTuningJobName: str) -> dict[str, Any]:
+        self.calls.append(("describe", HyperParameterTuningJobName))
+        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return {"HyperParameterTuningJobName": HyperParameterTuningJobName, "HyperParameterTuningJobStatus": status, **self.described}
+
+    def stop_hyper_parameter_tuning_job(self, HyperParameterTuningJobName: str) -> None:
+        self.calls.append(("stop", HyperParameterTuningJobName))
+
+
+TUNING_SYNC = "arn:aws:states:::sagemaker:createHyperParameterTuningJob.sync"
+BEST = {"TrainingJobName": "gputrain-t1-002-abcd1234", "FinalHyperParameterTuningJobObjectiveMetric": {"MetricName": "train:loss", "Value": 0.1}}
+
+
+def test_a_tuning_sync_task_creates_the_job_and_polls_it_to_its_end() -> None:
+    fake = _FakeTuner(["InProgress", "InProgress", "Completed"], BestTrainingJob=BEST)
+    integrations = Integrations(lambda service: fake, poll_seconds=0)
+    request = {"HyperParameterTuningJobName": "gputrain-t1"}
+    result = integrations.call(TUNING_SYNC, request, aborted=lambda: False, deadline=None)
+    assert result["HyperParameterTuningJobStatus"] == "Completed" and result["BestTrainingJob"] == BEST
+    assert fake.calls[0] == ("create", request)
+    assert [c for c in fake.calls if c[0] == "describe"] == [("describe", "gputrain-t1")] * 3
+
+
+@pytest.mark.parametrize("status", ["Failed", "Stopped"])
+def test_a_failed_or_stopped_tuning_job_fails_the_task_and_the_tune_branch_names_it(status: str) -> None:
+    """The .sync task fails with States.TaskFailed and the description; the workflow's TuningJobFailed state
+    turns that into one line with SageMaker's reason."""
+    from stacks.components.tuning_job_spec import TUNING_FAILED_CAUSE, TUNING_FAILED_ERROR
+
+    fake = _FakeTuner(["InProgress", status], FailureReason="No training job succeeded after 5 attempts")
+    integrations = Integrations(lambda service: fake, poll_seconds=0)
+    with pytest.raises(StatesError) as failed:
+        integrations.call(TUNING_SYNC, {"HyperParameterTuningJobName": "gputrain-t2"}, aborted=lambda: False, deadline=None)
+    assert failed.value.error == "States.TaskFailed"
+    assert json.loads(failed.value.cause)["HyperParameterTuningJobStatus"] == status
+    evaluator = JsonataEvaluator()
+    try:
+        bindings = {"states": {"input": {"Error": failed.value.error, "Cause": failed.value.cause}}}
+        refused = {"states": {"input": {"Error": "SageMaker.ValidationException", "Cause": "bad request"}}}
+        assert evaluator.evaluate(TUNING_FAILED_ERROR, bindings) == "TuningJobFailed"
+        assert evaluator.evaluate(TUNING_FAILED_CAUSE, bindings) == f"gputrain-t2 {status}: No training job succeeded after 5 attempts"
+        assert evaluator.evaluate(TUNING_FAILED_ERROR, refused) == "SageMaker.ValidationException"
+        assert evaluator.evaluate(TUNING_FAILED_CAUSE, refused) == "bad request"
+    finally:
+        evaluator.close()
+
+
+def test_an_aborted_tuning_task_stops_its_job() -> None:
+    fake = _FakeTuner(["InProgress"])
+    integrations = Integrations(lambda service: fake, poll_seconds=0)
+    with pytest.raises(Aborted):
+        integrations.call(TUNING_SYNC, {"HyperParameterTuningJobName": "gputrain-t3"}, aborted=lambda: True, deadline=None)
+    assert fake.calls[-1] == ("stop", "gputrain-t3"), "Step Functions stops the tuning job of a stopped execution"

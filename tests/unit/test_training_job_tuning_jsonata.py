@@ -1,0 +1,240 @@
+"""The training workflow's Tune branch and ``launch --tune --direct`` send the same tuning request.
+
+The Tune branch's JSONata (the training launch's variables, then the tuning launch's, the two checks
+and the CreateHyperParameterTuningJob request) is evaluated with the reference JSONata implementation,
+as ``test_training_job_jsonata`` does for one training job, and compared with what
+:func:`resolve_tuning` and :func:`create_tuning_job_request` build in Python for the execution input
+``scripts.launch --tune`` starts (:func:`tuning_execution_input`). Refused launches take the branch's
+failure state with one line naming what to fix, and the Python path refuses them too.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from stacks.components.training_job_spec import JobTemplate, LaunchError, LaunchOptions, launch_rules, state_machine_assignments
+from stacks.components.tuning_job_spec import (
+    TUNING_TITLE,
+    TuningOptions,
+    create_tuning_job_request,
+    parse_ranges,
+    resolve_tuning,
+    state_machine_tuning_values,
+    tuning_execution_input,
+    tuning_rules,
+    tuning_state_machine_assignments,
+)
+from stacks.config import PlatformConfig, load_config
+from tests.synth import project_context
+from tests.unit.test_training_job_jsonata import NODE_ENV, RESOURCES
+
+# As test_training_job_jsonata's evaluator, with the Tune branch's second Assign over the first's variables.
+EVALUATOR = r"""
+const jsonata = require("jsonata");
+async function ev(value, bindings) {
+  if (typeof value === "string" && value.startsWith("{%") && value.endsWith("%}"))
+    return await jsonata(value.slice(2, -2)).evaluate({}, bindings);
+  if (Array.isArray(value)) { const out = []; for (const v of value) out.push(await ev(v, bindings)); return out; }
+  if (value && typeof value === "object") { const out = {}; for (const [k, v] of Object.entries(value)) out[k] = await ev(v, bindings); return out; }
+  return value;
+}
+(async () => {
+  const doc = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  const results = [];
+  for (const c of doc.cases) {
+    const states = { input: c.input, context: { Execution: { Name: c.execution_name } } };
+    const launch = { ...(await ev(doc.assign, { states })), states };
+    const vars = { ...launch, ...(await ev(doc.tuning_assign, launch)), states };
+    const launch_ok = await ev(doc.launch_check, vars);
+    const ok = launch_ok && await ev(doc.tuning_check, vars);
+    results.push({
+      ok,
+      problem: ok ? null : await ev(launch_ok ? doc.tuning_problem : doc.launch_problem, vars),
+      request: ok ? await ev(doc.request, vars) : null,
+    });
+  }
+  process.stdout.write(JSON.stringify(results));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+RANGES = {
+    "learning_rate": {"type": "continuous", "min": 0.0001, "max": 0.1, "scaling": "Logarithmic"},
+    "batch_size": {"type": "integer", "min": 64, "max": 512},
+    "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
+}
+
+
+def _config(**tuning: Any) -> PlatformConfig:
+    settings = {"objective_metric": "train:loss", **tuning}
+    return load_config({**project_context(), **{f"gpu_training.tuning.{k}": json.dumps(v) if not isinstance(v, str) else v for k, v in settings.items()}})
+
+
+def _evaluate(config: PlatformConfig, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    template = JobTemplate.from_config(config, RESOURCES)
+    checks = tuning_rules(template, config.tuning)
+    doc = {
+        "assign": state_machine_assignments(template),
+        "tuning_assign": tuning_state_machine_assignments(template, config.tuning),
+        "launch_check": launch_rules(template).check(),
+        "launch_problem": launch_rules(template).problem(),
+        "tuning_check": checks.check(),
+        "tuning_problem": checks.problem(),
+        "request": create_tuning_job_request(template, state_machine_tuning_values(config.tuning)),
+        "cases": [{"execution_name": "e", **c} for c in cases],
+    }
+    result = subprocess.run(
+        ["node", "-e", EVALUATOR], input=json.dumps(doc), capture_output=True, text=True, env=NODE_ENV, timeout=60, check=True
+    )
+    return json.loads(result.stdout)
+
+
+def _direct(config: PlatformConfig, options: TuningOptions) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the execution input scripts.launch --tune starts, the request --tune --direct sends)."""
+    template = JobTemplate.from_config(config, RESOURCES)
+    values = resolve_tuning(template, config.tuning, options)
+    return tuning_execution_input(options, values), create_tuning_job_request(template, values)
+
+
+VALID = [
+    TuningOptions(parse_ranges(RANGES), LaunchOptions(job_name="gputrain-tune-1")),
+    TuningOptions(parse_ranges(RANGES), LaunchOptions(job_name="gputrain-tune-2", instance_count=2, use_spot=False,
+                                                      hyperparameters={"epochs": 2, "batch_size": 128}), max_jobs=4, max_parallel_jobs=1),
+    TuningOptions(parse_ranges({"lr": {"type": "continuous", "min": "0.01", "max": "0.5", "scaling": "ReverseLogarithmic"},
+                                "layers": {"type": "categorical", "values": [1, 2, True]}}),
+                  LaunchOptions(job_name="gputrain-tune-3", code_uri="s3://artifacts/code/t3/sourcedir.tar.gz", entry_point="train.py",
+                                hyperparameters={"epocs": "x"})),
+]
+
+
+def test_the_tune_branch_sends_the_direct_tuning_request():
+    config = _config()
+    pairs = [_direct(config, options) for options in VALID]
+    results = _evaluate(config, [{"input": execution_input} for execution_input, _ in pairs])
+    for (execution_input, request), result in zip(pairs, results):
+        assert result["ok"] is True, (execution_input, result["problem"])
+        assert result["request"] == request
+    first = results[0]["request"]
+    assert first["HyperParameterTuningJobConfig"]["ParameterRanges"] == {
+        "ContinuousParameterRanges": [{"Name": "learning_rate", "MinValue": "0.0001", "MaxValue": "0.1", "ScalingType": "Logarithmic"}],
+        "IntegerParameterRanges": [{"Name": "batch_size", "MinValue": "64", "MaxValue": "512", "ScalingType": "Auto"}],
+        "CategoricalParameterRanges": [{"Name": "optimizer", "Values": ["adam", "sgd"]}],
+    }
+    # The tuned names are not static; a given static value stays, and the trials keep no warm pool.
+    assert "batch_size" not in results[1]["request"]["TrainingJobDefinition"]["StaticHyperParameters"]
+    assert results[1]["request"]["TrainingJobDefinition"]["StaticHyperParameters"]["epochs"] == "2"
+    assert "KeepAlivePeriodInSeconds" not in first["TrainingJobDefinition"]["ResourceConfig"]
+
+
+def test_an_execution_with_only_ranges_gets_the_deployed_caps_and_a_tuning_job_name():
+    config = _config(max_jobs=6, max_parallel_jobs=3)
+    [result] = _evaluate(config, [{"input": {"tuning": {"ranges": RANGES}}, "execution_name": "0d6c5e6a-1b2c-4d5e-8f90-a1b2c3d4e5f6"}])
+    assert result["ok"] is True, result["problem"]
+    request = result["request"]
+    assert request["HyperParameterTuningJobName"] == "gputrain-0d6c5e6a1b2c4d5e8f90a1b"
+    assert request["HyperParameterTuningJobConfig"]["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 6, "MaxParallelTrainingJobs": 3}
+    _, direct = _direct(config, TuningOptions(parse_ranges(RANGES), LaunchOptions(job_name=request["HyperParameterTuningJobName"])))
+    assert request == direct
+
+
+LR = {"type": "continuous", "min": 0.001, "max": 0.1}
+REFUSED = [
+    # (execution input's tuning, or the whole input with "input"; what the one line names)
+    ({"tuning": ["lr"]}, 'tuning must be an object of ranges, max_jobs and max_parallel_jobs (scripts.launch --tune RANGES.json), not ["lr"]'),
+    ({"tuning": {"ranges": RANGES, "trials": 3}}, "tuning must be an object of ranges, max_jobs and max_parallel_jobs"),
+    ({"tuning": {"ranges": {}}}, "tuning.ranges must be an object of 1-30 hyperparameter -> range"),
+    ({"tuning": {"ranges": {"learning_rate": {"type": "continuous", "min": 0.1, "max": 0.01}}}},
+     "tuning.ranges learning_rate are not ranges SageMaker takes"),
+    ({"tuning": {"ranges": {"learning_rate": {"type": "continuous", "min": "a", "max": 0.01}}}}, "tuning.ranges learning_rate are not ranges"),
+    ({"tuning": {"ranges": {"batch_size": {"type": "integer", "min": 1.5, "max": 8}}}}, "tuning.ranges batch_size are not ranges"),
+    ({"tuning": {"ranges": {"learning_rate": {"type": "continuous", "min": 0, "max": 0.1, "scaling": "Logarithmic"}}}},
+     "tuning.ranges learning_rate are not ranges"),
+    ({"tuning": {"ranges": {"optimizer": {"type": "categorical", "values": ["adam", "adam"]}}}}, "tuning.ranges optimizer are not ranges"),
+    ({"tuning": {"ranges": {"optimizer": {"type": "categorical", "values": []}}}}, "tuning.ranges optimizer are not ranges"),
+    ({"tuning": {"ranges": {"optimizer": {"type": "uniform", "values": ["adam"]}}}}, "tuning.ranges optimizer are not ranges"),
+    ({"tuning": {"ranges": {"sagemaker_program": {"type": "categorical", "values": ["evil.py"]}}}},
+     "tuning.ranges sagemaker_program are not for a launch to tune"),
+    ({"tuning": {"ranges": {"_tuning_objective_metric": {"type": "categorical", "values": ["x"]}}}},
+     "tuning.ranges _tuning_objective_metric are not for a launch to tune"),
+    ({"tuning": {"ranges": {"learning_rat": LR}}}, "tuning.ranges learning_rat are unknown to the built-in trainer"),
+    ({"tuning": {"ranges": {"optimizer": {"type": "categorical", "values": ["adam", "rmsprop"]}}}},
+     "tuning.ranges optimizer have bounds or values the built-in trainer cannot read"),
+    ({"tuning": {"ranges": {"epochs": {"type": "continuous", "min": 1, "max": 5}}}},
+     'tuning.ranges epochs take whole numbers, and a continuous range passes fractions: make them "type": "integer"'),
+    ({"tuning": {"ranges": {"learning_rate": LR}, "max_jobs": 9}}, "tuning.max_jobs 9 must be a whole number from 1 to 8"),
+    ({"tuning": {"ranges": {"learning_rate": LR}, "max_jobs": 2, "max_parallel_jobs": 3}},
+     "tuning.max_parallel_jobs 3 must be a whole number from 1 to 2"),
+    ({"tuning": {"ranges": {"learning_rate": LR}, "max_jobs": 4, "max_parallel_jobs": "2"}}, "tuning.max_parallel_jobs 2 must be"),
+    ({"job_name": "gputrain-a-tuning-job-name-over-32", "tuning": {"ranges": {"learning_rate": LR}}},
+     "job_name gputrain-a-tuning-job-name-over-32 names the tuning job: at most 32 characters"),
+    ({"keep_alive_seconds": 60, "use_spot": False, "tuning": {"ranges": {"learning_rate": LR}}},
+     "keep_alive_seconds 60: a tuning job's trials keep no warm pool"),
+]
+
+
+@pytest.mark.parametrize(("execution_input", "reason"), REFUSED, ids=lambda v: str(v)[:50])
+def test_each_refusal_is_one_line_naming_the_fix(execution_input, reason):
+    [result] = _evaluate(_config(), [{"input": {"job_name": "gputrain-t1", **execution_input}}])
+    assert result["ok"] is False
+    assert result["problem"].startswith(f"{TUNING_TITLE}: ") and "\n" not in result["problem"]
+    assert reason in result["problem"], result["problem"]
+
+
+def test_the_training_options_are_checked_as_for_one_job():
+    [result] = _evaluate(_config(), [{"input": {"job_name": "gputrain-t1", "instance_count": 0, "tuning": {"ranges": RANGES}}}])
+    assert result["ok"] is False
+    assert result["problem"].startswith("Invalid launch options: instance_count 0 must be a whole number")
+
+
+def test_a_scripts_ranges_are_checked_for_shape_and_platform_names_only():
+    script = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.py"}
+    ok, refused = _evaluate(_config(), [
+        {"input": {"job_name": "gputrain-t1", **script, "tuning": {"ranges": {"lr": LR, "depth": {"type": "continuous", "min": 1, "max": 9}}}}},
+        {"input": {"job_name": "gputrain-t1", **script, "tuning": {"ranges": {"sagemaker_program": {"type": "categorical", "values": ["x.py"]}}}}},
+    ])
+    assert ok["ok"] is True, ok["problem"]
+    assert "sagemaker_program are not for a launch to tune" in refused["problem"]
+
+
+def test_a_validation_objective_needs_the_validation_channel():
+    config = _config(objective_metric="validation:loss")
+    channels = JobTemplate.from_config(config, RESOURCES).channels
+    [result] = _evaluate(config, [{"input": {"job_name": "gputrain-t1", "tuning": {"ranges": {"learning_rate": LR}},
+                                             "hyperparameters": {"validation_channel": "holdout"}}}])
+    assert "holdout" not in channels
+    assert result["ok"] is False and "is measured on the holdout input channel" in result["problem"]
+
+
+def test_a_grid_takes_categorical_ranges_within_the_cap():
+    config = _config(strategy="Grid", max_jobs=4, max_parallel_jobs=2)
+    grid = {"optimizer": {"type": "categorical", "values": ["adam", "sgd"]}, "model": {"type": "categorical", "values": ["mlp", "cnn"]}}
+    ok, mixed, big = _evaluate(config, [
+        {"input": {"job_name": "gputrain-g1", "tuning": {"ranges": grid}}},
+        {"input": {"job_name": "gputrain-g2", "tuning": {"ranges": {**grid, "learning_rate": LR}}}},
+        {"input": {"job_name": "gputrain-g3", "tuning": {"ranges": {**grid, "epochs": {"type": "categorical", "values": [1, 2]}}}}},
+    ])
+    assert ok["ok"] is True and "MaxNumberOfTrainingJobs" not in ok["request"]["HyperParameterTuningJobConfig"]["ResourceLimits"]
+    assert "tuning.ranges learning_rate are not categorical, and the Grid strategy takes categorical ranges only" in mixed["problem"]
+    assert "the grid has 8 combinations, more than tuning.max_jobs = 4" in big["problem"]
+
+
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        {"learning_rate": {"type": "continuous", "min": 0.1, "max": 0.01}},
+        {"optimizer": {"type": "categorical", "values": ["adam", "rmsprop"]}},
+        {"epochs": {"type": "continuous", "min": 1, "max": 5}},
+        {"learning_rat": LR},
+    ],
+    ids=lambda v: next(iter(v)),
+)
+def test_what_the_workflow_refuses_the_direct_launch_refuses(ranges):
+    config = _config()
+    template = JobTemplate.from_config(config, RESOURCES)
+    [result] = _evaluate(config, [{"input": {"job_name": "gputrain-t1", "tuning": {"ranges": ranges}}}])
+    assert result["ok"] is False
+    with pytest.raises(LaunchError):
+        resolve_tuning(template, config.tuning, TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t1")))
