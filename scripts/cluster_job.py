@@ -4,6 +4,7 @@ Usage (from the repository root)::
 
     python -m scripts.cluster_job run mlp-1 --hp epochs=5 --channel train=train/
     python -m scripts.cluster_job run mlp-1 --dry-run        # print the SendCommand request only
+    python -m scripts.cluster_job run s-1 --source-dir my_code/ --entry-point train.py   # your script
     python -m scripts.cluster_job status mlp-1               # each node's invocation
     python -m scripts.cluster_job logs mlp-1 --follow        # each node's output, until the job ends
     python -m scripts.cluster_job stop mlp-1                 # SIGTERM into the containers (checkpoint, exit 143)
@@ -31,6 +32,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from scripts.common import (
@@ -48,6 +50,7 @@ from scripts.common import (
     stack_name,
 )
 from scripts.cost import cluster_job_price
+from scripts.source_code import code_key, pack_source, upload_code
 from stacks.components.cluster_job_document import (
     DEFAULT_MAX_RUNTIME_SECONDS,
     MAX_RUNTIME_LIMIT_SECONDS,
@@ -148,8 +151,10 @@ class ClusterCommand:
 
 def job_parameters(deployment: Deployment, args: argparse.Namespace) -> dict[str, str]:
     """The document's parameters for ``run``: refused in one line where SSM or the image would refuse them."""
-    if bool(args.code_key) != bool(args.entry_point):
-        raise UsageError("script mode needs both --code-key code/.../sourcedir.tar.gz and --entry-point SCRIPT")
+    if args.source_dir is not None and args.code_key:
+        raise UsageError("give --source-dir DIR (uploaded now) or --code-key (uploaded before), not both")
+    if bool(args.code_key or args.source_dir is not None) != bool(args.entry_point):
+        raise UsageError("script mode needs --source-dir DIR (or --code-key code/.../sourcedir.tar.gz) and --entry-point SCRIPT")
     hyperparameters = parse_hyperparameters(args.hp)
     cluster = deployment.config.cluster
     found = hyperparameter_problems(hyperparameters, user_script=bool(args.entry_point), node_count=cluster.node_count,
@@ -163,7 +168,7 @@ def job_parameters(deployment: Deployment, args: argparse.Namespace) -> dict[str
         "JobName": args.job_name,
         "Hyperparameters": json.dumps(hyperparameters),
         "Channels": ",".join(args.channel),
-        "CodeKey": args.code_key or "",
+        "CodeKey": args.code_key or (code_key(f"cluster-{args.job_name}") if args.source_dir is not None else ""),
         "EntryPoint": args.entry_point or "",
         "MaxRuntimeSeconds": str(args.max_runtime),
     }
@@ -259,6 +264,9 @@ def invocations(deployment: Deployment, command_id: str) -> list[dict[str, Any]]
 
 def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
     parameters = job_parameters(deployment, args)
+    if args.source_dir is not None:
+        # Packed (and checked) now; uploaded only when the job is sent, after every other check.
+        pack_source(args.source_dir, args.entry_point)
     cluster = Cluster.of(deployment)
     request = send_command_request(deployment, cluster, parameters)
     price = price_line(deployment, args.job_name, args.max_runtime)
@@ -272,6 +280,9 @@ def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
         raise OperatorError(f"refused: cluster job {name} is running (command {running[0]['CommandId']}); one job at a "
                             f"time: wait for it, or {PROG} stop {name}")  # fmt: skip
     nodes = running_nodes(deployment, cluster)
+    if args.source_dir is not None:
+        uri = upload_code(deployment, args.source_dir, args.entry_point, f"cluster-{args.job_name}", dry_run=False)
+        print(f"uploaded {args.source_dir} to {uri}")
     command = deployment.aws.client("ssm").send_command(**request)["Command"]
     print(f"started cluster job {args.job_name}: command {command['CommandId']} to {len(nodes)} node(s) of {cluster.stack}")
     print(price)
@@ -398,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
             PROG,
             [
                 ("run mlp-1 --hp epochs=5 --channel train=train/ --dry-run", "print the SendCommand request and the price"),
-                ("run script-1 --code-key code/run-1/sourcedir.tar.gz --entry-point train.py", "a user's script on every node"),
+                ("run script-1 --source-dir my_code/ --entry-point train.py", "your script on every node (uploaded first)"),
                 ("stop mlp-1", "SIGTERM into the job's containers: a checkpoint, exit 143"),
             ],
             credentials=AWS_CREDENTIALS,
@@ -414,9 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="hyperparameter (repeatable)")
     run_parser.add_argument("--channel", action="append", default=[], metavar="NAME=PREFIX",
                             help="channel NAME from PREFIX in the datasets bucket (repeatable)")  # fmt: skip
+    run_parser.add_argument("--source-dir", type=Path, metavar="DIR",
+                            help="script mode: your code, packed and uploaded to code/cluster-<job>/sourcedir.tar.gz "
+                            "(KMS) when the job is sent")  # fmt: skip
     run_parser.add_argument("--code-key", help="script mode: a sourcedir.tar.gz under code/ in the artifacts bucket "
                             "(scripts.launch --source-dir DIR --entry-point train.py --upload-only puts one there)")  # fmt: skip
-    run_parser.add_argument("--entry-point", help="script mode: the script inside --code-key")
+    run_parser.add_argument("--entry-point", help="script mode: the script inside --source-dir or --code-key")
     run_parser.add_argument("--max-runtime", type=int, default=DEFAULT_MAX_RUNTIME_SECONDS, metavar="SECONDS",
                             help=f"SIGTERM after this long (default {DEFAULT_MAX_RUNTIME_SECONDS})")  # fmt: skip
     run_parser.add_argument("--dry-run", action="store_true", help="print the SendCommand request; send nothing")

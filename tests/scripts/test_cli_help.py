@@ -46,7 +46,7 @@ CLIS = {
 OFFLINE = {"scripts.cost", "scripts.security_report", "scripts.iam_check", "scripts.config_reference",
            "scripts.architecture", "scripts.emulator"}
 """The CLIs that call no AWS API (the emulator brings its own)."""
-LIBRARIES = {"scripts.common", "scripts.epochs", "scripts.pipeline"}
+LIBRARIES = {"scripts.common", "scripts.epochs", "scripts.pipeline", "scripts.source_code"}
 """Modules under scripts/ that are no command."""
 
 

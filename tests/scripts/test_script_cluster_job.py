@@ -134,6 +134,36 @@ def test_a_script_mode_job_passes_its_code_and_entry_point(cluster):
     assert command.parameters["CodeKey"] == ["code/run-1/sourcedir.tar.gz"] and command.parameters["EntryPoint"] == ["train.py"]
 
 
+def test_source_dir_is_packed_and_uploaded_kms_encrypted_then_named_as_the_code_key(cluster, tmp_path, capsys):
+    code = tmp_path / "my_code"
+    code.mkdir()
+    (code / "train.py").write_text("print('training')\n")
+    (code / "helper.py").write_text("X = 1\n")
+    assert run(cluster_job.main, ["run", "script-2", "--source-dir", str(code), "--entry-point", "train.py"]) == 0
+    (command,) = _commands()
+    assert command.parameters["CodeKey"] == ["code/cluster-script-2/sourcedir.tar.gz"] and command.parameters["EntryPoint"] == ["train.py"]
+    bucket = next(o["OutputValue"] for o in boto3.client("cloudformation", region_name=REGION).describe_stacks(
+        StackName=f"{PROJECT}-data")["Stacks"][0]["Outputs"] if o["OutputKey"] == "ArtifactsBucketName")  # fmt: skip
+    stored = boto3.client("s3", region_name=REGION).get_object(Bucket=bucket, Key="code/cluster-script-2/sourcedir.tar.gz")
+    assert stored["ServerSideEncryption"] == "aws:kms"
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(stored["Body"].read())) as tar:
+        assert sorted(tar.getnames()) == ["helper.py", "train.py"]
+    assert f"uploaded {code} to s3://{bucket}/code/cluster-script-2/sourcedir.tar.gz" in capsys.readouterr().out
+
+
+def test_a_source_dir_without_its_entry_point_is_refused_before_anything_is_uploaded(cluster, tmp_path, capsys):
+    (tmp_path / "train.py").write_text("")
+    assert run(cluster_job.main, ["run", "script-3", "--source-dir", str(tmp_path), "--entry-point", "missing.py"]) == 2
+    assert "--entry-point missing.py is not a file in" in capsys.readouterr().err
+    assert run(cluster_job.main, ["run", "script-3", "--source-dir", str(tmp_path), "--code-key", "code/x/sourcedir.tar.gz",
+                                  "--entry-point", "train.py"]) == 2  # fmt: skip
+    assert "not both" in capsys.readouterr().err
+    assert _commands() == []
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -153,7 +183,7 @@ def test_bad_requests_are_refused_in_one_line_before_send_command(cluster, capsy
 
 def test_script_mode_needs_both_code_and_entry_point(cluster, capsys):
     assert run(cluster_job.main, ["run", "half", "--entry-point", "train.py"]) == 2
-    assert "needs both --code-key" in capsys.readouterr().err
+    assert "script mode needs --source-dir DIR (or --code-key" in capsys.readouterr().err
 
 
 def test_a_second_job_is_refused_naming_the_running_one(cluster, capsys):
