@@ -13,7 +13,8 @@ Modules:
     server: the in-process moto server, its environment, seeded public parameters.
     gaps: workarounds for moto's gaps, each naming the gap it covers.
     custom_resources: local stand-ins for the Lambda functions behind CDK custom resources.
-    cluster: the local runner that plays the GPU cluster's SSM Command document (cluster jobs) on every node.
+    cluster: the local runner that plays the GPU cluster's SSM Command document (cluster jobs) on every node
+        (processes on loopback, or with ``--containers`` containers of the built image on a network of the job's own).
     sagemaker: the local runner that plays SageMaker for training and processing jobs created on the emulator.
     states: the local Step Functions executor (JSONata-mode definitions, npm jsonata in node).
     hosting: local serving processes for endpoints (and UpdateEndpoint's switch to a new model).

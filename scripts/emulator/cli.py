@@ -82,7 +82,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "--containers",
         action="store_true",
         help="run every job and endpoint in Docker, in containers of the training image built by scripts/build-image.sh "
-        "(as SageMaker runs it: the job's entrypoint, /opt/ml mounted, algo-1..N on a Docker network); default: this "
+        "(as SageMaker runs it: the job's entrypoint, /opt/ml mounted, algo-1..N on a Docker network; with --cluster, "
+        "each node a container named as the node, node-0..N); default: this "
         "machine's processes play the image",
     )
     parser.add_argument(
@@ -95,10 +96,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     args = parser.parse_args(argv)
     if args.pipeline and (args.no_train or args.no_serve or args.user_script):
         parser.error("--pipeline trains, serves and promotes: it does not combine with --no-train, --no-serve or --user-script")
-    if args.cluster and (args.pipeline or args.no_train or args.user_script or args.containers or args.real_account):
+    if args.cluster and (args.pipeline or args.no_train or args.user_script or args.real_account):
         parser.error(
-            "--cluster runs jobs on the emulated cluster's nodes as processes: it does not combine with --pipeline, "
-            "--no-train, --user-script, --containers or --real-account"
+            "--cluster runs jobs on the emulated cluster's nodes: it does not combine with --pipeline, "
+            "--no-train, --user-script or --real-account"
         )
     if args.containers and (args.real_account or args.no_train):
         parser.error("--containers runs the emulator's jobs in Docker: it does not combine with --real-account or --no-train")

@@ -19,9 +19,16 @@ the cluster (``node-<i>``, the stack output ``InstanceIds``' order) the way
 - ``stop``: SIGTERM into the job's trainers (they checkpoint and exit 143); ``CancelCommand`` of
   the run does the same (the script's trap) and the run is recorded Cancelled, as SSM does.
 
-The nodes' addresses cannot be reached here: the several nodes of a job train on loopback, each
-``TRAINING_HOSTS`` entry ``127.0.0.1:<port of its own>`` (the image's ``host:port`` entries), so
-they share one ``TF_CONFIG`` as on the cluster. The node's GPU health check (``health_check.sh``)
+The nodes' addresses cannot be reached here. Played as processes (the default), the several nodes
+of a job train on loopback, each ``TRAINING_HOSTS`` entry ``127.0.0.1:<port of its own>`` (the
+image's ``host:port`` entries). With ``--containers`` (``docker`` set), each node is a container of
+the built image (:class:`~scripts.emulator.docker_hosts.DockerHosts`) on a Docker network of the
+job's own, its host name and network alias the node's name, ``TRAINING_HOSTS`` those names (port
+``TRAINING_WORKER_PORT``, as on the nodes): the image's ``ENTRYPOINT`` (tini) and ``CMD`` with the
+node's contract variables (bootstrap.sh's ``container_options``; not its ``--gpus all``, ``--network
+host``, ``--ipc host``, ulimits or EFA devices, which are the GPU node's); ``stop`` is ``docker stop
+--time 120``, and every container and the network are removed when the job ends. Either way the
+nodes share one ``TF_CONFIG`` as on the cluster. The node's GPU health check (``health_check.sh``)
 is not played: the emulator has no GPU; the image's own check runs.
 
 Each node's lines go where the cluster's go: the script's to the command's output stream
@@ -32,13 +39,15 @@ only when every node succeeded. A node that dies fails the job: its peers get th
 watchdogs' time, at most ``peer_grace_seconds``, then the runner ends them, and one line names
 the node (and the last completed epoch where the log shows one).
 
-What the runner cannot play faithfully (``--containers``, no mount namespace here) fails every
-node with one line: nothing is reported Success that did not run.
+What the runner cannot play faithfully (processes where this machine has no mount namespace, a
+Docker engine that does not answer) fails every node with one line: nothing is reported Success
+that did not run.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -47,10 +56,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from scripts.emulator.aws import free_port
 from scripts.emulator.containers import ContainerRefused, container_command, end_process, image_environment, namespaced
+from scripts.emulator.docker_hosts import DockerHosts, container_name
 from scripts.emulator.sagemaker import CloudWatchStream, LocalSageMaker, LogTail
 from stacks.components.cluster_job_document import STOP_GRACE_SECONDS, request_refusals
 
@@ -93,7 +103,8 @@ class NodeRun:
         output: The command's output stream of this node (the script's lines).
         lines: Those lines, for the invocation's ``StandardOutputContent``.
         base: The node's job tree (``/opt/ml`` of its container).
-        process: The trainer, while it runs.
+        process: The trainer, while it runs (with ``--containers``: the attached ``docker run``).
+        container: Its container's name with ``--containers`` (``""`` played as a process).
         code: Its exit code (128 + N when killed by signal N) once it ended.
         ended_by: Why the runner ended it, if it did (``stop``, ``runtime``, ``peer``).
         ended_at: When its exit was seen (``time.monotonic()``): the first to fail is the one named.
@@ -104,6 +115,7 @@ class NodeRun:
     lines: list[str] = field(default_factory=list)
     base: Path = Path()
     process: subprocess.Popen[bytes] | None = None
+    container: str = ""
     code: int | None = None
     ended_by: str | None = None
     ended_at: float = 0.0
@@ -148,7 +160,8 @@ class LocalCluster:
         timeout_seconds: Upper bound on one job's trainers, below its ``MaxRuntimeSeconds``.
         peer_grace_seconds: How long the other nodes of a job have, after one node failed, to
             fail by their own watchdog before the runner ends them.
-        docker: ``--containers``: refused (the runner plays cluster jobs as processes only).
+        docker: ``--containers``: each node a container of the built image on a Docker network of
+            the job's own; ``None`` plays each node's container with this machine's processes.
         on_event: Called with a one-line progress message.
         extra_env: Added to every trainer's environment.
     """
@@ -159,7 +172,7 @@ class LocalCluster:
     work_dir: Path
     timeout_seconds: float = 900
     peer_grace_seconds: float = 60
-    docker: Any = None
+    docker: DockerHosts | None = None
     on_event: Callable[[str], None] = print
     extra_env: Mapping[str, str] = field(default_factory=dict)
     outcomes: dict[str, ClusterOutcome] = field(default_factory=dict)
@@ -308,9 +321,6 @@ class LocalCluster:
         refusals = request_refusals(parameters)
         if refusals:
             raise CommandRefused(f"invalid parameters: {'; '.join(refusals)}")
-        if self.docker is not None:
-            raise CommandRefused("--containers: the local runner plays cluster jobs as this machine's processes only; "
-                                 "nothing ran (run it without --containers, or on the cluster)")  # fmt: skip
         with self._lock:
             busy = sorted(self.running)
             if not busy:
@@ -329,20 +339,21 @@ class LocalCluster:
 
     def _train(self, command: Any, job: str, parameters: dict[str, str], runs: list[NodeRun]) -> str | None:
         uris = self._bucket_uris(command.document_name)
-        ports = [free_port() for _ in runs]
-        hosts = [f"127.0.0.1:{port}" for port in ports]
+        hosts = [run.node.name for run in runs] if self.docker is not None else [f"127.0.0.1:{free_port()}" for _ in runs]
+        where = f"a container of {self.docker.image}" if self.docker is not None else "on loopback"
         s3 = self._client("s3")
         for run, host in zip(runs, hosts):
             settings = run.node.settings
             run.say(f"job {job} on {run.node.instance_id} ({host} of {','.join(hosts)}; the node's {settings.get('TRAINING_CURRENT_HOST')} "
-                    "played on loopback by the emulator's local runner)")  # fmt: skip
+                    f"played {where} by the emulator's local runner)")  # fmt: skip
             run.say("GPU check: the node's health check is not played (the emulator has no GPU); the image's runs first, "
                     "EXPECTED_GPU_COUNT=0")  # fmt: skip
             run.base = self.work_dir / job / run.node.name / "ml"
             self._lay_out(run, job, parameters, uris, hosts, host, s3)
         max_runtime = min(float(parameters.get("MaxRuntimeSeconds") or 86400), self.timeout_seconds)
-        self._start(job, runs, hosts)
-        self._wait(job, runs, max_runtime)
+        with self._job_network(job, runs) as network:
+            self._start(job, runs, hosts, network)
+            self._wait(job, runs, max_runtime)
         for run in runs:
             self._upload_results(run, job, s3)
             run.say(f"job {job}: the container exited {run.code}")
@@ -372,7 +383,7 @@ class LocalCluster:
         channels = [c.split("=", 1) for c in (parameters.get("Channels") or "").split(",") if c]
         config = base / "input" / "config"
         (config / "hyperparameters.json").write_text(json.dumps(hyperparameters) + "\n")
-        resource = {"current_host": host, "hosts": hosts, "network_interface_name": "lo",
+        resource = {"current_host": host, "hosts": hosts, "network_interface_name": "lo" if self.docker is None else "eth0",
                     "current_instance_type": run.node.settings.get("TRAINING_INSTANCE_TYPE", "")}  # fmt: skip
         (config / "resourceconfig.json").write_text(json.dumps(resource) + "\n")
         declared = {name: {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
@@ -386,33 +397,59 @@ class LocalCluster:
         LocalSageMaker._download_prefix(s3, chief, base / "checkpoints")
 
     def _environment(self, run: NodeRun, hosts: list[str], host: str) -> dict[str, str]:
-        """The container's: the image's, the node's contract variables (container_options), the emulator's AWS."""
+        """The container's: the node's contract variables (container_options), the emulator's AWS; played as a
+        process, the image's environment under them (in Docker the image brings its own ``ENV``)."""
         settings = run.node.settings
-        env = image_environment({k: v for k, v in os.environ.items()
-                                 if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG", "SAGEMAKER_", "CHECKPOINT_DIR", "PYTHONPATH"))})  # fmt: skip
+        env = {} if self.docker is not None else image_environment({
+            k: v for k, v in os.environ.items() if not k.startswith(("SM_", "TRAINING_", "TF_CONFIG", "SAGEMAKER_", "CHECKPOINT_DIR", "PYTHONPATH"))
+        })  # fmt: skip
         env.update({
             "EXPECTED_GPU_COUNT": "0", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
             "TRAINING_HOSTS": ",".join(hosts), "TRAINING_CURRENT_HOST": host,
             "TRAINING_WORKER_PORT": settings.get("TRAINING_WORKER_PORT", "2222"),
             "TRAINING_INSTANCE_TYPE": settings.get("TRAINING_INSTANCE_TYPE", ""), "SAGEMAKER_BASE_DIR": "/opt/ml",
             "TF_USE_LEGACY_KERAS": settings.get("TF_USE_LEGACY_KERAS", "0"),
-            "AWS_ENDPOINT_URL": self.endpoint_url, "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
+            "AWS_ENDPOINT_URL": self.docker.endpoint_url if self.docker is not None else self.endpoint_url,
+            "AWS_REGION": self.region, "AWS_DEFAULT_REGION": self.region,
             "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "emulator"),
             "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "emulator"),
         })  # fmt: skip
         env.update(self.extra_env)
         return env
 
-    def _start(self, job: str, runs: list[NodeRun], hosts: list[str]) -> None:
-        command = container_command(None, None)
+    @contextlib.contextmanager
+    def _job_network(self, job: str, runs: list[NodeRun]) -> Iterator[str | None]:
+        """With ``--containers``: the job's Docker network, and each node's container name; every container
+        is removed when the block ends, whatever ended it (none outlives its job). Else nothing."""
+        if self.docker is None:
+            yield None
+            return
+        for run in runs:
+            run.container = container_name(job, run.node.name)
+        with self.docker.network(job, len(runs)) as network:
+            try:
+                yield network
+            finally:
+                self.docker.remove(*(run.container for run in runs))
+
+    def _start(self, job: str, runs: list[NodeRun], hosts: list[str], network: str | None) -> None:
+        """Each node's container: played as a namespaced process, or ``docker run`` of the image, attached
+        (its output is the container's, its exit status the container's)."""
+        docker = self.docker
         for run, host in zip(runs, hosts):
-            wrapped = namespaced(command, run.base)  # ContainerRefused: no mount namespace here
+            env = self._environment(run, hosts, host)
+            if docker is None:
+                command = namespaced(container_command(None, None), run.base)  # ContainerRefused: no mount namespace here
+            else:
+                command = docker.job_command(run.container, None, None, opt_ml=run.base, env=env, network=network, host=host)
+                env = dict(os.environ)  # the docker CLI's; the container's is in its -e options
             log_file = run.base.parent / "container.log"
             with log_file.open("w", encoding="utf-8") as handle:
-                run.process = subprocess.Popen(wrapped, cwd=ROOT, env=self._environment(run, hosts, host), stdout=handle,
-                                               stderr=subprocess.STDOUT)  # fmt: skip
-            run.say(f"started {JOB_PREFIX}{job}: 0 EFA device option(s), at most {self.timeout_seconds:.0f} s here")
-        self.on_event(f"cluster job {job}: {len(runs)} node(s) training on loopback ({', '.join(hosts)})")
+                run.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
+            run.say(f"started {JOB_PREFIX}{job}: 0 EFA device option(s), at most {self.timeout_seconds:.0f} s here"
+                    + (f" (container {run.container}, network {network or 'bridge'})" if docker is not None else ""))  # fmt: skip
+        where = f"in containers of {docker.image} on {network or 'the default bridge'}" if docker is not None else "on loopback"
+        self.on_event(f"cluster job {job}: {len(runs)} node(s) training {where} ({', '.join(hosts)})")
 
     def _wait(self, job: str, runs: list[NodeRun], max_runtime: float) -> None:
         """Until every trainer ended: a stop or cancel, the runtime, or a failed node's grace end the others."""
@@ -455,7 +492,7 @@ class LocalCluster:
         return any(c.status == "Cancelling" and (c.parameters.get("JobName") or [""])[0] == job for c in list(self._backend()._commands))
 
     def _end(self, job: str, runs: list[NodeRun], reason: str) -> None:
-        """SIGTERM into every trainer still running (SIGKILL after the stop grace), as ``docker stop`` does."""
+        """SIGTERM into every trainer still running (SIGKILL after the stop grace), as ``docker stop`` does (in Docker: it)."""
         for run in runs:
             if run.code is None and run.process is not None and run.ended_by is None:
                 run.ended_by = reason
@@ -466,7 +503,10 @@ class LocalCluster:
                             "the local runner stops it (SIGTERM)")  # fmt: skip
                 else:
                     run.say(f"signal: stopping {JOB_PREFIX}{job}")
-                threading.Thread(target=end_process, args=(run.process, STOP_GRACE_SECONDS), daemon=True).start()
+                if run.container:  # docker stop --time 120: SIGTERM through the image's tini, SIGKILL after the grace
+                    threading.Thread(target=DockerHosts.stop, args=(run.container, STOP_GRACE_SECONDS), daemon=True).start()
+                else:
+                    threading.Thread(target=end_process, args=(run.process, STOP_GRACE_SECONDS), daemon=True).start()
 
     def _upload_results(self, run: NodeRun, job: str, s3: Any) -> None:
         """cluster_job.sh's ``upload_results``: checkpoints to the node's prefix, model and outputs to the cluster's."""

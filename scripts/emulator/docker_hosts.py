@@ -10,6 +10,9 @@ as SageMaker (and the SageMaker SDK's local mode) does:
   trainer``) with ``train`` (training) or the arguments (processing);
 - ``InstanceCount`` > 1: the containers share a Docker network of their own, each named ``algo-1`` ..
   ``algo-N`` (host name and network alias), with SageMaker's ``resourceconfig.json``;
+- a cluster job (:mod:`scripts.emulator.cluster`): one container per node, with the image's own
+  entrypoint and command, host names ``node-0`` .. ``node-N`` on a Docker network of the job's own,
+  stopped with ``docker stop --time 120`` (:meth:`DockerHosts.stop`);
 - an endpoint: ``IMAGE serve`` with the model at ``/opt/ml/model``, its port 8080 published on a
   loopback port;
 - AWS from inside a container is the emulator, reached as ``host.docker.internal`` (Docker's
@@ -279,6 +282,12 @@ class DockerHosts:
             yield name
         finally:
             docker("network", "rm", name)
+
+    @staticmethod
+    def stop(name: str, grace_seconds: float) -> None:
+        """``docker stop --time``: SIGTERM (through the image's tini), SIGKILL after ``grace_seconds`` (a stopped or
+        missing container is fine)."""
+        docker("stop", "--time", str(int(grace_seconds)), name, timeout=grace_seconds + DOCKER_TIMEOUT_SECONDS)
 
     @staticmethod
     def remove(*names: str) -> None:

@@ -1,13 +1,21 @@
 """Cluster jobs on the emulator: ``python -m scripts.cluster_job`` against a two-node ``gputrain-cluster``
 whose Command document the local runner (scripts/emulator/cluster.py) plays as cluster_job.sh does on
-the nodes: both nodes train one model, outputs and checkpoints land where the script puts them, a
-stop checkpoints and exits 143, a rerun resumes, a killed node fails the job in bounded time naming
-it, and what the runner cannot play is Failed in one line, never Success.
+the nodes: both nodes train one model (the built-in trainer, and a user's multi-worker script), outputs
+and checkpoints land where the script puts them, a stop checkpoints and exits 143, a rerun resumes, a
+killed node fails the job in bounded time naming it, and what the runner cannot play is Failed in one
+line, never Success.
+
+With ``--containers`` (marked ``image``: skipped in one line where no Docker engine can run) the same
+deployment's runner plays each node as a container of the built image on a Docker network of the
+job's own: a built-in job stopped (143, a checkpoint) and resumed to its end, and a script-mode job,
+each trained by both nodes with one ``TF_CONFIG``; no container or network outlives its job.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,7 +26,10 @@ from typing import Iterator
 import numpy as np
 import pytest
 
+from scripts.emulator.docker_hosts import DockerHosts, docker
 from scripts.emulator.lifecycle import Lifecycle, Options
+from stacks.components.gpu_cluster import TRAINING_WORKER_PORT
+from tests.image.built import built_image_or_skip
 
 pytestmark = [
     pytest.mark.integration,
@@ -32,6 +43,8 @@ TINY = ("--hp", "batch_size=32", "--hp", "hidden_units=8", "--channel", "train=t
 """256 rows of 4 features, 8 steps an epoch: seconds of training on two loopback nodes."""
 LONG_EPOCHS = "5000"
 """Epochs of a job that runs until it is stopped or a node is killed."""
+MWMS_SCRIPT = Path(__file__).resolve().parent / "sdk_user_code" / "train_mwms.py"
+"""A MultiWorkerMirroredStrategy script as SageMaker users write it: its summary.json has the final weights' digest."""
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +66,31 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
         yield run
     finally:
         run.close()
+
+
+@pytest.fixture(scope="module")
+def docker_hosts(cluster: Lifecycle) -> Iterator[DockerHosts]:
+    """What ``--containers`` gives the runners: the built image, the relay to this module's emulator."""
+    image = built_image_or_skip()
+    hosts = DockerHosts.open(image.tag, cluster.emulator.port)
+    try:
+        yield hosts
+    finally:
+        hosts.close()
+
+
+@pytest.fixture
+def in_containers(cluster: Lifecycle, docker_hosts: DockerHosts) -> Iterator[Lifecycle]:
+    """The deployment, its cluster runner playing each node in Docker (as ``Options(containers=True)`` sets it up)
+    for one test; afterwards no container or network of this run is left."""
+    cluster.cluster.docker = docker_hosts
+    try:
+        yield cluster
+    finally:
+        cluster.cluster.docker = None
+    left = [docker(kind, "ls", *(["-a"] if kind == "container" else []), "-q", "--filter", f"label={docker_hosts.label}").stdout.split()
+            for kind in ("container", "network")]  # fmt: skip
+    assert left == [[], []], f"left behind by the job (containers, networks): {left}"
 
 
 def _cluster_job(run: Lifecycle, *args: str) -> subprocess.CompletedProcess[str]:
@@ -86,6 +124,35 @@ def _wait_for_epoch(run: Lifecycle, job: str, timeout: float = 180) -> None:
             pass
         time.sleep(1)
     raise AssertionError(f"no epoch of {job} completed within {timeout:.0f}s")
+
+
+def _script_job(run: Lifecycle, job: str, tmp_path: Path) -> dict[str, dict]:
+    """A 2-node script-mode job of the multi-worker script (``--source-dir``), run to its end: each node's summary.json."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(MWMS_SCRIPT, source / "train.py")
+    command = _start(run, job, "--source-dir", str(source), "--entry-point", "train.py", "--hp", "epochs=1", "--channel", "training=train/")
+    outcome = run.cluster.wait(command, 300)
+    assert outcome.status == "Success", (outcome, _cluster_job(run, "logs", job).stdout[-4000:])
+    s3, bucket = run.client("s3"), run.outputs["gputrain-data"]["ArtifactsBucketName"]
+    return {node: json.loads(s3.get_object(Bucket=bucket, Key=f"cluster-outputs/{STACK}/{job}/{node}/output/data/summary.json")["Body"].read())
+            for node in ("node-0", "node-1")}  # fmt: skip
+
+
+def _assert_one_tf_config(summaries: dict[str, dict]) -> list[str]:
+    """Both nodes trained together: one cluster in TF_CONFIG, a task each, the same final weights; the workers."""
+    chief, worker = summaries["node-0"], summaries["node-1"]
+    assert len(chief["workers"]) == 2 and chief["workers"] == worker["workers"], summaries
+    assert (chief["task"], worker["task"]) == ({"type": "worker", "index": 0}, {"type": "worker", "index": 1}), summaries
+    assert chief["replicas_in_sync"] == worker["replicas_in_sync"] == 2, summaries
+    assert chief["digest"] == worker["digest"], summaries
+    return chief["workers"]
+
+
+def _weights_digests(run: Lifecycle, job: str) -> dict[str, list[str]]:
+    """Each node's ``weights_sha256`` from the built-in trainer's last line."""
+    logs = _cluster_job(run, "logs", job).stdout
+    return {node: re.findall(rf"^{node}: \[trainer\] finished .*weights_sha256=(\w+)", logs, re.M) for node in ("node-0", "node-1")}
 
 
 def _keys(run: Lifecycle, prefix: str) -> list[str]:
@@ -172,3 +239,38 @@ def test_what_the_runner_cannot_play_is_failed_in_one_line_never_success(cluster
     invocations = ssm.list_command_invocations(CommandId=other["CommandId"], Details=True)["CommandInvocations"]
     assert len(invocations) == 2 and {i["Status"] for i in invocations} == {"Failed"}
     assert "The emulator has no local runner for document AWS-RunShellScript: nothing ran" in invocations[0]["CommandPlugins"][0]["Output"]
+
+
+def test_two_nodes_run_a_users_multi_worker_script_with_one_tf_config(cluster: Lifecycle, tmp_path: Path) -> None:
+    workers = _assert_one_tf_config(_script_job(cluster, "mwms-1", tmp_path))
+    assert all(w.startswith("127.0.0.1:") for w in workers), workers  # played on loopback
+    keys = _keys(cluster, f"cluster-outputs/{STACK}/mwms-1/")
+    assert f"cluster-outputs/{STACK}/mwms-1/node-0/model/model.keras" in keys, keys  # the chief saves the model
+
+
+@pytest.mark.image
+def test_in_containers_two_nodes_train_one_model_a_stop_exits_143_and_a_rerun_resumes(in_containers: Lifecycle) -> None:
+    run = in_containers
+    command = _start(run, "box-1", "--hp", f"epochs={LONG_EPOCHS}", *TINY)
+    _wait_for_epoch(run, "box-1")
+    assert _cluster_job(run, "stop", "box-1").returncode == 0
+    outcome = run.cluster.wait(command, 200)
+    assert outcome.status == "Cancelled" and {code for _, code in outcome.nodes.values()} == {143}, outcome  # SIGTERM through tini
+    assert any(k.endswith("/checkpoint") for k in _keys(run, f"cluster-checkpoints/{STACK}/node-0/box-1/"))
+    completed = max(int(m) for m in re.findall(r"\[metrics\] epoch=(\d+)", _cluster_job(run, "logs", "box-1", "--node", "node-0").stdout))
+
+    rerun = _start(run, "box-1", "--hp", f"epochs={completed + 1}", *TINY)
+    outcome = run.cluster.wait(rerun, 300)
+    logs = _cluster_job(run, "logs", "box-1").stdout
+    assert outcome.status == "Success" and outcome.nodes == {"node-0": ("Success", 0), "node-1": ("Success", 0)}, (outcome, logs[-4000:])
+    assert "job node-0: job box-1 on " in logs and "(node-0 of node-0,node-1; " in logs, logs[-4000:]  # container host names
+    assert re.search(rf"^node-0: \[trainer\] resume .*completed_epochs={completed}\b", logs, re.M), logs[-4000:]
+    digests = _weights_digests(run, "box-1")
+    assert len(digests["node-0"]) == 1 and digests["node-0"] == digests["node-1"], logs[-4000:]
+    assert f"cluster-outputs/{STACK}/box-1/node-0/model/model.keras" in _keys(run, f"cluster-outputs/{STACK}/box-1/")
+
+
+@pytest.mark.image
+def test_in_containers_two_nodes_run_a_users_multi_worker_script_with_one_tf_config(in_containers: Lifecycle, tmp_path: Path) -> None:
+    workers = _assert_one_tf_config(_script_job(in_containers, "mwms-box-1", tmp_path))
+    assert workers == [f"node-0:{TRAINING_WORKER_PORT}", f"node-1:{TRAINING_WORKER_PORT}"], workers  # host names on the job's network

@@ -126,7 +126,8 @@ def test_cluster_runs_two_nodes_without_serving_and_refuses_what_it_cannot_combi
     assert options.cluster and not options.serve and options.train
     assert options.context == {"gpu_training.cluster.node_count": "2"}
     assert cli.parse_args(["--cluster", "-c", "cluster.node_count=3"]).context == {"cluster.node_count": "3"}
-    for other in ("--pipeline", "--containers", "--no-train", "--user-script", "--real-account"):
+    assert cli.parse_args(["--cluster", "--containers"]).containers  # each node a container of the built image
+    for other in ("--pipeline", "--no-train", "--user-script", "--real-account"):
         with pytest.raises(SystemExit):
             cli.parse_args(["--cluster", other])
         assert "--cluster runs jobs on the emulated cluster's nodes" in capsys.readouterr().err
