@@ -331,8 +331,9 @@ def _objective_problems(settings: TuningConfig, training: LaunchValues, static: 
         return []
     return [
         f"tuning.objective_metric {settings.objective_metric} is measured on the {channel!r} input channel, which this job"
-        f" does not have: add the channel (training_job.channels.{channel}), or tune train:loss"
-        " (-c tuning.objective_metric=train:loss)"
+        f" does not have: add the channel (training_job.channels.{channel}), or tune train:loss (deploy the training"
+        " stack with -c gpu_training.tuning.objective_metric=train:loss: the workflow's objective is the deployed one;"
+        " with --direct, -c at the launch is enough)"
     ]
 
 

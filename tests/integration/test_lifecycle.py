@@ -10,9 +10,11 @@ endpoint), then what ``cdk destroy`` left. Select with ``-m integration``; skip 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lifecycle]:
     """A lifecycle with every stack deployed on a fresh emulator."""
-    # With the pipeline's batch transform step on, so that both pipeline runs below end in one.
-    lifecycle = Lifecycle(Options(work_dir=tmp_path_factory.mktemp("lifecycle"), epochs=2, context={"gpu_training.transform.enabled": "true"}))
+    # With the pipeline's batch transform step on, so that both pipeline runs below end in one, and a
+    # tuning objective the dataset has (it has no validation channel).
+    lifecycle = Lifecycle(Options(work_dir=tmp_path_factory.mktemp("lifecycle"), epochs=2, context={"gpu_training.transform.enabled": "true", "gpu_training.tuning.objective_metric": "train:loss"}))
     try:
         lifecycle.check_launch()  # the command line's first phase: nothing is started before it passes
         lifecycle.start()
@@ -260,6 +263,57 @@ def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lif
     )
     assert check.returncode == 0, check.stderr[-2000:]
     assert json.loads(check.stdout.strip().splitlines()[-1]) == [3, trained.options.classes]
+
+
+# --- a tuning job through the deployed workflow -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tuned(trained: Lifecycle) -> dict[str, Any]:
+    """``scripts.launch --tune`` with two trials over the learning rate, through the deployed training
+    workflow (its Tune branch, run by the local executor; the trials by the local tuner and runner)."""
+    ranges = trained.work_dir / "ranges.json"
+    ranges.write_text(json.dumps({"learning_rate": {"type": "continuous", "min": 0.0001, "max": 0.05, "scaling": "Logarithmic"}}))
+    name = f"{trained.config().project_name}-tune-1"
+    launched = trained.run_script("launch", "--tune", str(ranges), "--name", name, "--max-jobs", "2", "--max-parallel-jobs", "1",
+                                  "--hp", "epochs=2", "--yes")  # fmt: skip
+    state_machine = trained.outputs[f"{trained.config().project_name}-training"]["StateMachineArn"]
+    arn = f"{state_machine.replace(':stateMachine:', ':execution:')}:{name}"
+    sfn, sagemaker = trained.client("stepfunctions"), trained.client("sagemaker")
+    deadline = time.monotonic() + trained.options.job_timeout_seconds
+    while (execution := sfn.describe_execution(executionArn=arn))["status"] == "RUNNING" and time.monotonic() < deadline:
+        time.sleep(1)
+    if execution["status"] != "SUCCEEDED":
+        pytest.fail(f"the tuning execution {execution['status']}: {execution.get('error')}: {execution.get('cause')}")
+    trials = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)["TrainingJobSummaries"]
+    return {"name": name, "launched": launched, "execution": execution, "trials": trials,
+            "job": sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name), "run": trained}  # fmt: skip
+
+
+def test_a_tuning_job_ran_through_the_workflow_each_trial_with_its_own_sample(tuned: dict[str, Any]) -> None:
+    run, name = tuned["run"], tuned["name"]
+    assert f"tuning job: {name}" in tuned["launched"]
+    assert tuned["execution"]["status"] == "SUCCEEDED", tuned["execution"].get("cause")
+    output = json.loads(tuned["execution"]["output"])
+    job = tuned["job"]
+    assert job["HyperParameterTuningJobStatus"] == "Completed" and len(tuned["trials"]) == 2
+    sagemaker = run.client("sagemaker")
+    rates = []
+    for trial in tuned["trials"]:
+        described = sagemaker.describe_training_job(TrainingJobName=trial["TrainingJobName"])
+        # Each trial is the platform's training job: the workflow's role, network isolation, the
+        # platform key, with its own sampled rate among the static hyperparameters.
+        assert described["EnableNetworkIsolation"] and described["OutputDataConfig"]["KmsKeyId"] == run.outputs[f"{run.config().project_name}-data"]["KeyArn"]
+        rate = described["HyperParameters"]["learning_rate"]
+        assert rate == trial["TunedHyperParameters"]["learning_rate"] and 0.0001 <= float(rate) <= 0.05
+        assert described["HyperParameters"]["epochs"] == "2"
+        log = run.runner.outcomes[trial["TrainingJobName"]].log_file.read_text()
+        assert re.search(rf"learning_rate={re.escape(rate)}\b|learning_rate[=:] ?{float(rate):g}", log) or rate in log, log[-1500:]
+        rates.append(rate)
+    assert len(set(rates)) == 2  # two samples, not one job twice
+    best = min(tuned["trials"], key=lambda t: t["FinalHyperParameterTuningJobObjectiveMetric"]["Value"])
+    assert job["BestTrainingJob"]["TrainingJobName"] == best["TrainingJobName"]
+    assert name in json.dumps(output) and best["TrainingJobName"] in json.dumps(output)
 
 
 # --- after serving -----------------------------------------------------------------------------
