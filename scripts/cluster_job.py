@@ -5,6 +5,7 @@ Usage (from the repository root)::
     python -m scripts.cluster_job run mlp-1 --hp epochs=5 --channel train=train/
     python -m scripts.cluster_job run mlp-1 --dry-run        # print the SendCommand request only
     python -m scripts.cluster_job run s-1 --source-dir my_code/ --entry-point train.py   # your script
+    python -m scripts.cluster_job run mlp-2 --image-tag tf2.21.0-gpu-2   # another tag of the repository
     python -m scripts.cluster_job status mlp-1               # each node's invocation
     python -m scripts.cluster_job logs mlp-1 --follow        # each node's output, until the job ends
     python -m scripts.cluster_job stop mlp-1                 # SIGTERM into the containers (checkpoint, exit 143)
@@ -18,7 +19,9 @@ any node is touched; so is a second job while one runs (one job at a time per cl
 while a node is not running. ``status`` reads ``ListCommandInvocations``; ``stop`` cancels the
 command (``CancelCommand``) and sends the document's ``stop`` action, which gives each node's
 container SIGTERM and 120 s to write its checkpoint. A rerun of the same job name resumes from
-its checkpoints, as a SageMaker job with the same checkpoint location does. ``python -m
+its checkpoints, as a SageMaker job with the same checkpoint location does. ``--image-tag TAG``
+runs ``<repository>:TAG`` for this job only (each node pulls it first; never ``latest``) instead
+of the image the nodes pulled at boot (``image.tag``). ``python -m
 scripts.teardown --stop-running`` stops a running job the same way before anything is destroyed.
 
 Outputs land in ``s3://<artifacts>/cluster-outputs/<project>-cluster/<job>/<node>/{model,output}/``
@@ -171,6 +174,8 @@ def job_parameters(deployment: Deployment, args: argparse.Namespace) -> dict[str
         "CodeKey": args.code_key or (code_key(f"cluster-{args.job_name}") if args.source_dir is not None else ""),
         "EntryPoint": args.entry_point or "",
         "MaxRuntimeSeconds": str(args.max_runtime),
+        # Only when given: a cluster deployed before the parameter still takes every other job.
+        **({"ImageTag": args.image_tag} if args.image_tag is not None else {}),
     }
     refusals = request_refusals(parameters)
     if refusals or any(".." in channel for channel in args.channel):
@@ -262,6 +267,11 @@ def invocations(deployment: Deployment, command_id: str) -> list[dict[str, Any]]
 # --------------------------------------------------------------------------------------------
 
 
+def image_of(command: dict[str, Any]) -> str:
+    """The tag a ``run`` command's job runs: its ``ImageTag``, else the image its nodes pulled at boot."""
+    return ((command.get("Parameters") or {}).get("ImageTag") or [""])[0] or "the nodes' own"
+
+
 def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
     parameters = job_parameters(deployment, args)
     if args.source_dir is not None:
@@ -298,7 +308,8 @@ def cmd_status(deployment: Deployment, args: argparse.Namespace) -> int:
          str(i.get("CommandPlugins", [{}])[0].get("ResponseCode", "")) if i.get("CommandPlugins") else "")
         for i in invocations(deployment, command["CommandId"])
     ]  # fmt: skip
-    print(f"{args.job_name}: {command['Status']} (command {command['CommandId']}, {command.get('TargetCount', '?')} node(s))")
+    print(f"{args.job_name}: {command['Status']} (command {command['CommandId']}, {command.get('TargetCount', '?')} node(s), "
+          f"image {image_of(command)})")  # fmt: skip
     print_table(sorted(rows), ("node", "instance", "status", "details", "exit"))
     return 1 if command["Status"] in ("Failed", "Cancelled", "TimedOut") else 0
 
@@ -388,10 +399,10 @@ def cmd_stop(deployment: Deployment, args: argparse.Namespace) -> int:
 def cmd_list(deployment: Deployment, args: argparse.Namespace) -> int:
     cluster = Cluster.of(deployment)
     rows = [
-        (c["Parameters"]["JobName"][0], c["Status"], str(c["RequestedDateTime"])[:19], c["CommandId"])
+        (c["Parameters"]["JobName"][0], c["Status"], str(c["RequestedDateTime"])[:19], image_of(c), c["CommandId"])
         for c in job_commands(deployment, cluster)
     ]
-    print_table(rows, ("job", "status", "requested", "command"))
+    print_table(rows, ("job", "status", "requested", "image", "command"))
     return 0
 
 
@@ -433,6 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--entry-point", help="script mode: the script inside --source-dir or --code-key")
     run_parser.add_argument("--max-runtime", type=int, default=DEFAULT_MAX_RUNTIME_SECONDS, metavar="SECONDS",
                             help=f"SIGTERM after this long (default {DEFAULT_MAX_RUNTIME_SECONDS})")  # fmt: skip
+    run_parser.add_argument("--image-tag", metavar="TAG",
+                            help="this job's image: <repository>:TAG, pulled by each node first (never latest; "
+                            "default: the image the nodes pulled at boot, image.tag)")  # fmt: skip
     run_parser.add_argument("--dry-run", action="store_true", help="print the SendCommand request; send nothing")
     for name, what in (("status", "each node's invocation of the job"), ("stop", "stop the job on every node")):
         commands.add_parser(name, help=what).add_argument("job_name")

@@ -39,6 +39,14 @@ only when every node succeeded. A node that dies fails the job: its peers get th
 watchdogs' time, at most ``peer_grace_seconds``, then the runner ends them, and one line names
 the node (and the last completed epoch where the log shows one).
 
+``ImageTag``: empty or the deployed ``image.tag`` (the tag of the nodes' ``IMAGE_URI``), the job runs
+as every job does (the local trainer, or the built image). Another tag is an image the emulator's
+ECR does not hold: played as processes there is one local trainer, so the command is Failed in one
+line and nothing runs; with ``--containers`` a local image of that tag (``gputrain-trainer:<tag>``,
+from ``scripts/build-image.sh --tag gputrain-trainer:<tag>``) plays ``<repository>:<tag>``, and
+without one the command is Failed the same way. Either way each node's ``started`` line names the
+image it ran. The node's pull itself is not played (tests/unit/test_cluster_job_document.py runs it).
+
 What the runner cannot play faithfully (processes where this machine has no mount namespace, a
 Docker engine that does not answer) fails every node with one line: nothing is reported Success
 that did not run.
@@ -60,7 +68,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from scripts.emulator.aws import free_port
 from scripts.emulator.containers import ContainerRefused, container_command, end_process, image_environment, namespaced
-from scripts.emulator.docker_hosts import DockerHosts, container_name
+from scripts.emulator.docker_hosts import DockerHosts, container_name, docker
 from scripts.emulator.sagemaker import CloudWatchStream, LocalSageMaker, LogTail
 from stacks.components.cluster_job_document import STOP_GRACE_SECONDS, request_refusals
 
@@ -321,6 +329,7 @@ class LocalCluster:
         refusals = request_refusals(parameters)
         if refusals:
             raise CommandRefused(f"invalid parameters: {'; '.join(refusals)}")
+        image = self._job_image(parameters.get("ImageTag", ""), runs)
         with self._lock:
             busy = sorted(self.running)
             if not busy:
@@ -331,16 +340,37 @@ class LocalCluster:
                 run.code = 1
             return None
         try:
-            return self._train(command, job, parameters, runs)
+            return self._train(command, job, parameters, runs, image)
         finally:
             with self._lock:
                 self.running.pop(job, None)
                 self._stopping.discard(job)
 
-    def _train(self, command: Any, job: str, parameters: dict[str, str], runs: list[NodeRun]) -> str | None:
+    def _job_image(self, tag: str, runs: list[NodeRun]) -> str:
+        """What plays the image the job's nodes would run: with ``--containers`` a local image, else ``""`` (the
+        local trainer). ``ImageTag`` empty or the deployed ``image.tag`` (the nodes' ``IMAGE_URI``) is the runner's
+        own; another tag is played only by a local image of that tag (``gputrain-trainer:<tag>``) in containers.
+
+        Raises:
+            CommandRefused: another tag as processes (one local trainer), or without its local image: nothing ran.
+        """
+        deployed = sorted({r.node.settings.get("IMAGE_URI", "").rpartition(":")[2] for r in runs})
+        if not tag or deployed == [tag]:
+            return self.docker.image if self.docker is not None else ""
+        if self.docker is None:
+            raise CommandRefused(f"ImageTag {tag} is not the deployed image.tag ({', '.join(deployed)}) and the runner plays "
+                                 "one local trainer, so nothing ran: run it with --containers and a local image of that "
+                                 "tag, or without --image-tag")  # fmt: skip
+        local = f"{self.docker.image.rpartition(':')[0]}:{tag}"
+        if docker("image", "inspect", local).returncode != 0:
+            raise CommandRefused(f"ImageTag {tag}: no local image {local} plays <repository>:{tag}, so nothing ran; "
+                                 f"build it with scripts/build-image.sh --tag {local}")  # fmt: skip
+        return local
+
+    def _train(self, command: Any, job: str, parameters: dict[str, str], runs: list[NodeRun], image: str) -> str | None:
         uris = self._bucket_uris(command.document_name)
         hosts = [run.node.name for run in runs] if self.docker is not None else [f"127.0.0.1:{free_port()}" for _ in runs]
-        where = f"a container of {self.docker.image}" if self.docker is not None else "on loopback"
+        where = f"a container of {image}" if self.docker is not None else "on loopback"
         s3 = self._client("s3")
         for run, host in zip(runs, hosts):
             settings = run.node.settings
@@ -352,7 +382,7 @@ class LocalCluster:
             self._lay_out(run, job, parameters, uris, hosts, host, s3)
         max_runtime = min(float(parameters.get("MaxRuntimeSeconds") or 86400), self.timeout_seconds)
         with self._job_network(job, runs) as network:
-            self._start(job, runs, hosts, network)
+            self._start(job, runs, hosts, network, image, parameters.get("ImageTag", ""))
             self._wait(job, runs, max_runtime)
         for run in runs:
             self._upload_results(run, job, s3)
@@ -432,23 +462,28 @@ class LocalCluster:
             finally:
                 self.docker.remove(*(run.container for run in runs))
 
-    def _start(self, job: str, runs: list[NodeRun], hosts: list[str], network: str | None) -> None:
-        """Each node's container: played as a namespaced process, or ``docker run`` of the image, attached
+    def _start(self, job: str, runs: list[NodeRun], hosts: list[str], network: str | None, image: str, tag: str) -> None:
+        """Each node's container: played as a namespaced process, or ``docker run`` of ``image``, attached
         (its output is the container's, its exit status the container's)."""
         docker = self.docker
         for run, host in zip(runs, hosts):
             env = self._environment(run, hosts, host)
+            uri = run.node.settings.get("IMAGE_URI", "")
+            uri = f"{uri.rpartition(':')[0]}:{tag}" if tag else uri
             if docker is None:
                 command = namespaced(container_command(None, None), run.base)  # ContainerRefused: no mount namespace here
+                played = f"{uri} (played by the local trainer)"
             else:
-                command = docker.job_command(run.container, None, None, opt_ml=run.base, env=env, network=network, host=host)
+                command = docker.job_command(run.container, None, None, opt_ml=run.base, env=env, network=network, host=host,
+                                             image=image)  # fmt: skip
                 env = dict(os.environ)  # the docker CLI's; the container's is in its -e options
+                played = f"{uri} (played by {image})"
             log_file = run.base.parent / "container.log"
             with log_file.open("w", encoding="utf-8") as handle:
                 run.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT)
-            run.say(f"started {JOB_PREFIX}{job}: 0 EFA device option(s), at most {self.timeout_seconds:.0f} s here"
+            run.say(f"started {JOB_PREFIX}{job} from {played}: 0 EFA device option(s), at most {self.timeout_seconds:.0f} s here"
                     + (f" (container {run.container}, network {network or 'bridge'})" if docker is not None else ""))  # fmt: skip
-        where = f"in containers of {docker.image} on {network or 'the default bridge'}" if docker is not None else "on loopback"
+        where = f"in containers of {image} on {network or 'the default bridge'}" if docker is not None else "on loopback"
         self.on_event(f"cluster job {job}: {len(runs)} node(s) training {where} ({', '.join(hosts)})")
 
     def _wait(self, job: str, runs: list[NodeRun], max_runtime: float) -> None:

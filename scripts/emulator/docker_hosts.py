@@ -239,8 +239,10 @@ class DockerHosts:
         network: str | None = None,
         hostname: str | None = None,
         publish: str | None = None,
+        image: str | None = None,
     ) -> list[str]:
-        """The ``docker run`` (attached: its output is the container's, SIGTERM is passed on) for one container."""
+        """The ``docker run`` (attached: its output is the container's, SIGTERM is passed on) for one container
+        of ``image`` (default: the built image)."""
         args = ["docker", "run", "--name", name, "--label", self.label, "--add-host", f"{EMULATOR_HOST}:host-gateway"]
         for source, target in mounts.items():
             args += ["-v", f"{Path(source).resolve()}:{target}"]
@@ -256,16 +258,18 @@ class DockerHosts:
             args += ["-p", publish]
         if entrypoint is not None:
             args += ["--entrypoint", entrypoint]
-        return [*args, self.image, *command]
+        return [*args, image or self.image, *command]
 
     def job_command(
         self, name: str, entrypoint: Sequence[str] | None, arguments: Sequence[str] | None, *, opt_ml: Path, env: Mapping[str, str],
-        network: str | None, host: str, default_cmd: Sequence[str] = IMAGE_CMD,
+        network: str | None, host: str, default_cmd: Sequence[str] = IMAGE_CMD, image: str | None = None,
     ) -> list[str]:
-        """One instance of a training or processing job: its tree at ``/opt/ml``, named ``host``."""
+        """One instance of a training or processing job: its tree at ``/opt/ml``, named ``host`` (``image``: another
+        local image than the built one)."""
         executable, command = image_command(entrypoint, arguments, default_cmd)
         return self.run_command(
-            name, entrypoint=executable, command=command, env=env, mounts={opt_ml: "/opt/ml"}, network=network, hostname=host
+            name, entrypoint=executable, command=command, env=env, mounts={opt_ml: "/opt/ml"}, network=network, hostname=host,
+            image=image,
         )
 
     @contextlib.contextmanager

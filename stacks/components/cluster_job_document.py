@@ -44,6 +44,36 @@ _HYPERPARAMETER_KEY = r"[A-Za-z0-9_.:-]{1,256}"
 _HYPERPARAMETER_VALUE = r"[A-Za-z0-9 _.,:;/+=@%()\[\]{}*!?#&~^|<>'-]{0,2500}"
 _ENTRY = f'"{_HYPERPARAMETER_KEY}": "{_HYPERPARAMETER_VALUE}"'
 _CHANNEL = r"[A-Za-z0-9][A-Za-z0-9-]{0,63}=[A-Za-z0-9_./-]{0,900}"
+_TAG_FIRST, _TAG_REST = "A-Za-z0-9_", "A-Za-z0-9_.-"
+_MUTABLE_TAG = "latest"
+
+
+def _tag_pattern() -> str:
+    """The config's ``image.tag`` rule (a Docker tag: ``[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}``) less ``latest`` in
+    any case, which the config refuses: RE2 has no look-ahead, so a six-character tag is spelled out as
+    one that differs from ``latest`` at some position."""
+
+    def unlike(letter: str, chars: str) -> str:
+        return f"[{chars.replace('a-z', _except('a-z', letter.lower())).replace('A-Z', _except('A-Z', letter.upper()))}]"
+
+    def like(letter: str) -> str:
+        return f"[{letter.upper()}{letter.lower()}]"
+
+    six = [
+        "".join(like(c) for c in _MUTABLE_TAG[:i])
+        + unlike(letter, _TAG_FIRST if i == 0 else _TAG_REST)
+        + (f"[{_TAG_REST}]{{{5 - i}}}" if i < 5 else "")
+        for i, letter in enumerate(_MUTABLE_TAG)
+    ]
+    return rf"^([{_TAG_FIRST}][{_TAG_REST}]{{0,4}}|[{_TAG_FIRST}][{_TAG_REST}]{{6,127}}|{'|'.join(six)})?$"
+
+
+def _except(letters: str, letter: str) -> str:
+    """A range such as ``a-z`` without ``letter``: ``a-km-z``."""
+    first, last = letters[0], letters[-1]
+    before = f"{first}-{chr(ord(letter) - 1)}" if letter > first else ""
+    after = f"{chr(ord(letter) + 1)}-{last}" if letter < last else ""
+    return before + after
 
 
 @dataclass(frozen=True)
@@ -56,6 +86,8 @@ class Parameter:
         default: Its value when a request leaves it out; ``None``: required.
         pattern: ``allowedPattern`` (RE2 and Python ``re`` alike), or ``None`` with ``values``.
         values: ``allowedValues``, or ``None`` with ``pattern``.
+        rule: What ``pattern`` allows, in words, for a refusal where the pattern is too long to read
+            in one line; ``None``: the refusal quotes the pattern.
     """
 
     name: str
@@ -63,6 +95,7 @@ class Parameter:
     default: Optional[str]
     pattern: Optional[str] = None
     values: Optional[tuple[str, ...]] = None
+    rule: Optional[str] = None
 
     def document(self) -> dict[str, Any]:
         """The parameter as the document declares it."""
@@ -80,7 +113,7 @@ class Parameter:
         if self.values is not None and value not in self.values:
             return f"{self.name} must be one of {', '.join(self.values)}, not {value!r}"
         if self.pattern is not None and not re.fullmatch(self.pattern, value):
-            return f"{self.name} {value[:80]!r} does not match {self.pattern}"
+            return f"{self.name} {value[:80]!r} is not {self.rule}" if self.rule else f"{self.name} {value[:80]!r} does not match {self.pattern}"
         return None
 
 
@@ -99,6 +132,9 @@ PARAMETERS: tuple[Parameter, ...] = (
               pattern=r"^(([A-Za-z0-9_-][A-Za-z0-9_.-]*/){0,16}[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254})?$"),
     Parameter("MaxRuntimeSeconds", f"Stop the container (SIGTERM) after this long; at most {MAX_RUNTIME_LIMIT_SECONDS}.",
               str(DEFAULT_MAX_RUNTIME_SECONDS), pattern=r"^[1-9][0-9]{0,5}$"),
+    Parameter("ImageTag", "This job's image: <repository>:<ImageTag>, pulled first (never latest); empty: the node's own.",
+              "", pattern=_tag_pattern(), rule="a versioned image tag (letters, digits, _ . -; at most 128; not . or - "
+              "first): never latest, which is mutable"),
 )  # fmt: skip
 
 

@@ -134,6 +134,26 @@ def test_a_script_mode_job_passes_its_code_and_entry_point(cluster):
     assert command.parameters["CodeKey"] == ["code/run-1/sourcedir.tar.gz"] and command.parameters["EntryPoint"] == ["train.py"]
 
 
+def test_an_image_tag_is_passed_shown_by_dry_run_status_and_list_and_left_out_when_not_given(cluster, capsys):
+    assert run(cluster_job.main, ["run", "tagged-1", "--image-tag", "tf2.21.0-gpu-2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[: out.index("\nprice:")])["Parameters"]["ImageTag"] == ["tf2.21.0-gpu-2"]
+    assert _commands() == []
+    assert run(cluster_job.main, ["run", "tagged-1", "--image-tag", "tf2.21.0-gpu-2"]) == 0
+    (command,) = _commands()
+    assert command.parameters["ImageTag"] == ["tf2.21.0-gpu-2"]
+    capsys.readouterr()
+    assert run(cluster_job.main, ["status", "tagged-1"]) == 0
+    assert "image tf2.21.0-gpu-2)" in capsys.readouterr().out.splitlines()[0]
+    assert run(cluster_job.main, ["run", "own-1"]) == 0
+    own = next(c for c in _commands() if c.parameters["JobName"] == ["own-1"])
+    assert "ImageTag" not in own.parameters  # a cluster deployed before the parameter still takes the job
+    capsys.readouterr()
+    assert run(cluster_job.main, ["list"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "tf2.21.0-gpu-2" in rows["tagged-1"] and "the nodes' own" in rows["own-1"]
+
+
 def test_source_dir_is_packed_and_uploaded_kms_encrypted_then_named_as_the_code_key(cluster, tmp_path, capsys):
     code = tmp_path / "my_code"
     code.mkdir()
@@ -172,6 +192,8 @@ def test_a_source_dir_without_its_entry_point_is_refused_before_anything_is_uplo
         (["run", "Bad_Name"], "JobName 'Bad_Name' does not match"),
         (["run", "bad-3", "--channel", "train=s3://elsewhere/"], "Channels"),
         (["run", "bad-4", "--code-key", "training-jobs/x.tar.gz", "--entry-point", "t.py"], "CodeKey"),
+        (["run", "bad-5", "--image-tag", "latest"], "ImageTag 'latest' is not a versioned image tag"),
+        (["run", "bad-6", "--image-tag", "v1:x"], "ImageTag 'v1:x' is not a versioned image tag"),
     ],
 )
 def test_bad_requests_are_refused_in_one_line_before_send_command(cluster, capsys, argv, message):

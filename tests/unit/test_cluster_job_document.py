@@ -31,6 +31,7 @@ from stacks.components.cluster_job_document import (
     request_refusals,
 )
 from stacks.components.node_user_data import BOOT_DIR
+from stacks.config import ConfigError, ImageConfig, _validate_image
 from tests.unit.test_node_boot import FAKE_COMPUTE, FAKE_CURL, FAKE_DCGMI, FAKE_NVIDIA_SMI, TOOLS
 
 SCRIPT = JOB_SCRIPT
@@ -56,7 +57,8 @@ def test_a_schema_2_2_command_document_with_one_linux_shell_step():
 
 def test_every_parameter_is_a_typed_string_checked_by_ssm_and_passed_as_an_environment_variable():
     parameters = CONTENT["parameters"]
-    assert list(parameters) == ["Action", "JobName", "Hyperparameters", "Channels", "CodeKey", "EntryPoint", "MaxRuntimeSeconds"]
+    assert list(parameters) == ["Action", "JobName", "Hyperparameters", "Channels", "CodeKey", "EntryPoint", "MaxRuntimeSeconds",
+                                "ImageTag"]  # fmt: skip
     for name, declared in parameters.items():
         assert declared["type"] == "String" and declared["interpolationType"] == "ENV_VAR", name
         assert ("allowedPattern" in declared) != ("allowedValues" in declared), name
@@ -151,11 +153,38 @@ def test_a_well_formed_request_passes_every_pattern():
         ("EntryPoint", "/etc/passwd"),
         ("MaxRuntimeSeconds", "0"),
         ("MaxRuntimeSeconds", "1e5"),
+        ("ImageTag", "latest"),
+        ("ImageTag", "LATEST"),
+        ("ImageTag", "-v1"),
+        ("ImageTag", "v1:x"),
+        ("ImageTag", "repo/x:v1"),
+        ("ImageTag", "v" * 129),
     ],
 )
 def test_malformed_values_are_refused(name, value):
     (refusal,) = request_refusals({**GOOD, name: value})
     assert refusal.startswith(name)
+
+
+@pytest.mark.parametrize(
+    "tag",
+    ["tf2.21.0-gpu-1", "v3", "_x", "lates", "latest1", "latest-2", "latesu", "LATES.T", "a" * 128,
+     "latest", "LATEST", "Latest", "-v1", ".v1", "v1:x", "repo/x", "v 1", "a" * 129],
+)  # fmt: skip
+def test_the_image_tag_pattern_is_the_configs_rule_for_image_tag(tag):
+    """SSM lets through exactly the tags the config would deploy (``latest`` refused in any case)."""
+    try:
+        _validate_image(ImageConfig(tag=tag))
+        config_accepts = True
+    except ConfigError:
+        config_accepts = False
+    assert (request_refusals({**GOOD, "ImageTag": tag}) == []) == config_accepts
+    assert request_refusals({**GOOD, "ImageTag": ""}) == [], "empty: the node's own image"
+
+
+def test_a_refused_image_tag_says_why_in_words():
+    (refusal,) = request_refusals({**GOOD, "ImageTag": "latest"})
+    assert refusal.startswith("ImageTag 'latest' is not a versioned image tag") and "never latest" in refusal
 
 
 def test_unknown_parameters_are_refused():
@@ -168,10 +197,15 @@ def test_unknown_parameters_are_refused():
 
 FAKE_DOCKER = """#!/usr/bin/env bash
 # Fake docker: records calls. ps lists FAKE_RUNNING; wait prints FAKE_EXIT, or 143 once stopped
-# (FAKE_WAIT_SECONDS: how long a container runs unless stopped).
+# (FAKE_WAIT_SECONDS: how long a container runs unless stopped); FAKE_PULL_ERROR: a pull fails, saying it.
 printf 'docker %s\\n' "$*" >>"$FAKE_CALLS"
 case $1 in
   login) cat >/dev/null ;;
+  pull)
+    if [[ -n ${FAKE_PULL_ERROR:-} ]]; then
+      echo "Error response from daemon: $FAKE_PULL_ERROR" >&2
+      exit 1
+    fi ;;
   ps)
     echo "CONTAINER ID   IMAGE   COMMAND   CREATED   STATUS   PORTS   NAMES"
     for name in ${FAKE_RUNNING:-}; do echo "0123abcd   image   \\"train\\"   1 minute ago   Up   -   $name"; done ;;
@@ -386,6 +420,8 @@ def test_stop_sends_sigterm_to_the_named_job_only(node):
         ({"MaxRuntimeSeconds": "999999"}, "MaxRuntimeSeconds '999999' is not 1-169200"),
         ({"Channels": "train=../x"}, "invalid channel"),
         ({"JobName": "Bad_Name"}, "invalid job name"),
+        ({"ImageTag": "Latest"}, "invalid image tag 'Latest' (never latest)"),
+        ({"ImageTag": "v1:x"}, "invalid image tag"),
     ],
 )
 def test_the_script_checks_the_values_again(node, parameters, message):
@@ -402,3 +438,32 @@ def test_an_agent_without_env_var_interpolation_is_refused_in_one_line(node, tmp
     result = subprocess.run(["sh", "-c", commands], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert re.search(r"predates ENV_VAR interpolation .*update it", result.stdout + result.stderr)
+
+
+def test_an_image_tag_is_pulled_first_and_the_job_runs_that_image(node):
+    tagged = IMAGE.rsplit(":", 1)[0] + ":tf2.21.0-gpu-2"
+    job = node(JobName="tagged-1", ImageTag="tf2.21.0-gpu-2")
+    assert job.returncode == 0, job.log
+    assert job.index("aws ecr get-login-password") < job.index("docker pull --quiet " + tagged) < job.index("docker run")
+    assert not job.called("docker pull --quiet " + IMAGE), "the node's own image is not this job's"
+    assert job.calls[job.index("docker run")].endswith(f" {tagged}")
+    assert f"started gputrain-job-tagged-1 from {tagged}:" in job.log
+
+
+def test_without_an_image_tag_the_job_runs_the_nodes_own_image_and_says_so(node):
+    job = node(JobName="own-1")
+    assert job.returncode == 0, job.log
+    assert job.calls[job.index("docker run")].endswith(f" {IMAGE}")
+    assert f"started gputrain-job-own-1 from {IMAGE}:" in job.log
+
+
+def test_an_image_tag_that_cannot_be_pulled_fails_the_node_in_one_line(node):
+    said = "manifest for x:tf9-never-pushed not found: manifest unknown: Requested image not found"
+    job = node(JobName="tagged-2", ImageTag="tf9-never-pushed", fake={"FAKE_PULL_ERROR": said})
+    assert job.returncode == 1
+    (line,) = [l for l in job.log.splitlines() if "ERROR" in l]
+    assert line.endswith(
+        f"could not pull image tag tf9-never-pushed ({IMAGE.rsplit(':', 1)[0]}:tf9-never-pushed): Error response from daemon: {said}"
+    )
+    assert job.calls.count(f"docker pull --quiet {IMAGE.rsplit(':', 1)[0]}:tf9-never-pushed") == 1, "one try"
+    assert not job.called("docker run") and not job.called("aws s3")

@@ -5,7 +5,9 @@
 # (interpolationType ENV_VAR: data, never shell), already checked against its allowedPattern.
 #
 #   SSM_Action=run   refuse if a training container runs here; the node's GPU check (no
-#                    CloudFormation signal); the image the node pulled at boot; the job laid out
+#                    CloudFormation signal); the image the node pulled at boot, or with
+#                    SSM_ImageTag <repository>:<ImageTag>, pulled now (one try, at most
+#                    PULL_SECONDS; a failure is one line with docker's reason); the job laid out
 #                    as SageMaker lays it out under $JOBS_DIR/<job>/ml (= /opt/ml in the
 #                    container): input/config/{hyperparameters,resourceconfig,inputdataconfig}.json
 #                    with the fixed host list, the channels synced from S3 first, the chief's
@@ -28,6 +30,7 @@ JOBS_DIR=${GPUTRAIN_JOBS_DIR:-/var/lib/gputrain/jobs}
 JOB_PREFIX=gputrain-job-
 STOP_SECONDS=120
 MAX_RUNTIME_LIMIT=169200
+PULL_SECONDS=900
 
 log() { printf '%s job %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$*"; }
 die() {
@@ -89,6 +92,23 @@ upload_results() {
   fi
 }
 
+# The job's own tag of the node's repository (the node role pulls any tag of it): one try, bounded,
+# so a tag never pushed fails every node at once in one line, with what docker said.
+pull_job_image() {
+  local said status=0
+  IMAGE_URI=${IMAGE_URI%:*}:$SSM_ImageTag
+  said=$({ aws ecr get-login-password --region "$AWS_REGION" |
+    docker login --username AWS --password-stdin "${IMAGE_URI%%/*}" >/dev/null &&
+    timeout "$PULL_SECONDS" docker pull --quiet "$IMAGE_URI"; } 2>&1) || status=$?
+  if ((status == 124)); then
+    die "could not pull image tag $SSM_ImageTag ($IMAGE_URI): no pull within $PULL_SECONDS s"
+  elif ((status != 0)); then
+    said=${said##*$'\n'}
+    die "could not pull image tag $SSM_ImageTag ($IMAGE_URI): ${said:-docker said nothing (exit $status)}"
+  fi
+  log "pulled $IMAGE_URI (this job's ImageTag)"
+}
+
 stop_container() { docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null 2>&1 || true; }
 
 # The container runs detached and this script waits in `wait`, which a signal interrupts: Run
@@ -116,7 +136,11 @@ run_job() {
   export INSTANCE_ID
   log "job $JOB_NAME on $INSTANCE_ID ($TRAINING_CURRENT_HOST of $TRAINING_HOSTS)"
   env -u STACK_NAME bash "$NODE_DIR/health_check.sh" || die "GPU check failed: the job does not start on this node"
-  pull_image || die "could not pull $IMAGE_URI"
+  if [[ -n $SSM_ImageTag ]]; then
+    pull_job_image
+  else
+    pull_image || die "could not pull $IMAGE_URI"
+  fi
 
   ML_DIR=$JOBS_DIR/$JOB_NAME/ml
   rm -rf "$ML_DIR/input" "$ML_DIR/model" "$ML_DIR/output"
@@ -133,7 +157,7 @@ run_job() {
   container_options "$JOB_CONTAINER" "job/$JOB_NAME"
   trap 'log "signal: stopping $JOB_CONTAINER"; stop_container' TERM INT
   docker run --detach "${CONTAINER_OPTIONS[@]}" "$IMAGE_URI" >/dev/null
-  log "started $JOB_CONTAINER: ${#EFA_DEVICES[@]} EFA device option(s), at most $SSM_MaxRuntimeSeconds s"
+  log "started $JOB_CONTAINER from $IMAGE_URI: ${#EFA_DEVICES[@]} EFA device option(s), at most $SSM_MaxRuntimeSeconds s"
   wait_for_container
   upload_results
   log "job $JOB_NAME: the container exited $CONTAINER_EXIT"
@@ -141,10 +165,13 @@ run_job() {
 }
 
 # The document's patterns already held; checked again here because these values become paths,
-# numbers and a container's name on the node.
+# numbers, an image reference and a container's name on the node.
 check_parameters() {
   local channel
   [[ $JOB_NAME =~ ^[a-z0-9](-?[a-z0-9]){0,62}$ ]] || die "invalid job name '$JOB_NAME'"
+  if ! [[ $SSM_ImageTag =~ ^([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$ ]] || [[ ${SSM_ImageTag,,} == latest ]]; then
+    die "invalid image tag '$SSM_ImageTag' (never latest)"
+  fi
   if ! [[ $SSM_MaxRuntimeSeconds =~ ^[1-9][0-9]{0,5}$ ]] || ((SSM_MaxRuntimeSeconds > MAX_RUNTIME_LIMIT)); then
     die "MaxRuntimeSeconds '$SSM_MaxRuntimeSeconds' is not 1-$MAX_RUNTIME_LIMIT"
   fi
