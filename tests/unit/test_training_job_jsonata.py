@@ -38,7 +38,7 @@ NODE_PATHS = [p for p in (os.environ.get("JSONATA_NODE_PATH"), str(ROOT / "node_
 
 # Evaluates JSONata-mode fields the way Step Functions does: "{% expr %}" strings anywhere in a
 # JSON value, with $states.input / $states.context and the assigned variables bound.
-EVALUATOR = r"""
+EVALUATE = r"""
 const jsonata = require("jsonata");
 async function ev(value, bindings) {
   if (typeof value === "string" && value.startsWith("{%") && value.endsWith("%}"))
@@ -47,6 +47,10 @@ async function ev(value, bindings) {
   if (value && typeof value === "object") { const out = {}; for (const [k, v] of Object.entries(value)) out[k] = await ev(v, bindings); return out; }
   return value;
 }
+"""
+"""``ev(value, bindings)``: a JSON value with its ``{% expr %}`` strings evaluated, as Step Functions does."""
+
+EVALUATOR = EVALUATE + r"""
 (async () => {
   const doc = JSON.parse(require("fs").readFileSync(0, "utf8"));
   const results = [];

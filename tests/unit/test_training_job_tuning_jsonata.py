@@ -30,18 +30,10 @@ from stacks.components.tuning_job_spec import (
 )
 from stacks.config import PlatformConfig, load_config
 from tests.synth import project_context
-from tests.unit.test_training_job_jsonata import NODE_ENV, RESOURCES
+from tests.unit.test_training_job_jsonata import EVALUATE, NODE_ENV, RESOURCES
 
 # As test_training_job_jsonata's evaluator, with the Tune branch's second Assign over the first's variables.
-EVALUATOR = r"""
-const jsonata = require("jsonata");
-async function ev(value, bindings) {
-  if (typeof value === "string" && value.startsWith("{%") && value.endsWith("%}"))
-    return await jsonata(value.slice(2, -2)).evaluate({}, bindings);
-  if (Array.isArray(value)) { const out = []; for (const v of value) out.push(await ev(v, bindings)); return out; }
-  if (value && typeof value === "object") { const out = {}; for (const [k, v] of Object.entries(value)) out[k] = await ev(v, bindings); return out; }
-  return value;
-}
+EVALUATOR = EVALUATE + r"""
 (async () => {
   const doc = JSON.parse(require("fs").readFileSync(0, "utf8"));
   const results = [];
