@@ -65,6 +65,9 @@ at ``--max-jobs`` x instances x price x maximum runtime (capped by ``tuning.max_
 ``tuning.max_parallel_jobs``). ``--name`` names the tuning job (at most 32 characters). ``--dry-run``
 prints the execution input (with ``--direct``, the request), offline too. It prints
 ``tuning job: <name>``; promote its best job with ``python -m scripts.promote --best-of <name>``.
+``--pipeline --tune RANGES.json`` makes the pipeline's train step that tuning job (``train.tuning``): its
+trials read the processing run's outputs, it is priced instead of the training job, and its best trial's
+model goes on to promote and transform.
 """
 
 from __future__ import annotations
@@ -109,7 +112,10 @@ from stacks.components.processing_job_spec import (
     ProcessingOptions,
     ProcessingTemplate,
     ProcessingValues,
+    TRAIN_OUTPUT,
+    VALIDATION_OUTPUT,
     create_processing_job_request,
+    processing_output_uri,
     resolve_processing,
 )
 from stacks.config import PlatformConfig
@@ -484,7 +490,7 @@ def pipeline_input(
     if not args.skip_process:
         execution_input["process"] = {}
     if not args.skip_train:
-        execution_input["train"] = {}
+        execution_input["train"] = {"tuning": {}} if args.tune is not None else {}
     if args.promote:
         execution_input["promote"] = True
     if not execution_input:
@@ -515,7 +521,29 @@ def pipeline_input(
             options = upload_source(deployment, options, args.source_dir, dry_run=dry_run)
             check_options(deployment, options)
         execution_input["train"] = {k: v for k, v in options.state_machine_input().items() if k != "job_name"}
+    if names.tuning_job:
+        tuning = tuning_options(deployment, args, job_name=names.tuning_job)
+        if args.source_dir is not None:
+            code_uri = upload_code(deployment, args.source_dir, str(args.entry_point), names.tuning_job, dry_run=dry_run)
+            tuning = replace(tuning, training=replace(tuning.training, code_uri=code_uri))
+        _, values = tuning_values(deployment, _on_pipeline_channels(deployment, args, names, tuning))
+        # The pipeline names the tuning job and feeds it the processing run's outputs itself.
+        execution_input["train"] = {k: v for k, v in tuning_execution_input(tuning, values).items() if k != "job_name"}
     return execution_input, names, prices
+
+
+def _on_pipeline_channels(deployment: Deployment, args: argparse.Namespace, names: pipeline.PipelineNames,
+                          options: TuningOptions) -> TuningOptions:
+    """``options`` checked on the channels the pipeline's train step reads: the processing run's outputs
+    (``train``, and ``validation`` unless a processing script of the user's writes them), else the config's."""
+    if not names.processing_job:
+        return options
+    template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
+    out = str(processing_output_uri(template, names.processing_job))
+    channels = {TRAIN_OUTPUT: f"{out}{TRAIN_OUTPUT}/"}
+    if args.process_source_dir is None:
+        channels[VALIDATION_OUTPUT] = f"{out}{VALIDATION_OUTPUT}/"
+    return replace(options, training=replace(options.training, channels=channels))
 
 
 def pipeline_prices(deployment: Deployment, args: argparse.Namespace, names: pipeline.PipelineNames) -> list[JobPrice]:
@@ -527,6 +555,10 @@ def pipeline_prices(deployment: Deployment, args: argparse.Namespace, names: pip
     if names.training_job:
         options = replace(options_from_args(args), job_name=names.training_job)
         prices.append(training_price(deployment.config, check_options(deployment, options, code_pending=args.source_dir is not None)))
+    if names.tuning_job:
+        tuning = _on_pipeline_channels(deployment, args, names, tuning_options(deployment, args, job_name=names.tuning_job))
+        _, checked = tuning_values(deployment, tuning, code_pending=args.source_dir is not None)
+        prices.append(price_of_tuning(deployment.config, checked))
     if names.transform_job:
         prices.append(transform_price(deployment.config, names.transform_job))
     return prices
@@ -559,11 +591,12 @@ def read_ranges(path: Path) -> Any:
         raise UsageError(f"--tune {path}: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
 
 
-def tuning_options(deployment: Deployment, args: argparse.Namespace) -> TuningOptions:
-    """The tuning launch the command line asks for, named (the code is uploaded later)."""
+def tuning_options(deployment: Deployment, args: argparse.Namespace, *, job_name: Optional[str] = None) -> TuningOptions:
+    """The tuning launch the command line asks for, named ``job_name`` (the pipeline's), ``--name`` or
+    a generated name (the code is uploaded later)."""
     template = JobTemplate.from_config(deployment.config, _PLACEHOLDER_RESOURCES, metric_definitions=())
     training = options_from_args(args)
-    name = args.name or default_tuning_job_name(template, suffix=secrets.token_hex(2))
+    name = job_name or args.name or default_tuning_job_name(template, suffix=secrets.token_hex(2))
     try:
         ranges = parse_ranges(read_ranges(args.tune), source=str(args.tune))
     except LaunchError as err:
@@ -682,10 +715,10 @@ def build_parser() -> argparse.ArgumentParser:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--pipeline", action="store_true", help="start the pipeline: process -> train (-> promote)")
     what.add_argument("--process", action="store_true", help="with --direct: create one processing job")
-    what.add_argument(
+    parser.add_argument(
         "--tune", type=Path, metavar="RANGES.json",
         help="run a hyperparameter tuning job over the ranges in RANGES.json through the workflow "
-        "(with --direct: CreateHyperParameterTuningJob)",
+        "(with --direct: CreateHyperParameterTuningJob; with --pipeline: as the pipeline's train step)",
     )
     parser.add_argument("--max-jobs", type=int, metavar="N", help="--tune: trials, at most tuning.max_jobs (default: that cap)")
     parser.add_argument(
@@ -796,7 +829,12 @@ def _refuse_tuning_mixes(args: argparse.Namespace) -> None:
         if args.max_jobs is not None or args.max_parallel_jobs is not None:
             raise UsageError("--max-jobs and --max-parallel-jobs only apply to --tune RANGES.json")
         return
-    mixed = [flag for flag, on in (("--keep-alive", args.keep_alive is not None), ("--watch", args.watch)) if on]
+    if args.process:
+        raise UsageError("--tune tunes a training job; --process creates a processing job: choose one")
+    if args.pipeline and args.skip_train:
+        raise UsageError("--tune makes the pipeline's train step a tuning job; --skip-train drops that step: choose one")
+    # --watch follows a pipeline execution (its steps), not a tuning job's trials.
+    mixed = [flag for flag, on in (("--keep-alive", args.keep_alive is not None), ("--watch", args.watch and not args.pipeline)) if on]
     if mixed:
         raise UsageError(
             f"{', '.join(mixed)} do not apply to --tune: a tuning job's trials keep no warm pool, and its trials are"

@@ -4,7 +4,9 @@
 ``scripts.watch --execution`` follows one; both need the names the pipeline gives what it creates:
 
 - processing job ``<project>-<execution name>-process`` (unless ``process.job_name`` says otherwise),
-- training job ``<project>-<execution name>-train`` (unless ``train.job_name``),
+- training job ``<project>-<execution name>-train`` (unless ``train.job_name``), or with ``train.tuning``
+  (``--pipeline --tune``) tuning job ``<project>-<the execution name's letters and digits>``, cut to 32
+  characters (unless ``train.job_name``), whose best trial becomes the run's training job,
 - model and endpoint config ``<project>-<execution name>`` (promote),
 - transform job ``<project>-<execution name>-transform`` and, unless the promoted model runs it, a
   model of the same name (``transform.enabled`` deployments).
@@ -15,6 +17,7 @@ execution with a model (``train``, or ``promote.model_uri``) unless ``"transform
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,6 +28,8 @@ from scripts.common import OperatorError
 STEPS = ("process", "train", "promote")
 MAX_NAME_LENGTH = 63
 """SageMaker's limit on job, model and endpoint config names."""
+MAX_TUNING_NAME_LENGTH = 32
+"""SageMaker's limit on tuning job names."""
 OUTPUT_PREFIX_NOT_EMPTY = "OutputPrefixNotEmpty"
 
 
@@ -38,6 +43,8 @@ class PipelineNames:
         training_job: The training job.
         model: The model and the endpoint config of the promote step.
         transform_job: The batch transform job (and its model, where it makes one).
+        tuning_job: The tuning job of a tuning step (then ``training_job`` is ``None``: the best trial,
+            named by SageMaker, becomes the run's training job).
     """
 
     execution: str
@@ -45,6 +52,7 @@ class PipelineNames:
     training_job: Optional[str]
     model: Optional[str]
     transform_job: Optional[str] = None
+    tuning_job: Optional[str] = None
 
     def lines(self) -> list[str]:
         """``processing job: ...`` lines for what the execution will create."""
@@ -53,6 +61,8 @@ class PipelineNames:
             lines.append(f"processing job: {self.processing_job}")
         if self.training_job:
             lines.append(f"training job: {self.training_job}")
+        if self.tuning_job:
+            lines.append(f"tuning job: {self.tuning_job} (its best trial is the run's training job)")
         if self.model:
             lines.append(f"model: {self.model}")
             lines.append(f"endpoint config: {self.model}")
@@ -78,12 +88,18 @@ def pipeline_names(
     promote = execution_input.get("promote")
     has_model = "train" in execution_input or (isinstance(promote, Mapping) and "model_uri" in promote)
     transforms = transform and has_model and execution_input.get("transform") is not False
+    train = execution_input.get("train")
+    # The definition's default (tuning_job_spec.tuning_state_machine_assignments): the execution name's
+    # letters and digits, the name cut to SageMaker's 32 characters.
+    tuned = given("train", f"{project}-{re.sub('[^A-Za-z0-9]', '', execution_name)}"[:MAX_TUNING_NAME_LENGTH]) if (
+        isinstance(train, Mapping) and "tuning" in train) else None
     return PipelineNames(
         execution=execution_name,
         processing_job=given("process", f"{base}-process"),
-        training_job=given("train", f"{base}-train"),
+        training_job=None if tuned else given("train", f"{base}-train"),
         model=base if "promote" in execution_input else None,
         transform_job=f"{base}-transform" if transforms else None,
+        tuning_job=tuned,
     )
 
 
@@ -104,6 +120,11 @@ def check_names(names: PipelineNames) -> None:
                 f"execution name {names.execution!r} makes the {what} name {name} {len(name)} characters long; "
                 f"SageMaker allows {MAX_NAME_LENGTH}: pick a shorter --name"
             )
+    if names.tuning_job and len(names.tuning_job) > MAX_TUNING_NAME_LENGTH:
+        raise OperatorError(
+            f"the tuning job name {names.tuning_job} is {len(names.tuning_job)} characters long; "
+            f"SageMaker allows {MAX_TUNING_NAME_LENGTH}: pick a shorter name"
+        )
 
 
 def check_output_prefix_empty(s3: Any, bucket: str, prefix: str) -> None:

@@ -8,7 +8,8 @@ deploys it.
 Execution input (every key optional, at least one step)::
 
     {"process": {job_name, instance_type, instance_count, input_uri, arguments, code_uri, entry_point},
-     "train":   {the training workflow's options, plus "channels": {name: s3 URI}},
+     "train":   {the training workflow's options, plus "channels": {name: s3 URI}
+                 and, to tune, "tuning": {ranges, max_jobs, max_parallel_jobs}},
      "promote": {"model_uri": "s3://<artifacts>/training-jobs/<job>/output/model.tar.gz"} or true,
      "transform": false}
 
@@ -23,6 +24,10 @@ only): it runs after every execution that has a model (``train``, or ``promote.m
 - train: unless ``train.channels`` is given, the channels are the processing run's outputs
   (``train`` and ``validation``; only ``train`` for a user's processing script), then
   ``createTrainingJob.sync`` with the very request of the training workflow (``TrainingJobFailed``);
+  with ``train.tuning`` (the training workflow's ``tuning``, ``scripts.launch --pipeline --tune``)
+  a tuning step instead: the training workflow's tuning checks, then
+  ``createHyperParameterTuningJob.sync`` with its request, every trial on the same channels
+  (``TuningJobFailed``); the best trial is the run's training job and its ``model.tar.gz`` the model;
 - promote: CreateModel and CreateEndpointConfig named ``<project>-<execution name>``, UpdateEndpoint
   with the serving stack's blue/green deployment and rollback alarms, then DescribeEndpoint every
   minute until it serves the new config (``PromotionFailed`` when it fails or rolls back);
@@ -31,7 +36,7 @@ only): it runs after every execution that has a model (``train``, or ``promote.m
   scoring prefix (:mod:`stacks.components.transform_job_spec`; ``TransformJobFailed``).
 
 Every end publishes one message to the notification topic, then succeeds with
-``{processing_job, processed_uri, training_job, model_uri, endpoint_config}`` (and with the
+``{processing_job, processed_uri, tuning_job, training_job, model_uri, endpoint_config}`` (and with the
 transform, ``transform_job`` and ``transform_uri``; ``null`` for skipped steps) or fails with
 ``Error`` = the failure's name and ``Cause`` = its reason.
 """
@@ -69,6 +74,14 @@ from stacks.components.training_job_spec import (
     launch_rules,
     state_machine_assignments,
 )
+from stacks.components.tuning_job_spec import (
+    TUNE_OUTPUT,
+    TUNING_INPUT,
+    create_tuning_job_request,
+    state_machine_tuning_values,
+    tuning_rules,
+    tuning_state_machine_assignments,
+)
 from stacks.components.transform_job_spec import (
     MAX_JOB_NAME_LENGTH as MAX_TRANSFORM_JOB_NAME_LENGTH,
     TransformTemplate,
@@ -78,7 +91,7 @@ from stacks.components.transform_job_spec import (
     transform_model_config,
     transform_output_uri,
 )
-from stacks.config import ServingConfig, TransformConfig
+from stacks.config import ServingConfig, TransformConfig, TuningConfig
 
 STEPS = ("process", "train", "promote")
 TRANSFORM_STEP = "transform"
@@ -90,6 +103,7 @@ OUTPUT_PREFIX_NOT_EMPTY = "OutputPrefixNotEmpty"
 ENDPOINT_NOT_DEPLOYED = "EndpointNotDeployed"
 PROCESSING_JOB_FAILED = "ProcessingJobFailed"
 TRAINING_JOB_FAILED = "TrainingJobFailed"
+TUNING_JOB_FAILED = "TuningJobFailed"
 PROMOTION_FAILED = "PromotionFailed"
 TRANSFORM_JOB_FAILED = "TransformJobFailed"
 FAILURES = (
@@ -98,10 +112,11 @@ FAILURES = (
     ENDPOINT_NOT_DEPLOYED,
     PROCESSING_JOB_FAILED,
     TRAINING_JOB_FAILED,
+    TUNING_JOB_FAILED,
     PROMOTION_FAILED,
     TRANSFORM_JOB_FAILED,
 )
-OUTPUT_KEYS = ("processing_job", "processed_uri", "training_job", "model_uri", "endpoint_config")
+OUTPUT_KEYS = ("processing_job", "processed_uri", "tuning_job", "training_job", "model_uri", "endpoint_config")
 TRANSFORM_OUTPUT_KEYS = ("transform_job", "transform_uri")
 """Further output keys of a pipeline with the transform step."""
 
@@ -216,6 +231,7 @@ def pipeline_definition(
     project_name: str,
     processing: ProcessingTemplate,
     training: JobTemplate,
+    tuning: TuningConfig,
     serving: ServingConfig,
     model_resources: ModelResources | None,
     topic_arn: str,
@@ -230,6 +246,8 @@ def pipeline_definition(
         project_name: Names: ``<project>-endpoint``, ``<project>-<execution>[-process|-train]``.
         processing: The processing job template (the processing role, the datasets bucket).
         training: The training job template (the training workflow's own).
+        tuning: The deployed ``tuning`` section: a ``train.tuning`` step's strategy, objective and caps
+            (the training workflow's Tune branch's).
         serving: The serving settings the promoted model and endpoint config are built from.
         model_resources: Role (the promoted-model role), image, key, network of promoted models
             and of the transform's model; ``None`` with ``serving.scale_to_zero`` and no transform.
@@ -255,13 +273,13 @@ def pipeline_definition(
     after_check = "PromotionRequested" if promotes else "ProcessRequested"
     after_train = "PromoteRequested" if promotes else after_promotion
     states: dict[str, Any] = _input_states(
-        project_name=project_name, processing=processing, training=training, serving=serving, next_state=after_check,
-        transform=transform is not None,
+        project_name=project_name, processing=processing, training=training, tuning=tuning, serving=serving,
+        next_state=after_check, transform=transform is not None,
     )
     if promotes:
         states.update(_endpoint_check_states(states_arn, endpoint))
     states.update(_process_states(states_arn, processing))
-    states.update(_train_states(states_arn, training, next_state=after_train))
+    states.update(_train_states(states_arn, training, tuning, next_state=after_train))
     if promotes:
         assert model_resources is not None
         states.update(
@@ -288,7 +306,7 @@ def pipeline_definition(
         )
     output_keys = OUTPUT_KEYS + (TRANSFORM_OUTPUT_KEYS if transform is not None else ())
     states.update(_end_states(states_arn, project_name=project_name, topic_arn=topic_arn, output_keys=output_keys))
-    comment = "raw data -> processing job -> training job -> endpoint" + (" -> batch transform" if transform else "")
+    comment = "raw data -> processing job -> training (or tuning) job -> endpoint" + (" -> batch transform" if transform else "")
     return {
         "Comment": f"{project_name}: {comment}, each step optional",
         "QueryLanguage": "JSONata",
@@ -326,6 +344,7 @@ def _input_states(
     project_name: str,
     processing: ProcessingTemplate,
     training: JobTemplate,
+    tuning: TuningConfig,
     serving: ServingConfig,
     next_state: str,
     transform: bool = False,
@@ -339,18 +358,22 @@ def _input_states(
     )
     given_train = "$pipeline_input.train"
     valid, reasons = _input_check(
-        project_name=project_name, processing=processing, training=training, serving=serving, transform=transform
+        project_name=project_name, processing=processing, training=training, tuning=tuning, serving=serving, transform=transform
     )
     assignments: dict[str, Any] = {
         "pipeline_input": "{% $states.input %}",
         "run_process": "{% $exists($states.input.process) %}",
         "run_train": "{% $exists($states.input.train) %}",
+        "run_tune": f"{{% $type($states.input.train) = 'object' and $exists($states.input.train.{TUNING_INPUT}) %}}",
         "run_promote": "{% $exists($states.input.promote) and $states.input.promote != false %}",
         "given_model_uri": "{% $exists($states.input.promote.model_uri) ? $states.input.promote.model_uri : null %}",
         "promoted_name": "{% " + json.dumps(f"{project_name}-") + " & $states.context.Execution.Name %}",
         "processing_job": None,
         "processed_uri": None,
+        "tuning_job": None,
         "training_job": None,
+        # The tuning step's own variables (ResolveTuneOptions), null unless train.tuning is given.
+        **dict.fromkeys(_TUNING_VARIABLES),
         "model_uri": "{% $exists($states.input.promote.model_uri) ? $states.input.promote.model_uri : null %}",
         "endpoint_config": None,
         "failure_error": None,
@@ -392,6 +415,14 @@ def _input_states(
             "Type": "Pass",
             "Comment": "The training options over the deployed defaults (the training workflow's own rules)",
             "Assign": state_machine_assignments(training, source="$train_input", job_name_suffix=TRAIN_JOB_SUFFIX),
+            "Next": "TuningRequested",
+        },
+        "TuningRequested": _choice("$run_tune", then="ResolveTuneOptions", otherwise="CheckPipelineInput"),
+        "ResolveTuneOptions": {
+            "Type": "Pass",
+            "Comment": "A tuning step: the ranges and caps over the deployed tuning section, the static hyperparameters"
+            " (the training workflow's Tune branch's variables)",
+            "Assign": tuning_state_machine_assignments(training, tuning, source="$train_input"),
             "Next": "CheckPipelineInput",
         },
         "CheckPipelineInput": {
@@ -407,7 +438,13 @@ def _input_states(
 
 
 def _input_check(
-    *, project_name: str, processing: ProcessingTemplate, training: JobTemplate, serving: ServingConfig, transform: bool
+    *,
+    project_name: str,
+    processing: ProcessingTemplate,
+    training: JobTemplate,
+    tuning: TuningConfig,
+    serving: ServingConfig,
+    transform: bool,
 ) -> tuple[str, str]:
     """JSONata ``(every rule of the requested steps holds, the reasons of the broken ones)``."""
     pipeline_rules = pipeline_input_rules(
@@ -415,11 +452,13 @@ def _input_check(
     )
     process_rules = processing_launch_rules(processing).rules
     train_rules = launch_rules(training).rules
+    tune_rules = tuning_rules(training, tuning).rules
     valid = all_of(
         [
             *(c for c, _ in pipeline_rules),
             f"$not($run_process) or ({all_of([c for c, _ in process_rules])})",
             f"$not($run_train) or ({all_of([c for c, _ in train_rules])})",
+            f"$not($run_tune) or ({all_of([c for c, _ in tune_rules])})",
         ]
     )
     reasons = ", ".join(
@@ -427,6 +466,7 @@ def _input_check(
             *(f"$not({c}) ? ({r})" for c, r in pipeline_rules),
             *(f"($run_process and $not({c})) ? ({r})" for c, r in process_rules),
             *(f"($run_train and $not({c})) ? ('train.' & {r})" for c, r in train_rules),
+            *(f"($run_tune and $not({c})) ? ('train.' & {r})" for c, r in tune_rules),
         ]
     )
     return valid, reasons
@@ -497,10 +537,18 @@ def _process_states(states_arn: str, processing: ProcessingTemplate) -> dict[str
     }
 
 
-def _train_states(states_arn: str, training: JobTemplate, *, next_state: str) -> dict[str, Any]:
-    """The training step: the training workflow's request, then ``next_state``."""
+def _train_states(states_arn: str, training: JobTemplate, tuning: TuningConfig, *, next_state: str) -> dict[str, Any]:
+    """The training step: the training workflow's request (with ``train.tuning``, its tuning request),
+    then ``next_state``."""
     return {
-        "TrainRequested": _choice("$run_train", then="TrainModel", otherwise=next_state),
+        "TrainRequested": {
+            "Type": "Choice",
+            "Choices": [
+                {"Condition": "{% $run_tune %}", "Next": "TuneModel"},
+                {"Condition": "{% $run_train %}", "Next": "TrainModel"},
+            ],
+            "Default": next_state,
+        },
         "TrainModel": {
             "Type": "Task",
             "Comment": "CreateTrainingJob with the training workflow's request, then wait for the job to end",
@@ -516,6 +564,40 @@ def _train_states(states_arn: str, training: JobTemplate, *, next_state: str) ->
             "Next": next_state,
         },
         TRAINING_JOB_FAILED: _fail_with(TRAINING_JOB_FAILED, _cause_from_job("TrainingJobStatus")),
+        **_tune_states(states_arn, training, tuning, next_state=next_state),
+    }
+
+
+_TUNING_VARIABLES = ("tuning", "ranges", "max_jobs", "max_parallel_jobs")
+"""The Tune branch's variables that the training launch has not (:func:`tuning_state_machine_assignments`)."""
+
+
+def _tune_states(states_arn: str, training: JobTemplate, tuning: TuningConfig, *, next_state: str) -> dict[str, Any]:
+    """The tuning step: the training workflow's tuning request, every trial the training step's job on the
+    same channels; the best trial is the run's training job and its model the run's model."""
+    request = create_tuning_job_request(training, state_machine_tuning_values(tuning))
+    # Where SageMaker writes a job's model, the single job's ModelArtifacts.S3ModelArtifacts:
+    # <S3OutputPath><job>/output/model.tar.gz (a trial's S3OutputPath is the definition's).
+    output_path = request["TrainingJobDefinition"]["OutputDataConfig"]["S3OutputPath"]
+    best = "$states.result.BestTrainingJob.TrainingJobName"
+    return {
+        "TuneModel": {
+            "Type": "Task",
+            "Comment": "CreateHyperParameterTuningJob with the training workflow's request (every trial its training job),"
+            " then wait for it to end",
+            "Resource": f"{states_arn}sagemaker:createHyperParameterTuningJob.sync",
+            "Arguments": request,
+            "Assign": {
+                "tuning_job": "{% $states.result.HyperParameterTuningJobName %}",
+                "training_job": "{% " + best + " %}",
+                "model_uri": "{% $given_model_uri != null ? $given_model_uri : "
+                + f"{to_jsonata(output_path)} & {best} & {json.dumps(MODEL_FILE_SUFFIX)} %}}",
+            },
+            "Output": TUNE_OUTPUT,
+            "Catch": [_catch(TUNING_JOB_FAILED)],
+            "Next": next_state,
+        },
+        TUNING_JOB_FAILED: _fail_with(TUNING_JOB_FAILED, _cause_from_job("HyperParameterTuningJobStatus")),
     }
 
 

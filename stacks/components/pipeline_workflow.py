@@ -41,6 +41,7 @@ from stacks.components.training_job_spec import CODE_PREFIX, OUTPUT_PREFIX, JobT
 from stacks.components.transform_job_spec import TransformTemplate
 from stacks.components.training_job_workflow import (
     SYNC_EVENTS_RULE,
+    TUNING_SYNC_EVENTS_RULE,
     JobInfrastructure,
     SageMakerExecutionRole,
     TrainingJobWorkflow,
@@ -174,7 +175,8 @@ class PipelineWorkflow(Construct):
 
     See :mod:`stacks.components.pipeline_definition` for its input, steps and failures. Runs
     processing jobs with :class:`ProcessingRole` in the training jobs' VPC, subnets and security
-    group, the training job exactly as the training workflow does, and promotes with a model
+    group, the training job (or, with ``train.tuning``, the tuning job) exactly as the training
+    workflow does, with the same hardened grants, and promotes with a model
     role that reads only the project jobs' ``model.tar.gz``. Logging (ALL, with execution data)
     and X-Ray tracing are on.
 
@@ -256,6 +258,7 @@ class PipelineWorkflow(Construct):
             project_name=project,
             processing=self.template,
             training=training.template,
+            tuning=config.tuning,
             serving=config.serving,
             model_resources=model_resources,
             topic_arn=topic.topic_arn,
@@ -363,7 +366,8 @@ class PipelineWorkflow(Construct):
         # Each role only to SageMaker, and only to the kind of resource it is for.
         pass_roles = [
             pass_role_to_sagemaker("PassProcessingRole", self.processing_role.role_arn, arns.processing_jobs),
-            pass_role_to_sagemaker("PassTrainingJobRole", training.job_role.role_arn, arns.training_jobs),
+            # A tuning step's trials run with the training jobs' role too.
+            pass_role_to_sagemaker("PassTrainingJobRole", training.job_role.role_arn, [arns.training_jobs, arns.tuning_jobs]),
         ]
         if self.model_role is not None:
             assert self.model_security_group is not None
@@ -385,7 +389,7 @@ class PipelineWorkflow(Construct):
             topic=topic,
             topic_key=topic_key,
         )
-        wildcards = [arns.processing_jobs, arns.training_jobs, "*"]
+        wildcards = [arns.processing_jobs, arns.training_jobs, arns.tuning_jobs, "*"]
         if self.model_role is not None:
             wildcards += [arns.models, arns.endpoint_configs]
         if self.transform is not None:
@@ -395,7 +399,7 @@ class PipelineWorkflow(Construct):
     def _job_statements(
         self, arns: "_ProjectArns", *, training: TrainingJobWorkflow, subnet_ids: Sequence[str], key: kms.IKey
     ) -> list[iam.PolicyStatement]:
-        """Create hardened processing and training jobs of the project; follow and stop them."""
+        """Create hardened processing, training and tuning jobs of the project; follow and stop them."""
         # The role itself refuses a job that drops isolation, the VPC (its subnets and the job's
         # security group) or the output key.
         hardened_job = {
@@ -421,6 +425,11 @@ class PipelineWorkflow(Construct):
         return [
             *create_hardened_jobs("CreateHardenedProcessingJobs", "sagemaker:CreateProcessingJob", arns.processing_jobs, self.template),
             *create_hardened_jobs("CreateHardenedTrainingJobs", "sagemaker:CreateTrainingJob", arns.training_jobs, training.template),
+            # A tuning step: its TrainingJobDefinition as hardened as a training job (the same condition keys
+            # are in CreateHyperParameterTuningJob's request context), as the training workflow's role grants it.
+            *create_hardened_jobs(
+                "CreateHardenedTuningJobs", "sagemaker:CreateHyperParameterTuningJob", arns.tuning_jobs, training.template
+            ),
             iam.PolicyStatement(
                 sid="FollowAndStopProjectJobs",
                 actions=[
@@ -433,6 +442,17 @@ class PipelineWorkflow(Construct):
                 ],
                 resources=[arns.processing_jobs, arns.training_jobs],
             ),
+            iam.PolicyStatement(
+                sid="FollowAndStopProjectTuningJobs",
+                actions=[
+                    "sagemaker:DescribeHyperParameterTuningJob",
+                    "sagemaker:StopHyperParameterTuningJob",
+                    "sagemaker:ListTrainingJobsForHyperParameterTuningJob",
+                    "sagemaker:AddTags",
+                    "sagemaker:ListTags",
+                ],
+                resources=[arns.tuning_jobs],
+            ),
         ]
 
 
@@ -442,6 +462,7 @@ class _ProjectArns:
 
     processing_jobs: str
     training_jobs: str
+    tuning_jobs: str
     transform_jobs: str
     models: str
     endpoint_configs: str
@@ -455,6 +476,7 @@ class _ProjectArns:
         return cls(
             processing_jobs=arn("processing-job", f"{project}-*"),
             training_jobs=arn("training-job", f"{project}-*"),
+            tuning_jobs=arn("hyper-parameter-tuning-job", f"{project}-*"),
             transform_jobs=arn("transform-job", f"{project}-*"),
             models=arn("model", f"{project}-*"),
             endpoint_configs=arn("endpoint-config", f"{project}-*"),
@@ -603,7 +625,7 @@ def _run_statements(
             actions=["events:PutTargets", "events:PutRule", "events:DescribeRule"],
             resources=[
                 stack.format_arn(service="events", resource="rule", resource_name=rule)
-                for rule in (PROCESSING_SYNC_EVENTS_RULE, SYNC_EVENTS_RULE)
+                for rule in (PROCESSING_SYNC_EVENTS_RULE, SYNC_EVENTS_RULE, TUNING_SYNC_EVENTS_RULE)
                 + ((TRANSFORM_SYNC_EVENTS_RULE,) if config.transform.enabled else ())
             ],
         ),

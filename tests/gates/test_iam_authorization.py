@@ -226,6 +226,8 @@ def test_the_pipelines_policies_are_checked(iam_root):
     assert {"PipelineProcessingRolePolicy", "PipelineModelRolePolicy", "PipelineRolePolicy"} <= policies
     sids = {s.statement.get("Sid") for s in statements}
     assert {"CreateHardenedProcessingJobs", "CreateIsolatedModels", "UpdateTheEndpoint", "WriteProcessedData"} <= sids
+    # A tuning step's CreateHyperParameterTuningJob with the training grant's condition keys (each in its request context).
+    assert {"CreateHardenedTuningJobs", "FollowAndStopProjectTuningJobs"} <= sids
     assert [f for s in statements for f in check_statement(s)] == []
 
 

@@ -155,3 +155,78 @@ def test_promote_best_of_refuses_a_tuning_job_without_a_best_job(aws, monkeypatc
     monkeypatch.setattr(Aws, "client", lambda self, service: Described())
     assert run(promote.main, ["--best-of", f"{PROJECT}-tune-4", "--dry-run"]) == 1
     assert "has no best training job yet" in capsys.readouterr().err
+
+
+# --- launch --pipeline --tune: the pipeline's train step as a tuning job ---------------------
+
+
+def test_pipeline_tune_dry_run_offline_puts_tuning_in_the_train_step_and_prices_the_tuning_job(offline, ranges, capsys):
+    argv = ["--pipeline", "--tune", str(ranges), "--max-jobs", "3", "--max-parallel-jobs", "1", "--hp", "epochs=2",
+            "--name", "run-7", "--dry-run"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    execution_input = json.loads(captured.out)
+    # The pipeline names the tuning job and feeds it the processing run's outputs: neither is in the input.
+    assert execution_input["process"] == {}
+    assert execution_input["train"] == {
+        "hyperparameters": {"epochs": "2"},
+        "tuning": {
+            "ranges": {
+                "learning_rate": {"type": "continuous", "min": "0.001", "max": "0.1", "scaling": "Logarithmic"},
+                "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
+            },
+            "max_jobs": 3,
+            "max_parallel_jobs": 1,
+        },
+    }
+    err = captured.err.splitlines()
+    # The tuning job is priced (3 trials) instead of one training job; the default objective (validation:loss)
+    # is measured on the processing run's validation output, so it is not refused.
+    prices = [line for line in err if line.startswith("price:")]
+    assert any(p.startswith(f"price: tuning job {PROJECT}-run7: up to 3 trials of 1 x ml.g5.xlarge") for p in prices), prices
+    assert not any("training job" in p for p in prices) and any("processing job" in p for p in prices)
+    assert f"tuning job: {PROJECT}-run7 (its best trial is the run's training job)" in err
+    assert not any(line.startswith("training job:") for line in err)
+
+
+def test_pipeline_tune_without_processing_checks_the_objective_on_the_configured_channels(offline, ranges, capsys):
+    # The configured channels have no validation channel: validation:loss would end every trial without an objective.
+    assert run(main, ["--pipeline", "--skip-process", "--tune", str(ranges), "--dry-run"]) == 3
+    assert "is measured on the 'validation' input channel" in capsys.readouterr().err
+    assert main(["--pipeline", "--skip-process", "--tune", str(ranges), "--dry-run", "--name", "run-8", *TRAIN_LOSS]) == 0
+    assert json.loads(capsys.readouterr().out) == {"train": {"tuning": {
+        "ranges": {"learning_rate": {"type": "continuous", "min": "0.001", "max": "0.1", "scaling": "Logarithmic"},
+                   "optimizer": {"type": "categorical", "values": ["adam", "sgd"]}},
+        "max_jobs": 8, "max_parallel_jobs": 2}}}
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--skip-train"], "--skip-train drops that step"),
+        (["--keep-alive", "60"], "--keep-alive do not apply to --tune"),
+        (["--max-jobs", "9"], "--max-jobs 9 must be from 1 to 8"),
+    ],
+)
+def test_bad_pipeline_tuning_launches_get_one_line(offline, ranges, capsys, argv, message):
+    assert run(main, ["--pipeline", "--tune", str(ranges), "--dry-run", *argv]) in (2, 3)
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1].startswith("error: ") and message in err[-1], err
+
+
+def test_pipeline_tune_starts_one_execution(aws, ranges, capsys):
+    assert main(["--pipeline", "--tune", str(ranges), "--max-jobs", "2", "--name", "run-9", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert f"tuning job: {PROJECT}-run9" in out
+    arn = aws.training["PipelineStateMachineArn"].replace(":stateMachine:", ":execution:") + ":run-9"
+    execution_input = json.loads(boto3.client("stepfunctions", region_name=REGION).describe_execution(executionArn=arn)["input"])
+    assert set(execution_input) == {"process", "train"} and execution_input["train"]["tuning"]["max_jobs"] == 2
+
+
+def test_a_pipelines_tuning_job_is_named_as_the_definition_names_it():
+    from scripts.pipeline import pipeline_names
+
+    names = pipeline_names(PROJECT, "a-very-long-execution-name-for-tuning", {"train": {"tuning": {}}, "promote": True})
+    # <project>- and the execution name's letters and digits, cut to SageMaker's 32 characters.
+    assert names.tuning_job == f"{PROJECT}-averylongexecutionnamefortuning"[:32] and names.training_job is None
+    assert pipeline_names(PROJECT, "r1", {"train": {"job_name": f"{PROJECT}-t1", "tuning": {}}}).tuning_job == f"{PROJECT}-t1"

@@ -44,6 +44,7 @@ from stacks.components.training_job_spec import (
     create_training_job_request,
     resolve_launch,
 )
+from stacks.components.tuning_job_spec import TuningOptions, create_tuning_job_request, parse_ranges, resolve_tuning
 from stacks.components.transform_job_spec import TransformTemplate, create_transform_job_request, transform_model_config
 from stacks.config import load_config
 from tests.synth import project_context
@@ -69,6 +70,7 @@ SERVICES = {name: get_session().get_service_model(name) for name in ("sagemaker"
 SHAPES = {
     "createProcessingJob.sync": ("sagemaker", "CreateProcessingJob"),
     "createTrainingJob.sync": ("sagemaker", "CreateTrainingJob"),
+    "createHyperParameterTuningJob.sync": ("sagemaker", "CreateHyperParameterTuningJob"),
     "createModel": ("sagemaker", "CreateModel"),
     "createEndpointConfig": ("sagemaker", "CreateEndpointConfig"),
     "updateEndpoint": ("sagemaker", "UpdateEndpoint"),
@@ -98,6 +100,7 @@ def _build(**overrides: Any) -> tuple[dict, ProcessingTemplate, JobTemplate, Any
         project_name=config.project_name,
         processing=processing,
         training=training,
+        tuning=config.tuning,
         serving=config.serving,
         model_resources=None if config.serving.scale_to_zero and not config.transform.enabled else MODEL,
         topic_arn=TOPIC,
@@ -239,7 +242,8 @@ def test_every_failure_name_has_a_path_and_every_end_notifies():
 def test_process_train_promote_pass_each_steps_output_to_the_next():
     result = _run({"process": {}, "train": {}, "promote": True})
     assert result["end"] == "Succeed", result
-    assert result["path"][:6] == ["ReadPipelineInput", "ResolveTrainInput", "ResolveTrainOptions", "CheckPipelineInput", "PromotionRequested", "CheckEndpoint"]
+    assert result["path"][:7] == ["ReadPipelineInput", "ResolveTrainInput", "ResolveTrainOptions", "TuningRequested", "CheckPipelineInput",
+                                  "PromotionRequested", "CheckEndpoint"]
     _check_against_the_service_model(result)
     # The endpoint is checked before any job is created.
     order = [t["state"] for t in result["tasks"]]
@@ -271,6 +275,7 @@ def test_process_train_promote_pass_each_steps_output_to_the_next():
     assert result["output"] == {
         "processing_job": "gputrain-run1-process",
         "processed_uri": out,
+        "tuning_job": None,
         "training_job": "gputrain-run1-train",
         "model_uri": model_uri,
         "endpoint_config": "gputrain-run1",
@@ -305,8 +310,8 @@ def test_the_processing_request_is_the_direct_launchs(options):
 def test_defaults_and_config_arguments():
     config = _config(**{"processing.arguments": ["--shards", "4"]})
     processing = ProcessingTemplate.from_config(config, _resources("processing"))
-    definition = pipeline_definition(project_name="gputrain", processing=processing, training=TRAINING, serving=config.serving,
-                                     model_resources=MODEL, topic_arn=TOPIC, partition="aws")
+    definition = pipeline_definition(project_name="gputrain", processing=processing, training=TRAINING, tuning=config.tuning,
+                                     serving=config.serving, model_resources=MODEL, topic_arn=TOPIC, partition="aws")
     result = _run({"process": {}}, name="0d6c5e6a", definition=definition)
     [request] = _args(result, "ProcessData")
     assert request["ProcessingJobName"] == "gputrain-0d6c5e6a-process"
@@ -362,8 +367,8 @@ def test_promote_alone_serves_the_given_model_and_a_given_model_wins_over_traini
     assert result["end"] == "Succeed", result
     assert [t["state"] for t in result["tasks"]][:2] == ["CheckEndpoint", "CreateModel"]
     assert _args(result, "CreateModel")[0]["PrimaryContainer"]["ModelDataUrl"] == uri
-    assert result["output"] == {"processing_job": None, "processed_uri": None, "training_job": None, "model_uri": uri,
-                                "endpoint_config": "gputrain-run1"}
+    assert result["output"] == {"processing_job": None, "processed_uri": None, "tuning_job": None, "training_job": None,
+                                "model_uri": uri, "endpoint_config": "gputrain-run1"}
     result = _run({"train": {}, "promote": {"model_uri": uri}})
     assert _args(result, "CreateModel")[0]["PrimaryContainer"]["ModelDataUrl"] == uri
 
@@ -532,6 +537,7 @@ def test_bucket_names_are_measured_when_the_machine_runs_not_at_synth():
         project_name=config.project_name,
         processing=ProcessingTemplate.from_config(config, resources("processing")),
         training=JobTemplate.from_config(config, resources("job")),
+        tuning=config.tuning,
         serving=config.serving,
         model_resources=model,
         topic_arn=TOPIC,
@@ -547,6 +553,113 @@ def test_bucket_names_are_measured_when_the_machine_runs_not_at_synth():
     ):
         result = _run(execution_input, definition=deployed)
         assert result["end"] == "Succeed", result
+
+
+# --------------------------------------------------------------------------------------------
+# A tuning step instead of one training job (train.tuning)
+# --------------------------------------------------------------------------------------------
+
+RANGES = {"learning_rate": {"type": "continuous", "min": 0.001, "max": 0.1, "scaling": "Logarithmic"},
+          "optimizer": {"type": "categorical", "values": ["adam", "sgd"]}}
+BEST = "gputrain-run1-002-0a1b2c3d"
+BEST_MODEL = f"s3://artifacts/training-jobs/{BEST}/output/model.tar.gz"
+
+
+def _tuned(name: str = "gputrain-run1", best: str = BEST) -> list[dict[str, Any]]:
+    """The .sync task's result: DescribeHyperParameterTuningJob of a completed tuning job."""
+    return [{"result": {"HyperParameterTuningJobName": name, "HyperParameterTuningJobArn": f"arn:aws:sagemaker:::hyper-parameter-tuning-job/{name}",
+                        "HyperParameterTuningJobStatus": "Completed", "TrainingJobStatusCounters": {"Completed": 2},
+                        "BestTrainingJob": {"TrainingJobName": best, "TunedHyperParameters": {"learning_rate": "0.01", "optimizer": "adam"},
+                                            "FinalHyperParameterTuningJobObjectiveMetric": {"MetricName": "validation:loss", "Value": 0.2}}}}]
+
+
+def test_a_tuning_step_tunes_the_training_request_on_the_processed_shards_and_promotes_the_best_trial():
+    tuning = {"ranges": RANGES, "max_jobs": 4, "max_parallel_jobs": 2}
+    result = _run({"process": {}, "train": {"hyperparameters": {"epochs": 3}, "tuning": tuning}, "promote": True}, TuneModel=_tuned())
+    assert result["end"] == "Succeed", result
+    _check_against_the_service_model(result)
+    order = [t["state"] for t in result["tasks"]]
+    assert order[:4] == ["CheckEndpoint", "CheckOutputPrefix", "ProcessData", "TuneModel"] and "TrainModel" not in result["path"]
+    # The training workflow's own tuning request (the direct launch's), every trial on the processed shards.
+    out = "s3://datasets/processed/gputrain-run1-process/"
+    channels = {"train": out + "train/", "validation": out + "validation/"}
+    options = TuningOptions(parse_ranges(RANGES), LaunchOptions(job_name="gputrain-run1", hyperparameters={"epochs": 3}, channels=channels),
+                            max_jobs=4, max_parallel_jobs=2)
+    [request] = _args(result, "TuneModel")
+    assert request == create_tuning_job_request(TRAINING, resolve_tuning(TRAINING, CONFIG.tuning, options))
+    assert [(c["ChannelName"], c["DataSource"]["S3DataSource"]["S3Uri"]) for c in request["TrainingJobDefinition"]["InputDataConfig"]] == [
+        ("train", out + "train/"), ("validation", out + "validation/")]
+    # The best trial is the run's training job; its model is promoted as a single job's would be.
+    assert _args(result, "CreateModel") == [
+        create_model_request(CONFIG.serving, MODEL, model_name="gputrain-run1", model_data_url=BEST_MODEL, tags=dict(TRAINING.tags))]
+    assert result["output"] == {"processing_job": "gputrain-run1-process", "processed_uri": out, "tuning_job": "gputrain-run1",
+                                "training_job": BEST, "model_uri": BEST_MODEL, "endpoint_config": "gputrain-run1"}
+
+
+def test_a_tuning_steps_best_model_is_the_transforms_and_a_given_name_names_the_tuning_job():
+    tuning = {"ranges": RANGES, "max_jobs": 2}
+    channels = {"train": "s3://datasets/processed/old/train/", "validation": "s3://datasets/processed/old/validation/"}
+    result = _run({"train": {"job_name": "gputrain-t7", "channels": channels, "tuning": tuning}}, definition=TRANSFORM_DEFINITION,
+                  TuneModel=_tuned("gputrain-t7", "gputrain-t7-001-99aa"))
+    assert result["end"] == "Succeed", result
+    [request] = _args(result, "TuneModel")
+    assert request["HyperParameterTuningJobName"] == "gputrain-t7"
+    assert request["HyperParameterTuningJobConfig"]["ResourceLimits"] == {"MaxNumberOfTrainingJobs": 2, "MaxParallelTrainingJobs": 2}
+    model = "s3://artifacts/training-jobs/gputrain-t7-001-99aa/output/model.tar.gz"
+    [transform_model] = _args(result, "CreateTransformModel")
+    assert transform_model["PrimaryContainer"]["ModelDataUrl"] == model
+    assert result["output"]["tuning_job"] == "gputrain-t7" and result["output"]["training_job"] == "gputrain-t7-001-99aa"
+    assert result["output"]["model_uri"] == model and result["output"]["transform_job"] == "gputrain-run1-transform"
+
+
+TUNE_CHANNELS = {"channels": {"train": "s3://datasets/processed/x/train/", "validation": "s3://datasets/processed/x/validation/"}}
+INVALID_TUNING = [
+    ({"tuning": "yes"}, "train.tuning must be an object of ranges, max_jobs and max_parallel_jobs"),
+    ({"tuning": {"ranges": {}}}, "train.tuning.ranges must be an object of 1-"),
+    ({"tuning": {"ranges": {"learning_rate": {"type": "continuous", "min": 1, "max": 0}}}}, "are not ranges SageMaker takes"),
+    ({"tuning": {"ranges": {"_tuning_objective_metric": {"type": "categorical", "values": ["a"]}}}}, "are not for a launch to tune"),
+    ({"tuning": {"ranges": {"learnig_rate": {"type": "continuous", "min": 0.1, "max": 1}}}}, "are unknown to the built-in trainer"),
+    ({"tuning": {"ranges": RANGES, "max_jobs": 9}}, "train.tuning.max_jobs 9 must be a whole number from 1 to 8"),
+    ({"tuning": {"ranges": RANGES, "max_jobs": 2, "max_parallel_jobs": 3}}, "train.tuning.max_parallel_jobs 3"),
+    ({"tuning": {"ranges": RANGES}, "job_name": "gputrain-" + "x" * 30}, "names the tuning job: at most 32 characters"),
+    ({"tuning": {"ranges": RANGES}, "keep_alive_seconds": 60}, "a tuning job's trials keep no warm pool"),
+    ({"tuning": {"ranges": RANGES}, "channels": {"train": "s3://datasets/processed/x/train/"}}, "is measured on the validation input channel"),
+    ({"tuning": {"ranges": RANGES}, "use_spot": "no"}, "train.use_spot no"),
+]
+
+
+@pytest.mark.parametrize(("train", "reason"), INVALID_TUNING, ids=lambda v: str(v)[:50])
+def test_invalid_tuning_fails_before_anything_runs(train, reason):
+    result = _run({"train": {**TUNE_CHANNELS, **train}, "promote": True})
+    cause = _failed(result, "InvalidPipelineInput")
+    assert cause.startswith("Invalid pipeline input: ") and reason in cause, cause
+    assert [t["state"] for t in result["tasks"]] == ["NotifyFailure"]
+
+
+def test_the_direct_tuning_launch_refuses_the_same_tuning_options():
+    for train, _ in INVALID_TUNING:
+        tuning = train["tuning"]
+        if not isinstance(tuning, dict) or not tuning["ranges"] or "max_jobs" in tuning or "use_spot" in train:
+            continue  # the shape and the caps are the command line's to refuse (scripts.launch), the spot flag is a bool there
+        given = {**TUNE_CHANNELS, **{k: v for k, v in train.items() if k != "tuning"}}
+        options = LaunchOptions(**{"job_name": "gputrain-t1", **given})
+        with pytest.raises(LaunchError):
+            resolve_tuning(TRAINING, CONFIG.tuning, TuningOptions(parse_ranges(tuning["ranges"]), options))
+
+
+def test_a_failed_tuning_job_names_its_reason_and_nothing_after_it_runs():
+    described = {"HyperParameterTuningJobName": "gputrain-run1", "HyperParameterTuningJobStatus": "Failed",
+                 "FailureReason": "No training job succeeded after 5 attempts."}
+    train = {**TUNE_CHANNELS, "tuning": {"ranges": RANGES}}
+    result = _run({"train": train, "promote": True}, TuneModel=[{"error": "States.TaskFailed", "cause": json.dumps(described)}])
+    assert _failed(result, "TuningJobFailed") == "No training job succeeded after 5 attempts."
+    assert "CreateModel" not in result["path"]
+    stopped = {"HyperParameterTuningJobName": "gputrain-run1", "HyperParameterTuningJobStatus": "Stopped"}
+    result = _run({"train": train}, TuneModel=[{"error": "States.TaskFailed", "cause": json.dumps(stopped)}])
+    assert _failed(result, "TuningJobFailed") == "the job ended Stopped"
+    refused = {"error": "SageMaker.ResourceLimitExceededException", "cause": "quota ml.g5.xlarge for training job usage"}
+    assert _failed(_run({"train": train}, TuneModel=[refused]), "TuningJobFailed") == (
+        "SageMaker.ResourceLimitExceededException: quota ml.g5.xlarge for training job usage")
 
 
 # --------------------------------------------------------------------------------------------

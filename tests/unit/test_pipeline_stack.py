@@ -118,6 +118,8 @@ def test_pipeline_role_creates_only_hardened_project_jobs_and_models(training):
     for sid, action, kind in (
         ("CreateHardenedProcessingJobs", "sagemaker:CreateProcessingJob", "processing-job"),
         ("CreateHardenedTrainingJobs", "sagemaker:CreateTrainingJob", "training-job"),
+        # A tuning step (train.tuning): its TrainingJobDefinition as hardened as a training job.
+        ("CreateHardenedTuningJobs", "sagemaker:CreateHyperParameterTuningJob", "hyper-parameter-tuning-job"),
     ):
         statement = statements[sid]
         assert statement["Action"] == action and statement["Resource"] == f"{ARN}{kind}/gputrain-*"
@@ -160,16 +162,17 @@ def test_pipeline_role_passes_each_of_the_three_roles_to_sagemaker_for_its_own_r
     passes = {sid: s for sid, s in statements.items() if s["Action"] == "iam:PassRole"}
     expected = {
         "PassProcessingRole": ("PipelineProcessingRole", "processing-job"),
-        "PassTrainingJobRole": ("WorkflowJobRole", "training-job"),
+        "PassTrainingJobRole": ("WorkflowJobRole", ["training-job", "hyper-parameter-tuning-job"]),
         "PassModelRole": ("PipelineModelRole", "model"),
     }
     assert set(passes) == set(expected)
-    for sid, (role, kind) in expected.items():
+    for sid, (role, kinds) in expected.items():
         assert passes[sid]["Resource"]["Fn::GetAtt"][0].rstrip("0123456789ABCDEF") == role
         # IfExists: SageMaker does not document setting the key (scripts.security_report names it).
+        resources = [f"{ARN}{kind}/gputrain-*" for kind in kinds] if isinstance(kinds, list) else f"{ARN}{kinds}/gputrain-*"
         assert passes[sid]["Condition"] == {
             "StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"},
-            "ArnLikeIfExists": {"iam:AssociatedResourceArn": f"{ARN}{kind}/gputrain-*"},
+            "ArnLikeIfExists": {"iam:AssociatedResourceArn": resources},
         }
 
 
@@ -188,7 +191,12 @@ def test_pipeline_role_sync_rules_listing_and_notifications(training):
     assert statements["SyncIntegrationRules"]["Resource"] == [
         "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerProcessingJobsRule",
         "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTrainingJobsRule",
+        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTuningJobsRule",
     ]
+    # A tuning step's .sync follows (and, on a stop, stops) the project's tuning jobs, no other.
+    follow = statements["FollowAndStopProjectTuningJobs"]
+    assert follow["Resource"] == f"{ARN}hyper-parameter-tuning-job/gputrain-*"
+    assert "sagemaker:DescribeHyperParameterTuningJob" in follow["Action"] and "sagemaker:StopHyperParameterTuningJob" in follow["Action"]
     listing = statements["ListProcessedData"]
     assert listing["Action"] == "s3:ListBucket" and listing["Condition"] == {"StringLike": {"s3:prefix": ["processed/*"]}}
     assert statements["Notify"]["Action"] == "sns:Publish" and "NotificationsTopic" in _text(statements["Notify"]["Resource"])
@@ -437,8 +445,8 @@ def test_pipeline_role_creates_only_hardened_project_transform_jobs(synth_app, t
     follow = statements["FollowAndStopTransformJobs"]
     assert sorted(follow["Action"]) == ["sagemaker:AddTags", "sagemaker:DescribeTransformJob", "sagemaker:StopTransformJob"]
     assert follow["Resource"] == f"{ARN}transform-job/gputrain-*"
-    assert statements["SyncIntegrationRules"]["Resource"][-1] == (
-        "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTransformJobsRule")
+    assert "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTransformJobsRule" in (
+        statements["SyncIntegrationRules"]["Resource"])
     assert not [sid for sid in _policy_statements(training, "PipelineRolePolicy") if "Transform" in sid]
     # The deployed definition ends in the transform, with the role's key and the project's names.
     definition = parse_definition(synth_app(TRANSFORM).template_json("gputrain-training"), name="gputrain-pipeline")
