@@ -11,7 +11,9 @@ defaults file from ``python -m scripts.sdk_config``, then what SageMaker users a
   emulated hosts, ``algo-1`` and ``algo-2``, in their own network namespaces);
 - SDK v2 ``TensorFlow`` estimator with ``parameter_server`` on 1 instance (AWS's container runs
   the script unchanged);
-- SDK v3 ``ModelTrainer`` (``/bin/bash`` + ``sm_train.sh``), from .venv-sdk3 in a subprocess.
+- SDK v3 ``ModelTrainer`` (``/bin/bash`` + ``sm_train.sh``), from .venv-sdk3 in a subprocess;
+- SDK v3 ``HyperparameterTuner`` over that ``ModelTrainer``: two random trials, the best one; and
+  what v3 leaves out of its trials (network isolation, the KMS key, code the role may read).
 
 Each test asserts on what the user's code wrote (its own files in S3 / in the model), not on a
 status alone: the emulator must never report Completed for work it did not do.
@@ -328,7 +330,11 @@ def test_parameter_server_on_one_host_runs_the_script_unchanged(sdk: Sdk) -> Non
 
 def _model_trainer(sdk: Sdk, **env: str) -> dict[str, Any]:
     """docs/sagemaker-code.md's ModelTrainer example, run by sdk3_client.py in .venv-sdk3 with the SDK's environment plus ``env``."""
-    code = sdk.example("from sagemaker.train import ModelTrainer", **{'"my_code/"': repr(str(USER_CODE))})
+    return _sdk3(sdk, sdk.example("from sagemaker.train import ModelTrainer", **{'"my_code/"': repr(str(USER_CODE))}), **env)
+
+
+def _sdk3(sdk: Sdk, code: str, **env: str) -> dict[str, Any]:
+    """SDK v3 user ``code``, run by sdk3_client.py in .venv-sdk3 with the SDK's environment plus ``env``; what it printed."""
     child_env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SAGEMAKER_", "VIRTUAL_ENV"))}, **sdk.env, **env}
     child_env["PATH"] = f"{SDK3_PYTHON.parent}:{child_env.get('PATH', '')}"
     client = subprocess.run([str(SDK3_PYTHON), str(Path(__file__).with_name("sdk3_client.py")), code],
@@ -371,3 +377,85 @@ def test_a_model_trainer_job_runs_the_users_script_through_sm_train_sh(sdk: Sdk)
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
     assert [n for n, uri in channels.items() if not _allows(statements, "s3:GetObject", _s3_arn(uri.rstrip("/") + "/x.py"))] == []
     assert _allows(statements, "s3:PutObject", _s3_arn(job["ModelArtifacts"]["S3ModelArtifacts"]))
+
+
+# --- SDK v3: HyperparameterTuner -------------------------------------------------------------
+
+SDK3_TUNER = """\
+from sagemaker.core.parameter import ContinuousParameter
+from sagemaker.train import ModelTrainer
+from sagemaker.train.configs import Compute, InputData, SourceCode
+from sagemaker.train.tuner import HyperparameterTuner
+
+trainer = ModelTrainer(
+    training_image="<ImageUri output of gputrain-data>",
+    source_code=SourceCode(source_dir="my_code/", entry_script="train.py"),
+    compute=Compute(instance_type="ml.g5.xlarge", instance_count=1),
+    hyperparameters={"epochs": 2, "batch-size": 16},
+    base_job_name="gputrain-sdk3",
+)
+tuner = HyperparameterTuner(
+    trainer, "loss", {"learning-rate": ContinuousParameter(0.001, 0.5)},
+    metric_definitions=[{"Name": "loss", "Regex": r"loss: ([0-9\\.]+)"}], objective_type="Minimize",
+    strategy="Random", max_jobs=2, max_parallel_jobs=1,
+)
+tuner.tune(inputs=[InputData(channel_name="training", data_source="s3://<DatasetsBucketName>/train/")])
+best = tuner.best_training_job()
+frame = tuner.analytics().dataframe()
+"""
+"""The smallest v3 tuning a SageMaker user writes: the ModelTrainer of the docs' example, one range, two trials."""
+
+
+@needs_sdk3
+def test_a_v3_tuner_names_the_better_of_two_trials_but_its_trials_are_not_platform_jobs(sdk: Sdk) -> None:
+    code = SDK3_TUNER.replace('"<ImageUri output of gputrain-data>"', repr(sdk.image)).replace('"my_code/"', repr(str(USER_CODE)))
+    result = _sdk3(sdk, code.replace("<DatasetsBucketName>", sdk.datasets), SAGEMAKER_VALIDATE_ROLE="false")
+    assert result["tuning_job_name"], f"HyperparameterTuner created no tuning job: {result['error']}"
+    sagemaker_client = sdk.platform.client("sagemaker")
+    name = result["tuning_job_name"]
+    described = sagemaker_client.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)
+    assert described["HyperParameterTuningJobStatus"] == "Completed", described.get("FailureReason") or result["error"]
+    assert result["error"] is None, result["error"]
+    assert described["ObjectiveStatusCounters"] == {"Succeeded": 2, "Pending": 0, "Failed": 0}
+    definition = described["TrainingJobDefinition"]
+    trials = sagemaker_client.list_training_jobs_for_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)["TrainingJobSummaries"]
+    assert len(trials) == 2
+    # The platform's role may read the channels v3 sends (the data, sm_drivers), but not the code:
+    # v3 uploads sourcedir.tar.gz to its session's default bucket without the defaults file's key
+    # prefix (tuner.py: s3_key = f"{key_prefix}/sourcedir/sourcedir.tar.gz", key_prefix =
+    # f"{base_name}/tuning-{int(time.time())}/input"), so on AWS each trial's download of its
+    # sagemaker_submit_directory would be refused. The emulator does not check IAM: this says so.
+    statements = _role_statements(sdk.platform, definition["RoleArn"])
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in definition["InputDataConfig"]}
+    assert set(channels) == {"training", "sm_drivers"}
+    assert [n for n, uri in channels.items() if not _allows(statements, "s3:GetObject", _s3_arn(uri.rstrip("/") + "/x.py"))] == []
+    code_uri = definition["StaticHyperParameters"]["sagemaker_submit_directory"]
+    assert definition["StaticHyperParameters"]["sagemaker_program"] == "train.py"
+    assert not _allows(statements, "s3:GetObject", _s3_arn(code_uri)), f"the role may read {code_uri} now: assert that it may"
+    losses = {}
+    for trial in trials:
+        job = sdk.job(trial["TrainingJobName"])
+        # Each trial is a training job of the user's script with its own sampled rate (v3 sends the
+        # code as sagemaker_submit_directory: the tuning API has no ContainerEntrypoint).
+        summary = json.loads(sdk.model_files(job)["summary.json"])
+        assert summary == {**summary, "script": "sdk_user_code/train.py", "epochs": 2, "batch_size": 16, "examples": ROWS}
+        assert summary["learning_rate"] == pytest.approx(float(trial["TunedHyperParameters"]["learning-rate"]))
+        assert 0.001 <= summary["learning_rate"] <= 0.5
+        value = trial["FinalHyperParameterTuningJobObjectiveMetric"]["Value"]
+        assert value == pytest.approx(summary["loss"], abs=1e-3)
+        losses[trial["TrainingJobName"]] = value
+        # The emulator's tuner starts each trial with what v3's definition carries, the defaults file's role among it.
+        assert job["RoleArn"] == definition["RoleArn"] == sdk.training["JobRoleArn"]
+        assert job["OutputDataConfig"] == definition["OutputDataConfig"]
+        assert job["InputDataConfig"] == definition["InputDataConfig"]
+        # SDK v3's gap, not the emulator's: its tuner's definition has no EnableNetworkIsolation
+        # (sagemaker/train/tuner.py, _build_training_job_definition: "The HPT API doesn't support
+        # container_entrypoint, so the framework container uses sagemaker_submit_directory to
+        # download ... code", which network isolation would forbid), and ModelTrainer fills its
+        # OutputDataConfig (kms_key_id=None) before it reads the defaults file, which it then skips.
+        # When v3 sends them, these fail: assert the platform's values instead.
+        assert "EnableNetworkIsolation" not in definition and job["EnableNetworkIsolation"] is False
+        assert "KmsKeyId" not in definition["OutputDataConfig"]
+    assert len(set(losses.values())) == 2, losses
+    assert result["best"] == min(losses, key=losses.get) == described["BestTrainingJob"]["TrainingJobName"]
+    assert {row["TrainingJobName"]: row["FinalObjectiveValue"] for row in result["frame"]} == pytest.approx(losses)

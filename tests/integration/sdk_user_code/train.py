@@ -42,7 +42,7 @@ def main():
     history = model.fit(x, y, epochs=args.epochs, batch_size=args.batch_size, verbose=2)
     model.save(os.path.join(args.sm_model_dir, "model.keras"))
     summary = {"script": "sdk_user_code/train.py", "epochs": args.epochs, "batch_size": args.batch_size, "examples": int(len(x)),
-               "loss": float(history.history["loss"][-1])}
+               "learning_rate": args.learning_rate, "loss": float(history.history["loss"][-1])}
     with open(os.path.join(args.sm_model_dir, "summary.json"), "w") as handle:
         json.dump(summary, handle)
 
