@@ -227,3 +227,54 @@ def test_a_model_that_does_not_start_fails_the_job(sdk: Sdk) -> None:
     job = sagemaker_client.describe_transform_job(TransformJobName=transformer.latest_transform_job.name)
     assert job["TransformJobStatus"] == "Failed"
     assert job["FailureReason"].startswith("ClientError: the model no-model did not start for batch transform"), job["FailureReason"]
+
+
+INFERENCE_PY = '''
+import json
+
+
+def input_handler(data, context):
+    if context.request_content_type != "text/csv":
+        raise ValueError("send text/csv, got " + context.request_content_type)
+    rows = [[float(v) for v in line.split(",")] for line in data.read().decode("utf-8").splitlines() if line.strip()]
+    return json.dumps({"instances": rows})
+
+
+def output_handler(response, context):
+    if response.status_code != 200:
+        raise ValueError(response.content.decode("utf-8"))
+    predictions = response.json()["predictions"]
+    return json.dumps({"classes": [max(range(len(p)), key=p.__getitem__) for p in predictions]}), "application/json"
+'''
+
+
+def test_the_users_inference_py_handlers_answer_the_transform_as_they_answer_the_endpoint(sdk: Sdk, scored) -> None:
+    # The trained model repacked with code/inference.py (what TensorFlowModel(entry_point=...) repacks):
+    # SageMaker batch transform starts the same serve mode, so the user's handlers shape every batch.
+    bucket, key = sdk.estimator.model_data[len("s3://") :].split("/", 1)
+    original = tarfile.open(fileobj=io.BytesIO(sdk.s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for member in original.getmembers():
+            tar.addfile(member, original.extractfile(member) if member.isfile() else None)
+        code = INFERENCE_PY.encode()
+        info = tarfile.TarInfo("code/inference.py")
+        info.size = len(code)
+        tar.addfile(info, io.BytesIO(code))
+    sdk.s3.put_object(Bucket=BUCKET, Key="handlers/model.tar.gz", Body=buffer.getvalue())
+    sagemaker_client = sdk.lifecycle.client("sagemaker")
+    sagemaker_client.create_model(
+        ModelName="with-handlers", ExecutionRoleArn=f"arn:aws:iam::{sdk.lifecycle.account}:role/gputrain-sdk-user",
+        PrimaryContainer={"Image": IMAGE_URI, "ModelDataUrl": f"s3://{BUCKET}/handlers/model.tar.gz"},
+    )
+    from sagemaker.transformer import Transformer
+
+    transformer = Transformer("with-handlers", instance_count=1, instance_type=INSTANCE_TYPE, output_path=f"s3://{BUCKET}/handled/",
+                              strategy="MultiRecord", assemble_with="Line", accept="application/json")  # fmt: skip
+    with loopback_only(sdk.patch) as outside:
+        transformer.transform(f"s3://{BUCKET}/score/", content_type="text/csv", split_type="Line", wait=True, logs=False)
+    assert outside == []
+    body = sdk.output("handled/rows.csv.out")["Content"].decode()
+    classes = [c for line in body.splitlines() for c in json.loads(line)["classes"]]  # the handler's own JSON
+    expected = [max(range(len(p)), key=p.__getitem__) for p in _predictions(scored[1]["Content"])]
+    assert len(classes) == ROWS and classes == expected  # one per row, in order, from the same model
