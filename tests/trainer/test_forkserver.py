@@ -118,6 +118,7 @@ def test_a_client_killed_before_it_read_the_runs_pid_still_kills_the_run(tmp_pat
     _assert_dies(run_pid)
 
 
+@pytest.mark.slow  # seconds on CI: out of the quick loop
 def test_a_client_gone_before_the_run_started_leaves_no_run(tmp_path):
     # Earlier still: the client closes as soon as it has asked. The server's answer (the pid) then
     # fails to send (EPIPE), which used to end the supervisor and leave its fresh run orphaned.

@@ -124,6 +124,7 @@ def test_only_the_contract_reads_the_environment() -> None:
     assert unexplained == {}, "read the job's environment through trainer.contract, or add a reason to ENVIRONMENT_EXCEPTIONS"
 
 
+@pytest.mark.slow  # seconds on CI: out of the quick loop
 def test_every_environment_exception_is_still_needed() -> None:
     # The list only shrinks: an entry whose module no longer touches os.environ goes.
     stale = sorted(set(ENVIRONMENT_EXCEPTIONS) - set(environment_readers()))

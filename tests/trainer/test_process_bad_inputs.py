@@ -42,6 +42,7 @@ def test_empty_input_directory(tmp_path):
         _run(tmp_path)
 
 
+@pytest.mark.slow  # seconds on CI: out of the quick loop
 def test_files_of_no_known_layout_are_named(tmp_path):
     write_raw(tmp_path, CSV)
     (raw_dir(tmp_path) / "notes.txt").write_text("hello")

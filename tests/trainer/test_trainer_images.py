@@ -52,6 +52,7 @@ def _collect(dataset) -> tuple[np.ndarray, np.ndarray]:
 # --- the synthetic writer --------------------------------------------------------------------
 
 
+@pytest.mark.slow  # seconds on CI: out of the quick loop
 def test_synthetic_image_tfrecords_hold_real_jpegs_under_the_imagenet_keys(tmp_path):
     import tensorflow as tf
 

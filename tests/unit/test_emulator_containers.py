@@ -313,6 +313,7 @@ def test_two_instances_are_two_hosts_that_reach_each_other_by_name(emulator, run
 
 
 @needs_root
+@pytest.mark.slow  # seconds on CI: out of the quick loop
 def test_one_failing_host_fails_the_job_and_ends_the_other(emulator, runner) -> None:
     script = "import json,sys,time\nme=json.load(open('/opt/ml/input/config/resourceconfig.json'))['current_host']\n" \
              "if me=='algo-2':\n    open('/opt/ml/output/failure','w').write('RuntimeError: worker lost'); sys.exit(1)\ntime.sleep(300)\n"
@@ -398,6 +399,7 @@ def test_stop_training_job_sends_sigterm_to_the_jobs_process_and_records_stopped
     assert (outcome.base_dir / "checkpoints" / "stopped.txt").read_text() == "SIGTERM"
 
 
+@pytest.mark.slow  # seconds on CI: out of the quick loop
 def test_a_warm_pool_is_reported_audited_and_ended_by_teardown(emulator, process_runner, monkeypatch, capsys) -> None:
     """Issue #39: a kept warm pool bills, so the audit reports it and scripts.teardown --stop-running ends it."""
     import boto3
