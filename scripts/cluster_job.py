@@ -53,7 +53,7 @@ from scripts.common import (
     stack_name,
 )
 from scripts.cost import cluster_job_price
-from scripts.source_code import code_key, pack_source, upload_code
+from scripts.source_code import code_key, pack_source, upload_archive
 from stacks.components.cluster_job_document import (
     DEFAULT_MAX_RUNTIME_SECONDS,
     MAX_RUNTIME_LIMIT_SECONDS,
@@ -274,9 +274,8 @@ def image_of(command: dict[str, Any]) -> str:
 
 def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
     parameters = job_parameters(deployment, args)
-    if args.source_dir is not None:
-        # Packed (and checked) now; uploaded only when the job is sent, after every other check.
-        pack_source(args.source_dir, args.entry_point)
+    # Packed (and checked) now; uploaded only when the job is sent, after every other check.
+    archive = pack_source(args.source_dir, args.entry_point) if args.source_dir is not None else None
     cluster = Cluster.of(deployment)
     request = send_command_request(deployment, cluster, parameters)
     price = price_line(deployment, args.job_name, args.max_runtime)
@@ -290,8 +289,8 @@ def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
         raise OperatorError(f"refused: cluster job {name} is running (command {running[0]['CommandId']}); one job at a "
                             f"time: wait for it, or {PROG} stop {name}")  # fmt: skip
     nodes = running_nodes(deployment, cluster)
-    if args.source_dir is not None:
-        uri = upload_code(deployment, args.source_dir, args.entry_point, f"cluster-{args.job_name}", dry_run=False)
+    if archive is not None:
+        uri = upload_archive(deployment, archive, f"cluster-{args.job_name}", dry_run=False)
         print(f"uploaded {args.source_dir} to {uri}")
     command = deployment.aws.client("ssm").send_command(**request)["Command"]
     print(f"started cluster job {args.job_name}: command {command['CommandId']} to {len(nodes)} node(s) of {cluster.stack}")

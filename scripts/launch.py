@@ -658,15 +658,8 @@ def tuning_console_url(region: str, name: str) -> str:
 
 def _main_tuning(deployment: Deployment, args: argparse.Namespace) -> int:
     launched = launch_tuning(deployment, args)
-    _print_prices(launched.prices, dry_run=args.dry_run)
-    if args.dry_run:
-        print(json.dumps(launched.request, indent=2, sort_keys=True))
-        return 0
-    print(f"tuning job: {launched.job_name}")
-    print(f"console: {launched.console_url}")
-    if launched.execution_arn:
-        print(f"execution: {execution_console_url(deployment.region, launched.execution_arn)}")
-    print(f"best job, once it ends: python -m scripts.promote --best-of {launched.job_name}")
+    if _report(deployment, launched, "tuning job", dry_run=args.dry_run):
+        print(f"best job, once it ends: python -m scripts.promote --best-of {launched.job_name}")
     return 0
 
 
@@ -783,14 +776,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     launched = launch(
         deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir, yes=args.yes
     )
-    _print_prices(launched.prices, dry_run=args.dry_run)
-    if args.dry_run:
-        print(json.dumps(launched.request, indent=2, sort_keys=True))
+    if not _report(deployment, launched, "job", dry_run=args.dry_run):
         return 0
-    print(f"job: {launched.job_name}")
-    print(f"console: {launched.console_url}")
-    if launched.execution_arn:
-        print(f"execution: {execution_console_url(deployment.region, launched.execution_arn)}")
     if args.watch:
         from scripts.watch import follow
 
@@ -848,15 +835,25 @@ def _print_prices(prices: Sequence[JobPrice], *, dry_run: bool) -> None:
         print(price.line(), file=sys.stderr if dry_run else sys.stdout)
 
 
+def _report(deployment: Deployment, launched: Launched, kind: str, *, dry_run: bool) -> bool:
+    """The prices, then a dry run's request; or the job (``<kind>: <name>``), its console page and its
+    workflow execution. Whether a job was started."""
+    _print_prices(launched.prices, dry_run=dry_run)
+    if dry_run:
+        print(json.dumps(launched.request, indent=2, sort_keys=True))
+        return False
+    print(f"{kind}: {launched.job_name}")
+    print(f"console: {launched.console_url}")
+    if launched.execution_arn:
+        print(f"execution: {execution_console_url(deployment.region, launched.execution_arn)}")
+    return True
+
+
 def _main_processing(deployment: Deployment, args: argparse.Namespace) -> int:
     options = processing_options_from_args(args, job_name=args.name)
     launched = launch_processing(deployment, options, dry_run=args.dry_run, source_dir=args.process_source_dir, yes=args.yes)
-    _print_prices(launched.prices, dry_run=args.dry_run)
-    if args.dry_run:
-        print(json.dumps(launched.request, indent=2, sort_keys=True))
+    if not _report(deployment, launched, "processing job", dry_run=args.dry_run):
         return 0
-    print(f"processing job: {launched.job_name}")
-    print(f"console: {launched.console_url}")
     print(f"outputs: s3://{deployment.outputs('data', DATA_OUTPUTS)['DatasetsBucketName']}/{deployment.config.processing.output_prefix}{launched.job_name}/")
     return 0
 

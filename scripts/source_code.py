@@ -44,7 +44,11 @@ def code_key(job_name: str) -> str:
 
 def upload_code(deployment: Deployment, source_dir: Path, entry_point: str, job_name: str, *, dry_run: bool) -> str:
     """Pack ``source_dir`` and upload it KMS-encrypted to ``code/<job name>/``; its ``s3://`` URI."""
-    archive = pack_source(source_dir, entry_point)
+    return upload_archive(deployment, pack_source(source_dir, entry_point), job_name, dry_run=dry_run)
+
+
+def upload_archive(deployment: Deployment, archive: bytes, job_name: str, *, dry_run: bool) -> str:
+    """Upload a packed ``sourcedir.tar.gz`` KMS-encrypted to ``code/<job name>/``; its ``s3://`` URI."""
     data = deployment.outputs("data", DATA_OUTPUTS)
     key = code_key(job_name)
     if not dry_run:

@@ -28,6 +28,7 @@ from stacks.components.endpoint_role import BatchTransformAccess, EndpointRole
 from stacks.components.network import closed_security_group
 from stacks.components.pipeline_definition import pipeline_definition
 from stacks.components.policy import (
+    follow_tuning_jobs,
     in_security_groups,
     merge_conditions,
     pass_role_to_sagemaker,
@@ -442,17 +443,7 @@ class PipelineWorkflow(Construct):
                 ],
                 resources=[arns.processing_jobs, arns.training_jobs],
             ),
-            iam.PolicyStatement(
-                sid="FollowAndStopProjectTuningJobs",
-                actions=[
-                    "sagemaker:DescribeHyperParameterTuningJob",
-                    "sagemaker:StopHyperParameterTuningJob",
-                    "sagemaker:ListTrainingJobsForHyperParameterTuningJob",
-                    "sagemaker:AddTags",
-                    "sagemaker:ListTags",
-                ],
-                resources=[arns.tuning_jobs],
-            ),
+            follow_tuning_jobs(arns.tuning_jobs),
         ]
 
 

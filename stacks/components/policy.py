@@ -345,3 +345,20 @@ def pinned_job_creation_statements(
         merged = merge_conditions(conditions, volume, on_types)
         statements.append(iam.PolicyStatement(sid=group_sid, actions=[action], resources=resources, conditions=merged))
     return statements
+
+
+def follow_tuning_jobs(tuning_jobs_arn: str) -> iam.PolicyStatement:
+    """What a workflow that runs ``createHyperParameterTuningJob.sync`` needs besides creating the job:
+    follow it, stop it (an aborted execution), list its trials, and tag it (CreateHyperParameterTuningJob
+    with Tags also authorizes AddTags)."""
+    return iam.PolicyStatement(
+        sid="FollowAndStopProjectTuningJobs",
+        actions=[
+            "sagemaker:DescribeHyperParameterTuningJob",
+            "sagemaker:StopHyperParameterTuningJob",
+            "sagemaker:ListTrainingJobsForHyperParameterTuningJob",
+            "sagemaker:AddTags",
+            "sagemaker:ListTags",
+        ],
+        resources=[tuning_jobs_arn],
+    )

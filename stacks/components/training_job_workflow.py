@@ -28,6 +28,7 @@ from stacks.components.image_repository import repository_image_uri
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
+    follow_tuning_jobs,
     in_security_groups,
     merge_conditions,
     pass_role_to_sagemaker,
@@ -584,17 +585,7 @@ class TrainingJobWorkflow(Construct):
                 ],
                 resources=[jobs],
             ),
-            iam.PolicyStatement(
-                sid="FollowAndStopProjectTuningJobs",
-                actions=[
-                    "sagemaker:DescribeHyperParameterTuningJob",
-                    "sagemaker:StopHyperParameterTuningJob",
-                    "sagemaker:ListTrainingJobsForHyperParameterTuningJob",
-                    "sagemaker:AddTags",
-                    "sagemaker:ListTags",
-                ],
-                resources=[tuning_jobs],
-            ),
+            follow_tuning_jobs(tuning_jobs),
             pass_role_to_sagemaker("PassJobRole", self.job_role.role_arn, [jobs, tuning_jobs]),
             iam.PolicyStatement(
                 sid="SyncIntegrationRule",
