@@ -17,11 +17,10 @@ import tarfile
 from pathlib import Path
 from typing import Any, Iterator
 
-import boto3
 import pytest
 
 from scripts.emulator.lifecycle import Lifecycle, Options
-from tests.integration.sdk_clock import fast_sdk_polls
+from tests.integration.test_sagemaker_sdk_transform import point_the_sdk_at
 from tests.offline import loopback_only
 from tests.serve.models import save_regression
 
@@ -61,14 +60,7 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory, containers: bool) -> Iter
     patch = pytest.MonkeyPatch()
     try:
         lifecycle.start()
-        for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-            patch.setenv(key, lifecycle.env[key])
-        patch.setenv("AWS_DEFAULT_REGION", lifecycle.region)
-        patch.setenv("AWS_REGION", lifecycle.region)
-        patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
-        patch.delenv("AWS_PROFILE", raising=False)
-        patch.setattr(boto3, "DEFAULT_SESSION", None)
-        fast_sdk_polls(patch)
+        point_the_sdk_at(lifecycle, patch)
         bucket = "gputrain-sdk-serving-artifacts"
         s3 = lifecycle.client("s3")
         s3.create_bucket(Bucket=bucket)

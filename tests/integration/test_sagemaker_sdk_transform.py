@@ -44,10 +44,9 @@ def _rows(count: int, seed: int, label: bool) -> bytes:
     return (header + "".join(",".join(f"{v:.5f}" for v in row) + (f",{int(row[0] + row[1] > 0)}" if label else "") + "\n" for row in x)).encode()
 
 
-def start_for_the_sdk(lifecycle: Lifecycle, patch: pytest.MonkeyPatch, work: Path) -> Any:
-    """Start the emulator, point the SDK at it (telemetry off, fast polls), upload 96 labelled
-    training rows to ``s3://BUCKET/train/``; returns an S3 client."""
-    lifecycle.start()
+def point_the_sdk_at(lifecycle: Lifecycle, patch: pytest.MonkeyPatch) -> None:
+    """The started emulator as the SDK's AWS: its endpoint, keys and region, no profile, a fresh boto3
+    default session, fast polls."""
     for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         patch.setenv(key, lifecycle.env[key])
     patch.setenv("AWS_DEFAULT_REGION", lifecycle.region)
@@ -55,11 +54,18 @@ def start_for_the_sdk(lifecycle: Lifecycle, patch: pytest.MonkeyPatch, work: Pat
     patch.setenv("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
     patch.delenv("AWS_PROFILE", raising=False)
     patch.setattr(boto3, "DEFAULT_SESSION", None)
+    fast_sdk_polls(patch)
+
+
+def start_for_the_sdk(lifecycle: Lifecycle, patch: pytest.MonkeyPatch, work: Path) -> Any:
+    """Start the emulator, point the SDK at it (telemetry off, fast polls), upload 96 labelled
+    training rows to ``s3://BUCKET/train/``; returns an S3 client."""
+    lifecycle.start()
+    point_the_sdk_at(lifecycle, patch)
     # As scripts.sdk_config's file does: no telemetry GET to a public AWS bucket.
     defaults = work / "sdk-defaults.yaml"
     defaults.write_text(json.dumps({"SchemaVersion": "1.0", "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}}}))
     patch.setenv(CONFIG_ENV, str(defaults))
-    fast_sdk_polls(patch)
     s3 = lifecycle.client("s3")
     s3.create_bucket(Bucket=BUCKET)
     s3.put_object(Bucket=BUCKET, Key="train/part-0.csv", Body=_rows(96, 7, label=True))

@@ -18,6 +18,12 @@ RANGES = {
     "learning_rate": {"type": "continuous", "min": 0.001, "max": 0.1, "scaling": "Logarithmic"},
     "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
 }
+SENT_RANGES = {
+    "learning_rate": {"type": "continuous", "min": "0.001", "max": "0.1", "scaling": "Logarithmic"},
+    "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
+}
+"""The ranges file's ranges as an execution input carries them: SageMaker's strings."""
+
 TRAIN_LOSS = ["-c", "tuning.objective_metric=train:loss"]
 
 
@@ -43,10 +49,7 @@ def test_dry_run_offline_prints_the_execution_input_and_the_price(offline, range
         "job_name": f"{PROJECT}-tune-1",
         "hyperparameters": {"epochs": "2"},
         "tuning": {
-            "ranges": {
-                "learning_rate": {"type": "continuous", "min": "0.001", "max": "0.1", "scaling": "Logarithmic"},
-                "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
-            },
+            "ranges": SENT_RANGES,
             "max_jobs": 3,
             "max_parallel_jobs": 2,
         },
@@ -171,10 +174,7 @@ def test_pipeline_tune_dry_run_offline_puts_tuning_in_the_train_step_and_prices_
     assert execution_input["train"] == {
         "hyperparameters": {"epochs": "2"},
         "tuning": {
-            "ranges": {
-                "learning_rate": {"type": "continuous", "min": "0.001", "max": "0.1", "scaling": "Logarithmic"},
-                "optimizer": {"type": "categorical", "values": ["adam", "sgd"]},
-            },
+            "ranges": SENT_RANGES,
             "max_jobs": 3,
             "max_parallel_jobs": 1,
         },
