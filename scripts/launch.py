@@ -107,7 +107,7 @@ from scripts.common import (
     stack_name,
 )
 from scripts.cost import JobPrice, job_price, tuning_price
-from scripts.source_code import code_key, pack_source, upload_code
+from scripts.source_code import code_key, upload_code
 from stacks.components.processing_job_spec import (
     ProcessingOptions,
     ProcessingTemplate,
@@ -239,18 +239,7 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
 
 def upload_source(deployment: Deployment, options: LaunchOptions, source_dir: Path, *, dry_run: bool) -> LaunchOptions:
     """Packs and uploads the code (KMS, like every object of the platform); returns options with its URI."""
-    archive = pack_source(source_dir, str(options.entry_point))
-    resources = deployment.job_resources()
-    key = code_key(str(options.job_name))
-    if not dry_run:
-        deployment.aws.client("s3").put_object(
-            Bucket=resources.artifacts_bucket,
-            Key=key,
-            Body=archive,
-            ServerSideEncryption="aws:kms",
-            SSEKMSKeyId=resources.key_arn,
-        )
-    return replace(options, code_uri=f"s3://{resources.artifacts_bucket}/{key}")
+    return replace(options, code_uri=upload_code(deployment, source_dir, str(options.entry_point), str(options.job_name), dry_run=dry_run))
 
 
 def with_job_name(deployment: Deployment, options: LaunchOptions) -> LaunchOptions:
