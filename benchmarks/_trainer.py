@@ -26,7 +26,7 @@ if str(TRAINING_IMAGE) not in sys.path:
     sys.path.insert(0, str(TRAINING_IMAGE))
 
 from trainer.datasets.synthetic import SyntheticSpec, write_dataset  # noqa: E402
-from trainer.train.metrics import metric_definitions  # noqa: E402
+from trainer.train.metrics import read_metric_lines  # noqa: E402
 
 PYTHON = sys.executable
 RUN_TIMEOUT_SECONDS = 300
@@ -119,7 +119,7 @@ class Finished:
 
     def metrics(self) -> list[dict[str, float]]:
         """The ``[metrics]`` lines, parsed."""
-        return parse_metrics(self.stdout)
+        return read_metric_lines(self.stdout)
 
     def event(self, name: str) -> dict[str, str]:
         """The first ``[trainer] <name> key=value ...`` line as a dict (empty if absent)."""
@@ -127,22 +127,6 @@ class Finished:
             if line.startswith(f"[trainer] {name} "):
                 return dict(re.findall(r"(\w+)=(\S+)", line[len(f"[trainer] {name}") :]))
         return {}
-
-
-def _field(regex: str) -> str:
-    return re.findall(r"(\w+)=\(", regex)[-1]
-
-
-def parse_metrics(text: str) -> list[dict[str, float]]:
-    """One dict per line on which the SageMaker MetricDefinitions match, keyed by field name."""
-    # Keyed by the field the regex reads (``loss``, ``val_loss``), not the metric's name.
-    definitions = [(_field(d["Regex"]), re.compile(d["Regex"])) for d in metric_definitions()]
-    rows = []
-    for line in text.splitlines():
-        row = {name: float(m.group(1)) for name, regex in definitions if (m := regex.search(line))}
-        if row:
-            rows.append(row)
-    return rows
 
 
 def start(command: Sequence[str], env: Mapping[str, str], log: Path) -> tuple[subprocess.Popen[str], float, float]:

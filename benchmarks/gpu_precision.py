@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._trainer import PYTHON, SyntheticSpec, job_dir, parse_metrics, start, trainer_env, write_data
+from benchmarks._trainer import PYTHON, SyntheticSpec, job_dir, read_metric_lines, start, trainer_env, write_data
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
@@ -45,7 +45,7 @@ def measure(precision: str, *, gpus: int, channel: Path, base: Path, hyperparame
             first_step_s = time.perf_counter() - started
     code = process.wait(timeout=600)
     stdout = "".join(lines)
-    metrics = parse_metrics(stdout)
+    metrics = read_metric_lines(stdout)
     steady = [m for m in metrics if m["epoch"] > 1] or metrics
     step_ms = statistics.median(m["step_time_ms"] for m in steady) if steady else math.nan
     policy = next((line.split("precision=")[1].split()[0] for line in lines if line.startswith("[trainer] model ")), "")

@@ -22,7 +22,7 @@ from typing import Any
 
 from tests.forkserver import python_command
 from trainer.datasets.synthetic import SyntheticSpec, write_dataset
-from trainer.train.metrics import metric_definitions
+from trainer.train.metrics import read_metric_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE = ROOT / "training_image"
@@ -104,7 +104,7 @@ class TrainerRun:
 
     def metrics(self) -> list[dict[str, float]]:
         """Metric lines parsed with the SageMaker MetricDefinitions the stacks use."""
-        return parse_metrics(self.stdout)
+        return read_metric_lines(self.stdout)
 
     def events(self, name: str) -> list[dict[str, str]]:
         """``[trainer] <name> key=value ...`` lines as dicts."""
@@ -122,22 +122,6 @@ class TrainerRun:
     def explain(self) -> str:
         """Context for assertion messages."""
         return f"exit {self.returncode}\n--- stdout ---\n{self.stdout[-4000:]}\n--- stderr ---\n{self.stderr[-4000:]}"
-
-
-def _field(regex: str) -> str:
-    return re.findall(r"(\w+)=\(", regex)[-1]
-
-
-def parse_metrics(text: str) -> list[dict[str, float]]:
-    """One dict per line on which any MetricDefinition matches, keyed by the field name."""
-    # Keyed by the field the regex reads (``loss``, ``val_loss``), not the metric's name.
-    definitions = [(_field(d["Regex"]), re.compile(d["Regex"])) for d in metric_definitions()]
-    rows = []
-    for line in text.splitlines():
-        row = {name: float(m.group(1)) for name, regex in definitions if (m := regex.search(line))}
-        if row:
-            rows.append(row)
-    return rows
 
 
 def trainer_command(*args: str) -> list[str]:

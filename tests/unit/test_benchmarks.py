@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import _flops, _probe
-from benchmarks._trainer import median_epoch, parse_metrics
+from benchmarks._trainer import median_epoch, read_metric_lines
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_median_epoch_keeps_rate_and_step_time_of_one_epoch():
         f"[metrics] epoch={i} loss=0.1 accuracy=0.9 examples_per_sec={eps} step_time_ms={ms}"
         for i, (eps, ms) in enumerate([(100.0, 10.0), (300.0, 3.3), (200.0, 5.0), (400.0, 2.5)], start=1)
     )
-    summary = median_epoch(parse_metrics(text + "\n[trainer] something else"))
+    summary = median_epoch(read_metric_lines(text + "\n[trainer] something else"))
     assert (summary.examples_per_sec, summary.step_time_ms) == (200.0, 5.0)
     assert (summary.low, summary.high, summary.epochs) == (100.0, 400.0, 4)
 

@@ -20,6 +20,7 @@ Definitions of the figures that say where an epoch's time went (docs/training-jo
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,3 +84,15 @@ def emit(metrics: EpochMetrics) -> None:
 def metric_definitions() -> list[dict[str, str]]:
     """SageMaker MetricDefinitions (``Name``/``Regex``) matching :meth:`EpochMetrics.line`."""
     return json.loads(METRIC_DEFINITIONS_PATH.read_text(encoding="utf-8"))
+
+
+def read_metric_lines(text: str) -> list[dict[str, float]]:
+    """What SageMaker reads from a log with :func:`metric_definitions`: one dict per line on which a
+    definition matches, keyed by the field its regex reads (``loss``, ``val_loss``), not the metric's name."""
+    definitions = [(re.findall(r"(\w+)=\(", d["Regex"])[-1], re.compile(d["Regex"])) for d in metric_definitions()]
+    rows = []
+    for line in text.splitlines():
+        row = {name: float(m.group(1)) for name, regex in definitions if (m := regex.search(line))}
+        if row:
+            rows.append(row)
+    return rows
