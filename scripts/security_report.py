@@ -38,6 +38,7 @@ from scripts.common import (
     print_table,
     project_context,
     run,
+    virtualenv_path,
 )
 from scripts.iam_check import check_templates
 
@@ -129,6 +130,7 @@ class ConfigReport:
 
 def _synthesize(context: Mapping[str, Any], outdir: Path) -> tuple[dict[str, dict[str, Any]], list[str], int]:
     """(templates by stack name, unacknowledged cdk-nag findings, acknowledged count)."""
+    os.environ["PATH"] = virtualenv_path()  # before jsii starts Node
     from aws_cdk import App, Environment
 
     from stacks.components.policy import add_policy_packs
