@@ -510,7 +510,7 @@ def problems(rules: Sequence[Rule], env: Mapping[str, Any]) -> list[str]:
 
 
 def refusal(title: str, reasons: Sequence[str]) -> str:
-    """``'<title>: <reason>; <reason>.'``, as :meth:`LaunchRules.problem` writes it."""
+    """``'<title>: <reason>; <reason>.'``, as :meth:`LaunchRules.refusal` writes it."""
     return f"{title}: {'; '.join(reasons)}."
 
 

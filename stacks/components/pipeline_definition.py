@@ -65,7 +65,7 @@ from stacks.components.processing_job_spec import (
     processing_output_uri,
     processing_state_machine_assignments,
 )
-from stacks.components.request_expressions import Jsonata, all_of, render, to_jsonata
+from stacks.components.request_expressions import Jsonata, no_problems, refusal_cause, render, to_jsonata
 from stacks.components.training_job_spec import (
     OUTPUT_PREFIX,
     STATE_MACHINE_VALUES,
@@ -96,6 +96,8 @@ from stacks.config import ServingConfig, TransformConfig, TuningConfig
 STEPS = ("process", "train", "promote")
 TRANSFORM_STEP = "transform"
 TRAIN_JOB_SUFFIX = "train"
+PIPELINE_PROBLEMS = "pipeline_problems"
+"""The variable ``FindPipelineProblems`` assigns: the broken rules' reasons, read by ``CheckPipelineInput`` and the refusal."""
 
 # Failure names: the pipeline's Fail state's Error.
 INVALID_PIPELINE_INPUT = "InvalidPipelineInput"
@@ -357,7 +359,7 @@ def _input_states(
         f" {json.dumps(VALIDATION_OUTPUT)}: {to_jsonata(output_uri)} & '{VALIDATION_OUTPUT}/'}})"
     )
     given_train = "$pipeline_input.train"
-    valid, reasons = _input_check(
+    problems = _input_problems(
         project_name=project_name, processing=processing, training=training, tuning=tuning, serving=serving, transform=transform
     )
     assignments: dict[str, Any] = {
@@ -417,27 +419,31 @@ def _input_states(
             "Assign": state_machine_assignments(training, source="$train_input", job_name_suffix=TRAIN_JOB_SUFFIX),
             "Next": "TuningRequested",
         },
-        "TuningRequested": _choice("$run_tune", then="ResolveTuneOptions", otherwise="CheckPipelineInput"),
+        "TuningRequested": _choice("$run_tune", then="ResolveTuneOptions", otherwise="FindPipelineProblems"),
         "ResolveTuneOptions": {
             "Type": "Pass",
             "Comment": "A tuning step: the ranges and caps over the deployed tuning section, the static hyperparameters"
             " (the training workflow's Tune branch's variables)",
             "Assign": tuning_state_machine_assignments(training, tuning, source="$train_input"),
+            "Next": "FindPipelineProblems",
+        },
+        "FindPipelineProblems": {
+            "Type": "Pass",
+            "Comment": "Every rule of every requested step, evaluated once: the reasons of the broken ones",
+            "Assign": {PIPELINE_PROBLEMS: "{% " + problems + " %}"},
             "Next": "CheckPipelineInput",
         },
         "CheckPipelineInput": {
             "Type": "Choice",
             "Comment": "Every option of every requested step, before anything runs",
-            "Choices": [{"Condition": "{% " + valid + " %}", "Next": next_state}],
+            "Choices": [{"Condition": no_problems(PIPELINE_PROBLEMS), "Next": next_state}],
             "Default": INVALID_PIPELINE_INPUT,
         },
-        INVALID_PIPELINE_INPUT: _fail_with(
-            INVALID_PIPELINE_INPUT, "{% 'Invalid pipeline input: ' & $join([" + reasons + "], '; ') & '.' %}"
-        ),
+        INVALID_PIPELINE_INPUT: _fail_with(INVALID_PIPELINE_INPUT, refusal_cause("Invalid pipeline input", PIPELINE_PROBLEMS)),
     }
 
 
-def _input_check(
+def _input_problems(
     *,
     project_name: str,
     processing: ProcessingTemplate,
@@ -445,22 +451,14 @@ def _input_check(
     tuning: TuningConfig,
     serving: ServingConfig,
     transform: bool,
-) -> tuple[str, str]:
-    """JSONata ``(every rule of the requested steps holds, the reasons of the broken ones)``."""
+) -> str:
+    """JSONata: the reasons of the requested steps' broken rules (``[]`` when every rule holds)."""
     pipeline_rules = pipeline_input_rules(
         project_name=project_name, artifacts_bucket=training.resources.artifacts_bucket, serving=serving, transform=transform
     )
     process_rules = processing_launch_rules(processing).rules
     train_rules = launch_rules(training).rules
     tune_rules = tuning_rules(training, tuning).rules
-    valid = all_of(
-        [
-            *(c for c, _ in pipeline_rules),
-            f"$not($run_process) or ({all_of([c for c, _ in process_rules])})",
-            f"$not($run_train) or ({all_of([c for c, _ in train_rules])})",
-            f"$not($run_tune) or ({all_of([c for c, _ in tune_rules])})",
-        ]
-    )
     reasons = ", ".join(
         [
             *(f"$not({c}) ? ({r})" for c, r in pipeline_rules),
@@ -469,7 +467,7 @@ def _input_check(
             *(f"($run_tune and $not({c})) ? ('train.' & {r})" for c, r in tune_rules),
         ]
     )
-    return valid, reasons
+    return "[" + reasons + "]"
 
 
 def _endpoint_check_states(states_arn: str, endpoint: str) -> dict[str, Any]:

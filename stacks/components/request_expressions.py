@@ -100,14 +100,34 @@ Rule = tuple[str, str]
 """``(JSONata condition, JSONata reason when it is false)``: one launch option's check."""
 
 
-def all_of(conditions: Sequence[str]) -> str:
-    """JSONata: every condition holds (each parenthesised)."""
-    return " and ".join(f"({condition})" for condition in conditions)
+def problem_list(rules: Sequence[Rule]) -> str:
+    """JSONata: the reasons of the broken rules, in order; ``[]`` when every rule holds.
+
+    A conditional without an else is undefined when its condition holds, and an array
+    constructor leaves undefined out, so only the broken rules' reasons remain (and the array
+    stays an array with one or no entry).
+    """
+    return "[" + ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in rules) + "]"
+
+
+def no_problems(variable: str) -> str:
+    """A ``{% %}`` condition: the variable that :meth:`LaunchRules.problems` was assigned to is empty."""
+    return "{% $count($" + variable + ") = 0 %}"
+
+
+def refusal_cause(title: str, variable: str) -> str:
+    """A ``{% %}`` string ``'<title>: <reason>; <reason>.'`` of the reasons held by ``variable``: a refusal's cause."""
+    return "{% '" + title + ": ' & $join($" + variable + ", '; ') & '.' %}"
 
 
 @dataclass(frozen=True)
 class LaunchRules:
     """The checks a state machine applies to a launch's options before it sends the request.
+
+    Each condition is written once into the workflow: a Pass state assigns :meth:`problems` to a
+    variable, after the state that assigned the options the conditions read (a state's
+    ``Assign`` sees the variables as they were when it started); then a Choice tests
+    :func:`no_problems` of that variable, and the refusal's cause is :meth:`refusal` of it.
 
     Attributes:
         rules: Every option's :data:`Rule`.
@@ -117,14 +137,13 @@ class LaunchRules:
     rules: tuple[Rule, ...]
     title: str
 
-    def check(self) -> str:
-        """A ``{% %}`` condition that every rule holds."""
-        return "{% " + all_of([condition for condition, _ in self.rules]) + " %}"
+    def problems(self) -> str:
+        """A ``{% %}`` array of the broken rules' reasons (:func:`problem_list`), for a state's ``Assign``."""
+        return "{% " + problem_list(self.rules) + " %}"
 
-    def problem(self) -> str:
-        """A ``{% %}`` string ``'<title>: <reason>; <reason>.'`` naming every broken rule: the refusal's cause."""
-        reasons = ", ".join(f"$not({condition}) ? ({reason})" for condition, reason in self.rules)
-        return "{% '" + self.title + ": ' & $join([" + reasons + "], '; ') & '.' %}"
+    def refusal(self, variable: str) -> str:
+        """The refusal's cause, ``'<title>: <reason>; <reason>.'``, from ``variable`` holding :meth:`problems`."""
+        return refusal_cause(self.title, variable)
 
 
 def render(value: Value) -> Any:

@@ -39,6 +39,7 @@ from stacks.components.policy import (
     state_machine_logging_statements,
     state_machine_principal,
 )
+from stacks.components.request_expressions import no_problems
 from stacks.components.training_job_spec import (
     CHECKPOINT_PREFIX,
     CODE_PREFIX,
@@ -69,6 +70,10 @@ SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTrainingJobsRule"
 """The managed EventBridge rule through which Step Functions learns that a ``.sync`` job ended."""
 TUNING_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTuningJobsRule"
 """Its counterpart for a ``.sync`` tuning job (``createHyperParameterTuningJob.sync``)."""
+LAUNCH_PROBLEMS = "launch_problems"
+"""The variable ``FindLaunchProblems`` assigns: the broken launch rules' reasons (:meth:`LaunchRules.problems`)."""
+TUNING_PROBLEMS = "tuning_problems"
+"""The variable ``FindTuningProblems`` assigns: the broken tuning rules' reasons."""
 
 
 def _inner(condition: str) -> str:
@@ -367,12 +372,14 @@ class TrainingJobWorkflow(Construct):
     name>``), ``instance_type``, ``instance_count``, ``use_spot``, ``hyperparameters`` (merged
     over the config's). Defaults come from ``config.training_job``. The workflow checks the
     options, then calls ``createTrainingJob.sync``; it fails with SageMaker's error when the job
-    fails or is stopped. Logging (ALL, with execution data) and X-Ray tracing are on.
+    fails or is stopped. Logging (ALL, with execution data) and X-Ray tracing are on. Each rule
+    is evaluated once, by a Pass state that assigns the broken rules' reasons to a variable
+    (``FindLaunchProblems``, ``FindTuningProblems``); the Choice and the refusal read that variable.
 
     With ``tuning`` in the input (``{"ranges": RANGES.json's object, "max_jobs": N,
     "max_parallel_jobs": N}``, ``scripts.launch --tune``) it runs the Tune branch instead: the same
-    option checks, the tuning checks (``tuning_job_spec.tuning_launch_rules``, refused as ``InvalidLaunchOptions``
-    with one line), then ``createHyperParameterTuningJob.sync`` with :func:`create_tuning_job_request`'s
+    option checks (over the tuning job's name and static hyperparameters), the tuning checks
+    (:func:`tuning_rules`, refused as ``InvalidLaunchOptions`` with one line), then ``createHyperParameterTuningJob.sync`` with :func:`create_tuning_job_request`'s
     request, every trial this workflow's training job; its output names the tuning job and its
     ``BestTrainingJob``; a failed or stopped tuning job fails it with ``TuningJobFailed`` and SageMaker's reason.
 
@@ -432,11 +439,17 @@ class TrainingJobWorkflow(Construct):
             comment="Execution input over the deployed defaults",
             assign=state_machine_assignments(self.template),
         )
+        find = sfn.Pass.jsonata(
+            self,
+            "FindLaunchProblems",
+            comment="Every launch rule, evaluated once: the reasons of the broken ones",
+            assign={LAUNCH_PROBLEMS: rules.problems()},
+        )
         invalid = sfn.Fail.jsonata(
             self,
             "InvalidLaunchOptions",
             error="InvalidLaunchOptions",
-            cause=rules.problem(),
+            cause=rules.refusal(LAUNCH_PROBLEMS),
         )
         failed = sfn.Fail.jsonata(
             self,
@@ -463,10 +476,18 @@ class TrainingJobWorkflow(Construct):
         )
         train.add_catch(failed, errors=["States.ALL"])
         tuned = f"$exists($states.input.{TUNING_INPUT})"
+        # A tuning launch resolves its own variables before the launch rules run: they check the
+        # tuning job's name and the static hyperparameters, as `launch --tune --direct` does.
         definition = resolve.next(
+            sfn.Choice.jsonata(self, "TuningRequested", comment="A tuning launch's options first, then the launch rules")
+            .when(sfn.Condition.jsonata(f"{{% {tuned} %}}"), self._resolve_tuning(config).next(find))
+            .otherwise(find)
+        )
+        launch_ok = _inner(no_problems(LAUNCH_PROBLEMS))
+        find.next(
             sfn.Choice.jsonata(self, "CheckLaunchOptions")
-            .when(sfn.Condition.jsonata(f"{{% $not({tuned}) and {_inner(rules.check())} %}}"), train)
-            .when(sfn.Condition.jsonata(f"{{% {tuned} %}}"), self._tune_branch(stack, config, invalid))
+            .when(sfn.Condition.jsonata(f"{{% $not({tuned}) and {launch_ok} %}}"), train)
+            .when(sfn.Condition.jsonata(f"{{% {tuned} and {launch_ok} %}}"), self._tune_branch(stack, config))
             .otherwise(invalid)
         )
 
@@ -501,18 +522,29 @@ class TrainingJobWorkflow(Construct):
             log_group=self.log_group,
         )
 
-    def _tune_branch(self, stack: Stack, config: PlatformConfig, invalid: sfn.Fail) -> sfn.IChainable:
-        """With ``tuning`` in the input: the tuning launch's variables, the training launch's checks and the
-        tuning checks, then ``createHyperParameterTuningJob.sync`` with the request ``scripts.launch --tune
-        --direct`` sends (:func:`create_tuning_job_request`); its output names the best training job."""
-        rules, checks = launch_rules(self.template), tuning_rules(self.template, config.tuning)
-        resolve = sfn.Pass.jsonata(
+    def _resolve_tuning(self, config: PlatformConfig) -> sfn.Pass:
+        """With ``tuning`` in the input: the tuning launch's variables over the training launch's."""
+        return sfn.Pass.jsonata(
             self,
             "ResolveTuningOptions",
             comment="A tuning launch: the ranges and caps over the deployed tuning section, the static hyperparameters",
             assign=tuning_state_machine_assignments(self.template, config.tuning),
         )
-        refused = sfn.Fail.jsonata(self, "InvalidTuningLaunch", error="InvalidLaunchOptions", cause=checks.problem())
+
+    def _tune_branch(self, stack: Stack, config: PlatformConfig) -> sfn.IChainable:
+        """A tuning launch that passed the launch rules: the tuning checks, then
+        ``createHyperParameterTuningJob.sync`` with the request ``scripts.launch --tune --direct``
+        sends (:func:`create_tuning_job_request`); its output names the best training job."""
+        checks = tuning_rules(self.template, config.tuning)
+        find = sfn.Pass.jsonata(
+            self,
+            "FindTuningProblems",
+            comment=f"Every tuning rule, evaluated once: the reasons of the broken ones ({TUNING_TITLE})",
+            assign={TUNING_PROBLEMS: checks.problems()},
+        )
+        refused = sfn.Fail.jsonata(
+            self, "InvalidTuningLaunch", error="InvalidLaunchOptions", cause=checks.refusal(TUNING_PROBLEMS)
+        )
         failed = sfn.Fail.jsonata(
             self,
             "TuningJobFailed",
@@ -532,12 +564,10 @@ class TrainingJobWorkflow(Construct):
             },
         )
         tune.add_catch(failed, errors=["States.ALL"])
-        launch_ok = _inner(rules.check())
-        return resolve.next(
-            sfn.Choice.jsonata(self, "CheckTuningLaunch", comment=f"The training launch's checks, then the tuning launch's ({TUNING_TITLE})")
-            .when(sfn.Condition.jsonata(f"{{% {launch_ok} and {_inner(checks.check())} %}}"), tune)
-            .when(sfn.Condition.jsonata(f"{{% {launch_ok} %}}"), refused)
-            .otherwise(invalid)
+        return find.next(
+            sfn.Choice.jsonata(self, "CheckTuningLaunch")
+            .when(sfn.Condition.jsonata(no_problems(TUNING_PROBLEMS)), tune)
+            .otherwise(refused)
         )
 
     def _jobs_arn(self, project: str) -> str:

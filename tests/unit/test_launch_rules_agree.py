@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from stacks.components.launch_rules import Compare, problems, refusal
+from stacks.components.pipeline_definition import PIPELINE_PROBLEMS
 from stacks.components.processing_job_spec import (
     STATE_MACHINE_PROCESSING_VALUES,
     ProcessingOptions,
@@ -36,6 +37,7 @@ from stacks.components.processing_job_spec import (
     processing_state_machine_assignments,
     resolve_processing,
 )
+from stacks.components.request_expressions import no_problems
 from stacks.components.training_job_spec import (
     LAUNCH_TITLE,
     JobTemplate,
@@ -280,10 +282,12 @@ def processing_verdicts() -> tuple[ProcessingTemplate, list[tuple[dict[str, Any]
     config = load_config(project_context())
     template = ProcessingTemplate.from_config(config, RESOURCES)
     runs = generated_processing_runs()
+    rules = processing_launch_rules(template)
     doc = {
         "assign": processing_state_machine_assignments(template, source="$states.input"),
-        "check": processing_launch_rules(template).check(),
-        "problem": processing_launch_rules(template).problem(),
+        "find": {PIPELINE_PROBLEMS: rules.problems()},
+        "check": no_problems(PIPELINE_PROBLEMS),
+        "problem": rules.refusal(PIPELINE_PROBLEMS),
         "request": create_processing_job_request(template, STATE_MACHINE_PROCESSING_VALUES),
         "cases": [{"input": run, "execution_name": f"e{i}"} for i, (run, _) in enumerate(runs)],
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -220,6 +221,16 @@ def test_the_validator_rejects_broken_definitions():
     assert validate([jsonpath], NODE_ENV)[0]["valid"] is False
 
 
+def test_every_input_rule_is_evaluated_once_then_the_check_and_the_refusal_read_the_reasons():
+    states = DEFINITION["States"]
+    assert states["TuningRequested"]["Default"] == states["ResolveTuneOptions"]["Next"] == "FindPipelineProblems"
+    find = states["FindPipelineProblems"]
+    assert find["Next"] == "CheckPipelineInput" and list(find["Assign"]) == ["pipeline_problems"]
+    for name in ("CheckPipelineInput", "InvalidPipelineInput"):
+        read = set(re.findall(r"\$\w+", json.dumps(states[name])))
+        assert read <= {"$count", "$join", "$pipeline_problems"}, (name, read)
+
+
 def test_every_failure_name_has_a_path_and_every_end_notifies():
     text = json.dumps(TRANSFORM_DEFINITION)
     for failure in FAILURES:
@@ -242,8 +253,8 @@ def test_every_failure_name_has_a_path_and_every_end_notifies():
 def test_process_train_promote_pass_each_steps_output_to_the_next():
     result = _run({"process": {}, "train": {}, "promote": True})
     assert result["end"] == "Succeed", result
-    assert result["path"][:7] == ["ReadPipelineInput", "ResolveTrainInput", "ResolveTrainOptions", "TuningRequested", "CheckPipelineInput",
-                                  "PromotionRequested", "CheckEndpoint"]
+    assert result["path"][:8] == ["ReadPipelineInput", "ResolveTrainInput", "ResolveTrainOptions", "TuningRequested", "FindPipelineProblems",
+                                  "CheckPipelineInput", "PromotionRequested", "CheckEndpoint"]
     _check_against_the_service_model(result)
     # The endpoint is checked before any job is created.
     order = [t["state"] for t in result["tasks"]]

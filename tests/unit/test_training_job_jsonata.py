@@ -1,9 +1,10 @@
 """The workflow and ``launch --direct`` send the same CreateTrainingJob request.
 
-The state machine's JSONata (launch-option defaults, the option check, the request) is evaluated
-with the reference JSONata implementation (the npm package ``jsonata``, the language Step Functions
-implements, 2.0.x) and compared with the request :func:`resolve_launch` builds in Python, for
-several launches; invalid options must take the ``InvalidLaunchOptions`` branch.
+The state machine's JSONata (launch-option defaults, the broken rules' reasons, the check and the
+refusal that read them, the request) is evaluated with the reference JSONata implementation (the npm
+package ``jsonata``, the language Step Functions implements, 2.0.x) and compared with the request
+:func:`resolve_launch` builds in Python, for several launches; invalid options must take the
+``InvalidLaunchOptions`` branch.
 
 Needs Node and the ``jsonata`` package, both installed by ``scripts/bootstrap.sh`` (package.json
 pins jsonata 2.0.6); ``JSONATA_NODE_PATH`` can point at another ``node_modules`` folder. Without
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from stacks.components.request_expressions import no_problems
 from stacks.components.training_job_spec import (
     STATE_MACHINE_VALUES,
     JobResources,
@@ -31,6 +33,7 @@ from stacks.components.training_job_spec import (
     resolve_launch,
     state_machine_assignments,
 )
+from stacks.components.training_job_workflow import LAUNCH_PROBLEMS
 from stacks.config import load_config
 from tests.synth import ROOT, project_context
 
@@ -50,13 +53,24 @@ async function ev(value, bindings) {
 """
 """``ev(value, bindings)``: a JSON value with its ``{% expr %}`` strings evaluated, as Step Functions does."""
 
-EVALUATOR = EVALUATE + r"""
+
+ASSIGN = r"""
+async function assign(block, vars) {
+  // Step Functions keeps a variable as JSON: what a later state reads is the value's JSON.
+  return { ...vars, ...JSON.parse(JSON.stringify(await ev(block, vars))) };
+}
+"""
+"""``assign(block, vars)``: the variables after a state's ``Assign`` (evaluated with ``vars``)."""
+
+# The workflow's states in order: ResolveLaunchOptions, FindLaunchProblems, CheckLaunchOptions, then
+# InvalidLaunchOptions's cause or CreateTrainingJob's request.
+EVALUATOR = EVALUATE + ASSIGN + r"""
 (async () => {
   const doc = JSON.parse(require("fs").readFileSync(0, "utf8"));
   const results = [];
   for (const c of doc.cases) {
     const states = { input: c.input, context: { Execution: { Name: c.execution_name } } };
-    const vars = { ...(await ev(doc.assign, { states })), states };
+    const vars = await assign(doc.find, await assign(doc.assign, { states }));
     const ok = await ev(doc.check, vars);
     results.push({ ok, problem: ok ? null : await ev(doc.problem, vars), request: ok ? await ev(doc.request, vars) : null });
   }
@@ -129,10 +143,12 @@ INVALID_WITH_REASON = [
 
 
 def _evaluate(template: JobTemplate, cases: list[dict]) -> list[dict]:
+    rules = launch_rules(template)
     doc = {
         "assign": state_machine_assignments(template),
-        "check": launch_rules(template).check(),
-        "problem": launch_rules(template).problem(),
+        "find": {LAUNCH_PROBLEMS: rules.problems()},
+        "check": no_problems(LAUNCH_PROBLEMS),
+        "problem": rules.refusal(LAUNCH_PROBLEMS),
         "request": create_training_job_request(template, STATE_MACHINE_VALUES),
         "cases": cases,
     }

@@ -7,6 +7,7 @@ readable placeholder where each reference goes and parses the result.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -116,19 +117,31 @@ def alt_definition(alternative) -> dict[str, Any]:
 
 
 def test_workflow_resolves_options_checks_them_then_runs_the_job_synchronously(definition):
+    from stacks.components.training_job_spec import LAUNCH_TITLE
+
     assert definition["QueryLanguage"] == "JSONata"
     assert definition["StartAt"] == "ResolveLaunchOptions"
     states = definition["States"]
     assert states["ResolveLaunchOptions"]["Type"] == "Pass"
-    assert states["ResolveLaunchOptions"]["Next"] == "CheckLaunchOptions"
+    assert states["ResolveLaunchOptions"]["Next"] == "TuningRequested"
+    assert states["TuningRequested"]["Default"] == "FindLaunchProblems"
+    # Every launch rule is evaluated once, into a variable that the check and the refusal read.
+    find = states["FindLaunchProblems"]
+    assert find["Type"] == "Pass" and find["Next"] == "CheckLaunchOptions"
+    assert list(find["Assign"]) == ["launch_problems"] and find["Assign"]["launch_problems"].startswith("{% [$not(")
     choice = states["CheckLaunchOptions"]
     assert choice["Type"] == "Choice" and choice["Choices"][0]["Next"] == "CreateTrainingJob"
+    assert choice["Choices"][0]["Condition"] == "{% $not($exists($states.input.tuning)) and ($count($launch_problems) = 0) %}"
     assert choice["Default"] == "InvalidLaunchOptions"
     assert states["InvalidLaunchOptions"] == {
         "Type": "Fail",
         "Error": "InvalidLaunchOptions",
-        "Cause": states["InvalidLaunchOptions"]["Cause"],
+        "Cause": "{% '" + LAUNCH_TITLE + ": ' & $join($launch_problems, '; ') & '.' %}",
     }
+    # No rule is written twice: the checks and the refusals read the problems, not the options.
+    for name in ("CheckLaunchOptions", "InvalidLaunchOptions", "CheckTuningLaunch", "InvalidTuningLaunch"):
+        read = set(re.findall(r"\$\w+", json.dumps(states[name])))
+        assert read <= {"$states", "$exists", "$not", "$count", "$join", "$launch_problems", "$tuning_problems"}, (name, read)
     train = states["CreateTrainingJob"]
     assert train["Type"] == "Task"
     assert train["Resource"] == "arn:aws:states:::sagemaker:createTrainingJob.sync"
@@ -148,19 +161,24 @@ def test_an_input_with_tuning_takes_the_tune_branch_with_the_direct_tuning_reque
     from tests.synth import project_context
 
     states = definition["States"]
-    choices = states["CheckLaunchOptions"]["Choices"]
-    assert [c["Next"] for c in choices] == ["CreateTrainingJob", "ResolveTuningOptions"]
-    assert choices[0]["Condition"].startswith("{% $not($exists($states.input.tuning)) and ")
-    assert choices[1]["Condition"] == "{% $exists($states.input.tuning) %}"
+    # The tuning launch's variables come first: the launch rules check its job name and static hyperparameters.
+    requested = states["TuningRequested"]
+    assert requested["Choices"] == [{"Condition": "{% $exists($states.input.tuning) %}", "Next": "ResolveTuningOptions"}]
     resolve = states["ResolveTuningOptions"]
-    assert resolve["Type"] == "Pass" and resolve["Next"] == "CheckTuningLaunch"
+    assert resolve["Type"] == "Pass" and resolve["Next"] == "FindLaunchProblems"
     assert set(resolve["Assign"]) == {"tuning", "ranges", "max_jobs", "max_parallel_jobs", "job_name", "keep_alive_seconds", "hyperparameters"}
+    choices = states["CheckLaunchOptions"]["Choices"]
+    assert [c["Next"] for c in choices] == ["CreateTrainingJob", "FindTuningProblems"]
+    assert choices[1]["Condition"] == "{% $exists($states.input.tuning) and ($count($launch_problems) = 0) %}"
+    find = states["FindTuningProblems"]
+    assert find["Type"] == "Pass" and find["Next"] == "CheckTuningLaunch" and list(find["Assign"]) == ["tuning_problems"]
     check = states["CheckTuningLaunch"]
-    assert [c["Next"] for c in check["Choices"]] == ["Tune", "InvalidTuningLaunch"] and check["Default"] == "InvalidLaunchOptions"
+    assert check["Choices"] == [{"Condition": "{% $count($tuning_problems) = 0 %}", "Next": "Tune"}]
+    assert check["Default"] == "InvalidTuningLaunch"
     refused = states["InvalidTuningLaunch"]
     assert refused["Type"] == "Fail" and refused["Error"] == "InvalidLaunchOptions"
-    assert refused["Cause"].startswith("{% '" + TUNING_TITLE + ": ' & $join([")
-    assert states["InvalidLaunchOptions"]["Cause"].startswith("{% '" + LAUNCH_TITLE + ": ' & $join([")
+    assert refused["Cause"] == "{% '" + TUNING_TITLE + ": ' & $join($tuning_problems, '; ') & '.' %}"
+    assert states["InvalidLaunchOptions"]["Cause"].startswith("{% '" + LAUNCH_TITLE + ": ' & $join($launch_problems")
     tune = states["Tune"]
     assert tune["Resource"] == "arn:aws:states:::sagemaker:createHyperParameterTuningJob.sync"
     assert tune["End"] is True and tune["Catch"] == [{"ErrorEquals": ["States.ALL"], "Next": "TuningJobFailed"}]
@@ -187,6 +205,37 @@ def test_an_input_with_tuning_takes_the_tune_branch_with_the_direct_tuning_reque
     assert "$d.FailureReason" in failed["Cause"]
 
 
+def test_the_deployed_workflow_checks_the_launch_then_the_tuning_launch(definition):
+    """The deployed definition run by the states simulator: valid ASL, each launch's path and end,
+    the launch rules before the tuning rules (both refusals are ``InvalidLaunchOptions``)."""
+    from tests.unit.states_simulator import node_env, simulate, validate
+
+    env = node_env("jsonata", "asl-validator")
+    assert env is not None, "needs node with jsonata and asl-validator: run `bash scripts/bootstrap.sh`"
+    assert validate([definition], env) == [{"valid": True, "errors": "", "jsonata_errors": []}]
+    ranges = {"learning_rate": {"type": "continuous", "min": 0.001, "max": 0.1}}
+    script = {"CreateTrainingJob": [{"result": {"TrainingJobName": "gputrain-e"}}],
+              "Tune": [{"result": {"HyperParameterTuningJobName": "gputrain-e"}}]}
+    inputs = [{}, {"instance_count": 0, "use_spot": "yes"}, {"instance_count": 0, "tuning": {"ranges": ranges}},
+              {"tuning": {"ranges": {"learning_rat": ranges["learning_rate"]}, "max_jobs": 99}},
+              # The deployment tunes validation:loss and configures no validation channel: the trials validate on train.
+              {"tuning": {"ranges": ranges}, "hyperparameters": {"validation_channel": "train"}}]
+    train, refused, tuned_refused, tuning_refused, tune = simulate(
+        definition, [{"input": i, "name": "e", "script": script} for i in inputs], env)
+    checked = ["ResolveLaunchOptions", "TuningRequested", "FindLaunchProblems", "CheckLaunchOptions"]
+    assert train["path"] == [*checked, "CreateTrainingJob"] and train["end"] == "End"
+    assert refused["path"] == [*checked, "InvalidLaunchOptions"] and refused["error"] == "InvalidLaunchOptions"
+    assert refused["cause"].startswith("Invalid launch options: instance_count 0 must be a whole number from 1 to 64")
+    assert "; use_spot yes must be true or false" in refused["cause"] and refused["cause"].endswith(".")
+    tuning = [*checked[:2], "ResolveTuningOptions", *checked[2:]]
+    assert tuned_refused["path"] == [*tuning, "InvalidLaunchOptions"]
+    assert tuned_refused["cause"].startswith("Invalid launch options: instance_count 0")
+    assert tuning_refused["path"] == [*tuning, "FindTuningProblems", "CheckTuningLaunch", "InvalidTuningLaunch"]
+    assert tuning_refused["error"] == "InvalidLaunchOptions" and tuning_refused["cause"].startswith("Invalid tuning launch: ")
+    assert "learning_rat are unknown" in tuning_refused["cause"] and "; tuning.max_jobs 99 must be" in tuning_refused["cause"]
+    assert tune["path"] == [*tuning, "FindTuningProblems", "CheckTuningLaunch", "Tune"] and tune["end"] == "End"
+
+
 def test_launch_options_default_to_the_config(definition):
     assign = definition["States"]["ResolveLaunchOptions"]["Assign"]
     assert assign["job_name"] == (
@@ -197,8 +246,8 @@ def test_launch_options_default_to_the_config(definition):
     assert assign["use_spot"].endswith(": true %}")
     assert '{"model": "mlp", "epochs": "5", "batch_size": "256"}' in assign["hyperparameters"]
     assert assign["instance_facts"] == instance_facts_table(["ml.g5.12xlarge", "ml.g5.xlarge"])
-    condition = definition["States"]["CheckLaunchOptions"]["Choices"][0]["Condition"]
-    assert "$contains($job_name, /^gputrain\\-" in condition and "$instance_count <= 64" in condition
+    rules = definition["States"]["FindLaunchProblems"]["Assign"]["launch_problems"]
+    assert "$contains($job_name, /^gputrain\\-" in rules and "$instance_count <= 64" in rules
 
 
 def test_the_gpu_table_feeds_expected_gpus_and_the_nvme_rule(definition):
@@ -332,8 +381,8 @@ def test_other_config_changes_every_default_and_drops_checkpoints(alternative, a
     ]
     assert channels[1]["DataSource"]["S3DataSource"]["S3Uri"].endswith("/validation/")
     assert args["RetryStrategy"] == {"MaximumRetryAttempts": 5}
-    condition = alt_definition["States"]["CheckLaunchOptions"]["Choices"][0]["Condition"]
-    assert "$use_spot = false" in condition  # spot cannot be requested without checkpoints
+    rules = alt_definition["States"]["FindLaunchProblems"]["Assign"]["launch_problems"]
+    assert "$use_spot = false" in rules  # spot cannot be requested without checkpoints
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """The training workflow's Tune branch and ``launch --tune --direct`` send the same tuning request.
 
-The Tune branch's JSONata (the training launch's variables, then the tuning launch's, the two checks
-and the CreateHyperParameterTuningJob request) is evaluated with the reference JSONata implementation,
-as ``test_training_job_jsonata`` does for one training job, and compared with what
-:func:`resolve_tuning` and :func:`create_tuning_job_request` build in Python for the execution input
-``scripts.launch --tune`` starts (:func:`tuning_execution_input`). Refused launches take the branch's
-failure state with one line naming what to fix, and the Python path refuses them too.
+The Tune branch's JSONata (the training launch's variables, then the tuning launch's, the two rule
+lists with the checks and refusals that read them, and the CreateHyperParameterTuningJob request) is
+evaluated with the reference JSONata implementation, as ``test_training_job_jsonata`` does for one
+training job, and compared with what :func:`resolve_tuning` and :func:`create_tuning_job_request`
+build in Python for the execution input ``scripts.launch --tune`` starts (:func:`tuning_execution_input`).
+Refused launches take the branch's failure state with one line naming what to fix, and the Python
+path refuses them too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from stacks.components.request_expressions import no_problems
 from stacks.components.training_job_spec import JobTemplate, LaunchError, LaunchOptions, launch_rules, state_machine_assignments
+from stacks.components.training_job_workflow import LAUNCH_PROBLEMS, TUNING_PROBLEMS
 from stacks.components.tuning_job_spec import (
     TUNING_TITLE,
     TuningOptions,
@@ -30,18 +33,21 @@ from stacks.components.tuning_job_spec import (
 )
 from stacks.config import PlatformConfig, load_config
 from tests.synth import project_context
-from tests.unit.test_training_job_jsonata import EVALUATE, NODE_ENV, RESOURCES
+from tests.unit.test_training_job_jsonata import ASSIGN, EVALUATE, NODE_ENV, RESOURCES
 
-# As test_training_job_jsonata's evaluator, with the Tune branch's second Assign over the first's variables.
-EVALUATOR = EVALUATE + r"""
+# As test_training_job_jsonata's evaluator, along a tuning launch's states: ResolveLaunchOptions,
+# ResolveTuningOptions, FindLaunchProblems, CheckLaunchOptions (else InvalidLaunchOptions),
+# FindTuningProblems, CheckTuningLaunch (else InvalidTuningLaunch), then Tune's request.
+EVALUATOR = EVALUATE + ASSIGN + r"""
 (async () => {
   const doc = JSON.parse(require("fs").readFileSync(0, "utf8"));
   const results = [];
   for (const c of doc.cases) {
     const states = { input: c.input, context: { Execution: { Name: c.execution_name } } };
-    const launch = { ...(await ev(doc.assign, { states })), states };
-    const vars = { ...launch, ...(await ev(doc.tuning_assign, launch)), states };
+    const resolved = await assign(doc.tuning_assign, await assign(doc.assign, { states }));
+    let vars = await assign(doc.launch_find, resolved);
     const launch_ok = await ev(doc.launch_check, vars);
+    if (launch_ok) vars = await assign(doc.tuning_find, vars);
     const ok = launch_ok && await ev(doc.tuning_check, vars);
     results.push({
       ok,
@@ -67,14 +73,16 @@ def _config(**tuning: Any) -> PlatformConfig:
 
 def _evaluate(config: PlatformConfig, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     template = JobTemplate.from_config(config, RESOURCES)
-    checks = tuning_rules(template, config.tuning)
+    rules, checks = launch_rules(template), tuning_rules(template, config.tuning)
     doc = {
         "assign": state_machine_assignments(template),
         "tuning_assign": tuning_state_machine_assignments(template, config.tuning),
-        "launch_check": launch_rules(template).check(),
-        "launch_problem": launch_rules(template).problem(),
-        "tuning_check": checks.check(),
-        "tuning_problem": checks.problem(),
+        "launch_find": {LAUNCH_PROBLEMS: rules.problems()},
+        "launch_check": no_problems(LAUNCH_PROBLEMS),
+        "launch_problem": rules.refusal(LAUNCH_PROBLEMS),
+        "tuning_find": {TUNING_PROBLEMS: checks.problems()},
+        "tuning_check": no_problems(TUNING_PROBLEMS),
+        "tuning_problem": checks.refusal(TUNING_PROBLEMS),
         "request": create_tuning_job_request(template, state_machine_tuning_values(config.tuning)),
         "cases": [{"execution_name": "e", **c} for c in cases],
     }
