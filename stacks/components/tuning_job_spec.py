@@ -329,12 +329,17 @@ def _objective_problems(settings: TuningConfig, training: LaunchValues, static: 
     channel = static.get("validation_channel", "validation")
     if channel in (training.channels or {}):
         return []
-    return [
-        f"tuning.objective_metric {settings.objective_metric} is measured on the {channel!r} input channel, which this job"
-        f" does not have: add the channel (training_job.channels.{channel}), or tune train:loss (deploy the training"
-        " stack with -c gpu_training.tuning.objective_metric=train:loss: the workflow's objective is the deployed one;"
-        " with --direct, -c at the launch is enough)"
-    ]
+    return ["".join(_missing_validation_channel(settings, channel)) + "; with --direct, -c at the launch is enough)"]
+
+
+def _missing_validation_channel(settings: TuningConfig, channel: Any) -> tuple[Any, ...]:
+    """The refusal of a ``validation:*`` objective without its channel, in parts around ``channel`` (a
+    name here, an expression in the workflow's rule), open at its end for the direct path's last words."""
+    return (
+        f"tuning.objective_metric {settings.objective_metric} is measured on the '", channel, "' input channel, which this job"
+        " does not have: add the channel (training_job.channels.", channel, "), or tune train:loss (deploy the training"
+        " stack with -c gpu_training.tuning.objective_metric=train:loss: the workflow's objective is the deployed one",
+    )
 
 
 def _caps(settings: TuningConfig, options: TuningOptions) -> tuple[int, int]:
@@ -778,11 +783,7 @@ def _validation_channel_rule(settings: TuningConfig, builtin: Expr) -> Rule:
             Not(builtin), Not(eq(type_of(hyperparameters), "object")), Not(eq(type_of(channels), "object")),
             Not(eq(type_of(channel), "string")), InTable(channels, channel),
         ),
-        (
-            f"tuning.objective_metric {settings.objective_metric} is measured on the ", channel, " input channel, which"
-            " this job does not have: add the channel (training_job.channels), or deploy with"
-            " tuning.objective_metric=train:loss",
-        ),
+        (*_missing_validation_channel(settings, channel), ")"),
     )
 
 

@@ -634,7 +634,7 @@ INVALID_TUNING = [
     ({"tuning": {"ranges": RANGES, "max_jobs": 2, "max_parallel_jobs": 3}}, "train.tuning.max_parallel_jobs 3"),
     ({"tuning": {"ranges": RANGES}, "job_name": "gputrain-" + "x" * 30}, "names the tuning job: at most 32 characters"),
     ({"tuning": {"ranges": RANGES}, "keep_alive_seconds": 60}, "a tuning job's trials keep no warm pool"),
-    ({"tuning": {"ranges": RANGES}, "channels": {"train": "s3://datasets/processed/x/train/"}}, "is measured on the validation input channel"),
+    ({"tuning": {"ranges": RANGES}, "channels": {"train": "s3://datasets/processed/x/train/"}}, "is measured on the 'validation' input channel"),
     ({"tuning": {"ranges": RANGES}, "use_spot": "no"}, "train.use_spot no"),
 ]
 
