@@ -7,8 +7,9 @@ line, never Success.
 
 With ``--containers`` (marked ``image``: skipped in one line where no Docker engine can run) the same
 deployment's runner plays each node as a container of the built image on a Docker network of the
-job's own: a built-in job stopped (143, a checkpoint) and resumed to its end, and a script-mode job,
-each trained by both nodes with one ``TF_CONFIG``; no container or network outlives its job.
+job's own: a built-in job stopped (143, a checkpoint) and resumed to its end, a script-mode job, each
+trained by both nodes with one ``TF_CONFIG``, and a node's container killed, which fails the job in the
+same bounded time with the same line; no container or network outlives its job.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 
+from scripts.emulator.cluster import NodeRun
 from scripts.emulator.docker_hosts import DockerHosts, docker
 from scripts.emulator.lifecycle import Lifecycle, Options
 from stacks.components.gpu_cluster import TRAINING_WORKER_PORT
@@ -205,22 +207,28 @@ def test_a_second_job_is_refused_a_stop_exits_143_with_a_checkpoint_and_a_rerun_
     assert re.search(rf"^node-0: \[trainer\] finished worker=0 epochs={completed + 1} resumed_from_epoch={completed}\b", logs, re.M)
 
 
-def test_a_killed_node_fails_the_job_in_bounded_time_naming_it(cluster: Lifecycle) -> None:
-    command = _start(cluster, "kill-1", "--hp", f"epochs={LONG_EPOCHS}", *TINY)
-    _wait_for_epoch(cluster, "kill-1")
-    node_1 = cluster.cluster.running["kill-1"][1]
+def _kill_node_1_and_assert_the_job_fails_in_bounded_time_naming_it(run: Lifecycle, job: str, kill: Callable[[NodeRun], None]) -> None:
+    """Start a long job, ``kill`` node-1 after an epoch; the job fails within the peers' grace (plus a minute),
+    the survivor too, in one line naming node-1, its exit 137 and the last completed epoch."""
+    command = _start(run, job, "--hp", f"epochs={LONG_EPOCHS}", *TINY)
+    _wait_for_epoch(run, job)
+    node_1 = run.cluster.running[job][1]
     assert node_1.node.name == "node-1"
     killed = time.monotonic()
-    node_1.process.send_signal(signal.SIGKILL)
-    outcome = cluster.cluster.wait(command, 200)
+    kill(node_1)
+    outcome = run.cluster.wait(command, 200)
     seconds = time.monotonic() - killed
     assert outcome.status == "Failed" and outcome.nodes["node-1"] == ("Failed", 137), outcome
     assert outcome.nodes["node-0"][0] == "Failed", outcome  # the survivor did not hang, nor succeed
-    assert seconds < cluster.cluster.peer_grace_seconds + 60, seconds
-    assert outcome.failure.startswith(f"cluster job kill-1 failed on node-1 ({_instances(cluster)[1]}): the container exited 137 "
-                                      "(killed by signal 9); last completed epoch "), outcome.failure  # fmt: skip
-    logs = _cluster_job(cluster, "logs", "kill-1", "--node", "node-1").stdout
+    assert seconds < run.cluster.peer_grace_seconds + 60, seconds
+    assert re.fullmatch(rf"cluster job {job} failed on node-1 \({_instances(run)[1]}\): the container exited 137 "
+                        r"\(killed by signal 9\); last completed epoch \d+", outcome.failure or ""), outcome.failure  # fmt: skip
+    logs = _cluster_job(run, "logs", job, "--node", "node-1").stdout
     assert outcome.failure in logs
+
+
+def test_a_killed_node_fails_the_job_in_bounded_time_naming_it(cluster: Lifecycle) -> None:
+    _kill_node_1_and_assert_the_job_fails_in_bounded_time_naming_it(cluster, "kill-1", lambda node: node.process.send_signal(signal.SIGKILL))
 
 
 def test_what_the_runner_cannot_play_is_failed_in_one_line_never_success(cluster: Lifecycle) -> None:
@@ -274,3 +282,12 @@ def test_in_containers_two_nodes_train_one_model_a_stop_exits_143_and_a_rerun_re
 def test_in_containers_two_nodes_run_a_users_multi_worker_script_with_one_tf_config(in_containers: Lifecycle, tmp_path: Path) -> None:
     workers = _assert_one_tf_config(_script_job(in_containers, "mwms-box-1", tmp_path))
     assert workers == [f"node-0:{TRAINING_WORKER_PORT}", f"node-1:{TRAINING_WORKER_PORT}"], workers  # host names on the job's network
+
+
+@pytest.mark.image
+def test_in_containers_a_killed_node_fails_the_job_in_bounded_time_naming_it(in_containers: Lifecycle) -> None:
+    def kill_container(node: NodeRun) -> None:  # the node's container dies (docker kill: SIGKILL), not the attached CLI
+        killed = docker("kill", node.container)
+        assert killed.returncode == 0, killed.stderr
+
+    _kill_node_1_and_assert_the_job_fails_in_bounded_time_naming_it(in_containers, "kill-box-1", kill_container)

@@ -4,7 +4,8 @@ One lifecycle for the module (deploying is the slow part): the tests below run i
 against it: first what ``cdk deploy`` made, then what training produced (through the deployed
 training workflow, run by the local Step Functions executor), the served model, a user's script,
 then the pipeline from raw data (process -> train, then process -> train -> promote onto the same
-endpoint), then what ``cdk destroy`` left. Select with ``-m integration``; skip with ``-m "not slow"``.
+endpoint, then process -> tune -> the best trial), then what ``cdk destroy`` left. Select with
+``-m integration``; skip with ``-m "not slow"``.
 """
 
 from __future__ import annotations
@@ -197,7 +198,7 @@ def test_the_job_ran_through_the_deployed_training_workflow(trained: Lifecycle) 
     sfn = trained.client("stepfunctions")
     events = sfn.get_execution_history(executionArn=execution["executionArn"])["events"]
     entered = [e["stateEnteredEventDetails"]["name"] for e in events if e["type"].endswith("StateEntered")]
-    assert entered == ["ResolveLaunchOptions", "CheckLaunchOptions", "CreateTrainingJob"]
+    assert entered == ["ResolveLaunchOptions", "TuningRequested", "FindLaunchProblems", "CheckLaunchOptions", "CreateTrainingJob"]
 
 
 def test_the_deployed_workflow_refuses_bad_options_with_its_reason(trained: Lifecycle) -> None:
@@ -532,6 +533,84 @@ def test_each_pipeline_run_ended_in_a_batch_transform_of_the_scoring_rows(pipeli
         assert hits / SCORED_ROWS > 0.8, f"{hits}/{SCORED_ROWS}: the rows were scored out of order or by the wrong model"
 
 
+# --- the pipeline's tuning step: process -> tune -> the best trial ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipeline_tuned(pipelined: Lifecycle) -> dict[str, Any]:
+    """``scripts.launch --pipeline --tune`` on the first run's raw rows (two trials over the learning rate, one
+    at a time, as the ``tuned`` fixture's; no promotion and no transform, so the endpoint and the runs above are
+    left as they were), followed to its end with ``scripts.watch --execution``."""
+    run = pipelined
+    ranges = run.work_dir / "pipeline-ranges.json"
+    ranges.write_text(json.dumps({"learning_rate": {"type": "continuous", "min": 0.0001, "max": 0.05, "scaling": "Logarithmic"}}))
+    name = "tune-pipe-1"
+    launched = run.run_script("launch", "--pipeline", "--name", name, "--input-uri", run.raw_uris[0], "--process-arg=--shards",
+                              "--process-arg=2", "--tune", str(ranges), "--max-jobs", "2", "--max-parallel-jobs", "1",
+                              "--hp", "epochs=2", "--hp", "batch_size=64", "--skip-transform", "--yes")  # fmt: skip
+    arn = next(line.split(": ", 1)[1] for line in launched.splitlines() if line.startswith("execution: "))
+    watched = run.run_script("watch", "--execution", arn, "--interval", "1")  # exits 1 unless SUCCEEDED
+    sfn, sagemaker = run.client("stepfunctions"), run.client("sagemaker")
+    execution = sfn.describe_execution(executionArn=arn)
+    output = json.loads(execution.get("output") or "{}")
+    tuning = sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=output["tuning_job"])
+    trials = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(HyperParameterTuningJobName=output["tuning_job"])
+    described = {t["TrainingJobName"]: sagemaker.describe_training_job(TrainingJobName=t["TrainingJobName"]) for t in trials["TrainingJobSummaries"]}
+    events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+    return {"run": run, "name": name, "launched": launched, "watched": watched, "execution": execution, "output": output,
+            "tuning": tuning, "trials": trials["TrainingJobSummaries"], "described": described,
+            "entered": [e["stateEnteredEventDetails"]["name"] for e in events if e["type"].endswith("StateEntered")]}  # fmt: skip
+
+
+def test_the_pipeline_tuned_on_the_processed_shards_and_kept_the_best_trial(pipeline_tuned: dict[str, Any]) -> None:
+    run, output, execution = pipeline_tuned["run"], pipeline_tuned["output"], pipeline_tuned["execution"]
+    project = run.config().project_name
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    assert output["tuning_job"] == f"{project}-tunepipe1" and f"tuning job: {output['tuning_job']}" in pipeline_tuned["launched"]
+    entered = pipeline_tuned["entered"]
+    assert "ProcessData" in entered and "TuneModel" in entered and entered.index("ProcessData") < entered.index("TuneModel")
+    assert "TrainModel" not in entered and output.get("endpoint_config") is None
+    processing = run.client("sagemaker").describe_processing_job(ProcessingJobName=output["processing_job"])
+    assert processing["ProcessingJobStatus"] == "Completed", processing.get("FailureReason")
+    assert processing["ProcessingInputs"][0]["S3Input"]["S3Uri"] == run.raw_uris[0]
+
+    tuning, trials = pipeline_tuned["tuning"], pipeline_tuned["trials"]
+    assert tuning["HyperParameterTuningJobStatus"] == "Completed", tuning.get("FailureReason")
+    assert tuning["HyperParameterTuningJobConfig"]["ResourceLimits"]["MaxParallelTrainingJobs"] == 1
+    assert len(trials) == 2 and {t["TrainingJobStatus"] for t in trials} == {"Completed"}, trials
+    rates = []
+    for trial in trials:
+        job = pipeline_tuned["described"][trial["TrainingJobName"]]
+        # Each trial is the platform's training job on this run's shards, with its own sampled rate.
+        channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]}
+        assert channels == {"train": output["processed_uri"] + "train/", "validation": output["processed_uri"] + "validation/"}
+        assert job["EnableNetworkIsolation"] and job["HyperParameters"]["epochs"] == "2"
+        rate = job["HyperParameters"]["learning_rate"]
+        assert rate == trial["TunedHyperParameters"]["learning_rate"] and 0.0001 <= float(rate) <= 0.05
+        log = run.runner.outcomes[trial["TrainingJobName"]].log_file.read_text()
+        assert re.search(rf"learning_rate={re.escape(rate)}\b|learning_rate[=:] ?{float(rate):g}", log) or rate in log, log[-1500:]
+        rates.append(rate)
+    assert len(set(rates)) == 2  # two samples, not one job twice
+
+    # The run's training job and model are the best trial's by the objective (train:loss, Minimize here).
+    objective = tuning["HyperParameterTuningJobConfig"]["HyperParameterTuningJobObjective"]
+    assert (objective["MetricName"], objective["Type"]) == (run.config().tuning.objective_metric, run.config().tuning.objective_type)
+    values = {t["TrainingJobName"]: t["FinalHyperParameterTuningJobObjectiveMetric"]["Value"] for t in trials}
+    best = (min if objective["Type"] == "Minimize" else max)(values, key=values.__getitem__)
+    metrics = {m["MetricName"]: m["Value"] for m in pipeline_tuned["described"][best]["FinalMetricDataList"]}
+    assert values[best] == metrics[objective["MetricName"]]
+    assert tuning["BestTrainingJob"]["TrainingJobName"] == output["training_job"] == best, (values, output)
+    assert output["model_uri"] == pipeline_tuned["described"][best]["ModelArtifacts"]["S3ModelArtifacts"]
+
+
+def test_scripts_watch_followed_the_tuning_pipeline_to_its_best_trial(pipeline_tuned: dict[str, Any]) -> None:
+    watched, output = pipeline_tuned["watched"], pipeline_tuned["output"]
+    assert f"tuning job: {output['tuning_job']} (its best trial is the run's training job)" in watched
+    assert watched.index("step ProcessData") < watched.index("step TuneModel")
+    assert f"pipeline execution {pipeline_tuned['name']} SUCCEEDED" in watched
+    assert f"  training_job: {output['training_job']}" in watched and f"  model_uri: {output['model_uri']}" in watched
+
+
 # --- scripts.promote for real: the promotion record and --rollback ------------------------------
 
 
@@ -638,8 +717,8 @@ def test_the_pipelines_models_and_configs_are_gone_and_its_jobs_are_history(dest
     assert not [m["ModelName"] for m in sagemaker.list_models()["Models"] if m["ModelName"].startswith(f"{project}-")]
     assert not [c for c in sagemaker.list_endpoint_configs()["EndpointConfigs"] if c["EndpointConfigName"].startswith(f"{project}-")]
     processing = [f for f in destroyed.audit_report.findings if f.kind == "sagemaker:processing-job"]
-    if destroyed.pipeline_runs:
-        assert len(processing) == len(destroyed.pipeline_runs) and all(f.verdict == "info" for f in processing)
+    ran = [o for o in destroyed.runner.outcomes.values() if o.kind == "processing"]  # the pipeline runs' and the tuned one's
+    assert len(processing) == len(ran) and all(f.verdict == "info" for f in processing)
 
 
 def test_datasets_and_artifacts_buckets_are_kept_by_default(destroyed: Lifecycle) -> None:
