@@ -363,6 +363,11 @@ def execution_console_url(region: str, execution_arn: str) -> str:
     return f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/{execution_arn}"
 
 
+def tuning_console_url(region: str, name: str) -> str:
+    """The SageMaker console page of a tuning job."""
+    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/hyper-tuning-jobs/{name}"
+
+
 def describe_job(aws: Aws, name: str) -> Optional[dict[str, Any]]:
     """``DescribeTrainingJob``, or ``None`` when there is no such job."""
     try:

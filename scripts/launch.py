@@ -65,6 +65,8 @@ at ``--max-jobs`` x instances x price x maximum runtime (capped by ``tuning.max_
 ``tuning.max_parallel_jobs``). ``--name`` names the tuning job (at most 32 characters). ``--dry-run``
 prints the execution input (with ``--direct``, the request), offline too. It prints
 ``tuning job: <name>``; promote its best job with ``python -m scripts.promote --best-of <name>``.
+``--watch`` then follows the tuning job until it ends (``scripts.watch --tuning``: each trial's status,
+sampled hyperparameters and objective, the best trial so far; exit code = its outcome).
 ``--pipeline --tune RANGES.json`` makes the pipeline's train step that tuning job (``train.tuning``): its
 trials read the processing run's outputs, it is priced instead of the training job, and its best trial's
 model goes on to promote and transform.
@@ -105,6 +107,7 @@ from scripts.common import (
     parse_operator_args,
     run,
     stack_name,
+    tuning_console_url,
 )
 from scripts.cost import JobPrice, job_price, tuning_price
 from scripts.source_code import code_key, upload_code
@@ -120,7 +123,6 @@ from stacks.components.processing_job_spec import (
 )
 from stacks.config import PlatformConfig
 from stacks.components.training_job_spec import (
-    CODE_PREFIX,
     JobResources,
     JobTemplate,
     LaunchError,
@@ -640,15 +642,15 @@ def launch_tuning(deployment: Deployment, args: argparse.Namespace) -> Launched:
     return Launched(name, console, execution_arn, execution_input, (price,))
 
 
-def tuning_console_url(region: str, name: str) -> str:
-    """The SageMaker console page of a tuning job."""
-    return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/hyper-tuning-jobs/{name}"
-
-
 def _main_tuning(deployment: Deployment, args: argparse.Namespace) -> int:
     launched = launch_tuning(deployment, args)
-    if _report(deployment, launched, "tuning job", dry_run=args.dry_run):
-        print(f"best job, once it ends: python -m scripts.promote --best-of {launched.job_name}")
+    if not _report(deployment, launched, "tuning job", dry_run=args.dry_run):
+        return 0
+    print(f"best job, once it ends: python -m scripts.promote --best-of {launched.job_name}")
+    if args.watch:
+        from scripts.watch import follow_tuning
+
+        return follow_tuning(deployment, launched.job_name)
     return 0
 
 
@@ -726,7 +728,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--yes", action="store_true",
         help="launch even when the jobs can cost more than cost.confirm_above_usd (default $100) at their maximum runtime",
     )
-    parser.add_argument("--watch", action="store_true", help="follow the job until it ends (exit code = outcome)")
+    parser.add_argument(
+        "--watch", action="store_true",
+        help="follow the job (the tuning job, the pipeline execution) until it ends (exit code = outcome)",
+    )
     add_common_arguments(parser)
     return parser
 
@@ -809,13 +814,9 @@ def _refuse_tuning_mixes(args: argparse.Namespace) -> None:
         raise UsageError("--tune tunes a training job; --process creates a processing job: choose one")
     if args.pipeline and args.skip_train:
         raise UsageError("--tune makes the pipeline's train step a tuning job; --skip-train drops that step: choose one")
-    # --watch follows a pipeline execution (its steps), not a tuning job's trials.
-    mixed = [flag for flag, on in (("--keep-alive", args.keep_alive is not None), ("--watch", args.watch and not args.pipeline)) if on]
-    if mixed:
-        raise UsageError(
-            f"{', '.join(mixed)} do not apply to --tune: a tuning job's trials keep no warm pool, and its trials are"
-            " followed with python -m scripts.list_jobs or the console"
-        )
+    # --watch follows the tuning job (scripts.watch --tuning), or with --pipeline the execution.
+    if args.keep_alive is not None:
+        raise UsageError("--keep-alive does not apply to --tune: a tuning job's trials keep no warm pool")
 
 
 def _print_prices(prices: Sequence[JobPrice], *, dry_run: bool) -> None:

@@ -1,5 +1,6 @@
-"""Follow a training or processing job until it ends: status, secondary status transitions, elapsed
-time, the last metric values and the job's CloudWatch log lines.
+"""Follow a training, processing or hyperparameter tuning job until it ends: status, secondary status
+transitions, elapsed time, the last metric values and the job's CloudWatch log lines (a tuning job:
+its trials).
 
 Usage (from the repository root)::
 
@@ -12,6 +13,7 @@ Usage (from the repository root)::
     python -m scripts.watch JOB --plot job.png                 # and a plot of the epochs, rewritten each epoch
     python -m scripts.watch --from-log run.log --plot run.png  # a recorded log (trainer stdout, docker logs)
     python -m scripts.watch --cluster mlp-1                    # a job on the GPU cluster (scripts.cluster_job run)
+    python -m scripts.watch --tuning gputrain-tune-1           # a tuning job (scripts.launch --tune): trials, best trial
 
 Exit code: 0 completed, 1 failed (the failure reason is printed in full), 4 stopped, 3 when the
 job does not exist. A name that is no training job but a processing job is followed the same way
@@ -29,9 +31,20 @@ Each epoch's figures are shown as the trainer prints them (``epoch 3: 10234.1 ex
 (input-bound, GPU idle or compute-bound). ``--plot FILE.png`` draws throughput, input wait and GPU
 utilization per epoch (matplotlib), rewritten at every new epoch and with the diagnosis at the end.
 
+A hyperparameter tuning job (``--tuning JOB``, started by ``scripts.launch --tune``) is followed by
+its trials: a line when the tuning job's status or trial counters change (``tuning job NAME:
+InProgress, trials: 1 completed, 1 in progress, 0 failed, 0 stopped of 4``), one line per trial when
+its status changes (``trial NAME: Completed  learning_rate=0.0031  train:loss=0.412``, a failed
+trial with its reason) and the best trial so far when it changes (``best so far: NAME
+train:loss=0.412``). Trials' log lines are not printed (several trials run at once): follow one
+with ``python -m scripts.watch TRIAL``; ``--no-logs`` changes nothing here. A tuning job launched
+through the workflow is waited for as a training job is. Exit code as for a job; at the end, the best
+training job (``scripts.promote --best-of`` serves it) or the failure reason.
+
 A pipeline execution (``--execution``/``--pipeline``) is followed step by step: the states it
 enters (its execution history), and while its processing or training job runs, the job's status,
-secondary status and log lines as for a job; a promote step shows the endpoint's status. It ends
+secondary status and log lines as for a job (a tuning step: its trials, as ``--tuning``); a
+promote step shows the endpoint's status. It ends
 with the execution: exit 0 when it succeeded (its output is printed), 1 when it failed (the
 failure's name and cause, e.g. ``TrainingJobFailed: AlgorithmError: ...``), 4 when it was stopped.
 
@@ -70,12 +83,14 @@ from scripts.common import (
     describe_execution,
     describe_job,
     error_code,
+    error_message,
     execution_console_url,
     format_duration,
     help_epilog,
     job_console_url,
     project_jobs,
     run,
+    tuning_console_url,
 )
 from scripts.epochs import EpochReader, plot, read_log
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
@@ -163,17 +178,20 @@ def wait_for_job(
     interval: float,
     out: TextIO,
     sleep: Callable[[float], None] = time.sleep,
+    describe: Callable[[Aws, str], Optional[dict[str, Any]]] = describe_job,
+    not_found: str = "training job {name} not found in {region} (see python -m scripts.list_jobs)",
 ) -> dict[str, Any]:
-    """Describe the job; while the workflow execution of that name runs and has no job yet, wait."""
+    """Describe the job (``describe``: a training job's by default); while the workflow execution of
+    that name runs and has no job yet, wait. ``not_found`` is the error when neither exists."""
     deadline = time.monotonic() + start_timeout
     said = False
     while True:
-        job = describe_job(deployment.aws, job_name)
+        job = describe(deployment.aws, job_name)
         if job is not None:
             return job
         execution = describe_execution(deployment.aws, deployment.execution_arn(job_name)) if deployment.has_training_stack() else None
         if execution is None:
-            raise OperatorError(f"training job {job_name} not found in {deployment.aws.region} (see python -m scripts.list_jobs)")
+            raise OperatorError(not_found.format(name=job_name, region=deployment.aws.region))
         if execution["status"] != "RUNNING":
             cause = execution.get("cause") or execution.get("error") or "no cause recorded"
             raise OperatorError(
@@ -426,6 +444,156 @@ def newest_job(deployment: Deployment) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# A hyperparameter tuning job
+# --------------------------------------------------------------------------------------------
+
+
+def describe_tuning_job(aws: Aws, name: str) -> Optional[dict[str, Any]]:
+    """``DescribeHyperParameterTuningJob``, or ``None`` when there is no such tuning job."""
+    try:
+        return dict(aws.client("sagemaker").describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name))
+    except ClientError as err:
+        message = error_message(err).lower()
+        if error_code(err) in ("ValidationException", "ResourceNotFound") and ("not find" in message or "can't find" in message):
+            return None
+        raise
+
+
+def tuning_trials(aws: Aws, name: str) -> list[dict[str, Any]]:
+    """Every trial of the tuning job (ListTrainingJobsForHyperParameterTuningJob, all pages), oldest first."""
+    client = aws.client("sagemaker")
+    trials: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"HyperParameterTuningJobName": name, "MaxResults": 100}
+    while True:
+        page = client.list_training_jobs_for_hyper_parameter_tuning_job(**params)
+        trials.extend(page.get("TrainingJobSummaries") or [])
+        if not page.get("NextToken"):
+            break
+        params["NextToken"] = page["NextToken"]
+    return sorted(trials, key=lambda t: (str(t.get("CreationTime") or ""), t["TrainingJobName"]))
+
+
+def _objective(summary: dict[str, Any]) -> str:
+    """``train:loss=0.412`` from a trial summary's final objective metric, or ``""``."""
+    metric = summary.get("FinalHyperParameterTuningJobObjectiveMetric") or {}
+    return f"{metric['MetricName']}={metric['Value']:g}" if "Value" in metric and "MetricName" in metric else ""
+
+
+def trial_line(summary: dict[str, Any]) -> str:
+    """``trial <name>: <status>  <tuned k=v ...>  <objective>`` (and a failed trial's reason)."""
+    line = f"trial {summary['TrainingJobName']}: {summary['TrainingJobStatus']}"
+    tuned = " ".join(f"{k}={v}" for k, v in sorted((summary.get("TunedHyperParameters") or {}).items()))
+    for part in (tuned, _objective(summary)):
+        if part:
+            line += f"  {part}"
+    if summary.get("FailureReason") and summary["TrainingJobStatus"] != "Completed":
+        line += f"  ({summary['FailureReason']})"
+    return line
+
+
+def tuning_status_line(job: dict[str, Any]) -> str:
+    """``tuning job <name>: <status>, trials: 1 completed, 1 in progress, 0 failed, 0 stopped of 4``."""
+    counters = job.get("TrainingJobStatusCounters") or {}
+    failed = int(counters.get("RetryableError") or 0) + int(counters.get("NonRetryableError") or 0)
+    limits = (job.get("HyperParameterTuningJobConfig") or {}).get("ResourceLimits") or {}
+    line = (
+        f"tuning job {job['HyperParameterTuningJobName']}: {job['HyperParameterTuningJobStatus']}, trials: "
+        f"{counters.get('Completed', 0)} completed, {counters.get('InProgress', 0)} in progress, {failed} failed, "
+        f"{counters.get('Stopped', 0)} stopped"
+    )
+    if limits.get("MaxNumberOfTrainingJobs"):
+        line += f" of {limits['MaxNumberOfTrainingJobs']}"
+    return line
+
+
+def best_line(job: dict[str, Any]) -> str:
+    """``best so far: <trial> train:loss=0.41``, or ``""`` while no trial has an objective value."""
+    best = job.get("BestTrainingJob") or {}
+    if not best.get("TrainingJobName"):
+        return ""
+    return f"best so far: {best['TrainingJobName']}" + (f" {_objective(best)}" if _objective(best) else "")
+
+
+@dataclass
+class _TuningTracker:
+    """Prints a tuning job's changes: its status and trial counters, each trial whose status changed
+    (its sampled hyperparameters, its objective value, a failed trial's reason) and the best trial so
+    far. Trials' log lines are not printed (``python -m scripts.watch <trial>`` follows one)."""
+
+    aws: Aws
+    name: str
+    out: TextIO
+    _status: str = ""
+    _trials: dict[str, str] = field(default_factory=dict)
+    _best: str = ""
+
+    def poll(self) -> Optional[dict[str, Any]]:
+        job = describe_tuning_job(self.aws, self.name)
+        if job is None:
+            return None
+        return self.show(job)
+
+    def show(self, job: dict[str, Any]) -> dict[str, Any]:
+        """Print what changed in ``job`` (described) and its trials since the last call; return ``job``."""
+        line = f"  {tuning_status_line(job)}"
+        if line != self._status:
+            print(line, file=self.out)
+            self._status = line
+        for summary in tuning_trials(self.aws, self.name):
+            shown = trial_line(summary)
+            if self._trials.get(summary["TrainingJobName"]) != shown:
+                print(f"    {shown}", file=self.out)
+                self._trials[summary["TrainingJobName"]] = shown
+        best = best_line(job)
+        if best and best != self._best:
+            print(f"    {best}", file=self.out)
+            self._best = best
+        return job
+
+
+def follow_tuning(
+    deployment: Deployment,
+    name: str,
+    *,
+    interval: float = 15.0,
+    start_timeout: float = 120.0,
+    out: Optional[TextIO] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+) -> int:
+    """Follow the hyperparameter tuning job ``name`` until it ends, as :func:`follow` does a training
+    job (a tuning job launched through the workflow is waited for, ``start_timeout``); the exit code of
+    its outcome. Trials are shown by status, not by log line."""
+    out = out or sys.stdout
+    sleep = sleep or time.sleep  # looked up at the call: tests replace it
+    aws = deployment.aws
+    print_dashboard(deployment, out)
+    job = wait_for_job(
+        deployment, name, start_timeout=start_timeout, interval=interval, out=out, sleep=sleep, describe=describe_tuning_job,
+        not_found="tuning job {name} not found in {region} (see the output of python -m scripts.launch --tune)",
+    )
+    print(f"following tuning job {name}  {tuning_console_url(aws.region, name)}", file=out)
+    tracker = _TuningTracker(aws, name, out)
+    tracker.show(job)
+    while job["HyperParameterTuningJobStatus"] not in END_STATES:
+        sleep(interval)
+        job = tracker.poll() or job
+    return _report_tuning_end(job, out)
+
+
+def _report_tuning_end(job: dict[str, Any], out: TextIO) -> int:
+    name, status = job["HyperParameterTuningJobName"], job["HyperParameterTuningJobStatus"]
+    print(f"{name} {status}", file=out)
+    best = job.get("BestTrainingJob") or {}
+    if best.get("TrainingJobName"):
+        print(f"  best training job: {best['TrainingJobName']}" + (f" {_objective(best)}" if _objective(best) else ""), file=out)
+        if status == "Completed":
+            print(f"  serve it: python -m scripts.promote --best-of {name}", file=out)
+    if job.get("FailureReason"):
+        print(f"  FailureReason: {job['FailureReason']}", file=out)
+    return END_STATES[status]
+
+
+# --------------------------------------------------------------------------------------------
 # A pipeline execution
 # --------------------------------------------------------------------------------------------
 
@@ -533,11 +701,13 @@ def follow_pipeline(
     print(f"following pipeline execution {described['name']}  {execution_console_url(aws.region, arn)}", file=out)
     for line in names.lines():
         print(f"  {line}", file=out)
-    trackers = [
+    trackers: list[_JobTracker | _TuningTracker] = [
         _JobTracker(aws, kind, name, logs, out)
         for kind, name in (("processing", names.processing_job), ("training", names.training_job))
         if name
     ]
+    if names.tuning_job:
+        trackers.append(_TuningTracker(aws, names.tuning_job, out))
     sfn = aws.client("stepfunctions")
     seen_events = 0
     endpoint_line = ""
@@ -602,17 +772,17 @@ def _report_execution(described: dict[str, Any], out: TextIO) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.watch",
-        description="Follow a training or processing job, or a pipeline execution, until it ends.",
+        description="Follow a training, processing or tuning job, or a pipeline execution, until it ends.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=help_epilog(
             "python -m scripts.watch",
             [
-                ("", "the project's newest training job: status, each epoch's figures, log lines"),
                 ("gputrain-20260101-120000-ab12 --no-logs --plot job.png", "one job, no log lines, a plot of its epochs"),
                 ("--pipeline", "the newest pipeline execution, step by step"),
+                ("--tuning gputrain-tune-1", "a tuning job: each trial's status, sampled values and objective, the best trial"),
             ],
             credentials=AWS_CREDENTIALS + " --from-log reads a file and needs none.",
-            done="the job completed (the execution succeeded; --from-log: epochs printed)",
+            done="the job (or the tuning job) completed (the execution succeeded; --from-log: epochs printed)",
             failed="the job or the execution failed (its failure reason is printed in full)",
             more={EXIT_STOPPED: "the job or the execution was stopped"},
         ),
@@ -623,6 +793,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--pipeline", action="store_true", help="follow the newest execution of <project>-pipeline")
     which.add_argument("--from-log", metavar="FILE", type=Path, help="read a recorded training log instead of a job")
     which.add_argument("--cluster", metavar="JOB", help="follow this job on the GPU cluster (python -m scripts.cluster_job run JOB)")
+    which.add_argument(
+        "--tuning", metavar="JOB", help="follow this hyperparameter tuning job (python -m scripts.launch --tune): its trials and best trial"
+    )
     parser.add_argument(
         "--plot", metavar="FILE.png", type=Path, help="write throughput, input wait and GPU utilization per epoch here"
     )
@@ -642,13 +815,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("give a training job or --from-log, not both")
     if args.job_name and args.cluster:
         parser.error("give a training job or --cluster JOB, not both")
+    if args.job_name and args.tuning:
+        parser.error("give a training job or --tuning JOB, not both")
     if args.plot is not None:
         _check_plot_path(parser, args.plot)
-        if args.execution or args.pipeline:
+        if args.execution or args.pipeline or args.tuning:
             parser.error("--plot draws a training job's epochs: give the job (python -m scripts.watch JOB --plot FILE.png)")
     if args.from_log:
         return from_log(args.from_log, args.plot)
     deployment = Deployment.from_args(args)
+    if args.tuning:
+        return follow_tuning(deployment, args.tuning, interval=args.interval, start_timeout=args.start_timeout)
     if args.cluster:
         return follow_cluster(deployment, args.cluster, interval=args.interval, logs=args.logs, plot_path=args.plot)
     if args.execution or args.pipeline:

@@ -287,7 +287,8 @@ def tuned(trained: Lifecycle) -> dict[str, Any]:
     if execution["status"] != "SUCCEEDED":
         pytest.fail(f"the tuning execution {execution['status']}: {execution.get('error')}: {execution.get('cause')}")
     trials = sagemaker.list_training_jobs_for_hyper_parameter_tuning_job(HyperParameterTuningJobName=name)["TrainingJobSummaries"]
-    return {"name": name, "launched": launched, "execution": execution, "trials": trials,
+    watched = trained.run_script("watch", "--tuning", name, "--interval", "1")  # the job is over: one poll; exits 0 only if Completed
+    return {"name": name, "launched": launched, "execution": execution, "trials": trials, "watched": watched,
             "job": sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name), "run": trained}  # fmt: skip
 
 
@@ -315,6 +316,26 @@ def test_a_tuning_job_ran_through_the_workflow_each_trial_with_its_own_sample(tu
     best = min(tuned["trials"], key=lambda t: t["FinalHyperParameterTuningJobObjectiveMetric"]["Value"])
     assert job["BestTrainingJob"]["TrainingJobName"] == best["TrainingJobName"]
     assert name in json.dumps(output) and best["TrainingJobName"] in json.dumps(output)
+
+
+def _trial_line(trial: dict[str, Any]) -> str:
+    """What scripts.watch prints for a completed trial of one tuned hyperparameter."""
+    metric = trial["FinalHyperParameterTuningJobObjectiveMetric"]
+    return (f"    trial {trial['TrainingJobName']}: Completed  learning_rate={trial['TunedHyperParameters']['learning_rate']}"
+            f"  {metric['MetricName']}={metric['Value']:g}")  # fmt: skip
+
+
+def test_scripts_watch_tuning_shows_the_ended_tuning_jobs_trials_and_best_trial(tuned: dict[str, Any]) -> None:
+    watched, name, job = tuned["watched"], tuned["name"], tuned["job"]
+    assert f"following tuning job {name}  https://" in watched
+    assert f"  tuning job {name}: Completed, trials: 2 completed, 0 in progress, 0 failed, 0 stopped of 2\n" in watched
+    for trial in tuned["trials"]:
+        assert _trial_line(trial) + "\n" in watched, watched
+    best = job["BestTrainingJob"]
+    metric = best["FinalHyperParameterTuningJobObjectiveMetric"]
+    assert f"    best so far: {best['TrainingJobName']} {metric['MetricName']}={metric['Value']:g}\n" in watched
+    assert watched.endswith(f"{name} Completed\n  best training job: {best['TrainingJobName']} {metric['MetricName']}={metric['Value']:g}\n"
+                            f"  serve it: python -m scripts.promote --best-of {name}\n"), watched  # fmt: skip
 
 
 # --- after serving -----------------------------------------------------------------------------
@@ -609,6 +630,13 @@ def test_scripts_watch_followed_the_tuning_pipeline_to_its_best_trial(pipeline_t
     assert watched.index("step ProcessData") < watched.index("step TuneModel")
     assert f"pipeline execution {pipeline_tuned['name']} SUCCEEDED" in watched
     assert f"  training_job: {output['training_job']}" in watched and f"  model_uri: {output['model_uri']}" in watched
+    # While TuneModel ran, the tuning job's progress: its counters, each trial as it ended, the best trial so far.
+    tuning = output["tuning_job"]
+    assert f"  tuning job {tuning}: Completed, trials: 2 completed, 0 in progress, 0 failed, 0 stopped of 2\n" in watched
+    for trial in pipeline_tuned["trials"]:
+        assert _trial_line(trial) + "\n" in watched, watched
+        assert watched.index("step TuneModel") < watched.index(_trial_line(trial)) < watched.index(f"pipeline execution {pipeline_tuned['name']} SUCCEEDED")
+    assert f"    best so far: {output['training_job']} " in watched
 
 
 # --- scripts.promote for real: the promotion record and --rollback ------------------------------

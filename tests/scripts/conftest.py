@@ -13,6 +13,10 @@ What moto 5.2.5 cannot do, and how the tests deal with it (everything else is th
 - Training jobs are ``Completed`` the moment they are created, and ``CreateTrainingJob`` replaces
   the request's ``MetricDefinitions`` with its own: tests that need a running or failed job, or
   the real metric regexes, edit the job in moto's backend (:class:`MotoBackends`).
+- Tuning jobs are ``Completed`` the moment they are created, with a fake ``BestTrainingJob``, and
+  ``ListTrainingJobsForHyperParameterTuningJob`` is not implemented: the patch serves the trials a
+  test puts on moto's tuning job (``trials``, pages of :data:`TRIALS_PAGE`), and tests edit its
+  status, counters and best job (:meth:`MotoBackends.set_tuning_job`).
 - Service Quotas only knows the ``vpc`` service and has no ``ListServiceQuotas`` or
   ``GetAWSDefaultServiceQuota``: the patch serves the EC2 and SageMaker quotas a test sets.
 - SSM has no Deep Learning AMI parameters and refuses ``PutParameter`` under ``/aws/``: the DLAMI
@@ -28,7 +32,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import boto3
 import pytest
@@ -49,6 +53,10 @@ class FakeQuotas:
 
 
 QUOTAS = FakeQuotas()
+
+TRIALS_PAGE = 2
+"""Trials per ListTrainingJobsForHyperParameterTuningJob page (SageMaker's is up to 100): small, so that
+the callers' paging is exercised."""
 
 
 def _quota(service: str, code: str, name: str, value: float) -> dict[str, Any]:
@@ -79,6 +87,22 @@ def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
         return ActionResult({})
 
     monkeypatch.setattr(SageMakerResponse, "stop_training_job", stop_training_job, raising=False)
+
+    def list_training_jobs_for_hyper_parameter_tuning_job(self: SageMakerResponse) -> ActionResult:
+        name = self._get_param("HyperParameterTuningJobName")
+        self.sagemaker_backend.describe_hyper_parameter_tuning_job(name)  # raises ResourceNotFound when missing
+        trials = list(getattr(self.sagemaker_backend.hyper_parameter_tuning_jobs[name], "trials", []))
+        start = int(self._get_param("NextToken") or 0)
+        size = min(int(self._get_param("MaxResults") or 100), TRIALS_PAGE)
+        page: dict[str, Any] = {"TrainingJobSummaries": trials[start : start + size]}
+        if start + size < len(trials):
+            page["NextToken"] = str(start + size)
+        return ActionResult(page)
+
+    monkeypatch.setattr(
+        SageMakerResponse, "list_training_jobs_for_hyper_parameter_tuning_job", list_training_jobs_for_hyper_parameter_tuning_job,
+        raising=False,
+    )
 
     def get_service_quota(self: ServiceQuotasResponse) -> str:
         params = json.loads(self.body)
@@ -299,6 +323,38 @@ class MotoBackends:
         job.last_modified_time = now
         for key, value in attributes.items():
             setattr(job, key, value)
+
+    def set_tuning_job(self, name: str, status: str, *, trials: list[dict[str, Any]], best: Optional[str] = None,
+                       max_jobs: Optional[int] = None, failure_reason: str = "") -> None:
+        """Put a tuning job in ``status`` with ``trials`` (summaries: TrainingJobName, TrainingJobStatus,
+        TunedHyperParameters, optional ``objective`` value and FailureReason), their counters, and ``best`` (a
+        trial's name) as its BestTrainingJob, as SageMaker shows them."""
+        job = self.sagemaker.hyper_parameter_tuning_jobs[name]
+        now = datetime.now(timezone.utc)
+        objective = job.hyper_parameter_tuning_job_config["HyperParameterTuningJobObjective"]
+        summaries = []
+        for number, trial in enumerate(trials):
+            summary = {k: v for k, v in trial.items() if k != "objective"}
+            summary.setdefault("TrainingJobArn", f"arn:aws:sagemaker:{REGION}:{ACCOUNT}:training-job/{trial['TrainingJobName']}")
+            summary.setdefault("CreationTime", datetime(2026, 1, 1, 12, number, tzinfo=timezone.utc))
+            if trial.get("objective") is not None:
+                summary["FinalHyperParameterTuningJobObjectiveMetric"] = {
+                    "Type": objective["Type"], "MetricName": objective["MetricName"], "Value": trial["objective"],
+                }
+            summaries.append(summary)
+        statuses = [t["TrainingJobStatus"] for t in trials]
+        job.hyper_parameter_tuning_job_status = status
+        job.training_job_status_counters = {
+            "Completed": statuses.count("Completed"), "InProgress": statuses.count("InProgress"), "RetryableError": 0,
+            "NonRetryableError": statuses.count("Failed"), "Stopped": statuses.count("Stopped"),
+        }
+        job.trials = summaries
+        job.best_training_job = next((s for s in summaries if s["TrainingJobName"] == best), None)
+        job.OverallBestTrainingJob = job.best_training_job
+        job.failure_reason = failure_reason
+        job.last_modified_time = now
+        if max_jobs is not None:
+            job.hyper_parameter_tuning_job_config["ResourceLimits"]["MaxNumberOfTrainingJobs"] = max_jobs
 
     def put_public_parameter(self, name: str, value: str) -> None:
         """An ``/aws/service/...`` parameter (moto's PutParameter refuses that prefix, like AWS)."""

@@ -77,7 +77,7 @@ def test_direct_dry_run_offline_prints_the_request_and_the_price(offline, ranges
     [
         (json.dumps(RANGES), ["--max-jobs", "9"], "--max-jobs 9 must be from 1 to 8, the cap tuning.max_jobs sets", 3),
         (json.dumps({"learning_rate": {"type": "continuous", "min": 0, "max": 1}}), [], "range learning_rate: its min is refused", 3),
-        (json.dumps(RANGES), ["--keep-alive", "60"], "--keep-alive do not apply to --tune", 2),
+        (json.dumps(RANGES), ["--keep-alive", "60"], "--keep-alive does not apply to --tune", 2),
         ("{not json", [], "not JSON (Expecting property name", 2),
     ],
 )
@@ -204,7 +204,7 @@ def test_pipeline_tune_without_processing_checks_the_objective_on_the_configured
     "argv, message",
     [
         (["--skip-train"], "--skip-train drops that step"),
-        (["--keep-alive", "60"], "--keep-alive do not apply to --tune"),
+        (["--keep-alive", "60"], "--keep-alive does not apply to --tune"),
         (["--max-jobs", "9"], "--max-jobs 9 must be from 1 to 8"),
     ],
 )
