@@ -8,7 +8,6 @@ says what it is doing while pip works, and that the stamp makes a second run a n
 
 from __future__ import annotations
 
-import os
 import shutil
 import stat
 import subprocess

@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
