@@ -9,12 +9,16 @@ watching. Run this first::
     python -m scripts.teardown --stop-running --destroy   # then: npx cdk destroy --all --force
 
 ``--stop-running`` stops every RUNNING execution of the training workflow and of the pipeline
-(Step Functions then stops their jobs) and every InProgress training or processing job named
-``<project>-*`` (including ``--direct`` launches), and every job on the GPU cluster (a Pending or
-InProgress command of its ``<project>-cluster-train`` document: the document's ``stop`` action
-sent to the nodes, then the command cancelled, as ``python -m scripts.cluster_job stop`` does),
-then waits (``--timeout``, default 900 s) until none is InProgress or Stopping, and no command of
-the cluster's document is Pending, InProgress or Cancelling. It then deletes the models and
+(Step Functions then stops their jobs), every InProgress hyperparameter tuning job named
+``<project>-*`` (``launch --tune --direct``, the SageMaker SDK's tuner: StopHyperParameterTuningJob,
+first, so that the tuner starts no new trial; it stops its trials), every InProgress training,
+processing or batch transform job named ``<project>-*`` (``--direct`` launches, the pipeline's
+transform step, the SDK's Transformer), and every job on the GPU cluster (a Pending or InProgress
+command of its ``<project>-cluster-train`` document: the document's ``stop`` action sent to the
+nodes, then the command cancelled, as ``python -m scripts.cluster_job stop`` does), then waits
+(``--timeout``, default 900 s) until no such job (tuning and transform jobs included) is
+InProgress or Stopping, and no command of the cluster's document is Pending, InProgress or
+Cancelling. It then deletes the models and
 endpoint configs the pipeline's promote step created (``<project>-<execution>``: not
 CloudFormation's, so ``cdk destroy`` would leave them) that no endpoint uses any more; with
 ``--destroy``, once more after ``cdk destroy`` removed the endpoint. It also deletes the GPU idle
@@ -74,6 +78,9 @@ class Running:
         executions: ARNs of RUNNING workflow executions.
         jobs: Names of the project's training jobs that are InProgress or Stopping.
         processing_jobs: Names of the project's processing jobs that are InProgress or Stopping.
+        tuning_jobs: Names of the project's hyperparameter tuning jobs that are InProgress or
+            Stopping: while one runs, its tuner starts new trials (training jobs) as others end.
+        transform_jobs: Names of the project's batch transform jobs that are InProgress or Stopping.
         warm_pools: Names of the project's finished training jobs whose warm pool is still
             ``Available``: their instances bill until it ends.
         cluster_jobs: Commands of the GPU cluster's job document still Pending, InProgress or
@@ -83,20 +90,25 @@ class Running:
     executions: list[str] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     processing_jobs: list[str] = field(default_factory=list)
+    tuning_jobs: list[str] = field(default_factory=list)
+    transform_jobs: list[str] = field(default_factory=list)
     warm_pools: list[str] = field(default_factory=list)
     cluster_jobs: list[ClusterCommand] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.executions or self.jobs or self.processing_jobs or self.warm_pools or self.cluster_jobs)
+        return bool(self.executions or self.jobs or self.processing_jobs or self.tuning_jobs or self.transform_jobs
+                    or self.warm_pools or self.cluster_jobs)
 
     def names(self) -> list[str]:
         """Every job and execution name, for one progress line."""
-        return (self.jobs + self.processing_jobs + [f"{n} (warm pool)" for n in self.warm_pools]
+        return (self.jobs + self.processing_jobs + [f"{n} (tuning job)" for n in self.tuning_jobs]
+                + [f"{n} (transform job)" for n in self.transform_jobs] + [f"{n} (warm pool)" for n in self.warm_pools]
                 + [f"cluster job {c.describe()}" for c in self.cluster_jobs] + [a.rsplit(":", 1)[-1] for a in self.executions])  # fmt: skip
 
 
 def find_running(deployment: Deployment) -> Running:
-    """RUNNING executions of the workflow, InProgress/Stopping ``<project>-*`` jobs and the cluster's running commands."""
+    """RUNNING executions of the workflow, InProgress/Stopping ``<project>-*`` jobs (training, processing,
+    tuning, transform) and the cluster's running commands."""
     running = Running()
     if deployment.has_training_stack():
         paginator = deployment.aws.client("stepfunctions").get_paginator("list_executions")
@@ -109,6 +121,8 @@ def find_running(deployment: Deployment) -> Running:
     for status in ACTIVE:
         running.jobs.extend(j["TrainingJobName"] for j in project_jobs(deployment.aws, deployment.job_name_prefix, status=status))
         running.processing_jobs.extend(project_processing_jobs(deployment, status))
+        running.tuning_jobs.extend(project_tuning_jobs(deployment, status))
+        running.transform_jobs.extend(project_transform_jobs(deployment, status))
     running.warm_pools.extend(project_warm_pools(deployment))
     cluster = Cluster.find(deployment)
     if cluster is not None:
@@ -132,11 +146,28 @@ def project_warm_pools(deployment: Deployment) -> list[str]:
 
 def project_processing_jobs(deployment: Deployment, status: str) -> list[str]:
     """Names of the project's processing jobs (``<project>-*``) in ``status``."""
-    paginator = deployment.aws.client("sagemaker").get_paginator("list_processing_jobs")
+    return _project_job_names(deployment, "list_processing_jobs", "ProcessingJobSummaries", "ProcessingJobName", status)
+
+
+def project_tuning_jobs(deployment: Deployment, status: str) -> list[str]:
+    """Names of the project's hyperparameter tuning jobs (``<project>-*``) in ``status``."""
+    return _project_job_names(
+        deployment, "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", "HyperParameterTuningJobName", status
+    )
+
+
+def project_transform_jobs(deployment: Deployment, status: str) -> list[str]:
+    """Names of the project's batch transform jobs (``<project>-*``) in ``status``."""
+    return _project_job_names(deployment, "list_transform_jobs", "TransformJobSummaries", "TransformJobName", status)
+
+
+def _project_job_names(deployment: Deployment, operation: str, key: str, name_key: str, status: str) -> list[str]:
+    paginator = deployment.aws.client("sagemaker").get_paginator(operation)
     prefix = deployment.job_name_prefix
     names: list[str] = []
     for page in paginator.paginate(NameContains=prefix, StatusEquals=status):
-        names.extend(j["ProcessingJobName"] for j in page["ProcessingJobSummaries"] if j["ProcessingJobName"].startswith(prefix))
+        # The prefix checked again: NameContains also matches another project's <other>-<project>-... job.
+        names.extend(j[name_key] for j in page[key] if j[name_key].startswith(prefix))
     return names
 
 
@@ -274,6 +305,16 @@ def stop_running(
     for arn in running.executions:
         print(f"stopping workflow execution {arn.rsplit(':', 1)[-1]}")
         sfn.stop_execution(executionArn=arn, error="StoppedByTeardown", cause="python -m scripts.teardown --stop-running")
+    sagemaker = deployment.aws.client("sagemaker")
+    # Tuning jobs before training jobs: a trial stopped on its own is replaced by a new one while
+    # its tuning job runs; StopHyperParameterTuningJob stops the trials and starts no more.
+    for name in running.tuning_jobs:
+        if _stop_in_progress(
+            name, "tuning job",
+            lambda n: sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=n)["HyperParameterTuningJobStatus"],
+            lambda n: sagemaker.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=n),
+        ):  # fmt: skip
+            print(f"stopping tuning job {name} (and its running trials)")
     for name in running.jobs:
         print(f"stopping training job {name}")
         stop_job(deployment, name)
@@ -291,6 +332,13 @@ def stop_running(
         except ClientError as err:
             # The pipeline's own stop may have got there first.
             print(f"  {name}: {error_code(err)}: {error_message(err)}")
+    for name in running.transform_jobs:
+        if _stop_in_progress(
+            name, "transform job",
+            lambda n: sagemaker.describe_transform_job(TransformJobName=n)["TransformJobStatus"],
+            lambda n: sagemaker.stop_transform_job(TransformJobName=n),
+        ):  # fmt: skip
+            print(f"stopping transform job {name}")
     stop_cluster_jobs(deployment, running.cluster_jobs)
     deadline = time.monotonic() + timeout
     while True:
@@ -299,6 +347,20 @@ def stop_running(
             return left
         print(f"waiting for {', '.join(left.names())} to end ...")
         sleep(interval)
+
+
+def _stop_in_progress(name: str, kind: str, status: Callable[[str], str], stop: Callable[[str], object]) -> bool:
+    """``stop(name)`` when ``status(name)`` is InProgress (one already Stopping is only waited for: SageMaker
+    refuses to stop it again); whether it was asked to stop."""
+    try:
+        if status(name) != "InProgress":
+            return False
+        stop(name)
+    except ClientError as err:
+        # It may have ended in the meantime, or the pipeline's own stop got there first.
+        print(f"  {kind} {name}: {error_code(err)}: {error_message(err)}")
+        return False
+    return True
 
 
 def stop_cluster_jobs(deployment: Deployment, commands: Sequence[ClusterCommand]) -> None:
@@ -370,6 +432,10 @@ def report(running: Running) -> None:
         print(f"running training job: {name}")
     for name in running.processing_jobs:
         print(f"running processing job: {name}")
+    for name in running.tuning_jobs:
+        print(f"running tuning job: {name}")
+    for name in running.transform_jobs:
+        print(f"running transform job: {name}")
     for name in running.warm_pools:
         print(f"warm pool kept (billing) after training job: {name}")
     for command in running.cluster_jobs:
@@ -379,8 +445,8 @@ def report(running: Running) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.teardown",
-        description="Stop what cdk destroy cannot: running executions, training, processing and cluster jobs, endpoints "
-        "no stack owns.",
+        description="Stop what cdk destroy cannot: running executions, training, processing, tuning, batch transform and "
+        "cluster jobs, endpoints no stack owns.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=help_epilog(
             "python -m scripts.teardown",

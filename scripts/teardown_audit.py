@@ -9,14 +9,15 @@ Every resource tagged ``Project=<project>`` is listed (Resource Groups Tagging A
 roles and ECR repositories, which that API does not cover everywhere) with a verdict:
 
 * ``ERROR``: compute left behind (an instance not terminated, a volume, a network interface, a
-  launch template, an Elastic IP, a state machine, a function, a running training job, a live
+  launch template, an Elastic IP, a state machine, a function, a running training, processing,
+  hyperparameter tuning or batch transform job (found by name too: ``<project>-*``), a live
   SageMaker endpoint, a job still running on the GPU cluster: a command of its
   ``<project>-cluster-train`` document Pending, InProgress or Cancelling), a project stack that
   still exists, or, with ``--sandbox``, data that should have been deleted;
 * ``kept``: data kept by design (buckets, KMS key, image repository) when
   ``delete_data_on_destroy`` is off, and the promotion record (``/<project>/serving/promotion``,
   rollback history): reported, not flagged;
-* ``info``: history that cannot be deleted (finished training and processing jobs, terminated
+* ``info``: history that cannot be deleted (finished training, processing, tuning and transform jobs, terminated
   instances, a KMS key pending deletion);
 * ``warning``: anything else still there (network, roles, log groups, a model or endpoint config
   the pipeline's promote step created and ``scripts.teardown --stop-running`` did not delete...).
@@ -56,6 +57,8 @@ COMPUTE_TYPES = {
     "lambda:function",
     "sagemaker:training-job",
     "sagemaker:processing-job",
+    "sagemaker:hyper-parameter-tuning-job",
+    "sagemaker:transform-job",
     "sagemaker:notebook-instance",
     "sagemaker:endpoint",
     "ecs:cluster",
@@ -66,6 +69,17 @@ COMPUTE_TYPES = {
 
 DATA_TYPES = {"s3:bucket", "kms:key", "ecr:repository"}
 """Resource types the data plane keeps on destroy unless ``delete_data_on_destroy`` is set."""
+
+JOB_STATUS = {
+    "sagemaker:hyper-parameter-tuning-job": (
+        "tuning job (its tuner starts trials, which bill, until it ends)",
+        "describe_hyper_parameter_tuning_job:HyperParameterTuningJobName", "HyperParameterTuningJobStatus",
+    ),
+    "sagemaker:transform-job": (
+        "batch transform job (it bills per instance-hour)", "describe_transform_job:TransformJobName", "TransformJobStatus",
+    ),
+}
+"""Job kinds judged by their status: what the note calls it, ``operation:NameParameter``, the status key."""
 
 
 @dataclass(frozen=True)
@@ -256,11 +270,15 @@ def _project_endpoints(sagemaker: Any, project: str) -> list[str]:
 
 
 def _project_sagemaker_records(sagemaker: Any, project: str) -> list[str]:
-    # Processing jobs, models and endpoint configs by name too: the pipeline creates them outside
-    # CloudFormation, and neither every emulator's tagging API nor an untagged model lists them.
+    # Processing, tuning and transform jobs, models and endpoint configs by name too: the pipeline,
+    # launch --tune --direct and the SageMaker SDK create them outside CloudFormation, and neither
+    # every emulator's tagging API nor an untagged (SDK-made) job or model lists them.
     found: list[str] = []
     listings = (
         ("list_processing_jobs", "ProcessingJobSummaries", "ProcessingJobName", "ProcessingJobArn"),
+        ("list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", "HyperParameterTuningJobName",
+         "HyperParameterTuningJobArn"),
+        ("list_transform_jobs", "TransformJobSummaries", "TransformJobName", "TransformJobArn"),
         ("list_models", "Models", "ModelName", "ModelArn"),
         ("list_endpoint_configs", "EndpointConfigs", "EndpointConfigName", "EndpointConfigArn"),
     )
@@ -322,6 +340,12 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
         if status in {"InProgress", "Stopping"}:
             return Finding(arn, kind, ERROR, f"compute left behind: processing job is {status}")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
+    if kind in JOB_STATUS:
+        what, describe, status_key = JOB_STATUS[kind]
+        status = _job_status(client("sagemaker"), describe, name, status_key)
+        if status in {"InProgress", "Stopping"}:
+            return Finding(arn, kind, ERROR, f"compute left behind: {what} is {status}; python -m scripts.teardown --stop-running stops it")
+        return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
     if kind in {"sagemaker:model", "sagemaker:endpoint-config"}:
         return Finding(
             arn, kind, WARNING,
@@ -376,6 +400,14 @@ def _processing_job_status(sagemaker: Any, name: str) -> str | None:
         return None
 
 
+def _job_status(sagemaker: Any, describe: str, name: str, status_key: str) -> str | None:
+    operation, parameter = describe.split(":")
+    try:
+        return str(getattr(sagemaker, operation)(**{parameter: name})[status_key])
+    except ClientError:
+        return None
+
+
 def _endpoint_status(sagemaker: Any, name: str) -> str | None:
     try:
         return sagemaker.describe_endpoint(EndpointName=name)["EndpointStatus"]
@@ -398,8 +430,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             ],
             credentials=AWS_CREDENTIALS,
             done="nothing left behind that should be gone (kept data is listed, not flagged)",
-            failed="an ERROR: compute left behind (a cluster job still running included), a project stack still there, "
-            "or (--sandbox) data not deleted",
+            failed="an ERROR: compute left behind (a cluster, tuning or transform job still running included), a project stack "
+            "still there, or (--sandbox) data not deleted",
         ),
     )
     parser.add_argument("--project", help="value of the Project tag (default: the config's project_name)")

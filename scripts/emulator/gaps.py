@@ -554,8 +554,21 @@ def _stop_jobs() -> None:
                 trial_job.last_modified_time = now
         return EmptyResult()
 
+    def stop_transform_job(self: Any) -> Any:
+        # Gap: moto has no StopTransformJob. On SageMaker the job turns Stopping, then Stopped;
+        # here the local runner (scripts.emulator.transform) sends no further batch and records
+        # Stopped. No runner watching: the job was Failed when it was created.
+        name = self._get_param("TransformJobName")
+        self.sagemaker_backend.describe_transform_job(name)  # ValidationError when it does not exist
+        job = self.sagemaker_backend.transform_jobs[name]
+        refuse_unless_in_progress("transform", job.transform_job_status)
+        job.transform_job_status = "Stopping"
+        job.last_modified_time = utcnow()
+        return EmptyResult()
+
     PATCHES.set(SageMakerResponse, "stop_training_job", stop_training_job)
     PATCHES.set(SageMakerResponse, "stop_processing_job", stop_processing_job)
+    PATCHES.set(SageMakerResponse, "stop_transform_job", stop_transform_job)
     PATCHES.set(SageMakerResponse, "stop_hyper_parameter_tuning_job", stop_hyper_parameter_tuning_job)
 
 

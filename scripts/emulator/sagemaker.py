@@ -621,6 +621,7 @@ class LocalSageMaker:
                 log_sink=CloudWatchStream(self._client("logs"), transform.TRANSFORM_LOG_GROUP, f"{name}/algo-1-{int(time.time())}"),
                 endpoint_url=self.endpoint_url, region=self.region, work_dir=self.work_dir / "transform-jobs",
                 docker=self.docker, on_event=self.on_event,
+                stop_requested=lambda: self._backend().transform_jobs[name].transform_job_status == "Stopping",
             )
         except Exception as err:  # noqa: BLE001 - every failure is the job's, in one line
             reason = str(err) if isinstance(err, transform.TransformFailed) else f"local runner error: {type(err).__name__}: {err}"

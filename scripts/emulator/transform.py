@@ -461,9 +461,11 @@ def run_transform_job(
     work_dir: Path,
     docker: DockerHosts | None,
     on_event: Callable[[str], None],
+    stop_requested: Callable[[], bool] = lambda: False,
 ) -> TransformOutcome:
     """Play one transform job from its description to its outputs (the caller records the outcome);
-    the serving container's log lines go to ``log_sink`` (its CloudWatch stream) at the end."""
+    the serving container's log lines go to ``log_sink`` (its CloudWatch stream) at the end. A stop
+    (StopTransformJob turned the job Stopping) sends no further object: the job ends Stopped."""
     from scripts.emulator.hosting import LocalHosting
 
     started = time.monotonic()
@@ -489,6 +491,9 @@ def run_transform_job(
         extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": request.kms_key_id} if request.kms_key_id else {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=request.max_concurrent or 1) as pool:
             for item in items:
+                if stop_requested():
+                    on_event(f"transform job {name}: stop requested; no further object sent")
+                    break
                 body, records = transform_object(s3, hosted.url, item, request, pool)
                 key = f"{out_prefix}{item.relative}.out"
                 s3.put_object(Bucket=out_bucket, Key=key, Body=body, **extra)
@@ -499,7 +504,8 @@ def run_transform_job(
         if hosted.log_file.is_file():
             log_sink(hosted.log_file.read_text(encoding="utf-8", errors="replace").splitlines())
     seconds = time.monotonic() - started
-    return TransformOutcome(name, "Completed", None, outputs, count, seconds, hosted.log_file, request.parameters, answer)
+    status = "Stopped" if stop_requested() else "Completed"
+    return TransformOutcome(name, status, None, outputs, count, seconds, hosted.log_file, request.parameters, answer)
 
 
 def record(backend_job: Any, outcome: TransformOutcome) -> None:

@@ -17,6 +17,13 @@ What moto 5.2.5 cannot do, and how the tests deal with it (everything else is th
   ``ListTrainingJobsForHyperParameterTuningJob`` is not implemented: the patch serves the trials a
   test puts on moto's tuning job (``trials``, pages of :data:`TRIALS_PAGE`), and tests edit its
   status, counters and best job (:meth:`MotoBackends.set_tuning_job`).
+- ``StopHyperParameterTuningJob`` and ``StopTransformJob`` are not implemented: the patch adds them
+  as SageMaker behaves: only an InProgress job can be stopped (else ValidationException); it turns
+  ``Stopping`` (a tuning job's InProgress trials, ``<tuning job>-NNN-xxxxxxxx``, are stopped) and is
+  ``Stopped`` after one more listing of Stopping jobs (ListHyperParameterTuningJobs /
+  ListTransformJobs with ``StatusEquals=Stopping``), so a caller's wait sees it Stopping once.
+  Transform jobs, like tuning jobs, are ``Completed`` when created: tests set their status in the
+  backend. Every stop request (training, tuning, transform) is recorded in :data:`STOP_CALLS`.
 - Service Quotas only knows the ``vpc`` service and has no ``ListServiceQuotas`` or
   ``GetAWSDefaultServiceQuota``: the patch serves the EC2 and SageMaker quotas a test sets.
 - SSM has no Deep Learning AMI parameters and refuses ``PutParameter`` under ``/aws/``: the DLAMI
@@ -54,6 +61,9 @@ class FakeQuotas:
 
 QUOTAS = FakeQuotas()
 
+STOP_CALLS: list[tuple[str, str]] = []
+"""``(operation, job name)`` of every stop the patched moto served, in order (tests clear it)."""
+
 TRIALS_PAGE = 2
 """Trials per ListTrainingJobsForHyperParameterTuningJob page (SageMaker's is up to 100): small, so that
 the callers' paging is exercised."""
@@ -81,12 +91,14 @@ def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
     def stop_training_job(self: SageMakerResponse) -> ActionResult:
         name = self._get_param("TrainingJobName")
         self.sagemaker_backend.describe_training_job(name)  # raises ValidationException when missing
+        STOP_CALLS.append(("StopTrainingJob", name))
         job = self.sagemaker_backend.training_jobs[name]
         job.training_job_status = "Stopped"
         job.secondary_status = "Stopped"
         return ActionResult({})
 
     monkeypatch.setattr(SageMakerResponse, "stop_training_job", stop_training_job, raising=False)
+    _patch_tuning_and_transform_stops(monkeypatch)
 
     def list_training_jobs_for_hyper_parameter_tuning_job(self: SageMakerResponse) -> ActionResult:
         name = self._get_param("HyperParameterTuningJobName")
@@ -128,6 +140,62 @@ def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ServiceQuotasResponse, "get_aws_default_service_quota", get_aws_default_service_quota, raising=False)
     monkeypatch.setattr(ServiceQuotasResponse, "list_aws_default_service_quotas", list_sagemaker)
     monkeypatch.setattr(ServiceQuotasResponse, "list_service_quotas", list_applied, raising=False)
+
+
+def _patch_tuning_and_transform_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """StopHyperParameterTuningJob and StopTransformJob, and the Stopping -> Stopped step of their listings."""
+    import re
+
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def stopping(job: Any, status_attribute: str) -> None:
+        if getattr(job, status_attribute) != "InProgress":
+            raise ValidationError(message=f"The request was rejected because the job is in status {getattr(job, status_attribute)}.")
+        setattr(job, status_attribute, "Stopping")
+        job.stopping_listings = 1
+        job.last_modified_time = datetime.now(timezone.utc)
+
+    def stop_hyper_parameter_tuning_job(self: SageMakerResponse) -> ActionResult:
+        name = self._get_param("HyperParameterTuningJobName")
+        self.sagemaker_backend.describe_hyper_parameter_tuning_job(name)  # raises when missing
+        stopping(self.sagemaker_backend.hyper_parameter_tuning_jobs[name], "hyper_parameter_tuning_job_status")
+        STOP_CALLS.append(("StopHyperParameterTuningJob", name))
+        trial = re.compile(rf"{re.escape(name)}-\d{{3}}-[0-9a-f]{{8}}$")
+        for trial_name, trial_job in self.sagemaker_backend.training_jobs.items():
+            if trial.match(trial_name) and trial_job.training_job_status == "InProgress":
+                trial_job.training_job_status = trial_job.secondary_status = "Stopped"
+        return ActionResult({})
+
+    def stop_transform_job(self: SageMakerResponse) -> ActionResult:
+        name = self._get_param("TransformJobName")
+        self.sagemaker_backend.describe_transform_job(name)  # raises when missing
+        stopping(self.sagemaker_backend.transform_jobs[name], "transform_job_status")
+        STOP_CALLS.append(("StopTransformJob", name))
+        return ActionResult({})
+
+    def settling(operation: str, jobs: str, status_attribute: str) -> None:
+        original = getattr(SageMakerResponse, operation)
+
+        def listing(self: SageMakerResponse) -> Any:
+            backend_jobs = list(getattr(self.sagemaker_backend, jobs).values())
+            for job in backend_jobs:
+                if getattr(job, status_attribute) == "Stopping" and getattr(job, "stopping_listings", 0) <= 0:
+                    setattr(job, status_attribute, "Stopped")
+            result = original(self)
+            if self._get_param("StatusEquals") == "Stopping":
+                for job in backend_jobs:
+                    if getattr(job, status_attribute) == "Stopping":
+                        job.stopping_listings = getattr(job, "stopping_listings", 1) - 1
+            return result
+
+        monkeypatch.setattr(SageMakerResponse, operation, listing)
+
+    monkeypatch.setattr(SageMakerResponse, "stop_hyper_parameter_tuning_job", stop_hyper_parameter_tuning_job, raising=False)
+    monkeypatch.setattr(SageMakerResponse, "stop_transform_job", stop_transform_job, raising=False)
+    settling("list_hyper_parameter_tuning_jobs", "hyper_parameter_tuning_jobs", "hyper_parameter_tuning_job_status")
+    settling("list_transform_jobs", "transform_jobs", "transform_job_status")
 
 
 @pytest.fixture(scope="session")

@@ -268,3 +268,134 @@ def test_teardown_deletes_the_gpu_idle_alarms_of_jobs_that_are_not_running(aws, 
     assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
     assert f"deleted GPU idle alarm {running} (its job is not running)" in capsys.readouterr().out
     assert running not in _alarm_names() and others in _alarm_names()
+
+
+# --- tuning and batch transform jobs: teardown stops them, the audit calls them compute ---------
+
+TUNING_RANGES = {"learning_rate": {"type": "continuous", "min": 0.001, "max": 0.1, "scaling": "Logarithmic"}}
+
+
+def _tuning_job(aws, name: str) -> None:
+    """A tuning job created directly, as the SageMaker SDK's tuner does (moto: Completed at once)."""
+    boto3.client("sagemaker", region_name=REGION).create_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName=name,
+        HyperParameterTuningJobConfig={
+            "Strategy": "Random", "ResourceLimits": {"MaxNumberOfTrainingJobs": 4, "MaxParallelTrainingJobs": 1},
+            "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "train:loss"},
+        },
+        TrainingJobDefinition={
+            "AlgorithmSpecification": {"TrainingImage": aws.data["ImageUri"], "TrainingInputMode": "File"},
+            "RoleArn": aws.training["JobRoleArn"], "OutputDataConfig": {"S3OutputPath": "s3://a/out/"},
+            "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        },
+    )  # fmt: skip
+
+
+def _transform_job(name: str) -> None:
+    """A batch transform job as the pipeline's transform step (or the SDK's Transformer) creates it (moto: Completed at once)."""
+    boto3.client("sagemaker", region_name=REGION).create_transform_job(
+        TransformJobName=name, ModelName=f"{PROJECT}-td-model",
+        TransformInput={"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://a/in/"}}},
+        TransformOutput={"S3OutputPath": "s3://a/out/"},
+        TransformResources={"InstanceType": "ml.g4dn.xlarge", "InstanceCount": 1},
+    )  # fmt: skip
+
+
+def _tuning_status(name: str) -> str:
+    return boto3.client("sagemaker", region_name=REGION).describe_hyper_parameter_tuning_job(
+        HyperParameterTuningJobName=name)["HyperParameterTuningJobStatus"]  # fmt: skip
+
+
+def _transform_status(name: str) -> str:
+    return boto3.client("sagemaker", region_name=REGION).describe_transform_job(TransformJobName=name)["TransformJobStatus"]
+
+
+def test_teardown_stops_a_running_tuning_job_before_its_trials_and_waits_for_it(aws, moto_backends, tmp_path, capsys):
+    """A `launch --tune --direct` tuning job with a running trial: stopping only the trial lets the
+    tuner start the next one (and bill); --stop-running stops the tuning job itself, first."""
+    from tests.scripts.conftest import STOP_CALLS
+
+    ranges = tmp_path / "ranges.json"
+    ranges.write_text(json.dumps(TUNING_RANGES))
+    name, trial = f"{PROJECT}-td-tune", f"{PROJECT}-td-tune-001-0123abcd"
+    stopping, other = f"{PROJECT}-td-tune-stopping", f"other-{PROJECT}-td-tune"  # NameContains matches the other project's too
+    assert launch_main(["--tune", str(ranges), "--direct", "--max-jobs", "4", "--name", name, "--yes",
+                        "-c", "tuning.objective_metric=train:loss"]) == 0  # fmt: skip
+    _running_job(moto_backends, trial)  # the tuner's trial
+    moto_backends.set_tuning_job(name, "InProgress", trials=[
+        {"TrainingJobName": trial, "TrainingJobStatus": "InProgress", "TunedHyperParameters": {"learning_rate": "0.01"}}])
+    for extra in (stopping, other):
+        _tuning_job(aws, extra)
+        moto_backends.sagemaker.hyper_parameter_tuning_jobs[extra].hyper_parameter_tuning_job_status = "InProgress"
+    boto3.client("sagemaker", region_name=REGION).stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=stopping)
+    STOP_CALLS.clear()
+    capsys.readouterr()
+    try:
+        assert run(teardown.main, []) == 1
+        out = capsys.readouterr().out
+        assert f"running tuning job: {name}" in out and f"running tuning job: {stopping}" in out
+        assert f"running training job: {trial}" in out and other not in out
+
+        assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+        out = capsys.readouterr().out
+        # The tuning job first; its trial stopped with it, so not on its own; one already Stopping is only waited for.
+        assert STOP_CALLS == [("StopHyperParameterTuningJob", name)]
+        assert f"stopping tuning job {name}" in out and f"{name} (tuning job)" in out.split("waiting for ", 1)[1]
+        assert "nothing left running" in out
+        assert (_tuning_status(name), _tuning_status(stopping)) == ("Stopped", "Stopped")
+        assert moto_backends.job(trial).training_job_status == "Stopped"
+        assert _tuning_status(other) == "InProgress", "another project's tuning job is never touched"
+    finally:
+        moto_backends.sagemaker.hyper_parameter_tuning_jobs[other].hyper_parameter_tuning_job_status = "Completed"
+
+
+def test_teardown_stops_a_running_batch_transform_job_and_waits_for_it(aws, moto_backends, capsys):
+    from tests.scripts.conftest import STOP_CALLS
+
+    name, other = f"{PROJECT}-td-exec-transform", f"other-{PROJECT}-td-exec-transform"
+    for job in (name, other):
+        _transform_job(job)
+        moto_backends.sagemaker.transform_jobs[job].transform_job_status = "InProgress"
+    STOP_CALLS.clear()
+    capsys.readouterr()
+    try:
+        assert run(teardown.main, []) == 1
+        out = capsys.readouterr().out
+        assert f"running transform job: {name}" in out and other not in out
+
+        assert run(teardown.main, ["--stop-running", "--interval", "0"]) == 0
+        out = capsys.readouterr().out
+        assert STOP_CALLS == [("StopTransformJob", name)]
+        assert f"{name} (transform job)" in out.split("waiting for ", 1)[1] and "nothing left running" in out
+        assert _transform_status(name) == "Stopped"
+        assert _transform_status(other) == "InProgress", "another project's transform job is never touched"
+    finally:
+        moto_backends.sagemaker.transform_jobs[other].transform_job_status = "Completed"
+
+
+def test_audit_calls_running_tuning_and_transform_jobs_compute_left_behind(aws, moto_backends):
+    """Found by name (the SDK does not tag them): running ones are errors naming the fix, ended ones job history."""
+    from scripts.teardown_audit import ERROR, INFO, audit
+
+    running_tuning, done_tuning = f"{PROJECT}-td-audit-tune", f"{PROJECT}-td-audit-tune-done"
+    running_transform, done_transform = f"{PROJECT}-td-audit-transform", f"{PROJECT}-td-audit-transform-done"
+    for name in (running_tuning, done_tuning):
+        _tuning_job(aws, name)
+    for name in (running_transform, done_transform):
+        _transform_job(name)
+    moto_backends.sagemaker.hyper_parameter_tuning_jobs[running_tuning].hyper_parameter_tuning_job_status = "InProgress"
+    moto_backends.sagemaker.transform_jobs[running_transform].transform_job_status = "InProgress"
+    try:
+        report = audit(project=PROJECT, data_retained=True, region=REGION)
+        verdicts = {f.arn.rsplit("/", 1)[-1]: f for f in report.findings}
+        for name, kind in ((running_tuning, "sagemaker:hyper-parameter-tuning-job"), (running_transform, "sagemaker:transform-job")):
+            assert (verdicts[name].kind, verdicts[name].verdict) == (kind, ERROR)
+            assert "compute left behind" in verdicts[name].note and "InProgress" in verdicts[name].note
+            assert "python -m scripts.teardown --stop-running stops it" in verdicts[name].note
+        for name in (done_tuning, done_transform):
+            assert verdicts[name].verdict == INFO and "job record (Completed)" in verdicts[name].note
+        assert not report.ok
+    finally:
+        moto_backends.sagemaker.hyper_parameter_tuning_jobs[running_tuning].hyper_parameter_tuning_job_status = "Completed"
+        moto_backends.sagemaker.transform_jobs[running_transform].transform_job_status = "Completed"

@@ -436,3 +436,42 @@ def test_the_container_gets_the_filtered_records_and_the_output_is_each_rows_id_
             transform_object(_Objects(b"a,1,2\nb,3,4\nc,5,6\nd,7,8\n"), url, item, request, pool)
         with pytest.raises(TransformFailed, match=r"^ClientError: s3://in/score/a.csv record 2: InputFilter \"\$\[1:\]\" selects nothing"):
             transform_object(_Objects(b"a,1,2\nb\n"), url, item, request, pool)
+
+
+def test_a_stop_request_sends_no_further_object_and_the_job_ends_stopped(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """StopTransformJob turns the job Stopping (scripts.emulator.gaps); the runner then sends no
+    further object and the job ends Stopped, as teardown --stop-running waits for."""
+    from types import SimpleNamespace
+
+    from scripts.emulator import hosting, transform
+
+    class Hosting:
+        def __init__(self, **_: Any) -> None:
+            self.terminated = False
+
+        def start_model(self, *_: Any, **__: Any) -> Any:
+            return SimpleNamespace(url="http://127.0.0.1:9", log_file=tmp_path / "none.log")
+
+        def _terminate(self, hosted: Any) -> None:
+            self.terminated = True
+
+    sent: list[str] = []
+    stop = threading.Event()
+
+    def transform_object(s3: Any, url: str, item: InputObject, request: Any, pool: Any) -> tuple[bytes, int]:
+        sent.append(item.key)
+        stop.set()  # StopTransformJob arrives while the first object is transformed
+        return b"answer\n", 1
+
+    monkeypatch.setattr(hosting, "LocalHosting", Hosting)
+    monkeypatch.setattr(transform, "input_objects", lambda s3, request: [InputObject("in", "score/a.csv", "a.csv"), InputObject("in", "score/b.csv", "b.csv")])
+    monkeypatch.setattr(transform, "execution_parameters", lambda url: None)
+    monkeypatch.setattr(transform, "transform_object", transform_object)
+    sagemaker = SimpleNamespace(describe_transform_job=lambda TransformJobName: _job())
+    written: list[str] = []
+    s3 = SimpleNamespace(put_object=lambda Bucket, Key, Body, **_: written.append(Key))
+    outcome = transform.run_transform_job(
+        "t", sagemaker=sagemaker, s3=s3, log_sink=lambda lines: None, endpoint_url="http://127.0.0.1:9", region="us-east-1",
+        work_dir=tmp_path, docker=None, on_event=lambda line: None, stop_requested=stop.is_set,
+    )  # fmt: skip
+    assert outcome.status == "Stopped" and sent == ["score/a.csv"] and written == ["scored/a.csv.out"]
