@@ -368,14 +368,67 @@ def tuning_console_url(region: str, name: str) -> str:
     return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/hyper-tuning-jobs/{name}"
 
 
-def describe_job(aws: Aws, name: str) -> Optional[dict[str, Any]]:
-    """``DescribeTrainingJob``, or ``None`` when there is no such job."""
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of SageMaker job as the operator tools describe and stop it.
+
+    Attributes:
+        label: ``training job``, ``tuning job``...
+        name_key: The request's and the description's name field (``TrainingJobName``).
+        status_key: The description's status field (``TrainingJobStatus``).
+        describe: The boto3 operation that describes one.
+        stop: The boto3 operation that stops one.
+    """
+
+    label: str
+    name_key: str
+    status_key: str
+    describe: str
+    stop: str
+
+
+TRAINING_JOB = JobKind("training job", "TrainingJobName", "TrainingJobStatus", "describe_training_job", "stop_training_job")
+TUNING_JOB = JobKind(
+    "tuning job", "HyperParameterTuningJobName", "HyperParameterTuningJobStatus",
+    "describe_hyper_parameter_tuning_job", "stop_hyper_parameter_tuning_job",
+)  # fmt: skip
+PROCESSING_JOB = JobKind("processing job", "ProcessingJobName", "ProcessingJobStatus", "describe_processing_job", "stop_processing_job")
+TRANSFORM_JOB = JobKind("transform job", "TransformJobName", "TransformJobStatus", "describe_transform_job", "stop_transform_job")
+JOB_KINDS = (TRAINING_JOB, TUNING_JOB, PROCESSING_JOB, TRANSFORM_JOB)
+"""Every kind of job the platform starts, in the order a bare name is looked up."""
+
+
+def _not_found(err: ClientError) -> bool:
+    # SageMaker says so in several ways: ResourceNotFound (tuning jobs), or ValidationException with
+    # "Could not find ..." or "Requested resource not found" (training, processing, transform jobs).
+    message = error_message(err).lower()
+    return error_code(err) == "ResourceNotFound" or (
+        error_code(err) == "ValidationException" and any(words in message for words in ("not find", "not found", "can't find"))
+    )
+
+
+def describe_sagemaker_job(aws: Aws, kind: JobKind, name: str) -> Optional[dict[str, Any]]:
+    """The ``kind`` job's description, or ``None`` when there is no such job."""
     try:
-        return dict(aws.client("sagemaker").describe_training_job(TrainingJobName=name))
+        return dict(getattr(aws.client("sagemaker"), kind.describe)(**{kind.name_key: name}))
     except ClientError as err:
-        if error_code(err) in ("ValidationException", "ResourceNotFound") and "not find" in error_message(err).lower():
+        if _not_found(err):
             return None
         raise
+
+
+def find_sagemaker_job(aws: Aws, name: str, kinds: Sequence[JobKind] = JOB_KINDS) -> Optional[tuple[JobKind, dict[str, Any]]]:
+    """The first of ``kinds`` with a job named ``name``, and its description; ``None`` when none has one."""
+    for kind in kinds:
+        job = describe_sagemaker_job(aws, kind, name)
+        if job is not None:
+            return kind, job
+    return None
+
+
+def describe_job(aws: Aws, name: str) -> Optional[dict[str, Any]]:
+    """``DescribeTrainingJob``, or ``None`` when there is no such job."""
+    return describe_sagemaker_job(aws, TRAINING_JOB, name)
 
 
 def describe_execution(aws: Aws, arn: str) -> Optional[dict[str, Any]]:

@@ -50,10 +50,15 @@ from scripts.common import (
     AWS_CREDENTIALS,
     EXIT_FAILED,
     EXIT_OK,
+    PROCESSING_JOB,
+    TRANSFORM_JOB,
+    TUNING_JOB,
     Deployment,
+    JobKind,
     OperatorError,
     add_common_arguments,
     cdk_command,
+    describe_sagemaker_job,
     error_code,
     error_message,
     help_epilog,
@@ -305,15 +310,10 @@ def stop_running(
     for arn in running.executions:
         print(f"stopping workflow execution {arn.rsplit(':', 1)[-1]}")
         sfn.stop_execution(executionArn=arn, error="StoppedByTeardown", cause="python -m scripts.teardown --stop-running")
-    sagemaker = deployment.aws.client("sagemaker")
     # Tuning jobs before training jobs: a trial stopped on its own is replaced by a new one while
     # its tuning job runs; StopHyperParameterTuningJob stops the trials and starts no more.
     for name in running.tuning_jobs:
-        if _stop_in_progress(
-            name, "tuning job",
-            lambda n: sagemaker.describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=n)["HyperParameterTuningJobStatus"],
-            lambda n: sagemaker.stop_hyper_parameter_tuning_job(HyperParameterTuningJobName=n),
-        ):  # fmt: skip
+        if _stop_in_progress(deployment, TUNING_JOB, name):
             print(f"stopping tuning job {name} (and its running trials)")
     for name in running.jobs:
         print(f"stopping training job {name}")
@@ -325,20 +325,10 @@ def stop_running(
         except ClientError as err:
             # Its period may have run out in the meantime.
             print(f"  {name}: {error_code(err)}: {error_message(err)}")
-    for name in running.processing_jobs:
-        print(f"stopping processing job {name}")
-        try:
-            deployment.aws.client("sagemaker").stop_processing_job(ProcessingJobName=name)
-        except ClientError as err:
-            # The pipeline's own stop may have got there first.
-            print(f"  {name}: {error_code(err)}: {error_message(err)}")
-    for name in running.transform_jobs:
-        if _stop_in_progress(
-            name, "transform job",
-            lambda n: sagemaker.describe_transform_job(TransformJobName=n)["TransformJobStatus"],
-            lambda n: sagemaker.stop_transform_job(TransformJobName=n),
-        ):  # fmt: skip
-            print(f"stopping transform job {name}")
+    for kind, names in ((PROCESSING_JOB, running.processing_jobs), (TRANSFORM_JOB, running.transform_jobs)):
+        for name in names:
+            if _stop_in_progress(deployment, kind, name):
+                print(f"stopping {kind.label} {name}")
     stop_cluster_jobs(deployment, running.cluster_jobs)
     deadline = time.monotonic() + timeout
     while True:
@@ -349,16 +339,17 @@ def stop_running(
         sleep(interval)
 
 
-def _stop_in_progress(name: str, kind: str, status: Callable[[str], str], stop: Callable[[str], object]) -> bool:
-    """``stop(name)`` when ``status(name)`` is InProgress (one already Stopping is only waited for: SageMaker
+def _stop_in_progress(deployment: Deployment, kind: JobKind, name: str) -> bool:
+    """Stop the ``kind`` job when it is InProgress (one already Stopping is only waited for: SageMaker
     refuses to stop it again); whether it was asked to stop."""
     try:
-        if status(name) != "InProgress":
+        job = describe_sagemaker_job(deployment.aws, kind, name)
+        if job is None or job[kind.status_key] != "InProgress":
             return False
-        stop(name)
+        getattr(deployment.aws.client("sagemaker"), kind.stop)(**{kind.name_key: name})
     except ClientError as err:
         # It may have ended in the meantime, or the pipeline's own stop got there first.
-        print(f"  {kind} {name}: {error_code(err)}: {error_message(err)}")
+        print(f"  {kind.label} {name}: {error_code(err)}: {error_message(err)}")
         return False
     return True
 

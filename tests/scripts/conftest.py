@@ -22,6 +22,7 @@ What moto 5.2.5 cannot do, and how the tests deal with it (everything else is th
   ``Stopping`` (a tuning job's InProgress trials, ``<tuning job>-NNN-xxxxxxxx``, are stopped) and is
   ``Stopped`` after one more listing of Stopping jobs (ListHyperParameterTuningJobs /
   ListTransformJobs with ``StatusEquals=Stopping``), so a caller's wait sees it Stopping once.
+  A job described while Stopping is seen so once, then Stopped, as in a listing.
   Transform jobs, like tuning jobs, are ``Completed`` when created: tests set their status in the
   backend. Every stop request (training, tuning, transform) is recorded in :data:`STOP_CALLS`.
 - Service Quotas only knows the ``vpc`` service and has no ``ListServiceQuotas`` or
@@ -196,6 +197,25 @@ def _patch_tuning_and_transform_stops(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(SageMakerResponse, "stop_transform_job", stop_transform_job, raising=False)
     settling("list_hyper_parameter_tuning_jobs", "hyper_parameter_tuning_jobs", "hyper_parameter_tuning_job_status")
     settling("list_transform_jobs", "transform_jobs", "transform_job_status")
+
+    def settling_describe(operation: str, jobs: str, status_attribute: str, name_param: str) -> None:
+        # A job described while Stopping is seen Stopping once, then Stopped (a caller's wait runs once).
+        original = getattr(SageMakerResponse, operation)
+
+        def describe(self: SageMakerResponse) -> Any:
+            job = getattr(self.sagemaker_backend, jobs).get(self._get_param(name_param))
+            if job is not None and getattr(job, status_attribute) == "Stopping":
+                if getattr(job, "stopping_listings", 0) <= 0:
+                    setattr(job, status_attribute, "Stopped")
+                else:
+                    job.stopping_listings -= 1
+            return original(self)
+
+        monkeypatch.setattr(SageMakerResponse, operation, describe)
+
+    settling_describe("describe_hyper_parameter_tuning_job", "hyper_parameter_tuning_jobs", "hyper_parameter_tuning_job_status",
+                      "HyperParameterTuningJobName")  # fmt: skip
+    settling_describe("describe_transform_job", "transform_jobs", "transform_job_status", "TransformJobName")
 
 
 @pytest.fixture(scope="session")

@@ -73,12 +73,14 @@ def test_stop_leaves_an_ended_job_alone(aws, moto_backends, capsys):
     assert launch_main(["--direct", "--name", f"{PROJECT}-stop-done"]) == 0  # moto: Completed at once
     capsys.readouterr()
     assert run(stop.main, [f"{PROJECT}-stop-done"]) == 0
-    assert f"{PROJECT}-stop-done already Completed; nothing to stop" in capsys.readouterr().out
+    assert f"training job {PROJECT}-stop-done already Completed; nothing to stop" in capsys.readouterr().out
 
 
 def test_stop_of_an_unknown_job_is_one_line_and_exit_3(aws, capsys):
     assert run(stop.main, [f"{PROJECT}-not-there"]) == 3
-    assert capsys.readouterr().err == f"error: training job {PROJECT}-not-there not found in {REGION} (see python -m scripts.list_jobs)\n"
+    assert capsys.readouterr().err == (
+        f"error: no training, tuning, processing or transform job named {PROJECT}-not-there in {REGION} (see python -m scripts.list_jobs)\n"
+    )
 
 
 def test_teardown_lists_then_stops_running_executions_and_jobs(aws, moto_backends, capsys):
@@ -399,3 +401,51 @@ def test_audit_calls_running_tuning_and_transform_jobs_compute_left_behind(aws, 
     finally:
         moto_backends.sagemaker.hyper_parameter_tuning_jobs[running_tuning].hyper_parameter_tuning_job_status = "Completed"
         moto_backends.sagemaker.transform_jobs[running_transform].transform_job_status = "Completed"
+
+
+def test_stop_stops_a_tuning_job_by_name_not_only_its_trial(aws, moto_backends, tmp_path, capsys):
+    """`scripts.stop <tuning job>` (a --direct launch: no execution) stops the tuning job itself, which stops its
+    trials and starts no more; before, the name was looked up only as a training job and refused."""
+    from tests.scripts.conftest import STOP_CALLS
+
+    ranges = tmp_path / "ranges.json"
+    ranges.write_text(json.dumps(TUNING_RANGES))
+    name, trial = f"{PROJECT}-stop-tune", f"{PROJECT}-stop-tune-001-0123abcd"
+    assert launch_main(["--tune", str(ranges), "--direct", "--max-jobs", "2", "--name", name, "--yes",
+                        "-c", "tuning.objective_metric=train:loss"]) == 0  # fmt: skip
+    _running_job(moto_backends, trial)
+    moto_backends.set_tuning_job(name, "InProgress", trials=[
+        {"TrainingJobName": trial, "TrainingJobStatus": "InProgress", "TunedHyperParameters": {"learning_rate": "0.01"}}])
+    STOP_CALLS.clear()
+    capsys.readouterr()
+    assert run(stop.main, [name, "--wait", "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    assert STOP_CALLS == [("StopHyperParameterTuningJob", name)]
+    assert f"stopping tuning job {name} (and its running trials)" in out and f"{name} Stopped" in out
+    assert _tuning_status(name) == "Stopped" and moto_backends.job(trial).training_job_status == "Stopped"
+    capsys.readouterr()
+    assert run(stop.main, [name]) == 0
+    assert f"tuning job {name} already Stopped; nothing to stop" in capsys.readouterr().out
+
+
+def test_stop_stops_a_processing_or_transform_job_by_name(aws, moto_backends, capsys):
+    from tests.scripts.conftest import STOP_CALLS
+
+    transform = f"{PROJECT}-stop-exec-transform"
+    _transform_job(transform)
+    moto_backends.sagemaker.transform_jobs[transform].transform_job_status = "InProgress"
+    processing = f"{PROJECT}-stop-process"
+    boto3.client("sagemaker", region_name=REGION).create_processing_job(
+        ProcessingJobName=processing, RoleArn=aws.training["ProcessingRoleArn"],
+        AppSpecification={"ImageUri": aws.data["ImageUri"]},
+        ProcessingResources={"ClusterConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.xlarge", "VolumeSizeInGB": 10}},
+    )  # fmt: skip
+    moto_backends.sagemaker.processing_jobs[processing].processing_job_status = "InProgress"
+    STOP_CALLS.clear()
+    capsys.readouterr()
+    assert run(stop.main, [transform, "--wait", "--interval", "0"]) == 0
+    assert f"stopping transform job {transform}" in capsys.readouterr().out and _transform_status(transform) == "Stopped"
+    assert run(stop.main, [processing]) == 0
+    assert f"stopping processing job {processing}" in capsys.readouterr().out
+    assert moto_backends.sagemaker.processing_jobs[processing].processing_job_status in ("Stopping", "Stopped")
+    assert STOP_CALLS[0] == ("StopTransformJob", transform)
