@@ -74,6 +74,9 @@ from scripts.common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_STOPPED,
+    PROCESSING_JOB,
+    TRAINING_JOB,
+    TUNING_JOB,
     Aws,
     Deployment,
     OperatorError,
@@ -82,8 +85,8 @@ from scripts.common import (
     dashboard_console_url,
     describe_execution,
     describe_job,
+    describe_sagemaker_job,
     error_code,
-    error_message,
     execution_console_url,
     format_duration,
     help_epilog,
@@ -450,13 +453,7 @@ def newest_job(deployment: Deployment) -> str:
 
 def describe_tuning_job(aws: Aws, name: str) -> Optional[dict[str, Any]]:
     """``DescribeHyperParameterTuningJob``, or ``None`` when there is no such tuning job."""
-    try:
-        return dict(aws.client("sagemaker").describe_hyper_parameter_tuning_job(HyperParameterTuningJobName=name))
-    except ClientError as err:
-        message = error_message(err).lower()
-        if error_code(err) in ("ValidationException", "ResourceNotFound") and ("not find" in message or "can't find" in message):
-            return None
-        raise
+    return describe_sagemaker_job(aws, TUNING_JOB, name)
 
 
 def tuning_trials(aws: Aws, name: str) -> list[dict[str, Any]]:
@@ -661,14 +658,7 @@ class _JobTracker:
         return job
 
     def _describe(self) -> Optional[dict[str, Any]]:
-        if self.kind == "training":
-            return describe_job(self.aws, self.name)
-        try:
-            return dict(self.aws.client("sagemaker").describe_processing_job(ProcessingJobName=self.name))
-        except ClientError as err:
-            if "could not find" in str(err).lower():
-                return None
-            raise
+        return describe_sagemaker_job(self.aws, TRAINING_JOB if self.kind == "training" else PROCESSING_JOB, self.name)
 
 
 def follow_pipeline(
