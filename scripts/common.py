@@ -370,7 +370,7 @@ def tuning_console_url(region: str, name: str) -> str:
 
 @dataclass(frozen=True)
 class JobKind:
-    """One kind of SageMaker job as the operator tools describe and stop it.
+    """One kind of SageMaker job as the operator tools list, describe and stop it.
 
     Attributes:
         label: ``training job``, ``tuning job``...
@@ -378,6 +378,9 @@ class JobKind:
         status_key: The description's status field (``TrainingJobStatus``).
         describe: The boto3 operation that describes one.
         stop: The boto3 operation that stops one.
+        lister: The boto3 operation that lists them (``NameContains``, ``StatusEquals``, sorted).
+        summaries_key: The listing's field of summaries.
+        end_key: The summary's end time field, where it has one.
     """
 
     label: str
@@ -385,15 +388,28 @@ class JobKind:
     status_key: str
     describe: str
     stop: str
+    lister: str
+    summaries_key: str
+    end_key: str
 
 
-TRAINING_JOB = JobKind("training job", "TrainingJobName", "TrainingJobStatus", "describe_training_job", "stop_training_job")
-TUNING_JOB = JobKind(
-    "tuning job", "HyperParameterTuningJobName", "HyperParameterTuningJobStatus",
-    "describe_hyper_parameter_tuning_job", "stop_hyper_parameter_tuning_job",
+TRAINING_JOB = JobKind(
+    "training job", "TrainingJobName", "TrainingJobStatus", "describe_training_job", "stop_training_job",
+    "list_training_jobs", "TrainingJobSummaries", "TrainingEndTime",
 )  # fmt: skip
-PROCESSING_JOB = JobKind("processing job", "ProcessingJobName", "ProcessingJobStatus", "describe_processing_job", "stop_processing_job")
-TRANSFORM_JOB = JobKind("transform job", "TransformJobName", "TransformJobStatus", "describe_transform_job", "stop_transform_job")
+TUNING_JOB = JobKind(
+    "tuning job", "HyperParameterTuningJobName", "HyperParameterTuningJobStatus", "describe_hyper_parameter_tuning_job",
+    "stop_hyper_parameter_tuning_job", "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries",
+    "HyperParameterTuningEndTime",
+)  # fmt: skip
+PROCESSING_JOB = JobKind(
+    "processing job", "ProcessingJobName", "ProcessingJobStatus", "describe_processing_job", "stop_processing_job",
+    "list_processing_jobs", "ProcessingJobSummaries", "ProcessingEndTime",
+)  # fmt: skip
+TRANSFORM_JOB = JobKind(
+    "transform job", "TransformJobName", "TransformJobStatus", "describe_transform_job", "stop_transform_job",
+    "list_transform_jobs", "TransformJobSummaries", "TransformEndTime",
+)  # fmt: skip
 JOB_KINDS = (TRAINING_JOB, TUNING_JOB, PROCESSING_JOB, TRANSFORM_JOB)
 """Every kind of job the platform starts, in the order a bare name is looked up."""
 
@@ -441,15 +457,19 @@ def describe_execution(aws: Aws, arn: str) -> Optional[dict[str, Any]]:
         raise
 
 
-def project_jobs(aws: Aws, prefix: str, *, status: Optional[str] = None, limit: int = 100) -> list[dict[str, Any]]:
-    """The newest training jobs named ``<prefix>...`` (``ListTrainingJobs`` summaries), newest first."""
-    paginator = aws.client("sagemaker").get_paginator("list_training_jobs")
+def project_jobs(
+    aws: Aws, prefix: str, *, status: Optional[str] = None, limit: int = 100, kind: JobKind = TRAINING_JOB
+) -> list[dict[str, Any]]:
+    """The newest ``kind`` jobs (training by default) named ``<prefix>...``: the listing's summaries,
+    newest first."""
+    paginator = aws.client("sagemaker").get_paginator(kind.lister)
     params: dict[str, Any] = {"NameContains": prefix, "SortBy": "CreationTime", "SortOrder": "Descending"}
     if status:
         params["StatusEquals"] = status
     jobs: list[dict[str, Any]] = []
     for page in paginator.paginate(**params):
-        jobs.extend(j for j in page["TrainingJobSummaries"] if j["TrainingJobName"].startswith(prefix))
+        # The prefix checked again: NameContains also matches another project's <other>-<project>-... job.
+        jobs.extend(j for j in page[kind.summaries_key] if j[kind.name_key].startswith(prefix))
         if len(jobs) >= limit:
             break
     jobs.sort(key=lambda j: j["CreationTime"], reverse=True)

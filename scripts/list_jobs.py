@@ -1,11 +1,14 @@
-"""List the project's training jobs, newest first.
+"""List the project's training jobs, newest first (or its tuning, processing or transform jobs).
 
 Usage (from the repository root)::
 
     python -m scripts.list_jobs
     python -m scripts.list_jobs --status InProgress --max 50
+    python -m scripts.list_jobs --kind tuning        # tuning jobs (scripts.launch --tune)
+    python -m scripts.list_jobs --kind all           # every kind, with a KIND column
 
-Only jobs named ``<project>-*`` are listed (every job the workflow or ``launch`` creates).
+Only jobs named ``<project>-*`` are listed (every job the workflow, the pipeline or ``launch``
+creates, and the SageMaker SDK's with the platform's ``base_job_name``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from typing import Any, Optional, Sequence
 
 from scripts.common import (
     AWS_CREDENTIALS,
+    JOB_KINDS,
+    TRAINING_JOB,
+    JobKind,
     add_common_arguments,
     format_duration,
     help_epilog,
@@ -29,17 +35,21 @@ from scripts.common import (
 STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped")
 
 
-def job_rows(jobs: Sequence[dict[str, Any]], now: Optional[datetime] = None) -> list[list[str]]:
-    """Table rows: name, status, secondary status, created (UTC), duration."""
+KINDS = {kind.label.split()[0]: kind for kind in JOB_KINDS}
+"""``--kind`` choices: training, tuning, processing, transform."""
+
+
+def job_rows(jobs: Sequence[dict[str, Any]], now: Optional[datetime] = None, kind: JobKind = TRAINING_JOB) -> list[list[str]]:
+    """Table rows: name, status, secondary status (training jobs; ``-`` for the others), created (UTC), duration."""
     now = now or datetime.now(timezone.utc)
     rows = []
     for job in jobs:
         created = job["CreationTime"]
-        end = job.get("TrainingEndTime") if job["TrainingJobStatus"] not in ("InProgress", "Stopping") else None
+        end = job.get(kind.end_key) if job[kind.status_key] not in ("InProgress", "Stopping") else None
         rows.append(
             [
-                job["TrainingJobName"],
-                job["TrainingJobStatus"],
+                job[kind.name_key],
+                job[kind.status_key],
                 job.get("SecondaryStatus", "-"),
                 created.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M"),
                 format_duration(((end or now) - created).total_seconds()),
@@ -51,32 +61,44 @@ def job_rows(jobs: Sequence[dict[str, Any]], now: Optional[datetime] = None) -> 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.list_jobs",
-        description="List the project's training jobs, newest first.",
+        description="List the project's training jobs (or tuning, processing, transform jobs), newest first.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=help_epilog(
             "python -m scripts.list_jobs",
             [
                 ("", "the newest 20 jobs named <project>-*"),
                 ("--status InProgress --max 50", "only the running ones"),
-                ("--region eu-west-1 -c gpu_training.project_name=team2", "another project's, in another region"),
+                ("--kind all --status InProgress", "every kind of job still running (tuning, processing, transform too)"),
             ],
             credentials=AWS_CREDENTIALS,
             done="listed (no job at all is not an error)",
         ),
     )
     parser.add_argument("--status", choices=STATUSES, help="only jobs in this status")
-    parser.add_argument("--max", type=int, default=20, help="at most this many (default 20)")
+    parser.add_argument("--max", type=int, default=20, help="at most this many (default 20; of each kind with --kind all)")
+    parser.add_argument(
+        "--kind", choices=[*KINDS, "all"], default="training",
+        help="which jobs: training (default), tuning, processing, transform, or all of them",
+    )
     add_common_arguments(parser)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args, deployment = parse_operator_args(build_parser(), argv)
-    jobs = project_jobs(deployment.aws, deployment.job_name_prefix, status=args.status, limit=args.max)
-    if not jobs:
-        print(f"no training jobs named {deployment.job_name_prefix}* in {deployment.aws.region}")
+    kinds = list(KINDS.values()) if args.kind == "all" else [KINDS[args.kind]]
+    rows: list[tuple[datetime, list[str]]] = []
+    for kind in kinds:
+        jobs = project_jobs(deployment.aws, deployment.job_name_prefix, status=args.status, limit=args.max, kind=kind)
+        for job, row in zip(jobs, job_rows(jobs, kind=kind)):
+            rows.append((job["CreationTime"], [kind.label.split()[0], *row] if args.kind == "all" else row))
+    if not rows:
+        what = "jobs" if args.kind == "all" else f"{kinds[0].label}s"
+        print(f"no {what} named {deployment.job_name_prefix}* in {deployment.aws.region}")
         return 0
-    print_table(job_rows(jobs), ["NAME", "STATUS", "SECONDARY", "CREATED (UTC)", "DURATION"])
+    rows.sort(key=lambda item: item[0], reverse=True)
+    header = ["NAME", "STATUS", "SECONDARY", "CREATED (UTC)", "DURATION"]
+    print_table([row for _, row in rows], ["KIND", *header] if args.kind == "all" else header)
     return 0
 
 

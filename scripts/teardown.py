@@ -125,9 +125,9 @@ def find_running(deployment: Deployment) -> Running:
                 running.executions.extend(e["executionArn"] for e in page["executions"])
     for status in ACTIVE:
         running.jobs.extend(j["TrainingJobName"] for j in project_jobs(deployment.aws, deployment.job_name_prefix, status=status))
-        running.processing_jobs.extend(project_processing_jobs(deployment, status))
-        running.tuning_jobs.extend(project_tuning_jobs(deployment, status))
-        running.transform_jobs.extend(project_transform_jobs(deployment, status))
+        running.processing_jobs.extend(project_job_names(deployment, PROCESSING_JOB, status))
+        running.tuning_jobs.extend(project_job_names(deployment, TUNING_JOB, status))
+        running.transform_jobs.extend(project_job_names(deployment, TRANSFORM_JOB, status))
     running.warm_pools.extend(project_warm_pools(deployment))
     cluster = Cluster.find(deployment)
     if cluster is not None:
@@ -149,31 +149,10 @@ def project_warm_pools(deployment: Deployment) -> list[str]:
     return names
 
 
-def project_processing_jobs(deployment: Deployment, status: str) -> list[str]:
-    """Names of the project's processing jobs (``<project>-*``) in ``status``."""
-    return _project_job_names(deployment, "list_processing_jobs", "ProcessingJobSummaries", "ProcessingJobName", status)
-
-
-def project_tuning_jobs(deployment: Deployment, status: str) -> list[str]:
-    """Names of the project's hyperparameter tuning jobs (``<project>-*``) in ``status``."""
-    return _project_job_names(
-        deployment, "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", "HyperParameterTuningJobName", status
-    )
-
-
-def project_transform_jobs(deployment: Deployment, status: str) -> list[str]:
-    """Names of the project's batch transform jobs (``<project>-*``) in ``status``."""
-    return _project_job_names(deployment, "list_transform_jobs", "TransformJobSummaries", "TransformJobName", status)
-
-
-def _project_job_names(deployment: Deployment, operation: str, key: str, name_key: str, status: str) -> list[str]:
-    paginator = deployment.aws.client("sagemaker").get_paginator(operation)
-    prefix = deployment.job_name_prefix
-    names: list[str] = []
-    for page in paginator.paginate(NameContains=prefix, StatusEquals=status):
-        # The prefix checked again: NameContains also matches another project's <other>-<project>-... job.
-        names.extend(j[name_key] for j in page[key] if j[name_key].startswith(prefix))
-    return names
+def project_job_names(deployment: Deployment, kind: JobKind, status: str) -> list[str]:
+    """Names of the project's ``kind`` jobs (``<project>-*``) in ``status``, all of them."""
+    jobs = project_jobs(deployment.aws, deployment.job_name_prefix, status=status, limit=sys.maxsize, kind=kind)
+    return [j[kind.name_key] for j in jobs]
 
 
 @dataclass

@@ -449,3 +449,26 @@ def test_stop_stops_a_processing_or_transform_job_by_name(aws, moto_backends, ca
     assert f"stopping processing job {processing}" in capsys.readouterr().out
     assert moto_backends.sagemaker.processing_jobs[processing].processing_job_status in ("Stopping", "Stopped")
     assert STOP_CALLS[0] == ("StopTransformJob", transform)
+
+
+def test_list_kind_lists_tuning_and_transform_jobs_and_all_of_them_with_a_kind_column(aws, moto_backends, capsys):
+    tuning, transform = f"{PROJECT}-list-tune", f"{PROJECT}-list-exec-transform"
+    _tuning_job(aws, tuning)
+    _transform_job(transform)
+    _tuning_job(aws, f"other-{PROJECT}-list-tune")  # another project's: NameContains matches it too
+    moto_backends.sagemaker.hyper_parameter_tuning_jobs[tuning].hyper_parameter_tuning_job_status = "InProgress"
+    try:
+        capsys.readouterr()
+        assert run(list_jobs.main, ["--kind", "tuning"]) == 0
+        rows = [r.split() for r in capsys.readouterr().out.splitlines()[1:]]
+        assert [r[:3] for r in rows if r[0] == tuning] == [[tuning, "InProgress", "-"]]
+        assert not any("other-" in r[0] for r in rows)
+        assert run(list_jobs.main, ["--kind", "all", "--status", "InProgress"]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert out[0].split()[:3] == ["KIND", "NAME", "STATUS"]
+        kinds = {r.split()[1]: r.split()[0] for r in out[1:]}
+        assert kinds.get(tuning) == "tuning" and transform not in kinds, "--status applies to every kind"
+        assert run(list_jobs.main, ["--kind", "transform"]) == 0
+        assert any(r.split()[:2] == [transform, "Completed"] for r in capsys.readouterr().out.splitlines()[1:])
+    finally:
+        moto_backends.sagemaker.hyper_parameter_tuning_jobs[tuning].hyper_parameter_tuning_job_status = "Completed"
