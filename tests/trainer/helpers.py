@@ -9,8 +9,10 @@ where a fork would not be one (``TRAINER_TEST_FORKSERVER=0`` makes every run fre
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -163,10 +165,40 @@ def finish(
     try:
         rest, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
-        rest, _ = process.communicate()
+        process.kill()  # the fork server's client: it kills the run's process group with it
+        try:
+            rest, _ = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired as err:
+            # The run's user code started processes outside that group (a launcher, a parameter server:
+            # sessions of their own, forks of the fork server) that hold the same stdout: it would never
+            # reach its end. Keep what was read, end those that name this job, and stop reading.
+            rest = err.output.decode(errors="replace") if isinstance(err.output, bytes) else (err.output or "")
+            end_processes_naming(base)
+            assert process.stdout is not None
+            process.stdout.close()
+            process.wait()
     stderr = (base / "stderr.txt").read_text(encoding="utf-8", errors="replace")
     return TrainerRun(base, process.returncode, stdout_so_far + (rest or ""), stderr)
+
+
+def processes_naming(path: Path) -> list[int]:
+    """Processes whose command line names ``path`` or a file under it (from /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any(arg == str(path) or arg.startswith(f"{path}/") for arg in args):
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+def end_processes_naming(path: Path) -> None:
+    """SIGKILL every process whose command line names ``path`` (a run's leftovers)."""
+    for pid in processes_naming(path):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def read_until(process: subprocess.Popen[str], prefix: str, timeout: float = RUN_TIMEOUT_SECONDS) -> str:
@@ -190,18 +222,38 @@ def _alarm(signum: int, frame: Any) -> None:
     raise TimeoutError("the trainer did not print the expected line in time")
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the OS reports free right now (bind to port 0), for loopback workers."""
-    sockets = []
+def _ephemeral_start() -> int:
     try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("localhost", 0))
-            sockets.append(sock)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free right now on every interface, for loopback workers that bind them soon after.
+
+    Drawn below the OS's ephemeral range (Linux: 32768-60999) where it leaves room: a port the OS
+    hands out for binding port 0 is also the local end of any outgoing connection, and with two test
+    workers, emulators and Docker connecting meanwhile, a worker's gRPC server once found its port
+    taken (``Could not start gRPC server``). Checked on 0.0.0.0, as the servers bind it."""
+    low, high = 20000, _ephemeral_start() - 1
+    found: list[int] = []
+    while len(found) < count:
+        if high - low < 1000:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("0.0.0.0", 0))
+                port = sock.getsockname()[1]
+        else:
+            port = random.randint(low, high)
+        if port in found:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        found.append(port)
+    return found
 
 
 def read_scalars(directory: Path) -> dict[str, dict[int, float]]:
