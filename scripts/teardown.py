@@ -58,7 +58,6 @@ from scripts.common import (
     OperatorError,
     add_common_arguments,
     cdk_command,
-    describe_sagemaker_job,
     error_code,
     error_message,
     help_epilog,
@@ -69,7 +68,7 @@ from scripts.common import (
     stack_name,
 )
 from stacks.components.endpoint_spec import endpoint_name
-from scripts.stop import stop_job
+from scripts.stop import ACTIVE_JOB_STATES, stop_job
 from stacks.components.training_job_notifications import gpu_idle_alarm_prefix
 
 ACTIVE = ("InProgress", "Stopping")
@@ -319,18 +318,14 @@ def stop_running(
 
 
 def _stop_in_progress(deployment: Deployment, kind: JobKind, name: str) -> bool:
-    """Stop the ``kind`` job when it is InProgress (one already Stopping is only waited for: SageMaker
-    refuses to stop it again); whether it was asked to stop."""
+    """:func:`scripts.stop.stop_job` of the ``kind`` job (only an InProgress one is asked: one already
+    Stopping is only waited for); whether it was asked to stop. An error is printed, not raised."""
     try:
-        job = describe_sagemaker_job(deployment.aws, kind, name)
-        if job is None or job[kind.status_key] != "InProgress":
-            return False
-        getattr(deployment.aws.client("sagemaker"), kind.stop)(**{kind.name_key: name})
+        return stop_job(deployment, name, kind) in ACTIVE_JOB_STATES
     except ClientError as err:
-        # It may have ended in the meantime, or the pipeline's own stop got there first.
+        # It may have ended in the meantime.
         print(f"  {kind.label} {name}: {error_code(err)}: {error_message(err)}")
         return False
-    return True
 
 
 def stop_cluster_jobs(deployment: Deployment, commands: Sequence[ClusterCommand]) -> None:
