@@ -513,27 +513,27 @@ def _stop_jobs() -> None:
         if status != "InProgress":
             raise ValidationError(message=f"The request was rejected because the {kind} job is in status {status}.")
 
+    def begin_stop(self: Any, kind: str, name_param: str, describe: str, jobs: str, status_attribute: str) -> tuple[str, Any, Any]:
+        # The request's job (ValidationError when it does not exist), refused unless InProgress, now Stopping.
+        name = self._get_param(name_param)
+        getattr(self.sagemaker_backend, describe)(name)
+        job = getattr(self.sagemaker_backend, jobs)[name]
+        refuse_unless_in_progress(kind, getattr(job, status_attribute))
+        setattr(job, status_attribute, "Stopping")
+        job.last_modified_time = now = utcnow()
+        return name, job, now
+
     def stop_training_job(self: Any) -> Any:
-        name = self._get_param("TrainingJobName")
-        self.sagemaker_backend.describe_training_job(name)  # ValidationError when it does not exist
-        job = self.sagemaker_backend.training_jobs[name]
-        refuse_unless_in_progress("training", job.training_job_status)
-        now = utcnow()
+        _, job, now = begin_stop(self, "training", "TrainingJobName", "describe_training_job", "training_jobs", "training_job_status")
         transitions = list(job.secondary_status_transitions or [])
         if transitions and "EndTime" not in transitions[-1]:
             transitions[-1] = {**transitions[-1], "EndTime": now}
         job.secondary_status_transitions = [*transitions, {"Status": "Stopping", "StartTime": now, "StatusMessage": "Stopping the job (StopTrainingJob)"}]
-        job.training_job_status = job.secondary_status = "Stopping"
-        job.last_modified_time = now
+        job.secondary_status = "Stopping"
         return EmptyResult()
 
     def stop_processing_job(self: Any) -> Any:
-        name = self._get_param("ProcessingJobName")
-        self.sagemaker_backend.describe_processing_job(name)  # ValidationError when it does not exist
-        job = self.sagemaker_backend.processing_jobs[name]
-        refuse_unless_in_progress("processing", job.processing_job_status)
-        job.processing_job_status = "Stopping"
-        job.last_modified_time = utcnow()
+        begin_stop(self, "processing", "ProcessingJobName", "describe_processing_job", "processing_jobs", "processing_job_status")
         return EmptyResult()
 
     def stop_hyper_parameter_tuning_job(self: Any) -> Any:
@@ -541,12 +541,10 @@ def _stop_jobs() -> None:
         # its running trials are stopped, no new trial starts, and it ends Stopped.
         import re
 
-        name = self._get_param("HyperParameterTuningJobName")
-        self.sagemaker_backend.describe_hyper_parameter_tuning_job(name)  # ValidationError when it does not exist
-        job = self.sagemaker_backend.hyper_parameter_tuning_jobs[name]
-        refuse_unless_in_progress("hyper-parameter tuning", job.hyper_parameter_tuning_job_status)
-        job.hyper_parameter_tuning_job_status = "Stopping"
-        job.last_modified_time = now = utcnow()
+        name, _, now = begin_stop(
+            self, "hyper-parameter tuning", "HyperParameterTuningJobName", "describe_hyper_parameter_tuning_job",
+            "hyper_parameter_tuning_jobs", "hyper_parameter_tuning_job_status",
+        )  # fmt: skip
         trial = re.compile(rf"{re.escape(name)}-\d{{3}}-[0-9a-f]{{8}}$")  # tuning.trial_name's form
         for trial_name, trial_job in self.sagemaker_backend.training_jobs.items():
             if trial.match(trial_name) and trial_job.training_job_status == "InProgress":
@@ -558,12 +556,7 @@ def _stop_jobs() -> None:
         # Gap: moto has no StopTransformJob. On SageMaker the job turns Stopping, then Stopped;
         # here the local runner (scripts.emulator.transform) sends no further batch and records
         # Stopped. No runner watching: the job was Failed when it was created.
-        name = self._get_param("TransformJobName")
-        self.sagemaker_backend.describe_transform_job(name)  # ValidationError when it does not exist
-        job = self.sagemaker_backend.transform_jobs[name]
-        refuse_unless_in_progress("transform", job.transform_job_status)
-        job.transform_job_status = "Stopping"
-        job.last_modified_time = utcnow()
+        begin_stop(self, "transform", "TransformJobName", "describe_transform_job", "transform_jobs", "transform_job_status")
         return EmptyResult()
 
     PATCHES.set(SageMakerResponse, "stop_training_job", stop_training_job)
