@@ -61,9 +61,10 @@ def promoted_job(config: PlatformConfig, context: dict, region: str) -> str | No
     from botocore.exceptions import BotoCoreError, ClientError
 
     from scripts.common import OperatorError
-    from scripts.promote import RECORD_PARAMETER, PromotionRecord
+    from scripts.promote import PromotionRecord
+    from stacks.components.endpoint_spec import promotion_record_name
 
-    name = RECORD_PARAMETER.format(project=config.project_name)
+    name = promotion_record_name(config.project_name)
     fix = f"grant ssm:GetParameter on {name}, or pass -c {CONTEXT_KEY}.serving.enabled=false to leave the serving stack out"
     try:
         value = boto3.session.Session(region_name=region).client("ssm").get_parameter(Name=name)["Parameter"]["Value"]

@@ -19,7 +19,7 @@ running is refused (exit 1), as is a missing job or artifact (exit 3).
 The promotion record is the SSM parameter ``/<project>/serving/promotion`` (JSON): the live
 model (job, artifact, final metrics, who promoted it and when) and the previously approved
 models, newest first. It is written only after the deploy succeeded, so it always names what
-the endpoint serves; SSM keeps every earlier version of it too (``aws ssm
+the endpoint serves (the pipeline's promote step writes it the same way, after its UpdateEndpoint); SSM keeps every earlier version of it too (``aws ssm
 get-parameter-history``). ``--rollback`` deploys the newest previous model (after the same
 checks) and moves the live one to ``rolled_back``. The record lives outside CloudFormation:
 ``cdk destroy`` keeps it (rollback history), and the next ``promote`` after a redeploy goes on
@@ -51,12 +51,10 @@ from scripts.common import (
     run_cdk,
     stack_name,
 )
+from stacks.components.endpoint_spec import MAX_PREVIOUS_PROMOTIONS, promotion_record_name
 
 ARTIFACT_TEMPLATE = "training-jobs/{job}/output/model.tar.gz"
-RECORD_PARAMETER = "/{project}/serving/promotion"
-MAX_PREVIOUS = 5
-"""Approved models kept for rollback (and as many rolled-back ones): the record stays well under
-SSM's 4 KB for a standard parameter."""
+MAX_PREVIOUS = MAX_PREVIOUS_PROMOTIONS
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ class PromotionRecord:
 
 
 def record_parameter(deployment: Deployment) -> str:
-    return RECORD_PARAMETER.format(project=deployment.config.project_name)
+    return promotion_record_name(deployment.config.project_name)
 
 
 def read_record(deployment: Deployment) -> PromotionRecord:

@@ -738,7 +738,8 @@ class Lifecycle:
         the script synthesizes into an assembly of its own). On either target the stack serves
         the job's model and the promotion record names the job live.
         """
-        from scripts.promote import RECORD_PARAMETER, PromotionRecord
+        from scripts.promote import PromotionRecord
+        from stacks.components.endpoint_spec import promotion_record_name
 
         project = self.config().project_name
         serving = f"{project}-serving"
@@ -750,7 +751,7 @@ class Lifecycle:
         served = self.outputs[serving].get("ModelDataUrl")
         if served != model:
             raise RuntimeError(f"scripts.promote {job} exited 0 but {serving} serves {served}, not {model}")
-        name = RECORD_PARAMETER.format(project=project)
+        name = promotion_record_name(project)
         record = PromotionRecord.from_json(self.client("ssm").get_parameter(Name=name)["Parameter"]["Value"], name)
         live = record.live.job if record.live else "nothing"
         if live != job:
@@ -995,7 +996,31 @@ class Lifecycle:
                 if hosted.model_data_url != output["model_uri"]:
                     raise RuntimeError(f"local hosting serves {hosted.model_data_url}, not the promoted {output['model_uri']}")
             self.progress.say(f"endpoint {self.endpoint_name}: InService on {endpoint['EndpointConfigName']} ({output['model_uri']})")
+            self._check_recorded(output["training_job"], output["model_uri"])
             return str(endpoint["EndpointConfigName"])
+
+    def _check_recorded(self, job: str, model_uri: str) -> None:
+        """The pipeline's promotion is in the promotion record, as ``scripts.promote``'s is: the
+        promoted job live, the one it replaced first among the previous ones, tagged as the project's,
+        so the app (a later ``cdk deploy``) serves it too."""
+        from scripts.promote import PromotionRecord
+        from stacks.components.endpoint_spec import promotion_record_name
+
+        project = self.config().project_name
+        name = promotion_record_name(project)
+        ssm = self.client("ssm")
+        versions = ssm.get_parameter_history(Name=name)["Parameters"]
+        record = PromotionRecord.from_json(versions[-1]["Value"], name)
+        before = PromotionRecord.from_json(versions[-2]["Value"], name) if len(versions) > 1 else PromotionRecord()
+        if record.live is None or (record.live.job, record.live.model_data_url) != (job, model_uri):
+            raise RuntimeError(f"the pipeline promoted {job} but the promotion record {name} names {record.live} live")
+        replaced = before.live.job if before.live else None
+        if replaced and replaced != job and (not record.previous or record.previous[0].job != replaced):
+            raise RuntimeError(f"the promotion record {name} does not keep {replaced}, which {job} replaced, as the newest previous model")
+        tags = {t["Key"]: t["Value"] for t in ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=name)["TagList"]}
+        if tags.get("Project") != project:
+            raise RuntimeError(f"the promotion record {name} is not tagged Project={project}: {tags}")
+        self.progress.say(f"promotion record {name}: {job} live, {replaced or 'nothing'} previous (version {versions[-1]['Version']})")
 
     def _synthetic_rows(self, local: Path, *, shards: int) -> None:
         # The trainer's generator, one seed: the same rows for the same arguments.

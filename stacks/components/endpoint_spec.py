@@ -33,6 +33,20 @@ def endpoint_name(project_name: str) -> str:
     return f"{project_name}-endpoint"
 
 
+MAX_PREVIOUS_PROMOTIONS = 5
+"""Approved models the promotion record keeps for rollback (and as many rolled-back ones): it stays
+well under SSM's 4 KB for a standard parameter."""
+
+
+def promotion_record_name(project_name: str) -> str:
+    """The promotion record's SSM parameter (JSON): the live model and the previously approved ones.
+
+    Written by ``scripts.promote`` and by the pipeline's promote step, each after the endpoint
+    serves the new model; read by the app at synth, so ``cdk deploy`` keeps serving it.
+    """
+    return f"/{project_name}/serving/promotion"
+
+
 def inference_component_name(project_name: str) -> str:
     """The model's inference component (``serving.scale_to_zero``): ``<project>-model``."""
     return f"{project_name}-model"

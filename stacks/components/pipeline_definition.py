@@ -30,7 +30,10 @@ only): it runs after every execution that has a model (``train``, or ``promote.m
   (``TuningJobFailed``); the best trial is the run's training job and its ``model.tar.gz`` the model;
 - promote: CreateModel and CreateEndpointConfig named ``<project>-<execution name>``, UpdateEndpoint
   with the serving stack's blue/green deployment and rollback alarms, then DescribeEndpoint every
-  minute until it serves the new config (``PromotionFailed`` when it fails or rolls back);
+  minute until it serves the new config (``PromotionFailed`` when it fails or rolls back), then the
+  promotion record ``/<project>/serving/promotion`` names the promoted job live and the one it
+  replaced previous, as ``scripts.promote`` writes it, so a later ``cdk deploy`` keeps serving it
+  (the record is read, and checked, before anything runs too: ``PromotionFailed`` names it);
 - transform: CreateModel ``<project>-<execution name>-transform`` on the run's artifact (unless the
   promotion's model is the same model), then ``createTransformJob.sync`` of the same name over the
   scoring prefix (:mod:`stacks.components.transform_job_spec`; ``TransformJobFailed``).
@@ -50,7 +53,9 @@ from stacks.components.endpoint_spec import (
     ModelResources,
     create_endpoint_config_request,
     create_model_request,
+    MAX_PREVIOUS_PROMOTIONS,
     endpoint_name,
+    promotion_record_name,
     rollback_alarm_names,
     update_endpoint_request,
 )
@@ -279,7 +284,7 @@ def pipeline_definition(
         next_state=after_check, transform=transform is not None,
     )
     if promotes:
-        states.update(_endpoint_check_states(states_arn, endpoint))
+        states.update(_endpoint_check_states(states_arn, endpoint, promotion_record_name(project_name)))
     states.update(_process_states(states_arn, processing))
     states.update(_train_states(states_arn, training, tuning, next_state=after_train))
     if promotes:
@@ -378,6 +383,8 @@ def _input_states(
         **dict.fromkeys(_TUNING_VARIABLES),
         "model_uri": "{% $exists($states.input.promote.model_uri) ? $states.input.promote.model_uri : null %}",
         "endpoint_config": None,
+        # The promote step's (CheckPromotionRecord, CreateModel, DescribePromotedJob).
+        **(dict.fromkeys(("promotion_record", "promoted_job", "promoted_metrics")) if not serving.scale_to_zero else {}),
         "failure_error": None,
         "failure_cause": None,
         **processing_state_machine_assignments(processing, source="$states.input.process"),
@@ -470,8 +477,8 @@ def _input_problems(
     return "[" + reasons + "]"
 
 
-def _endpoint_check_states(states_arn: str, endpoint: str) -> dict[str, Any]:
-    """A requested promotion first checks that the endpoint exists."""
+def _endpoint_check_states(states_arn: str, endpoint: str, record: str) -> dict[str, Any]:
+    """A requested promotion first checks that the endpoint exists and the promotion record reads."""
     return {
         "PromotionRequested": _choice("$run_promote", then="CheckEndpoint", otherwise="ProcessRequested"),
         "CheckEndpoint": {
@@ -480,8 +487,17 @@ def _endpoint_check_states(states_arn: str, endpoint: str) -> dict[str, Any]:
             "Resource": f"{states_arn}aws-sdk:sagemaker:describeEndpoint",
             "Arguments": {"EndpointName": endpoint},
             "Catch": [_catch(ENDPOINT_NOT_DEPLOYED, ENDPOINT_MISSING_ERRORS), _catch("EndpointCheckFailed")],
-            "Next": "ProcessRequested",
+            "Next": "CheckPromotionRecord",
         },
+        "CheckPromotionRecord": _read_promotion_record(
+            states_arn, record, comment="The record the promotion will update must be readable: fail now, not after the jobs",
+            next_state="ProcessRequested", on_error="PromotionRecordUnreadable",
+        ),
+        "PromotionRecordUnreadable": _fail_with(
+            PROMOTION_FAILED,
+            _sdk_cause(f"could not read the promotion record {record} (fix or delete the parameter; python -m scripts.promote"
+                       " --show reads it): "),
+        ),
         ENDPOINT_NOT_DEPLOYED: _fail_with(
             ENDPOINT_NOT_DEPLOYED,
             "{% "
@@ -621,6 +637,10 @@ def _promotion_states(
             "Arguments": create_model_request(
                 serving, model_resources, model_name=promoted, model_data_url=Jsonata("$model_uri"), tags=tags
             ),
+            "Assign": {
+                "promoted_job": "{% $given_model_uri != null ? $substringBefore($substringAfter($given_model_uri, "
+                + json.dumps("/" + OUTPUT_PREFIX) + "), " + json.dumps(MODEL_FILE_SUFFIX) + ") : $training_job %}"
+            },
             "Catch": [_catch("PromotionStepFailed")],
             "Next": "CreateEndpointConfig",
         },
@@ -646,7 +666,106 @@ def _promotion_states(
             "Next": "WaitForEndpoint",
         },
         "PromotionStepFailed": _fail_with(PROMOTION_FAILED, _sdk_cause("")),
-        **_endpoint_wait_states(states_arn, endpoint, poll_seconds, next_state),
+        **_endpoint_wait_states(states_arn, endpoint, poll_seconds, "DescribePromotedJob"),
+        **_record_states(states_arn, project_name=project_name, next_state=next_state),
+    }
+
+
+PROMOTED_JOB = "$promoted_job"
+"""The promoted model's training job: the run's, or the one ``promote.model_uri`` names."""
+
+
+def _read_promotion_record(states_arn: str, record: str, *, comment: str, next_state: str, on_error: str) -> dict[str, Any]:
+    """GetParameters of the promotion record into ``$promotion_record`` (``{}`` before the first
+    promotion: GetParameters lists a missing name instead of failing), refusing a value that is not
+    one (the checks of ``scripts.promote``'s ``PromotionRecord.from_json``)."""
+    parse = (
+        "($v := $states.result.Parameters[0].Value; $r := $exists($v) ? $parse($v) : {};"
+        " ($type($r) = 'object'"
+        " and ($not($exists($r.live)) or $r.live = null or ($type($r.live.job) = 'string' and $type($r.live.model_data_url) = 'string'))"
+        " and ($not($exists($r.previous)) or $type($r.previous) = 'array')"
+        " and ($not($exists($r.rolled_back)) or $type($r.rolled_back) = 'array'))"
+        f" ? $r : $error({json.dumps(f'{record} is not a promotion record (an object with live, previous and rolled_back)')}))"
+    )
+    return {
+        "Type": "Task",
+        "Comment": comment,
+        "Resource": f"{states_arn}aws-sdk:ssm:getParameters",
+        "Arguments": {"Names": [record]},
+        "Assign": {"promotion_record": "{% " + parse + " %}"},
+        "Retry": [_THROTTLED],
+        "Catch": [_catch(on_error)],
+        "Next": next_state,
+    }
+
+
+_THROTTLED = {"ErrorEquals": ["Ssm.ThrottlingException", "Ssm.InternalServerErrorException"], "IntervalSeconds": 2,
+              "MaxAttempts": 5, "BackoffRate": 2}
+
+
+def _record_states(states_arn: str, *, project_name: str, next_state: str) -> dict[str, Any]:
+    """After the endpoint serves the new config: the promotion record names the promoted job live
+    (its final metrics, this execution, the time) and the one it replaced first among the previous
+    ones, as ``scripts.promote``'s ``PromotionRecord.promoted`` does, re-read just before the write."""
+    record = promotion_record_name(project_name)
+    endpoint = endpoint_name(project_name)
+    promoted = (
+        "($r := $promotion_record;"
+        f" $new := {{'job': {PROMOTED_JOB}, 'model_data_url': $model_uri, 'metrics': $promoted_metrics,"
+        " 'promoted_by': $states.context.Execution.Id, 'promoted_at': $now('[Y0001]-[M01]-[D01]T[H01]:[m01]:[s01]+00:00')};"
+        " $kept := $filter($append(($exists($r.live) and $r.live != null) ? [$r.live] : [], $r.previous),"
+        " function($p) {$p.job != $new.job});"
+        f" $string({{'live': $new, 'previous': $append([], $kept[[0..{MAX_PREVIOUS_PROMOTIONS - 1}]]),"
+        f" 'rolled_back': $append([], $r.rolled_back[[0..{MAX_PREVIOUS_PROMOTIONS - 1}]])}}))"
+    )
+    not_recorded = _fail_with(
+        PROMOTION_FAILED,
+        "{% "
+        + json.dumps(f"endpoint {endpoint} serves ")
+        + f" & $promoted_name & ' (the model of ' & {PROMOTED_JOB} & ') but the promotion record {record} was not updated ('"
+        " & $string($states.input.Error) & ': ' & $string($states.input.Cause) & '): record it with python -m scripts.promote '"
+        f" & {PROMOTED_JOB} & ', or the next cdk deploy serves the model the record names' %}}",
+    )
+    return {
+        "DescribePromotedJob": {
+            "Type": "Task",
+            "Comment": "The promoted job's final metrics for the record (none if it cannot be described)",
+            "Resource": f"{states_arn}aws-sdk:sagemaker:describeTrainingJob",
+            "Arguments": {"TrainingJobName": "{% " + PROMOTED_JOB + " %}"},
+            "Assign": {"promoted_metrics": "{% $merge($append([{}], $states.result.FinalMetricDataList.{MetricName: Value})) %}"},
+            "Catch": [{**_catch("ReadPromotionRecord"), "Assign": {"promoted_metrics": {}}}],
+            "Next": "ReadPromotionRecord",
+        },
+        "ReadPromotionRecord": _read_promotion_record(
+            states_arn, record, comment="The record as it is now (a promotion may have happened while the jobs ran)",
+            next_state="RecordPromotion", on_error="PromotionNotRecorded",
+        ),
+        "RecordPromotion": {
+            "Type": "Task",
+            "Comment": "The promoted job live, the one it replaced first among the previous ones (a new SSM version)",
+            "Resource": f"{states_arn}aws-sdk:ssm:putParameter",
+            "Arguments": {
+                "Name": record,
+                "Value": "{% " + promoted + " %}",
+                "Type": "String",
+                "Overwrite": True,
+                "Description": f"{project_name}: the model the endpoint serves and the previously approved ones"
+                " (scripts.promote, the pipeline)",
+            },
+            "Retry": [_THROTTLED],
+            "Catch": [_catch("PromotionNotRecorded")],
+            "Next": "TagPromotionRecord",
+        },
+        "TagPromotionRecord": {
+            "Type": "Task",
+            "Comment": "Tagged as the project's (a first promotion creates the parameter); the teardown audit lists it as kept",
+            "Resource": f"{states_arn}aws-sdk:ssm:addTagsToResource",
+            "Arguments": {"ResourceType": "Parameter", "ResourceId": record, "Tags": [{"Key": "Project", "Value": project_name}]},
+            "Retry": [_THROTTLED],
+            "Catch": [_catch("PromotionNotRecorded")],
+            "Next": next_state,
+        },
+        "PromotionNotRecorded": not_recorded,
     }
 
 

@@ -22,7 +22,13 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from stacks.components.endpoint_spec import ModelResources, endpoint_name, rollback_alarm_names, volume_kms_allowed
+from stacks.components.endpoint_spec import (
+    ModelResources,
+    endpoint_name,
+    promotion_record_name,
+    rollback_alarm_names,
+    volume_kms_allowed,
+)
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.endpoint_role import BatchTransformAccess, EndpointRole
 from stacks.components.network import closed_security_group
@@ -540,6 +546,15 @@ def _promotion_statements(
             conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}},
         ),
         iam.PolicyStatement(sid="DescribeEndpointVolumeKey", actions=["kms:DescribeKey"], resources=[key.key_arn]),
+        # The promotion record: read before anything runs and after the endpoint serves the new
+        # model, then written (a new version) and tagged; this one parameter only.
+        iam.PolicyStatement(
+            sid="KeepThePromotionRecord",
+            actions=["ssm:GetParameters", "ssm:PutParameter", "ssm:AddTagsToResource"],
+            resources=[
+                stack.format_arn(service="ssm", resource="parameter", resource_name=promotion_record_name(config.project_name).lstrip("/"))
+            ],
+        ),
     ]
 
 

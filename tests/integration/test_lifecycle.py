@@ -526,6 +526,13 @@ def test_promotion_moved_the_endpoint_to_the_second_runs_model(pipelined: Lifecy
     assert model["PrimaryContainer"]["ModelDataUrl"] == second.output["model_uri"]
     hosted = pipelined.hosting.hosted[pipelined.endpoint_name]
     assert (hosted.config_name, hosted.model_data_url) == (endpoint["EndpointConfigName"], second.output["model_uri"])
+    # The promotion record says so, as after scripts.promote: the app (a later cdk deploy) serves it too.
+    versions = pipelined.client("ssm").get_parameter_history(Name=f"/{project}/serving/promotion")["Parameters"]
+    [record] = [r for r in map(lambda v: json.loads(v["Value"]), versions) if r["live"]["promoted_by"] == second.execution["executionArn"]]
+    assert (record["live"]["job"], record["live"]["model_data_url"]) == (second.output["training_job"], second.output["model_uri"])
+    assert record["live"]["metrics"]["train:epoch"] == pipelined.options.epochs
+    served_before = pipelined.outputs[f"{project}-serving"]["ModelDataUrl"].split("/")[-3]  # scripts.promote's, earlier
+    assert [p["job"] for p in record["previous"]][:1] == [served_before]
     # Held-out rows through scripts.invoke reach the promoted model.
     assert len(pipelined.predictions) == 200
     assert pipelined.heldout_accuracy is not None and pipelined.heldout_accuracy > 0.8

@@ -11,7 +11,9 @@ JSONata" and "Passing data between states with variables"):
 - a Task evaluates ``Arguments``; its result is ``$states.result``; its default output is the result;
 - a Catch that matches (``States.ALL`` or the error's name) evaluates its ``Assign``/``Output``
   with ``$states.errorOutput`` (``{Error, Cause}``), whose default output is that error output;
-- an expression that returns nothing fails the run (Step Functions' ``States.QueryEvaluationError``);
+- an expression that returns nothing, or that raises (``$error``, ``$parse`` of a non-JSON text),
+  fails the state with Step Functions' ``States.QueryEvaluationError``; in a Task's result
+  ``Assign``/``Output`` its ``Catch`` takes it like a task's own error;
 - a Choice takes the first rule whose ``Condition`` is true, else ``Default``; Pass and Choice
   pass their input on unless ``Output`` says otherwise.
 
@@ -59,7 +61,8 @@ async function assign(block, vars, bindings) {
 async function run(definition, execution) {
   const states = definition.States;
   let name = definition.StartAt, input = execution.input, vars = {};
-  const context = { Execution: { Name: execution.name, Input: execution.input } };
+  const context = { Execution: { Id: "arn:aws:states:us-east-1:123456789012:execution:machine:" + execution.name,
+                                 Name: execution.name, Input: execution.input } };
   const calls = {}, path = [], tasks = [];
   for (let step = 0; step < 500; step++) {
     const s = states[name];
@@ -84,7 +87,18 @@ async function run(definition, execution) {
       tasks.push({ state: name, resource: s.Resource, arguments: args });
       const script = execution.script[name] || [];
       const n = calls[name] = (calls[name] || 0) + 1;
-      const outcome = script.length ? script[Math.min(n, script.length) - 1] : { result: {} };
+      let outcome = script.length ? script[Math.min(n, script.length) - 1] : { result: {} };
+      let output, assigned;
+      if (outcome.error === undefined) {
+        // The result's Output and Assign: an evaluation error fails the task (catchable).
+        const b = bind({ result: outcome.result });
+        try {
+          output = s.Output !== undefined ? await ev(s.Output, b) : outcome.result;
+          assigned = await assign(s.Assign, vars, b);
+        } catch (e) {
+          outcome = { error: "States.QueryEvaluationError", cause: String(e.message || e) };
+        }
+      }
       if (outcome.error !== undefined) {
         const errorOutput = { Error: outcome.error, Cause: outcome.cause };
         const catcher = (s.Catch || []).find((c) => c.ErrorEquals.includes("States.ALL") || c.ErrorEquals.includes(outcome.error));
@@ -94,9 +108,7 @@ async function run(definition, execution) {
         vars = await assign(catcher.Assign, vars, b);
         input = output; name = catcher.Next;
       } else {
-        const b = bind({ result: outcome.result });
-        const output = s.Output !== undefined ? await ev(s.Output, b) : outcome.result;
-        vars = await assign(s.Assign, vars, b);
+        vars = assigned;
         input = output;
         if (s.End) return { path, tasks, end: "End", output };
         name = s.Next;

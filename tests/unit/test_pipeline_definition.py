@@ -67,7 +67,7 @@ def _resources(role: str) -> JobResources:
 
 
 MODEL = ModelResources(f"arn:aws:iam::{ACCOUNT}:role/model", IMAGE, "artifacts", KEY, ("subnet-a", "subnet-b"), ("sg-model",))
-SERVICES = {name: get_session().get_service_model(name) for name in ("sagemaker", "s3", "sns")}
+SERVICES = {name: get_session().get_service_model(name) for name in ("sagemaker", "s3", "sns", "ssm")}
 SHAPES = {
     "createProcessingJob.sync": ("sagemaker", "CreateProcessingJob"),
     "createTrainingJob.sync": ("sagemaker", "CreateTrainingJob"),
@@ -77,6 +77,10 @@ SHAPES = {
     "updateEndpoint": ("sagemaker", "UpdateEndpoint"),
     "createTransformJob.sync": ("sagemaker", "CreateTransformJob"),
     "describeEndpoint": ("sagemaker", "DescribeEndpoint"),
+    "describeTrainingJob": ("sagemaker", "DescribeTrainingJob"),
+    "getParameters": ("ssm", "GetParameters"),
+    "putParameter": ("ssm", "PutParameter"),
+    "addTagsToResource": ("ssm", "AddTagsToResource"),
     "listObjectsV2": ("s3", "ListObjectsV2"),
     "publish": ("sns", "Publish"),
 }
@@ -120,12 +124,27 @@ TRANSFORM_DEFINITION, _, _, TRANSFORM_CONFIG = _build(**{"transform.enabled": Tr
 TRANSFORM_EBS, _, _, TRANSFORM_EBS_CONFIG = _build(**{"transform.enabled": True, "transform.instance_type": "ml.p3.2xlarge",
                                                       "transform.split_type": "None", "transform.batch_strategy": "SingleRecord"})
 OLD_CONFIG = "gputrain-previous"
+RECORD = "/gputrain/serving/promotion"
+OLD_RECORD = {"live": {"job": "gputrain-old-7", "model_data_url": "s3://artifacts/training-jobs/gputrain-old-7/output/model.tar.gz",
+                       "metrics": {"validation:accuracy": 0.9}, "promoted_by": "arn:aws:iam::123456789012:user/ops",
+                       "promoted_at": "2026-11-01T10:00:00+00:00"},
+              "previous": [{"job": "gputrain-old-3", "model_data_url": "s3://artifacts/training-jobs/gputrain-old-3/output/model.tar.gz"}],
+              "rolled_back": []}
+
+
+def _record(value: Any | None) -> list[dict[str, Any]]:
+    """GetParameters of the promotion record: ``value`` as its JSON text (a string as it is), or missing."""
+    if value is None:
+        return [{"result": {"Parameters": [], "InvalidParameters": [RECORD]}}]
+    text = value if isinstance(value, str) else json.dumps(value)
+    return [{"result": {"Parameters": [{"Name": RECORD, "Type": "String", "Value": text, "Version": 3}], "InvalidParameters": []}}]
 
 
 def _script(name: str = "run1", **changes: Any) -> dict[str, list[dict[str, Any]]]:
     """Task outcomes of a run in which every step succeeds (``changes`` replace some)."""
     script = {
         "CheckEndpoint": [{"result": {"EndpointName": "gputrain-endpoint", "EndpointConfigName": OLD_CONFIG, "EndpointStatus": "InService"}}],
+        "CheckPromotionRecord": _record(OLD_RECORD),
         "CheckOutputPrefix": [{"result": {"KeyCount": 0, "IsTruncated": False}}],
         "ProcessData": [{"result": {"ProcessingJobName": f"gputrain-{name}-process", "ProcessingJobStatus": "Completed"}}],
         "TrainModel": [
@@ -144,6 +163,11 @@ def _script(name: str = "run1", **changes: Any) -> dict[str, list[dict[str, Any]
             {"result": {"EndpointStatus": "Updating", "EndpointConfigName": OLD_CONFIG}},
             {"result": {"EndpointStatus": "InService", "EndpointConfigName": f"gputrain-{name}"}},
         ],
+        "DescribePromotedJob": [{"result": {"TrainingJobStatus": "Completed", "FinalMetricDataList": [
+            {"MetricName": "validation:accuracy", "Value": 0.95}, {"MetricName": "validation:loss", "Value": 0.12}]}}],
+        "ReadPromotionRecord": _record(OLD_RECORD),
+        "RecordPromotion": [{"result": {"Version": 4, "Tier": "Standard"}}],
+        "TagPromotionRecord": [{"result": {}}],
         "CreateTransformModel": [{"result": {"ModelArn": "arn:transform-model"}}],
         "TransformData": [{"result": {"TransformJobName": f"gputrain-{name}-transform", "TransformJobStatus": "Completed"}}],
         "NotifySuccess": [{"result": {"MessageId": "m-1"}}],
@@ -258,8 +282,9 @@ def test_process_train_promote_pass_each_steps_output_to_the_next():
     _check_against_the_service_model(result)
     # The endpoint is checked before any job is created.
     order = [t["state"] for t in result["tasks"]]
-    assert order == ["CheckEndpoint", "CheckOutputPrefix", "ProcessData", "TrainModel", "CreateModel", "CreateEndpointConfig",
-                     "UpdateEndpoint", "DescribeEndpoint", "DescribeEndpoint", "NotifySuccess"]
+    assert order == ["CheckEndpoint", "CheckPromotionRecord", "CheckOutputPrefix", "ProcessData", "TrainModel", "CreateModel",
+                     "CreateEndpointConfig", "UpdateEndpoint", "DescribeEndpoint", "DescribeEndpoint", "DescribePromotedJob",
+                     "ReadPromotionRecord", "RecordPromotion", "TagPromotionRecord", "NotifySuccess"]
     [listing] = _args(result, "CheckOutputPrefix")
     assert listing == {"Bucket": "datasets", "Prefix": "processed/gputrain-run1-process/", "MaxKeys": 1}
     [process] = _args(result, "ProcessData")
@@ -376,7 +401,7 @@ def test_promote_alone_serves_the_given_model_and_a_given_model_wins_over_traini
     uri = "s3://artifacts/training-jobs/gputrain-old-7/output/model.tar.gz"
     result = _run({"promote": {"model_uri": uri}})
     assert result["end"] == "Succeed", result
-    assert [t["state"] for t in result["tasks"]][:2] == ["CheckEndpoint", "CreateModel"]
+    assert [t["state"] for t in result["tasks"]][:3] == ["CheckEndpoint", "CheckPromotionRecord", "CreateModel"]
     assert _args(result, "CreateModel")[0]["PrimaryContainer"]["ModelDataUrl"] == uri
     assert result["output"] == {"processing_job": None, "processed_uri": None, "tuning_job": None, "training_job": None,
                                 "model_uri": uri, "endpoint_config": "gputrain-run1"}
@@ -517,6 +542,112 @@ def test_a_rolled_back_or_failed_deployment_fails_the_promotion():
         "SageMaker.ResourceLimitExceededException: endpoint instance quota")
 
 
+# --------------------------------------------------------------------------------------------
+# The promotion record: what scripts.promote writes, after the endpoint serves the new model
+# --------------------------------------------------------------------------------------------
+
+
+def _written(result: dict[str, Any]) -> dict[str, Any]:
+    [put] = _args(result, "RecordPromotion")
+    assert {k: v for k, v in put.items() if k != "Value"} == {
+        "Name": RECORD, "Type": "String", "Overwrite": True,
+        "Description": "gputrain: the model the endpoint serves and the previously approved ones (scripts.promote, the pipeline)"}
+    assert _args(result, "TagPromotionRecord") == [
+        {"ResourceType": "Parameter", "ResourceId": RECORD, "Tags": [{"Key": "Project", "Value": "gputrain"}]}]
+    return json.loads(put["Value"])
+
+
+SIX_PREVIOUS = [{"job": f"gputrain-p{i}", "model_data_url": f"s3://artifacts/training-jobs/gputrain-p{i}/output/model.tar.gz"}
+                for i in range(6)]
+RECORDS = [
+    None,
+    {"live": None, "previous": [], "rolled_back": []},
+    OLD_RECORD,
+    {**OLD_RECORD, "rolled_back": [{"job": "gputrain-bad", "model_data_url": "s3://artifacts/training-jobs/gputrain-bad/output/model.tar.gz"}]},
+    {"live": {"job": "gputrain-run1-train", "model_data_url": "s3://artifacts/training-jobs/gputrain-run1-train/output/model.tar.gz"},
+     "previous": SIX_PREVIOUS},
+    {"live": SIX_PREVIOUS[0], "previous": [SIX_PREVIOUS[1], {"job": "gputrain-run1-train", "model_data_url": "s3://x/y"}, *SIX_PREVIOUS[2:]],
+     "rolled_back": SIX_PREVIOUS},
+]
+
+
+@pytest.mark.parametrize("before", RECORDS, ids=["none", "empty", "live", "rolled-back", "same-job-live", "same-job-previous"])
+def test_a_promotion_records_the_promoted_job_live_as_scripts_promote_does(before):
+    """The record the pipeline writes is the one scripts.promote's PromotionRecord.promoted makes
+    of the record read just before the write (the read at the start only checks it)."""
+    from scripts.promote import Promotion, PromotionRecord
+
+    result = _run({"process": {}, "train": {}, "promote": True}, CheckPromotionRecord=_record(None), ReadPromotionRecord=_record(before))
+    assert result["end"] == "Succeed", result
+    _check_against_the_service_model(result)
+    assert _args(result, "DescribePromotedJob") == [{"TrainingJobName": "gputrain-run1-train"}]
+    written = _written(result)
+    live = written["live"]
+    assert live["promoted_by"] == "arn:aws:states:us-east-1:123456789012:execution:machine:run1"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", live["promoted_at"]), live
+    new = Promotion(job="gputrain-run1-train", model_data_url="s3://artifacts/training-jobs/gputrain-run1-train/output/model.tar.gz",
+                    metrics={"validation:accuracy": 0.95, "validation:loss": 0.12}, promoted_by=live["promoted_by"],
+                    promoted_at=live["promoted_at"])
+    old = PromotionRecord.from_json(json.dumps(before), "before") if before is not None else PromotionRecord()
+    # Read back as scripts.promote --show and the app read it (earlier entries as they were written).
+    assert sorted(written) == ["live", "previous", "rolled_back"]
+    assert PromotionRecord.from_json(json.dumps(written), RECORD) == PromotionRecord.from_json(old.promoted(new).to_json(), "expected")
+
+
+def test_a_given_model_is_recorded_under_its_job_and_a_tuned_one_under_the_best_trial():
+    uri = "s3://artifacts/training-jobs/gputrain-old-9/output/model.tar.gz"
+    for execution_input in ({"promote": {"model_uri": uri}}, {"train": {}, "promote": {"model_uri": uri}}):
+        result = _run(execution_input)
+        assert _args(result, "DescribePromotedJob") == [{"TrainingJobName": "gputrain-old-9"}]
+        written = _written(result)
+        assert (written["live"]["job"], written["live"]["model_data_url"]) == ("gputrain-old-9", uri)
+        assert [p["job"] for p in written["previous"]] == ["gputrain-old-7", "gputrain-old-3"]
+    tuning = {"ranges": RANGES, "max_jobs": 2}
+    result = _run({"process": {}, "train": {"tuning": tuning}, "promote": True}, TuneModel=_tuned())
+    assert (_written(result)["live"]["job"], _written(result)["live"]["model_data_url"]) == (BEST, BEST_MODEL)
+    # A job the role cannot describe (or one without metrics) is recorded without metrics.
+    denied = [{"error": "SageMaker.AccessDeniedException", "cause": "not authorized"}]
+    result = _run({"promote": {"model_uri": uri}}, DescribePromotedJob=denied)
+    assert result["end"] == "Succeed", result
+    assert _written(result)["live"]["metrics"] == {}
+    result = _run({"promote": {"model_uri": uri}}, DescribePromotedJob=[{"result": {"TrainingJobStatus": "Completed"}}])
+    assert _written(result)["live"]["metrics"] == {}
+
+
+@pytest.mark.parametrize(("record", "reason"), [
+    ("{not json", "could not read the promotion record /gputrain/serving/promotion"),
+    ('["a"]', "is not a promotion record"),
+    ('{"live": {"job": 7}}', "is not a promotion record"),
+    ('{"live": null, "previous": "gputrain-a"}', "is not a promotion record"),
+])
+def test_an_unreadable_promotion_record_fails_the_promotion_before_anything_runs(record, reason):
+    result = _run({"process": {}, "train": {}, "promote": True}, CheckPromotionRecord=_record(record))
+    cause = _failed(result, "PromotionFailed")
+    assert reason in cause and "fix or delete the parameter" in cause, cause
+    assert [t["state"] for t in result["tasks"]] == ["CheckEndpoint", "CheckPromotionRecord", "NotifyFailure"]
+    denied = [{"error": "Ssm.AccessDeniedException", "cause": "not authorized to perform ssm:GetParameters"}]
+    cause = _failed(_run({"train": {}, "promote": True}, CheckPromotionRecord=denied), "PromotionFailed")
+    assert "Ssm.AccessDeniedException: not authorized" in cause
+
+
+def test_a_record_that_cannot_be_written_fails_the_promotion_and_says_what_the_endpoint_serves():
+    denied = [{"error": "Ssm.AccessDeniedException", "cause": "not authorized to perform ssm:PutParameter"}]
+    for changes in ({"RecordPromotion": denied}, {"ReadPromotionRecord": _record("{broken")}, {"TagPromotionRecord": denied}):
+        result = _run({"train": {}, "promote": True}, definition=TRANSFORM_DEFINITION, **changes)
+        cause = _failed(result, "PromotionFailed")
+        assert cause.startswith("endpoint gputrain-endpoint serves gputrain-run1 (the model of gputrain-run1-train) but the promotion"
+                                " record /gputrain/serving/promotion was not updated ("), cause
+        assert cause.endswith("record it with python -m scripts.promote gputrain-run1-train, or the next cdk deploy serves the model"
+                              " the record names"), cause
+        assert "TransformData" not in result["path"]
+
+
+def test_the_record_is_kept_only_where_the_pipeline_promotes():
+    definition, *_ = _build(**{"serving.scale_to_zero": True})
+    assert not {"CheckPromotionRecord", "RecordPromotion"} & set(definition["States"])
+    assert "promotion_record" not in json.dumps(definition)
+
+
 def test_a_lost_notification_does_not_change_the_outcome():
     lost = [{"error": "SNS.KMSAccessDeniedException", "cause": "key"}]
     assert _run({"process": {}}, NotifySuccess=lost)["end"] == "Succeed"
@@ -590,7 +721,8 @@ def test_a_tuning_step_tunes_the_training_request_on_the_processed_shards_and_pr
     assert result["end"] == "Succeed", result
     _check_against_the_service_model(result)
     order = [t["state"] for t in result["tasks"]]
-    assert order[:4] == ["CheckEndpoint", "CheckOutputPrefix", "ProcessData", "TuneModel"] and "TrainModel" not in result["path"]
+    assert order[:5] == ["CheckEndpoint", "CheckPromotionRecord", "CheckOutputPrefix", "ProcessData", "TuneModel"]
+    assert "TrainModel" not in result["path"]
     # The training workflow's own tuning request (the direct launch's), every trial on the processed shards.
     out = "s3://datasets/processed/gputrain-run1-process/"
     channels = {"train": out + "train/", "validation": out + "validation/"}
@@ -684,7 +816,8 @@ def test_the_transform_step_exists_only_when_enabled():
     assert transform_states <= set(TRANSFORM_DEFINITION["States"])
     # Training without promotion, and promotion, both go on to it.
     assert TRANSFORM_DEFINITION["States"]["PromoteRequested"]["Default"] == "TransformRequested"
-    assert TRANSFORM_DEFINITION["States"]["EndpointUpdated"]["Choices"][0]["Next"] == "TransformRequested"
+    assert TRANSFORM_DEFINITION["States"]["EndpointUpdated"]["Choices"][0]["Next"] == "DescribePromotedJob"
+    assert TRANSFORM_DEFINITION["States"]["TagPromotionRecord"]["Next"] == "TransformRequested"
     assert DEFINITION["States"]["PromoteRequested"]["Default"] == "NotifySuccess"
     # transform.max_runtime_seconds: Step Functions stops the job at the task's timeout.
     assert TRANSFORM_DEFINITION["States"]["TransformData"]["TimeoutSeconds"] == 86400
@@ -699,7 +832,7 @@ def test_train_promote_transform_scores_with_the_promoted_model():
     assert result["end"] == "Succeed", result
     _check_against_the_service_model(result)
     order = [t["state"] for t in result["tasks"]]
-    assert order[-3:] == ["DescribeEndpoint", "TransformData", "NotifySuccess"] and "CreateTransformModel" not in order
+    assert order[-3:] == ["TagPromotionRecord", "TransformData", "NotifySuccess"] and "CreateTransformModel" not in order
     [request] = _args(result, "TransformData")
     template = _transform_template(TRANSFORM_CONFIG)
     assert request == create_transform_job_request(template, job_name="gputrain-run1-transform", model_name="gputrain-run1")

@@ -157,6 +157,21 @@ def test_pipeline_role_updates_only_the_projects_endpoint(training):
     assert not {"sagemaker:DeleteEndpoint", "sagemaker:CreateEndpoint", "sagemaker:DeleteModel"} & actions
 
 
+def test_pipeline_role_keeps_only_the_projects_promotion_record(training, default_app):
+    """The promote step reads, writes and tags the record, the one parameter scripts.promote and the app use."""
+    statements = _policy_statements(training, "PipelineRolePolicy")
+    record = statements["KeepThePromotionRecord"]
+    assert sorted(record["Action"]) == ["ssm:AddTagsToResource", "ssm:GetParameters", "ssm:PutParameter"]
+    assert record["Resource"] == "arn:aws:ssm:us-east-1:123456789012:parameter/gputrain/serving/promotion"
+    ssm = {a for s in statements.values() for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]) if a.startswith("ssm:")}
+    assert ssm == set(record["Action"])
+    # Every SSM call of the deployed definition is one of these, on that parameter.
+    states = parse_definition(default_app.template_json("gputrain-training"), name="gputrain-pipeline")["States"]
+    calls = {s["Resource"].rsplit(":", 1)[-1]: s["Arguments"] for s in states.values() if ":::aws-sdk:ssm:" in s.get("Resource", "")}
+    assert {f"ssm:{a[0].upper()}{a[1:]}" for a in calls} == ssm
+    assert {json.dumps(a.get("Names", [a.get("Name", a.get("ResourceId"))])) for a in calls.values()} == {'["/gputrain/serving/promotion"]'}
+
+
 def test_pipeline_role_passes_each_of_the_three_roles_to_sagemaker_for_its_own_resources(training):
     statements = _policy_statements(training, "PipelineRolePolicy")
     passes = {sid: s for sid, s in statements.items() if s["Action"] == "iam:PassRole"}
@@ -270,7 +285,7 @@ def test_training_disabled_still_synthesizes(synth_app):
 def test_scale_to_zero_pipeline_has_no_promotion_permissions(synth_app):
     template = synth_app({"serving.scale_to_zero": True}).template("gputrain-training")
     statements = _policy_statements(template, "PipelineRolePolicy")
-    assert not {"CreateIsolatedModels", "UpdateTheEndpoint", "CreateEndpointConfigs"} & set(statements)
+    assert not {"CreateIsolatedModels", "UpdateTheEndpoint", "CreateEndpointConfigs", "KeepThePromotionRecord"} & set(statements)
     assert {sid for sid, s in statements.items() if s["Action"] == "iam:PassRole"} == {"PassProcessingRole", "PassTrainingJobRole"}
     assert not [k for k in template.find_resources("AWS::IAM::Role") if k.startswith("PipelineModelRole")]
 
