@@ -4,9 +4,10 @@ answers, and what runs (and bills) right now.
 Where each graph's figures come from (nothing new is emitted for the dashboard):
 
 - Cluster nodes: the CloudWatch agent's NVIDIA metrics (:func:`~stacks.components.node_user_data.cloudwatch_agent_config`,
-  namespace ``CWAgent``, aggregated per ``InstanceId``). The agent's metrics carry no project, so
-  the search shows every instance of the region whose agent publishes them: the cluster's nodes,
-  and any other GPU instance set up the same way.
+  aggregated per ``InstanceId``) in the project's own namespace
+  (:func:`~stacks.components.node_user_data.gpu_metric_namespace`, ``<project>/ClusterNodes``), which
+  only the project's nodes may publish to: another deployment's nodes, or any instance whose agent
+  uses the default ``CWAgent``, are not counted.
 - Training jobs: SageMaker's per-host metrics (``/aws/sagemaker/TrainingJobs``, ``Host`` =
   ``<job>/algo-<n>``, summed over the host's GPUs) and the trainer's own figures, which SageMaker
   publishes to the same namespace per ``TrainingJobName`` from the image's metric definitions
@@ -46,7 +47,7 @@ from constructs import Construct
 from stacks.components.endpoint_spec import VARIANT_NAME, endpoint_name, inference_component_name
 from stacks.components.gpu_idle_watch import METRIC_NAME as SAGEMAKER_GPU_METRIC
 from stacks.components.gpu_idle_watch import NAMESPACE as TRAINING_JOB_NAMESPACE
-from stacks.components.node_user_data import GPU_METRIC_NAMESPACE, GPU_UTILIZATION_METRIC, cloudwatch_agent_config
+from stacks.components.node_user_data import GPU_UTILIZATION_METRIC, cloudwatch_agent_config, gpu_metric_namespace
 from stacks.components.pipeline_workflow import pipeline_name
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP as PROCESSING_JOB_NAMESPACE
 from stacks.components.training_job_notifications import gpu_idle_rule_name, job_state_rule_name
@@ -72,7 +73,7 @@ def dashboard_name(project_name: str, region: str) -> str:
 
 def agent_gpu_metric(measurement: str) -> str:
     """The CloudWatch agent's metric name of an ``nvidia_gpu`` measurement the nodes collect."""
-    collected = cloudwatch_agent_config("-")["metrics"]["metrics_collected"]["nvidia_gpu"]["measurement"]
+    collected = cloudwatch_agent_config("-", "-")["metrics"]["metrics_collected"]["nvidia_gpu"]["measurement"]
     if measurement not in collected:
         raise ValueError(f"the nodes' CloudWatch agent does not collect nvidia_gpu {measurement!r} (it collects {collected})")
     return f"nvidia_smi_{measurement}"
@@ -193,7 +194,7 @@ def _running_compute(target: DashboardTarget) -> dict[str, Any]:
     gpu = f'MetricName="{SAGEMAKER_GPU_METRIC}"'
     endpoint = ["EndpointName", endpoint_name(target.project_name), "VariantName", VARIANT_NAME]
     metrics = [
-        [_search(f"{GPU_METRIC_NAMESPACE},InstanceId", f'MetricName="{GPU_UTILIZATION_METRIC}"', "Maximum", id="nodes", **hidden)],
+        [_search(_nodes_schema(target), f'MetricName="{GPU_UTILIZATION_METRIC}"', "Maximum", id="nodes", **hidden)],
         [_count("nodes", "cluster nodes")],
         [_search(f'"{TRAINING_JOB_NAMESPACE}",Host', f"{gpu} {jobs}", "Average", id="trainhosts", **hidden)],
         [_count("trainhosts", "training job instances")],
@@ -217,9 +218,14 @@ def _job_outcomes(target: DashboardTarget) -> dict[str, Any]:
     return _graph("Training job outcomes (in the time range)", metrics, target, stat="Sum", view="singleValue", setPeriodToTimeRange=True)
 
 
+def _nodes_schema(target: DashboardTarget) -> str:
+    """The search schema of the project's nodes: their namespace (quoted: it holds a slash), per instance."""
+    return f'"{gpu_metric_namespace(target.project_name)}",InstanceId'
+
+
 def _cluster(target: DashboardTarget) -> list[dict[str, Any]]:
     node = {"label": "${PROP('Dim.InstanceId')}"}
-    schema = f"{GPU_METRIC_NAMESPACE},InstanceId"
+    schema = _nodes_schema(target)
     utilization = _search(schema, f'MetricName="{GPU_UTILIZATION_METRIC}"', "Maximum", **node)
     memory = _search(schema, f'MetricName="{agent_gpu_metric("memory_used")}"', "Maximum", **node)
     return [

@@ -68,12 +68,7 @@ from stacks.components.buckets import CLUSTER_CHECKPOINT_PREFIX, CLUSTER_OUTPUT_
 from stacks.components.cluster_job_document import document_content, document_name
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork, closed_security_group
-from stacks.components.node_user_data import (
-    GPU_METRIC_NAMESPACE,
-    GPU_UTILIZATION_METRIC,
-    NodeSettings,
-    add_node_boot,
-)
+from stacks.components.node_user_data import GPU_UTILIZATION_METRIC, NodeSettings, add_node_boot, gpu_metric_namespace
 from stacks.components.policy import acknowledge
 from stacks.config import USER_CODE_PREFIX, ClusterConfig
 from stacks.gpu_instances import lookup
@@ -261,6 +256,7 @@ class GpuCluster(Construct):
                     logical_resource_id=stack.get_logical_id(instance.instance),
                     region=stack.region,
                     log_group_name=self.log_group.log_group_name,
+                    metric_namespace=gpu_metric_namespace(project_name),
                     checkpoint_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{self._checkpoint_prefix(name)}",
                     output_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{self._output_prefix()}",
                     code_s3_uri=f"s3://{artifacts_bucket.bucket_name}/{config.code_key}" if config.code_key else "",
@@ -469,7 +465,7 @@ class GpuCluster(Construct):
                     sid="PublishGpuMetrics",
                     actions=["cloudwatch:PutMetricData"],
                     resources=["*"],
-                    conditions={"StringEquals": {"cloudwatch:namespace": GPU_METRIC_NAMESPACE}},
+                    conditions={"StringEquals": {"cloudwatch:namespace": gpu_metric_namespace(self._project_name)}},
                 ),
                 iam.PolicyStatement(
                     sid="SignalHealth", actions=["cloudformation:SignalResource"], resources=[Aws.STACK_ID]
@@ -596,7 +592,7 @@ class GpuCluster(Construct):
                 f"utilization for {minutes} minutes (cost guard)"
             ),
             metric=cloudwatch.Metric(
-                namespace=GPU_METRIC_NAMESPACE,
+                namespace=gpu_metric_namespace(self._project_name),
                 metric_name=GPU_UTILIZATION_METRIC,
                 dimensions_map={"InstanceId": instance.instance_id},
                 statistic=cloudwatch.Stats.MAXIMUM,

@@ -43,7 +43,14 @@ CLOUDWATCH_AGENT_KEY_FINGERPRINT = "937616F3450B7D806CBD9725D58167303B789C72"
 """Fingerprint of AWS's CloudWatch agent signing key (CloudWatch user guide, "Verify the
 signature of the CloudWatch agent package"): the package is installed only if this key signed it."""
 
-GPU_METRIC_NAMESPACE = "CWAgent"
+def gpu_metric_namespace(project_name: str) -> str:
+    """Where the nodes' CloudWatch agent publishes its GPU metrics: one namespace per project, so
+    the dashboard's searches and each node's publishing permission (``cloudwatch:namespace``) take
+    only the project's nodes, not every instance of the region whose agent uses the default
+    ``CWAgent``."""
+    return f"{project_name}/ClusterNodes"
+
+
 GPU_UTILIZATION_METRIC = "nvidia_smi_utilization_gpu"
 """What the CloudWatch agent publishes for ``nvidia_gpu`` ``utilization_gpu``."""
 
@@ -82,6 +89,7 @@ class NodeSettings:
         logical_resource_id: The node's instance resource in that stack.
         region: Region of the stack, log group and bucket.
         log_group_name: The cluster's log group.
+        metric_namespace: Where the CloudWatch agent publishes (:func:`gpu_metric_namespace`).
         checkpoint_s3_uri: Where ``/opt/ml/checkpoints`` is synced (this node's own prefix).
         output_s3_uri: Where the cluster's nodes may write models and other outputs.
         code_s3_uri: A user's ``sourcedir.tar.gz`` to run in script mode; empty for the built-in trainer.
@@ -104,6 +112,7 @@ class NodeSettings:
     logical_resource_id: str
     region: str
     log_group_name: str
+    metric_namespace: str
     checkpoint_s3_uri: str
     output_s3_uri: str
     code_s3_uri: str = ""
@@ -138,7 +147,7 @@ class NodeSettings:
         }
 
 
-def cloudwatch_agent_config(log_group_name: str) -> dict[str, Any]:
+def cloudwatch_agent_config(log_group_name: str, namespace: str) -> dict[str, Any]:
     """CloudWatch agent settings: per-GPU metrics aggregated per instance, boot logs.
 
     ``aggregation_dimensions`` makes the agent also publish each metric with the ``InstanceId``
@@ -148,7 +157,7 @@ def cloudwatch_agent_config(log_group_name: str) -> dict[str, Any]:
     return {
         "agent": {"metrics_collection_interval": 60},
         "metrics": {
-            "namespace": GPU_METRIC_NAMESPACE,
+            "namespace": namespace,
             "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
             "aggregation_dimensions": [["InstanceId"]],
             "metrics_collected": {
@@ -220,7 +229,7 @@ def boot_script(settings: NodeSettings) -> str:
         _env_file(settings.environment()),
         _EOF,
         f"cat > {NODE_DIR}/cloudwatch-agent.json <<'{_EOF}'",
-        json.dumps(cloudwatch_agent_config(settings.log_group_name), indent=1),
+        json.dumps(cloudwatch_agent_config(settings.log_group_name, settings.metric_namespace), indent=1),
         _EOF,
     ]
     for name in BOOT_FILES:

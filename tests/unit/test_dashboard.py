@@ -90,8 +90,8 @@ def test_widgets_fill_the_grid_without_overlapping(body):
 def test_cluster_graphs_read_the_nodes_cloudwatch_agent_metrics(body):
     expressions = _expressions(_widget(body, "Cluster nodes: GPU utilization")) + _expressions(_widget(body, "Cluster nodes: GPU memory"))
     assert expressions == [
-        "SEARCH('{CWAgent,InstanceId} MetricName=\"nvidia_smi_utilization_gpu\"', 'Maximum', 60)",
-        "SEARCH('{CWAgent,InstanceId} MetricName=\"nvidia_smi_memory_used\"', 'Maximum', 60)",
+        "SEARCH('{\"gputrain/ClusterNodes\",InstanceId} MetricName=\"nvidia_smi_utilization_gpu\"', 'Maximum', 60)",
+        "SEARCH('{\"gputrain/ClusterNodes\",InstanceId} MetricName=\"nvidia_smi_memory_used\"', 'Maximum', 60)",
     ]
 
 
@@ -119,7 +119,7 @@ def test_running_compute_counts_nodes_job_hosts_and_endpoint_instances(body):
         "training job instances": "SUM(FILL(trainhosts * 0 + 1, 0))",
         "processing job instances": "SUM(FILL(prochosts * 0 + 1, 0))",
     }
-    assert "CWAgent,InstanceId" in searches["nodes"]
+    assert '"gputrain/ClusterNodes",InstanceId' in searches["nodes"]
     assert "/aws/sagemaker/TrainingJobs" in searches["trainhosts"] and "Host=gputrain" in searches["trainhosts"]
     assert "/aws/sagemaker/ProcessingJobs" in searches["prochosts"]
     endpoint = [m for m in properties["metrics"] if not isinstance(m[0], dict)]
@@ -183,6 +183,8 @@ def _target(**changes: Any) -> DashboardTarget:
 def test_project_and_environment_come_from_the_target():
     text = json.dumps(dashboard_body(_target()))
     assert "Host=my-proj" in text and "TrainingJobName=my-proj" in text
+    # The nodes' graphs search the project's own namespace (another deployment's nodes are not counted).
+    assert text.count('{\\"my-proj/ClusterNodes\\",InstanceId}') == 3
     assert "arn:aws:states:eu-west-1:111122223333:stateMachine:my-proj-training-job" in text
     assert "gputrain" not in text
     assert not re.search(r'"region": "(?!eu-west-1)', text)

@@ -420,7 +420,8 @@ def test_role_has_least_privilege(synth_app):
     assert all(s["Effect"] == "Allow" and "*" not in "".join(actions[sid]) for sid, s in statements.items())
     # "*" only where the service has no resource-level permissions.
     assert {sid for sid, s in statements.items() if s["Resource"] == "*"} == {"EcrLogin", "PublishGpuMetrics", "SessionManagerChannels", "FindJobOutputLogGroup"}
-    assert statements["PublishGpuMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "CWAgent"}}
+    # Only into the project's namespace: a node cannot feed another deployment's graphs or idle alarms.
+    assert statements["PublishGpuMetrics"]["Condition"] == {"StringEquals": {"cloudwatch:namespace": "gputrain/ClusterNodes"}}
     assert "kms:ViaService" in statements["BucketObjectKeys"]["Condition"]["StringEquals"]
     # Own log group only, and no creating log groups outside the stack.
     (log_group,) = template.find_resources("AWS::Logs::LogGroup")
@@ -532,7 +533,7 @@ def test_idle_nodes_are_stopped_by_default(synth_app):
     watched = set()
     for alarm in alarms.values():
         props = alarm["Properties"]
-        assert props["Namespace"] == "CWAgent" and props["MetricName"] == "nvidia_smi_utilization_gpu"
+        assert props["Namespace"] == "gputrain/ClusterNodes" and props["MetricName"] == "nvidia_smi_utilization_gpu"
         assert props["Statistic"] == "Maximum"  # the busiest GPU: idle means every GPU is idle
         assert props["ComparisonOperator"] == "LessThanThreshold" and props["Threshold"] == 5
         assert props["Period"] * props["EvaluationPeriods"] == 60 * 60
@@ -548,6 +549,8 @@ def test_idle_nodes_are_stopped_by_default(synth_app):
     assert "utilization_gpu" in agent["metrics_collected"]["nvidia_gpu"]["measurement"]
     assert agent["aggregation_dimensions"] == [["InstanceId"]]
     assert agent["append_dimensions"] == {"InstanceId": "${aws:InstanceId}"}
+    # ... into the namespace the alarms watch and the role may publish to.
+    assert agent["namespace"] == "gputrain/ClusterNodes"
 
 
 def test_maximum_lifetime_is_enforced_by_default(synth_app):

@@ -394,7 +394,7 @@ def test_the_training_request_is_the_training_workflows(train):
     [request] = _args(result, "TrainModel")
     assert request == create_training_job_request(TRAINING, resolve_launch(TRAINING, options))
     [model] = _args(result, "CreateModel")
-    assert model["PrimaryContainer"]["ModelDataUrl"] == f"s3://artifacts/training-jobs/gputrain-run1-train/output/model.tar.gz"
+    assert model["PrimaryContainer"]["ModelDataUrl"] == "s3://artifacts/training-jobs/gputrain-run1-train/output/model.tar.gz"
 
 
 def test_promote_alone_serves_the_given_model_and_a_given_model_wins_over_training():
