@@ -171,6 +171,18 @@ class PipelineRun:
     seconds: float
 
 
+SCRIPT_TIMEOUT_SECONDS = 1800.0
+"""Longest run of one operator script: the longest the main job runs (a pipeline's launch and
+watch) take minutes; a script that hangs on the emulator fails the run instead of holding it."""
+
+
+def _text(output: str | bytes | None) -> str:
+    """What a killed process had printed (``TimeoutExpired`` holds bytes even in text mode)."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output or ""
+
+
 class Lifecycle:
     """One run of the platform lifecycle (emulator or real account)."""
 
@@ -242,17 +254,26 @@ class Lifecycle:
         endpoint = self.emulator.endpoint_url if self.emulator else None
         return self.session().client(service, endpoint_url=endpoint, region_name=self.region)
 
-    def run_script(self, module: str, *args: str) -> str:
+    def run_script(self, module: str, *args: str, timeout: float = SCRIPT_TIMEOUT_SECONDS) -> str:
         """Run an operator script (``python -m scripts.<module>``) on the target; return its stdout.
 
         Raises:
-            RuntimeError: it exited non-zero (its output is in ``<work dir>/<module>.log``).
+            RuntimeError: it exited non-zero, or ran past ``timeout`` seconds and was killed (its
+                output is in ``<work dir>/<module>.log``).
         """
         command = [sys.executable, "-m", f"scripts.{module}", *args]
         for key, value in self.context.items():
             command += ["-c", f"{key}={value}"]
-        result = subprocess.run(command, cwd=ROOT, env=self.env, capture_output=True, text=True, check=False)
         log = self.work_dir / f"{module}.log"
+        try:
+            result = subprocess.run(command, cwd=ROOT, env=self.env, capture_output=True, text=True, check=False, timeout=timeout)
+        except subprocess.TimeoutExpired as expired:
+            printed = "".join(_text(part) for part in (expired.stdout, expired.stderr))
+            with log.open("a", encoding="utf-8") as handle:
+                handle.write(f"$ {' '.join(command[1:])}\n{printed}[killed after {timeout:.0f} s]\n")
+            raise RuntimeError(
+                f"python -m scripts.{module} {' '.join(args)} did not end in {timeout:.0f} s and was killed (its output: {log})"
+            ) from None
         with log.open("a", encoding="utf-8") as handle:
             handle.write(f"$ {' '.join(command[1:])}\n{result.stdout}{result.stderr}")
         if result.returncode != 0:

@@ -131,3 +131,21 @@ def test_cluster_runs_two_nodes_without_serving_and_refuses_what_it_cannot_combi
         with pytest.raises(SystemExit):
             cli.parse_args(["--cluster", other])
         assert "--cluster runs jobs on the emulated cluster's nodes" in capsys.readouterr().err
+
+
+def test_an_operator_script_that_hangs_fails_the_run_in_bounded_time(monkeypatch, tmp_path):
+    """run_script kills a script past its limit and says which one, with what it had printed in its log."""
+    import sys
+
+    from scripts.emulator.lifecycle import Options
+
+    hanging = tmp_path / "python"
+    hanging.write_text("#!/bin/sh\necho \"started $*\"\nexec sleep 60\n")
+    hanging.chmod(0o755)
+    run = Lifecycle(Options(work_dir=tmp_path / "run"))
+    run.work_dir.mkdir()
+    monkeypatch.setattr(sys, "executable", str(hanging))
+    with pytest.raises(RuntimeError, match=r"python -m scripts.watch --pipeline did not end in 1 s and was killed \(its output: .*watch.log\)"):
+        run.run_script("watch", "--pipeline", timeout=1)
+    log = (run.work_dir / "watch.log").read_text()
+    assert "started -m scripts.watch --pipeline" in log and "[killed after 1 s]" in log
