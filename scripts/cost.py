@@ -12,6 +12,9 @@ Prices: on-demand EC2 rates come from the GPU table (training_image/trainer/gpu_
 whose ``_price_source`` says where and when they were taken); SageMaker training adds a per-family
 surcharge over EC2; spot is an assumed discount, since real spot prices move by AZ and hour.
 Everything is us-east-1 list price before taxes and discounts: a budget estimate, not a bill.
+
+Standing cost counts the cluster's nodes as stopped only where ``cluster.idle_stop_minutes`` stops them;
+with it at 0 they run on demand with no job, and the standing section prices them.
 """
 
 from __future__ import annotations
@@ -55,12 +58,27 @@ PRICE_REGION = "us-east-1"
 
 @dataclass(frozen=True)
 class Line:
-    """One row of the estimate."""
+    """One row of the estimate.
+
+    Attributes:
+        item: What bills.
+        usd_per_hour: What it bills per hour while it bills.
+        usd_per_run: Per job; ``None`` for what bills by the month (standing, serving).
+        note: Where the figure comes from, or what it assumes.
+        hours_per_month: The hours a month it bills, for the monthly figure: around the clock unless
+            something bounds it (nodes that power off after their maximum lifetime).
+    """
 
     item: str
     usd_per_hour: float
     usd_per_run: float | None
     note: str
+    hours_per_month: float = HOURS_PER_MONTH
+
+    @property
+    def usd_per_month(self) -> float:
+        """What it bills in a month: :attr:`usd_per_hour` for :attr:`hours_per_month`."""
+        return self.usd_per_hour * self.hours_per_month
 
 
 def ec2_cluster(cfg: PlatformConfig, hours: float) -> list[Line]:
@@ -72,11 +90,28 @@ def ec2_cluster(cfg: PlatformConfig, hours: float) -> list[Line]:
     n = cfg.cluster.node_count
     spot = price.on_demand_usd_per_hour * (1 - SPOT_DISCOUNT_ASSUMED)
     what = f"{n} x {row.name} ({n * row.gpu_count} x {row.gpu_model})"
-    return [
+    lines = [
         Line(f"EC2 cluster, on-demand: {what}", price.usd_per_hour, price.most_usd, "GPU table price"),
         Line(f"EC2 cluster, spot: {what}", spot, spot * hours,
              f"for comparison: the nodes are on-demand; assumes {SPOT_DISCOUNT_ASSUMED:.0%} spot saving"),
     ]
+    if cfg.cluster.start_training_on_boot:
+        lines.append(_training_on_boot(cfg, price.usd_per_hour))
+    return lines
+
+
+def _training_on_boot(cfg: PlatformConfig, usd_per_hour: float) -> Line:
+    """``cluster.start_training_on_boot``: every boot trains, with no maximum runtime of its own (unlike a
+    ``cluster_job run``); the node's maximum lifetime is what bounds it."""
+    cl = cfg.cluster
+    what = f"{cl.node_count} x {cl.instance_type}"
+    boots = "cluster.start_training_on_boot: every boot (the deploy, a start, a stack update's restart) trains with no maximum runtime"
+    if cl.max_lifetime_hours:
+        return Line(f"Training on boot, on-demand: {what}", usd_per_hour, usd_per_hour * cl.max_lifetime_hours,
+                    f"{boots}; at most until cluster.max_lifetime_hours={cl.max_lifetime_hours} h after the first boot")
+    after = f"then idle stop after {cl.idle_stop_minutes} min" if cl.idle_stop_minutes else "and the nodes run on after it (idle stop off)"
+    return Line(f"Training on boot, on-demand: {what}", usd_per_hour, None,
+                f"{boots}; bills until the training ends, {after}; no cap (cluster.max_lifetime_hours=0): /month if it never ends")
 
 
 def cluster_job_price(cfg: PlatformConfig, name: str, max_runtime_seconds: float) -> JobPrice:
@@ -262,7 +297,8 @@ def serving(cfg: PlatformConfig) -> list[Line]:
 
 
 def standing(cfg: PlatformConfig, *, dataset_gb: float, artifacts_gb: float, image_gb: float) -> list[Line]:
-    """What still bills with the stacks deployed and no job running (no compute running)."""
+    """What still bills with the stacks deployed and no job running: storage and network, and the cluster's
+    nodes (:func:`cluster_standing`), which run on with no job where idle stop is off."""
     azs = cfg.network.max_azs
     endpoints = len(cfg.network.interface_endpoints)
     lines = [
@@ -272,15 +308,46 @@ def standing(cfg: PlatformConfig, *, dataset_gb: float, artifacts_gb: float, ima
         Line(f"S3: {dataset_gb:g} GB datasets + {artifacts_gb:g} GB artifacts", (dataset_gb + artifacts_gb) * S3_STANDARD_USD_PER_GB_MONTH / HOURS_PER_MONTH, None,
              "versioned: old versions bill until the lifecycle rule expires them"),
         Line(f"ECR: {image_gb:g} GB of images", image_gb * ECR_USD_PER_GB_MONTH / HOURS_PER_MONTH, None, "lifecycle rule caps the image count"),
-        Line("CloudWatch Logs", 0.0, None, f"${CLOUDWATCH_LOGS_INGEST_USD_PER_GB}/GB ingested while jobs and nodes run; nothing when idle"),
+        Line("CloudWatch Logs", 0.0, None, f"${CLOUDWATCH_LOGS_INGEST_USD_PER_GB}/GB ingested while jobs and nodes run; "
+             + ("the nodes run here" if nodes_keep_running(cfg) else "nothing when idle")),
     ]
-    if cfg.cluster.enabled:
-        gb = cfg.cluster.root_volume_gb * cfg.cluster.node_count
-        lines.append(Line(f"Stopped GPU nodes' root volumes: {gb} GB gp3", gb * GP3_USD_PER_GB_MONTH / HOURS_PER_MONTH, None,
-                          "idle nodes are stopped, not terminated: their volumes still bill"))
+    lines += cluster_standing(cfg)
     if cfg.network.nat_gateways:
         lines.append(Line(f"NAT gateways: {cfg.network.nat_gateways}", cfg.network.nat_gateways * NAT_GATEWAY_USD_PER_HOUR, None, "plus $0.045/GB processed"))
     return lines
+
+
+def nodes_keep_running(cfg: PlatformConfig) -> bool:
+    """The cluster's nodes run on with no job: deployed with idle stop off (``cluster.idle_stop_minutes=0``)."""
+    return cfg.cluster.enabled and not cfg.cluster.idle_stop_minutes
+
+
+def cluster_standing(cfg: PlatformConfig) -> list[Line]:
+    """The cluster with no job: its nodes' root volumes, and the nodes themselves unless idle stop stops them.
+
+    With ``cluster.idle_stop_minutes`` (the default) an idle node stops and only its volume bills. At 0 the nodes
+    run on demand with no job until ``cluster.max_lifetime_hours`` after their first boot powers them off (see
+    :mod:`stacks.components.gpu_cluster`), or, with that at 0 too, until someone stops or destroys them.
+    """
+    cl = cfg.cluster
+    if not cl.enabled:
+        return []
+    gb = cl.root_volume_gb * cl.node_count
+    volumes_usd_per_hour = gb * GP3_USD_PER_GB_MONTH / HOURS_PER_MONTH
+    if not nodes_keep_running(cfg):
+        return [Line(f"Stopped GPU nodes' root volumes: {gb} GB gp3", volumes_usd_per_hour, None,
+                     f"idle nodes stop after {cl.idle_stop_minutes} min (cluster.idle_stop_minutes), not terminated: their volumes still bill")]
+    running = f"GPU nodes running with no job, on-demand: {cl.node_count} x {cl.instance_type}"
+    usd_per_hour = cluster_job_price(cfg, "", 0).on_demand_usd_per_hour
+    if cl.max_lifetime_hours:
+        hours = min(cl.max_lifetime_hours, HOURS_PER_MONTH)
+        nodes = Line(running, usd_per_hour, None,
+                     f"cluster.idle_stop_minutes=0: they run until cluster.max_lifetime_hours={cl.max_lifetime_hours} h after their first boot, "
+                     f"then stop; /month counts those {hours:g} h once (one deploy of the nodes a month)", hours_per_month=hours)
+    else:
+        nodes = Line(running, usd_per_hour, None,
+                     "cluster.idle_stop_minutes=0 and cluster.max_lifetime_hours=0: they run around the clock until you stop or destroy them")
+    return [nodes, Line(f"GPU nodes' root volumes: {gb} GB gp3", volumes_usd_per_hour, None, "bill whether the nodes run or are stopped")]
 
 
 def _row(instance_type: str) -> GpuInstanceType:
@@ -307,7 +374,7 @@ def _amount(minimum_exclusive: bool) -> Any:
 def render(title: str, lines: Sequence[Line], hours: float | None) -> str:
     out = [title]
     for line in lines:
-        run = f"  ${line.usd_per_run:>10,.2f}/job" if line.usd_per_run is not None else f"  ${line.usd_per_hour * HOURS_PER_MONTH:>8,.2f}/month"
+        run = f"  ${line.usd_per_run:>10,.2f}/job" if line.usd_per_run is not None else f"  ${line.usd_per_month:>8,.2f}/month"
         out.append(f"  {line.item:<62} ${line.usd_per_hour:>9,.3f}/h{run}   {line.note}")
     if hours is not None:
         out.append(f"  (a job is {hours:g} h)")
@@ -361,17 +428,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(render("Processing (the pipeline's first step: a pipeline run bills it, then the training job)", processing, process_hours))
     idle = standing(cfg, dataset_gb=args.dataset_gb, artifacts_gb=args.artifacts_gb, image_gb=args.image_gb)
+    nodes_run = nodes_keep_running(cfg)
     print()
-    print(render("Standing cost with no job running (no compute runs)", idle, None))
+    print(render("Standing cost with no job running ("
+                 + ("the cluster's nodes keep running: cluster.idle_stop_minutes=0)" if nodes_run else "no compute runs)"), idle, None))
     endpoint = serving(cfg)
-    total = sum(line.usd_per_hour for line in idle) + (endpoint[0].usd_per_hour if endpoint else 0.0)
+    counted = [*idle, *endpoint[:1]]
+    total, total_month = sum(line.usd_per_hour for line in counted), sum(line.usd_per_month for line in counted)
     if endpoint:
         print()
         print(render("Serving (GPU endpoint)", endpoint, None))
     else:
         print("\nServing: no endpoint deployed (serving.enabled=false): $0 when idle.")
-    label = "total standing" + (" incl. idle endpoint" if endpoint else "")
-    print(f"  {label:<62} ${total:>9,.3f}/h  ${total * HOURS_PER_MONTH:>8,.2f}/month")
+    label = "total standing" + (" incl. running nodes" if nodes_run else "") + (" incl. idle endpoint" if endpoint else "")
+    print(f"  {label:<62} ${total:>9,.3f}/h  ${total_month:>8,.2f}/month")
     return 0
 
 

@@ -132,3 +132,67 @@ def test_cli_prices_a_cluster_job_at_its_default_maximum_runtime(capsys):
     assert section[-1] == f"  (a job is {DEFAULT_MAX_RUNTIME_SECONDS / 3600:g} h)"
     assert cost.main(["--hours", "2", "-c", "gpu_training.cluster.node_count=3"]) == 0
     assert _cluster_job_line(capsys.readouterr().out)[0] == "6.04"
+
+
+# --- the cluster's nodes with no job: stopped only where idle stop stops them ---------------------------------
+
+
+def _standing(**overrides):
+    return {line.item.split(":")[0]: line for line in cost.standing(config(**overrides), dataset_gb=0, artifacts_gb=0, image_gb=0)}
+
+
+def test_standing_counts_the_nodes_stopped_only_where_idle_stop_is_on():
+    lines = _standing(cluster__node_count=2)
+    assert "GPU nodes running with no job, on-demand" not in lines
+    volumes = lines["Stopped GPU nodes' root volumes"]
+    assert volumes.usd_per_hour == pytest.approx(2 * 200 * 0.08 / 730)
+    assert "idle nodes stop after 60 min (cluster.idle_stop_minutes)" in volumes.note
+
+
+def test_standing_prices_the_running_nodes_until_their_maximum_lifetime_when_idle_stop_is_off():
+    lines = _standing(cluster__idle_stop_minutes=0, cluster__instance_type="g5.12xlarge", cluster__node_count=2, cluster__max_lifetime_hours=48)
+    nodes = lines["GPU nodes running with no job, on-demand"]
+    assert nodes.item.endswith("2 x g5.12xlarge")
+    assert nodes.usd_per_hour == pytest.approx(2 * 5.672) and nodes.usd_per_run is None
+    assert nodes.usd_per_month == pytest.approx(2 * 5.672 * 48)  # 48 h after the first boot, then they stop
+    assert "until cluster.max_lifetime_hours=48 h after their first boot" in nodes.note and "48 h once" in nodes.note
+    assert "Stopped GPU nodes' root volumes" not in lines and "stopped, not terminated" not in " ".join(line.note for line in lines.values())
+    assert lines["GPU nodes' root volumes"].usd_per_hour == pytest.approx(2 * 200 * 0.08 / 730)
+
+
+@pytest.mark.parametrize(("lifetime", "hours"), [(0, 730), (1000, 730), (1, 1)])
+def test_running_nodes_bill_around_the_clock_without_a_maximum_lifetime(lifetime, hours):
+    nodes = _standing(cluster__idle_stop_minutes=0, cluster__max_lifetime_hours=lifetime)["GPU nodes running with no job, on-demand"]
+    assert nodes.usd_per_month == pytest.approx(1.006 * hours)
+    assert ("until you stop or destroy them" in nodes.note) == (lifetime == 0)
+
+
+def test_cli_standing_with_idle_stop_off_bills_the_nodes_and_says_they_run(capsys):
+    assert cost.main(["-c", "cluster.enabled=true", "-c", "cluster.idle_stop_minutes=0", "-c", "cluster.max_lifetime_hours=0"]) == 0
+    out = capsys.readouterr().out
+    standing_section = out[out.index("Standing cost with no job running") :]
+    assert "no compute runs" not in out and "idle nodes stop" not in out and "Stopped GPU nodes" not in out
+    assert "the cluster's nodes keep running: cluster.idle_stop_minutes=0" in standing_section.splitlines()[0]
+    (nodes,) = [line for line in standing_section.splitlines() if "GPU nodes running with no job, on-demand: 1 x g5.xlarge" in line]
+    assert "$    1.006/h  $  734.38/month" in nodes  # $1.006/h x 730 h
+    (total,) = [line for line in out.splitlines() if "total standing" in line]
+    assert "incl. running nodes" in total
+    assert float(total.split("/h")[1].split("/month")[0].replace("$", "").replace(",", "")) > 734.38
+
+
+def test_cli_total_standing_counts_running_nodes_for_their_lifetime_only(capsys):
+    assert cost.main(["-c", "cluster.idle_stop_minutes=0", "--dataset-gb", "0", "--artifacts-gb", "0", "--image-gb", "0"]) == 0
+    out = capsys.readouterr().out
+    (total,) = [line for line in out.splitlines() if "total standing" in line]
+    month = 10 * 2 * 0.01 * 730 + 1.00 + 1.006 * 24 + 200 * 0.08  # endpoints, key, the nodes' 24 h lifetime, volumes
+    assert total.endswith(f"${month:>8,.2f}/month")
+
+
+def test_training_on_boot_is_bounded_by_the_maximum_lifetime_not_a_job_runtime():
+    lines = cost.ec2_cluster(config(cluster__start_training_on_boot=True, cluster__node_count=2, cluster__max_lifetime_hours=10), hours=24)
+    boot = lines[-1]
+    assert boot.item == "Training on boot, on-demand: 2 x g5.xlarge"
+    assert boot.usd_per_run == pytest.approx(2 * 1.006 * 10) and "cluster.max_lifetime_hours=10 h" in boot.note
+    unbounded = cost.ec2_cluster(config(cluster__start_training_on_boot=True, cluster__max_lifetime_hours=0, cluster__idle_stop_minutes=0), hours=24)[-1]
+    assert unbounded.usd_per_run is None and "no cap" in unbounded.note and "idle stop off" in unbounded.note
+    assert len(cost.ec2_cluster(config(), hours=24)) == 2
