@@ -179,6 +179,62 @@ def test_docker_stop_reaches_the_trainer_through_tini_and_leaves_a_checkpoint(im
     assert not run.model_path.exists()
 
 
+# A user's script that saves on SIGTERM (a stop, a spot interruption), as a checkpointing callback does.
+STOPPABLE_SCRIPT = """
+    import pathlib, signal, sys, time
+    def stop(*_):
+        pathlib.Path("/opt/ml/checkpoints").mkdir(exist_ok=True)
+        pathlib.Path("/opt/ml/checkpoints/saved-at-stop").write_text("saved")
+        sys.exit(143)
+    signal.signal(signal.SIGTERM, stop)
+    print("user script waiting for a stop", flush=True)
+    time.sleep(600)
+"""
+# SDK v3's sm_train.sh as it runs a script: set -e, an ERR trap that keeps the exit status.
+SM_TRAIN_SH_STOPPABLE = """
+    #!/bin/bash
+    set -e
+    handle_error() {
+        EXIT_STATUS=$?
+        echo "An error occurred with exit code $EXIT_STATUS"
+        exit $EXIT_STATUS
+    }
+    trap 'handle_error' ERR
+    cd /opt/ml/input/data/code
+    python3 script.py
+    echo "Training Container Execution Completed"
+"""
+
+
+# bash as PID 1 (the replaced entrypoint) drops a SIGTERM it has no handler for: the image's
+# BASH_ENV runs it under tini, so the stop reaches the guarded python and the user's script.
+@pytest.mark.parametrize(
+    ("entrypoint", "command"),
+    [
+        ("/bin/bash", ["-c", "chmod +x /opt/ml/input/data/sm_drivers/sm_train.sh && /opt/ml/input/data/sm_drivers/sm_train.sh"]),
+        ("/bin/bash", ["/opt/ml/input/data/sm_drivers/sm_train.sh"]),
+        ("python3", ["/opt/ml/input/data/code/script.py"]),
+    ],
+    ids=["bash-c-as-sdk-v3", "bash-script-as-runproc", "python3-script"],
+)
+def test_docker_stop_reaches_the_users_script_behind_a_replaced_entrypoint(image, tmp_path, entrypoint, command):
+    base = write_job(tmp_path / "stop-override-job", {}, None)
+    _write(base / "input" / "data" / "code", "script.py", STOPPABLE_SCRIPT)
+    _write(base / "input" / "data" / "sm_drivers", "sm_train.sh", SM_TRAIN_SH_STOPPABLE)
+    with containers.started(image.tag, command, opt_ml=base, entrypoint=entrypoint) as name:
+        containers.wait_for_log(name, "user script waiting for a stop")
+        started = time.monotonic()
+        containers.docker("stop", "--time", "60", name, timeout=120)
+        status = containers.wait(name)
+        stdout, stderr = containers.logs(name)
+    explain = f"status {status}\n{stdout}\n{stderr}"
+    assert time.monotonic() - started < 30, f"the stop waited for docker's SIGKILL: {explain}"
+    assert status == 143, explain
+    assert (base / "checkpoints" / "saved-at-stop").read_text() == "saved", explain
+    failure = (base / "output" / "failure").read_text()
+    assert failure.startswith("Stopped by SIGTERM: the training script"), failure
+
+
 def _write(directory: Path, name: str, text: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
