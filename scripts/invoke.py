@@ -77,8 +77,9 @@ def read_payload(source: str, content_type: Optional[str] = None) -> tuple[bytes
     return body, content_type
 
 
-def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: Optional[str] = None) -> dict[str, Any]:
-    """``InvokeEndpoint``; the parsed JSON answer. Every failure becomes one OperatorError line."""
+def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: Optional[str] = None) -> Any:
+    """``InvokeEndpoint``; the answer's JSON value, or its text where it is not JSON (an ``inference.py``
+    output handler's CSV). Every failure becomes one OperatorError line."""
     extra = {"InferenceComponentName": component} if component else {}
     try:
         response = aws.client("sagemaker-runtime").invoke_endpoint(
@@ -102,12 +103,22 @@ def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: O
                 "or pass --endpoint"
             ) from None
         raise
-    return dict(json.loads(response["Body"].read()))
+    body = response["Body"].read()
+    try:
+        return json.loads(body)
+    except ValueError:
+        # An inference.py output_handler may answer CSV or any other text: kept as it came.
+        return body.decode("utf-8", "replace")
 
 
-def render(answer: dict[str, Any]) -> str:
+def render(answer: Any) -> str:
     """One line per row: the predicted class, its probability, all probabilities (the built-in
-    classifier); any other model's TF Serving answer (``predictions`` or ``outputs``) as its JSON."""
+    classifier); any other model's TF Serving answer (``predictions`` or ``outputs``) as its JSON;
+    another answer (an ``inference.py`` handler's list, or text) as it came."""
+    if isinstance(answer, str):
+        return answer.rstrip("\n")
+    if not isinstance(answer, dict):
+        return json.dumps(answer)
     predictions = answer.get("predictions")
     classifier = isinstance(predictions, list) and all(
         isinstance(p, dict) and "predicted_class" in p and "probabilities" in p for p in predictions
@@ -162,7 +173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if component is None and args.endpoint is None and config.serving.scale_to_zero:
         component = inference_component_name(config.project_name)
     answer = invoke(Aws.from_args(args), name, body, content_type, component)
-    print(json.dumps(answer) if args.json else render(answer))
+    print(json.dumps(answer) if args.json and not isinstance(answer, str) else render(answer))
     return 0
 
 

@@ -134,9 +134,12 @@ class PromotionRecord:
 
     def rolled_back_to_previous(self) -> "PromotionRecord":
         """The record after a rollback: the newest previous model is live again."""
-        target, *rest = self.previous
-        rolled = (self.live, *self.rolled_back) if self.live is not None else self.rolled_back
-        return PromotionRecord(live=target, previous=tuple(rest), rolled_back=rolled)
+        return self.rolled_back_to(self.previous[0])
+
+    def rolled_back_to(self, target: Promotion) -> "PromotionRecord":
+        """The record after ``target``, an approved model, went live again: the live one is rolled back."""
+        rolled = (self.live, *self.rolled_back) if self.live is not None and self.live.job != target.job else self.rolled_back
+        return PromotionRecord(live=target, previous=tuple(p for p in self.previous if p.job != target.job), rolled_back=rolled)
 
 
 def record_parameter(deployment: Deployment) -> str:
@@ -317,7 +320,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print_deploy_command(deployment, target.job, args.context)
             return 0
         deploy(deployment, target.job, args.context)
-        write_record(deployment, record.rolled_back_to_previous())
+        # Read again: the deploy bakes for minutes, and the pipeline may have recorded a promotion meanwhile.
+        write_record(deployment, read_record(deployment).rolled_back_to(target))
         print(f"{stack_name(deployment.config, 'serving')} serves {target.job} again; {record_parameter(deployment)} updated")
         return 0
     if args.best_of:
@@ -330,7 +334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     new = promotion_of(deployment, args.job_name, model)
     deploy(deployment, args.job_name, args.context)
-    write_record(deployment, record.promoted(new))
+    write_record(deployment, read_record(deployment).promoted(new))
     print(f"{stack_name(deployment.config, 'serving')} serves {args.job_name}; recorded in {record_parameter(deployment)}")
     return 0
 

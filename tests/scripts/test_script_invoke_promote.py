@@ -95,6 +95,26 @@ def test_json_from_stdin_to_a_named_endpoint(runtime, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(
+    ("raw", "shown", "as_json"),
+    [
+        (b"[[0.25, 0.75], [0.5, 0.5]]", "[[0.25, 0.75], [0.5, 0.5]]", "[[0.25, 0.75], [0.5, 0.5]]"),  # a handler's JSON list
+        (b"0.25,0.75\n0.5,0.5\n", "0.25,0.75\n0.5,0.5", "0.25,0.75\n0.5,0.5"),  # a handler's CSV
+    ],
+    ids=["json-list", "csv"],
+)
+def test_an_answer_that_is_not_a_json_object_is_printed_as_it_came(runtime, tmp_path, capsys, raw, shown, as_json):
+    """An inference.py output_handler may answer a JSON list or CSV: printed, not a traceback."""
+    rows = tmp_path / "rows.csv"
+    rows.write_text("0.1,0.2\n")
+    for flags, expected in (([], shown), (["--json"], as_json)):
+        runtime.add_response("invoke_endpoint", {"Body": StreamingBody(io.BytesIO(raw), len(raw))},
+                             {"EndpointName": f"{PROJECT}-endpoint", "ContentType": "text/csv", "Accept": "application/json",
+                              "Body": b"0.1,0.2\n"})
+        assert run(invoke.main, [str(rows), *flags]) == 0
+        assert capsys.readouterr().out.rstrip("\n") == expected
+
+
+@pytest.mark.parametrize(
     ("code", "extra", "exit_code", "line"),
     [
         (
@@ -269,6 +289,34 @@ def test_promote_records_the_live_model_and_rollback_returns_to_the_previous_one
     assert run(promote.main, ["--show"]) == 0
     out = capsys.readouterr().out
     assert f"live         {first}" in out and f"rolled back  {second}" in out
+
+
+def test_a_promotion_recorded_during_the_deploy_is_kept(aws, moto_backends, fake_cdk, monkeypatch):
+    """The blue/green deploy bakes for minutes; a promotion the pipeline records meanwhile stays in the
+    history: the record is read again just before it is written."""
+    first, second, meanwhile = f"{PROJECT}-rec-a", f"{PROJECT}-rec-b", f"{PROJECT}-rec-pipeline"
+    for name in (first, second, meanwhile):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [first]) == 0
+    deploy = promote.deploy
+
+    def deploy_while_the_pipeline_promotes(deployment, job, context):
+        deploy(deployment, job, context)
+        record = promote.read_record(deployment)
+        pipeline = promote.Promotion(job=meanwhile, model_data_url=f"s3://a/training-jobs/{meanwhile}/output/model.tar.gz")
+        promote.write_record(deployment, record.promoted(pipeline))
+
+    monkeypatch.setattr(promote, "deploy", deploy_while_the_pipeline_promotes)
+    assert run(promote.main, [second]) == 0
+    record = _record()
+    assert record["live"]["job"] == second and [p["job"] for p in record["previous"]] == [meanwhile, first]
+    # A rollback deploys the newest previous model of the record it read, and records it over the one it reads after.
+    monkeypatch.setattr(promote, "deploy", deploy)
+    assert run(promote.main, ["--rollback"]) == 0
+    assert fake_cdk.deployed[-1] == meanwhile
+    record = _record()
+    assert record["live"]["job"] == meanwhile and [p["job"] for p in record["previous"]] == [first]
+    assert [p["job"] for p in record["rolled_back"]] == [second]
 
 
 def test_a_failed_deploy_leaves_the_record_naming_what_the_endpoint_serves(aws, moto_backends, fake_cdk, capsys):
