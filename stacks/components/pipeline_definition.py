@@ -466,15 +466,15 @@ def _input_problems(
     process_rules = processing_launch_rules(processing).rules
     train_rules = launch_rules(training).rules
     tune_rules = tuning_rules(training, tuning).rules
-    reasons = ", ".join(
-        [
-            *(f"$not({c}) ? ({r})" for c, r in pipeline_rules),
-            *(f"($run_process and $not({c})) ? ({r})" for c, r in process_rules),
-            *(f"($run_train and $not({c})) ? ('train.' & {r})" for c, r in train_rules),
-            *(f"($run_tune and $not({c})) ? ('train.' & {r})" for c, r in tune_rules),
-        ]
-    )
-    return "[" + reasons + "]"
+    def reasons(rules: Sequence[tuple[str, str]], prefix: str = "") -> str:
+        return "[" + ", ".join(f"$not({c}) ? ({prefix}{r})" for c, r in rules) + "]"
+
+    # Each step's rules are evaluated only when the step runs (one guard per step, not per rule).
+    problems = reasons(pipeline_rules)
+    for step, rules, prefix in (("$run_process", process_rules, ""), ("$run_train", train_rules, "'train.' & "),
+                                ("$run_tune", tune_rules, "'train.' & ")):
+        problems = f"$append({problems}, {step} ? {reasons(rules, prefix)} : [])"
+    return problems
 
 
 def _endpoint_check_states(states_arn: str, endpoint: str, record: str) -> dict[str, Any]:
