@@ -33,7 +33,7 @@ import tempfile
 import textwrap
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import boto3
 import botocore.loaders
@@ -149,9 +149,19 @@ def load_platform_config(overrides: Sequence[str] = ()) -> PlatformConfig:
         raise OperatorError(f"invalid configuration: {err}") from None
 
 
+STACK_UNITS = ("data", "cluster", "training", "serving")
+"""Every deployable unit: a project's stacks are ``<project>-<unit>`` (:func:`stacks.platform.stack_name`)."""
+
+
 def stack_name(config: PlatformConfig, unit: str) -> str:
-    """``<project>-data|cluster|training``, as :func:`stacks.platform.stack_name` names them."""
+    """``<project>-data|cluster|training|serving``, as :func:`stacks.platform.stack_name` names them."""
     return f"{config.project_name}-{unit}"
+
+
+def project_stack_names(project: str) -> tuple[str, ...]:
+    """The names of every stack project ``project`` can deploy, exactly (a prefix would also match
+    project ``<project>-dev``'s)."""
+    return tuple(f"{project}-{unit}" for unit in STACK_UNITS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,6 +272,7 @@ class Deployment:
     config: PlatformConfig
     aws: Aws
     _outputs: dict[str, dict[str, str]] = field(default_factory=dict)
+    _ownership: Optional["ProjectOwnership"] = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "Deployment":
@@ -277,6 +288,12 @@ class Deployment:
     def region(self) -> str:
         """The session's region (an :class:`OperatorError` saying how to set one)."""
         return self.aws.region
+
+    def ownership(self) -> "ProjectOwnership":
+        """Which resources named ``<project>-*`` are the project's (the region's stacks, listed once)."""
+        if self._ownership is None:
+            self._ownership = ProjectOwnership.read(self.aws.client("cloudformation"), self.config.project_name)
+        return self._ownership
 
     def outputs(self, unit: str, required: Sequence[str]) -> dict[str, str]:
         """Outputs of ``<project>-<unit>``, read once."""
@@ -368,6 +385,91 @@ def tuning_console_url(region: str, name: str) -> str:
     return f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/hyper-tuning-jobs/{name}"
 
 
+# --------------------------------------------------------------------------------------------
+# Which resources are the project's
+# --------------------------------------------------------------------------------------------
+
+
+PROJECT_TAG = "Project"
+"""The tag the app puts on every resource (``Project=<project>``), and :mod:`scripts.launch` on every job."""
+
+
+@dataclass(frozen=True)
+class ProjectOwnership:
+    """Which SageMaker resources named ``<project>-*`` are the project's: the one rule every
+    operator tool (teardown, its audit, list_jobs, watch) selects them by.
+
+    A name alone is not enough: a project name may contain hyphens, so ``gputrain-`` also begins
+    every name of project ``gputrain-dev``. A resource (job, endpoint, model, endpoint config)
+    named ``<project>-*`` is the project's unless
+
+    * its ``Project`` tag names another project: the tag wins wherever there is one; or
+    * it has no ``Project`` tag and its name also starts with ``<other>-``, where ``<other>`` is
+      another project named ``<project>-...`` whose data stack ``<other>-data`` is in the region.
+
+    Attributes:
+        project: The project (``gpu_training.project_name``).
+        others: The projects named ``<project>-...`` with a data stack in the region.
+    """
+
+    project: str
+    others: tuple[str, ...] = ()
+
+    @classmethod
+    def from_stacks(cls, project: str, summaries: Iterable[Mapping[str, Any]]) -> "ProjectOwnership":
+        """The rule for ``project`` from the region's stacks (ListStacks summaries, deleted ones included)."""
+        others = {
+            stack["StackName"].removesuffix("-data")
+            for stack in summaries
+            if stack["StackName"].startswith(f"{project}-") and stack["StackName"].endswith("-data")
+            and stack.get("StackStatus") != "DELETE_COMPLETE"
+        }
+        others.discard(project)
+        return cls(project, tuple(sorted(others)))
+
+    @classmethod
+    def read(cls, cloudformation: Any, project: str) -> "ProjectOwnership":
+        """The rule for ``project`` from one paginated ListStacks of ``cloudformation``'s region."""
+        summaries = (s for page in cloudformation.get_paginator("list_stacks").paginate() for s in page.get("StackSummaries", []))
+        return cls.from_stacks(project, summaries)
+
+    @property
+    def prefix(self) -> str:
+        """``<project>-``: what every name of the project starts with (and what ``NameContains`` asks for)."""
+        return f"{self.project}-"
+
+    def owns(self, name: str, project_tag: Optional[str]) -> bool:
+        """Whether the resource ``name`` with ``Project`` tag ``project_tag`` (``None``: untagged) is the project's."""
+        if not name.startswith(self.prefix):
+            return False
+        if project_tag is not None:
+            return project_tag == self.project
+        return not any(name.startswith(f"{other}-") for other in self.others)
+
+    def select(
+        self, items: Iterable[Mapping[str, Any]], *, name_key: str, arn_key: str, tag_of: Callable[[str], Optional[str]]
+    ) -> Iterator[Mapping[str, Any]]:
+        """The project's ``items`` (listing summaries), lazily: ``tag_of(arn)`` (the ``Project`` tag, or
+        ``None``) is asked only of an item named ``<project>-*``, never of the rest of the account."""
+        for item in items:
+            name = str(item.get(name_key, ""))
+            if name.startswith(self.prefix) and self.owns(name, tag_of(str(item[arn_key]))):
+                yield item
+
+
+def sagemaker_project_tag(sagemaker: Any, arn: str) -> Optional[str]:
+    """The ``Project`` tag of SageMaker resource ``arn`` (ListTags); ``None`` when it has none or is gone."""
+    try:
+        for page in sagemaker.get_paginator("list_tags").paginate(ResourceArn=arn):
+            for tag in page.get("Tags", []):
+                if tag["Key"] == PROJECT_TAG:
+                    return str(tag["Value"])
+    except ClientError as err:
+        if not _not_found(err):
+            raise
+    return None
+
+
 @dataclass(frozen=True)
 class JobKind:
     """One kind of SageMaker job as the operator tools list, describe and stop it.
@@ -381,6 +483,7 @@ class JobKind:
         lister: The boto3 operation that lists them (``NameContains``, ``StatusEquals``, sorted).
         summaries_key: The listing's field of summaries.
         end_key: The summary's end time field, where it has one.
+        arn_key: The summary's ARN field (``TrainingJobArn``), for its tags.
     """
 
     label: str
@@ -391,24 +494,25 @@ class JobKind:
     lister: str
     summaries_key: str
     end_key: str
+    arn_key: str
 
 
 TRAINING_JOB = JobKind(
     "training job", "TrainingJobName", "TrainingJobStatus", "describe_training_job", "stop_training_job",
-    "list_training_jobs", "TrainingJobSummaries", "TrainingEndTime",
+    "list_training_jobs", "TrainingJobSummaries", "TrainingEndTime", "TrainingJobArn",
 )  # fmt: skip
 TUNING_JOB = JobKind(
     "tuning job", "HyperParameterTuningJobName", "HyperParameterTuningJobStatus", "describe_hyper_parameter_tuning_job",
     "stop_hyper_parameter_tuning_job", "list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries",
-    "HyperParameterTuningEndTime",
+    "HyperParameterTuningEndTime", "HyperParameterTuningJobArn",
 )  # fmt: skip
 PROCESSING_JOB = JobKind(
     "processing job", "ProcessingJobName", "ProcessingJobStatus", "describe_processing_job", "stop_processing_job",
-    "list_processing_jobs", "ProcessingJobSummaries", "ProcessingEndTime",
+    "list_processing_jobs", "ProcessingJobSummaries", "ProcessingEndTime", "ProcessingJobArn",
 )  # fmt: skip
 TRANSFORM_JOB = JobKind(
     "transform job", "TransformJobName", "TransformJobStatus", "describe_transform_job", "stop_transform_job",
-    "list_transform_jobs", "TransformJobSummaries", "TransformEndTime",
+    "list_transform_jobs", "TransformJobSummaries", "TransformEndTime", "TransformJobArn",
 )  # fmt: skip
 JOB_KINDS = (TRAINING_JOB, TUNING_JOB, PROCESSING_JOB, TRANSFORM_JOB)
 """Every kind of job the platform starts, in the order a bare name is looked up."""
@@ -458,18 +562,25 @@ def describe_execution(aws: Aws, arn: str) -> Optional[dict[str, Any]]:
 
 
 def project_jobs(
-    aws: Aws, prefix: str, *, status: Optional[str] = None, limit: int = 100, kind: JobKind = TRAINING_JOB
+    deployment: Deployment, *, status: Optional[str] = None, limit: int = 100, kind: JobKind = TRAINING_JOB
 ) -> list[dict[str, Any]]:
-    """The newest ``kind`` jobs (training by default) named ``<prefix>...``: the listing's summaries,
-    newest first."""
-    paginator = aws.client("sagemaker").get_paginator(kind.lister)
-    params: dict[str, Any] = {"NameContains": prefix, "SortBy": "CreationTime", "SortOrder": "Descending"}
+    """The newest ``kind`` jobs (training by default) of the project (:class:`ProjectOwnership`): the
+    listing's summaries, newest first. Tags are read only of the jobs named ``<project>-*``, and
+    only until ``limit`` are found."""
+    owner = deployment.ownership()
+    sagemaker = deployment.aws.client("sagemaker")
+    params: dict[str, Any] = {"NameContains": owner.prefix, "SortBy": "CreationTime", "SortOrder": "Descending"}
     if status:
         params["StatusEquals"] = status
     jobs: list[dict[str, Any]] = []
-    for page in paginator.paginate(**params):
-        # The prefix checked again: NameContains also matches another project's <other>-<project>-... job.
-        jobs.extend(j for j in page[kind.summaries_key] if j[kind.name_key].startswith(prefix))
+    for page in sagemaker.get_paginator(kind.lister).paginate(**params):
+        # Sorted again: a page out of order (an emulator) must not cost the newest ones their place.
+        summaries = sorted(page[kind.summaries_key], key=lambda j: j["CreationTime"], reverse=True)
+        for job in owner.select(summaries, name_key=kind.name_key, arn_key=kind.arn_key,
+                                tag_of=lambda arn: sagemaker_project_tag(sagemaker, arn)):  # fmt: skip
+            jobs.append(dict(job))
+            if len(jobs) >= limit:
+                break
         if len(jobs) >= limit:
             break
     jobs.sort(key=lambda j: j["CreationTime"], reverse=True)

@@ -8,7 +8,9 @@ Usage (from the repository root)::
     python -m scripts.list_jobs --kind all           # every kind, with a KIND column
 
 Only jobs named ``<project>-*`` are listed (every job the workflow, the pipeline or ``launch``
-creates, and the SageMaker SDK's with the platform's ``base_job_name``).
+creates, and the SageMaker SDK's with the platform's ``base_job_name``), and of those only the
+project's (:class:`scripts.common.ProjectOwnership`): not one whose ``Project`` tag names another
+project, nor an untagged ``gputrain-dev-*`` job where project ``gputrain-dev`` is deployed.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     kinds = list(KINDS.values()) if args.kind == "all" else [KINDS[args.kind]]
     rows: list[tuple[datetime, list[str]]] = []
     for kind in kinds:
-        jobs = project_jobs(deployment.aws, deployment.job_name_prefix, status=args.status, limit=args.max, kind=kind)
+        jobs = project_jobs(deployment, status=args.status, limit=args.max, kind=kind)
         for job, row in zip(jobs, job_rows(jobs, kind=kind)):
             rows.append((job["CreationTime"], [kind.label.split()[0], *row] if args.kind == "all" else row))
     if not rows:

@@ -18,7 +18,10 @@ command of its ``<project>-cluster-train`` document: the document's ``stop`` act
 nodes, then the command cancelled, as ``python -m scripts.cluster_job stop`` does), then waits
 (``--timeout``, default 900 s) until no such job (tuning and transform jobs included) is
 InProgress or Stopping, and no command of the cluster's document is Pending, InProgress or
-Cancelling. It then deletes the models and
+Cancelling. A training job's warm pool bills until it ends: one left ``Available`` is ended
+(UpdateTrainingJob, ``KeepAlivePeriodInSeconds=0``), an InProgress job with a warm pool gets 0
+before it is stopped, and a pool that a job leaves while teardown waits is ended on the next
+poll, not waited for. It then deletes the models and
 endpoint configs the pipeline's promote step created (``<project>-<execution>``: not
 CloudFormation's, so ``cdk destroy`` would leave them) that no endpoint uses any more; with
 ``--destroy``, once more after ``cdk destroy`` removed the endpoint. It also deletes the GPU idle
@@ -26,6 +29,12 @@ alarms (``<project>-gpu-idle-<job>``) of jobs no longer running, which the stack
 as each job ends but could miss when the stack goes first, and the project's endpoints that no
 stack owns (``<project>-*`` but not the serving stack's ``<project>-endpoint``: e.g. made with
 the SageMaker SDK's ``deploy()``), which bill by the hour and which ``cdk destroy`` cannot see.
+
+A name ``<project>-*`` is not enough to be the project's: project ``gputrain``'s prefix also
+begins every name of project ``gputrain-dev``. Each job, endpoint, model and endpoint config
+named so is the project's by :class:`scripts.common.ProjectOwnership`: unless its ``Project`` tag
+names another project, or, untagged, it is also named ``<other>-*`` for a project ``<other>``
+whose data stack ``<other>-data`` is deployed in the region. Another project's are never touched.
 
 ``--destroy`` first deletes the serving stack ``<project>-serving`` if it exists. The app has it
 whenever the promotion record names a live model (app.py reads it with the CLI's credentials), but
@@ -40,7 +49,7 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from botocore.exceptions import ClientError, WaiterError
 
@@ -51,6 +60,7 @@ from scripts.common import (
     EXIT_FAILED,
     EXIT_OK,
     PROCESSING_JOB,
+    TRAINING_JOB,
     TRANSFORM_JOB,
     TUNING_JOB,
     Deployment,
@@ -62,9 +72,12 @@ from scripts.common import (
     error_message,
     help_epilog,
     parse_operator_args,
+    describe_job,
     project_jobs,
+    project_stack_names,
     run,
     run_cdk,
+    sagemaker_project_tag,
     stack_name,
 )
 from stacks.components.endpoint_spec import endpoint_name
@@ -123,7 +136,7 @@ def find_running(deployment: Deployment) -> Running:
             for page in paginator.paginate(stateMachineArn=arn, statusFilter="RUNNING"):
                 running.executions.extend(e["executionArn"] for e in page["executions"])
     for status in ACTIVE:
-        running.jobs.extend(j["TrainingJobName"] for j in project_jobs(deployment.aws, deployment.job_name_prefix, status=status))
+        running.jobs.extend(project_job_names(deployment, TRAINING_JOB, status))
         running.processing_jobs.extend(project_job_names(deployment, PROCESSING_JOB, status))
         running.tuning_jobs.extend(project_job_names(deployment, TUNING_JOB, status))
         running.transform_jobs.extend(project_job_names(deployment, TRANSFORM_JOB, status))
@@ -136,22 +149,28 @@ def find_running(deployment: Deployment) -> Running:
 
 def project_warm_pools(deployment: Deployment) -> list[str]:
     """Names of the project's training jobs whose SageMaker warm pool is ``Available`` (kept, billing)."""
-    paginator = deployment.aws.client("sagemaker").get_paginator("list_training_jobs")
-    prefix = deployment.job_name_prefix
+    sagemaker = deployment.aws.client("sagemaker")
+    owner = deployment.ownership()
     names: list[str] = []
-    for page in paginator.paginate(NameContains=prefix, WarmPoolStatusEquals="Available"):
-        names.extend(
-            j["TrainingJobName"] for j in page["TrainingJobSummaries"]
-            # Checked again: a service (or emulator) that ignored the filter must not end other jobs' pools.
-            if j["TrainingJobName"].startswith(prefix) and (j.get("WarmPoolStatus") or {}).get("Status") == "Available"
-        )
+    for page in sagemaker.get_paginator("list_training_jobs").paginate(NameContains=owner.prefix, WarmPoolStatusEquals="Available"):
+        # Checked again: a service (or emulator) that ignored the filter must not end other jobs' pools.
+        available = [j for j in page["TrainingJobSummaries"] if (j.get("WarmPoolStatus") or {}).get("Status") == "Available"]
+        names.extend(j["TrainingJobName"] for j in _owned(deployment, available, TRAINING_JOB.name_key, TRAINING_JOB.arn_key))
     return names
 
 
 def project_job_names(deployment: Deployment, kind: JobKind, status: str) -> list[str]:
-    """Names of the project's ``kind`` jobs (``<project>-*``) in ``status``, all of them."""
-    jobs = project_jobs(deployment.aws, deployment.job_name_prefix, status=status, limit=sys.maxsize, kind=kind)
+    """Names of the project's ``kind`` jobs (:class:`scripts.common.ProjectOwnership`) in ``status``, all of them."""
+    jobs = project_jobs(deployment, status=status, limit=sys.maxsize, kind=kind)
     return [j[kind.name_key] for j in jobs]
+
+
+def _owned(deployment: Deployment, items: Iterable[Mapping[str, Any]], name_key: str, arn_key: str) -> list[Mapping[str, Any]]:
+    """The project's ``items`` (listing summaries): :meth:`scripts.common.ProjectOwnership.select`."""
+    sagemaker = deployment.aws.client("sagemaker")
+    return list(deployment.ownership().select(
+        items, name_key=name_key, arn_key=arn_key, tag_of=lambda arn: sagemaker_project_tag(sagemaker, arn)
+    ))  # fmt: skip
 
 
 @dataclass
@@ -171,12 +190,12 @@ class Leftovers:
 
 def _stack_owned_names(deployment: Deployment) -> set[str]:
     """Names of the models, endpoint configs and endpoints that a project stack owns."""
-    prefix = deployment.job_name_prefix
+    stacks = project_stack_names(deployment.config.project_name)
     owned: set[str] = set()
     cloudformation = deployment.aws.client("cloudformation")
     for page in cloudformation.get_paginator("list_stacks").paginate():
         for stack in page.get("StackSummaries", []):
-            if stack["StackName"].startswith(prefix) and stack["StackStatus"] != "DELETE_COMPLETE":
+            if stack["StackName"] in stacks and stack["StackStatus"] != "DELETE_COMPLETE":
                 for resources in cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack["StackId"]):
                     owned.update(
                         r.get("PhysicalResourceId", "").rsplit("/", 1)[-1]
@@ -187,17 +206,14 @@ def _stack_owned_names(deployment: Deployment) -> set[str]:
 
 
 def find_unowned_endpoints(deployment: Deployment) -> list[str]:
-    """The project's endpoints (``<project>-*``) that no stack owns, except the serving stack's
-    fixed ``<project>-endpoint`` (the stack removes it); ones already Deleting are left out."""
+    """The project's endpoints (:class:`scripts.common.ProjectOwnership`) that no stack owns, except the
+    serving stack's fixed ``<project>-endpoint`` (the stack removes it); ones already Deleting are left out."""
     sagemaker = deployment.aws.client("sagemaker")
-    prefix = deployment.job_name_prefix
     owned = _stack_owned_names(deployment) | {endpoint_name(deployment.config.project_name)}
     names = []
-    for page in sagemaker.get_paginator("list_endpoints").paginate(NameContains=prefix):
-        names.extend(
-            e["EndpointName"] for e in page["Endpoints"]
-            if e["EndpointName"].startswith(prefix) and e["EndpointName"] not in owned and e.get("EndpointStatus") != "Deleting"
-        )
+    for page in sagemaker.get_paginator("list_endpoints").paginate(NameContains=deployment.ownership().prefix):
+        candidates = [e for e in page["Endpoints"] if e["EndpointName"] not in owned and e.get("EndpointStatus") != "Deleting"]
+        names.extend(e["EndpointName"] for e in _owned(deployment, candidates, "EndpointName", "EndpointArn"))
     return sorted(names)
 
 
@@ -211,9 +227,10 @@ def delete_unowned_endpoints(deployment: Deployment) -> list[str]:
 
 
 def find_leftovers(deployment: Deployment) -> Leftovers:
-    """The promote step's models and endpoint configs: named ``<project>-*``, owned by no project stack."""
+    """The promote step's models and endpoint configs: the project's (:class:`scripts.common.ProjectOwnership`),
+    owned by no project stack."""
     sagemaker = deployment.aws.client("sagemaker")
-    prefix = deployment.job_name_prefix
+    prefix = deployment.ownership().prefix
     owned = _stack_owned_names(deployment)
     serving: set[str] = set()
     for page in sagemaker.get_paginator("list_endpoints").paginate():
@@ -231,11 +248,11 @@ def find_leftovers(deployment: Deployment) -> Leftovers:
                 serving.update(v["ModelName"] for v in config["ProductionVariants"])
     leftovers = Leftovers()
     for page in sagemaker.get_paginator("list_models").paginate(NameContains=prefix):
-        leftovers.models.extend(m["ModelName"] for m in page["Models"] if m["ModelName"].startswith(prefix) and m["ModelName"] not in owned)
+        models = [m for m in page["Models"] if m["ModelName"] not in owned]
+        leftovers.models.extend(m["ModelName"] for m in _owned(deployment, models, "ModelName", "ModelArn"))
     for page in sagemaker.get_paginator("list_endpoint_configs").paginate(NameContains=prefix):
-        leftovers.endpoint_configs.extend(
-            c["EndpointConfigName"] for c in page["EndpointConfigs"] if c["EndpointConfigName"].startswith(prefix) and c["EndpointConfigName"] not in owned
-        )
+        configs = [c for c in page["EndpointConfigs"] if c["EndpointConfigName"] not in owned]
+        leftovers.endpoint_configs.extend(c["EndpointConfigName"] for c in _owned(deployment, configs, "EndpointConfigName", "EndpointConfigArn"))
     leftovers.in_use = sorted(n for n in leftovers.models + leftovers.endpoint_configs if n in serving)
     return leftovers
 
@@ -295,14 +312,10 @@ def stop_running(
             print(f"stopping tuning job {name} (and its running trials)")
     for name in running.jobs:
         print(f"stopping training job {name}")
+        _no_warm_pool_after(deployment, name)
         stop_job(deployment, name)
-    for name in running.warm_pools:
-        print(f"ending the warm pool of training job {name} (KeepAlivePeriodInSeconds=0)")
-        try:
-            deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
-        except ClientError as err:
-            # Its period may have run out in the meantime.
-            print(f"  {name}: {error_code(err)}: {error_message(err)}")
+    ended_pools: set[str] = set()
+    ended_pools.update(name for name in running.warm_pools if end_warm_pool(deployment, name))
     for kind, names in ((PROCESSING_JOB, running.processing_jobs), (TRANSFORM_JOB, running.transform_jobs)):
         for name in names:
             if _stop_in_progress(deployment, kind, name):
@@ -313,8 +326,37 @@ def stop_running(
         left = find_running(deployment)
         if not left or not wait or time.monotonic() > deadline:
             return left
+        # A job stopped above, or one that ended meanwhile, can leave a warm pool Available: ended
+        # here, not waited for (it would bill, and outlast the timeout, for its whole keep-alive).
+        ended_pools.update(name for name in left.warm_pools if name not in ended_pools and end_warm_pool(deployment, name))
         print(f"waiting for {', '.join(left.names())} to end ...")
         sleep(interval)
+
+
+def end_warm_pool(deployment: Deployment, name: str) -> bool:
+    """End the ``Available`` warm pool of training job ``name`` (KeepAlivePeriodInSeconds=0); whether
+    SageMaker took the request. An error is printed, not raised."""
+    print(f"ending the warm pool of training job {name} (KeepAlivePeriodInSeconds=0)")
+    try:
+        deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+    except ClientError as err:
+        # Its period may have run out in the meantime.
+        print(f"  {name}: {error_code(err)}: {error_message(err)}")
+        return False
+    return True
+
+
+def _no_warm_pool_after(deployment: Deployment, name: str) -> None:
+    """Before an InProgress training job with a warm pool is stopped: its KeepAlivePeriodInSeconds
+    set to 0 (UpdateTrainingJob takes it while the job runs), so that it leaves no pool to bill. An
+    error is printed, not raised: the wait loop ends a pool left all the same."""
+    job = describe_job(deployment.aws, name)
+    if job is None or job["TrainingJobStatus"] != "InProgress" or not (job.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds"):
+        return
+    try:
+        deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+    except ClientError as err:
+        print(f"  {name}: warm pool kept for now: {error_code(err)}: {error_message(err)}")
 
 
 def _stop_in_progress(deployment: Deployment, kind: JobKind, name: str) -> bool:

@@ -10,10 +10,13 @@ roles and ECR repositories, which that API does not cover everywhere) with a ver
 
 * ``ERROR``: compute left behind (an instance not terminated, a volume, a network interface, a
   launch template, an Elastic IP, a state machine, a function, a running training, processing,
-  hyperparameter tuning or batch transform job (found by name too: ``<project>-*``), a live
-  SageMaker endpoint, a job still running on the GPU cluster: a command of its
-  ``<project>-cluster-train`` document Pending, InProgress or Cancelling), a project stack that
-  still exists, or, with ``--sandbox``, data that should have been deleted;
+  hyperparameter tuning or batch transform job, a training job's warm pool still ``Available``,
+  a live SageMaker endpoint (jobs, endpoints, models and endpoint configs found by name too, the
+  SDK's untagged ones: ``<project>-*`` as :class:`scripts.common.ProjectOwnership` judges it, so
+  not project ``<project>-dev``'s), a job still running on the GPU cluster: a command of its
+  ``<project>-cluster-train`` document Pending, InProgress or Cancelling), a project stack
+  (``<project>-data``, ``-cluster``, ``-training`` or ``-serving``, exactly) that still exists,
+  or, with ``--sandbox``, data that should have been deleted;
 * ``kept``: data kept by design (buckets, KMS key, image repository) when
   ``delete_data_on_destroy`` is off, and the promotion record (``/<project>/serving/promotion``,
   rollback history): reported, not flagged;
@@ -39,7 +42,17 @@ import boto3
 from botocore.exceptions import ClientError
 
 from scripts.cluster_job import running_commands
-from scripts.common import AWS_CREDENTIALS, Aws, add_common_arguments, help_epilog, load_platform_config, run
+from scripts.common import (
+    AWS_CREDENTIALS,
+    Aws,
+    ProjectOwnership,
+    add_common_arguments,
+    help_epilog,
+    load_platform_config,
+    project_stack_names,
+    run,
+    sagemaker_project_tag,
+)
 from stacks.components.cluster_job_document import document_name
 
 ERROR, KEPT, INFO, WARNING = "ERROR", "kept", "info", "warning"
@@ -199,11 +212,14 @@ def audit(
     for page in tagging.get_paginator("get_resources").paginate(TagFilters=[{"Key": "Project", "Values": [project]}]):
         for item in page.get("ResourceTagMappingList", []):
             arns[item["ResourceARN"]] = None
+    stacks = [s for page in client("cloudformation").get_paginator("list_stacks").paginate() for s in page.get("StackSummaries", [])]
+    owner = ProjectOwnership.from_stacks(project, stacks)
+    sagemaker = client("sagemaker")
+    tagged = set(arns)  # the project's by its tag: no ListTags needed for those
     project_resources = (
         _tagged_roles(client("iam"), project)
         + _tagged_repositories(client("ecr"), project)
-        + _project_endpoints(client("sagemaker"), project)
-        + _project_sagemaker_records(client("sagemaker"), project)
+        + _project_sagemaker_records(sagemaker, owner, tagged)
     )
     for arn in project_resources:
         arns[arn] = None
@@ -213,16 +229,15 @@ def audit(
         report.findings.append(_judge(arn, data_retained=data_retained, client=client, ec2=ec2))
     report.findings.extend(_cluster_jobs(client("ssm"), project))
 
-    cloudformation = client("cloudformation")
-    for page in cloudformation.get_paginator("list_stacks").paginate():
-        for stack in page.get("StackSummaries", []):
-            if stack["StackName"].startswith(f"{project}-") and stack["StackStatus"] != "DELETE_COMPLETE":
-                report.stacks_left.append(stack["StackName"])
-                note = f"stack still exists ({stack['StackStatus']})"
-                if stack["StackName"] == f"{project}-serving":
-                    # Promoted with -c serving.enabled=true, so `cdk destroy --all` without it does not see it.
-                    note += "; python -m scripts.teardown --stop-running --destroy removes it"
-                report.findings.append(Finding(stack["StackId"], "cloudformation:stack", ERROR, note))
+    names = project_stack_names(project)  # exactly: project gputrain-dev's stacks are not gputrain's
+    for stack in stacks:
+        if stack["StackName"] in names and stack["StackStatus"] != "DELETE_COMPLETE":
+            report.stacks_left.append(stack["StackName"])
+            note = f"stack still exists ({stack['StackStatus']})"
+            if stack["StackName"] == f"{project}-serving":
+                # Promoted with -c serving.enabled=true, so `cdk destroy --all` without it does not see it.
+                note += "; python -m scripts.teardown --stop-running --destroy removes it"
+            report.findings.append(Finding(stack["StackId"], "cloudformation:stack", ERROR, note))
     return report
 
 
@@ -257,35 +272,38 @@ def _has_project_tag(tags: Sequence[Mapping[str, str]], project: str) -> bool:
     return any(tag["Key"] == "Project" and tag["Value"] == project for tag in tags)
 
 
-def _project_endpoints(sagemaker: Any, project: str) -> list[str]:
-    # A live endpoint bills per instance-hour: look for the project's endpoints by name as well,
-    # in case the tagging API (or an emulator) does not list SageMaker endpoints.
-    found = []
-    try:
-        for page in sagemaker.get_paginator("list_endpoints").paginate(NameContains=project):
-            found += [e["EndpointArn"] for e in page["Endpoints"] if e["EndpointName"].startswith(f"{project}-")]
-    except ClientError:
-        return []
-    return found
+SAGEMAKER_RECORDS = (
+    ("list_endpoints", "Endpoints", "EndpointName", "EndpointArn"),
+    ("list_training_jobs", "TrainingJobSummaries", "TrainingJobName", "TrainingJobArn"),
+    ("list_processing_jobs", "ProcessingJobSummaries", "ProcessingJobName", "ProcessingJobArn"),
+    ("list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", "HyperParameterTuningJobName",
+     "HyperParameterTuningJobArn"),
+    ("list_transform_jobs", "TransformJobSummaries", "TransformJobName", "TransformJobArn"),
+    ("list_models", "Models", "ModelName", "ModelArn"),
+    ("list_endpoint_configs", "EndpointConfigs", "EndpointConfigName", "EndpointConfigArn"),
+)
+"""What the audit also looks for by name: the listing, its summaries, their name and ARN fields."""
 
 
-def _project_sagemaker_records(sagemaker: Any, project: str) -> list[str]:
-    # Processing, tuning and transform jobs, models and endpoint configs by name too: the pipeline,
-    # launch --tune --direct and the SageMaker SDK create them outside CloudFormation, and neither
-    # every emulator's tagging API nor an untagged (SDK-made) job or model lists them.
-    found: list[str] = []
-    listings = (
-        ("list_processing_jobs", "ProcessingJobSummaries", "ProcessingJobName", "ProcessingJobArn"),
-        ("list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", "HyperParameterTuningJobName",
-         "HyperParameterTuningJobArn"),
-        ("list_transform_jobs", "TransformJobSummaries", "TransformJobName", "TransformJobArn"),
-        ("list_models", "Models", "ModelName", "ModelArn"),
-        ("list_endpoint_configs", "EndpointConfigs", "EndpointConfigName", "EndpointConfigArn"),
-    )
-    for operation, key, name_key, arn_key in listings:
+def _project_sagemaker_records(sagemaker: Any, owner: ProjectOwnership, tagged: set[str]) -> list[str]:
+    # Endpoints, jobs (training, processing, tuning, transform), models and endpoint configs by name
+    # too: the pipeline, launch --tune --direct and the SageMaker SDK create them outside
+    # CloudFormation, and neither every emulator's tagging API nor an untagged (SDK-made) job or
+    # model lists them. A live endpoint or a running job bills by the hour. Which of the names are
+    # the project's is ProjectOwnership's rule; tags are read only of those not already found by tag.
+    def tag_of(arn: str) -> Optional[str]:
+        if arn in tagged:
+            return owner.project
         try:
-            for page in sagemaker.get_paginator(operation).paginate(NameContains=project):
-                found += [item[arn_key] for item in page.get(key, []) if str(item.get(name_key, "")).startswith(f"{project}-")]
+            return sagemaker_project_tag(sagemaker, arn)
+        except ClientError:
+            return None  # tags unreadable (an emulator, a narrow role): the name decides
+
+    found: list[str] = []
+    for operation, key, name_key, arn_key in SAGEMAKER_RECORDS:
+        try:
+            for page in sagemaker.get_paginator(operation).paginate(NameContains=owner.prefix):
+                found += [item[arn_key] for item in owner.select(page.get(key, []), name_key=name_key, arn_key=arn_key, tag_of=tag_of)]
         except ClientError:
             continue
     return found

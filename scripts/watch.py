@@ -440,7 +440,7 @@ def _report_end(job: dict[str, Any], out: TextIO) -> int:
 
 def newest_job(deployment: Deployment) -> str:
     """Name of the project's most recently created job."""
-    jobs = project_jobs(deployment.aws, deployment.job_name_prefix, limit=1)
+    jobs = project_jobs(deployment, limit=1)
     if not jobs:
         raise OperatorError(f"no training jobs named {deployment.job_name_prefix}* in {deployment.aws.region}")
     return str(jobs[0]["TrainingJobName"])

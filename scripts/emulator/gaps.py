@@ -39,6 +39,7 @@ def apply_all() -> None:
     _tuning_job_trials()
     _stop_jobs()
     _warm_pools()
+    _untagged_resources_list_no_tags()
     _validate_images_and_instance_types()
     _hosting_instance_types()
     _endpoint_names_from_template()
@@ -628,6 +629,12 @@ def _warm_pools() -> None:
         keep = (self._get_param("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds")
         if keep is None:
             raise ValidationError(message="The emulator updates only ResourceConfig.KeepAlivePeriodInSeconds of a training job.")
+        if job.training_job_status == "InProgress":
+            # A running job's retention may change (teardown sets 0 before it stops one): the pool
+            # the runner leaves at the end follows the new value.
+            job.resource_config = {**(job.resource_config or {}), "KeepAlivePeriodInSeconds": int(keep)}
+            job.last_modified_time = utcnow()
+            return ActionResult({"TrainingJobArn": job.arn})
         pool = getattr(job, "warm_pool_status", None)
         if not pool or pool.get("Status") != "Available":
             raise ValidationError(message=f"The training job {name} has no available warm pool to update.")
@@ -641,6 +648,24 @@ def _warm_pools() -> None:
     PATCHES.set(SageMakerModelBackend, "describe_training_job", describe_training_job)
     PATCHES.set(SageMakerResponse, "list_training_jobs", list_training_jobs)
     PATCHES.set(SageMakerResponse, "update_training_job", update_training_job)
+
+
+def _untagged_resources_list_no_tags() -> None:
+    # Gap: moto keeps None as the tags of a tuning or transform job created without Tags, and its
+    # ListTags then fails (len(None): a 500). SageMaker lists no tags. The operator tools read a
+    # name-matched resource's Project tag (scripts.common.ProjectOwnership), so they would fail on
+    # a job the SageMaker SDK started untagged.
+    from moto.sagemaker.responses import SageMakerResponse
+
+    original = SageMakerResponse.list_tags
+
+    def list_tags(self: Any) -> Any:
+        resource = self.sagemaker_backend._get_resource_from_arn(self._get_param("ResourceArn"))
+        if resource is not None and getattr(resource, "tags", None) is None:
+            resource.tags = []
+        return original(self)
+
+    PATCHES.set(SageMakerResponse, "list_tags", list_tags)
 
 
 def _validate_images_and_instance_types() -> None:

@@ -25,6 +25,14 @@ What moto 5.2.5 cannot do, and how the tests deal with it (everything else is th
   A job described while Stopping is seen so once, then Stopped, as in a listing.
   Transform jobs, like tuning jobs, are ``Completed`` when created: tests set their status in the
   backend. Every stop request (training, tuning, transform) is recorded in :data:`STOP_CALLS`.
+- ``ListTags`` fails (500) on a tuning or transform job created without tags (moto keeps ``None``):
+  the patch serves ``[]``, as SageMaker does.
+- There are no warm pools: no ``WarmPoolStatus`` and no ``UpdateTrainingJob``. The patch keeps one
+  on moto's job (``warm_pool_status``): ``StopTrainingJob`` of a job whose ``KeepAlivePeriodInSeconds``
+  is above 0 leaves it ``Available`` (its instances were up), as a test may set it;
+  ``DescribeTrainingJob`` and ``ListTrainingJobs`` show it (``WarmPoolStatusEquals`` filters), and
+  ``UpdateTrainingJob`` sets ``KeepAlivePeriodInSeconds`` (0 ends an Available pool: ``Terminated``).
+  Every update is recorded in :data:`UPDATE_CALLS`.
 - Service Quotas only knows the ``vpc`` service and has no ``ListServiceQuotas`` or
   ``GetAWSDefaultServiceQuota``: the patch serves the EC2 and SageMaker quotas a test sets.
 - SSM has no Deep Learning AMI parameters and refuses ``PutParameter`` under ``/aws/``: the DLAMI
@@ -65,6 +73,9 @@ QUOTAS = FakeQuotas()
 STOP_CALLS: list[tuple[str, str]] = []
 """``(operation, job name)`` of every stop the patched moto served, in order (tests clear it)."""
 
+UPDATE_CALLS: list[tuple[str, dict[str, Any]]] = []
+"""``(job name, ResourceConfig)`` of every UpdateTrainingJob the patched moto served, in order (tests clear it)."""
+
 TRIALS_PAGE = 2
 """Trials per ListTrainingJobsForHyperParameterTuningJob page (SageMaker's is up to 100): small, so that
 the callers' paging is exercised."""
@@ -96,10 +107,13 @@ def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
         job = self.sagemaker_backend.training_jobs[name]
         job.training_job_status = "Stopped"
         job.secondary_status = "Stopped"
+        if job.resource_config.get("KeepAlivePeriodInSeconds"):
+            job.warm_pool_status = "Available"
         return ActionResult({})
 
     monkeypatch.setattr(SageMakerResponse, "stop_training_job", stop_training_job, raising=False)
     _patch_tuning_and_transform_stops(monkeypatch)
+    _patch_tags_and_warm_pools(monkeypatch)
 
     def list_training_jobs_for_hyper_parameter_tuning_job(self: SageMakerResponse) -> ActionResult:
         name = self._get_param("HyperParameterTuningJobName")
@@ -141,6 +155,62 @@ def _patch_moto(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ServiceQuotasResponse, "get_aws_default_service_quota", get_aws_default_service_quota, raising=False)
     monkeypatch.setattr(ServiceQuotasResponse, "list_aws_default_service_quotas", list_sagemaker)
     monkeypatch.setattr(ServiceQuotasResponse, "list_service_quotas", list_applied, raising=False)
+
+
+def _patch_tags_and_warm_pools(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ListTags of an untagged resource, and training jobs' warm pools (UpdateTrainingJob, WarmPoolStatus)."""
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.responses import SageMakerResponse
+
+    list_tags = SageMakerResponse.list_tags
+
+    def untagged_too(self: SageMakerResponse) -> Any:
+        resource = self.sagemaker_backend._get_resource_from_arn(self._get_param("ResourceArn"))
+        if resource is not None and getattr(resource, "tags", None) is None:
+            resource.tags = []
+        return list_tags(self)
+
+    def update_training_job(self: SageMakerResponse) -> ActionResult:
+        name = self._get_param("TrainingJobName")
+        self.sagemaker_backend.describe_training_job(name)  # raises ValidationException when missing
+        job = self.sagemaker_backend.training_jobs[name]
+        update = dict(self._get_param("ResourceConfig") or {})
+        UPDATE_CALLS.append((name, update))
+        job.resource_config = {**job.resource_config, **update}
+        if update.get("KeepAlivePeriodInSeconds") == 0 and getattr(job, "warm_pool_status", None) == "Available":
+            job.warm_pool_status = "Terminated"
+        return ActionResult({"TrainingJobArn": job.arn})
+
+    def pool(job: Any) -> dict[str, Any]:
+        return {"Status": job.warm_pool_status, "ResourceRetainedBillableTimeInSeconds": 0}
+
+    describe = SageMakerResponse.describe_training_job
+    listing = SageMakerResponse.list_training_jobs
+
+    def describe_training_job(self: SageMakerResponse) -> Any:
+        result = describe(self)
+        job = self.sagemaker_backend.training_jobs.get(self._get_param("TrainingJobName"))
+        if getattr(job, "warm_pool_status", None):
+            result.result["WarmPoolStatus"] = pool(job)
+        return result
+
+    def list_training_jobs(self: SageMakerResponse) -> Any:
+        result = listing(self)
+        wanted = self._get_param("WarmPoolStatusEquals")
+        summaries = []
+        for summary in result.result["TrainingJobSummaries"]:
+            job = self.sagemaker_backend.training_jobs[summary["TrainingJobName"]]
+            if getattr(job, "warm_pool_status", None):
+                summary["WarmPoolStatus"] = pool(job)
+            if not wanted or getattr(job, "warm_pool_status", None) == wanted:
+                summaries.append(summary)
+        result.result["TrainingJobSummaries"] = summaries
+        return result
+
+    monkeypatch.setattr(SageMakerResponse, "list_tags", untagged_too)
+    monkeypatch.setattr(SageMakerResponse, "update_training_job", update_training_job, raising=False)
+    monkeypatch.setattr(SageMakerResponse, "describe_training_job", describe_training_job)
+    monkeypatch.setattr(SageMakerResponse, "list_training_jobs", list_training_jobs)
 
 
 def _patch_tuning_and_transform_stops(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -434,6 +434,27 @@ def test_a_warm_pool_is_reported_audited_and_ended_by_teardown(emulator, process
     assert judged.verdict == teardown_audit.INFO
 
 
+def test_an_untagged_jobs_tags_and_a_running_jobs_keep_alive_are_answered_as_sagemaker_does(emulator, process_runner) -> None:
+    """The operator tools read each name-matched job's Project tag (ListTags: an untagged transform job
+    has none, not a 500) and set a running job's keep-alive to 0 before they stop it (UpdateTrainingJob
+    of an InProgress job), after which its end leaves no warm pool."""
+    sagemaker = _client(emulator, "sagemaker")
+    sagemaker.create_transform_job(
+        TransformJobName="gputrain-untagged-1", ModelName="gputrain-m",
+        TransformInput={"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://datasets/score/"}}},
+        TransformOutput={"S3OutputPath": "s3://artifacts/scored/"},
+        TransformResources={"InstanceType": "ml.g5.xlarge", "InstanceCount": 1},
+    )
+    arn = sagemaker.describe_transform_job(TransformJobName="gputrain-untagged-1")["TransformJobArn"]
+    assert sagemaker.list_tags(ResourceArn=arn)["Tags"] == []
+    _create_training_job(emulator, "gputrain-keep-1", ["python3", "-c", RECORDER], keep_alive=900)
+    assert sagemaker.describe_training_job(TrainingJobName="gputrain-keep-1")["TrainingJobStatus"] == "InProgress"
+    sagemaker.update_training_job(TrainingJobName="gputrain-keep-1", ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+    assert process_runner.run_job("gputrain-keep-1").status == "Completed"
+    described = sagemaker.describe_training_job(TrainingJobName="gputrain-keep-1")
+    assert described["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 0 and "WarmPoolStatus" not in described
+
+
 def test_stop_hyper_parameter_tuning_job_stops_it_and_its_running_trials_as_sagemaker_does(emulator) -> None:
     """moto has no StopHyperParameterTuningJob: the emulator's turns the tuning job and its running
     trials Stopping (the local tuner and runner then end them Stopped), and refuses an ended one."""
