@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -17,8 +18,9 @@ import pytest
 from tests.trainer.helpers import TRAINING_IMAGE, trainer_env
 from trainer import gpu_check, gpu_driver
 from trainer.contract import environment
-from trainer.contract.errors import GpuCheckError
+from trainer.contract.errors import ConfigError, GpuCheckError, TrainerError
 from trainer.gpu_check import GpuExpectation, bounded, driver_check
+from trainer.user_code import runner as script_runner
 
 UUIDS = ["GPU-00112233-4455-6677-8899-aabbccddeeff", "GPU-ffeeddcc-bbaa-9988-7766-554433221100"]
 
@@ -157,6 +159,61 @@ def test_the_check_process_imports_no_tensorflow_and_writes_its_result(tmp_path)
             assert result["gpus"] == 0 and result["report"]["tensorflow"] is False
         else:
             assert result["exit_code"] == 3 and "GPU check failed: expected 1 GPU(s)" in result["error"]
+
+
+# --- the check's result, as the guard and script mode read it ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("failure", "exit_code", "error_start"),
+    [
+        (ConfigError("Environment variable EXPECTED_GPU_COUNT must be an integer."), 2, "Environment variable EXPECTED_GPU_COUNT"),
+        (GpuCheckError("GPU check failed: expected 1 GPU(s)."), 3, "GPU check failed: expected 1 GPU(s)."),
+        (KeyError("current_host"), 1, "Unexpected KeyError in the GPU check: 'current_host'"),
+    ],
+    ids=["config", "gpu", "unexpected"],
+)
+def test_every_failure_of_the_check_process_leaves_a_result_with_its_exit_code(tmp_path, monkeypatch, failure, exit_code, error_start):
+    def fail(env=None):
+        raise failure
+
+    monkeypatch.setattr(environment, "load_environment", fail)
+    result_file = tmp_path / "gpu-check.json"
+    assert gpu_check.main([str(result_file)]) == exit_code
+    result = json.loads(result_file.read_text())
+    assert result["ok"] is False and result["exit_code"] == exit_code and result["error"].startswith(error_start)
+
+
+class ResultWritingSupervisor:
+    """Runs no process: writes ``result`` (if any) where the check would, and returns ``status``."""
+
+    stop_requested_at = None
+
+    def __init__(self, result, status):
+        self.result, self.status = result, status
+
+    def run(self, command, *, env, cwd):
+        if self.result is not None:
+            Path(command[3]).write_text(json.dumps(self.result))
+        return self.status
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "error_class"),
+    [(2, ConfigError), (3, GpuCheckError), (1, TrainerError)],
+    ids=["config-2", "gpu-3", "unexpected-1"],
+)
+def test_the_parent_raises_the_error_of_the_childs_exit_code_with_its_message(tmp_path, exit_code, error_class):
+    supervisor = ResultWritingSupervisor({"ok": False, "error": "It said so.", "exit_code": exit_code}, exit_code)
+    with pytest.raises(TrainerError, match=r"^It said so\. The training script was not started\.$") as raised:
+        script_runner.verify_gpus(supervisor, None, tmp_path)
+    assert type(raised.value) is error_class and raised.value.exit_code == exit_code
+
+
+@pytest.mark.parametrize(("status", "ended"), [(-11, "was killed by SIGSEGV"), (1, "ended with status 1")])
+def test_only_a_check_without_a_result_is_called_a_crash_in_the_driver(tmp_path, status, ended):
+    with pytest.raises(GpuCheckError, match=rf"^GPU check failed: the check process {ended} without a result \(a crash in the driver"):
+        script_runner.verify_gpus(ResultWritingSupervisor(None, status), None, tmp_path)
 
 
 # --- serving's check -----------------------------------------------------------------------------

@@ -89,6 +89,34 @@ def test_gpus_promised_on_a_cpu_host_stop_the_job_before_the_users_first_line(tm
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("overrides", "hyperparameters_file", "reason_start"),
+    [
+        ({"EXPECTED_GPU_COUNT": "two"}, True, "Environment variable EXPECTED_GPU_COUNT must be an integer, got 'two'."),
+        (
+            {"EXPECTED_GPU_COUNT": "0", "SM_HPS": '{"epochs": 3 "x": 1}'},
+            False,
+            "Environment variable SM_HPS is not valid JSON: Expecting ',' delimiter: line 1 column 14 (char 13).",
+        ),
+    ],
+    ids=["EXPECTED_GPU_COUNT", "SM_HPS"],
+)
+def test_a_configuration_mistake_under_the_guard_is_exit_2_as_in_the_trainer(tmp_path, overrides, hyperparameters_file, reason_start):
+    """The check's child reads the job's configuration: its mistake is a config error (2), not a GPU failure (3)."""
+    base = training_tree(tmp_path / "opt-ml")
+    if not hyperparameters_file:
+        (base / "input" / "config" / "hyperparameters.json").unlink()
+    marker = tmp_path / "started"
+    write(tmp_path / "code", "x.py", f"open({str(marker)!r}, 'w').write('ran')\n")
+    result = run(["python3", "x.py"], tmp_path / "code", image_env(base, **overrides))
+    assert result.returncode == 2, result.stdout + result.stderr
+    reason = (base / "output" / "failure").read_text()
+    assert reason == f"{reason_start} The training script was not started.\n", reason
+    assert f"[trainer] failed reason={reason_start}" in result.stdout
+    assert "crash in the driver" not in reason and not marker.exists()
+
+
+@pytest.mark.slow
 def test_a_raise_under_a_shell_names_the_users_file_and_line_and_the_check_runs_once(tmp_path):
     """ModelTrainer's shape: a shell script starts python several times; a driver runs the user's script."""
     base = training_tree(tmp_path / "opt-ml")

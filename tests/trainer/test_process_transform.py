@@ -285,6 +285,8 @@ def test_the_trainer_counts_picture_shards_from_their_manifest(image_run):
         spec = images.discover(directory, channel=name, data_format="image-tfrecord")
         assert spec.counts == tuple(s["examples"] for s in statistics["shards"][name])
         assert (spec.examples, spec.num_classes, spec.label_base) == (statistics["examples"][name], 4, 1)
+        # Both channels name their classes, so training can check that they number them alike.
+        assert spec.class_names == tuple(statistics["class_names"])
         assert max(spec.counts) - min(spec.counts) <= 1
         labels = []
         for batch, label in images.make_dataset(spec, training=False, image_size=12, per_replica_batch=8, batches=None):

@@ -138,6 +138,35 @@ def test_malformed_hyperparameters_file_is_named(tmp_path):
         load_environment({"SAGEMAKER_BASE_DIR": str(tmp_path)})
 
 
+def test_hyperparameters_come_from_sm_hps_without_the_file(tmp_path):
+    env = load_environment({"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_HPS": '{"epochs": 3}'})
+    assert env.hyperparameters == {"epochs": 3}
+
+
+def test_malformed_sm_hps_is_a_config_error_naming_it_and_the_position(tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        load_environment({"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_HPS": '{"epochs": 3 "x": 1}'})
+    message = str(raised.value)
+    assert "SM_HPS is not valid JSON" in message and "line 1 column 14 (char 13)" in message
+    assert raised.value.exit_code == 2
+
+
+@pytest.mark.parametrize("source", ["SM_HPS", "hyperparameters.json"])
+def test_hyperparameters_that_are_not_an_object_name_the_source_read(tmp_path, source):
+    env = {"SAGEMAKER_BASE_DIR": str(tmp_path), "SM_HPS": "[1, 2]"}
+    if source == "hyperparameters.json":
+        config_dir = tmp_path / "input" / "config"
+        config_dir.mkdir(parents=True)
+        (config_dir / "hyperparameters.json").write_text('["epochs"]')
+    with pytest.raises(ConfigError, match=r"must hold a JSON object") as raised:
+        load_environment(env)
+    message = str(raised.value)
+    if source == "SM_HPS":
+        assert message.startswith("SM_HPS ") and "hyperparameters.json" not in message
+    else:
+        assert str(tmp_path / "input" / "config" / "hyperparameters.json") in message and "SM_HPS" not in message
+
+
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [

@@ -126,6 +126,75 @@ def test_class_directories_give_labels_in_sorted_name_order(tmp_path):
     assert means == {0: 120, 1: 220, 2: 30}
 
 
+def _class_dirs(directory: Path, colours: dict[str, int]) -> Path:
+    for name, value in colours.items():
+        (directory / name).mkdir(parents=True)
+        (directory / name / "a.png").write_bytes(encode_image(_picture(value), "png"))
+    return directory
+
+
+def test_a_validation_channel_is_labelled_by_the_training_channels_class_names(tmp_path):
+    """A validation channel lacking a class (or with one class) numbers its folders as training does."""
+    train = images.discover(_class_dirs(tmp_path / "train", {"cat": 10, "dog": 120, "fish": 220}), channel="train", data_format="image-dir")
+    validation = images.discover(
+        _class_dirs(tmp_path / "validation", {"cat": 10, "fish": 220}), channel="validation", data_format="image-dir",
+        class_names=train.class_names,
+    )  # fmt: skip
+    assert validation.class_names == ("cat", "dog", "fish") and validation.num_classes == 3
+    pictures, labels = _collect(images.make_dataset(validation, training=False, image_size=8, per_replica_batch=2, batches=None))
+    assert {int(label): int(picture.mean()) for picture, label in zip(pictures, labels, strict=True)} == {0: 10, 2: 220}
+    single = images.discover(
+        _class_dirs(tmp_path / "one", {"fish": 220}), channel="validation", data_format="image-dir", class_names=train.class_names
+    )
+    assert single.labels == (2,) and single.num_classes == 3
+
+
+@pytest.mark.parametrize("names", [("cat", "emu", "fish"), ("cat", "dog", "emu")], ids=["same-count", "extra"])
+def test_a_validation_folder_that_is_not_a_training_class_is_refused_by_name(tmp_path, names):
+    train = images.discover(_class_dirs(tmp_path / "train", {"cat": 10, "dog": 120, "fish": 220}), channel="train", data_format="image-dir")
+    _class_dirs(tmp_path / "validation", dict.fromkeys(names, 50))
+    with pytest.raises(DataError) as raised:
+        images.discover(tmp_path / "validation", channel="validation", data_format="image-dir", class_names=train.class_names)
+    assert str(raised.value) == (
+        f"Image channel 'validation': class directory {tmp_path / 'validation' / 'emu'} is not a class of the training "
+        "channel (cat, dog, fish); a validation picture must be in the directory of its class as the training channel names it."
+    )
+
+
+def test_shards_whose_manifest_names_their_classes_must_number_them_as_training_does(tmp_path):
+    """The processing mode's shards name their classes: a channel written from another class list is refused."""
+    shards = tmp_path / "validation"
+    write_dataset(shards, _spec("image-tfrecord", classes=2, examples=4))
+    manifest_path = shards / images.MANIFEST_NAME
+    body = json.loads(manifest_path.read_text())
+    for names, problem in (
+        (["dog", "cat"], "numbers class 'dog' 0, the training channel 1"),
+        (["cat", "emu"], "names class 'emu', which is not a class of the training channel"),
+    ):
+        manifest_path.write_text(json.dumps({**body, "class_names": names}))
+        expected = rf"^Image channel 'validation': the manifest .* {problem} \(training classes: cat, dog, fish\)"
+        with pytest.raises(DataError, match=expected):
+            images.discover(shards, channel="validation", data_format="image-tfrecord", class_names=("cat", "dog", "fish"))
+    manifest_path.write_text(json.dumps({**body, "class_names": ["cat", "dog"]}))
+    spec = images.discover(shards, channel="validation", data_format="image-tfrecord", class_names=("cat", "dog", "fish"))
+    assert spec.num_classes == 3 and spec.class_names == ("cat", "dog", "fish"), "a class it lacks is still a class"
+
+
+def test_the_trainers_validation_channel_takes_the_training_classes(tmp_path):
+    from trainer.contract.environment import load_environment
+    from trainer.train import runner
+
+    base = tmp_path / "ml"
+    data = base / "input" / "data"
+    _class_dirs(data / "train", {"cat": 10, "dog": 120, "fish": 220})
+    _class_dirs(data / "validation", {"dog": 120, "fish": 220})
+    env = load_environment({"SAGEMAKER_BASE_DIR": str(base)})
+    config = TrainingConfig(model="resnet50", image_size=32)
+    spec = images.from_config(data / "train", config, channel="train")
+    validation = runner._discover_validation(env, config, spec)
+    assert validation.labels == (1, 2) and validation.num_classes == 3
+
+
 def test_a_training_epoch_reads_every_picture_once_however_the_threads_finish(tmp_path):
     # Out-of-order decoding must not let the next repetition's fastest pictures fill the epoch:
     # one would be read twice, another (perhaps a corrupt one) never. One class per picture.
@@ -426,6 +495,25 @@ def test_the_trainer_fails_naming_a_corrupt_jpeg(tmp_path):
     run = run_trainer(base)
     assert run.returncode == 5, run.explain()
     assert f"Cannot decode image {victim}" in (run.failure or ""), run.failure
+    assert not run.model_path.exists()
+
+
+def test_a_validation_folder_that_is_not_a_training_class_fails_the_job_in_one_line(tmp_path):
+    from dataclasses import replace
+
+    from tests.trainer.helpers import run_trainer, write_job
+
+    data = _spec("image-dir", examples=16, classes=2, image_shape=(36, 36, 3), features=36 * 36 * 3)
+    base = write_job(tmp_path, {"model": "resnet50", "image_size": 32, "epochs": 1, "batch_size": 8}, data)
+    write_dataset(base / "input" / "data" / "validation", replace(data, examples=8))
+    validation = base / "input" / "data" / "validation"
+    (validation / "class_1").rename(validation / "class_9")
+    run = run_trainer(base)
+    assert run.returncode == 5, run.explain()
+    assert run.failure == (
+        f"Image channel 'validation': class directory {validation / 'class_9'} is not a class of the training channel "
+        "(class_0, class_1); a validation picture must be in the directory of its class as the training channel names it.\n"
+    )
     assert not run.model_path.exists()
 
 

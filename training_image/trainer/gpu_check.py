@@ -412,10 +412,12 @@ def main(argv: list[str] | None = None) -> int:
     Runs :func:`driver_check` (no TensorFlow) before a user's script or a processor, or from an
     image-level wrapper when a job replaces the entrypoint; with ``--network`` (training, whose
     hosts may talk over NCCL) then :func:`trainer.network_check.verify`. Writes ``{"ok", "gpus",
-    "report"}`` or ``{"ok": false, "error", "exit_code"}`` to RESULT_FILE; exits 0 or the error's exit code.
+    "report"}`` or ``{"ok": false, "error", "exit_code"}`` to RESULT_FILE (any exception, named or not:
+    only a process killed by a signal leaves no result); exits 0 or the error's exit code.
     """
     import json
     import sys
+    import traceback
     from pathlib import Path
 
     from trainer.contract import environment
@@ -434,6 +436,11 @@ def main(argv: list[str] | None = None) -> int:
     except TrainerError as err:
         result_file.write_text(json.dumps({"ok": False, "error": str(err), "exit_code": err.exit_code}), encoding="utf-8")
         return err.exit_code
+    except Exception as err:  # noqa: BLE001 - the parent reports it; only a crash may leave no result
+        traceback.print_exc()
+        error = f"Unexpected {type(err).__name__} in the GPU check: {err}"
+        result_file.write_text(json.dumps({"ok": False, "error": error, "exit_code": 1}), encoding="utf-8")
+        return 1
     result_file.write_text(json.dumps({"ok": True, "gpus": expectation.count, "report": report}, default=str), encoding="utf-8")
     return 0
 

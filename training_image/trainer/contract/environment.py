@@ -526,19 +526,36 @@ class TrainingEnvironment:
     rendezvous_refused_seconds: float = DEFAULT_RENDEZVOUS_REFUSED_SECONDS
 
 
+def _read_hyperparameters(paths: Paths, env: Mapping[str, str]) -> dict[str, Any]:
+    """The job's hyperparameters: ``hyperparameters.json``, else ``SM_HPS``, else none.
+
+    Raises:
+        ConfigError: naming the source actually read when it is not JSON or not a JSON object.
+    """
+    if paths.hyperparameters_file.is_file():
+        source = str(paths.hyperparameters_file)
+        hyperparameters = _read_json(paths.hyperparameters_file)
+    elif env.get("SM_HPS", "").strip():
+        source = "SM_HPS"
+        try:
+            hyperparameters = json.loads(env["SM_HPS"])
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"Environment variable SM_HPS is not valid JSON: {err}.") from err
+    else:
+        return {}
+    if not isinstance(hyperparameters, dict):
+        raise ConfigError(
+            f"{source} must hold a JSON object of hyperparameters, got {type(hyperparameters).__name__}."
+        )
+    return hyperparameters
+
+
 def load_environment(env: Mapping[str, str] | None = None) -> TrainingEnvironment:
     """Reads the contract from files and environment variables; raises ConfigError naming the field."""
     env = os.environ if env is None else env
     paths = resolve_paths(env)
 
-    if paths.hyperparameters_file.is_file():
-        hyperparameters = _read_json(paths.hyperparameters_file)
-    elif env.get("SM_HPS"):
-        hyperparameters = json.loads(env["SM_HPS"])
-    else:
-        hyperparameters = {}
-    if not isinstance(hyperparameters, dict):
-        raise ConfigError(f"{paths.hyperparameters_file} must hold a JSON object of hyperparameters.")
+    hyperparameters = _read_hyperparameters(paths, env)
 
     input_data_config = _read_json(paths.input_data_config_file) if paths.input_data_config_file.is_file() else {}
 

@@ -15,7 +15,10 @@ Two layouts, the ones people already have:
   example) and crops and flips whole batches (``crop_and_resize``), so the CPU keeps up with a GPU.
 - ``image-dir``: one sub-directory per class holding ``.jpg``/``.jpeg``/``.png`` files; the
   sorted sub-directory names are the classes, label ``i`` is the ``i``-th name (what Keras'
-  ``image_dataset_from_directory`` does).
+  ``image_dataset_from_directory`` does). A validation channel is labelled by name in the
+  training channel's classes (``class_names``), never by its own listing: it may lack classes,
+  and a directory that is not a training class is refused. Shards whose manifest names their
+  classes (the processing mode's) must number them as the training channel does.
 
 Nothing reads every image before training. Counts come from the file listing (``image-dir``),
 from ``manifest.json`` beside the shards (written by ``trainer.datasets.synthetic``; per-shard records
@@ -79,7 +82,9 @@ class ImageDataset:
             empty when only the total is known (``image_examples``).
         examples: Images in the channel.
         num_classes: Classes the model predicts.
-        class_names: ``image-dir``: the class sub-directories in label order.
+        class_names: The class names in label order: ``image-dir``'s class sub-directories (a
+            validation channel's are the training channel's), ``image-tfrecord``'s from its
+            manifest when it names them (the processing mode's do); else empty.
         label_base: ``image-tfrecord``: the label value of class 0 (subtracted when reading).
         encoding: ``image-tfrecord``: ``encoded`` (JPEG/PNG bytes under ``image/encoded``) or
             ``raw`` (decoded uint8 pixels under ``image/raw``, all of ``image_shape``).
@@ -258,11 +263,12 @@ def _record_encoding(shard: Path) -> tuple[str, tuple[int, ...]]:
     return "raw", shape
 
 
-def write_manifest(directory: Path, *, num_classes: int, label_base: int) -> Path:
+def write_manifest(directory: Path, *, num_classes: int, label_base: int, class_names: Sequence[str] = ()) -> Path:
     """Writes ``manifest.json`` for the shards in ``directory``: records and bytes per shard.
 
     Raw-pixel shards (``image/raw``) also get ``encoding: raw`` and ``image_shape``, read off the
-    first record.
+    first record. ``class_names`` (label order, when the labels came from names) are recorded
+    so that another channel's shards can be checked to number the same classes the same way.
     """
     shards = {p.relative_to(directory).as_posix(): p for p in _data_files(directory)}
     encoding, shape = _record_encoding(next(iter(shards.values()))) if shards else ("encoded", ())
@@ -272,6 +278,7 @@ def write_manifest(directory: Path, *, num_classes: int, label_base: int) -> Pat
         "label_base": label_base,
         "encoding": encoding,
         **({"image_shape": list(shape)} if shape else {}),
+        **({"class_names": list(class_names)} if class_names else {}),
         "files": {name: {"records": count_records(p), "bytes": p.stat().st_size} for name, p in shards.items()},
     }
     path = directory / MANIFEST_NAME
@@ -314,6 +321,7 @@ def discover(
     num_classes: int = 0,
     examples: int | None = None,
     label_base: int | None = None,
+    class_names: Sequence[str] = (),
 ) -> ImageDataset:
     """Lists and counts an image channel without decoding any image; pure Python.
 
@@ -326,15 +334,19 @@ def discover(
         examples: The ``image_examples`` hyperparameter: total images in the shards, when there
             is no manifest (skips the header walk).
         label_base: The ``image_label_base`` hyperparameter (None: the manifest's, else 1).
+        class_names: A validation channel's: the training channel's classes (empty: its own).
+            A class directory is labelled by its name's place in them, not by its place among
+            the channel's own directories; shards must number them the same way.
 
     Raises:
-        DataError: naming the file or directory that does not fit the layout.
+        DataError: naming the file or directory that does not fit the layout, or a class that
+            is not one of ``class_names``.
     """
     files = _data_files(directory)
     if not files:
         raise DataError(f"Input channel {channel!r} is empty: {directory} holds no files.")
     if data_format == "image-dir":
-        return _discover_dir(directory, files, channel=channel, num_classes=num_classes)
+        return _discover_dir(directory, files, channel=channel, num_classes=num_classes, known_classes=tuple(class_names))
     if data_format != "image-tfrecord":
         raise ValueError(f"not an image format: {data_format!r}")
     manifest = _read_manifest(directory, files)
@@ -347,6 +359,11 @@ def discover(
         counts = tuple(count_records(p) for p in files)
         total = sum(counts)
     classes = num_classes or int((manifest or {}).get("num_classes", 0))
+    named = tuple(str(name) for name in (manifest or {}).get("class_names") or ())
+    if class_names and named:
+        _check_numbering(directory, channel, named, tuple(class_names))
+        # Numbered as the training channel numbers them: its classes, even those this one lacks.
+        named, classes = tuple(class_names), num_classes or len(class_names)
     if classes < 2:
         raise DataError(
             f"Input channel {channel!r} holds image TFRecords without a manifest naming the classes: set the "
@@ -380,13 +397,39 @@ def discover(
         counts=counts,
         examples=total,
         num_classes=classes,
+        class_names=named,
         label_base=base,
         encoding=encoding,
         image_shape=shape,
     )
 
 
-def _discover_dir(directory: Path, files: list[Path], *, channel: str, num_classes: int) -> ImageDataset:
+def _known_classes(class_names: Sequence[str]) -> str:
+    """The training classes for a one-line message: all of them, or the first 20 and how many."""
+    shown = ", ".join(class_names[:20])
+    return shown if len(class_names) <= 20 else f"{shown}, ... ({len(class_names)} in all)"
+
+
+def _check_numbering(directory: Path, channel: str, named: tuple[str, ...], known: tuple[str, ...]) -> None:
+    """Shards whose manifest names their classes must number them as the training channel does."""
+    for label, name in enumerate(named):
+        if label < len(known) and known[label] == name:
+            continue
+        if name in known:
+            problem = f"numbers class {name!r} {label}, the training channel {known.index(name)}"
+        else:
+            problem = f"names class {name!r}, which is not a class of the training channel"
+        raise DataError(
+            f"Image channel {channel!r}: the manifest {directory / MANIFEST_NAME} {problem} (training classes: "
+            f"{_known_classes(known)}); write both channels' records from the same class list (one processing "
+            "run writes both)."
+        )
+
+
+def _discover_dir(
+    directory: Path, files: list[Path], *, channel: str, num_classes: int, known_classes: tuple[str, ...] = ()
+) -> ImageDataset:
+    """The class sub-directories; labels by name in ``known_classes`` when given (validation), else sorted."""
     stray = [p for p in files if len(p.relative_to(directory).parts) != 2]
     if stray:
         raise DataError(
@@ -396,7 +439,16 @@ def _discover_dir(directory: Path, files: list[Path], *, channel: str, num_class
     odd = [p for p in files if p.suffix.lower() not in IMAGE_SUFFIXES]
     if odd:
         raise DataError(f"Image channel {channel!r}: {odd[0]} is not a .jpg, .jpeg or .png file.")
-    class_names = tuple(sorted({p.parent.name for p in files}))
+    found = sorted({p.parent.name for p in files})
+    if known_classes:
+        unknown = [name for name in found if name not in known_classes]
+        if unknown:
+            raise DataError(
+                f"Image channel {channel!r}: class directory {directory / unknown[0]} is not a class of the "
+                f"training channel ({_known_classes(known_classes)}); a validation picture must be in the "
+                "directory of its class as the training channel names it."
+            )
+    class_names = known_classes or tuple(found)
     if num_classes and num_classes < len(class_names):
         raise DataError(
             f"Image channel {channel!r} has {len(class_names)} class directories but num_classes={num_classes}."
@@ -419,12 +471,15 @@ def _discover_dir(directory: Path, files: list[Path], *, channel: str, num_class
     )
 
 
-def from_config(directory: Path, config: TrainingConfig, *, channel: str) -> ImageDataset | None:
+def from_config(
+    directory: Path, config: TrainingConfig, *, channel: str, class_names: Sequence[str] = ()
+) -> ImageDataset | None:
     """The channel as an image dataset if it is one, per the hyperparameters; pure Python.
 
     ``data_format`` ``image-tfrecord``/``image-dir`` says so; ``auto`` asks
     :func:`detect_format`. Returns None for feature-row channels (``trainer.datasets.tabular`` reads those)
     and for a missing directory (``trainer.datasets.tabular.discover_channel`` names it).
+    ``class_names``: a validation channel's, the training channel's classes (see :func:`discover`).
 
     Raises:
         DataError: ``model=resnet50`` on a channel that holds no image dataset, or a layout
@@ -458,6 +513,7 @@ def from_config(directory: Path, config: TrainingConfig, *, channel: str) -> Ima
         num_classes=config.num_classes,
         examples=config.image_examples,
         label_base=config.image_label_base,
+        class_names=class_names,
     )
 
 

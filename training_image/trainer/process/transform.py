@@ -448,7 +448,9 @@ def convert_images(
     counts = (writers[0].examples, writers[1].examples)
     _check_split(*counts, sum(counts), options.validation_fraction)
     for directory in (outputs.train, outputs.validation):
-        images.write_manifest(directory, num_classes=spec.num_classes, label_base=images.DEFAULT_LABEL_BASE)
+        images.write_manifest(
+            directory, num_classes=spec.num_classes, label_base=images.DEFAULT_LABEL_BASE, class_names=spec.class_names
+        )
     statistics = _statistics(
         "image-tfrecord", "image-dir", options, device, outputs, written, moments, num_classes=spec.num_classes
     )

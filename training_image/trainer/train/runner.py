@@ -792,7 +792,8 @@ def _discover_validation(env: TrainingEnvironment, config: TrainingConfig, spec:
         return None
     if env.input_data_config and channel not in env.input_data_config:
         return None
-    val_spec = images.from_config(env.paths.channel_dir(channel), config, channel=channel)
+    # Labels by class name: the training channel's classes, not the validation channel's own listing.
+    val_spec = images.from_config(env.paths.channel_dir(channel), config, channel=channel, class_names=spec.class_names)
     if val_spec is None and env.paths.channel_dir(channel).is_dir():
         raise DataError(
             f"Validation channel {channel!r} ({env.paths.channel_dir(channel)}) holds no images, but the training "

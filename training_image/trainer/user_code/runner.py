@@ -26,7 +26,14 @@ from typing import Any
 
 import trainer
 from trainer.contract.environment import ENV_LEGACY_KERAS, TrainingEnvironment, legacy_keras, script_stop_grace_seconds
-from trainer.contract.errors import GpuCheckError, RendezvousError, TrainingInterrupted, UserScriptError
+from trainer.contract.errors import (
+    ConfigError,
+    GpuCheckError,
+    RendezvousError,
+    TrainerError,
+    TrainingInterrupted,
+    UserScriptError,
+)
 from trainer.logs import log
 from trainer.user_code import contract, keras_hint, source
 
@@ -122,7 +129,7 @@ def verify_gpus(
     extra_env: Mapping[str, str] | None = None,
     network: bool = False,
 ) -> dict[str, Any]:
-    """The GPU check (``python -m trainer.gpu_check``) in its own process; raises GpuCheckError.
+    """The GPU check (``python -m trainer.gpu_check``) in its own process; raises the check's error.
 
     Args:
         supervisor: Runs the check as a child in its own process group (SIGTERM forwarded).
@@ -132,6 +139,13 @@ def verify_gpus(
         extra_env: Variables added for the check only (processing passes the instance type).
         network: Also the network check (trainer.network_check: EFA where the instance type has it),
             for training, whose hosts may talk over NCCL.
+
+    Raises:
+        ConfigError: the check could not read the job's configuration (exit 2).
+        GpuCheckError: the GPUs or the network failed the check (exit 3), or the check process
+            ended without a result (killed by a signal: a crash in the driver or CUDA libraries).
+        TrainerError: the check failed unexpectedly (exit 1).
+        TrainingInterrupted: SIGTERM arrived during the check.
     """
     result_file = scratch / "gpu-check.json"
     child_env = {**os.environ, **(extra_env or {})}
@@ -143,13 +157,37 @@ def verify_gpus(
     try:
         result = json.loads(result_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        ended = f"was killed by {_signal_name(-code)}" if code < 0 else f"ended with status {code}"
         raise GpuCheckError(
-            f"GPU check failed: the check process ended with status {code} without a result (a crash in the driver "
+            f"GPU check failed: the check process {ended} without a result (a crash in the driver "
             f"or CUDA libraries); see the log above. The {what} was not started."
         ) from None
     if not result.get("ok"):
-        raise GpuCheckError(f"{result.get('error')} The {what} was not started.")
+        raise check_error(result, what)
     return result
+
+
+def check_error(result: Mapping[str, Any], what: str) -> TrainerError:
+    """The failed check's error, of the class its ``exit_code`` names, with the check's own message.
+
+    A configuration mistake is exit 2 here as in ``python -m trainer``, a GPU or network check
+    failure 3, anything the check did not expect 1.
+    """
+    message = f"{result.get('error')} The {what} was not started."
+    exit_code = result.get("exit_code")
+    if not isinstance(exit_code, int) or exit_code <= 0:
+        return GpuCheckError(message)
+    for error_class in (ConfigError, GpuCheckError):
+        if exit_code == error_class.exit_code:
+            return error_class(message)
+    error = TrainerError(message)
+    error.exit_code = exit_code
+    return error
+
+
+def _signal_name(signum: int) -> str:
+    """``SIGSEGV`` for 11; ``signal N`` for a number Python does not name."""
+    return signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
 
 
 def _last_error_line(stderr_tail: Any) -> str:
@@ -173,7 +211,7 @@ def script_failure(
     said_last = _last_error_line(stderr_tail)
     if returncode < 0:
         signum = -returncode
-        name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else f"signal {signum}"
+        name = _signal_name(signum)
         if signum == signal.SIGKILL:
             return UserScriptError(
                 f"The {what} {script} was killed by SIGKILL, most often the kernel's out-of-memory killer: "
