@@ -87,7 +87,7 @@ def test_columnar_format_and_signature_name_and_strings():
         ({"instances": [{"a": [1, 2], "b": 1, "c": 2}]}, "Instance 1 does not match the inputs (a, b): unknown c."),
         ({"inputs": {"a": [[1, 2]]}}, "\"inputs\" does not match the signature's inputs (a, b): missing b."),
         ({"instances": [{"a": [1, 2, 3], "b": 1}]}, "Input 'a' has shape (1, 3) but the signature takes (-1, 2)"),
-        ({"instances": [{"a": ["x", 2], "b": 1}]}, "Input 'a' must be a rectangular array of float32 values"),
+        ({"instances": [{"a": ["x", 2], "b": 1}]}, "Input 'a': JSON Value: \"x\" Type: string is not of expected type: float32."),
         ({"instances": [{"a": [1, 2], "b": 1}], "inputs": {}}, 'Send exactly one of "instances"'),
         ({"examples": []}, '"examples" (the classify/regress APIs) is not served'),
         ({"instances": []}, '"instances" must be a non-empty list'),
@@ -99,6 +99,43 @@ def test_requests_that_do_not_fit_the_signature_are_400_naming_why(request_body,
     with pytest.raises(RequestError) as caught:
         tfserving.parse(request_body, MULTI)
     assert caught.value.status == 400 and message in str(caught.value)
+
+
+def test_only_a_flat_row_per_example_is_reshaped_any_other_shape_is_refused():
+    image = {"serving_default": Signature({"img": TensorSpec((None, 2, 2, 3), "float32")}, {})}
+    flat = tfserving.parse({"instances": [list(range(12))]}, image)
+    assert flat.tensors["img"].shape == (1, 2, 2, 3) and flat.tensors["img"][0, 1, 1].tolist() == [9, 10, 11]
+    columnar = tfserving.parse({"inputs": [list(range(12)), list(range(12))]}, image)
+    assert columnar.tensors["img"].shape == (2, 2, 2, 3)
+    nchw = np.arange(12, dtype=np.float32).reshape(1, 3, 2, 2)  # channels first, for a channels-last input
+    for request in ({"instances": nchw.tolist()}, {"inputs": nchw.tolist()}, {"instances": [[list(range(6)), list(range(6))]]}):
+        with pytest.raises(RequestError, match=r"Input 'img' has shape \(\d, \d+(, \d)*\) but the signature takes \(-1, 2, 2, 3\)") as caught:
+            tfserving.parse(request, image)
+        assert caught.value.status == 400
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, nchw)
+    with pytest.raises(RequestError, match=r"Input 'img' has shape \(1, 3, 2, 2\)"):
+        tfserving.from_npy(buffer.getvalue(), image)
+    wide = {"serving_default": Signature({"x": TensorSpec((None, 4), "float32")}, {})}
+    with pytest.raises(RequestError, match=r"Input 'x' has shape \(1, 2, 2\) but the signature takes \(-1, 4\)"):
+        tfserving.parse({"instances": [[[1, 2], [3, 4]]]}, wide)
+
+
+def test_json_values_must_have_the_inputs_type():
+    with pytest.raises(RequestError, match=r"Input 'text': JSON Value: 3 Type: number is not of expected type: object"):
+        tfserving.parse({"signature_name": "tags", "instances": ["ab", 3]}, MULTI)
+    with pytest.raises(RequestError, match=r"Input 'a': JSON Value: \{\"b64\": \"AA==\"\} Type: object is not of expected type: float32"):
+        tfserving.parse({"inputs": {"a": [[{"b64": "AA=="}, 1]], "b": [1]}}, MULTI)
+    with pytest.raises(RequestError, match=r"Input 'a': JSON Value: null Type: null"):
+        tfserving.parse({"inputs": {"a": [[None, 1]], "b": [1]}}, MULTI)
+    flags = {"serving_default": Signature({"on": TensorSpec((None,), "bool")}, {})}
+    assert tfserving.parse({"instances": [True, False]}, flags).tensors["on"].tolist() == [True, False]
+    with pytest.raises(RequestError, match=r"JSON Value: 1 Type: number is not of expected type: bool"):
+        tfserving.parse({"instances": [True, 1]}, flags)
+    mixed = tfserving.parse({"inputs": {"a": [[1, 2.5]], "b": [3]}}, MULTI)  # ints are numbers for a float input
+    assert mixed.tensors["a"].dtype == np.float32 and mixed.tensors["b"].tolist() == [3.0]
 
 
 def test_row_format_needs_outputs_with_one_entry_per_instance():

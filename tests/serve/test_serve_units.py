@@ -136,6 +136,34 @@ def test_a_failing_model_call_fails_its_requests_not_the_batcher():
     np.testing.assert_array_equal(asyncio.run(go()), [[2, 2]])
 
 
+def test_a_request_that_fails_a_shared_call_fails_alone_and_is_counted():
+    calls = []
+
+    def model(rows):
+        calls.append(rows[:, 0].tolist())
+        if (rows < 0).any():
+            raise ValueError("negative row")
+        return rows * 2
+
+    async def go():
+        batcher = DynamicBatcher(model, max_batch_size=8, max_delay_seconds=0.5, max_queued_requests=10)
+        batcher._mean_requests_per_call = 4.0  # waits for company, as under load
+        batcher.start()
+        try:
+            values = [1.0, 2.0, -1.0, 3.0]
+            submitted = [batcher.submit(np.full((1, 2), v, np.float32)) for v in values]
+            return await asyncio.wait_for(asyncio.gather(*submitted, return_exceptions=True), 10), batcher.stats
+        finally:
+            await batcher.stop()
+
+    answers, stats = asyncio.run(go())
+    assert [a.tolist() for i, a in enumerate(answers) if i != 2] == [[[2, 2]], [[4, 4]], [[6, 6]]]
+    assert isinstance(answers[2], ValueError)
+    assert calls == [[1, 2, -1, 3], [1], [2], [-1], [3]]  # the shared call failed: each request ran alone
+    assert (stats.batches, stats.requests, stats.failed_requests, stats.rows) == (1, 4, 1, 4)
+    assert stats.as_dict()["failed_requests"] == 1 and list(stats.recent_batch_requests) == [4]
+
+
 def test_a_full_queue_refuses_at_once():
     model = _RecordingModel()
     model.gate.clear()  # the first call blocks, so the queue fills

@@ -14,8 +14,9 @@ queue, each with its own worker thread, so the GPUs work on different batches at
 A request is a float32 matrix (the built-in classifier) or a parsed TF Serving request (any other
 model): requests for the same signature whose inputs agree in every dimension but the first are
 joined along it, and each gets its rows of every output back. A TF Serving request that cannot be
-joined (a columnar request whose inputs disagree on the batch size) runs alone, as does a batch
-whose outputs do not have one row per input row.
+joined (a columnar request whose inputs disagree on the batch size) runs alone. A batch whose
+outputs do not have one row per input row, or whose joined call raises, is rerun request by
+request, so a request that makes the model fail fails alone, not its neighbours.
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ class BatchStats:
     """What the batcher has done, for ``/stats``, tests and the benchmark.
 
     Attributes:
-        batches: Model calls made.
-        requests: Requests answered through those calls.
+        batches: Batches taken from the queue and run (a batch whose joined call failed, or whose
+            outputs could not be split, and was rerun request by request counts once).
+        requests: Requests answered through those batches, failed ones included.
+        failed_requests: Requests whose own model call raised (answered with the error).
         rows: Rows predicted.
         recent_batch_requests: Requests per model call, most recent last (bounded).
         recent_batch_rows: Rows per model call, most recent last (bounded).
@@ -96,6 +99,7 @@ class BatchStats:
 
     batches: int = 0
     requests: int = 0
+    failed_requests: int = 0
     rows: int = 0
     recent_batch_requests: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES))
     recent_batch_rows: collections.deque[int] = field(default_factory=lambda: collections.deque(maxlen=RECENT_BATCHES))
@@ -106,6 +110,7 @@ class BatchStats:
         return {
             "batches": self.batches,
             "requests": self.requests,
+            "failed_requests": self.failed_requests,
             "rows": self.rows,
             "max_batch_requests": max(sizes, default=0),
             "mean_batch_requests": round(sum(sizes) / len(sizes), 3) if sizes else 0.0,
@@ -197,7 +202,6 @@ class DynamicBatcher:
             return None
 
     async def _drain(self, replica: int) -> None:
-        loop = asyncio.get_running_loop()
         carry: _Pending | None = None
         while True:
             first = carry if carry is not None else await self._next(None)
@@ -220,37 +224,61 @@ class DynamicBatcher:
             if not batch:
                 continue
             rows = sum(p.size for p in batch)
-            payload = _join([p.rows for p in batch])
-            try:
-                outputs = await loop.run_in_executor(self._executors[replica], self._predicts[replica], payload)
-                if len(batch) > 1 and not _splittable(outputs, rows):
-                    # Outputs without one row per input row: each request runs on its own.
-                    outputs = None
-                    for pending in batch:
-                        alone = await loop.run_in_executor(self._executors[replica], self._predicts[replica], pending.rows)
-                        if not pending.future.done():
-                            pending.future.set_result(alone)
-            except Exception as err:  # noqa: BLE001 - delivered to each waiting request
-                for pending in batch:
-                    if not pending.future.done():
-                        pending.future.set_exception(err)
-                continue
+            failed = await self._run(replica, batch, rows)
             self._mean_requests_per_call += _SMOOTHING * (len(batch) - self._mean_requests_per_call)
             self.stats.batches += 1
             self.stats.replica_batches[replica] += 1
             self.stats.requests += len(batch)
+            self.stats.failed_requests += failed
             self.stats.rows += rows
             self.stats.recent_batch_requests.append(len(batch))
             self.stats.recent_batch_rows.append(rows)
-            if outputs is None:
-                continue
+
+    async def _call(self, replica: int, payload: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executors[replica], self._predicts[replica], payload)
+
+    async def _run(self, replica: int, batch: list[_Pending], rows: int) -> int:
+        """One model call on the joined batch, each request answered; returns how many failed.
+
+        When the joined call raises, or its outputs cannot be split by rows, each request runs on
+        its own: one bad request (a corrupt image, an id out of the vocabulary) then fails alone,
+        not the neighbours it happened to share a call with.
+        """
+        try:
+            outputs = await self._call(replica, _join([p.rows for p in batch]))
+        except Exception as err:  # noqa: BLE001 - delivered to the request, or retried alone below
             if len(batch) == 1:
-                if not batch[0].future.done():
-                    batch[0].future.set_result(outputs)
-                continue
-            start = 0
-            for pending in batch:
-                end = start + pending.size
-                if not pending.future.done():
-                    pending.future.set_result(_part(outputs, start, end))
-                start = end
+                _settle(batch[0], error=err)
+                return 1
+        else:
+            if len(batch) == 1:
+                _settle(batch[0], result=outputs)
+                return 0
+            if _splittable(outputs, rows):
+                start = 0
+                for pending in batch:
+                    _settle(pending, result=_part(outputs, start, start + pending.size))
+                    start += pending.size
+                return 0
+        failed = 0
+        for pending in batch:
+            if pending.future.done():
+                continue  # the client went away
+            try:
+                alone = await self._call(replica, pending.rows)
+            except Exception as err:  # noqa: BLE001 - this request's own failure
+                _settle(pending, error=err)
+                failed += 1
+            else:
+                _settle(pending, result=alone)
+        return failed
+
+
+def _settle(pending: _Pending, *, result: Any = None, error: BaseException | None = None) -> None:
+    if pending.future.done():
+        return
+    if error is not None:
+        pending.future.set_exception(error)
+    else:
+        pending.future.set_result(result)

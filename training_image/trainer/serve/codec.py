@@ -80,7 +80,15 @@ def decode(body: bytes, content_type: str, num_features: int) -> np.ndarray:
             raise RequestError(
                 400, f"Row {index} has {len(row)} values but the model takes {num_features} features{hint}."
             )
-    return np.asarray(rows, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        matrix = np.asarray(rows, dtype=np.float32)
+    if not np.all(np.isfinite(matrix)):
+        # Finite in JSON or CSV, but beyond float32's range: the cast made it infinite.
+        row, column = (int(i) for i in np.argwhere(~np.isfinite(matrix))[0])
+        raise RequestError(
+            400, f"Row {row + 1} value {column + 1} is {_shown(rows[row][column])}, beyond float32's range; every feature must be a finite float32 number."
+        )
+    return matrix
 
 
 def load_npy(body: bytes) -> np.ndarray:
@@ -110,9 +118,13 @@ def _npy_rows(body: bytes, num_features: int) -> np.ndarray:
         raise RequestError(400, f"The .npy array has shape {array.shape}; send [rows, {num_features}].")
     if array.shape[1] != num_features:
         raise RequestError(400, f"The .npy array has {array.shape[1]} values per row but the model takes {num_features} features.")
-    if not np.all(np.isfinite(array)):
-        raise RequestError(400, "The .npy array holds NaN or infinity; every feature must be a finite number.")
-    return array.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):
+        array = array.astype(np.float32, copy=False)
+    if not np.all(np.isfinite(array)):  # after the cast: a float64 beyond float32's range is infinite now
+        raise RequestError(
+            400, "The .npy array holds NaN or infinity (or a value beyond float32's range); every feature must be a finite float32 number."
+        )
+    return array
 
 
 def _json_rows(text: str) -> list[list[float]]:
@@ -120,6 +132,8 @@ def _json_rows(text: str) -> list[list[float]]:
         payload = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
         raise RequestError(400, f"Malformed JSON body: {err.msg} at line {err.lineno} column {err.colno}.") from None
+    except ValueError as err:  # an integer literal over Python's digit limit
+        raise RequestError(400, f"Malformed JSON body: {err}".splitlines()[0]) from None
     if isinstance(payload, dict):
         if "instances" not in payload:
             keys = ", ".join(sorted(map(str, payload))[:5]) or "none"
@@ -145,7 +159,12 @@ def _json_rows(text: str) -> list[list[float]]:
 
 def _is_number(value: Any) -> bool:
     # bool is an int subclass, and True is not a feature value anyone means to send.
-    return type(value) in (int, float) and math.isfinite(value)
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for any float
+        return False
 
 
 def _csv_rows(text: str) -> list[list[float]]:

@@ -20,7 +20,8 @@ and ``code/lib``; a requirement no wheel satisfies fails the start with one line
 
 A handler that raises answers 500 (or the ``status_code`` 4xx/5xx its exception carries, as the
 toolkit's ``BaseInferenceToolkitError`` does) with ``{"error": "<exception> (inference.py line N,
-in fn)"}``, and the server keeps serving.
+in fn)"}``, and the server keeps serving. So does a default that fails (the default predict on a
+``model_fn`` model, the default JSON output); a body the default input refuses is its 400/415.
 """
 
 from __future__ import annotations
@@ -157,6 +158,15 @@ class UserCode:
         except Exception as err:  # noqa: BLE001 - the user's failure, reported with their file and line
             raise self._fail(err, name) from err
 
+    def _default(self, stage: str, run: Callable[[], Any]) -> Any:
+        """A default the toolkit supplies for a function left out; its failure answers as a handler's does."""
+        try:
+            return run()
+        except HandlerError:
+            raise
+        except Exception as err:  # noqa: BLE001 - e.g. the model_fn model refused the data: one line, not a traceback
+            raise self._fail(err, stage) from err
+
     def load_model(self, model_dir: Path) -> None:
         """Runs ``model_fn(model_dir)`` once at start-up; raises SourceError with the user's line."""
         try:
@@ -189,7 +199,7 @@ class UserCode:
             result = self._call("handler", data, context)
         else:
             processed = self._call("input_handler", data, context)
-            response = post(context.rest_uri, processed)
+            response = self._default("POST to context.rest_uri", lambda: post(context.rest_uri, processed))
             result = self._call("output_handler", response, context)
         if not (isinstance(result, tuple) and len(result) == 2):
             name = "handler" if "handler" in self.functions else "output_handler"
@@ -209,20 +219,22 @@ class UserCode:
         if "transform_fn" in self.functions:
             result = self._call("transform_fn", model, input_data, content_type, accept, context=context)
         else:
-            from trainer.serve import tfserving
-
             if "input_fn" in self.functions:
                 data = self._call("input_fn", input_data, content_type, context=context)
             else:
-                data = tfserving.to_tfs_request(body, content_type)
+                data = _default_input(body, content_type)
             if "predict_fn" in self.functions:
                 prediction = self._call("predict_fn", data, model, context=context)
             else:
-                prediction = default_predict(data) if model is None else _predict_with(model, data)
+                prediction = self._default(
+                    "predict_fn (default)", lambda: default_predict(data) if model is None else _predict_with(model, data)
+                )
             if "output_fn" in self.functions:
                 result = self._call("output_fn", prediction, accept, context=context)
             else:
-                result = (json.dumps(prediction, default=_json_default), "application/json")
+                result = self._default(
+                    "output_fn (default)", lambda: (json.dumps(prediction, default=_json_default), "application/json")
+                )
         content = accept
         if isinstance(result, tuple):
             result, content = result[0], result[1]
@@ -230,6 +242,17 @@ class UserCode:
             return Reply(_body_bytes(result), str(content))
         except TypeError as err:
             raise HandlerError(500, f"{SCRIPT}: the response is not bytes, text or JSON: {err}.") from None
+
+
+def _default_input(body: bytes, content_type: str) -> Any:
+    """The default input_fn: the body as a TF Serving request; a body it refuses is that 4xx."""
+    from trainer.serve import tfserving
+    from trainer.serve.codec import RequestError
+
+    try:
+        return tfserving.to_tfs_request(body, content_type)
+    except RequestError as err:
+        raise HandlerError(err.status, str(err)) from None
 
 
 def _predict_with(model: Any, data: Any) -> Any:

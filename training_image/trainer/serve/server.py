@@ -238,7 +238,9 @@ async def tfs_predict(request: web.Request) -> web.Response:
     """TF Serving's own REST predict route, ``POST /v1/models/<name>[/versions/<n>]:predict``.
 
     ``context.rest_uri`` of the user's handlers points here, as it points at TF Serving in AWS's
-    container; it answers TF Serving requests (JSON) for the model this server holds.
+    container; it answers TF Serving requests (JSON) for the model this server holds. The body is
+    read as JSON whatever its ``Content-Type``, as TF Serving reads it: AWS's container posts
+    ``input_handler``'s result with ``requests.post(rest_uri, data=...)``, which sends none.
     """
     state = request.app[STATE]
     match = _TFS_ROUTE.match(request.match_info["tail"])
@@ -249,7 +251,7 @@ async def tfs_predict(request: web.Request) -> web.Response:
     if not state.ready.is_set():
         return _error(503, state.failure or "Not ready: the model is still loading.")
     if state.model is not None:
-        return await _classify(request, state)
+        return await _classify(request, state, rest=True)
     if not state.tensor_replicas:
         return _error(404, f"{handlers.SCRIPT}'s model_fn loaded the model: it has no TF Serving route.")
     return await _tensors(request, state, rest=True)
@@ -373,6 +375,12 @@ async def _user_code(request: web.Request, state: ServingState) -> web.Response:
     except handlers.HandlerError as err:
         log("serve-handler-failed", status=err.status, error=repr(str(err)))
         return _error(err.status, str(err))
+    except codec.RequestError as err:
+        return _error(err.status, str(err))
+    except Exception as err:  # noqa: BLE001 - never aiohttp's plain-text 500 with a traceback
+        message = f"{handlers.SCRIPT} request failed: {type(err).__name__}: {err}".splitlines()[0]
+        log("serve-handler-failed", status=500, error=repr(message))
+        return _error(500, message)
     return web.Response(body=reply.body, headers={"Content-Type": reply.content_type})
 
 
@@ -388,8 +396,11 @@ def _post(uri: str, data: Any) -> Any:
     return requests.post(uri, data=data, timeout=60)
 
 
-async def _classify(request: web.Request, state: ServingState) -> web.Response:
-    """The built-in classifier: decode, batch, encode. Bad requests get a 4xx and one line."""
+async def _classify(request: web.Request, state: ServingState, *, rest: bool = False) -> web.Response:
+    """The built-in classifier: decode, batch, encode. Bad requests get a 4xx and one line.
+
+    ``rest``: TF Serving's route, whose body is JSON whatever its ``Content-Type`` says.
+    """
     assert state.model is not None
     accept = request.headers.get("Accept", "").strip()
     if accept and not any(t in accept for t in (codec.JSON, "*/*", "application/*")):
@@ -398,7 +409,8 @@ async def _classify(request: web.Request, state: ServingState) -> web.Response:
     if isinstance(body, web.Response):
         return body
     try:
-        rows = codec.decode(body, request.headers.get("Content-Type", ""), state.model.num_features)
+        content_type = codec.JSON if rest else request.headers.get("Content-Type", "")
+        rows = codec.decode(body, content_type, state.model.num_features)
     except codec.RequestError as err:
         return _error(err.status, str(err))
     try:
@@ -423,7 +435,7 @@ async def stats(request: web.Request) -> web.Response:
         "batching": state.settings.batching,
         "max_batch_size": state.settings.max_batch_size,
         "max_batch_delay_ms": state.settings.max_batch_delay_ms,
-        **(state.batcher.stats.as_dict() if state.batcher else {"batches": 0, "requests": 0, "rows": 0}),
+        **(state.batcher.stats.as_dict() if state.batcher else {"batches": 0, "requests": 0, "failed_requests": 0, "rows": 0}),
     }
     return web.json_response(payload)
 

@@ -16,8 +16,12 @@ What AWS's TensorFlow serving container does in front of TF Serving, and TF Serv
   signature has one output, else an object keyed by output name); columnar gives
   ``{"outputs": value}`` or ``{"outputs": {name: value}}``.
 
-A fixed-shape input also takes a flat row of the same number of values (a CSV line for an image
-model): it is reshaped, where TF Serving would refuse it.
+A fixed-shape input also takes each example as a flat row of the same number of values (a CSV
+line for an image model): it is reshaped, where TF Serving would refuse it. Any other shape is
+refused, even one with as many values (an NCHW image for an NHWC input): reshaping it would
+scramble the values. JSON values are checked against the input's dtype as TF Serving checks them
+(integers for an integer input and within its range, numbers for a float input, booleans for a
+bool input, strings or ``{"b64": ...}`` for a string input), never coerced.
 
 Beside JSON, ``application/x-npy`` (a NumPy ``.npy`` array, batch first) feeds a one-input
 signature without a JSON text of the values (image batches), and ``Accept: application/x-npy``
@@ -94,6 +98,8 @@ def _loads(text: str, where: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
         raise RequestError(400, f"Malformed JSON in {where}: {err.msg} at line {err.lineno} column {err.colno}.") from None
+    except ValueError as err:  # an integer literal over Python's digit limit
+        raise RequestError(400, f"Malformed JSON in {where}: {err}".splitlines()[0]) from None
 
 
 def _csv_value(field: str, line: int, column: int) -> Any:
@@ -159,23 +165,137 @@ def _binary(value: Any) -> Any:
     return value
 
 
-def _array(value: Any, name: str, spec: TensorSpec) -> np.ndarray:
-    value = _binary(value)
+# What JSON values each kind of input takes, as TF Serving's JSON decoder checks them: integers
+# only for an integer input, any number for a float input, booleans only for a bool input.
+_INTEGERS = (int, np.integer)
+_NUMBERS = (int, float, np.integer, np.floating)
+_BOOLS = (bool, np.bool_)
+_TEXT = (str, bytes)
+
+
+def _category(dtype: str) -> str | None:
+    """``int``, ``float``, ``bool`` or ``string`` for an input's dtype; None for others (complex)."""
+    if dtype == "object":
+        return "string"
+    if dtype.startswith(("int", "uint")):
+        return "int"
+    if dtype.startswith(("float", "bfloat", "half")):
+        return "float"
+    if dtype in ("bool", "bool_"):
+        return "bool"
+    return None
+
+
+def _takes(category: str, kind: type) -> bool:
+    if issubclass(kind, _BOOLS):
+        return category == "bool"
+    if category == "int":
+        return issubclass(kind, _INTEGERS)
+    if category == "float":
+        return issubclass(kind, _NUMBERS)
+    if category == "string":
+        return issubclass(kind, _TEXT)
+    return False
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, (str, bytes)):
+        return "string"
+    if isinstance(value, dict):
+        return "object"
+    return "null" if value is None else type(value).__name__
+
+
+def _json_shown(value: Any) -> str:
     try:
-        array = np.asarray(value, dtype=object if spec.dtype == "object" else spec.dtype)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        raise RequestError(
-            400, f"Input {name!r} must be a rectangular array of {spec.dtype} values; got {str(value)[:40]}."
-        ) from None
-    if array.dtype == object and spec.dtype != "object":
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _type_error(name: str, value: Any, dtype: str) -> RequestError:
+    return RequestError(
+        400, f"Input {name!r}: JSON Value: {_json_shown(value)} Type: {_json_type(value)} is not of expected type: {dtype}."
+    )
+
+
+def _range_error(name: str, objects: np.ndarray, dtype: str) -> RequestError:
+    """The first value ``dtype`` cannot hold (found only on this error path, one by one)."""
+    try:
+        info: Any = np.iinfo(dtype) if _category(dtype) == "int" else np.finfo(dtype)
+        low, high = (int(info.min), int(info.max)) if _category(dtype) == "int" else (float(info.min), float(info.max))
+    except (TypeError, ValueError):
+        return RequestError(400, f"Input {name!r} holds a value out of range for {dtype}.")
+    for value in objects.flat:
+        if not low <= value <= high:  # Python numbers: no cast to the dtype on the way
+            return RequestError(400, f"Input {name!r}: JSON Value: {_json_shown(value)} is out of range for {dtype}.")
+    return RequestError(400, f"Input {name!r} holds a value out of range for {dtype}.")
+
+
+def _array(value: Any, name: str, spec: TensorSpec) -> np.ndarray:
+    """A JSON value as the input's array, each value checked against the input's dtype first.
+
+    TF Serving refuses a value of another JSON type than its input's (``1.7``, ``"3"`` or
+    ``true`` for an integer input) instead of converting it, and so does this: the types present
+    are found in one pass at C speed (the set of Python types in an object array), not per value
+    in Python.
+    """
+    category = _category(spec.dtype)
+    if category == "string":
+        value = _binary(value)
+    try:
+        objects = np.asarray(value, dtype=object)
+    except (TypeError, ValueError):
+        raise RequestError(400, f"Input {name!r} must be a rectangular array of {spec.dtype} values.") from None
+    kinds = set(map(type, objects.flat))
+    if list in kinds or tuple in kinds:
         raise RequestError(400, f"Input {name!r} has rows of different lengths.")
+    if category is None:
+        return _shaped(_converted(objects, name, spec), name, spec)
+    wrong = {kind for kind in kinds if not _takes(category, kind)}
+    if wrong:
+        offending = next(v for v in objects.flat if type(v) in wrong)
+        raise _type_error(name, offending, spec.dtype)
+    if category == "string":
+        return _shaped(objects, name, spec)
+    array = _converted(objects, name, spec)
+    if category == "float":
+        if not np.all(np.isfinite(array)):  # JSON holds no NaN or Infinity: a value beyond the dtype's range
+            raise _range_error(name, objects, spec.dtype)
+    return _shaped(array, name, spec)
+
+
+def _converted(objects: np.ndarray, name: str, spec: TensorSpec) -> np.ndarray:
+    try:
+        with np.errstate(over="ignore"):
+            return objects.astype(spec.dtype)
+    except OverflowError:
+        raise _range_error(name, objects, spec.dtype) from None
+    except (TypeError, ValueError):
+        raise RequestError(400, f"Input {name!r} must be a rectangular array of {spec.dtype} values.") from None
+
+
+def _shaped(array: np.ndarray, name: str, spec: TensorSpec) -> np.ndarray:
+    """``array`` when its shape fits the input's; a flat row per example is reshaped to a fixed shape.
+
+    Only the flat-row form is reshaped: ``[examples, width]`` (or ``[examples]`` for width 1)
+    where width is the product of the input's fixed dimensions. Any other shape, even one with as
+    many values (an NCHW image for an NHWC input, a 3x2 for a 2x3), is refused as TF Serving
+    refuses it: reshaping it would scramble the values.
+    """
     expected = spec.shape
     if len(expected) == array.ndim and all(e is None or e == a for e, a in zip(expected, array.shape)):
         return array
     fixed = expected[1:]
-    if array.ndim >= 1 and fixed and all(d is not None for d in fixed):
+    if array.ndim in (1, 2) and fixed and all(d is not None for d in fixed):
         width = math.prod(int(d) for d in fixed)  # type: ignore[arg-type]
-        if array.size == array.shape[0] * width:
+        flat_rows = (array.ndim == 2 and array.shape[1] == width) or (array.ndim == 1 and width == 1)
+        if flat_rows:
             return array.reshape((array.shape[0], *[int(d) for d in fixed]))  # type: ignore[arg-type]
     shown = tuple(-1 if d is None else d for d in expected)
     raise RequestError(
@@ -203,7 +323,7 @@ def from_npy(body: bytes, signatures: Mapping[str, Signature], signature_name: s
         raise RequestError(400, f"The .npy array has shape {array.shape}; send a batch (first dimension: examples).")
     if spec.dtype != "object" and array.dtype.kind not in "biuf":
         raise RequestError(400, f"The .npy array has dtype {array.dtype}; input {name!r} takes {spec.dtype}.")
-    tensor = _array(array.astype(spec.dtype, copy=False) if spec.dtype != "object" else array, name, spec)
+    tensor = _shaped(array.astype(spec.dtype, copy=False) if spec.dtype != "object" else array, name, spec)
     return PredictRequest(signature_name, {name: tensor}, True, int(tensor.shape[0]))
 
 

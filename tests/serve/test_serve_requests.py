@@ -1,0 +1,244 @@
+"""Requests the server must refuse or answer alone, in process: fake models, no TensorFlow, no port.
+
+Each test builds the serving state by hand (a model is a Python function) and talks to the real
+aiohttp application through aiohttp's test client, so the answer is what a client gets: status,
+content type and the one-line JSON error, never aiohttp's plain-text 500 with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from tests.trainer.helpers import free_ports
+from trainer.contract.serving import load_settings
+from trainer.serve import handlers, server
+from trainer.serve.model import LoadedModel, ModelSource, TensorModel
+from trainer.serve.tfserving import Signature, TensorSpec
+
+JSON = {"Content-Type": "application/json"}
+Call = tuple[str, bytes, dict[str, str]]
+
+
+def _state(tmp_path: Path, **env: str) -> server.ServingState:
+    settings = load_settings({"SM_MODEL_DIR": str(tmp_path), "EXPECTED_GPU_COUNT": "0", **env})
+    state = server.ServingState(settings)
+    state.workers = 1
+    return state
+
+
+def _tensor_state(tmp_path: Path, signatures: dict[str, Signature], run: Callable[[dict[str, np.ndarray]], Any], **env: str) -> server.ServingState:
+    state = _state(tmp_path, **env)
+    state.tensor_replicas = [TensorModel(ModelSource("saved_model", tmp_path), signatures, {"serving_default": run})]
+    state.ready.set()
+    return state
+
+
+def _classifier_state(tmp_path: Path, **env: str) -> server.ServingState:
+    """The built-in classifier over two features whose logits are the features, in float32 as TF computes them."""
+    state = _state(tmp_path, **env)
+    model = LoadedModel(ModelSource("trainer", tmp_path), 2, 2, "logits", lambda rows: np.asarray(rows, np.float32))
+    state.model, state.replicas = model, [model]
+    state.ready.set()
+    return state
+
+
+def _with_code(tmp_path: Path, state: server.ServingState, script: str) -> server.ServingState:
+    code = tmp_path / "code"
+    code.mkdir(parents=True, exist_ok=True)
+    (code / "inference.py").write_text(textwrap.dedent(script))
+    state.user_code = handlers.load(tmp_path)
+    if state.user_code is not None and state.user_code.loads_own_model:
+        state.user_code.load_model(tmp_path)
+    return state
+
+
+async def _send(client: TestClient, calls: Iterable[Call]) -> list[tuple[int, str, bytes]]:
+    answers = []
+    for path, body, headers in calls:
+        response = await asyncio.wait_for(client.post(path, data=body, headers=headers), 20)
+        answers.append((response.status, response.headers.get("Content-Type", ""), await response.read()))
+    return answers
+
+
+def _serve(state: server.ServingState, calls: Iterable[Call], port: int | None = None) -> list[tuple[int, str, bytes]]:
+    async def go() -> list[tuple[int, str, bytes]]:
+        async with TestClient(TestServer(server.create_app(state), host="127.0.0.1", port=port)) as client:
+            return await _send(client, calls)
+
+    return asyncio.run(go())
+
+
+def _one_line_error(answer: tuple[int, str, bytes], status: int) -> str:
+    got, content_type, body = answer
+    assert (got, content_type.split(";")[0]) == (status, "application/json"), body
+    error = json.loads(body)["error"]
+    assert "\n" not in error and "Traceback" not in error
+    return error
+
+
+INT_PAIR = {"serving_default": Signature({"x": TensorSpec((None, 2), "int64")}, {"y": TensorSpec((None, 2), "int64")})}
+PIXELS = {"serving_default": Signature({"img": TensorSpec((None, 2), "uint8")}, {"y": TensorSpec((None, 2), "uint8")})}
+IMAGE = {"serving_default": Signature({"img": TensorSpec((None, 2, 3), "float32")}, {"y": TensorSpec((None, 2, 3), "float32")})}
+
+
+@pytest.mark.parametrize(
+    ("signatures", "body", "message"),
+    [
+        (INT_PAIR, '{"instances": [[1.7, 2]]}', "Input 'x': JSON Value: 1.7 Type: number is not of expected type: int64."),
+        (INT_PAIR, '{"instances": [["3", 4]]}', "Input 'x': JSON Value: \"3\" Type: string is not of expected type: int64."),
+        (INT_PAIR, '{"instances": [[true, 1]]}', "Input 'x': JSON Value: true Type: boolean is not of expected type: int64."),
+        (INT_PAIR, '{"instances": [[1e30, 1]]}', "Input 'x': JSON Value: 1e+30 Type: number is not of expected type: int64."),
+        (INT_PAIR, '{"instances": [[99999999999999999999999, 1]]}', "Input 'x': JSON Value: 99999999999999999999999 is out of range for int64."),
+        (PIXELS, '{"instances": [[300, 1]]}', "Input 'img': JSON Value: 300 is out of range for uint8."),
+        (PIXELS, '{"instances": [[0, -1]]}', "Input 'img': JSON Value: -1 is out of range for uint8."),
+        (IMAGE, '{"instances": [[[1, 2], [3, 4], [5, 6]]]}', "Input 'img' has shape (1, 3, 2) but the signature takes (-1, 2, 3)"),
+        (IMAGE, '{"instances": [[[1, 2, 3], [4, 5, true]]]}', "Input 'img': JSON Value: true Type: boolean is not of expected type: float32."),
+        (IMAGE, '{"instances": [[[1, 2, 3], [4, 5, 1e39]]]}', "Input 'img': JSON Value: 1e+39 is out of range for float32."),
+    ],
+    ids=["fraction-for-int", "string-for-int", "bool-for-int", "float-beyond-int64", "int-beyond-int64", "uint8-over", "uint8-negative",
+         "transposed-image", "bool-for-float", "beyond-float32"],
+)
+def test_tf_serving_values_of_another_type_or_shape_are_400_not_coerced(tmp_path, signatures, body, message):
+    calls = []
+    state = _tensor_state(tmp_path, signatures, lambda tensors: calls.append(tensors) or {"y": next(iter(tensors.values()))})
+    (answer,) = _serve(state, [("/invocations", body.encode(), JSON)])
+    assert message in _one_line_error(answer, 400)
+    assert calls == []  # refused before the model
+
+
+def test_tf_serving_values_of_the_inputs_type_still_pass(tmp_path):
+    state = _tensor_state(tmp_path, INT_PAIR, lambda tensors: {"y": tensors["x"] * 10})
+    floats = _tensor_state(tmp_path, IMAGE, lambda tensors: {"y": tensors["img"]})
+    (ints,) = _serve(state, [("/invocations", b'{"instances": [[1, -2]]}', JSON)])
+    flat, image = _serve(floats, [("/invocations", b'{"instances": [[1, 2, 3, 4, 5, 6.5]]}', JSON),
+                                  ("/invocations", b'{"inputs": [[[1, 2, 3], [4, 5, 6]]]}', JSON)])
+    assert (ints[0], json.loads(ints[2])) == (200, {"predictions": [[10, -20]]})
+    assert (flat[0], json.loads(flat[2])) == (200, {"predictions": [[[1, 2, 3], [4, 5, 6.5]]]})  # the documented flat row
+    assert (image[0], json.loads(image[2])) == (200, {"outputs": [[[1, 2, 3], [4, 5, 6]]]})  # ints for a float input
+
+
+def test_the_classifier_refuses_values_beyond_float32_instead_of_answering_nan(tmp_path):
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([[1e39, 0.5]], np.float64))
+    answers = _serve(
+        _classifier_state(tmp_path),
+        [("/invocations", b'{"instances": [[1e39, 0.5]]}', JSON), ("/invocations", b"0.5,-1e39\n", {"Content-Type": "text/csv"}),
+         ("/invocations", buffer.getvalue(), {"Content-Type": "application/x-npy"}), ("/invocations", b"[[3e38, 1]]", JSON)],
+    )
+    assert _one_line_error(answers[0], 400).startswith("Row 1 value 1 is 1e+39, beyond float32's range")
+    assert _one_line_error(answers[1], 400).startswith("Row 1 value 2 is -1e+39, beyond float32's range")
+    assert "beyond float32's range" in _one_line_error(answers[2], 400)
+    assert answers[3][0] == 200 and json.loads(answers[3][2])["predictions"][0]["predicted_class"] == 0  # 3e38 fits
+
+
+TOOLKIT_DEFAULTS = """\
+    def predict_fn(data, model):
+        return {"echo": data}
+"""
+
+OWN_MODEL = """\
+    class Doubler:
+        def __call__(self, rows):
+            return rows * 2
+
+
+    def model_fn(model_dir):
+        return Doubler()
+"""
+
+UNSERIALIZABLE = """\
+    def predict_fn(data, model):
+        return {"handle": object()}
+"""
+
+
+def test_toolkit_defaults_answer_one_line_errors_not_a_traceback(tmp_path):
+    signatures = {"serving_default": Signature({"x": TensorSpec((None, 2), "float32")}, {"y": TensorSpec((None, 2), "float32")})}
+    echo = _with_code(tmp_path / "echo", _tensor_state(tmp_path / "echo", signatures, lambda t: {"y": t["x"]}), TOOLKIT_DEFAULTS)
+    malformed, unsupported, fine = _serve(
+        echo, [("/invocations", b'{"instances": [[1, 2]', JSON), ("/invocations", b"1,2", {"Content-Type": "text/plain"}),
+               ("/invocations", b'{"instances": [[1, 2]]}', JSON)]
+    )
+    assert _one_line_error(malformed, 400).startswith("Malformed JSON in the body")  # the default input_fn's 400
+    assert _one_line_error(unsupported, 415).startswith("Unsupported content type 'text/plain'")
+    assert (fine[0], json.loads(fine[2])) == (200, {"echo": {"instances": [[1, 2]]}})
+
+    own = _with_code(tmp_path / "own", _state(tmp_path / "own"), OWN_MODEL)
+    own.ready.set()
+    doubled, refused = _serve(own, [("/invocations", b'{"instances": [[1, 2]]}', JSON), ("/invocations", b'{"instances": [["a", 2]]}', JSON)])
+    assert (doubled[0], json.loads(doubled[2])) == (200, {"predictions": [[2.0, 4.0]]})
+    assert _one_line_error(refused, 500).startswith("predict_fn (default) failed: ValueError: could not convert string to float")
+
+    unserializable = _with_code(tmp_path / "out", _tensor_state(tmp_path / "out", signatures, lambda t: {"y": t["x"]}), UNSERIALIZABLE)
+    (output,) = _serve(unserializable, [("/invocations", b'{"instances": [[1, 2]]}', JSON)])
+    assert _one_line_error(output, 500).startswith("output_fn (default) failed: TypeError: object is not JSON serializable")
+
+
+INPUT_OUTPUT_HANDLERS = """\
+    import json
+
+
+    def input_handler(data, context):
+        return json.dumps({"instances": [[float(v) for v in data.read().decode().split(",")]]})
+
+
+    def output_handler(response, context):
+        return response.content, "application/json"
+"""
+
+
+def test_tf_servings_route_reads_json_whatever_the_content_type_for_the_classifier_too(tmp_path):
+    """AWS's container posts input_handler's result with requests.post(rest_uri, data=str): no Content-Type."""
+    (port,) = free_ports(1)
+    state = _with_code(tmp_path, _classifier_state(tmp_path, SAGEMAKER_BIND_TO_PORT=str(port)), INPUT_OUTPUT_HANDLERS)
+    through_handlers, no_type, other_type = _serve(
+        state,
+        [("/invocations", b"1,2", {"Content-Type": "text/csv"}), ("/v1/models/model:predict", b'{"instances": [[2, 1]]}', {}),
+         ("/v1/models/model:predict", b'{"instances": [[2, 1]]}', {"Content-Type": "text/plain"})],
+        port=port,
+    )
+    assert through_handlers[0] == 200 and json.loads(through_handlers[2])["predictions"][0]["predicted_class"] == 1
+    for answer in (no_type, other_type):
+        assert answer[0] == 200 and json.loads(answer[2])["predictions"][0]["predicted_class"] == 0
+
+
+def test_a_request_that_fails_the_model_fails_alone_and_is_counted(tmp_path):
+    """An embedding lookup fails on an id out of its vocabulary: only that request gets the 500."""
+    calls: list[list[int]] = []
+
+    def lookup(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ids = tensors["ids"]
+        calls.append(ids[:, 0].tolist())
+        if (ids >= 100).any():
+            raise ValueError(f"indices = {int(ids.max())} is not in [0, 100)")
+        return {"y": ids * 2}
+
+    signatures = {"serving_default": Signature({"ids": TensorSpec((None, 1), "int64")}, {"y": TensorSpec((None, 1), "int64")})}
+    state = _tensor_state(tmp_path, signatures, lookup, SERVE_MAX_BATCH_DELAY_MS="500")
+
+    async def go() -> tuple[list[tuple[int, str, bytes]], dict[str, Any]]:
+        async with TestClient(TestServer(server.create_app(state), host="127.0.0.1")) as client:
+            await _send(client, [("/invocations", b'{"instances": [[0]]}', JSON)])  # the batcher exists
+            server._batcher(state)._mean_requests_per_call = 4.0  # waits for company, as under load
+            bodies = [json.dumps({"instances": [[v]]}).encode() for v in (1, 2, 1000, 3)]
+            answers = await asyncio.gather(*(_send(client, [("/invocations", body, JSON)]) for body in bodies))
+            stats = await (await client.get("/stats")).json()
+            return [a for (a,) in answers], stats
+
+    answers, stats = asyncio.run(go())
+    assert [a[0] for a in answers] == [200, 200, 500, 200]
+    assert [json.loads(a[2])["predictions"] for i, a in enumerate(answers) if i != 2] == [[[2]], [[4]], [[6]]]
+    assert "The model failed on this request (ValueError)" in _one_line_error(answers[2], 500)
+    assert sorted(calls[1]) == [1, 2, 3, 1000]  # they did share the call that failed
+    assert stats["requests"] == 5 and stats["failed_requests"] == 1 and stats["recent_batch_requests"] == [1, 4]
