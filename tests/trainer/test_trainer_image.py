@@ -171,7 +171,7 @@ def test_build_context_holds_what_the_dockerfile_copies_and_nothing_else():
     for line in DOCKERFILE.read_text().splitlines():
         if line.startswith("COPY ") and "--from=" not in line:
             sources += line.split()[1:-1]
-    assert sources == ["requirements.txt", "pyproject.toml", "build_check.py", "trainer", "bin/python"]
+    assert sources == ["requirements.txt", "pyproject.toml", "build_check.py", "trainer", "bin/python", "bin/bash_env.sh"]
     for source in sources:
         assert _dockerignore_admits(source), source
     assert _dockerignore_admits("trainer/train/runner.py")
