@@ -138,6 +138,36 @@ def test_json_values_must_have_the_inputs_type():
     assert mixed.tensors["a"].dtype == np.float32 and mixed.tensors["b"].tolist() == [3.0]
 
 
+def _npy(array: np.ndarray) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def test_npy_arrays_are_refused_where_the_cast_would_change_a_value():
+    """As for JSON values: no float array for an integer input (truncated), no integer out of the
+    input's range (wrapped), no value beyond a float input's range (infinity), no booleans for numbers."""
+    ids = {"serving_default": Signature({"ids": TensorSpec((None, 2), "int32")}, {})}
+    pixels = {"serving_default": Signature({"img": TensorSpec((None, 2), "uint8")}, {})}
+    half = {"serving_default": Signature({"x": TensorSpec((None, 2), "float16")}, {})}
+    for body, signatures, reason in [
+        (_npy(np.array([[1.7, 2.0]])), ids, "dtype float64; input 'ids' takes int32"),
+        (_npy(np.array([[300, 1]], np.int64)), pixels, "holds 300, out of range for uint8"),
+        (_npy(np.array([[-1, 1]], np.int16)), pixels, "holds -1, out of range for uint8"),
+        (_npy(np.array([[1e6, 1.0]])), half, "beyond float16's range"),
+        (_npy(np.array([[True, False]])), half, "dtype bool; input 'x' takes float16"),
+    ]:
+        with pytest.raises(RequestError, match=reason) as caught:
+            tfserving.from_npy(body, signatures)
+        assert caught.value.status == 400
+    # What keeps every value passes: narrower or equal integers, integers for floats, NaN as sent.
+    assert tfserving.from_npy(_npy(np.array([[255, 0]], np.int64)), pixels).tensors["img"].tolist() == [[255, 0]]
+    assert tfserving.from_npy(_npy(np.array([[3, 4]], np.int64)), half).tensors["x"].tolist() == [[3.0, 4.0]]
+    assert np.isnan(tfserving.from_npy(_npy(np.array([[np.nan, 1.0]])), half).tensors["x"][0, 0])
+
+
 def test_row_format_needs_outputs_with_one_entry_per_instance():
     request = tfserving.parse({"instances": [[1.0], [2.0]]}, SINGLE)
     with pytest.raises(RequestError, match="Output 'y' has shape \\(\\), not one entry per instance"):

@@ -321,10 +321,34 @@ def from_npy(body: bytes, signatures: Mapping[str, Signature], signature_name: s
     (name, spec), = signature.inputs.items()
     if array.ndim == 0 or array.shape[0] == 0:
         raise RequestError(400, f"The .npy array has shape {array.shape}; send a batch (first dimension: examples).")
-    if spec.dtype != "object" and array.dtype.kind not in "biuf":
-        raise RequestError(400, f"The .npy array has dtype {array.dtype}; input {name!r} takes {spec.dtype}.")
-    tensor = _shaped(array.astype(spec.dtype, copy=False) if spec.dtype != "object" else array, name, spec)
+    tensor = _shaped(_npy_cast(array, name, spec), name, spec)
     return PredictRequest(signature_name, {name: tensor}, True, int(tensor.shape[0]))
+
+
+_NPY_KINDS = {"int": "iu", "float": "iuf", "bool": "b"}
+"""The ``.npy`` dtype kinds each kind of input takes (as the JSON values it takes): no float array for
+an integer input (truncated), no booleans for a number."""
+
+
+def _npy_cast(array: np.ndarray, name: str, spec: TensorSpec) -> np.ndarray:
+    """A ``.npy`` array as the input's dtype, refused (400) where the cast would change a value: a
+    kind the input does not take, an integer out of the input's range, a float beyond it."""
+    category = _category(spec.dtype)
+    if category == "string":
+        return array
+    if array.dtype.kind not in _NPY_KINDS.get(category or "", "biuf"):
+        raise RequestError(400, f"The .npy array has dtype {array.dtype}; input {name!r} takes {spec.dtype}.")
+    if category == "int" and array.size and array.dtype != np.dtype(spec.dtype):
+        info = np.iinfo(spec.dtype)
+        low, high = int(array.min()), int(array.max())
+        if low < info.min or high > info.max:
+            value = low if low < info.min else high
+            raise RequestError(400, f"Input {name!r}: the .npy array holds {value}, out of range for {spec.dtype}.")
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = array.astype(spec.dtype, copy=False)
+    if category == "float" and array.dtype != cast.dtype and not np.array_equal(np.isfinite(array), np.isfinite(cast)):
+        raise RequestError(400, f"Input {name!r}: the .npy array holds a value beyond {spec.dtype}'s range.")
+    return cast
 
 
 def npy_answer(outputs: Mapping[str, np.ndarray]) -> bytes:
