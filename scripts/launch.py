@@ -704,7 +704,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a hyperparameter tuning job over the ranges in RANGES.json through the workflow "
         "(with --direct: CreateHyperParameterTuningJob; with --pipeline: as the pipeline's train step)",
     )
-    parser.add_argument("--max-jobs", type=int, metavar="N", help="--tune: trials, at most tuning.max_jobs (default: that cap)")
+    parser.add_argument(
+        "--max-jobs", type=int, metavar="N",
+        help="--tune: trials, at most tuning.max_jobs (default: that cap; a Grid runs all its combinations: no fewer)",
+    )
     parser.add_argument(
         "--max-parallel-jobs", type=int, metavar="N", help="--tune: trials at once, at most tuning.max_parallel_jobs (default: that cap)"
     )

@@ -6,7 +6,8 @@ be overridden from the command line with a dotted context key, e.g.::
     npx cdk synth -c gpu_training.cluster.node_count=2 -c gpu_training.training_job.use_spot=false
 
 The ``gpu_training.`` prefix may be left out (``-c cluster.node_count=2``), as the operator scripts
-allow; a misspelled key is refused with the right one, never dropped (:func:`platform_overrides`).
+allow, but not the section (``-c use_spot=false`` is refused: ``training_job.use_spot``); a misspelled
+key is refused with the right one, never dropped (:func:`platform_overrides`).
 An override's value is read as JSON when it parses (numbers, booleans, ``null``, objects), else as a
 plain string; a value that opens as JSON must parse. An object merges into the setting's object
 (one hyperparameter overridden keeps the others); ``null`` in it removes an entry.
@@ -124,7 +125,8 @@ class NetworkConfig:
         max_azs: Availability zones to spread subnets over. Default 2.
         nat_gateways: NAT gateways. Default 0: subnets are isolated and AWS services are reached
             through VPC endpoints only. A value above 0 adds egress to the internet.
-        interface_endpoints: Interface endpoint service names (``ecr.api``, ``logs``...). Default:
+        interface_endpoints: Interface endpoint service names (``ecr.api``, ``logs``...: what follows
+            ``com.amazonaws.<region>.``), each once (``ecr.api`` and ``ecr-api`` are one). Default:
             what training needs (ECR, CloudWatch Logs and metrics, STS, SageMaker API, SSM
             session access, CloudFormation for the boot-time signal).
         dns_firewall: A Route 53 Resolver DNS Firewall on the VPC that answers AWS service
@@ -280,7 +282,8 @@ class TrainingJobConfig:
         max_runtime_seconds: Stop the job after this long. Default 86400 (1 day).
         use_spot: Managed spot training. Default ``True`` (requires ``checkpointing``).
         max_wait_seconds: Longest total time including waiting for spot capacity; must be at
-            least ``max_runtime_seconds``. Default 172800 (2 days).
+            least ``max_runtime_seconds`` with ``use_spot``, and a launch's ``--spot`` is refused
+            where it is not. Default 172800 (2 days).
         checkpointing: Sync ``/opt/ml/checkpoints`` to ``checkpoints/`` in the artifacts bucket.
             Default ``True``.
         input_mode: ``File`` or ``FastFile``. Default ``File``.
@@ -343,8 +346,9 @@ class ProcessingConfig:
             ``True``.
         instance_type: SageMaker GPU type (``ml.`` + a GPU table row that SageMaker offers for
             *processing*, per botocore's ``ProcessingInstanceType`` enum). Default ``ml.g5.xlarge``.
-        instance_count: Instances per job. Default 1. Above 1 the raw input is sharded by S3 key
-            across the instances and inter-container traffic is encrypted.
+        instance_count: Instances per job. Default 1, the only count the built-in transform runs on; a
+            processing script of your own takes more at launch (``--process-instance-count``), where the
+            raw input is sharded by S3 key across the instances and inter-container traffic is encrypted.
         volume_size_gb: ML storage volume per instance. Default 100.
         max_runtime_seconds: Stop the job after this long. Default 86400 (1 day).
         input_prefix: Key prefix of raw data in the datasets bucket; the processing role reads
@@ -536,7 +540,8 @@ class TuningConfig:
             fewer); at most ``max_jobs``. Default 2.
         strategy: ``Bayesian``, ``Random``, ``Hyperband`` or ``Grid`` (the ``Strategy`` values of
             botocore's model). ``Grid`` takes categorical ranges only and runs every combination
-            (at most ``max_jobs`` of them). Default ``Bayesian``.
+            (at most ``max_jobs`` of them; a ``--max-jobs`` below their number is refused). Default
+            ``Bayesian``.
         early_stopping: ``Off`` or ``Auto`` (``TrainingJobEarlyStoppingType``: SageMaker stops
             trials unlikely to beat the best so far). ``Hyperband`` stops trials itself and needs
             ``Off``. Default ``Off``.
@@ -585,7 +590,8 @@ class PlatformConfig:
             ``True``: destroy empties and deletes them. Never set it where data matters.
         tags: Extra tags on every resource and job; keys and values in AWS's tag pattern
             (letters, digits, spaces, ``_ . : / = + - @``), at most 49 besides ``Project``.
-            Default none.
+            ``Project`` and ``ManagedBy`` are the platform's own (the teardown audit finds the
+            project's resources by ``Project``) and ``aws:*`` is AWS's: refused. Default none.
         data: Buckets, see :class:`DataConfig`.
         image: Training image repository, see :class:`ImageConfig`.
         network: VPC, see :class:`NetworkConfig`.
@@ -935,6 +941,16 @@ def _validate_image(img: ImageConfig) -> None:
     _check_positive(f"{p}.image.keep_images", img.keep_images)
 
 
+_ENDPOINT_SERVICE_RE = re.compile(r"^[a-z0-9-]+(\.[a-z0-9-]+)*$")
+"""An interface endpoint's service name after ``com.amazonaws.<region>.`` (``ecr.api``, ``sagemaker.runtime``)."""
+
+
+def interface_endpoint_id(name: str) -> str:
+    """The construct id of the interface endpoint for service ``name`` (``ecr.api`` -> ``EcrApiEndpoint``): two
+    names with the same id (``ecr.api``, ``ecr-api``) would be the same construct twice, which CDK refuses."""
+    return "".join(part.capitalize() for part in name.replace("-", ".").split(".")) + "Endpoint"
+
+
 def _validate_network(net: NetworkConfig) -> None:
     p = CONTEXT_KEY
     try:
@@ -947,6 +963,21 @@ def _validate_network(net: NetworkConfig) -> None:
         raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "VPC blocks must be /16 to /24", "use a block such as 10.40.0.0/16")
     _check_positive(f"{p}.network.max_azs", net.max_azs, maximum=6)
     _check_positive(f"{p}.network.nat_gateways", net.nat_gateways, minimum=0, maximum=net.max_azs)
+    seen: dict[str, str] = {}
+    for i, name in enumerate(net.interface_endpoints):
+        if not _ENDPOINT_SERVICE_RE.match(name):
+            raise ConfigError(
+                f"{p}.network.interface_endpoints[{i}]", name, "not an AWS interface endpoint service name",
+                "write the part after com.amazonaws.<region>. in lowercase, e.g. ecr.api, logs or sagemaker.runtime",
+            )
+        construct_id = interface_endpoint_id(name)
+        if construct_id in seen:
+            raise ConfigError(
+                f"{p}.network.interface_endpoints[{i}]", name,
+                f"the same endpoint as {seen[construct_id]!r} (both make the construct {construct_id})",
+                "list each service once",
+            )
+        seen[construct_id] = name
     for i, domain in enumerate(net.dns_allowed_domains):
         if not _DNS_DOMAIN_RE.match(domain):
             raise ConfigError(
@@ -1069,10 +1100,23 @@ def _validate_training_job(tj: TrainingJobConfig) -> TrainingJobConfig:
     return tj
 
 
+PLATFORM_TAGS = {"Project": "project_name", "ManagedBy": "cdk"}
+"""The tags the platform puts on every resource (``stacks.platform``; ``Project`` on every job too), and
+their values: the teardown audit finds the project's resources by ``Project``, so ``tags`` may not set them."""
+
+
 def _validate_tags(tags: Mapping[str, str]) -> None:
     """Every job carries Project plus ``tags``; the same rules hold for the other resources' tags."""
     p = CONTEXT_KEY
     limits = training_job_limits()
+    for key, value in PLATFORM_TAGS.items():
+        if key in tags:
+            raise ConfigError(
+                f"{p}.tags.{key}", tags[key],
+                f"the platform sets this tag itself ({key}={value} on every resource it deploys"
+                f"{' and every job' if key == 'Project' else ''}; the teardown audit finds the project's resources by Project)",
+                "remove it from tags, or tag with another key",
+            )
     job_tags = {"Project", *tags}
     if len(job_tags) > limits.max_tags:
         raise ConfigError(
@@ -1128,6 +1172,15 @@ def _validate_processing(pr: ProcessingConfig, tj: TrainingJobConfig) -> Process
         pr, allowed_instance_types=_allowed_types(f"{p}.allowed_instance_types", pr.instance_type, pr.allowed_instance_types, processing=True)
     )
     _check_positive(f"{p}.instance_count", pr.instance_count, maximum=limits.max_instance_count)
+    if pr.instance_count > 1:
+        # The config names no processing script, so its default launch runs the built-in transform,
+        # which writes one host's shards and manifests: every default run would be refused.
+        raise ConfigError(
+            f"{p}.instance_count", pr.instance_count,
+            "the built-in transform runs on one instance, and every run without a script of its own uses it",
+            "set it to 1; a processing script of your own takes more at launch (scripts.launch --process-source-dir DIR"
+            " --process-entry-point prep.py --process-instance-count N)",
+        )
     _check_positive(f"{p}.volume_size_gb", pr.volume_size_gb, maximum=limits.max_volume_size_gb)
     _check_positive(f"{p}.max_runtime_seconds", pr.max_runtime_seconds, maximum=limits.max_runtime_seconds)
     _check_key_prefix(f"{p}.input_prefix", pr.input_prefix, "raw/")
@@ -1355,10 +1408,11 @@ def platform_overrides(context: Mapping[str, Any]) -> dict[str, Any]:
     ``cdk synth``, ``deploy`` and ``destroy`` take the same keys as the operator scripts:
     ``-c gpu_training.training_job.instance_count=2`` or, without the prefix,
     ``-c training_job.instance_count=2``. A key whose first part is a near miss of ``gpu_training`` or
-    of a section (``gpu_trainng.cluster.node_count``, ``trainng_job.use_spot``) is refused with the
-    right name rather than dropped; one setting given both ways with two values is refused too.
-    Context the platform does not own (CDK's feature flags and lookups, ``account``, ``region``) is
-    left alone.
+    of a section (``gpu_trainng.cluster.node_count``, ``trainng_job.use_spot``), or a setting's name
+    without its section (``use_spot``, ``instance_count``), is refused with the right name(s) rather
+    than dropped; one setting given both ways with two values is refused too. Context the platform
+    does not own (CDK's feature flags and lookups: keys starting with ``@`` or ``aws:``, or holding
+    ``:`` or ``/``; ``account``, ``region``) is left alone.
 
     Raises:
         ConfigError: one line naming the key and the right one.
@@ -1370,7 +1424,7 @@ def platform_overrides(context: Mapping[str, Any]) -> dict[str, Any]:
         name = full_key(key)
         if not name.startswith(CONTEXT_KEY + "."):
             head = key.partition(".")[0]
-            if head != CONTEXT_KEY and not head.startswith(("@", "aws:", "aws-cdk:")) and ":" not in head:
+            if head != CONTEXT_KEY and not head.startswith(("@", "aws:", "aws-cdk:")) and ":" not in head and "/" not in head:
                 _refuse_near_miss(key, value, sections)
             continue
         if name in full and full[name] != value:
@@ -1389,19 +1443,49 @@ def full_key(key: str) -> str:
 
 
 def _refuse_near_miss(key: str, value: Any, sections: Sequence[str]) -> None:
-    """Refuse ``key`` when its first part looks like a misspelling of the root or of a section."""
+    """Refuse ``key`` when its first part looks like a misspelling of the root or of a section, or is a
+    setting given without its section (``use_spot``: ``training_job.use_spot``)."""
     head, _, rest = key.partition(".")
     lowered = head.lower().replace("-", "_")
+    tail = f".{rest}" if rest else ""
     if lowered != head and lowered in (CONTEXT_KEY, *sections):
         close = [lowered]
     else:
         close = difflib.get_close_matches(lowered, [CONTEXT_KEY, *sections], n=1, cutoff=0.8)
-    if not close:
-        return
-    right = close[0] + (f".{rest}" if rest else "")
-    if close[0] != CONTEXT_KEY:
-        right = f"{CONTEXT_KEY}.{right}"
-    raise ConfigError(key, value, "not a setting (a misspelled key would be dropped without a word)", f"did you mean {right}?")
+    if close:
+        right = close[0] + tail
+        if close[0] != CONTEXT_KEY:
+            right = f"{CONTEXT_KEY}.{right}"
+        raise ConfigError(key, value, "not a setting (a misspelled key would be dropped without a word)", f"did you mean {right}?")
+    homes = _setting_paths().get(lowered)
+    if homes:
+        choices = [f"{CONTEXT_KEY}.{home}{tail}" for home in homes]
+        either = choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+        raise ConfigError(
+            key, value, "not a setting: a setting's key starts with its section (it would be dropped without a word)",
+            f"did you mean {either}?",
+        )
+
+
+def _setting_paths() -> dict[str, list[str]]:
+    """Each setting's name -> its dotted paths below the root (``use_spot``: ``["training_job.use_spot"]``),
+    in the sections' order; the top-level settings left out (they need no section)."""
+    paths: dict[str, list[str]] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            path = f"{prefix}.{f.name}"
+            paths.setdefault(f.name, []).append(path)
+            nested = [t for t in (hints[f.name], *typing.get_args(hints[f.name])) if dataclasses.is_dataclass(t)]
+            for t in nested:
+                walk(typing.cast(type, t), path)
+
+    hints = typing.get_type_hints(PlatformConfig)
+    for section in dataclasses.fields(PlatformConfig):
+        if dataclasses.is_dataclass(hints[section.name]):
+            walk(hints[section.name], section.name)
+    return paths
 
 
 def _merge_overrides(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from stacks.components import hyperparameter_rules
 from stacks.components.launch_rules import (
     KEY,
     BadKeys,
+    Expr,
     IfElse,
     InTable,
     Joined,
@@ -49,6 +50,7 @@ from stacks.components.launch_rules import (
     ends_with,
     eq,
     ge,
+    gt,
     has_segment,
     jsonata_string,
     jsonata_type,
@@ -482,6 +484,7 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
     prefix = template.job_name_prefix
     hyperparameters, channels = Var("hyperparameters"), Var("channels")
     is_object = eq(type_of(hyperparameters), "object")
+    sent = Plus(key_count(hyperparameters), _platform_hyperparameter_count(Var("code_uri"), Var("instance_count")))
     value = Lookup(hyperparameters, KEY)
     bad_hyperparameters = BadKeys(
         hyperparameters,
@@ -522,6 +525,7 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
                 " restart from scratch: launch on demand (scripts.launch --on-demand) or deploy with training_job.checkpointing=true",
             ),
         ),
+        *_spot_wait_rules(template, spot),
         Rule(
             "hyperparameters",
             is_object,
@@ -529,11 +533,11 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
         ),
         Rule(
             "hyperparameters",
-            any_of(Not(is_object), le(key_count(hyperparameters), limits.max_hyperparameters)),
+            any_of(Not(is_object), le(sent, limits.max_hyperparameters)),
             (
-                "hyperparameters has ", key_count(hyperparameters), " entries with the defaults (the config's and --hp"
-                f" together), SageMaker accepts at most {limits.max_hyperparameters}: drop some, or pass them in one"
-                " value the training script parses",
+                "hyperparameters has ", sent, " entries as sent (the config's and --hp together, and with a script the"
+                f" platform's {hyperparameter_rules.PLATFORM_PREFIX}* ones), SageMaker accepts at most"
+                f" {limits.max_hyperparameters}: drop some, or pass them in one value the training script parses",
             ),
         ),
         Rule(
@@ -554,6 +558,35 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
         ),
         *source_rules("", "", code_uri_prefix(template), "job role", "scripts.launch --source-dir DIR --entry-point train.py"),
         *_channel_rules(template, channels),
+    )
+
+
+def _platform_hyperparameter_count(code_uri: Var, instance_count: Var) -> Expr:
+    """How many hyperparameters :func:`training_job_request_values` adds to the launch's: with a script
+    (``code_uri`` set) its program and submit directory, and on several instances the multi-worker flag."""
+    has_code = all_of(eq(type_of(code_uri), "string"), Not(eq(code_uri, "")))
+    several = all_of(has_code, WholeNumber(instance_count), gt(instance_count, 1))
+    return Plus(IfElse(has_code, Lit(2), Lit(0)), IfElse(several, Lit(1), Lit(0)))
+
+
+def _spot_wait_rules(template: JobTemplate, spot: Var) -> tuple[Rule, ...]:
+    """A managed spot job waits at most ``max_wait_seconds``, which SageMaker wants at least ``max_runtime_seconds``:
+    where the deployment's runtime is longer, a launch may not ask for spot (with checkpointing off the
+    ``use_spot`` rule refuses spot already)."""
+    if not template.checkpointing or template.max_runtime_seconds <= template.max_wait_seconds:
+        return ()
+    runtime, wait = template.max_runtime_seconds, template.max_wait_seconds
+    return (
+        Rule(
+            "use_spot",
+            Not(eq(spot, True)),
+            (
+                "use_spot ", spot, f" needs training_job.max_runtime_seconds ({runtime}) no more than"
+                f" training_job.max_wait_seconds ({wait}), which SageMaker requires of managed spot: launch on demand"
+                f" (scripts.launch --on-demand), or deploy with training_job.max_wait_seconds={runtime} or a lower"
+                " max_runtime_seconds",
+            ),
+        ),
     )
 
 

@@ -64,6 +64,7 @@ from stacks.components.launch_rules import (
     length,
     lt,
     number_of,
+    problems,
     refusal,
     render_rules,
     starts_with,
@@ -296,8 +297,12 @@ def resolve_tuning(template: JobTemplate, settings: TuningConfig, options: Tunin
         raise LaunchError(refusal(TUNING_TITLE, reasons))
     max_jobs, parallel = _caps(settings, options)
     if settings.strategy == "Grid":
-        max_jobs = _grid_size(options.ranges, settings)
-        parallel = min(parallel, max_jobs)
+        size = _grid_size(options.ranges, settings)
+        given = {"ranges": {r.name: r.as_json() for r in options.ranges}, "max_jobs": max_jobs}
+        reasons = problems([_grid_max_jobs_rule(settings, Var("ranges"), Var("max_jobs"), Lit(False))], given)
+        if reasons:
+            raise LaunchError(refusal(TUNING_TITLE, reasons))
+        max_jobs, parallel = size, min(parallel, size)
     return TuningValues(name, training, options.ranges, max_jobs, parallel, settings)
 
 
@@ -750,9 +755,11 @@ def tuning_launch_rules(template: JobTemplate, settings: TuningConfig) -> tuple[
 
 
 def _grid_rules(settings: TuningConfig, ranges: Expr, malformed: Expr) -> list[Rule]:
-    """A Grid takes categorical ranges only, and runs every combination: at most ``tuning.max_jobs``."""
+    """A Grid takes categorical ranges only, and runs every combination: at most ``tuning.max_jobs``, and
+    no fewer than a launch's ``max_jobs``."""
     not_categorical = BadKeys(ranges, eq(Lookup(Lookup(ranges, KEY), Lit("type")), "categorical"))
     on_ranges = Not(eq(type_of(ranges), "object"))
+    not_a_grid = any_of(on_ranges, Not(eq(count(not_categorical), 0)), Not(eq(count(malformed), 0)))
     return [
         Rule(
             "tuning.ranges",
@@ -764,13 +771,30 @@ def _grid_rules(settings: TuningConfig, ranges: Expr, malformed: Expr) -> list[R
         ),
         Rule(
             "tuning.ranges",
-            any_of(on_ranges, Not(eq(count(not_categorical), 0)), Not(eq(count(malformed), 0)), le(_GridSize(ranges), settings.max_jobs)),
+            any_of(not_a_grid, le(_GridSize(ranges), settings.max_jobs)),
             (
                 "tuning.ranges: the grid has ", _GridSize(ranges), f" combinations, more than tuning.max_jobs = {settings.max_jobs}:"
                 " list fewer values",
             ),
         ),
+        _grid_max_jobs_rule(settings, ranges, Var("max_jobs"), not_a_grid),
     ]
+
+
+def _grid_max_jobs_rule(settings: TuningConfig, ranges: Expr, max_jobs: Expr, not_a_grid: Expr) -> Rule:
+    """A launch's ``max_jobs`` is no fewer than the grid's combinations (SageMaker's Grid runs them all and
+    takes no job count, so fewer would be ignored): evaluated by :func:`resolve_tuning` over checked ranges,
+    and by the workflow unless ``not_a_grid`` (the ranges' own refusals). A grid over the cap is the rule
+    before's to refuse."""
+    size = _GridSize(ranges)
+    return Rule(
+        "tuning.max_jobs",
+        any_of(not_a_grid, Not(WholeNumber(max_jobs)), gt(size, settings.max_jobs), ge(max_jobs, size)),
+        (
+            "tuning.max_jobs ", max_jobs, " is fewer than the grid's combinations: Grid runs every combination (", size,
+            "): list fewer values or drop --max-jobs (the execution input's tuning.max_jobs)",
+        ),
+    )
 
 
 def _validation_channel_rule(settings: TuningConfig, builtin: Expr) -> Rule:

@@ -144,9 +144,8 @@ def test_cost_covers_processing(capsys):
     assert cost([]) == 0
     default = capsys.readouterr().out
     assert "SageMaker processing, on-demand: 1 x ml.g5.xlarge" in default
-    assert cost(["-c", "processing.instance_type=ml.g5.12xlarge", "-c", "processing.instance_count=4",
-                 "-c", 'processing.allowed_instance_types=["ml.g5.12xlarge"]']) == 0
-    assert "SageMaker processing, on-demand: 4 x ml.g5.12xlarge" in capsys.readouterr().out
+    assert cost(["-c", "processing.instance_type=ml.g5.12xlarge", "-c", 'processing.allowed_instance_types=["ml.g5.12xlarge"]']) == 0
+    assert "SageMaker processing, on-demand: 1 x ml.g5.12xlarge" in capsys.readouterr().out
     assert cost(["-c", "processing.enabled=false"]) == 0
     assert "processing" not in capsys.readouterr().out.lower().replace("no compute", "")
 

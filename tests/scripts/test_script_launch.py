@@ -80,6 +80,8 @@ def test_dry_run_prints_a_request_the_sagemaker_api_model_accepts(aws, capsys):
         (["--name", "someone-else-1"], "job_name someone-else-1 must be gputrain-<letters, digits, hyphens>"),
         (["--hp", "epochs"], "is not KEY=VALUE"),
         (["--spot", "-c", "training_job.use_spot=false", "-c", "training_job.checkpointing=false"], "use_spot true must be false: this deployment has checkpointing off"),
+        (["--spot", "-c", "training_job.use_spot=false", "-c", "training_job.max_runtime_seconds=200000"],
+         "use_spot true needs training_job.max_runtime_seconds (200000) no more than training_job.max_wait_seconds (172800)"),
     ],
 )
 def test_bad_launch_options_get_one_line_and_exit_3(aws, capsys, argv, message):
@@ -87,6 +89,15 @@ def test_bad_launch_options_get_one_line_and_exit_3(aws, capsys, argv, message):
     assert run(main, argv) == (2 if argv[0] == "--hp" else 3)
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("key", ["use_spot=false", "instance_count=4"])
+def test_a_setting_without_its_section_is_refused_not_dropped(monkeypatch, capsys, key):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    assert run(main, ["--dry-run", "--direct", "-c", key]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{key.split('=')[0]} = " in err and "did you mean gpu_training.training_job." in err
 
 
 def test_direct_launch_reads_the_deployed_resources_from_the_outputs(aws):

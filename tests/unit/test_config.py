@@ -205,6 +205,26 @@ def test_vpc_cidr_must_be_a_network():
     assert "not an IPv4 CIDR" in error_of(network__vpc_cidr="ten")
 
 
+@pytest.mark.parametrize(
+    ("endpoints", "index", "problem"),
+    [
+        (["logs", "sts", "logs"], 2, "the same endpoint as 'logs' (both make the construct LogsEndpoint); list each service once"),
+        (["ecr.api", "ecr-api"], 1, "the same endpoint as 'ecr.api' (both make the construct EcrApiEndpoint)"),
+        (["not a service"], 0, "not an AWS interface endpoint service name; write the part after com.amazonaws.<region>."),
+        (["ECR.api"], 0, "not an AWS interface endpoint service name"),
+        (["com.amazonaws.us-east-1.logs."], 0, "not an AWS interface endpoint service name"),
+    ],
+)
+def test_interface_endpoints_are_service_names_listed_once(endpoints, index, problem):
+    msg = error_of(network__interface_endpoints=endpoints)
+    assert msg.startswith(f"gpu_training.network.interface_endpoints[{index}] = ") and problem in msg
+
+
+def test_interface_endpoints_take_any_service_name_once():
+    endpoints = ["ecr.api", "ecr.dkr", "sagemaker.runtime", "bedrock-runtime", "s3"]
+    assert load(network__interface_endpoints=endpoints).network.interface_endpoints == tuple(endpoints)
+
+
 def test_nat_gateways_cannot_exceed_azs():
     msg = error_of(network__nat_gateways=3)
     assert "gpu_training.network.nat_gateways = 3" in msg
@@ -263,9 +283,33 @@ def test_a_misspelled_root_or_section_is_refused_with_the_right_key(key, right) 
         load_config({**project_context(), key: "2"})
 
 
+@pytest.mark.parametrize(
+    ("key", "right"),
+    [
+        ("use_spot", "gpu_training.training_job.use_spot"),
+        ("Use-Spot", "gpu_training.training_job.use_spot"),
+        ("hyperparameters.epochs", "gpu_training.training_job.hyperparameters.epochs"),
+        ("stop_job", "gpu_training.training_job.gpu_idle_alarm.stop_job"),
+        (
+            "instance_count",
+            "gpu_training.training_job.instance_count, gpu_training.processing.instance_count or gpu_training.transform.instance_count",
+        ),
+    ],
+)
+def test_a_setting_without_its_section_is_refused_with_the_full_keys(key, right) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config({**project_context(), key: "false"})
+    message = str(info.value)
+    assert message.startswith(f'{key} = "false": not a setting') and message.endswith(f"; did you mean {right}?")
+    assert "\n" not in message
+
+
 def test_context_the_platform_does_not_own_is_left_alone() -> None:
     context = {**project_context(), "account": "111122223333", "region": "eu-west-1", "@aws-cdk/core:newStyleStackSynthesis": True}
     assert load_config(context).training_job.instance_count == 1
+    # CDK's own keys that end in a setting's name: feature flags, lookups, the CLI's aws:cdk:* keys.
+    cdk_keys = {"@aws-cdk/aws-ec2:enabled": True, "aws:cdk:enabled": True, "x/enabled": 1, "lookup:tag": "v"}
+    assert load_config({**context, **cdk_keys}).training_job.instance_count == 1
 
 
 def test_one_setting_given_with_and_without_its_prefix_must_agree() -> None:
@@ -406,6 +450,14 @@ def test_tag_values_inside_aws_pattern_pass(value):
 def test_tag_keys_follow_the_pattern_and_aws_prefix_is_reserved():
     assert "the tag key" in error_of(tags={"Team!": "x"})
     assert "reserved by AWS" in error_of(tags={"aws:team": "x"})
+
+
+@pytest.mark.parametrize(("key", "value"), [("Project", "project_name"), ("ManagedBy", "cdk")])
+def test_the_platforms_own_tags_are_refused(key, value):
+    msg = error_of(tags={key: "other"})
+    assert msg.startswith(f'gpu_training.tags.{key} = "other": the platform sets this tag itself ({key}={value}')
+    assert "teardown audit finds the project's resources by Project" in msg and msg.endswith("remove it from tags, or tag with another key")
+    assert load(tags={"project": "other", "Owner": "ml"}).tags["Owner"] == "ml"
 
 
 def test_more_tags_than_a_job_takes_is_refused():

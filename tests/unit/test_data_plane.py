@@ -366,6 +366,16 @@ def test_interface_endpoints_training_needs(resources, service):
     assert all(e["PrivateDnsEnabled"] is True for e in endpoints)
 
 
+def test_the_config_names_the_endpoint_constructs_as_the_network_does(resources):
+    """``network.interface_endpoints`` refuses two names with one construct id (``ecr.api``, ``ecr-api``) by the
+    config's :func:`interface_endpoint_id`: it must be the id the network construct gives each endpoint."""
+    from stacks.config import DEFAULT_INTERFACE_ENDPOINTS, interface_endpoint_id
+
+    endpoints = {k for k, r in resources.items() if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"].get("VpcEndpointType") == "Interface"}
+    expected = {f"NetworkVpc{interface_endpoint_id(name)}" for name in DEFAULT_INTERFACE_ENDPOINTS}
+    assert {re.sub(r"[0-9A-F]{8}$", "", logical_id) for logical_id in endpoints} == expected
+
+
 def test_endpoint_security_group_allows_only_https_from_the_vpc(template):
     template.has_resource_properties(
         "AWS::EC2::SecurityGroup",

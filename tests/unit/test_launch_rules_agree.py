@@ -163,6 +163,11 @@ DEPLOYMENTS = {
         "training_job.use_spot": "false",
         "training_job.allowed_instance_types": '["ml.g5.xlarge", "ml.g5.12xlarge", "ml.p3.2xlarge"]',
     },
+    # A launch's spot would wait less than the job may run: the use_spot rule refuses it.
+    "on demand, runtime over the spot wait": {
+        "training_job.use_spot": "false",
+        "training_job.max_runtime_seconds": "200000",
+    },
 }
 
 

@@ -95,6 +95,9 @@ def test_processing_limits_come_from_botocores_model():
         ({"processing__instance_type": "g5.xlarge"}, "processing.instance_type", "start with 'ml.'"),
         ({"processing__instance_count": 0}, "processing.instance_count", "between 1 and 100"),
         ({"processing__instance_count": 101}, "processing.instance_count", "between 1 and 100"),
+        ({"processing__instance_count": 2}, "processing.instance_count", "the built-in transform runs on one instance, and every"
+         " run without a script of its own uses it; set it to 1; a processing script of your own takes more at launch"
+         " (scripts.launch --process-source-dir DIR --process-entry-point prep.py --process-instance-count N)"),
         ({"processing__volume_size_gb": 20000}, "processing.volume_size_gb", "between 1 and 16384"),
         ({"processing__max_runtime_seconds": 777601}, "processing.max_runtime_seconds", "between 1 and 777600"),
         ({"processing__input_prefix": "/raw/"}, "processing.input_prefix", "ending in /"),

@@ -134,7 +134,7 @@ INVALID_WITH_REASON = [
     ({"hyperparameters": ["epochs", 3]}, "hyperparameters must be an object of names to values, not array"),
     ({"hyperparameters": "epochs=3"}, "hyperparameters must be an object of names to values, not string"),
     ({"hyperparameters": None}, "hyperparameters must be an object of names to values, not null"),
-    ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries with the defaults (the config's and --hp together), SageMaker accepts at most 100"),
+    ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries as sent (the config's and --hp together, and with a script the platform's sagemaker_* ones), SageMaker accepts at most 100"),
     ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameters notes must be strings, numbers or booleans of at most 2500 characters"),
     ({"hyperparameters": {"nested": {"a": 1}, "ok": 1}}, "hyperparameters nested must be strings"),
     ({"instance_type": "ml.g4dn.metal"}, "instance_type ml.g4dn.metal must be a SageMaker training GPU type"),
@@ -281,3 +281,50 @@ def test_the_limits_are_the_direct_launchs_limits():
     for execution_input, _ in INVALID_WITH_REASON[3:7]:
         with pytest.raises(LaunchError):
             resolve_launch(template, LaunchOptions(job_name="gputrain-x", **execution_input))
+
+
+def test_spot_needs_a_runtime_within_the_wait_in_the_workflow_the_direct_launch_and_tuning():
+    """An on-demand deployment whose runtime is over the spot wait: a launch's use_spot would send
+    MaxWaitTimeInSeconds < MaxRuntimeInSeconds, which CreateTrainingJob rejects."""
+    from stacks.components.tuning_job_spec import TuningOptions, parse_ranges, resolve_tuning
+
+    config = load_config({**project_context(), "gpu_training.training_job.use_spot": "false",
+                          "gpu_training.training_job.max_runtime_seconds": "200000"})
+    template = JobTemplate.from_config(config, RESOURCES)
+    refused, on_demand = _evaluate(template, [{"input": {"job_name": "gputrain-s1", "use_spot": True}, "execution_name": "e"},
+                                              {"input": {"job_name": "gputrain-s2"}, "execution_name": "e"}])
+    reason = ("use_spot true needs training_job.max_runtime_seconds (200000) no more than training_job.max_wait_seconds (172800),"
+              " which SageMaker requires of managed spot: launch on demand (scripts.launch --on-demand), or deploy with"
+              " training_job.max_wait_seconds=200000 or a lower max_runtime_seconds")
+    assert refused["ok"] is False and refused["problem"] == f"Invalid launch options: {reason}."
+    with pytest.raises(LaunchError) as info:
+        resolve_launch(template, LaunchOptions(job_name="gputrain-s1", use_spot=True))
+    assert str(info.value) == refused["problem"]
+    with pytest.raises(LaunchError, match="use_spot true needs training_job.max_runtime_seconds"):
+        resolve_tuning(template, config.tuning, TuningOptions(parse_ranges({"epochs": {"type": "integer", "min": 1, "max": 3}}),
+                                                              LaunchOptions(job_name="gputrain-t1", use_spot=True)))
+    assert on_demand["ok"] is True and "MaxWaitTimeInSeconds" not in on_demand["request"]["StoppingCondition"]
+    assert on_demand["request"] == create_training_job_request(template, resolve_launch(template, LaunchOptions(job_name="gputrain-s2")))
+
+
+@pytest.mark.parametrize(
+    ("user_count", "instance_count", "sent"),
+    [(98, 1, 100), (99, 1, 101), (98, 2, 101), (97, 2, 100)],
+)
+def test_the_hyperparameter_limit_counts_the_platforms_script_mode_entries(user_count, instance_count, sent):
+    """A script's launch gets sagemaker_program and sagemaker_submit_directory, and on several instances
+    sagemaker_multi_worker_mirrored_strategy_enabled: SageMaker counts them against its 100."""
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    launch = {"job_name": "gputrain-x1", "code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.py",
+              "instance_count": instance_count, "hyperparameters": {f"h{i}": "1" for i in range(user_count)}}
+    [result] = _evaluate(template, [{"input": launch, "execution_name": "e"}])
+    if sent <= 100:
+        assert result["ok"] is True, result["problem"]
+        assert len(result["request"]["HyperParameters"]) == sent
+        assert result["request"] == create_training_job_request(template, resolve_launch(template, LaunchOptions(**launch)))
+        return
+    assert result["ok"] is False
+    assert f"hyperparameters has {sent} entries as sent" in result["problem"]
+    with pytest.raises(LaunchError) as info:
+        resolve_launch(template, LaunchOptions(**launch))
+    assert str(info.value) == result["problem"]

@@ -131,7 +131,7 @@ def test_fast_file_channels_and_no_checkpoints_when_off():
         ({"hyperparameters": {"layers": [1, 2]}}, "hyperparameters layers must be strings, numbers or booleans"),
         # SageMaker's limits, from botocore's model: each passed here and failed at the service.
         ({"instance_type": "ml.g4dn.metal"}, "instance_type ml.g4dn.metal must be a SageMaker training GPU type"),
-        ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries with the defaults (the config's and --hp together), SageMaker accepts at most 100"),
+        ({"hyperparameters": {f"h{i}": i for i in range(98)}}, "hyperparameters has 101 entries as sent (the config's and --hp together, and with a script the platform's sagemaker_* ones), SageMaker accepts at most 100"),
         ({"hyperparameters": {"notes": "x" * 2501}}, "hyperparameters notes must be strings, numbers or booleans of at most 2500 characters"),
         ({"hyperparameters": {"n" * 257: "1"}}, f"hyperparameters {'n' * 257} must be strings, numbers or booleans of at most 2500 characters, with names of at most 256"),
     ],

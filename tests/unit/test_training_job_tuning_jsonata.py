@@ -238,3 +238,27 @@ def test_what_the_workflow_refuses_the_direct_launch_refuses(ranges):
     assert result["ok"] is False
     with pytest.raises(LaunchError):
         resolve_tuning(template, config.tuning, TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t1")))
+
+
+def test_a_grid_refuses_fewer_max_jobs_than_its_combinations():
+    """SageMaker's Grid runs every combination and takes no job count: a smaller max_jobs would be ignored."""
+    config = _config(strategy="Grid", max_jobs=8, max_parallel_jobs=2)
+    template = JobTemplate.from_config(config, RESOURCES)
+    grid = {"optimizer": {"type": "categorical", "values": ["adam", "sgd"]}, "hidden_units": {"type": "categorical", "values": ["64", "128", "256"]}}
+    fewer, default, same, more = _evaluate(config, [
+        {"input": {"job_name": "gputrain-g1", "tuning": {"ranges": grid, "max_jobs": 4}}},
+        {"input": {"job_name": "gputrain-g2", "tuning": {"ranges": grid}}},
+        {"input": {"job_name": "gputrain-g3", "tuning": {"ranges": grid, "max_jobs": 6}}},
+        {"input": {"job_name": "gputrain-g4", "tuning": {"ranges": grid, "max_jobs": 8}}},
+    ])
+    reason = ("tuning.max_jobs 4 is fewer than the grid's combinations: Grid runs every combination (6): list fewer values"
+              " or drop --max-jobs (the execution input's tuning.max_jobs)")
+    assert fewer["ok"] is False and fewer["problem"] == f"{TUNING_TITLE}: {reason}."
+    assert default["ok"] and same["ok"] and more["ok"], (default["problem"], same["problem"], more["problem"])
+    with pytest.raises(LaunchError) as info:
+        resolve_tuning(template, config.tuning, TuningOptions(parse_ranges(grid), LaunchOptions(job_name="gputrain-g1"), max_jobs=4))
+    assert str(info.value) == fewer["problem"]
+    for max_jobs, result in ((None, default), (6, same)):
+        options = TuningOptions(parse_ranges(grid), LaunchOptions(job_name=result["request"]["HyperParameterTuningJobName"]), max_jobs=max_jobs)
+        execution_input, request = _direct(config, options)
+        assert execution_input["tuning"]["max_jobs"] == 6 and request == result["request"]
