@@ -17,6 +17,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.components.policy import acknowledge
+from stacks.config import interface_endpoint_id
 
 ECR_LAYER_BUCKET = "prod-{region}-starport-layer-bucket"
 """ECR keeps image layers in this AWS-owned bucket; the layer URLs are presigned by an account of
@@ -192,9 +193,8 @@ class TrainingNetwork(Construct):
             ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the training VPC"
         )
         for name in interface_endpoints:
-            construct_name = "".join(part.capitalize() for part in name.replace("-", ".").split(".")) + "Endpoint"
             endpoint = self.vpc.add_interface_endpoint(
-                construct_name,
+                interface_endpoint_id(name),
                 service=ec2.InterfaceVpcEndpointAwsService(name),
                 subnets=self.subnet_selection,
                 security_groups=[self.endpoint_security_group],
