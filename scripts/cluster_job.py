@@ -8,7 +8,7 @@ Usage (from the repository root)::
     python -m scripts.cluster_job run mlp-2 --image-tag tf2.21.0-gpu-2   # another tag of the repository
     python -m scripts.cluster_job status mlp-1               # each node's invocation
     python -m scripts.cluster_job logs mlp-1 --follow        # each node's output, until the job ends
-    python -m scripts.cluster_job stop mlp-1                 # SIGTERM into the containers (checkpoint, exit 143)
+    python -m scripts.cluster_job stop mlp-1                 # SIGTERM into the containers (checkpoint, exit 143, uploads)
 
 A job is one ``SendCommand`` of the cluster stack's ``<project>-cluster-train`` document (its
 ``JobDocumentName`` output) to the instances tagged ``aws:cloudformation:stack-name=<project>-cluster``,
@@ -16,9 +16,14 @@ every node at once (``MaxConcurrency`` 100%: a multi-node job needs all its work
 ``MaxErrors`` 0, its output in the cluster's log group. The document's parameter patterns and the
 image's hyperparameter rules are checked here first, so a bad request is refused in one line before
 any node is touched; so is a second job while one runs (one job at a time per cluster), and a job
-while a node is not running. ``status`` reads ``ListCommandInvocations``; ``stop`` cancels the
-command (``CancelCommand``) and sends the document's ``stop`` action, which gives each node's
-container SIGTERM and 120 s to write its checkpoint. A rerun of the same job name resumes from
+while a node is not running. ``status`` reads ``ListCommandInvocations``; ``stop`` sends the
+document's ``stop`` action, which gives each node's container SIGTERM and 120 s to write its
+checkpoint, and waits (at most :data:`STOP_WAIT_SECONDS`) for the run to end by itself: each
+node's script uploads the checkpoints, model and outputs and exits 143. It never cancels first:
+``CancelCommand`` SIGKILLs the script's whole process group on each node (amazon-ssm-agent sends no
+SIGTERM), so a cancel before the upload would lose the checkpoint; it cancels only a run that
+outlives the bound, saying so (each node's guard then stops the container and uploads, as
+``cluster_job.sh`` describes). A rerun of the same job name resumes from
 its checkpoints, as a SageMaker job with the same checkpoint location does. ``--image-tag TAG``
 runs ``<repository>:TAG`` for this job only (each node pulls it first; never ``latest``) instead
 of the image the nodes pulled at boot (``image.tag``). ``python -m
@@ -57,6 +62,7 @@ from scripts.source_code import code_key, pack_source, upload_archive
 from stacks.components.cluster_job_document import (
     DEFAULT_MAX_RUNTIME_SECONDS,
     MAX_RUNTIME_LIMIT_SECONDS,
+    STOP_GRACE_SECONDS,
     hyperparameter_problems,
     request_refusals,
 )
@@ -74,6 +80,14 @@ DELIVERY_TIMEOUT_SECONDS = 600
 """How long SSM tries to reach a node before that node's invocation times out."""
 PLUGIN = "ClusterJob"
 """The document's step, which names the output's log streams."""
+UPLOAD_MARGIN_SECONDS = 300
+"""How long a stopped job's nodes may take, after the container's stop grace, to upload its checkpoints,
+model and outputs and end."""
+STOP_WAIT_SECONDS = STOP_GRACE_SECONDS + UPLOAD_MARGIN_SECONDS
+"""How long ``stop`` waits for a stopped job's run to end by itself before it cancels the run."""
+STOP_POLL_SECONDS = 10.0
+STOPPED_EXIT = 143
+"""A container stopped with SIGTERM exits 143: the exit of every node of a stopped job."""
 
 
 @dataclass(frozen=True)
@@ -256,6 +270,25 @@ def running_nodes(deployment: Deployment, cluster: Cluster) -> list[str]:
     return list(cluster.instance_ids)
 
 
+def lost_nodes(deployment: Deployment, cluster: Cluster, nodes: Sequence[dict[str, Any]]) -> list[str]:
+    """``node-<i> (<instance>) <state>`` of each invocation still Pending or InProgress whose instance is not
+    running: its agent will never report, and SSM keeps the invocation until the command's timeouts run out
+    (the delivery timeout plus the document's execution timeout, up to 48 h)."""
+    active = [n["InstanceId"] for n in nodes if n["Status"] in ACTIVE]
+    if not active:
+        return []
+    ec2 = deployment.aws.client("ec2")
+    reservations = ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": active}])["Reservations"]
+    states = {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
+    return [f"{cluster.node_name(i)} ({i}) {states.get(i, 'missing')}" for i in active if states.get(i) != "running"]
+
+
+def lost_line(job_name: str, lost: Sequence[str]) -> str:
+    """The one line that says a job has failed because a node's instance is gone."""
+    return (f"failed: {', '.join(lost)}, yet its invocation is still InProgress: that node will never report, and SSM "
+            f"shows the job running until its timeout; end it with {PROG} stop {job_name}")  # fmt: skip
+
+
 def invocations(deployment: Deployment, command_id: str) -> list[dict[str, Any]]:
     """``ListCommandInvocations`` of one command."""
     paginator = deployment.aws.client("ssm").get_paginator("list_command_invocations")
@@ -302,15 +335,21 @@ def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
 def cmd_status(deployment: Deployment, args: argparse.Namespace) -> int:
     cluster = Cluster.of(deployment)
     command = latest_run(deployment, cluster, args.job_name)
+    nodes = invocations(deployment, command["CommandId"])
     rows = [
         (cluster.node_name(i["InstanceId"]), i["InstanceId"], i["Status"], str(i.get("StatusDetails", "")),
          str(i.get("CommandPlugins", [{}])[0].get("ResponseCode", "")) if i.get("CommandPlugins") else "")
-        for i in invocations(deployment, command["CommandId"])
+        for i in nodes
     ]  # fmt: skip
-    print(f"{args.job_name}: {command['Status']} (command {command['CommandId']}, {command.get('TargetCount', '?')} node(s), "
-          f"image {image_of(command)})")  # fmt: skip
+    stopped = command["Status"] == "Failed" and stopped_by_sigterm(nodes)
+    how = " (stopped: every container exited 143 with its checkpoint)" if stopped else ""
+    print(f"{args.job_name}: {command['Status']}{how} (command {command['CommandId']}, {command.get('TargetCount', '?')} "
+          f"node(s), image {image_of(command)})")  # fmt: skip
     print_table(sorted(rows), ("node", "instance", "status", "details", "exit"))
-    return 1 if command["Status"] in ("Failed", "Cancelled", "TimedOut") else 0
+    lost = lost_nodes(deployment, cluster, nodes)
+    if lost:
+        print(lost_line(args.job_name, lost))
+    return 1 if lost or command["Status"] in ("Failed", "Cancelled", "TimedOut") else 0
 
 
 def job_streams(cluster: Cluster, command_id: str, job_name: str, instances: Sequence[str]) -> list[tuple[str, str]]:
@@ -372,15 +411,61 @@ def cmd_logs(deployment: Deployment, args: argparse.Namespace, sleep: Callable[[
         sleep(args.interval)
 
 
-def stop_cluster_job(deployment: Deployment, cluster: Cluster, job_name: str, command_id: str) -> str:
-    """Stop a running job on every node: the document's ``stop`` action (SIGTERM into its containers,
-    120 s to checkpoint), then ``CancelCommand`` of its ``run`` command. The stop command's id."""
-    ssm = deployment.aws.client("ssm")
-    # The stop action first: it reaches the containers whatever the cancel does to the run's shell.
+def send_stop(deployment: Deployment, cluster: Cluster, job_name: str) -> str:
+    """The document's ``stop`` action to every node (SIGTERM into the job's containers, 120 s to checkpoint);
+    its command's id. The run's command is left to end by itself: each node's script then uploads."""
     request = send_command_request(deployment, cluster, {"Action": "stop", "JobName": job_name})
-    stop = ssm.send_command(**request)["Command"]
-    ssm.cancel_command(CommandId=command_id)
-    return str(stop["CommandId"])
+    return str(deployment.aws.client("ssm").send_command(**request)["Command"]["CommandId"])
+
+
+def command_status(deployment: Deployment, command_id: str) -> str:
+    """SSM's status of one command."""
+    commands = deployment.aws.client("ssm").list_commands(CommandId=command_id)["Commands"]
+    return str(commands[0]["Status"]) if commands else "missing"
+
+
+def stop_cluster_job(
+    deployment: Deployment,
+    cluster: Cluster,
+    job_name: str,
+    command_id: str,
+    *,
+    wait_seconds: Optional[float] = None,
+    interval: Optional[float] = None,
+    sleep: Optional[Callable[[float], None]] = None,
+    send: bool = True,
+) -> str:
+    """Stop a running job on every node and wait for its run to end by itself; the run's final status.
+
+    The document's ``stop`` action gives each container SIGTERM; each node's script then uploads the
+    checkpoints, model and outputs and exits 143. Only a run still going after ``wait_seconds``
+    (default :data:`STOP_WAIT_SECONDS`) is cancelled (``CancelCommand``: Run Command SIGKILLs the
+    script, and each node's guard stops what still runs and uploads), in one line. ``send`` False: a stop
+    action is already under way, and only the wait (and the fallback) is left.
+    """
+    sleep = sleep or time.sleep  # looked up at the call: tests replace it
+    bound = STOP_WAIT_SECONDS if wait_seconds is None else wait_seconds
+    interval = STOP_POLL_SECONDS if interval is None else interval
+    what = f"SIGTERM into its containers (command {send_stop(deployment, cluster, job_name)})" if send else "its stop action under way"
+    print(f"stopping cluster job {job_name}: {what}; waiting at most {bound:.0f} s for command {command_id} to end by itself "
+          "(checkpoint, exit 143, uploads)")  # fmt: skip
+    started = time.monotonic()
+    while (status := command_status(deployment, command_id)) in ACTIVE:
+        waited = time.monotonic() - started
+        if waited >= bound:
+            deployment.aws.client("ssm").cancel_command(CommandId=command_id)
+            print(f"{job_name} did not end within {bound:.0f} s of its stop: command {command_id} cancelled (Run Command "
+                  "SIGKILLs each node's job script; its guard stops the container and uploads what it wrote)")  # fmt: skip
+            return command_status(deployment, command_id)
+        print(f"  waiting for {job_name} to end on every node: {status}, {waited:.0f} s of at most {bound:.0f} s")
+        sleep(min(interval, max(bound - waited, 0.0)))
+    return status
+
+
+def stopped_by_sigterm(nodes: Sequence[dict[str, Any]]) -> bool:
+    """Every node's container exited :data:`STOPPED_EXIT`: the job was stopped (a checkpoint, uploaded), not failed."""
+    codes = [((n.get("CommandPlugins") or [{}])[0]).get("ResponseCode") for n in nodes]
+    return bool(codes) and all(code == STOPPED_EXIT for code in codes)
 
 
 def cmd_stop(deployment: Deployment, args: argparse.Namespace) -> int:
@@ -389,9 +474,9 @@ def cmd_stop(deployment: Deployment, args: argparse.Namespace) -> int:
     if command["Status"] not in ACTIVE:
         print(f"{args.job_name} already {command['Status']}; nothing to stop")
         return 0
-    stop_id = stop_cluster_job(deployment, cluster, args.job_name, command["CommandId"])
-    print(f"stopping cluster job {args.job_name}: SIGTERM into its containers (command {stop_id}), "
-          f"command {command['CommandId']} cancelled; its checkpoints stay for a rerun to resume")  # fmt: skip
+    status = stop_cluster_job(deployment, cluster, args.job_name, command["CommandId"])
+    print(f"cluster job {args.job_name}: {status} (command {command['CommandId']}); each node's exit: {PROG} status "
+          f"{args.job_name} (143: stopped, its checkpoints uploaded); a rerun resumes from them")  # fmt: skip
     return 0
 
 

@@ -15,7 +15,8 @@ first, so that the tuner starts no new trial; it stops its trials), every InProg
 processing or batch transform job named ``<project>-*`` (``--direct`` launches, the pipeline's
 transform step, the SDK's Transformer), and every job on the GPU cluster (a Pending or InProgress
 command of its ``<project>-cluster-train`` document: the document's ``stop`` action sent to the
-nodes, then the command cancelled, as ``python -m scripts.cluster_job stop`` does), then waits
+nodes and the run waited for until it ends by itself, its checkpoint uploaded, and cancelled only
+after that bound (at most ``--timeout``), as ``python -m scripts.cluster_job stop`` does), then waits
 (``--timeout``, default 900 s) until no such job (tuning and transform jobs included) is
 InProgress or Stopping, and no command of the cluster's document is Pending, InProgress or
 Cancelling. A training job's warm pool bills until it ends: one left ``Available`` is ended
@@ -54,7 +55,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from botocore.exceptions import ClientError, WaiterError
 
 from scripts.cluster_job import ACTIVE as CLUSTER_JOB_ACTIVE
-from scripts.cluster_job import Cluster, ClusterCommand, running_commands, stop_cluster_job
+from scripts.cluster_job import STOP_WAIT_SECONDS as CLUSTER_STOP_WAIT_SECONDS
+from scripts.cluster_job import Cluster, ClusterCommand, running_commands, send_stop, stop_cluster_job
 from scripts.common import (
     AWS_CREDENTIALS,
     EXIT_FAILED,
@@ -320,7 +322,7 @@ def stop_running(
         for name in names:
             if _stop_in_progress(deployment, kind, name):
                 print(f"stopping {kind.label} {name}")
-    stop_cluster_jobs(deployment, running.cluster_jobs)
+    stop_cluster_jobs(deployment, running.cluster_jobs, wait_seconds=timeout if wait else 0.0, interval=interval, sleep=sleep)
     deadline = time.monotonic() + timeout
     while True:
         left = find_running(deployment)
@@ -370,17 +372,33 @@ def _stop_in_progress(deployment: Deployment, kind: JobKind, name: str) -> bool:
         return False
 
 
-def stop_cluster_jobs(deployment: Deployment, commands: Sequence[ClusterCommand]) -> None:
-    """Stop the cluster's running jobs as ``scripts.cluster_job stop`` does; a stop action or a
-    cancel already under way is only waited for."""
+def stop_cluster_jobs(
+    deployment: Deployment,
+    commands: Sequence[ClusterCommand],
+    *,
+    wait_seconds: float = CLUSTER_STOP_WAIT_SECONDS,
+    interval: float = 15.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Stop the cluster's running jobs as ``scripts.cluster_job stop`` does: the stop action, then the run
+    waited for (at most ``wait_seconds``, capped at ``STOP_WAIT_SECONDS``) to upload and end by itself, and
+    cancelled only after that; ``wait_seconds`` 0 sends the stop action only. A stop action or a cancel
+    already under way is only waited for."""
     to_stop = [c for c in commands if c.action == "run" and c.status in CLUSTER_JOB_ACTIVE]
+    stopping = {c.job_name for c in commands if c.action == "stop"}
     cluster = Cluster.find(deployment) if to_stop else None
     if cluster is None:
         return
     for command in to_stop:
-        print(f"stopping cluster job {command.describe()}: SIGTERM into its containers, then the command cancelled")
+        if command.job_name in stopping and wait_seconds <= 0:
+            continue
+        print(f"stopping cluster job {command.describe()}: SIGTERM into its containers, then its uploads waited for")
         try:
-            stop_cluster_job(deployment, cluster, command.job_name, command.command_id)
+            if wait_seconds <= 0:
+                send_stop(deployment, cluster, command.job_name)
+            else:
+                stop_cluster_job(deployment, cluster, command.job_name, command.command_id, send=command.job_name not in stopping,
+                                 wait_seconds=min(wait_seconds, CLUSTER_STOP_WAIT_SECONDS), interval=interval, sleep=sleep)  # fmt: skip
         except ClientError as err:
             # It may have ended in the meantime.
             print(f"  {command.job_name}: {error_code(err)}: {error_message(err)}")

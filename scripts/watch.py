@@ -51,8 +51,10 @@ failure's name and cause, e.g. ``TrainingJobFailed: AlgorithmError: ...``), 4 wh
 A cluster job (``--cluster JOB``, started by ``scripts.cluster_job run``) is followed the same way:
 each node's state as SSM reports its invocation, each node's log lines (the command's output and
 the container's stream), the epoch figures from the chief's (``node-0``) lines, and at the end each
-node's state and exit code: exit 0 when every node succeeded, 1 when a node failed or timed out, 4
-when the job was stopped (its command cancelled).
+node's state and exit code: exit 0 when every node succeeded, 1 when a node failed or timed out (or
+its instance is no longer running while SSM still shows its invocation InProgress), 4
+when the job was stopped (``scripts.cluster_job stop``: every node's container exited 143, its
+checkpoint uploaded; or its command cancelled).
 """
 
 from __future__ import annotations
@@ -396,12 +398,18 @@ def follow_cluster(
             if plot_path:
                 _final_plot(epochs, job_name, plot_path, out)
             return _report_cluster_end(cluster, command, nodes, out)
+        lost = cluster_job.lost_nodes(deployment, cluster, nodes)
+        if lost:  # a dead node never reports: SSM would show the job running until its timeout
+            print(cluster_job.lost_line(job_name, lost), file=out)
+            return EXIT_FAILED
         sleep(interval)
         command = cluster_job.latest_run(deployment, cluster, job_name)
 
 
 def _report_cluster_end(cluster: Any, command: dict[str, Any], nodes: list[dict[str, Any]], out: TextIO) -> int:
     """Each node's end and exit code; the exit code of the job's outcome."""
+    from scripts import cluster_job
+
     for node in sorted(nodes, key=lambda i: cluster.node_name(i["InstanceId"])):
         plugins = node.get("CommandPlugins") or [{}]
         code = plugins[0].get("ResponseCode", "")
@@ -411,6 +419,10 @@ def _report_cluster_end(cluster: Any, command: dict[str, Any], nodes: list[dict[
         return EXIT_OK
     if status in ("Cancelled", "Cancelling"):
         print(f"stopped: command {command['CommandId']} was cancelled (a rerun of the same job resumes from its checkpoints)", file=out)
+        return EXIT_STOPPED
+    if cluster_job.stopped_by_sigterm(nodes):
+        print(f"stopped: every node's container exited {cluster_job.STOPPED_EXIT} (SIGTERM) and uploaded its checkpoints "
+              f"(command {command['CommandId']}); a rerun of the same job resumes from them", file=out)  # fmt: skip
         return EXIT_STOPPED
     failed = [cluster.node_name(n["InstanceId"]) for n in nodes if n["Status"] not in ("Success", "InProgress", "Pending")]
     print(f"failed: {status}" + (f" on {', '.join(failed)}" if failed else "") + f" (command {command['CommandId']})", file=out)

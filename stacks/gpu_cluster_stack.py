@@ -45,6 +45,7 @@ class GpuClusterStack(Stack):
             datasets_bucket=data_plane.datasets_bucket,
             artifacts_bucket=data_plane.artifacts_bucket,
             repository=data_plane.repository,
+            data_stack_name=data_plane.stack_name,
         )
         cluster = self.cluster
         outputs = {

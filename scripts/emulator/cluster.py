@@ -16,8 +16,14 @@ the cluster (``node-<i>``, the stack output ``InstanceIds``' order) the way
   whose GPU check comes first (``EXPECTED_GPU_COUNT=0``: the emulator has no GPU, as for its
   SageMaker jobs); then the model and outputs to ``<OUTPUT_S3_URI><job>/<node>/`` and the
   checkpoints back to the node's prefix, whatever the exit (a rerun resumes).
-- ``stop``: SIGTERM into the job's trainers (they checkpoint and exit 143); ``CancelCommand`` of
-  the run does the same (the script's trap) and the run is recorded Cancelled, as SSM does.
+- ``stop``: SIGTERM into the job's trainers (they checkpoint and exit 143); the run then uploads
+  and ends by itself, Failed with 143 on every node, as on the nodes.
+- ``CancelCommand`` of the run, and the step's execution timeout (``timeoutSeconds``), play the
+  real agent: it SIGKILLs the run script's process group (amazon-ssm-agent sends no SIGTERM, so
+  no trap runs), and the script says nothing more; what outlives it is cluster_job.sh's guard,
+  which gives each trainer SIGTERM (a checkpoint) and uploads, its lines on the node's
+  ``<instance>/boot`` stream. The run is recorded Cancelled (TimedOut after the execution
+  timeout), each node's exit 137 (the agent's ``CommandStoppedPreemptivelyExitCode``), as SSM does.
 
 The nodes' addresses cannot be reached here. Played as processes (the default), the several nodes
 of a job train on loopback, each ``TRAINING_HOSTS`` entry ``127.0.0.1:<port of its own>`` (the
@@ -79,6 +85,8 @@ JOB_PREFIX = "gputrain-job-"
 """The job's container on a node (cluster_job.sh's ``JOB_PREFIX``): what its lines call it."""
 KILLED = 128
 """A container killed by signal N exits 128 + N, as Docker reports it."""
+CANCELLED_EXIT = 137
+"""A cancelled invocation's exit code: amazon-ssm-agent's ``CommandStoppedPreemptivelyExitCode`` (128 + SIGKILL)."""
 _NODE_ENV = re.compile(r"cat > \S+/node\.env <<'(\w+)'\n(.*?)\n\1\n", re.S)
 _METRICS_EPOCH = re.compile(r"^\[metrics\] epoch=(\d+)\b")
 
@@ -114,8 +122,9 @@ class NodeRun:
         process: The trainer, while it runs (with ``--containers``: the attached ``docker run``).
         container: Its container's name with ``--containers`` (``""`` played as a process).
         code: Its exit code (128 + N when killed by signal N) once it ended.
-        ended_by: Why the runner ended it, if it did (``stop``, ``runtime``, ``peer``).
+        ended_by: Why the runner ended it, if it did (``stop``, ``cancel``, ``runtime``, ``peer``).
         ended_at: When its exit was seen (``time.monotonic()``): the first to fail is the one named.
+        killed: Its job script was SIGKILLed (a cancel): the guard, not the script, finishes the job.
     """
 
     node: Node
@@ -127,12 +136,21 @@ class NodeRun:
     code: int | None = None
     ended_by: str | None = None
     ended_at: float = 0.0
+    killed: bool = False
 
     def say(self, message: str) -> None:
-        """One line of the job script (``<time> job <node>: <message>``) on the node's output."""
+        """One line of the job script (``<time> job <node>: <message>``) on the node's output; nothing once
+        the script was SIGKILLed."""
+        if self.killed:
+            return
         line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} job {self.node.name}: {message}"
         self.lines.append(line)
         self.output([line])
+
+    def guard_says(self, logs: Any, message: str) -> None:
+        """One line of cluster_job.sh's guard, which outlives a cancel: on the node's ``<instance>/boot`` stream."""
+        line = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} job {self.node.name}: {message}"
+        CloudWatchStream(logs, self.output.group, f"{self.node.instance_id}/boot")([line])
 
 
 @dataclass
@@ -380,12 +398,16 @@ class LocalCluster:
                     "EXPECTED_GPU_COUNT=0")  # fmt: skip
             run.base = self.work_dir / job / run.node.name / "ml"
             self._lay_out(run, job, parameters, uris, hosts, host, s3)
+        started = time.monotonic()  # the step's execution timeout counts from here, as the agent counts it
         max_runtime = min(float(parameters.get("MaxRuntimeSeconds") or 86400), self.timeout_seconds)
         with self._job_network(job, runs) as network:
             self._start(job, runs, hosts, network, image, parameters.get("ImageTag", ""))
-            self._wait(job, runs, max_runtime)
+            self._wait(job, runs, max_runtime, started + self._execution_timeout(command.document_name))
+        logs = self._client("logs")
         for run in runs:
-            self._upload_results(run, job, s3)
+            self._upload_results(run, job, s3)  # by the script, or after a cancel by its guard
+            if run.killed:
+                run.guard_says(logs, f"job {job}: the container exited {run.code} after the cancel")
             run.say(f"job {job}: the container exited {run.code}")
         return _failure_line(job, runs)
 
@@ -486,7 +508,7 @@ class LocalCluster:
         where = f"in containers of {image} on {network or 'the default bridge'}" if docker is not None else "on loopback"
         self.on_event(f"cluster job {job}: {len(runs)} node(s) training {where} ({', '.join(hosts)})")
 
-    def _wait(self, job: str, runs: list[NodeRun], max_runtime: float) -> None:
+    def _wait(self, job: str, runs: list[NodeRun], max_runtime: float, execution_deadline: float) -> None:
         """Until every trainer ended: a stop or cancel, the runtime, or a failed node's grace end the others."""
         logs = self._client("logs")
         group = runs[0].output.group if runs else ""
@@ -502,7 +524,7 @@ class LocalCluster:
                         run.code, run.ended_at = (KILLED - code if code < 0 else code), time.monotonic()
                 if failed_at is None and any(r.code not in (None, 0) and r.ended_by is None for r in runs):
                     failed_at = time.monotonic()
-                reason = self._end_reason(job, deadline, failed_at)
+                reason = self._end_reason(job, deadline, failed_at, execution_deadline)
                 if reason is not None:
                     self._end(job, runs, reason)
                 for tail in tails:
@@ -512,10 +534,14 @@ class LocalCluster:
                 tail.pump(final=True)
                 tail.handle.close()
 
-    def _end_reason(self, job: str, deadline: float, failed_at: float | None) -> str | None:
+    def _end_reason(self, job: str, deadline: float, failed_at: float | None, execution_deadline: float) -> str | None:
         with self._lock:
             stopping = job in self._stopping
-        if stopping or self._stop.is_set() or self._cancelled(job):
+        if self._cancelled(job):
+            return "cancel"
+        if time.monotonic() > execution_deadline:  # the agent SIGKILLs the script as for a cancel
+            return "timeout"
+        if stopping or self._stop.is_set():
             return "stop"
         if time.monotonic() > deadline:
             return "runtime"
@@ -523,21 +549,39 @@ class LocalCluster:
             return "peer"
         return None
 
+    def _execution_timeout(self, document: str) -> float:
+        """The document's step ``timeoutSeconds``: after it the agent SIGKILLs the script, as for a cancel."""
+        content = self._client("ssm").get_document(Name=document)["Content"]  # as moto renders it: read, not parsed
+        found = re.search(r"""["']?timeoutSeconds["']?\s*:\s*["']?(\d+)""", content)
+        if found is None:
+            raise CommandRefused(f"the document {document} has no step timeoutSeconds")
+        return float(found.group(1))
+
     def _cancelled(self, job: str) -> bool:
         return any(c.status == "Cancelling" and (c.parameters.get("JobName") or [""])[0] == job for c in list(self._backend()._commands))
 
     def _end(self, job: str, runs: list[NodeRun], reason: str) -> None:
-        """SIGTERM into every trainer still running (SIGKILL after the stop grace), as ``docker stop`` does (in Docker: it)."""
+        """SIGTERM into every trainer still running (SIGKILL after the stop grace), as ``docker stop`` does (in Docker: it).
+
+        ``cancel``: Run Command SIGKILLs each node's job script, whose lines stop there; the guard gives the
+        trainer SIGTERM (cluster_job.sh's ``guard_job``)."""
+        if reason in ("cancel", "timeout"):
+            logs = self._client("logs")
+            for run in runs:
+                if not run.killed:
+                    run.killed = True
+                    if run.code is None and run.process is not None and run.ended_by is None:
+                        run.guard_says(logs, "the job's script was killed (Run Command's cancel or execution timeout): stopping "
+                                             f"{JOB_PREFIX}{job} (SIGTERM, {STOP_GRACE_SECONDS} s to write a checkpoint), then its uploads")  # fmt: skip
         for run in runs:
             if run.code is None and run.process is not None and run.ended_by is None:
                 run.ended_by = reason
+                # stop: the stop action's own output says so; cancel: the script is gone and its guard said so.
                 if reason == "runtime":
                     run.say(f"maximum runtime reached: stopping {JOB_PREFIX}{job}")
                 elif reason == "peer":
                     run.say(f"another node failed {self.peer_grace_seconds:.0f} s ago and this node's trainer has not exited: "
                             "the local runner stops it (SIGTERM)")  # fmt: skip
-                else:
-                    run.say(f"signal: stopping {JOB_PREFIX}{job}")
                 if run.container:  # docker stop --time 120: SIGTERM through the image's tini, SIGKILL after the grace
                     threading.Thread(target=DockerHosts.stop, args=(run.container, STOP_GRACE_SECONDS), daemon=True).start()
                 else:
@@ -562,18 +606,19 @@ class LocalCluster:
         from moto.core.utils import utcnow
 
         cancelled = command.status == "Cancelling"
+        timed_out = not cancelled and any(r.ended_by == "timeout" for r in runs)
         nodes: dict[str, tuple[str, int]] = {}
         by_instance = {r.node.instance_id: r for r in runs}
         now = utcnow()
         for invocation in command.invocations:
             run = by_instance.get(invocation["InstanceId"])
-            code = 1 if run is None or run.code is None else run.code
-            status = "Cancelled" if cancelled else "Success" if code == 0 else "Failed"
+            code = 1 if run is None or run.code is None else CANCELLED_EXIT if run.killed else run.code
+            status = "Cancelled" if cancelled else "TimedOut" if timed_out else "Success" if code == 0 else "Failed"
             invocation.update(Status=status, StatusDetails=status, ResponseCode=code, ExecutionEndDateTime=now.isoformat(),
                               StandardOutputContent="\n".join(run.lines if run else [failure or ""])[-24000:])  # fmt: skip
             nodes[run.node.name if run else invocation["InstanceId"]] = (status, code)
         statuses = {status for status, _ in nodes.values()}
-        command.status = "Cancelled" if cancelled else "Success" if statuses == {"Success"} else "Failed"
+        command.status = "Cancelled" if cancelled else "TimedOut" if timed_out else "Success" if statuses == {"Success"} else "Failed"
         command.status_details = command.status
         command.completed_count = len(nodes)
         command.error_count = sum(1 for status, _ in nodes.values() if status == "Failed")

@@ -679,7 +679,8 @@ class Lifecycle:
                 lines.append(f"  container log              {outcome.log_file}")
         for job, outcome in self.cluster_outcomes:
             nodes = ", ".join(f"{node} {status} (exit {code})" for node, (status, code) in sorted(outcome.nodes.items()))
-            lines.append(f"cluster job {job}: {outcome.status}: {nodes}")
+            stopped = outcome.status == "Failed" and {code for _, code in outcome.nodes.values()} == {143}
+            lines.append(f"cluster job {job}: {'stopped (every container exited 143 with its checkpoint)' if stopped else outcome.status}: {nodes}")
         for run in self.pipeline_runs:
             lines.append(f"pipeline execution {run.execution['name']}: {run.execution['status']} in {run.seconds:.1f}s")
             for key, value in run.output.items():
@@ -885,8 +886,12 @@ class Lifecycle:
             stopped = self.cluster.wait(command.group(1), self.options.job_timeout_seconds) if self.cluster else None
             if stopped is not None:
                 self.cluster_outcomes.append((job, stopped))
-                self.progress.say(f"{job}: {stopped.status} ({', '.join(f'{n} exit {c}' for n, (_, c) in sorted(stopped.nodes.items()))})")
-                if stopped.status != "Cancelled":
+                codes = {code for _, code in stopped.nodes.values()}
+                # A stop is the document's stop action, not a cancel: every container ends 143 with its
+                # checkpoint, the run uploads it and ends by itself (Failed, as a non-zero exit reads in SSM).
+                said = "stopped" if stopped.status == "Failed" and codes == {143} else stopped.status
+                self.progress.say(f"{job}: {said} ({', '.join(f'{n} exit {c}' for n, (_, c) in sorted(stopped.nodes.items()))})")
+                if said != "stopped":
                     raise RuntimeError(f"cluster job {job} ended {stopped.status} after its stop: {stopped.failure or ''}")
         with self.progress.phase("cluster job: resumed to its end"):
             completed = max(int(e) for e in re.findall(r"\[metrics\] epoch=(\d+)", self.run_script("cluster_job", "logs", job, "--node", "node-0")))

@@ -38,6 +38,9 @@ the downloads and the uploads around the container (``cluster_job.sh``'s ``MAX_R
 DEFAULT_MAX_RUNTIME_SECONDS = 86_400
 STOP_GRACE_SECONDS = 120
 """How long a stopped container has to write its checkpoint (``docker stop --time``)."""
+SOURCE_CODE_KEYS = f"{USER_CODE_PREFIX}cluster-*/sourcedir.tar.gz"
+"""Where ``scripts.cluster_job run --source-dir`` uploads a job's code (``code/cluster-<job>/sourcedir.tar.gz``):
+what the operators' policy may write."""
 _EOF = "GPUTRAIN_JOB_EOF"
 
 _HYPERPARAMETER_KEY = r"[A-Za-z0-9_.:-]{1,256}"

@@ -1,9 +1,10 @@
 """Cluster jobs on the emulator: ``python -m scripts.cluster_job`` against a two-node ``gputrain-cluster``
 whose Command document the local runner (scripts/emulator/cluster.py) plays as cluster_job.sh does on
 the nodes: both nodes train one model (the built-in trainer, and a user's multi-worker script), outputs
-and checkpoints land where the script puts them, a stop checkpoints and exits 143, a rerun resumes, a
-killed node fails the job in bounded time naming it, and what the runner cannot play is Failed in one
-line, never Success.
+and checkpoints land where the script puts them, a stop checkpoints, uploads and exits 143 with no
+cancel, a rerun resumes, a cancel (or the execution timeout) SIGKILLs the script as the real agent
+does and the guard stops and uploads, a killed node fails the job in bounded time naming it, and what
+the runner cannot play is Failed in one line, never Success.
 
 With ``--containers`` (marked ``image``: skipped in one line where no Docker engine can run) the same
 deployment's runner plays each node as a container of the built image on a Docker network of the
@@ -189,12 +190,13 @@ def test_a_second_job_is_refused_a_stop_exits_143_with_a_checkpoint_and_a_rerun_
     second = _cluster_job(cluster, "run", "other-1", "--hp", "epochs=1", *TINY)
     assert second.returncode == 3 and "refused: cluster job long-1 is running" in second.stderr, second.stdout + second.stderr
 
-    stopped = _cluster_job(cluster, "stop", "long-1")
+    stopped = _cluster_job(cluster, "stop", "long-1")  # waits for the run to end by itself: no CancelCommand
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "cancelled" not in stopped.stdout and "cluster job long-1: Failed" in stopped.stdout, stopped.stdout
     outcome = cluster.cluster.wait(command, 200)
-    assert outcome.status == "Cancelled" and {code for _, code in outcome.nodes.values()} == {143}, outcome
+    assert outcome.status == "Failed" and {code for _, code in outcome.nodes.values()} == {143}, outcome
     status = _cluster_job(cluster, "status", "long-1")
-    assert status.returncode == 1 and "long-1: Cancelled" in status.stdout and "143" in status.stdout, status.stdout
+    assert status.returncode == 1 and "long-1: Failed (stopped: every container exited 143" in status.stdout, status.stdout
     checkpoints = _keys(cluster, f"cluster-checkpoints/{STACK}/node-0/long-1/")
     assert any(k.endswith("/checkpoint") for k in checkpoints), checkpoints
     completed = max(int(m) for m in re.findall(r"\[metrics\] epoch=(\d+)", _cluster_job(cluster, "logs", "long-1", "--node", "node-0").stdout))
@@ -205,6 +207,40 @@ def test_a_second_job_is_refused_a_stop_exits_143_with_a_checkpoint_and_a_rerun_
     assert outcome.status == "Success", (outcome, logs[-4000:])
     assert re.search(rf"^node-0: \[trainer\] resume .*completed_epochs={completed}\b", logs, re.M), logs[-4000:]
     assert re.search(rf"^node-0: \[trainer\] finished worker=0 epochs={completed + 1} resumed_from_epoch={completed}\b", logs, re.M)
+
+
+def _boot_lines(run: Lifecycle, instance: str) -> list[str]:
+    logs, group = run.client("logs"), run.outputs[STACK]["LogGroupName"]
+    try:
+        return [e["message"] for e in logs.get_log_events(logGroupName=group, logStreamName=f"{instance}/boot", startFromHead=True)["events"]]
+    except logs.exceptions.ResourceNotFoundException:
+        return []
+
+
+def test_a_cancel_sigkills_the_script_and_the_guard_stops_the_trainers_and_uploads(cluster: Lifecycle) -> None:
+    """CancelCommand as the real agent does it: the script is SIGKILLed (no trap, no more lines); the guard gives
+    each trainer SIGTERM and uploads its checkpoints; the run is Cancelled with the agent's 137 on every node."""
+    command = _start(cluster, "cancel-1", "--hp", f"epochs={LONG_EPOCHS}", *TINY)
+    _wait_for_epoch(cluster, "cancel-1")
+    nodes = list(cluster.cluster.running["cancel-1"])
+    cluster.client("ssm").cancel_command(CommandId=command)
+    outcome = cluster.cluster.wait(command, 200)
+    assert outcome.status == "Cancelled" and {code for _, code in outcome.nodes.values()} == {137}, outcome
+    assert [node.code for node in nodes] == [143, 143], "each trainer got SIGTERM and wrote its checkpoint"
+    assert any(k.endswith("/checkpoint") for k in _keys(cluster, f"cluster-checkpoints/{STACK}/node-0/cancel-1/"))
+    logs = _cluster_job(cluster, "logs", "cancel-1", "--node", "node-0").stdout
+    assert "the container exited" not in logs and "signal: stopping" not in logs, logs[-2000:]
+    boot = _boot_lines(cluster, _instances(cluster)[0])
+    assert any("the job's script was killed (Run Command's cancel or execution timeout)" in line for line in boot), boot
+    assert any("job cancel-1: the container exited 143 after the cancel" in line for line in boot), boot
+
+
+def test_the_execution_timeout_sigkills_the_script_as_a_cancel_does(cluster: Lifecycle, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cluster.cluster, "_execution_timeout", lambda document: 20.0)
+    command = _start(cluster, "timeout-1", "--hp", f"epochs={LONG_EPOCHS}", *TINY)
+    outcome = cluster.cluster.wait(command, 200)
+    assert outcome.status == "TimedOut" and {code for _, code in outcome.nodes.values()} == {137}, outcome
+    assert any("job timeout-1: the container exited 143 after the cancel" in line for line in _boot_lines(cluster, _instances(cluster)[1]))
 
 
 def _kill_node_1_and_assert_the_job_fails_in_bounded_time_naming_it(run: Lifecycle, job: str, kill: Callable[[NodeRun], None]) -> None:
@@ -263,7 +299,7 @@ def test_in_containers_two_nodes_train_one_model_a_stop_exits_143_and_a_rerun_re
     _wait_for_epoch(run, "box-1")
     assert _cluster_job(run, "stop", "box-1").returncode == 0
     outcome = run.cluster.wait(command, 200)
-    assert outcome.status == "Cancelled" and {code for _, code in outcome.nodes.values()} == {143}, outcome  # SIGTERM through tini
+    assert outcome.status == "Failed" and {code for _, code in outcome.nodes.values()} == {143}, outcome  # SIGTERM through tini
     assert any(k.endswith("/checkpoint") for k in _keys(run, f"cluster-checkpoints/{STACK}/node-0/box-1/"))
     completed = max(int(m) for m in re.findall(r"\[metrics\] epoch=(\d+)", _cluster_job(run, "logs", "box-1", "--node", "node-0").stdout))
 

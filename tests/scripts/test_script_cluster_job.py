@@ -239,22 +239,77 @@ def test_status_shows_each_node_and_fails_when_a_node_failed(cluster, capsys):
     assert ["node-1", cluster[1], "Failed", "Failed", "1"] in [l.split() for l in capsys.readouterr().out.splitlines()]
 
 
+def test_status_and_watch_fail_a_job_whose_node_is_gone_while_ssm_shows_it_running(cluster, capsys):
+    """A dead node never reports; SSM keeps its invocation InProgress until the command's timeouts (up to 48 h)."""
+    from scripts import watch
+
+    command = _running("lost-1")
+    boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=[cluster[1]])
+    capsys.readouterr()
+    assert run(cluster_job.main, ["status", "lost-1"]) == 1
+    (line,) = [l for l in capsys.readouterr().out.splitlines() if l.startswith("failed:")]
+    assert line.startswith(f"failed: node-1 ({cluster[1]}) stopped, yet its invocation is still InProgress")
+    assert line.endswith("python -m scripts.cluster_job stop lost-1")
+    assert run(watch.main, ["--cluster", "lost-1", "--no-logs", "--interval", "0"]) == 1
+    assert f"failed: node-1 ({cluster[1]}) stopped" in capsys.readouterr().out
+    boto3.client("ec2", region_name=REGION).start_instances(InstanceIds=[cluster[1]])
+    assert run(cluster_job.main, ["status", "lost-1"]) == 0, "every node running: still running"
+
+
 def test_status_of_an_unknown_job_says_how_to_list_them(cluster, capsys):
     assert run(cluster_job.main, ["status", "never-ran"]) == 3
     assert "no cluster job never-ran" in capsys.readouterr().err
 
 
-def test_stop_sends_the_stop_action_and_cancels_the_command(cluster, capsys):
+def _ends_stopped(command: Any, instances: list[str]) -> None:
+    """What the nodes do after the stop action: each container exits 143, the script uploads and exits 143."""
+    command.status = "Failed"
+    command.node_statuses = {instance: ("Failed", 143) for instance in instances}
+
+
+def test_stop_sends_only_the_stop_action_and_waits_for_the_run_to_end_by_itself(cluster, monkeypatch, capsys):
+    """No CancelCommand: Run Command's cancel SIGKILLs the node's script before it uploads the checkpoint."""
     assert run(cluster_job.main, ["run", "to-stop"]) == 0
     (command,) = _commands()
     command.status = "InProgress"
+    polls = []
+    monkeypatch.setattr(cluster_job.time, "sleep", lambda seconds: polls.append(seconds) or _ends_stopped(command, cluster))
     assert run(cluster_job.main, ["stop", "to-stop"]) == 0
     stop = next(c for c in _commands() if c.parameters["Action"] == ["stop"])
     assert stop.parameters["JobName"] == ["to-stop"] and sorted(stop.instance_ids) == sorted(cluster)
-    assert command.status == "Cancelled"
-    assert "SIGTERM into its containers" in capsys.readouterr().out
+    assert command.status == "Failed", "never cancelled: it ended by itself"
+    assert len(polls) == 1
+    out = capsys.readouterr().out
+    assert "SIGTERM into its containers" in out and f"waiting at most {cluster_job.STOP_WAIT_SECONDS} s" in out
+    assert "  waiting for to-stop to end on every node: InProgress, 0 s of at most 420 s" in out
+    assert "cancelled" not in out
+    assert f"cluster job to-stop: Failed (command {command.command_id})" in out
+    assert run(cluster_job.main, ["status", "to-stop"]) == 1
+    assert "to-stop: Failed (stopped: every container exited 143 with its checkpoint)" in capsys.readouterr().out
     assert run(cluster_job.main, ["stop", "to-stop"]) == 0
-    assert "already Cancelled; nothing to stop" in capsys.readouterr().out
+    assert "already Failed; nothing to stop" in capsys.readouterr().out
+
+
+def test_stop_cancels_only_a_run_that_outlives_its_bound_saying_so(cluster, monkeypatch, capsys):
+    command = _running("never-ends")
+    monkeypatch.setattr(cluster_job, "STOP_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(cluster_job, "STOP_POLL_SECONDS", 0.05)
+    capsys.readouterr()
+    assert run(cluster_job.main, ["stop", "never-ends"]) == 0
+    assert command.status == "Cancelled"
+    (line,) = [l for l in capsys.readouterr().out.splitlines() if "cancelled" in l and "did not end" in l]
+    assert line.startswith(f"never-ends did not end within 0 s of its stop: command {command.command_id} cancelled")
+
+
+def test_watch_reports_a_job_stopped_with_143_on_every_node_as_stopped(cluster, capsys):
+    from scripts import watch
+
+    command = _running("w-stopped")
+    _ends_stopped(command, cluster)
+    assert run(watch.main, ["--cluster", "w-stopped", "--no-logs"]) == 4
+    assert "stopped: every node's container exited 143 (SIGTERM)" in capsys.readouterr().out
+    command.node_statuses = {cluster[0]: ("Failed", 143), cluster[1]: ("Failed", 1)}
+    assert run(watch.main, ["--cluster", "w-stopped", "--no-logs"]) == 1  # a node that failed is a failure
 
 
 def test_logs_prints_each_nodes_lines(cluster, capsys):
@@ -297,36 +352,56 @@ def test_teardown_names_a_running_cluster_job_then_stops_it_before_cdk_destroy(c
     at_destroy = []
     monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: at_destroy.append((cmd[1:4], command.status, len(_commands())))
                         or type("R", (), {"returncode": 0})())  # fmt: skip
+    send_stop = cluster_job.send_stop
+
+    def nodes_stop_and_upload(*args: Any) -> str:  # the nodes: 143 with the checkpoint, uploaded, the run ends by itself
+        stop_id = send_stop(*args)
+        _ends_stopped(command, cluster)
+        return stop_id
+
+    monkeypatch.setattr(cluster_job, "send_stop", nodes_stop_and_upload)
     assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "5"]) == 0
     out = capsys.readouterr().out
     assert f"stopping cluster job td-cluster (command {command.command_id}): SIGTERM into its containers" in out
     (stop,) = [c for c in _commands() if c.parameters["Action"] == ["stop"]]
     assert stop.parameters["JobName"] == ["td-cluster"]
     assert stop.targets == [{"Key": "tag:aws:cloudformation:stack-name", "Values": [STACK]}] and sorted(stop.instance_ids) == sorted(cluster)
-    # CancelCommand of the running job's command, not of the ended one or of the stop; all before cdk destroy.
-    assert command.status == "Cancelled"
+    # No CancelCommand: the run ended by itself (its checkpoint uploaded) before cdk destroy; the ended job untouched.
+    assert command.status == "Failed" and "cancelled" not in out
     assert {c.parameters["JobName"][0]: c.status for c in _commands() if c.parameters["Action"] == ["run"]}["td-ended"] == "Success"
-    assert at_destroy == [(["destroy", "--all", "--force"], "Cancelled", 3)]
+    assert at_destroy == [(["destroy", "--all", "--force"], "Failed", 3)]
+
+
+def test_teardown_cancels_a_cluster_job_only_after_its_stop_bound(cluster, monkeypatch, capsys):
+    command = _running("td-slow")
+    monkeypatch.setattr(teardown, "CLUSTER_STOP_WAIT_SECONDS", 0.2)
+    assert run(teardown.main, ["--stop-running", "--interval", "0", "--timeout", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("SIGTERM into its containers") < out.index(f"td-slow did not end within 0 s of its stop: command {command.command_id} cancelled")
+    assert command.status == "Cancelled"
 
 
 def test_teardown_does_not_destroy_while_a_cluster_job_still_runs(cluster, monkeypatch, capsys):
     command = _running("td-stuck")
     calls = []
     monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or type("R", (), {"returncode": 0})())
-    monkeypatch.setattr(teardown, "stop_cluster_job", lambda *args: None)  # a job that will not stop
+    monkeypatch.setattr(teardown, "send_stop", lambda *args: "")  # a job that will not stop
     assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "0"]) == 1
     assert not calls
     captured = capsys.readouterr()
     assert f"running cluster job: td-stuck (command {command.command_id})" in captured.out
     assert "not destroying" in captured.err
     # A stop action still under way is waited for, not sent again.
-    monkeypatch.setattr(teardown, "stop_cluster_job", cluster_job.stop_cluster_job)
-    assert run(cluster_job.main, ["stop", "td-stuck"]) == 0
+    assert cluster_job.send_stop(Deployment(config=load_platform_config(), aws=Aws(boto3.Session())),
+                                 cluster_job.Cluster.of(Deployment(config=load_platform_config(), aws=Aws(boto3.Session()))),
+                                 "td-stuck")  # fmt: skip
     (stop,) = [c for c in _commands() if c.parameters["Action"] == ["stop"]]
     stop.status = "InProgress"
     deployment = Deployment(config=load_platform_config(), aws=Aws(boto3.Session()))
     left = teardown.stop_running(deployment, wait=False)
-    assert [c.describe() for c in left.cluster_jobs] == [f"td-stuck (its stop action, command {stop.command_id})"]
+    assert sorted(c.describe() for c in left.cluster_jobs) == [
+        f"td-stuck (command {command.command_id})", f"td-stuck (its stop action, command {stop.command_id})"
+    ]
     assert len(_commands()) == 2
 
 

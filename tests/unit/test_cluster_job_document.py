@@ -119,6 +119,27 @@ def test_operators_get_a_policy_to_attach_that_sends_only_this_document_to_this_
     assert tj["Outputs"]["JobOperatorPolicyArn"]["Value"] == {"Ref": logical_id}
 
 
+def test_the_operators_policy_allows_what_run_source_dir_needs_and_no_more(synth_app):
+    """scripts.source_code.upload_archive: the data stack's outputs, PutObject of the job's code key, SSE-KMS."""
+    from scripts.source_code import code_key
+
+    tj = synth_app({"training_job.enabled": False}).template_json("gputrain-cluster")
+    (policy,) = [r["Properties"] for k, r in tj["Resources"].items() if k.startswith("ClusterJobOperatorPolicy")]
+    statements = {s["Sid"]: s for s in policy["PolicyDocument"]["Statement"]}
+    data = statements["ReadDataStackOutputs"]
+    assert data["Action"] == "cloudformation:DescribeStacks"
+    assert ":stack/gputrain-data/*" in json.dumps(data["Resource"])
+    upload = statements["UploadJobCode"]
+    assert upload["Action"] == "s3:PutObject"
+    (pattern,) = [part for part in upload["Resource"]["Fn::Join"][1] if isinstance(part, str) and "code/" in part]
+    assert pattern == "/code/cluster-*/sourcedir.tar.gz"
+    assert re.fullmatch(re.escape(pattern[1:]).replace(r"\*", "[a-z0-9-]+"), code_key("cluster-script-1")), "the key run uploads to"
+    encrypt = statements["EncryptJobCode"]
+    assert encrypt["Action"] == "kms:GenerateDataKey"
+    assert "Fn::GetStackOutput" in json.dumps(encrypt["Resource"]) or "ImportValue" in json.dumps(encrypt["Resource"])
+    assert encrypt["Condition"] == {"StringEquals": {"kms:ViaService": {"Fn::Join": ["", ["s3.", {"Ref": "AWS::Region"}, ".amazonaws.com"]]}}}
+
+
 GOOD = {
     "Action": "run",
     "JobName": "resnet-2",
@@ -196,8 +217,9 @@ def test_unknown_parameters_are_refused():
 # ------------------------------------------------------------------------------------------
 
 FAKE_DOCKER = """#!/usr/bin/env bash
-# Fake docker: records calls. ps lists FAKE_RUNNING; wait prints FAKE_EXIT, or 143 once stopped
-# (FAKE_WAIT_SECONDS: how long a container runs unless stopped); FAKE_PULL_ERROR: a pull fails, saying it.
+# Fake docker: records calls. ps lists FAKE_RUNNING; run prints the container's id; wait prints
+# FAKE_EXIT, or 143 once stopped (FAKE_WAIT_SECONDS: how long a container runs unless stopped);
+# ps --quiet: the container's id until stopped or waited out; FAKE_PULL_ERROR: a pull fails, saying it.
 printf 'docker %s\\n' "$*" >>"$FAKE_CALLS"
 case $1 in
   login) cat >/dev/null ;;
@@ -207,22 +229,34 @@ case $1 in
       exit 1
     fi ;;
   ps)
+    if [[ $* == *--quiet* ]]; then  # the guard's: is the job's container (by id) still running?
+      [[ -e $FAKE_STOPPED || -e $FAKE_STOPPED.exited ]] || echo 0123abcdef
+      exit 0
+    fi
     echo "CONTAINER ID   IMAGE   COMMAND   CREATED   STATUS   PORTS   NAMES"
     for name in ${FAKE_RUNNING:-}; do echo "0123abcd   image   \\"train\\"   1 minute ago   Up   -   $name"; done ;;
-  run) env | grep -E '^(EXPECTED_GPU_COUNT|TRAINING_[A-Z_]+)=' | sort >"$FAKE_DOCKER_ENV" ;;
+  run)
+    env | grep -E '^(EXPECTED_GPU_COUNT|TRAINING_[A-Z_]+)=' | sort >"$FAKE_DOCKER_ENV"
+    echo 0123abcdef ;;
   stop) touch "$FAKE_STOPPED" ;;
   wait)
     for ((i = 0; i < ${FAKE_WAIT_SECONDS:-0} * 10; i++)); do
       [[ -e $FAKE_STOPPED ]] && break
       sleep 0.1
     done
+    touch "$FAKE_STOPPED.exited"
     if [[ -e $FAKE_STOPPED ]]; then echo 143; else echo "${FAKE_EXIT:-0}"; fi ;;
 esac
 exit 0
 """
 FAKE_AWS = """#!/usr/bin/env bash
+# Fake aws: records calls; FAKE_S3_FAIL: an s3 sync whose arguments contain it fails.
 printf 'aws %s\\n' "$*" >>"$FAKE_CALLS"
 [[ $1 == ecr ]] && echo fake-password
+if [[ -n ${FAKE_S3_FAIL:-} && $1 == s3 && $* == *"$FAKE_S3_FAIL"* ]]; then
+  echo "upload failed: AccessDenied" >&2
+  exit 1
+fi
 exit 0
 """
 
@@ -252,7 +286,7 @@ def node(tmp_path: Path) -> Callable[..., Job]:
     """``node(Action=..., JobName=..., gpus=4, background=False, **fake_env)`` runs the commands with ``sh``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for tool in {"bash", "sh", "basename", "tee", "awk", "tr", "touch", *TOOLS}:
+    for tool in {"bash", "sh", "basename", "tee", "awk", "tr", "touch", "setsid", *TOOLS}:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("curl", FAKE_CURL), ("dcgmi", FAKE_DCGMI),
                        ("docker", FAKE_DOCKER), ("aws", FAKE_AWS)):  # fmt: skip
@@ -282,10 +316,12 @@ def node(tmp_path: Path) -> Callable[..., Job]:
     env_file.write_text("".join(f"{k}='{v}'\n" for k, v in settings.items()))
     commands = "\n".join(job_commands(datasets_s3_uri=DATASETS, artifacts_s3_uri=ARTIFACTS)) + "\n"
 
-    def run(*, gpus: int = 4, terminate_after_start: bool = False, fake: dict[str, str] | None = None, **parameters: str) -> Job:
+    def run(*, gpus: int = 4, terminate_after_start: bool = False, kill_group_after_start: bool = False,
+            fake: dict[str, str] | None = None, **parameters: str) -> Job:  # fmt: skip
         calls = tmp_path / "calls.log"
         calls.unlink(missing_ok=True)
         (tmp_path / "stopped").unlink(missing_ok=True)
+        (tmp_path / "stopped.exited").unlink(missing_ok=True)
         env = {
             "PATH": str(bin_dir),
             "HOME": str(tmp_path),
@@ -300,18 +336,22 @@ def node(tmp_path: Path) -> Callable[..., Job]:
             "FAKE_GPU_COUNT": str(gpus),
             "FAKE_AWS_LOG": str(calls),
             "FAKE_DCGMI_LOG": str(tmp_path / "dcgmi.log"),
+            "GPUTRAIN_GUARD_POLL_SECONDS": "0.2",
             **(fake or {}),
         }
         defaults = {p.name: p.default for p in PARAMETERS if p.default is not None}
         env.update({f"SSM_{k}": v for k, v in {**defaults, **parameters}.items()})
         process = subprocess.Popen(["sh", "-c", commands], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-        if terminate_after_start:
+        if terminate_after_start or kill_group_after_start:
             deadline = time.monotonic() + 30
             while not (calls.exists() and "docker run" in calls.read_text()) and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(0.3)
-            os.kill(process.pid, signal.SIGTERM)  # sh exec'd bash: the script itself
+            if kill_group_after_start:  # Run Command's cancel: SIGKILL to the shell's whole process group
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                os.kill(process.pid, signal.SIGTERM)  # sh exec'd bash: the script itself
         out, _ = process.communicate(timeout=60)
         recorded = calls.read_text().splitlines() if calls.exists() else []
         docker_env = tmp_path / "docker.env"
@@ -397,12 +437,91 @@ def test_the_maximum_runtime_stops_the_container_with_sigterm(node):
     assert job.called(f"aws s3 sync {job.ml}/checkpoints s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/long/")
 
 
-def test_a_cancelled_command_stops_the_container_and_keeps_its_checkpoint(node):
-    """Run Command's cancel signals the script: SIGTERM reaches the container, exit 143."""
-    job = node(JobName="cancelled", terminate_after_start=True, fake={"FAKE_WAIT_SECONDS": "30"})
+def test_a_sigterm_to_the_script_stops_the_container_and_keeps_its_checkpoint(node):
+    """A TERM from anything but Run Command (which only SIGKILLs) reaches the trap: SIGTERM into the container, exit 143."""
+    job = node(JobName="termed", terminate_after_start=True, fake={"FAKE_WAIT_SECONDS": "30"})
     assert job.returncode == 143, job.log
-    assert job.called("docker stop --time 120 gputrain-job-cancelled")
+    assert job.called("docker stop --time 120 gputrain-job-termed")
     assert job.index("docker stop") < job.index(f"aws s3 sync {job.ml}/checkpoints")
+
+
+def _wait_for_call(tmp_path: Path, prefix: str, timeout: float = 20) -> list[str]:
+    """The fakes' calls once one starts with ``prefix`` (the guard works after the script is gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        calls = (tmp_path / "calls.log").read_text().splitlines()
+        if any(call.startswith(prefix) for call in calls):
+            return calls
+        time.sleep(0.1)
+    raise AssertionError(f"no call {prefix!r} within {timeout:.0f}s: {calls}")
+
+
+def test_a_cancelled_command_sigkills_the_script_and_the_guard_stops_the_container_and_uploads(node, tmp_path):
+    """Run Command's cancel SIGKILLs the command's process group (no trap runs): the guard, in a session of its
+    own, sees the script gone, gives the container SIGTERM (a checkpoint), uploads, and lets a new run start after."""
+    job = node(JobName="cancelled", kill_group_after_start=True, fake={"FAKE_WAIT_SECONDS": "30"})
+    assert job.returncode == -signal.SIGKILL
+    assert "signal: stopping" not in job.log, "no trap runs on a SIGKILL"
+    output = f"aws s3 sync {job.ml}/output s3://artifacts-bucket/cluster-outputs/gputrain-cluster/cancelled/node-1/output"
+    calls = _wait_for_call(tmp_path, output)
+    stop = calls.index("docker stop --time 120 0123abcdef")  # by its id: a rerun reuses the name
+    checkpoints = f"aws s3 sync {job.ml}/checkpoints s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/cancelled/ "
+    assert stop < next(i for i, call in enumerate(calls) if call.startswith(checkpoints)), calls
+    deadline = time.monotonic() + 10
+    while (tmp_path / "jobs" / "cancelled" / "guard.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    guard_log = (tmp_path / "log" / "boot.log").read_text()
+    assert "the job's script was killed (Run Command's cancel or execution timeout): stopping gputrain-job-cancelled" in guard_log
+    assert "job cancelled: the container exited 143 after the cancel" in guard_log
+    assert node(JobName="cancelled").returncode == 0, "the guard is done: the node takes the next run"
+
+
+def test_a_node_with_a_guard_at_work_refuses_a_new_run(node, tmp_path):
+    guard = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "jobs" / "old-1").mkdir(parents=True)
+        (tmp_path / "jobs" / "old-1" / "guard.pid").write_text(f"{guard.pid}\n")
+        job = node(JobName="new-1")
+        assert job.returncode == 1
+        assert "refused: cancelled job old-1 is still stopping and uploading on this node" in job.log
+        assert not job.called("docker run")
+    finally:
+        guard.kill()
+        guard.wait()
+    assert node(JobName="new-1").returncode == 0, "a mark whose guard is gone is ignored"
+
+
+def test_a_job_that_ends_by_itself_leaves_the_guard_nothing_to_do(node, tmp_path):
+    job = node(JobName="quiet-1")
+    assert job.returncode == 0, job.log
+    _wait_for_call(tmp_path, "docker ps --quiet --filter id=0123abcdef --filter status=running")
+    time.sleep(0.5)
+    assert not job.called("docker stop") and "docker stop" not in (tmp_path / "calls.log").read_text()
+
+
+def test_a_rerun_restores_exactly_the_chiefs_checkpoints(node, tmp_path):
+    """A worker's local epoch newer than the chief's S3 snapshot (a stop's, never uploaded) is removed before the restore."""
+    stale = tmp_path / "jobs" / "rerun-1" / "ml" / "checkpoints" / "epoch-9"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("newer than the chief's")
+    job = node(JobName="rerun-1")
+    assert job.returncode == 0, job.log
+    assert not stale.exists()
+    assert job.called("aws s3 sync s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-0/rerun-1/ " + str(job.ml / "checkpoints"))
+
+
+@pytest.mark.parametrize("failing", ["/model", "/output", "/checkpoints"])
+def test_a_failed_upload_after_a_zero_exit_fails_the_node_with_its_own_code_and_one_line(node, failing):
+    job = node(JobName="up-1", fake={"FAKE_S3_FAIL": f"node-1{failing}" if failing != "/checkpoints" else "ml/checkpoints s3"})
+    assert job.returncode == 75, job.log
+    (line,) = [l for l in job.log.splitlines() if "ERROR" in l]
+    assert line.split(": ", 2)[2].startswith("upload failed: " + failing.strip("/") + " to s3://artifacts-bucket/"), line
+    assert job.called(f"aws s3 sync {job.ml}/output"), "every upload is tried"
+
+
+def test_a_failed_upload_after_a_failed_container_keeps_the_containers_code(node):
+    job = node(JobName="up-2", fake={"FAKE_EXIT": "2", "FAKE_S3_FAIL": "node-1/model"})
+    assert job.returncode == 2 and "ERROR: upload failed: model to " in job.log
 
 
 def test_stop_sends_sigterm_to_the_named_job_only(node):

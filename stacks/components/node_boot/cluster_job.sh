@@ -14,8 +14,22 @@
 #                    (node-0's) checkpoints restored; the container waited for, up to the maximum
 #                    runtime; then the model and outputs to <OUTPUT_S3_URI><job>/<node>/ and the
 #                    checkpoints to <CHECKPOINT_S3_URI><job>/. The exit code is the container's
-#                    (143: stopped, as SageMaker's SIGTERM), so SSM reports each node truthfully.
-#   SSM_Action=stop  SIGTERM into the job's container on this node (120 s to write a checkpoint).
+#                    (143: stopped, as SageMaker's SIGTERM), so SSM reports each node truthfully;
+#                    UPLOAD_FAILED_EXIT (75) when the container exited 0 but its checkpoints,
+#                    model or outputs did not reach S3 (one line names which).
+#   SSM_Action=stop  SIGTERM into the job's container on this node (120 s to write a checkpoint);
+#                    the run's script then uploads and exits 143 by itself.
+#
+# A cancel is a SIGKILL. Run Command's CancelCommand and its execution timeout SIGKILL the whole
+# process group of the command's shell (amazon-ssm-agent's executers: no SIGTERM, so no trap of
+# this script ever runs). The container runs under dockerd, outside that group, and would run on
+# with no one to stop it or upload what it wrote. So, once the container starts, a guard in a
+# session of its own (setsid: outside the group) waits for this script to end; if the script is
+# gone while the container still runs, the guard does what the script would have done after a
+# stop: SIGTERM (120 s for a checkpoint), then the uploads, its lines in the node's log
+# ($LOG_DIR/boot.log, stream <instance id>/boot). Until it is done it holds a mark that makes
+# the node refuse a new run. `scripts.cluster_job stop` therefore never cancels first: it sends
+# the stop action and waits for the run to end (cancelling only a run that outlives the bound).
 #
 # The settings and the shared steps (pull_image, prepare_user_code, container_options) are
 # bootstrap.sh's, sourced from beside this file on the node (GPUTRAIN_NODE_DIR in tests).
@@ -31,6 +45,8 @@ JOB_PREFIX=gputrain-job-
 STOP_SECONDS=120
 MAX_RUNTIME_LIMIT=169200
 PULL_SECONDS=900
+UPLOAD_FAILED_EXIT=75
+GUARD_POLL_SECONDS=${GPUTRAIN_GUARD_POLL_SECONDS:-5}
 
 log() { printf '%s job %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$*"; }
 die() {
@@ -82,14 +98,16 @@ download_channels() {
   done
 }
 
+# Every upload is tried; UPLOAD_FAILURES names those that failed (empty: all reached S3).
 upload_results() {
-  local where=$OUTPUT_S3_URI$JOB_NAME/$NODE_NAME
+  local where=$OUTPUT_S3_URI$JOB_NAME/$NODE_NAME local_dir
+  UPLOAD_FAILURES=""
   aws s3 sync "$ML_DIR/checkpoints" "$JOB_CHECKPOINTS" --region "$AWS_REGION" --only-show-errors ||
-    log "WARNING: checkpoint upload to $JOB_CHECKPOINTS failed"
-  if ! { aws s3 sync "$ML_DIR/model" "$where/model" --region "$AWS_REGION" --only-show-errors &&
-    aws s3 sync "$ML_DIR/output" "$where/output" --region "$AWS_REGION" --only-show-errors; }; then
-    log "WARNING: upload of the model and outputs to $where failed"
-  fi
+    UPLOAD_FAILURES+="${UPLOAD_FAILURES:+, }checkpoints to $JOB_CHECKPOINTS"
+  for local_dir in model output; do
+    aws s3 sync "$ML_DIR/$local_dir" "$where/$local_dir" --region "$AWS_REGION" --only-show-errors ||
+      UPLOAD_FAILURES+="${UPLOAD_FAILURES:+, }$local_dir to $where/$local_dir"
+  done
 }
 
 # The job's own tag of the node's repository (the node role pulls any tag of it): one try, bounded,
@@ -111,12 +129,52 @@ pull_job_image() {
 
 stop_container() { docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null 2>&1 || true; }
 
-# The container runs detached and this script waits in `wait`, which a signal interrupts: Run
-# Command's cancel (or a stopping instance) reaches the trap at once and the container gets
-# SIGTERM, rather than running on without the command that reports it.
+# The guard (see the header), run by setsid with this script's functions exported: $1 the
+# script's pid, $2 the container's id (not its name, which a rerun reuses). Its mark, a file
+# holding its pid, is what run_job refuses a new run on.
+guard_job() {
+  local script=$1 container_id=$2 mark code
+  while kill -0 "$script" 2>/dev/null; do sleep "$GUARD_POLL_SECONDS"; done
+  # (No docker --format templates: SSM would read their double braces as a parameter of the document.)
+  [[ -n $(docker ps --quiet --filter "id=$container_id" --filter status=running 2>/dev/null) ]] || return 0
+  mark=$JOBS_DIR/$JOB_NAME/guard.pid
+  echo "$$" >"$mark"
+  log "the job's script was killed (Run Command's cancel or execution timeout): stopping $JOB_CONTAINER" \
+    "(SIGTERM, $STOP_SECONDS s to write a checkpoint), then its uploads"
+  docker stop --time "$STOP_SECONDS" "$container_id" >/dev/null 2>&1 || true
+  code=$(docker wait "$container_id" 2>/dev/null) || code="?"
+  upload_results
+  log "job $JOB_NAME: the container exited $code after the cancel"
+  if [[ -n $UPLOAD_FAILURES ]]; then log "ERROR: upload failed: $UPLOAD_FAILURES"; fi
+  rm -f "$mark"
+}
+
+start_guard() {
+  local container_id=$1
+  export -f guard_job log upload_results
+  export JOBS_DIR JOB_NAME JOB_CONTAINER JOB_CHECKPOINTS ML_DIR STOP_SECONDS GUARD_POLL_SECONDS
+  mkdir -p "$LOG_DIR"
+  setsid bash -c 'guard_job "$@"' guard "$$" "$container_id" </dev/null >>"$LOG_DIR/boot.log" 2>&1 &
+}
+
+# A guard still stopping or uploading a cancelled job on this node, by its mark: "<job>" or nothing.
+guarded_job() {
+  local mark
+  for mark in "$JOBS_DIR"/*/guard.pid; do
+    if [[ -e $mark ]] && kill -0 "$(<"$mark")" 2>/dev/null; then
+      basename "$(dirname "$mark")"
+      return 0
+    fi
+  done
+}
+
+# The container runs detached and this script waits for it (at most the maximum runtime, then
+# SIGTERM). A cancel SIGKILLs this script and its waiter at once (timeout --foreground stays in
+# the command's process group; plain timeout would move to a group of its own and outlive it):
+# the guard takes over.
 wait_for_container() {
   local exit_file=$ML_DIR/../container-exit-code waiter status=0
-  timeout "$SSM_MaxRuntimeSeconds" docker wait "$JOB_CONTAINER" >"$exit_file" &
+  timeout --foreground "$SSM_MaxRuntimeSeconds" docker wait "$JOB_CONTAINER" >"$exit_file" &
   waiter=$!
   wait "$waiter" || status=$?
   while kill -0 "$waiter" 2>/dev/null; do wait "$waiter" || status=$?; done
@@ -129,9 +187,12 @@ wait_for_container() {
 }
 
 run_job() {
-  local running
+  local running guarded container_id
   running=$(running_jobs)
   [[ -z $running ]] || die "refused: $running is running on this node (one job at a time; stop it first)"
+  guarded=$(guarded_job)
+  [[ -z $guarded ]] || die "refused: cancelled job $guarded is still stopping and uploading on this node" \
+    "(see its <instance id>/boot log); run again in a few minutes"
   INSTANCE_ID=$(imds instance-id)
   export INSTANCE_ID
   log "job $JOB_NAME on $INSTANCE_ID ($TRAINING_CURRENT_HOST of $TRAINING_HOSTS)"
@@ -143,7 +204,9 @@ run_job() {
   fi
 
   ML_DIR=$JOBS_DIR/$JOB_NAME/ml
-  rm -rf "$ML_DIR/input" "$ML_DIR/model" "$ML_DIR/output"
+  # Checkpoints too: every node restores exactly the chief's S3 snapshot below. A local epoch newer
+  # than it (a stop's, never uploaded by a worker) would make the nodes restore different epochs.
+  rm -rf "$ML_DIR/input" "$ML_DIR/model" "$ML_DIR/output" "$ML_DIR/checkpoints"
   mkdir -p "$ML_DIR/input/data" "$ML_DIR/model" "$ML_DIR/output" "$ML_DIR/checkpoints"
   # shellcheck disable=SC2034  # prepare_user_code's inputs
   CODE_S3_URI=${SSM_CodeKey:+$JOB_ARTIFACTS_S3_URI$SSM_CodeKey} ENTRY_POINT=$SSM_EntryPoint
@@ -155,12 +218,19 @@ run_job() {
 
   docker rm -f "$JOB_CONTAINER" >/dev/null 2>&1 || true
   container_options "$JOB_CONTAINER" "job/$JOB_NAME"
+  # A TERM or INT from anything but Run Command (which only SIGKILLs) stops the container first.
   trap 'log "signal: stopping $JOB_CONTAINER"; stop_container' TERM INT
-  docker run --detach "${CONTAINER_OPTIONS[@]}" "$IMAGE_URI" >/dev/null
+  container_id=$(docker run --detach "${CONTAINER_OPTIONS[@]}" "$IMAGE_URI")
+  start_guard "${container_id:-$JOB_CONTAINER}"
   log "started $JOB_CONTAINER from $IMAGE_URI: ${#EFA_DEVICES[@]} EFA device option(s), at most $SSM_MaxRuntimeSeconds s"
   wait_for_container
   upload_results
   log "job $JOB_NAME: the container exited $CONTAINER_EXIT"
+  if [[ -n $UPLOAD_FAILURES ]]; then
+    log "ERROR: upload failed: $UPLOAD_FAILURES"
+    # The container's own failure stays the exit code; a success whose results are not in S3 is none.
+    ((CONTAINER_EXIT != 0)) || exit "$UPLOAD_FAILED_EXIT"
+  fi
   exit "$CONTAINER_EXIT"
 }
 
