@@ -59,11 +59,15 @@ def kept_then_destroyed(request: pytest.FixtureRequest, tmp_path_factory: pytest
 
 def test_the_main_job_served_through_scripts_promote_and_recorded_it(kept_then_destroyed: dict[str, Any]) -> None:
     run, record = kept_then_destroyed["run"], kept_then_destroyed["record"]
-    served = run.pipeline_runs[0].output["training_job"] if run.pipeline_runs else run.job_name
-    assert record["live"]["job"] == served
     assert run.serving_deploy_check.missing == []
-    if run.pipeline_runs:  # the pipeline's promotion moved the endpoint off CloudFormation's config
-        assert kept_then_destroyed["endpoint_config"] == run.pipeline_runs[-1].output["endpoint_config"]
+    if not run.pipeline_runs:
+        assert record["live"]["job"] == run.job_name
+        return
+    # scripts.promote served the first run's job; the second run's promotion moved the endpoint off
+    # CloudFormation's config and recorded its own job live, the first one previous.
+    assert kept_then_destroyed["endpoint_config"] == run.pipeline_runs[-1].output["endpoint_config"]
+    assert record["live"]["job"] == run.pipeline_runs[-1].output["training_job"]
+    assert [p["job"] for p in record["previous"]][:1] == [run.pipeline_runs[0].output["training_job"]]
 
 
 def test_plain_cdk_destroy_all_leaves_no_stack_and_no_endpoint(kept_then_destroyed: dict[str, Any]) -> None:
