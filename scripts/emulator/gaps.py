@@ -657,7 +657,12 @@ def _untagged_resources_list_no_tags() -> None:
     # a job the SageMaker SDK started untagged.
     from moto.sagemaker.responses import SageMakerResponse
 
-    original = SageMakerResponse.list_tags
+    PATCHES.set(SageMakerResponse, "list_tags", untagged_list_tags(SageMakerResponse.list_tags))
+
+
+def untagged_list_tags(original: Any) -> Any:
+    """moto's ``SageMakerResponse.list_tags`` that lists no tags, not a 500, for a resource created
+    without any (the operator tools' moto tests install it too)."""
 
     def list_tags(self: Any) -> Any:
         resource = self.sagemaker_backend._get_resource_from_arn(self._get_param("ResourceArn"))
@@ -665,7 +670,7 @@ def _untagged_resources_list_no_tags() -> None:
             resource.tags = []
         return original(self)
 
-    PATCHES.set(SageMakerResponse, "list_tags", list_tags)
+    return list_tags
 
 
 def _validate_images_and_instance_types() -> None:

@@ -162,14 +162,6 @@ def _patch_tags_and_warm_pools(monkeypatch: pytest.MonkeyPatch) -> None:
     from moto.core.responses import ActionResult
     from moto.sagemaker.responses import SageMakerResponse
 
-    list_tags = SageMakerResponse.list_tags
-
-    def untagged_too(self: SageMakerResponse) -> Any:
-        resource = self.sagemaker_backend._get_resource_from_arn(self._get_param("ResourceArn"))
-        if resource is not None and getattr(resource, "tags", None) is None:
-            resource.tags = []
-        return list_tags(self)
-
     def update_training_job(self: SageMakerResponse) -> ActionResult:
         name = self._get_param("TrainingJobName")
         self.sagemaker_backend.describe_training_job(name)  # raises ValidationException when missing
@@ -207,7 +199,9 @@ def _patch_tags_and_warm_pools(monkeypatch: pytest.MonkeyPatch) -> None:
         result.result["TrainingJobSummaries"] = summaries
         return result
 
-    monkeypatch.setattr(SageMakerResponse, "list_tags", untagged_too)
+    from scripts.emulator.gaps import untagged_list_tags
+
+    monkeypatch.setattr(SageMakerResponse, "list_tags", untagged_list_tags(SageMakerResponse.list_tags))
     monkeypatch.setattr(SageMakerResponse, "update_training_job", update_training_job, raising=False)
     monkeypatch.setattr(SageMakerResponse, "describe_training_job", describe_training_job)
     monkeypatch.setattr(SageMakerResponse, "list_training_jobs", list_training_jobs)
