@@ -51,10 +51,13 @@ from scripts.common import (
     run_cdk,
     stack_name,
 )
-from stacks.components.endpoint_spec import MAX_PREVIOUS_PROMOTIONS, promotion_record_name
+from stacks.components.endpoint_spec import (
+    MAX_PROMOTION_RECORD_BYTES,
+    PROMOTION_RECORD_SHAPES,
+    promotion_record_name,
+)
 
 ARTIFACT_TEMPLATE = "training-jobs/{job}/output/model.tar.gz"
-MAX_PREVIOUS = MAX_PREVIOUS_PROMOTIONS
 
 
 @dataclass(frozen=True)
@@ -103,14 +106,25 @@ class PromotionRecord:
     rolled_back: tuple[Promotion, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "live": asdict(self.live) if self.live else None,
-                "previous": [asdict(p) for p in self.previous[:MAX_PREVIOUS]],
-                "rolled_back": [asdict(p) for p in self.rolled_back[:MAX_PREVIOUS]],
-            },
-            sort_keys=True,
-        )
+        """The record as written: the first of :data:`PROMOTION_RECORD_SHAPES` that fits SSM's limit for
+        a standard parameter (compact JSON, as the pipeline's ``$string`` writes it)."""
+        def entry(p: Promotion, metrics: bool) -> dict[str, Any]:
+            return asdict(p) if metrics else {k: v for k, v in asdict(p).items() if k != "metrics"}
+
+        text = ""
+        for previous, rolled_back, metrics in PROMOTION_RECORD_SHAPES:
+            text = json.dumps(
+                {
+                    "live": asdict(self.live) if self.live else None,
+                    "previous": [entry(p, metrics) for p in self.previous[:previous]],
+                    "rolled_back": [entry(p, metrics) for p in self.rolled_back[:rolled_back]],
+                },
+                sort_keys=True,
+                separators=(",", ":"),
+            )
+            if len(text.encode()) <= MAX_PROMOTION_RECORD_BYTES:
+                break
+        return text
 
     @classmethod
     def from_json(cls, text: str, where: str) -> "PromotionRecord":

@@ -34,8 +34,26 @@ def endpoint_name(project_name: str) -> str:
 
 
 MAX_PREVIOUS_PROMOTIONS = 5
-"""Approved models the promotion record keeps for rollback (and as many rolled-back ones): it stays
-well under SSM's 4 KB for a standard parameter."""
+"""Approved models the promotion record keeps for rollback at most (and as many rolled-back ones)."""
+
+MAX_PROMOTION_RECORD_BYTES = 4096
+"""SSM's limit for a standard (free) parameter's value: the record must fit, or PutParameter fails
+after the endpoint already serves the new model."""
+
+PROMOTION_RECORD_SHAPES: tuple[tuple[int, int, bool], ...] = (
+    (MAX_PREVIOUS_PROMOTIONS, MAX_PREVIOUS_PROMOTIONS, True),
+    (MAX_PREVIOUS_PROMOTIONS, MAX_PREVIOUS_PROMOTIONS, False),
+    (MAX_PREVIOUS_PROMOTIONS, 2, False),
+    (MAX_PREVIOUS_PROMOTIONS, 0, False),
+    (3, 0, False),
+    (1, 0, False),
+    (0, 0, False),
+)
+"""How the promotion record is written: the first of these ``(previous models, rolled-back models,
+their metrics kept)`` whose compact JSON fits :data:`MAX_PROMOTION_RECORD_BYTES` (the live model
+always keeps its metrics). Ten metrics a model make a full history about 7.8 KB: past about five
+promotions the older models' metrics go first, then the oldest rolled-back and previous ones.
+``scripts.promote`` and the pipeline's promote step both write by it."""
 
 
 def promotion_record_name(project_name: str) -> str:

@@ -53,7 +53,8 @@ from stacks.components.endpoint_spec import (
     ModelResources,
     create_endpoint_config_request,
     create_model_request,
-    MAX_PREVIOUS_PROMOTIONS,
+    MAX_PROMOTION_RECORD_BYTES,
+    PROMOTION_RECORD_SHAPES,
     endpoint_name,
     promotion_record_name,
     rollback_alarm_names,
@@ -715,8 +716,14 @@ def _record_states(states_arn: str, *, project_name: str, next_state: str) -> di
         " 'promoted_by': $states.context.Execution.Id, 'promoted_at': $now('[Y0001]-[M01]-[D01]T[H01]:[m01]:[s01]+00:00')};"
         " $kept := $filter($append(($exists($r.live) and $r.live != null) ? [$r.live] : [], $r.previous),"
         " function($p) {$p.job != $new.job});"
-        f" $string({{'live': $new, 'previous': $append([], $kept[[0..{MAX_PREVIOUS_PROMOTIONS - 1}]]),"
-        f" 'rolled_back': $append([], $r.rolled_back[[0..{MAX_PREVIOUS_PROMOTIONS - 1}]])}}))"
+        " $entries := function($ps, $n, $metrics) {$append([], $map($append([], $ps)[[0..$n - 1]],"
+        " function($p) {$metrics ? $p : $sift($p, function($v, $k) {$k != 'metrics'})}))};"
+        " $texts := [" + ", ".join(
+            f"$string({{'live': $new, 'previous': $entries($kept, {previous}, {str(metrics).lower()}),"
+            f" 'rolled_back': $entries($r.rolled_back, {rolled_back}, {str(metrics).lower()})}})"
+            for previous, rolled_back, metrics in PROMOTION_RECORD_SHAPES
+        ) + "];"
+        f" $filter($texts, function($t) {{$length($t) <= {MAX_PROMOTION_RECORD_BYTES}}})[0])"
     )
     not_recorded = _fail_with(
         PROMOTION_FAILED,

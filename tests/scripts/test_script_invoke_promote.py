@@ -371,3 +371,26 @@ def test_promote_names_the_two_options_that_conflict_and_exits_2(capsys, argv, c
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.rstrip().endswith(f"error: {conflict}") and "give a JOB" not in err
+
+
+def test_the_record_always_fits_a_standard_ssm_parameter():
+    """Ten metrics a model make a full history about 7.8 KB, over SSM's 4 KB for a standard (free)
+    parameter, where PutParameter would fail after the deploy: the older models' metrics go first,
+    then the oldest models; the live model keeps its metrics."""
+    metrics = {f"train:metric_{i}": 0.123456789 for i in range(10)}
+
+    def model(i: int) -> promote.Promotion:
+        job = f"{PROJECT}-20261127-1908{i:02d}-f353-train"
+        return promote.Promotion(job, f"s3://gputrain-data-artifactsbucket88671897-ziehc3ef897d/training-jobs/{job}/output/model.tar.gz",
+                                 metrics, f"arn:aws:iam::123456789012:user/ops-{i}", "2026-11-27T19:08:10+00:00")
+
+    short = promote.PromotionRecord(model(0), (model(1),), ())
+    assert promote.PromotionRecord.from_json(short.to_json(), "short") == short  # what fits is kept whole
+    full = promote.PromotionRecord(model(0), tuple(model(i) for i in range(1, 6)), tuple(model(i) for i in range(6, 11)))
+    text = full.to_json()
+    assert len(text.encode()) <= 4096
+    kept = promote.PromotionRecord.from_json(text, "full")
+    assert kept.live == model(0)
+    assert [p.job for p in kept.previous] == [p.job for p in full.previous]  # rollback targets go last
+    assert all(p.metrics == {} for p in (*kept.previous, *kept.rolled_back))
+    assert [p.job for p in kept.rolled_back] == [p.job for p in full.rolled_back[: len(kept.rolled_back)]]

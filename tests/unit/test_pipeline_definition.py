@@ -559,6 +559,19 @@ def _written(result: dict[str, Any]) -> dict[str, Any]:
 
 SIX_PREVIOUS = [{"job": f"gputrain-p{i}", "model_data_url": f"s3://artifacts/training-jobs/gputrain-p{i}/output/model.tar.gz"}
                 for i in range(6)]
+METRICS = {name: 0.123456789 for name in ("train:epoch", "train:loss", "train:accuracy", "train:examples_per_sec",
+                                           "train:step_time_ms", "train:input_wait_pct", "train:gpu_utilization",
+                                           "train:gpu_memory_mib", "validation:loss", "validation:accuracy")}
+
+
+def _long(i: int) -> dict[str, Any]:
+    """A model of a long history: ten metrics, a long artifacts bucket, an execution's ARN."""
+    job = f"gputrain-20261127-1908{i:02d}-f353-train"
+    return {"job": job, "model_data_url": f"s3://gputrain-data-artifactsbucket88671897-ziehc3ef897d/training-jobs/{job}/output/model.tar.gz",
+            "metrics": METRICS, "promoted_by": f"arn:aws:states:us-east-1:123456789012:execution:gputrain-pipeline:run-{i}",
+            "promoted_at": "2026-11-27T19:08:10+00:00"}
+
+
 RECORDS = [
     None,
     {"live": None, "previous": [], "rolled_back": []},
@@ -568,10 +581,15 @@ RECORDS = [
      "previous": SIX_PREVIOUS},
     {"live": SIX_PREVIOUS[0], "previous": [SIX_PREVIOUS[1], {"job": "gputrain-run1-train", "model_data_url": "s3://x/y"}, *SIX_PREVIOUS[2:]],
      "rolled_back": SIX_PREVIOUS},
+    # Past SSM's 4 KB with every metric: the older models' metrics go first, then the oldest models.
+    {"live": _long(0), "previous": [_long(i) for i in range(1, 6)], "rolled_back": [_long(i) for i in range(6, 11)]},
+    {"live": _long(0), "previous": [_long(i) for i in range(1, 6)], "rolled_back": [_long(i) for i in range(6, 11)],
+     "extra": "x" * 2000},
 ]
 
 
-@pytest.mark.parametrize("before", RECORDS, ids=["none", "empty", "live", "rolled-back", "same-job-live", "same-job-previous"])
+@pytest.mark.parametrize("before", RECORDS, ids=["none", "empty", "live", "rolled-back", "same-job-live", "same-job-previous",
+                                                  "over-4-kb", "over-4-kb-extra-key"])
 def test_a_promotion_records_the_promoted_job_live_as_scripts_promote_does(before):
     """The record the pipeline writes is the one scripts.promote's PromotionRecord.promoted makes
     of the record read just before the write (the read at the start only checks it)."""
@@ -591,6 +609,8 @@ def test_a_promotion_records_the_promoted_job_live_as_scripts_promote_does(befor
     old = PromotionRecord.from_json(json.dumps(before), "before") if before is not None else PromotionRecord()
     # Read back as scripts.promote --show and the app read it (earlier entries as they were written).
     assert sorted(written) == ["live", "previous", "rolled_back"]
+    [put] = _args(result, "RecordPromotion")
+    assert len(put["Value"].encode()) <= 4096, "SSM's limit for a standard parameter"
     assert PromotionRecord.from_json(json.dumps(written), RECORD) == PromotionRecord.from_json(old.promoted(new).to_json(), "expected")
 
 
