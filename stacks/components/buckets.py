@@ -32,6 +32,19 @@ def _removal(retain: bool) -> dict:
     return {"removal_policy": RemovalPolicy.DESTROY, "auto_delete_objects": True}
 
 
+def _keep_policy_with_bucket(bucket: s3.Bucket, retain: bool) -> None:
+    """Give a kept bucket's policy the bucket's removal policy.
+
+    CDK leaves the policy it creates for a bucket (TLS-only, the encryption denies, the log
+    delivery grant) at ``DeletionPolicy: Delete`` even when the bucket is retained
+    (aws/aws-cdk#27125), so ``cdk destroy`` would keep the data but strip its bucket policy: the
+    kept buckets would take plain-HTTP requests and objects under other keys, and the log bucket
+    would refuse the server access logs the kept data buckets still send it.
+    """
+    if retain and bucket.policy is not None:  # enforce_ssl always creates one
+        bucket.policy.apply_removal_policy(RemovalPolicy.RETAIN)
+
+
 class AccessLogBucket(Construct):
     """Destination for S3 server access logs and VPC flow logs.
 
@@ -80,6 +93,7 @@ class AccessLogBucket(Construct):
             "Access logs are an audit trail with a fixed expiry; cross-region replication is a per-organisation decision left to the account's backup policy.",
             "NIST.800.53.R5-S3BucketReplicationEnabled",
         )
+        _keep_policy_with_bucket(self.bucket, retain)
 
 
 class DataBucket(Construct):
@@ -168,6 +182,7 @@ class DataBucket(Construct):
             "Data is versioned and retained on stack deletion; cross-region replication doubles storage cost for large datasets and is left to the account's backup policy.",
             "NIST.800.53.R5-S3BucketReplicationEnabled",
         )
+        _keep_policy_with_bucket(self.bucket, retain)
 
 
 def checkpoint_expiry_rules(days: int) -> list[s3.LifecycleRule]:

@@ -275,6 +275,27 @@ def test_default_destroy_keeps_data_so_no_auto_delete_machinery(resources):
     assert "Custom::S3AutoDeleteObjects" not in types
 
 
+def _bucket_policies(resources) -> dict[str, dict]:
+    """Each bucket's policy resource, by the bucket's logical id."""
+    return {
+        r["Properties"]["Bucket"]["Ref"]: r for r in resources.values() if r["Type"] == "AWS::S3::BucketPolicy"
+    }
+
+
+def test_kept_buckets_keep_their_policies(resources):
+    # CDK deletes a bucket's auto-created policy even when the bucket is retained: cdk destroy
+    # would leave the kept data open to plain HTTP and other keys, and the log bucket refusing logs.
+    policies = _bucket_policies(resources)
+    for bucket in (*DATA_BUCKETS, "AccessLogsBucketCD784A59"):
+        assert policies[bucket].get("DeletionPolicy") == "Retain", bucket
+        assert policies[bucket].get("UpdateReplacePolicy") == "Retain", bucket
+
+
+def test_sandbox_buckets_delete_their_policies(sandbox):
+    for bucket, policy in _bucket_policies(sandbox).items():
+        assert policy.get("DeletionPolicy", "Delete") == "Delete", bucket
+
+
 def test_sandbox_setting_deletes_and_empties_buckets_key_and_repository(sandbox):
     for bucket in (*DATA_BUCKETS, "AccessLogsBucketCD784A59"):
         assert sandbox[bucket]["DeletionPolicy"] == "Delete"
