@@ -71,6 +71,12 @@ def test_picture_arguments_on_csv_input_are_refused_by_name(tmp_path, argument, 
         ("1,2,3,4,1.5", "line 6: label '1.5' is not a non-negative integer"),
         ("1,2,3,4,-1", "line 6: label '-1' is not a non-negative integer"),
         ("", "line 6: the line is empty"),
+        # Once accepted and written as label -2**63 (inf, 1e300) or as 10**10 + 1 classes.
+        ("1,2,3,4,inf", "line 6, column 5: 'inf' is not a finite number"),
+        ("1,2,3,4,1e300", "line 6: label '1e300' is too large for a class number"),
+        ("1,2,3,4,1e10", "line 6: label '1e10' is too large for a class number"),
+        # Finite in Python, inf as the float32 TensorFlow parses: once refused without file or line.
+        ("1e39,2,3,4,1", "line 6, column 1: '1e39' is beyond float32's range"),
     ],
 )
 def test_a_bad_csv_row_is_named_by_file_and_line_and_nothing_is_left(tmp_path, line, fragment):
@@ -82,6 +88,28 @@ def test_a_bad_csv_row_is_named_by_file_and_line_and_nothing_is_left(tmp_path, l
         _run(tmp_path)
     assert str(caught.value).startswith(f"Malformed CSV row in {path} {fragment}"), caught.value
     assert _outputs_empty(tmp_path), "a failed run must not leave shards that look like a dataset"
+
+
+def test_a_fully_quoted_first_row_is_data_not_a_header(tmp_path):
+    raw = raw_dir(tmp_path)
+    raw.mkdir(parents=True)
+    # As csv.QUOTE_ALL writes it: the first row was once taken for a header and silently dropped.
+    (raw / "rows.csv").write_text("".join(f'"{i}","{i * 2}","{i % 3}"\n' for i in range(40)))
+    statistics = _run(tmp_path, validation_fraction=0.25)
+    assert sum(statistics["examples"].values()) == 40
+    assert sum(sum(counts.values()) for counts in statistics["class_counts"].values()) == 40
+
+
+def test_the_trainers_scan_names_a_label_beyond_a_class_number(tmp_path):
+    from trainer.datasets import tabular
+
+    channel = tmp_path / "train"
+    channel.mkdir()
+    (channel / "rows.csv").write_text("".join(f"{i},{i % 3}\n" for i in range(10)) + "1,1e300\n")
+    spec = tabular.DatasetSpec("train", channel, "csv", (tabular.DataFile(str(channel / "rows.csv")),))
+    # Once an OverflowError traceback (int(inf) for the class count), or a class count of 10**300.
+    with pytest.raises(DataError, match=r"rows.csv line 11: label '1e300' is too large for a class number"):
+        tabular.scan_channel(spec, 0)
 
 
 def test_a_second_file_of_another_width_is_named(tmp_path):

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,6 +40,9 @@ from trainer.logs import log
 FEATURES_KEY = "features"
 LABEL_KEY = "label"
 SCAN_BATCH = 4096
+# The largest class label: training casts labels to int32 and num_classes (largest label + 1)
+# must fit one too. A label beyond it (1e300, inf) is a broken row, not a class number.
+MAX_LABEL = 2**31 - 2
 # File sharding must keep at least this share of the examples, else every worker reads all files.
 MIN_FILE_SHARDING_EFFICIENCY = 0.9
 
@@ -219,17 +223,34 @@ def discover_validation(
 # --- CSV -------------------------------------------------------------------------------------
 
 
+def _unquoted(text: str) -> str:
+    """A CSV field's value: ``"1.5"`` -> ``1.5`` (quoted fields, as csv.QUOTE_ALL writes them, parse as their value)."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1].replace('""', '"')
+    return text
+
+
 def _is_number(text: str) -> bool:
     try:
-        float(text)
+        float(_unquoted(text))
     except ValueError:
         return False
     return True
 
 
+def _fits_float32(value: float) -> bool:
+    """Whether a finite value stays finite as a float32 feature (TensorFlow parses features as float32)."""
+    try:
+        # Packing rounds as TensorFlow's parse does; older Pythons raise where newer ones give inf.
+        return math.isfinite(struct.unpack("f", struct.pack("f", value))[0])
+    except OverflowError:
+        return False
+
+
 def _numbered_header(fields: list[str]) -> bool:
     """Whether a line is exactly ``0,1,...,n-1``: the column names ``pandas.DataFrame.to_csv`` writes."""
-    return len(fields) >= 2 and all(field.strip() == str(index) for index, field in enumerate(fields))
+    return len(fields) >= 2 and all(_unquoted(field) == str(index) for index, field in enumerate(fields))
 
 
 def _csv_header_and_width(path: str) -> tuple[bool, int | None]:
@@ -276,19 +297,27 @@ def _locate_csv_problem(file: DataFile, num_features: int, num_classes: int) -> 
                     f"({num_features} features and a label): {line[:120]!r}"
                 )
             for column, text in enumerate(fields, start=1):
-                if not _is_number(text) or not text.strip():
+                if not _is_number(text) or not _unquoted(text):
                     return f"Malformed CSV row in {where}, column {column}: {text!r} is not a number"
-                if not math.isfinite(float(text)):
+                value = float(_unquoted(text))
+                if not math.isfinite(value):
                     return f"Malformed CSV row in {where}, column {column}: {text!r} is not a finite number"
-            problem = _label_problem(float(fields[-1]), num_classes)
+                if column <= num_features and not _fits_float32(value):
+                    return (
+                        f"Malformed CSV row in {where}, column {column}: {text!r} is beyond float32's range "
+                        "(features are read as float32, |x| < 3.4e38): rescale the column"
+                    )
+            problem = _label_problem(float(_unquoted(fields[-1])), num_classes)
             if problem:
                 return f"Malformed CSV row in {where}: label {fields[-1]!r} {problem}"
     return None
 
 
 def _label_problem(label: float, num_classes: int) -> str | None:
-    if label != math.floor(label) or label < 0:
+    if not math.isfinite(label) or label != math.floor(label) or label < 0:
         return "is not a non-negative integer"
+    if label > MAX_LABEL:
+        return f"is too large for a class number (labels are 0..num_classes-1, at most {MAX_LABEL})"
     if num_classes and label >= num_classes:
         return f"is out of range for num_classes={num_classes}"
     return None
@@ -505,7 +534,10 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
     def accumulate(state: Any, batch: Any) -> Any:
         (features, labels), size = batch
         count, high, bad, consumed = state
-        bad_labels = tf.logical_or(labels < 0, tf.not_equal(labels, tf.floor(labels)))
+        # NaN fails the floor test, inf the bound: neither may reach the class count.
+        bad_labels = tf.logical_or(
+            tf.logical_or(labels < 0, labels > MAX_LABEL), tf.not_equal(labels, tf.floor(labels))
+        )
         bad_rows = tf.logical_or(bad_labels, tf.reduce_any(tf.logical_not(tf.math.is_finite(features)), axis=1))
         return (
             count + tf.cast(tf.size(labels), tf.int64),

@@ -263,6 +263,7 @@ def convert_csv(
                 [
                     tf.reduce_all(tf.math.is_finite(features)),
                     tf.reduce_all(labels >= 0),
+                    tf.reduce_all(labels <= data.MAX_LABEL),  # inf, 1e300: not a class number
                     tf.reduce_all(tf.equal(labels, tf.floor(labels))),
                 ]
             )
