@@ -295,6 +295,12 @@ class Deployment:
             self._ownership = ProjectOwnership.read(self.aws.client("cloudformation"), self.config.project_name)
         return self._ownership
 
+    def owned(self, items: Iterable[Mapping[str, Any]], *, name_key: str, arn_key: str) -> Iterator[Mapping[str, Any]]:
+        """The project's SageMaker ``items`` (listing summaries), lazily: :meth:`ProjectOwnership.select`,
+        each ``<project>-*`` one's ``Project`` tag read with ListTags."""
+        sagemaker = self.aws.client("sagemaker")
+        return self.ownership().select(items, name_key=name_key, arn_key=arn_key, tag_of=lambda arn: sagemaker_project_tag(sagemaker, arn))
+
     def outputs(self, unit: str, required: Sequence[str]) -> dict[str, str]:
         """Outputs of ``<project>-<unit>``, read once."""
         if unit not in self._outputs:
@@ -567,17 +573,15 @@ def project_jobs(
     """The newest ``kind`` jobs (training by default) of the project (:class:`ProjectOwnership`): the
     listing's summaries, newest first. Tags are read only of the jobs named ``<project>-*``, and
     only until ``limit`` are found."""
-    owner = deployment.ownership()
     sagemaker = deployment.aws.client("sagemaker")
-    params: dict[str, Any] = {"NameContains": owner.prefix, "SortBy": "CreationTime", "SortOrder": "Descending"}
+    params: dict[str, Any] = {"NameContains": deployment.ownership().prefix, "SortBy": "CreationTime", "SortOrder": "Descending"}
     if status:
         params["StatusEquals"] = status
     jobs: list[dict[str, Any]] = []
     for page in sagemaker.get_paginator(kind.lister).paginate(**params):
         # Sorted again: a page out of order (an emulator) must not cost the newest ones their place.
         summaries = sorted(page[kind.summaries_key], key=lambda j: j["CreationTime"], reverse=True)
-        for job in owner.select(summaries, name_key=kind.name_key, arn_key=kind.arn_key,
-                                tag_of=lambda arn: sagemaker_project_tag(sagemaker, arn)):  # fmt: skip
+        for job in deployment.owned(summaries, name_key=kind.name_key, arn_key=kind.arn_key):
             jobs.append(dict(job))
             if len(jobs) >= limit:
                 break

@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from botocore.exceptions import ClientError
 
@@ -60,9 +60,12 @@ def stop_execution(deployment: Deployment, name: str) -> bool:
     return True
 
 
-def stop_job(deployment: Deployment, name: str, kind: JobKind = TRAINING_JOB) -> Optional[str]:
-    """Ask SageMaker to stop the ``kind`` job ``name``; its status before (``None`` if it does not exist)."""
-    job = describe_sagemaker_job(deployment.aws, kind, name)
+def stop_job(
+    deployment: Deployment, name: str, kind: JobKind = TRAINING_JOB, *, job: Optional[Mapping[str, Any]] = None
+) -> Optional[str]:
+    """Ask SageMaker to stop the ``kind`` job ``name``; its status before (``None`` if it does not exist).
+    ``job``: its description, where the caller has just read it (not read again)."""
+    job = job if job is not None else describe_sagemaker_job(deployment.aws, kind, name)
     if job is None:
         return None
     status = str(job[kind.status_key])
@@ -138,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{name}: the execution had not created its job yet")
         return 0
     kind = found[0]
-    before = stop_job(deployment, name, kind)
+    before = stop_job(deployment, name, kind, job=found[1])
     if before is None or before not in ACTIVE_JOB_STATES:
         print(f"{kind.label} {name} already {before or 'gone'}; nothing to stop")
         return 0

@@ -50,7 +50,7 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from botocore.exceptions import ClientError, WaiterError
 
@@ -79,7 +79,6 @@ from scripts.common import (
     project_stack_names,
     run,
     run_cdk,
-    sagemaker_project_tag,
     stack_name,
 )
 from stacks.components.endpoint_spec import endpoint_name
@@ -157,7 +156,7 @@ def project_warm_pools(deployment: Deployment) -> list[str]:
     for page in sagemaker.get_paginator("list_training_jobs").paginate(NameContains=owner.prefix, WarmPoolStatusEquals="Available"):
         # Checked again: a service (or emulator) that ignored the filter must not end other jobs' pools.
         available = [j for j in page["TrainingJobSummaries"] if (j.get("WarmPoolStatus") or {}).get("Status") == "Available"]
-        names.extend(j["TrainingJobName"] for j in _owned(deployment, available, TRAINING_JOB.name_key, TRAINING_JOB.arn_key))
+        names.extend(j["TrainingJobName"] for j in deployment.owned(available, name_key=TRAINING_JOB.name_key, arn_key=TRAINING_JOB.arn_key))
     return names
 
 
@@ -165,14 +164,6 @@ def project_job_names(deployment: Deployment, kind: JobKind, status: str) -> lis
     """Names of the project's ``kind`` jobs (:class:`scripts.common.ProjectOwnership`) in ``status``, all of them."""
     jobs = project_jobs(deployment, status=status, limit=sys.maxsize, kind=kind)
     return [j[kind.name_key] for j in jobs]
-
-
-def _owned(deployment: Deployment, items: Iterable[Mapping[str, Any]], name_key: str, arn_key: str) -> list[Mapping[str, Any]]:
-    """The project's ``items`` (listing summaries): :meth:`scripts.common.ProjectOwnership.select`."""
-    sagemaker = deployment.aws.client("sagemaker")
-    return list(deployment.ownership().select(
-        items, name_key=name_key, arn_key=arn_key, tag_of=lambda arn: sagemaker_project_tag(sagemaker, arn)
-    ))  # fmt: skip
 
 
 @dataclass
@@ -215,7 +206,7 @@ def find_unowned_endpoints(deployment: Deployment) -> list[str]:
     names = []
     for page in sagemaker.get_paginator("list_endpoints").paginate(NameContains=deployment.ownership().prefix):
         candidates = [e for e in page["Endpoints"] if e["EndpointName"] not in owned and e.get("EndpointStatus") != "Deleting"]
-        names.extend(e["EndpointName"] for e in _owned(deployment, candidates, "EndpointName", "EndpointArn"))
+        names.extend(e["EndpointName"] for e in deployment.owned(candidates, name_key="EndpointName", arn_key="EndpointArn"))
     return sorted(names)
 
 
@@ -251,10 +242,10 @@ def find_leftovers(deployment: Deployment) -> Leftovers:
     leftovers = Leftovers()
     for page in sagemaker.get_paginator("list_models").paginate(NameContains=prefix):
         models = [m for m in page["Models"] if m["ModelName"] not in owned]
-        leftovers.models.extend(m["ModelName"] for m in _owned(deployment, models, "ModelName", "ModelArn"))
+        leftovers.models.extend(m["ModelName"] for m in deployment.owned(models, name_key="ModelName", arn_key="ModelArn"))
     for page in sagemaker.get_paginator("list_endpoint_configs").paginate(NameContains=prefix):
         configs = [c for c in page["EndpointConfigs"] if c["EndpointConfigName"] not in owned]
-        leftovers.endpoint_configs.extend(c["EndpointConfigName"] for c in _owned(deployment, configs, "EndpointConfigName", "EndpointConfigArn"))
+        leftovers.endpoint_configs.extend(c["EndpointConfigName"] for c in deployment.owned(configs, name_key="EndpointConfigName", arn_key="EndpointConfigArn"))
     leftovers.in_use = sorted(n for n in leftovers.models + leftovers.endpoint_configs if n in serving)
     return leftovers
 
@@ -314,10 +305,11 @@ def stop_running(
             print(f"stopping tuning job {name} (and its running trials)")
     for name in running.jobs:
         print(f"stopping training job {name}")
-        _no_warm_pool_after(deployment, name)
-        stop_job(deployment, name)
-    ended_pools: set[str] = set()
-    ended_pools.update(name for name in running.warm_pools if end_warm_pool(deployment, name))
+        job = describe_job(deployment.aws, name)
+        if job is not None:
+            _no_warm_pool_after(deployment, name, job)
+            stop_job(deployment, name, job=job)
+    ended_pools = {name for name in running.warm_pools if end_warm_pool(deployment, name)}
     for kind, names in ((PROCESSING_JOB, running.processing_jobs), (TRANSFORM_JOB, running.transform_jobs)):
         for name in names:
             if _stop_in_progress(deployment, kind, name):
@@ -340,7 +332,7 @@ def end_warm_pool(deployment: Deployment, name: str) -> bool:
     SageMaker took the request. An error is printed, not raised."""
     print(f"ending the warm pool of training job {name} (KeepAlivePeriodInSeconds=0)")
     try:
-        deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+        _keep_alive_off(deployment, name)
     except ClientError as err:
         # Its period may have run out in the meantime.
         print(f"  {name}: {error_code(err)}: {error_message(err)}")
@@ -348,17 +340,21 @@ def end_warm_pool(deployment: Deployment, name: str) -> bool:
     return True
 
 
-def _no_warm_pool_after(deployment: Deployment, name: str) -> None:
-    """Before an InProgress training job with a warm pool is stopped: its KeepAlivePeriodInSeconds
-    set to 0 (UpdateTrainingJob takes it while the job runs), so that it leaves no pool to bill. An
-    error is printed, not raised: the wait loop ends a pool left all the same."""
-    job = describe_job(deployment.aws, name)
-    if job is None or job["TrainingJobStatus"] != "InProgress" or not (job.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds"):
+def _no_warm_pool_after(deployment: Deployment, name: str, job: Mapping[str, Any]) -> None:
+    """Before an InProgress training job with a warm pool (``job``: its description) is stopped: its
+    KeepAlivePeriodInSeconds set to 0 (UpdateTrainingJob takes it while the job runs), so that it
+    leaves no pool to bill. An error is printed, not raised: the wait loop ends a pool left all the same."""
+    if job["TrainingJobStatus"] != "InProgress" or not (job.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds"):
         return
     try:
-        deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
+        _keep_alive_off(deployment, name)
     except ClientError as err:
         print(f"  {name}: warm pool kept for now: {error_code(err)}: {error_message(err)}")
+
+
+def _keep_alive_off(deployment: Deployment, name: str) -> None:
+    """UpdateTrainingJob ``KeepAlivePeriodInSeconds=0``: an Available warm pool ends, a running job leaves none."""
+    deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
 
 
 def _stop_in_progress(deployment: Deployment, kind: JobKind, name: str) -> bool:

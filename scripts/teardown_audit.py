@@ -44,7 +44,12 @@ from botocore.exceptions import ClientError
 from scripts.cluster_job import running_commands
 from scripts.common import (
     AWS_CREDENTIALS,
+    PROCESSING_JOB,
+    TRAINING_JOB,
+    TRANSFORM_JOB,
+    TUNING_JOB,
     Aws,
+    JobKind,
     ProjectOwnership,
     add_common_arguments,
     help_epilog,
@@ -84,15 +89,10 @@ DATA_TYPES = {"s3:bucket", "kms:key", "ecr:repository"}
 """Resource types the data plane keeps on destroy unless ``delete_data_on_destroy`` is set."""
 
 JOB_STATUS = {
-    "sagemaker:hyper-parameter-tuning-job": (
-        "tuning job (its tuner starts trials, which bill, until it ends)",
-        "describe_hyper_parameter_tuning_job:HyperParameterTuningJobName", "HyperParameterTuningJobStatus",
-    ),
-    "sagemaker:transform-job": (
-        "batch transform job (it bills per instance-hour)", "describe_transform_job:TransformJobName", "TransformJobStatus",
-    ),
+    "sagemaker:hyper-parameter-tuning-job": ("tuning job (its tuner starts trials, which bill, until it ends)", TUNING_JOB),
+    "sagemaker:transform-job": ("batch transform job (it bills per instance-hour)", TRANSFORM_JOB),
 }
-"""Job kinds judged by their status: what the note calls it, ``operation:NameParameter``, the status key."""
+"""Job kinds judged by their status: what the note calls it, and the kind (how it is described)."""
 
 
 @dataclass(frozen=True)
@@ -274,11 +274,7 @@ def _has_project_tag(tags: Sequence[Mapping[str, str]], project: str) -> bool:
 
 SAGEMAKER_RECORDS = (
     ("list_endpoints", "Endpoints", "EndpointName", "EndpointArn"),
-    ("list_training_jobs", "TrainingJobSummaries", "TrainingJobName", "TrainingJobArn"),
-    ("list_processing_jobs", "ProcessingJobSummaries", "ProcessingJobName", "ProcessingJobArn"),
-    ("list_hyper_parameter_tuning_jobs", "HyperParameterTuningJobSummaries", "HyperParameterTuningJobName",
-     "HyperParameterTuningJobArn"),
-    ("list_transform_jobs", "TransformJobSummaries", "TransformJobName", "TransformJobArn"),
+    *((kind.lister, kind.summaries_key, kind.name_key, kind.arn_key) for kind in (TRAINING_JOB, PROCESSING_JOB, TUNING_JOB, TRANSFORM_JOB)),
     ("list_models", "Models", "ModelName", "ModelArn"),
     ("list_endpoint_configs", "EndpointConfigs", "EndpointConfigName", "EndpointConfigArn"),
 )
@@ -354,13 +350,13 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
                            "ends); python -m scripts.teardown --stop-running ends it")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
     if kind == "sagemaker:processing-job":
-        status = _processing_job_status(client("sagemaker"), name)
+        status = _job_status(client("sagemaker"), PROCESSING_JOB, name)
         if status in {"InProgress", "Stopping"}:
             return Finding(arn, kind, ERROR, f"compute left behind: processing job is {status}")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
     if kind in JOB_STATUS:
-        what, describe, status_key = JOB_STATUS[kind]
-        status = _job_status(client("sagemaker"), describe, name, status_key)
+        what, job_kind = JOB_STATUS[kind]
+        status = _job_status(client("sagemaker"), job_kind, name)
         if status in {"InProgress", "Stopping"}:
             return Finding(arn, kind, ERROR, f"compute left behind: {what} is {status}; python -m scripts.teardown --stop-running stops it")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
@@ -411,17 +407,10 @@ def _training_job_status(sagemaker: Any, name: str) -> tuple[str | None, str | N
     return job["TrainingJobStatus"], (job.get("WarmPoolStatus") or {}).get("Status")
 
 
-def _processing_job_status(sagemaker: Any, name: str) -> str | None:
+def _job_status(sagemaker: Any, kind: JobKind, name: str) -> str | None:
+    """The ``kind`` job's status (``None`` where it is gone or cannot be described)."""
     try:
-        return sagemaker.describe_processing_job(ProcessingJobName=name)["ProcessingJobStatus"]
-    except ClientError:
-        return None
-
-
-def _job_status(sagemaker: Any, describe: str, name: str, status_key: str) -> str | None:
-    operation, parameter = describe.split(":")
-    try:
-        return str(getattr(sagemaker, operation)(**{parameter: name})[status_key])
+        return str(getattr(sagemaker, kind.describe)(**{kind.name_key: name})[kind.status_key])
     except ClientError:
         return None
 

@@ -112,7 +112,7 @@ def test_teardown_destroy_runs_cdk_destroy_only_when_nothing_is_left(aws, moto_b
 
     calls.clear()
     _running_job(moto_backends, f"{PROJECT}-td-stuck")
-    monkeypatch.setattr(teardown, "stop_job", lambda deployment, name: None)  # a job that will not stop
+    monkeypatch.setattr(teardown, "stop_job", lambda deployment, name, job=None: None)  # a job that will not stop
     assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "0"]) == 1
     assert not calls
     assert "not destroying" in capsys.readouterr().err
