@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import ipaddress
 import json
 import re
@@ -1467,6 +1468,7 @@ def _refuse_near_miss(key: str, value: Any, sections: Sequence[str]) -> None:
         )
 
 
+@functools.cache
 def _setting_paths() -> dict[str, list[str]]:
     """Each setting's name -> its dotted paths below the root (``use_spot``: ``["training_job.use_spot"]``),
     in the sections' order; the top-level settings left out (they need no section)."""

@@ -171,6 +171,15 @@ class PipelineRun:
     seconds: float
 
 
+def _stopped(outcome: Any) -> bool:
+    """A cluster job's outcome (the emulator's) is a stop's: the document's stop action, not a cancel,
+    gives every container SIGTERM; each exits 143 with its checkpoint, and the run uploads and ends by
+    itself (Failed, as a non-zero exit reads in SSM), as :func:`scripts.cluster_job.stopped_by_sigterm` judges SSM's."""
+    from scripts.cluster_job import STOPPED_EXIT
+
+    return bool(outcome.status == "Failed" and {code for _, code in outcome.nodes.values()} == {STOPPED_EXIT})
+
+
 SCRIPT_TIMEOUT_SECONDS = 1800.0
 """Longest run of one operator script: the longest the main job runs (a pipeline's launch and
 watch) take minutes; a script that hangs on the emulator fails the run instead of holding it."""
@@ -679,8 +688,8 @@ class Lifecycle:
                 lines.append(f"  container log              {outcome.log_file}")
         for job, outcome in self.cluster_outcomes:
             nodes = ", ".join(f"{node} {status} (exit {code})" for node, (status, code) in sorted(outcome.nodes.items()))
-            stopped = outcome.status == "Failed" and {code for _, code in outcome.nodes.values()} == {143}
-            lines.append(f"cluster job {job}: {'stopped (every container exited 143 with its checkpoint)' if stopped else outcome.status}: {nodes}")
+            status = "stopped (every container exited 143 with its checkpoint)" if _stopped(outcome) else outcome.status
+            lines.append(f"cluster job {job}: {status}: {nodes}")
         for run in self.pipeline_runs:
             lines.append(f"pipeline execution {run.execution['name']}: {run.execution['status']} in {run.seconds:.1f}s")
             for key, value in run.output.items():
@@ -886,10 +895,7 @@ class Lifecycle:
             stopped = self.cluster.wait(command.group(1), self.options.job_timeout_seconds) if self.cluster else None
             if stopped is not None:
                 self.cluster_outcomes.append((job, stopped))
-                codes = {code for _, code in stopped.nodes.values()}
-                # A stop is the document's stop action, not a cancel: every container ends 143 with its
-                # checkpoint, the run uploads it and ends by itself (Failed, as a non-zero exit reads in SSM).
-                said = "stopped" if stopped.status == "Failed" and codes == {143} else stopped.status
+                said = "stopped" if _stopped(stopped) else stopped.status
                 self.progress.say(f"{job}: {said} ({', '.join(f'{n} exit {c}' for n, (_, c) in sorted(stopped.nodes.items()))})")
                 if said != "stopped":
                     raise RuntimeError(f"cluster job {job} ended {stopped.status} after its stop: {stopped.failure or ''}")
