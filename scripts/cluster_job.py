@@ -23,7 +23,9 @@ node's script uploads the checkpoints, model and outputs and exits 143. It never
 ``CancelCommand`` SIGKILLs the script's whole process group on each node (amazon-ssm-agent sends no
 SIGTERM), so a cancel before the upload would lose the checkpoint; it cancels only a run that
 outlives the bound, saying so (each node's guard then stops the container and uploads, as
-``cluster_job.sh`` describes). A rerun of the same job name resumes from
+``cluster_job.sh`` describes), and then waits for the stop action, which ends on each node only once
+the guard's uploads are done, so that nothing (``teardown --destroy`` included) removes the nodes
+under an upload. A rerun of the same job name resumes from
 its checkpoints, as a SageMaker job with the same checkpoint location does. ``--image-tag TAG``
 runs ``<repository>:TAG`` for this job only (each node pulls it first; never ``latest``) instead
 of the image the nodes pulled at boot (``image.tag``). ``python -m
@@ -62,7 +64,9 @@ from scripts.source_code import code_key, pack_source, upload_archive
 from stacks.components.cluster_job_document import (
     DEFAULT_MAX_RUNTIME_SECONDS,
     MAX_RUNTIME_LIMIT_SECONDS,
+    STOP_ACTION_WAIT_SECONDS,
     STOP_GRACE_SECONDS,
+    UPLOAD_MARGIN_SECONDS,
     hyperparameter_problems,
     request_refusals,
 )
@@ -80,9 +84,6 @@ DELIVERY_TIMEOUT_SECONDS = 600
 """How long SSM tries to reach a node before that node's invocation times out."""
 PLUGIN = "ClusterJob"
 """The document's step, which names the output's log streams."""
-UPLOAD_MARGIN_SECONDS = 300
-"""How long a stopped job's nodes may take, after the container's stop grace, to upload its checkpoints,
-model and outputs and end."""
 STOP_WAIT_SECONDS = STOP_GRACE_SECONDS + UPLOAD_MARGIN_SECONDS
 """How long ``stop`` waits for a stopped job's run to end by itself before it cancels the run."""
 STOP_POLL_SECONDS = 10.0
@@ -446,7 +447,8 @@ def stop_cluster_job(
     sleep = sleep or time.sleep  # looked up at the call: tests replace it
     bound = STOP_WAIT_SECONDS if wait_seconds is None else wait_seconds
     interval = STOP_POLL_SECONDS if interval is None else interval
-    what = f"SIGTERM into its containers (command {send_stop(deployment, cluster, job_name)})" if send else "its stop action under way"
+    stop_id = send_stop(deployment, cluster, job_name) if send else None
+    what = f"SIGTERM into its containers (command {stop_id})" if send else "its stop action under way"
     print(f"stopping cluster job {job_name}: {what}; waiting at most {bound:.0f} s for command {command_id} to end by itself "
           "(checkpoint, exit 143, uploads)")  # fmt: skip
     started = time.monotonic()
@@ -456,9 +458,41 @@ def stop_cluster_job(
             deployment.aws.client("ssm").cancel_command(CommandId=command_id)
             print(f"{job_name} did not end within {bound:.0f} s of its stop: command {command_id} cancelled (Run Command "
                   "SIGKILLs each node's job script; its guard stops the container and uploads what it wrote)")  # fmt: skip
+            wait_for_guards(deployment, cluster, job_name, stop_id, interval=interval, sleep=sleep)
             return command_status(deployment, command_id)
         print(f"  waiting for {job_name} to end on every node: {status}, {waited:.0f} s of at most {bound:.0f} s")
         sleep(min(interval, max(bound - waited, 0.0)))
+    return status
+
+
+def wait_for_guards(
+    deployment: Deployment,
+    cluster: Cluster,
+    job_name: str,
+    stop_id: Optional[str],
+    *,
+    interval: float,
+    sleep: Callable[[float], None],
+) -> str:
+    """After a cancel: wait (at most :data:`STOP_ACTION_WAIT_SECONDS`) for the job's stop action, which ends on
+    each node once the guard's uploads are done; its status. ``stop_id`` ``None``: the job's newest stop action."""
+    if stop_id is None:
+        stops = job_commands(deployment, cluster, job_name, action="stop")
+        if not stops:
+            return "missing"
+        stop_id = str(stops[0]["CommandId"])
+    started = time.monotonic()
+    while (status := command_status(deployment, stop_id)) in ACTIVE:
+        waited = time.monotonic() - started
+        if waited >= STOP_ACTION_WAIT_SECONDS:
+            print(f"{job_name}: the guards are still uploading after {waited:.0f} s (stop action {stop_id} {status}): "
+                  f"removing the nodes now would lose what they have not uploaded; see {PROG} logs {job_name}")  # fmt: skip
+            return status
+        print(f"  waiting for {job_name}'s guards to upload on every node: stop action {stop_id} {status}, "
+              f"{waited:.0f} s of at most {STOP_ACTION_WAIT_SECONDS} s")  # fmt: skip
+        sleep(min(interval, max(STOP_ACTION_WAIT_SECONDS - waited, 0.0)))
+    said = "uploads done on every node" if status == "Success" else f"stop action {stop_id} {status}: see {PROG} logs {job_name}"
+    print(f"{job_name}: the guards have ended ({said})")
     return status
 
 

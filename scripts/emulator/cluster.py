@@ -17,7 +17,8 @@ the cluster (``node-<i>``, the stack output ``InstanceIds``' order) the way
   SageMaker jobs); then the model and outputs to ``<OUTPUT_S3_URI><job>/<node>/`` and the
   checkpoints back to the node's prefix, whatever the exit (a rerun resumes).
 - ``stop``: SIGTERM into the job's trainers (they checkpoint and exit 143); the run then uploads
-  and ends by itself, Failed with 143 on every node, as on the nodes.
+  and ends by itself, Failed with 143 on every node, as on the nodes. The stop action ends once the
+  run's uploads are done (its script's, or after a cancel its guard's), as on the nodes.
 - ``CancelCommand`` of the run, and the step's execution timeout (``timeoutSeconds``), play the
   real agent: it SIGKILLs the run script's process group (amazon-ssm-agent sends no SIGTERM, so
   no trap runs), and the script says nothing more; what outlives it is cluster_job.sh's guard,
@@ -76,7 +77,7 @@ from scripts.emulator.aws import free_port
 from scripts.emulator.containers import ContainerRefused, container_command, end_process, image_environment, namespaced
 from scripts.emulator.docker_hosts import DockerHosts, container_name, docker
 from scripts.emulator.sagemaker import CloudWatchStream, LocalSageMaker, LogTail
-from stacks.components.cluster_job_document import STOP_GRACE_SECONDS, request_refusals
+from stacks.components.cluster_job_document import STOP_ACTION_WAIT_SECONDS, STOP_GRACE_SECONDS, request_refusals
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = "ClusterJob"
@@ -323,9 +324,11 @@ class LocalCluster:
     # --- stop ------------------------------------------------------------------------------
 
     def _stop_job(self, job: str, runs: list[NodeRun]) -> None:
-        """The document's ``stop``: SIGTERM into the job's trainer on each node; waits for it to end."""
+        """The document's ``stop``: SIGTERM into the job's trainer on each node; waits for the run to end, its
+        uploads done (cluster_job.sh's stop waits for the run's guard, at most ``STOP_ACTION_WAIT``)."""
         with self._lock:
-            playing = {r.node.instance_id: r for r in self.running.get(job, [])}
+            playing_runs = self.running.get(job)
+            playing = {r.node.instance_id: r for r in playing_runs or []}
             if playing:
                 self._stopping.add(job)
         for run in runs:
@@ -334,10 +337,12 @@ class LocalCluster:
                 run.say(f"job {job} is not running on this node")
             else:
                 run.say(f"stopping {JOB_PREFIX}{job} (SIGTERM, {STOP_GRACE_SECONDS} s to write a checkpoint)")
-        deadline = time.monotonic() + STOP_GRACE_SECONDS + 30
-        while any(r.code is None for r in playing.values()) and time.monotonic() < deadline:
+        deadline = time.monotonic() + STOP_ACTION_WAIT_SECONDS
+        while playing and self.running.get(job) is playing_runs and time.monotonic() < deadline:
             time.sleep(0.5)
         for run in runs:
+            if playing:
+                run.say(f"job {job} has ended on this node, its uploads done")
             run.code = 0
 
     # --- run -------------------------------------------------------------------------------

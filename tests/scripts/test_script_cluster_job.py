@@ -297,8 +297,47 @@ def test_stop_cancels_only_a_run_that_outlives_its_bound_saying_so(cluster, monk
     capsys.readouterr()
     assert run(cluster_job.main, ["stop", "never-ends"]) == 0
     assert command.status == "Cancelled"
-    (line,) = [l for l in capsys.readouterr().out.splitlines() if "cancelled" in l and "did not end" in l]
+    out = capsys.readouterr().out
+    (line,) = [l for l in out.splitlines() if "cancelled" in l and "did not end" in l]
     assert line.startswith(f"never-ends did not end within 0 s of its stop: command {command.command_id} cancelled")
+    assert "never-ends: the guards have ended (uploads done on every node)" in out
+
+
+def test_after_a_cancel_stop_waits_for_the_guards_uploads_and_says_when_they_outlive_its_bound(cluster, monkeypatch, capsys):
+    """The cancel hands each node's uploads to its guard; the stop action ends on a node only once they are done, so
+    stop (and teardown --destroy after it) waits for the stop action: removing the nodes earlier loses the checkpoint."""
+    command = _running("slow-upload")
+    monkeypatch.setattr(cluster_job, "STOP_WAIT_SECONDS", 0.0)
+    polls: list[str] = []
+
+    def guards_upload(seconds: float) -> None:  # the stop action InProgress for two polls, then Success
+        stop = next(c for c in _commands() if c.parameters["Action"] == ["stop"])
+        polls.append(stop.status)
+        stop.status = "InProgress" if len(polls) < 2 else "Success"
+
+    send_stop = cluster_job.send_stop
+
+    def stop_in_progress(*args: Any) -> str:
+        stop_id = send_stop(*args)
+        next(c for c in _commands() if c.command_id == stop_id).status = "InProgress"
+        return stop_id
+
+    monkeypatch.setattr(cluster_job, "send_stop", stop_in_progress)
+    monkeypatch.setattr(cluster_job.time, "sleep", guards_upload)
+    capsys.readouterr()
+    assert run(cluster_job.main, ["stop", "slow-upload"]) == 0
+    out = capsys.readouterr().out
+    assert command.status == "Cancelled" and polls == ["InProgress", "InProgress"]
+    assert out.index("cancelled") < out.index("  waiting for slow-upload's guards to upload on every node: stop action")
+    assert "slow-upload: the guards have ended (uploads done on every node)" in out
+
+    late = _running("stuck-upload")
+    monkeypatch.setattr(cluster_job, "STOP_ACTION_WAIT_SECONDS", 0.0)
+    assert run(cluster_job.main, ["stop", "stuck-upload"]) == 0
+    out = capsys.readouterr().out
+    assert late.status == "Cancelled"
+    assert "stuck-upload: the guards are still uploading after 0 s (stop action " in out
+    assert "removing the nodes now would lose what they have not uploaded" in out
 
 
 def test_watch_reports_a_job_stopped_with_143_on_every_node_as_stopped(cluster, capsys):

