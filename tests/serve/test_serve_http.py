@@ -120,7 +120,7 @@ def test_csv(server, expected):
         ("", "application/json", 400, "Empty request body"),
         ("   \n", "text/csv", 400, "Empty request body"),
         (b"\xff\xfe1,2", "text/csv", 400, "Request body is not UTF-8 text"),
-        ("<rows/>", "application/xml", 415, "Unsupported content type 'application/xml'; send application/json, text/csv or application/x-npy."),
+        ("<rows/>", "application/xml", 415, "Unsupported content type 'application/xml'; send application/json, application/jsonlines, text/csv or application/x-npy."),
         ("1,2,3,4", None, 415, "Unsupported content type"),
         ("[" + ",".join(["[1.0,2.0,3.0,4.0]"] * 400) + "]", "application/json", 413, f"over the {MAX_REQUEST_BYTES}-byte limit"),
     ],
@@ -156,7 +156,7 @@ def test_bad_request_gets_a_4xx_with_one_line(server, body, content_type, status
 def test_accept_other_than_json_is_406_and_json_or_any_is_served(server, expected):
     reply = server.invoke(json.dumps(ROWS), accept="text/csv")
     assert reply.status == 406
-    assert reply.json()["error"] == "Unsupported Accept 'text/csv'; predictions are returned as application/json."
+    assert reply.json()["error"] == "Unsupported Accept 'text/csv'; predictions are returned as application/json or application/jsonlines."
     _check(server.invoke(json.dumps(ROWS), accept="application/json"), expected)
     _check(server.invoke(json.dumps(ROWS), accept="*/*"), expected)
 

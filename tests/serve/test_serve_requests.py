@@ -242,3 +242,62 @@ def test_a_request_that_fails_the_model_fails_alone_and_is_counted(tmp_path):
     assert "The model failed on this request (ValueError)" in _one_line_error(answers[2], 500)
     assert sorted(calls[1]) == [1, 2, 3, 1000]  # they did share the call that failed
     assert stats["requests"] == 5 and stats["failed_requests"] == 1 and stats["recent_batch_requests"] == [1, 4]
+
+
+JSON_LINES_BODY = b"[2, 1]\n[0, 3]\n[4, 1]\n"
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/jsonlines", "application/jsons", "application/x-jsonlines"])
+def test_the_classifier_answers_a_json_lines_batch_one_prediction_per_row_in_order(tmp_path, content_type):
+    """What a transform job with SplitType=Line and MultiRecord sends: JSON records joined by newlines."""
+    (answer,) = _serve(_classifier_state(tmp_path), [("/invocations", JSON_LINES_BODY, {"Content-Type": content_type})])
+    assert answer[:2] == (200, "application/json"), answer[2]
+    assert [p["predicted_class"] for p in json.loads(answer[2])["predictions"]] == [0, 1, 0]
+
+
+def test_the_classifier_answers_accept_json_lines_in_one_line_with_that_type(tmp_path):
+    """As AWS's TensorFlow serving container answers (TF Serving's document, newlines removed); npy and CSV are refused."""
+    lines, npy = _serve(
+        _classifier_state(tmp_path),
+        [("/invocations", JSON_LINES_BODY, {"Content-Type": "application/jsonlines", "Accept": "application/jsonlines"}),
+         ("/invocations", JSON_LINES_BODY, {"Content-Type": "application/jsonlines", "Accept": "application/x-npy"})],
+    )
+    assert lines[:2] == (200, "application/jsonlines") and lines[2].count(b"\n") == 0
+    assert len(json.loads(lines[2])["predictions"]) == 3
+    assert _one_line_error(npy, 406) == (
+        "Unsupported Accept 'application/x-npy'; predictions are returned as application/json or application/jsonlines."
+    )
+
+
+def test_a_json_lines_batch_transform_joins_each_record_with_its_prediction(tmp_path):
+    """End to end through the emulator's transform runner (batching, invocation, JoinSource=Input)."""
+    import concurrent.futures
+    import io
+
+    from scripts.emulator.transform import InputObject, TransformRequest, transform_object
+
+    job = {
+        "TransformJobName": "t",
+        "ModelName": "m",
+        "BatchStrategy": "MultiRecord",
+        "TransformInput": {"DataSource": {"S3DataSource": {"S3Uri": "s3://in/x/"}}, "ContentType": "application/json", "SplitType": "Line"},
+        "TransformOutput": {"S3OutputPath": "s3://out/x", "Accept": "application/jsonlines", "AssembleWith": "Line"},
+        "DataProcessing": {"JoinSource": "Input", "OutputFilter": "$['id','SageMakerOutput']"},
+    }
+    request = TransformRequest.from_description(job).settled(None)  # MultiRecord, 6 MB: one request
+    records = b'{"id": "a", "instances": [[2, 1]]}\n{"id": "b", "instances": [[0, 3]]}\n{"id": "c", "instances": [[4, 1]]}\n'
+
+    class Objects:
+        def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803 - boto3's names
+            return {"Body": io.BytesIO(records)}
+
+    async def go() -> tuple[bytes, int]:
+        async with TestClient(TestServer(server.create_app(_classifier_state(tmp_path)), host="127.0.0.1")) as client:
+            url = str(client.make_url("")).rstrip("/")
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                item = InputObject("in", "x/rows.jsonl", "rows.jsonl")
+                return await asyncio.get_running_loop().run_in_executor(None, transform_object, Objects(), url, item, request, pool)
+
+    body, count = asyncio.run(go())
+    outputs = [json.loads(line) for line in body.splitlines()]
+    assert count == 3 and [(o["id"], o["SageMakerOutput"]["predicted_class"]) for o in outputs] == [("a", 0), ("b", 1), ("c", 0)]

@@ -47,6 +47,44 @@ def test_bodies_become_tf_serving_requests_as_aws_container_makes_them(body, con
     assert tfserving.to_tfs_request(body.encode(), content_type) == want
 
 
+@pytest.mark.parametrize(
+    ("body", "content_type", "want"),
+    [
+        ('{"instances": [{"text": "see [1] {note}"}]}', "application/json", {"instances": [{"text": "see [1] {note}"}]}),
+        ('{"inputs": {"text": ["a]{b", "c} [d"]}}', "application/json", {"inputs": {"text": ["a]{b", "c} [d"]}}),
+        ('{"text": "x] [y"}', "application/json", {"instances": [{"text": "x] [y"}]}),
+        ('[["a] [b"], ["c"]]', "application/json", {"instances": [["a] [b"], ["c"]]}),
+        ('{\n  "instances": [\n    [1],\n    [2]\n  ]\n}\n', "application/json", {"instances": [[1], [2]]}),
+        ('{"text": "a]{b"}\n{"text": "c"}\n', "application/json", {"instances": [{"text": "a]{b"}, {"text": "c"}]}),
+        ("[1]\n\n[2]\n", "application/jsons", {"instances": [[1], [2]]}),
+        ("[1]\n[2]\n", "application/x-jsonlines", {"instances": [[1], [2]]}),
+        ('{"text": "a\u2028b"}\n{"text": "c"}\n', "application/jsonlines", {"instances": [{"text": "a\u2028b"}, {"text": "c"}]}),
+    ],
+    ids=["one-line-tfs-string-with-brackets", "columnar-string-with-brackets", "plain-object-string-with-brackets",
+         "list-string-with-brackets", "pretty-printed-tfs", "json-lines-strings-with-brackets", "jsons-blank-line",
+         "x-jsonlines", "line-separator-inside-a-string"],
+)
+def test_a_body_is_json_lines_only_when_it_is_not_one_document(body, content_type, want):
+    """The container's raw-text test ("]" or "}" then "[" or "{") also matches inside a string;
+    a one-line TF Serving request must never be wrapped in {"instances": ...} again."""
+    assert tfserving.to_tfs_request(body.encode(), content_type) == want
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"a": 1}\n{"a": \n{"a": 3}\n', "Malformed JSON in line 2: Expecting value at column 7."),
+        (b'{\n  "instances": [[1]\n}\n', "Malformed JSON in the body: Expecting ',' delimiter at line 3 column 1."),
+        (b"[1] [2]", "Malformed JSON in the body: Extra data at line 1 column 5."),
+    ],
+    ids=["bad-json-line", "pretty-printed-malformed", "two-values-one-line"],
+)
+def test_a_malformed_body_names_the_line_or_the_body(body, message):
+    with pytest.raises(RequestError) as refused:
+        tfserving.to_tfs_request(body, "application/json")
+    assert (refused.value.status, str(refused.value)) == (400, message)
+
+
 def test_row_format_single_input_and_single_output():
     request = tfserving.parse({"instances": [[1.0], [2.0], [3.0]]}, SINGLE)
     assert (request.signature_name, request.row_format, request.rows) == ("serving_default", True, 3)

@@ -5,13 +5,20 @@ Accepted bodies (``Content-Type``):
 - ``application/json``: TensorFlow Serving's ``{"instances": [[...], ...]}``, a plain list of
   rows ``[[...], ...]``, or one row ``[...]``. Values must be JSON numbers (no strings, booleans,
   NaN or Infinity).
+- JSON lines (``application/jsonlines``, ``application/jsons``, ``application/x-jsonlines``, or an
+  ``application/json`` body that is several JSON values, one per line): each line is any of the
+  forms above, and the rows of every line are taken in order. This is what a batch transform with
+  ``SplitType=Line`` and ``BatchStrategy=MultiRecord`` sends: many JSON records joined by newlines.
 - ``text/csv``: one row per line, numbers only, no header and no label column.
 - ``application/x-npy``: a NumPy ``.npy`` array (``np.save``), ``[rows, features]`` or one row;
   binary, so an image batch costs its bytes, not a JSON text of them. Object arrays are refused
   (no pickles are loaded).
 
-The response is ``application/json``: ``{"predictions": [{"predicted_class": 2,
-"probabilities": [...]}, ...]}``, one entry per row in request order.
+The response is ``{"predictions": [{"predicted_class": 2, "probabilities": [...]}, ...]}``, one
+entry per row in request order (a JSON lines request's rows included), on one line: it is the
+answer for ``Accept: application/jsonlines`` too, as AWS's TensorFlow serving container answers
+(TF Serving's document with its newlines removed), and batch transform takes entry *i* as the
+answer of record *i*.
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ import numpy as np
 JSON = "application/json"
 CSV = "text/csv"
 NPY = "application/x-npy"
-ACCEPTED_CONTENT_TYPES = (JSON, CSV, NPY)
+JSON_LINES = ("application/jsonlines", "application/jsons", "application/x-jsonlines")
+"""The JSON lines content types, for requests and ``Accept`` (the one definition for serve mode)."""
+ACCEPTED_CONTENT_TYPES = (JSON, *JSON_LINES, CSV, NPY)
 # Figures in an error message are cut so that a huge bad body cannot make a huge error line.
 _SHOWN = 40
 
@@ -61,7 +70,8 @@ def decode(body: bytes, content_type: str, num_features: int) -> np.ndarray:
     mime = content_type.split(";", 1)[0].strip().lower()
     if mime not in ACCEPTED_CONTENT_TYPES:
         raise RequestError(
-            415, f"Unsupported content type {content_type or '(none)'!r}; send application/json, text/csv or application/x-npy."
+            415,
+            f"Unsupported content type {content_type or '(none)'!r}; send application/json, application/jsonlines, text/csv or application/x-npy.",
         )
     if mime == NPY:
         return _npy_rows(body, num_features)
@@ -71,7 +81,7 @@ def decode(body: bytes, content_type: str, num_features: int) -> np.ndarray:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise RequestError(400, f"Request body is not UTF-8 text (byte {err.start}).") from None
-    rows = _json_rows(text) if mime == JSON else _csv_rows(text)
+    rows = _csv_rows(text) if mime == CSV else _json_rows(text, lines=mime in JSON_LINES)
     if not rows:
         raise RequestError(400, "The request holds no rows; send at least one row of features.")
     for index, row in enumerate(rows, start=1):
@@ -127,32 +137,77 @@ def _npy_rows(body: bytes, num_features: int) -> np.ndarray:
     return array
 
 
-def _json_rows(text: str) -> list[list[float]]:
+def _json_rows(text: str, *, lines: bool) -> list[list[float]]:
+    """The rows of a JSON body: one JSON document, else (JSON lines) one document per line.
+
+    The whole body is tried as one document first, so a pretty-printed document spread over lines
+    is still one document. It is read line by line only when it is not one document and either the
+    content type says JSON lines (``lines``) or the parser found a complete value followed by more
+    ("Extra data": records joined by newlines, as batch transform joins them).
+    """
     try:
-        payload = json.loads(text, parse_constant=_reject_constant)
+        return _payload_rows(_json_value(text), line=None)
+    except _Malformed as whole:
+        records = [(number, line) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+        if len(records) < 2 or not (lines or whole.extra_data):
+            raise RequestError(400, f"Malformed JSON body: {whole}{whole.where(with_line=True)}.") from None
+    rows: list[list[float]] = []
+    for number, line in records:
+        try:
+            payload = _json_value(line)
+        except _Malformed as err:
+            raise RequestError(400, f"Malformed JSON on line {number}: {err}{err.where(with_line=False)}.") from None
+        rows.extend(_payload_rows(payload, line=number))
+    return rows
+
+
+class _Malformed(Exception):
+    """Text that is not one JSON document: the parser's reason, and where it stopped if it says."""
+
+    def __init__(self, reason: str, position: tuple[int, int] | None = None, *, extra_data: bool = False) -> None:
+        super().__init__(reason)
+        self.position = position
+        self.extra_data = extra_data
+
+    def where(self, *, with_line: bool) -> str:
+        if self.position is None:
+            return ""
+        line, column = self.position
+        return f" at line {line} column {column}" if with_line else f" at column {column}"
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
-        raise RequestError(400, f"Malformed JSON body: {err.msg} at line {err.lineno} column {err.colno}.") from None
+        raise _Malformed(err.msg, (err.lineno, err.colno), extra_data=err.msg == "Extra data") from None
     except ValueError as err:  # an integer literal over Python's digit limit
-        raise RequestError(400, f"Malformed JSON body: {err}".splitlines()[0]) from None
+        raise _Malformed(str(err).splitlines()[0].rstrip(".")) from None
+
+
+def _payload_rows(payload: Any, *, line: int | None) -> list[list[float]]:
+    """The rows of one JSON value (a body, or one JSON line, named in errors by ``line``)."""
+    on_line = "" if line is None else f" on line {line}"
     if isinstance(payload, dict):
         if "instances" not in payload:
             keys = ", ".join(sorted(map(str, payload))[:5]) or "none"
-            raise RequestError(400, f'JSON object body needs an "instances" list of rows (got keys: {keys}).')
+            raise RequestError(400, f'JSON object{on_line or " body"} needs an "instances" list of rows (got keys: {keys}).')
         payload = payload["instances"]
-        where = '"instances"'
+        where = f'"instances"{on_line}'
     else:
-        where = "JSON body"
+        where = "JSON body" if line is None else f"JSON line {line}"
     if not isinstance(payload, list):
         raise RequestError(400, f"{where} must be a list of rows, got {type(payload).__name__}.")
-    if payload and all(_is_number(v) for v in payload):
-        payload = [payload]  # one row sent as a flat list
+    if payload and not isinstance(payload[0], list):
+        payload = [payload]  # one row sent as a flat list (a JSON line's usual form)
     rows = []
     for index, row in enumerate(payload, start=1):
         if not isinstance(row, list):
-            raise RequestError(400, f"Row {index} of the {where} is {_shown(row)}, not a list of numbers.")
+            named = f"Row {index} of the {where}" if line is None else f"Row {index} on line {line}"
+            raise RequestError(400, f"{named} is {_shown(row)}, not a list of numbers.")
         for column, value in enumerate(row, start=1):
             if not _is_number(value):
-                raise RequestError(400, f"Row {index} value {column} is {_shown(value)}, not a number.")
+                raise RequestError(400, f"Row {index}{on_line} value {column} is {_shown(value)}, not a number.")
         rows.append(row)
     return rows
 

@@ -39,13 +39,15 @@ import numpy as np
 
 from trainer.contract.errors import SourceError
 from trainer.logs import log
+from trainer.serve.codec import CSV, JSON, JSON_LINES
 from trainer.user_code import modules, source
 
 CODE_DIR = "code"
 LIB_DIR = "lib"
 SCRIPT = "inference.py"
 MODULE_NAME = "inference"
-TEXT_TYPES = ("application/json", "text/csv", "application/jsonlines", "application/jsons")
+TEXT_TYPES = (JSON, CSV, *JSON_LINES)
+"""Bodies the inference toolkit's handlers get as ``str`` (any other as ``bytes``)."""
 SERVING_CONTAINER = "serving-container"
 INFERENCE_TOOLKIT = "inference-toolkit"
 # The serving container's request context (tfs_utils.parse_request), field for field.

@@ -269,14 +269,15 @@ async def _body(request: web.Request, state: ServingState) -> bytes | web.Respon
         return _error(413, f"Request body is over {where}.")
 
 
-def _answer_type(accept: str) -> str | None:
-    """The response content type for ``Accept``: JSON, JSON lines (the same one-line body) or
-    ``.npy``, the client's first choice we can answer in; None: refuse."""
+def _answer_type(accept: str, *, npy: bool = True) -> str | None:
+    """The response content type for ``Accept``: JSON, JSON lines (the same one-line body, as AWS's
+    TensorFlow serving container answers it) or ``.npy`` (where ``npy``), the client's first choice
+    we can answer in; None: refuse."""
     types = [part.split(";", 1)[0].strip().lower() for part in accept.split(",") if part.strip()]
     if not types:
         return codec.JSON
     for mime in types:
-        if mime in tfserving.JSON_LINES or mime == codec.NPY:
+        if mime in codec.JSON_LINES or (npy and mime == codec.NPY):
             return mime
         if mime in (codec.JSON, "*/*", "application/*"):
             return codec.JSON
@@ -403,8 +404,9 @@ async def _classify(request: web.Request, state: ServingState, *, rest: bool = F
     """
     assert state.model is not None
     accept = request.headers.get("Accept", "").strip()
-    if accept and not any(t in accept for t in (codec.JSON, "*/*", "application/*")):
-        return _error(406, f"Unsupported Accept {accept!r}; predictions are returned as application/json.")
+    answer_type = _answer_type(accept, npy=False)
+    if answer_type is None:
+        return _error(406, f"Unsupported Accept {accept!r}; predictions are returned as application/json or application/jsonlines.")
     body = await _body(request, state)
     if isinstance(body, web.Response):
         return body
@@ -420,7 +422,7 @@ async def _classify(request: web.Request, state: ServingState, *, rest: bool = F
     except Exception as err:  # noqa: BLE001 - the model failed on valid input: a server error, one line
         log("serve-predict-failed", error=repr(f"{type(err).__name__}: {err}".splitlines()[0]))
         return _error(500, f"The model failed on this request ({type(err).__name__}); see the endpoint's logs.")
-    return web.Response(body=codec.encode(probabilities), content_type=codec.JSON)
+    return web.Response(body=codec.encode(probabilities), content_type=answer_type)
 
 
 async def stats(request: web.Request) -> web.Response:
@@ -448,7 +450,8 @@ def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bo
     The rest:
 
     - ``BatchStrategy``: MULTI_RECORD. Every body this server reads (CSV, JSON lines, JSON, TF
-      Serving's lists) carries many rows, and one request of many rows is one model call.
+      Serving's lists) carries many rows, and one request of many rows is one model call; the
+      answer has one prediction per row, in order, so SageMaker can join each to its record.
     - ``MaxPayloadInMB``: the request limit in whole MB, at most 100 (SageMaker's largest); left out
       when the limit is under 1 MB, which no MaxPayloadInMB can express (the job then gets 413s that
       name ``SERVE_MAX_REQUEST_BYTES``).

@@ -4,8 +4,9 @@ What AWS's TensorFlow serving container does in front of TF Serving, and TF Serv
 
 - The body of ``/invocations`` becomes a TF Serving request as the container's
   ``tensorflow-serving.js`` makes it: ``application/json`` with ``"instances"``, ``"inputs"`` (or
-  ``"examples"``, refused here) passes as is; JSON lines (``application/jsonlines``, or values
-  separated by newlines) become one instance per line; any other JSON value becomes
+  ``"examples"``, refused here) passes as is; JSON lines (``application/jsonlines`` and its
+  aliases, or an ``application/json`` body that is not one JSON document but one per line) become
+  one instance per line; any other JSON value becomes
   ``{"instances": value}`` (wrapped in a list unless it already is a list of lists);
   ``text/csv`` becomes one instance per line, a list when the line has several columns.
 - TF Serving's request: ``{"signature_name": ..., "instances": [...]}`` (row format: one entry per
@@ -40,14 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from trainer.serve.codec import JSON, RequestError, load_npy
+from trainer.serve.codec import CSV, JSON, JSON_LINES, RequestError, load_npy
 
-CSV = "text/csv"
-JSON_LINES = ("application/jsonlines", "application/jsons", "application/x-jsonlines")
 ACCEPTED = (JSON, CSV, *JSON_LINES)
 DEFAULT_SIGNATURE = "serving_default"
-_TFS_KEYS = re.compile(r'"(instances|inputs|examples)"\s*:')
-_JSON_LINES = re.compile(r"[}\]]\s*[\[{]")
 
 
 @dataclass(frozen=True)
@@ -96,10 +93,16 @@ def _reject_constant(name: str) -> float:
 def _loads(text: str, where: str) -> Any:
     try:
         return json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as err:
-        raise RequestError(400, f"Malformed JSON in {where}: {err.msg} at line {err.lineno} column {err.colno}.") from None
-    except ValueError as err:  # an integer literal over Python's digit limit
-        raise RequestError(400, f"Malformed JSON in {where}: {err}".splitlines()[0]) from None
+    except ValueError as err:
+        raise _malformed(err, where) from None
+
+
+def _malformed(err: ValueError, where: str) -> RequestError:
+    """400 naming ``where`` (``the body``, ``line 3``) and where in it the parser stopped."""
+    if isinstance(err, json.JSONDecodeError):
+        at = f"column {err.colno}" if where.startswith("line ") else f"line {err.lineno} column {err.colno}"
+        return RequestError(400, f"Malformed JSON in {where}: {err.msg} at {at}.")
+    return RequestError(400, f"Malformed JSON in {where}: {err}".splitlines()[0])  # an integer literal over Python's digit limit
 
 
 def _csv_value(field: str, line: int, column: int) -> Any:
@@ -138,17 +141,24 @@ def to_tfs_request(body: bytes, content_type: str) -> dict[str, Any]:
             values = [_csv_value(f, number, c) for c, f in enumerate(line.split(","), start=1)]
             instances.append(values if len(values) > 1 else values[0])
         return {"instances": instances}
-    if mime in JSON_LINES or _JSON_LINES.search(text):
-        lines = [line for line in text.strip().splitlines() if line.strip()]
-        if len(lines) == 1:
-            return {"instances": _loads(lines[0], "line 1")}
-        return {"instances": [_loads(line, f"line {n}") for n, line in enumerate(lines, start=1)]}
-    if _TFS_KEYS.search(text):
-        payload = _loads(text, "the body")
-        if isinstance(payload, dict):
-            return payload
-    else:
-        payload = _loads(text, "the body")
+    # Lines as the container splits them (on "\n" only: a JSON string may hold U+2028).
+    lines = [(n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip()]
+    if mime in JSON_LINES and len(lines) > 1:
+        return {"instances": [_loads(line, f"line {n}") for n, line in lines]}
+    try:
+        payload = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as err:
+        # Not one document. A complete value followed by more is JSON values one per line. The
+        # container tells them by a regular expression on the raw text ("]" or "}", then "[" or
+        # "{"), which also matches inside a string ("see [1] {note}") and would wrap a one-line TF
+        # Serving request in {"instances": ...} again: only a body that is not one document is lines.
+        if len(lines) > 1 and isinstance(err, json.JSONDecodeError) and err.msg == "Extra data":
+            return {"instances": [_loads(line, f"line {n}") for n, line in lines]}
+        raise _malformed(err, "the body") from None
+    if mime in JSON_LINES:
+        return {"instances": payload}  # one line: that line is the instance, as the container sends it
+    if isinstance(payload, dict) and any(key in payload for key in ("instances", "inputs", "examples")):
+        return payload
     if not (isinstance(payload, list) and payload and isinstance(payload[0], list)):
         payload = [payload]
     return {"instances": payload}
