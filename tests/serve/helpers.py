@@ -84,7 +84,7 @@ def serving(model_dir: Path, work: Path, *, wait_for: str = "ready", **env: Any)
     Args:
         model_dir: Served as SM_MODEL_DIR.
         work: Directory for the process log.
-        wait_for: ``ready`` (``/ping`` 200) or ``failed`` (the ``serve-failed`` log line).
+        wait_for: ``ready`` (``/ping`` 200) or ``failed`` (the ``serve-failed`` log line, and the port answering).
         env: Extra environment variables (``EXPECTED_GPU_COUNT=0`` unless overridden).
     """
     work.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,11 @@ def _wait(server: Server, wait_for: str) -> None:
         if server.process.poll() is not None:
             raise AssertionError(f"server exited with {server.process.returncode}:\n{server.output()[-4000:]}")
         if wait_for == "failed" and "serve-failed" in server.output():
-            return
+            try:  # the line can come before the port is bound: failed, and answering /ping with why
+                server.ping()
+                return
+            except OSError:
+                pass
         if wait_for == "ready":
             try:
                 if server.ping().status == 200:
