@@ -7,7 +7,7 @@
 # CPU by a local runner playing SageMaker, a summary, `cdk destroy --all` and a teardown audit of
 # everything tagged Project=gputrain.
 #
-#   scripts/run-local.sh                 # the whole flow (a few minutes on 2 cores)
+#   scripts/run-local.sh                 # the whole flow (under a minute on 2 cores once set up)
 #   scripts/run-local.sh --keep          # stop after the summary; explore until Ctrl-C
 #   scripts/run-local.sh --sandbox       # delete_data_on_destroy=true: buckets/key/repo go too
 #   scripts/run-local.sh --real-account  # same flow on your AWS credentials' account (costs money)

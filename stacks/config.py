@@ -585,7 +585,8 @@ class PlatformConfig:
 
     Attributes:
         project_name: Prefix of resource names and the ``Project`` tag; 3-20 characters,
-            lowercase letters, digits and hyphens. Default ``gputrain``.
+            lowercase letters, digits and hyphens, starting with a letter and ending with a letter
+            or digit. Default ``gputrain``.
         delete_data_on_destroy: Sandbox setting. ``False`` (default): ``cdk destroy`` keeps the
             datasets and artifacts buckets, the log bucket, the KMS key and the image repository.
             ``True``: destroy empties and deletes them. Never set it where data matters.

@@ -32,7 +32,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         epilog=help_epilog(
             "scripts/run-local.sh",
             [
-                ("", "deploy -> train -> serve -> destroy -> audit on the emulator, about 3 minutes"),
+                ("", "deploy -> train -> serve -> destroy -> audit on the emulator, under a minute on 2 cores"),
                 ("--keep", "stop after the summary and keep the emulator up until Ctrl-C"),
                 ("--pipeline", "raw CSV -> the pipeline -> served; a second execution promotes onto the endpoint"),
             ],
