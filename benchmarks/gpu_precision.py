@@ -21,29 +21,48 @@ import argparse
 import json
 import math
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from benchmarks._trainer import PYTHON, SyntheticSpec, job_dir, read_metric_lines, start, trainer_env, write_data
+from benchmarks._trainer import PYTHON, TRAINING_IMAGE, SyntheticSpec, job_dir, read_metric_lines, trainer_env, write_data
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
+def _pass_on(stream: IO[str], prefix: str) -> None:
+    """The trainer's stderr into this process's stderr, line by line as it comes."""
+    for line in stream:
+        sys.stderr.write(prefix + line)
+        sys.stderr.flush()
+
+
 def measure(precision: str, *, gpus: int, channel: Path, base: Path, hyperparameters: dict[str, Any]) -> dict[str, Any]:
-    """One trainer run at ``precision``; never raises for a failed run (it is reported)."""
+    """One trainer run at ``precision``; never raises for a failed run (it is reported).
+
+    The trainer's output (stdout and stderr) is passed on as it comes, prefixed with its precision,
+    so a run cut off by its caller's time limit has already left its diagnostics in the caller's log.
+    """
     job_dir(base, {**hyperparameters, "mixed_precision": precision})
-    process, _, started = start([PYTHON, "-m", "trainer", "train"], trainer_env(base, channel, gpus=gpus), base / "stderr.txt")
-    assert process.stdout is not None
+    started = time.perf_counter()
+    process = subprocess.Popen([PYTHON, "-m", "trainer", "train"], cwd=TRAINING_IMAGE, env=trainer_env(base, channel, gpus=gpus),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")  # fmt: skip
+    assert process.stdout is not None and process.stderr is not None
+    stderr = threading.Thread(target=_pass_on, args=(process.stderr, f"  [{precision} stderr] "), daemon=True)
+    stderr.start()
     first_step_s = math.nan
     lines = []
     for line in process.stdout:
         lines.append(line)
+        print(f"  [{precision}] {line}", end="", flush=True)
         if line.startswith("[trainer] first-step") and math.isnan(first_step_s):
             first_step_s = time.perf_counter() - started
     code = process.wait(timeout=600)
+    stderr.join(timeout=10)
     stdout = "".join(lines)
     metrics = read_metric_lines(stdout)
     steady = [m for m in metrics if m["epoch"] > 1] or metrics
@@ -97,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             row["pass"] = args.label
             rows.append(row)
             print(json.dumps(row), flush=True)
+            if args.out:  # each row as it comes: a pass cut off keeps the precisions it measured
+                args.out.write_text(json.dumps(rows, indent=1), encoding="utf-8")
     print(f"\n{'pass':<6} {'precision':<9} {'policy':<15} {'first step s':>12} {'steps/s':>8} {'ex/s':>9}  loss finite")
     for row in rows:
         print(

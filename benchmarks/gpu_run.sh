@@ -5,7 +5,8 @@
 #   bash benchmarks/gpu_run.sh --dry-run [TIER...]   # here, on CPU (also GPU_RUN_DRY_RUN=1): all tiers by default
 #   bash benchmarks/gpu_run.sh --list                # the tiers and their steps' time limits
 #
-# Tiers, in order of value (benchmarks/RESULTS.md, "The GPU proof in 15 minutes", has the calls):
+# Tiers, in order of value (`python -m benchmarks.gpu_calls` prints the calls; benchmarks/RESULTS.md, "The GPU
+# proof in 15 minutes", has the plan):
 #   tier0          no TensorFlow: nvidia-smi; python -m trainer.gpu_check with the GPU count (passes) and one
 #                  too many (fails, in bounded time, with one line); the node boot's health check, which builds
 #                  stacks/components/node_boot/gpu_compute_check.cu with nvcc for the GPU's own architecture and
@@ -65,6 +66,8 @@ export PYTHONPATH=$repo_path${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-1} TF_FORCE_GPU_ALLOW_GROWTH=true
 # The CUDA JIT cache outside $OUT (which comes back, 8 files at most), shared by the tiers of one machine.
 export CUDA_CACHE_MAXSIZE=4294967296 CUDA_CACHE_PATH=${GPU_RUN_JIT_CACHE:-/tmp/gpu-run-cuda-cache}
+# Load a module's kernels on first use, not all at a context's creation (less start time and GPU memory).
+export CUDA_MODULE_LOADING=LAZY
 # torchvision runs without TensorFlow's staged install on its path (its CUDA 12 libraries, its nvidia package).
 torch_env=(env "PYTHONPATH=$repo_path")
 
@@ -254,7 +257,7 @@ use_tensorflow() {
         failed tf-env
         return 1
       fi
-      echo "ok      $tier: .gpu-stage/install.sh writes $TF_ENV (PYTHONPATH=/root/tf-site), $(grep -c '^run ' .gpu-stage/CALLS 2>/dev/null || echo no) calls in .gpu-stage/CALLS"
+      echo "ok      $tier: .gpu-stage/install.sh writes $TF_ENV (PYTHONPATH=/root/tf-site), $(compgen -G '.gpu-stage/part-*' | wc -l) parts (the calls: python -m benchmarks.gpu_calls)"
     else
       echo "skipped $tier: no .gpu-stage/install.sh here (../shared/gpu/stage-tensorflow writes it)"
     fi
@@ -270,14 +273,32 @@ use_tensorflow() {
   [[ -f $TF_ENV ]] && . "$TF_ENV"
   export PYTHONPATH=$repo_path${PYTHONPATH:+:$PYTHONPATH}
   "$python" -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("tensorflow") is None)' ||
-    { echo "gpu_run: no TensorFlow for $python: run .gpu-stage/install.sh first (.gpu-stage/CALLS), or set TF_ENV"; failed tf-env; return 1; }
+    { echo "gpu_run: no TensorFlow for $python: run .gpu-stage/install.sh first (python -m benchmarks.gpu_calls), or set TF_ENV"; failed tf-env; return 1; }
 }
 
 # ---------------------------------------------------------------------------------------------------
 # The tiers.
 
+# What decides which CUDA libraries load (TensorFlow's CUDA 12.5 wheels or the machine's): a cuDNN 9 built for
+# CUDA 13 has the same soname, libcudnn.so.9, and TensorFlow's RUNPATH lets LD_LIBRARY_PATH win. Into the log
+# and the jsonl, before anything else.
+library_environment() {
+  local file=$work/library-env.txt
+  {
+    echo "\$ env | grep -E '^(LD_LIBRARY_PATH|CUDA_|XLA_|TF_)'"
+    env | grep -E '^(LD_LIBRARY_PATH|CUDA_|XLA_|TF_)' | sort
+    echo "\$ ldconfig -p | grep -E 'libcudnn.so.9|libcublas'"
+    timeout 15 ldconfig -p 2>&1 | grep -E 'libcudnn.so.9|libcublas' || echo "(none)"
+    echo "\$ xz --version | head -1"
+    xz --version 2>&1 | head -n 1 || echo "(no xz: install.sh unpacks with Python's lzma, slower)"
+  } >"$file" 2>&1
+  cat "$file"
+  attach library-env "$file"
+}
+
 tier_tier0() {
   local toolkits nvcc reason
+  ((list)) || library_environment
   step nvidia-smi 15 nvidia-smi --query-gpu=index,name,uuid,driver_version,compute_cap,memory.total,memory.used,clocks.max.sm,power.limit \
     --format=csv -f "$work/nvidia-smi.csv"
   ((dry || list)) || { cat "$work/nvidia-smi.csv"; attach nvidia-smi "$work/nvidia-smi.csv"; timeout 15 nvidia-smi | sed -n '1,12p'; }
@@ -298,6 +319,8 @@ tier_tier0() {
   # this machine may lack: "dcgm-missing" after the computation passed is this step's expected end.
   nvcc=$(command -v nvcc || true)
   toolkits="/usr/local/cuda-* /usr/local/cuda${nvcc:+ $(dirname "$(dirname "$nvcc")")}"
+  # pip's CUDA wheels (the boot's own default looks there too): nvcc in nvidia/cu13/bin or nvidia/cuda_nvcc/bin.
+  toolkits+=" $("$python" -c 'import nvidia; print(" ".join(p + s for p in nvidia.__path__ for s in ("/cu13", "/cuda_nvcc")))' 2>/dev/null)"
   may_fail=1 step node-health-check 75 env EXPECTED_GPU_COUNT="$gpus" NODE_NAME=gpu-run HEALTH_REPORT="$work/node-health.env" \
     CUDA_TOOLKITS="$toolkits" DIAG_TIMEOUT_SECONDS=60 bash stacks/components/node_boot/health_check.sh
   if ! ((dry || list)); then
@@ -308,7 +331,7 @@ tier_tier0() {
   fi
 
   # torchvision ResNet-50 (AMP, channels-last, eager): the peer figure; the NVML monitor samples meanwhile.
-  step torch-resnet-eager 90 "${torch_env[@]}" "$python" -m benchmarks.gpu_steps nvml-load --jsonl "$jsonl" -- \
+  step torch-resnet-eager 150 "${torch_env[@]}" "$python" -m benchmarks.gpu_steps nvml-load --jsonl "$jsonl" -- \
     "$python" -m benchmarks.torch_resnet --batch "$batch" --steps 60 --warmup 15 --no-compile "$work/torch-eager.json"
   ((dry || list)) || attach torch-resnet-eager "$work/torch-eager.json"
 }

@@ -33,11 +33,13 @@ Without a GPU it returns a row saying why it was skipped, never made-up figures.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -158,14 +160,34 @@ def measure_in_process(setup: Setup, channel: Path) -> dict[str, Any]:
     }
 
 
+def _stream(command: list[str], env: dict[str, str], tail: int = 20) -> tuple[int, list[str]]:
+    """Runs ``command``, passing its output (stderr too) on to this process's stderr line by line as it comes,
+    so that a run cut off by its caller's time limit has already left its diagnostics in the caller's log;
+    its exit status (-9 when killed at RUN_TIMEOUT_SECONDS) and its last ``tail`` lines."""
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               errors="replace")  # fmt: skip
+    watchdog = threading.Timer(RUN_TIMEOUT_SECONDS, process.kill)
+    watchdog.start()
+    last: collections.deque[str] = collections.deque(maxlen=tail)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            sys.stderr.write(f"  | {line}")
+            sys.stderr.flush()
+            last.append(line.rstrip("\n"))
+        return process.wait(), list(last)
+    finally:
+        watchdog.cancel()
+        if process.poll() is None:
+            process.kill()
+
+
 def _run_child(setup: Setup, channel: Path, out: Path) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=child_pythonpath(TRAINING_IMAGE, ROOT), TF_CPP_MIN_LOG_LEVEL="2")
     command = [PYTHON, "-m", "benchmarks.resnet_bench", "--child", json.dumps(asdict(setup)), str(channel), str(out)]
-    finished = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
-    )
-    if finished.returncode != 0:
-        raise RuntimeError(f"resnet50 run {setup} failed: {finished.stderr[-3000:]}")
+    code, tail = _stream(command, env)
+    if code != 0:
+        raise RuntimeError(f"resnet50 run {setup} failed (exit {code}): " + "\n".join(tail))
     return json.loads(out.read_text())
 
 
@@ -262,12 +284,10 @@ def _torch_child(base: Setup, compile_model: bool, out: Path) -> dict[str, Any] 
     # Only the repository on its path: not TensorFlow's staged install (its CUDA 12 libraries and
     # its own ``nvidia`` package would shadow torch's) where the caller's PYTHONPATH holds one.
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    finished = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_SECONDS, check=False
-    )
-    if finished.returncode != 0:
-        tail = (finished.stdout + finished.stderr).strip().splitlines()[-1:] or ["no output"]
-        return f"torchvision run failed (exit {finished.returncode}): {tail[0][:300]}"
+    code, tail = _stream(command, env)
+    if code != 0:
+        last = [line for line in tail if line.strip()][-1:] or ["no output"]
+        return f"torchvision run failed (exit {code}): {last[0][:300]}"
     return json.loads(out.read_text())
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -181,7 +182,15 @@ def measure(server: Server, concurrency: int, seconds: float) -> Level:
     return Level(count, window, tuple(latencies), (after["requests"] - before["requests"]) / calls)
 
 
-def run(repeats: int = 3, seconds: float = 2.0) -> list[dict]:
+def _append(jsonl: Path | None, line: dict) -> None:
+    if jsonl is not None:
+        with jsonl.open("a") as sink:
+            sink.write(json.dumps(line) + "\n")
+
+
+def run(repeats: int = 3, seconds: float = 2.0, jsonl: Path | None = None) -> list[dict]:
+    """The rows; with ``jsonl``, each level's figures are appended there as soon as measured, and the
+    servers' log tails go to stderr when the run fails or is cut off (SIGTERM, see main)."""
     gpus = visible_gpus()
     device = f"{gpus} GPU(s)" if gpus else "CPU (client on the same cores)"
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
@@ -200,7 +209,17 @@ def run(repeats: int = 3, seconds: float = 2.0) -> list[dict]:
                     # Alternate which server goes first, so neither always follows the other's load.
                     order = list(servers.items())[:: 1 if repeat % 2 == 0 else -1]
                     for name, server in order:
-                        results.setdefault((name, concurrency), []).append(measure(server, concurrency, seconds))
+                        level = measure(server, concurrency, seconds)
+                        results.setdefault((name, concurrency), []).append(level)
+                        _append(jsonl, {"benchmark": "serve", "server": name, "concurrency": concurrency, "repeat": repeat,
+                                        "device": device, "rps": round(level.rps, 1),
+                                        "p50_ms": round(level.percentile(50), 3), "p99_ms": round(level.percentile(99), 3),
+                                        "mean_batch": round(level.mean_batch, 2)})  # fmt: skip
+        except BaseException:
+            for name, server in servers.items():  # the diagnostics, before the temporary folder goes
+                tail = server.log.read_text(errors="replace").splitlines()[-30:] if server.log.exists() else []
+                print(f"--- {name} server ({server.log.name}), last {len(tail)} lines:", *tail, sep="\n", file=sys.stderr)
+            raise
         finally:
             for server in servers.values():
                 server.stop()
@@ -231,11 +250,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jsonl", type=Path, help="also append the rows here, one JSON line each")
     args = parser.parse_args()
-    for row in run(args.repeats, args.seconds):
+    # A time limit's SIGTERM unwinds run(): the servers stop and their logs' tails are printed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    for row in run(args.repeats, args.seconds, args.jsonl):
         print(f"{row['metric']}: {row['value']}  [{row['ratio']}]")
-        if args.jsonl:
-            with args.jsonl.open("a") as sink:
-                sink.write(json.dumps(row) + "\n")
+        _append(args.jsonl, row)
     return 0
 
 

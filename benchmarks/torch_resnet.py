@@ -87,6 +87,9 @@ def measure(batch: int, image_size: int, steps: int, warmup: int, compile_model:
         loss, first_step_s = warm_up()
     float(loss)
     warm = time.perf_counter()
+    # In the log at once: a run cut off in its timed steps still leaves its first-step and warm-up figures.
+    print(json.dumps({"phase": "warmed-up", "first_step_s": first_step_s, "warmup_s": warm - started,
+                      "compiled": compiled is not model}), flush=True)  # fmt: skip
     for _ in range(steps):
         loss = step()
     final = float(loss)  # waits for the GPU
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(reason)
         return 3
     result = measure(args.batch, args.image_size, args.steps, args.warmup, not args.no_compile)
+    print(json.dumps(result), flush=True)  # the caller's log keeps it even if the step is cut off before it reads out
     args.out.write_text(json.dumps(result))
     return 0
 

@@ -373,6 +373,32 @@ def test_no_suitable_toolkit_fails_with_a_reason_that_says_why(health_check, too
     assert _builds(env) == []
 
 
+def test_a_newer_toolkit_of_the_drivers_major_version_is_used(health_check, toolkits):
+    """CUDA's minor version compatibility: code built with 13.1 runs on a 13.0 driver; 14.0 would not."""
+    env = toolkits("12.8", "13.1", "14.0")
+    run = health_check(FAKE_DRIVER_CUDA="13.0", FAKE_COMPUTE_CAP="9.0", **env)
+    assert run.returncode == 0, run.log
+    (build,) = _builds(env)
+    assert build.startswith("13.1 ") and "arch=compute_90,code=sm_90" in build
+    assert run.report["CUDA_TOOLKIT"] == "13.1"
+
+
+def test_without_cuda_toolkits_set_the_nvcc_of_pips_cuda_wheels_is_found(health_check, toolkits, tmp_path):
+    """An image with nvcc only from a wheel (nvidia/cu13/bin/nvcc in python3's site-packages) builds with it."""
+    env = toolkits()
+    site = tmp_path / "site-packages" / "nvidia"
+    wheel_bin = site / "cu13" / "bin"
+    wheel_bin.mkdir(parents=True)
+    # 13.9: newer than any /usr/local/cuda-13.x a machine running this test may have (those come first on a tie)
+    _write(wheel_bin / "nvcc", FAKE_NVCC.replace('version=${version#cuda-}', "version=13.9"))
+    _write(tmp_path / "bin" / "python3", f"#!/usr/bin/env bash\necho {site}\n")  # prints nvidia.__path__
+    run = health_check(FAKE_DRIVER_CUDA="13.0", FAKE_COMPUTE_CAP="9.0", **{**env, "CUDA_TOOLKITS": None})
+    assert run.returncode == 0, run.log
+    (build,) = _builds(env)
+    assert build.startswith("13.9 ") and "code=sm_90" in build
+    assert f"({wheel_bin}/nvcc)" in run.log and run.report["CUDA_TOOLKIT"] == "13.9"
+
+
 def test_expected_gpu_count_is_required(health_check):
     run = health_check(expected="")
     assert run.returncode == 2

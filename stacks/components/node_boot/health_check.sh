@@ -28,7 +28,8 @@
 #                       gpu_compute_check.cu (next to this script) built with the newest CUDA
 #                       toolkit on the AMI that both the driver and the GPU support, for the
 #                       GPU's own architecture (not whichever toolkit /usr/local/cuda points at)
-#   CUDA_TOOLKITS       where toolkits are looked for; default: /usr/local/cuda-* /usr/local/cuda
+#   CUDA_TOOLKITS       where toolkits are looked for; default: /usr/local/cuda-* /usr/local/cuda and
+#                       the CUDA wheels of python3's site-packages (nvidia/cu13, nvidia/cuda_nvcc: pip's nvcc)
 #   HEALTH_REPORT       report file; default /var/log/gputrain/health.env
 #   DCGMI_CMD           dcgmi to run; default: dcgmi on PATH
 #   ALLREDUCE_BUSBW_FLOOR_GBPS  all-reduce floor in GB/s; empty: no bandwidth test (one GPU)
@@ -110,17 +111,29 @@ min_compute_capability() {
   if ((major >= 13)); then echo 7.5; elif ((major >= 12)); then echo 5.0; else echo 3.5; fi
 }
 
-# Prints "<nvcc> <toolkit version>" of the newest toolkit that the driver runs (toolkit <=
-# the driver's CUDA version) and that still compiles for the GPU's compute capability.
+# The toolkit roots of pip's CUDA wheels (nvcc in nvidia/cu13/bin for CUDA 13, nvidia/cuda_nvcc/bin for
+# CUDA 12) in python3's site-packages, where an image has nvcc only from a wheel; none without python3.
+pip_cuda_toolkits() {
+  local site
+  command -v python3 >/dev/null 2>&1 || return 0
+  while IFS= read -r site; do
+    [[ -n $site ]] && printf '%s/cu13 %s/cuda_nvcc ' "$site" "$site"
+  done < <(timeout 20 python3 -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null)
+}
+
+# Prints "<nvcc> <toolkit version>" of the newest toolkit that the driver runs and that still
+# compiles for the GPU's compute capability. The driver runs a toolkit of its own CUDA major
+# version or older (CUDA's minor version compatibility: code built with 13.1 runs on a 13.0
+# driver), and the computation is built for the GPU's own architecture, never JIT-compiled.
 pick_cuda_toolkit() { # DRIVER_CUDA COMPUTE_CAPABILITY
   local nvcc version best="" best_version="" toolkit
   # shellcheck disable=SC2086 # CUDA_TOOLKITS is a list of globs
-  for toolkit in ${CUDA_TOOLKITS:-/usr/local/cuda-* /usr/local/cuda}; do
+  for toolkit in ${CUDA_TOOLKITS:-/usr/local/cuda-* /usr/local/cuda $(pip_cuda_toolkits)}; do
     nvcc=$toolkit/bin/nvcc
     [[ -x $nvcc ]] || continue
     version=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n1)
     [[ -n $version ]] || continue
-    version_le "$version" "$1" || continue
+    ((${version%%.*} <= ${1%%.*})) || continue
     version_le "$(min_compute_capability "$version")" "$2" || continue
     if [[ -z $best ]] || ! version_le "$version" "$best_version"; then
       best=$nvcc
