@@ -8,10 +8,11 @@ tuner does, in the same order:
 1. reads the job (DescribeHyperParameterTuningJob) and refuses, with one line, what it cannot play
    (several TrainingJobDefinitions, warm start);
 2. samples ``MaxNumberOfTrainingJobs`` hyperparameter sets from the ``ParameterRanges``:
-   ``Random`` draws each range (Continuous and Integer uniformly, or log-uniformly for
-   ``Logarithmic`` scaling; Categorical uniformly); ``Grid`` walks every combination of the
-   categorical values, in order; ``Bayesian`` and ``Hyperband`` are sampled as Random here, and the
-   runner says so in one line;
+   ``Random`` draws each range (Continuous and Integer uniformly, log-uniformly for
+   ``Logarithmic`` scaling, and for ``ReverseLogarithmic`` log-uniformly in 1 - x, so values crowd
+   near 1 as on SageMaker; Categorical uniformly); ``Grid`` walks every combination of the
+   categorical values, in order, and, as SageMaker does, refuses any other range; ``Bayesian`` and
+   ``Hyperband`` are sampled as Random here, and the runner says so in one line;
 3. starts each trial as a CreateTrainingJob of the job's TrainingJobDefinition with the static and
    the sampled hyperparameters, named as SageMaker names them (``<tuning job>-NNN-<hex>``): every
    trial is a real platform training job, run by the same local runner with the same guarantees
@@ -57,7 +58,9 @@ class ParameterRange:
         kind: ``Continuous``, ``Integer`` or ``Categorical``.
         low: Lower bound (Continuous, Integer).
         high: Upper bound (Continuous, Integer).
-        logarithmic: ``ScalingType`` Logarithmic (or ReverseLogarithmic, sampled the same way here).
+        scaling: The range's ``ScalingType``: ``Auto`` and ``Linear`` draw uniformly (SageMaker's
+            Auto chooses for itself; uniform is the plain reading), ``Logarithmic`` log-uniformly in
+            x, ``ReverseLogarithmic`` log-uniformly in 1 - x (Continuous only, within [0, 1)).
         values: The categorical values.
     """
 
@@ -65,15 +68,18 @@ class ParameterRange:
     kind: str
     low: float = 0.0
     high: float = 0.0
-    logarithmic: bool = False
+    scaling: str = "Auto"
     values: tuple[str, ...] = ()
 
     def draw(self, rng: random.Random) -> str:
         """One value, formatted as SageMaker passes tuned hyperparameters (strings)."""
         if self.kind == "Categorical":
             return rng.choice(self.values)
-        if self.logarithmic and self.low > 0:
+        if self.scaling == "Logarithmic" and self.low > 0:
             value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        elif self.scaling == "ReverseLogarithmic" and 0 <= self.low < self.high < 1:
+            # Log-uniform in 1 - x: as many draws in 0.9-0.99 as in 0.99-0.999, for momentum-like values near 1.
+            value = 1 - math.exp(rng.uniform(math.log(1 - self.high), math.log(1 - self.low)))
         else:
             value = rng.uniform(self.low, self.high)
         if self.kind == "Integer":
@@ -85,7 +91,7 @@ def parameter_ranges(config: Mapping[str, Any]) -> list[ParameterRange]:
     """The ``ParameterRanges`` of a HyperParameterTuningJobConfig."""
     ranges = config.get("ParameterRanges") or {}
     found = [
-        ParameterRange(r["Name"], kind, float(r["MinValue"]), float(r["MaxValue"]), "Logarithmic" in (r.get("ScalingType") or ""))
+        ParameterRange(r["Name"], kind, float(r["MinValue"]), float(r["MaxValue"]), r.get("ScalingType") or "Auto")
         for kind, key in (("Continuous", "ContinuousParameterRanges"), ("Integer", "IntegerParameterRanges"))
         for r in ranges.get(key) or []
     ]
@@ -94,12 +100,21 @@ def parameter_ranges(config: Mapping[str, Any]) -> list[ParameterRange]:
 
 
 def sample(ranges: list[ParameterRange], strategy: str, max_jobs: int, seed: int | None) -> list[dict[str, str]]:
-    """The trials' tuned hyperparameters: a Grid's combinations in order, else random draws."""
+    """The trials' tuned hyperparameters: a Grid's combinations in order, else random draws.
+
+    Raises:
+        TuningRefused: a Grid with a Continuous or Integer range, which SageMaker refuses when the
+            tuning job is created ("Only categorical parameters are supported when using the grid
+            search strategy"): playing one here would let a job pass locally that fails on AWS.
+    """
     if strategy == "Grid":
-        if any(r.kind == "Continuous" for r in ranges):
-            raise TuningRefused("ClientError: the Grid strategy takes categorical and integer ranges only, as on SageMaker.")
-        axes = [r.values if r.kind == "Categorical" else tuple(str(v) for v in range(int(r.low), int(r.high) + 1)) for r in ranges]
-        grid = [dict(zip((r.name for r in ranges), combination)) for combination in itertools.product(*axes)]
+        other = [f"{r.name} ({r.kind})" for r in ranges if r.kind != "Categorical"]
+        if other:
+            raise TuningRefused(
+                f"ClientError: the Grid strategy takes categorical ranges only, as on SageMaker; {', '.join(other)}"
+                " must be CategoricalParameterRanges listing their values, or use another Strategy."
+            )
+        grid = [dict(zip((r.name for r in ranges), combination)) for combination in itertools.product(*(r.values for r in ranges))]
         return grid[:max_jobs] if max_jobs else grid
     rng = random.Random(seed)
     return [{r.name: r.draw(rng) for r in ranges} for _ in range(max_jobs)]

@@ -17,7 +17,8 @@ What each place checks:
   the job's replicas (instances x GPUs).
 - a built-in job, in the workflow (:func:`workflow_rules`): the names, and each value's shape (a
   whole number, a number, one of the choices...). Ranges, the checks across keys and the batch split
-  are caught only by the Python path (``scripts.launch``) or, on AWS, when the container starts.
+  are caught only by the Python path (``scripts.launch``) or, on AWS, when the container starts;
+  a tuning launch's ranges on :data:`REPLICA_MULTIPLES` are checked against the replicas in both.
 - a user's script: nothing more; the script parses its own arguments.
 """
 
@@ -52,6 +53,13 @@ TRAINING_IMAGE = Path(__file__).resolve().parent.parent.parent / "training_image
 PLATFORM_PREFIX = "sagemaker_"
 """Hyperparameters the platform sets and a launch may not."""
 CODE_FLAGS = "scripts.launch --source-dir DIR --entry-point train.py"
+REPLICA_MULTIPLES = ("batch_size",)
+"""Built-in hyperparameters the trainer refuses unless they are a multiple of the job's replicas
+(instances x GPUs per instance: ``batch_problem`` of the image's rules); the only ones it checks
+against the instance. A tuned range over one must list multiples: SageMaker draws every whole number
+between an integer range's bounds, and most of those would fail when the trial's container starts.
+(``batch_size_per_gpu`` scales with the replicas instead, and is refused beside a configured
+``batch_size``.)"""
 
 
 @functools.cache
@@ -75,6 +83,12 @@ def platform_key_problem(keys: list[str]) -> str:
         f"hyperparameters {', '.join(keys)} are the platform's ({PLATFORM_PREFIX}*, set from the checked code_uri and"
         f" entry_point): drop them, and choose a script with {CODE_FLAGS}"
     )
+
+
+def replica_multiple_fix(replicas: Any) -> tuple[Any, ...]:
+    """The fix for a range over one of :data:`REPLICA_MULTIPLES` on ``replicas`` replicas (a number
+    here, an expression in the workflow's rule), in parts: the words both paths give."""
+    return ("list multiples of ", replicas, " as a categorical range (\"type\": \"categorical\", \"values\": [...])")
 
 
 def problems(hyperparameters: Mapping[str, Any], *, user_script: bool, instance_count: int, gpus_per_instance: int) -> list[str]:

@@ -293,6 +293,48 @@ class Plus(Expr):
         return f"({self.left.jsonata()} + {self.right.jsonata()})"
 
 
+_ARITHMETIC: dict[str, Callable[[Any, Any], Any]] = {"*": lambda a, b: a * b, "%": lambda a, b: math.fmod(a, b)}
+
+
+@dataclass(frozen=True)
+class Arithmetic(Expr):
+    """``left * right`` or ``left % right`` of numbers (``%`` as JavaScript's remainder: the sign of ``left``)."""
+
+    op: str
+    left: Expr
+    right: Expr
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return _ARITHMETIC[self.op](self.left.evaluate(env), self.right.evaluate(env))
+
+    def jsonata(self) -> str:
+        return f"({self.left.jsonata()} {self.op} {self.right.jsonata()})"
+
+
+def times(left: Operand, right: Operand) -> Expr:
+    """``left * right``."""
+    return Arithmetic("*", _expr(left), _expr(right))
+
+
+def remainder(left: Operand, right: Operand) -> Expr:
+    """``left % right``."""
+    return Arithmetic("%", _expr(left), _expr(right))
+
+
+@dataclass(frozen=True)
+class DigitsOf(Expr):
+    """``$replace($string(value), /[^0-9]/, '')``: the digits of a value, so a whole number the image reads
+    in any of its spellings (``"+1_024"``, ``1024``) is one string ``$number`` reads."""
+
+    value: Expr
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return re.sub(r"[^0-9]", "", jsonata_string(self.value.evaluate(env)))
+
+    def jsonata(self) -> str:
+        return f"$replace($string({self.value.jsonata()}), /[^0-9]/, '')"
+
+
 @dataclass(frozen=True)
 class WholeNumber(Expr):
     """``value`` is a number without a fraction."""

@@ -42,6 +42,7 @@ from stacks.components.launch_rules import (
     ArrayOf,
     BadItems,
     BadKeys,
+    DigitsOf,
     Expr,
     IfElse,
     InTable,
@@ -66,9 +67,11 @@ from stacks.components.launch_rules import (
     number_of,
     problems,
     refusal,
+    remainder,
     render_rules,
     starts_with,
     string_of,
+    times,
     type_of,
 )
 from stacks.components.request_expressions import Jsonata, LaunchRules, merge, render, to_jsonata
@@ -307,22 +310,38 @@ def resolve_tuning(template: JobTemplate, settings: TuningConfig, options: Tunin
 
 
 def range_problems(r: ParameterRange, training: LaunchValues, static: Mapping[str, str]) -> list[str]:
-    """Why the image would refuse a trial at an end of ``r`` (each bound, each categorical value), one
-    sentence each naming the range; empty when none. A user's script is checked for ``sagemaker_*`` only."""
+    """Why the image would refuse a trial at an end of ``r`` (each bound, each categorical value), or
+    anywhere inside it, one sentence naming the range; empty when none. A user's script is checked for
+    ``sagemaker_*`` only.
+
+    Inside a range the image checks one thing against the instance: a hyperparameter of
+    :data:`~stacks.components.hyperparameter_rules.REPLICA_MULTIPLES` must be a multiple of the job's
+    replicas, which no integer or continuous range is throughout once there are two or more (SageMaker
+    draws any value between the bounds). Such a range is refused as a whole, its bounds checked
+    without the split so that the refusal names the range and not one lucky bound."""
     where = f"range {r.name}"
     if r.name.startswith("_"):
         return [f"{where}: names starting with _ are SageMaker's (_tuning_objective_metric...): tune another hyperparameter"]
     user_script = bool(training.has_code)
-    facts = dict(count=int(training.instance_count), gpus=int(training.expected_gpu_count))  # type: ignore[call-overload]
+    instances, gpus = int(training.instance_count), int(training.expected_gpu_count)  # type: ignore[call-overload]
+    replicas = instances * gpus
+    spans_replicas = r.name in hyperparameter_rules.REPLICA_MULTIPLES and r.kind != "categorical" and not user_script and replicas > 1
+    checked_on = (1, 1) if spans_replicas else (instances, gpus)
     for what, value in r.bounds():
         found = hyperparameter_rules.problems(
-            {**static, r.name: value}, user_script=user_script, instance_count=facts["count"], gpus_per_instance=facts["gpus"]
+            {**static, r.name: value}, user_script=user_script, instance_count=checked_on[0], gpus_per_instance=checked_on[1]
         )
         if found:
             who = "platform" if user_script or r.name.startswith(hyperparameter_rules.PLATFORM_PREFIX) else "built-in trainer"
             return [f"{where}: its {what} is refused by the {who}: {found[0]}"]
     if r.kind == "continuous" and not user_script and not re.fullmatch(hyperparameter_rules.image_rules().value_pattern(r.name), "0.5"):
         return [f"{where}: {r.name} takes whole numbers, and a continuous range passes fractions: make it \"type\": \"integer\""]
+    if spans_replicas:
+        return [
+            f"{where}: SageMaker draws every whole number from {r.min_value} to {r.max_value}, and the built-in trainer refuses a"
+            f" {r.name} that is not a multiple of the job's {replicas} replicas (instances x GPUs: {instances} x {gpus} on"
+            f" {training.instance_type}): " + "".join(str(part) for part in hyperparameter_rules.replica_multiple_fix(replicas))
+        ]
     return []
 
 
@@ -627,8 +646,9 @@ def tuning_launch_rules(template: JobTemplate, settings: TuningConfig) -> tuple[
     names (never ``_*`` or ``sagemaker_*``; the built-in trainer's unless the launch runs a script),
     each bound and categorical value with its hyperparameter's value pattern, a continuous range only on
     a hyperparameter that takes fractions, the caps of the config's ``tuning`` section, the tuning job's
-    name, no warm pool, a Grid's ranges, and the objective's validation channel. What needs the image's
-    parser (a bound's range, the checks across keys, the batch split) only the Python path checks."""
+    name, no warm pool, a Grid's ranges, the objective's validation channel, and a range over a
+    hyperparameter the image splits over the replicas (:func:`_replica_multiple_rules`). What needs the
+    image's parser (a bound's range, the checks across keys) only the Python path checks."""
     limits = tuning_job_limits()
     rules = hyperparameter_rules.image_rules()
     tuning, ranges = Var("tuning"), Var("ranges")
@@ -747,11 +767,49 @@ def tuning_launch_rules(template: JobTemplate, settings: TuningConfig) -> tuple[
             ("keep_alive_seconds ", Var("keep_alive_seconds"), ": a tuning job's trials keep no warm pool: drop it (--keep-alive)"),
         ),
     ]
+    table += _replica_multiple_rules(ranges, builtin)
     if settings.strategy == "Grid":
         table += _grid_rules(settings, ranges, malformed)
     if settings.objective_metric.startswith("validation:"):
         table.append(_validation_channel_rule(settings, builtin))
     return tuple(table)
+
+
+def _replica_multiple_rules(ranges: Expr, builtin: Expr) -> list[Rule]:
+    """A range over a hyperparameter the image splits over the job's replicas
+    (:data:`~stacks.components.hyperparameter_rules.REPLICA_MULTIPLES`) lists multiples of them, as
+    :func:`range_problems` refuses: the replicas are ``$instance_count`` times the GPUs of
+    ``$instance_type`` in the workflow's ``$instance_facts`` (the table the GPU check's
+    ``EXPECTED_GPU_COUNT`` comes from). Holds where those are not yet known good (their own rules
+    refuse them; the pipeline evaluates every rule at once) and where the range is malformed or a value
+    unreadable (the rules above say so)."""
+    instances, instance_type, facts = Var("instance_count"), Var("instance_type"), Var("instance_facts")
+    gpus = number_of(Lookup(Lookup(facts, instance_type), Lit("expected_gpu_count")))
+    replicas = times(instances, gpus)
+    known = all_of(WholeNumber(instances), eq(type_of(instance_type), "string"), InTable(facts, instance_type))
+    image = hyperparameter_rules.image_rules()
+    table: list[Rule] = []
+    for name in hyperparameter_rules.REPLICA_MULTIPLES:
+        r = Lookup(ranges, Lit(name))
+        reads = Matches(string_of(ITEM), image.value_pattern(name))
+        listed_multiples = all_of(
+            eq(Lookup(r, Lit("type")), "categorical"),
+            eq(count(BadItems(Lookup(r, Lit("values")), any_of(Not(reads), eq(remainder(number_of(DigitsOf(ITEM)), replicas), 0)))), 0),
+        )
+        table.append(Rule(
+            "tuning.ranges",
+            any_of(
+                Not(eq(type_of(ranges), "object")), Not(InTable(ranges, Lit(name))), Not(builtin), Not(known),
+                le(replicas, 1), Not(_range_is_well_formed(r)), listed_multiples,
+            ),
+            (
+                f"tuning.ranges {name} would give trials a {name} that is not a multiple of the job's ", replicas,
+                " replicas (instances x GPUs: ", instances, " x ", gpus, " on ", instance_type, "), which the built-in trainer"
+                " refuses (an integer range draws every whole number between its bounds): ",
+                *hyperparameter_rules.replica_multiple_fix(replicas),
+            ),
+        ))
+    return table
 
 
 def _grid_rules(settings: TuningConfig, ranges: Expr, malformed: Expr) -> list[Rule]:

@@ -34,7 +34,9 @@ MINIMIZE = {"Type": "Minimize", "MetricName": "loss"}
 
 def test_random_samples_stay_in_their_ranges_and_are_strings() -> None:
     ranges = parameter_ranges(CONFIG)
-    assert [(r.name, r.kind, r.logarithmic) for r in ranges] == [("lr", "Continuous", True), ("epochs", "Integer", False), ("opt", "Categorical", False)]
+    assert [(r.name, r.kind, r.scaling) for r in ranges] == [
+        ("lr", "Continuous", "Logarithmic"), ("epochs", "Integer", "Auto"), ("opt", "Categorical", "Auto"),
+    ]
     trials = sample(ranges, "Random", 50, seed=1)
     assert len(trials) == 50
     for tuned in trials:
@@ -46,14 +48,41 @@ def test_random_samples_stay_in_their_ranges_and_are_strings() -> None:
     assert sample(ranges, "Random", 5, seed=7) == sample(ranges, "Random", 5, seed=7)  # RandomSeed repeats
 
 
-def test_grid_walks_every_combination_in_order_and_refuses_continuous_ranges() -> None:
-    ranges = [ParameterRange("opt", "Categorical", values=("sgd", "adam")), ParameterRange("epochs", "Integer", 1, 2)]
+def test_reverse_logarithmic_draws_crowd_near_one() -> None:
+    """Log-uniform in 1 - x, as SageMaker draws it: over 0.9-0.999 the decade 0.99-0.999 gets about half
+    the draws (1 - x below 0.01, its geometric middle); log-uniform in x would give it about 9%."""
+    config = {"ParameterRanges": {"ContinuousParameterRanges": [
+        {"Name": "momentum", "MinValue": "0.9", "MaxValue": "0.999", "ScalingType": "ReverseLogarithmic"},
+    ]}}
+    ranges = parameter_ranges(config)
+    assert ranges[0].scaling == "ReverseLogarithmic"
+    draws = [float(t["momentum"]) for t in sample(ranges, "Random", 400, seed=3)]
+    assert all(0.9 <= d <= 0.999 for d in draws)
+    near_one = sum(d > 0.99 for d in draws) / len(draws)
+    assert 0.42 <= near_one <= 0.58, near_one
+    # Closer in: 1 - x below 0.002 is log(2)/log(100), about 15% of the draws.
+    assert sum(d > 0.998 for d in draws) / len(draws) == pytest.approx(math.log(2) / math.log(100), abs=0.05)
+
+
+def test_grid_walks_every_combination_of_categorical_values_in_order() -> None:
+    ranges = [ParameterRange("opt", "Categorical", values=("sgd", "adam")), ParameterRange("epochs", "Categorical", values=("1", "2"))]
     assert sample(ranges, "Grid", 0, None) == [
         {"opt": "sgd", "epochs": "1"}, {"opt": "sgd", "epochs": "2"}, {"opt": "adam", "epochs": "1"}, {"opt": "adam", "epochs": "2"},
     ]
     assert len(sample(ranges, "Grid", 3, None)) == 3
-    with pytest.raises(TuningRefused, match="Grid strategy takes categorical and integer ranges only"):
-        sample(parameter_ranges(CONFIG), "Grid", 2, None)
+
+
+@pytest.mark.parametrize(
+    "other", [ParameterRange("epochs", "Integer", 1, 2), ParameterRange("lr", "Continuous", 0.01, 0.1)], ids=lambda r: r.kind
+)
+def test_grid_refuses_a_range_that_is_not_categorical_as_sagemaker_does(other: ParameterRange) -> None:
+    """SageMaker's Grid takes categorical ranges only: a job that played here would fail on AWS."""
+    ranges = [ParameterRange("opt", "Categorical", values=("sgd", "adam")), other]
+    with pytest.raises(TuningRefused) as err:
+        sample(ranges, "Grid", 0, None)
+    message = str(err.value)
+    assert message.startswith("ClientError: the Grid strategy takes categorical ranges only")
+    assert f"{other.name} ({other.kind}) must be CategoricalParameterRanges" in message and "\n" not in message
 
 
 def test_a_trial_is_the_definition_with_static_and_tuned_hyperparameters() -> None:

@@ -101,8 +101,10 @@ def _direct(config: PlatformConfig, options: TuningOptions) -> tuple[dict[str, A
 
 VALID = [
     TuningOptions(parse_ranges(RANGES), LaunchOptions(job_name="gputrain-tune-1")),
-    TuningOptions(parse_ranges(RANGES), LaunchOptions(job_name="gputrain-tune-2", instance_count=2, use_spot=False,
-                                                      hyperparameters={"epochs": 2, "batch_size": 128}), max_jobs=4, max_parallel_jobs=1),
+    # Two replicas: batch_size as listed multiples of 2 (an integer range is refused, see below).
+    TuningOptions(parse_ranges({**RANGES, "batch_size": {"type": "categorical", "values": [64, "128", 512]}}),
+                  LaunchOptions(job_name="gputrain-tune-2", instance_count=2, use_spot=False,
+                                hyperparameters={"epochs": 2, "batch_size": 128}), max_jobs=4, max_parallel_jobs=1),
     TuningOptions(parse_ranges({"lr": {"type": "continuous", "min": "0.01", "max": "0.5", "scaling": "ReverseLogarithmic"},
                                 "layers": {"type": "categorical", "values": [1, 2, True]}}),
                   LaunchOptions(job_name="gputrain-tune-3", code_uri="s3://artifacts/code/t3/sourcedir.tar.gz", entry_point="train.py",
@@ -262,3 +264,78 @@ def test_a_grid_refuses_fewer_max_jobs_than_its_combinations():
         options = TuningOptions(parse_ranges(grid), LaunchOptions(job_name=result["request"]["HyperParameterTuningJobName"]), max_jobs=max_jobs)
         execution_input, request = _direct(config, options)
         assert execution_input["tuning"]["max_jobs"] == 6 and request == result["request"]
+
+
+INTEGER_BATCH = {"batch_size": {"type": "integer", "min": 64, "max": 512}}
+
+
+@pytest.mark.parametrize(
+    ("launch", "ranges", "reason"),
+    [
+        ({"instance_type": "ml.g5.12xlarge"}, INTEGER_BATCH, "4 replicas (instances x GPUs: 1 x 4 on ml.g5.12xlarge)"),
+        ({"instance_count": 2}, INTEGER_BATCH, "2 replicas (instances x GPUs: 2 x 1 on ml.g5.xlarge)"),
+        ({"instance_type": "ml.g5.12xlarge"}, {"batch_size": {"type": "categorical", "values": [256, 390]}},
+         "4 replicas (instances x GPUs: 1 x 4 on ml.g5.12xlarge)"),
+    ],
+    ids=["integer-4-gpus", "integer-2-instances", "listed-390-4-gpus"],
+)
+def test_a_batch_size_range_that_does_not_split_over_the_replicas_is_refused_on_both_paths(launch, ranges, reason):
+    """SageMaker draws every whole number of an integer range (391...), and the built-in trainer refuses a
+    global batch that the replicas do not share, after the trial's GPU instance was billed."""
+    config = _config()
+    [result] = _evaluate(config, [{"input": {"job_name": "gputrain-t1", **launch, "tuning": {"ranges": ranges}}}])
+    assert result["ok"] is False and "\n" not in result["problem"]
+    replicas = reason.split()[0]
+    assert result["problem"] == (
+        f"{TUNING_TITLE}: tuning.ranges batch_size would give trials a batch_size that is not a multiple of the job's {reason},"
+        " which the built-in trainer refuses (an integer range draws every whole number between its bounds): list multiples of"
+        f' {replicas} as a categorical range ("type": "categorical", "values": [...]).'
+    )
+    template = JobTemplate.from_config(config, RESOURCES)
+    with pytest.raises(LaunchError, match=f"range batch_size: .*{replicas} replicas"):
+        resolve_tuning(template, config.tuning, TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t1", **launch)))
+
+
+@pytest.mark.parametrize(
+    ("launch", "ranges"),
+    [
+        ({"instance_type": "ml.g5.12xlarge"}, {"batch_size": {"type": "categorical", "values": [64, "128", "+1_024"]}}),
+        ({}, INTEGER_BATCH),
+        ({"instance_type": "ml.g5.12xlarge", "code_uri": "s3://artifacts/code/t/sourcedir.tar.gz", "entry_point": "train.py"}, INTEGER_BATCH),
+    ],
+    ids=["listed-multiples-4-gpus", "integer-1-gpu", "script-4-gpus"],
+)
+def test_a_batch_size_range_the_replicas_share_is_sent_as_the_direct_launch_sends_it(launch, ranges):
+    config = _config()
+    execution_input, request = _direct(config, TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t1", **launch)))
+    [result] = _evaluate(config, [{"input": execution_input}])
+    assert result["ok"] is True, result["problem"]
+    assert result["request"] == request
+
+
+def test_the_batch_split_rule_waits_for_a_known_instance():
+    """The pipeline evaluates the tuning rules beside the training launch's: an instance type or count
+    that its own rule refuses leaves the batch split rule holding, and evaluating it raises no error."""
+    config = _config()
+    template = JobTemplate.from_config(config, RESOURCES)
+    checks = tuning_rules(template, config.tuning)
+    facts = state_machine_assignments(template)["instance_facts"]
+    base = {"tuning": {"ranges": INTEGER_BATCH}, "ranges": INTEGER_BATCH, "max_jobs": 2, "max_parallel_jobs": 1, "job_name": "gputrain-t1",
+            "keep_alive_seconds": 0, "code_uri": "", "hyperparameters": {"model": "mlp"}, "channels": {"train": "s3://d/t/"},
+            "instance_facts": facts}
+    cases = [{**base, "instance_type": "ml.m5.large", "instance_count": 2}, {**base, "instance_type": "ml.g5.12xlarge", "instance_count": "2"},
+             {**base, "instance_type": "ml.g5.12xlarge", "instance_count": 1}]
+    script = EVALUATE + r"""
+(async () => {
+  const doc = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  const out = [];
+  for (const vars of doc.cases) out.push(await ev(doc.find, vars));
+  process.stdout.write(JSON.stringify(out));
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+    doc = {"find": checks.problems(), "cases": cases}
+    result = subprocess.run(["node", "-e", script], input=json.dumps(doc), capture_output=True, text=True, env=NODE_ENV, timeout=60, check=True)
+    unknown_type, text_count, four_gpus = json.loads(result.stdout)
+    split = "would give trials a batch_size that is not a multiple"
+    assert not any(split in reason for reason in unknown_type + text_count)
+    assert [reason for reason in four_gpus if split in reason]

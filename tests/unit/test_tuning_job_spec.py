@@ -197,13 +197,60 @@ def test_every_bound_is_checked_with_the_images_rules(ranges, message):
     assert str(err.value).startswith("Invalid tuning launch: ") and message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_bound_the_batch_split_refuses_is_refused():
-    """Two GPUs: a global batch that does not split over the replicas fails when the trial starts."""
+FOUR_GPUS = load_config({"gpu_training": {"tuning": {"objective_metric": "train:loss"},
+                                         "training_job": {"allowed_instance_types": ["ml.g5.12xlarge"]}}})
+
+
+def test_a_value_the_batch_split_refuses_is_refused():
+    """Four GPUs: a listed global batch that does not split over the replicas fails when the trial starts."""
     training = LaunchOptions(job_name=NAME, instance_type="ml.g5.12xlarge")
+    with pytest.raises(LaunchError, match="range batch_size: its value '390' is refused .* divisible by the 4 replicas"):
+        _resolve({"batch_size": {"type": "categorical", "values": [256, 390]}}, config=FOUR_GPUS, training=training)
+
+
+@pytest.mark.parametrize(
+    "instance_type, instance_count, replicas",
+    [("ml.g5.12xlarge", 1, 4), ("ml.g5.xlarge", 2, 2)],
+    ids=["4-gpus", "2-instances"],
+)
+def test_an_integer_batch_size_range_over_several_replicas_is_refused_as_a_whole(instance_type, instance_count, replicas):
+    """Both ends split, but SageMaker draws every whole number between them (391...), and those trials fail
+    after their instance was billed: the range is refused, naming both fixes."""
     config = load_config({"gpu_training": {"tuning": {"objective_metric": "train:loss"},
-                                           "training_job": {"allowed_instance_types": ["ml.g5.12xlarge"]}}})
-    with pytest.raises(LaunchError, match="range batch_size: its max is refused .* divisible by the 4 replicas"):
-        _resolve({"batch_size": {"type": "integer", "min": 64, "max": 65}}, config=config, training=training)
+                                           "training_job": {"allowed_instance_types": ["ml.g5.xlarge", "ml.g5.12xlarge"]}}})
+    training = LaunchOptions(job_name=NAME, instance_type=instance_type, instance_count=instance_count)
+    with pytest.raises(LaunchError) as err:
+        _resolve({"batch_size": {"type": "integer", "min": 64, "max": 512}}, config=config, training=training)
+    gpus = replicas // instance_count
+    assert str(err.value) == (
+        "Invalid tuning launch: range batch_size: SageMaker draws every whole number from 64 to 512, and the built-in trainer"
+        f" refuses a batch_size that is not a multiple of the job's {replicas} replicas (instances x GPUs: {instance_count} x {gpus}"
+        f" on {instance_type}): list multiples of {replicas} as a categorical range (\"type\": \"categorical\", \"values\": [...])."
+    )
+
+
+@pytest.mark.parametrize(
+    "ranges, configured",
+    [
+        ({"batch_size": {"type": "categorical", "values": [64, 128, 256, 512]}}, {"model": "mlp", "batch_size": "256"}),
+        # Per GPU, every whole number splits (it is refused beside a configured global batch_size).
+        ({"batch_size_per_gpu": {"type": "integer", "min": 16, "max": 129}}, {"model": "mlp"}),
+    ],
+    ids=["multiples-listed", "per-gpu-range"],
+)
+def test_four_gpus_take_listed_multiples_or_a_per_gpu_range(ranges, configured):
+    config = load_config({"gpu_training": {"tuning": {"objective_metric": "train:loss"}, "training_job": {
+        "allowed_instance_types": ["ml.g5.12xlarge"], "hyperparameters": configured}}})
+    template, values = _resolve(ranges, config=config, training=LaunchOptions(job_name=NAME, instance_type="ml.g5.12xlarge"))
+    assert [r.name for r in values.ranges] == list(ranges)
+
+
+def test_one_replica_or_a_users_script_takes_an_integer_batch_size_range():
+    """One GPU splits every batch; a user's script parses its own arguments."""
+    _resolve({"batch_size": {"type": "integer", "min": 64, "max": 512}})
+    script = LaunchOptions(job_name=NAME, instance_type="ml.g5.12xlarge", code_uri="s3://artifacts/code/t/sourcedir.tar.gz",
+                           entry_point="train.py")
+    _resolve({"batch_size": {"type": "integer", "min": 64, "max": 512}}, config=FOUR_GPUS, training=script)
 
 
 @pytest.mark.parametrize(
