@@ -8,11 +8,24 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 
+def project_log_group_names(project_name: str) -> tuple[str, ...]:
+    """Name patterns of the log groups the platform puts on its key.
+
+    The cluster's node logs (``/<project>/gpu-cluster``) and the state machines' vended logs
+    (``/aws/vendedlogs/states/<project>-training-job``, ``-gpu-idle-watch``, ``-pipeline``).
+    SageMaker's own groups (``/aws/sagemaker/...``) are created by SageMaker without a key and
+    are not on it. A new log group on the key must match one of these, or its creation fails
+    with AccessDeniedException.
+    """
+    return (f"/{project_name}/*", f"/aws/vendedlogs/states/{project_name}-*")
+
+
 class PlatformKey(Construct):
     """A rotating KMS key for buckets, logs, volumes and job outputs.
 
-    The key policy lets CloudWatch Logs in this account and region use the key for log groups,
-    so every log group the platform creates can be encrypted with it.
+    The key policy lets CloudWatch Logs in this account and region use the key for the project's
+    log groups only (:func:`project_log_group_names`), so every log group the platform creates can
+    be encrypted with it and no other log group in the account can.
 
     Attributes:
         key: The KMS key.
@@ -47,7 +60,12 @@ class PlatformKey(Construct):
                 actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*"],
                 resources=["*"],  # in a key policy "*" means this key
                 conditions={
-                    "ArnLike": {"kms:EncryptionContext:aws:logs:arn": f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:*"}
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": [
+                            f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:{name}"
+                            for name in project_log_group_names(project_name)
+                        ]
+                    }
                 },
             )
         )

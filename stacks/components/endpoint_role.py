@@ -84,7 +84,8 @@ class EndpointRole(SageMakerExecutionRole):
     """The execution role of the endpoint's instances (and of models the pipeline promotes).
 
     Reads exactly the model artifact (one object, or for the pipeline the pattern
-    ``training-jobs/*/output/model.tar.gz``: every job's model and nothing else), decrypts with
+    ``training-jobs/<project>-*/output/model.tar.gz``: the project jobs' models, which no other
+    role but the training jobs' may write), decrypts with
     the platform key (through S3 and SageMaker only), pulls from the project's repository, writes
     only to the endpoint's log group, manages network interfaces only in the training VPC, and
     (with data capture) writes only under ``data-capture/<endpoint>/``.
@@ -180,8 +181,8 @@ class EndpointRole(SageMakerExecutionRole):
                 "ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions); subnets, security groups and "
                 "network interfaces of this account and region, limited to the training VPC by the ec2:Vpc condition (a "
                 "new interface by the subnet it must be created in). The model artifact is one exact object, or for "
-                "models the pipeline promotes training-jobs/*/output/model.tar.gz: the model file of a project job and "
-                "nothing else under its output." + reason
+                "models the pipeline promotes training-jobs/<project>-*/output/model.tar.gz: the model file of a project "
+                "job and nothing else under its output (the processing role is denied every such key)." + reason
             ),
             wildcards=wildcards,
         )

@@ -470,6 +470,8 @@ class GpuCluster(Construct):
                     resources=["*"],
                     conditions={"StringEquals": {"cloudwatch:namespace": gpu_metric_namespace(self._project_name)}},
                 ),
+                # This stack only. SignalResource has no condition key for the logical id signalled,
+                # so per-node address conditions would still let any node signal for any other.
                 iam.PolicyStatement(
                     sid="SignalHealth", actions=["cloudformation:SignalResource"], resources=[Aws.STACK_ID]
                 ),
@@ -477,6 +479,11 @@ class GpuCluster(Construct):
                 # AmazonSSMManagedInstanceCore, whose ssm:GetParameter(s) on "*" would let every
                 # node and its host-network container read every parameter in the account.
                 iam.PolicyStatement(sid="SessionManagerChannels", actions=list(SESSION_MANAGER_ACTIONS), resources=["*"]),
+                # Not this cluster's instances by id: a policy naming them is created only after they
+                # are CREATE_COMPLETE, and until then SSM Agent (3.2+) is refused at boot, so it falls
+                # back to the account's Default Host Management role where one is set, or else retries
+                # with exponential backoff (1 s, 2 s, 4 s ...): no Session Manager during the boot and
+                # no Run Command for about as long again after it.
                 iam.PolicyStatement(
                     sid="SsmAgentRegistration", actions=["ssm:UpdateInstanceInformation"], resources=[instances]
                 ),

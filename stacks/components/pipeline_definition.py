@@ -194,9 +194,10 @@ def pipeline_input_rules(
             "$given_model_uri = null or ($type($given_model_uri) = 'string'"
             f" and $substring($given_model_uri, 0, {model_prefix_length}) = {to_jsonata(model_prefix)}"
             f" and $substring($given_model_uri, -{len(MODEL_FILE_SUFFIX)}) = {json.dumps(MODEL_FILE_SUFFIX)}"
-            f" and $contains({job_part}, /^[a-zA-Z0-9](-*[a-zA-Z0-9])*$/))",
+            f" and $contains({job_part}, /^[a-zA-Z0-9](-*[a-zA-Z0-9])*$/)"
+            f" and $substring({job_part}, 0, {len(project_name) + 1}) = {json.dumps(project_name + '-')})",
             "'promote.model_uri ' & $string($given_model_uri) & ' must be "
-            f"s3://<artifacts bucket>/{OUTPUT_PREFIX}<job>{MODEL_FILE_SUFFIX} (the only models the model role may read)'",
+            f"s3://<artifacts bucket>/{OUTPUT_PREFIX}{project_name}-<job>{MODEL_FILE_SUFFIX} (the only models the model role may read)'",
         ),
         (
             f"$not($run_promote) or ($length($promoted_name) <= {MAX_JOB_NAME_LENGTH}"

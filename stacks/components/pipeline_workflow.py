@@ -32,7 +32,7 @@ from stacks.components.endpoint_spec import (
 from stacks.components.log_group import encrypted_log_group
 from stacks.components.endpoint_role import BatchTransformAccess, EndpointRole
 from stacks.components.network import closed_security_group
-from stacks.components.pipeline_definition import pipeline_definition
+from stacks.components.pipeline_definition import MODEL_FILE_SUFFIX, pipeline_definition
 from stacks.components.policy import (
     follow_tuning_jobs,
     in_security_groups,
@@ -62,8 +62,20 @@ PROCESSING_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerProcessingJobsR
 TRANSFORM_SYNC_EVENTS_RULE = "StepFunctionsGetEventsForSageMakerTransformJobsRule"
 """The managed EventBridge rule through which Step Functions learns that a transform job ended."""
 
-PROMOTED_MODEL_KEYS = f"{OUTPUT_PREFIX}*/output/model.tar.gz"
-"""What the promoted-model role may read: every project job's model file, nothing else of its output."""
+
+def promoted_model_keys(project_name: str) -> str:
+    """What the promoted-model role may read: the model file of the project's jobs (every job the
+    platform creates, and SDK jobs per docs/sagemaker-code.md, is named ``<project>-*``).
+
+    ``*`` in an S3 ARN also spans ``/``, so the pattern matches any key under a project job that
+    ends in ``/output/model.tar.gz``; :data:`NOT_A_MODEL_FILE` keeps the processing role, the
+    other writer under the prefix, from writing such a key.
+    """
+    return f"{OUTPUT_PREFIX}{project_name}-*{MODEL_FILE_SUFFIX}"
+
+
+NOT_A_MODEL_FILE = f"{OUTPUT_PREFIX}*{MODEL_FILE_SUFFIX}"
+"""Keys the processing role may never write: any that a model role could read as a model."""
 
 
 def pipeline_name(project_name: str) -> str:
@@ -116,7 +128,7 @@ class ProcessingRole(SageMakerExecutionRole):
         # prefix): a ScriptProcessor/FrameworkProcessor job uploads its code and local inputs to
         # <prefix><job>/input/<name>/ (FrameworkProcessor: <prefix><job>/source/) and, without a
         # destination, writes each output to <prefix><job>/output/<name>/. Only the project's jobs
-        # (<project>-*), and never a file directly in output/ (a training job's model.tar.gz).
+        # (<project>-*), and never a model file (NeverWriteModelFiles below).
         sdk_jobs = f"{OUTPUT_PREFIX}{project_name}-*"
         sdk_inputs = [artifacts_bucket.arn_for_objects(f"{sdk_jobs}/{part}/*") for part in ("input", "source")]
         sdk_outputs = artifacts_bucket.arn_for_objects(f"{sdk_jobs}/output/*/*")
@@ -154,6 +166,15 @@ class ProcessingRole(SageMakerExecutionRole):
             iam.PolicyStatement(
                 sid="WriteSdkProcessingOutputs", actions=["s3:PutObject", "s3:AbortMultipartUpload"], resources=[sdk_outputs]
             ),
+            # "*" spans "/": <job>/output/<name>/output/model.tar.gz would match both the outputs
+            # above and the model role's promoted_model_keys; so a processing job can never plant a
+            # model the pipeline's model role serves.
+            iam.PolicyStatement(
+                sid="NeverWriteModelFiles",
+                effect=iam.Effect.DENY,
+                actions=["s3:PutObject"],
+                resources=[artifacts_bucket.arn_for_objects(NOT_A_MODEL_FILE)],
+            ),
             *runtime_statements,
         ]
         super().__init__(
@@ -166,8 +187,9 @@ class ProcessingRole(SageMakerExecutionRole):
                 "processed-data prefix (write: each run writes a new prefix named after its job) and users' code under "
                 "the code prefix (read); the SageMaker SDK's default locations of the project's own processing jobs "
                 "(<prefix><project>-*/input|source/*: code and inputs the SDK uploads, read; <prefix><project>-*/output/"
-                "<name>/*: outputs without a destination, write, never a file directly in output/ where a training job's "
-                "model is), whose names the SDK makes per job; SageMaker's fixed /aws/sagemaker/ProcessingJobs log group and the project's job "
+                "<name>/*: outputs without a destination, write; an explicit deny keeps it from any key ending in "
+                "/output/model.tar.gz, so it never writes a key a model role reads as a training job's model), whose "
+                "names the SDK makes per job; SageMaker's fixed /aws/sagemaker/ProcessingJobs log group and the project's job "
                 "streams in it; '*' only for ecr:GetAuthorizationToken and EC2 Describe* (no resource-level permissions) "
                 "and cloudwatch:PutMetricData (limited by namespace); subnets, security groups and network interfaces of "
                 "this account and region, limited to the training VPC by the ec2:Vpc condition (a new interface by the "
@@ -322,7 +344,7 @@ class PipelineWorkflow(Construct):
             self,
             "ModelRole",
             endpoint=endpoint,
-            model_object_arn=artifacts_bucket.arn_for_objects(PROMOTED_MODEL_KEYS),
+            model_object_arn=artifacts_bucket.arn_for_objects(promoted_model_keys(config.project_name)),
             key=key,
             artifacts_bucket=artifacts_bucket,
             repository=infrastructure.repository,
@@ -643,9 +665,13 @@ def _run_statements(
             conditions={"StringLike": {"s3:prefix": [f"{config.processing.output_prefix}*"]}},
         ),
         iam.PolicyStatement(sid="Notify", actions=["sns:Publish"], resources=[topic.topic_arn]),
-        # The topic is encrypted with its own key.
+        # The topic is encrypted with its own key, which the role uses only through SNS (the
+        # state machine's Publish), never by calling KMS itself.
         iam.PolicyStatement(
-            sid="EncryptNotifications", actions=["kms:GenerateDataKey", "kms:Decrypt"], resources=[topic_key.key_arn]
+            sid="EncryptNotifications",
+            actions=["kms:GenerateDataKey", "kms:Decrypt"],
+            resources=[topic_key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"sns.{stack.region}.amazonaws.com"}},
         ),
         *state_machine_logging_statements(),
     ]

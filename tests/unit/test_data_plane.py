@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 
@@ -47,11 +48,48 @@ def test_key_rotates_and_is_retained(template):
     )
 
 
-def test_key_lets_cloudwatch_logs_of_this_account_encrypt(resources):
+def _logs_key_statement(resources):
     statements = resources["PlatformKey1C4A1A63"]["Properties"]["KeyPolicy"]["Statement"]
     logs = [s for s in statements if s.get("Sid") == "AllowCloudWatchLogsInThisAccount"]
     assert len(logs) == 1
-    assert "kms:EncryptionContext:aws:logs:arn" in logs[0]["Condition"]["ArnLike"]
+    return logs[0]
+
+
+def _log_group_arn_patterns(resources) -> list[str]:
+    """The statement's ``aws:logs:arn`` patterns with the pseudo parameters of the test environment."""
+    patterns = _logs_key_statement(resources)["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"]
+    substitutions = {"AWS::Partition": "aws", "AWS::Region": "us-east-1", "AWS::AccountId": "123456789012"}
+    resolved = []
+    for pattern in patterns if isinstance(patterns, list) else [patterns]:
+        parts = pattern["Fn::Join"][1] if isinstance(pattern, dict) else [pattern]
+        resolved.append("".join(p if isinstance(p, str) else substitutions[p["Ref"]] for p in parts))
+    return resolved
+
+
+def test_key_lets_cloudwatch_logs_use_it_for_the_projects_log_groups_only(resources):
+    principal = {"Fn::Join": ["", ["logs.", {"Ref": "AWS::Region"}, ".amazonaws.com"]]}
+    assert _logs_key_statement(resources)["Principal"] == {"Service": principal}
+    # Not arn:...:logs:<region>:<account>:*, which is any log group in the account.
+    assert _log_group_arn_patterns(resources) == [
+        "arn:aws:logs:us-east-1:123456789012:log-group:/gputrain/*",
+        "arn:aws:logs:us-east-1:123456789012:log-group:/aws/vendedlogs/states/gputrain-*",
+    ]
+
+
+@pytest.mark.parametrize("overrides", [{}, {"serving.enabled": True, "serving.training_job_name": "gputrain-job-1"}])
+def test_every_log_group_on_the_platform_key_is_one_the_key_policy_allows(synth_app, overrides):
+    app = synth_app(overrides)
+    patterns = _log_group_arn_patterns(app.template_json("gputrain-data")["Resources"])
+    on_key = [
+        res["Properties"]["LogGroupName"]
+        for stack_id in app.stack_ids
+        for res in app.template_json(stack_id)["Resources"].values()
+        if res["Type"] == "AWS::Logs::LogGroup" and "KmsKeyId" in res["Properties"]
+    ]
+    assert len(on_key) == 4  # the cluster's node logs and three state machines' logs
+    for name in on_key:
+        arn = f"arn:aws:logs:us-east-1:123456789012:log-group:{name}"
+        assert any(fnmatch.fnmatchcase(arn, p) for p in patterns), name
 
 
 @pytest.mark.parametrize("bucket", DATA_BUCKETS)

@@ -433,6 +433,10 @@ INVALID = [
     ({"promote": True}, "promote without train needs promote.model_uri"),
     ({"promote": {"model_uri": "s3://other/training-jobs/j/output/model.tar.gz"}}, "promote.model_uri"),
     ({"promote": {"model_uri": "s3://artifacts/training-jobs/j/output/other.tar.gz"}}, "promote.model_uri"),
+    # The model role reads only the project's jobs' models (ReadModelArtifact), so a model_uri of
+    # another job would only fail later, at the endpoint.
+    ({"promote": {"model_uri": "s3://artifacts/training-jobs/other-7/output/model.tar.gz"}}, "promote.model_uri"),
+    ({"promote": {"model_uri": "s3://artifacts/training-jobs/gputrain/output/model.tar.gz"}}, "promote.model_uri"),
     ({"promote": {"model_uri": "s3://artifacts/training-jobs/j/output/model.tar.gz", "x": 1}}, "promote must be true or"),
     ({"process": {"job_name": "other-x"}}, "process.job_name other-x"),
     ({"process": {"instance_type": "ml.p4d.24xlarge"}}, "process.instance_type ml.p4d.24xlarge must be a GPU type SageMaker Processing offers"),

@@ -3,6 +3,7 @@ notifications, and the serving stack's model and endpoint config equal to the sh
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from typing import Any
 
@@ -61,7 +62,8 @@ def test_processing_role_reads_raw_data_and_code_and_writes_only_processed_data(
     assert statements["ListUserCode"]["Condition"] == {
         "StringLike": {"s3:prefix": ["code/*", "training-jobs/gputrain-*/input/*", "training-jobs/gputrain-*/source/*"]}}
     # No other S3 access at all: not the training channels, not the artifacts' outputs.
-    s3 = [s for s in statements.values() if any(a.startswith("s3:") for a in json.dumps(s["Action"]).strip('[]"').split('", "'))]
+    s3 = [s for s in statements.values() if s["Effect"] == "Allow"
+          and any(a.startswith("s3:") for a in json.dumps(s["Action"]).strip('[]"').split('", "'))]
     assert sorted(s["Sid"] for s in s3) == ["ListRawData", "ListUserCode", "ReadRawData", "ReadSdkProcessingInputs", "ReadUserCode",
                                            "WriteProcessedData", "WriteSdkProcessingOutputs"]
     assert set(statements["UsePlatformKey"]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey"}
@@ -100,12 +102,37 @@ def test_training_jobs_read_the_processed_prefix_but_processing_reads_no_trainin
 def test_promoted_models_read_only_model_files(training):
     statements = _policy_statements(training, "PipelineModelRolePolicy")
     assert statements["ReadModelArtifact"]["Action"] == "s3:GetObject"
-    assert _text(statements["ReadModelArtifact"]["Resource"]).endswith('/training-jobs/*/output/model.tar.gz"]]}')
+    # The project's jobs only (every job the platform creates is <project>-*); see also
+    # test_no_processing_output_is_a_model_the_model_role_reads.
+    assert _text(statements["ReadModelArtifact"]["Resource"]).endswith('/training-jobs/gputrain-*/output/model.tar.gz"]]}')
     assert "s3:PutObject" not in _text(statements)  # no data capture by default
     assert "/aws/sagemaker/Endpoints/gputrain-endpoint" in _text(statements["WriteEndpointLogs"]["Resource"])
     # SageMaker reads the rollback alarms with the execution role during a blue/green deployment.
     assert statements["ReadRollbackAlarms"]["Resource"] == [
         f"arn:aws:cloudwatch:us-east-1:123456789012:alarm:{n}" for n in rollback_alarm_names("gputrain")]
+
+
+def _artifact_keys(statement: dict[str, Any]) -> list[str]:
+    """The object-key patterns of ``statement`` in the artifacts bucket (``*`` spans ``/``, as in IAM)."""
+    resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+    return [r["Fn::Join"][1][-1].lstrip("/") for r in resources if "ArtifactsBucket" in _text(r)]
+
+
+def test_no_processing_output_is_a_model_the_model_role_reads(training):
+    processing = _policy_statements(training, "PipelineProcessingRolePolicy")
+    writes = [k for s in processing.values() if s["Effect"] == "Allow" and "s3:PutObject" in s["Action"] for k in _artifact_keys(s)]
+    denied = [k for s in processing.values() if s["Effect"] == "Deny" and "s3:PutObject" in s["Action"] for k in _artifact_keys(s)]
+    (reads,) = _artifact_keys(_policy_statements(training, "PipelineModelRolePolicy")["ReadModelArtifact"])
+    # An SDK output named "output" holding a model.tar.gz: the outputs' "*/*" reaches it, and so
+    # does the model role's "<project>-*" (which spans "/" too), so only a deny keeps it out.
+    planted = "training-jobs/gputrain-x/output/out/output/model.tar.gz"
+    assert any(fnmatch.fnmatchcase(planted, w) for w in writes) and fnmatch.fnmatchcase(planted, reads)
+    assert denied == ["training-jobs/*/output/model.tar.gz"]
+    # Every key the model role reads is denied (the read pattern is an instance of the denied one)...
+    assert fnmatch.fnmatchcase(reads, denied[0])
+    # ...and ordinary SDK outputs are still written.
+    ordinary = "training-jobs/gputrain-x/output/scaled/part-0.csv"
+    assert any(fnmatch.fnmatchcase(ordinary, w) for w in writes) and not fnmatch.fnmatchcase(ordinary, denied[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,6 +243,8 @@ def test_pipeline_role_sync_rules_listing_and_notifications(training):
     assert listing["Action"] == "s3:ListBucket" and listing["Condition"] == {"StringLike": {"s3:prefix": ["processed/*"]}}
     assert statements["Notify"]["Action"] == "sns:Publish" and "NotificationsTopic" in _text(statements["Notify"]["Resource"])
     assert "NotificationsTopicKey" in _text(statements["EncryptNotifications"]["Resource"])
+    # Only through SNS (the state machine's Publish), never by calling KMS directly.
+    assert statements["EncryptNotifications"]["Condition"] == {"StringEquals": {"kms:ViaService": "sns.us-east-1.amazonaws.com"}}
     # Nothing else in S3: the pipeline itself reads and writes no data.
     assert [s["Sid"] for s in statements.values() if "s3:" in _text(s["Action"])] == ["ListProcessedData"]
     assert training.find_resources("AWS::IAM::Policy") == {}
