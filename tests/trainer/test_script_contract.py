@@ -53,17 +53,54 @@ SDK_HYPERPARAMETERS = {
 }
 
 
+# A heterogeneous cluster (the SDK's instance_groups): a CPU data host and two GPU hosts, with
+# distribution={"multi_worker_mirrored_strategy": {"enabled": True}, "instance_groups": [gpu]}.
+HETERO_GROUPS = [
+    {"instance_group_name": "data", "instance_type": "ml.c5.xlarge", "hosts": ["algo-1"]},
+    {"instance_group_name": "gpu", "instance_type": "ml.g5.12xlarge", "hosts": ["algo-2", "algo-3"]},
+]
+HETERO_HYPERPARAMETERS = {
+    "epochs": 1,
+    "sagemaker_multi_worker_mirrored_strategy_enabled": True,
+    "sagemaker_distribution_instance_groups": ["gpu"],
+}
+
+
+def _homogeneous(hosts: list[str], current: str) -> dict[str, object]:
+    """resourceconfig.json of a homogeneous SageMaker cluster of ``hosts``, on ``current``."""
+    group = {**RESOURCE_CONFIG["instance_groups"][0], "hosts": hosts}  # type: ignore[index]
+    return {**RESOURCE_CONFIG, "hosts": hosts, "current_host": current, "instance_groups": [group]}
+
+
+def _hetero(current: str) -> dict[str, object]:
+    """resourceconfig.json of the HETERO_GROUPS cluster, on ``current``."""
+    group = next(g for g in HETERO_GROUPS if current in g["hosts"])
+    return {
+        "current_host": current,
+        "current_instance_type": group["instance_type"],
+        "current_group_name": group["instance_group_name"],
+        "hosts": ["algo-1", "algo-2", "algo-3"],
+        "instance_groups": HETERO_GROUPS,
+        "network_interface_name": "eth0",
+    }
+
+
 def _toolkit_environment(base: Path) -> dict[str, object]:
-    """The toolkit's SM_* variables, user args and TF_CONFIG, computed in a clean process."""
+    """The toolkit's SM_* variables, user args and TF_CONFIG, computed in a clean process.
+
+    TF_CONFIG as sagemaker-tensorflow-training's ``train`` sets it for multi_worker_mirrored:
+    only on a host of the distribution's instance groups (``None`` elsewhere).
+    """
     code = """
 import json, sys
 from sagemaker_training import environment
 from sagemaker_tensorflow_container.training import _build_tf_config_for_mwms
 env = environment.Environment()
+member = env.current_instance_group in env.distribution_instance_groups
 print(json.dumps({
     "env": env.to_env_vars(),
     "args": env.to_cmd_args(),
-    "tf_config": _build_tf_config_for_mwms(env.distribution_hosts, env.current_host),
+    "tf_config": _build_tf_config_for_mwms(env.distribution_hosts, env.current_host) if member else None,
 }))
 """
     process_env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_", "TRAINING_"))}
@@ -86,7 +123,7 @@ def sdk_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
 
 
-def _ours(base: Path) -> tuple[dict[str, str], list[str], dict[str, object]]:
+def _ours(base: Path) -> tuple[dict[str, str], list[str], dict[str, object] | None]:
     process_env = {"SAGEMAKER_BASE_DIR": str(base), "TRAINING_JOB_NAME": "gputrain-sdk-1"}
     env = environment.load_environment(process_env)
     job = contract.script_job(env.hyperparameters, process_env)
@@ -94,7 +131,7 @@ def _ours(base: Path) -> tuple[dict[str, str], list[str], dict[str, object]]:
     return (
         contract.sm_environment(env, job, num_gpus=0, process_env=process_env),
         contract.to_cmd_args(job.user_hyperparameters),
-        contract.tf_config(env, process_env),
+        contract.job_tf_config(env, job, process_env),
     )
 
 
@@ -142,7 +179,78 @@ def test_tf_config_matches_sagemaker_tensorflow_training(sdk_tree: Path) -> None
     reference = _toolkit_environment(sdk_tree)
     _, _, tf_config = _ours(sdk_tree)
     assert tf_config == reference["tf_config"]
-    assert tf_config["task"] == {"index": 1, "type": "worker"}
+    assert tf_config is not None and tf_config["task"] == {"index": 1, "type": "worker"}
+
+
+@pytest.mark.parametrize("host", ["algo-1", "algo-3"])
+@pytest.mark.slow
+def test_heterogeneous_cluster_distributes_over_the_named_groups_as_the_toolkit(tmp_path: Path, host: str) -> None:
+    """algo-1 (group data) is outside the distribution; algo-3 is the second GPU worker."""
+    base = script_job(tmp_path, "/opt/ml/code", hyperparameters=HETERO_HYPERPARAMETERS, resource_config=_hetero(host))
+    reference = _toolkit_environment(base)
+    ours, _, tf_config = _ours(base)
+    toolkit_env = reference["env"]
+    assert isinstance(toolkit_env, dict)
+    different = {
+        key: (toolkit_env[key], ours.get(key))
+        for key in toolkit_env
+        if key != "SM_TRAINING_ENV" and toolkit_env[key] != ours.get(key)
+    }
+    assert not different, f"values that differ from the toolkit's: {json.dumps(different, indent=1)}"
+    theirs_training = json.loads(toolkit_env["SM_TRAINING_ENV"])
+    ours_training = json.loads(ours["SM_TRAINING_ENV"])
+    fields = (
+        "master_hostname", "is_master", "distribution_hosts", "distribution_instance_groups", "is_hetero",
+        "current_instance_group", "current_instance_group_hosts", "instance_groups", "hosts", "current_host",
+    )
+    assert {f: ours_training.get(f) for f in fields} == {f: theirs_training.get(f) for f in fields}
+    assert tf_config == reference["tf_config"]
+
+
+def test_heterogeneous_cluster_tf_config_names_only_the_distribution_hosts(tmp_path: Path) -> None:
+    """The reviewer's case, without the toolkit: groups data=[algo-1], gpu=[algo-2, algo-3], distribution over gpu."""
+    seen = {}
+    for host in ("algo-1", "algo-2", "algo-3"):
+        base = script_job(tmp_path / host, "/opt/ml/code", hyperparameters=HETERO_HYPERPARAMETERS, resource_config=_hetero(host))
+        sm, _, tf_config = _ours(base)
+        training = json.loads(sm["SM_TRAINING_ENV"])
+        seen[host] = (tf_config, training["master_hostname"], training["is_master"], training["distribution_hosts"])
+        assert json.loads(sm["SM_DISTRIBUTION_INSTANCE_GROUPS"]) == ["gpu"] and sm["SM_IS_HETERO"] == "true"
+    workers = ["algo-2:8890", "algo-3:8890"]
+    assert seen == {
+        "algo-1": (None, "algo-2", False, ["algo-2", "algo-3"]),
+        "algo-2": ({"cluster": {"worker": workers}, "environment": "cloud", "task": {"index": 0, "type": "worker"}},
+                   "algo-2", True, ["algo-2", "algo-3"]),
+        "algo-3": ({"cluster": {"worker": workers}, "environment": "cloud", "task": {"index": 1, "type": "worker"}},
+                   "algo-2", False, ["algo-2", "algo-3"]),
+    }  # fmt: skip
+
+
+def test_heterogeneous_parameter_server_spans_only_the_distribution_hosts(tmp_path: Path) -> None:
+    hyperparameters = {"sagemaker_parameter_server_enabled": True, "sagemaker_distribution_instance_groups": ["gpu"]}
+    configs = {}
+    for host in ("algo-1", "algo-3"):
+        base = script_job(tmp_path / host, "/opt/ml/code", hyperparameters=hyperparameters, resource_config=_hetero(host))
+        configs[host] = _ours(base)[2]
+    assert configs["algo-1"] is None
+    assert configs["algo-3"] == {
+        "cluster": {"master": ["algo-2:2222"], "ps": ["algo-2:2223", "algo-3:2223"], "worker": ["algo-3:2222"]},
+        "environment": "cloud",
+        "task": {"index": 0, "type": "worker"},
+    }
+
+
+def test_distribution_instance_groups_must_be_a_list_of_names(tmp_path: Path) -> None:
+    hyperparameters = {**HETERO_HYPERPARAMETERS, "sagemaker_distribution_instance_groups": "gpu"}
+    base = script_job(tmp_path, "/opt/ml/code", hyperparameters=hyperparameters, resource_config=_hetero("algo-2"))
+    with pytest.raises(ConfigError, match="sagemaker_distribution_instance_groups must be a JSON list"):
+        _ours(base)
+
+
+def test_multi_worker_mirrored_on_one_host_gets_the_toolkits_one_worker_tf_config(tmp_path: Path) -> None:
+    """sagemaker-tensorflow-training sets TF_CONFIG for instance_count=1 too; scripts read its worker list."""
+    base = script_job(tmp_path, "/opt/ml/code", hyperparameters=SDK_HYPERPARAMETERS, resource_config=_homogeneous(["algo-1"], "algo-1"))
+    assert _ours(base)[2] == {"cluster": {"worker": ["algo-1:8890"]}, "environment": "cloud", "task": {"index": 0, "type": "worker"}}
 
 
 def test_tf_config_uses_the_ec2_worker_port_and_host_ports() -> None:
@@ -218,7 +326,7 @@ def test_parameter_server_tf_config_matches_sagemaker_tensorflow_training(tmp_pa
     for ps_task in (False, True) if len(hosts) > 1 else (False,):
         for host in hosts:
             base = tmp_path / f"{host}-{ps_task}"
-            script_job(base, "/opt/ml/code", resource_config={**RESOURCE_CONFIG, "hosts": hosts, "current_host": host})
+            script_job(base, "/opt/ml/code", resource_config=_homogeneous(hosts, host))
             process_env = {"SAGEMAKER_BASE_DIR": str(base)}
             ours.append(contract.tf_config_for_ps(environment.load_environment(process_env), process_env, ps_task=ps_task))
     assert ours == reference

@@ -411,6 +411,26 @@ json.dump({"tf_config": os.environ.get("TF_CONFIG"), "argv": sys.argv[1:]},
     assert ran == {"tf_config": None, "argv": ["--epochs", "2"]}
 
 
+def test_multi_worker_mirrored_on_one_host_gets_a_one_worker_tf_config(tmp_path: Path) -> None:
+    """instance_count=1 with multi_worker_mirrored_strategy: TF_CONFIG as sagemaker-tensorflow-training sets it."""
+    base = tmp_path / "opt-ml"
+    (base / "output" / "data").mkdir(parents=True)
+    script = """
+import json, os
+config = json.loads(os.environ["TF_CONFIG"])
+json.dump({"workers": config["cluster"]["worker"], "task": config["task"]},
+          open(os.path.join(os.environ["SM_OUTPUT_DATA_DIR"], "ran.json"), "w"))
+"""
+    resources = {"current_host": "algo-1", "hosts": ["algo-1"], "current_group_name": "homogeneousCluster",
+                 "instance_groups": [{"instance_group_name": "homogeneousCluster", "instance_type": "ml.g5.xlarge", "hosts": ["algo-1"]}]}
+    _job_with_code(base, tmp_path, {"train.py": script}, {"sagemaker_multi_worker_mirrored_strategy_enabled": True},
+                   resource_config=resources)  # fmt: skip
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    ran = json.loads((base / "output" / "data" / "ran.json").read_text())
+    assert ran == {"workers": ["algo-1:8890"], "task": {"index": 0, "type": "worker"}}
+
+
 # A TF2 ParameterServerStrategy script for SageMaker's parameter_server distribution: the toolkit's
 # TF_CONFIG names the coordinator "master" (TF2 calls it "chief"); the master coordinates, the
 # other hosts serve as workers until the master is done; every host also runs a parameter server.

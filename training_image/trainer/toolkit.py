@@ -121,6 +121,40 @@ def optimizer(inner: Any) -> Any:
     return precision.wrap_optimizer(inner, getattr(policy, "name", str(policy)))
 
 
+# The names Keras logs a classifier's accuracy under (``metrics=["accuracy"]``, an explicit
+# metric, tf-keras' old ``acc``); the first present is the line's ``accuracy``.
+ACCURACY_KEYS = ("accuracy", "sparse_categorical_accuracy", "categorical_accuracy", "acc")
+VALIDATION_ACCURACY_KEYS = tuple(f"val_{key}" for key in ACCURACY_KEYS)
+
+
+def _logged(logs: Any, keys: tuple[str, ...]) -> float | None:
+    """The first of ``keys`` that Keras logged, as a float, or ``None``."""
+    return next((float(logs[key]) for key in keys if logs.get(key) is not None), None)
+
+
+def epoch_metrics(
+    epoch: int, logs: Any, *, examples: int, elapsed: float, steps: int, usage: gpu_monitor.GpuUsage | None = None
+) -> EpochMetrics:
+    """The ``[metrics]`` fields of Keras' ``on_epoch_end`` (0-based ``epoch``, its ``logs``).
+
+    ``val_loss`` and the validation accuracy are there in epochs that evaluated
+    ``validation_data``, so the stacks' ``validation:loss`` and ``validation:accuracy`` match.
+    """
+    logs = logs or {}
+    accuracy = _logged(logs, ACCURACY_KEYS)
+    return EpochMetrics(
+        epoch=epoch + 1,
+        loss=float(logs.get("loss", float("nan"))),
+        accuracy=float("nan") if accuracy is None else accuracy,
+        examples_per_sec=examples / elapsed,
+        step_time_ms=1000.0 * elapsed / steps,
+        val_loss=_logged(logs, ("val_loss",)),
+        val_accuracy=_logged(logs, VALIDATION_ACCURACY_KEYS),
+        gpu_util_pct=usage.utilization_pct if usage else None,
+        gpu_mem_mib=usage.memory_used_mib if usage else None,
+    )
+
+
 def _metrics_callback_class() -> Any:
     keras = keras_module()
 
@@ -158,24 +192,12 @@ def _metrics_callback_class() -> Any:
                     log("first-step", seconds_since_job_start=f"{time.time() - started:.1f}")
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            logs = logs or {}
             elapsed = max(time.perf_counter() - self._epoch_start, 1e-9)
             steps = max(self._steps, 1)
-            accuracy = logs.get("accuracy", logs.get("sparse_categorical_accuracy", logs.get("acc", float("nan"))))
-            examples = (self.batch_size or 0) * steps
             usage = self._gpus.take() if self._gpus is not None else None
             if is_chief():
-                emit(
-                    EpochMetrics(
-                        epoch=epoch + 1,
-                        loss=float(logs.get("loss", float("nan"))),
-                        accuracy=float(accuracy),
-                        examples_per_sec=examples / elapsed,
-                        step_time_ms=1000.0 * elapsed / steps,
-                        gpu_util_pct=usage.utilization_pct if usage else None,
-                        gpu_mem_mib=usage.memory_used_mib if usage else None,
-                    )
-                )
+                examples = (self.batch_size or 0) * steps
+                emit(epoch_metrics(epoch, logs, examples=examples, elapsed=elapsed, steps=steps, usage=usage))
 
     return PlatformMetrics
 

@@ -29,6 +29,9 @@ JOB_NAME = "sagemaker_job_name"
 REGION = "sagemaker_region"
 MULTI_WORKER_MIRRORED = "sagemaker_multi_worker_mirrored_strategy_enabled"
 PARAMETER_SERVER = "sagemaker_parameter_server_enabled"
+DISTRIBUTION_INSTANCE_GROUPS = "sagemaker_distribution_instance_groups"
+# The toolkit's homogeneous group, when resourceconfig.json names none (local mode, EC2 nodes).
+HOMOGENEOUS_GROUP = "homogeneousCluster"
 
 # The toolkit's SAGEMAKER_HYPERPARAMETERS: consumed by the toolkit, never passed to the script.
 RESERVED = (
@@ -48,6 +51,16 @@ UNSUPPORTED_DISTRIBUTIONS = {
     "sagemaker_mpi_enabled": "MPI / Horovod",
     "sagemaker_distributed_dataparallel_enabled": "SageMaker distributed data parallel",
 }
+# Every switch with which the toolkit distributes over this host's group when the job names no
+# distribution groups (``Environment.get_distribution_instance_groups_from_resource_config``).
+TOOLKIT_DISTRIBUTION_SWITCHES = (
+    MULTI_WORKER_MIRRORED,
+    PARAMETER_SERVER,
+    *UNSUPPORTED_DISTRIBUTIONS,
+    "sagemaker_pytorch_ddp_enabled",
+    "sagemaker_pytorch_xla_multi_worker_enabled",
+    "sagemaker_torch_distributed_enabled",
+)
 # The port sagemaker-tensorflow-training puts in TF_CONFIG for MultiWorkerMirroredStrategy.
 TOOLKIT_MWMS_PORT = 8890
 # The ports sagemaker-tensorflow-training gives a parameter-server cluster: master/workers, then the ps tasks.
@@ -236,28 +249,128 @@ def resource_config(env: TrainingEnvironment) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Distribution:
+    """The hosts a job distributes over, as the toolkit picks them (``Environment.distribution_hosts``).
+
+    With instance groups (a heterogeneous cluster), only the hosts of the groups that
+    ``sagemaker_distribution_instance_groups`` names take part: they alone are in ``TF_CONFIG``, the
+    first of them is the master, and a host of another group runs its script without ``TF_CONFIG``.
+
+    Attributes:
+        instance_groups: ``sagemaker_distribution_instance_groups``; without it, this host's group
+            when the job turns a distribution on, else none.
+        hosts: The names of the hosts of those groups, group by group as ``resourceconfig.json``
+            lists them; every host of the job when it lists no groups (local mode, EC2 nodes).
+        addresses: ``hosts`` as the cluster's host entries (with the port an entry carries).
+        current_address: This host's entry in ``addresses``, or ``None`` when it is not one of them.
+        includes_current: This host's group is one of ``instance_groups``: it gets ``TF_CONFIG``.
+        master_hostname: The first of ``hosts``, else the job's first host.
+    """
+
+    instance_groups: tuple[str, ...]
+    hosts: tuple[str, ...]
+    addresses: tuple[str, ...]
+    current_address: str | None
+    includes_current: bool
+    master_hostname: str
+
+    @property
+    def index(self) -> int:
+        """This host's position in ``addresses`` (0: the master, which writes the model).
+
+        Raises:
+            ConfigError: this host is not one of the distribution's hosts.
+        """
+        if self.current_address is None or not self.includes_current:
+            raise ConfigError(
+                f"This host is not in the distribution's instance groups ({', '.join(self.instance_groups) or 'none'}; "
+                f"hosts {', '.join(self.hosts) or 'none'}), so it takes no part in TF_CONFIG."
+            )
+        return self.addresses.index(self.current_address)
+
+
+def _framework_params(env: TrainingEnvironment) -> dict[str, Any]:
+    values = {str(k): deserialize(v) for k, v in env.hyperparameters.items()}
+    return {k: v for k, v in values.items() if k.startswith("sagemaker_") and k not in RESERVED}
+
+
+def distribution(
+    env: TrainingEnvironment, framework_params: Mapping[str, Any] | None = None, *, switch: str | None = None
+) -> Distribution:
+    """Which hosts the job distributes over, and whether this host is one of them.
+
+    Args:
+        env: The resolved container contract (``resourceconfig.json`` and the cluster's hosts).
+        framework_params: The job's ``sagemaker_*`` hyperparameters (deserialized); read from
+            ``env`` when not given.
+        switch: A distribution switch (``MULTI_WORKER_MIRRORED``...) to count as on: the
+            distribution a TF_CONFIG is being built for.
+
+    Raises:
+        ConfigError: ``sagemaker_distribution_instance_groups`` is not a list of group names.
+    """
+    params = dict(_framework_params(env) if framework_params is None else framework_params)
+    if switch:
+        params[switch] = True
+    resources = resource_config(env)
+    group = resources.get("current_group_name", HOMOGENEOUS_GROUP)
+    if DISTRIBUTION_INSTANCE_GROUPS in params:
+        named = params[DISTRIBUTION_INSTANCE_GROUPS]
+        if not isinstance(named, list) or not all(isinstance(g, str) for g in named):
+            raise ConfigError(
+                f"hyperparameter {DISTRIBUTION_INSTANCE_GROUPS} must be a JSON list of instance group names "
+                f"(the SageMaker SDK's distribution={{'instance_groups': [...]}}), got {named!r}."
+            )
+        groups = tuple(named)
+    else:
+        groups = (group,) if any(_truthy(params.get(k)) for k in TOOLKIT_DISTRIBUTION_SWITCHES) else ()
+    current = env.cluster.current_host
+    groups_config = resources.get("instance_groups") or []
+    if groups_config:
+        hosts = tuple(h for g in groups_config if g["instance_group_name"] in groups for h in g["hosts"])
+        entries = {_host_name(entry): entry for entry in reversed(env.cluster.hosts)}
+        addresses = tuple(entries.get(h, h) for h in hosts)
+        current_address = entries.get(_host_name(current)) if _host_name(current) in hosts else None
+    else:
+        # The toolkit's local mode: every host, whatever the switches say.
+        hosts = tuple(resources.get("hosts") or ())
+        addresses = tuple(env.cluster.hosts)
+        current_address = current
+    all_hosts = list(resources.get("hosts") or [resources.get("current_host", "")])
+    return Distribution(
+        instance_groups=groups,
+        hosts=hosts,
+        addresses=addresses,
+        current_address=current_address,
+        includes_current=group in groups,
+        master_hostname=hosts[0] if hosts else all_hosts[0],
+    )
+
+
 def tf_config(env: TrainingEnvironment, process_env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """TF_CONFIG for MultiWorkerMirroredStrategy, as sagemaker-tensorflow-training builds it.
 
-    Port 8890 like the toolkit on SageMaker; on EC2 nodes ``TRAINING_WORKER_PORT`` (which the
-    cluster's security group opens) or a port carried by a ``TRAINING_HOSTS`` entry wins.
+    The workers are the distribution's hosts (:func:`distribution`), one on a single host. Port
+    8890 like the toolkit on SageMaker; on EC2 nodes ``TRAINING_WORKER_PORT`` (which the cluster's
+    security group opens) or a port carried by a ``TRAINING_HOSTS`` entry wins.
+
+    Raises:
+        ConfigError: this host is outside the distribution's instance groups (it gets no TF_CONFIG).
     """
     port = script_variables(process_env).worker_port
-    addresses = []
-    for host in env.cluster.hosts:
-        if host != _host_name(host):
-            addresses.append(host)
-        else:
-            addresses.append(f"{host}:{port or TOOLKIT_MWMS_PORT}")
+    spread = distribution(env, switch=MULTI_WORKER_MIRRORED)
+    index = spread.index
+    addresses = [h if h != _host_name(h) else f"{h}:{port or TOOLKIT_MWMS_PORT}" for h in spread.addresses]
     return {
         "cluster": {"worker": addresses},
         "environment": "cloud",
-        "task": {"index": env.cluster.worker_index, "type": "worker"},
+        "task": {"index": index, "type": "worker"},
     }
 
 
 def ps_addresses(env: TrainingEnvironment, process_env: Mapping[str, str] | None = None) -> tuple[list[str], list[str]]:
-    """``(worker, ps)`` address of every host for a parameter-server cluster.
+    """``(worker, ps)`` address of every distribution host (:func:`distribution`) for a parameter-server cluster.
 
     On SageMaker (host names without ports) the toolkit's 2222 and 2223. ``TRAINING_WORKER_PORT``
     (EC2 nodes) or a port carried by a ``TRAINING_HOSTS`` entry (loopback tests) gives the worker
@@ -265,7 +378,7 @@ def ps_addresses(env: TrainingEnvironment, process_env: Mapping[str, str] | None
     """
     set_port = script_variables(process_env).worker_port
     workers, servers = [], []
-    for host in env.cluster.hosts:
+    for host in distribution(env, switch=PARAMETER_SERVER).addresses:
         name = _host_name(host)
         if host != name:
             port = int(host.rpartition(":")[2])
@@ -281,14 +394,16 @@ def tf_config_for_ps(
 ) -> dict[str, Any]:
     """TF_CONFIG for a parameter-server job, as sagemaker-tensorflow-training's ``_build_tf_config_for_ps``.
 
-    The first host is the ``master``, the others ``worker``; every host also runs a ``ps`` task
-    (when there are several hosts). ``ps_task`` builds the parameter server's own config.
+    Over the distribution's hosts (:func:`distribution`): the first is the ``master``, the others
+    ``worker``; every one also runs a ``ps`` task (when there are several). ``ps_task`` builds the
+    parameter server's own config.
 
     Raises:
-        ConfigError: ``ps_task`` on a single host (there is no parameter server then).
+        ConfigError: ``ps_task`` on a single host (there is no parameter server then), or this host
+            is outside the distribution's instance groups.
     """
     workers, servers = ps_addresses(env, process_env)
-    index = env.cluster.worker_index
+    index = distribution(env, switch=PARAMETER_SERVER).index
     cluster: dict[str, list[str]] = {"master": workers[:1]}
     if len(workers) > 1:
         cluster["ps"] = servers
@@ -302,6 +417,25 @@ def tf_config_for_ps(
     else:
         task = {"index": index - 1, "type": "worker"}
     return {"cluster": cluster, "environment": "cloud", "task": task}
+
+
+def job_tf_config(
+    env: TrainingEnvironment, job: ScriptJob, process_env: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
+    """The TF_CONFIG this host's script gets, or ``None`` (sagemaker-tensorflow-training's ``train``).
+
+    Only a host of the distribution's instance groups (:func:`distribution`) gets one: with
+    ``parameter_server`` when they are several hosts, with ``multi_worker_mirrored`` also on one
+    (a single worker, which scripts that read its worker list expect).
+    """
+    spread = distribution(env, job.framework_params)
+    if not spread.includes_current:
+        return None
+    if job.parameter_server:
+        return tf_config_for_ps(env, process_env) if len(spread.addresses) > 1 else None
+    if job.multi_worker_mirrored:
+        return tf_config(env, process_env)
+    return None
 
 
 def sm_environment(
@@ -325,18 +459,12 @@ def sm_environment(
     hosts = list(resources.get("hosts") or [])
     current_host = resources.get("current_host", "")
     instance_type = resources.get("current_instance_type", "local")
-    group = resources.get("current_group_name", "homogeneousCluster")
+    group = resources.get("current_group_name", HOMOGENEOUS_GROUP)
     groups_config = resources.get("instance_groups") or []
     instance_groups = [g["instance_group_name"] for g in groups_config]
     groups_dict = {g["instance_group_name"]: g for g in groups_config}
     group_hosts = next((g["hosts"] for g in groups_config if g["instance_group_name"] == group), [])
-    distributed = any(
-        _truthy(job.framework_params.get(k))
-        for k in (MULTI_WORKER_MIRRORED, PARAMETER_SERVER, *UNSUPPORTED_DISTRIBUTIONS)
-    )
-    distribution_groups = job.framework_params.get("sagemaker_distribution_instance_groups") or (
-        [group] if distributed else []
-    )
+    spread = distribution(env, job.framework_params)
     channels = {name: str(paths.channel_dir(name, {})) for name in env.input_data_config}
     model_dir = str(paths.model_dir)
     input_dir = str(paths.base_dir / "input")
@@ -359,7 +487,7 @@ def sm_environment(
         "current_instance_group_hosts": group_hosts,
         "instance_groups": instance_groups,
         "instance_groups_dict": groups_dict,
-        "distribution_instance_groups": distribution_groups,
+        "distribution_instance_groups": list(spread.instance_groups),
         "is_hetero": len(instance_groups) > 1,
         "module_name": module_name,
         "log_level": job.log_level,
@@ -381,9 +509,9 @@ def sm_environment(
         "additional_framework_parameters": dict(job.framework_params),
         "channel_input_dirs": channels,
         "job_name": variables.job_name,
-        "master_hostname": hosts[0] if hosts else current_host,
-        "is_master": bool(hosts) and current_host == hosts[0],
-        "distribution_hosts": hosts if distributed else [],
+        "master_hostname": spread.master_hostname,
+        "is_master": current_host == spread.master_hostname,
+        "distribution_hosts": list(spread.hosts),
     }
     values["training_env"] = training_env
     for name, path in channels.items():

@@ -248,9 +248,10 @@ def script_failure(
 def start_parameter_server(env: TrainingEnvironment, child_env: Mapping[str, str]) -> subprocess.Popen[bytes]:
     """This host's ``ps`` task (:mod:`trainer.user_code.ps_server`), started before the script, as the toolkit does."""
     ps_env = dict(child_env)
-    ps_env["TF_CONFIG"] = json.dumps(contract.tf_config_for_ps(env, child_env, ps_task=True))
+    ps_config = contract.tf_config_for_ps(env, child_env, ps_task=True)
+    ps_env["TF_CONFIG"] = json.dumps(ps_config)
     ps_env["PYTHONPATH"] = os.pathsep.join(filter(None, [_trainer_root(), child_env.get("PYTHONPATH")]))
-    log("parameter-server", task=env.cluster.worker_index, action="starting")
+    log("parameter-server", task=ps_config["task"]["index"], action="starting")
     return subprocess.Popen(  # noqa: S603 - our interpreter and module
         [sys.executable, "-m", "trainer.user_code.ps_server"], env=ps_env, start_new_session=True
     )
@@ -312,13 +313,15 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
             directory.mkdir(parents=True, exist_ok=True)
         child_env = {k: v for k, v in process_env.items() if not k.startswith("SM_")}
         child_env.update(contract.sm_environment(env, job, num_gpus=int(gpu["gpus"]), process_env=process_env))
-        parameter_servers = job.parameter_server and env.cluster.num_workers > 1
-        if parameter_servers:
-            child_env["TF_CONFIG"] = json.dumps(contract.tf_config_for_ps(env, process_env))
-        elif job.multi_worker_mirrored and env.cluster.num_workers > 1:
-            child_env["TF_CONFIG"] = json.dumps(contract.tf_config(env, process_env))
-        else:
+        config = contract.job_tf_config(env, job, process_env)
+        if config is None:
             child_env.pop("TF_CONFIG", None)
+        else:
+            child_env["TF_CONFIG"] = json.dumps(config)
+        parameter_servers = job.parameter_server and config is not None
+        if job.multi_worker_mirrored or job.parameter_server:
+            spread = contract.distribution(env, job.framework_params)
+            log("distribution", hosts=",".join(spread.hosts), this_host=spread.includes_current, tf_config=config is not None)
         if int(gpu["gpus"]) == 0:
             child_env["CUDA_VISIBLE_DEVICES"] = ""  # EXPECTED_GPU_COUNT=0: CPU on purpose, as the check did
         child_env[ENV_LEGACY_KERAS] = "1" if legacy else "0"
@@ -342,7 +345,7 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
         ps_server = start_parameter_server(env, child_env) if parameter_servers else None
         try:
             returncode = supervisor.run(command, env=child_env, cwd=code.directory)
-            if ps_server is not None and returncode == 0 and not env.cluster.is_chief:
+            if ps_server is not None and returncode == 0 and config is not None and config["task"]["type"] != "master":
                 wait_for_master(env, process_env, supervisor)
         finally:
             if ps_server is not None:
