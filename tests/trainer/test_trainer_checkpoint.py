@@ -62,3 +62,126 @@ def test_a_checkpoint_of_another_architecture_is_refused_by_path(tmp_path):
     message = str(caught.value)
     assert f"The checkpoint {paths.checkpoint_dir / 'ckpt-1'} does not fit this model" in message
     assert "point CHECKPOINT_DIR at an empty directory" in message
+
+
+def _three_checkpoints(tmp_path):
+    """ckpt-1..3 of one small model in the job's checkpoint directory; returns the paths and config."""
+    import tensorflow as tf
+
+    config = TrainingConfig.from_hyperparameters({"hidden_units": "8"})
+    paths = resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)})
+    _, completed, checkpoint = _checkpoint(config, _spec(5, 3))
+    manager = tf.train.CheckpointManager(checkpoint, str(paths.checkpoint_dir), max_to_keep=3)
+    for epoch in (1, 2, 3):
+        completed.assign(epoch)
+        manager.save(checkpoint_number=epoch)
+    return paths, config
+
+
+@pytest.mark.parametrize("damage", ["data removed", "data cut short", "index removed"])
+def test_a_checkpoint_whose_upload_was_cut_short_is_skipped_for_the_one_before(tmp_path, capsys, damage):
+    """Spot interruption mid-upload: the ``checkpoint`` file names ckpt-3, whose files are not whole."""
+    import os
+
+    paths, config = _three_checkpoints(tmp_path)
+    (data_file,) = paths.checkpoint_dir.glob("ckpt-3.data-*")
+    if damage == "data removed":
+        data_file.unlink()
+    elif damage == "data cut short":
+        os.truncate(data_file, data_file.stat().st_size // 2)
+    else:
+        (paths.checkpoint_dir / "ckpt-3.index").unlink()
+
+    _, completed, checkpoint = _checkpoint(config, _spec(5, 3))
+    assert train._restore(checkpoint, completed, paths, config, _spec(5, 3)) == 2
+    printed = capsys.readouterr().out
+    (skipped,) = [line for line in printed.splitlines() if "checkpoint-skipped" in line]
+    assert f"checkpoint={paths.checkpoint_dir / 'ckpt-3'} " in skipped
+    assert f"resume checkpoint={paths.checkpoint_dir / 'ckpt-2'} completed_epochs=2" in printed
+
+
+def test_no_intact_checkpoint_starts_from_the_first_epoch(tmp_path, capsys):
+    paths, config = _three_checkpoints(tmp_path)
+    for data_file in paths.checkpoint_dir.glob("ckpt-*.data-*"):
+        data_file.unlink()
+    _, completed, checkpoint = _checkpoint(config, _spec(5, 3))
+    assert train._restore(checkpoint, completed, paths, config, _spec(5, 3)) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("checkpoint-skipped") == 3 and "checkpoint-none-intact" in printed
+
+
+def test_a_whole_checkpoint_of_another_model_still_fails_after_a_skipped_one(tmp_path):
+    paths, _ = _three_checkpoints(tmp_path)
+    for data_file in paths.checkpoint_dir.glob("ckpt-3.data-*"):
+        data_file.unlink()
+    wide = TrainingConfig.from_hyperparameters({"hidden_units": "16"})
+    _, completed, checkpoint = _checkpoint(wide, _spec(5, 3))
+    with pytest.raises(CheckpointError, match=r"The checkpoint .*ckpt-2 does not fit this model"):
+        train._restore(checkpoint, completed, paths, wide, _spec(5, 3))
+
+
+# --- a stop (SIGTERM) vote and the epoch's checkpoint ------------------------------------------
+
+
+class _StopFromTheStart(train.StopRequest):
+    """A SIGTERM that arrived before the first step: every call carries the stop vote."""
+
+    def __init__(self) -> None:
+        self.requested = True
+
+
+def _train_until_stopped(tmp_path, steps_per_execution: int):
+    """Trains a small MLP in-process (8 steps an epoch) with a stop requested; returns the error, paths and output."""
+    import tensorflow as tf
+
+    from trainer.contract.environment import Cluster
+    from trainer.contract.errors import TrainingInterrupted
+    from trainer.datasets.synthetic import SyntheticSpec, write_dataset
+
+    paths = resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)})
+    write_dataset(paths.channel_dir("train"), SyntheticSpec("csv", examples=64, features=4, classes=3, seed=1))
+    config = TrainingConfig.from_hyperparameters(
+        {"hidden_units": "8", "batch_size": "8", "epochs": "3", "checkpoint_every_epochs": "2",
+         "steps_per_execution": str(steps_per_execution)}
+    )  # fmt: skip
+    spec = data.count_channel(data.discover_channel(paths, config, {}), config.num_classes)
+    cluster = Cluster(hosts=("algo-1",), current_host="algo-1", worker_port=2222, source="test")
+    with pytest.raises(TrainingInterrupted) as caught:
+        train._train_loop(
+            config=config, spec=spec, val_spec=None, strategy=tf.distribute.get_strategy(), cluster=cluster,
+            paths=paths, stop=_StopFromTheStart(), precision="float32",
+        )  # fmt: skip
+    return caught.value, paths
+
+
+def test_a_stop_with_the_epochs_last_call_checkpoints_that_epoch(tmp_path, capsys):
+    """steps_per_execution covers the whole epoch: its steps are all applied, so it is saved before stopping."""
+    error, paths = _train_until_stopped(tmp_path, steps_per_execution=8)
+    printed = capsys.readouterr().out
+    assert "Training stopped by SIGTERM at the end of epoch 1 (step 8 of 8). Completed epochs: 1" in str(error)
+    # checkpoint_every_epochs=2 would skip epoch 1; the stop saves it, and its metric line has no validation.
+    assert "sigterm-epoch-end epoch=1" in printed
+    assert f"checkpoint path={paths.checkpoint_dir / 'ckpt-1'} epoch=1" in printed
+    (metric_line,) = [line for line in printed.splitlines() if line.startswith("[metrics] epoch=1 ")]
+    assert "val_loss" not in metric_line
+
+    config = TrainingConfig.from_hyperparameters({"hidden_units": "8", "epochs": "3"})
+    spec = data.DatasetSpec("train", Path("/d"), "csv", (), num_features=4, num_classes=3, scanned=True)
+    _, completed, checkpoint = _checkpoint(config, spec)
+    assert train._restore(checkpoint, completed, paths, config, spec) == 1
+
+
+def test_a_stop_before_the_epochs_last_call_saves_nothing_of_that_epoch(tmp_path, capsys):
+    error, paths = _train_until_stopped(tmp_path, steps_per_execution=4)
+    assert "Training stopped by SIGTERM in epoch 1 at step 4 of 8. Completed epochs: 0" in str(error)
+    assert "[metrics] epoch=1 " not in capsys.readouterr().out
+    assert not list(paths.checkpoint_dir.glob("ckpt-*"))
+
+
+def test_without_the_checkpoint_file_the_newest_whole_checkpoint_is_found_by_number(tmp_path):
+    paths, config = _three_checkpoints(tmp_path)
+    (paths.checkpoint_dir / "checkpoint").unlink()
+    for data_file in paths.checkpoint_dir.glob("ckpt-3.data-*"):
+        data_file.unlink()
+    _, completed, checkpoint = _checkpoint(config, _spec(5, 3))
+    assert train._restore(checkpoint, completed, paths, config, _spec(5, 3)) == 2

@@ -527,3 +527,90 @@ def test_a_validation_channel_of_another_kind_is_refused(tmp_path):
     run = run_trainer(base)
     assert run.returncode == 5, run.explain()
     assert "model=resnet50 trains on images, but channel 'validation'" in (run.failure or ""), run.failure
+
+
+# --- epochs: one pass over each worker's pictures, shards split only when balanced -------------
+
+
+def _numbered_shards(directory: Path, sizes: tuple[int, ...], *, raw: bool = False) -> images.ImageDataset:
+    """Shards of ``sizes`` records where every picture is its own class (label = picture number)."""
+    import tensorflow as tf
+
+    from trainer.process.records import raw_image_example
+
+    directory.mkdir(parents=True, exist_ok=True)
+    encoded = encode_image(_picture(), "png")
+    first = 0
+    for index, size in enumerate(sizes):
+        path = directory / f"train-{index:05d}-of-{len(sizes):05d}.tfrecord"
+        if raw:
+            with tf.io.TFRecordWriter(str(path)) as writer:
+                for label in range(first, first + size):
+                    writer.write(raw_image_example(np.zeros((8, 8, 3), np.uint8), label, raw_key=images.RAW_KEY,
+                                                   shape_key=images.SHAPE_KEY, label_key=images.LABEL_KEY))  # fmt: skip
+        else:
+            _write_examples(path, [(encoded, label) for label in range(first, first + size)])
+        first += size
+    images.write_manifest(directory, num_classes=first, label_base=0)
+    return images.discover(directory, channel="train", data_format="image-tfrecord")
+
+
+def _epoch_labels(spec, *, epoch: int, pipelines: int = 1, global_batch: int = 8, shuffle_buffer: int = 10_000):
+    """The labels each pipeline trains on in ``epoch``, as the trainer cuts it (:func:`images.steps_per_epoch`)."""
+    steps = images.steps_per_epoch(spec, global_batch, pipelines)
+    return [
+        _collect(images.make_dataset(
+            spec, training=True, image_size=8, per_replica_batch=global_batch // pipelines, batches=steps,
+            pipeline_index=index, num_pipelines=pipelines, shuffle_buffer=shuffle_buffer, seed=1, epoch=epoch,
+        ))[1].tolist()
+        for index in range(pipelines)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["encoded", "raw"])
+def test_one_workers_epoch_is_every_picture_once_in_a_new_order(tmp_path, raw):
+    # 3 x 40 pictures and a 10,000-picture buffer: repeat-then-shuffle drew 120 with replacement (75 distinct).
+    spec = _numbered_shards(tmp_path, (40, 40, 40), raw=raw)
+    (first,) = _epoch_labels(spec, epoch=1)
+    (second,) = _epoch_labels(spec, epoch=2)
+    assert sorted(first) == sorted(second) == list(range(120))
+    assert first != second
+
+
+def test_two_workers_epoch_covers_every_picture_and_repeats_only_the_top_up(tmp_path):
+    # Shards of 34, 30, 30 and 22 split by file into 56 and 60 pictures (93% balanced): both
+    # workers run 15 steps of 4, so the first tops up 4 pictures from a second pass of its own.
+    spec = _numbered_shards(tmp_path, (34, 30, 30, 22))
+    plans = images.plan_shards(spec, 2)
+    assert [plan.by_file for plan in plans] == [True, True]
+    assert sorted(plan.examples for plan in plans) == [56, 60]
+    small, large = sorted(_epoch_labels(spec, epoch=1, pipelines=2), key=lambda labels: len(set(labels)))
+    assert len(small) == len(large) == 60
+    assert set(small) | set(large) == set(range(116)) and not set(small) & set(large)
+    assert sorted(large) == sorted(set(large))
+    repeated = [label for label in set(small) if small.count(label) > 1]
+    assert len(set(small)) == 56 and len(repeated) == 4 and all(small.count(label) == 2 for label in repeated)
+
+
+def test_uneven_shards_are_split_by_record_and_the_sharding_line_says_so(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from trainer.contract.environment import Cluster
+    from trainer.train import runner
+
+    # 3 equal shards on 2 workers: by file one worker would hold 80 pictures and the other 40.
+    spec = _numbered_shards(tmp_path, (40, 40, 40))
+    plans = images.plan_shards(spec, 2)
+    assert [(plan.by_file, plan.examples) for plan in plans] == [(False, 60), (False, 60)]
+    first, second = _epoch_labels(spec, epoch=1, pipelines=2)
+    assert sorted(first + second) == list(range(120))
+
+    config = TrainingConfig(model="resnet50", image_size=8, batch_size=8)
+    cluster = Cluster(hosts=("algo-1", "algo-2"), current_host="algo-1", worker_port=2222, source="test")
+    batching = runner._plan_batching(config, spec, SimpleNamespace(num_replicas_in_sync=2), cluster)
+    assert batching.steps == 15
+    assert "[trainer] sharding by_file=False steps_per_epoch=15" in capsys.readouterr().out
+
+    # Four shards balance (60 and 60): each worker reads its own two.
+    even = images.plan_shards(_numbered_shards(tmp_path / "even", (30, 30, 30, 30)), 2)
+    assert [(plan.by_file, len(plan.files), plan.examples) for plan in even] == [(True, 2, 60), (True, 2, 60)]

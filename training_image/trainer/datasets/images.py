@@ -533,9 +533,74 @@ def explain_failure(
     return DataError(f"{where}: {problem}" if problem else f"{where}: {message}")
 
 
-def steps_per_epoch(spec: ImageDataset, global_batch: int) -> int:
-    """Steps per epoch for every worker: the channel's images over the global batch (floor)."""
-    return spec.examples // global_batch
+@dataclass(frozen=True)
+class ShardPlan:
+    """What one input pipeline (one worker) reads of an image channel.
+
+    Attributes:
+        by_file: Whether the pipeline reads only its own shards (else it reads every shard, or
+            every image file, and keeps every n-th picture).
+        files: The shards or image files this pipeline opens.
+        examples: The pictures this pipeline holds: one pass over them is its share of an epoch.
+    """
+
+    by_file: bool
+    files: tuple[str, ...]
+    examples: int
+
+
+def _shard_counts(spec: ImageDataset) -> list[int]:
+    """Records per shard: the counted ones, else the total spread evenly (``image_examples`` gives only that)."""
+    if len(spec.counts) == len(spec.files):
+        return list(spec.counts)
+    share, extra = divmod(spec.examples, max(len(spec.files), 1))
+    return [share + (1 if index < extra else 0) for index in range(len(spec.files))]
+
+
+def plan_shards(spec: ImageDataset, num_pipelines: int) -> tuple[ShardPlan, ...]:
+    """Splits the channel over the workers' input pipelines, the same way on every worker.
+
+    Shards go to the least-loaded pipeline, largest first, as ``trainer.datasets.tabular`` splits
+    files. If that leaves a pipeline with much less than its share (fewer shards than workers, or
+    uneven shards: 3 equal shards on 2 workers hold 80 and 40 pictures), every pipeline reads every
+    shard and keeps every n-th record instead, so no worker wraps around its data far more often
+    than the others. Image files (``image-dir``) are always split by picture.
+    """
+    from trainer.datasets.tabular import MIN_FILE_SHARDING_EFFICIENCY
+
+    by_record = tuple(
+        ShardPlan(by_file=False, files=spec.files, examples=len(range(index, spec.examples, num_pipelines)))
+        for index in range(num_pipelines)
+    )
+    if spec.data_format == "image-dir":
+        return by_record
+    if num_pipelines == 1:
+        return (ShardPlan(by_file=True, files=spec.files, examples=spec.examples),)
+    if len(spec.files) < num_pipelines:
+        return by_record
+    loads = [0] * num_pipelines
+    assigned: list[list[str]] = [[] for _ in range(num_pipelines)]
+    for count, path in sorted(zip(_shard_counts(spec), spec.files, strict=True), key=lambda item: (-item[0], item[1])):
+        target = loads.index(min(loads))
+        assigned[target].append(path)
+        loads[target] += count
+    if min(loads) * num_pipelines < MIN_FILE_SHARDING_EFFICIENCY * spec.examples:
+        return by_record
+    return tuple(
+        ShardPlan(by_file=True, files=tuple(sorted(group)), examples=load)
+        for group, load in zip(assigned, loads, strict=True)
+    )
+
+
+def steps_per_epoch(spec: ImageDataset, global_batch: int, num_pipelines: int = 1) -> int:
+    """Steps per epoch, the same on every worker: the largest pipeline's pass over its batch (floor).
+
+    With one worker that is the channel's images over the global batch. With several, a
+    pipeline holding fewer pictures tops its epoch up from a fresh pass (see :func:`make_dataset`),
+    so that every picture of the channel is trained on in every epoch.
+    """
+    per_pipeline_batch = max(global_batch // max(num_pipelines, 1), 1)
+    return max(plan.examples for plan in plan_shards(spec, num_pipelines)) // per_pipeline_batch
 
 
 # --- the tf.data pipeline --------------------------------------------------------------------
@@ -544,30 +609,31 @@ def steps_per_epoch(spec: ImageDataset, global_batch: int) -> int:
 def _records_with_source(
     spec: ImageDataset, pipeline_index: int, num_pipelines: int, deterministic: bool, shuffle_seed: int | None = None
 ) -> Any:
-    """``(source, index, serialized)`` of this pipeline's records; source is the shard path.
+    """``(source, index, serialized)`` of one pass over this pipeline's records; source is the shard path.
 
-    With ``shuffle_seed`` the pipeline's shards are opened in a seeded random order (training),
-    so the interleave does not visit the same shards together every epoch.
+    The pipeline's shards are :func:`plan_shards`'s. With ``shuffle_seed`` they are opened in a
+    seeded random order (training), so the interleave does not visit the same shards together
+    every epoch; a repeated pass draws a new order (``reshuffle_each_iteration``). When every
+    pipeline reads every shard and keeps every n-th record, all use the same seed and a
+    deterministic interleave, so the pipelines' records stay a partition.
     """
     import tensorflow as tf
 
-    paths = tf.data.Dataset.from_tensor_slices(list(spec.files))
-    by_file = len(spec.files) >= num_pipelines
-    if by_file and num_pipelines > 1:
-        paths = paths.shard(num_pipelines, pipeline_index)
-    if shuffle_seed is not None and by_file:
-        paths = paths.shuffle(len(spec.files), seed=shuffle_seed)
+    plan = plan_shards(spec, num_pipelines)[pipeline_index]
+    paths = tf.data.Dataset.from_tensor_slices(list(plan.files))
+    if shuffle_seed is not None:
+        paths = paths.shuffle(len(plan.files), seed=shuffle_seed, reshuffle_each_iteration=True)
 
     def read(path: Any) -> Any:
         return tf.data.TFRecordDataset(path).enumerate().map(lambda index, record: (path, index, record))
 
     records = paths.interleave(
         read,
-        cycle_length=max(1, min(len(spec.files), 16)),
+        cycle_length=max(1, min(len(plan.files), 16)),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=deterministic or not by_file,
+        deterministic=deterministic or not plan.by_file,
     )
-    if not by_file and num_pipelines > 1:
+    if not plan.by_file and num_pipelines > 1:
         records = records.shard(num_pipelines, pipeline_index)
     return records
 
@@ -661,11 +727,13 @@ def make_dataset(
     """One input pipeline's batches ``(images uint8 [B, S, S, 3], labels int32 [B])``.
 
     Call it from ``distribute_datasets_from_function`` with the context's pipeline id and count:
-    each pipeline reads its own shards (or every n-th record/file when there are fewer shards
-    than pipelines). Training shuffles (seeded by ``seed`` and ``epoch``, so a resumed run
-    replays the same epoch), crops at random (area 8-100%, aspect 3/4-4/3), flips at random,
-    repeats the shard and stops after ``batches`` full batches (every worker runs the same
-    steps even when shards are uneven). Evaluation reads the shard once in order, centre crop,
+    each pipeline reads its own shards, or every n-th record/file (:func:`plan_shards`). An epoch
+    of training is one pass over the pipeline's pictures in a fresh shuffled order (shards and
+    records, seeded by ``seed`` and ``epoch``, so a resumed run replays the same epoch), with
+    random crops (area 8-100%, aspect 3/4-4/3) and flips, cut after ``batches`` full batches; a
+    pipeline with fewer pictures than that tops up from a second pass in a new order, so every
+    worker runs the same steps (:func:`steps_per_epoch`) and no picture is seen twice before all
+    are seen once. Evaluation reads the shard once in order, centre crop,
     last batch kept (``batches`` None) or the first ``batches`` batches.
     Training emits pictures as they are ready (out of order); each one's crop and flip depend on
     its place in the seeded order only, so ``ordered=True`` (slower) replays an epoch exactly.
@@ -709,7 +777,9 @@ def make_dataset(
             spec, pipeline_index, num_pipelines, deterministic=not training, shuffle_seed=seed + epoch if training else None
         )
         if training:
-            items = items.repeat().shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
+            # Shuffle one pass, then repeat: an epoch takes every record of the pass once before
+            # any twice (the reverse samples with replacement when the data is near the buffer's size).
+            items = items.shuffle(shuffle_buffer, seed=seed * 7919 + epoch, reshuffle_each_iteration=True).repeat()
         read = _parse_record(spec)
 
     if batches is not None:
@@ -796,9 +866,12 @@ def _make_raw_dataset(
         # Raw pictures are large (150 KB at 224x224), and each epoch's pipeline drops its buffer
         # at the end (read for nothing): at most RAW_SHUFFLE_BYTES of pixels and an eighth of this
         # pipeline's share of the epoch. The seeded shard order and the interleave mix the rest.
-        share = spec.examples // max(num_pipelines, 1)
+        share = plan_shards(spec, num_pipelines)[pipeline_index].examples
         limit = min(shuffle_buffer, RAW_SHUFFLE_BYTES // (height * width * channels), share // 8)
-        items = items.repeat().shuffle(max(limit, per_replica_batch), seed=seed * 7919 + epoch)
+        # One pass shuffled, then the next (each record once before any twice), as in make_dataset.
+        items = items.shuffle(
+            max(limit, per_replica_batch), seed=seed * 7919 + epoch, reshuffle_each_iteration=True
+        ).repeat()
     features = {
         RAW_KEY: tf.io.FixedLenFeature([], tf.string),
         SHAPE_KEY: tf.io.FixedLenFeature([3], tf.int64),

@@ -249,23 +249,77 @@ def _agree_on_resume(strategy: Any, restored_epoch: int, cluster: Cluster, paths
         )
 
 
-def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConfig, spec: data.DatasetSpec) -> int:
+def _checkpoint_candidates(directory: Path) -> list[str]:
+    """The checkpoints the directory's ``checkpoint`` file lists, newest first.
+
+    Without a readable ``checkpoint`` file (its own upload cut short), the ``ckpt-N.index``
+    files present, highest N first.
+    """
     import tensorflow as tf
 
-    latest = tf.train.latest_checkpoint(str(paths.checkpoint_dir))
-    if latest is None:
-        return 0
-    try:
-        checkpoint.restore(latest).assert_existing_objects_matched()
-    except (AssertionError, ValueError, tf.errors.OpError) as err:
-        raise CheckpointError(
-            f"The checkpoint {latest} does not fit this model (model={config.model}, {spec.num_features} features, "
-            f"{spec.num_classes} classes): {' '.join(str(err).split())[:300]}. Resume with the hyperparameters and "
-            "data it was written with, or point CHECKPOINT_DIR at an empty directory."
-        ) from err
-    restored = int(completed.numpy())
-    log("resume", checkpoint=latest, completed_epochs=restored, epochs=config.epochs)
-    return restored
+    state = tf.train.get_checkpoint_state(str(directory))
+    if state is None:
+        numbered = [(path.name[len("ckpt-") : -len(".index")], path) for path in directory.glob("ckpt-*.index")]
+        found = sorted((int(number), path) for number, path in numbered if number.isdigit())
+        return [str(directory / f"ckpt-{number}") for number, _ in reversed(found)]
+    listed = [*state.all_model_checkpoint_paths, state.model_checkpoint_path]
+    return list(dict.fromkeys(path for path in reversed(listed) if path))
+
+
+def _missing_files(prefix: str) -> str | None:
+    """The file of checkpoint ``prefix`` that is absent (its index, or a data shard the shard count promises)."""
+    index = Path(f"{prefix}.index")
+    if not index.is_file():
+        return index.name
+    shards = sorted(index.parent.glob(f"{Path(prefix).name}.data-*-of-*"))
+    if not shards:
+        return f"{Path(prefix).name}.data-00000-of-00001"
+    total = int(shards[0].name.rsplit("-of-", 1)[1])
+    for number in range(total):
+        name = f"{Path(prefix).name}.data-{number:05d}-of-{total:05d}"
+        if not (index.parent / name).is_file():
+            return name
+    return None
+
+
+def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConfig, spec: data.DatasetSpec) -> int:
+    """Restores the newest intact checkpoint; returns its completed epochs (0 when there is none).
+
+    SageMaker uploads ``/opt/ml/checkpoints`` in the background, so a spot interruption during
+    the upload of ``ckpt-N``'s data leaves a ``checkpoint`` file that names ``ckpt-N`` beside an
+    incomplete ``ckpt-N``. Such a checkpoint (a file missing, or one that cannot be read) is
+    skipped with a ``checkpoint-skipped`` line and the one before it restored; the walk depends
+    only on the files, so workers that see the same directory restore the same epoch (checked by
+    :func:`_agree_on_resume`). A checkpoint that is whole but does not fit the model still fails.
+    """
+    import tensorflow as tf
+
+    candidates = _checkpoint_candidates(paths.checkpoint_dir)
+    for candidate in candidates:
+        missing = _missing_files(candidate)
+        if missing is not None:
+            log("checkpoint-skipped", checkpoint=candidate, reason=json.dumps(f"{missing} is missing (upload cut short?)"))
+            continue
+        try:
+            checkpoint.restore(candidate).assert_existing_objects_matched()
+        except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as err:
+            raise CheckpointError(
+                f"The checkpoint {candidate} does not fit this model (model={config.model}, {spec.num_features} "
+                f"features, {spec.num_classes} classes): {' '.join(str(err).split())[:300]}. Resume with the "
+                "hyperparameters and data it was written with, or point CHECKPOINT_DIR at an empty directory."
+            ) from err
+        except (tf.errors.OpError, IndexError) as err:
+            # A file cut short or garbled: NotFound, DataLoss, "not an sstable" (an index), or the
+            # reader's IndexError "Read less bytes than requested" (a data file).
+            reason = f"unreadable: {' '.join(str(err).split())[:200]}"
+            log("checkpoint-skipped", checkpoint=candidate, reason=json.dumps(reason))
+            continue
+        restored = int(completed.numpy())
+        log("resume", checkpoint=candidate, completed_epochs=restored, epochs=config.epochs)
+        return restored
+    if candidates:
+        log("checkpoint-none-intact", directory=paths.checkpoint_dir, action="training from epoch 1")
+    return 0
 
 
 def _step_failure(
@@ -367,8 +421,8 @@ def _plan_batching(config: TrainingConfig, spec: data.DatasetSpec, strategy: Any
     num_pipelines = cluster.num_workers
     per_replica_batch = config.batch_size // replicas
     if isinstance(spec, images.ImageDataset):
-        plans: Any = (None,) * num_pipelines
-        steps = images.steps_per_epoch(spec, config.batch_size)
+        plans: Any = images.plan_shards(spec, num_pipelines)
+        steps = images.steps_per_epoch(spec, config.batch_size, num_pipelines)
     else:
         plans = data.plan_shards(spec, num_pipelines)
         steps = data.steps_per_epoch(plans, config.batch_size // num_pipelines)
@@ -380,7 +434,7 @@ def _plan_batching(config: TrainingConfig, spec: data.DatasetSpec, strategy: Any
         )
     log(
         "sharding",
-        by_file=plans[0].by_file if plans[0] is not None else len(spec.files) >= num_pipelines,
+        by_file=plans[0].by_file,
         steps_per_epoch=steps,
         per_replica_batch=per_replica_batch,
     )
@@ -544,8 +598,13 @@ def _train_epoch(
     watch: DivergenceWatch,
     precision: str,
     sampler: Any,
-) -> EpochMetrics:
-    """Runs one epoch's steps; a failed step becomes the error that names its cause (data, peer, NaN, SIGTERM)."""
+) -> tuple[EpochMetrics, bool]:
+    """Runs one epoch's steps; returns its metrics and whether a stop (SIGTERM) came with its last call.
+
+    A failed step becomes the error that names its cause (data, peer, NaN); a stop that arrives
+    before the last call raises TrainingInterrupted at once. One that arrives with the last call
+    lets the epoch finish: all its steps are applied, and the caller checkpoints it before stopping.
+    """
     import tensorflow as tf
 
     totals = [0.0, 0.0, 0.0]
@@ -581,7 +640,8 @@ def _train_epoch(
         for offset, loss in enumerate(losses.tolist(), start=1):
             _check_loss(loss, watch, config, epoch, step + offset, steps, precision)
         step += count
-        if sums[3] > 0:
+        stop_voted = bool(sums[3] > 0)
+        if stop_voted and step < steps:
             raise TrainingInterrupted(
                 f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}. Completed epochs: "
                 f"{epoch - 1} (checkpointed in {paths.checkpoint_dir} every {config.checkpoint_every_epochs} "
@@ -590,7 +650,7 @@ def _train_epoch(
         totals = [t + float(v) for t, v in zip(totals, sums[:3], strict=True)]
     elapsed = time.perf_counter() - started
     usage = sampler.take() if sampler is not None else None
-    return EpochMetrics(
+    metrics = EpochMetrics(
         epoch=epoch,
         loss=totals[0] / totals[2],
         accuracy=totals[1] / totals[2],
@@ -600,6 +660,7 @@ def _train_epoch(
         gpu_util_pct=usage.utilization_pct if usage else None,
         gpu_mem_mib=usage.memory_used_mib if usage else None,
     )
+    return metrics, stop_voted
 
 
 def _end_epoch(
@@ -610,8 +671,13 @@ def _end_epoch(
     config: TrainingConfig,
     cluster: Cluster,
     writer: Any,
+    force_checkpoint: bool = False,
 ) -> tuple[EpochMetrics, bool]:
-    """Validates (keeping the best model), checkpoints, then prints the epoch; returns its metrics and whether to stop early."""
+    """Validates (keeping the best model), checkpoints, then prints the epoch; returns its metrics and whether to stop early.
+
+    ``force_checkpoint``: save this epoch whatever ``checkpoint_every_epochs`` says (a stop
+    arrived with its last step).
+    """
     epoch = metrics.epoch
     stopped_early = False
     if evaluate is not None and (epoch % config.validation_every_epochs == 0 or epoch == config.epochs):
@@ -639,7 +705,7 @@ def _end_epoch(
             config.early_stopping_patience and int(state.evals_since_best.numpy()) >= config.early_stopping_patience
         )
     state.completed.assign(epoch)
-    if epoch % config.checkpoint_every_epochs == 0 or epoch == config.epochs or stopped_early:
+    if force_checkpoint or epoch % config.checkpoint_every_epochs == 0 or epoch == config.epochs or stopped_early:
         saved = state.manager.save(checkpoint_number=epoch)
         if not cluster.is_chief:
             shutil.rmtree(state.write_dir, ignore_errors=True)
@@ -661,6 +727,27 @@ def _end_epoch(
             patience=config.early_stopping_patience,
         )
     return metrics, stopped_early
+
+
+def _stop_after_last_step(
+    metrics: EpochMetrics, state: _Trainable, *, config: TrainingConfig, cluster: Cluster, writer: Any, paths: Paths,
+    steps: int,
+) -> None:
+    """Checkpoints an epoch whose last call carried the stop vote, then raises TrainingInterrupted.
+
+    Every step of the epoch was applied, so redoing it after the restart would train on its
+    batches twice. There is no time to validate within SIGTERM's grace period: the metric line
+    has no ``val_loss``, and the log says the validation was skipped.
+    """
+    epoch = metrics.epoch
+    if cluster.is_chief:
+        log("sigterm-epoch-end", epoch=epoch, action="checkpointing the completed epoch without validation")
+    _end_epoch(metrics, state, evaluate=None, config=config, cluster=cluster, writer=writer, force_checkpoint=True)
+    raise TrainingInterrupted(
+        f"Training stopped by SIGTERM at the end of epoch {epoch} (step {steps} of {steps}). Completed epochs: "
+        f"{epoch} (checkpointed in {paths.checkpoint_dir}, not validated); a restart with the same checkpoint "
+        "directory resumes from the last checkpoint."
+    )
 
 
 def _train_loop(
@@ -711,10 +798,12 @@ def _train_loop(
     for epoch in range(first_epoch, config.epochs + 1):
         if stopped_early:
             break
-        metrics = _train_epoch(
+        metrics, stop_voted = _train_epoch(
             run_steps, iterator, epoch=epoch, first_epoch=first_epoch, steps=steps, config=config, spec=spec,
             cluster=cluster, paths=paths, stop=stop, watch=watch, precision=precision, sampler=sampler,
         )  # fmt: skip
+        if stop_voted:
+            _stop_after_last_step(metrics, state, config=config, cluster=cluster, writer=writer, paths=paths, steps=steps)
         metrics, stopped_early = _end_epoch(metrics, state, evaluate=evaluate, config=config, cluster=cluster, writer=writer)
         last_metrics = metrics
         trained.append(metrics)
