@@ -48,6 +48,7 @@ from typing import Any, Callable, Optional, Sequence
 from scripts.common import (
     AWS_CREDENTIALS,
     AWS_EXIT,
+    EXIT_FAILED,
     Deployment,
     OperatorError,
     UsageError,
@@ -87,6 +88,9 @@ PLUGIN = "ClusterJob"
 STOP_WAIT_SECONDS = STOP_GRACE_SECONDS + UPLOAD_MARGIN_SECONDS
 """How long ``stop`` waits for a stopped job's run to end by itself before it cancels the run."""
 STOP_POLL_SECONDS = 10.0
+GUARD_WAIT_SLACK_SECONDS = 60
+"""How much longer than the stop action's own bound (:data:`STOP_ACTION_WAIT_SECONDS`) the stop waits for it to
+report: its delivery to the nodes and their last poll."""
 STOPPED_EXIT = 143
 """A container stopped with SIGTERM exits 143: the exit of every node of a stopped job."""
 
@@ -425,6 +429,21 @@ def command_status(deployment: Deployment, command_id: str) -> str:
     return str(commands[0]["Status"]) if commands else "missing"
 
 
+@dataclass(frozen=True)
+class StopOutcome:
+    """How a stop ended.
+
+    Attributes:
+        status: The run's command status.
+        uploads_confirmed: False when the run was cancelled and its stop action did not report every node's
+            guard done (still going, failed or timed out): removing the nodes then may lose what they had not
+            uploaded.
+    """
+
+    status: str
+    uploads_confirmed: bool = True
+
+
 def stop_cluster_job(
     deployment: Deployment,
     cluster: Cluster,
@@ -432,21 +451,26 @@ def stop_cluster_job(
     command_id: str,
     *,
     wait_seconds: Optional[float] = None,
+    limit_seconds: Optional[float] = None,
     interval: Optional[float] = None,
     sleep: Optional[Callable[[float], None]] = None,
     send: bool = True,
-) -> str:
-    """Stop a running job on every node and wait for its run to end by itself; the run's final status.
+) -> StopOutcome:
+    """Stop a running job on every node and wait for its run to end by itself; how it ended.
 
     The document's ``stop`` action gives each container SIGTERM; each node's script then uploads the
     checkpoints, model and outputs and exits 143. Only a run still going after ``wait_seconds``
     (default :data:`STOP_WAIT_SECONDS`) is cancelled (``CancelCommand``: Run Command SIGKILLs the
     script, and each node's guard stops what still runs and uploads), in one line. ``send`` False: a stop
-    action is already under way, and only the wait (and the fallback) is left.
+    action is already under way, and only the wait (and the fallback) is left. After a cancel the stop action is
+    waited for (:func:`wait_for_guards`), at most until :data:`STOP_ACTION_WAIT_SECONDS` after the stop and at most
+    ``limit_seconds`` from now.
     """
     sleep = sleep or time.sleep  # looked up at the call: tests replace it
     bound = STOP_WAIT_SECONDS if wait_seconds is None else wait_seconds
     interval = STOP_POLL_SECONDS if interval is None else interval
+    stopped_at = time.monotonic()
+    limit_at = stopped_at + limit_seconds if limit_seconds is not None else float("inf")
     stop_id = send_stop(deployment, cluster, job_name) if send else None
     what = f"SIGTERM into its containers (command {stop_id})" if send else "its stop action under way"
     print(f"stopping cluster job {job_name}: {what}; waiting at most {bound:.0f} s for command {command_id} to end by itself "
@@ -458,11 +482,12 @@ def stop_cluster_job(
             deployment.aws.client("ssm").cancel_command(CommandId=command_id)
             print(f"{job_name} did not end within {bound:.0f} s of its stop: command {command_id} cancelled (Run Command "
                   "SIGKILLs each node's job script; its guard stops the container and uploads what it wrote)")  # fmt: skip
-            wait_for_guards(deployment, cluster, job_name, stop_id, interval=interval, sleep=sleep)
-            return command_status(deployment, command_id)
+            deadline = min(stopped_at + STOP_ACTION_WAIT_SECONDS + GUARD_WAIT_SLACK_SECONDS, limit_at)
+            guards = wait_for_guards(deployment, cluster, job_name, stop_id, deadline=deadline, interval=interval, sleep=sleep)
+            return StopOutcome(command_status(deployment, command_id), uploads_confirmed=guards == "Success")
         print(f"  waiting for {job_name} to end on every node: {status}, {waited:.0f} s of at most {bound:.0f} s")
         sleep(min(interval, max(bound - waited, 0.0)))
-    return status
+    return StopOutcome(status)
 
 
 def wait_for_guards(
@@ -471,28 +496,30 @@ def wait_for_guards(
     job_name: str,
     stop_id: Optional[str],
     *,
+    deadline: float,
     interval: float,
     sleep: Callable[[float], None],
 ) -> str:
-    """After a cancel: wait (at most :data:`STOP_ACTION_WAIT_SECONDS`) for the job's stop action, which ends on
-    each node once the guard's uploads are done; its status. ``stop_id`` ``None``: the job's newest stop action."""
+    """After a cancel: wait (until ``deadline``, a ``time.monotonic()`` value) for the job's stop action, which ends
+    on each node once the guard's uploads are done; its status (``Success``: every node's uploads are done).
+    ``stop_id`` ``None``: the job's newest stop action."""
     if stop_id is None:
         stops = job_commands(deployment, cluster, job_name, action="stop")
         if not stops:
             return "missing"
         stop_id = str(stops[0]["CommandId"])
-    started = time.monotonic()
     while (status := command_status(deployment, stop_id)) in ACTIVE:
-        waited = time.monotonic() - started
-        if waited >= STOP_ACTION_WAIT_SECONDS:
-            print(f"{job_name}: the guards are still uploading after {waited:.0f} s (stop action {stop_id} {status}): "
-                  f"removing the nodes now would lose what they have not uploaded; see {PROG} logs {job_name}")  # fmt: skip
-            return status
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
         print(f"  waiting for {job_name}'s guards to upload on every node: stop action {stop_id} {status}, "
-              f"{waited:.0f} s of at most {STOP_ACTION_WAIT_SECONDS} s")  # fmt: skip
-        sleep(min(interval, max(STOP_ACTION_WAIT_SECONDS - waited, 0.0)))
-    said = "uploads done on every node" if status == "Success" else f"stop action {stop_id} {status}: see {PROG} logs {job_name}"
-    print(f"{job_name}: the guards have ended ({said})")
+              f"at most {left:.0f} s more")  # fmt: skip
+        sleep(min(interval, left))
+    if status == "Success":
+        print(f"{job_name}: the guards have ended (uploads done on every node)")
+    else:
+        print(f"{job_name}: the guards' uploads are not confirmed (stop action {stop_id} {status}): removing the nodes "
+              f"now could lose what they have not uploaded; see {PROG} logs {job_name} and each node's boot log")  # fmt: skip
     return status
 
 
@@ -508,10 +535,10 @@ def cmd_stop(deployment: Deployment, args: argparse.Namespace) -> int:
     if command["Status"] not in ACTIVE:
         print(f"{args.job_name} already {command['Status']}; nothing to stop")
         return 0
-    status = stop_cluster_job(deployment, cluster, args.job_name, command["CommandId"])
-    print(f"cluster job {args.job_name}: {status} (command {command['CommandId']}); each node's exit: {PROG} status "
-          f"{args.job_name} (143: stopped, its checkpoints uploaded); a rerun resumes from them")  # fmt: skip
-    return 0
+    outcome = stop_cluster_job(deployment, cluster, args.job_name, command["CommandId"])
+    print(f"cluster job {args.job_name}: {outcome.status} (command {command['CommandId']}); each node's exit: {PROG} "
+          f"status {args.job_name} (143: stopped, its checkpoints uploaded); a rerun resumes from them")  # fmt: skip
+    return 0 if outcome.uploads_confirmed else EXIT_FAILED
 
 
 def cmd_list(deployment: Deployment, args: argparse.Namespace) -> int:
@@ -543,7 +570,8 @@ def build_parser() -> argparse.ArgumentParser:
             ],
             credentials=AWS_CREDENTIALS,
             done="the job was sent or stopped; status: it succeeded or still runs",
-            failed="status and logs --follow: the job failed, was cancelled or timed out on a node",
+            failed="status and logs --follow: the job failed, was cancelled or timed out on a node; stop: a cancelled "
+            "run's uploads were not confirmed done",
             cannot_proceed=AWS_EXIT + ", a job the document or the image's rules refuse, a second job while one runs, "
             "a node not running",
         ),

@@ -112,16 +112,20 @@ class Running:
     transform_jobs: list[str] = field(default_factory=list)
     warm_pools: list[str] = field(default_factory=list)
     cluster_jobs: list[ClusterCommand] = field(default_factory=list)
+    unconfirmed_uploads: list[str] = field(default_factory=list)
+    """Cluster jobs cancelled after their stop bound whose guards were not seen to finish their uploads:
+    nothing runs, but removing the nodes could lose what they had not uploaded."""
 
     def __bool__(self) -> bool:
         return bool(self.executions or self.jobs or self.processing_jobs or self.tuning_jobs or self.transform_jobs
-                    or self.warm_pools or self.cluster_jobs)
+                    or self.warm_pools or self.cluster_jobs or self.unconfirmed_uploads)
 
     def names(self) -> list[str]:
         """Every job and execution name, for one progress line."""
         return (self.jobs + self.processing_jobs + [f"{n} (tuning job)" for n in self.tuning_jobs]
                 + [f"{n} (transform job)" for n in self.transform_jobs] + [f"{n} (warm pool)" for n in self.warm_pools]
-                + [f"cluster job {c.describe()}" for c in self.cluster_jobs] + [a.rsplit(":", 1)[-1] for a in self.executions])  # fmt: skip
+                + [f"cluster job {c.describe()}" for c in self.cluster_jobs] + [a.rsplit(":", 1)[-1] for a in self.executions]
+                + [f"cluster job {n} (uploads not confirmed)" for n in self.unconfirmed_uploads])  # fmt: skip
 
 
 def find_running(deployment: Deployment) -> Running:
@@ -314,11 +318,14 @@ def stop_running(
         for name in names:
             if _stop_in_progress(deployment, kind, name):
                 print(f"stopping {kind.label} {name}")
-    stop_cluster_jobs(deployment, running.cluster_jobs, wait_seconds=timeout if wait else 0.0, interval=interval, sleep=sleep)
+    unconfirmed = stop_cluster_jobs(deployment, running.cluster_jobs, wait_seconds=timeout if wait else 0.0, interval=interval,
+                                    sleep=sleep)  # fmt: skip
     deadline = time.monotonic() + timeout
     while True:
         left = find_running(deployment)
-        if not left or not wait or time.monotonic() > deadline:
+        left.unconfirmed_uploads = unconfirmed
+        if not any((left.executions, left.jobs, left.processing_jobs, left.tuning_jobs, left.transform_jobs,
+                    left.warm_pools, left.cluster_jobs)) or not wait or time.monotonic() > deadline:  # fmt: skip
             return left
         # A job stopped above, or one that ended meanwhile, can leave a warm pool Available: ended
         # here, not waited for (it would bill, and outlast the timeout, for its whole keep-alive).
@@ -375,16 +382,18 @@ def stop_cluster_jobs(
     wait_seconds: float = CLUSTER_STOP_WAIT_SECONDS,
     interval: float = 15.0,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+) -> list[str]:
     """Stop the cluster's running jobs as ``scripts.cluster_job stop`` does: the stop action, then the run
     waited for (at most ``wait_seconds``, capped at ``STOP_WAIT_SECONDS``) to upload and end by itself, and
-    cancelled only after that; ``wait_seconds`` 0 sends the stop action only. A stop action or a cancel
-    already under way is only waited for."""
+    cancelled only after that, then its guards' uploads waited for (at most ``wait_seconds`` in all);
+    ``wait_seconds`` 0 sends the stop action only. A stop action or a cancel already under way is only
+    waited for. The jobs whose cancelled runs' uploads were not confirmed done."""
     to_stop = [c for c in commands if c.action == "run" and c.status in CLUSTER_JOB_ACTIVE]
     stopping = {c.job_name for c in commands if c.action == "stop"}
     cluster = Cluster.find(deployment) if to_stop else None
+    unconfirmed: list[str] = []
     if cluster is None:
-        return
+        return unconfirmed
     for command in to_stop:
         if command.job_name in stopping and wait_seconds <= 0:
             continue
@@ -393,11 +402,16 @@ def stop_cluster_jobs(
             if wait_seconds <= 0:
                 send_stop(deployment, cluster, command.job_name)
             else:
-                stop_cluster_job(deployment, cluster, command.job_name, command.command_id, send=command.job_name not in stopping,
-                                 wait_seconds=min(wait_seconds, CLUSTER_STOP_WAIT_SECONDS), interval=interval, sleep=sleep)  # fmt: skip
+                outcome = stop_cluster_job(deployment, cluster, command.job_name, command.command_id,
+                                           send=command.job_name not in stopping, limit_seconds=wait_seconds,
+                                           wait_seconds=min(wait_seconds, CLUSTER_STOP_WAIT_SECONDS), interval=interval,
+                                           sleep=sleep)  # fmt: skip
+                if not outcome.uploads_confirmed:
+                    unconfirmed.append(command.job_name)
         except ClientError as err:
             # It may have ended in the meantime.
             print(f"  {command.job_name}: {error_code(err)}: {error_message(err)}")
+    return unconfirmed
 
 
 def serving_stack(deployment: Deployment) -> Optional[str]:
@@ -461,6 +475,8 @@ def report(running: Running) -> None:
         print(f"warm pool kept (billing) after training job: {name}")
     for command in running.cluster_jobs:
         print(f"running cluster job: {command.describe()}")
+    for name in running.unconfirmed_uploads:
+        print(f"cluster job {name}: cancelled, its guards' uploads not confirmed done (see python -m scripts.cluster_job logs {name})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -482,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--stop-running", action="store_true", help="stop them (default: only list them)")
-    parser.add_argument("--no-wait", dest="wait", action="store_false", help="do not wait until they have ended")
+    parser.add_argument("--no-wait", dest="wait", action="store_false",
+                        help="do not wait until they have ended (with --destroy: refused while anything still runs)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait (default 900)")
     parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
     parser.add_argument("--destroy", action="store_true", help="afterwards run cdk destroy --all --force")
@@ -507,9 +524,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{serving} is deployed (its endpoint bills by the hour): --destroy removes it with the rest")
         return EXIT_OK if not args.destroy else destroy(deployment, args.context, timeout=args.timeout, interval=args.interval)
     left = stop_running(deployment, wait=args.wait, timeout=args.timeout, interval=args.interval)
-    if left and args.wait:
+    if left and (args.wait or args.destroy):
         report(left)
-        print(f"error: still running after {args.timeout:.0f}s; not destroying", file=sys.stderr)
+        if not args.wait:
+            why = "--no-wait: something still runs"
+        elif left.names() == [f"cluster job {n} (uploads not confirmed)" for n in left.unconfirmed_uploads]:
+            why = "a cancelled cluster job's uploads are not confirmed done"
+        else:
+            why = f"still running after {args.timeout:.0f}s"
+        print(f"error: {why}; not destroying", file=sys.stderr)
         return EXIT_FAILED
     print("nothing left running" if not left else "stop requested; not waiting")
     delete_unowned_endpoints(deployment)

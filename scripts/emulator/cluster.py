@@ -340,10 +340,16 @@ class LocalCluster:
         deadline = time.monotonic() + STOP_ACTION_WAIT_SECONDS
         while playing and self.running.get(job) is playing_runs and time.monotonic() < deadline:
             time.sleep(0.5)
+        ended = self.running.get(job) is not playing_runs
         for run in runs:
-            if playing:
-                run.say(f"job {job} has ended on this node, its uploads done")
             run.code = 0
+            if run.node.instance_id not in playing:
+                continue
+            if ended:
+                run.say(f"job {job} has ended on this node, its uploads done")
+            else:  # as cluster_job.sh's stop action fails
+                run.say(f"ERROR: job {job} is still uploading {STOP_ACTION_WAIT_SECONDS} s after the stop: see this node's boot log")
+                run.code = 1
 
     # --- run -------------------------------------------------------------------------------
 

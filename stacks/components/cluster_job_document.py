@@ -42,8 +42,9 @@ UPLOAD_MARGIN_SECONDS = 300
 """How long a stopped job's nodes may take, after the container's stop grace, to upload its checkpoints,
 model and outputs and end."""
 STOP_ACTION_WAIT_SECONDS = 2 * (STOP_GRACE_SECONDS + UPLOAD_MARGIN_SECONDS)
-"""How long the ``stop`` action waits on a node for the run's uploads (``cluster_job.sh``'s ``STOP_ACTION_WAIT``):
-the run's own stop and uploads, then, where the run was cancelled after that bound, its guard's."""
+"""How long, from its start, the ``stop`` action waits on a node for the run's uploads (``cluster_job.sh``'s
+``STOP_ACTION_WAIT``): the run's own stop and uploads, then, where the run was cancelled after that bound
+(``scripts.cluster_job``'s ``STOP_WAIT_SECONDS``, the first half), its guard's."""
 SOURCE_CODE_KEYS = f"{USER_CODE_PREFIX}cluster-*/sourcedir.tar.gz"
 """Where ``scripts.cluster_job run --source-dir`` uploads a job's code (``code/cluster-<job>/sourcedir.tar.gz``):
 what the operators' policy may write."""

@@ -12,6 +12,7 @@ script itself runs in tests/unit/test_cluster_job_document.py.
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Iterator
 
@@ -331,13 +332,27 @@ def test_after_a_cancel_stop_waits_for_the_guards_uploads_and_says_when_they_out
     assert out.index("cancelled") < out.index("  waiting for slow-upload's guards to upload on every node: stop action")
     assert "slow-upload: the guards have ended (uploads done on every node)" in out
 
-    late = _running("stuck-upload")
+    late = _running("stuck-upload")  # its stop action stays InProgress past the bound: stop fails, saying so
     monkeypatch.setattr(cluster_job, "STOP_ACTION_WAIT_SECONDS", 0.0)
-    assert run(cluster_job.main, ["stop", "stuck-upload"]) == 0
+    monkeypatch.setattr(cluster_job, "GUARD_WAIT_SLACK_SECONDS", 0.0)
+    monkeypatch.setattr(cluster_job.time, "sleep", lambda seconds: None)
+    assert run(cluster_job.main, ["stop", "stuck-upload"]) == 1
     out = capsys.readouterr().out
     assert late.status == "Cancelled"
-    assert "stuck-upload: the guards are still uploading after 0 s (stop action " in out
-    assert "removing the nodes now would lose what they have not uploaded" in out
+    assert re.search(r"stuck-upload: the guards' uploads are not confirmed \(stop action \S+ InProgress\): removing the "
+                     r"nodes now could lose what they have not uploaded", out), out  # fmt: skip
+
+    failed = _running("failed-upload")  # a node's stop action failed ("still uploading" after its own bound)
+
+    def stop_fails(*args: Any) -> str:
+        stop_id = send_stop(*args)
+        next(c for c in _commands() if c.command_id == stop_id).status = "Failed"
+        return stop_id
+
+    monkeypatch.setattr(cluster_job, "send_stop", stop_fails)
+    assert run(cluster_job.main, ["stop", "failed-upload"]) == 1
+    assert failed.status == "Cancelled"
+    assert "failed-upload: the guards' uploads are not confirmed (stop action " in capsys.readouterr().out
 
 
 def test_watch_reports_a_job_stopped_with_143_on_every_node_as_stopped(cluster, capsys):
@@ -418,6 +433,37 @@ def test_teardown_cancels_a_cluster_job_only_after_its_stop_bound(cluster, monke
     out = capsys.readouterr().out
     assert out.index("SIGTERM into its containers") < out.index(f"td-slow did not end within 0 s of its stop: command {command.command_id} cancelled")
     assert command.status == "Cancelled"
+
+
+def test_teardown_does_not_destroy_when_a_cancelled_jobs_uploads_are_not_confirmed(cluster, monkeypatch, capsys):
+    """The run outlived its stop bound and was cancelled, and its stop action failed on a node (a guard still
+    uploading past its bound): nothing runs any more, yet destroying the nodes could lose the checkpoint."""
+    command = _running("td-unsure")
+    monkeypatch.setattr(teardown, "CLUSTER_STOP_WAIT_SECONDS", 0.2)
+    send_stop = cluster_job.send_stop
+
+    def stop_fails(*args: Any) -> str:
+        stop_id = send_stop(*args)
+        next(c for c in _commands() if c.command_id == stop_id).status = "Failed"
+        return stop_id
+
+    monkeypatch.setattr(cluster_job, "send_stop", stop_fails)
+    calls = []
+    monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or type("R", (), {"returncode": 0})())
+    assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "5"]) == 1
+    assert command.status == "Cancelled" and not calls, "cdk destroy never ran"
+    captured = capsys.readouterr()
+    assert "cluster job td-unsure: cancelled, its guards' uploads not confirmed done" in captured.out
+    assert "error: a cancelled cluster job's uploads are not confirmed done; not destroying" in captured.err
+
+
+def test_teardown_with_no_wait_never_destroys_what_still_runs(cluster, monkeypatch, capsys):
+    command = _running("td-nowait")
+    calls = []
+    monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or type("R", (), {"returncode": 0})())
+    assert run(teardown.main, ["--stop-running", "--no-wait", "--destroy"]) == 1
+    assert not calls and command.status == "InProgress"
+    assert "error: --no-wait: something still runs; not destroying" in capsys.readouterr().err
 
 
 def test_teardown_does_not_destroy_while_a_cluster_job_still_runs(cluster, monkeypatch, capsys):

@@ -502,16 +502,13 @@ def test_a_node_with_a_guard_at_work_refuses_a_new_run(node, tmp_path):
 
 
 def _guard_ended(tmp_path: Path, job_name: str, timeout: float = 20) -> None:
-    """Until the run's guard (its pid in ``guard.watch``) has ended."""
-    pid = int((tmp_path / "jobs" / job_name / "guard.watch").read_text())
+    """Until the run's guard has ended: it removes its pid file, ``guard.watch``, as it exits."""
+    watch = tmp_path / "jobs" / job_name / "guard.watch"
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
+    while watch.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the guard of {job_name} (pid {watch.read_text().strip()}) still runs after {timeout:.0f}s")
         time.sleep(0.1)
-    raise AssertionError(f"the guard of {job_name} (pid {pid}) still runs after {timeout:.0f}s")
 
 
 def test_a_job_that_ends_by_itself_leaves_the_guard_nothing_to_do(node, tmp_path):
@@ -540,7 +537,7 @@ def test_the_stop_action_ends_only_once_the_runs_uploads_are_done(node, tmp_path
     """Its guard still at work (the script uploading, or after a cancel the guard): the stop action waits for it,
     so a stop that returned is one whose checkpoint is in S3, and a bounded wait that runs out fails in one line."""
     (tmp_path / "jobs" / "up-j").mkdir(parents=True)
-    guard = subprocess.Popen(["sleep", "2"])
+    guard = subprocess.Popen(["bash", "-c", "sleep 2; :", "guard_job"])  # a guard by its command line
     threading.Thread(target=guard.wait, daemon=True).start()  # reaped as it ends, as init reaps the node's guard
     try:
         (tmp_path / "jobs" / "up-j" / "guard.watch").write_text(f"{guard.pid}\n")
@@ -548,21 +545,29 @@ def test_the_stop_action_ends_only_once_the_runs_uploads_are_done(node, tmp_path
         stopped = node(Action="stop", JobName="up-j")  # no container left (the cancel's guard has stopped it)
         assert stopped.returncode == 0, stopped.log
         assert guard.poll() is not None and time.monotonic() - started >= 1.5
-        assert "waiting for job up-j's uploads on this node (at most 840 s)" in stopped.log
+        assert "waiting for job up-j's uploads on this node (at most 840 s from the stop)" in stopped.log
         assert "job up-j has ended on this node, its uploads done" in stopped.log
         assert not stopped.called("docker stop")
     finally:
         guard.kill()
         guard.wait()
-    stuck = subprocess.Popen(["sleep", "30"])
+    stuck = subprocess.Popen(["bash", "-c", "sleep 30; :", "guard_job"])
     try:
         (tmp_path / "jobs" / "up-j" / "guard.watch").write_text(f"{stuck.pid}\n")
         late = node(Action="stop", JobName="up-j", fake={"FAKE_RUNNING": "gputrain-job-up-j", "GPUTRAIN_STOP_ACTION_WAIT": "1"})
         assert late.returncode == 1 and late.called("docker stop --time 120 gputrain-job-up-j")
-        assert f"ERROR: job up-j is still uploading after 1 s (guard {stuck.pid}): see this node's boot log" in late.log
+        assert f"ERROR: job up-j is still uploading 1 s after the stop (guard {stuck.pid}): see this node's boot log" in late.log
     finally:
         stuck.kill()
         stuck.wait()
+    other = subprocess.Popen(["sleep", "30"])  # a pid left from before a reboot, now another process's
+    try:
+        (tmp_path / "jobs" / "up-j" / "guard.watch").write_text(f"{other.pid}\n")
+        reused = node(Action="stop", JobName="up-j")
+        assert reused.returncode == 0 and "job up-j is not running on this node" in reused.log
+    finally:
+        other.kill()
+        other.wait()
     gone = node(Action="stop", JobName="up-j")  # a watch file whose guard has ended: nothing to wait for
     assert gone.returncode == 0 and "job up-j is not running on this node" in gone.log
 

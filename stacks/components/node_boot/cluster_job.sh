@@ -65,9 +65,11 @@ running_jobs() {
 }
 
 stop_job() {
-  local guard waited=0
+  local guard deadline=$((SECONDS + STOP_ACTION_WAIT))
   guard=$(cat "$JOBS_DIR/$JOB_NAME/guard.watch" 2>/dev/null || true)
-  [[ $guard =~ ^[0-9]+$ ]] && kill -0 "$guard" 2>/dev/null || guard=""
+  # The run's guard by its pid, if that pid is still a guard (a pid left from before a reboot may
+  # have been reused by another process).
+  [[ $guard =~ ^[0-9]+$ ]] && grep -qs guard_job "/proc/$guard/cmdline" || guard=""
   if [[ " $(running_jobs | tr '\n' ' ') " == *" $JOB_CONTAINER "* ]]; then
     log "stopping $JOB_CONTAINER (SIGTERM, $STOP_SECONDS s to write a checkpoint)"
     docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null
@@ -77,13 +79,13 @@ stop_job() {
   fi
   [[ -n $guard ]] || return 0
   # The run's guard outlives its script: it ends once the script's uploads, or its own after a
-  # cancel, are done.
-  log "waiting for job $JOB_NAME's uploads on this node (at most $STOP_ACTION_WAIT s)"
+  # cancel, are done. At most STOP_ACTION_WAIT s from this action's start, the bound that
+  # scripts.cluster_job waits for it.
+  log "waiting for job $JOB_NAME's uploads on this node (at most $STOP_ACTION_WAIT s from the stop)"
   while kill -0 "$guard" 2>/dev/null; do
-    ((waited < STOP_ACTION_WAIT * 10)) ||
-      die "job $JOB_NAME is still uploading after $STOP_ACTION_WAIT s (guard $guard): see this node's boot log"
+    ((SECONDS < deadline)) ||
+      die "job $JOB_NAME is still uploading $STOP_ACTION_WAIT s after the stop (guard $guard): see this node's boot log"
     sleep 0.1
-    waited=$((waited + 1))
   done
   log "job $JOB_NAME has ended on this node, its uploads done"
 }
@@ -155,6 +157,8 @@ stop_container() { docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/nul
 # holding its pid, is what run_job refuses a new run on.
 guard_job() {
   local script=$1 container_id=$2 mark code done_file=$JOBS_DIR/$JOB_NAME/done.$2
+  # The stop action waits on this guard's pid; a later run's guard writes its own.
+  trap '[[ $(cat "$JOBS_DIR/$JOB_NAME/guard.watch" 2>/dev/null) != "$$" ]] || rm -f "$JOBS_DIR/$JOB_NAME/guard.watch"' EXIT
   while kill -0 "$script" 2>/dev/null; do sleep "$GUARD_POLL_SECONDS"; done
   if [[ -e $done_file ]]; then
     rm -f "$done_file"
@@ -250,7 +254,8 @@ run_job() {
   log "started $JOB_CONTAINER from $IMAGE_URI: ${#EFA_DEVICES[@]} EFA device option(s), at most $SSM_MaxRuntimeSeconds s"
   wait_for_container
   upload_results
-  : >"$JOBS_DIR/$JOB_NAME/done.${container_id:-$JOB_CONTAINER}"
+  # (Best effort: without it the guard uploads again, which is harmless.)
+  : >"$JOBS_DIR/$JOB_NAME/done.${container_id:-$JOB_CONTAINER}" 2>/dev/null || true
   log "job $JOB_NAME: the container exited $CONTAINER_EXIT"
   if [[ -n $UPLOAD_FAILURES ]]; then
     log "ERROR: upload failed: $UPLOAD_FAILURES"
