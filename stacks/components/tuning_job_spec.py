@@ -60,6 +60,7 @@ from stacks.components.launch_rules import (
     eq,
     ge,
     gt,
+    jsonata_string,
     key_count,
     le,
     length,
@@ -318,15 +319,18 @@ def range_problems(r: ParameterRange, training: LaunchValues, static: Mapping[st
     :data:`~stacks.components.hyperparameter_rules.REPLICA_MULTIPLES` must be a multiple of the job's
     replicas, which no integer or continuous range is throughout once there are two or more (SageMaker
     draws any value between the bounds). Such a range is refused as a whole, its bounds checked
-    without the split so that the refusal names the range and not one lucky bound."""
+    without the split so that the refusal names the range and not one lucky bound; a categorical one
+    is refused naming the values the replicas do not split, in the workflow's words
+    (:func:`_replica_multiple_rules`)."""
     where = f"range {r.name}"
     if r.name.startswith("_"):
         return [f"{where}: names starting with _ are SageMaker's (_tuning_objective_metric...): tune another hyperparameter"]
     user_script = bool(training.has_code)
     instances, gpus = int(training.instance_count), int(training.expected_gpu_count)  # type: ignore[call-overload]
     replicas = instances * gpus
-    spans_replicas = r.name in hyperparameter_rules.REPLICA_MULTIPLES and r.kind != "categorical" and not user_script and replicas > 1
-    checked_on = (1, 1) if spans_replicas else (instances, gpus)
+    split = r.name in hyperparameter_rules.REPLICA_MULTIPLES and not user_script and replicas > 1
+    spans_replicas = split and r.kind != "categorical"
+    checked_on = (1, 1) if split else (instances, gpus)
     for what, value in r.bounds():
         found = hyperparameter_rules.problems(
             {**static, r.name: value}, user_script=user_script, instance_count=checked_on[0], gpus_per_instance=checked_on[1]
@@ -342,6 +346,10 @@ def range_problems(r: ParameterRange, training: LaunchValues, static: Mapping[st
             f" {r.name} that is not a multiple of the job's {replicas} replicas (instances x GPUs: {instances} x {gpus} on"
             f" {training.instance_type}): " + "".join(str(part) for part in hyperparameter_rules.replica_multiple_fix(replicas))
         ]
+    listed = _not_multiples(r.name, Lit(list(r.values)), Lit(replicas)).evaluate({}) if split else []
+    if listed:
+        facts = (Lit(replicas), Lit(instances), Lit(gpus), Lit(training.instance_type))
+        return [_Text(_listed_not_multiples(r.name, _JoinedStrings(Lit(listed)), *facts)).evaluate({})]
     return []
 
 
@@ -767,7 +775,7 @@ def tuning_launch_rules(template: JobTemplate, settings: TuningConfig) -> tuple[
             ("keep_alive_seconds ", Var("keep_alive_seconds"), ": a tuning job's trials keep no warm pool: drop it (--keep-alive)"),
         ),
     ]
-    table += _replica_multiple_rules(ranges, builtin)
+    table += _replica_multiple_rules(ranges, builtin, malformed)
     if settings.strategy == "Grid":
         table += _grid_rules(settings, ranges, malformed)
     if settings.objective_metric.startswith("validation:"):
@@ -775,41 +783,88 @@ def tuning_launch_rules(template: JobTemplate, settings: TuningConfig) -> tuple[
     return tuple(table)
 
 
-def _replica_multiple_rules(ranges: Expr, builtin: Expr) -> list[Rule]:
+def _replica_multiple_rules(ranges: Expr, builtin: Expr, malformed: Expr) -> list[Rule]:
     """A range over a hyperparameter the image splits over the job's replicas
     (:data:`~stacks.components.hyperparameter_rules.REPLICA_MULTIPLES`) lists multiples of them, as
     :func:`range_problems` refuses: the replicas are ``$instance_count`` times the GPUs of
     ``$instance_type`` in the workflow's ``$instance_facts`` (the table the GPU check's
     ``EXPECTED_GPU_COUNT`` comes from). Holds where those are not yet known good (their own rules
-    refuse them; the pipeline evaluates every rule at once) and where the range is malformed or a value
-    unreadable (the rules above say so)."""
+    refuse them; the pipeline evaluates every rule at once), where a range is ``malformed`` (the
+    rule above names it) and where a value is unreadable (its own rule says so)."""
     instances, instance_type, facts = Var("instance_count"), Var("instance_type"), Var("instance_facts")
     gpus = number_of(Lookup(Lookup(facts, instance_type), Lit("expected_gpu_count")))
     replicas = times(instances, gpus)
     known = all_of(WholeNumber(instances), eq(type_of(instance_type), "string"), InTable(facts, instance_type))
-    image = hyperparameter_rules.image_rules()
     table: list[Rule] = []
     for name in hyperparameter_rules.REPLICA_MULTIPLES:
         r = Lookup(ranges, Lit(name))
-        reads = Matches(string_of(ITEM), image.value_pattern(name))
-        listed_multiples = all_of(
-            eq(Lookup(r, Lit("type")), "categorical"),
-            eq(count(BadItems(Lookup(r, Lit("values")), any_of(Not(reads), eq(remainder(number_of(DigitsOf(ITEM)), replicas), 0)))), 0),
-        )
+        listed = eq(Lookup(r, Lit("type")), "categorical")
+        not_multiples = _not_multiples(name, Lookup(r, Lit("values")), replicas)
         table.append(Rule(
             "tuning.ranges",
             any_of(
                 Not(eq(type_of(ranges), "object")), Not(InTable(ranges, Lit(name))), Not(builtin), Not(known),
-                le(replicas, 1), Not(_range_is_well_formed(r)), listed_multiples,
+                le(replicas, 1), Not(eq(count(malformed), 0)), all_of(listed, eq(count(not_multiples), 0)),
             ),
             (
-                f"tuning.ranges {name} would give trials a {name} that is not a multiple of the job's ", replicas,
-                " replicas (instances x GPUs: ", instances, " x ", gpus, " on ", instance_type, "), which the built-in trainer"
-                " refuses (an integer range draws every whole number between its bounds): ",
-                *hyperparameter_rules.replica_multiple_fix(replicas),
+                IfElse(
+                    listed,
+                    _Text(_listed_not_multiples(name, _JoinedStrings(not_multiples), replicas, instances, gpus, instance_type)),
+                    _Text((
+                        f"tuning.ranges {name} would give trials a {name} that is not a multiple of the job's ", replicas,
+                        " replicas (instances x GPUs: ", instances, " x ", gpus, " on ", instance_type, "), which the built-in"
+                        " trainer refuses (an integer range draws every whole number between its bounds): ",
+                        *hyperparameter_rules.replica_multiple_fix(replicas),
+                    )),
+                ),
             ),
         ))
     return table
+
+
+def _not_multiples(name: str, values: Expr, replicas: Expr) -> Expr:
+    """The categorical ``values`` of ``name`` that read as the image reads them and are not a multiple of
+    ``replicas``, in order (an unreadable value is the value pattern's rule to refuse)."""
+    reads = Matches(string_of(ITEM), hyperparameter_rules.image_rules().value_pattern(name))
+    return BadItems(values, any_of(Not(reads), eq(remainder(number_of(DigitsOf(ITEM)), replicas), 0)))
+
+
+def _listed_not_multiples(name: str, values: Any, replicas: Any, instances: Any, gpus: Any, instance_type: Any) -> tuple[Any, ...]:
+    """The refusal of a categorical range over one of
+    :data:`~stacks.components.hyperparameter_rules.REPLICA_MULTIPLES` that lists ``values`` (written
+    as one string) the job's replicas do not split, in parts: the words both paths give."""
+    return (
+        f"tuning.ranges {name} lists ", values, f", which the built-in trainer refuses: {name} is the global batch and must"
+        " be divisible by the job's ", replicas, " replicas (instances x GPUs: ", instances, " x ", gpus, " on ",
+        instance_type, "); list multiples of ", replicas,
+    )
+
+
+@dataclass(frozen=True)
+class _Text(Expr):
+    """Text and values (each written as JSONata's ``$string`` writes it) as one string, as a
+    :class:`~stacks.components.launch_rules.Rule`'s reason joins them."""
+
+    parts: tuple[Union[str, Expr], ...]
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return Rule("", Lit(True), self.parts).reason_text(env)
+
+    def jsonata(self) -> str:
+        return f"({Rule('', Lit(True), self.parts).reason_jsonata()})"
+
+
+@dataclass(frozen=True)
+class _JoinedStrings(Expr):
+    """``$join($map(values, $string), ', ')``: values of any JSON type, as a reason names them."""
+
+    values: Expr
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        return ", ".join(jsonata_string(v) for v in self.values.evaluate(env))
+
+    def jsonata(self) -> str:
+        return f"$join($map({self.values.jsonata()}, function($x) {{$string($x)}}), ', ')"
 
 
 def _grid_rules(settings: TuningConfig, ranges: Expr, malformed: Expr) -> list[Rule]:

@@ -7,6 +7,7 @@ the log-group write) and a fake GPU computation.
 
 from __future__ import annotations
 
+import glob
 import json
 
 import os
@@ -47,7 +48,7 @@ fi
 """
 FAKE_NVCC = """#!/usr/bin/env bash
 # Fake nvcc of the toolkit it sits in (cuda-<version>/bin/nvcc): reports that version, and a
-# build records its arguments and writes a computation that succeeds.
+# build records its arguments and writes a computation that succeeds (fails with FAKE_NVCC_FAIL=<version>).
 version=$(basename "$(dirname "$(dirname "$0")")")
 version=${version#cuda-}
 if [[ $1 == --version ]]; then
@@ -55,6 +56,7 @@ if [[ $1 == --version ]]; then
   exit 0
 fi
 printf '%s %s\\n' "$version" "$*" >>"$FAKE_NVCC_LOG"
+if [[ $version == "${FAKE_NVCC_FAIL:-none}" ]]; then echo "fatal error: cuda_runtime.h: No such file" >&2; exit 1; fi
 while (($#)); do
   if [[ $1 == -o ]]; then printf '#!/usr/bin/env bash\\necho computation correct\\n' >"$2" && chmod +x "$2"; fi
   shift
@@ -332,12 +334,23 @@ def toolkits(tmp_path: Path) -> Callable[..., dict[str, str]]:
     def make(*versions: str) -> dict[str, str]:
         root = tmp_path / "cuda"
         for version in versions:
-            bin_dir = root / f"cuda-{version}" / "bin"
-            bin_dir.mkdir(parents=True, exist_ok=True)
-            _write(bin_dir / "nvcc", FAKE_NVCC)
+            _fake_toolkit(root / f"cuda-{version}")
         return {"GPU_COMPUTE_CMD": None, "CUDA_TOOLKITS": f"{root}/cuda-*", "FAKE_NVCC_LOG": str(tmp_path / "nvcc.log")}
 
     return make
+
+
+def _fake_toolkit(root: Path, nvcc: str = FAKE_NVCC, *, headers: bool = True, cudart: Optional[str] = "lib64/libcudart_static.a") -> Path:
+    """A toolkit at ``root``: bin/nvcc, and what a build needs unless left out."""
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    _write(root / "bin" / "nvcc", nvcc)
+    if headers:
+        (root / "include").mkdir(exist_ok=True)
+        (root / "include" / "cuda_runtime.h").write_text("")
+    if cudart:
+        (root / cudart).parent.mkdir(parents=True, exist_ok=True)
+        (root / cudart).write_text("")
+    return root
 
 
 def _builds(env: dict[str, str]) -> list[str]:
@@ -383,20 +396,66 @@ def test_a_newer_toolkit_of_the_drivers_major_version_is_used(health_check, tool
     assert run.report["CUDA_TOOLKIT"] == "13.1"
 
 
-def test_without_cuda_toolkits_set_the_nvcc_of_pips_cuda_wheels_is_found(health_check, toolkits, tmp_path):
-    """An image with nvcc only from a wheel (nvidia/cu13/bin/nvcc in python3's site-packages) builds with it."""
+def _fake_python3(tmp_path: Path, site: Path) -> Path:
+    """python3 on the check's PATH: prints ``site`` as nvidia.__path__, and logs each start."""
+    log = tmp_path / "python3.log"
+    _write(tmp_path / "bin" / "python3", f"#!/usr/bin/env bash\necho started >>{log}\necho {site}\n")
+    return log
+
+
+@pytest.mark.skipif(bool(glob.glob("/usr/local/cuda-12*")), reason="a CUDA 12 toolkit in /usr/local comes before a wheel's")
+def test_without_cuda_toolkits_set_the_nvcc_of_pips_cuda_wheels_is_found_with_python3_started_once(health_check, toolkits, tmp_path):
+    """An image with nvcc only from a wheel (nvidia/cuda_nvcc in python3's site-packages) builds with it,
+    holding the headers and a cudart (a shared one: built with -cudart shared); python3, on the boot's
+    critical path, starts once."""
     env = toolkits()
     site = tmp_path / "site-packages" / "nvidia"
-    wheel_bin = site / "cu13" / "bin"
-    wheel_bin.mkdir(parents=True)
-    # 13.9: newer than any /usr/local/cuda-13.x a machine running this test may have (those come first on a tie)
-    _write(wheel_bin / "nvcc", FAKE_NVCC.replace('version=${version#cuda-}', "version=13.9"))
-    _write(tmp_path / "bin" / "python3", f"#!/usr/bin/env bash\necho {site}\n")  # prints nvidia.__path__
-    run = health_check(FAKE_DRIVER_CUDA="13.0", FAKE_COMPUTE_CAP="9.0", **{**env, "CUDA_TOOLKITS": None})
+    wheel = _fake_toolkit(site / "cuda_nvcc", FAKE_NVCC.replace('version=${version#cuda-}', "version=12.9"), cudart="lib/libcudart.so.12")
+    started = _fake_python3(tmp_path, site)
+    run = health_check(FAKE_DRIVER_CUDA="12.9", FAKE_COMPUTE_CAP="9.0", **{**env, "CUDA_TOOLKITS": None})
     assert run.returncode == 0, run.log
     (build,) = _builds(env)
-    assert build.startswith("13.9 ") and "code=sm_90" in build
-    assert f"({wheel_bin}/nvcc)" in run.log and run.report["CUDA_TOOLKIT"] == "13.9"
+    assert build.startswith("12.9 ") and "code=sm_90" in build and f"-cudart shared -L{wheel}/lib -Xlinker -rpath={wheel}/lib" in build
+    assert f"({wheel}/bin/nvcc, shared cudart)" in run.log and run.report["CUDA_TOOLKIT"] == "12.9"
+    assert started.read_text().splitlines() == ["started"]
+
+
+def test_a_wheel_toolkit_without_headers_is_skipped_and_usr_local_comes_first_at_one_major(health_check, toolkits, tmp_path):
+    """The CUDA 12.5 wheel's nvidia/cuda_nvcc may hold only ptxas, or an nvcc without cuda_runtime.h or a
+    cudart: never picked. A newer wheel of the same major version comes after /usr/local's toolkit."""
+    env = toolkits("13.0")
+    site = tmp_path / "site-packages" / "nvidia"
+    _fake_toolkit(site / "cuda_nvcc", FAKE_NVCC.replace('version=${version#cuda-}', "version=13.8"), headers=False)
+    _fake_toolkit(site / "cu12", FAKE_NVCC.replace('version=${version#cuda-}', "version=12.9"), cudart=None)
+    _fake_toolkit(site / "cu13", FAKE_NVCC.replace('version=${version#cuda-}', "version=13.9"))
+    only_ptxas = site / "cu14" / "bin"
+    only_ptxas.mkdir(parents=True)
+    _write(only_ptxas / "ptxas", "#!/usr/bin/env bash\n")
+    env["CUDA_TOOLKITS"] += f" {site}/cuda_nvcc {site}/cu12 {site}/cu13 {site}/cu14"
+    run = health_check(FAKE_DRIVER_CUDA="13.9", FAKE_COMPUTE_CAP="9.0", **env)
+    assert run.returncode == 0, run.log
+    (build,) = _builds(env)
+    assert build.startswith("13.0 ") and "-cudart" not in build and run.report["CUDA_TOOLKIT"] == "13.0"
+
+
+def test_a_failed_build_falls_back_to_the_next_toolkit(health_check, toolkits):
+    env = toolkits("12.8", "13.1")
+    run = health_check(FAKE_DRIVER_CUDA="13.1", FAKE_COMPUTE_CAP="9.0", FAKE_NVCC_FAIL="13.1", **env)
+    assert run.returncode == 0, run.log
+    assert [b.split()[0] for b in _builds(env)] == ["13.1", "12.8"]
+    assert run.report["CUDA_TOOLKIT"] == "12.8"
+
+
+def test_when_every_toolkit_fails_to_build_the_reason_names_those_tried(health_check, toolkits, tmp_path):
+    env = toolkits("13.1")
+    run = health_check(FAKE_DRIVER_CUDA="13.1", FAKE_COMPUTE_CAP="9.0", FAKE_NVCC_FAIL="13.1", **env)
+    assert run.returncode == 1
+    assert run.signal["--unique-id"] == f"{INSTANCE_ID}:node-1:cuda-build-failed"
+    nvcc = tmp_path / "cuda" / "cuda-13.1" / "bin" / "nvcc"
+    assert run.report["REASON"] == (
+        f"cuda-build-failed: nvcc could not build the GPU computation for compute capability 9.0 (tried: 13.1 ({nvcc}))"
+    )
+    assert "\n" not in run.report["REASON"] and "CUDA_TOOLKIT" not in run.report
 
 
 def test_expected_gpu_count_is_required(health_check):

@@ -274,10 +274,8 @@ INTEGER_BATCH = {"batch_size": {"type": "integer", "min": 64, "max": 512}}
     [
         ({"instance_type": "ml.g5.12xlarge"}, INTEGER_BATCH, "4 replicas (instances x GPUs: 1 x 4 on ml.g5.12xlarge)"),
         ({"instance_count": 2}, INTEGER_BATCH, "2 replicas (instances x GPUs: 2 x 1 on ml.g5.xlarge)"),
-        ({"instance_type": "ml.g5.12xlarge"}, {"batch_size": {"type": "categorical", "values": [256, 390]}},
-         "4 replicas (instances x GPUs: 1 x 4 on ml.g5.12xlarge)"),
     ],
-    ids=["integer-4-gpus", "integer-2-instances", "listed-390-4-gpus"],
+    ids=["integer-4-gpus", "integer-2-instances"],
 )
 def test_a_batch_size_range_that_does_not_split_over_the_replicas_is_refused_on_both_paths(launch, ranges, reason):
     """SageMaker draws every whole number of an integer range (391...), and the built-in trainer refuses a
@@ -294,6 +292,27 @@ def test_a_batch_size_range_that_does_not_split_over_the_replicas_is_refused_on_
     template = JobTemplate.from_config(config, RESOURCES)
     with pytest.raises(LaunchError, match=f"range batch_size: .*{replicas} replicas"):
         resolve_tuning(template, config.tuning, TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t1", **launch)))
+
+
+@pytest.mark.parametrize(
+    ("values", "listed"),
+    [([256, 390], "390"), ([256, "390", "+1_026", 1024], "390, +1_026")],
+    ids=["listed-390-4-gpus", "listed-two-4-gpus"],
+)
+def test_listed_batch_sizes_the_replicas_do_not_split_are_named_alike_on_both_paths(values, listed):
+    """A categorical range draws only what it lists: the refusal names the values the four GPUs do not
+    split (in any spelling the image reads), word for word the same on both paths."""
+    config = _config()
+    launch, ranges = {"instance_type": "ml.g5.12xlarge"}, {"batch_size": {"type": "categorical", "values": values}}
+    [result] = _evaluate(config, [{"input": {"job_name": "gputrain-t1", **launch, "tuning": {"ranges": ranges}}}])
+    assert result["problem"] == (
+        f"{TUNING_TITLE}: tuning.ranges batch_size lists {listed}, which the built-in trainer refuses: batch_size is the global"
+        " batch and must be divisible by the job's 4 replicas (instances x GPUs: 1 x 4 on ml.g5.12xlarge); list multiples of 4."
+    )
+    template = JobTemplate.from_config(config, RESOURCES)
+    with pytest.raises(LaunchError) as info:
+        resolve_tuning(template, config.tuning, TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t1", **launch)))
+    assert str(info.value) == result["problem"]
 
 
 @pytest.mark.parametrize(

@@ -204,8 +204,12 @@ FOUR_GPUS = load_config({"gpu_training": {"tuning": {"objective_metric": "train:
 def test_a_value_the_batch_split_refuses_is_refused():
     """Four GPUs: a listed global batch that does not split over the replicas fails when the trial starts."""
     training = LaunchOptions(job_name=NAME, instance_type="ml.g5.12xlarge")
-    with pytest.raises(LaunchError, match="range batch_size: its value '390' is refused .* divisible by the 4 replicas"):
-        _resolve({"batch_size": {"type": "categorical", "values": [256, 390]}}, config=FOUR_GPUS, training=training)
+    with pytest.raises(LaunchError) as err:
+        _resolve({"batch_size": {"type": "categorical", "values": [256, 390, "+1_024"]}}, config=FOUR_GPUS, training=training)
+    assert str(err.value) == (
+        "Invalid tuning launch: tuning.ranges batch_size lists 390, which the built-in trainer refuses: batch_size is the global"
+        " batch and must be divisible by the job's 4 replicas (instances x GPUs: 1 x 4 on ml.g5.12xlarge); list multiples of 4."
+    )
 
 
 @pytest.mark.parametrize(

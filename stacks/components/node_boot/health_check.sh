@@ -26,7 +26,8 @@
 #   LOG_GROUP           also write the result there
 #   GPU_COMPUTE_CMD     runs the computation on the GPU in CUDA_VISIBLE_DEVICES; default:
 #                       gpu_compute_check.cu (next to this script) built with the newest CUDA
-#                       toolkit on the AMI that both the driver and the GPU support, for the
+#                       toolkit on the AMI that both the driver and the GPU support and that holds
+#                       nvcc, cuda_runtime.h and a cudart (the next one where a build fails), for the
 #                       GPU's own architecture (not whichever toolkit /usr/local/cuda points at)
 #   CUDA_TOOLKITS       where toolkits are looked for; default: /usr/local/cuda-* /usr/local/cuda and
 #                       the CUDA wheels of python3's site-packages (nvidia/cu13, nvidia/cuda_nvcc: pip's nvcc)
@@ -121,38 +122,67 @@ pip_cuda_toolkits() {
   done < <(timeout 20 python3 -c 'import nvidia; print("\n".join(nvidia.__path__))' 2>/dev/null)
 }
 
-# Prints "<nvcc> <toolkit version>" of the newest toolkit that the driver runs and that still
-# compiles for the GPU's compute capability. The driver runs a toolkit of its own CUDA major
-# version or older (CUDA's minor version compatibility: code built with 13.1 runs on a 13.0
-# driver), and the computation is built for the GPU's own architecture, never JIT-compiled.
-pick_cuda_toolkit() { # DRIVER_CUDA COMPUTE_CAPABILITY
-  local nvcc version best="" best_version="" toolkit
+# A toolkit root whose nvcc can build the computation: bin/nvcc, include/cuda_runtime.h and a cudart
+# in lib64/ or lib/ (pip's wheels may hold an nvcc, or only ptxas, without them). Prints "static LIB"
+# for libcudart_static.a (nvcc's default), "shared LIB" for libcudart.so* only (built with -cudart shared).
+cuda_toolkit_cudart() { # TOOLKIT
+  local lib kind=static name found
+  [[ -x $1/bin/nvcc && -f $1/include/cuda_runtime.h ]] || return 1
+  for name in libcudart_static.a 'libcudart.so*'; do
+    for lib in "$1/lib64" "$1/lib"; do
+      for found in "$lib"/$name; do
+        [[ -f $found ]] && printf '%s %s' "$kind" "$lib" && return 0
+      done
+    done
+    kind=shared
+  done
+  return 1
+}
+
+# Prints "<nvcc> <toolkit version> <static|shared> <cudart dir>", one line per toolkit that the driver
+# runs, that still compiles for the GPU's compute capability and that holds what a build needs, best
+# first: the newest CUDA major version, at one major /usr/local's toolkits before pip's wheels
+# (nvidia/cu13, nvidia/cuda_nvcc), then the newest. The driver runs a toolkit of its own CUDA major
+# version or older (CUDA's minor version compatibility: code built with 13.1 runs on a 13.0 driver),
+# and the computation is built for the GPU's own architecture, never JIT-compiled.
+cuda_toolkits() { # DRIVER_CUDA COMPUTE_CAPABILITY
+  local toolkit real cudart version from seen=" "
   # shellcheck disable=SC2086 # CUDA_TOOLKITS is a list of globs
   for toolkit in ${CUDA_TOOLKITS:-/usr/local/cuda-* /usr/local/cuda $(pip_cuda_toolkits)}; do
-    nvcc=$toolkit/bin/nvcc
-    [[ -x $nvcc ]] || continue
-    version=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n1)
+    cudart=$(cuda_toolkit_cudart "$toolkit") || continue
+    real=$(cd "$toolkit" && pwd -P) || continue
+    [[ $seen == *" $real "* ]] && continue # /usr/local/cuda is a link to one of /usr/local/cuda-*
+    seen+="$real "
+    version=$("$toolkit/bin/nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n1)
     [[ -n $version ]] || continue
     ((${version%%.*} <= ${1%%.*})) || continue
     version_le "$(min_compute_capability "$version")" "$2" || continue
-    if [[ -z $best ]] || ! version_le "$version" "$best_version"; then
-      best=$nvcc
-      best_version=$version
-    fi
-  done
-  [[ -n $best ]] && printf '%s %s' "$best" "$best_version"
+    from=1
+    [[ $toolkit =~ /nvidia/(cu[0-9]+|cuda_nvcc)/?$ ]] && from=0
+    printf '%s %s %s %s %s\n' "${version%%.*}" "$from" "$version" "$toolkit/bin/nvcc" "$cudart"
+  done | sort -s -k1,1nr -k2,2nr -k3,3Vr | cut -d' ' -f3-
 }
 
-build_compute_check() { # DRIVER_CUDA COMPUTE_CAPABILITY
-  local picked nvcc version arch out
-  picked=$(pick_cuda_toolkit "$1" "$2") || return 1
-  read -r nvcc version <<<"$picked"
-  record CUDA_TOOLKIT "$version"
-  arch=${2//./}
-  log "building the GPU computation with CUDA $version ($nvcc) for sm_$arch"
+# Builds the computation with the first of TOOLKITS (cuda_toolkits' lines) that can, and prints its
+# path; where none can, prints the toolkits tried ("13.1 (/path/bin/nvcc), ...") and fails.
+build_compute_check() { # COMPUTE_CAPABILITY TOOLKITS
+  local nvcc version cudart lib arch=${1//./} out tried="" link
   out=$(mktemp -d)/gpu_compute_check
-  "$nvcc" -O2 -gencode "arch=compute_$arch,code=sm_$arch" -o "$out" "$SCRIPT_DIR/gpu_compute_check.cu" >&2 || return 1
-  printf '%s' "$out"
+  while read -r version nvcc cudart lib; do
+    [[ -n $nvcc ]] || continue
+    tried+="${tried:+, }$version ($nvcc)"
+    link=()
+    [[ $cudart == shared ]] && link=(-cudart shared -L"$lib" -Xlinker "-rpath=$lib")
+    log "building the GPU computation with CUDA $version ($nvcc, $cudart cudart) for sm_$arch"
+    if "$nvcc" -O2 -gencode "arch=compute_$arch,code=sm_$arch" "${link[@]}" -o "$out" "$SCRIPT_DIR/gpu_compute_check.cu" </dev/null >&2; then
+      record CUDA_TOOLKIT "$version"
+      printf '%s' "$out"
+      return 0
+    fi
+    log "CUDA $version ($nvcc) could not build the GPU computation"
+  done <<<"$2"
+  printf '%s' "$tried"
+  return 1
 }
 
 # NVIDIA's own quick deployment diagnostics (software, PCIe/NVLink state, memory, ...).
@@ -235,17 +265,18 @@ main() {
     fail "gpu-count-$count-of-$EXPECTED_GPU_COUNT" \
       "nvidia-smi lists $count GPU(s); this instance type has $EXPECTED_GPU_COUNT"
 
-  local compute=${GPU_COMPUTE_CMD:-} index uuid capability
+  local compute=${GPU_COMPUTE_CMD:-} index uuid capability toolkits
   if [[ -z $compute ]]; then
     capability=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sort -V | head -n1 | tr -d ' ')
     [[ $capability =~ ^[0-9]+\.[0-9]+$ ]] ||
       fail compute-capability-unknown "nvidia-smi does not report the GPUs' compute capability ('$capability')"
     record COMPUTE_CAPABILITY "$capability"
     [[ -n $cuda ]] || fail driver-cuda-unknown "nvidia-smi does not report the driver's CUDA version"
-    pick_cuda_toolkit "$cuda" "$capability" >/dev/null ||
+    toolkits=$(cuda_toolkits "$cuda" "$capability")
+    [[ -n $toolkits ]] ||
       fail no-cuda-toolkit "no CUDA toolkit on this AMI runs on driver $driver (CUDA $cuda) and compiles for compute capability $capability"
-    compute=$(build_compute_check "$cuda" "$capability") ||
-      fail cuda-build-failed "nvcc could not build the GPU computation for compute capability $capability"
+    compute=$(build_compute_check "$capability" "$toolkits") ||
+      fail cuda-build-failed "nvcc could not build the GPU computation for compute capability $capability (tried: $compute)"
   fi
   while IFS=', ' read -r index uuid _; do
     CUDA_VISIBLE_DEVICES=$uuid "$compute" "gpu$index" </dev/null >&2 ||
