@@ -38,8 +38,10 @@ class DnsFirewall(Construct):
 
     Attributes:
         rule_group: The firewall rule group (allow list first, then block ``*``).
-        association: Its association with the VPC (mutation protection on: only an update of
-            this stack can remove it).
+        association: Its association with the VPC. Mutation protection stays off: with it on,
+            Route 53 Resolver refuses to disassociate ("RSLVR-02307 ... under mutation
+            protection"), so ``cdk destroy`` of the data stack would fail and leave the VPC and its
+            endpoints billing; who may change the association is IAM's to decide.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, vpc: ec2.IVpc, extra_domains: Sequence[str] = ()) -> None:
@@ -67,5 +69,5 @@ class DnsFirewall(Construct):
             firewall_rule_group_id=self.rule_group.attr_id,
             priority=ASSOCIATION_PRIORITY,
             vpc_id=vpc.vpc_id,
-            mutation_protection="ENABLED",
+            mutation_protection="DISABLED",  # see the class docstring: ENABLED would block cdk destroy
         )

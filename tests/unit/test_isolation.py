@@ -249,7 +249,8 @@ def test_dns_firewall_answers_aws_service_names_and_blocks_the_rest_by_default(d
     resolved, so nothing in the VPC can tunnel data out through DNS queries."""
     association, rules, lists = _dns_firewall(default_app)
     assert association["VpcId"] == {"Ref": "NetworkVpc7FB7348F"}
-    assert association["MutationProtection"] == "ENABLED"
+    # Off: with it on, Route 53 Resolver refuses to disassociate and cdk destroy of the data stack fails.
+    assert association["MutationProtection"] == "DISABLED"
     for name in ("s3.us-east-1.amazonaws.com", "api.ecr.us-east-1.amazonaws.com", "ip-10-40-0-5.ec2.internal",
                  "logs.us-east-1.amazonaws.com", "sts.amazonaws.com"):
         assert _verdict(name, rules, lists) == "ALLOW", name
