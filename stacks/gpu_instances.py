@@ -30,6 +30,12 @@ class GpuInstanceType:
         gpu_memory_gib: Memory per GPU in GiB.
         vcpus: vCPUs per instance (what EC2 vCPU quotas count).
         efa: Whether the type supports Elastic Fabric Adapter interfaces.
+        efa_interfaces: EFA interfaces the type takes, one per network card: 4 on p4d/p4de, 32 on
+            p5/p5e.48xlarge, 0 without EFA. From EC2's ``DescribeInstanceTypes``
+            (``NetworkInfo.EfaInfo.MaximumEfaInterfaces``) and the EC2 User Guide's "Maximize
+            network bandwidth on instances with multiple network cards" (``efa-acc-inst-types``);
+            botocore's EC2 model carries no per-type data, so the table does. A node gets every one
+            (:mod:`stacks.components.gpu_cluster`); the image's network check expects as many devices.
         local_nvme_gb: Instance-store NVMe in GB; 0 means EBS only. SageMaker rejects a
             ``VolumeKmsKeyId`` for types with local NVMe (the store is hardware-encrypted).
         peak_tflops_half: Dense peak tensor TFLOP/s in ``mixed_precision_dtype`` (MFU estimates).
@@ -47,6 +53,7 @@ class GpuInstanceType:
     gpu_memory_gib: int
     vcpus: int
     efa: bool
+    efa_interfaces: int
     local_nvme_gb: int
     peak_tflops_half: float
     mixed_precision_dtype: str

@@ -76,6 +76,8 @@ from stacks.gpu_instances import lookup
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/{flavour}/latest/ami-id"
 TRAINING_WORKER_PORT = 2222
 """Port the training workers listen on (the container's ``TRAINING_WORKER_PORT`` default)."""
+EFA_ONLY_FAMILIES = ("p5", "p5e", "p5en")
+"""Families whose extra network cards take ``efa-only`` interfaces (AWS's P5/P5e EFA layout)."""
 
 ROOT_DEVICE_NAME = "/dev/sda1"
 """Root device of the Ubuntu DLAMIs; a mapping under another name would add a second volume."""
@@ -160,7 +162,9 @@ class GpuCluster(Construct):
         job_operator_policy: What ``scripts.cluster_job`` needs, for teams to attach to their operators:
             the document sent to this cluster's nodes only, the commands followed and cancelled, the
             jobs' log lines read.
-        efa: Whether nodes have an EFA interface (several nodes of an EFA-capable type).
+        efa: Whether nodes have EFA interfaces (several nodes of an EFA-capable type).
+        efa_interfaces: EFA interfaces per node, one per network card (the GPU table's
+            ``efa_interfaces``: 4 on p4d, 32 on p5.48xlarge); 0 without EFA.
         ami_id: The cached Deep Learning AMI id the nodes run.
     """
 
@@ -202,6 +206,7 @@ class GpuCluster(Construct):
         self._config = config
         self._project_name = project_name
         self.efa = config.node_count > 1 and row.efa
+        self.efa_interfaces = row.efa_interfaces if self.efa else 0
 
         self._subnet = network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnets[0]
         reserved_block, self.hosts = node_addresses(self._subnet.ipv4_cidr_block, config.node_count)
@@ -354,7 +359,7 @@ class GpuCluster(Construct):
         )
         instance.node.add_dependency(self._reservation)
         if self.efa:
-            self._attach_efa_interface(instance, name, host)
+            self._attach_efa_interfaces(instance, name, host)
         acknowledge(
             instance,
             "Training nodes are disposable compute: `cdk destroy` of the cluster stack must terminate them, "
@@ -363,33 +368,59 @@ class GpuCluster(Construct):
         )
         return instance
 
-    def _attach_efa_interface(self, instance: ec2.Instance, name: str, host: str) -> None:
-        """Make the node's primary interface an EFA interface with the same subnet, group and address.
+    def _attach_efa_interfaces(self, instance: ec2.Instance, name: str, host: str) -> None:
+        """Give the node one EFA interface per network card, all in its subnet and security group.
 
-        AWS::EC2::Instance cannot declare an interface type inline, so the interface is its own
-        resource, attached at launch; the stack deletes it after the instance.
+        Card 0, device 0 is the primary interface: ``efa`` (EFA with ENA) with the node's host-list
+        address. Every further card ``i`` gets one interface at device index 1 with
+        ``NetworkCardIndex=i``: ``efa-only`` (no IP address) on the P5 family, as AWS's P5 layout
+        asks, ``efa`` elsewhere (EC2 User Guide, "Maximize network bandwidth on instances with
+        multiple network cards"). AWS::EC2::Instance's interfaces take neither an interface type
+        nor a network card index; a launch template's do, so each node gets its own template (its
+        address is its own) and the instance launches from it. EC2 deletes the interfaces with the
+        instance.
         """
-        efa = ec2.CfnNetworkInterface(
-            instance,
-            "EfaInterface",
-            interface_type="efa",
-            subnet_id=self._subnet.subnet_id,
-            group_set=[self.security_group.security_group_id],
-            private_ip_address=host,
-            description=f"{self._project_name} {name} EFA",
-        )
-        efa.node.add_dependency(self._reservation)
-        cfn_instance = instance.instance
-        cfn_instance.network_interfaces = [
-            ec2.CfnInstance.NetworkInterfaceProperty(device_index="0", network_interface_id=efa.ref)
+        extra_type = efa_interface_type_for_extra_cards(self._config.instance_type)
+        interfaces = [
+            ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+                network_card_index=0,
+                device_index=0,
+                interface_type="efa",
+                subnet_id=self._subnet.subnet_id,
+                groups=[self.security_group.security_group_id],
+                private_ip_address=host,
+                delete_on_termination=True,
+                description=f"{self._project_name} {name} EFA 0",
+            )
         ]
+        interfaces += [
+            ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+                network_card_index=card,
+                device_index=1,
+                interface_type=extra_type,
+                subnet_id=self._subnet.subnet_id,
+                groups=[self.security_group.security_group_id],
+                delete_on_termination=True,
+                description=f"{self._project_name} {name} EFA {card}",
+            )
+            for card in range(1, self.efa_interfaces)
+        ]
+        template = ec2.CfnLaunchTemplate(
+            instance,
+            "EfaInterfaces",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(network_interfaces=interfaces),
+        )
+        cfn_instance = instance.instance
+        cfn_instance.launch_template = ec2.CfnInstance.LaunchTemplateSpecificationProperty(
+            launch_template_id=template.ref, version=template.attr_latest_version_number
+        )
         cfn_instance.subnet_id = None
         cfn_instance.security_group_ids = None
         cfn_instance.private_ip_address = None
         acknowledge(
             instance,
-            "The instance is in the training VPC: its subnet is that of its EFA network interface, "
-            "which replaces the top-level subnet on an EFA instance.",
+            "The instance is in the training VPC: its subnet is that of its EFA network interfaces, declared in its "
+            "launch template, which replace the top-level subnet on an EFA instance.",
             "NIST.800.53.R5-EC2InstancesInVPC",
         )
 
@@ -686,3 +717,13 @@ class _AcknowledgeObjectWildcards:
             findings += [f"AwsSolutions-IAM5[Resource::{_flatten_reference(r)}]" for r in resources]
         acknowledge(self._policy, self._reason, *(f for f in findings if "*" in f))
         return []
+
+
+def efa_interface_type_for_extra_cards(instance_type: str) -> str:
+    """Interface type on network cards 1..n-1: ``efa-only`` on the P5 family, else ``efa``.
+
+    An ``efa-only`` interface carries no IP address (EFA traffic only), which spares the subnet 31
+    addresses per p5 node; the primary interface on card 0 stays ``efa`` for the node's IP traffic.
+    """
+    family = instance_type.removeprefix("ml.").split(".", 1)[0]
+    return "efa-only" if family in EFA_ONLY_FAMILIES else "efa"

@@ -30,6 +30,18 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> stub_plugin.StubPlugins:
     return stub_plugin.build(tmp_path_factory.mktemp("stub-plugins"))
 
 
+@pytest.fixture(autouse=True)
+def efa_devices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A /dev/infiniband with the 4 uverbs devices of a healthy p4d.24xlarge (the GPU table's efa_interfaces)."""
+    devices = tmp_path / "infiniband"
+    devices.mkdir()
+    for index in range(4):
+        (devices / f"uverbs{index}").touch()
+    (devices / "rdma_cm").touch()  # not an EFA interface
+    monkeypatch.setattr(network_check, "INFINIBAND_DIR", str(devices))
+    return devices
+
+
 def _env(stubs: stub_plugin.StubPlugins, **overrides: str | None) -> dict[str, str]:
     """What a process of the image would have: the plugin's names and a library path that finds them."""
     env = {
@@ -75,6 +87,17 @@ def test_plugin_present_and_efa_provider_seen_pass_with_one_line(stubs, monkeypa
     assert report["efa_provider"] == {"ok": True, "detail": "domains rdmap16s27-rdm"}
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[network-check]")]
     assert len(lines) == 1 and json.loads(lines[0].split(" ", 1)[1])["ok"] is True
+
+
+def test_every_efa_interface_of_the_type_must_reach_the_container(stubs, monkeypatch, efa_devices):
+    assert network_check.efa_device_count() == 4
+    assert _verify(stubs, monkeypatch, stubs.fi_info_efa)["efa_devices"] == {"expected": 4, "seen": 4}
+    for index in range(1, 4):
+        (efa_devices / f"uverbs{index}").unlink()
+    with pytest.raises(NetworkCheckError) as raised:
+        _verify(stubs, monkeypatch, stubs.fi_info_efa)
+    message = str(raised.value)
+    assert "\n" not in message and "but p4d.24xlarge has 4 EFA interfaces, the container sees 1." in message
 
 
 def test_a_missing_needed_library_fails_naming_it(stubs, monkeypatch):

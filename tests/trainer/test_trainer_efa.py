@@ -27,6 +27,18 @@ def test_no_efa_variables_for_one_host_or_an_instance_without_efa():
     assert distribute.nccl_environment("m5.large", 2) == {}
 
 
+def test_efa_jobs_name_the_ofi_plugins_network_so_nccl_cannot_fall_back_to_sockets():
+    # aws-ofi-nccl 1.14.2 registers its network as "Libfabric" (src/nccl_ofi_interface_nvidia.c).
+    for instance_type in ("ml.p4d.24xlarge", "p5.48xlarge", "g5.12xlarge"):
+        assert distribute.nccl_environment(instance_type, 2)["NCCL_NET"] == "Libfabric"
+    for instance_type, hosts in (("p4d.24xlarge", 1), ("g5.xlarge", 2), ("p3.16xlarge", 2), (None, 2)):
+        assert "NCCL_NET" not in distribute.nccl_environment(instance_type, hosts)
+    # The escape hatch: a job's own NCCL_NET (e.g. Socket, knowingly over TCP) wins.
+    environ = {"NCCL_NET": "Socket"}
+    assert "NCCL_NET" not in distribute.apply_nccl_environment("p4d.24xlarge", 2, environ)
+    assert environ["NCCL_NET"] == "Socket"
+
+
 def test_the_jobs_own_settings_win_and_the_library_path_is_left_to_the_image():
     environ = {"NCCL_DEBUG": "WARN", "LD_LIBRARY_PATH": "/usr/local/lib"}
     applied = distribute.apply_nccl_environment("p4d.24xlarge", 2, environ)

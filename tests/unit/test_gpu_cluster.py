@@ -36,6 +36,7 @@ P4D_TUNED = {
     "cluster.idle_stop_minutes": 0,
     "cluster.max_lifetime_hours": 0,
 }
+P5_PAIR = {**BASE, "cluster.node_count": 2, "cluster.instance_type": "p5.48xlarge"}
 OFFLINE_AMI = "ami-00000000000000000"
 
 
@@ -58,6 +59,13 @@ def _nodes(template_json: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         return int(name.rsplit("-", 1)[1])
 
     return sorted(nodes, key=index)
+
+
+def _efa_interfaces(template_json: dict[str, Any], node: dict[str, Any]) -> list[dict[str, Any]]:
+    """The network interfaces of a node's launch template (where an EFA node declares them)."""
+    spec = node["Properties"]["LaunchTemplate"]
+    launch_template = template_json["Resources"][spec["LaunchTemplateId"]["Ref"]]
+    return launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]
 
 
 def _user_data(resource: dict[str, Any]) -> str:
@@ -312,7 +320,10 @@ def test_several_nodes_share_a_cluster_placement_group_in_one_subnet(synth_app, 
         "AWS::EC2::Instance", {"PlacementGroupName": {"Fn::GetAtt": [group_id, "GroupName"]}}
     )
     subnets = {json.dumps(r["Properties"]["SubnetId"], sort_keys=True) for r in tj["Resources"].values()
-               if r["Type"] in ("AWS::EC2::Instance", "AWS::EC2::NetworkInterface") and "SubnetId" in r["Properties"]}
+               if r["Type"] == "AWS::EC2::Instance" and "SubnetId" in r["Properties"]}
+    for launch_template in template.find_resources("AWS::EC2::LaunchTemplate").values():
+        for interface in launch_template["Properties"]["LaunchTemplateData"]["NetworkInterfaces"]:
+            subnets.add(json.dumps(interface["SubnetId"], sort_keys=True))
     assert len(subnets) == 1
 
 
@@ -321,24 +332,42 @@ def test_single_node_has_no_placement_group(synth_app):
     template.resource_count_is("AWS::EC2::PlacementGroup", 0)
 
 
-@pytest.mark.parametrize(("overrides", "nodes"), [(MULTI_EFA, 2), (P4D_TUNED, 3)], ids=["g5-12xlarge", "p4d"])
-def test_efa_interface_on_every_node_of_an_efa_type(synth_app, overrides, nodes):
-    _, template, tj = _cluster(synth_app, overrides)
-    enis = template.find_resources("AWS::EC2::NetworkInterface", {"Properties": {"InterfaceType": "efa"}})
-    assert len(enis) == nodes
-    attached = set()
+@pytest.mark.parametrize(
+    ("overrides", "nodes", "cards", "extra_type"),
+    [(MULTI_EFA, 2, 1, None), (P4D_TUNED, 3, 4, "efa"), (P5_PAIR, 2, 32, "efa-only")],
+    ids=["g5-12xlarge", "p4d", "p5"],
+)
+def test_every_network_card_of_an_efa_node_gets_an_efa_interface(synth_app, overrides, nodes, cards, extra_type):
+    """One EFA interface per network card (the GPU table's efa_interfaces), not one per node."""
+    synthesized, template, tj = _cluster(synth_app, overrides)
+    assert synthesized.platform.gpu_cluster.cluster.efa_interfaces == cards
+    (group_id,) = template.find_resources("AWS::EC2::SecurityGroup", {"Properties": {"GroupDescription": Match.string_like_regexp("GPU nodes")}})
+    template.resource_count_is("AWS::EC2::LaunchTemplate", nodes)
     for _, node in _nodes(tj):
-        (interface,) = node["Properties"]["NetworkInterfaces"]
-        assert interface["DeviceIndex"] == "0"
-        attached.add(interface["NetworkInterfaceId"]["Ref"])
-    assert attached == set(enis)
+        props = node["Properties"]
+        assert "NetworkInterfaces" not in props and "SubnetId" not in props and "SecurityGroupIds" not in props
+        interfaces = _efa_interfaces(tj, node)
+        assert len(interfaces) == cards
+        assert sorted(i["NetworkCardIndex"] for i in interfaces) == list(range(cards))  # distinct cards
+        primary, *extra = interfaces
+        assert (primary["NetworkCardIndex"], primary["DeviceIndex"], primary["InterfaceType"]) == (0, 0, "efa")
+        assert "PrivateIpAddress" in primary
+        assert {(i["DeviceIndex"], i["InterfaceType"]) for i in extra} == ({(1, extra_type)} if extra else set())
+        for interface in interfaces:
+            assert interface["Groups"] == [{"Fn::GetAtt": [group_id, "GroupId"]}]
+            assert interface["DeleteOnTermination"] is True
+            if interface["InterfaceType"] == "efa-only":
+                assert "PrivateIpAddress" not in interface  # EFA-only interfaces take no IP address
 
 
 @pytest.mark.parametrize("overrides", [SINGLE, MULTI_PLAIN], ids=["single-g5-12xlarge", "g5-xlarge-x2"])
 def test_no_efa_where_unsupported_or_unneeded(synth_app, overrides):
     _, template, _ = _cluster(synth_app, overrides)
     template.resource_count_is("AWS::EC2::NetworkInterface", 0)
-    template.all_resources_properties("AWS::EC2::Instance", {"NetworkInterfaces": Match.absent()})
+    template.resource_count_is("AWS::EC2::LaunchTemplate", 0)
+    template.all_resources_properties(
+        "AWS::EC2::Instance", {"NetworkInterfaces": Match.absent(), "LaunchTemplate": Match.absent()}
+    )
 
 
 @pytest.mark.parametrize("overrides", [MULTI_EFA, MULTI_PLAIN, P4D_TUNED], ids=["g5-12xlarge", "g5-xlarge", "p4d"])
@@ -353,13 +382,12 @@ def test_host_list_is_identical_and_ordered_on_every_node(synth_app, overrides):
         assert env["TRAINING_CURRENT_HOST"] == hosts[index]
         assert env["NODE_NAME"] == f"node-{index}"
     template.has_output("PrivateIps", {"Value": ",".join(hosts)})
-    # Each node's (primary or EFA) interface has its host-list address...
+    # Each node's (primary or first EFA) interface has its host-list address...
     addresses = []
     for _, node in nodes:
         props = node["Properties"]
-        if "NetworkInterfaces" in props:
-            eni = tj["Resources"][props["NetworkInterfaces"][0]["NetworkInterfaceId"]["Ref"]]
-            props = eni["Properties"]
+        if "LaunchTemplate" in props:
+            props = _efa_interfaces(tj, node)[0]
         addresses.append(props["PrivateIpAddress"])
     assert addresses == hosts
     # ...inside a block EC2 never assigns to other interfaces.
@@ -598,7 +626,7 @@ def test_outputs_for_operator_scripts(synth_app):
 
 ALLOWED_TYPES = {
     "AWS::EC2::Instance",
-    "AWS::EC2::NetworkInterface",
+    "AWS::EC2::LaunchTemplate",  # an EFA node's network interfaces: EC2 deletes them with the instance
     "AWS::EC2::SecurityGroup",
     "AWS::EC2::SecurityGroupIngress",
     "AWS::EC2::SecurityGroupEgress",

@@ -49,3 +49,19 @@ def test_every_multi_gpu_type_has_an_all_reduce_floor_below_its_link_and_one_gpu
 
 def test_quota_family_matches_ec2_quota_buckets():
     assert lookup("g6e.xlarge").quota_family == "G" and lookup("p5.48xlarge").quota_family == "P"
+
+
+def test_efa_interface_counts_are_one_per_network_card_and_agree_with_the_efa_flag():
+    # EC2 DescribeInstanceTypes NetworkInfo.EfaInfo.MaximumEfaInterfaces (the table's _columns says where from).
+    expected = {"p4d.24xlarge": 4, "p4de.24xlarge": 4, "p5.48xlarge": 32, "p5e.48xlarge": 32,
+                "g6e.24xlarge": 2, "g6e.48xlarge": 4, "p3dn.24xlarge": 1, "g5.12xlarge": 1, "g5.xlarge": 0}
+    assert {name: lookup(name).efa_interfaces for name in expected} == expected
+    for name, row in gpu_instance_types().items():
+        assert row.efa == (row.efa_interfaces > 0), name
+
+
+def test_the_image_reads_the_same_efa_counts():
+    from trainer import gpu_table
+
+    for name, row in gpu_instance_types().items():
+        assert gpu_table.lookup(name).efa_interfaces == row.efa_interfaces, name

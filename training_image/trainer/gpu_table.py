@@ -28,6 +28,8 @@ class GpuInstance:
         compute_capability: CUDA compute capability, ``major.minor``.
         vcpus: vCPUs of the instance (sizes the input pipelines' thread pools).
         efa: Whether the instance type supports EFA (NCCL over libfabric between nodes).
+        efa_interfaces: EFA interfaces (one per network card) a host of the type has: 4 on p4d, 32 on
+            p5.48xlarge; what the network check expects to see as ``/dev/infiniband/uverbs*``.
     """
 
     name: str
@@ -38,6 +40,7 @@ class GpuInstance:
     compute_capability: str
     vcpus: int = 0
     efa: bool = False
+    efa_interfaces: int = 0
 
 
 @lru_cache(maxsize=1)
@@ -53,6 +56,7 @@ def _rows() -> dict[str, GpuInstance]:
             compute_capability=row["compute_capability"],
             vcpus=int(row["vcpus"]),
             efa=bool(row["efa"]),
+            efa_interfaces=int(row["efa_interfaces"]),
         )
         for name, row in raw["instance_types"].items()
     }

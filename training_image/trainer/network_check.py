@@ -10,12 +10,19 @@ the job spans several hosts on GPUs, the job's start checks that
    resolved as NCCL 2.27 resolves it) in a fresh process with the environment this process
    started with, and exports a net-plugin API NCCL loads; the tuner ``NCCL_TUNER_PLUGIN`` names too;
 2. libfabric sees the EFA provider (``fi_info -p efa``): the EFA device is attached and passed in;
+3. the container sees every EFA interface of the type (``/dev/infiniband/uverbs*``, one per
+   network card: 4 on p4d, 32 on p5.48xlarge, the GPU table's ``efa_interfaces``);
 
 and fails with one line naming what is missing. A fresh process, because the dynamic loader reads
 ``LD_LIBRARY_PATH`` only when a process starts: a change to ``os.environ`` afterwards is seen by
 no ``dlopen`` (the image sets it with ``ENV``). Elsewhere it logs what NCCL will use between
 hosts: TCP sockets (no EFA on the type), or nothing (one host; CPU collectives run over gRPC).
 Each probe is bounded by ``GPU_CHECK_TIMEOUT_SECONDS``, like the GPU check.
+
+The check runs in a fresh process, so it cannot prove that the plugin initializes inside the
+training process too. :func:`nccl_environment` therefore also sets ``NCCL_NET`` to the plugin's
+network name: NCCL then uses that network or fails the job ("Could not find network"), never
+TCP sockets in its place.
 """
 
 from __future__ import annotations
@@ -39,6 +46,12 @@ from trainer.logs import log_json
 OFI_NCCL_LIB = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
 EFA_LIB = "/opt/amazon/efa/lib"
 FI_INFO = "/opt/amazon/efa/bin/fi_info"
+# Where the EFA devices appear in the container (bootstrap.sh passes every uverbs device in; SageMaker does too).
+INFINIBAND_DIR = "/dev/infiniband"
+# The network name aws-ofi-nccl 1.14 registers for NCCL (src/nccl_ofi_interface_nvidia.c, v1.14.2:
+# `.name = "Libfabric"`; it also answers to NCCL_NET "OFI" and "AWS Libfabric"). NCCL_NET set to it
+# makes NCCL use the plugin or fail, instead of falling back to its own TCP sockets.
+OFI_NET_NAME = "Libfabric"
 ENV_NET_PLUGIN = "NCCL_NET_PLUGIN"
 ENV_TUNER_PLUGIN = "NCCL_TUNER_PLUGIN"
 # NCCL 2.27.7 (src/plugin/plugin_open.cc): the prefix of a plugin given by a short name, and the
@@ -58,9 +71,13 @@ def nccl_environment(instance_type: str | None, num_workers: int) -> dict[str, s
     in the GPU table (NCCL's own TCP sockets). With EFA: libfabric's ``efa`` provider for the OFI
     plugin the image names (``NCCL_NET_PLUGIN``, on the image's ``LD_LIBRARY_PATH``), as AWS's deep
     learning containers configure it; RDMA reads where the GPU and EFA support them; NCCL's
-    ``NET`` lines (the plugin NCCL loaded, the provider and fabric it chose) in the job's log.
+    ``NET`` lines (the plugin NCCL loaded, the provider and fabric it chose) in the job's log; and
+    ``NCCL_NET`` naming the plugin's network (:data:`OFI_NET_NAME`), so that NCCL fails loudly
+    when the plugin does not initialize in the training process instead of running over sockets.
     Read by NCCL with ``getenv`` when its first communicator starts, so setting them in the
-    process before that works (unlike ``LD_LIBRARY_PATH``).
+    process before that works (unlike ``LD_LIBRARY_PATH``). A job's own value of any of them wins
+    (:func:`trainer.train.distribute.apply_nccl_environment`): ``NCCL_NET=Socket`` is the escape
+    hatch for a job that knowingly runs over TCP.
     """
     row = gpu_table.lookup(instance_type) if instance_type else None
     if num_workers < 2 or row is None or not row.efa:
@@ -73,6 +90,7 @@ def nccl_environment(instance_type: str | None, num_workers: int) -> dict[str, s
         "NCCL_SOCKET_IFNAME": "^lo,docker",
         "NCCL_DEBUG": "INFO",
         "NCCL_DEBUG_SUBSYS": "NET",
+        "NCCL_NET": OFI_NET_NAME,
     }
     if row.name.split(".")[0] in _RDMA_FAMILIES:
         env["FI_EFA_USE_DEVICE_RDMA"] = "1"
@@ -229,6 +247,14 @@ def probe_efa_provider(environ: Mapping[str, str], timeout: float) -> ProviderPr
     return ProviderProbe(False, f"fi_info -p efa exited {done.returncode}: {said}")
 
 
+def efa_device_count(directory: str | None = None) -> int:
+    """EFA devices this container sees: ``uverbs*`` entries of ``/dev/infiniband`` (one per EFA interface)."""
+    try:
+        return sum(1 for name in os.listdir(directory or INFINIBAND_DIR) if name.startswith("uverbs"))
+    except OSError:
+        return 0
+
+
 def expected_transport(instance_type: str | None, num_workers: int, *, uses_gpus: bool) -> tuple[str, str]:
     """What NCCL should use between hosts, ``efa``, ``sockets`` or ``none``, and why."""
     if num_workers < 2:
@@ -243,8 +269,11 @@ def expected_transport(instance_type: str | None, num_workers: int, *, uses_gpus
     return "efa", f"{row.name} has EFA (gpu_instances.json)"
 
 
-def _missing(plugins: list[PluginLoad], provider: ProviderProbe) -> list[str]:
+def _missing(plugins: list[PluginLoad], provider: ProviderProbe, devices: tuple[str, int, int] | None = None) -> list[str]:
     missing = []
+    if devices is not None and devices[2] < devices[1]:
+        name, expected, seen = devices
+        missing.append(f"{name} has {expected} EFA interfaces, the container sees {seen}")
     nets = [p for p in plugins if p.kind == "net"]
     if not any(p.ok for p in nets):
         broken = next((p for p in nets if p.loaded), None)
@@ -289,8 +318,9 @@ def verify(
         The report logged as ``[network-check] {...}``.
 
     Raises:
-        NetworkCheckError: EFA is expected and the plugin does not load or libfabric sees no EFA
-            provider; one line naming each missing piece.
+        NetworkCheckError: EFA is expected and the plugin does not load, libfabric sees no EFA
+            provider or the container sees fewer EFA devices than the type has ("p4d.24xlarge has 4
+            EFA interfaces, the container sees 1"); one line naming each missing piece.
     """
     transport, reason = expected_transport(instance_type, num_workers, uses_gpus=uses_gpus)
     report: dict[str, Any] = {"instance_type": instance_type, "hosts": num_workers, "expected": transport, "reason": reason}
@@ -302,9 +332,12 @@ def verify(
     limit = gpu_check_timeout_seconds() if timeout is None else timeout
     plugins = probe_plugins(env, limit)
     provider = probe_efa_provider(env, limit)
-    missing = _missing(plugins, provider)
+    row = gpu_table.lookup(instance_type) if instance_type else None
+    devices = (row.name, row.efa_interfaces, efa_device_count()) if row is not None and row.efa_interfaces else None
+    missing = _missing(plugins, provider, devices)
     report.update(
         ok=not missing,
+        efa_devices={"expected": devices[1], "seen": devices[2]} if devices else None,
         plugins=[{k: v for k, v in asdict(p).items() if v is not None} for p in plugins],
         efa_provider=asdict(provider),
         ld_library_path=env.get("LD_LIBRARY_PATH", ""),

@@ -4,6 +4,9 @@ TF_CONFIG comes from the container (built from the job's hosts); every worker tr
 (a custom loop: Keras 3's fit does not take a MultiWorkerMirroredStrategy dataset), the chief
 (task 0) saves to SM_MODEL_DIR and the others to a scratch folder, as TensorFlow's multi-worker
 guide says. The summary proves how many workers trained together.
+
+On GPUs the strategy asks for NCCL: with the default CommunicationImplementation.AUTO, TensorFlow
+(2.21) all-reduces over gRPC rings between hosts, never NCCL (docs/sagemaker-code.md).
 """
 
 import argparse
@@ -22,7 +25,11 @@ parser.add_argument("--batch-size", type=int, default=32)
 parser.add_argument("--model_dir", type=str)
 args, _ = parser.parse_known_args()
 
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
+# list_physical_devices does not start TensorFlow's runtime, which the strategy must configure first.
+implementation = (tf.distribute.experimental.CommunicationImplementation.NCCL if tf.config.list_physical_devices("GPU")
+                  else tf.distribute.experimental.CommunicationImplementation.AUTO)
+strategy = tf.distribute.MultiWorkerMirroredStrategy(
+    communication_options=tf.distribute.experimental.CommunicationOptions(implementation=implementation))
 config = json.loads(os.environ["TF_CONFIG"])
 rows = [np.loadtxt(p, delimiter=",", skiprows=1, ndmin=2) for p in sorted(glob.glob(os.environ["SM_CHANNEL_TRAINING"] + "/*.csv"))]
 data = np.concatenate(rows).astype("float32")
@@ -64,7 +71,7 @@ target = os.environ["SM_MODEL_DIR"] if chief else tempfile.mkdtemp()
 model.save(os.path.join(target, "model.keras"))
 summary = {"script": "sdk_user_code/train_mwms.py", "replicas_in_sync": strategy.num_replicas_in_sync,
            "workers": config["cluster"]["worker"], "task": config["task"], "host": os.environ.get("SM_CURRENT_HOST"),
-           "steps": steps, "loss": losses[-1], "digest": digest}
+           "steps": steps, "loss": losses[-1], "digest": digest, "implementation": implementation.value}
 for folder in {target, os.environ["SM_OUTPUT_DATA_DIR"]}:
     with open(os.path.join(folder, "summary.json"), "w") as handle:
         json.dump(summary, handle)
