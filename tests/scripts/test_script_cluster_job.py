@@ -91,6 +91,10 @@ def cluster(aws, monkeypatch) -> Iterator[list[str]]:
         backend._commands[:] = [c for c in backend._commands if c.document_name != DOCUMENT]
 
 
+_SEND_STOP = cluster_job.send_stop
+"""The real send_stop, which tests wrap."""
+
+
 def _commands() -> list[Any]:
     return [c for c in _ssm_backend()._commands if c.document_name == DOCUMENT]
 
@@ -304,6 +308,17 @@ def test_stop_cancels_only_a_run_that_outlives_its_bound_saying_so(cluster, monk
     assert "never-ends: the guards have ended (uploads done on every node)" in out
 
 
+def _stop_action_shows(monkeypatch: pytest.MonkeyPatch, status: str) -> None:
+    """The stop action, once sent, as SSM shows it: ``status`` (moto: Success at once)."""
+
+    def send(*args: Any) -> str:
+        stop_id = _SEND_STOP(*args)
+        next(c for c in _commands() if c.command_id == stop_id).status = status
+        return stop_id
+
+    monkeypatch.setattr(cluster_job, "send_stop", send)
+
+
 def test_after_a_cancel_stop_waits_for_the_guards_uploads_and_says_when_they_outlive_its_bound(cluster, monkeypatch, capsys):
     """The cancel hands each node's uploads to its guard; the stop action ends on a node only once they are done, so
     stop (and teardown --destroy after it) waits for the stop action: removing the nodes earlier loses the checkpoint."""
@@ -316,14 +331,7 @@ def test_after_a_cancel_stop_waits_for_the_guards_uploads_and_says_when_they_out
         polls.append(stop.status)
         stop.status = "InProgress" if len(polls) < 2 else "Success"
 
-    send_stop = cluster_job.send_stop
-
-    def stop_in_progress(*args: Any) -> str:
-        stop_id = send_stop(*args)
-        next(c for c in _commands() if c.command_id == stop_id).status = "InProgress"
-        return stop_id
-
-    monkeypatch.setattr(cluster_job, "send_stop", stop_in_progress)
+    _stop_action_shows(monkeypatch, "InProgress")
     monkeypatch.setattr(cluster_job.time, "sleep", guards_upload)
     capsys.readouterr()
     assert run(cluster_job.main, ["stop", "slow-upload"]) == 0
@@ -343,13 +351,7 @@ def test_after_a_cancel_stop_waits_for_the_guards_uploads_and_says_when_they_out
                      r"nodes now could lose what they have not uploaded", out), out  # fmt: skip
 
     failed = _running("failed-upload")  # a node's stop action failed ("still uploading" after its own bound)
-
-    def stop_fails(*args: Any) -> str:
-        stop_id = send_stop(*args)
-        next(c for c in _commands() if c.command_id == stop_id).status = "Failed"
-        return stop_id
-
-    monkeypatch.setattr(cluster_job, "send_stop", stop_fails)
+    _stop_action_shows(monkeypatch, "Failed")
     assert run(cluster_job.main, ["stop", "failed-upload"]) == 1
     assert failed.status == "Cancelled"
     assert "failed-upload: the guards' uploads are not confirmed (stop action " in capsys.readouterr().out
@@ -440,14 +442,7 @@ def test_teardown_does_not_destroy_when_a_cancelled_jobs_uploads_are_not_confirm
     uploading past its bound): nothing runs any more, yet destroying the nodes could lose the checkpoint."""
     command = _running("td-unsure")
     monkeypatch.setattr(teardown, "CLUSTER_STOP_WAIT_SECONDS", 0.2)
-    send_stop = cluster_job.send_stop
-
-    def stop_fails(*args: Any) -> str:
-        stop_id = send_stop(*args)
-        next(c for c in _commands() if c.command_id == stop_id).status = "Failed"
-        return stop_id
-
-    monkeypatch.setattr(cluster_job, "send_stop", stop_fails)
+    _stop_action_shows(monkeypatch, "Failed")
     calls = []
     monkeypatch.setattr(common.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or type("R", (), {"returncode": 0})())
     assert run(teardown.main, ["--stop-running", "--destroy", "--interval", "0", "--timeout", "5"]) == 1
