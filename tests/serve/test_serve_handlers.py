@@ -72,7 +72,7 @@ def test_input_and_output_handlers_run_around_tf_serving_with_requirements_from_
         reply = server.invoke("1\n2\n3\n", "text/csv", accept="application/vnd.user+json")
         assert reply.status == 200, reply.body
         assert reply.content_type == "application/vnd.user+json"
-        assert reply.json() == {"ys": [3.0, 5.0, 7.0], "marker": 42, "accept": "application/vnd.user+json", "model": "model"}
+        assert reply.json() == {"ys": [3.0, 5.0, 7.0], "marker": 42, "accept": "application/vnd.user+json", "model": None}
         assert server.invoke('{"instances": [[10]]}').json()["ys"] == [21.0]
 
         # The handler raises: 500 with the user's file and line; the server keeps serving.

@@ -225,7 +225,7 @@ def test_a_request_that_fails_the_model_fails_alone_and_is_counted(tmp_path):
         return {"y": ids * 2}
 
     signatures = {"serving_default": Signature({"ids": TensorSpec((None, 1), "int64")}, {"y": TensorSpec((None, 1), "int64")})}
-    state = _tensor_state(tmp_path, signatures, lookup, SERVE_MAX_BATCH_DELAY_MS="500")
+    state = _tensor_state(tmp_path, signatures, lookup, SERVE_MAX_BATCH_DELAY_MS="500", SAGEMAKER_TFS_ENABLE_BATCHING="true")
 
     async def go() -> tuple[list[tuple[int, str, bytes]], dict[str, Any]]:
         async with TestClient(TestServer(server.create_app(state), host="127.0.0.1")) as client:

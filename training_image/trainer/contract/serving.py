@@ -3,7 +3,9 @@
 SageMaker hosting sets ``SAGEMAKER_BIND_TO_PORT`` (and ``SAGEMAKER_SAFE_PORT_RANGE``) when the
 container must listen on another port than 8080; the stacks set ``EXPECTED_GPU_COUNT`` on the
 Model. The ``SERVE_*`` variables tune batching and limits and have defaults that suit small
-tabular models on one GPU.
+tabular models on one GPU. A few variables of AWS's TensorFlow serving container and inference
+toolkit mean here what they mean there: ``SAGEMAKER_TFS_ENABLE_BATCHING``,
+``SAGEMAKER_TFS_DEFAULT_MODEL_NAME`` and ``SAGEMAKER_MODEL_SERVER_TIMEOUT``.
 
 Batch transform starts the same ``serve`` with ``SAGEMAKER_BATCH=true`` and, for what the job set,
 ``SAGEMAKER_MAX_PAYLOAD_IN_MB``, ``SAGEMAKER_BATCH_STRATEGY`` and
@@ -30,6 +32,8 @@ DEFAULT_MAX_REQUEST_BYTES = 6 * 1024 * 1024
 DEFAULT_MAX_BATCH_SIZE = 64
 DEFAULT_MAX_BATCH_DELAY_MS = 2.0
 DEFAULT_MAX_QUEUED_REQUESTS = 2048
+DEFAULT_MODEL_SERVER_TIMEOUT_S = 60
+"""AWS's inference toolkit's default for ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` (seconds)."""
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
 MB = 1024 * 1024
 """One MB of ``MaxPayloadInMB``: the binary megabyte, the larger reading, so the server never refuses
@@ -52,7 +56,17 @@ class ServeSettings:
         expected_gpu_count: ``EXPECTED_GPU_COUNT`` if set; ``0`` serves on CPU on purpose.
         instance_type: ``TRAINING_INSTANCE_TYPE`` or ``SERVING_INSTANCE_TYPE``, the fallback for
             the expected GPU count (the GPU table).
-        batching: ``SERVE_BATCHING`` = on|off; off runs every request as its own model call.
+        batching: ``SERVE_BATCHING`` = on|off (default on): whether the built-in classifier joins
+            concurrent requests into one model call (its rows are independent, so a row's answer
+            never depends on its neighbours); off runs every request as its own model call.
+        tfs_batching: Whether any other model (served as TF Serving serves it) joins concurrent
+            requests: ``SAGEMAKER_TFS_ENABLE_BATCHING`` = true|false (AWS's serving container's
+            variable), else ``SERVE_BATCHING`` when set (the two must agree when both are), else off,
+            as in AWS's container. Off by
+            default because such a model's output may depend on the whole batch (softmax over
+            the batch, batch norm in training mode): joined, one client's answer would depend on
+            another's requests. A columnar (``"inputs"``) request is one batch already and is
+            never joined with others.
         max_batch_size: ``SERVE_MAX_BATCH_SIZE``: most rows one model call takes from queued
             requests (a single larger request still runs, alone).
         max_batch_delay_ms: ``SERVE_MAX_BATCH_DELAY_MS``: the longest the first request of a
@@ -73,7 +87,7 @@ class ServeSettings:
             they are non-negative and sum to 1. Only the built-in classifier answers with classes
             and probabilities: with ``auto``, a model that is not the trainer's answers as TF
             Serving does; ``logits`` or ``probabilities`` serve any model as a classifier.
-        model_name: ``TFS_DEFAULT_MODEL_NAME`` (default ``model``): the name in TF Serving's REST
+        model_name: ``SAGEMAKER_TFS_DEFAULT_MODEL_NAME``, else ``TFS_DEFAULT_MODEL_NAME`` (default ``model``): the name in TF Serving's REST
             route ``/v1/models/<name>:predict`` and in an ``inference.py`` handler's context.
         default_accept: ``SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT`` (default ``application/json``):
             the ``accept`` an ``inference.py`` handler gets when the request names none or ``*/*``.
@@ -89,6 +103,10 @@ class ServeSettings:
         batch_strategy: ``SAGEMAKER_BATCH_STRATEGY`` = MULTI_RECORD|SINGLE_RECORD when set.
         max_concurrent_transforms: ``SAGEMAKER_MAX_CONCURRENT_TRANSFORMS`` when set (0 counts as
             unset, as in CreateTransformJob).
+        request_timeout_s: ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` (seconds, default 60, as in AWS's
+            inference toolkit; 0: none): a request not answered by then gets 504 with one line.
+        access_log: ``SERVE_ACCESS_LOG`` = on|off (default on): one log line per request (a
+            ``/ping`` answered 200 is not logged: SageMaker pings every few seconds).
     """
 
     host: str
@@ -111,6 +129,9 @@ class ServeSettings:
     max_payload_in_mb: int | None = None
     batch_strategy: str | None = None
     max_concurrent_transforms: int | None = None
+    tfs_batching: bool = False
+    request_timeout_s: int = DEFAULT_MODEL_SERVER_TIMEOUT_S
+    access_log: bool = True
 
     @property
     def request_limit_setting(self) -> str:
@@ -159,6 +180,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         expected_gpu_count=expected_gpu_count(env),
         instance_type=(env.get(ENV_INSTANCE_TYPE) or env.get("SERVING_INSTANCE_TYPE") or "").strip() or None,
         batching=switch_setting(env, "SERVE_BATCHING", default=True),
+        tfs_batching=_tfs_batching(env),
         max_batch_size=int_setting(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),
         max_batch_delay_ms=delay,
         max_queued_requests=int_setting(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
@@ -173,7 +195,23 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         max_payload_in_mb=payload_mb,
         batch_strategy=_batch_strategy(env),
         max_concurrent_transforms=int_setting(env, "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS", 0, minimum=0) or None,
+        request_timeout_s=int_setting(env, "SAGEMAKER_MODEL_SERVER_TIMEOUT", DEFAULT_MODEL_SERVER_TIMEOUT_S, minimum=0),
+        access_log=switch_setting(env, "SERVE_ACCESS_LOG", default=True),
     )
+
+
+def _tfs_batching(env: Mapping[str, str]) -> bool:
+    """Batching for models served as TF Serving serves them: opt-in, as in AWS's serving container."""
+    raw = env.get("SAGEMAKER_TFS_ENABLE_BATCHING", "").strip().lower()
+    if raw and raw not in ("true", "false"):
+        raise ConfigError(f"SAGEMAKER_TFS_ENABLE_BATCHING must be true or false, got {raw!r}.")
+    explicit = env.get("SERVE_BATCHING", "").strip()
+    serve_batching = switch_setting(env, "SERVE_BATCHING", default=False)
+    if raw and explicit and (raw == "true") != serve_batching:
+        raise ConfigError(
+            f"SAGEMAKER_TFS_ENABLE_BATCHING={raw} and SERVE_BATCHING={explicit} disagree; set one of them."
+        )
+    return raw == "true" if raw else serve_batching
 
 
 def _max_payload_in_mb(env: Mapping[str, str]) -> int | None:
@@ -208,7 +246,11 @@ def _batch_transform(env: Mapping[str, str]) -> bool:
 
 
 def _model_name(env: Mapping[str, str]) -> str:
-    name = env.get("TFS_DEFAULT_MODEL_NAME", "").strip() or "model"
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ConfigError(f"TFS_DEFAULT_MODEL_NAME must be letters, digits, '_', '.' or '-', got {name!r}.")
-    return name
+    # AWS's container reads SAGEMAKER_TFS_DEFAULT_MODEL_NAME and hands it to TF Serving's side as TFS_DEFAULT_MODEL_NAME.
+    for variable in ("SAGEMAKER_TFS_DEFAULT_MODEL_NAME", "TFS_DEFAULT_MODEL_NAME"):
+        name = env.get(variable, "").strip()
+        if name:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+                raise ConfigError(f"{variable} must be letters, digits, '_', '.' or '-', got {name!r}.")
+            return name
+    return "model"

@@ -13,8 +13,10 @@ queue, each with its own worker thread, so the GPUs work on different batches at
 
 A request is a float32 matrix (the built-in classifier) or a parsed TF Serving request (any other
 model): requests for the same signature whose inputs agree in every dimension but the first are
-joined along it, and each gets its rows of every output back. A TF Serving request that cannot be
-joined (a columnar request whose inputs disagree on the batch size) runs alone. A batch whose
+joined along it, and each gets its rows of every output back. A columnar TF Serving request
+(``"inputs"``) is never joined: in TF Serving's format it is one batch, which the model may treat
+as a whole. Joining suits models whose rows are independent: the server batches the built-in
+classifier by default and other models only when the user opts in (``ServeSettings.tfs_batching``). A batch whose
 outputs do not have one row per input row, or whose joined call raises, is rerun request by
 request, so a request that makes the model fail fails alone, not its neighbours.
 """
@@ -48,13 +50,14 @@ class _Pending:
     future: asyncio.Future[Any]
     size: int
     key: Any
+    batch: dict[str, int] | None = None
 
 
 def _size_and_key(payload: Any) -> tuple[int, Any]:
     """Rows in a request, and what a request must share with others to be joined with them."""
     if isinstance(payload, PredictRequest):
-        if payload.rows is None:
-            return 1, object()  # never joined
+        if payload.rows is None or not payload.row_format:
+            return payload.rows or 1, object()  # a columnar request is one batch of its own: never joined
         shapes = tuple((name, t.shape[1:], t.dtype.str) for name, t in sorted(payload.tensors.items()))
         return payload.rows, (payload.signature_name, shapes)
     return len(payload), None
@@ -174,8 +177,12 @@ class DynamicBatcher:
         for executor in self._executors:
             executor.shutdown(wait=False, cancel_futures=True)
 
-    async def submit(self, rows: Any) -> Any:
+    async def submit(self, rows: Any, batch: dict[str, int] | None = None) -> Any:
         """Predicts ``rows`` (a matrix, or a parsed TF Serving request) as part of some batch.
+
+        Args:
+            rows: The request.
+            batch: Filled with ``requests`` and ``rows`` of the model call that answered it (the log line).
 
         Raises:
             QueueFull: the queue is at its bound.
@@ -183,7 +190,7 @@ class DynamicBatcher:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         size, key = _size_and_key(rows)
         try:
-            self._queue.put_nowait(_Pending(rows, future, size, key))
+            self._queue.put_nowait(_Pending(rows, future, size, key, batch))
         except asyncio.QueueFull:
             raise QueueFull from None
         return await future
@@ -245,6 +252,9 @@ class DynamicBatcher:
         its own: one bad request (a corrupt image, an id out of the vocabulary) then fails alone,
         not the neighbours it happened to share a call with.
         """
+        for pending in batch:
+            if pending.batch is not None:
+                pending.batch.update(requests=len(batch), rows=rows)
         try:
             outputs = await self._call(replica, _join([p.rows for p in batch]))
         except Exception as err:  # noqa: BLE001 - delivered to the request, or retried alone below

@@ -15,8 +15,12 @@ and ``code/lib``; a requirement no wheel satisfies fails the start with one line
 - The inference toolkit's family (``sagemaker-inference-toolkit``'s ``transformer.py``):
   ``model_fn(model_dir)``, ``input_fn(input_data, content_type)``, ``predict_fn(data, model)``,
   ``output_fn(prediction, accept)``, or ``transform_fn(model, input_data, content_type, accept)``
-  instead of the last three; each may take one more argument, the context. A missing function
-  gets the default: the platform's model, the TF Serving request, its answer as JSON.
+  instead of the last three; each may take one more argument, the context (:class:`ToolkitContext`,
+  the model server's context the toolkit passes: ``system_properties`` with ``model_dir`` and
+  ``gpu_id``, ``request_processor``, request headers, response status and headers). ``input_data``
+  is the body as ``bytes``, decoded to ``str`` only when the content type is exactly
+  ``application/json`` or ``text/csv``, as the toolkit decodes it. A missing function gets the
+  default: the platform's model, the TF Serving request, its answer as JSON.
 
 A handler that raises answers 500 (or the ``status_code`` 4xx/5xx its exception carries, as the
 toolkit's ``BaseInferenceToolkitError`` does) with ``{"error": "<exception> (inference.py line N,
@@ -31,7 +35,7 @@ import inspect
 import io
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -46,16 +50,117 @@ CODE_DIR = "code"
 LIB_DIR = "lib"
 SCRIPT = "inference.py"
 MODULE_NAME = "inference"
-TEXT_TYPES = (JSON, CSV, *JSON_LINES)
-"""Bodies the inference toolkit's handlers get as ``str`` (any other as ``bytes``)."""
+UTF8_TYPES = (JSON, CSV)
+"""Content types whose body the inference toolkit's functions get as ``str`` (content_types.UTF8_TYPES,
+compared with the whole header as the toolkit compares it); any other body is ``bytes``."""
 SERVING_CONTAINER = "serving-container"
 INFERENCE_TOOLKIT = "inference-toolkit"
 # The serving container's request context (tfs_utils.parse_request), field for field.
 Context = collections.namedtuple(
     "Context",
-    "model_name, model_version, method, rest_uri, grpc_uri, custom_attributes, "
-    "request_content_type, accept_header, content_length",
+    "model_name, model_version, method, rest_uri, grpc_port, channel, "
+    "custom_attributes, request_content_type, accept_header, content_length",
 )
+
+
+class RequestProcessor:
+    """One request's headers and response status/headers, as the model server's ``RequestProcessor``."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self._headers = dict(headers)
+        self._lower = {key.lower(): value for key, value in self._headers.items()}
+        self.status_code = 200
+        self.reason = ""
+        self.response_headers: dict[str, str] = {}
+
+    def get_request_property(self, key: str) -> str | None:
+        return self._headers.get(key, self._lower.get(key.lower()))
+
+    def get_request_properties(self) -> dict[str, str]:
+        return dict(self._headers)
+
+    def report_status(self, code: int, reason: str = "") -> None:
+        self.status_code, self.reason = int(code), reason
+
+    def get_response_status_code(self) -> int:
+        return self.status_code
+
+    def get_response_status_phrase(self) -> str:
+        return self.reason
+
+    def add_response_property(self, key: str, value: str) -> None:
+        self.response_headers[key] = str(value)
+
+    def get_response_headers(self) -> dict[str, str]:
+        return dict(self.response_headers)
+
+    def get_response_header(self, key: str) -> str | None:
+        return self.response_headers.get(key)
+
+
+class ToolkitContext:
+    """The context the inference toolkit passes to ``model_fn`` and the functions that take one
+    (the model server's ``Context``: one request per call here).
+
+    Attributes:
+        model_name: The served model's name.
+        content_type: The request's content type (the default when it names none).
+        accept: The request's ``Accept`` (the default when it names none or ``*/*``).
+    """
+
+    def __init__(
+        self,
+        *,
+        model_dir: str,
+        gpu_id: int | None,
+        headers: dict[str, str] | None = None,
+        content_type: str | None = None,
+        accept: str | None = None,
+        model_name: str = "model",
+    ) -> None:
+        self.model_name = model_name
+        self.content_type = content_type
+        self.accept = accept
+        self._system_properties = {
+            "model_dir": model_dir,
+            "gpu_id": gpu_id,
+            "batch_size": 1,
+            "server_name": "trainer-serve",
+            "server_version": None,
+        }
+        self._processor = RequestProcessor(headers or {})
+
+    @property
+    def system_properties(self) -> dict[str, Any]:
+        return self._system_properties
+
+    @property
+    def request_processor(self) -> list[RequestProcessor]:
+        return [self._processor]
+
+    def get_request_id(self, idx: int = 0) -> str | None:
+        return self._processor.get_request_property("X-Amzn-RequestId")
+
+    def get_request_header(self, idx: int, key: str) -> str | None:
+        return self._processor.get_request_property(key)
+
+    def get_all_request_header(self, idx: int) -> dict[str, str]:
+        return self._processor.get_request_properties()
+
+    def set_response_content_type(self, idx: int, value: str) -> None:
+        self._processor.add_response_property("Content-Type", value)
+
+    def get_response_content_type(self, idx: int) -> str | None:
+        return self._processor.get_response_header("Content-Type")
+
+    def get_response_status(self, idx: int) -> tuple[int, str]:
+        return self._processor.status_code, self._processor.reason
+
+    def set_response_status(self, code: int = 200, phrase: str = "", idx: int = 0) -> None:
+        self._processor.report_status(code, phrase)
+
+    def set_response_header(self, idx: int, key: str, value: str) -> None:
+        self._processor.add_response_property(key, value)
 
 
 class HandlerError(Exception):
@@ -72,10 +177,12 @@ class HandlerError(Exception):
 
 @dataclass
 class Reply:
-    """What a handler answered: the body and its content type."""
+    """What a handler answered: the body, its content type, and what a toolkit function set on the context."""
 
     body: bytes
     content_type: str
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def _body_bytes(value: Any) -> bytes:
@@ -169,10 +276,11 @@ class UserCode:
         except Exception as err:  # noqa: BLE001 - e.g. the model_fn model refused the data: one line, not a traceback
             raise self._fail(err, stage) from err
 
-    def load_model(self, model_dir: Path) -> None:
-        """Runs ``model_fn(model_dir)`` once at start-up; raises SourceError with the user's line."""
+    def load_model(self, model_dir: Path, gpu_id: int | None = None) -> None:
+        """Runs ``model_fn(model_dir[, context])`` once at start-up; raises SourceError with the user's line."""
+        context = ToolkitContext(model_dir=str(model_dir), gpu_id=gpu_id)
         try:
-            self.model = self._call("model_fn", str(model_dir))
+            self.model = self._call("model_fn", str(model_dir), context=context)
         except HandlerError as err:
             raise SourceError(f"{SCRIPT} {err}") from err
 
@@ -187,7 +295,7 @@ class UserCode:
 
         Args:
             body: The request body.
-            context: The :data:`Context` of this request.
+            context: The :data:`Context` (serving container) or :class:`ToolkitContext` (toolkit) of this request.
             default_predict: A TF Serving request object -> its answer (the platform's model).
             post: ``(rest_uri, data) -> requests.Response``, what ``input_handler``'s result is sent with.
         """
@@ -209,10 +317,10 @@ class UserCode:
         return Reply(_body_bytes(result[0]), str(result[1] or context.accept_header))
 
     def _toolkit(self, body: bytes, context: Any, default_predict: Callable[[Any], Any]) -> Reply:
-        content_type = context.request_content_type
-        accept = context.accept_header
+        content_type = context.content_type
+        accept = context.accept
         input_data: Any = body
-        if content_type.split(";", 1)[0].strip().lower() in TEXT_TYPES:
+        if content_type in UTF8_TYPES:
             try:
                 input_data = body.decode("utf-8")
             except UnicodeDecodeError as err:
@@ -240,8 +348,11 @@ class UserCode:
         content = accept
         if isinstance(result, tuple):
             result, content = result[0], result[1]
+        processor = context.request_processor[0]
+        status = processor.status_code if 200 <= processor.status_code <= 599 else 200
+        headers = {k: v for k, v in processor.response_headers.items() if k.lower() != "content-type"}
         try:
-            return Reply(_body_bytes(result), str(content))
+            return Reply(_body_bytes(result), str(content), status, headers)
         except TypeError as err:
             raise HandlerError(500, f"{SCRIPT}: the response is not bytes, text or JSON: {err}.") from None
 

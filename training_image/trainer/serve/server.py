@@ -26,6 +26,7 @@ import concurrent.futures
 import functools
 import json
 import re
+import signal
 import threading
 import time
 from collections.abc import Sequence
@@ -48,6 +49,13 @@ from trainer.contract.serving import MAX_PAYLOAD_IN_MB, MB, ServeSettings, load_
 HANDLER_THREADS = 8
 CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
 _TFS_ROUTE = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?:(?P<method>\w+)$")
+# tfs_utils.parse_tfs_custom_attributes's pattern, as AWS's container reads the header.
+_TFS_ATTRIBUTE = re.compile(r"(tfs-[a-z\-]+=[^,]+)")
+TFS_METHODS = ("predict",)
+"""TF Serving's REST methods this server answers (``classify`` and ``regress`` take tf.Example protos)."""
+SHUTDOWN_TIMEOUT_S = 10.0
+DEFAULT_DRAIN_S = 60.0
+"""How long SIGTERM waits for ``inference.py`` calls in flight when ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` is 0."""
 
 
 @dataclass
@@ -67,6 +75,9 @@ class ServingState:
         user_code: ``code/inference.py``, when the model carries one.
         workers: The devices that run model calls (one per replica: each GPU, or the CPU), once
             the GPU check has found them.
+        version: The served SavedModel's version directory (``1`` for ``model/1/``), None when
+            the model is not in one.
+        draining: SIGTERM came: new ``/invocations`` get 503 while handlers in flight finish.
     """
 
     settings: ServeSettings
@@ -79,7 +90,10 @@ class ServingState:
     tensor_replicas: list[TensorModel] = field(default_factory=list)
     user_code: handlers.UserCode | None = None
     workers: int = 0
+    version: str | None = None
+    draining: bool = False
     _handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
+    _handler_calls: set[concurrent.futures.Future[Any]] = field(default_factory=set)
 
     @property
     def describe_model(self) -> dict[str, Any] | None:
@@ -89,10 +103,27 @@ class ServingState:
             return self.tensor_replicas[0].describe()
         return None
 
-    def handler_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+    @property
+    def batching(self) -> bool:
+        """Whether concurrent requests share model calls: the classifier's setting, or TF Serving's opt-in."""
+        return self.settings.batching if self.model is not None else self.settings.tfs_batching
+
+    def run_handler(self, function: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """Runs ``function`` in a handler thread; the call counts as in flight until it returns,
+        even if its request timed out, so shutdown keeps the loopback route up for it."""
         if self._handler_pool is None:
             self._handler_pool = concurrent.futures.ThreadPoolExecutor(HANDLER_THREADS, thread_name_prefix="inference-py")
-        return self._handler_pool
+        call = self._handler_pool.submit(function, *args)
+        self._handler_calls.add(call)
+        call.add_done_callback(self._handler_calls.discard)
+        return asyncio.wrap_future(call)
+
+    async def drain_handlers(self, timeout: float) -> int:
+        """Waits up to ``timeout`` seconds for handler calls in flight; returns how many are left."""
+        deadline = time.monotonic() + timeout
+        while self._handler_calls and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return len(self._handler_calls)
 
     def shutdown(self) -> None:
         if self._handler_pool is not None:
@@ -141,7 +172,8 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
         warm_sizes: list[int] = list(settings.batch_buckets) if settings.warmup else []
         described: dict[str, Any] = {}
         if state.user_code is not None and state.user_code.loads_own_model:
-            state.user_code.load_model(settings.model_dir)
+            gpu_id = 0 if state.gpu_report.get("expected", 0) > 0 else None
+            state.user_code.load_model(settings.model_dir, gpu_id=gpu_id)
             warm_sizes, devices = [], ["model_fn"]
             described = {"kind": "model_fn"}
         elif serves_as_classifier(settings):
@@ -160,6 +192,8 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
             state.tensor_replicas = tensor_replicas
             described = tensor_replicas[0].describe()
             described["signatures"] = ",".join(described["signatures"])
+        if described.get("kind") != "model_fn":
+            state.version = served_version(settings)
         log(
             "serve-ready",
             seconds=f"{time.monotonic() - started:.2f}",
@@ -169,7 +203,10 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
             **{k: v for k, v in described.items() if k != "device"},
         )
         if settings.batch_transform:
-            log("serve-batch-transform", **execution_parameters(settings, state.workers, user_code=state.user_code is not None))
+            log(
+                "serve-batch-transform",
+                **execution_parameters(settings, state.workers, user_code=state.user_code is not None, batching=state.batching),
+            )
         state.ready.set()
     except TrainerError as err:
         state.failure = " ".join(str(err).split())
@@ -177,6 +214,19 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
     except Exception as err:  # noqa: BLE001 - a failed start must stay visible in /ping, not kill the port
         state.failure = f"Unexpected {type(err).__name__} during start-up: {err}".splitlines()[0]
         log("serve-failed", reason=repr(state.failure))
+
+
+def served_version(settings: ServeSettings) -> str | None:
+    """The version directory the served model is in (TF Serving's version), None outside one."""
+    from trainer.serve.model import find_model
+
+    path = find_model(settings.model_dir).path
+    for part in (path, *path.parents):
+        if part == settings.model_dir:
+            return None
+        if part.parent == settings.model_dir and part.name.isdigit():
+            return part.name
+    return None
 
 
 def padding_buckets(settings: ServeSettings, device: str | None) -> tuple[int, ...]:
@@ -214,6 +264,58 @@ async def one_line_errors(request: web.Request, handler: Callable[[web.Request],
         return _error(err.status, f"{request.method} {request.path}: {reason}")
 
 
+BATCH_KEY = web.RequestKey("batch", dict)
+"""The model call that answered a request (``requests``, ``rows``), for its log line."""
+_TIMED_PATHS = ("/invocations", "/v1/models/")
+
+
+@web.middleware
+async def access_log_and_timeout(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """One log line per request (an answered ``/ping`` excepted), with a 4xx/5xx's reason, and
+    504 for a prediction not answered within ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` seconds."""
+    settings = request.app[STATE].settings
+    started = time.monotonic()
+    timeout = settings.request_timeout_s if request.path.startswith(_TIMED_PATHS) else 0
+    try:
+        response = await (asyncio.wait_for(handler(request), timeout) if timeout else handler(request))
+    except TimeoutError:
+        response = _error(504, f"{request.method} {request.path}: no answer within {timeout}s (SAGEMAKER_MODEL_SERVER_TIMEOUT).")
+    if settings.access_log and not (request.path == "/ping" and response.status == 200):
+        _log_request(request, response, time.monotonic() - started)
+    return response
+
+
+def _log_request(request: web.Request, response: web.StreamResponse, seconds: float) -> None:
+    body = response.body if isinstance(response, web.Response) else None
+    sent = len(body) if isinstance(body, (bytes, bytearray)) else response.content_length
+    fields: dict[str, Any] = {
+        "method": request.method,
+        "path": request.path,
+        "status": response.status,
+        "bytes_in": request.content_length if request.content_length is not None else "-",
+        "bytes_out": sent if sent is not None else "-",
+        "ms": f"{seconds * 1000:.1f}",
+    }
+    batch = request.get(BATCH_KEY)
+    if batch:
+        fields["batch_requests"] = batch.get("requests", 1)
+        fields["batch_rows"] = batch.get("rows", 0)
+    if response.status >= 400 and isinstance(body, (bytes, bytearray)):
+        try:
+            fields["error"] = repr(str(json.loads(body).get("error", "")))
+        except (ValueError, AttributeError):
+            fields["error"] = repr(body[:200].decode("utf-8", "replace"))
+    log("serve-request", **fields)
+
+
+def _batch_info(request: web.Request) -> dict[str, int]:
+    info: dict[str, int] = {}
+    request[BATCH_KEY] = info
+    return info
+
+
 async def ping(request: web.Request) -> web.Response:
     """200 once the model is loaded and warm; 503 with the reason before that or after a failed start."""
     state = request.app[STATE]
@@ -225,13 +327,56 @@ async def ping(request: web.Request) -> web.Response:
 async def invocations(request: web.Request) -> web.Response:
     """One prediction request: the user's handlers, TF Serving's contract, or the built-in classifier."""
     state = request.app[STATE]
+    if state.draining:
+        return _error(503, "Shutting down: this server takes no new requests.")
     if not state.ready.is_set():
         return _error(503, state.failure or "Not ready: the model is still loading.")
+    attributes = tfs_attributes(request.headers.get(CUSTOM_ATTRIBUTES_HEADER))
+    unknown = _unknown_target(
+        state,
+        attributes.get("tfs-model-name"),
+        attributes.get("tfs-model-version"),
+        attributes.get("tfs-method"),
+        where=f"{CUSTOM_ATTRIBUTES_HEADER} names",
+    )
+    if unknown is not None:
+        return unknown
     if state.user_code is not None:
-        return await _user_code(request, state)
+        return await _user_code(request, state, attributes)
     if state.model is None:
         return await _tensors(request, state, rest=False)
     return await _classify(request, state)
+
+
+def tfs_attributes(header: str | None) -> dict[str, str]:
+    """The ``tfs-*`` entries of ``X-Amzn-SageMaker-Custom-Attributes``, as tfs_utils.parse_tfs_custom_attributes reads them."""
+    if not header:
+        return {}
+    pairs = (match.split("=", 1) for match in _TFS_ATTRIBUTE.findall(header))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def _unknown_target(
+    state: ServingState, name: str | None, version: str | None, method: str | None, *, where: str
+) -> web.Response | None:
+    """404 (one line) when a request names a model, version or method this server does not serve, as TF Serving answers."""
+    held = state.settings.model_name
+    if name is not None and name != held:
+        return _error(404, f"Servable not found: {where} model {name!r}; this server holds {held!r}.")
+    if version is not None and version != state.version:
+        holds = f"version {state.version}" if state.version else "no numbered version"
+        return _error(404, f"Servable not found: {where} {held!r} version {version}; this server holds {holds}.")
+    if method is not None and method not in TFS_METHODS:
+        return _error(404, f"{where} TF Serving method {method!r}; this server answers {', '.join(TFS_METHODS)}.")
+    return None
+
+
+def rest_uri(settings: ServeSettings, attributes: dict[str, str]) -> str:
+    """TF Serving's REST URI for a request, as tfs_utils.make_tfs_uri makes it (on this server's loopback)."""
+    uri = f"http://127.0.0.1:{settings.port}/v1/models/{attributes.get('tfs-model-name', settings.model_name)}"
+    if attributes.get("tfs-model-version"):
+        uri += "/versions/" + attributes["tfs-model-version"]
+    return uri + ":" + attributes.get("tfs-method", "predict")
 
 
 async def tfs_predict(request: web.Request) -> web.Response:
@@ -244,10 +389,11 @@ async def tfs_predict(request: web.Request) -> web.Response:
     """
     state = request.app[STATE]
     match = _TFS_ROUTE.match(request.match_info["tail"])
-    if match is None or match["method"] != "predict":
+    if match is None:
         return _error(404, f"POST {request.path}: only /v1/models/<name>[/versions/<n>]:predict is served.")
-    if match["name"] != state.settings.model_name:
-        return _error(404, f"Servable not found: model {match['name']!r} (this server holds {state.settings.model_name!r}).")
+    unknown = _unknown_target(state, match["name"], match["version"], match["method"], where=f"POST {request.path}:")
+    if unknown is not None:
+        return unknown
     if not state.ready.is_set():
         return _error(503, state.failure or "Not ready: the model is still loading.")
     if state.model is not None:
@@ -284,11 +430,13 @@ def _answer_type(accept: str, *, npy: bool = True) -> str | None:
     return None
 
 
-async def run_tensors(state: ServingState, parsed: tfserving.PredictRequest) -> dict[str, np.ndarray]:
-    """A parsed request's outputs, batched with other requests for the same signature; 503 when
-    the queue is full, 500 (one line) when the model fails."""
+async def run_tensors(
+    state: ServingState, parsed: tfserving.PredictRequest, batch: dict[str, int] | None = None
+) -> dict[str, np.ndarray]:
+    """A parsed request's outputs, batched with other requests for the same signature (when
+    batching is on); 503 when the queue is full, 500 (one line) when the model fails."""
     try:
-        return await _batcher(state).submit(parsed)
+        return await _batcher(state).submit(parsed, batch)
     except QueueFull:
         raise codec.RequestError(503, "Too many requests are waiting; retry with backoff.") from None
     except Exception as err:  # noqa: BLE001 - the model failed on a request that fits its signature
@@ -329,7 +477,7 @@ async def _tensors(request: web.Request, state: ServingState, *, rest: bool) -> 
             else:
                 payload = tfserving.to_tfs_request(body, content_type)
             parsed = tfserving.parse(payload, signatures)
-        outputs = await run_tensors(state, parsed)
+        outputs = await run_tensors(state, parsed, _batch_info(request))
         if answer_type == codec.NPY:
             return web.Response(body=tfserving.npy_answer(outputs), content_type=codec.NPY)
         answer = tfserving.respond(parsed, outputs)
@@ -338,24 +486,43 @@ async def _tensors(request: web.Request, state: ServingState, *, rest: bool) -> 
     return web.Response(body=json.dumps(answer, separators=(",", ":")).encode("utf-8"), content_type=answer_type)
 
 
-async def _user_code(request: web.Request, state: ServingState) -> web.Response:
+def handler_context(request: web.Request, state: ServingState, attributes: dict[str, str], body: bytes) -> Any:
+    """The context the user's family expects: the serving container's ``Context`` tuple
+    (tfs_utils.parse_request), or the inference toolkit's request context."""
+    settings = state.settings
+    assert state.user_code is not None
+    content_type = request.headers.get("Content-Type") or settings.default_content_type
+    accept = _accept_for_handlers(request.headers.get("Accept", ""), settings.default_accept)
+    if state.user_code.family == handlers.INFERENCE_TOOLKIT:
+        return handlers.ToolkitContext(
+            model_name=settings.model_name,
+            model_dir=str(settings.model_dir),
+            gpu_id=0 if state.gpu_report.get("expected", 0) > 0 else None,
+            headers=dict(request.headers),
+            content_type=content_type,
+            accept=accept,
+        )
+    return handlers.Context(
+        model_name=attributes.get("tfs-model-name"),
+        model_version=attributes.get("tfs-model-version"),
+        method=attributes.get("tfs-method"),
+        rest_uri=rest_uri(settings, attributes),
+        grpc_port=None,  # no gRPC here: handlers use rest_uri
+        channel=None,
+        custom_attributes=request.headers.get(CUSTOM_ATTRIBUTES_HEADER),
+        request_content_type=content_type,
+        accept_header=accept,
+        content_length=len(body),
+    )
+
+
+async def _user_code(request: web.Request, state: ServingState, attributes: dict[str, str]) -> web.Response:
     """One request through ``inference.py``, in a handler thread; its failure is a 4xx/5xx with the user's line."""
     assert state.user_code is not None
     body = await _body(request, state)
     if isinstance(body, web.Response):
         return body
-    settings = state.settings
-    context = handlers.Context(
-        model_name=settings.model_name,
-        model_version=None,
-        method="predict",
-        rest_uri=f"http://127.0.0.1:{settings.port}/v1/models/{settings.model_name}:predict",
-        grpc_uri=None,  # no gRPC port here: handlers that call gRPC must use rest_uri
-        custom_attributes=request.headers.get(CUSTOM_ATTRIBUTES_HEADER, ""),
-        request_content_type=request.headers.get("Content-Type", settings.default_content_type),
-        accept_header=_accept_for_handlers(request.headers.get("Accept", ""), settings.default_accept),
-        content_length=str(len(body)),
-    )
+    context = handler_context(request, state, attributes, body)
     loop = asyncio.get_running_loop()
 
     def default_predict(data: Any) -> Any:
@@ -370,9 +537,7 @@ async def _user_code(request: web.Request, state: ServingState) -> web.Response:
             raise handlers.HandlerError(err.status, f"predict failed: {err}") from None
 
     try:
-        reply = await loop.run_in_executor(
-            state.handler_pool(), state.user_code.invoke, body, context, default_predict, _post
-        )
+        reply = await state.run_handler(state.user_code.invoke, body, context, default_predict, _post)
     except handlers.HandlerError as err:
         log("serve-handler-failed", status=err.status, error=repr(str(err)))
         return _error(err.status, str(err))
@@ -382,7 +547,7 @@ async def _user_code(request: web.Request, state: ServingState) -> web.Response:
         message = f"{handlers.SCRIPT} request failed: {type(err).__name__}: {err}".splitlines()[0]
         log("serve-handler-failed", status=500, error=repr(message))
         return _error(500, message)
-    return web.Response(body=reply.body, headers={"Content-Type": reply.content_type})
+    return web.Response(status=reply.status, body=reply.body, headers={**reply.headers, "Content-Type": reply.content_type})
 
 
 def _accept_for_handlers(accept: str, default: str) -> str:
@@ -416,7 +581,7 @@ async def _classify(request: web.Request, state: ServingState, *, rest: bool = F
     except codec.RequestError as err:
         return _error(err.status, str(err))
     try:
-        probabilities = await _batcher(state).submit(rows)
+        probabilities = await _batcher(state).submit(rows, _batch_info(request))
     except QueueFull:
         return _error(503, "Too many requests are waiting; retry with backoff.")
     except Exception as err:  # noqa: BLE001 - the model failed on valid input: a server error, one line
@@ -434,7 +599,7 @@ async def stats(request: web.Request) -> web.Response:
         "model": state.describe_model,
         "replicas": [replica.device for replica in state.replicas or state.tensor_replicas],
         "user_code": state.user_code.family if state.user_code else None,
-        "batching": state.settings.batching,
+        "batching": state.batching,
         "max_batch_size": state.settings.max_batch_size,
         "max_batch_delay_ms": state.settings.max_batch_delay_ms,
         **(state.batcher.stats.as_dict() if state.batcher else {"batches": 0, "requests": 0, "failed_requests": 0, "rows": 0}),
@@ -442,7 +607,7 @@ async def stats(request: web.Request) -> web.Response:
     return web.json_response(payload)
 
 
-def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bool) -> dict[str, Any]:
+def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bool, batching: bool | None = None) -> dict[str, Any]:
     """The answer to SageMaker's ``GET /execution-parameters``: how batch transform should call this server.
 
     SageMaker asks before the first ``/invocations`` of a transform job and uses the answer for what
@@ -465,10 +630,12 @@ def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bo
         settings: The resolved settings.
         workers: Devices that run model calls (:attr:`ServingState.workers`).
         user_code: The model carries ``code/inference.py``.
+        batching: Whether the served model batches (:attr:`ServingState.batching`); default ``settings.batching``.
     """
     strategy = settings.batch_strategy or "MULTI_RECORD"
     workers = max(1, workers)
-    if strategy == "SINGLE_RECORD" and settings.batching and not user_code:
+    batching = settings.batching if batching is None else batching
+    if strategy == "SINGLE_RECORD" and batching and not user_code:
         concurrency = min(workers * settings.max_batch_size, settings.max_queued_requests)
     else:
         concurrency = 2 * workers
@@ -487,7 +654,8 @@ async def get_execution_parameters(request: web.Request) -> web.Response:
     state = request.app[STATE]
     if not state.ready.is_set():
         return _error(503, state.failure or "Not ready: the model is still loading.")
-    return web.json_response(execution_parameters(state.settings, state.workers, user_code=state.user_code is not None))
+    answer = execution_parameters(state.settings, state.workers, user_code=state.user_code is not None, batching=state.batching)
+    return web.json_response(answer)
 
 
 def _batcher(state: ServingState) -> DynamicBatcher:
@@ -502,7 +670,7 @@ def _batcher(state: ServingState) -> DynamicBatcher:
             max_batch_size=settings.max_batch_size,
             max_delay_seconds=settings.max_batch_delay_ms / 1000.0,
             max_queued_requests=settings.max_queued_requests,
-            batching=settings.batching,
+            batching=state.batching,
         )
         state.batcher.start()
     return state.batcher
@@ -515,7 +683,7 @@ def _run_request(replica: TensorModel, request: tfserving.PredictRequest) -> dic
 def create_app(state: ServingState) -> web.Application:
     """The aiohttp application; its batcher stops with it."""
     settings = state.settings
-    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[one_line_errors])
+    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[access_log_and_timeout, one_line_errors])
     app[STATE] = state
 
     async def stop_batcher(app: web.Application) -> None:
@@ -548,15 +716,31 @@ def main(argv: Sequence[str] = ()) -> int:
         {k: str(v) for k, v in settings.__dict__.items()},
     )
     threading.Thread(target=start_up, args=(state,), name="serve-start-up", daemon=True).start()
-    # SIGTERM (SageMaker scaling in, docker stop) ends run_app gracefully.
-    web.run_app(
-        create_app(state),
-        host=settings.host,
-        port=settings.port,
-        access_log=None,
-        print=None,
-        handle_signals=True,
-        shutdown_timeout=10.0,
-    )
+    asyncio.run(serve_until_stopped(state))
     log("serve-stopped")
     return 0
+
+
+async def serve_until_stopped(state: ServingState) -> None:
+    """Serves until SIGTERM or SIGINT (SageMaker scaling in, ``docker stop``), then shuts down gracefully.
+
+    The listener stays open until the ``inference.py`` calls in flight have returned (new
+    ``/invocations`` get 503 meanwhile): their handlers may post to ``context.rest_uri``, this
+    server's own loopback TF Serving route, as they post to TF Serving in AWS's container. Then
+    the listener closes and the other requests in flight get ``SHUTDOWN_TIMEOUT_S`` to finish.
+    """
+    settings = state.settings
+    runner = web.AppRunner(create_app(state), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        await web.TCPSite(runner, settings.host, settings.port).start()
+        await stopping.wait()
+        state.draining = True
+        left = await state.drain_handlers(settings.request_timeout_s or DEFAULT_DRAIN_S)
+        log("serve-stopping", handler_calls_left=left)
+    finally:
+        await runner.cleanup()
