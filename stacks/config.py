@@ -122,7 +122,9 @@ class NetworkConfig:
     """The training VPC. Flow logs are always on (to the access-log bucket).
 
     Attributes:
-        vpc_cidr: IPv4 CIDR of the VPC. Default ``10.40.0.0/16``.
+        vpc_cidr: IPv4 CIDR of the VPC, /16 to /24 and large enough for each zone's subnets (a /20
+            for SageMaker, a /23 for the GPU nodes, a /24 public one with NAT gateways): a /18 at least
+            for two zones. Default ``10.40.0.0/16``.
         max_azs: Availability zones to spread subnets over. Default 2.
         nat_gateways: NAT gateways. Default 0: subnets are isolated and AWS services are reached
             through VPC endpoints only. A value above 0 adds egress to the internet.
@@ -188,7 +190,15 @@ class ClusterConfig:
     Attributes:
         enabled: Deploy the cluster stack. Default ``True``.
         instance_type: EC2 GPU instance type from the GPU table. Default ``g5.xlarge``.
-        node_count: Number of nodes. Default 1. Above 1: placement group, EFA where supported.
+        node_count: Number of nodes, at most 64. Default 1. Above 1: placement group, EFA where
+            supported.
+        availability_zone: Which of the VPC's availability zones the nodes run in, as an index:
+            0 is the first of the ``network.max_azs`` zones the VPC spans (the region's zones in
+            alphabetical order, ``us-east-1a`` then ``us-east-1b``...), up to ``max_azs - 1``.
+            Every node goes into that zone's ``Cluster`` subnet (one placement group, one
+            subnet). GPU types are not offered in every zone: when the deploy fails with an
+            "Unsupported ... Availability Zone" error, pick a zone the error lists. Moving the
+            nodes replaces them. Default 0.
         expected_gpus_per_node: GPUs each node must show. Default ``None``: the table's count;
             when set it must equal the table's count.
         dlami_flavour: Deep Learning AMI flavour in the SSM path
@@ -222,6 +232,7 @@ class ClusterConfig:
     enabled: bool = True
     instance_type: str = "g5.xlarge"
     node_count: int = 1
+    availability_zone: int = 0
     expected_gpus_per_node: Optional[int] = None
     dlami_flavour: str = "base-oss-nvidia-driver-gpu-ubuntu-22.04"
     pinned_dlami: Optional[PinnedDlamiConfig] = None
@@ -851,6 +862,8 @@ def _check_positive(path: str, value: int, *, minimum: int = 1, maximum: Optiona
         raise ConfigError(path, value, f"must be {span}", f"set it to a value {span}")
 
 
+MAX_CLUSTER_NODES = 64
+"""Nodes of the GPU cluster (``cluster.node_count``); their Cluster subnet is sized for this many."""
 MAX_INSTANCE_COUNT = 64
 """Instances of one training job: the configured default and every launch (Python and the workflow) stay within it."""
 USER_CODE_PREFIX = "code/"
@@ -887,7 +900,7 @@ def _validate(cfg: PlatformConfig) -> PlatformConfig:
     _validate_data(cfg.data)
     _validate_image(cfg.image)
     _validate_network(cfg.network)
-    cl = _validate_cluster(cfg.cluster)
+    cl = _validate_cluster(cfg.cluster, cfg.network)
     tj = _validate_training_job(cfg.training_job)
     _validate_tags(cfg.tags)
     pr = _validate_processing(cfg.processing, tj)
@@ -953,6 +966,32 @@ def interface_endpoint_id(name: str) -> str:
     return "".join(part.capitalize() for part in name.replace("-", ".").split(".")) + "Endpoint"
 
 
+PUBLIC_SUBNET_PREFIX = 24
+"""A zone's public subnet (only with NAT gateways): the NAT gateway's."""
+TRAINING_SUBNET_PREFIX = 20
+"""A zone's Training subnet: SageMaker jobs, endpoints and the interface endpoints."""
+CLUSTER_SUBNET_PREFIX = 23
+"""A zone's Cluster subnet, the GPU nodes' only: 64 nodes with 4 addressed EFA interfaces each (p4d,
+g6e.48xlarge) are 256 addresses, past a /24's 251 usable ones. Fixed once: a new size would replace the
+stateful stack's subnets (:func:`stacks.components.gpu_cluster.node_addresses` checks the fit)."""
+
+
+def vpc_subnet_blocks(cidr: ipaddress.IPv4Network, max_azs: int, nat_gateways: int) -> Optional[list[ipaddress.IPv4Network]]:
+    """The subnets CDK carves from ``cidr``, in its order (each group's zones in turn, each block aligned to its
+    size: public, then Training, then Cluster); ``None`` when they do not fit."""
+    prefixes = ([PUBLIC_SUBNET_PREFIX] if nat_gateways else []) + [TRAINING_SUBNET_PREFIX, CLUSTER_SUBNET_PREFIX]
+    blocks, next_address = [], int(cidr.network_address)
+    for prefix in prefixes:
+        size = 2 ** (32 - prefix)
+        for _ in range(max_azs):
+            start = -(-next_address // size) * size
+            if prefix < cidr.prefixlen or start + size > int(cidr.broadcast_address) + 1:
+                return None
+            blocks.append(ipaddress.IPv4Network((start, prefix)))
+            next_address = start + size
+    return blocks
+
+
 def _validate_network(net: NetworkConfig) -> None:
     p = CONTEXT_KEY
     try:
@@ -965,6 +1004,17 @@ def _validate_network(net: NetworkConfig) -> None:
         raise ConfigError(f"{p}.network.vpc_cidr", net.vpc_cidr, "VPC blocks must be /16 to /24", "use a block such as 10.40.0.0/16")
     _check_positive(f"{p}.network.max_azs", net.max_azs, maximum=6)
     _check_positive(f"{p}.network.nat_gateways", net.nat_gateways, minimum=0, maximum=net.max_azs)
+    if vpc_subnet_blocks(cidr, net.max_azs, net.nat_gateways) is None:
+        fits = next((n for n in range(cidr.prefixlen - 1, 15, -1)
+                     if vpc_subnet_blocks(ipaddress.IPv4Network((int(cidr.network_address) & ~(2 ** (32 - n) - 1), n)),
+                                          net.max_azs, net.nat_gateways)), None)  # fmt: skip
+        per_zone = (f"a /{PUBLIC_SUBNET_PREFIX} public, " if net.nat_gateways else "") + (
+            f"a /{TRAINING_SUBNET_PREFIX} for SageMaker and a /{CLUSTER_SUBNET_PREFIX} for the GPU nodes")
+        raise ConfigError(
+            f"{p}.network.vpc_cidr", net.vpc_cidr,
+            f"too small for the subnets of {net.max_azs} zone(s) ({per_zone} per zone)",
+            f"use a /{fits} or larger" if fits else "use fewer zones (network.max_azs)",
+        )
     seen: dict[str, str] = {}
     for i, name in enumerate(net.interface_endpoints):
         if not _ENDPOINT_SERVICE_RE.match(name):
@@ -988,8 +1038,8 @@ def _validate_network(net: NetworkConfig) -> None:
             )
 
 
-def _validate_cluster(cl: ClusterConfig) -> ClusterConfig:
-    """The cluster section checked, with its expected GPUs per node resolved."""
+def _validate_cluster(cl: ClusterConfig, net: NetworkConfig) -> ClusterConfig:
+    """The cluster section checked (its zone against the network's), with its expected GPUs per node resolved."""
     p = CONTEXT_KEY
     count = _check_gpu_type(f"{p}.cluster.instance_type", cl.instance_type, sagemaker=False)
     cl = dataclasses.replace(
@@ -998,7 +1048,13 @@ def _validate_cluster(cl: ClusterConfig) -> ClusterConfig:
             f"{p}.cluster.expected_gpus_per_node", cl.expected_gpus_per_node, count, cl.instance_type
         ),
     )
-    _check_positive(f"{p}.cluster.node_count", cl.node_count, maximum=64)
+    _check_positive(f"{p}.cluster.node_count", cl.node_count, maximum=MAX_CLUSTER_NODES)
+    if not 0 <= cl.availability_zone < net.max_azs:
+        raise ConfigError(
+            f"{p}.cluster.availability_zone", cl.availability_zone,
+            f"not one of the VPC's {net.max_azs} availability zones (network.max_azs)",
+            f"use an index from 0 to {net.max_azs - 1}",
+        )
     if not re.match(r"^[a-z0-9][a-z0-9.\-]*$", cl.dlami_flavour):
         raise ConfigError(
             f"{p}.cluster.dlami_flavour", cl.dlami_flavour, "not a DLAMI flavour",

@@ -1,8 +1,8 @@
 """GPU EC2 nodes on the Deep Learning AMI (compute; destroyed and redeployed freely).
 
 ``cdk destroy`` of this stack terminates every node and removes what it created (network
-interfaces, security group, placement group, address reservation, role, instance profile,
-alarms, log group); the data plane's buckets, key, repository and VPC are only referenced.
+interfaces, security group, placement group, role, instance profile, alarms, log group); the
+data plane's buckets, key, repository and VPC are only referenced.
 See :mod:`stacks.components.gpu_cluster` for the AMI cache, host list and cost guards.
 """
 

@@ -21,14 +21,17 @@ The AMI
     (p3), which the latest DLAMI's driver no longer supports (the config refuses p3 without it).
 
 Addresses and the host list
-    Node ``i`` gets a fixed private address from an *explicit* subnet CIDR reservation (EC2
-    never hands those addresses to other network interfaces) in the first private subnet.
-    Every node's address is thus known at synth, and every node gets the same
-    ``TRAINING_HOSTS`` in node order without a node referring to another node (no circular
-    references, nothing to discover at boot). A cluster placement group needs one subnet
-    anyway. Changes that replace a node (a new AMI, another subnet) cannot reuse its address
-    while the old node exists: destroy the cluster stack, then deploy it (compute only; data
-    stays in the data plane). Changes to the boot settings (image tag, host list...) do not
+    The nodes run in the VPC's ``Cluster`` subnet of the zone ``cluster.availability_zone``
+    names, a subnet that holds nothing else (SageMaker and the interface endpoints use the
+    ``Training`` subnets). Node ``i`` gets a fixed private address there, and so does each of its
+    EFA interfaces that carries one (:func:`node_addresses`): as no interface in the subnet takes
+    an address EC2 picks, none of these is ever taken by another, without a subnet CIDR
+    reservation (a resource type most regions' CloudFormation lacks). Every node's address is
+    thus known at synth, and every node gets the same ``TRAINING_HOSTS`` in node order without
+    a node referring to another node (no circular references, nothing to discover at boot). A
+    cluster placement group needs one subnet anyway. Changes that replace a node in place (a new
+    AMI) cannot reuse its address while the old node exists: destroy the cluster stack, then
+    deploy it (compute only; data stays in the data plane). Changes to the boot settings (image tag, host list...) do not
     replace nodes: CloudFormation stops and starts them with the new user data, and the boot
     sequence runs again.
 
@@ -70,7 +73,7 @@ from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.node_user_data import GPU_UTILIZATION_METRIC, NodeSettings, add_node_boot, gpu_metric_namespace
 from stacks.components.policy import acknowledge
-from stacks.config import USER_CODE_PREFIX, ClusterConfig
+from stacks.config import MAX_CLUSTER_NODES, USER_CODE_PREFIX, ClusterConfig
 from stacks.gpu_instances import lookup
 
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/{flavour}/latest/ami-id"
@@ -82,8 +85,8 @@ EFA_ONLY_FAMILIES = ("p5", "p5e", "p5en")
 ROOT_DEVICE_NAME = "/dev/sda1"
 """Root device of the Ubuntu DLAMIs; a mapping under another name would add a second volume."""
 
-RESERVATION_PREFIX_LENGTH = 25
 FIRST_NODE_OFFSET = 10
+"""Node ``i``'s address is its subnet's ``10 + i``: clear of the first four addresses AWS reserves."""
 
 NODES_PER_CHECKPOINT_POLICY = 16
 """Per-node checkpoint statements per managed policy (a managed policy holds at most 6,144
@@ -109,24 +112,28 @@ def dlami_parameter_name(flavour: str) -> str:
     return DLAMI_PARAMETER.format(flavour=flavour)
 
 
-def node_addresses(subnet_cidr: str, node_count: int) -> tuple[str, tuple[str, ...]]:
-    """The reserved block and the nodes' fixed addresses in a subnet.
+def node_addresses(subnet_cidr: str, node_count: int, *, per_node: int = 1) -> tuple[tuple[str, ...], ...]:
+    """The fixed addresses of every node's interfaces in its (``Cluster``) subnet, ``[node][interface]``.
 
-    The block is the second-to-last /25 of the subnet, clear of the addresses AWS reserves at
-    both ends; the stack reserves it explicitly, so EC2 never gives its addresses to another
-    interface. Node ``i`` is ``block + 10 + i``; a /25 holds the largest cluster allowed (64).
+    Interface ``c`` of node ``i`` is ``subnet + 10 + 64 * c + i``: the primaries (``c = 0``, the host
+    list) come first in node order, and no address moves when ``node_count`` does. Offset 10 is clear
+    of the four addresses AWS reserves at the start, and the check keeps the last one (AWS's) free.
+
+    Args:
+        subnet_cidr: The subnet's block.
+        node_count: Nodes, at most 64.
+        per_node: Interfaces per node that carry an address: 1, or one per network card for EFA
+            ``efa`` interfaces (4 on p4d; ``efa-only`` ones carry none).
 
     Raises:
-        ValueError: the subnet is smaller than a /24, or the nodes do not fit.
+        ValueError: the nodes' addresses do not fit in the subnet.
     """
     subnet = ipaddress.IPv4Network(subnet_cidr)
-    if subnet.prefixlen > RESERVATION_PREFIX_LENGTH - 1:
-        raise ValueError(f"subnet {subnet_cidr} is too small for the GPU node reservation; it needs a /24 or larger")
-    block = list(subnet.subnets(new_prefix=RESERVATION_PREFIX_LENGTH))[-2]
-    if FIRST_NODE_OFFSET + node_count > block.num_addresses:
-        raise ValueError(f"{node_count} nodes do not fit in the reserved block {block}")
-    hosts = tuple(str(block.network_address + FIRST_NODE_OFFSET + i) for i in range(node_count))
-    return str(block), hosts
+    last_offset = FIRST_NODE_OFFSET + MAX_CLUSTER_NODES * (per_node - 1) + node_count - 1
+    if node_count > MAX_CLUSTER_NODES or last_offset >= subnet.num_addresses - 1:
+        raise ValueError(f"{node_count} nodes with {per_node} address(es) each do not fit in subnet {subnet_cidr}")
+    start = subnet.network_address + FIRST_NODE_OFFSET
+    return tuple(tuple(str(start + MAX_CLUSTER_NODES * card + i) for card in range(per_node)) for i in range(node_count))
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,7 @@ class GpuNode:
 
 
 class GpuCluster(Construct):
-    """GPU nodes in one private subnet that pass a boot-time health check (see module docs).
+    """GPU nodes in one Cluster subnet of the VPC that pass a boot-time health check (see module docs).
 
     Attributes:
         nodes: The nodes in host-list order.
@@ -191,7 +198,7 @@ class GpuCluster(Construct):
             config: The validated cluster settings.
             project_name: Prefix of names (log group, node names).
             image_uri: Training image, ``<repository uri>:<tag>`` (never ``latest``).
-            network: The training VPC; nodes go to its first private subnet.
+            network: The training VPC; nodes go to its ``Cluster`` subnet in ``config.availability_zone``.
             key: Platform key: root volumes, the log group, the buckets' objects.
             datasets_bucket: Read by the nodes.
             artifacts_bucket: Models and checkpoints, written by the nodes.
@@ -208,16 +215,13 @@ class GpuCluster(Construct):
         self.efa = config.node_count > 1 and row.efa
         self.efa_interfaces = row.efa_interfaces if self.efa else 0
 
-        self._subnet = network.vpc.select_subnets(subnet_type=network.subnet_selection.subnet_type).subnets[0]
-        reserved_block, self.hosts = node_addresses(self._subnet.ipv4_cidr_block, config.node_count)
-        self._reservation = ec2.CfnSubnetCidrReservation(
-            self,
-            "NodeAddresses",
-            subnet_id=self._subnet.subnet_id,
-            cidr=reserved_block,
-            reservation_type="explicit",
-            description=f"{project_name} GPU nodes: fixed addresses of the training host list",
-        )
+        self._subnet = network.cluster_subnet(config.availability_zone)
+        # Every interface with an address gets a fixed one: the primary, and each further EFA card's
+        # `efa` interface (an `efa-only` one has none). Nothing in the subnet is left to EC2's choice.
+        extra_addressed = efa_interface_type_for_extra_cards(config.instance_type) == "efa"
+        per_node = self.efa_interfaces if self.efa and extra_addressed else 1
+        self._addresses = node_addresses(self._subnet.ipv4_cidr_block, config.node_count, per_node=per_node)
+        self.hosts = tuple(addresses[0] for addresses in self._addresses)
         self.security_group = self._members_only_security_group(network)
         self.placement_group = (
             ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
@@ -246,7 +250,7 @@ class GpuCluster(Construct):
         for index, host in enumerate(self.hosts):
             name = f"node-{index}"
             user_data = ec2.MultipartUserData()
-            instance = self._instance(f"Node{index}", name, host, network.vpc, key, user_data)
+            instance = self._instance(f"Node{index}", name, self._addresses[index], network.vpc, key, user_data)
             # The boot script names the instance's own logical id, so it is written last.
             add_node_boot(
                 user_data,
@@ -314,9 +318,16 @@ class GpuCluster(Construct):
         return group
 
     def _instance(
-        self, construct_id: str, name: str, host: str, vpc: ec2.IVpc, key: kms.IKey, user_data: ec2.UserData
+        self,
+        construct_id: str,
+        name: str,
+        addresses: tuple[str, ...],
+        vpc: ec2.IVpc,
+        key: kms.IKey,
+        user_data: ec2.UserData,
     ) -> ec2.Instance:
         config = self._config
+        host = addresses[0]
         instance = ec2.Instance(
             self,
             construct_id,
@@ -357,9 +368,8 @@ class GpuCluster(Construct):
         cfn_instance.cfn_options.creation_policy = CfnCreationPolicy(
             resource_signal=CfnResourceSignal(count=1, timeout=f"PT{config.signal_timeout_minutes}M")
         )
-        instance.node.add_dependency(self._reservation)
         if self.efa:
-            self._attach_efa_interfaces(instance, name, host)
+            self._attach_efa_interfaces(instance, name, addresses)
         acknowledge(
             instance,
             "Training nodes are disposable compute: `cdk destroy` of the cluster stack must terminate them, "
@@ -368,13 +378,13 @@ class GpuCluster(Construct):
         )
         return instance
 
-    def _attach_efa_interfaces(self, instance: ec2.Instance, name: str, host: str) -> None:
+    def _attach_efa_interfaces(self, instance: ec2.Instance, name: str, addresses: tuple[str, ...]) -> None:
         """Give the node one EFA interface per network card, all in its subnet and security group.
 
         Card 0, device 0 is the primary interface: ``efa`` (EFA with ENA) with the node's host-list
-        address. Every further card ``i`` gets one interface at device index 1 with
+        address, ``addresses[0]``. Every further card ``i`` gets one interface at device index 1 with
         ``NetworkCardIndex=i``: ``efa-only`` (no IP address) on the P5 family, as AWS's P5 layout
-        asks, ``efa`` elsewhere (EC2 User Guide, "Maximize network bandwidth on instances with
+        asks, ``efa`` with the fixed ``addresses[i]`` elsewhere (EC2 User Guide, "Maximize network bandwidth on instances with
         multiple network cards"). AWS::EC2::Instance's interfaces take neither an interface type
         nor a network card index; a launch template's do, so each node gets its own template (its
         address is its own) and the instance launches from it. EC2 deletes the interfaces with the
@@ -388,7 +398,7 @@ class GpuCluster(Construct):
                 interface_type="efa",
                 subnet_id=self._subnet.subnet_id,
                 groups=[self.security_group.security_group_id],
-                private_ip_address=host,
+                private_ip_address=addresses[0],
                 delete_on_termination=True,
                 description=f"{self._project_name} {name} EFA 0",
             )
@@ -400,6 +410,7 @@ class GpuCluster(Construct):
                 interface_type=extra_type,
                 subnet_id=self._subnet.subnet_id,
                 groups=[self.security_group.security_group_id],
+                private_ip_address=addresses[card] if extra_type == "efa" else None,
                 delete_on_termination=True,
                 description=f"{self._project_name} {name} EFA {card}",
             )

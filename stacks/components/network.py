@@ -1,5 +1,12 @@
 """The training VPC: private subnets, VPC endpoints instead of a NAT gateway, flow logs.
 
+Two private subnet groups per availability zone: ``Training`` (/20), where SageMaker jobs and
+endpoints and the interface endpoints live, and ``Cluster`` (/23), which holds the GPU nodes and
+nothing else, so that the nodes' fixed addresses are free without a subnet CIDR reservation
+(``AWS::EC2::SubnetCidrReservation`` is missing from most regions' CloudFormation). ``Cluster``
+comes last in the subnet configuration: the CDK allocates blocks in that order, so adding it
+left the ``Training`` (and ``Public``) subnets' blocks and logical ids as they were.
+
 Every endpoint has a policy, so that the VPC is a data perimeter and not only a network
 without a route out: through the endpoints, only this account's principals reach this
 account's resources, plus the AWS-owned resources the nodes and jobs need (the pattern of
@@ -17,7 +24,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.components.policy import acknowledge
-from stacks.config import interface_endpoint_id
+from stacks.config import CLUSTER_SUBNET_PREFIX, PUBLIC_SUBNET_PREFIX, TRAINING_SUBNET_PREFIX, interface_endpoint_id
 
 ECR_LAYER_BUCKET = "prod-{region}-starport-layer-bucket"
 """ECR keeps image layers in this AWS-owned bucket; the layer URLs are presigned by an account of
@@ -60,6 +67,11 @@ AWS_OWNED_SSM_RESOURCES: tuple[str, ...] = ("parameter/aws/*", "document/*")
 """Public parameters and AWS-owned documents (Session Manager's shell document) in the region."""
 
 
+TRAINING_SUBNET_GROUP = "Training"
+"""Subnets of SageMaker jobs, endpoints and the interface endpoints (``subnet_selection``)."""
+CLUSTER_SUBNET_GROUP = "Cluster"
+"""Subnets of the GPU nodes only (``cluster_subnet``)."""
+
 def s3_prefix_list_name(region: str) -> str:
     """Name of the AWS-managed prefix list of S3 in ``region`` (the gateway endpoint's routes)."""
     return f"com.amazonaws.{region}.s3"
@@ -83,7 +95,10 @@ class TrainingNetwork(Construct):
 
     Attributes:
         vpc: The VPC.
-        subnet_selection: The private subnets training runs in.
+        subnet_selection: The ``Training`` subnets, where SageMaker jobs, endpoints and the
+            interface endpoints run (never the ``Cluster`` subnets).
+        cluster_subnets: The ``Cluster`` subnets, one per availability zone in the VPC's order:
+            the GPU nodes' (see :meth:`cluster_subnet`).
         endpoint_security_group: Security group of the interface endpoints (HTTPS from the VPC).
         s3_prefix_list_id: The region's S3 prefix list, which the gateway endpoint routes; a
             lookup cached in ``cdk.context.json`` (a placeholder for the offline account).
@@ -115,9 +130,13 @@ class TrainingNetwork(Construct):
         """
         super().__init__(scope, construct_id)
         private_type = ec2.SubnetType.PRIVATE_WITH_EGRESS if nat_gateways else ec2.SubnetType.PRIVATE_ISOLATED
-        subnets = [ec2.SubnetConfiguration(name="Training", subnet_type=private_type, cidr_mask=20)]
+        subnets = [
+            ec2.SubnetConfiguration(name=TRAINING_SUBNET_GROUP, subnet_type=private_type, cidr_mask=TRAINING_SUBNET_PREFIX),
+            # Last, always: the CDK allocates blocks in this order, and the deployed subnets keep theirs.
+            ec2.SubnetConfiguration(name=CLUSTER_SUBNET_GROUP, subnet_type=private_type, cidr_mask=CLUSTER_SUBNET_PREFIX),
+        ]
         if nat_gateways:
-            subnets.insert(0, ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=24))
+            subnets.insert(0, ec2.SubnetConfiguration(name="Public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=PUBLIC_SUBNET_PREFIX))
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
@@ -129,7 +148,9 @@ class TrainingNetwork(Construct):
             enable_dns_hostnames=True,
             enable_dns_support=True,
         )
-        self.subnet_selection = ec2.SubnetSelection(subnet_type=private_type)
+        # By group name: a selection by type would take the Cluster subnets too (same type).
+        self.subnet_selection = ec2.SubnetSelection(subnet_group_name=TRAINING_SUBNET_GROUP)
+        self.cluster_subnets: list[ec2.ISubnet] = self.vpc.select_subnets(subnet_group_name=CLUSTER_SUBNET_GROUP).subnets
         for subnet in self.vpc.public_subnets:
             acknowledge(
                 subnet,
@@ -151,8 +172,11 @@ class TrainingNetwork(Construct):
         self.s3_prefix_list_id = ec2.PrefixList.from_lookup(
             self, "S3PrefixList", prefix_list_name=s3_prefix_list_name(region)
         ).prefix_list_id
+        # Routes in both groups' route tables: the nodes read S3 through it too.
         s3_endpoint = self.vpc.add_gateway_endpoint(
-            "S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[self.subnet_selection]
+            "S3Endpoint",
+            service=ec2.GatewayVpcEndpointAwsService.S3,
+            subnets=[self.subnet_selection, ec2.SubnetSelection(subnet_group_name=CLUSTER_SUBNET_GROUP)],
         )
         self.endpoints: dict[str, ec2.IVpcEndpoint] = {"s3": s3_endpoint}
         for statement in self._account_perimeter(account):
@@ -190,6 +214,7 @@ class TrainingNetwork(Construct):
         )
         self.endpoint_security_group.add_ingress_rule(
             # The literal block, not the VPC's CidrBlock attribute: policy checks can read a literal.
+            # The whole VPC, so the Cluster subnets' nodes reach the endpoints in the Training subnets.
             ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the training VPC"
         )
         for name in interface_endpoints:
@@ -217,8 +242,21 @@ class TrainingNetwork(Construct):
 
     @property
     def private_subnet_ids(self) -> list[str]:
-        """The ids of the private subnets (``subnet_selection``) that jobs and endpoints run in."""
-        return self.vpc.select_subnets(subnet_type=self.subnet_selection.subnet_type).subnet_ids
+        """The ids of the ``Training`` subnets (``subnet_selection``) that jobs and endpoints run in."""
+        return self.vpc.select_subnets(subnet_group_name=TRAINING_SUBNET_GROUP).subnet_ids
+
+    def cluster_subnet(self, zone_index: int) -> ec2.ISubnet:
+        """The ``Cluster`` subnet in the VPC's availability zone ``zone_index`` (``cluster.availability_zone``).
+
+        Raises:
+            ValueError: the VPC has no such zone (the region has fewer zones than ``network.max_azs``).
+        """
+        if not 0 <= zone_index < len(self.cluster_subnets):
+            raise ValueError(
+                f"cluster.availability_zone = {zone_index}: the VPC spans {len(self.cluster_subnets)} availability "
+                f"zone(s) in this region; use 0 to {len(self.cluster_subnets) - 1}"
+            )
+        return self.cluster_subnets[zone_index]
 
     def allow_https_to_aws(self, group: ec2.SecurityGroup, *, internet: bool = True) -> None:
         """Let ``group`` reach AWS services the way this VPC offers them: HTTPS to the interface

@@ -205,6 +205,16 @@ def test_vpc_cidr_must_be_a_network():
     assert "not an IPv4 CIDR" in error_of(network__vpc_cidr="ten")
 
 
+def test_a_vpc_block_too_small_for_its_zones_subnets_is_refused_naming_the_size_that_fits():
+    """Two zones need 2 x (/20 + /23): a /19 would fail deep in the CDK's subnet allocation; the config says so first."""
+    assert error_of(network__vpc_cidr="10.40.0.0/19") == (
+        "gpu_training.network.vpc_cidr = \"10.40.0.0/19\": too small for the subnets of 2 zone(s) (a /20 for SageMaker "
+        "and a /23 for the GPU nodes per zone); use a /18 or larger"
+    )
+    assert "a /24 public, a /20 for SageMaker" in error_of(network__vpc_cidr="10.40.0.0/19", network__nat_gateways=1)
+    load(network__vpc_cidr="10.40.0.0/18")  # fits: 10.40.0.0/20, 10.40.16.0/20, 10.40.32.0/23, 10.40.34.0/23
+
+
 @pytest.mark.parametrize(
     ("endpoints", "index", "problem"),
     [

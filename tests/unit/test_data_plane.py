@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import json
 import re
 
@@ -20,6 +21,24 @@ PINNED_LOGICAL_IDS = {
     "NetworkVpc7FB7348F": "AWS::EC2::VPC",
 }
 DATA_BUCKETS = ("DatasetsBucket9EEDBE5A", "ArtifactsBucket88671897")
+
+# The deployed subnets: logical id -> (block, zone), as the committed snapshots had them before the Cluster
+# group was added (without and with a NAT gateway). A new subnet group must leave these alone: a changed
+# block or id replaces the subnet, and the endpoints and ENIs in it.
+DEPLOYED_SUBNETS = {
+    "NetworkVpcTrainingSubnet1Subnet78795A94": ("10.40.0.0/20", "us-east-1a"),
+    "NetworkVpcTrainingSubnet2Subnet2155B0E1": ("10.40.16.0/20", "us-east-1b"),
+}
+DEPLOYED_SUBNETS_WITH_NAT = {
+    "NetworkVpcPublicSubnet1Subnet36933139": ("10.40.0.0/24", "us-east-1a"),
+    "NetworkVpcPublicSubnet2SubnetC427CCE0": ("10.40.1.0/24", "us-east-1b"),
+    "NetworkVpcTrainingSubnet1Subnet78795A94": ("10.40.16.0/20", "us-east-1a"),
+    "NetworkVpcTrainingSubnet2Subnet2155B0E1": ("10.40.32.0/20", "us-east-1b"),
+}
+CLUSTER_SUBNETS = {
+    "NetworkVpcClusterSubnet1Subnet46780068": ("10.40.32.0/23", "us-east-1a"),
+    "NetworkVpcClusterSubnet2Subnet3B5FA098": ("10.40.34.0/23", "us-east-1b"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -373,7 +392,7 @@ def test_outputs_the_operator_scripts_read(default_app):
 def test_vpc_has_isolated_subnets_and_no_nat_or_internet_gateway_by_default(template):
     template.resource_count_is("AWS::EC2::NatGateway", 0)
     template.resource_count_is("AWS::EC2::InternetGateway", 0)
-    template.resource_count_is("AWS::EC2::Subnet", 2)
+    template.resource_count_is("AWS::EC2::Subnet", 4)  # Training and Cluster, in each of 2 zones
     template.has_resource_properties("AWS::EC2::Subnet", {"MapPublicIpOnLaunch": False})
     template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.40.0.0/16", "EnableDnsHostnames": True})
 
@@ -400,15 +419,71 @@ def test_default_security_group_is_stripped(template):
     template.resource_count_is("Custom::VpcRestrictDefaultSG", 1)
 
 
-def test_s3_gateway_endpoint_on_the_private_route_tables(template):
-    template.has_resource_properties(
-        "AWS::EC2::VPCEndpoint",
-        {
-            "VpcEndpointType": "Gateway",
-            "ServiceName": Match.object_like({"Fn::Join": ["", Match.array_with([".s3"])]}),
-            "RouteTableIds": Match.array_with([{"Ref": "NetworkVpcTrainingSubnet1RouteTable28B83122"}]),
-        },
-    )
+def _subnets(resources) -> dict[str, tuple[str, str]]:
+    return {
+        k: (r["Properties"]["CidrBlock"], r["Properties"]["AvailabilityZone"])
+        for k, r in resources.items()
+        if r["Type"] == "AWS::EC2::Subnet"
+    }
+
+
+def _route_table_of(resources, subnet_id: str) -> dict[str, str]:
+    (association,) = [
+        r for r in resources.values()
+        if r["Type"] == "AWS::EC2::SubnetRouteTableAssociation" and r["Properties"]["SubnetId"] == {"Ref": subnet_id}
+    ]
+    return association["Properties"]["RouteTableId"]
+
+
+def test_deployed_subnets_keep_their_blocks_and_logical_ids(resources, synth_app):
+    """The Cluster group comes last, so the CDK allocates its blocks after the deployed subnets'."""
+    assert _subnets(resources) == {**DEPLOYED_SUBNETS, **CLUSTER_SUBNETS}
+    with_nat = _subnets(synth_app({"network.nat_gateways": 1}).template_json("gputrain-data")["Resources"])
+    assert {k: v for k, v in with_nat.items() if "Cluster" not in k} == DEPLOYED_SUBNETS_WITH_NAT
+
+
+@pytest.mark.parametrize("overrides", [{}, {"network.nat_gateways": 1}, {"network.max_azs": 3, "network.nat_gateways": 2}],
+                         ids=["isolated", "nat", "three-zones"])
+def test_the_configs_subnet_layout_is_the_one_cdk_carves(synth_app, overrides):
+    """What the config checks a VPC block against is what the CDK allocates from it."""
+    from stacks.config import vpc_subnet_blocks
+
+    app = synth_app(overrides)
+    resources = app.template_json("gputrain-data")["Resources"]
+    carved = sorted(r["Properties"]["CidrBlock"] for r in resources.values() if r["Type"] == "AWS::EC2::Subnet")
+    zones = overrides.get("network.max_azs", 2)
+    expected = vpc_subnet_blocks(ipaddress.IPv4Network("10.40.0.0/16"), zones, overrides.get("network.nat_gateways", 0))
+    assert expected is not None and carved == sorted(map(str, expected))
+
+
+def test_cluster_subnets_are_private_and_hold_only_the_nodes(resources, default_app):
+    network = default_app.platform.data_plane.network
+    assert [s.ipv4_cidr_block for s in network.cluster_subnets] == ["10.40.32.0/23", "10.40.34.0/23"]
+    for logical_id in CLUSTER_SUBNETS:
+        assert resources[logical_id]["Properties"]["MapPublicIpOnLaunch"] is False
+        tags = {t["Key"]: t["Value"] for t in resources[logical_id]["Properties"]["Tags"]}
+        assert tags["aws-cdk:subnet-name"] == "Cluster" and tags["aws-cdk:subnet-type"] == "Isolated"
+
+
+def test_s3_gateway_endpoint_on_the_training_and_cluster_route_tables(resources):
+    (gateway,) = [
+        r["Properties"] for r in resources.values()
+        if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"]["VpcEndpointType"] == "Gateway"
+    ]
+    assert ".s3" in json.dumps(gateway["ServiceName"])
+    expected = [_route_table_of(resources, s) for s in (*DEPLOYED_SUBNETS, *CLUSTER_SUBNETS)]
+    assert sorted(map(json.dumps, gateway["RouteTableIds"])) == sorted(map(json.dumps, expected))
+
+
+def test_interface_endpoints_and_the_subnet_output_are_in_the_training_subnets_only(resources, default_app):
+    training = sorted(({"Ref": s} for s in DEPLOYED_SUBNETS), key=json.dumps)
+    interfaces = [
+        r["Properties"] for r in resources.values()
+        if r["Type"] == "AWS::EC2::VPCEndpoint" and r["Properties"]["VpcEndpointType"] == "Interface"
+    ]
+    assert interfaces and all(sorted(e["SubnetIds"], key=json.dumps) == training for e in interfaces)
+    output = default_app.template_json("gputrain-data")["Outputs"]["PrivateSubnetIds"]["Value"]
+    assert output == {"Fn::Join": [",", [{"Ref": s} for s in DEPLOYED_SUBNETS]]}
 
 
 @pytest.mark.parametrize(

@@ -155,7 +155,7 @@ def test_node_is_private_without_public_ip_or_ssh(synth_app):
     props = node["Properties"]
     assert "KeyName" not in props and "AssociatePublicIpAddress" not in json.dumps(props)
     assert props["SubnetId"]["Fn::GetStackOutput"]["StackName"] == "gputrain-data"
-    assert "TrainingSubnet" in props["SubnetId"]["Fn::GetStackOutput"]["OutputName"]
+    assert "ClusterSubnet1" in props["SubnetId"]["Fn::GetStackOutput"]["OutputName"]
     for rule in template.find_resources("AWS::EC2::SecurityGroupIngress").values():
         assert "CidrIp" not in rule["Properties"] and "SourceSecurityGroupId" in rule["Properties"]
     template.has_resource_properties("AWS::EC2::SecurityGroup", {"SecurityGroupIngress": Match.absent()})
@@ -372,7 +372,7 @@ def test_no_efa_where_unsupported_or_unneeded(synth_app, overrides):
 
 @pytest.mark.parametrize("overrides", [MULTI_EFA, MULTI_PLAIN, P4D_TUNED], ids=["g5-12xlarge", "g5-xlarge", "p4d"])
 def test_host_list_is_identical_and_ordered_on_every_node(synth_app, overrides):
-    _, template, tj = _cluster(synth_app, overrides)
+    synthesized, template, tj = _cluster(synth_app, overrides)
     nodes = _nodes(tj)
     envs = [_node_env(_user_data(n)) for _, n in nodes]
     hosts = envs[0]["TRAINING_HOSTS"].split(",")
@@ -390,11 +390,10 @@ def test_host_list_is_identical_and_ordered_on_every_node(synth_app, overrides):
             props = _efa_interfaces(tj, node)[0]
         addresses.append(props["PrivateIpAddress"])
     assert addresses == hosts
-    # ...inside a block EC2 never assigns to other interfaces.
-    (reservation,) = template.find_resources("AWS::EC2::SubnetCidrReservation").values()
-    assert reservation["Properties"]["ReservationType"] == "explicit"
-    block = ipaddress.IPv4Network(reservation["Properties"]["Cidr"])
-    assert all(ipaddress.IPv4Address(h) in block for h in hosts)
+    # ...in the Cluster subnet, without a subnet CIDR reservation (missing from most regions' CloudFormation).
+    template.resource_count_is("AWS::EC2::SubnetCidrReservation", 0)
+    subnet = ipaddress.IPv4Network(synthesized.platform.data_plane.network.cluster_subnets[0].ipv4_cidr_block)
+    assert all(ipaddress.IPv4Address(h) in subnet for h in hosts)
 
 
 def test_security_group_admits_only_cluster_members(synth_app):
@@ -410,14 +409,50 @@ def test_security_group_admits_only_cluster_members(synth_app):
         assert eni["Properties"]["GroupSet"] == [own]
 
 
-def test_node_addresses_sit_in_a_reserved_block_of_the_subnet():
-    block, hosts = node_addresses("10.40.0.0/20", 3)
-    assert block == "10.40.15.0/25"
-    assert hosts == ("10.40.15.10", "10.40.15.11", "10.40.15.12")
-    _, largest = node_addresses("10.40.0.0/20", 64)
-    assert largest[-1] == "10.40.15.73"
-    with pytest.raises(ValueError, match="too small"):
-        node_addresses("10.40.0.0/25", 1)
+def test_node_addresses_start_at_offset_10_of_the_cluster_subnet():
+    assert node_addresses("10.40.32.0/23", 3) == (("10.40.32.10",), ("10.40.32.11",), ("10.40.32.12",))
+    assert node_addresses("10.40.32.0/23", 64)[-1] == ("10.40.32.73",)
+    # A node's further addressed interfaces follow the 64 primaries, card by card; nothing moves with node_count.
+    assert node_addresses("10.40.32.0/23", 2, per_node=4)[1] == ("10.40.32.11", "10.40.32.75", "10.40.32.139", "10.40.32.203")
+    assert node_addresses("10.40.32.0/23", 64, per_node=4)[-1][-1] == "10.40.33.9"
+    with pytest.raises(ValueError, match="do not fit in subnet 10.40.32.0/24"):
+        node_addresses("10.40.32.0/24", 64, per_node=4)
+    with pytest.raises(ValueError, match="65 nodes"):
+        node_addresses("10.40.32.0/23", 65)
+
+
+def test_the_largest_cluster_of_every_gpu_type_fits_its_cluster_subnet():
+    """64 nodes (the config's limit) with every addressed EFA interface, clear of AWS's reserved addresses
+    (the first four and the last), in a Cluster subnet of the data stack's size."""
+    from stacks.components.gpu_cluster import efa_interface_type_for_extra_cards
+    from stacks.components.network import CLUSTER_SUBNET_PREFIX
+    from stacks.config import MAX_CLUSTER_NODES
+    from stacks.gpu_instances import gpu_instance_types
+
+    subnet = ipaddress.IPv4Network(f"10.40.32.0/{CLUSTER_SUBNET_PREFIX}")
+    usable = set(list(subnet)[4:-1])
+    for name, row in gpu_instance_types().items():
+        per_node = row.efa_interfaces if row.efa and efa_interface_type_for_extra_cards(name) == "efa" else 1
+        addresses = [a for node in node_addresses(str(subnet), MAX_CLUSTER_NODES, per_node=max(1, per_node)) for a in node]
+        assert len(set(addresses)) == len(addresses) == MAX_CLUSTER_NODES * max(1, per_node), name
+        assert {ipaddress.IPv4Address(a) for a in addresses} <= usable, name
+
+
+@pytest.mark.parametrize(("zone", "subnet_output", "block"), [(0, "ClusterSubnet1", "10.40.32.0/23"), (1, "ClusterSubnet2", "10.40.34.0/23")])
+def test_nodes_run_in_the_cluster_subnet_of_the_configured_zone(synth_app, zone, subnet_output, block):
+    synthesized, template, tj = _cluster(synth_app, {**P4D_TUNED, "cluster.availability_zone": zone})
+    network = synthesized.platform.data_plane.network
+    assert network.cluster_subnets[zone].ipv4_cidr_block == block
+    assert network.cluster_subnets[zone].availability_zone == ("us-east-1a", "us-east-1b")[zone]
+    template.resource_count_is("AWS::EC2::SubnetCidrReservation", 0)
+    subnet = ipaddress.IPv4Network(block)
+    for _, node in _nodes(tj):
+        for interface in _efa_interfaces(tj, node):
+            assert subnet_output in interface["SubnetId"]["Fn::GetStackOutput"]["OutputName"]
+            if interface["InterfaceType"] == "efa":  # p4d: every card's interface has a fixed address in that subnet
+                assert ipaddress.IPv4Address(interface["PrivateIpAddress"]) in subnet
+    fixed = [i["PrivateIpAddress"] for _, n in _nodes(tj) for i in _efa_interfaces(tj, n)]
+    assert len(fixed) == len(set(fixed)) == 3 * 4
 
 
 # ------------------------------------------------------------------------------------------
@@ -618,7 +653,7 @@ def test_outputs_for_operator_scripts(synth_app):
     template.has_output(
         "InstanceIds", {"Value": {"Fn::Join": [",", [{"Ref": logical_id} for logical_id, _ in _nodes(tj)]]}}
     )
-    template.has_output("PrivateIps", {"Value": "10.40.15.10,10.40.15.11"})
+    template.has_output("PrivateIps", {"Value": "10.40.32.10,10.40.32.11"})
     template.has_output("SecurityGroupId", {"Value": {"Fn::GetAtt": [group_id, "GroupId"]}})
     template.has_output("LogGroupName", {"Value": {"Ref": log_group}})
     template.has_output("ExpectedGpusPerNode", {"Value": "4"})
@@ -631,7 +666,6 @@ ALLOWED_TYPES = {
     "AWS::EC2::SecurityGroupIngress",
     "AWS::EC2::SecurityGroupEgress",
     "AWS::EC2::PlacementGroup",
-    "AWS::EC2::SubnetCidrReservation",
     "AWS::IAM::Role",
     "AWS::IAM::ManagedPolicy",
     "AWS::IAM::InstanceProfile",
@@ -669,6 +703,29 @@ def test_idle_stop_longer_than_cloudwatch_can_evaluate_is_refused():
     context = {**project_context(), "gpu_training.cluster.idle_stop_minutes": "1441"}
     with pytest.raises(ConfigError, match="idle_stop_minutes = 1441: must be between 0 and 1440"):
         load_config(context)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"cluster.availability_zone": "2"}, "cluster.availability_zone = 2: not one of the VPC's 2 availability zones (network.max_azs); use an index from 0 to 1"),
+        ({"cluster.availability_zone": "-1"}, "cluster.availability_zone = -1: not one of the VPC's 2 availability zones"),
+        ({"cluster.availability_zone": "2", "network.max_azs": "1"}, "not one of the VPC's 1 availability zones (network.max_azs); use an index from 0 to 0"),
+        ({"cluster.availability_zone": '"us-east-1b"'}, "cluster.availability_zone = \"us-east-1b\": expected a whole number"),
+    ],
+    ids=["past-max-azs", "negative", "one-zone", "a-name"],
+)
+def test_availability_zone_outside_the_vpc_is_refused(overrides, message):
+    context = {**project_context(), **{f"gpu_training.{k}": v for k, v in overrides.items()}}
+    with pytest.raises(ConfigError, match=re.escape(message)) as raised:
+        load_config(context)
+    assert "\n" not in str(raised.value)
+
+
+def test_availability_zone_within_the_vpc_is_accepted():
+    context = {**project_context(), "gpu_training.network.max_azs": "3", "gpu_training.cluster.availability_zone": "2"}
+    assert load_config(context).cluster.availability_zone == 2
+    assert load_config(project_context()).cluster.availability_zone == 0
 
 
 def _object_write_patterns(template_json: dict[str, Any]) -> list[str]:

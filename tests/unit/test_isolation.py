@@ -4,7 +4,9 @@ confused-deputy conditions on service principals."""
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import json
+import re
 from typing import Any
 
 import pytest
@@ -170,6 +172,35 @@ def test_model_groups_reach_only_the_endpoints_even_with_a_nat_gateway(synth_app
     assert {r.get("DestinationPrefixListId") for r in rules} == {PREFIX_LIST, None}
     (to_endpoints,) = [r for r in rules if "DestinationSecurityGroupId" in r]
     assert "EndpointSecurityGroup" in json.dumps(to_endpoints["DestinationSecurityGroupId"])
+
+
+def _subnet_groups_referenced(template: dict[str, Any]) -> set[str]:
+    """The data stack's subnets a template names (``Fn::GetStackOutput`` of their refs), as ``<Group><n>``."""
+    return set(re.findall(r"NetworkVpc([A-Za-z]+Subnet\d)Subnet", json.dumps(template)))
+
+
+def test_sagemaker_runs_only_in_the_training_subnets(synth_app):
+    """Jobs, pipelines, batch transform and endpoints (VpcConfig, and the sagemaker:VpcSubnets conditions
+    of the roles that start them) name the Training subnets and never the nodes' Cluster subnets."""
+    synthesized = synth_app({**SERVING, "transform.enabled": True})
+    for stack_id in ("gputrain-training", "gputrain-serving"):
+        template = synthesized.template_json(stack_id)
+        assert "VpcConfig" in json.dumps(template), stack_id
+        assert _subnet_groups_referenced(template) == {"TrainingSubnet1", "TrainingSubnet2"}, stack_id
+
+
+@pytest.mark.parametrize("zone", (0, 1))
+def test_the_nodes_subnet_is_its_zones_cluster_subnet_and_reaches_the_endpoints(synth_app, zone):
+    synthesized = synth_app({"cluster.availability_zone": zone})
+    assert _subnet_groups_referenced(synthesized.template_json("gputrain-cluster")) == {f"ClusterSubnet{zone + 1}"}
+    # The interface endpoints (in the Training subnets) admit HTTPS from the whole VPC, the nodes' subnet included.
+    network = synthesized.platform.data_plane.network
+    groups = _resources(synthesized, "gputrain-data", "AWS::EC2::SecurityGroup")
+    (endpoint_group,) = [g for k, g in groups.items() if k.startswith("NetworkEndpointSecurityGroup")]
+    (ingress,) = endpoint_group["Properties"]["SecurityGroupIngress"]
+    assert (ingress["FromPort"], ingress["ToPort"]) == (443, 443)
+    subnet = ipaddress.IPv4Network(network.cluster_subnets[zone].ipv4_cidr_block)
+    assert subnet.subnet_of(ipaddress.IPv4Network(ingress["CidrIp"]))
 
 
 def test_the_s3_prefix_list_is_a_committed_lookup():
