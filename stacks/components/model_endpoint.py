@@ -214,7 +214,7 @@ class GpuEndpoint(Construct):
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.endpoint_name = endpoint_name(project_name)
-        self.role = EndpointRole(
+        execution_role = EndpointRole(
             self,
             "ExecutionRole",
             endpoint=self.endpoint_name,
@@ -225,7 +225,8 @@ class GpuEndpoint(Construct):
             vpc=network.vpc,
             data_capture=config.data_capture,
             rollback_alarms=rollback_alarm_names(project_name),
-        ).role
+        )
+        self.role = execution_role.role
         self.security_group = self._security_group(network)
         resources = ModelResources(
             role_arn=self.role.role_arn,
@@ -242,8 +243,9 @@ class GpuEndpoint(Construct):
                 model_properties(config, resources, model_data_url=f"s3://{artifacts_bucket.bucket_name}/{config.model_key}")
             ),
         )
-        # The role's policy must exist before SageMaker checks that the role can read the model.
-        self.model.node.add_dependency(self.role)
+        # The role's managed policy must be attached before SageMaker checks that the role can read the
+        # model and pull the image (the role itself is already a dependency, through its ARN).
+        self.model.node.add_dependency(execution_role.policy)
         self.endpoint_config = self._endpoint_config(config, resources)
         self.inference_component_name: Optional[str] = None
         if config.scale_to_zero:

@@ -20,7 +20,6 @@ from tests.synth import ROOT, TEST_ENV, cached_synth, project_context
 # Configurations whose templates must be clean: each exercises different resources (the same
 # variants the security report checks with --variants).
 GATED_CONFIGS = {"default": {}, **VARIANTS}
-CFN_LINT = Path(sys.executable).parent / "cfn-lint"
 
 
 @pytest.fixture(scope="module")
@@ -41,32 +40,6 @@ def test_policy_packs_pass_with_every_finding_acknowledged(gate_root, name):
     report = synthesized.validation_report()
     assert report is not None
     assert _failing_plugins(report) == []
-
-
-@pytest.fixture(scope="module")
-def cfn_lint_lines(gate_root) -> dict[str, list[str]]:
-    """cfn-lint's lines for each gated configuration's templates, from one cfn-lint run over all of them
-    (its start-up is most of its time). cfn-lint failing (exit status bit 2) fails every configuration."""
-    synthesized = {name: cached_synth(gate_root, overrides) for name, overrides in GATED_CONFIGS.items()}
-    files = {name: [s.outdir / f"{sid}.template.json" for sid in s.stack_ids] for name, s in synthesized.items()}
-    result = subprocess.run(
-        [str(CFN_LINT), "--format", "parseable", "--", *(str(f) for paths in files.values() for f in paths)],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert result.returncode & 2 == 0, f"cfn-lint failed ({result.returncode}): {result.stderr}"
-    return {
-        name: [line for line in result.stdout.splitlines() if any(line.startswith(f"{f}:") for f in paths)]
-        for name, paths in files.items()
-    }
-
-
-@pytest.mark.parametrize("name", list(GATED_CONFIGS))
-@pytest.mark.slow
-def test_cfn_lint_reports_no_error(gate_root, cfn_lint_lines, name):
-    synthesized = cached_synth(gate_root, GATED_CONFIGS[name])
-    assert len(synthesized.stack_ids) == (4 if GATED_CONFIGS[name].get("serving.enabled") else 3)
-    errors = [line for line in cfn_lint_lines[name] if ":E" in line]
-    assert not errors, "\n".join(errors)
 
 
 def test_gate_fails_synth_on_a_non_compliant_resource(tmp_path):
