@@ -1,4 +1,4 @@
-"""Policy gates: cdk-nag (AwsSolutions + NIST 800-53 R5) and cfn-lint over every template."""
+"""Policy gates: cdk-nag (AwsSolutions + NIST 800-53 R5) over every configuration (cfn-lint: test_cfn_lint.py)."""
 
 from __future__ import annotations
 
