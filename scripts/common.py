@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -594,6 +595,18 @@ def project_jobs(
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
+
+
+def seconds_argument(text: str) -> float:
+    """An argparse type for ``--interval``, ``--timeout``, ``--start-timeout``: a finite number of seconds, 0 or
+    more (0: poll without a pause, or do not wait; the tests use it), never negative (``time.sleep`` refuses it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds, 0 or more")
+    return value
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:

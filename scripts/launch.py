@@ -100,7 +100,9 @@ from scripts.common import (
     OperatorError,
     UsageError,
     add_common_arguments,
+    describe_execution,
     execution_console_url,
+    find_sagemaker_job,
     help_epilog,
     job_console_url,
     parse_hyperparameters,
@@ -239,8 +241,24 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
     )
 
 
+def refuse_taken_name(deployment: Deployment, name: str, *, dry_run: bool) -> None:
+    """Refuse ``name`` when a job (training, tuning, processing, transform) or a training workflow execution
+    has it: the code goes to ``code/<name>/`` before SageMaker would refuse the duplicate, and would replace
+    the code of that job (which a spot restart of it would then run)."""
+    if dry_run or isinstance(deployment, OfflineDeployment):
+        return
+    found = find_sagemaker_job(deployment.aws, name)
+    what = found[0].label if found else None
+    if what is None and deployment.has_training_stack() and describe_execution(deployment.aws, deployment.execution_arn(name)):
+        what = "training workflow execution"
+    if what is not None:
+        raise OperatorError(f"a {what} named {name} exists in {deployment.region}; nothing was uploaded: launch under "
+                            "another --name (or without one, for a generated name)")
+
+
 def upload_source(deployment: Deployment, options: LaunchOptions, source_dir: Path, *, dry_run: bool) -> LaunchOptions:
     """Packs and uploads the code (KMS, like every object of the platform); returns options with its URI."""
+    refuse_taken_name(deployment, str(options.job_name), dry_run=dry_run)
     return replace(options, code_uri=upload_code(deployment, source_dir, str(options.entry_point), str(options.job_name), dry_run=dry_run))
 
 
@@ -439,6 +457,7 @@ def launch_processing(
     price = processing_price(deployment.config, processing_values(deployment, checked))
     confirm_spend(deployment, [price], yes=yes, dry_run=dry_run)
     if source_dir is not None:
+        refuse_taken_name(deployment, name, dry_run=dry_run)
         code_uri = upload_code(deployment, source_dir, str(options.entry_point), name, dry_run=dry_run)
         options = replace(options, code_uri=code_uri)
     request = processing_request(deployment, options)
@@ -499,6 +518,7 @@ def pipeline_input(
     if names.processing_job:
         options = processing_options_from_args(args, job_name=names.processing_job)
         if args.process_source_dir is not None:
+            refuse_taken_name(deployment, names.processing_job, dry_run=dry_run)
             code_uri = upload_code(deployment, args.process_source_dir, str(args.process_entry_point), names.processing_job, dry_run=dry_run)
             options = replace(options, code_uri=code_uri)
             processing_values(deployment, options)
@@ -515,6 +535,7 @@ def pipeline_input(
     if names.tuning_job:
         tuning = tuning_options(deployment, args, job_name=names.tuning_job)
         if args.source_dir is not None:
+            refuse_taken_name(deployment, names.tuning_job, dry_run=dry_run)
             code_uri = upload_code(deployment, args.source_dir, str(args.entry_point), names.tuning_job, dry_run=dry_run)
             tuning = replace(tuning, training=replace(tuning.training, code_uri=code_uri))
         _, values = tuning_values(deployment, _on_pipeline_channels(deployment, args, names, tuning))
@@ -624,6 +645,7 @@ def launch_tuning(deployment: Deployment, args: argparse.Namespace) -> Launched:
     price = price_of_tuning(deployment.config, checked)
     confirm_spend(deployment, [price], yes=args.yes, dry_run=args.dry_run)
     if args.source_dir is not None:
+        refuse_taken_name(deployment, str(checked.job_name), dry_run=args.dry_run)
         code_uri = upload_code(deployment, args.source_dir, str(args.entry_point), str(checked.job_name), dry_run=args.dry_run)
         options = replace(options, training=replace(options.training, code_uri=code_uri))
     template, values = tuning_values(deployment, options)

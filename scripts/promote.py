@@ -21,7 +21,11 @@ model (job, artifact, final metrics, who promoted it and when) and the previousl
 models, newest first. It is written only after the deploy succeeded, so it always names what
 the endpoint serves (the pipeline's promote step writes it the same way, after its UpdateEndpoint); SSM keeps every earlier version of it too (``aws ssm
 get-parameter-history``). ``--rollback`` deploys the newest previous model (after the same
-checks) and moves the live one to ``rolled_back``. The record lives outside CloudFormation:
+checks) and moves the live one to ``rolled_back``. After each deploy the endpoint itself is checked:
+the pipeline's promote step moves it with its own UpdateEndpoint, outside CloudFormation, so a
+deploy of the model the stack last deployed changes nothing ("no changes"); the endpoint is then
+updated back onto the stack's EndpointConfig (same blue/green deployment and alarms), and unless
+its models' ``ModelDataUrl`` is the job's afterwards this script exits 1 with the record unchanged. The record lives outside CloudFormation:
 ``cdk destroy`` keeps it (rollback history), and the next ``promote`` after a redeploy goes on
 from it.
 """
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
@@ -54,7 +59,12 @@ from scripts.common import (
 from stacks.components.endpoint_spec import (
     MAX_PROMOTION_RECORD_BYTES,
     PROMOTION_RECORD_SHAPES,
+    deployment_config,
+    endpoint_name,
+    inference_component_name,
     promotion_record_name,
+    rollback_alarm_names,
+    update_endpoint_request,
 )
 
 ARTIFACT_TEMPLATE = "training-jobs/{job}/output/model.tar.gz"
@@ -271,6 +281,95 @@ def deploy(deployment: Deployment, job: str, overrides: Sequence[str]) -> None:
         )
 
 
+ENDPOINT_POLL_SECONDS = 30
+"""How often :func:`wait_for_endpoint` reads the endpoint's status (tests lower it)."""
+
+ENDPOINT_BUSY = ("Creating", "Updating", "SystemUpdating", "RollingBack")
+
+
+def stack_endpoint_config(deployment: Deployment) -> str:
+    """The name of the EndpointConfig that ``<project>-serving`` deployed (its physical id is the config's ARN
+    on AWS, whose name part SageMaker lowercases: DescribeEndpointConfig gives the name as created)."""
+    stack = stack_name(deployment.config, "serving")
+    cloudformation = deployment.aws.client("cloudformation")
+    for page in cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack):
+        for resource in page["StackResourceSummaries"]:
+            if resource["ResourceType"] == "AWS::SageMaker::EndpointConfig" and resource.get("PhysicalResourceId"):
+                name = resource["PhysicalResourceId"].rsplit("endpoint-config/", 1)[-1]
+                described = deployment.aws.client("sagemaker").describe_endpoint_config(EndpointConfigName=name)
+                return str(described["EndpointConfigName"])
+    raise OperatorError(f"{stack} has no AWS::SageMaker::EndpointConfig; redeploy it (python -m scripts.promote JOB)")
+
+
+def wait_for_endpoint(deployment: Deployment, endpoint: str) -> dict[str, Any]:
+    """DescribeEndpoint once the endpoint is no longer creating, updating or rolling back."""
+    sagemaker = deployment.aws.client("sagemaker")
+    deadline = time.monotonic() + deployment_config(deployment.config.serving, ())["BlueGreenUpdatePolicy"][
+        "MaximumExecutionTimeoutInSeconds"
+    ] + 600
+    while True:
+        described = sagemaker.describe_endpoint(EndpointName=endpoint)
+        if described["EndpointStatus"] not in ENDPOINT_BUSY:
+            return dict(described)
+        if time.monotonic() > deadline:
+            raise OperatorError(f"{endpoint} is still {described['EndpointStatus']}; the promotion record is unchanged "
+                                "(run python -m scripts.promote again once it is InService)", EXIT_FAILED)
+        time.sleep(ENDPOINT_POLL_SECONDS)
+
+
+def served_models(deployment: Deployment, config_name: str) -> set[str]:
+    """The ModelDataUrl of every model the endpoint config serves (its variants', or its inference component's)."""
+    sagemaker = deployment.aws.client("sagemaker")
+    variants = sagemaker.describe_endpoint_config(EndpointConfigName=config_name)["ProductionVariants"]
+    models = [str(v["ModelName"]) for v in variants if v.get("ModelName")]
+    if not models:  # serving.scale_to_zero: the model is the inference component's
+        component = inference_component_name(deployment.config.project_name)
+        specification = sagemaker.describe_inference_component(InferenceComponentName=component)["Specification"]
+        models = [str(specification["ModelName"])]
+    urls = set()
+    for model in models:
+        described = sagemaker.describe_model(ModelName=model)
+        for container in [described.get("PrimaryContainer") or {}, *(described.get("Containers") or [])]:
+            source = (container.get("ModelDataSource") or {}).get("S3DataSource") or {}
+            url = container.get("ModelDataUrl") or source.get("S3Uri")
+            if url:
+                urls.add(str(url))
+    return urls
+
+
+def ensure_served(deployment: Deployment, job: str, model: str) -> None:
+    """Check the endpoint serves ``model`` after the deploy, moving it back onto the serving stack's config first.
+
+    The pipeline's promote step moves the endpoint with its own UpdateEndpoint, outside CloudFormation: the
+    stack's template still names the model it deployed last, so a deploy of that model changes nothing
+    ("no changes") while the endpoint serves the pipeline's. Then the endpoint is updated to the stack's
+    EndpointConfig with the stack's blue/green deployment and rollback alarms, as the pipeline updates it.
+    :class:`OperatorError` (exit 1) when it still serves something else (the alarms rolled it back).
+    """
+    endpoint = endpoint_name(deployment.config.project_name)
+    described = wait_for_endpoint(deployment, endpoint)
+    stack_config = stack_endpoint_config(deployment)
+    if str(described["EndpointConfigName"]).lower() != stack_config.lower():
+        print(f"{endpoint} is on {described['EndpointConfigName']} (moved outside CloudFormation, e.g. by the pipeline), "
+              f"not {stack_config} of {stack_name(deployment.config, 'serving')}: updating it (blue/green)")
+        request = update_endpoint_request(
+            deployment.config.serving, endpoint=endpoint, config_name=stack_config,
+            alarm_names=rollback_alarm_names(deployment.config.project_name),
+        )  # fmt: skip
+        if deployment.config.serving.scale_to_zero:  # the stack's endpoint has no DeploymentConfig then
+            request.pop("DeploymentConfig")
+        deployment.aws.client("sagemaker").update_endpoint(**request)
+        described = wait_for_endpoint(deployment, endpoint)
+    served = served_models(deployment, str(described["EndpointConfigName"]))
+    if served != {model}:
+        reason = f" ({described['FailureReason']})" if described.get("FailureReason") else ""
+        raise OperatorError(
+            f"{endpoint} serves {', '.join(sorted(served)) or 'no model'} on {described['EndpointConfigName']}, not {job}'s "
+            f"{model}{reason}; the promotion record is unchanged (see python -m scripts.promote --show, then promote again)",
+            EXIT_FAILED,
+        )
+
+
 def show(deployment: Deployment, record: PromotionRecord) -> None:
     """The record, one line per model."""
     def line(label: str, p: Promotion) -> str:
@@ -302,7 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
             ],
             credentials=AWS_CREDENTIALS + " The deploy runs the CDK CLI with the same credentials.",
             done="served and recorded (or, with --dry-run or --show, printed)",
-            failed="the job did not complete, or the deploy failed or was rolled back by an alarm",
+            failed="the job did not complete, the deploy failed or was rolled back by an alarm, or the endpoint "
+            "does not serve the model afterwards",
         ),
     )
     # One of the three, and no more: argparse names the two that conflict.
@@ -334,6 +434,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print_deploy_command(deployment, target.job, args.context)
             return 0
         deploy(deployment, target.job, args.context)
+        ensure_served(deployment, target.job, model)
         # Read again: the deploy bakes for minutes, and the pipeline may have recorded a promotion meanwhile.
         write_record(deployment, read_record(deployment).rolled_back_to(target))
         print(f"{stack_name(deployment.config, 'serving')} serves {target.job} again; {record_parameter(deployment)} updated")
@@ -348,6 +449,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     new = promotion_of(deployment, args.job_name, model)
     deploy(deployment, args.job_name, args.context)
+    ensure_served(deployment, args.job_name, model)
     write_record(deployment, read_record(deployment).promoted(new))
     print(f"{stack_name(deployment.config, 'serving')} serves {args.job_name}; recorded in {record_parameter(deployment)}")
     return 0

@@ -38,6 +38,7 @@ from scripts.common import (
     error_code,
     error_message,
     find_sagemaker_job,
+    seconds_argument,
     help_epilog,
     parse_operator_args,
     run,
@@ -119,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("job_name", help="the job to stop: training (and its workflow execution), tuning, processing or transform")
     parser.add_argument("--wait", action="store_true", help="wait until the job has stopped")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds --wait waits (default 900)")
-    parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
+    parser.add_argument("--timeout", type=seconds_argument, default=900.0, help="seconds --wait waits (default 900)")
+    parser.add_argument("--interval", type=seconds_argument, default=15.0, help="seconds between polls (default 15)")
     add_common_arguments(parser)
     return parser
 

@@ -15,8 +15,11 @@ Usage (from the repository root)::
     python -m scripts.watch --cluster mlp-1                    # a job on the GPU cluster (scripts.cluster_job run)
     python -m scripts.watch --tuning gputrain-tune-1           # a tuning job (scripts.launch --tune): trials, best trial
 
-Exit code: 0 completed, 1 failed (the failure reason is printed in full), 4 stopped, 3 when the
-job does not exist. A name that is no training job but a processing job is followed the same way
+Exit code: 0 completed, 1 failed (the failure reason is printed in full) or stopped by SageMaker
+on its limit (SecondaryStatus MaxRuntimeExceeded or MaxWaitTimeExceeded: one line names the setting
+to raise, ``training_job.max_runtime_seconds`` or ``max_wait_seconds``; a rerun with the same
+checkpoint location resumes), 4 stopped by an operator, 3 when the job does not exist or is
+deleted while followed (``Deleting``, or gone). A name that is no training job but a processing job is followed the same way
 (its ``/aws/sagemaker/ProcessingJobs`` streams; at the end its ExitMessage and outputs). A job launched through the workflow may take a moment to appear; while its
 execution is still running, ``watch`` waits for it (``--start-timeout``), and if the execution
 failed before creating a job, prints the execution's error.
@@ -92,6 +95,7 @@ from scripts.common import (
     execution_console_url,
     format_duration,
     help_epilog,
+    seconds_argument,
     job_console_url,
     project_jobs,
     run,
@@ -102,6 +106,29 @@ from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
 
 END_STATES = {"Completed": EXIT_OK, "Failed": EXIT_FAILED, "Stopped": EXIT_STOPPED}
+
+DELETED_STATES = ("Deleting", "DeleteFailed")
+"""A job being deleted (training, tuning) ends the watch as a missing job does: exit 3."""
+
+LIMIT_STOPS = {
+    "MaxRuntimeExceeded": "its maximum runtime ran out: raise training_job.max_runtime_seconds",
+    "MaxWaitTimeExceeded": "its maximum wait (spot capacity and runtime) ran out: raise training_job.max_wait_seconds",
+}
+"""A training job SageMaker stopped on its StoppingCondition (SecondaryStatus): failed, not an operator's stop."""
+
+
+def limit_stop(job: dict[str, Any]) -> Optional[str]:
+    """The one line for a training job SageMaker stopped on a limit, else ``None``."""
+    secondary = job.get("SecondaryStatus")
+    if job.get("TrainingJobStatus") != "Stopped" or secondary not in LIMIT_STOPS:
+        return None
+    return (f"{job['TrainingJobName']} was stopped by SageMaker ({secondary}): {LIMIT_STOPS[secondary]}; "
+            "a rerun with the same checkpoint location resumes from its last checkpoint")  # fmt: skip
+
+
+def deleted(kind: str, name: str, status: Optional[str] = None) -> OperatorError:
+    """Exit 3: the job was deleted while followed (``Deleting``/``DeleteFailed``, or gone)."""
+    return OperatorError(f"{kind} job {name} was deleted" + (f" ({status})" if status else "") + "; nothing left to follow")
 
 
 class MetricParser:
@@ -139,9 +166,11 @@ class LogFollower:
         """New ``(stream suffix, message)`` pairs since the last call, oldest first per stream."""
         logs = self.aws.client("logs")
         try:
-            streams = logs.describe_log_streams(
+            # One stream per instance (and per algo-N container): 50 a page, more than a page at 64 instances.
+            pages = logs.get_paginator("describe_log_streams").paginate(
                 logGroupName=self.log_group, logStreamNamePrefix=f"{self.job_name}/"
-            ).get("logStreams", [])
+            )
+            streams = [stream for page in pages for stream in page.get("logStreams", [])]
         except ClientError as err:
             if error_code(err) == "ResourceNotFoundException":
                 return []
@@ -268,12 +297,17 @@ def follow(
         if line.split("]", 1)[1] != last_line.split("]", 1)[-1] or time.monotonic() - last_print >= heartbeat:
             print(line, file=out)
             last_line, last_print = line, time.monotonic()
+        if status in DELETED_STATES:
+            raise deleted("training", job_name, status)
         if status in END_STATES:
             if plot_path:
                 _final_plot(epochs, job_name, plot_path, out)
             return _report_end(job, out)
         sleep(interval)
-        job = describe_job(aws, job_name) or job
+        described = describe_job(aws, job_name)
+        if described is None:
+            raise deleted("training", job_name)
+        job = described
 
 
 def _show_epoch(epochs: EpochReader, message: str, title: str, plot_path: Optional[Path], out: TextIO) -> None:
@@ -334,7 +368,10 @@ def follow_processing(
     print(f"following {job_name}  {processing_console_url(aws.region, job_name)}", file=out)
     while job["ProcessingJobStatus"] not in END_STATES:
         sleep(interval)
-        job = tracker.poll() or job
+        described = tracker.poll()
+        if described is None:
+            raise deleted("processing", job_name)
+        job = described
     status = job["ProcessingJobStatus"]
     print(f"{job_name} {status}", file=out)
     if status == "Completed":
@@ -447,6 +484,10 @@ def _report_end(job: dict[str, Any], out: TextIO) -> int:
         print(f"  model: {artifacts}", file=out)
     if job.get("FailureReason"):
         print(f"  FailureReason: {job['FailureReason']}", file=out)
+    limit = limit_stop(job)
+    if limit:
+        print(f"  {limit}", file=out)
+        return EXIT_FAILED
     return END_STATES[status]
 
 
@@ -584,8 +625,13 @@ def follow_tuning(
     tracker = _TuningTracker(aws, name, out)
     tracker.show(job)
     while job["HyperParameterTuningJobStatus"] not in END_STATES:
+        if job["HyperParameterTuningJobStatus"] in DELETED_STATES:
+            raise deleted("tuning", name, job["HyperParameterTuningJobStatus"])
         sleep(interval)
-        job = tracker.poll() or job
+        described = tracker.poll()
+        if described is None:
+            raise deleted("tuning", name)
+        job = described
     return _report_tuning_end(job, out)
 
 
@@ -664,6 +710,9 @@ class _JobTracker:
         reason = job.get("FailureReason")
         if reason and status in ("Failed", "Stopped"):
             line += f"  ({reason})"
+        limit = limit_stop(job) if self.kind == "training" else None
+        if limit:
+            line += f"\n    {limit}"
         if line != self._last:
             print(line, file=self.out)
             self._last = line
@@ -785,8 +834,10 @@ def build_parser() -> argparse.ArgumentParser:
             ],
             credentials=AWS_CREDENTIALS + " --from-log reads a file and needs none.",
             done="the job (or the tuning job) completed (the execution succeeded; --from-log: epochs printed)",
-            failed="the job or the execution failed (its failure reason is printed in full)",
-            more={EXIT_STOPPED: "the job or the execution was stopped"},
+            failed="the job or the execution failed (its failure reason is printed in full), or SageMaker stopped "
+            "the job on its limit (MaxRuntimeExceeded: raise training_job.max_runtime_seconds; MaxWaitTimeExceeded: "
+            "raise training_job.max_wait_seconds; a rerun with the same checkpoint location resumes)",
+            more={EXIT_STOPPED: "the job or the execution was stopped (by an operator)"},
         ),
     )
     parser.add_argument("job_name", nargs="?", help="training or processing job (default: the project's newest training job)")
@@ -801,9 +852,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--plot", metavar="FILE.png", type=Path, help="write throughput, input wait and GPU utilization per epoch here"
     )
-    parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
+    parser.add_argument("--interval", type=seconds_argument, default=15.0, help="seconds between polls (default 15)")
     parser.add_argument("--no-logs", dest="logs", action="store_false", help="do not print the job's log lines")
-    parser.add_argument("--start-timeout", type=float, default=120.0, help="wait this long for the workflow to create the job")
+    parser.add_argument("--start-timeout", type=seconds_argument, default=120.0, help="wait this long for the workflow to create the job")
     add_common_arguments(parser)
     return parser
 

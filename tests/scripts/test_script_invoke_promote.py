@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Optional
 
 import boto3
 import pytest
@@ -229,11 +230,15 @@ def test_promote_of_a_missing_job_or_artifact_is_one_line(aws, moto_backends, ca
 
 class FakeCdk:
     """Stands in for ``cdk deploy`` (the emulator suite runs the real one): records each deploy's
-    training_job_name and returns the exit code the test sets."""
+    training_job_name, returns the exit code the test sets and, on success, does what CloudFormation
+    does with the serving stack in moto: a Model of the job's artifact, the stack's EndpointConfig on it
+    (a real ``<project>-serving`` stack, so ``list_stack_resources`` names it) and the endpoint on that
+    config. A template unchanged since the last deploy changes nothing ("no changes"), as with cdk."""
 
     def __init__(self) -> None:
         self.deployed: list[str] = []
         self.returncode = 0
+        self.template: Optional[str] = None
 
     def __call__(self, command, **kwargs):
         assert command[command.index("deploy") + 1] == f"{PROJECT}-serving"
@@ -241,15 +246,111 @@ class FakeCdk:
         assert not command[-1].startswith(str(common.ROOT)), "not the checkout's cdk.out, where another CLI may be"
         (job,) = [c.split("=", 1)[1] for c in command if c.startswith("gpu_training.serving.training_job_name=")]
         self.deployed.append(job)
+        if self.returncode == 0:
+            self._deploy(job)
         return type("Completed", (), {"returncode": self.returncode})()
+
+    def _deploy(self, job: str) -> None:
+        template = json.dumps({"Resources": {"EndpointConfig": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {
+            "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": _model(job), "InitialInstanceCount": 1,
+                                    "InstanceType": "ml.g4dn.xlarge"}]}}}})  # fmt: skip
+        if template == self.template:
+            return  # cdk: "(no changes)", exit 0
+        cloudformation = boto3.client("cloudformation", region_name=REGION)
+        if self.template is None:
+            cloudformation.create_stack(StackName=SERVING, TemplateBody=template)
+        else:
+            cloudformation.update_stack(StackName=SERVING, TemplateBody=template)
+        self.template = template
+        resources = cloudformation.list_stack_resources(StackName=SERVING)["StackResourceSummaries"]
+        config = resources[0]["PhysicalResourceId"].rsplit("/", 1)[-1]
+        sagemaker = boto3.client("sagemaker", region_name=REGION)
+        if ENDPOINT not in [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]:
+            sagemaker.create_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
+        else:
+            sagemaker.update_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
+
+
+SERVING, ENDPOINT = f"{PROJECT}-serving", f"{PROJECT}-endpoint"
+UPDATE_ENDPOINT_CALLS: list[dict] = []
+
+
+def _model(job: str) -> str:
+    """The Model of ``job``'s artifact (CloudFormation's, or the pipeline's CreateModel)."""
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    name = f"{PROJECT}-model-{job}"[:63]
+    if name not in [m["ModelName"] for m in sagemaker.list_models()["Models"]]:
+        outputs = boto3.client("cloudformation", region_name=REGION).describe_stacks(StackName=f"{PROJECT}-data")["Stacks"][0]["Outputs"]
+        artifacts = {o["OutputKey"]: o["OutputValue"] for o in outputs}["ArtifactsBucketName"]
+        sagemaker.create_model(
+            ModelName=name, ExecutionRoleArn=f"arn:aws:iam::123456789012:role/{PROJECT}-endpoint",
+            PrimaryContainer={"Image": "image:1", "ModelDataUrl": f"s3://{artifacts}/training-jobs/{job}/output/model.tar.gz"},
+        )  # fmt: skip
+    return name
+
+
+def _patch_update_endpoint(monkeypatch) -> None:
+    """moto has no UpdateEndpoint: the endpoint moves to the config at once and is InService (SageMaker's
+    blue/green takes minutes); every request is recorded. ``ROLLED_BACK`` configs are refused as an alarm
+    would: the endpoint stays where it was, with a FailureReason."""
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def update_endpoint(self):
+        request = {k: self._get_param(k) for k in ("EndpointName", "EndpointConfigName", "DeploymentConfig")}
+        UPDATE_ENDPOINT_CALLS.append(request)
+        backend = self.sagemaker_backend
+        backend.describe_endpoint_config(request["EndpointConfigName"])  # ValidationError when missing
+        endpoint = backend.endpoints[request["EndpointName"]]
+        if request["EndpointConfigName"] in ROLLED_BACK:
+            endpoint.failure_reason = "the 5xx alarm fired; rolled back"
+        else:
+            endpoint.endpoint_config_name = request["EndpointConfigName"]
+        return ActionResult({"EndpointArn": endpoint.arn})
+
+    monkeypatch.setattr(SageMakerResponse, "update_endpoint", update_endpoint, raising=False)
+
+
+ROLLED_BACK: set[str] = set()
 
 
 @pytest.fixture
 def fake_cdk(monkeypatch):
     cdk = FakeCdk()
     monkeypatch.setattr(common.subprocess, "run", cdk)
+    _patch_update_endpoint(monkeypatch)
+    UPDATE_ENDPOINT_CALLS.clear()
+    ROLLED_BACK.clear()
     yield cdk
     boto3.client("ssm", region_name=REGION).delete_parameter(Name=f"/{PROJECT}/serving/promotion")
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    if ENDPOINT in [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]:
+        sagemaker.delete_endpoint(EndpointName=ENDPOINT)
+    if cdk.template is not None:
+        boto3.client("cloudformation", region_name=REGION).delete_stack(StackName=SERVING)
+
+
+def _served() -> tuple[str, str]:
+    """The endpoint's config and the ModelDataUrl of its model."""
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    config = sagemaker.describe_endpoint(EndpointName=ENDPOINT)["EndpointConfigName"]
+    [variant] = sagemaker.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
+    return config, sagemaker.describe_model(ModelName=variant["ModelName"])["PrimaryContainer"]["ModelDataUrl"]
+
+
+def _pipeline_promotes(job: str) -> str:
+    """What the pipeline's promote step does: CreateModel, CreateEndpointConfig, UpdateEndpoint (outside
+    CloudFormation); then it records the promotion. Returns its config's name."""
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    config = f"{PROJECT}-pipeline-{job}"[:63]
+    sagemaker.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[
+        {"VariantName": "AllTraffic", "ModelName": _model(job), "InitialInstanceCount": 1, "InstanceType": "ml.g4dn.xlarge"}])  # fmt: skip
+    sagemaker.update_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
+    aws = common.Aws(boto3.Session(region_name=REGION))
+    deployment = common.Deployment(aws=aws, config=common.load_platform_config())
+    _, url = _served()
+    promote.write_record(deployment, promote.read_record(deployment).promoted(promote.Promotion(job=job, model_data_url=url)))
+    return config
 
 
 def _record() -> dict:
@@ -329,6 +430,56 @@ def test_a_failed_deploy_leaves_the_record_naming_what_the_endpoint_serves(aws, 
     assert run(promote.main, [bad]) == 1
     assert "the promotion record is unchanged" in capsys.readouterr().err
     assert _record()["live"]["job"] == live and _record()["previous"] == []
+
+
+def test_rollback_after_a_pipeline_promotion_moves_the_endpoint_back_onto_the_stacks_config(aws, moto_backends, fake_cdk, capsys):
+    """promote A (CloudFormation on A), the pipeline's UpdateEndpoint serves B, --rollback targets A: the deploy
+    of A is "(no changes)" (the template already names A), so promote updates the endpoint to the stack's config
+    itself, blue/green with the stack's alarms, and records A only once the endpoint serves it."""
+    first, second = f"{PROJECT}-pl-first", f"{PROJECT}-pl-second"
+    for name in (first, second):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [first]) == 0
+    stack_config, first_url = _served()
+    assert first_url.endswith(f"/training-jobs/{first}/output/model.tar.gz") and UPDATE_ENDPOINT_CALLS == []
+    pipeline_config = _pipeline_promotes(second)
+    assert _served()[0] == pipeline_config and _record()["live"]["job"] == second
+    UPDATE_ENDPOINT_CALLS.clear()
+    capsys.readouterr()
+
+    assert run(promote.main, ["--rollback"]) == 0
+    assert fake_cdk.deployed[-1] == first and fake_cdk.deployed.count(first) == 2  # the second deploy changed nothing
+    out = capsys.readouterr().out
+    assert f"{ENDPOINT} is on {pipeline_config} (moved outside CloudFormation, e.g. by the pipeline), not {stack_config}" in out
+    assert _served() == (stack_config, first_url)
+    [update] = UPDATE_ENDPOINT_CALLS
+    assert update["EndpointConfigName"] == stack_config
+    assert update["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"] == [
+        {"AlarmName": f"{ENDPOINT}-5xx"}, {"AlarmName": f"{ENDPOINT}-latency"}]
+    assert "BlueGreenUpdatePolicy" in update["DeploymentConfig"]
+    record = _record()
+    assert record["live"]["job"] == first and [p["job"] for p in record["rolled_back"]] == [second]
+
+
+def test_promote_right_after_a_pipeline_promotion_serves_the_job_or_fails_leaving_the_record(aws, moto_backends, fake_cdk, capsys):
+    first, second = f"{PROJECT}-pl-a", f"{PROJECT}-pl-b"
+    for name in (first, second):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [first]) == 0
+    stack_config, first_url = _served()
+    pipeline_config = _pipeline_promotes(second)
+    # The blue/green update back onto the stack's config trips an alarm: SageMaker rolls it back.
+    ROLLED_BACK.add(stack_config)
+    capsys.readouterr()
+    assert run(promote.main, [first]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {ENDPOINT} serves s3://") and f"/training-jobs/{second}/" in err and "\n" not in err
+    assert f"on {pipeline_config}, not {first}'s {first_url} (the 5xx alarm fired; rolled back); the promotion record is unchanged" in err
+    assert _record()["live"]["job"] == second
+    # Without the alarm, the same command serves the job again and records it.
+    ROLLED_BACK.clear()
+    assert run(promote.main, [first]) == 0
+    assert _served() == (stack_config, first_url) and _record()["live"]["job"] == first
 
 
 def test_rollback_refuses_a_previous_model_whose_artifact_is_gone(aws, moto_backends, fake_cdk, capsys):
