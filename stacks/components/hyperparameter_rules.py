@@ -15,17 +15,20 @@ What each place checks:
 - a built-in job (no ``code_uri``), in Python (:func:`problems`): the image's parser (unknown names
   with the closest known one, types, ranges, the checks across keys) and the global batch split over
   the job's replicas (instances x GPUs).
-- a built-in job, in the workflow (:func:`workflow_rules`): the names, and each value's shape (a
-  whole number, a number, one of the choices...). Ranges, the checks across keys and the batch split
-  are caught only by the Python path (``scripts.launch``) or, on AWS, when the container starts;
-  a tuning launch's ranges on :data:`REPLICA_MULTIPLES` are checked against the replicas in both.
+- a built-in job, in the workflow (:func:`workflow_rules`): the names, each value's shape (a whole
+  number, a number, one of the choices...) and the batch split over the replicas
+  (:func:`batch_split_rule`, in the image's words). Ranges and the checks across keys are caught only
+  by the Python path (``scripts.launch``) or, on AWS, when the container starts; a tuning launch's
+  ranges on :data:`REPLICA_MULTIPLES` are checked against the replicas in both.
 - a user's script: nothing more; the script parses its own arguments.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
@@ -33,6 +36,7 @@ from typing import Any, Mapping
 from stacks.components.launch_rules import (
     KEY,
     BadKeys,
+    DigitsOf,
     Expr,
     InTable,
     Joined,
@@ -40,12 +44,20 @@ from stacks.components.launch_rules import (
     Lookup,
     Matches,
     Not,
+    Reason,
     Rule,
+    Var,
+    WholeNumber,
     all_of,
     any_of,
     count,
     eq,
+    le,
+    number_of,
+    remainder,
     starts_with,
+    string_of,
+    times,
     type_of,
 )
 
@@ -89,6 +101,77 @@ def replica_multiple_fix(replicas: Any) -> tuple[Any, ...]:
     """The fix for a range over one of :data:`REPLICA_MULTIPLES` on ``replicas`` replicas (a number
     here, an expression in the workflow's rule), in parts: the words both paths give."""
     return ("list multiples of ", replicas, " as a categorical range (\"type\": \"categorical\", \"values\": [...])")
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """A job's replicas over the workflow's variables: ``$instance_count`` times the GPUs of
+    ``$instance_type`` in ``$instance_facts`` (the table the GPU check's ``EXPECTED_GPU_COUNT`` comes from).
+
+    Attributes:
+        instances: ``$instance_count``, the workers.
+        instance_type: ``$instance_type``.
+        gpus: GPUs per instance.
+        total: ``instances`` x ``gpus``.
+        known: The type is in the table and the count a whole number no greater than a job's most:
+            only then do ``gpus`` and ``total`` mean anything. Elsewhere their own rules refuse the
+            launch, and a rule over the replicas holds (the pipeline evaluates every rule at once).
+    """
+
+    instances: Expr
+    instance_type: Expr
+    gpus: Expr
+    total: Expr
+    known: Expr
+
+
+def workflow_replicas(max_instances: int) -> Replicas:
+    """:class:`Replicas` of a job of at most ``max_instances`` instances."""
+    instances, instance_type, facts = Var("instance_count"), Var("instance_type"), Var("instance_facts")
+    gpus = number_of(Lookup(Lookup(facts, instance_type), Lit("expected_gpu_count")))
+    known = all_of(
+        WholeNumber(instances), le(instances, max_instances), eq(type_of(instance_type), "string"), InTable(facts, instance_type)
+    )
+    return Replicas(instances, instance_type, gpus, times(instances, gpus), known)
+
+
+def splits_over(name: str, value: Expr, replicas: Expr) -> Expr:
+    """``value`` of ``name`` (one of :data:`REPLICA_MULTIPLES`) is a multiple of ``replicas`` as the image
+    reads it, or does not read as ``name``'s values do (the value pattern's rule refuses it)."""
+    reads = Matches(string_of(value), image_rules().value_pattern(name))
+    return any_of(Not(reads), eq(remainder(number_of(DigitsOf(value)), replicas), 0))
+
+
+def batch_split_rule(hyperparameters: Expr, builtin: Expr, replicas: Replicas) -> Rule:
+    """The batch split of :func:`problems` as a workflow rule: a built-in job's (``builtin``)
+    ``batch_size``, the launch's or the deployment's, is a multiple of its replicas. Holds on one
+    replica, where the instance type or count is not :attr:`Replicas.known` and where the value does
+    not read (other rules refuse those), so that a launch is refused once, in the image's words
+    (:func:`batch_split_reason`); and without a ``batch_size`` (a tuning launch's static
+    hyperparameters leave out a tuned one, which its own rule checks). Marked ``full_check_covers``:
+    the Python path's :func:`problems` says the same."""
+    (name,) = REPLICA_MULTIPLES  # the image's batch_problem checks this one
+    value = Lookup(hyperparameters, Lit(name))
+    return Rule(
+        "hyperparameters",
+        any_of(
+            Not(eq(type_of(hyperparameters), "object")), Not(builtin), Not(InTable(hyperparameters, Lit(name))),
+            Not(replicas.known), le(replicas.total, 1), splits_over(name, value, replicas.total),
+        ),
+        batch_split_reason(number_of(DigitsOf(value)), replicas.total, replicas.instances),
+        full_check_covers=True,
+    )
+
+
+def batch_split_reason(batch: Expr, replicas: Expr, workers: Expr) -> Reason:
+    """The image's own refusal (``batch_problem``, as :func:`problems` gives it) with its three numbers
+    as expressions: the words are the image's, not a copy."""
+    rules = image_rules()
+    marks = {"987654321": batch, "7919": replicas, "7907": workers}  # 7919 does not divide 987654321
+    text = rules.batch_problem(rules.TrainingConfig(batch_size=987654321), replicas=7919, workers=7907)
+    assert text is not None
+    parts = re.split(f"({'|'.join(marks)})", text.removesuffix("."))
+    return tuple(marks.get(part, part) for part in parts if part)
 
 
 def problems(hyperparameters: Mapping[str, Any], *, user_script: bool, instance_count: int, gpus_per_instance: int) -> list[str]:

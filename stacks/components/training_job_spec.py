@@ -558,6 +558,10 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
         ),
         *source_rules("", "", code_uri_prefix(template), "job role", "scripts.launch --source-dir DIR --entry-point train.py"),
         *_channel_rules(template, channels),
+        # Last, where a direct launch gives the image's check after the table's reasons.
+        hyperparameter_rules.batch_split_rule(
+            hyperparameters, eq(Var("code_uri"), ""), hyperparameter_rules.workflow_replicas(MAX_INSTANCE_COUNT)
+        ),
     )
 
 

@@ -42,7 +42,6 @@ from stacks.components.launch_rules import (
     ArrayOf,
     BadItems,
     BadKeys,
-    DigitsOf,
     Expr,
     IfElse,
     InTable,
@@ -68,11 +67,9 @@ from stacks.components.launch_rules import (
     number_of,
     problems,
     refusal,
-    remainder,
     render_rules,
     starts_with,
     string_of,
-    times,
     type_of,
 )
 from stacks.components.request_expressions import Jsonata, LaunchRules, merge, render, to_jsonata
@@ -86,7 +83,7 @@ from stacks.components.training_job_spec import (
     resolve_launch,
     training_job_request_values,
 )
-from stacks.config import TuningConfig
+from stacks.config import MAX_INSTANCE_COUNT, TuningConfig
 from stacks.sagemaker_limits import tuning_job_limits
 
 TUNING_TITLE = "Invalid tuning launch"
@@ -786,15 +783,13 @@ def tuning_launch_rules(template: JobTemplate, settings: TuningConfig) -> tuple[
 def _replica_multiple_rules(ranges: Expr, builtin: Expr, malformed: Expr) -> list[Rule]:
     """A range over a hyperparameter the image splits over the job's replicas
     (:data:`~stacks.components.hyperparameter_rules.REPLICA_MULTIPLES`) lists multiples of them, as
-    :func:`range_problems` refuses: the replicas are ``$instance_count`` times the GPUs of
-    ``$instance_type`` in the workflow's ``$instance_facts`` (the table the GPU check's
-    ``EXPECTED_GPU_COUNT`` comes from). Holds where those are not yet known good (their own rules
-    refuse them; the pipeline evaluates every rule at once), where a range is ``malformed`` (the
-    rule above names it) and where a value is unreadable (its own rule says so)."""
-    instances, instance_type, facts = Var("instance_count"), Var("instance_type"), Var("instance_facts")
-    gpus = number_of(Lookup(Lookup(facts, instance_type), Lit("expected_gpu_count")))
-    replicas = times(instances, gpus)
-    known = all_of(WholeNumber(instances), eq(type_of(instance_type), "string"), InTable(facts, instance_type))
+    :func:`range_problems` refuses, over the replicas of
+    :func:`~stacks.components.hyperparameter_rules.workflow_replicas` (as a plain launch's batch split).
+    Holds where those are not yet known (their own rules refuse them; the pipeline evaluates every
+    rule at once), where a range is ``malformed`` (the rule above names it) and where a value is
+    unreadable (its own rule says so)."""
+    job = hyperparameter_rules.workflow_replicas(MAX_INSTANCE_COUNT)
+    instances, instance_type, gpus, replicas, known = job.instances, job.instance_type, job.gpus, job.total, job.known
     table: list[Rule] = []
     for name in hyperparameter_rules.REPLICA_MULTIPLES:
         r = Lookup(ranges, Lit(name))
@@ -825,8 +820,7 @@ def _replica_multiple_rules(ranges: Expr, builtin: Expr, malformed: Expr) -> lis
 def _not_multiples(name: str, values: Expr, replicas: Expr) -> Expr:
     """The categorical ``values`` of ``name`` that read as the image reads them and are not a multiple of
     ``replicas``, in order (an unreadable value is the value pattern's rule to refuse)."""
-    reads = Matches(string_of(ITEM), hyperparameter_rules.image_rules().value_pattern(name))
-    return BadItems(values, any_of(Not(reads), eq(remainder(number_of(DigitsOf(ITEM)), replicas), 0)))
+    return BadItems(values, hyperparameter_rules.splits_over(name, ITEM, replicas))
 
 
 def _listed_not_multiples(name: str, values: Any, replicas: Any, instances: Any, gpus: Any, instance_type: Any) -> tuple[Any, ...]:

@@ -74,8 +74,9 @@ FIELDS = (
     Field("instance_count", (ABSENT, 1, 2, 64), (0, 65, -1, 1.5, True, "2")),
     Field("use_spot", (ABSENT, True, False), ("yes", 1)),
     # Valid for the built-in trainer and for a script alike; the invalid ones are tried on the built-in trainer.
+    # A batch of 391 is valid on the default one replica, refused in mixes with more (the image's batch split).
     Field("hyperparameters", (ABSENT, {}, {"epochs": 3, "learning_rate": 0.1, "xla": True, "model": "cnn", "image_shape": "28x28x1"},
-                              {"learning_rate": 1e-5, "dropout": 0.5, "optimizer": " SGD "}),
+                              {"learning_rate": 1e-5, "dropout": 0.5, "optimizer": " SGD "}, {"batch_size": "391"}),
           ({"nested": {"a": 1}}, {"notes": "x" * 2501}, {"k" * 257: "1"}, {f"h{i}": i for i in range(98)},
            {"epocs": 3}, {"epochs": "three"}, {"model": "vgg"}, {"xla": "maybe"}, {"train_channel": "a/b"},
            {"sagemaker_program": "evil.py", "sagemaker_submit_directory": "/opt/ml/input/data/train/evil.tar.gz"})),
@@ -188,6 +189,9 @@ def test_the_generated_set_covers_both_outcomes_and_every_field(verdicts):
     outcomes = [result["ok"] for _, _, result in verdicts]
     assert len(verdicts) > 200 and outcomes.count(True) > 50 and outcomes.count(False) > 50
     assert {field for _, field, _ in verdicts} >= {f.name for f in FIELDS}
+    # Mixes on several replicas refuse the batch split.
+    split = [result["problem"] for _, _, result in verdicts if "is the global batch" in (result["problem"] or "")]
+    assert len(split) >= 2, split
 
 
 def test_python_and_the_workflow_send_the_same_request_or_the_same_refusal(template, verdicts):

@@ -383,8 +383,12 @@ def test_a_user_processing_script_feeds_only_the_train_channel_and_given_channel
         {"instance_type": "ml.g5.12xlarge", "instance_count": 2, "use_spot": False},
         {"code_uri": "s3://artifacts/code/t3/sourcedir.tar.gz", "entry_point": "train.py", "legacy_keras": True},
         {"channels": {"train": "s3://datasets/processed/x/train/"}},
+        # A batch the 4 replicas split; a script's own batch_size, which it parses itself.
+        {"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": "384"}},
+        {"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": "391"},
+         "code_uri": "s3://artifacts/code/t3/sourcedir.tar.gz", "entry_point": "train.py"},
     ],
-    ids=["name", "multi", "script", "channels"],
+    ids=["name", "multi", "script", "channels", "batch", "script batch"],
 )
 def test_the_training_request_is_the_training_workflows(train):
     result = _run({"train": train, "promote": True})
@@ -484,6 +488,25 @@ def test_the_direct_launch_refuses_the_same_channels():
         code = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "t.py"} if "code" in channels else {}
         with pytest.raises(LaunchError):
             resolve_launch(TRAINING, LaunchOptions(job_name="gputrain-x", channels=channels, **code))
+
+
+@pytest.mark.parametrize(
+    "train",
+    [
+        {"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": "391"}},
+        {"instance_type": "ml.g5.xlarge", "instance_count": 2, "hyperparameters": {"batch_size": 391}},
+    ],
+    ids=["4 GPUs", "2 instances"],
+)
+def test_a_batch_the_replicas_do_not_split_is_refused_before_training_in_the_direct_launchs_words(train):
+    """The built-in trainer would refuse it when its container starts, on a billed GPU instance."""
+    with pytest.raises(LaunchError) as info:
+        resolve_launch(TRAINING, LaunchOptions(job_name="gputrain-run1-train", **train))
+    reason = str(info.value).removeprefix("Invalid launch options: ")
+    assert "is the global batch and must be divisible by the" in reason
+    result = _run({"process": {}, "train": train, "promote": True})
+    assert _failed(result, "InvalidPipelineInput") == f"Invalid pipeline input: train.{reason}"
+    assert [t["state"] for t in result["tasks"]] == ["NotifyFailure"]
 
 
 def test_names_longer_than_sagemaker_allows_are_refused_up_front():

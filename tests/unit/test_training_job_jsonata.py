@@ -328,3 +328,58 @@ def test_the_hyperparameter_limit_counts_the_platforms_script_mode_entries(user_
     with pytest.raises(LaunchError) as info:
         resolve_launch(template, LaunchOptions(**launch))
     assert str(info.value) == result["problem"]
+
+
+CODE = {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.py"}
+SPLIT = "is the global batch and must be divisible by the"
+
+
+@pytest.mark.parametrize(
+    ("launch", "refused"),
+    [
+        ({"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": "391"}},
+         f"hyperparameter 'batch_size' 391 {SPLIT} 4 replicas of this job (1 worker(s)); use a multiple of 4"),
+        ({"instance_type": "ml.g5.xlarge", "instance_count": 2, "hyperparameters": {"batch_size": 391}},
+         f"hyperparameter 'batch_size' 391 {SPLIT} 2 replicas of this job (2 worker(s)); use a multiple of 2"),
+        # As the image reads it (quotes, + and _ allowed); the configured batch_size (256) on 3 replicas.
+        ({"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": ' "+3_91" '}},
+         f"hyperparameter 'batch_size' 391 {SPLIT} 4 replicas of this job (1 worker(s)); use a multiple of 4"),
+        ({"instance_type": "ml.g5.xlarge", "instance_count": 3},
+         f"hyperparameter 'batch_size' 256 {SPLIT} 3 replicas of this job (3 worker(s)); use a multiple of 3"),
+        # After the table's other reasons, as the direct launch gives the image's check.
+        ({"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": "391"}, "legacy_keras": "yes"},
+         f"legacy_keras yes must be true or false; hyperparameter 'batch_size' 391 {SPLIT} 4 replicas of this job"
+         " (1 worker(s)); use a multiple of 4"),
+        ({"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": "384"}}, None),
+        # One replica; a user's script parses its own batch_size.
+        ({"instance_type": "ml.g5.xlarge", "hyperparameters": {"batch_size": "391"}}, None),
+        ({"instance_type": "ml.g5.12xlarge", "hyperparameters": {"batch_size": "391"}, **CODE}, None),
+        ({"instance_type": "ml.g5.12xlarge", "instance_count": 2, "hyperparameters": {"batch_size": "391"}, **CODE}, None),
+        # An invalid type or count is its own rule's to refuse: the split says nothing.
+        ({"instance_type": "ml.p4d.24xlarge", "instance_count": 2, "hyperparameters": {"batch_size": "391"}},
+         "instance_type ml.p4d.24xlarge must be a SageMaker training GPU type"),
+        ({"instance_type": "ml.g5.12xlarge", "instance_count": 65, "hyperparameters": {"batch_size": "391"}},
+         "instance_count 65 must be a whole number from 1 to 64 (scripts.launch --instance-count)"),
+        ({"instance_type": "ml.g5.12xlarge", "instance_count": "2", "hyperparameters": {"batch_size": "391"}},
+         "instance_count 2 must be a whole number from 1 to 64 (scripts.launch --instance-count)"),
+    ],
+    ids=lambda v: str(v)[:60],
+)
+def test_a_batch_the_replicas_do_not_split_is_refused_before_an_instance_starts_in_the_direct_launchs_words(launch, refused):
+    """The built-in trainer refuses a global batch its replicas (instances x GPUs) do not divide when its
+    container starts, on a billed GPU instance: the workflow refuses it up front, as ``launch --direct``
+    does and in the same words (the image's), and leaves a user's script, one replica and an invalid
+    instance type or count (their own rules') alone."""
+    template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    launch = {"job_name": "gputrain-x1", **launch}
+    [result] = _evaluate(template, [{"input": launch, "execution_name": "e"}])
+    if refused is None:
+        assert result["ok"] is True, result["problem"]
+        assert result["request"] == create_training_job_request(template, resolve_launch(template, LaunchOptions(**launch)))
+        return
+    assert result["ok"] is False
+    assert result["problem"].startswith(f"Invalid launch options: {refused}"), result["problem"]
+    assert result["problem"].count(SPLIT) == refused.count(SPLIT), result["problem"]
+    with pytest.raises(LaunchError) as info:
+        resolve_launch(template, LaunchOptions(**launch))
+    assert str(info.value) == result["problem"]

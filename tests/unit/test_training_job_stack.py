@@ -347,9 +347,8 @@ def test_spot_by_default_with_max_wait_checkpoints_and_retries(default, args, de
 
 def test_isolated_encrypted_and_in_the_private_subnets(default, args):
     platform = default.platform
-    subnets = platform.data_plane.network.vpc.select_subnets(
-        subnet_type=platform.data_plane.network.subnet_selection.subnet_type
-    ).subnet_ids
+    selection = platform.data_plane.network.subnet_selection
+    subnets = platform.data_plane.network.vpc.select_subnets(subnet_group_name=selection.subnet_group_name).subnet_ids
     assert args["EnableNetworkIsolation"] is True
     assert args["EnableInterContainerTrafficEncryption"] == "{% ($instance_count) > 1 %}"
     assert args["VpcConfig"] == {
