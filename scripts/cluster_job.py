@@ -58,6 +58,7 @@ from scripts.common import (
     parse_operator_args,
     print_table,
     run,
+    seconds_argument,
     stack_name,
 )
 from scripts.cost import cluster_job_price
@@ -600,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs_parser.add_argument("job_name")
     logs_parser.add_argument("--node", help="one node, e.g. node-0 (default: every node)")
     logs_parser.add_argument("--follow", action="store_true", help="until the job ends")
-    logs_parser.add_argument("--interval", type=float, default=10.0, help="seconds between polls (default 10)")
+    logs_parser.add_argument("--interval", type=seconds_argument, default=10.0, help="seconds between polls (default 10)")
     commands.add_parser("list", help="the cluster's jobs, newest first")
     for sub in commands.choices.values():
         add_common_arguments(sub)

@@ -80,6 +80,7 @@ from scripts.common import (
     run,
     run_cdk,
     stack_name,
+    seconds_argument,
 )
 from stacks.components.endpoint_spec import endpoint_name
 from scripts.stop import ACTIVE_JOB_STATES, stop_job
@@ -500,8 +501,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stop-running", action="store_true", help="stop them (default: only list them)")
     parser.add_argument("--no-wait", dest="wait", action="store_false",
                         help="do not wait until they have ended (with --destroy: refused while anything still runs)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait (default 900)")
-    parser.add_argument("--interval", type=float, default=15.0, help="seconds between polls (default 15)")
+    parser.add_argument("--timeout", type=seconds_argument, default=900.0, help="seconds to wait (default 900)")
+    parser.add_argument("--interval", type=seconds_argument, default=15.0, help="seconds between polls (default 15)")
     parser.add_argument("--destroy", action="store_true", help="afterwards run cdk destroy --all --force")
     add_common_arguments(parser)
     return parser
