@@ -544,9 +544,23 @@ def describe_sagemaker_job(aws: Aws, kind: JobKind, name: str) -> Optional[dict[
         raise
 
 
+def name_fits(aws: Aws, kind: JobKind, name: str) -> bool:
+    """Whether a ``kind`` job can be named ``name`` at all (botocore's length limits: a tuning job's name is at most
+    32 characters, the others' 63). SageMaker answers a Describe of a name past the limit with a ValidationException,
+    not "not found"; moto answers "not found"."""
+    client = aws.client("sagemaker")
+    operation = client.meta.service_model.operation_model(client.meta.method_to_api_mapping[kind.describe])
+    shape = operation.input_shape.members.get(kind.name_key) if operation.input_shape is not None else None
+    limit = shape.metadata.get("max") if shape is not None else None
+    return limit is None or len(name) <= int(limit)
+
+
 def find_sagemaker_job(aws: Aws, name: str, kinds: Sequence[JobKind] = JOB_KINDS) -> Optional[tuple[JobKind, dict[str, Any]]]:
-    """The first of ``kinds`` with a job named ``name``, and its description; ``None`` when none has one."""
+    """The first of ``kinds`` with a job named ``name``, and its description; ``None`` when none has one. A kind
+    whose names cannot be that long is not asked."""
     for kind in kinds:
+        if not name_fits(aws, kind, name):
+            continue
         job = describe_sagemaker_job(aws, kind, name)
         if job is not None:
             return kind, job

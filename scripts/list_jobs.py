@@ -20,11 +20,14 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
+import botocore.session
+
 from scripts.common import (
     AWS_CREDENTIALS,
     JOB_KINDS,
     TRAINING_JOB,
     JobKind,
+    UsageError,
     add_common_arguments,
     format_duration,
     help_epilog,
@@ -34,11 +37,20 @@ from scripts.common import (
     run,
 )
 
-STATUSES = ("InProgress", "Completed", "Failed", "Stopping", "Stopped", "Deleting")
-
-
 KINDS = {kind.label.split()[0]: kind for kind in JOB_KINDS}
 """``--kind`` choices: training, tuning, processing, transform."""
+
+
+def kind_statuses(kind: JobKind) -> tuple[str, ...]:
+    """The statuses a kind's listing filters on (``StatusEquals``), from botocore's model of SageMaker: a tuning
+    job can be ``DeleteFailed``, a training job ``Deleting``, a processing or transform job neither."""
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    operation = "".join(part.capitalize() for part in kind.lister.split("_"))  # list_training_jobs: ListTrainingJobs
+    return tuple(model.operation_model(operation).input_shape.members["StatusEquals"].enum)
+
+
+STATUSES = tuple(dict.fromkeys(status for kind in JOB_KINDS for status in kind_statuses(kind)))
+"""``--status`` choices: every kind's."""
 
 
 def job_rows(jobs: Sequence[dict[str, Any]], now: Optional[datetime] = None, kind: JobKind = TRAINING_JOB) -> list[list[str]]:
@@ -100,6 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args, deployment = parse_operator_args(build_parser(), argv)
     kinds = list(KINDS.values()) if args.kind == "all" else [KINDS[args.kind]]
+    if args.status is not None:
+        if args.kind != "all" and args.status not in kind_statuses(kinds[0]):
+            raise UsageError(f"--status {args.status}: {kinds[0].label}s have no such status (theirs: "
+                             f"{', '.join(kind_statuses(kinds[0]))})")  # fmt: skip
+        kinds = [kind for kind in kinds if args.status in kind_statuses(kind)]  # the others have none in it
     rows: list[tuple[datetime, list[str]]] = []
     for kind in kinds:
         jobs = project_jobs(deployment, status=args.status, limit=args.max, kind=kind)

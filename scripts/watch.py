@@ -17,8 +17,8 @@ Usage (from the repository root)::
 
 Exit code: 0 completed, 1 failed (the failure reason is printed in full) or stopped by SageMaker
 on its limit (SecondaryStatus MaxRuntimeExceeded or MaxWaitTimeExceeded: one line names the setting
-to raise, ``training_job.max_runtime_seconds`` or ``max_wait_seconds``; a rerun with the same
-checkpoint location resumes), 4 stopped by an operator, 3 when the job does not exist or is
+to raise, ``training_job.max_runtime_seconds`` or ``max_wait_seconds``, and where the job's
+checkpoints stay), 4 stopped by an operator, 3 when the job does not exist or is
 deleted while followed (``Deleting``, or gone). A name that is no training job but a processing job is followed the same way
 (its ``/aws/sagemaker/ProcessingJobs`` streams; at the end its ExitMessage and outputs). A job launched through the workflow may take a moment to appear; while its
 execution is still running, ``watch`` waits for it (``--start-timeout``), and if the execution
@@ -122,8 +122,9 @@ def limit_stop(job: dict[str, Any]) -> Optional[str]:
     secondary = job.get("SecondaryStatus")
     if job.get("TrainingJobStatus") != "Stopped" or secondary not in LIMIT_STOPS:
         return None
-    return (f"{job['TrainingJobName']} was stopped by SageMaker ({secondary}): {LIMIT_STOPS[secondary]}; "
-            "a rerun with the same checkpoint location resumes from its last checkpoint")  # fmt: skip
+    checkpoints = (job.get("CheckpointConfig") or {}).get("S3Uri")
+    kept = f"; its checkpoints stay in {checkpoints} (a new launch starts from scratch)" if checkpoints else ""
+    return f"{job['TrainingJobName']} was stopped by SageMaker ({secondary}): {LIMIT_STOPS[secondary]}{kept}"
 
 
 def deleted(kind: str, name: str, status: Optional[str] = None) -> OperatorError:
@@ -836,7 +837,7 @@ def build_parser() -> argparse.ArgumentParser:
             done="the job (or the tuning job) completed (the execution succeeded; --from-log: epochs printed)",
             failed="the job or the execution failed (its failure reason is printed in full), or SageMaker stopped "
             "the job on its limit (MaxRuntimeExceeded: raise training_job.max_runtime_seconds; MaxWaitTimeExceeded: "
-            "raise training_job.max_wait_seconds; a rerun with the same checkpoint location resumes)",
+            "raise training_job.max_wait_seconds)",
             more={EXIT_STOPPED: "the job or the execution was stopped (by an operator)"},
         ),
     )

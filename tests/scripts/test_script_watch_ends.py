@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 
 import boto3
@@ -42,7 +43,8 @@ def test_a_job_sagemaker_stopped_on_its_limit_failed_and_names_the_setting(aws, 
     out = capsys.readouterr().out
     assert f"  {name} was stopped by SageMaker ({secondary}): " in out
     line = next(line for line in out.splitlines() if "was stopped by SageMaker" in line)
-    assert f"raise {setting}; a rerun with the same checkpoint location resumes from its last checkpoint" in line
+    assert f"raise {setting}" in line and "rerun" not in line
+    assert re.search(rf"; its checkpoints stay in s3://\S+/checkpoints/{name}/ \(a new launch starts from scratch\)$", line), line
     # The pipeline's tracker says so too.
     tracked = io.StringIO()
     _JobTracker(aws=Aws(boto3.Session()), kind="training", name=name, logs=False, out=tracked).poll()
@@ -132,9 +134,20 @@ def test_list_jobs_max_below_one_is_a_usage_error(capsys, value):
     assert f"argument --max: {value} must be 1 or more" in capsys.readouterr().err
 
 
-def test_list_jobs_takes_deleting_as_a_status():
-    # moto 5.2.5's ListTrainingJobs refuses StatusEquals=Deleting (SageMaker's API has it): the parser only.
+def test_list_jobs_takes_each_kinds_own_statuses(aws, capsys, monkeypatch):
+    # moto 5.2.5's ListTrainingJobs refuses StatusEquals=Deleting (SageMaker's API has it): the parser for that one.
     assert list_jobs.build_parser().parse_args(["--status", "Deleting"]).status == "Deleting"
+    assert list_jobs.build_parser().parse_args(["--status", "DeleteFailed", "--kind", "tuning"]).status == "DeleteFailed"
+    # A kind without the status: one line naming its statuses (SageMaker would refuse the StatusEquals).
+    assert run(list_jobs.main, ["--kind", "processing", "--status", "Deleting"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --status Deleting: processing jobs have no such status (theirs: InProgress, Completed, Failed, Stopping, Stopped)"
+    )
+    # --kind all asks only the kinds that have it (here none can be listed on moto: tuning's DeleteFailed).
+    asked = []
+    monkeypatch.setattr(list_jobs, "project_jobs", lambda deployment, *, status, limit, kind: asked.append(kind.label) or [])
+    assert run(list_jobs.main, ["--kind", "all", "--status", "DeleteFailed"]) == 0
+    assert asked == ["tuning job"]
 
 
 def _code(tmp_path, text: str):
@@ -162,3 +175,27 @@ def test_a_launch_under_an_existing_jobs_name_uploads_nothing(aws, capsys, tmp_p
     ), err
     assert "\n" not in err
     assert s3.get_object(Bucket=bucket, Key=key)["Body"].read() == before
+
+
+def test_a_name_longer_than_a_tuning_jobs_is_not_looked_up_as_one(aws, capsys, tmp_path, monkeypatch):
+    """SageMaker answers a DescribeHyperParameterTuningJob of a name over 32 characters with a ValidationException
+    (moto: not found): the name check asks only the kinds whose names can be that long."""
+    from botocore.exceptions import ClientError
+
+    from scripts import common
+
+    asked: list[str] = []
+    real = common.describe_sagemaker_job
+
+    def like_aws(aws_, kind, name):
+        asked.append(kind.label)
+        if not common.name_fits(aws_, kind, name):
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": "Member must have length less than or "
+                                         "equal to 32"}}, kind.describe)  # fmt: skip
+        return real(aws_, kind, name)
+
+    monkeypatch.setattr(common, "describe_sagemaker_job", like_aws)
+    name = f"{PROJECT}-a-name-of-forty-characters-x"[:40]
+    assert len(name) > 32
+    assert launch_main(["--direct", "--name", name, "--source-dir", str(_code(tmp_path, "long")), "--entry-point", "train.py"]) == 0
+    assert "tuning job" not in asked and "training job" in asked
