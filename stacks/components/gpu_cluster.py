@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import jsii
-from aws_cdk import Aws, CfnCreationPolicy, CfnResourceSignal, Duration, Stack
+from aws_cdk import Aws, CfnCreationPolicy, CfnResource, CfnResourceSignal, Duration, IStableAnyProducer, Lazy, Stack
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cloudwatch_actions
 from aws_cdk import aws_ec2 as ec2
@@ -416,12 +416,19 @@ class GpuCluster(Construct):
             )
             for card in range(1, self.efa_interfaces)
         ]
+        cfn_instance = instance.instance
+        # The interfaces carry the instance's tags (Project, Name...), as the interfaces an instance makes
+        # itself do not: read once the app's tags are applied, so teardown_audit finds them by Project.
+        interface_tags = Lazy.any(_RenderedTags(cfn_instance))
         template = ec2.CfnLaunchTemplate(
             instance,
             "EfaInterfaces",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(network_interfaces=interfaces),
         )
-        cfn_instance = instance.instance
+        # (An override: the typed property takes no token for the tag list.)
+        template.add_property_override(
+            "LaunchTemplateData.TagSpecifications", [{"ResourceType": "network-interface", "Tags": interface_tags}]
+        )
         cfn_instance.launch_template = ec2.CfnInstance.LaunchTemplateSpecificationProperty(
             launch_template_id=template.ref, version=template.attr_latest_version_number
         )
@@ -700,6 +707,20 @@ def _flatten_reference(value: Any) -> str:
     if isinstance(value, dict) and "Fn::ImportValue" in value:
         return _flatten_reference(value["Fn::ImportValue"])
     return json.dumps(value, separators=(",", ":"))
+
+
+@jsii.implements(IStableAnyProducer)
+class _RenderedTags:
+    """A resource's tags as CloudFormation gets them, read when the template is written (after the app's tags
+    are applied)."""
+
+    def __init__(self, resource: CfnResource) -> None:
+        self._resource = resource
+
+    def produce(self) -> Any:
+        rendered = self._resource.tags.render_tags() or []
+        pairs = [(t["key"], t["value"]) if isinstance(t, dict) else (t.key, t.value) for t in rendered]
+        return [{"Key": key, "Value": value} for key, value in pairs]
 
 
 @jsii.implements(IValidation)

@@ -358,6 +358,12 @@ def test_every_network_card_of_an_efa_node_gets_an_efa_interface(synth_app, over
             assert interface["DeleteOnTermination"] is True
             if interface["InterfaceType"] == "efa-only":
                 assert "PrivateIpAddress" not in interface  # EFA-only interfaces take no IP address
+        # The interfaces carry the instance's tags: teardown_audit finds what is left by Project.
+        data = tj["Resources"][node["Properties"]["LaunchTemplate"]["LaunchTemplateId"]["Ref"]]["Properties"]["LaunchTemplateData"]
+        (spec,) = data["TagSpecifications"]
+        instance_tags = {t["Key"]: t["Value"] for t in props["Tags"]}
+        assert spec["ResourceType"] == "network-interface"
+        assert {t["Key"]: t["Value"] for t in spec["Tags"]} == instance_tags and instance_tags["Project"] == "gputrain"
 
 
 @pytest.mark.parametrize("overrides", [SINGLE, MULTI_PLAIN], ids=["single-g5-12xlarge", "g5-xlarge-x2"])
