@@ -46,6 +46,9 @@ def test_model_name_timeout_and_access_log_settings():
     assert (settings.request_timeout_s, settings.access_log) == (5, False)
     with pytest.raises(ConfigError, match="SERVE_ACCESS_LOG must be on or off"):
         load_settings({"SERVE_ACCESS_LOG": "quiet"})
+    # A batch transform's request (up to 100 MB) is bounded by the job's InvocationsTimeoutInSeconds, not 60 s.
+    assert load_settings({"SAGEMAKER_BATCH": "true"}).request_timeout_s == 0
+    assert load_settings({"SAGEMAKER_BATCH": "true", "SAGEMAKER_MODEL_SERVER_TIMEOUT": "900"}).request_timeout_s == 900
 
 
 def test_a_columnar_request_is_never_joined_with_others():

@@ -104,7 +104,8 @@ class ServeSettings:
         max_concurrent_transforms: ``SAGEMAKER_MAX_CONCURRENT_TRANSFORMS`` when set (0 counts as
             unset, as in CreateTransformJob).
         request_timeout_s: ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` (seconds, default 60, as in AWS's
-            inference toolkit; 0: none): a request not answered by then gets 504 with one line.
+            inference toolkit; 0: none; in a batch transform none unless set, the job's
+            ``InvocationsTimeoutInSeconds`` bounds it): a request not answered by then gets 504.
         access_log: ``SERVE_ACCESS_LOG`` = on|off (default on): one log line per request (a
             ``/ping`` answered 200 is not logged: SageMaker pings every few seconds).
     """
@@ -195,7 +196,10 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         max_payload_in_mb=payload_mb,
         batch_strategy=_batch_strategy(env),
         max_concurrent_transforms=int_setting(env, "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS", 0, minimum=0) or None,
-        request_timeout_s=int_setting(env, "SAGEMAKER_MODEL_SERVER_TIMEOUT", DEFAULT_MODEL_SERVER_TIMEOUT_S, minimum=0),
+        # Batch transform's own bound is the job's InvocationsTimeoutInSeconds (600 s by default), and one
+        # request may carry 100 MB: no bound of ours unless the job sets one.
+        request_timeout_s=int_setting(env, "SAGEMAKER_MODEL_SERVER_TIMEOUT",
+                                      0 if _batch_transform(env) else DEFAULT_MODEL_SERVER_TIMEOUT_S, minimum=0),  # fmt: skip
         access_log=switch_setting(env, "SERVE_ACCESS_LOG", default=True),
     )
 
