@@ -623,6 +623,17 @@ def seconds_argument(text: str) -> float:
     return value
 
 
+def count_argument(text: str) -> int:
+    """An argparse type for a count (``--max``, ``--epochs``...): a whole number, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be 1 or more")
+    return value
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """``--region``, ``--profile`` and ``-c KEY=VALUE`` (the same overrides as ``cdk -c``)."""
     parser.add_argument("--region", help="AWS region (default: AWS_REGION or the profile's)")

@@ -29,6 +29,7 @@ from scripts.common import (
     JobKind,
     UsageError,
     add_common_arguments,
+    count_argument,
     format_duration,
     help_epilog,
     parse_operator_args,
@@ -72,17 +73,6 @@ def job_rows(jobs: Sequence[dict[str, Any]], now: Optional[datetime] = None, kin
     return rows
 
 
-def _at_least_one(text: str) -> int:
-    """``--max``: a whole number of jobs, 1 or more."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be 1 or more")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.list_jobs",
@@ -100,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--status", choices=STATUSES, help="only jobs in this status")
-    parser.add_argument("--max", type=_at_least_one, default=20, help="at most this many (default 20; of each kind with --kind all)")
+    parser.add_argument("--max", type=count_argument, default=20, help="at most this many (default 20; of each kind with --kind all)")
     parser.add_argument(
         "--kind", choices=[*KINDS, "all"], default="training",
         help="which jobs: training (default), tuning, processing, transform, or all of them",

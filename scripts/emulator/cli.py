@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from scripts.common import EXIT_FAILED, EXIT_INTERRUPTED, help_epilog
+from scripts.common import EXIT_FAILED, EXIT_INTERRUPTED, count_argument, help_epilog
 from scripts.emulator.lifecycle import DEFAULT_WORK_DIR, Lifecycle, Options
 
 
@@ -56,8 +56,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         action="store_true",
         help="use the account and region of your AWS credentials: no emulator, SageMaker trains (costs money)",
     )
-    parser.add_argument("--epochs", type=_positive_int, default=2, help="epochs of the launched job (default: 2)")
-    parser.add_argument("--examples", type=_positive_int, default=2000, help="rows of the synthetic dataset (default: 2000)")
+    parser.add_argument("--epochs", type=count_argument, default=2, help="epochs of the launched job (default: 2)")
+    parser.add_argument("--examples", type=count_argument, default=2000, help="rows of the synthetic dataset (default: 2000)")
     parser.add_argument("--no-train", action="store_true", help="deploy, then destroy: no dataset, no job")
     parser.add_argument("--no-serve", action="store_true", help="train, but do not deploy and invoke the endpoint")
     parser.add_argument(
@@ -131,16 +131,6 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         cluster=args.cluster,
         containers=args.containers,
     )
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
-    return value
 
 
 def failure_note(run: Lifecycle) -> str | None:
