@@ -140,4 +140,32 @@ def test_sigterm_lets_a_handler_in_flight_finish_its_call_to_rest_uri(tmp_path):
         assert status == 200, answer
         assert answer["status"] == 200 and answer["answer"] == {"predictions": [[3.0]]}
         assert server.process.wait(timeout=30) == 0
-        assert "serve-stopping handler_calls_left=0" in server.output()
+        assert "serve-stopping requests_left=0 handler_calls_left=0" in server.output()
+
+
+def test_sigterm_waits_for_a_request_still_sending_its_body(tmp_path):
+    """Accepted before SIGTERM, its body after: the drain counts it, so its handler's rest_uri still answers."""
+    import socket
+
+    model_dir = _model_with_handler(tmp_path)
+    with serving(model_dir, tmp_path / "work") as server:
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)
+        body = b"{}"
+        head = (
+            f"POST /invocations HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        with socket.create_connection((host, int(port)), timeout=REQUEST_TIMEOUT_SECONDS) as client:
+            client.sendall(head.encode())
+            time.sleep(0.7)  # the server has the headers and waits for the body
+            server.process.send_signal(signal.SIGTERM)
+            time.sleep(1.0)  # long enough for a drain that does not count this request to close the listener
+            client.sendall(body)
+            reply = b""
+            while chunk := client.recv(65536):
+                reply += chunk
+        status_line, _, answer = reply.partition(b"\r\n\r\n")
+        assert status_line.startswith(b"HTTP/1.1 200"), reply
+        assert json.loads(answer)["answer"] == {"predictions": [[3.0]]}
+        assert server.process.wait(timeout=30) == 0
+        assert "serve-stopping requests_left=0 handler_calls_left=0" in server.output()

@@ -55,7 +55,7 @@ TFS_METHODS = ("predict",)
 """TF Serving's REST methods this server answers (``classify`` and ``regress`` take tf.Example protos)."""
 SHUTDOWN_TIMEOUT_S = 10.0
 DEFAULT_DRAIN_S = 60.0
-"""How long SIGTERM waits for ``inference.py`` calls in flight when ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` is 0."""
+"""How long SIGTERM waits for the predictions and ``inference.py`` calls in flight when ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` is 0."""
 
 
 @dataclass
@@ -77,7 +77,9 @@ class ServingState:
             the GPU check has found them.
         version: The served SavedModel's version directory (``1`` for ``model/1/``), None when
             the model is not in one.
-        draining: SIGTERM came: new ``/invocations`` get 503 while handlers in flight finish.
+        draining: SIGTERM came: new ``/invocations`` get 503 while the predictions in flight finish.
+        requests_in_flight: ``/invocations`` and TF Serving requests accepted and not yet answered,
+            counted from their headers on (a body still arriving counts), for the drain.
     """
 
     settings: ServeSettings
@@ -92,6 +94,7 @@ class ServingState:
     workers: int = 0
     version: str | None = None
     draining: bool = False
+    requests_in_flight: int = 0
     _handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
     _handler_calls: set[concurrent.futures.Future[Any]] = field(default_factory=set)
 
@@ -118,12 +121,13 @@ class ServingState:
         call.add_done_callback(self._handler_calls.discard)
         return asyncio.wrap_future(call)
 
-    async def drain_handlers(self, timeout: float) -> int:
-        """Waits up to ``timeout`` seconds for handler calls in flight; returns how many are left."""
+    async def drain(self, timeout: float) -> tuple[int, int]:
+        """Waits up to ``timeout`` seconds for the prediction requests and handler calls in flight
+        (a call outlives its request when the request timed out); returns how many of each are left."""
         deadline = time.monotonic() + timeout
-        while self._handler_calls and time.monotonic() < deadline:
+        while (self.requests_in_flight or self._handler_calls) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        return len(self._handler_calls)
+        return self.requests_in_flight, len(self._handler_calls)
 
     def shutdown(self) -> None:
         if self._handler_pool is not None:
@@ -266,7 +270,21 @@ async def one_line_errors(request: web.Request, handler: Callable[[web.Request],
 
 BATCH_KEY = web.RequestKey("batch", dict)
 """The model call that answered a request (``requests``, ``rows``), for its log line."""
-_TIMED_PATHS = ("/invocations", "/v1/models/")
+_PREDICTION_PATHS = ("/invocations", "/v1/models/")
+
+
+@web.middleware
+async def count_in_flight(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """Counts a prediction request from its headers to its answer, so SIGTERM's drain waits for one
+    that passed the draining check but is still reading its body or waiting for a handler thread."""
+    if not request.path.startswith(_PREDICTION_PATHS):
+        return await handler(request)
+    state = request.app[STATE]
+    state.requests_in_flight += 1
+    try:
+        return await handler(request)
+    finally:
+        state.requests_in_flight -= 1
 
 
 @web.middleware
@@ -277,7 +295,7 @@ async def access_log_and_timeout(
     504 for a prediction not answered within ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` seconds."""
     settings = request.app[STATE].settings
     started = time.monotonic()
-    timeout = settings.request_timeout_s if request.path.startswith(_TIMED_PATHS) else 0
+    timeout = settings.request_timeout_s if request.path.startswith(_PREDICTION_PATHS) else 0
     try:
         response = await (asyncio.wait_for(handler(request), timeout) if timeout else handler(request))
     except TimeoutError:
@@ -683,7 +701,7 @@ def _run_request(replica: TensorModel, request: tfserving.PredictRequest) -> dic
 def create_app(state: ServingState) -> web.Application:
     """The aiohttp application; its batcher stops with it."""
     settings = state.settings
-    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[access_log_and_timeout, one_line_errors])
+    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[count_in_flight, access_log_and_timeout, one_line_errors])
     app[STATE] = state
 
     async def stop_batcher(app: web.Application) -> None:
@@ -724,9 +742,12 @@ def main(argv: Sequence[str] = ()) -> int:
 async def serve_until_stopped(state: ServingState) -> None:
     """Serves until SIGTERM or SIGINT (SageMaker scaling in, ``docker stop``), then shuts down gracefully.
 
-    The listener stays open until the ``inference.py`` calls in flight have returned (new
-    ``/invocations`` get 503 meanwhile): their handlers may post to ``context.rest_uri``, this
-    server's own loopback TF Serving route, as they post to TF Serving in AWS's container. Then
+    The listener stays open until the prediction requests in flight are answered and the
+    ``inference.py`` calls in flight have returned (new ``/invocations`` get 503 meanwhile), up to
+    ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` (``DEFAULT_DRAIN_S`` when 0): their handlers may post to
+    ``context.rest_uri``, this server's own loopback TF Serving route, as they post to TF Serving
+    in AWS's container. A request counts from its headers on, so one still sending its body when
+    SIGTERM comes is answered, and its handler's loopback call with it. Then
     the listener closes and the other requests in flight get ``SHUTDOWN_TIMEOUT_S`` to finish.
     """
     settings = state.settings
@@ -740,7 +761,7 @@ async def serve_until_stopped(state: ServingState) -> None:
         await web.TCPSite(runner, settings.host, settings.port).start()
         await stopping.wait()
         state.draining = True
-        left = await state.drain_handlers(settings.request_timeout_s or DEFAULT_DRAIN_S)
-        log("serve-stopping", handler_calls_left=left)
+        requests_left, calls_left = await state.drain(settings.request_timeout_s or DEFAULT_DRAIN_S)
+        log("serve-stopping", requests_left=requests_left, handler_calls_left=calls_left)
     finally:
         await runner.cleanup()
