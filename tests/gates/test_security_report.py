@@ -1,4 +1,4 @@
-"""The one-command security report: IAM check, cfn-lint and cdk-nag over the synthesized templates."""
+"""The one-command security report: IAM check, cfn-lint (the gate's rule set) and cdk-nag over the templates."""
 
 from __future__ import annotations
 
@@ -31,18 +31,19 @@ def test_the_report_runs_every_check_and_the_platform_is_clean(capsys):
     assert security_report.main([]) == 0
     out = capsys.readouterr().out
     header, row = [line.split() for line in out.splitlines() if line.startswith(("configuration", "default"))]
-    counts = dict(zip(["configuration", "templates", "iam_statements", "iam_findings", "lint_errors",
-                       "lint_warnings", "nag_findings", "nag_acknowledged"], row))
+    counts = dict(zip(["configuration", "templates", "iam_statements", "iam_findings", "lint_findings",
+                       "lint_allowed", "nag_findings", "nag_acknowledged"], row))
     assert counts["templates"] == "3"
     assert int(counts["iam_statements"]) > 40
-    assert counts["iam_findings"] == counts["lint_errors"] == counts["nag_findings"] == "0"
+    assert counts["iam_findings"] == counts["lint_findings"] == counts["nag_findings"] == "0"
     assert int(counts["nag_acknowledged"]) > 10
     assert "security report: clean (1 configuration(s))" in out
 
 
 def test_each_check_is_wired_into_the_counts(tmp_path, monkeypatch):
-    """A bad policy, a template cfn-lint rejects and an unacknowledged finding each count."""
+    """A bad policy, a template cfn-lint rejects (an error, a warning) and an unacknowledged finding each count."""
     template = {
+        "Parameters": {"Unused": {"Type": "String"}},  # W2001: a warning, not allowed
         "Resources": {
             "Policy": {
                 "Type": "AWS::IAM::ManagedPolicy",
@@ -60,15 +61,16 @@ def test_each_check_is_wired_into_the_counts(tmp_path, monkeypatch):
     monkeypatch.setattr(security_report, "_synthesize", fake_synthesize)
     report = check_configuration("bad", {}, tmp_path)
     assert len(report.iam_findings) == 1 and "ec2:Vpc" in report.iam_findings[0]
-    assert any("E3002" in e for e in report.lint_errors), report.lint_errors
+    assert any("E3002" in f for f in report.lint_findings), report.lint_findings
+    assert any("W2001" in f for f in report.lint_findings), report.lint_findings
     assert report.nag_findings == ["AwsSolutions-S1 Bad/Bucket"]
     out = io.StringIO()
     assert print_report([report], out=out) == 1
     assert "bad: iam: " in out.getvalue() and "PROBLEMS FOUND" in out.getvalue()
 
 
-def test_one_cfn_lint_run_reports_each_configurations_errors_under_its_name(tmp_path, monkeypatch):
-    """cfn-lint runs once over every configuration; a template it rejects fails only its own configuration."""
+def test_each_configurations_cfn_lint_findings_are_its_own(tmp_path, monkeypatch):
+    """cfn-lint runs over each configuration's templates; a template it rejects fails only its own configuration."""
     bucket = {"Type": "AWS::S3::Bucket", "Properties": {}}
     templates = {"good": {"Resources": {"Bucket": bucket}},
                  "good-too": {"Resources": {"Bucket": bucket}},
@@ -84,9 +86,12 @@ def test_one_cfn_lint_run_reports_each_configurations_errors_under_its_name(tmp_
     monkeypatch.setattr(security_report, "_synthesize", fake_synthesize)
     monkeypatch.setattr(security_report, "_cfn_lint", lambda files: runs.append(files) or real_lint(files))
     reports = {r.name: r for r in security_report.check_configurations(dict.fromkeys(templates, {}), tmp_path)}
-    assert len(runs) == 1 and len(runs[0]) == 3
+    assert [[f.parent.name for f in files] for files in runs] == [["good"], ["good-too"], ["bad"]]
     assert reports["good"].clean and reports["good-too"].clean
-    assert reports["bad"].lint_errors and all("/bad/" in e and "E3002" in e for e in reports["bad"].lint_errors)
+    assert reports["bad"].lint_findings == [
+        "Stack.template.json: Bucket (Properties/NoSuchProperty): E3002: "
+        "Additional properties are not allowed ('NoSuchProperty' was unexpected)"
+    ]
 
 
 def test_a_serving_configuration_has_its_serving_template_checked(tmp_path, monkeypatch):
@@ -121,9 +126,10 @@ def test_the_report_names_what_the_policies_cannot_express():
         assert what in named, what
 
 
-def test_cfn_lint_warnings_alone_do_not_fail_the_report():
+def test_allowed_cfn_lint_findings_alone_do_not_fail_the_report():
     out = io.StringIO()
-    assert print_report([ConfigReport("w", templates=3, lint_warnings=["x:W3005:y"])], out=out) == 0
+    assert print_report([ConfigReport("w", templates=3, lint_allowed=["x: y: W3005: z"])], out=out) == 0
+    assert print_report([ConfigReport("w", templates=3, lint_findings=["x: y: W2001: z"])], out=out) == 1
 
 
 def test_variants_are_the_gate_configurations():
