@@ -20,8 +20,6 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Optional, Sequence
 
-import botocore.session
-
 from scripts.common import (
     AWS_CREDENTIALS,
     JOB_KINDS,
@@ -37,6 +35,7 @@ from scripts.common import (
     project_jobs,
     run,
 )
+from stacks.sagemaker_limits import sagemaker_service_model
 
 KINDS = {kind.label.split()[0]: kind for kind in JOB_KINDS}
 """``--kind`` choices: training, tuning, processing, transform."""
@@ -44,10 +43,10 @@ KINDS = {kind.label.split()[0]: kind for kind in JOB_KINDS}
 
 def kind_statuses(kind: JobKind) -> tuple[str, ...]:
     """The statuses a kind's listing filters on (``StatusEquals``), from botocore's model of SageMaker: a tuning
-    job can be ``DeleteFailed``, a training job ``Deleting``, a processing or transform job neither."""
-    model = botocore.session.get_session().get_service_model("sagemaker")
+    job can be ``DeleteFailed``, a training job ``Deleting``, a processing or transform job neither (the model the
+    config's limits read, parsed once)."""
     operation = "".join(part.capitalize() for part in kind.lister.split("_"))  # list_training_jobs: ListTrainingJobs
-    return tuple(model.operation_model(operation).input_shape.members["StatusEquals"].enum)
+    return tuple(sagemaker_service_model().shape(f"{operation}Request", "StatusEquals")["enum"])
 
 
 STATUSES = tuple(dict.fromkeys(status for kind in JOB_KINDS for status in kind_statuses(kind)))

@@ -117,9 +117,13 @@ class Running:
     """Cluster jobs cancelled after their stop bound whose guards were not seen to finish their uploads:
     nothing runs, but removing the nodes could lose what they had not uploaded."""
 
-    def __bool__(self) -> bool:
+    def runs(self) -> bool:
+        """Whether anything still runs (or bills, a warm pool): what teardown waits for."""
         return bool(self.executions or self.jobs or self.processing_jobs or self.tuning_jobs or self.transform_jobs
-                    or self.warm_pools or self.cluster_jobs or self.unconfirmed_uploads)
+                    or self.warm_pools or self.cluster_jobs)
+
+    def __bool__(self) -> bool:
+        return self.runs() or bool(self.unconfirmed_uploads)
 
     def names(self) -> list[str]:
         """Every job and execution name, for one progress line."""
@@ -325,8 +329,7 @@ def stop_running(
     while True:
         left = find_running(deployment)
         left.unconfirmed_uploads = unconfirmed
-        if not any((left.executions, left.jobs, left.processing_jobs, left.tuning_jobs, left.transform_jobs,
-                    left.warm_pools, left.cluster_jobs)) or not wait or time.monotonic() > deadline:  # fmt: skip
+        if not left.runs() or not wait or time.monotonic() > deadline:
             return left
         # A job stopped above, or one that ended meanwhile, can leave a warm pool Available: ended
         # here, not waited for (it would bill, and outlast the timeout, for its whole keep-alive).
@@ -529,7 +532,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         report(left)
         if not args.wait:
             why = "--no-wait: something still runs"
-        elif left.names() == [f"cluster job {n} (uploads not confirmed)" for n in left.unconfirmed_uploads]:
+        elif not left.runs():
             why = "a cancelled cluster job's uploads are not confirmed done"
         else:
             why = f"still running after {args.timeout:.0f}s"
