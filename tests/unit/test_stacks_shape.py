@@ -8,7 +8,7 @@ Read from the source with ``ast`` (nothing is imported or synthesized), over eve
 - ``stacks/`` (what is deployed) imports neither ``scripts/`` (operator tools) nor the training
   image's code, so the infrastructure synthesizes without either;
 - ``scripts/`` reaches into ``stacks/`` only through :data:`STACKS_MODULES_FOR_SCRIPTS` (the
-  config, the request specs, the GPU table, the platform for the security report), and only the
+  config, the request specs, the GPU table, SageMaker's limits, the platform for the security report), and only the
   emulator's launch check imports the training image's package (to parse hyperparameters as the
   image does);
 - ``app.py`` uses of ``scripts/`` only the promotion record it reads at synth.
@@ -33,6 +33,7 @@ STACKS_MODULES_FOR_SCRIPTS = frozenset(
         "stacks.config",
         "stacks.gpu_instances",
         "stacks.platform",
+        "stacks.sagemaker_limits",
         "stacks.components.cluster_job_document",
         "stacks.components.endpoint_spec",
         "stacks.components.model_endpoint",
