@@ -72,6 +72,9 @@ against the instance. A tuned range over one must list multiples: SageMaker draw
 between an integer range's bounds, and most of those would fail when the trial's container starts.
 (``batch_size_per_gpu`` scales with the replicas instead, and is refused beside a configured
 ``batch_size``.)"""
+BATCH_SETTERS = frozenset({*REPLICA_MULTIPLES, "batch_size_per_gpu"})
+"""The hyperparameters that set a job's global batch: where a tuning launch tunes one, every trial's
+batch comes from its range, and the static hyperparameters' (or the image's default) is never run."""
 
 
 @functools.cache

@@ -678,13 +678,18 @@ def check_template_limits(template: JobTemplate) -> None:
                 raise LaunchError(f"tag {key!r}: the {what} {problem}: change tags")
 
 
-def launch_variables(template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None) -> dict[str, Any]:
-    """The workflow's variables for ``options``, computed as :func:`state_machine_assignments` assigns them."""
+def launch_variables(
+    template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None, tuned: Collection[str] = ()
+) -> dict[str, Any]:
+    """The workflow's variables for ``options``, computed as :func:`state_machine_assignments` assigns them
+    (a tuning launch's as its Tune task's assignments do: without the ``tuned`` hyperparameters, which
+    every trial gets from its ranges instead of the configured defaults)."""
     given = options.hyperparameters
     # The configured hyperparameters are the built-in trainer's; a user's script gets only its own.
     hyperparameters: Any = {} if options.code_uri is not None else dict(template.default_hyperparameters)
     if isinstance(given, Mapping):
         hyperparameters = {**hyperparameters, **{k: hyperparameter_string(v) for k, v in given.items()}}
+        hyperparameters = {k: v for k, v in hyperparameters.items() if k not in tuned}
     else:
         hyperparameters = given
     channels = options.channels
@@ -703,16 +708,20 @@ def launch_variables(template: JobTemplate, options: LaunchOptions, *, now: Opti
     }
 
 
-def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None) -> LaunchValues:
-    """Apply ``options`` over the template's defaults and check them (the direct path).
+def resolve_launch(
+    template: JobTemplate, options: LaunchOptions, *, now: Optional[datetime] = None, tuned: Collection[str] = ()
+) -> LaunchValues:
+    """Apply ``options`` over the template's defaults and check them (the direct path). ``tuned``: a
+    tuning launch's ranges, left out of the hyperparameters before they are checked (the configured
+    ``batch_size`` is not what a trial runs when it is tuned).
 
     Raises:
         LaunchError: the workflow's refusal, word for word: every broken rule's reason.
     """
     check_template_limits(template)
-    values = launch_variables(template, options, now=now)
+    values = launch_variables(template, options, now=now, tuned=tuned)
     reasons = problems([rule for rule in training_launch_rules(template) if not rule.full_check_covers], values)
-    reasons += _hyperparameter_problems(values)
+    reasons += _hyperparameter_problems(values, batch_tuned=bool(set(tuned) & hyperparameter_rules.BATCH_SETTERS))
     if reasons:
         raise LaunchError(refusal(LAUNCH_TITLE, reasons))
     facts = values["instance_facts"][values["instance_type"]]
@@ -733,15 +742,18 @@ def resolve_launch(template: JobTemplate, options: LaunchOptions, *, now: Option
     )
 
 
-def _hyperparameter_problems(values: Mapping[str, Any]) -> list[str]:
+def _hyperparameter_problems(values: Mapping[str, Any], *, batch_tuned: bool = False) -> list[str]:
     """:func:`hyperparameter_rules.problems` over the launch's variables, once the rules have found them
-    well formed (an object of strings; the batch split over a known instance type and count)."""
+    well formed (an object of strings; the batch split over a known instance type and count). With
+    ``batch_tuned`` (a tuning launch's ranges set the global batch in every trial) the split is not
+    checked here, at a batch no trial runs: the ranges' own check (``range_problems``) does it."""
     hyperparameters = values["hyperparameters"]
     if not isinstance(hyperparameters, Mapping) or not all(isinstance(v, str) for v in hyperparameters.values()):
         return []
     facts = values["instance_facts"].get(values["instance_type"]) if isinstance(values["instance_type"], str) else None
     count = values["instance_count"]
     well_formed = facts is not None and isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_INSTANCE_COUNT
+    well_formed = well_formed and not batch_tuned
     return hyperparameter_rules.problems(
         hyperparameters,
         user_script=values["code_uri"] != "",

@@ -289,9 +289,10 @@ def resolve_tuning(template: JobTemplate, settings: TuningConfig, options: Tunin
         )
     tuned = {r.name for r in options.ranges}
     given = {k: v for k, v in options.training.hyperparameters.items() if k not in tuned}
-    training = resolve_launch(template, replace(options.training, job_name=name, hyperparameters=given, keep_alive_seconds=0))
-    static = {k: v for k, v in dict(training.hyperparameters).items() if k not in tuned}  # type: ignore[call-overload]
-    training = replace(training, hyperparameters=static)
+    training = resolve_launch(
+        template, replace(options.training, job_name=name, hyperparameters=given, keep_alive_seconds=0), tuned=tuned
+    )
+    static: dict[str, str] = dict(training.hyperparameters)  # type: ignore[call-overload]
     reasons = [problem for r in options.ranges for problem in range_problems(r, training, static)]
     reasons += _objective_problems(settings, training, static)
     if reasons:

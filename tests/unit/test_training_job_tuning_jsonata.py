@@ -358,3 +358,23 @@ def test_the_batch_split_rule_waits_for_a_known_instance():
     split = "would give trials a batch_size that is not a multiple"
     assert not any(split in reason for reason in unknown_type + text_count)
     assert [reason for reason in four_gpus if split in reason]
+
+
+def test_a_tuned_batch_size_replaces_the_configured_one_on_both_paths():
+    """The configured batch_size 256 does not split over 3 instances, but no trial runs it: each gets a
+    listed multiple of 3 from its range. Both paths take the launch and send the same request; tuning
+    the learning rate alone on those 3 instances is refused on both, where the image would refuse 256
+    when the first trial starts."""
+    config = _config()
+    ranges = {"batch_size": {"type": "categorical", "values": [192, 384]}}
+    options = TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t3", instance_count=3))
+    execution_input, request = _direct(config, options)
+    [result] = _evaluate(config, [{"input": execution_input}])
+    assert result["ok"] is True, result["problem"]
+    assert result["request"] == request
+    assert "batch_size" not in request["TrainingJobDefinition"]["StaticHyperParameters"]
+    refusal = "'batch_size' 256 is the global batch and must be divisible by the 3 replicas"
+    with pytest.raises(LaunchError, match=refusal):
+        _direct(config, TuningOptions(parse_ranges({"learning_rate": LR}), LaunchOptions(job_name="gputrain-t3", instance_count=3)))
+    [untuned] = _evaluate(config, [{"input": {"job_name": "gputrain-t3", "instance_count": 3, "tuning": {"ranges": {"learning_rate": LR}}}}])
+    assert untuned["ok"] is False and refusal in untuned["problem"]

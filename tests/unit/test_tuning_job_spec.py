@@ -301,3 +301,16 @@ def test_a_tuning_job_costs_at_most_max_jobs_times_one_training_job():
     assert tuning.most_usd == pytest.approx(5 * 2 * one.on_demand_usd_per_hour / 2 * 2)
     assert tuning.line().startswith("price: tuning job t: up to 5 trials of 2 x ml.g5.12xlarge, each, on-demand $")
     assert f"at most ${tuning.most_usd:,.2f} over 5 trials' 2 h maximum runtime" in tuning.line()
+
+
+def test_a_tuned_batch_size_is_not_checked_at_its_configured_value():
+    """The configured batch_size (256) does not split over 3 replicas, but a tuned one replaces it in
+    every trial: the direct launch takes listed multiples of 3, as the workflow does (it sifts the tuned
+    names out of the static hyperparameters before its rules)."""
+    config = load_config({"gpu_training": {"tuning": {"objective_metric": "train:loss"}, "training_job": {
+        "allowed_instance_types": ["ml.g5.xlarge"], "hyperparameters": {"model": "mlp", "batch_size": "256"}}}})
+    training = LaunchOptions(job_name=NAME, instance_type="ml.g5.xlarge", instance_count=3)
+    _, values = _resolve({"batch_size": {"type": "categorical", "values": [192, 384]}}, config=config, training=training)
+    assert "batch_size" not in values.training.hyperparameters
+    with pytest.raises(LaunchError, match="'batch_size' 256 is the global batch and must be divisible by the 3 replicas"):
+        _resolve({"learning_rate": {"type": "continuous", "min": 0.001, "max": 0.1}}, config=config, training=training)
