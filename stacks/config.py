@@ -966,6 +966,11 @@ def interface_endpoint_id(name: str) -> str:
     return "".join(part.capitalize() for part in name.replace("-", ".").split(".")) + "Endpoint"
 
 
+TRAINING_SUBNET_GROUP = "Training"
+"""Subnets of SageMaker jobs, endpoints and the interface endpoints: the only subnets a SageMaker
+execution role may put network interfaces in."""
+CLUSTER_SUBNET_GROUP = "Cluster"
+"""Subnets of the GPU nodes only."""
 PUBLIC_SUBNET_PREFIX = 24
 """A zone's public subnet (only with NAT gateways): the NAT gateway's."""
 TRAINING_SUBNET_PREFIX = 20

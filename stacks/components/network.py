@@ -24,7 +24,14 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from stacks.components.policy import acknowledge
-from stacks.config import CLUSTER_SUBNET_PREFIX, PUBLIC_SUBNET_PREFIX, TRAINING_SUBNET_PREFIX, interface_endpoint_id
+from stacks.config import (
+    CLUSTER_SUBNET_GROUP,
+    CLUSTER_SUBNET_PREFIX,
+    PUBLIC_SUBNET_PREFIX,
+    TRAINING_SUBNET_GROUP,
+    TRAINING_SUBNET_PREFIX,
+    interface_endpoint_id,
+)
 
 ECR_LAYER_BUCKET = "prod-{region}-starport-layer-bucket"
 """ECR keeps image layers in this AWS-owned bucket; the layer URLs are presigned by an account of
@@ -67,10 +74,6 @@ AWS_OWNED_SSM_RESOURCES: tuple[str, ...] = ("parameter/aws/*", "document/*")
 """Public parameters and AWS-owned documents (Session Manager's shell document) in the region."""
 
 
-TRAINING_SUBNET_GROUP = "Training"
-"""Subnets of SageMaker jobs, endpoints and the interface endpoints (``subnet_selection``)."""
-CLUSTER_SUBNET_GROUP = "Cluster"
-"""Subnets of the GPU nodes only (``cluster_subnet``)."""
 
 def s3_prefix_list_name(region: str) -> str:
     """Name of the AWS-managed prefix list of S3 in ``region`` (the gateway endpoint's routes)."""

@@ -16,6 +16,7 @@ from aws_cdk import aws_kms as kms
 from cdk_nag import AwsSolutionsChecks, NIST80053R5Checks
 from constructs import IConstruct
 
+from stacks.config import TRAINING_SUBNET_GROUP
 from stacks.gpu_instances import lookup
 
 
@@ -46,21 +47,27 @@ def sagemaker_vpc_network_statements(stack: Stack, vpc: ec2.IVpc) -> tuple[list[
     ``ec2:Vpc`` is in the request context of the subnet and the groups only (AWS's Service
     Authorization Reference, checked by tests/gates/test_iam_authorization.py), so the VPC
     condition goes on those, and the interface itself is unconditioned: it can only be created
-    in a subnet the first statement allows.
+    in a subnet the first statement allows. Those are the ``Training`` subnets by id, never the
+    ``Cluster`` ones: a job launched with another subnet in its ``VpcConfig`` (a direct launch
+    holds no workflow's ``sagemaker:VpcSubnets`` pin) fails to start instead of taking the GPU
+    nodes' fixed addresses.
 
     Returns:
         The statements, and the wildcard resource ARNs they use (for the IAM5 acknowledgment).
     """
     vpc_arn = stack.format_arn(service="ec2", resource="vpc", resource_name=vpc.vpc_id)
-    subnets, security_groups, network_interfaces = (
-        stack.format_arn(service="ec2", resource=kind, resource_name="*")
-        for kind in ("subnet", "security-group", "network-interface")
+    security_groups, network_interfaces = (
+        stack.format_arn(service="ec2", resource=kind, resource_name="*") for kind in ("security-group", "network-interface")
     )
+    subnets = [
+        stack.format_arn(service="ec2", resource="subnet", resource_name=subnet_id)
+        for subnet_id in vpc.select_subnets(subnet_group_name=TRAINING_SUBNET_GROUP).subnet_ids
+    ]
     statements = [
         iam.PolicyStatement(
             sid="NetworkInterfacesInTrainingVpcSubnets",
             actions=["ec2:CreateNetworkInterface"],
-            resources=[subnets, security_groups],
+            resources=[*subnets, security_groups],
             conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
         ),
         iam.PolicyStatement(sid="NewNetworkInterfaces", actions=["ec2:CreateNetworkInterface"], resources=[network_interfaces]),
@@ -71,7 +78,7 @@ def sagemaker_vpc_network_statements(stack: Stack, vpc: ec2.IVpc) -> tuple[list[
             conditions={"ArnEquals": {"ec2:Vpc": vpc_arn}},
         ),
     ]
-    return statements, [subnets, security_groups, network_interfaces]
+    return statements, [security_groups, network_interfaces]
 
 
 def platform_key_data_statement(stack: Stack, key: kms.IKey) -> iam.PolicyStatement:

@@ -504,7 +504,12 @@ def test_job_role_can_create_network_interfaces_only_in_the_training_vpc(default
     arn = "arn:aws:ec2:us-east-1:123456789012:"
     in_vpc = statements["NetworkInterfacesInTrainingVpcSubnets"]
     assert in_vpc["Action"] == "ec2:CreateNetworkInterface"
-    assert sorted(in_vpc["Resource"]) == [f"{arn}security-group/*", f"{arn}subnet/*"]
+    groups = [r for r in in_vpc["Resource"] if isinstance(r, str)]
+    subnets = [json.dumps(r) for r in in_vpc["Resource"] if not isinstance(r, str)]
+    assert groups == [f"{arn}security-group/*"]
+    # Each Training subnet by id, as the jobs' VpcConfig names them; never a Cluster (GPU node) subnet.
+    assert len(subnets) == 2 and all(f"{arn}subnet/" in s and "TrainingSubnet" in s for s in subnets)
+    assert not any("ClusterSubnet" in s for s in subnets)
     assert "vpc/" in json.dumps(in_vpc["Condition"]["ArnEquals"]["ec2:Vpc"])
     assert statements["NewNetworkInterfaces"] == {
         "Sid": "NewNetworkInterfaces", "Effect": "Allow", "Action": "ec2:CreateNetworkInterface",
