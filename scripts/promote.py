@@ -235,6 +235,12 @@ def check_job(deployment: Deployment, job: str) -> str:
     except ClientError as err:
         if error_code(err) in ("404", "NoSuchKey", "NotFound"):
             raise OperatorError(f"{expected} does not exist (deleted, or the job's upload failed)") from None
+        if error_code(err) in ("403", "AccessDenied"):
+            # S3 answers a HEAD without a body: 403 is a missing object to a caller without s3:ListBucket too.
+            raise OperatorError(
+                f"cannot read {expected} (403): promoting needs s3:GetObject on it and s3:ListBucket on {bucket}"
+                " (without ListBucket S3 answers 403 for an object that does not exist)"
+            ) from None
         raise
     return expected
 

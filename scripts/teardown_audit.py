@@ -22,6 +22,10 @@ roles and ECR repositories, which that API does not cover everywhere) with a ver
   rollback history): reported, not flagged;
 * ``info``: history that cannot be deleted (finished training, processing, tuning and transform jobs, terminated
   instances, a KMS key pending deletion);
+* ``UNCHECKED``: a resource (or a listing) the audit could not read: AWS answered its describe with
+  an error other than "not found" (``AccessDenied`` to a narrow role, throttling past the retries).
+  It fails the audit like an ERROR: what it cannot see may still bill, and a role without the
+  permission must not make an audit look clean;
 * ``warning``: anything else still there (network, roles, log groups, a model or endpoint config
   the pipeline's promote step created and ``scripts.teardown --stop-running`` did not delete...).
 
@@ -56,11 +60,19 @@ from scripts.common import (
     load_platform_config,
     project_stack_names,
     run,
+    error_code,
+    error_message,
     sagemaker_project_tag,
 )
 from stacks.components.cluster_job_document import document_name
 
-ERROR, KEPT, INFO, WARNING = "ERROR", "kept", "info", "warning"
+ERROR, UNCHECKED, KEPT, INFO, WARNING = "ERROR", "UNCHECKED", "kept", "info", "warning"
+
+GONE_CODES = frozenset({"ValidationException", "ResourceNotFound", "ResourceNotFoundException", "NotFoundException",
+                        "InvalidInstanceID.NotFound"})
+"""What a describe of a resource that no longer exists answers (SageMaker's ``ValidationException``
+"Could not find ...", KMS's and EC2's not-found codes): the resource is gone. Any other error
+means the audit could not look (:class:`_Unchecked`)."""
 
 COMPUTE_TYPES = {
     "ec2:instance",
@@ -102,7 +114,7 @@ class Finding:
     Attributes:
         arn: The resource's ARN (an SSM command, which has none: ``command/<id>``).
         kind: ``service:type`` taken from the ARN (``ec2:instance``, ``s3:bucket``...).
-        verdict: ``ERROR``, ``kept``, ``info`` or ``warning``.
+        verdict: ``ERROR``, ``UNCHECKED``, ``kept``, ``info`` or ``warning``.
         note: Why.
     """
 
@@ -130,8 +142,8 @@ class AuditReport:
 
     @property
     def errors(self) -> list[Finding]:
-        """Findings that fail the audit."""
-        return [f for f in self.findings if f.verdict == ERROR]
+        """Findings that fail the audit: what is left behind, and what could not be checked."""
+        return [f for f in self.findings if f.verdict in (ERROR, UNCHECKED)]
 
     @property
     def ok(self) -> bool:
@@ -144,16 +156,16 @@ class AuditReport:
 
     def render(self) -> str:
         """Human-readable report, one line per resource."""
-        order = {ERROR: 0, WARNING: 1, KEPT: 2, INFO: 3}
+        order = {ERROR: 0, UNCHECKED: 1, WARNING: 2, KEPT: 3, INFO: 4}
         lines = [f"teardown audit: resources tagged Project={self.project} in {self.region}"]
         if not self.findings:
             lines.append("  nothing left")
         for f in sorted(self.findings, key=lambda f: (order.get(f.verdict, 9), f.kind, f.arn)):
-            lines.append(f"  {f.verdict:<7} {f.kind:<28} {short_name(f.arn):<60} {f.note}")
-        counts = {v: len(self.of(v)) for v in (ERROR, WARNING, KEPT, INFO)}
+            lines.append(f"  {f.verdict:<9} {f.kind:<28} {short_name(f.arn):<60} {f.note}")
+        counts = {v: len(self.of(v)) for v in (ERROR, UNCHECKED, WARNING, KEPT, INFO)}
         lines.append(
-            f"  => {'FAIL' if self.errors else 'OK'}: {counts[ERROR]} error(s), {counts[WARNING]} warning(s), "
-            f"{counts[KEPT]} kept by design, {counts[INFO]} info"
+            f"  => {'FAIL' if self.errors else 'OK'}: {counts[ERROR]} error(s), {counts[UNCHECKED]} unchecked,"
+            f" {counts[WARNING]} warning(s), {counts[KEPT]} kept by design, {counts[INFO]} info"
         )
         return "\n".join(lines)
 
@@ -216,17 +228,18 @@ def audit(
     owner = ProjectOwnership.from_stacks(project, stacks)
     sagemaker = client("sagemaker")
     tagged = set(arns)  # the project's by its tag: no ListTags needed for those
-    project_resources = (
-        _tagged_roles(client("iam"), project)
-        + _tagged_repositories(client("ecr"), project)
-        + _project_sagemaker_records(sagemaker, owner, tagged)
-    )
+    records, unlisted = _project_sagemaker_records(sagemaker, owner, tagged)
+    project_resources = _tagged_roles(client("iam"), project) + _tagged_repositories(client("ecr"), project) + records
     for arn in project_resources:
         arns[arn] = None
 
     ec2 = client("ec2")
     for arn in arns:
-        report.findings.append(_judge(arn, data_retained=data_retained, client=client, ec2=ec2))
+        try:
+            report.findings.append(_judge(arn, data_retained=data_retained, client=client, ec2=ec2))
+        except _Unchecked as unchecked:
+            report.findings.append(Finding(arn, kind_of(arn), UNCHECKED, unchecked.note))
+    report.findings.extend(unlisted)
     report.findings.extend(_cluster_jobs(client("ssm"), project))
 
     names = project_stack_names(project)  # exactly: project gputrain-dev's stacks are not gputrain's
@@ -281,7 +294,8 @@ SAGEMAKER_RECORDS = (
 """What the audit also looks for by name: the listing, its summaries, their name and ARN fields."""
 
 
-def _project_sagemaker_records(sagemaker: Any, owner: ProjectOwnership, tagged: set[str]) -> list[str]:
+def _project_sagemaker_records(sagemaker: Any, owner: ProjectOwnership, tagged: set[str]) -> tuple[list[str], list[Finding]]:
+    """The ARNs of the project's SageMaker records by name, and an UNCHECKED finding per listing that failed."""
     # Endpoints, jobs (training, processing, tuning, transform), models and endpoint configs by name
     # too: the pipeline, launch --tune --direct and the SageMaker SDK create them outside
     # CloudFormation, and neither every emulator's tagging API nor an untagged (SDK-made) job or
@@ -296,13 +310,38 @@ def _project_sagemaker_records(sagemaker: Any, owner: ProjectOwnership, tagged: 
             return None  # tags unreadable (an emulator, a narrow role): the name decides
 
     found: list[str] = []
+    unlisted: list[Finding] = []
     for operation, key, name_key, arn_key in SAGEMAKER_RECORDS:
         try:
             for page in sagemaker.get_paginator(operation).paginate(NameContains=owner.prefix):
                 found += [item[arn_key] for item in owner.select(page.get(key, []), name_key=name_key, arn_key=arn_key, tag_of=tag_of)]
-        except ClientError:
-            continue
-    return found
+        except ClientError as err:
+            what = f"sagemaker:{_operation(operation)}"
+            unlisted.append(Finding(f"list/{what}", what, UNCHECKED, _Unchecked(what, err, f"{owner.prefix}* by name").note))
+    return found, unlisted
+
+
+def _operation(snake: str) -> str:
+    """``list_endpoint_configs`` -> ``ListEndpointConfigs`` (the API's and IAM's name)."""
+    return "".join(part.capitalize() for part in snake.split("_"))
+
+
+class _Unchecked(Exception):
+    """AWS answered a check with an error other than "not found": the audit cannot tell what is there."""
+
+    def __init__(self, action: str, err: ClientError, what: str = "this resource") -> None:
+        message = error_message(err)
+        self.note = (
+            f"could not check {what}: {action} answered {error_code(err) or 'an error'}"
+            f"{f' ({message})' if message else ''}; it may still bill: audit with credentials allowed {action}"
+        )
+        super().__init__(self.note)
+
+
+def _gone_or_unchecked(action: str, err: ClientError) -> None:
+    """Return (the resource is gone) on a not-found answer; raise :class:`_Unchecked` on any other."""
+    if error_code(err) not in GONE_CODES:
+        raise _Unchecked(action, err) from err
 
 
 def _cluster_jobs(ssm: Any, project: str) -> list[Finding]:
@@ -311,8 +350,9 @@ def _cluster_jobs(ssm: Any, project: str) -> list[Finding]:
     document = document_name(project)
     try:
         commands = running_commands(ssm, document)
-    except ClientError:
-        return []
+    except ClientError as err:
+        what = "ssm:ListCommands"
+        return [Finding(f"list/{what}", what, UNCHECKED, _Unchecked(what, err, f"the commands of {document}").note)]
     findings: list[Finding] = []
     for c in commands:
         what = f"cluster job {c.job_name}" if c.action == "run" else f"the {c.action} action of cluster job {c.job_name}"
@@ -385,14 +425,16 @@ def project_of_record(arn: str) -> str:
 def _kms_state(kms: Any, arn: str) -> str | None:
     try:
         return kms.describe_key(KeyId=arn)["KeyMetadata"].get("KeyState")
-    except ClientError:
+    except ClientError as err:
+        _gone_or_unchecked("kms:DescribeKey", err)
         return None
 
 
 def _instance_state(ec2: Any, instance_id: str) -> str | None:
     try:
         reservations = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
-    except ClientError:
+    except ClientError as err:
+        _gone_or_unchecked("ec2:DescribeInstances", err)
         return None
     instances = [i for r in reservations for i in r["Instances"]]
     return instances[0]["State"]["Name"] if instances else None
@@ -402,7 +444,8 @@ def _training_job_status(sagemaker: Any, name: str) -> tuple[str | None, str | N
     """The job's status and its warm pool's (``None`` where it has none, or the job is gone)."""
     try:
         job = sagemaker.describe_training_job(TrainingJobName=name)
-    except ClientError:
+    except ClientError as err:
+        _gone_or_unchecked("sagemaker:DescribeTrainingJob", err)
         return None, None
     return job["TrainingJobStatus"], (job.get("WarmPoolStatus") or {}).get("Status")
 
@@ -411,14 +454,16 @@ def _job_status(sagemaker: Any, kind: JobKind, name: str) -> str | None:
     """The ``kind`` job's status (``None`` where it is gone or cannot be described)."""
     try:
         return str(getattr(sagemaker, kind.describe)(**{kind.name_key: name})[kind.status_key])
-    except ClientError:
+    except ClientError as err:
+        _gone_or_unchecked(f"sagemaker:{_operation(kind.describe)}", err)
         return None
 
 
 def _endpoint_status(sagemaker: Any, name: str) -> str | None:
     try:
         return sagemaker.describe_endpoint(EndpointName=name)["EndpointStatus"]
-    except ClientError:
+    except ClientError as err:
+        _gone_or_unchecked("sagemaker:DescribeEndpoint", err)
         return None
 
 
@@ -438,7 +483,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             credentials=AWS_CREDENTIALS,
             done="nothing left behind that should be gone (kept data is listed, not flagged)",
             failed="an ERROR: compute left behind (a cluster, tuning or transform job still running included), a project stack "
-            "still there, or (--sandbox) data not deleted",
+            "still there, or (--sandbox) data not deleted; or UNCHECKED: something the credentials may not read",
         ),
     )
     parser.add_argument("--project", help="value of the Project tag (default: the config's project_name)")

@@ -545,3 +545,30 @@ def test_the_record_always_fits_a_standard_ssm_parameter():
     assert [p.job for p in kept.previous] == [p.job for p in full.previous]  # rollback targets go last
     assert all(p.metrics == {} for p in (*kept.previous, *kept.rolled_back))
     assert [p.job for p in kept.rolled_back] == [p.job for p in full.rolled_back[: len(kept.rolled_back)]]
+
+
+def test_an_artifact_the_caller_may_not_read_names_the_permissions(aws, moto_backends, monkeypatch, capsys):
+    """S3 answers HEAD with 403 both when s3:GetObject is missing and, without s3:ListBucket, for a missing
+    object: the line names both permissions instead of a bare "HeadObject failed: 403"."""
+    _completed_job_with_model(moto_backends, f"{PROJECT}-promote-403")
+    plain_client = boto3.session.Session.client
+
+    def client(self, service, *args, **kwargs):
+        made = plain_client(self, service, *args, **kwargs)
+        if service == "s3":
+            made.meta.events.register("before-call.s3.HeadObject", lambda **_: (_Forbidden(), {"Error": {"Code": "403", "Message": "Forbidden"}}))
+        return made
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    capsys.readouterr()
+    assert run(promote.main, [f"{PROJECT}-promote-403", "--dry-run"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: cannot read s3://") and err.endswith(
+        "(without ListBucket S3 answers 403 for an object that does not exist)"
+    )
+    assert "s3:GetObject on it and s3:ListBucket on " in err and "\n" not in err
+
+
+class _Forbidden:
+    status_code = 403
+    headers: dict = {}

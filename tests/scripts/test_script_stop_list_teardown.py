@@ -472,3 +472,39 @@ def test_list_kind_lists_tuning_and_transform_jobs_and_all_of_them_with_a_kind_c
         assert any(r.split()[:2] == [transform, "Completed"] for r in capsys.readouterr().out.splitlines()[1:])
     finally:
         moto_backends.sagemaker.hyper_parameter_tuning_jobs[tuning].hyper_parameter_tuning_job_status = "Completed"
+
+
+class _Refused:
+    """What a before-call handler returns for a refused call: botocore raises its ClientError."""
+
+    status_code = 400
+    headers: dict = {}
+
+
+def test_audit_fails_on_what_it_may_not_read_instead_of_calling_it_gone(aws, moto_backends):
+    """A narrow role: DescribeTrainingJob and ListTransformJobs answer AccessDenied. The running job is not
+    "job record" or gone, and the listing is not "nothing found": both are UNCHECKED, naming the
+    permission, and the audit fails (what it cannot see may still bill)."""
+    from scripts.teardown_audit import UNCHECKED, audit
+
+    name = f"{PROJECT}-audit-denied"
+    _running_job(moto_backends, name)
+    session = boto3.session.Session(region_name=REGION)
+
+    def refuse(**_kwargs):
+        return _Refused(), {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}
+
+    for operation in ("DescribeTrainingJob", "ListTransformJobs"):
+        session.events.register(f"before-call.sagemaker.{operation}", refuse)
+    try:
+        report = audit(project=PROJECT, data_retained=True, session=session, region=REGION)
+        (job,) = [f for f in report.findings if f.arn.endswith(f"/{name}")]
+        assert job.verdict == UNCHECKED
+        assert "sagemaker:DescribeTrainingJob answered AccessDeniedException (not authorized)" in job.note
+        assert "audit with credentials allowed sagemaker:DescribeTrainingJob" in job.note
+        (listing,) = [f for f in report.findings if f.kind == "sagemaker:ListTransformJobs"]
+        assert listing.verdict == UNCHECKED and f"could not check {PROJECT}-* by name" in listing.note
+        assert not report.ok and "2 unchecked" in report.render()
+        assert report.render().splitlines()[-1].startswith("  => FAIL")
+    finally:
+        assert run(stop.main, [name]) == 0
