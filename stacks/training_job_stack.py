@@ -17,6 +17,7 @@ from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
 from stacks.components.gpu_idle_watch import GpuIdleWatch
+from stacks.components.operator_policy import OperatorPolicy
 from stacks.components.pipeline_workflow import PipelineWorkflow, pipeline_name
 from stacks.components.training_job_notifications import TrainingJobNotifications
 from stacks.components.training_job_workflow import JobInfrastructure, TrainingJobWorkflow
@@ -37,6 +38,7 @@ class TrainingJobStack(Stack):
             ``training_job.gpu_idle_alarm.enabled`` is false.
         pipeline: The pipeline (processing role, state machine), or ``None`` when
             ``processing.enabled`` is false.
+        operator_policy: The operators' managed policy (``<project>-<region>-operator``).
     """
 
     def __init__(
@@ -80,6 +82,17 @@ class TrainingJobStack(Stack):
                 topic=self.notifications.topic,
                 topic_key=self.notifications.topic_key,
             )
+        self.operator_policy = OperatorPolicy(
+            self,
+            "OperatorPolicy",
+            project_name=config.project_name,
+            training=self.workflow.template,
+            key=data_plane.key,
+            artifacts_bucket=data_plane.artifacts_bucket,
+            datasets_bucket=data_plane.datasets_bucket,
+            processing=self.pipeline.template if self.pipeline is not None else None,
+            state_machine_names=[pipeline_name(config.project_name)] if self.pipeline is not None else [],
+        )
         outputs = {
             "StateMachineArn": (
                 self.workflow.state_machine.state_machine_arn,

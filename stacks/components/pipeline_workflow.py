@@ -35,6 +35,7 @@ from stacks.components.network import closed_security_group
 from stacks.components.pipeline_definition import MODEL_FILE_SUFFIX, pipeline_definition
 from stacks.components.policy import (
     follow_tuning_jobs,
+    hardened_job_conditions,
     in_security_groups,
     merge_conditions,
     pass_role_to_sagemaker,
@@ -431,13 +432,6 @@ class PipelineWorkflow(Construct):
         """Create hardened processing, training and tuning jobs of the project; follow and stop them."""
         # The role itself refuses a job that drops isolation, the VPC (its subnets and the job's
         # security group) or the output key.
-        hardened_job = {
-            "Bool": {"sagemaker:NetworkIsolation": "true"},
-            "ArnEquals": {"sagemaker:OutputKmsKey": key.key_arn},
-            "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
-            "Null": {"sagemaker:VpcSubnets": "false"},
-        }
-
         def create_hardened_jobs(
             sid: str, action: str, jobs_arn: str, template: ProcessingTemplate | JobTemplate
         ) -> list[iam.PolicyStatement]:
@@ -446,7 +440,7 @@ class PipelineWorkflow(Construct):
                 sid,
                 action,
                 [jobs_arn],
-                merge_conditions(hardened_job, in_security_groups(template.resources.security_group_ids)),
+                hardened_job_conditions(key.key_arn, subnet_ids, template.resources.security_group_ids),
                 instance_types=template.allowed_instance_types or [template.default_instance_type],
                 volume_key_arn=key.key_arn,
             )

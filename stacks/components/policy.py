@@ -120,6 +120,23 @@ def pass_role_to_sagemaker(sid: str, role_arn: str, resource_arn: "str | Sequenc
     )
 
 
+def hardened_job_conditions(key_arn: str, subnet_ids: Sequence[str], security_group_ids: Sequence[str]) -> dict[str, dict[str, object]]:
+    """Conditions of a Create*Job request that keeps the platform's hardening: network isolation, the
+    platform key for its output (an ARN-typed key: an Arn operator, as the Service Authorization
+    Reference types it), only ``subnet_ids`` and only ``security_group_ids`` (Null-guarded:
+    ``ForAllValues`` over an absent key is true). The workflows' roles and the operators' policy
+    grant job creation only under these (a tuning job's TrainingJobDefinition has the same keys)."""
+    return merge_conditions(
+        {
+            "Bool": {"sagemaker:NetworkIsolation": "true"},
+            "ArnEquals": {"sagemaker:OutputKmsKey": key_arn},
+            "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(subnet_ids)},
+            "Null": {"sagemaker:VpcSubnets": "false"},
+        },
+        in_security_groups(security_group_ids),
+    )
+
+
 def in_security_groups(group_ids: Sequence[str]) -> dict[str, dict[str, object]]:
     """Conditions of a Create* request (job or model) whose VPC config uses only ``group_ids``
     (``sagemaker:VpcSecurityGroupIds``; Null-guarded: ``ForAllValues`` over an absent key is true)."""

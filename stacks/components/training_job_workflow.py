@@ -29,8 +29,7 @@ from stacks.components.log_group import encrypted_log_group
 from stacks.components.network import TrainingNetwork, closed_security_group
 from stacks.components.policy import (
     follow_tuning_jobs,
-    in_security_groups,
-    merge_conditions,
+    hardened_job_conditions,
     pass_role_to_sagemaker,
     pinned_job_creation_statements,
     sagemaker_job_runtime_statements,
@@ -585,16 +584,7 @@ class TrainingJobWorkflow(Construct):
         # group) or the output key, or that asks for a type the deployment does not allow (or an EBS
         # volume on another key): a training job's, and a tuning job's TrainingJobDefinition (the
         # same keys are in CreateHyperParameterTuningJob's request context).
-        hardened = merge_conditions(
-            {
-                "Bool": {"sagemaker:NetworkIsolation": "true"},
-                # An ARN-typed key: compared with an Arn operator (Service Authorization Reference).
-                "ArnEquals": {"sagemaker:OutputKmsKey": r.key_arn},
-                "ForAllValues:StringEquals": {"sagemaker:VpcSubnets": list(r.subnet_ids)},
-                "Null": {"sagemaker:VpcSubnets": "false"},
-            },
-            in_security_groups(r.security_group_ids),
-        )
+        hardened = hardened_job_conditions(r.key_arn, r.subnet_ids, r.security_group_ids)
         instance_types = self.template.allowed_instance_types or [self.template.default_instance_type]
         return [
             *pinned_job_creation_statements(
