@@ -99,10 +99,10 @@ def test_the_answer_the_image_chooses_follows_its_devices_and_its_limit() -> Non
     # Two requests per device for many-record bodies; inference.py's handler threads bound them.
     assert answer_for(default, 8, user_code=False)["MaxConcurrentTransforms"] == 16
     assert answer_for(default, 8, user_code=True)["MaxConcurrentTransforms"] == HANDLER_THREADS
-    # Single records: enough to fill a batch on every device, at most the queue.
-    single = load_settings({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_MAX_BATCH_SIZE": "32"})
+    # Single records: enough to fill a batch on every device, at most the queue (1 MB records).
+    single = load_settings({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_MAX_BATCH_SIZE": "32", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "1"})
     assert answer_for(single, 2, user_code=False)["MaxConcurrentTransforms"] == 64
-    queued = load_settings({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_MAX_QUEUED_REQUESTS": "40"})
+    queued = load_settings({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_MAX_QUEUED_REQUESTS": "40", "SAGEMAKER_MAX_PAYLOAD_IN_MB": "1"})
     assert answer_for(queued, 2, user_code=False)["MaxConcurrentTransforms"] == 40
     unbatched = load_settings({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_BATCHING": "off"})
     assert answer_for(unbatched, 2, user_code=False)["MaxConcurrentTransforms"] == 4
@@ -110,6 +110,24 @@ def test_the_answer_the_image_chooses_follows_its_devices_and_its_limit() -> Non
     assert answer_for(load_settings({"SERVE_MAX_REQUEST_BYTES": str(20 * MB + 5)}), 1, user_code=False)["MaxPayloadInMB"] == 20
     assert answer_for(load_settings({"SERVE_MAX_REQUEST_BYTES": str(500 * MB)}), 1, user_code=False)["MaxPayloadInMB"] == 100
     assert "MaxPayloadInMB" not in answer_for(load_settings({"SERVE_MAX_REQUEST_BYTES": "4096"}), 1, user_code=False)
+
+
+@pytest.mark.parametrize(
+    ("environment", "workers", "concurrent"),
+    [
+        ({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "60"}, 1, 1),  # two 60 MB requests would be 120 MB in flight
+        ({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "20"}, 8, 5),
+        ({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_MAX_BATCH_SIZE": "32"}, 2, 16),  # 6 MB records
+        ({"SERVE_MAX_REQUEST_BYTES": str(500 * MB)}, 1, 1),
+        ({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "0"}, 8, 16),  # no limit: nothing to bound
+    ],
+    ids=["60mb-1-gpu", "20mb-8-gpus", "single-record-6mb", "100mb", "unlimited"],
+)
+def test_the_chosen_concurrency_keeps_sagemakers_100_mb_bound(environment: dict, workers: int, concurrent: int) -> None:
+    """CreateTransformJob: MaxConcurrentTransforms x MaxPayloadInMB may not exceed 100 (MB in flight at once)."""
+    answer = answer_for(load_settings(environment), workers, user_code=False)
+    assert answer["MaxConcurrentTransforms"] == concurrent
+    assert answer["MaxConcurrentTransforms"] * answer["MaxPayloadInMB"] <= 100
 
 
 # --- over HTTP ----------------------------------------------------------------------------------------

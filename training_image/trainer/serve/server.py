@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Optional
 
 import numpy as np
 from aiohttp import web
@@ -642,7 +642,8 @@ def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bo
       device while the next is read and decoded; more only queue behind the model. For
       SINGLE_RECORD with dynamic batching, enough one-record requests to fill a batch on every
       device (the batcher joins them), at most the queue. ``inference.py`` handlers run in
-      ``HANDLER_THREADS`` threads, which bound them too.
+      ``HANDLER_THREADS`` threads, which bound them too. Never so many that MaxConcurrentTransforms x
+      MaxPayloadInMB passes 100, SageMaker's bound on the two (60 MB payloads: one at a time).
 
     Args:
         settings: The resolved settings.
@@ -659,11 +660,17 @@ def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bo
         concurrency = 2 * workers
     if user_code:
         concurrency = min(concurrency, HANDLER_THREADS)
-    answer: dict[str, Any] = {"MaxConcurrentTransforms": settings.max_concurrent_transforms or concurrency, "BatchStrategy": strategy}
+    payload_mb: Optional[int] = None
     if settings.max_payload_in_mb is not None:
-        answer["MaxPayloadInMB"] = settings.max_payload_in_mb
+        payload_mb = settings.max_payload_in_mb
     elif settings.max_request_bytes >= MB:
-        answer["MaxPayloadInMB"] = min(MAX_PAYLOAD_IN_MB, settings.max_request_bytes // MB)
+        payload_mb = min(MAX_PAYLOAD_IN_MB, settings.max_request_bytes // MB)
+    if payload_mb:
+        # SageMaker's rule: MaxConcurrentTransforms x MaxPayloadInMB at most 100 (MB in flight at once).
+        concurrency = max(1, min(concurrency, MAX_PAYLOAD_IN_MB // payload_mb))
+    answer: dict[str, Any] = {"MaxConcurrentTransforms": settings.max_concurrent_transforms or concurrency, "BatchStrategy": strategy}
+    if payload_mb is not None:
+        answer["MaxPayloadInMB"] = payload_mb
     return answer
 
 
