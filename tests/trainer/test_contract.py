@@ -312,4 +312,14 @@ def test_the_reason_is_one_line_and_a_stale_model_goes(tmp_path: Path) -> None:
     assert not (paths.model_dir / "model.keras").exists()
     message = tmp_path / "output" / "message"
     write_reason(message, "x" * 5000)
-    assert len(message.read_text(encoding="utf-8")) == 4097
+    assert message.read_bytes() == b"x" * 1023 + b"\n"
+
+
+def test_the_reason_file_is_the_first_kilobyte_cut_between_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SageMaker reports the first 1 KB and fails a job whose message file is not UTF-8: a two-byte
+    character across byte 1024 is left out whole, and the log keeps the reason entire."""
+    message = tmp_path / "output" / "message"
+    write_reason(message, "a" + "é" * 2000)
+    written = message.read_bytes()
+    assert len(written) <= 1024 and written.decode("utf-8") == "a" + "é" * 511 + "\n"
+    assert "é" * 2000 in capsys.readouterr().out

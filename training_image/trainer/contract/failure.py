@@ -17,17 +17,22 @@ from pathlib import Path
 from trainer.contract.environment import Paths
 from trainer.contract.errors import TrainerError
 
-# SageMaker shows the first 1024 characters of output/failure as the job's FailureReason.
 MAX_FAILURE_CHARS = 4096
+"""The longest reason printed to the job's log."""
+MAX_REASON_BYTES = 1024
+"""SageMaker reports the first 1 KB of ``output/failure`` (FailureReason) and ``output/message``
+(ExitMessage), and fails a job whose message file is not UTF-8: the file holds at most that many
+bytes, newline included, cut between characters (the log has the whole reason)."""
 
 
 def write_reason(file: Path, message: str) -> None:
     """Writes the reason, on one line, to ``file`` (and stdout, in case the file cannot be written)."""
     text = " ".join(message.split())[:MAX_FAILURE_CHARS]
     print(f"[trainer] failed reason={text}", file=sys.stdout, flush=True)
+    kept = text.encode("utf-8")[: MAX_REASON_BYTES - 1].decode("utf-8", "ignore")
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(text + "\n", encoding="utf-8")
+        file.write_text(kept + "\n", encoding="utf-8")
     except OSError as err:  # the reason is on stdout either way
         print(f"[trainer] could not write {file}: {err}", file=sys.stderr, flush=True)
 
