@@ -97,7 +97,9 @@ CODE_PREFIX = USER_CODE_PREFIX
 """Key prefix in the artifacts bucket for users' ``sourcedir.tar.gz`` (``code/<job>/sourcedir.tar.gz``)."""
 
 CODE_CHANNEL = "code"
-CODE_CHANNEL_SOURCEDIR = "/opt/ml/input/data/code/sourcedir.tar.gz"
+SOURCEDIR_NAME = "sourcedir.tar.gz"
+"""The name of a user's code tarball, as the SageMaker SDK and ``scripts.source_code`` upload it."""
+CODE_CHANNEL_SOURCEDIR = f"/opt/ml/input/data/code/{SOURCEDIR_NAME}"
 """Where the ``code`` channel puts the tarball; the SageMaker SDK uses the same path for isolated jobs."""
 PROGRAM_HYPERPARAMETER = "sagemaker_program"
 SUBMIT_DIRECTORY_HYPERPARAMETER = "sagemaker_submit_directory"
@@ -456,10 +458,12 @@ def source_rules(field_prefix: str, variables: str, code_prefix: str, role: str,
         ),
         Rule(
             code_field,
-            any_of(Not(strings), eq(code, ""), all_of(starts_with(code, code_prefix), ends_with(code, ".tar.gz"))),
+            # SageMaker puts an input of one object at <local path>/<its name>, and the platform's
+            # submit directory is <local path>/sourcedir.tar.gz: another name is a job that fails once billed.
+            any_of(Not(strings), eq(code, ""), all_of(starts_with(code, code_prefix), ends_with(code, f"/{SOURCEDIR_NAME}"))),
             (
-                f"{code_field} ", code, f" must be a .tar.gz under {code_prefix} (the only code the {role} may read):"
-                f" {flags} uploads it there",
+                f"{code_field} ", code, f" must be a {SOURCEDIR_NAME} under {code_prefix} (the only code the {role} may"
+                f" read, under the name the job unpacks): {flags} uploads it there",
             ),
         ),
         Rule(

@@ -244,7 +244,9 @@ def test_config_arguments_are_the_built_in_transforms_only():
         ({"arguments": "--shards 4"}, 'process.arguments must be a list of at most 100 strings of at most 256 characters, e.g. ["--shards", "4"] (scripts.launch --process-arg), not --shards 4'),
         ({"arguments": ["a"] * 101}, "process.arguments must be a list of at most 100 strings"),
         ({"code_uri": "s3://artifacts-bucket/code/x.tar.gz"}, "a script needs both its code and its entry point, as strings (scripts.launch --process-source-dir"),
-        ({"code_uri": "s3://artifacts-bucket/training-jobs/x.tar.gz", "entry_point": "p.py"}, "process.code_uri s3://artifacts-bucket/training-jobs/x.tar.gz must be a .tar.gz under s3://artifacts-bucket/code/"),
+        ({"code_uri": "s3://artifacts-bucket/training-jobs/x.tar.gz", "entry_point": "p.py"}, "process.code_uri s3://artifacts-bucket/training-jobs/x.tar.gz must be a sourcedir.tar.gz under s3://artifacts-bucket/code/"),
+        # SageMaker would put it at /opt/ml/processing/input/code/prep.tar.gz, not the sourcedir.tar.gz the job unpacks.
+        ({"code_uri": "s3://artifacts-bucket/code/r/prep.tar.gz", "entry_point": "p.py"}, "process.code_uri s3://artifacts-bucket/code/r/prep.tar.gz must be a sourcedir.tar.gz under s3://artifacts-bucket/code/ (the only code the processing role may read, under the name the job unpacks)"),
         ({"code_uri": "s3://artifacts-bucket/code/x.tar.gz", "entry_point": "../p.py"}, "process.entry_point ../p.py must be a .py or .sh file's path"),
     ],
 )

@@ -117,6 +117,8 @@ INVALID = [{"job_name": "other-x"}, {"instance_type": "ml.m5.large"}, {"instance
            {"code_uri": "s3://other-bucket/code/x/sourcedir.tar.gz", "entry_point": "train.py"},
            {"code_uri": "s3://artifacts/training-jobs/x/sourcedir.tar.gz", "entry_point": "train.py"},
            {"code_uri": "s3://artifacts/code/x/sourcedir.zip", "entry_point": "train.py"},
+           # The code channel puts it at /opt/ml/input/data/code/train.tar.gz, not the sourcedir.tar.gz the job unpacks.
+           {"code_uri": "s3://artifacts/code/x/train.tar.gz", "entry_point": "train.py"},
            {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "../etc/train.py"},
            {"code_uri": "s3://artifacts/code/x/sourcedir.tar.gz", "entry_point": "train.txt"},
            {"legacy_keras": "yes"},
