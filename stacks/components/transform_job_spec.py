@@ -29,7 +29,9 @@ JOB_NAME_SUFFIX = "transform"
 """A pipeline's transform job (and the model it creates for it) is ``<project>-<execution name>-transform``."""
 MAX_JOB_NAME_LENGTH = transform_job_limits().job_name.max_length
 ASSEMBLE_WITH = "Line"
-"""Each record's answer on its own line: one output line per input line with ``split_type=Line``."""
+"""SageMaker adds a newline after each *request's* answer: with the default MultiRecord batches one
+output line holds a whole mini-batch's ``{"predictions": [...]}``, one prediction per input line in
+order (not one output line per input line; SingleRecord gives that)."""
 SAGEMAKER_TRANSFORM_LOG_GROUP = "/aws/sagemaker/TransformJobs"
 """SageMaker writes transform logs here, in streams named ``<job name>/<instance>-<ts>``."""
 

@@ -189,3 +189,27 @@ def test_a_result_written_outside_the_declared_outputs_fails_the_job(tmp_path):
         "(ProcessingOutput source=...) for that folder."
     )
     assert stray.is_file() and (output_dir(base, "train") / "kept.csv").is_file(), "nothing is deleted"
+
+
+WRITES_ITS_MESSAGE = """
+import os, sys
+with open(os.path.join(os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml"), "output", "message"), "w") as out:
+    out.write("rows=30 skipped=0" if sys.argv[1:] == ["--ok"] else "bad row 7: 3 fields, expected 4")
+if sys.argv[1:] != ["--ok"]:
+    sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("argument", "status", "message"), [("--ok", 0, "rows=30 skipped=0"), ("--fail", 8, "bad row 7: 3 fields, expected 4")])
+def test_a_message_the_script_writes_is_its_exit_message(tmp_path, argument, status, message):
+    """SageMaker reports output/message as ExitMessage after any end, Completed included: the script's
+    own text stays, on success and on failure (the platform's reason then goes to the log only)."""
+    base = _job(tmp_path / "job", tmp_path, {"prep.py": WRITES_ITS_MESSAGE})
+    (base / "output").mkdir()
+    (base / "output" / "message").write_text("stale from an earlier attempt\n")
+    run = run_process(base, argument, **_script_env())
+    assert run.returncode == status, run.explain()
+    assert run.message == message
+    if status:
+        assert "[trainer] failed reason=The processing script prep.py called sys.exit(3) at prep.py line 5" in run.stdout

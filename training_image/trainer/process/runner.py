@@ -5,7 +5,8 @@ process of its own, ``EXPECTED_GPU_COUNT`` first) must pass before any input is 
 code is unpacked. Every failure ends as one line in ``<base>/output/message`` (what SageMaker
 Processing reports as the job's ExitMessage) and training's exit codes: 2 configuration, 3 GPU,
 5 data, 8 user script, 9 source, 143 SIGTERM. A message left by an earlier attempt is removed on
-success.
+success; one the user's script wrote during this run is its ExitMessage, kept on success and on
+failure, as SageMaker's containers keep it (the platform's reason is then in the log).
 """
 
 from __future__ import annotations
@@ -30,21 +31,48 @@ from trainer.user_code import source
 ENV_INSTANCE_TYPE = environment.ENV_INSTANCE_TYPE
 
 
-def record_message(paths: contract.ProcessingPaths, message: str) -> None:
-    """Writes the reason, on one line, to ``output/message`` (what SageMaker reports as ExitMessage)."""
+def record_message(paths: contract.ProcessingPaths, message: str, *, before: Stamp | None = None, check: bool = False) -> None:
+    """Writes the reason, on one line, to ``output/message`` (what SageMaker reports as ExitMessage),
+    unless (``check``) the user's script wrote one during this run, the file no longer being as it
+    was at the start (``before``): that one stays."""
+    if check and _written_during_run(paths.message_file, before):
+        log("failed", reason=" ".join(message.split()), kept=str(paths.message_file))
+        return
     write_reason(paths.message_file, message)
+
+
+Stamp = tuple[int, int]
+"""A file's ``(st_mtime_ns, st_size)``."""
+
+
+def _stamp(file: Path) -> Stamp | None:
+    try:
+        found = file.stat()
+    except OSError:
+        return None
+    return found.st_mtime_ns, found.st_size
+
+
+def _written_during_run(file: Path, before: Stamp | None) -> bool:
+    """``file`` holds something, and is not what it was when the run started (an earlier attempt's)."""
+    now = _stamp(file)
+    return now is not None and now[1] > 0 and now != before
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m trainer process [ARGS]``: runs the job; returns its exit status (0 only on success)."""
     args = list(sys.argv[2:] if argv is None else argv)
     paths = contract.resolve_paths()
+    before = _stamp(paths.message_file)
     status = run_recorded(
-        lambda: run(contract.load_environment(), args), lambda reason: record_message(paths, reason), "the processing job"
+        lambda: run(contract.load_environment(), args),
+        lambda reason: record_message(paths, reason, before=before, check=True),
+        "the processing job",
     )
     if status != 0:
         return status
-    paths.message_file.unlink(missing_ok=True)
+    if not _written_during_run(paths.message_file, before):
+        paths.message_file.unlink(missing_ok=True)
     log("success")
     return 0
 
