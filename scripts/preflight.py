@@ -13,6 +13,9 @@ Checks, printed as a table (OK / WARN / FAIL) followed by what to fix:
   SageMaker this is a proxy: SageMaker has no per-AZ offering API);
 - EC2 vCPU quotas for G/VT and P instances, on-demand and spot, against the cluster's need;
 - SageMaker quotas for the training instance type, on-demand and spot, against the job's need;
+- each interface endpoint of ``network.interface_endpoints`` is offered in every availability zone
+  the VPC uses (``DescribeVpcEndpointServices``: zone names map to different zones in each account,
+  and an endpoint in a zone without the service fails the data stack's deploy and rolls it back);
 - the Deep Learning AMI SSM parameter of the cluster resolves;
 - the CDK bootstrap stack's version parameter exists (``--qualifier``).
 
@@ -121,6 +124,35 @@ def check_offerings(deployment: Deployment, ec2_type: str, purpose: str, azs: Se
                 "offered" if ok else "not offered",
                 OK if ok else FAIL,
                 "" if ok else f"{ec2_type} is not offered in {az}: pick other AZs (network.max_azs) or another type",
+            )
+        )
+    return checks
+
+
+def check_endpoint_services(deployment: Deployment, azs: Sequence[str]) -> list[Check]:
+    """Each configured interface endpoint's service is offered in every zone of ``azs`` (the data stack
+    puts one endpoint interface in each zone's Training subnet)."""
+    ec2, region = deployment.aws.client("ec2"), deployment.aws.region
+    fix_zones = "pick zones that offer it (network.max_azs), or drop it from network.interface_endpoints"
+    checks = []
+    for name in deployment.config.network.interface_endpoints:
+        service = f"com.amazonaws.{region}.{name}"
+        try:
+            details = ec2.describe_vpc_endpoint_services(ServiceNames=[service])["ServiceDetails"]
+        except ClientError as err:
+            if error_code(err) != "InvalidServiceName":
+                raise
+            details = []
+        if not details:
+            checks.append(Check(f"endpoint {name}", f"{service} not offered in {region}", FAIL, f"drop {name} from network.interface_endpoints"))
+            continue
+        missing = [az for az in azs if az not in details[0].get("AvailabilityZones", [])]
+        checks.append(
+            Check(
+                f"endpoint {name}",
+                f"not in {', '.join(missing)}" if missing else f"offered in {', '.join(azs)}",
+                FAIL if missing else OK,
+                f"the data stack's {name} endpoint cannot go into {', '.join(missing)}: {fix_zones}" if missing else "",
             )
         )
     return checks
@@ -269,6 +301,7 @@ def run_checks(deployment: Deployment, *, qualifier: str = DEFAULT_QUALIFIER) ->
         types[ec2_type] = f"{types[ec2_type]} + training job" if ec2_type in types else "training job"
     for ec2_type, purpose in types.items():
         checks.extend(check_offerings(deployment, ec2_type, purpose, azs))
+    checks.extend(check_endpoint_services(deployment, azs))
     checks.extend(check_ec2_quotas(deployment))
     checks.extend(check_sagemaker_quotas(deployment))
     checks.extend(check_dlami(deployment))
@@ -279,8 +312,8 @@ def run_checks(deployment: Deployment, *, qualifier: str = DEFAULT_QUALIFIER) ->
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m scripts.preflight",
-        description="Check the account and region before a deploy: GPU offerings per AZ, EC2 and SageMaker quotas, "
-        "the DLAMI, the CDK bootstrap.",
+        description="Check the account and region before a deploy: GPU offerings per AZ, interface endpoints per AZ, "
+        "EC2 and SageMaker quotas, the DLAMI, the CDK bootstrap.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=help_epilog(
             "python -m scripts.preflight",

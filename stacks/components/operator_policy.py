@@ -265,12 +265,13 @@ class OperatorPolicy(Construct):
         ]
 
     def _preflight_statements(self) -> list[iam.PolicyStatement]:
-        """``scripts.preflight`` (read only): zones and GPU offerings, the DLAMI, quotas, the CDK bootstrap's version."""
+        """``scripts.preflight`` (read only): zones, GPU and endpoint offerings, the DLAMI, quotas, the CDK bootstrap's version."""
         return [
             iam.PolicyStatement(
                 sid="PreflightReads",
                 actions=[
                     "ec2:DescribeAvailabilityZones", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeImages",
+                    "ec2:DescribeVpcEndpointServices",
                     "servicequotas:GetServiceQuota", "servicequotas:GetAWSDefaultServiceQuota",
                     "servicequotas:ListServiceQuotas", "servicequotas:ListAWSDefaultServiceQuotas",
                 ],

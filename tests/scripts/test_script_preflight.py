@@ -98,3 +98,41 @@ def test_a_pinned_dlami_is_looked_up_in_the_region(healthy_account, capsys):
     pinned = json.dumps({"ami_id": image["ImageId"], "nvidia_driver_branch": 580})
     run(main, ["-c", f"cluster.pinned_dlami={pinned}"])
     assert _rows(capsys.readouterr().out)["pinned DLAMI"] == "OK"
+
+
+class _Answered:
+    status_code = 200
+    headers: dict = {}
+
+
+class _Refused:
+    status_code = 400
+    headers: dict = {}
+
+
+def test_an_interface_endpoint_a_zone_does_not_offer_fails_naming_the_zone(healthy_account, monkeypatch, capsys):
+    """Zone names map to different zones per account: where sagemaker.api is not offered in the second
+    zone, the data stack's endpoint would fail its deploy; a service the region lacks fails too."""
+    plain_client = boto3.session.Session.client
+
+    def answer(params, **_):
+        service = params["body"]["ServiceName.1"]  # the serialized EC2 query request
+        if service.endswith(".sagemaker.api"):
+            return _Answered(), {"ServiceDetails": [{"ServiceName": service, "AvailabilityZones": [f"{REGION}a", f"{REGION}c"]}]}
+        if service.endswith(".logs"):
+            return _Refused(), {"Error": {"Code": "InvalidServiceName", "Message": f"The Vpc Endpoint Service '{service}' does not exist"}}
+        return None  # moto answers the others
+
+    def client(self, service, *args, **kwargs):
+        made = plain_client(self, service, *args, **kwargs)
+        if service == "ec2":
+            made.meta.events.register("before-call.ec2.DescribeVpcEndpointServices", answer)
+        return made
+
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    assert run(main, []) == 1
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert rows["endpoint sagemaker.api"] == "FAIL" and rows["endpoint ecr.dkr"] == "OK", out
+    assert f"the data stack's sagemaker.api endpoint cannot go into {REGION}b: pick zones that offer it" in out
+    assert rows["endpoint logs"] == "FAIL" and f"com.amazonaws.{REGION}.logs not offered in {REGION}" in out
