@@ -1,29 +1,30 @@
-"""The operators' policy: what the day-to-day tools need, and nothing of the deployer's.
+"""The operators' policies: what the day-to-day tools need, and nothing of the deployer's.
 
 A platform team attaches the customer managed policy ``<project>-<region>-operator`` (the training
 stack's ``OperatorPolicyName`` and ``OperatorPolicyArn`` outputs) to its ML engineers' role or
 IAM Identity Center permission set (a fixed name, so that a permission set can reference it in
-every account). It lets them run ``scripts.launch`` (the workflows, and ``--direct`` launches of
-the same hardened requests), ``watch``, ``list_jobs``, ``stop``, ``invoke``, ``sdk_config`` and
-``preflight`` on this project's resources:
+every account). It lets them run ``scripts.launch`` through the workflows, ``watch``,
+``list_jobs``, ``stop``, ``invoke``, ``sdk_config`` and ``preflight`` on this project's resources:
 
 - start, follow and stop the project's workflows (``<project>-training-job``, ``<project>-pipeline``);
-- create only hardened jobs: the conditions the workflows' roles hold (network isolation, the
-  Training subnets and the job's security group, the platform key for output and EBS volumes, the
-  allowed instance types), passing only the project's job roles, only to SageMaker;
-- describe, list and stop ``<project>-*`` jobs, read their logs, invoke ``<project>-*`` endpoints;
+- describe, list and stop ``<project>-*`` jobs, read their log streams, invoke ``<project>-*`` endpoints;
 - upload source code (``code/`` of the artifacts bucket, with the platform key through S3 only).
 
-Jobs on the GPU cluster (``scripts.cluster_job``, ``watch --cluster``) take the cluster stack's own
-``JobOperatorPolicyArn``, which names that cluster's instances by id: attach both.
+``<project>-<region>-operator-direct`` (``DirectLaunchPolicyName``) adds the ``--direct`` launches,
+which create jobs without a workflow: only hardened ones, under the conditions the workflows' roles
+hold (network isolation, the Training subnets and the job's security group, the platform key for
+output and EBS volumes, the allowed instance types), passing only the project's job roles, only to
+SageMaker, tagging only at creation.
 
-What it leaves out on purpose: ``scripts.promote``, ``scripts.teardown`` and ``cdk`` deploy and
+Jobs on the GPU cluster (``scripts.cluster_job``, ``watch --cluster``) take the cluster stack's own
+``JobOperatorPolicyArn``, which names that cluster's instances by id.
+
+What they leave out on purpose: ``scripts.promote``, ``scripts.teardown`` and ``cdk`` deploy and
 destroy stacks through the CDK bootstrap roles, which is a deployer's permission (the bootstrap's
 CloudFormation execution role is administrator by default), and ``scripts.teardown_audit`` reads
 every tagged resource of the account. ``tests/unit/test_operator_policy.py`` checks that each tool's
-calls are allowed and that no other project's resources are.
+calls are allowed, that no other project's resources are, and that each policy fits IAM's size.
 """
-
 from __future__ import annotations
 
 from typing import Optional, Sequence
@@ -55,11 +56,20 @@ def operator_policy_name(project_name: str, region: str) -> str:
     return f"{project_name}-{region}-operator"
 
 
+def direct_launch_policy_name(project_name: str, region: str) -> str:
+    """``<project>-<region>-operator-direct``: the ``--direct`` launches, apart."""
+    return f"{operator_policy_name(project_name, region)}-direct"
+
+
 class OperatorPolicy(Construct):
-    """The customer managed policy ``<project>-<region>-operator`` (module docstring), with its outputs.
+    """The customer managed policies ``<project>-<region>-operator`` and ``...-operator-direct`` (module
+    docstring), with their outputs. Two, not one: a managed policy holds at most 6,144 characters, and
+    the direct launches' conditions (subnets, groups, keys, instance types) are most of them; a team
+    that launches only through the workflows attaches the first alone.
 
     Attributes:
-        policy: The managed policy.
+        policy: The operators' managed policy.
+        direct_policy: The direct launches' managed policy.
     """
 
     def __init__(
@@ -84,17 +94,19 @@ class OperatorPolicy(Construct):
         self._project = project_name
         jobs = {kind: self._arn("sagemaker", kind, f"{project_name}-*") for kind in JOB_KINDS}
         machines = [workflow_name(project_name), *state_machine_names]
+        endpoints = [
+            self._arn("sagemaker", "endpoint", f"{project_name}-*"),
+            self._arn("sagemaker", "inference-component", f"{project_name}-*"),
+        ]
         statements = [
             *self._stack_statements(),
             *self._workflow_statements(machines),
-            *self._creation_statements(training, jobs, key, processing),
             iam.PolicyStatement(
                 sid="FollowAndStopProjectJobs",
                 actions=[
                     *(f"sagemaker:{action}" for pair in JOB_KINDS.values() for action in pair),
                     "sagemaker:ListTrainingJobsForHyperParameterTuningJob",
                     "sagemaker:ListTags",
-                    "sagemaker:AddTags",
                 ],
                 resources=list(jobs.values()),
             ),
@@ -102,20 +114,15 @@ class OperatorPolicy(Construct):
                 sid="ListJobs",
                 actions=[
                     "sagemaker:ListTrainingJobs", "sagemaker:ListProcessingJobs", "sagemaker:ListHyperParameterTuningJobs",
-                    "sagemaker:ListTransformJobs", "sagemaker:Search",
+                    "sagemaker:ListTransformJobs",
                 ],
                 resources=["*"],
             ),  # fmt: skip
             iam.PolicyStatement(
-                sid="InvokeProjectEndpoints",
-                actions=["sagemaker:DescribeEndpoint", "sagemaker:InvokeEndpoint"],
-                resources=[
-                    self._arn("sagemaker", "endpoint", f"{project_name}-*"),
-                    self._arn("sagemaker", "inference-component", f"{project_name}-*"),
-                ],
+                sid="InvokeProjectEndpoints", actions=["sagemaker:DescribeEndpoint", "sagemaker:InvokeEndpoint"], resources=endpoints
             ),
             *self._log_statements(),
-            *self._source_code_statements(key, artifacts_bucket, datasets_bucket, processing),
+            *self._source_code_statements(key, artifacts_bucket),
             *self._preflight_statements(),
         ]
         name = operator_policy_name(project_name, stack.region)
@@ -130,19 +137,35 @@ class OperatorPolicy(Construct):
             self.policy,
             "The operators' tools act on every job, endpoint and execution a launch creates, so on the project's name "
             "prefix (<project>-*) and on each workflow's executions; the listings (jobs, stacks, zones, images, "
-            "quotas) support no resource-level permissions; logs are read per stream of "
-            "SageMaker's fixed log groups.",
+            "quotas) support no resource-level permissions; logs are read in the project's streams of SageMaker's "
+            "fixed log groups.",
             [
-                *jobs.values(), *self._workflow_wildcards(machines), *self._log_wildcards(), *self._stack_arns(),
-                self._arn("sagemaker", "endpoint", f"{project_name}-*"),
-                self._arn("sagemaker", "inference-component", f"{project_name}-*"),
-                artifacts_bucket.arn_for_objects(f"{USER_CODE_PREFIX}*"),
-                *self._preflight_parameters(),
-                "*",
+                *jobs.values(), *self._workflow_wildcards(machines), *self._log_groups(), *self._log_streams(),
+                *self._stack_arns(), *endpoints, artifacts_bucket.arn_for_objects(f"{USER_CODE_PREFIX}*"),
+                *self._preflight_parameters(), "*",
             ],
         )  # fmt: skip
-        CfnOutput(stack, "OperatorPolicyName", value=name, description="Attach to the operators' role or permission set")
-        CfnOutput(stack, "OperatorPolicyArn", value=self.policy.managed_policy_arn, description="The operators' policy")
+        direct_name = direct_launch_policy_name(project_name, stack.region)
+        self.direct_policy = iam.ManagedPolicy(
+            self,
+            "DirectLaunchPolicy",
+            managed_policy_name=direct_name,
+            description=f"{project_name}: scripts.launch --direct, only the workflows' hardened jobs",
+            statements=self._creation_statements(training, jobs, key, processing, datasets_bucket),
+        )
+        acknowledge_wildcard_resources(
+            self.direct_policy,
+            "A direct launch creates a new job under the project's name prefix (<project>-*) each time, under the "
+            "workflows' own conditions.",
+            [jobs["training-job"], jobs["hyper-parameter-tuning-job"], jobs["processing-job"]],
+        )
+        for output, value, description in (
+            ("OperatorPolicyName", name, "Attach to the operators' role or permission set"),
+            ("OperatorPolicyArn", self.policy.managed_policy_arn, "The operators' policy"),
+            ("DirectLaunchPolicyName", direct_name, "Attach too where operators may launch with --direct"),
+            ("DirectLaunchPolicyArn", self.direct_policy.managed_policy_arn, "The direct launches' policy"),
+        ):
+            CfnOutput(stack, output, value=value, description=description)
 
     def _arn(self, service: str, resource: str, name: str, *, colon: bool = False) -> str:
         return self._stack.format_arn(
@@ -181,25 +204,31 @@ class OperatorPolicy(Construct):
         ]
 
     def _creation_statements(
-        self, training: JobTemplate, jobs: dict[str, str], key: kms.IKey, processing: Optional[ProcessingTemplate]
+        self,
+        training: JobTemplate,
+        jobs: dict[str, str],
+        key: kms.IKey,
+        processing: Optional[ProcessingTemplate],
+        datasets_bucket: s3.IBucket,
     ) -> list[iam.PolicyStatement]:
-        """A direct launch sends the workflow's request: only what the workflows' roles may create."""
+        """A direct launch sends the workflow's request: only what the workflows' roles may create, tagged
+        only by its creation (``sagemaker:TaggingAction``: no retagging of a job's ``Project``)."""
         r = training.resources
-        hardened = hardened_job_conditions(r.key_arn, r.subnet_ids, r.security_group_ids)
-        types = list(training.allowed_instance_types or [training.default_instance_type])
+        created = [jobs["training-job"], jobs["hyper-parameter-tuning-job"]]
+        actions = ["CreateTrainingJob", "CreateHyperParameterTuningJob"]
         statements = [
             *pinned_job_creation_statements(
-                "CreateHardenedTrainingJobs", "sagemaker:CreateTrainingJob", [jobs["training-job"]], hardened,
-                instance_types=types, volume_key_arn=key.key_arn,
+                "CreateHardenedJobs", [f"sagemaker:{a}" for a in actions], created,
+                hardened_job_conditions(r.key_arn, r.subnet_ids, r.security_group_ids),
+                instance_types=list(training.allowed_instance_types or [training.default_instance_type]),
+                volume_key_arn=key.key_arn,
             ),
-            *pinned_job_creation_statements(
-                "CreateHardenedTuningJobs", "sagemaker:CreateHyperParameterTuningJob", [jobs["hyper-parameter-tuning-job"]],
-                hardened, instance_types=types, volume_key_arn=key.key_arn,
-            ),
-            pass_role_to_sagemaker("PassJobRole", r.role_arn, [jobs["training-job"], jobs["hyper-parameter-tuning-job"]]),
+            pass_role_to_sagemaker("PassJobRole", r.role_arn, created),
         ]  # fmt: skip
         if processing is not None:
             p = processing.resources
+            created.append(jobs["processing-job"])
+            actions.append("CreateProcessingJob")
             statements += [
                 *pinned_job_creation_statements(
                     "CreateHardenedProcessingJobs", "sagemaker:CreateProcessingJob", [jobs["processing-job"]],
@@ -208,34 +237,46 @@ class OperatorPolicy(Construct):
                     volume_key_arn=key.key_arn,
                 ),
                 pass_role_to_sagemaker("PassProcessingRole", p.role_arn, jobs["processing-job"]),
+                # launch --process --direct refuses an output prefix that already holds data.
+                iam.PolicyStatement(
+                    sid="CheckProcessingOutputPrefix",
+                    actions=["s3:ListBucket"],
+                    resources=[datasets_bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": f"{processing.output_prefix}*"}},
+                ),
             ]  # fmt: skip
+        statements.append(
+            iam.PolicyStatement(
+                sid="TagJobsAtCreation",
+                actions=["sagemaker:AddTags"],
+                resources=created,
+                conditions={"StringEquals": {"sagemaker:TaggingAction": actions}},
+            )
+        )
         return statements
 
     def _log_groups(self) -> list[str]:
+        """CloudWatch Logs authorizes a call on a log group as ``log-group:<name>:*``."""
         groups = (SAGEMAKER_LOG_GROUP, SAGEMAKER_PROCESSING_LOG_GROUP, SAGEMAKER_TRANSFORM_LOG_GROUP)
-        return [self._arn("logs", "log-group", group, colon=True) for group in groups]
+        return [self._arn("logs", "log-group", f"{group}:*", colon=True) for group in groups]
 
-    def _log_wildcards(self) -> list[str]:
-        return [f"{group}:log-stream:*" for group in self._log_groups()]
+    def _log_streams(self) -> list[str]:
+        """The project's streams: SageMaker names them ``<job>/algo-N-...`` (``<job>/<instance>-...`` for transform)."""
+        groups = (SAGEMAKER_LOG_GROUP, SAGEMAKER_PROCESSING_LOG_GROUP, SAGEMAKER_TRANSFORM_LOG_GROUP)
+        return [self._arn("logs", "log-group", f"{group}:log-stream:{self._project}-*", colon=True) for group in groups]
 
     def _log_statements(self) -> list[iam.PolicyStatement]:
-        """``watch`` pages through a job's streams (SageMaker names them ``<job>/algo-N-...``)."""
+        """``watch`` pages through a job's streams and reads them; other projects' streams stay unread."""
         return [
             iam.PolicyStatement(sid="FindJobLogStreams", actions=["logs:DescribeLogStreams"], resources=self._log_groups()),
-            iam.PolicyStatement(sid="ReadJobLogs", actions=["logs:GetLogEvents"], resources=self._log_wildcards()),
+            iam.PolicyStatement(sid="ReadJobLogs", actions=["logs:GetLogEvents"], resources=self._log_streams()),
         ]
 
-    def _source_code_statements(
-        self,
-        key: kms.IKey,
-        artifacts_bucket: s3.IBucket,
-        datasets_bucket: s3.IBucket,
-        processing: Optional[ProcessingTemplate],
-    ) -> list[iam.PolicyStatement]:
+    def _source_code_statements(self, key: kms.IKey, artifacts_bucket: s3.IBucket) -> list[iam.PolicyStatement]:
         """``--source-dir`` uploads ``code/<job>/sourcedir.tar.gz`` under the platform key (the bucket policy
-        refuses any other), whose data keys are only for S3's requests; a direct processing launch checks
-        that its output prefix is empty."""
-        statements = [
+        refuses any other), whose data keys are only for S3's requests for the artifacts bucket (its
+        bucket key's encryption context)."""
+        return [
             iam.PolicyStatement(
                 sid="UploadSourceCode", actions=["s3:PutObject"], resources=[artifacts_bucket.arn_for_objects(f"{USER_CODE_PREFIX}*")]
             ),
@@ -243,19 +284,14 @@ class OperatorPolicy(Construct):
                 sid="EncryptUploadsWithPlatformKey",
                 actions=["kms:GenerateDataKey"],
                 resources=[key.key_arn],
-                conditions={"StringEquals": {"kms:ViaService": f"s3.{self._stack.region}.amazonaws.com"}},
+                conditions={
+                    "StringEquals": {
+                        "kms:ViaService": f"s3.{self._stack.region}.amazonaws.com",
+                        "kms:EncryptionContext:aws:s3:arn": artifacts_bucket.bucket_arn,
+                    },
+                },
             ),
         ]
-        if processing is not None:
-            statements.append(
-                iam.PolicyStatement(
-                    sid="CheckProcessingOutputPrefix",
-                    actions=["s3:ListBucket"],
-                    resources=[datasets_bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": f"{processing.output_prefix}*"}},
-                )
-            )
-        return statements
 
     def _preflight_parameters(self) -> list[str]:
         stack = self._stack

@@ -339,14 +339,14 @@ def sagemaker_job_runtime_statements(
 
 def pinned_job_creation_statements(
     sid: str,
-    action: str,
+    action: "str | Sequence[str]",
     resources: list[str],
     conditions: dict[str, dict[str, object]],
     *,
     instance_types: "list[str] | tuple[str, ...]",
     volume_key_arn: str,
 ) -> list[iam.PolicyStatement]:
-    """``action`` (CreateTrainingJob/CreateProcessingJob) on ``resources`` with ``conditions``, only
+    """``action`` (CreateTrainingJob/CreateProcessingJob, or several with the same keys) on ``resources`` with ``conditions``, only
     on ``instance_types`` (``sagemaker:InstanceTypes``, Null-guarded: ``ForAllValues`` over an
     absent key is true) and, on EBS-backed types, only with the platform volume key
     (``sagemaker:VolumeKmsKey``). Local-NVMe types take no volume key (SageMaker rejects one;
@@ -367,7 +367,8 @@ def pinned_job_creation_statements(
             continue
         on_types = {"ForAllValues:StringEquals": {"sagemaker:InstanceTypes": types}, "Null": {"sagemaker:InstanceTypes": "false"}}
         merged = merge_conditions(conditions, volume, on_types)
-        statements.append(iam.PolicyStatement(sid=group_sid, actions=[action], resources=resources, conditions=merged))
+        actions = [action] if isinstance(action, str) else list(action)
+        statements.append(iam.PolicyStatement(sid=group_sid, actions=actions, resources=resources, conditions=merged))
     return statements
 
 

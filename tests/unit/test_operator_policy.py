@@ -1,6 +1,7 @@
-"""The operators' policy (``<project>-<region>-operator``, stacks/components/operator_policy.py).
+"""The operators' policies (``<project>-<region>-operator`` and ``...-operator-direct``,
+stacks/components/operator_policy.py).
 
-Three checks on the synthesized default deployment:
+Checks on the synthesized default deployment:
 
 - every AWS operation the day-to-day tools call (found in their source, as the image's rules are: by
   the botocore operation names they use, tables and paginators included) maps to an IAM action the
@@ -8,7 +9,9 @@ Three checks on the synthesized default deployment:
 - each tool's calls on this deployment's resources are allowed (action and resource, as IAM
   matches them), and what an operator must not do (delete stacks, overwrite a model, pass another
   role, act on another project) is not;
-- direct job creation is granted under exactly the workflows' hardening conditions.
+- direct job creation is granted, in the direct policy only, under exactly the workflows' hardening
+  conditions;
+- each policy fits IAM's 6,144 characters with the longest names a deployment can have.
 
 ``iam_check`` (tests/gates) checks the statements against AWS's authorization data, as for every policy.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import fnmatch
+import json
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -51,6 +55,12 @@ def _services() -> set[str]:
     }
 
 
+def _regex_method(node: ast.Attribute) -> bool:
+    """``pattern.search(...)``, ``re.match``: a regular expression's method, not SageMaker's Search."""
+    receiver = node.value.id if isinstance(node.value, ast.Name) else node.value.attr if isinstance(node.value, ast.Attribute) else ""
+    return node.attr in {"search", "match"} and (receiver == "re" or "pattern" in receiver.lower() or "regex" in receiver.lower())
+
+
 def called_actions(module: str) -> set[str]:
     """The IAM actions of every botocore operation ``scripts/<module>.py`` names (method calls, tables,
     paginator names) of those services."""
@@ -62,7 +72,7 @@ def called_actions(module: str) -> set[str]:
             operations.setdefault(xform_name(operation), []).append((service, operation))
     names = set()
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute):
+        if isinstance(node, ast.Attribute) and not _regex_method(node):
             names.add(node.attr)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             names.add(node.value)
@@ -77,9 +87,14 @@ def called_actions(module: str) -> set[str]:
 
 @pytest.fixture(scope="module")
 def deployment(default_app) -> tuple[list[PolicyStatement], TemplateResolver, dict[str, dict[str, Any]]]:
+    """Both policies' statements (a direct launcher attaches both), the resolver, the templates."""
     templates = default_app.templates_by_stack_name()
     statements = [s for s in policy_statements(templates) if "/OperatorPolicy" in s.where and "gputrain-training/" in s.where]
     return statements, TemplateResolver(templates), templates
+
+
+def _operator_only(statements: list[PolicyStatement]) -> list[PolicyStatement]:
+    return [s for s in statements if "DirectLaunchPolicy" not in s.where]
 
 
 def _output(deployment, stack: str, name: str) -> str:
@@ -100,10 +115,11 @@ def allows(statements: list[PolicyStatement], action: str, resource: str) -> boo
     return False
 
 
-def test_the_policy_has_the_fixed_name_and_outputs_a_permission_set_can_reference(default_app):
+def test_the_policies_have_the_fixed_names_and_outputs_a_permission_set_can_reference(default_app):
     outputs = default_app.template_json("gputrain-training")["Outputs"]
     assert outputs["OperatorPolicyName"]["Value"] == operator_policy_name("gputrain", REGION) == "gputrain-us-east-1-operator"
-    assert "OperatorPolicyArn" in outputs
+    assert outputs["DirectLaunchPolicyName"]["Value"] == "gputrain-us-east-1-operator-direct"
+    assert {"OperatorPolicyArn", "DirectLaunchPolicyArn"} <= set(outputs)
 
 
 @pytest.mark.parametrize("module", TOOLS + LIBRARIES)
@@ -119,6 +135,7 @@ def test_the_scan_finds_calls_through_tables_paginators_and_methods():
     assert {"states:StartExecution", "sagemaker:CreateTrainingJob"} <= called_actions("launch")
     assert {"sagemaker:DescribeTransformJob", "sagemaker:StopHyperParameterTuningJob", "cloudformation:ListStacks"} <= called_actions("common")
     assert {"logs:DescribeLogStreams", "states:GetExecutionHistory"} <= called_actions("watch")
+    assert "sagemaker:Search" not in called_actions("watch")  # pattern.search(line): a regular expression
     assert called_actions("pipeline") == {"s3:ListBucket"}
 
 
@@ -139,30 +156,33 @@ def _calls(deployment) -> dict[str, list[tuple[str, str]]]:
             ("cloudformation:DescribeStacks", f"{stacks}/gputrain-training/0f0e"),
             ("states:StartExecution", f"{states}:stateMachine:gputrain-training-job"),
             ("states:StartExecution", f"{states}:stateMachine:gputrain-pipeline"),
+            ("s3:PutObject", f"arn:aws:s3:::{artifacts}/code/{job}/sourcedir.tar.gz"),
+            ("kms:GenerateDataKey", key),
+            ("sagemaker:DescribeTrainingJob", f"{SM}:training-job/{job}"),
+            ("states:DescribeExecution", f"{states}:execution:gputrain-training-job:{job}"),
+        ],
+        "launch --direct": [
             ("sagemaker:CreateTrainingJob", f"{SM}:training-job/{job}"),
             ("sagemaker:AddTags", f"{SM}:training-job/{job}"),
             ("iam:PassRole", job_role),
             ("sagemaker:CreateHyperParameterTuningJob", f"{SM}:hyper-parameter-tuning-job/gputrain-261128-0102-ab"),
             ("sagemaker:CreateProcessingJob", f"{SM}:processing-job/{job}-process"),
             ("iam:PassRole", processing_role),
+            ("sagemaker:AddTags", f"{SM}:processing-job/{job}-process"),
             ("s3:ListBucket", f"arn:aws:s3:::{datasets}"),
-            ("s3:PutObject", f"arn:aws:s3:::{artifacts}/code/{job}/sourcedir.tar.gz"),
-            ("kms:GenerateDataKey", key),
-            ("sagemaker:DescribeTrainingJob", f"{SM}:training-job/{job}"),
-            ("states:DescribeExecution", f"{states}:execution:gputrain-training-job:{job}"),
         ],
         "watch": [
             ("sagemaker:ListTrainingJobs", "*"),
             ("sagemaker:ListTags", f"{SM}:training-job/{job}"),
             ("sagemaker:DescribeProcessingJob", f"{SM}:processing-job/{job}"),
-            ("logs:DescribeLogStreams", f"{logs}:/aws/sagemaker/TrainingJobs"),
+            # As CloudWatch Logs authorizes it (an empty stream name).
+            ("logs:DescribeLogStreams", f"{logs}:/aws/sagemaker/TrainingJobs:log-stream:"),
             ("logs:GetLogEvents", f"{logs}:/aws/sagemaker/TrainingJobs:log-stream:{job}/algo-1-1732755600"),
             ("logs:GetLogEvents", f"{logs}:/aws/sagemaker/ProcessingJobs:log-stream:{job}-process/algo-1-1732755600"),
             ("sagemaker:ListTrainingJobsForHyperParameterTuningJob", f"{SM}:hyper-parameter-tuning-job/gputrain-t1"),
             ("states:ListExecutions", f"{states}:stateMachine:gputrain-pipeline"),
             ("states:GetExecutionHistory", f"{states}:execution:gputrain-pipeline:run-1"),
             ("sagemaker:DescribeEndpoint", f"{SM}:endpoint/gputrain-endpoint"),
-            ("sagemaker:Search", "*"),
         ],
         "list_jobs": [
             ("cloudformation:ListStacks", "*"),
@@ -188,10 +208,17 @@ def _calls(deployment) -> dict[str, list[tuple[str, str]]]:
 
 
 @pytest.mark.parametrize("tool", ["launch", "watch", "list_jobs", "stop", "invoke", "preflight"])
-def test_each_tools_calls_on_this_deployment_are_allowed(deployment, tool):
-    statements = deployment[0]
+def test_each_tools_calls_on_this_deployment_are_allowed_by_the_operators_policy(deployment, tool):
+    statements = _operator_only(deployment[0])
     refused = [(action, resource) for action, resource in _calls(deployment)[tool] if not allows(statements, action, resource)]
     assert refused == []
+
+
+def test_direct_launches_need_the_direct_policy_too(deployment):
+    calls = _calls(deployment)["launch --direct"]
+    assert [call for call in calls if not allows(deployment[0], *call)] == []
+    creations = [call for call in calls if call[0].startswith("sagemaker:Create") or call[0] == "iam:PassRole"]
+    assert len(creations) == 5 and not [call for call in creations if allows(_operator_only(deployment[0]), *call)]
 
 
 def test_what_an_operator_must_not_do_is_not_allowed(deployment):
@@ -207,6 +234,8 @@ def test_what_an_operator_must_not_do_is_not_allowed(deployment):
         ("sagemaker:DeleteEndpoint", f"{SM}:endpoint/gputrain-endpoint"),
         ("sagemaker:UpdateEndpoint", f"{SM}:endpoint/gputrain-endpoint"),
         ("sagemaker:InvokeEndpoint", f"{SM}:endpoint/team2-endpoint"),
+        ("sagemaker:Search", "*"),  # every project's jobs, hyperparameters and environments
+        ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/sagemaker/TrainingJobs:log-stream:team2-x/algo-1-1"),
         # The served model and the data: a promoted model.tar.gz is not the operators' to overwrite.
         ("s3:PutObject", f"arn:aws:s3:::{artifacts}/training-jobs/gputrain-x/output/model.tar.gz"),
         ("s3:GetObject", f"arn:aws:s3:::{datasets}/train/part-0"),
@@ -234,15 +263,62 @@ def test_direct_creation_is_pinned_as_the_workflows_roles_are(default_app, deplo
     direct launch sends the workflow's request, and nothing less hardened."""
     statements = deployment[0]
     workflow = [s for s in policy_statements(default_app.templates_by_stack_name()) if "/WorkflowRolePolicy" in s.where]
-    creation = _sids(statements, "CreateHardenedTrainingJobs") | _sids(statements, "CreateHardenedTuningJobs")
-    assert creation and creation == _sids(workflow, "CreateHardenedTrainingJobs") | _sids(workflow, "CreateHardenedTuningJobs")
-    for sid in creation:
-        ours = _conditions(statements, sid)
-        assert ours == _conditions(workflow, sid)
+    training_sids = _sids(workflow, "CreateHardenedTrainingJobs")
+    assert training_sids and _sids(statements, "CreateHardenedJobs") == {s.replace("Training", "") for s in training_sids}
+    for sid in training_sids:
+        ours = _conditions(statements, sid.replace("Training", ""))
+        # One statement for training and tuning jobs: the workflow's role holds the same keys for both.
+        assert ours == _conditions(workflow, sid) == _conditions(workflow, sid.replace("Training", "Tuning"))
         assert ours["Bool"] == {"sagemaker:NetworkIsolation": "true"} and "sagemaker:VpcSubnets" in ours["ForAllValues:StringEquals"]
     (processing_sid,) = _sids(statements, "CreateHardenedProcessingJobs")
     processing = _conditions(statements, processing_sid)
     assert processing["Bool"] == {"sagemaker:NetworkIsolation": "true"} and processing["Null"]["sagemaker:VpcSecurityGroupIds"] == "false"
     for sid in ("PassJobRole", "PassProcessingRole"):
         assert _conditions(statements, sid)["StringEquals"] == {"iam:PassedToService": "sagemaker.amazonaws.com"}
-    assert _conditions(statements, "EncryptUploadsWithPlatformKey") == {"StringEquals": {"kms:ViaService": f"s3.{REGION}.amazonaws.com"}}
+    # Tags only as a creation sets them: no retagging a job's Project (whose a job is).
+    assert _conditions(statements, "TagJobsAtCreation") == {"StringEquals": {"sagemaker:TaggingAction": [
+        "CreateTrainingJob", "CreateHyperParameterTuningJob", "CreateProcessingJob"]}}
+    encrypt = _conditions(statements, "EncryptUploadsWithPlatformKey")
+    assert encrypt["StringEquals"]["kms:ViaService"] == f"s3.{REGION}.amazonaws.com"
+    assert "kms:EncryptionContext:aws:s3:arn" in encrypt["StringEquals"]  # the artifacts bucket's (bucket keys on)
+
+
+def _longest(value: Any) -> Any:
+    """The document with every reference at the longest value it can take: bucket names of 63
+    characters, a role's name of 64, subnet and security group ids of 17 hex digits."""
+    if isinstance(value, dict) and ("Fn::GetStackOutput" in value or "Fn::ImportValue" in value or "Ref" in value or "Fn::GetAtt" in value):
+        text = json.dumps(value)
+        if "Key" in text:
+            return f"arn:aws:kms:{LONG_REGION}:{ACCOUNT}:key/" + "f" * 36
+        if "Bucket" in text:
+            return "arn:aws:s3:::" + "b" * 63
+        if "Role" in text:
+            return f"arn:aws:iam::{ACCOUNT}:role/" + "r" * 64
+        if "Subnet" in text:
+            return "subnet-" + "0" * 17
+        if "SecurityGroup" in text:
+            return "sg-" + "0" * 17
+        raise AssertionError(f"no longest value for {text}")
+    if isinstance(value, dict) and "Fn::Join" in value:
+        return value["Fn::Join"][0].join(_longest(v) for v in value["Fn::Join"][1])
+    if isinstance(value, dict):
+        return {k: _longest(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_longest(v) for v in value]
+    return value
+
+
+LONG_REGION, LONG_PROJECT = "ap-southeast-2", "a" * 20
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["operator", "direct"])
+def test_each_policy_fits_iams_limit_with_the_longest_names(default_app, direct):
+    """IAM's limit: 6,144 characters per managed policy, whitespace not counted; a 20-character project
+    name (the config's longest), a 14-character region, the longest bucket, role and key ARNs."""
+    resources = default_app.template_json("gputrain-training")["Resources"]
+    (document,) = [
+        r["Properties"]["PolicyDocument"] for k, r in resources.items()
+        if k.startswith("OperatorPolicy") and ("DirectLaunch" in k) == direct and r["Type"] == "AWS::IAM::ManagedPolicy"
+    ]  # fmt: skip
+    text = json.dumps(_longest(document), separators=(",", ":")).replace("us-east-1", LONG_REGION).replace("gputrain", LONG_PROJECT)
+    assert len(text) < 6144, len(text)
