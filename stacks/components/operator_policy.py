@@ -126,15 +126,8 @@ class OperatorPolicy(Construct):
             *self._preflight_statements(),
         ]
         name = operator_policy_name(project_name, stack.region)
-        self.policy = iam.ManagedPolicy(
-            self,
-            "Policy",
-            managed_policy_name=name,
-            description=f"{project_name}: what the operator tools (launch, watch, list_jobs, stop, invoke, preflight) need",
-            statements=statements,
-        )
-        acknowledge_wildcard_resources(
-            self.policy,
+        self.policy = self._managed_policy(
+            "Policy", name, "what the operator tools (launch, watch, list_jobs, stop, invoke, preflight) need", statements,
             "The operators' tools act on every job, endpoint and execution a launch creates, so on the project's name "
             "prefix (<project>-*) and on each workflow's executions; the listings (jobs, stacks, zones, images, "
             "quotas) support no resource-level permissions; logs are read in the project's streams of SageMaker's "
@@ -146,19 +139,13 @@ class OperatorPolicy(Construct):
             ],
         )  # fmt: skip
         direct_name = direct_launch_policy_name(project_name, stack.region)
-        self.direct_policy = iam.ManagedPolicy(
-            self,
-            "DirectLaunchPolicy",
-            managed_policy_name=direct_name,
-            description=f"{project_name}: scripts.launch --direct, only the workflows' hardened jobs",
-            statements=self._creation_statements(training, jobs, key, processing, datasets_bucket),
-        )
-        acknowledge_wildcard_resources(
-            self.direct_policy,
+        self.direct_policy = self._managed_policy(
+            "DirectLaunchPolicy", direct_name, "scripts.launch --direct, only the workflows' hardened jobs",
+            self._creation_statements(training, jobs, key, processing, datasets_bucket),
             "A direct launch creates a new job under the project's name prefix (<project>-*) each time, under the "
             "workflows' own conditions.",
             [jobs["training-job"], jobs["hyper-parameter-tuning-job"], jobs["processing-job"]],
-        )
+        )  # fmt: skip
         for output, value, description in (
             ("OperatorPolicyName", name, "Attach to the operators' role or permission set"),
             ("OperatorPolicyArn", self.policy.managed_policy_arn, "The operators' policy"),
@@ -166,6 +153,16 @@ class OperatorPolicy(Construct):
             ("DirectLaunchPolicyArn", self.direct_policy.managed_policy_arn, "The direct launches' policy"),
         ):
             CfnOutput(stack, output, value=value, description=description)
+
+    def _managed_policy(
+        self, construct_id: str, name: str, purpose: str, statements: list[iam.PolicyStatement], reason: str, wildcards: list[str]
+    ) -> iam.ManagedPolicy:
+        """The managed policy ``name``, its wildcard resources acknowledged with ``reason``."""
+        policy = iam.ManagedPolicy(
+            self, construct_id, managed_policy_name=name, description=f"{self._project}: {purpose}", statements=statements
+        )
+        acknowledge_wildcard_resources(policy, reason, wildcards)
+        return policy
 
     def _arn(self, service: str, resource: str, name: str, *, colon: bool = False) -> str:
         return self._stack.format_arn(
