@@ -4,7 +4,8 @@ moto accepts AWS::SageMaker::Model, EndpointConfig and Endpoint (through CloudFo
 reports the endpoint InService, but runs no container, and its InvokeEndpoint answers with canned
 data. For an endpoint, this runner does what SageMaker hosting does around the image:
 
-1. reads the endpoint, its config and its model (DescribeEndpoint/-Config/-Model);
+1. reads the endpoint, its config and its model (DescribeEndpoint/-Config/-Model), and refuses in
+   one line (:class:`HostingRefused`) a config with other than one ProductionVariant;
 2. downloads the model's ``ModelDataUrl`` and extracts it into a model directory (SageMaker's
    ``/opt/ml/model``);
 3. starts the real serving mode (``python -m trainer serve`` from ``training_image/``) with the
@@ -54,6 +55,10 @@ INVOKE_TIMEOUT_SECONDS = 60
 
 ROUTES: dict[str, str] = {}
 """Endpoint name -> base URL of the local serving process (read by the patched InvokeEndpoint)."""
+
+
+class HostingRefused(RuntimeError):
+    """An endpoint config the runner cannot play; the message (one line) names the field and its value."""
 
 
 @dataclass
@@ -130,9 +135,20 @@ class LocalHosting:
         return hosted
 
     def _start(self, endpoint_name: str, config_name: str) -> HostedEndpoint:
-        """Start and health-check the serving process of ``config_name``'s model (raises if it never gets healthy)."""
+        """Start and health-check the serving process of ``config_name``'s model (raises if it never
+        gets healthy; :class:`HostingRefused` before anything starts for a config it cannot play)."""
         config = self._client("sagemaker").describe_endpoint_config(EndpointConfigName=config_name)
-        model_name = config["ProductionVariants"][0]["ModelName"]
+        variants = config.get("ProductionVariants") or []
+        if len(variants) != 1:
+            # One process serves one model: several variants would all be answered by the first.
+            listed = ", ".join(
+                f"{v.get('VariantName')}: {v.get('ModelName')} weight {v.get('InitialVariantWeight', 1.0)}" for v in variants
+            )
+            raise HostingRefused(
+                f"ClientError: EndpointConfig {config_name} ProductionVariants [{listed}] is not played by the emulator's "
+                f"hosting runner (one ProductionVariant is); nothing was started for {endpoint_name}."
+            )
+        model_name = variants[0]["ModelName"]
         return self.start_model(endpoint_name, config_name, model_name)
 
     def start_model(
@@ -242,7 +258,8 @@ class LocalHosting:
             hosted = self._start(name, config_name)
         except Exception as err:  # noqa: BLE001 - any failure to start rolls back, as on SageMaker
             endpoint.endpoint_status = "InService"
-            endpoint.failure_reason = f"Update to {config_name} rolled back: the new model did not start: {err}"[:1024]
+            why = f"{err}" if isinstance(err, HostingRefused) else f"the new model did not start: {err}"
+            endpoint.failure_reason = f"Update to {config_name} rolled back: {why}"[:1024]
             endpoint.pending_deployment_summary = None
             endpoint.last_modified_time = utcnow()
             self.on_event(f"endpoint {name}: update rolled back; still serving {self.hosted[name].config_name}")

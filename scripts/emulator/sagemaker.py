@@ -37,8 +37,11 @@ output directories uploaded to their ``S3Uri`` with ``ProcessingOutputConfig.Kms
 status, ``FailureReason`` and ``ExitMessage`` (``output/message``, the processing mode's failure
 file) recorded.
 
-What the runner cannot play faithfully (several hosts without root, no ``unshare``) fails the
-job with a one-line ``ClientError`` instead of running it another way.
+What the runner cannot play faithfully (several hosts without root, no ``unshare``; and, before
+anything is downloaded, what :func:`training_refusal` and :func:`processing_refusal` name:
+heterogeneous clusters, Pipe mode, compressed or RecordIO channels, manifests, file-system
+channels, an uncompressed model output, TensorBoard output, Continuous uploads) fails the job with
+a one-line ``ClientError`` naming the field and its value instead of running it another way.
 
 Emulator only: against a real account SageMaker does all of this itself, in the container.
 """
@@ -389,6 +392,10 @@ class LocalSageMaker:
         names = host_names(int(resources.get("InstanceCount") or 1))
         trees = self._host_trees(name, names)
         log_file = trees[0][1]
+        refused = training_refusal(job)
+        if refused:
+            # What the runner cannot play fails the job in one line before anything is downloaded or run.
+            return self._refuse(name, refused, log_file, trees[0][0])
         self.on_event(f"job {name}: SageMaker's part played locally; /opt/ml of {names[0]} at {trees[0][0]}")
         self._set_status(name, "InProgress", "Downloading", "Downloading input data (local runner)")
         for index, (host, (base, _)) in enumerate(zip(names, trees)):
@@ -405,11 +412,7 @@ class LocalSageMaker:
                 lambda: self._backend_jobs()[name].training_job_status == "Stopping",
             )
         except ContainerRefused as err:
-            outcome = JobOutcome(name, "Failed", f"ClientError: {err}"[:1024], None, {}, 0.0, log_file, trees[0][0])
-            self._record(name, outcome.status, outcome.failure_reason)
-            self.outcomes[name] = outcome
-            self.on_event(f"job {name}: refused: {err}")
-            return outcome
+            return self._refuse(name, str(err), log_file, trees[0][0])
         seconds = time.monotonic() - started
         base = trees[0][0]
         log_text = log_file.read_text(encoding="utf-8", errors="replace")
@@ -433,6 +436,14 @@ class LocalSageMaker:
         self._record(name, outcome.status, outcome.failure_reason, outcome.model_artifact, metrics, seconds)
         self.outcomes[name] = outcome
         self.on_event(f"job {name}: {outcome.status} after {seconds:.1f}s of training")
+        return outcome
+
+    def _refuse(self, name: str, why: str, log_file: Path, base: Path) -> JobOutcome:
+        """Fail training job ``name`` with the one-line ``ClientError: why``; nothing (more) runs."""
+        outcome = JobOutcome(name, "Failed", f"ClientError: {why}"[:1024], None, {}, 0.0, log_file, base)
+        self._record(name, outcome.status, outcome.failure_reason)
+        self.outcomes[name] = outcome
+        self.on_event(f"job {name}: refused: {why}")
         return outcome
 
     def _host_trees(self, name: str, hosts: list[str]) -> list[tuple[Path, Path]]:
@@ -668,20 +679,22 @@ class LocalSageMaker:
         self.on_event(f"processing job {name}: SageMaker Processing played locally; /opt/ml of {names[0]} at {base}")
         self._mark_processing_started(name)
         outputs = (job.get("ProcessingOutputConfig") or {}).get("Outputs") or []
-        for index, (host, (tree, _)) in enumerate(zip(names, trees)):
-            self._materialize_processing(job, tree, s3, names, host, index)
+        # What the runner cannot play fails the job in one line before anything is downloaded or run.
+        refused = processing_refusal(job)
+        if not refused:
+            for index, (host, (tree, _)) in enumerate(zip(names, trees)):
+                self._materialize_processing(job, tree, s3, names, host, index)
 
         app = job.get("AppSpecification") or {}
         entrypoint, arguments = app.get("ContainerEntrypoint"), app.get("ContainerArguments")
         env = self._environment(job, {"PROCESSING_JOB_NAME": name, "PROCESSING_JOB_ARN": job["ProcessingJobArn"]})
         timeout = min(self.timeout_seconds, float((job.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds", 1e9)))
         started = time.monotonic()
-        refused = None
         runs: list[ContainerRun] = []
-        if not entrypoint and not arguments:
+        if not refused and not entrypoint and not arguments:
             # The platform image's CMD is "train": a processing job must say what to run.
             refused = "AppSpecification has no ContainerEntrypoint or ContainerArguments to run"
-        else:
+        elif not refused:
             try:
                 runs = self._run_job_containers(
                     job, PROCESSING_LOG_GROUP, names, trees, (entrypoint, arguments), env, timeout,
@@ -807,6 +820,96 @@ class LocalSageMaker:
             # SageMaker keeps a completed job's instances as a warm pool, billing, for the period
             # (scripts.emulator.gaps reports it and ends it).
             job.warm_pool_status = {"Status": "Available", "ResourceRetainedBillableTimeInSeconds": 0}
+
+
+# --- what the runners cannot play -------------------------------------------------------------
+
+
+def _not_played(field: str, value: Any, runner: str, played: str) -> str:
+    return f"{field} {value} is not played by the emulator's {runner} runner ({played})"
+
+
+def _refusal(refusals: list[str]) -> str | None:
+    return "; ".join(refusals) + "; nothing ran." if refusals else None
+
+
+def training_refusal(job: Mapping[str, Any]) -> str | None:
+    """One line naming each field (and its value) of a DescribeTrainingJob answer that the training
+    runner cannot play, or None: such a job fails before anything is downloaded or run, never runs
+    another way (one host, files for a pipe, an uncompressed model packed anyway)."""
+
+    def no(field: str, value: Any, played: str) -> None:
+        refusals.append(_not_played(field, value, "training", played))
+
+    refusals: list[str] = []
+    resources = job.get("ResourceConfig") or {}
+    groups = resources.get("InstanceGroups")
+    if groups:
+        listed = ", ".join(f"{g.get('InstanceGroupName')}: {g.get('InstanceCount')} x {g.get('InstanceType')}" for g in groups)
+        no("ResourceConfig.InstanceGroups", f"[{listed}]", "one homogeneous cluster, InstanceType and InstanceCount, is")
+    spec = job.get("AlgorithmSpecification") or {}
+    for channel in job.get("InputDataConfig") or []:
+        where = f"InputDataConfig[{channel.get('ChannelName')}]"
+        source = channel.get("DataSource") or {}
+        s3 = source.get("S3DataSource")
+        if not s3:
+            fs = source.get("FileSystemDataSource")
+            if fs is not None:
+                value = f"{fs.get('FileSystemType')} {fs.get('FileSystemId')}:{fs.get('DirectoryPath')} ({fs.get('FileSystemAccessMode')})"
+                no(f"{where}.DataSource.FileSystemDataSource", value, "S3DataSource is")
+            else:
+                no(f"{where}.DataSource", "/".join(sorted(source)) or "{}", "S3DataSource is")
+        elif (s3.get("S3DataType") or "S3Prefix") != "S3Prefix":
+            no(f"{where}.DataSource.S3DataSource.S3DataType", s3["S3DataType"], "S3Prefix is")
+        if channel.get("InputMode"):
+            mode_field, mode = f"{where}.InputMode", channel["InputMode"]
+        else:
+            mode_field = f"AlgorithmSpecification.TrainingInputMode (channel {channel.get('ChannelName')})"
+            mode = spec.get("TrainingInputMode") or "File"
+        if mode not in ("File", "FastFile"):
+            no(mode_field, mode, "File and FastFile are, as files under /opt/ml/input/data")
+        if (channel.get("CompressionType") or "None") != "None":
+            no(f"{where}.CompressionType", channel["CompressionType"], "None is")
+        if (channel.get("RecordWrapperType") or "None") != "None":
+            no(f"{where}.RecordWrapperType", channel["RecordWrapperType"], "None is")
+    compression = (job.get("OutputDataConfig") or {}).get("CompressionType") or "GZIP"
+    if compression != "GZIP":
+        no("OutputDataConfig.CompressionType", compression, "GZIP is: the model is uploaded as model.tar.gz")
+    tensorboard = job.get("TensorBoardOutputConfig")
+    if tensorboard:
+        local = tensorboard.get("LocalPath") or "/opt/ml/output/tensorboard"
+        no("TensorBoardOutputConfig", tensorboard.get("S3OutputPath"), f"nothing uploads {local}")
+    return _refusal(refusals)
+
+
+def processing_refusal(job: Mapping[str, Any]) -> str | None:
+    """One line naming each field (and its value) of a DescribeProcessingJob answer that the
+    processing runner cannot play, or None (as :func:`training_refusal`)."""
+
+    def no(field: str, value: Any, played: str) -> None:
+        refusals.append(_not_played(field, value, "processing", played))
+
+    refusals: list[str] = []
+    for item in job.get("ProcessingInputs") or []:
+        where = f"ProcessingInputs[{item.get('InputName')}]"
+        source = item.get("S3Input")
+        if not source:
+            no(f"{where}", "/".join(sorted(k for k in item if k not in ("InputName", "AppManaged"))) or "{}", "S3Input is")
+            continue
+        if (source.get("S3DataType") or "S3Prefix") != "S3Prefix":
+            no(f"{where}.S3Input.S3DataType", source["S3DataType"], "S3Prefix is")
+        if (source.get("S3InputMode") or "File") != "File":
+            no(f"{where}.S3Input.S3InputMode", source["S3InputMode"], "File is")
+        if (source.get("S3CompressionType") or "None") != "None":
+            no(f"{where}.S3Input.S3CompressionType", source["S3CompressionType"], "None is")
+    for item in (job.get("ProcessingOutputConfig") or {}).get("Outputs") or []:
+        where = f"ProcessingOutputConfig.Outputs[{item.get('OutputName')}]"
+        target = item.get("S3Output")
+        if not target:
+            no(f"{where}", "/".join(sorted(k for k in item if k not in ("OutputName", "AppManaged"))) or "{}", "S3Output is")
+        elif (target.get("S3UploadMode") or "EndOfJob") != "EndOfJob":
+            no(f"{where}.S3Output.S3UploadMode", target["S3UploadMode"], "EndOfJob is: outputs are uploaded when the job ends")
+    return _refusal(refusals)
 
 
 def _resource_config(hosts: list[str], host: str, instance_type: str | None) -> dict[str, Any]:

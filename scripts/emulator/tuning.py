@@ -6,13 +6,14 @@ training job (see ``gaps._jobs_without_a_runner_fail``). While a local runner wa
 tuner does, in the same order:
 
 1. reads the job (DescribeHyperParameterTuningJob) and refuses, with one line, what it cannot play
-   (several TrainingJobDefinitions, warm start);
+   (several TrainingJobDefinitions, warm start, the ``Hyperband`` strategy,
+   ``TuningJobCompletionCriteria``);
 2. samples ``MaxNumberOfTrainingJobs`` hyperparameter sets from the ``ParameterRanges``:
    ``Random`` draws each range (Continuous and Integer uniformly, log-uniformly for
    ``Logarithmic`` scaling, and for ``ReverseLogarithmic`` log-uniformly in 1 - x, so values crowd
    near 1 as on SageMaker; Categorical uniformly); ``Grid`` walks every combination of the
-   categorical values, in order, and, as SageMaker does, refuses any other range; ``Bayesian`` and
-   ``Hyperband`` are sampled as Random here, and the runner says so in one line;
+   categorical values, in order, and, as SageMaker does, refuses any other range; ``Bayesian`` is
+   sampled as Random here, and the runner says so in one line;
 3. starts each trial as a CreateTrainingJob of the job's TrainingJobDefinition with the static and
    the sampled hyperparameters, named as SageMaker names them (``<tuning job>-NNN-<hex>``): every
    trial is a real platform training job, run by the same local runner with the same guarantees
@@ -35,6 +36,7 @@ Emulator only: on AWS, SageMaker's tuner does all of this itself.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import random
 import time
@@ -208,10 +210,22 @@ def run_tuning_job(
     if job.get("WarmStartConfig"):
         raise TuningRefused("ClientError: WarmStartConfig is not played by the emulator's tuner; nothing ran.")
     config, definition = job["HyperParameterTuningJobConfig"], job["TrainingJobDefinition"]
-    limits, objective = config["ResourceLimits"], config["HyperParameterTuningJobObjective"]
     strategy = config.get("Strategy") or "Bayesian"
+    if strategy not in ("Bayesian", "Random", "Grid"):
+        # Hyperband stops and resumes trials by its own schedule: sampled as Random it would run another search.
+        raise TuningRefused(
+            f"ClientError: HyperParameterTuningJobConfig.Strategy {strategy} is not played by the emulator's tuner "
+            "(Random, Grid and Bayesian, sampled as Random, are); nothing ran."
+        )
+    if config.get("TuningJobCompletionCriteria"):
+        raise TuningRefused(
+            "ClientError: HyperParameterTuningJobConfig.TuningJobCompletionCriteria "
+            f"{json.dumps(config['TuningJobCompletionCriteria'], sort_keys=True, default=str)} is not played by the emulator's tuner "
+            "(every trial up to ResourceLimits runs); nothing ran."
+        )
+    limits, objective = config["ResourceLimits"], config["HyperParameterTuningJobObjective"]
     tuned_sets = sample(parameter_ranges(config), strategy, int(limits.get("MaxNumberOfTrainingJobs") or 0), config.get("RandomSeed"))
-    if strategy in ("Bayesian", "Hyperband"):
+    if strategy == "Bayesian":
         on_event(f"tuning job {name}: strategy {strategy} is sampled as Random on the emulator")
     on_event(
         f"tuning job {name}: {len(tuned_sets)} trial(s); MaxParallelTrainingJobs {limits.get('MaxParallelTrainingJobs', 1)} "
