@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -421,8 +422,16 @@ class LocalSageMaker:
 
         model_dir = base / "model"
         failed = _first_failure(names, trees, runs, "failure")
-        if any(run.stopped for run in runs):
-            outcome = JobOutcome(name, "Stopped", None, None, metrics, seconds, log_file, base)
+        # The job's own MaxRuntimeInSeconds (not the runner's cap) ran out: SageMaker stops the job
+        # (SIGTERM, then its grace) and records it Stopped, MaxRuntimeExceeded, keeping what it saved.
+        limit = float((job.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
+        own_limit = limit <= self.timeout_seconds and any(run.code is None and not run.stopped for run in runs)
+        secondary = "MaxRuntimeExceeded" if own_limit else None
+        if any(run.stopped for run in runs) or own_limit:
+            # As SageMaker does on a stop: the model the job saved so far is uploaded.
+            saved = model_dir.is_dir() and any(model_dir.iterdir())
+            artifact = self._upload_outputs(job, base, s3) if saved else None
+            outcome = JobOutcome(name, "Stopped", None, artifact, metrics, seconds, log_file, base)
         elif failed is None and model_dir.is_dir() and any(model_dir.iterdir()):
             self._set_status(name, "InProgress", "Uploading", "Uploading generated training model (local runner)")
             artifact = self._upload_outputs(job, base, s3)
@@ -433,9 +442,9 @@ class LocalSageMaker:
             else:
                 reason = _failure_reason(failed, timeout, len(names), prefix="")
             outcome = JobOutcome(name, "Failed", reason[:1024], None, metrics, seconds, log_file, base)
-        self._record(name, outcome.status, outcome.failure_reason, outcome.model_artifact, metrics, seconds)
+        self._record(name, outcome.status, outcome.failure_reason, outcome.model_artifact, metrics, seconds, secondary=secondary)
         self.outcomes[name] = outcome
-        self.on_event(f"job {name}: {outcome.status} after {seconds:.1f}s of training")
+        self.on_event(f"job {name}: {outcome.status}{f' ({secondary})' if secondary else ''} after {seconds:.1f}s of training")
         return outcome
 
     def _refuse(self, name: str, why: str, log_file: Path, base: Path) -> JobOutcome:
@@ -591,6 +600,13 @@ class LocalSageMaker:
             }
         )
         env.update(self.extra_env)
+        if _network_isolated(job):
+            # "No AWS credentials are made available to the container runtime environment" of a job with
+            # network isolation (its code and data arrive as channels): a script that calls AWS fails
+            # here as it would there, at once (no instance metadata to wait for), not only on AWS.
+            for variable in [v for v in env if v.startswith(ISOLATED_AWS_PREFIXES) and v not in ("AWS_REGION", "AWS_DEFAULT_REGION")]:
+                del env[variable]
+            env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_CONFIG_FILE": os.devnull})
         return env
 
     def _upload_outputs(self, job: Mapping[str, Any], base: Path, s3: Any) -> str:
@@ -795,11 +811,15 @@ class LocalSageMaker:
         model_artifact: str | None = None,
         metrics: Mapping[str, float] | None = None,
         seconds: float | None = None,
+        *,
+        secondary: str | None = None,
     ) -> None:
         from moto.core.utils import utcnow
 
         message = {"Completed": "Training job completed", "Stopped": "Training job stopped (StopTrainingJob)"}.get(status)
-        self._set_status(name, status, status, message or failure_reason or "failed")
+        if secondary == "MaxRuntimeExceeded":
+            message = "Training job stopped: its MaxRuntimeInSeconds ran out"
+        self._set_status(name, status, secondary or status, message or failure_reason or "failed")
         job = self._backend_jobs()[name]
         now = utcnow()
         transitions = list(job.secondary_status_transitions)
@@ -820,6 +840,17 @@ class LocalSageMaker:
             # SageMaker keeps a completed job's instances as a warm pool, billing, for the period
             # (scripts.emulator.gaps reports it and ends it).
             job.warm_pool_status = {"Status": "Available", "ResourceRetainedBillableTimeInSeconds": 0}
+
+
+ISOLATED_AWS_PREFIXES = ("AWS_",)
+"""What a network-isolated job's container does not get: every ``AWS_*`` variable but the region
+(credentials, a profile or credentials file, the emulator's endpoint)."""
+
+
+def _network_isolated(job: Mapping[str, Any]) -> bool:
+    """The job asked for network isolation (training: ``EnableNetworkIsolation``; processing:
+    ``NetworkConfig.EnableNetworkIsolation``)."""
+    return bool(job.get("EnableNetworkIsolation") or (job.get("NetworkConfig") or {}).get("EnableNetworkIsolation"))
 
 
 # --- what the runners cannot play -------------------------------------------------------------

@@ -89,7 +89,8 @@ def _client(emulator: server.Emulator, service: str) -> Any:
 
 
 def _create_training_job(emulator: server.Emulator, name: str, entrypoint: list[str] | None, arguments: list[str] | None = None,
-                         *, instances: int = 1, distribution: str = "FullyReplicated", keep_alive: int = 0) -> None:
+                         *, instances: int = 1, distribution: str = "FullyReplicated", keep_alive: int = 0,
+                         isolated: bool = False, max_runtime: int = 600) -> None:
     s3 = _client(emulator, "s3")
     if "datasets" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
         s3.create_bucket(Bucket="datasets")
@@ -111,7 +112,8 @@ def _create_training_job(emulator: server.Emulator, name: str, entrypoint: list[
         OutputDataConfig={"S3OutputPath": "s3://artifacts/output/"},
         ResourceConfig={"InstanceType": "ml.g5.xlarge", "InstanceCount": instances, "VolumeSizeInGB": 50,
                         **({"KeepAlivePeriodInSeconds": keep_alive} if keep_alive else {})},
-        StoppingCondition={"MaxRuntimeInSeconds": 600},
+        StoppingCondition={"MaxRuntimeInSeconds": max_runtime},
+        EnableNetworkIsolation=isolated,
     )
 
 
@@ -374,6 +376,19 @@ def test_a_container_reaches_the_emulator_as_a_job_reaches_aws(emulator, runner)
     assert (outcome.base_dir / "model" / "keys.txt").read_text() == ",".join(f"train/part-{i}.csv" for i in range(4))
 
 
+def test_a_network_isolated_container_gets_no_aws_credentials_as_on_sagemaker(emulator, process_runner) -> None:
+    """Every platform job has network isolation, and SageMaker gives its container no credentials: the
+    same AWS call fails here, at once, instead of passing locally and failing only on AWS."""
+    script = ("import boto3, os, sys\nprint('env', sorted(k for k in os.environ if k.startswith('AWS_')))\n"
+              "boto3.client('s3').list_objects_v2(Bucket='datasets')\n")
+    _create_training_job(emulator, "isolated-calls-aws", ["python3", "-c", script], isolated=True)
+    outcome = process_runner.run_job("isolated-calls-aws")
+    assert outcome.status == "Failed"
+    assert "NoCredentialsError" in (outcome.failure_reason or ""), outcome.failure_reason
+    log = outcome.log_file.read_text()
+    assert "'AWS_ENDPOINT_URL'" not in log and "'AWS_ACCESS_KEY_ID'" not in log and "'AWS_REGION'" in log
+
+
 def test_stop_training_job_sends_sigterm_to_the_jobs_process_and_records_stopped(emulator, runner) -> None:
     # As SageMaker does on StopTrainingJob: SIGTERM to the container (in Docker: through the attached
     # docker run and the entrypoint), which has time to leave a checkpoint before it ends.
@@ -397,6 +412,26 @@ def test_stop_training_job_sends_sigterm_to_the_jobs_process_and_records_stopped
     (outcome,) = outcomes
     assert outcome.status == "Stopped" and outcome.seconds < 60
     assert (outcome.base_dir / "checkpoints" / "stopped.txt").read_text() == "SIGTERM"
+
+
+def test_a_job_its_own_max_runtime_stops_is_stopped_with_what_it_saved_as_on_sagemaker(emulator, process_runner) -> None:
+    """SageMaker stops a job at its MaxRuntimeInSeconds (SIGTERM, then its grace) and records it Stopped,
+    SecondaryStatus MaxRuntimeExceeded (what scripts.watch names the setting for), with the model saved."""
+    script = ("import os, time\nos.makedirs('/opt/ml/model', exist_ok=True)\n"
+              "open('/opt/ml/model/epoch-1.txt', 'w').write('1')\nprint('saved', flush=True)\ntime.sleep(300)\n")
+    _create_training_job(emulator, "runs-out", ["python3", "-c", script], max_runtime=3)
+    outcome = process_runner.run_job("runs-out")
+    assert outcome.status == "Stopped" and outcome.seconds < 60
+    described = _client(emulator, "sagemaker").describe_training_job(TrainingJobName="runs-out")
+    assert (described["TrainingJobStatus"], described["SecondaryStatus"]) == ("Stopped", "MaxRuntimeExceeded")
+    assert _model_files_text(emulator, described["ModelArtifacts"]["S3ModelArtifacts"]) == {"epoch-1.txt": "1"}
+
+
+def _model_files_text(emulator: server.Emulator, artifact: str) -> dict[str, str]:
+    bucket, _, key = artifact[len("s3://") :].partition("/")
+    body = _client(emulator, "s3").get_object(Bucket=bucket, Key=key)["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        return {m.name: tar.extractfile(m).read().decode() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
 @pytest.mark.slow  # seconds on CI: out of the quick loop
