@@ -431,6 +431,8 @@ class LocalSageMaker:
             # As SageMaker does on a stop: the model the job saved so far is uploaded.
             saved = model_dir.is_dir() and any(model_dir.iterdir())
             artifact = self._upload_outputs(job, base, s3) if saved else None
+            if not saved:
+                self._upload_checkpoints(job, base, s3)
             outcome = JobOutcome(name, "Stopped", None, artifact, metrics, seconds, log_file, base)
         elif failed is None and model_dir.is_dir() and any(model_dir.iterdir()):
             self._set_status(name, "InProgress", "Uploading", "Uploading generated training model (local runner)")
@@ -441,6 +443,7 @@ class LocalSageMaker:
                 reason = "AlgorithmError: the container exited 0 but wrote nothing to /opt/ml/model"
             else:
                 reason = _failure_reason(failed, timeout, len(names), prefix="")
+            self._upload_checkpoints(job, base, s3)
             outcome = JobOutcome(name, "Failed", reason[:1024], None, metrics, seconds, log_file, base)
         self._record(name, outcome.status, outcome.failure_reason, outcome.model_artifact, metrics, seconds, secondary=secondary)
         self.outcomes[name] = outcome
@@ -626,12 +629,21 @@ class LocalSageMaker:
                 for item in sorted(data_dir.iterdir()):
                     tar.add(item, arcname=item.name)
             s3.upload_file(str(data_archive), bucket, f"{prefix}{job['TrainingJobName']}/output/output.tar.gz", ExtraArgs=extra)
-        checkpoint_uri = (job.get("CheckpointConfig") or {}).get("S3Uri")
-        if checkpoint_uri:
-            ck_bucket, ck_prefix = _split_s3(checkpoint_uri.rstrip("/") + "/")
-            for path in sorted(p for p in (base / "checkpoints").rglob("*") if p.is_file()):
-                s3.upload_file(str(path), ck_bucket, ck_prefix + path.relative_to(base / "checkpoints").as_posix(), ExtraArgs=extra)
+        self._upload_checkpoints(job, base, s3)
         return f"s3://{bucket}/{key}"
+
+    def _upload_checkpoints(self, job: Mapping[str, Any], base: Path, s3: Any) -> None:
+        """``/opt/ml/checkpoints`` to ``CheckpointConfig.S3Uri``. SageMaker syncs it while the job runs,
+        so a failed or stopped job's checkpoints are in S3 too (what a spot restart or a rerun resumes
+        from): the runner uploads them at every end."""
+        checkpoint_uri = (job.get("CheckpointConfig") or {}).get("S3Uri")
+        if not checkpoint_uri:
+            return
+        output = job["OutputDataConfig"]
+        extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": output["KmsKeyId"]} if output.get("KmsKeyId") else {}
+        ck_bucket, ck_prefix = _split_s3(checkpoint_uri.rstrip("/") + "/")
+        for path in sorted(p for p in (base / "checkpoints").rglob("*") if p.is_file()):
+            s3.upload_file(str(path), ck_bucket, ck_prefix + path.relative_to(base / "checkpoints").as_posix(), ExtraArgs=extra)
 
     # --- one transform job -----------------------------------------------------------------
 
@@ -906,6 +918,9 @@ def training_refusal(job: Mapping[str, Any]) -> str | None:
     compression = (job.get("OutputDataConfig") or {}).get("CompressionType") or "GZIP"
     if compression != "GZIP":
         no("OutputDataConfig.CompressionType", compression, "GZIP is: the model is uploaded as model.tar.gz")
+    checkpoint_path = (job.get("CheckpointConfig") or {}).get("LocalPath") or "/opt/ml/checkpoints"
+    if checkpoint_path.rstrip("/") != "/opt/ml/checkpoints":
+        no("CheckpointConfig.LocalPath", checkpoint_path, "/opt/ml/checkpoints is, synced both ways")
     tensorboard = job.get("TensorBoardOutputConfig")
     if tensorboard:
         local = tensorboard.get("LocalPath") or "/opt/ml/output/tensorboard"

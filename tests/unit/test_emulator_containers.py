@@ -90,7 +90,7 @@ def _client(emulator: server.Emulator, service: str) -> Any:
 
 def _create_training_job(emulator: server.Emulator, name: str, entrypoint: list[str] | None, arguments: list[str] | None = None,
                          *, instances: int = 1, distribution: str = "FullyReplicated", keep_alive: int = 0,
-                         isolated: bool = False, max_runtime: int = 600) -> None:
+                         isolated: bool = False, max_runtime: int = 600, checkpoints: str | None = None) -> None:
     s3 = _client(emulator, "s3")
     if "datasets" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]:
         s3.create_bucket(Bucket="datasets")
@@ -114,6 +114,7 @@ def _create_training_job(emulator: server.Emulator, name: str, entrypoint: list[
                         **({"KeepAlivePeriodInSeconds": keep_alive} if keep_alive else {})},
         StoppingCondition={"MaxRuntimeInSeconds": max_runtime},
         EnableNetworkIsolation=isolated,
+        **({"CheckpointConfig": {"S3Uri": checkpoints}} if checkpoints else {}),
     )
 
 
@@ -425,6 +426,18 @@ def test_a_job_its_own_max_runtime_stops_is_stopped_with_what_it_saved_as_on_sag
     described = _client(emulator, "sagemaker").describe_training_job(TrainingJobName="runs-out")
     assert (described["TrainingJobStatus"], described["SecondaryStatus"]) == ("Stopped", "MaxRuntimeExceeded")
     assert _model_files_text(emulator, described["ModelArtifacts"]["S3ModelArtifacts"]) == {"epoch-1.txt": "1"}
+
+
+def test_a_failed_jobs_checkpoints_reach_s3_as_sagemakers_sync_leaves_them(emulator, process_runner) -> None:
+    """SageMaker syncs /opt/ml/checkpoints while the job runs: what a failed (or spot-interrupted) job
+    saved is in S3 for the rerun that resumes from it."""
+    script = ("import os, sys\nos.makedirs('/opt/ml/checkpoints', exist_ok=True)\n"
+              "open('/opt/ml/checkpoints/ckpt-3.index', 'w').write('3')\nsys.exit(1)\n")
+    _create_training_job(emulator, "fails-after-a-checkpoint", ["python3", "-c", script], checkpoints="s3://artifacts/checkpoints/f1/")
+    outcome = process_runner.run_job("fails-after-a-checkpoint")
+    assert outcome.status == "Failed"
+    body = _client(emulator, "s3").get_object(Bucket="artifacts", Key="checkpoints/f1/ckpt-3.index")["Body"].read()
+    assert body == b"3"
 
 
 def _model_files_text(emulator: server.Emulator, artifact: str) -> dict[str, str]:

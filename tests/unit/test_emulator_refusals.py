@@ -128,6 +128,11 @@ TRAINING_REFUSALS = [
         id="uncompressed-output",
     ),
     pytest.param(
+        {"CheckpointConfig": {"S3Uri": "s3://artifacts/checkpoints/x/", "LocalPath": "/tmp/ckpt"}},
+        "CheckpointConfig.LocalPath /tmp/ckpt",
+        id="checkpoint-local-path",
+    ),
+    pytest.param(
         {"TensorBoardOutputConfig": {"S3OutputPath": "s3://artifacts/tensorboard/"}},
         "TensorBoardOutputConfig s3://artifacts/tensorboard/",
         id="tensorboard",
