@@ -370,7 +370,12 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
     name = short_name(arn).split("/")[-1]
     if kind in DATA_TYPES:
         if kind == "kms:key":
-            state = _kms_state(client("kms"), arn)
+            try:
+                state = _kms_state(client("kms"), arn)
+            except _Unchecked:
+                if not data_retained:
+                    raise
+                state = None  # kept by design either way: its state changes no verdict
             if state == "PendingDeletion":
                 return Finding(arn, kind, INFO, "deletion scheduled (KMS waiting period)")
         if data_retained:

@@ -425,14 +425,16 @@ class LocalSageMaker:
         # The job's own MaxRuntimeInSeconds (not the runner's cap) ran out: SageMaker stops the job
         # (SIGTERM, then its grace) and records it Stopped, MaxRuntimeExceeded, keeping what it saved.
         limit = float((job.get("StoppingCondition") or {}).get("MaxRuntimeInSeconds") or math.inf)
-        own_limit = limit <= self.timeout_seconds and any(run.code is None and not run.stopped for run in runs)
+        own_limit = (
+            limit <= self.timeout_seconds
+            and any(run.code is None and not run.stopped for run in runs)
+            and not any(run.code not in (0, None) and not run.ended for run in runs)  # a host failed first
+        )
         secondary = "MaxRuntimeExceeded" if own_limit else None
         if any(run.stopped for run in runs) or own_limit:
             # As SageMaker does on a stop: the model the job saved so far is uploaded.
             saved = model_dir.is_dir() and any(model_dir.iterdir())
-            artifact = self._upload_outputs(job, base, s3) if saved else None
-            if not saved:
-                self._upload_checkpoints(job, base, s3)
+            artifact = self._after_end(name, lambda: self._upload_outputs(job, base, s3) if saved else self._upload_checkpoints(job, base, s3))
             outcome = JobOutcome(name, "Stopped", None, artifact, metrics, seconds, log_file, base)
         elif failed is None and model_dir.is_dir() and any(model_dir.iterdir()):
             self._set_status(name, "InProgress", "Uploading", "Uploading generated training model (local runner)")
@@ -443,12 +445,20 @@ class LocalSageMaker:
                 reason = "AlgorithmError: the container exited 0 but wrote nothing to /opt/ml/model"
             else:
                 reason = _failure_reason(failed, timeout, len(names), prefix="")
-            self._upload_checkpoints(job, base, s3)
+            self._after_end(name, lambda: self._upload_checkpoints(job, base, s3))
             outcome = JobOutcome(name, "Failed", reason[:1024], None, metrics, seconds, log_file, base)
         self._record(name, outcome.status, outcome.failure_reason, outcome.model_artifact, metrics, seconds, secondary=secondary)
         self.outcomes[name] = outcome
         self.on_event(f"job {name}: {outcome.status}{f' ({secondary})' if secondary else ''} after {seconds:.1f}s of training")
         return outcome
+
+    def _after_end(self, name: str, upload: Callable[[], Any]) -> Any:
+        """``upload()`` after a job stopped or failed: an upload error is said, and the job keeps its own end."""
+        try:
+            return upload()
+        except Exception as err:  # noqa: BLE001 - the job's outcome is already decided
+            self.on_event(f"job {name}: could not upload what it saved: {type(err).__name__}: {err}")
+            return None
 
     def _refuse(self, name: str, why: str, log_file: Path, base: Path) -> JobOutcome:
         """Fail training job ``name`` with the one-line ``ClientError: why``; nothing (more) runs."""
@@ -607,7 +617,8 @@ class LocalSageMaker:
             # "No AWS credentials are made available to the container runtime environment" of a job with
             # network isolation (its code and data arrive as channels): a script that calls AWS fails
             # here as it would there, at once (no instance metadata to wait for), not only on AWS.
-            for variable in [v for v in env if v.startswith(ISOLATED_AWS_PREFIXES) and v not in ("AWS_REGION", "AWS_DEFAULT_REGION")]:
+            own = job.get("Environment") or {}  # what the job sets itself, SageMaker passes through
+            for variable in [v for v in env if v.startswith(ISOLATED_AWS_PREFIXES) and v not in ("AWS_REGION", "AWS_DEFAULT_REGION", *own)]:
                 del env[variable]
             env.update({"AWS_EC2_METADATA_DISABLED": "true", "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_CONFIG_FILE": os.devnull})
         return env

@@ -120,14 +120,22 @@ def test_the_answer_the_image_chooses_follows_its_devices_and_its_limit() -> Non
         ({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_MAX_BATCH_SIZE": "32"}, 2, 16),  # 6 MB records
         ({"SERVE_MAX_REQUEST_BYTES": str(500 * MB)}, 1, 1),
         ({"SAGEMAKER_MAX_PAYLOAD_IN_MB": "0"}, 8, 16),  # no limit: nothing to bound
+        # Under 1 MB no MaxPayloadInMB is said, and SageMaker sends up to its default 6 MB.
+        ({"SAGEMAKER_BATCH_STRATEGY": "SINGLE_RECORD", "SERVE_MAX_REQUEST_BYTES": "4096"}, 2, 16),
     ],
-    ids=["60mb-1-gpu", "20mb-8-gpus", "single-record-6mb", "100mb", "unlimited"],
+    ids=["60mb-1-gpu", "20mb-8-gpus", "single-record-6mb", "100mb", "unlimited", "under-1-mb"],
 )
 def test_the_chosen_concurrency_keeps_sagemakers_100_mb_bound(environment: dict, workers: int, concurrent: int) -> None:
     """CreateTransformJob: MaxConcurrentTransforms x MaxPayloadInMB may not exceed 100 (MB in flight at once)."""
     answer = answer_for(load_settings(environment), workers, user_code=False)
     assert answer["MaxConcurrentTransforms"] == concurrent
-    assert answer["MaxConcurrentTransforms"] * answer["MaxPayloadInMB"] <= 100
+    assert answer["MaxConcurrentTransforms"] * answer.get("MaxPayloadInMB", 6) <= 100
+
+
+def test_beside_the_jobs_concurrency_the_chosen_payload_keeps_the_bound() -> None:
+    """The job set MaxConcurrentTransforms 32 and no MaxPayloadInMB: the image's 6 MB would be 192 MB."""
+    answer = answer_for(load_settings({"SAGEMAKER_MAX_CONCURRENT_TRANSFORMS": "32"}), 1, user_code=False)
+    assert answer == {"MaxConcurrentTransforms": 32, "BatchStrategy": "MULTI_RECORD", "MaxPayloadInMB": 3}
 
 
 # --- over HTTP ----------------------------------------------------------------------------------------

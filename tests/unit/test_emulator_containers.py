@@ -420,7 +420,7 @@ def test_a_job_its_own_max_runtime_stops_is_stopped_with_what_it_saved_as_on_sag
     SecondaryStatus MaxRuntimeExceeded (what scripts.watch names the setting for), with the model saved."""
     script = ("import os, time\nos.makedirs('/opt/ml/model', exist_ok=True)\n"
               "open('/opt/ml/model/epoch-1.txt', 'w').write('1')\nprint('saved', flush=True)\ntime.sleep(300)\n")
-    _create_training_job(emulator, "runs-out", ["python3", "-c", script], max_runtime=3)
+    _create_training_job(emulator, "runs-out", ["python3", "-c", script], max_runtime=8)
     outcome = process_runner.run_job("runs-out")
     assert outcome.status == "Stopped" and outcome.seconds < 60
     described = _client(emulator, "sagemaker").describe_training_job(TrainingJobName="runs-out")

@@ -29,7 +29,7 @@ def write_reason(file: Path, message: str) -> None:
     """Writes the reason, on one line, to ``file`` (and stdout, in case the file cannot be written)."""
     text = " ".join(message.split())[:MAX_FAILURE_CHARS]
     print(f"[trainer] failed reason={text}", file=sys.stdout, flush=True)
-    kept = text.encode("utf-8")[: MAX_REASON_BYTES - 1].decode("utf-8", "ignore")
+    kept = text.encode("utf-8", "replace")[: MAX_REASON_BYTES - 1].decode("utf-8", "ignore")
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
         file.write_text(kept + "\n", encoding="utf-8")

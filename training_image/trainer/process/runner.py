@@ -4,9 +4,9 @@ Order is the guarantee, as in training: the GPU check (``python -m trainer.gpu_c
 process of its own, ``EXPECTED_GPU_COUNT`` first) must pass before any input is read or any user
 code is unpacked. Every failure ends as one line in ``<base>/output/message`` (what SageMaker
 Processing reports as the job's ExitMessage) and training's exit codes: 2 configuration, 3 GPU,
-5 data, 8 user script, 9 source, 143 SIGTERM. A message left by an earlier attempt is removed on
-success; one the user's script wrote during this run is its ExitMessage, kept on success and on
-failure, as SageMaker's containers keep it (the platform's reason is then in the log).
+5 data, 8 user script, 9 source, 143 SIGTERM. A message left by an earlier attempt is removed at
+the start; one the user's script writes is its ExitMessage, kept on success and on failure, as
+SageMaker's containers keep it (the platform's reason is then in the log).
 """
 
 from __future__ import annotations
@@ -31,48 +31,38 @@ from trainer.user_code import source
 ENV_INSTANCE_TYPE = environment.ENV_INSTANCE_TYPE
 
 
-def record_message(paths: contract.ProcessingPaths, message: str, *, before: Stamp | None = None, check: bool = False) -> None:
+def record_message(paths: contract.ProcessingPaths, message: str) -> None:
     """Writes the reason, on one line, to ``output/message`` (what SageMaker reports as ExitMessage),
-    unless (``check``) the user's script wrote one during this run, the file no longer being as it
-    was at the start (``before``): that one stays."""
-    if check and _written_during_run(paths.message_file, before):
+    unless the user's script wrote one: that one stays (an earlier attempt's is gone by then, see
+    :func:`main`)."""
+    if _written(paths.message_file):
         log("failed", reason=" ".join(message.split()), kept=str(paths.message_file))
         return
     write_reason(paths.message_file, message)
 
 
-Stamp = tuple[int, int]
-"""A file's ``(st_mtime_ns, st_size)``."""
-
-
-def _stamp(file: Path) -> Stamp | None:
+def _written(file: Path) -> bool:
+    """``file`` holds something."""
     try:
-        found = file.stat()
+        return file.stat().st_size > 0
     except OSError:
-        return None
-    return found.st_mtime_ns, found.st_size
-
-
-def _written_during_run(file: Path, before: Stamp | None) -> bool:
-    """``file`` holds something, and is not what it was when the run started (an earlier attempt's)."""
-    now = _stamp(file)
-    return now is not None and now[1] > 0 and now != before
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m trainer process [ARGS]``: runs the job; returns its exit status (0 only on success)."""
     args = list(sys.argv[2:] if argv is None else argv)
     paths = contract.resolve_paths()
-    before = _stamp(paths.message_file)
+    # An earlier attempt's message goes first: whatever is there at the end, this run wrote.
+    try:
+        paths.message_file.unlink(missing_ok=True)
+    except OSError as err:
+        log("warning", removing=str(paths.message_file), error=str(err))
     status = run_recorded(
-        lambda: run(contract.load_environment(), args),
-        lambda reason: record_message(paths, reason, before=before, check=True),
-        "the processing job",
+        lambda: run(contract.load_environment(), args), lambda reason: record_message(paths, reason), "the processing job"
     )
     if status != 0:
         return status
-    if not _written_during_run(paths.message_file, before):
-        paths.message_file.unlink(missing_ok=True)
     log("success")
     return 0
 

@@ -47,6 +47,8 @@ from trainer.contract.serving import MAX_PAYLOAD_IN_MB, MB, ServeSettings, load_
 # Threads that run the user's inference.py handlers: each request's handler runs off the event
 # loop, so a slow handler (or one calling back into /v1/models) never blocks the server.
 HANDLER_THREADS = 8
+SAGEMAKER_DEFAULT_PAYLOAD_MB = 6
+"""SageMaker's MaxPayloadInMB where neither the job nor the container sets one."""
 CUSTOM_ATTRIBUTES_HEADER = "X-Amzn-SageMaker-Custom-Attributes"
 _TFS_ROUTE = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?:(?P<method>\w+)$")
 # tfs_utils.parse_tfs_custom_attributes's pattern, as AWS's container reads the header.
@@ -665,9 +667,14 @@ def execution_parameters(settings: ServeSettings, workers: int, *, user_code: bo
         payload_mb = settings.max_payload_in_mb
     elif settings.max_request_bytes >= MB:
         payload_mb = min(MAX_PAYLOAD_IN_MB, settings.max_request_bytes // MB)
-    if payload_mb:
-        # SageMaker's rule: MaxConcurrentTransforms x MaxPayloadInMB at most 100 (MB in flight at once).
-        concurrency = max(1, min(concurrency, MAX_PAYLOAD_IN_MB // payload_mb))
+        if settings.max_concurrent_transforms:
+            # The job chose the concurrency: the payload the image chooses fits beside it.
+            payload_mb = max(1, min(payload_mb, MAX_PAYLOAD_IN_MB // settings.max_concurrent_transforms))
+    # SageMaker's rule: MaxConcurrentTransforms x MaxPayloadInMB at most 100 (MB in flight at once); left
+    # out, the payload is SageMaker's default 6 MB.
+    in_flight = payload_mb if payload_mb is not None else SAGEMAKER_DEFAULT_PAYLOAD_MB
+    if in_flight:
+        concurrency = max(1, min(concurrency, MAX_PAYLOAD_IN_MB // in_flight))
     answer: dict[str, Any] = {"MaxConcurrentTransforms": settings.max_concurrent_transforms or concurrency, "BatchStrategy": strategy}
     if payload_mb is not None:
         answer["MaxPayloadInMB"] = payload_mb
