@@ -417,7 +417,9 @@ class LocalSageMaker:
         seconds = time.monotonic() - started
         base = trees[0][0]
         log_text = log_file.read_text(encoding="utf-8", errors="replace")
-        definitions = spec.get("MetricDefinitions") or _default_metric_definitions()
+        # Only the job's own MetricDefinitions, as SageMaker reads a custom image's log: a job that names
+        # none (an SDK estimator without metric_definitions) ends with no FinalMetricDataList there too.
+        definitions = spec.get("MetricDefinitions") or []
         metrics = parse_final_metrics(log_text, definitions)
 
         model_dir = base / "model"
@@ -1017,7 +1019,3 @@ def _failure_reason(failed: HostFailure, timeout: float, host_count: int, *, pre
         return f"{prefix}{where}{failed.message}"
     return f"AlgorithmError: {where}the container exited {failed.run.code}; see {failed.log_file}"
 
-
-def _default_metric_definitions() -> list[dict[str, str]]:
-    path = TRAINING_IMAGE_DIR / "trainer" / "metric_definitions.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []

@@ -440,6 +440,19 @@ def test_a_failed_jobs_checkpoints_reach_s3_as_sagemakers_sync_leaves_them(emula
     assert body == b"3"
 
 
+def test_only_the_jobs_own_metric_definitions_make_final_metrics(emulator, process_runner) -> None:
+    """SageMaker reads a custom image's log with the job's MetricDefinitions only: an SDK estimator that
+    names none gets no FinalMetricDataList (and a tuner no objective), here as there."""
+    # The line the platform's own definitions read (train:epoch, train:loss): not this job's.
+    script = ("import os\nos.makedirs('/opt/ml/model', exist_ok=True)\nopen('/opt/ml/model/m', 'w').write('m')\n"
+              "print('[metrics] epoch=1 loss=0.25 accuracy=0.5')\n")
+    _create_training_job(emulator, "no-definitions", ["python3", "-c", script])
+    outcome = process_runner.run_job("no-definitions")
+    assert outcome.status == "Completed" and outcome.final_metrics == {}
+    described = _client(emulator, "sagemaker").describe_training_job(TrainingJobName="no-definitions")
+    assert not described.get("FinalMetricDataList")
+
+
 def _model_files_text(emulator: server.Emulator, artifact: str) -> dict[str, str]:
     bucket, _, key = artifact[len("s3://") :].partition("/")
     body = _client(emulator, "s3").get_object(Bucket=bucket, Key=key)["Body"].read()
