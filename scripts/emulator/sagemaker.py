@@ -629,7 +629,7 @@ class LocalSageMaker:
         output = job["OutputDataConfig"]
         bucket, prefix = _split_s3(output["S3OutputPath"].rstrip("/") + "/")
         key = f"{prefix}{job['TrainingJobName']}/output/model.tar.gz"
-        extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": output["KmsKeyId"]} if output.get("KmsKeyId") else {}
+        extra = _kms_upload_arguments(output.get("KmsKeyId"))
         archive = base.parent / "model.tar.gz"
         with tarfile.open(archive, "w:gz") as tar:
             for item in sorted((base / "model").iterdir()):
@@ -653,7 +653,7 @@ class LocalSageMaker:
         if not checkpoint_uri:
             return
         output = job["OutputDataConfig"]
-        extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": output["KmsKeyId"]} if output.get("KmsKeyId") else {}
+        extra = _kms_upload_arguments(output.get("KmsKeyId"))
         ck_bucket, ck_prefix = _split_s3(checkpoint_uri.rstrip("/") + "/")
         for path in sorted(p for p in (base / "checkpoints").rglob("*") if p.is_file()):
             s3.upload_file(str(path), ck_bucket, ck_prefix + path.relative_to(base / "checkpoints").as_posix(), ExtraArgs=extra)
@@ -756,7 +756,7 @@ class LocalSageMaker:
             outcome = JobOutcome(name, "Stopped", None, None, {}, seconds, log_file, base, "processing", {}, message)
         elif failed is None:
             key_id = (job.get("ProcessingOutputConfig") or {}).get("KmsKeyId")
-            extra = {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_id} if key_id else {}
+            extra = _kms_upload_arguments(key_id)
             for item in outputs:
                 target = item["S3Output"]["S3Uri"].rstrip("/") + "/"
                 bucket, prefix = _split_s3(target)
@@ -870,6 +870,11 @@ class LocalSageMaker:
 ISOLATED_AWS_PREFIXES = ("AWS_",)
 """What a network-isolated job's container does not get: every ``AWS_*`` variable but the region
 (credentials, a profile or credentials file, the emulator's endpoint)."""
+
+
+def _kms_upload_arguments(key_id: str | None) -> dict[str, str]:
+    """``ExtraArgs`` of an upload encrypted with the job's ``KmsKeyId`` (none without one)."""
+    return {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": key_id} if key_id else {}
 
 
 def _network_isolated(job: Mapping[str, Any]) -> bool:

@@ -49,6 +49,8 @@ JOB_KINDS = {
     "transform-job": ("DescribeTransformJob", "StopTransformJob"),
 }
 """SageMaker's job resource types, with the describe and stop actions the tools call on each."""
+JOB_LOG_GROUPS = (SAGEMAKER_LOG_GROUP, SAGEMAKER_PROCESSING_LOG_GROUP, SAGEMAKER_TRANSFORM_LOG_GROUP)
+"""The log groups SageMaker writes the project's training, processing and transform jobs to."""
 
 
 def operator_policy_name(project_name: str, region: str) -> str:
@@ -254,13 +256,11 @@ class OperatorPolicy(Construct):
 
     def _log_groups(self) -> list[str]:
         """CloudWatch Logs authorizes a call on a log group as ``log-group:<name>:*``."""
-        groups = (SAGEMAKER_LOG_GROUP, SAGEMAKER_PROCESSING_LOG_GROUP, SAGEMAKER_TRANSFORM_LOG_GROUP)
-        return [self._arn("logs", "log-group", f"{group}:*", colon=True) for group in groups]
+        return [self._arn("logs", "log-group", f"{group}:*", colon=True) for group in JOB_LOG_GROUPS]
 
     def _log_streams(self) -> list[str]:
         """The project's streams: SageMaker names them ``<job>/algo-N-...`` (``<job>/<instance>-...`` for transform)."""
-        groups = (SAGEMAKER_LOG_GROUP, SAGEMAKER_PROCESSING_LOG_GROUP, SAGEMAKER_TRANSFORM_LOG_GROUP)
-        return [self._arn("logs", "log-group", f"{group}:log-stream:{self._project}-*", colon=True) for group in groups]
+        return [self._arn("logs", "log-group", f"{group}:log-stream:{self._project}-*", colon=True) for group in JOB_LOG_GROUPS]
 
     def _log_statements(self) -> list[iam.PolicyStatement]:
         """``watch`` pages through a job's streams and reads them; other projects' streams stay unread."""

@@ -757,12 +757,12 @@ def _hyperparameter_problems(values: Mapping[str, Any], *, batch_tuned: bool = F
     facts = values["instance_facts"].get(values["instance_type"]) if isinstance(values["instance_type"], str) else None
     count = values["instance_count"]
     well_formed = facts is not None and isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_INSTANCE_COUNT
-    well_formed = well_formed and not batch_tuned
+    split = well_formed and not batch_tuned  # checked over the job's replicas, or (1, 1): no split to check
     return hyperparameter_rules.problems(
         hyperparameters,
         user_script=values["code_uri"] != "",
-        instance_count=count if well_formed else 1,
-        gpus_per_instance=int(facts["expected_gpu_count"]) if well_formed else 1,
+        instance_count=count if split else 1,
+        gpus_per_instance=int(facts["expected_gpu_count"]) if split else 1,
     )
 
 

@@ -288,10 +288,8 @@ def resolve_tuning(template: JobTemplate, settings: TuningConfig, options: Tunin
             f" at most {name_rule.max_length} characters (scripts.launch --tune ... --name)"
         )
     tuned = {r.name for r in options.ranges}
-    given = {k: v for k, v in options.training.hyperparameters.items() if k not in tuned}
-    training = resolve_launch(
-        template, replace(options.training, job_name=name, hyperparameters=given, keep_alive_seconds=0), tuned=tuned
-    )
+    # resolve_launch leaves the tuned names out, the launch's and the configured ones alike.
+    training = resolve_launch(template, replace(options.training, job_name=name, keep_alive_seconds=0), tuned=tuned)
     static: dict[str, str] = dict(training.hyperparameters)  # type: ignore[call-overload]
     reasons = [problem for r in options.ranges for problem in range_problems(r, training, static)]
     reasons += _objective_problems(settings, training, static)
