@@ -38,6 +38,7 @@ from stacks.components.launch_rules import (
     BadKeys,
     DigitsOf,
     Expr,
+    IfElse,
     InTable,
     Joined,
     Lit,
@@ -75,6 +76,8 @@ between an integer range's bounds, and most of those would fail when the trial's
 BATCH_SETTERS = frozenset({*REPLICA_MULTIPLES, "batch_size_per_gpu"})
 """The hyperparameters that set a job's global batch: where a tuning launch tunes one, every trial's
 batch comes from its range, and the static hyperparameters' (or the image's default) is never run."""
+BATCH_TUNED = "batch_tuned"
+"""The launch variable that says a tuning launch's ranges hold one of :data:`BATCH_SETTERS`."""
 
 
 @functools.cache
@@ -145,20 +148,24 @@ def splits_over(name: str, value: Expr, replicas: Expr) -> Expr:
     return any_of(Not(reads), eq(remainder(number_of(DigitsOf(value)), replicas), 0))
 
 
-def batch_split_rule(hyperparameters: Expr, builtin: Expr, replicas: Replicas) -> Rule:
-    """The batch split of :func:`problems` as a workflow rule: a built-in job's (``builtin``)
-    ``batch_size``, the launch's or the deployment's, is a multiple of its replicas. Holds on one
-    replica, where the instance type or count is not :attr:`Replicas.known` and where the value does
-    not read (other rules refuse those), so that a launch is refused once, in the image's words
-    (:func:`batch_split_reason`); and without a ``batch_size`` (a tuning launch's static
-    hyperparameters leave out a tuned one, which its own rule checks). Marked ``full_check_covers``:
-    the Python path's :func:`problems` says the same."""
+def batch_split_rule(hyperparameters: Expr, builtin: Expr, replicas: Replicas, batch_tuned: Expr) -> Rule:
+    """The batch split of :func:`problems` as a workflow rule: a built-in job's (``builtin``) global
+    batch, the launch's or the deployment's ``batch_size`` or else the image's default, is a multiple
+    of its replicas. Holds on one replica, where the instance type or count is not
+    :attr:`Replicas.known` and where the value does not read (other rules refuse those), so that a
+    launch is refused once, in the image's words (:func:`batch_split_reason`); and without a
+    ``batch_size`` where ``batch_size_per_gpu`` sets the batch (it grows with the replicas) or
+    ``batch_tuned`` (a tuning launch's ranges set every trial's batch, which their own rule checks).
+    Marked ``full_check_covers``: the Python path's :func:`problems` says the same."""
     (name,) = REPLICA_MULTIPLES  # the image's batch_problem checks this one
-    value = Lookup(hyperparameters, Lit(name))
+    given = InTable(hyperparameters, Lit(name))
+    default = str(getattr(image_rules().TrainingConfig(), name))
+    value = IfElse(given, Lookup(hyperparameters, Lit(name)), Lit(default))
+    per_replica = InTable(hyperparameters, Lit("batch_size_per_gpu"))
     return Rule(
         "hyperparameters",
         any_of(
-            Not(eq(type_of(hyperparameters), "object")), Not(builtin), Not(InTable(hyperparameters, Lit(name))),
+            Not(eq(type_of(hyperparameters), "object")), Not(builtin), all_of(Not(given), any_of(per_replica, eq(batch_tuned, True))),
             Not(replicas.known), le(replicas.total, 1), splits_over(name, value, replicas.total),
         ),
         batch_split_reason(number_of(DigitsOf(value)), replicas.total, replicas.instances),

@@ -564,7 +564,8 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
         *_channel_rules(template, channels),
         # Last, where a direct launch gives the image's check after the table's reasons.
         hyperparameter_rules.batch_split_rule(
-            hyperparameters, eq(Var("code_uri"), ""), hyperparameter_rules.workflow_replicas(MAX_INSTANCE_COUNT)
+            hyperparameters, eq(Var("code_uri"), ""), hyperparameter_rules.workflow_replicas(MAX_INSTANCE_COUNT),
+            Var(hyperparameter_rules.BATCH_TUNED),
         ),
     )
 
@@ -709,6 +710,7 @@ def launch_variables(
         "keep_alive_seconds": template.default_keep_alive_seconds if options.keep_alive_seconds is None else options.keep_alive_seconds,
         "channels": {**template.default_channel_uris, **channels} if isinstance(channels, Mapping) else channels,
         "instance_facts": instance_facts_table(template.allowed_instance_types or None),
+        hyperparameter_rules.BATCH_TUNED: bool(set(tuned) & hyperparameter_rules.BATCH_SETTERS),
     }
 
 
@@ -725,7 +727,7 @@ def resolve_launch(
     check_template_limits(template)
     values = launch_variables(template, options, now=now, tuned=tuned)
     reasons = problems([rule for rule in training_launch_rules(template) if not rule.full_check_covers], values)
-    reasons += _hyperparameter_problems(values, batch_tuned=bool(set(tuned) & hyperparameter_rules.BATCH_SETTERS))
+    reasons += _hyperparameter_problems(values, batch_tuned=values[hyperparameter_rules.BATCH_TUNED])
     if reasons:
         raise LaunchError(refusal(LAUNCH_TITLE, reasons))
     facts = values["instance_facts"][values["instance_type"]]
@@ -835,6 +837,8 @@ def state_machine_assignments(template: JobTemplate, source: str = "$states.inpu
         + f" : $type({given_channels}) = 'object' ? $merge([{default_channels}, {given_channels}]) : {given_channels}"
         + " %}",
         "instance_facts": instance_facts_table(template.allowed_instance_types or None),
+        # A tuning launch's assignments (tuning_state_machine_assignments) set it where the ranges set the batch.
+        hyperparameter_rules.BATCH_TUNED: "{% false %}",
     }
 
 

@@ -526,7 +526,8 @@ def tuning_state_machine_assignments(template: JobTemplate, settings: TuningConf
     """``Assign`` of the Tune branch's first state, over the training launch's variables: ``tuning``,
     ``ranges`` (null when absent), ``max_jobs`` and ``max_parallel_jobs`` (the config's caps by default,
     the parallel one no more than ``max_jobs``), ``keep_alive_seconds`` (0 unless given: trials keep no
-    warm pool), ``hyperparameters`` without the tuned names (the static ones), and without a given
+    warm pool), ``hyperparameters`` without the tuned names (the static ones), ``batch_tuned`` (the ranges
+    set the global batch: the launch rules' batch split leaves it to the ranges' rule), and without a given
     ``job_name`` the tuning job's own: ``<project>-`` and the execution name's letters and digits, cut
     to SageMaker's 32 characters."""
     tuning = f"{source}.{TUNING_INPUT}"
@@ -555,6 +556,9 @@ def tuning_state_machine_assignments(template: JobTemplate, settings: TuningConf
         "job_name": f"{{% $exists({source}.job_name) ? $job_name : {default_name} %}}",
         "keep_alive_seconds": f"{{% $exists({source}.keep_alive_seconds) ? {source}.keep_alive_seconds : 0 %}}",
         "hyperparameters": f"{{% $type($hyperparameters) = 'object' ? {static} : $hyperparameters %}}",
+        hyperparameter_rules.BATCH_TUNED: (
+            f"{{% $count($filter({tuned}, function($k) {{$k in {json.dumps(sorted(hyperparameter_rules.BATCH_SETTERS))}}})) > 0 %}}"
+        ),
     }
 
 

@@ -385,3 +385,38 @@ def test_a_batch_the_replicas_do_not_split_is_refused_before_an_instance_starts_
     with pytest.raises(LaunchError) as info:
         resolve_launch(template, LaunchOptions(**launch))
     assert str(info.value) == result["problem"]
+
+
+@pytest.mark.parametrize(
+    ("launch", "refused"),
+    [
+        # Neither the deployment nor the launch sets batch_size: the image's default (256) is the batch.
+        ({"instance_type": "ml.g5.xlarge", "instance_count": 3},
+         f"hyperparameter 'batch_size' 256 {SPLIT} 3 replicas of this job (3 worker(s)); use a multiple of 3"),
+        ({"instance_type": "ml.g5.12xlarge", "instance_count": 3, "hyperparameters": {"epochs": 2}},
+         f"hyperparameter 'batch_size' 256 {SPLIT} 12 replicas of this job (3 worker(s)); use a multiple of 12"),
+        ({"instance_type": "ml.g5.xlarge", "instance_count": 4}, None),
+        # batch_size_per_gpu sets a batch that grows with the replicas; a script parses its own.
+        ({"instance_type": "ml.g5.xlarge", "instance_count": 3, "hyperparameters": {"batch_size_per_gpu": 32}}, None),
+        ({"instance_type": "ml.g5.xlarge", "instance_count": 3, **CODE}, None),
+    ],
+    ids=lambda v: str(v)[:60],
+)
+def test_without_a_batch_size_the_images_default_batch_is_the_one_split(launch, refused):
+    """A deployment whose hyperparameters leave out ``batch_size`` trains at the image's default batch:
+    the workflow checks that one against the replicas, as ``launch --direct`` does, rather than letting
+    the container refuse it on billed GPU instances."""
+    context = {**project_context(), "gpu_training.training_job.hyperparameters": '{"batch_size": null}'}
+    template = JobTemplate.from_config(load_config(context), RESOURCES)
+    assert "batch_size" not in template.default_hyperparameters
+    launch = {"job_name": "gputrain-x1", **launch}
+    [result] = _evaluate(template, [{"input": launch, "execution_name": "e"}])
+    if refused is None:
+        assert result["ok"] is True, result["problem"]
+        assert result["request"] == create_training_job_request(template, resolve_launch(template, LaunchOptions(**launch)))
+        return
+    assert result["ok"] is False
+    assert result["problem"] == f"Invalid launch options: {refused}.", result["problem"]
+    with pytest.raises(LaunchError) as info:
+        resolve_launch(template, LaunchOptions(**launch))
+    assert str(info.value) == result["problem"]

@@ -378,3 +378,24 @@ def test_a_tuned_batch_size_replaces_the_configured_one_on_both_paths():
         _direct(config, TuningOptions(parse_ranges({"learning_rate": LR}), LaunchOptions(job_name="gputrain-t3", instance_count=3)))
     [untuned] = _evaluate(config, [{"input": {"job_name": "gputrain-t3", "instance_count": 3, "tuning": {"ranges": {"learning_rate": LR}}}}])
     assert untuned["ok"] is False and refusal in untuned["problem"]
+
+
+def test_without_a_configured_batch_size_the_images_default_is_checked_unless_the_ranges_set_the_batch():
+    """A deployment without ``batch_size`` trains at the image's default batch (256): tuning the learning
+    rate alone on 3 instances is refused on both paths, as the first trial's container would refuse it;
+    ranges over ``batch_size`` or ``batch_size_per_gpu`` set every trial's batch, and both paths take them."""
+    context = {**project_context(), "gpu_training.tuning.objective_metric": "train:loss",
+               "gpu_training.training_job.hyperparameters": '{"batch_size": null}'}
+    config = load_config(context)
+    assert "batch_size" not in config.training_job.hyperparameters
+    refusal = "'batch_size' 256 is the global batch and must be divisible by the 3 replicas"
+    with pytest.raises(LaunchError, match=refusal):
+        _direct(config, TuningOptions(parse_ranges({"learning_rate": LR}), LaunchOptions(job_name="gputrain-t3", instance_count=3)))
+    [untuned] = _evaluate(config, [{"input": {"job_name": "gputrain-t3", "instance_count": 3, "tuning": {"ranges": {"learning_rate": LR}}}}])
+    assert untuned["ok"] is False and refusal in untuned["problem"]
+    for ranges in ({"batch_size": {"type": "categorical", "values": [192, 384]}},
+                   {"batch_size_per_gpu": {"type": "categorical", "values": [32, 64]}}):
+        execution_input, request = _direct(config, TuningOptions(parse_ranges(ranges), LaunchOptions(job_name="gputrain-t3", instance_count=3)))
+        [result] = _evaluate(config, [{"input": execution_input}])
+        assert result["ok"] is True, result["problem"]
+        assert result["request"] == request
