@@ -20,11 +20,11 @@ What a fork cannot give a run is a different import-time state, so the client ru
 - the run's environment differs from the server's in a variable read at import time (``TF_*``,
   ``KERAS_*``, ``CUDA_*``, thread-count and allocator settings, ``PYTHON*`` other than PYTHONPATH
   and PYTHONUNBUFFERED, ``LD_*``), e.g. ``TF_USE_LEGACY_KERAS=1``;
-- the run is not ``python -m MODULE``, ``python -c CODE`` or ``python FILE``.
+- the run is not ``python -m MODULE``, ``python -c CODE`` or ``python [-P] FILE``.
 
 A run's own Python children may be forks too: in a run, ``sys.executable`` is a small script that
-starts this client, and the children of :data:`CHILD_MODULES` (the user script's launcher, the GPU
-check child, the parameter server: each imported TensorFlow afresh, 3-4 s of CPU a child) are
+starts this client, and the children of :data:`CHILD_MODULES` and :data:`CHILD_FILES` (the user script's launcher, the
+GPU check child, the parameter server: each imported TensorFlow afresh, 3-4 s of CPU a child) are
 forks under the same rules. Any other child (``-c``, a file, pip, the rendezvous watchdog) is the
 real interpreter: a fork's parent is the server, not the run, and the watchdog and the image's
 guard go by their parent's pid.
@@ -60,7 +60,15 @@ _RUN_TIME = ("PYTHONPATH", "PYTHONUNBUFFERED", "TF_CONFIG", "PYTHONDONTWRITEBYTE
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 _HEADER = struct.Struct("!I")
 # A run's children that may be forks: none of them looks at its parent process.
-CHILD_MODULES = ("trainer.user_code.launcher", "trainer.gpu_check", "trainer.user_code.ps_server")
+CHILD_MODULES = ("trainer.gpu_check", "trainer.user_code.ps_server")
+# ... and the user script's launcher, which the runner starts by its file with -P.
+CHILD_FILES = ("trainer/user_code/launcher.py",)
+
+
+def _forkable_child(args: list[str]) -> bool:
+    if args[:1] == ["-m"]:
+        return len(args) > 1 and args[1] in CHILD_MODULES
+    return args[:1] == ["-P"] and len(args) > 1 and args[1].replace(os.sep, "/").endswith(CHILD_FILES)
 
 
 def _import_state(env: dict[str, str]) -> dict[str, str]:
@@ -218,8 +226,10 @@ def _supervise(connection: socket.socket, base_state: dict[str, str], base_path:
 
 def _why_fresh(request: dict, base_state: dict[str, str]) -> str | None:
     args = request["args"]
-    if request.get("child") and not (args[:1] == ["-m"] and len(args) > 1 and args[1] in CHILD_MODULES):
-        return f"a run's child other than {', '.join(CHILD_MODULES)}: {args[:2]}"
+    if request.get("child") and not _forkable_child(args):
+        return f"a run's child other than {', '.join(CHILD_MODULES + CHILD_FILES)}: {args[:2]}"
+    if args[:1] == ["-P"]:  # safe path: nothing prepended to sys.path, which the fork does too
+        args = args[1:]
     if not args or (args[0] in ("-m", "-c") and len(args) < 2) or (args[0].startswith("-") and args[0] not in ("-m", "-c")):
         return f"not a -m/-c/file run: {args[:2]}"
     state = _import_state(request["env"])
@@ -276,6 +286,8 @@ def _run(request: dict, fds: list[int], base_path: list[str], child_python: str)
             signal.signal(signum, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         env, args = request["env"], request["args"]
+        safe_path = args[:1] == ["-P"]
+        args = args[1:] if safe_path else args
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(env)
@@ -292,7 +304,7 @@ def _run(request: dict, fds: list[int], base_path: list[str], child_python: str)
             setattr(sys, f"__{name}__", stream)
         sys.executable = child_python
         first = os.getcwd() if args[0] == "-m" else "" if args[0] == "-c" else os.path.dirname(os.path.abspath(args[0]))
-        sys.path[:] = [first, *_pythonpath(env), *base_path]
+        sys.path[:] = [*([] if safe_path else [first]), *_pythonpath(env), *base_path]
         if args[0] == "-m":
             sys.argv = [args[1], *args[2:]]
             runpy.run_module(args[1], run_name="__main__", alter_sys=True)

@@ -182,8 +182,7 @@ def test_unset_or_blank_script_variables_are_none(env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("env", "says"),
     [
-        ({"SAGEMAKER_PROGRAM": "train"}, "SAGEMAKER_PROGRAM must name a Python file (.py) or a shell script (.sh) in the code, got 'train'"),
-        ({"SAGEMAKER_PROGRAM": "model.ipynb"}, "SAGEMAKER_PROGRAM must name a Python file (.py)"),
+        ({"SAGEMAKER_PROGRAM": "model.ipynb"}, "SAGEMAKER_PROGRAM: The script 'model.ipynb' is a Jupyter notebook"),
         ({"TRAINING_WORKER_PORT": "http"}, "TRAINING_WORKER_PORT must be an integer, got 'http'"),
         ({"TRAINING_WORKER_PORT": "70000"}, "TRAINING_WORKER_PORT must be a TCP port, got 70000"),
     ],
@@ -201,8 +200,10 @@ def test_the_processing_mode_reads_its_variables_through_the_contract(tmp_path: 
     blank = process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "  ", "SAGEMAKER_SUBMIT_DIRECTORY": ""})
     assert (blank.program, blank.submit_directory) == (None, process_contract.DEFAULT_SUBMIT_DIRECTORY)
     assert process_contract.resolve_paths({}).base_dir == environment.resolve_paths({}).base_dir == Path("/opt/ml")
-    with pytest.raises(ConfigError, match="SAGEMAKER_PROGRAM must name a Python file"):
-        process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "prep"})
+    with pytest.raises(ConfigError, match="SAGEMAKER_PROGRAM: The script 'prep.ipynb' is a Jupyter notebook"):
+        process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "prep.ipynb"})
+    # Any other file may be a command (its #! line is read once the code is there), as AWS's toolkit runs one.
+    assert process_contract.load_environment({**base, "SAGEMAKER_PROGRAM": "prep"}).program == "prep"
 
 
 def test_what_a_users_script_reads_through_the_toolkit_is_read_in_the_contract() -> None:

@@ -60,13 +60,14 @@ def test_a_runs_launcher_child_is_a_fork_and_its_other_children_are_fresh(tmp_pa
     parent = """
 import json, os, subprocess, sys
 results = []
-for module, env in (("trainer.user_code.launcher", {}), ("trainer.user_code.launcher", {"TF_USE_LEGACY_KERAS": "1"}),
-                    ("probe", {})):
-    command = [sys.executable, "-m", module, *(["3", "x"] if module == "probe" else ["r.json", ".", "probe.py", "3", "x"])]
+launcher = ["-P", LAUNCHER, "r.json", ".", "probe.py", "3", "x"]  # as the runner starts it
+for start, env in ((launcher, {}), (launcher, {"TF_USE_LEGACY_KERAS": "1"}), (["-m", "probe", "3", "x"], {})):
+    command = [sys.executable, *start]
     child = subprocess.run(command, env=dict(os.environ, **env), capture_output=True, text=True)
     results.append([child.returncode, json.loads(child.stdout.strip().splitlines()[-1])["forked"]])
 print(json.dumps(results))
 """
+    parent = parent.replace("LAUNCHER", repr(str(TRAINING_IMAGE / "trainer" / "user_code" / "launcher.py")))
     completed = subprocess.run(python_command("-c", parent), cwd=tmp_path, env=trainer_env(TRAINING_IMAGE),
                                capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert completed.returncode == 0, completed.stderr

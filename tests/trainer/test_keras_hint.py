@@ -51,3 +51,22 @@ def test_keras_3_fit_under_multi_worker_mirrored_strategy_gets_its_own_pointer(m
     assert keras_hint.MULTI_WORKER_FIT_HINT in failure and keras_hint.HINT not in failure
     monkeypatch.setenv("TF_USE_LEGACY_KERAS", "1")
     assert keras_hint.MULTI_WORKER_FIT_HINT not in str(script_failure("train.py", 1, report))
+
+
+@pytest.mark.parametrize(
+    ("type_", "message", "says"),
+    [
+        ("ModuleNotFoundError", "No module named 'sagemaker_training'", "SM_MODEL_DIR (/opt/ml/model)"),
+        ("ModuleNotFoundError", "No module named 'sagemaker_tensorflow'", "Pipe input mode is not supported"),
+        ("UnimplementedError", "File system scheme 's3' not implemented (file: 's3://bucket/job/model/1')", "model_dir=False"),
+    ],
+)
+def test_what_only_aws_containers_have_gets_one_pointer(type_, message, says, monkeypatch):
+    monkeypatch.delenv("TF_USE_LEGACY_KERAS", raising=False)
+    report = {"type": type_, "message": message, "file": "train.py", "line": 3, "code": "x"}
+    failure = str(script_failure("train.py", 1, report))
+    assert failure.startswith(f"The training script train.py raised {type_}: {message} at train.py line 3: x. ")
+    assert says in failure and keras_hint.HINT not in failure
+    assert len(failure.splitlines()) == 1
+    # Recognised from the last error lines too (a shell script's python, a crash without a report).
+    assert says in str(script_failure("train.sh", 1, None, [f"{type_}: {message}"]))

@@ -213,3 +213,21 @@ def test_a_message_the_script_writes_is_its_exit_message(tmp_path, argument, sta
     assert run.message == message
     if status:
         assert "[trainer] failed reason=The processing script prep.py called sys.exit(3) at prep.py line 5" in run.stdout
+
+
+@pytest.mark.slow
+def test_a_python_the_processing_script_starts_is_not_guarded_again(tmp_path):
+    """The image's python (bin/python) inside a processing script: the runner already gives the
+    guarantees, so a probe the script tolerates is never the job's exit message."""
+    import os
+    import sys
+
+    script = "#!/bin/sh\npython -c 'import json; json.loads(\"x\")' || echo tolerated\nexit 5\n"
+    base = _job(tmp_path / "job", tmp_path, {"prep.sh": script})
+    path = os.pathsep.join([str(TRAINING_IMAGE / "bin"), os.environ.get("PATH", "")])
+    run = run_process(base, **_script_env(SAGEMAKER_PROGRAM="prep.sh", PATH=path, TRAINER_PYTHON=sys.executable))
+    assert run.returncode == 8, run.explain()
+    assert "tolerated" in run.stdout
+    assert run.message.startswith("The processing script prep.sh exited with status 5"), run.message
+    assert "JSONDecodeError" not in run.message.split("last error output")[0], run.message
+    assert "[trainer] guard" not in run.stdout

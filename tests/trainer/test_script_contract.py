@@ -340,3 +340,18 @@ def test_parameter_server_ports_follow_the_worker_port_on_ec2_and_loopback() -> 
     ec2 = {"TRAINING_HOSTS": "10.0.0.1,10.0.0.2", "TRAINING_CURRENT_HOST": "10.0.0.1", "TRAINING_WORKER_PORT": "7000"}
     config = contract.tf_config_for_ps(environment.load_environment(ec2), ec2, ps_task=True)
     assert config["cluster"]["ps"] == ["10.0.0.1:7001", "10.0.0.2:7001"] and config["task"] == {"index": 0, "type": "ps"}
+
+
+def test_a_tuning_trial_gets_a_model_dir_of_its_own_as_the_tensorflow_container_gives_it() -> None:
+    """sagemaker-tensorflow-training's _model_dir_with_training_job: trials of one tuning job never share model_dir."""
+    sdk = {"sagemaker_program": '"train.py"', "epochs": "2", "model_dir": '"s3://bucket/tune/model"'}
+    trial = {**sdk, "_tuning_objective_metric": '"validation:loss"'}
+    job = contract.script_job(trial, {"TRAINING_JOB_NAME": "tune-001-4f2a"})
+    assert contract.to_cmd_args(job.user_hyperparameters) == ["--epochs", "2", "--model_dir", "s3://bucket/tune/model/tune-001-4f2a/model"]
+    # Not a tuning trial, or a model_dir under /opt/ml: as given.
+    assert contract.script_job(sdk, {"TRAINING_JOB_NAME": "job-1"}).user_hyperparameters["model_dir"] == "s3://bucket/tune/model"
+    local = contract.script_job({**trial, "model_dir": '"/opt/ml/model"'}, {"TRAINING_JOB_NAME": "tune-001-4f2a"})
+    assert local.user_hyperparameters["model_dir"] == "/opt/ml/model"
+    # The SDK's model_dir=False sends none: none is made up.
+    without = {k: v for k, v in trial.items() if k != "model_dir"}
+    assert "model_dir" not in contract.script_job(without, {"TRAINING_JOB_NAME": "tune-001-4f2a"}).user_hyperparameters

@@ -225,8 +225,18 @@ def test_a_requirement_without_a_wheel_is_refused_with_its_line(tmp_path: Path) 
     assert run.returncode == 9, run.explain()
     failure = run.failure or ""
     assert "requirements.txt line 2 ('not-shipped-package==9.9') cannot be installed" in failure
-    assert "network isolation" in failure and "wheels" in failure
+    # Not known to be isolated: the message says what is true (no index configured) and both ways out.
+    assert "no package index is configured (the platform's subnets have no internet)" in failure, failure
+    assert "network isolation" not in failure and "wheels" in failure and "set PIP_INDEX_URL" in failure
     assert not marker.exists()
+
+    isolated = tmp_path / "isolated"
+    _job_with_code(isolated, tmp_path / "b", files)
+    (isolated / "input" / "config" / "trainingjobconfig.json").write_text(json.dumps({"EnableNetworkIsolation": True}))
+    run = run_trainer(isolated)
+    assert run.returncode == 9, run.explain()
+    failure = run.failure or ""
+    assert "the container has no package index (network isolation)" in failure and "PIP_INDEX_URL" not in failure, failure
 
 
 def test_s3_submit_directory_without_the_code_channel_is_refused_when_the_job_is_isolated(tmp_path: Path) -> None:
@@ -541,3 +551,201 @@ def test_keras_3_fit_under_multi_worker_mirrored_strategy_names_the_cause_and_bo
     assert "Keras 3's model.fit does not run under MultiWorkerMirroredStrategy" in failure
     assert "TF_USE_LEGACY_KERAS=1 (scripts.launch --legacy-keras" in failure and "custom loop" in failure
 
+
+
+# --- entry points as AWS's containers start them --------------------------------------------------
+
+AI_PLATFORM_LAYOUT = {
+    # Google AI Platform's layout: the code is a package named trainer, as the image's own package is.
+    "trainer/__init__.py": "",
+    "trainer/model.py": "def f():\n    return 42\n",
+    "train.py": """
+    import os, trainer
+    from trainer.model import f
+    assert trainer.__file__.startswith(os.getcwd()), trainer.__file__
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "value.txt"), "w").write(str(f()))
+    """,
+}
+
+
+def test_a_users_package_named_trainer_is_theirs_and_does_not_stop_the_script(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    _job_with_code(base, tmp_path, AI_PLATFORM_LAYOUT)
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert (base / "model" / "value.txt").read_text() == "42"
+
+
+def test_an_entry_point_named_trainer_py_runs(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    script = "import os, sys\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'argv.txt'), 'w').write(' '.join(sys.argv[1:]))\n"
+    _job_with_code(base, tmp_path, {"trainer.py": script}, {"epochs": 2}, program="trainer.py")
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert (base / "model" / "argv.txt").read_text() == "--epochs 2"
+
+
+def test_a_shell_entry_point_runs_under_its_shebang(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    script = """
+    #!/bin/bash
+    set -euo pipefail
+    names=(alpha beta)
+    if [[ "${#names[@]}" == 2 && "$1" == --epochs ]]; then
+        echo "bash-args: $@ ${names[1]}"
+    fi
+    """
+    _job_with_code(base, tmp_path, {"train.sh": script}, {"epochs": 3}, program="train.sh")
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert "bash-args: --epochs 3 beta" in run.stdout
+
+
+def test_an_extensionless_executable_with_a_shebang_is_run_as_a_command(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    script = """
+    #!/usr/bin/env python3
+    import os, sys
+    open(os.path.join(os.environ["SM_MODEL_DIR"], "argv.txt"), "w").write(" ".join(sys.argv[1:]))
+    """
+    _job_with_code(base, tmp_path, {"train": script}, {"epochs": 3}, program="train")
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert (base / "model" / "argv.txt").read_text() == "--epochs 3"
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("model.ipynb", "is a Jupyter notebook"),
+        ("train", "has no #! line and is not executable"),
+    ],
+)
+def test_an_entry_point_that_cannot_run_is_refused_in_one_line(tmp_path: Path, name: str, says: str) -> None:
+    base = tmp_path / "opt-ml"
+    _job_with_code(base, tmp_path, {name: "print('hi')\n"}, program=name)
+    run = run_trainer(base)
+    assert run.returncode == 9, run.explain()
+    failure = (run.failure or "").strip()
+    assert says in failure and len(failure.splitlines()) == 1, failure
+
+
+def test_a_python_the_script_starts_is_not_guarded_again(tmp_path: Path) -> None:
+    """The image's python (bin/python) inside a script: the runner already gives the guarantees."""
+    import os
+    import sys
+
+    from tests.trainer.helpers import TRAINING_IMAGE
+
+    base = tmp_path / "opt-ml"
+    script = """
+    #!/bin/sh
+    python -c 'import json; json.loads("x")' || echo tolerated
+    exit 5
+    """
+    _job_with_code(base, tmp_path, {"train.sh": script}, program="train.sh")
+    path = os.pathsep.join([str(TRAINING_IMAGE / "bin"), os.environ.get("PATH", "")])
+    run = run_trainer(base, PATH=path, TRAINER_PYTHON=sys.executable)
+    assert run.returncode == 8, run.explain()
+    assert "tolerated" in run.stdout
+    failure = run.failure or ""
+    assert failure.startswith("The training script train.sh exited with status 5"), failure
+    assert "raised JSONDecodeError" not in failure, "the probe the script tolerated is not the job's failure"
+    assert "[trainer] guard" not in run.stdout
+
+
+def _two_host_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, resolves_after: dict[str, int]
+) -> tuple[Any, Any, list[str], type[Exception]]:
+    """Script mode's runner in-process for algo-1 of two hosts, up to unpacking the code; host names resolve
+    after ``resolves_after[name]`` failed lookups (never when -1). Returns the environment, the job, the
+    lookups, and the exception that says the code was being unpacked (the script about to start)."""
+    import socket
+
+    from trainer.contract import environment
+    from trainer.user_code import contract, runner, source
+
+    base = script_job(tmp_path / "opt-ml", "/opt/ml/code", resource_config={"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]})
+    env = environment.load_environment({"SAGEMAKER_BASE_DIR": str(base), "RENDEZVOUS_TIMEOUT_SECONDS": "2"})
+    job = contract.script_job(env.hyperparameters, {})
+    lookups: list[str] = []
+
+    def getaddrinfo(host: str, *args: Any, **kwargs: Any) -> list[Any]:
+        lookups.append(host)
+        left = resolves_after.get(host, 0)
+        if left != 0:
+            resolves_after[host] = left - 1
+            raise socket.gaierror(socket.EAI_NONAME, f"{host}: not yet")
+        return []
+
+    class Unpacked(Exception):
+        pass
+
+    def prepare(*args: Any, **kwargs: Any) -> None:
+        raise Unpacked("the code was unpacked: the script was about to start")
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setattr(runner.Supervisor, "install", lambda self: None)
+    monkeypatch.setattr(runner, "verify_gpus", lambda *args, **kwargs: {"gpus": 0})
+    monkeypatch.setattr(source, "prepare", prepare)
+    return env, job, lookups, Unpacked
+
+
+def test_a_multi_host_script_waits_for_every_host_name_to_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.user_code import runner
+
+    env, job, lookups, unpacked = _two_host_job(tmp_path, monkeypatch, {"algo-2": 1})
+    with pytest.raises(unpacked):
+        runner.run(env, job)
+    assert lookups.count("algo-2") == 2, "algo-2 was looked up again until it resolved, before the code was unpacked"
+
+
+def test_a_host_name_that_never_resolves_fails_before_the_script_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.contract.errors import RendezvousError
+    from trainer.user_code import runner
+
+    env, job, lookups, _ = _two_host_job(tmp_path, monkeypatch, {"algo-2": -1})
+    started = time.monotonic()
+    with pytest.raises(RendezvousError) as caught:
+        runner.run(env, job)
+    assert str(caught.value).startswith("Rendezvous failed: host name(s) algo-2 from ")
+    assert "did not resolve within RENDEZVOUS_TIMEOUT_SECONDS" in str(caught.value)
+    assert 2 <= time.monotonic() - started < 10
+
+
+SETUP_PY = """
+from setuptools import setup
+setup(name="mytrainer", version="0.1", py_modules=["helper"], install_requires=["numpy", "{dependency}"])
+"""
+
+
+def test_a_source_directory_with_setup_py_is_installed_with_its_dependencies_offline(tmp_path: Path) -> None:
+    """As AWS's toolkit runs `pip install .`: install_requires from the shipped wheels, what the image has is kept."""
+    base = tmp_path / "opt-ml"
+    source = tmp_path / "src"
+    build_wheel(source / "wheels", "platformdemo", "1.0", "VALUE = 42\n")
+    files = {
+        "setup.py": SETUP_PY.format(dependency="platformdemo==1.0"),
+        "helper.py": "def value():\n    import platformdemo\n    return platformdemo.VALUE\n",
+        "train.py": "import os, helper\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'value.txt'), 'w').write(str(helper.value()))\n",
+    }
+    _job_with_code(base, tmp_path, files)
+    pack(source, base / "input" / "data" / "code" / "sourcedir.tar.gz")
+    run = run_trainer(base)
+    assert run.returncode == 0, run.explain()
+    assert (base / "model" / "value.txt").read_text() == "42"
+    installed = run.events("requirements")
+    assert installed and sorted(installed[0]["installed"].split(",")) == ["mytrainer==0.1", "platformdemo==1.0"], installed
+
+
+def test_a_setup_py_dependency_without_a_wheel_is_named_in_one_line(tmp_path: Path) -> None:
+    base = tmp_path / "opt-ml"
+    marker = tmp_path / "script-started"
+    files = {"setup.py": SETUP_PY.format(dependency="not-shipped-package==9.9"), "helper.py": "",
+             "train.py": f"open({str(marker)!r}, 'w').write('ran')\n"}  # fmt: skip
+    _job_with_code(base, tmp_path, files)
+    run = run_trainer(base)
+    assert run.returncode == 9, run.explain()
+    failure = (run.failure or "").strip()
+    assert failure.startswith("setup.py ('not-shipped-package==9.9', a dependency of the package it installs) cannot be installed"), failure
+    assert len(failure.splitlines()) == 1 and not marker.exists()

@@ -15,13 +15,15 @@ import importlib.util
 import json
 import math
 import os
+import socket
+import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.contract.errors import ConfigError, GpuCheckError, TrainerError
+from trainer.contract.errors import ConfigError, GpuCheckError, RendezvousError, TrainerError
 
 DEFAULT_BASE_DIR = "/opt/ml"
 # SageMaker syncs this local path to the job's CheckpointConfig S3 URI (and back on restart).
@@ -60,8 +62,18 @@ ENV_PROGRAM = "SAGEMAKER_PROGRAM"
 ENV_SUBMIT_DIRECTORY = "SAGEMAKER_SUBMIT_DIRECTORY"
 ENV_TRAINING_MODULE = "SAGEMAKER_TRAINING_MODULE"
 ENV_JOB_NAME = "TRAINING_JOB_NAME"
-# What a user's script may be: the image runs Python files and shell scripts.
+# What a user's script may be, as AWS's training toolkit runs it: a Python file (through the
+# launcher), a shell script, or any other file as a command (under its #! line). A notebook is not one.
 SCRIPT_SUFFIXES = (".py", ".sh")
+NOTEBOOK_SUFFIX = ".ipynb"
+
+
+def notebook_refusal(program: str, what: str) -> str:
+    """The one line that refuses a Jupyter notebook as the entry point."""
+    return (
+        f"The {what} {program!r} is a Jupyter notebook, which cannot run as a script: export it "
+        f"(jupyter nbconvert --to script {program}) and name the .py file as the entry point."
+    )
 
 
 @dataclass(frozen=True)
@@ -179,6 +191,35 @@ class Cluster:
             "cluster": {"worker": list(self.addresses)},
             "task": {"type": "worker", "index": self.worker_index},
         }
+
+
+def wait_for_dns(cluster: Cluster, deadline: float, stopped: Callable[[], bool] | None = None) -> None:
+    """Waits until every host name resolves; SageMaker's DNS entries can lag the container start.
+
+    Every host is looked up again each second until all resolve (AWS's training toolkit does the
+    same before it starts a script), up to ``deadline`` (``time.monotonic()``), or until
+    ``stopped()`` says SIGTERM arrived.
+
+    Raises:
+        RendezvousError: a host name still did not resolve at the deadline, naming it.
+    """
+    pending = sorted({host.rpartition(":")[0] if _has_port(host) else host for host in cluster.hosts})
+    while True:
+        unresolved = []
+        for host in pending:
+            try:
+                socket.getaddrinfo(host, None)
+            except OSError:
+                unresolved.append(host)
+        if not unresolved or (stopped is not None and stopped()):
+            return
+        if time.monotonic() >= deadline:
+            raise RendezvousError(
+                f"Rendezvous failed: host name(s) {', '.join(unresolved)} from {cluster.source} did not "
+                f"resolve within {ENV_RENDEZVOUS_TIMEOUT}; check the host list."
+            )
+        pending = unresolved
+        time.sleep(1.0)
 
 
 def _has_port(host: str) -> bool:
@@ -372,7 +413,7 @@ class ScriptVariables:
 
     Attributes:
         program: ``SAGEMAKER_PROGRAM``: the script to run (a ``.py`` or ``.sh`` file in the
-            code), or ``None`` when unset or blank.
+            code, or another file with a ``#!`` line), or ``None`` when unset or blank.
         submit_directory: ``SAGEMAKER_SUBMIT_DIRECTORY``: where the code is, or ``None``.
         training_module: ``SAGEMAKER_TRAINING_MODULE``, passed on to the script as
             ``SM_FRAMEWORK_MODULE`` as it is; ``None`` when unset.
@@ -392,16 +433,13 @@ def script_variables(env: Mapping[str, str] | None = None) -> ScriptVariables:
     """Reads :class:`ScriptVariables`.
 
     Raises:
-        ConfigError: naming ``SAGEMAKER_PROGRAM`` when it is not a .py or .sh file, or
-            ``TRAINING_WORKER_PORT`` when it is not a TCP port.
+        ConfigError: naming ``SAGEMAKER_PROGRAM`` when it is a notebook (whether another file can
+            run is known once the code is there), or ``TRAINING_WORKER_PORT`` when it is not a TCP port.
     """
     env = os.environ if env is None else env
     program = env.get(ENV_PROGRAM, "").strip() or None
-    if program is not None and not program.endswith(SCRIPT_SUFFIXES):
-        raise ConfigError(
-            f"{ENV_PROGRAM} must name a Python file (.py) or a shell script (.sh) in the code, got {program!r}; "
-            "to run a package, add a small .py file that imports and calls it."
-        )
+    if program is not None and program.endswith(NOTEBOOK_SUFFIX):
+        raise ConfigError(f"{ENV_PROGRAM}: " + notebook_refusal(program, "script"))
     port = _worker_port(env)
     return ScriptVariables(
         program=program,

@@ -168,6 +168,9 @@ def run_script(
     child_env[environment.ENV_LEGACY_KERAS] = "1" if legacy else "0"
     child_env.setdefault("KERAS_BACKEND", "tensorflow")
     child_env["PYTHONUNBUFFERED"] = "1"
+    # This runner gives the script the guard's guarantees: a python the script starts itself is not
+    # checked again, and its tolerated failure never becomes the job's message.
+    child_env[script_runner.ENV_GUARD_ACTIVE] = "1"
     child_env["PYTHONPATH"] = script_runner.user_pythonpath(code, process_env.get("PYTHONPATH"))
     report_file = scratch / "script-failure.json"
     command = script_runner.script_command(code, report_file, args)

@@ -15,42 +15,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import time
 from collections.abc import Iterator
 from typing import Any
 
 from trainer.contract.environment import ENV_HOSTS, ENV_RENDEZVOUS_TIMEOUT, ENV_WORKER_PORT, Cluster
-from trainer.contract.errors import PeerFailedError, RendezvousError, TrainerError
+from trainer.contract.environment import wait_for_dns  # noqa: F401 - shared with script mode; trainer.train.runner calls it here
+from trainer.contract.errors import PeerFailedError, TrainerError
 from trainer.gpu_check import DeviceInventory
 from trainer.logs import log
 from trainer.network_check import nccl_environment
 from trainer.train.watchdog import Watchdog
-
-
-def _host_only(address: str) -> str:
-    return address.rsplit(":", 1)[0]
-
-
-def wait_for_dns(cluster: Cluster, deadline: float) -> None:
-    """Waits until every host name resolves; SageMaker's DNS entries can lag the container start."""
-    pending = sorted({_host_only(a) for a in cluster.addresses})
-    while True:
-        unresolved = []
-        for host in pending:
-            try:
-                socket.getaddrinfo(host, None)
-            except OSError:
-                unresolved.append(host)
-        if not unresolved:
-            return
-        if time.monotonic() >= deadline:
-            raise RendezvousError(
-                f"Rendezvous failed: host name(s) {', '.join(unresolved)} from {cluster.source} did not "
-                f"resolve within {ENV_RENDEZVOUS_TIMEOUT}; check the host list."
-            )
-        pending = unresolved
-        time.sleep(1.0)
 
 
 def platform_hint(cluster: Cluster) -> str:

@@ -30,6 +30,9 @@ REGION = "sagemaker_region"
 MULTI_WORKER_MIRRORED = "sagemaker_multi_worker_mirrored_strategy_enabled"
 PARAMETER_SERVER = "sagemaker_parameter_server_enabled"
 DISTRIBUTION_INSTANCE_GROUPS = "sagemaker_distribution_instance_groups"
+# Set by SageMaker in every training job of a hyperparameter tuning job.
+TUNING_OBJECTIVE = "_tuning_objective_metric"
+MODEL_DIR = "model_dir"
 # The toolkit's homogeneous group, when resourceconfig.json names none (local mode, EC2 nodes).
 HOMOGENEOUS_GROUP = "homogeneousCluster"
 
@@ -42,7 +45,7 @@ RESERVED = (
     LOG_LEVEL,
     JOB_NAME,
     "default_user_module_name",
-    "_tuning_objective_metric",
+    TUNING_OBJECTIVE,
     "sagemaker_s3_output",
 )
 # Distribution modes of other SageMaker containers that this image does not provide: a job asking
@@ -173,6 +176,8 @@ def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None
             "distribution (the SageMaker SDK accepts only one of parameter_server and multi_worker_mirrored_strategy)."
         )
     user = {k: v for k, v in values.items() if not k.startswith("sagemaker_") and k not in RESERVED}
+    if TUNING_OBJECTIVE in values:
+        user = trial_model_dir(user, variables.job_name)
     return ScriptJob(
         program=program.strip(),
         submit_directory=str(values.get(SUBMIT_DIR) or variables.submit_directory or DEFAULT_CODE_DIR),
@@ -182,6 +187,20 @@ def script_job(hyperparameters: Mapping[str, Any], env: Mapping[str, str] | None
         multi_worker_mirrored=_truthy(framework.get(MULTI_WORKER_MIRRORED)),
         parameter_server=_truthy(framework.get(PARAMETER_SERVER)),
     )
+
+
+def trial_model_dir(user: Mapping[str, Any], job_name: str | None) -> dict[str, Any]:
+    """A tuning trial's ``model_dir``: ``<model_dir>/<training job name>/model``, as sagemaker-tensorflow-training gives it.
+
+    The SDK passes every trial of a tuning job the same ``model_dir`` (``s3://.../model``), so the
+    container appends the trial's own job name (``_model_dir_with_training_job``) unless it is under
+    ``/opt/ml``; trials running at once then never write over each other's checkpoints.
+    Unchanged without a ``model_dir`` string or a job name (``TRAINING_JOB_NAME``).
+    """
+    model_dir = user.get(MODEL_DIR)
+    if not isinstance(model_dir, str) or not job_name or model_dir.startswith("/opt/ml"):
+        return dict(user)
+    return {**user, MODEL_DIR: f"{model_dir}/{job_name}/model"}
 
 
 # SDK v3 ModelTrainer's own channel: its drivers and sm_train.sh, run through ContainerEntrypoint.

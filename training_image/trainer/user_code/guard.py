@@ -9,9 +9,9 @@ and any failure written as one line to the job's failure file (``output/failure`
 Nobody types this: the image's ``python``/``python3`` (``training_image/bin/python``, first on
 ``PATH``) starts it when it finds a SageMaker job tree (``$SAGEMAKER_BASE_DIR`` or ``/opt/ml``, with
 ``config/processingjobconfig.json`` for processing or ``input/config/*.json`` for training) and
-``TRAINER_GUARD_ACTIVE`` is unset. The guard sets ``TRAINER_GUARD_ACTIVE=1`` for its command, so
-every Python the command starts (pip, a driver's ``subprocess``, multiprocessing) is the plain
-interpreter; several guarded commands in one shell script (``sm_train.sh``) share one GPU check
+``TRAINER_GUARD_ACTIVE`` is unset. The guard sets ``TRAINER_GUARD_ACTIVE=1`` for its command (as
+script mode's runner does for the script it runs), so every Python the command starts (pip, a
+driver's ``subprocess``, multiprocessing) is the plain interpreter; several guarded commands in one shell script (``sm_train.sh``) share one GPU check
 per process session. ``python -m trainer ...`` is never guarded: it runs the same check itself.
 
 The user's exception and line come from :mod:`trainer.user_code.hook`'s ``sitecustomize``, put
@@ -40,7 +40,7 @@ from trainer.contract.failure import write_reason
 from trainer.logs import log
 from trainer.user_code import outputs, runner
 
-ENV_ACTIVE = "TRAINER_GUARD_ACTIVE"
+ENV_ACTIVE = runner.ENV_GUARD_ACTIVE  # also set by the runner for a script it runs itself
 ENV_REPORTS = "TRAINER_GUARD_REPORTS"
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 PROCESSING_CONFIG = Path("config") / "processingjobconfig.json"

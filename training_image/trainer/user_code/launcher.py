@@ -1,10 +1,16 @@
 """Runs the user's script as ``__main__`` and, if it fails, says where in the user's code.
 
-``python -m trainer.user_code.launcher REPORT SOURCE_DIR SCRIPT [ARGS...]`` is what the runner
-starts instead of ``python SCRIPT ARGS``: the script sees the same ``sys.argv``, ``sys.path[0]``
-and ``__name__``, its traceback still goes to stderr (the job's log), and an exception or a
-non-zero ``sys.exit`` also writes a small JSON report (type, message, the user's file and line)
-that the runner turns into ``output/failure``: one line a person can act on, not 1 KB of frames.
+``python -P .../trainer/user_code/launcher.py REPORT SOURCE_DIR SCRIPT [ARGS...]`` is what the
+runner starts instead of ``python SCRIPT ARGS``: the script sees the same ``sys.argv``,
+``sys.path`` (its own directory first) and ``__name__``, its traceback still goes to stderr (the
+job's log), and an exception or a non-zero ``sys.exit`` also writes a small JSON report (type,
+message, the user's file and line) that the runner turns into ``output/failure``: one line a
+person can act on, not 1 KB of frames.
+
+Standard library only, started by its file with ``-P`` (neither the working directory, which is
+the user's code, nor this directory goes on ``sys.path``): a user's own package or module named
+``trainer`` (Google AI Platform's layout, ``trainer/task.py``) can neither hide the launcher nor be
+hidden by the image's ``trainer`` package, which nothing here imports before the script runs.
 """
 
 from __future__ import annotations
@@ -16,9 +22,40 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from trainer.user_code.modules import where
-
 MAX_MESSAGE_CHARS = 500
+
+
+def where(exc: BaseException, source_dir: Path) -> dict[str, Any]:
+    """The innermost frame of ``exc``'s traceback that lies in ``source_dir``.
+
+    Returns:
+        ``file`` (relative to ``source_dir``), ``line``, ``function``, ``code`` for that frame,
+        plus ``raised_in`` (``path:line``) when the exception was raised outside the user's code;
+        empty when no frame is the user's.
+    """
+    source_dir = source_dir.resolve()
+    frames = traceback.extract_tb(exc.__traceback__)
+    origin = frames[-1] if frames else None
+    user = None
+    for frame in reversed(frames):
+        try:
+            path = Path(frame.filename).resolve()
+        except (OSError, ValueError):
+            continue
+        if source_dir in path.parents:
+            user = frame
+            break
+    report: dict[str, Any] = {}
+    if user is not None:
+        report.update(
+            file=Path(user.filename).resolve().relative_to(source_dir).as_posix(),
+            line=user.lineno,
+            function=user.name,
+            code=(user.line or "").strip()[:200],
+        )
+    if origin is not None and origin is not user:
+        report["raised_in"] = f"{origin.filename}:{origin.lineno}"
+    return report
 
 
 def _where(exc: BaseException, source_dir: Path) -> dict[str, Any]:

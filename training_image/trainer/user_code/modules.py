@@ -11,48 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from trainer.contract.errors import SourceError
+from trainer.user_code.launcher import where  # standard library only: it also runs in the user's process
 
 MAX_MESSAGE_CHARS = 300
-
-
-def where(exc: BaseException, source_dir: Path) -> dict[str, Any]:
-    """The innermost frame of ``exc``'s traceback that lies in ``source_dir``.
-
-    Returns:
-        ``file`` (relative to ``source_dir``), ``line``, ``function``, ``code`` for that frame,
-        plus ``raised_in`` (``path:line``) when the exception was raised outside the user's code;
-        empty when no frame is the user's.
-    """
-    source_dir = source_dir.resolve()
-    frames = traceback.extract_tb(exc.__traceback__)
-    origin = frames[-1] if frames else None
-    user = None
-    for frame in reversed(frames):
-        try:
-            path = Path(frame.filename).resolve()
-        except (OSError, ValueError):
-            continue
-        if source_dir in path.parents:
-            user = frame
-            break
-    report: dict[str, Any] = {}
-    if user is not None:
-        report.update(
-            file=Path(user.filename).resolve().relative_to(source_dir).as_posix(),
-            line=user.lineno,
-            function=user.name,
-            code=(user.line or "").strip()[:200],
-        )
-    if origin is not None and origin is not user:
-        report["raised_in"] = f"{origin.filename}:{origin.lineno}"
-    return report
 
 
 def describe_failure(exc: BaseException, source_dir: Path) -> str:

@@ -2,7 +2,8 @@
 
 Order is the guarantee: the GPU check runs (in a process of its own, so its TensorFlow runtime
 and GPU memory are gone before the script starts) and must pass before any user code is
-unpacked or run; then requirements install; then the script runs in its own process group with
+unpacked or run; on several hosts every host name must then resolve (bounded, as AWS's toolkit
+waits); then requirements install; then the script runs in its own process group with
 the toolkit's environment. The runner stays in Python without TensorFlow, forwards SIGTERM and
 SIGINT to the whole group, and kills it after ``SCRIPT_STOP_GRACE_SECONDS`` (the contract's
 :func:`~trainer.contract.environment.script_stop_grace_seconds`) so the job ends inside
@@ -25,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import trainer
-from trainer.contract.environment import ENV_LEGACY_KERAS, TrainingEnvironment, legacy_keras, script_stop_grace_seconds
+from trainer.contract.environment import (
+    ENV_LEGACY_KERAS,
+    TrainingEnvironment,
+    legacy_keras,
+    script_stop_grace_seconds,
+    wait_for_dns,
+)
 from trainer.contract.errors import (
     ConfigError,
     GpuCheckError,
@@ -38,6 +45,10 @@ from trainer.logs import log
 from trainer.user_code import contract, keras_hint, source
 
 ENV_JOB_START = "TRAINER_JOB_START_TIME"
+# Set for the script: the image's python (bin/python) is then the plain interpreter, not the guard
+# (trainer.user_code.guard), whose check and failure file the runner already gives.
+ENV_GUARD_ACTIVE = "TRAINER_GUARD_ACTIVE"
+LAUNCHER = Path(__file__).resolve().parent / "launcher.py"
 STDERR_TAIL_LINES = 20
 
 
@@ -107,10 +118,17 @@ def _trainer_root() -> str:
 
 
 def script_command(code: source.SourceCode, report_file: Path, args: list[str]) -> list[str]:
-    """How the user's entry point is started: through the launcher (``.py``) or ``/bin/sh`` (``.sh``)."""
+    """How the user's entry point is started: a ``.py`` through the launcher, anything else as a command.
+
+    The launcher is started by its file with ``-P`` (see :mod:`trainer.user_code.launcher`): the
+    working directory is the user's code, and a package of theirs named ``trainer`` must neither
+    hide the launcher nor be hidden by the image's package. Other entry points run as AWS's
+    toolkit runs a command (:func:`trainer.user_code.source.entry_command`): under their ``#!``
+    line, ``/bin/sh`` for a ``.sh`` without one.
+    """
     if code.entry_point.suffix == ".py":
-        return [sys.executable, "-m", "trainer.user_code.launcher", str(report_file), str(code.directory), str(code.entry_point), *args]
-    return ["/bin/sh", str(code.entry_point), *args]
+        return [sys.executable, "-P", str(LAUNCHER), str(report_file), str(code.directory), str(code.entry_point), *args]
+    return [*source.entry_command(code.entry_point), *args]
 
 
 def user_pythonpath(code: source.SourceCode, inherited: str | None) -> str:
@@ -234,14 +252,14 @@ def script_failure(
             if not said and said_last:
                 said = f"; its last error output: {said_last}"
             return UserScriptError(f"The {what} {script} called sys.exit({returncode}){where}{said}.")
-        hint = keras_hint.keras2_hint(report, stderr_tail, os.environ)
+        hint = keras_hint.hint(report, stderr_tail, os.environ)
         return UserScriptError(
             f"The {what} {script} raised {report.get('type')}: {report.get('message')}{where}{inside}. "
             + (f"{hint} " if hint else "")
             + "The full traceback is in the job's log."
         )
     last = f"; its last error output: {said_last}" if said_last else ""
-    hint = keras_hint.keras2_hint(None, stderr_tail, os.environ)
+    hint = keras_hint.hint(None, stderr_tail, os.environ)
     return UserScriptError(f"The {what} {script} exited with status {returncode}{last}. {hint + ' ' if hint else ''}See the job's log.")
 
 
@@ -266,6 +284,24 @@ def stop_parameter_server(server: subprocess.Popen[bytes]) -> None:
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
+
+
+def wait_for_hosts(env: TrainingEnvironment, supervisor: Supervisor) -> None:
+    """On several hosts, waits until every host name resolves, as AWS's toolkit does before any script runs.
+
+    Bounded by ``RENDEZVOUS_TIMEOUT_SECONDS`` from now, as the built-in trainer's wait.
+
+    Raises:
+        RendezvousError: a host name did not resolve in time (the script never started).
+        TrainingInterrupted: SIGTERM arrived while waiting.
+    """
+    if env.cluster.num_workers < 2:
+        return
+    started = time.monotonic()
+    wait_for_dns(env.cluster, started + env.rendezvous_timeout_seconds, lambda: supervisor.stop_requested_at is not None)
+    if supervisor.stop_requested_at is not None:
+        raise TrainingInterrupted("Stopped by SIGTERM while waiting for the job's host names to resolve; the training script never started.")
+    log("hosts-resolved", hosts=",".join(env.cluster.hosts), seconds=f"{time.monotonic() - started:.1f}")
 
 
 def wait_for_master(env: TrainingEnvironment, process_env: Mapping[str, str], supervisor: Supervisor) -> None:
@@ -306,6 +342,7 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
         scratch = Path(scratch_text)
         gpu = verify_gpus(supervisor, env, scratch, network=True)
         log("gpu-verified", gpus=gpu["gpus"], seconds=f"{time.monotonic() - started:.1f}")
+        wait_for_hosts(env, supervisor)
 
         code = source.prepare(job.submit_directory, job.program, env.paths, env.input_data_config)
         # SageMaker creates these before the container starts; on an EC2 node or locally we do.
@@ -328,6 +365,9 @@ def run(env: TrainingEnvironment, job: contract.ScriptJob) -> float:
         child_env.setdefault("KERAS_BACKEND", "tensorflow")
         child_env[ENV_JOB_START] = f"{started_wall:.3f}"
         child_env["PYTHONUNBUFFERED"] = "1"
+        # A python the script starts (subprocess, `python` in train.sh) is the plain interpreter: a
+        # probe the script tolerates must not re-run the GPU check or write output/failure.
+        child_env[ENV_GUARD_ACTIVE] = "1"
         child_env["PYTHONPATH"] = user_pythonpath(code, process_env.get("PYTHONPATH"))
         report_file = scratch / "script-failure.json"
         args = contract.to_cmd_args(job.user_hyperparameters)
