@@ -50,10 +50,13 @@ class Server:
     log: Path
 
     def request(
-        self, method: str, path: str, body: bytes | None = None, content_type: str | None = None, accept: str | None = None
+        self, method: str, path: str, body: bytes | None = None, content_type: str | None = None, accept: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Reply:
         """One request, bounded; HTTP errors are returned, not raised."""
-        headers = {"Content-Type": content_type} if content_type is not None else {}
+        headers = dict(headers or {})
+        if content_type is not None:
+            headers["Content-Type"] = content_type
         if accept is not None:
             headers["Accept"] = accept
         request = urllib.request.Request(self.url + path, data=body, method=method, headers=headers)
@@ -66,9 +69,14 @@ class Server:
     def ping(self) -> Reply:
         return self.request("GET", "/ping")
 
-    def invoke(self, body: bytes | str, content_type: str | None = "application/json", accept: str | None = None) -> Reply:
+    def invoke(
+        self, body: bytes | str, content_type: str | None = "application/json", accept: str | None = None,
+        attributes: str | None = None,
+    ) -> Reply:
+        """``POST /invocations``; ``attributes``: the ``X-Amzn-SageMaker-Custom-Attributes`` header."""
         data = body.encode() if isinstance(body, str) else body
-        return self.request("POST", "/invocations", data, content_type, accept)
+        headers = {"X-Amzn-SageMaker-Custom-Attributes": attributes} if attributes is not None else None
+        return self.request("POST", "/invocations", data, content_type, accept, headers)
 
     def stats(self) -> dict[str, Any]:
         return self.request("GET", "/stats").json()

@@ -11,14 +11,15 @@ SCORE_A = np.array([[1.0], [-2.0]], dtype=np.float32)
 SCORE_B = 3.0
 
 
-def save_regression(model_dir: Path, version: str = "1") -> Path:
-    """``y = 2x + 1`` (input shape ``[None, 1]``) exported as SageMaker scripts save it, in ``model_dir/1``."""
+def save_regression(model_dir: Path, version: str = "1", slope: float = 2.0, intercept: float = 1.0) -> Path:
+    """``y = slope * x + intercept`` (default ``2x + 1``; input shape ``[None, 1]``) exported as
+    SageMaker scripts save it, in ``model_dir/<version>``."""
     import keras
 
     inputs = keras.Input(shape=(1,), name="x")
     layer = keras.layers.Dense(1, name="y")
     model = keras.Model(inputs, layer(inputs))
-    layer.set_weights([np.array([[2.0]], np.float32), np.array([1.0], np.float32)])
+    layer.set_weights([np.array([[slope]], np.float32), np.array([intercept], np.float32)])
     target = model_dir / version
     model.export(str(target), verbose=False)
     return target

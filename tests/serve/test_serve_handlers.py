@@ -19,9 +19,10 @@ from tests.trainer.script_helpers import build_wheel
 pytestmark = pytest.mark.slow  # each test starts a server (TensorFlow import, model load)
 
 
-def _model_with_code(tmp_path: Path, files: dict[str, str]) -> Path:
+def _model_with_code(tmp_path: Path, files: dict[str, str], model_name: str | None = None) -> Path:
+    """``model/1/`` (or ``model/<model_name>/1/``, a model of that name) with ``code/`` holding ``files``."""
     model_dir = tmp_path / "model"
-    save_regression(model_dir)
+    save_regression(model_dir / model_name if model_name else model_dir)
     code = model_dir / "code"
     code.mkdir()
     for name, text in files.items():
@@ -109,6 +110,7 @@ def test_a_handler_function_calls_tf_serving_through_context_rest_uri(tmp_path):
                                        "content_type": context.request_content_type}), "application/json"
             """
         },
+        model_name="regression",
     )
     with serving(model_dir, tmp_path / "work", TFS_DEFAULT_MODEL_NAME="regression") as server:
         reply = server.invoke("[0, 1.5]")

@@ -67,8 +67,9 @@ HANDLER = """\
 
 
 def _model_with_handler(tmp_path: Path) -> Path:
+    """The regression as model ``reg``, version 3 (``reg/3/``), with the handler in ``code/``."""
     model_dir = tmp_path / "model"
-    save_regression(model_dir, version="3")
+    save_regression(model_dir / "reg", version="3")
     (model_dir / "code").mkdir()
     (model_dir / "code" / "inference.py").write_text(textwrap.dedent(HANDLER))
     return model_dir

@@ -12,8 +12,8 @@ import pytest
 
 from tests.serve.helpers import save_tiny_model, softmax_rows
 from tests.serve.models import save_regression
-from trainer.serve.model import ModelLoadError, find_model, load_model, load_tensor_model
-from trainer.serve.server import serves_as_classifier
+from trainer.serve.model import ModelLoadError, find_model, find_models, load_model, load_tensor_model
+from trainer.serve.server import default_model, serves_as_classifier
 from trainer.contract.serving import load_settings
 
 ROWS = np.array([[0.5, -1.0, 2.0, 0.25], [1.0, 1.0, 1.0, 1.0]], dtype=np.float32)
@@ -148,3 +148,81 @@ def test_only_the_trainers_model_or_an_explicit_output_kind_is_served_as_a_class
     assert serves_as_classifier(load_settings({"SM_MODEL_DIR": str(trainer_dir)}))
     assert not serves_as_classifier(load_settings({"SM_MODEL_DIR": str(user_dir)}))
     assert serves_as_classifier(load_settings({"SM_MODEL_DIR": str(user_dir), "SERVE_MODEL_OUTPUT": "probabilities"}))
+
+
+# --- the layouts AWS's TensorFlow serving container finds (tfs_utils.find_models), no TensorFlow needed --
+
+
+def _files(root, *paths: str):
+    """Empty files at ``paths``: discovery reads names only (saved_model.pb, *.keras)."""
+    for path in paths:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(b"")
+    return root
+
+
+def _found(model_dir) -> list[tuple[str, str | None, str]]:
+    return [(s.name, s.version, str(s.path.relative_to(model_dir))) for s in find_models(model_dir)]
+
+
+@pytest.mark.parametrize(
+    ("paths", "want"),
+    [
+        (["1/saved_model.pb"], [("model", "1", "1")]),
+        (["half_plus_three/1/saved_model.pb"], [("half_plus_three", "1", "half_plus_three/1")]),
+        (["export/Servo/1527887769/saved_model.pb"], [("Servo", "1527887769", "export/Servo/1527887769")]),
+        (["000000001/saved_model.pb", "000000010/saved_model.pb"], [("model", "1", "000000001"), ("model", "10", "000000010")]),
+        (["b/2/saved_model.pb", "b/10/saved_model.pb", "a/1/saved_model.pb"],
+         [("a", "1", "a/1"), ("b", "2", "b/2"), ("b", "10", "b/10")]),
+        (["saved_model.pb"], [("model", None, ".")]),
+    ],
+    ids=["root-version", "named-model", "legacy-export-servo", "leading-zeros", "several-models-every-version", "root-unversioned"],
+)
+def test_saved_models_are_found_named_and_versioned_as_aws_container_finds_them(tmp_path, paths, want):
+    assert _found(_files(tmp_path, *paths)) == want
+
+
+@pytest.mark.parametrize(
+    ("paths", "served"),
+    [
+        (["1/saved_model.pb", "model.keras"], "1"),
+        (["1/saved_model.pb", "checkpoints/e1.keras", "checkpoints/e2.keras"], "1"),
+        (["1/saved_model.pb", "2/saved_model.pb", "model.keras", "trainer_config.json"], "2"),
+        (["model.keras", "best.keras"], "model.keras"),  # the trainer's own layout: no SavedModel, its model.keras
+    ],
+    ids=["savedmodel-beside-model-keras", "savedmodel-beside-checkpoints", "savedmodel-beside-trainer-files", "trainer-layout"],
+)
+def test_a_stray_keras_file_never_displaces_a_saved_model(tmp_path, paths, served):
+    _files(tmp_path, *paths)
+    if (tmp_path / "trainer_config.json").exists():
+        (tmp_path / "trainer_config.json").write_text("{}")
+    assert str(find_model(tmp_path).path.relative_to(tmp_path)) == served
+
+
+@pytest.mark.parametrize(
+    ("paths", "message"),
+    [
+        (["a/m/1/saved_model.pb", "b/m/1/saved_model.pb"], "Two models are named 'm' (a/m and b/m in "),
+        (["m/1/saved_model.pb", "m/001/saved_model.pb"], "m/001 and m/1 are both version 1 of one model; keep one of them."),
+        (["saved_model.pb", "1/saved_model.pb"], "holds saved_model.pb at its root and in version folders (1/)"),
+        (["mymodel/saved_model.pb"], "Found saved_model.pb in mymodel, outside a version folder: move each into a numbered folder"),
+    ],
+    ids=["same-name", "same-version", "root-and-versions", "unversioned-subfolder"],
+)
+def test_an_ambiguous_or_unservable_layout_is_one_line_naming_the_fix(tmp_path, paths, message):
+    with pytest.raises(ModelLoadError) as caught:
+        find_models(_files(tmp_path, *paths))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_default_model_is_the_first_found_unless_the_variable_names_another(tmp_path):
+    sources = find_models(_files(tmp_path, "zeta/1/saved_model.pb", "alpha/3/saved_model.pb"))
+    assert default_model(sources, load_settings({"SM_MODEL_DIR": str(tmp_path)})) == "alpha"
+    assert default_model(sources, load_settings({"SM_MODEL_DIR": str(tmp_path), "SAGEMAKER_TFS_DEFAULT_MODEL_NAME": "zeta"})) == "zeta"
+    with pytest.raises(ModelLoadError) as caught:
+        default_model(sources, load_settings({"SM_MODEL_DIR": str(tmp_path), "TFS_DEFAULT_MODEL_NAME": "regression"}))
+    assert str(caught.value).startswith(f"TFS_DEFAULT_MODEL_NAME=regression names no model in {tmp_path}; found alpha, zeta")
+    assert str(caught.value).endswith("Set it to one of them, or unset it to make alpha the default.")
+    # A model outside a version folder takes the variable's name, as it always has.
+    keras_dir = _files(tmp_path / "k", "model.keras")
+    assert [s.name for s in find_models(keras_dir, "regression")] == ["regression"]

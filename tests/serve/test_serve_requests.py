@@ -301,3 +301,191 @@ def test_a_json_lines_batch_transform_joins_each_record_with_its_prediction(tmp_
     body, count = asyncio.run(go())
     outputs = [json.loads(line) for line in body.splitlines()]
     assert count == 3 and [(o["id"], o["SageMakerOutput"]["predicted_class"]) for o in outputs] == [("a", 0), ("b", 1), ("c", 0)]
+
+
+# --- where AWS's containers answer differently from what a stricter server would -------------------
+
+SINGLE = {"serving_default": Signature({"x": TensorSpec((None, 1), "float32")}, {"y": TensorSpec((None, 1), "float32")})}
+
+
+def _line(x: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"y": x["x"] * 2 + 1}
+
+
+def test_tf_serving_answers_its_json_for_an_accept_it_does_not_know(tmp_path):
+    """AWS's container never refuses an Accept: TF Serving's JSON, unchanged, as application/json."""
+    csv, html_then_npy, npy = _serve(
+        _tensor_state(tmp_path, SINGLE, _line),
+        [("/invocations", b'{"instances": [[1], [2]]}', {**JSON, "Accept": "text/csv"}),
+         ("/invocations", b'{"instances": [[1]]}', {**JSON, "Accept": "text/html, application/x-npy"}),
+         ("/v1/models/model:predict", b'{"instances": [[3]]}', {"Accept": "text/plain"})],
+    )
+    assert csv[:2] == (200, "application/json") and json.loads(csv[2]) == {"predictions": [[3.0], [5.0]]}
+    assert html_then_npy[:2] == (200, "application/x-npy")  # a type it answers, later in the list, still wins
+    assert npy[:2] == (200, "application/json") and json.loads(npy[2]) == {"predictions": [[7.0]]}
+
+
+EXPANDING_HANDLERS = """\
+    import json
+
+
+    def input_handler(data, context):
+        # A small request becomes a large TF Serving request (7 MB: the rows, then JSON whitespace),
+        # as an input_handler that looks up features or decodes an image makes one.
+        return json.dumps({"instances": json.loads(data.read())}) + " " * (7 * 1024 * 1024)
+
+
+    def output_handler(response, context):
+        return response.content, "application/json"
+"""
+
+
+def test_the_loopback_route_takes_a_request_over_sagemakers_limit_that_invocations_refuse(tmp_path):
+    """AWS's input_handler posts straight to TF Serving (nginx's client_max_body_size 0): the 6 MB
+    invocation limit is SageMaker's, for /invocations, not for the container's own loopback call."""
+    (port,) = free_ports(1)
+    calls: list[int] = []
+    state = _tensor_state(tmp_path, SINGLE, lambda x: calls.append(len(x["x"])) or _line(x), SAGEMAKER_BIND_TO_PORT=str(port))
+    state = _with_code(tmp_path, state, EXPANDING_HANDLERS)
+    small, large = _serve(
+        state,
+        [("/invocations", b"[[1], [2]]" + b" " * 1000, JSON), ("/invocations", b"[[1]]" + b" " * (7 * 1024 * 1024), JSON)],
+        port=port,
+    )
+    assert small[0] == 200 and json.loads(small[2]) == {"predictions": [[3.0], [5.0]]}, small[2][:300]
+    assert calls == [2]
+    assert "over the 6291456-byte limit (SERVE_MAX_REQUEST_BYTES)" in _one_line_error(large, 413)
+
+
+TOOLKIT_NUMPY = """\
+    import numpy as np
+
+
+    class Doubler:
+        def predict(self, data):
+            return data * 2
+
+
+    def model_fn(model_dir):
+        return Doubler()
+
+
+    def predict_fn(data, model):
+        assert isinstance(data, np.ndarray) and data.shape == (2, 2), f"got {type(data).__name__} {getattr(data, 'shape', None)}"
+        return model.predict(data)
+"""
+
+
+def test_toolkit_defaults_with_model_fn_decode_to_numpy_and_encode_by_accept(tmp_path):
+    """The inference toolkit's default_input_fn (decoder.decode) and default_output_fn (encoder.encode)."""
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([[1.5, 2], [3, 4]]))
+    state = _with_code(tmp_path, _state(tmp_path), TOOLKIT_NUMPY)
+    state.ready.set()
+    csv, json_out, npy, default, refused_accept, refused_type = _serve(
+        state,
+        [("/invocations", b"[[1, 2], [3, 4]]", {**JSON, "Accept": "text/csv"}),
+         ("/invocations", b"1,2\n3,4\n", {"Content-Type": "text/csv", "Accept": "text/html, application/json"}),
+         ("/invocations", buffer.getvalue(), {"Content-Type": "application/x-npy", "Accept": "application/x-npy"}),
+         ("/invocations", b"[[1, 2], [3, 4]]", JSON),
+         ("/invocations", b"[[1, 2], [3, 4]]", {**JSON, "Accept": "text/html"}),
+         ("/invocations", b"1 2\n3 4", {"Content-Type": "text/plain"})],
+    )
+    assert csv == (200, "text/csv", b"2,4\n6,8\n")
+    assert json_out[:2] == (200, "application/json") and json.loads(json_out[2]) == [[2.0, 4.0], [6.0, 8.0]]
+    assert npy[:2] == (200, "application/x-npy") and np.load(io.BytesIO(npy[2])).tolist() == [[3.0, 4.0], [6.0, 8.0]]
+    assert default[:2] == (200, "application/json") and json.loads(default[2]) == [[2, 4], [6, 8]]
+    assert "Accept 'text/html' is not encoded by the inference toolkit's default output_fn" in _one_line_error(refused_accept, 406)
+    assert "define input_fn in inference.py" in _one_line_error(refused_type, 415)
+
+
+def test_a_serving_container_handler_gets_exactly_data_and_context(tmp_path):
+    """python_service.py calls handler(data, context): extra optional parameters are the user's."""
+    state = _with_code(tmp_path, _tensor_state(tmp_path, SINGLE, _line), """\
+        import json
+
+
+        def handler(data, context, **options):
+            return json.dumps({"bytes": len(data.read()), "model": context.model_name, "options": options}), "application/json"
+    """)
+    (answer,) = _serve(state, [("/invocations", b"[[1]]", JSON)])
+    assert (answer[0], json.loads(answer[2])) == (200, {"bytes": 5, "model": None, "options": {}})
+
+
+def test_requirements_are_skipped_with_a_warning_when_code_lib_holds_unpacked_packages(tmp_path, capsys):
+    """AWS's serve.py: "loading modules in lib, ignoring requirements.txt"; lib stays importable."""
+    code = tmp_path / "code"
+    (code / "lib" / "aws_style_extmod").mkdir(parents=True)
+    (code / "lib" / "aws_style_extmod" / "__init__.py").write_text("VALUE = 7\n")
+    (code / "requirements.txt").write_text("aws-style-extmod==1.0\nnot-on-any-index==9.9\n")
+    state = _with_code(tmp_path, _tensor_state(tmp_path, SINGLE, _line), """\
+        import aws_style_extmod
+
+
+        def handler(data, context):
+            return str(aws_style_extmod.VALUE), "text/plain"
+    """)
+    assert state.user_code is not None and state.user_code.installed == ()
+    out = capsys.readouterr().out
+    (warning,) = [line for line in out.splitlines() if "serve-requirements-skipped" in line]
+    assert warning.startswith(f"[trainer] serve-requirements-skipped warning='loading modules in {code / 'lib'}, ignoring requirements.txt")
+    assert "installed=none" in out and "Traceback" not in out
+    (answer,) = _serve(state, [("/invocations", b"1", JSON)])
+    assert answer == (200, "text/plain", b"7")
+
+
+def _versions_state(tmp_path: Path, **env: str) -> server.ServingState:
+    """Three servables as AWS's container finds them: half_plus_three 1 and 2, other 1 (y = x + offset)."""
+    def model(offset: float) -> TensorModel:
+        return TensorModel(ModelSource("saved_model", tmp_path), SINGLE, {"serving_default": lambda t: {"y": t["x"] + offset}})
+
+    state = _state(tmp_path, **env)
+    state.servables = [server.Servable("half_plus_three", "1", (model(100),)), server.Servable("half_plus_three", "2", (model(200),)),
+                       server.Servable("other", "1", (model(300),))]
+    state.default_model = "half_plus_three"
+    state.tensor_replicas = list(state.servables[1].tensor_replicas)
+    state.ready.set()
+    return state
+
+
+def _attributes(value: str) -> dict[str, str]:
+    return {**JSON, server.CUSTOM_ATTRIBUTES_HEADER: value}
+
+
+def test_every_model_and_version_found_is_served_by_name_and_version(tmp_path):
+    """tfs-model-name / tfs-model-version route as TF Serving routes its config's models and versions."""
+    body = b'{"instances": [[1]]}'
+    answers = _serve(
+        _versions_state(tmp_path),
+        [("/invocations", body, JSON), ("/invocations", body, _attributes("tfs-model-version=1")),
+         ("/invocations", body, _attributes("tfs-model-version=0001")), ("/invocations", body, _attributes("tfs-model-name=other")),
+         ("/v1/models/half_plus_three/versions/1:predict", body, {}), ("/v1/models/other:predict", body, {}),
+         ("/invocations", body, _attributes("tfs-model-name=missing")), ("/invocations", body, _attributes("tfs-model-version=3")),
+         ("/invocations", body, _attributes("tfs-method=classify"))],
+    )
+    values = [json.loads(a[2])["predictions"][0][0] for a in answers[:6]]
+    assert values == [201.0, 101.0, 101.0, 301.0, 101.0, 301.0]
+    assert _one_line_error(answers[6], 404) == (
+        f"Servable not found: {server.CUSTOM_ATTRIBUTES_HEADER} names model 'missing'; this server holds 'half_plus_three', 'other'."
+    )
+    assert "'half_plus_three' version 3; this server holds version 1, 2." in _one_line_error(answers[7], 404)
+    assert "TF Serving method 'classify', which is not served: this server answers predict only" in _one_line_error(answers[8], 404)
+
+
+def test_concurrent_requests_for_different_versions_never_share_a_model_call(tmp_path):
+    state = _versions_state(tmp_path, SAGEMAKER_TFS_ENABLE_BATCHING="true", SERVE_MAX_BATCH_DELAY_MS="200")
+
+    async def go() -> tuple[list[tuple[int, str, bytes]], dict[str, Any]]:
+        async with TestClient(TestServer(server.create_app(state), host="127.0.0.1")) as client:
+            await _send(client, [("/invocations", b'{"instances": [[0]]}', JSON)])  # the batcher exists
+            server._batcher(state)._mean_requests_per_call = 4.0  # waits for company, as under load
+            calls = [[("/invocations", json.dumps({"instances": [[i]]}).encode(), _attributes(f"tfs-model-version={1 + i // 3}"))]
+                     for i in range(6)]
+            answers = [a for (a,) in await asyncio.gather(*(_send(client, c) for c in calls))]
+            return answers, await (await client.get("/stats")).json()
+
+    answers, stats = asyncio.run(go())
+    assert [json.loads(a[2])["predictions"][0][0] for a in answers] == [100.0, 101.0, 102.0, 203.0, 204.0, 205.0]
+    assert stats["recent_batch_requests"] == [1, 3, 3]  # each version's three requests shared a call, never the other's

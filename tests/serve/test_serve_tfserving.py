@@ -40,8 +40,14 @@ MULTI = {
         ("1,2.5\n3,4\n", "text/csv", {"instances": [[1, 2.5], [3, 4]]}),
         ("1\n2\n", "text/csv; charset=utf-8", {"instances": [1, 2]}),
         ('"hello",3\n', "text/csv", {"instances": [["hello", 3]]}),
+        # One JSON line (batch transform's SplitType=Line with SingleRecord): the container's
+        # application/json path, so one record is one instance, never one instance per value.
+        ("[1, 2, 3]\n", "application/jsonlines", {"instances": [[1, 2, 3]]}),
+        ('{"x": [1, 2]}\n', "application/jsonlines", {"instances": [{"x": [1, 2]}]}),
+        ('{"instances": [[1], [2]]}\n', "application/jsonlines", {"instances": [[1], [2]]}),
     ],
-    ids=["tfs-row", "tfs-columnar", "list-of-lists", "one-row", "one-object", "jsonlines", "json-lines-detected", "csv", "csv-one-column", "csv-string"],
+    ids=["tfs-row", "tfs-columnar", "list-of-lists", "one-row", "one-object", "jsonlines", "json-lines-detected", "csv", "csv-one-column", "csv-string",
+         "one-line-row", "one-line-object", "one-line-tfs-request"],
 )
 def test_bodies_become_tf_serving_requests_as_aws_container_makes_them(body, content_type, want):
     assert tfserving.to_tfs_request(body.encode(), content_type) == want
@@ -271,7 +277,9 @@ def test_the_regression_is_described_and_warmed_and_tf_servings_route_answers(re
     assert other.status == 404 and "model 'other'" in other.json()["error"]
     jsonlines = regression.invoke('{"instances": [[0]]}', accept="application/jsonlines")
     assert (jsonlines.status, jsonlines.content_type, jsonlines.json()) == (200, "application/jsonlines", {"predictions": [[1]]})
-    assert regression.invoke('{"instances": [[0]]}', accept="text/csv").status == 406
+    # AWS's container never refuses an Accept: TF Serving's JSON, as application/json.
+    csv = regression.invoke('{"instances": [[0]]}', accept="text/csv")
+    assert (csv.status, csv.content_type, csv.json()) == (200, "application/json", {"predictions": [[1.0]]})
 
 
 @pytest.mark.slow
@@ -354,3 +362,31 @@ def test_concurrent_tf_serving_requests_share_model_calls_and_each_gets_its_own_
     calls = after["batches"] - before["batches"]
     assert after["requests"] - before["requests"] == len(bodies)
     assert calls < len(bodies) and max(after["recent_batch_requests"][-calls:]) > 1
+
+
+@pytest.mark.slow
+def test_aws_layouts_serve_every_model_and_version_by_name(tmp_path):
+    """half_plus_three/1 and /000002 beside the legacy export/Servo/1: every one loaded and routed by
+    tfs-model-name / tfs-model-version, the first found (export/ before half_plus_three/) the default,
+    as AWS's container serves them; a stray .keras file stays out of the way."""
+    model_dir = tmp_path / "model"
+    save_regression(model_dir / "half_plus_three", "1", slope=0.5, intercept=3.0)
+    save_regression(model_dir / "half_plus_three", "000002", slope=0.5, intercept=30.0)
+    save_regression(model_dir / "export" / "Servo", "1", slope=1.0, intercept=-1.0)
+    (model_dir / "half_plus_three" / "stray.keras").write_bytes(b"not a model")
+    body = '{"instances": [[2]]}'
+
+    def value(reply):
+        assert reply.status == 200, reply.body
+        return reply.json()["predictions"][0][0]
+
+    with serving(model_dir, tmp_path / "work") as server:
+        assert value(server.invoke(body)) == 1.0  # Servo, version 1
+        assert value(server.invoke(body, attributes="tfs-model-name=half_plus_three")) == 31.0  # its highest version, 2
+        assert value(server.invoke(body, attributes="tfs-model-name=half_plus_three,tfs-model-version=1")) == 4.0
+        assert value(server.invoke(body, attributes="tfs-model-name=half_plus_three,tfs-model-version=2")) == 31.0
+        assert value(server.request("POST", "/v1/models/half_plus_three/versions/1:predict", body.encode())) == 4.0
+        assert value(server.request("POST", "/v1/models/Servo:predict", body.encode())) == 1.0
+        missing = server.invoke(body, attributes="tfs-model-name=model")
+        assert missing.status == 404 and "this server holds 'Servo', 'half_plus_three'." in missing.json()["error"]
+        assert "models=Servo:1,half_plus_three:1,half_plus_three:2 default_model=Servo" in server.output()

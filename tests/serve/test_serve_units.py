@@ -44,6 +44,74 @@ def test_bad_settings_name_the_variable(env, message):
         load_settings(env)
 
 
+def test_aws_containers_batching_variables_map_onto_the_batching_settings():
+    """SAGEMAKER_TFS_MAX_BATCH_SIZE, _BATCH_TIMEOUT_MICROS and _MAX_ENQUEUED_BATCHES (tfs_utils.create_batching_config)."""
+    settings = load_settings({"SAGEMAKER_TFS_MAX_BATCH_SIZE": "8", "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS": "1500",
+                              "SAGEMAKER_TFS_MAX_ENQUEUED_BATCHES": "3"})
+    assert (settings.max_batch_size, settings.max_batch_delay_ms, settings.max_queued_requests) == (8, 1.5, 24)
+    # Ours alone, or both agreeing, as SERVE_BATCHING and SAGEMAKER_TFS_ENABLE_BATCHING.
+    assert load_settings({"SERVE_MAX_BATCH_SIZE": "16", "SAGEMAKER_TFS_MAX_BATCH_SIZE": "16"}).max_batch_size == 16
+    assert load_settings({"SERVE_MAX_BATCH_DELAY_MS": "0.5", "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS": "500"}).max_batch_delay_ms == 0.5
+    assert load_settings({"SERVE_MAX_QUEUED_REQUESTS": "10"}).max_queued_requests == 10
+    with pytest.raises(ConfigError, match="SERVE_MAX_BATCH_SIZE=16 and SAGEMAKER_TFS_MAX_BATCH_SIZE=8 disagree; set one of them"):
+        load_settings({"SERVE_MAX_BATCH_SIZE": "16", "SAGEMAKER_TFS_MAX_BATCH_SIZE": "8"})
+
+
+def test_aws_containers_timeouts_set_the_request_timeout_unless_ours_is_set():
+    """serve.py raises nginx's proxy_read_timeout (default 60) to gunicorn's timeout (default 30) when larger."""
+    assert load_settings({"SAGEMAKER_GUNICORN_TIMEOUT_SECONDS": "120"}).request_timeout_s == 120
+    assert load_settings({"SAGEMAKER_GUNICORN_TIMEOUT_SECONDS": "10"}).request_timeout_s == 60
+    assert load_settings({"SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS": "300"}).request_timeout_s == 300
+    assert load_settings({"SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS": "20", "SAGEMAKER_GUNICORN_TIMEOUT_SECONDS": "45"}).request_timeout_s == 45
+    assert load_settings({"SAGEMAKER_BATCH": "true", "SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS": "900"}).request_timeout_s == 900
+    assert load_settings({"SAGEMAKER_MODEL_SERVER_TIMEOUT": "5", "SAGEMAKER_GUNICORN_TIMEOUT_SECONDS": "120"}).request_timeout_s == 5
+    assert load_settings({}).request_timeout_s == 60 and load_settings({"SAGEMAKER_BATCH": "true"}).request_timeout_s == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"SAGEMAKER_TFS_MAX_BATCH_SIZE": "eight"}, "SAGEMAKER_TFS_MAX_BATCH_SIZE must be an integer, got 'eight'"),
+        ({"SAGEMAKER_TFS_MAX_BATCH_SIZE": "0"}, "SAGEMAKER_TFS_MAX_BATCH_SIZE must be between 1 and 65536"),
+        ({"SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS": "2000000"}, "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS must be between 0 and 1000000"),
+        ({"SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS": "1.5"}, "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS must be an integer"),
+        ({"SAGEMAKER_TFS_MAX_ENQUEUED_BATCHES": "-1"}, "SAGEMAKER_TFS_MAX_ENQUEUED_BATCHES must be >= 1"),
+        ({"SAGEMAKER_TFS_NUM_BATCH_THREADS": "many"}, "SAGEMAKER_TFS_NUM_BATCH_THREADS must be an integer"),
+        ({"SAGEMAKER_GUNICORN_TIMEOUT_SECONDS": "soon"}, "SAGEMAKER_GUNICORN_TIMEOUT_SECONDS must be an integer"),
+        ({"SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS": "0"}, "SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS must be >= 1"),
+        ({"SAGEMAKER_MULTI_MODEL": "yes"}, "SAGEMAKER_MULTI_MODEL must be true or false, got 'yes'"),
+    ],
+)
+def test_a_bad_aws_variable_names_itself(env, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(env)
+
+
+def test_aws_variables_without_an_equivalent_are_logged_once_with_why(capsys):
+    from trainer.serve.server import log_without_effect
+
+    settings = load_settings({"SAGEMAKER_GUNICORN_WORKERS": "4", "SAGEMAKER_TFS_NGINX_LOGLEVEL": "info",
+                              "SAGEMAKER_TFS_NUM_BATCH_THREADS": "8", "SAGEMAKER_GUNICORN_THREADS": " "})
+    assert settings.without_effect == ("SAGEMAKER_GUNICORN_WORKERS", "SAGEMAKER_TFS_NGINX_LOGLEVEL", "SAGEMAKER_TFS_NUM_BATCH_THREADS")
+    log_without_effect(settings)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[2] for line in lines] == [f"variable={name}" for name in settings.without_effect]
+    assert all(line.startswith("[trainer] serve-setting-without-effect ") and "reason='" in line for line in lines)
+    assert "SERVE_REPLICAS" in lines[2]  # says what to use instead
+    assert load_settings({}).without_effect == ()
+
+
+def test_a_multi_model_endpoint_stops_serve_with_one_line(monkeypatch, capsys):
+    with pytest.raises(ConfigError, match="SAGEMAKER_MULTI_MODEL=true: multi-model endpoints .* are not served by this image"):
+        load_settings({"SAGEMAKER_MULTI_MODEL": "True"})
+    assert load_settings({"SAGEMAKER_MULTI_MODEL": "false"}).port == 8080
+    monkeypatch.setenv("SAGEMAKER_MULTI_MODEL", "true")
+    assert entrypoint_main(["serve"]) == 2
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("[trainer] serve-failed reason='SAGEMAKER_MULTI_MODEL=true: multi-model endpoints")
+    assert "Deploy one model per endpoint" in line and "tfs-model-name" in line
+
+
 def test_serve_refuses_arguments_and_bad_settings(monkeypatch, capsys):
     assert entrypoint_main(["serve", "--port", "1"]) == 2
     monkeypatch.setenv("SAGEMAKER_BIND_TO_PORT", "x")

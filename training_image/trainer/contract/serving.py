@@ -5,7 +5,14 @@ container must listen on another port than 8080; the stacks set ``EXPECTED_GPU_C
 Model. The ``SERVE_*`` variables tune batching and limits and have defaults that suit small
 tabular models on one GPU. A few variables of AWS's TensorFlow serving container and inference
 toolkit mean here what they mean there: ``SAGEMAKER_TFS_ENABLE_BATCHING``,
-``SAGEMAKER_TFS_DEFAULT_MODEL_NAME`` and ``SAGEMAKER_MODEL_SERVER_TIMEOUT``.
+``SAGEMAKER_TFS_DEFAULT_MODEL_NAME`` and ``SAGEMAKER_MODEL_SERVER_TIMEOUT``. The container's
+batching and timeout variables map onto the equivalent settings here
+(``SAGEMAKER_TFS_MAX_BATCH_SIZE``, ``SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS``,
+``SAGEMAKER_TFS_MAX_ENQUEUED_BATCHES``, ``SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS``,
+``SAGEMAKER_GUNICORN_TIMEOUT_SECONDS``); those of its processes this server has no equivalent of
+(gunicorn workers, nginx's log level) are listed in :data:`WITHOUT_EFFECT` and logged once at
+start-up. ``SAGEMAKER_MULTI_MODEL=true`` (a multi-model endpoint) stops ``serve``: this image
+serves the models of one ``model.tar.gz``.
 
 Batch transform starts the same ``serve`` with ``SAGEMAKER_BATCH=true`` and, for what the job set,
 ``SAGEMAKER_MAX_PAYLOAD_IN_MB``, ``SAGEMAKER_BATCH_STRATEGY`` and
@@ -18,9 +25,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from trainer.contract.environment import ENV_INSTANCE_TYPE, expected_gpu_count, int_setting, resolve_paths, switch_setting
 from trainer.contract.errors import ConfigError
@@ -42,6 +50,26 @@ MAX_PAYLOAD_IN_MB = 100
 """The largest ``MaxPayloadInMB`` CreateTransformJob accepts; 0 there means no limit (HTTP chunked)."""
 BATCH_STRATEGIES = ("MULTI_RECORD", "SINGLE_RECORD")
 """``SAGEMAKER_BATCH_STRATEGY``'s values (CreateTransformJob's ``MultiRecord`` and ``SingleRecord``)."""
+AWS_NGINX_READ_TIMEOUT_S = 60
+AWS_GUNICORN_TIMEOUT_S = 30
+"""AWS's serving container's defaults for ``SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS`` and
+``SAGEMAKER_GUNICORN_TIMEOUT_SECONDS`` (its ``serve.py``)."""
+_ONE_PROCESS = "this server is one asyncio process with no gunicorn or nginx in front"
+WITHOUT_EFFECT = {
+    "SAGEMAKER_GUNICORN_WORKERS": f"{_ONE_PROCESS}; inference.py handlers run in 8 threads",
+    "SAGEMAKER_GUNICORN_THREADS": f"{_ONE_PROCESS}; inference.py handlers run in 8 threads",
+    "SAGEMAKER_GUNICORN_WORKER_CLASS": _ONE_PROCESS,
+    "SAGEMAKER_GUNICORN_LOGLEVEL": f"{_ONE_PROCESS}; SERVE_ACCESS_LOG=off turns the request lines off",
+    "SAGEMAKER_TFS_NGINX_LOGLEVEL": f"{_ONE_PROCESS}; SERVE_ACCESS_LOG=off turns the request lines off",
+    "SAGEMAKER_TFS_NUM_BATCH_THREADS": "each model replica has one batching thread; SERVE_REPLICAS sets the replicas (default one per GPU)",
+    "SAGEMAKER_TFS_INSTANCE_COUNT": "one process serves every GPU, one model replica per GPU (SERVE_REPLICAS)",
+    "SAGEMAKER_TFS_FRACTIONAL_GPU_MEM_MARGIN": "one process serves every GPU, one model replica per GPU (SERVE_REPLICAS)",
+    "SAGEMAKER_TFS_INTER_OP_PARALLELISM": "TensorFlow's own thread pools are used (TF_NUM_INTEROP_THREADS sets them)",
+    "SAGEMAKER_TFS_INTRA_OP_PARALLELISM": "TensorFlow's own thread pools are used (TF_NUM_INTRAOP_THREADS sets them)",
+    "SAGEMAKER_TFS_WAIT_TIME_SECONDS": "the model loads in this process; /ping answers 503 until it is ready",
+}
+"""AWS's serving container's variables with no equivalent here, and why: each one set is logged once
+(``serve-setting-without-effect``), never silently dropped."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +95,16 @@ class ServeSettings:
             the batch, batch norm in training mode): joined, one client's answer would depend on
             another's requests. A columnar (``"inputs"``) request is one batch already and is
             never joined with others.
-        max_batch_size: ``SERVE_MAX_BATCH_SIZE``: most rows one model call takes from queued
-            requests (a single larger request still runs, alone).
-        max_batch_delay_ms: ``SERVE_MAX_BATCH_DELAY_MS``: the longest the first request of a
+        max_batch_size: ``SERVE_MAX_BATCH_SIZE``, else AWS's ``SAGEMAKER_TFS_MAX_BATCH_SIZE``
+            (both set: they must agree): most rows one model call takes from queued requests (a
+            single larger request still runs, alone).
+        max_batch_delay_ms: ``SERVE_MAX_BATCH_DELAY_MS``, else AWS's
+            ``SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS`` / 1000: the longest the first request of a
             batch waits for company. Requests that arrive while the model runs wait anyway, so
             this only matters when the server is idle.
-        max_queued_requests: ``SERVE_MAX_QUEUED_REQUESTS``: beyond this, requests get 503 at once
-            instead of waiting in an unbounded queue.
+        max_queued_requests: ``SERVE_MAX_QUEUED_REQUESTS``, else AWS's
+            ``SAGEMAKER_TFS_MAX_ENQUEUED_BATCHES`` x ``max_batch_size``: beyond this, requests get
+            503 at once instead of waiting in an unbounded queue.
         max_request_bytes: The largest body served; larger bodies get 413, and 0 serves any size.
             ``SAGEMAKER_MAX_PAYLOAD_IN_MB`` MB when a transform job set it (0 for a job that
             streams with HTTP chunked encoding), else ``SERVE_MAX_REQUEST_BYTES``, else 6 MB,
@@ -87,8 +118,12 @@ class ServeSettings:
             they are non-negative and sum to 1. Only the built-in classifier answers with classes
             and probabilities: with ``auto``, a model that is not the trainer's answers as TF
             Serving does; ``logits`` or ``probabilities`` serve any model as a classifier.
-        model_name: ``SAGEMAKER_TFS_DEFAULT_MODEL_NAME``, else ``TFS_DEFAULT_MODEL_NAME`` (default ``model``): the name in TF Serving's REST
-            route ``/v1/models/<name>:predict`` and in an ``inference.py`` handler's context.
+        model_name: ``SAGEMAKER_TFS_DEFAULT_MODEL_NAME``, else ``TFS_DEFAULT_MODEL_NAME`` (default
+            ``model``): which model a request that names none gets. A SavedModel in a version
+            folder is named after its folder (AWS's container names them so), and the variable
+            must name one of them; unset, the first found is the default. A model outside a
+            version folder (a Keras file, a root SavedModel) takes this name.
+        model_name_variable: The variable that set ``model_name``; None when neither is set.
         default_accept: ``SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT`` (default ``application/json``):
             the ``accept`` an ``inference.py`` handler gets when the request names none or ``*/*``.
         default_content_type: the content type a handler gets when the request names none
@@ -106,6 +141,11 @@ class ServeSettings:
         request_timeout_s: ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` (seconds, default 60, as in AWS's
             inference toolkit; 0: none; in a batch transform none unless set, the job's
             ``InvocationsTimeoutInSeconds`` bounds it): a request not answered by then gets 504.
+            Unset, AWS's serving container's ``SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS``
+            (default 60) and ``SAGEMAKER_GUNICORN_TIMEOUT_SECONDS`` (default 30) give it when
+            either is set: the larger, as that container raises nginx's timeout to gunicorn's.
+        without_effect: AWS's serving container's variables that are set and have no equivalent
+            here (:data:`WITHOUT_EFFECT`), for the start-up log.
         access_log: ``SERVE_ACCESS_LOG`` = on|off (default on): one log line per request (a
             ``/ping`` answered 200 is not logged: SageMaker pings every few seconds).
     """
@@ -133,6 +173,8 @@ class ServeSettings:
     tfs_batching: bool = False
     request_timeout_s: int = DEFAULT_MODEL_SERVER_TIMEOUT_S
     access_log: bool = True
+    model_name_variable: str | None = None
+    without_effect: tuple[str, ...] = ()
 
     @property
     def request_limit_setting(self) -> str:
@@ -162,13 +204,20 @@ class ServeSettings:
 def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
     """Reads the serving settings; raises ConfigError naming the variable."""
     env = os.environ if env is None else env
-    raw_delay = env.get("SERVE_MAX_BATCH_DELAY_MS", "").strip()
-    try:
-        delay = float(raw_delay) if raw_delay else DEFAULT_MAX_BATCH_DELAY_MS
-    except ValueError:
-        raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be a number of milliseconds, got {raw_delay!r}.") from None
-    if not 0 <= delay <= 1000:
-        raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be between 0 and 1000, got {raw_delay!r}.")
+    _refuse_multi_model(env)
+    delay = _batch_delay_ms(env)
+    max_batch_size = _one_of(
+        env, "SERVE_MAX_BATCH_SIZE", int_setting(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),
+        "SAGEMAKER_TFS_MAX_BATCH_SIZE", lambda: int_setting(env, "SAGEMAKER_TFS_MAX_BATCH_SIZE", 0, minimum=1, maximum=65536),
+    )
+    max_queued = _one_of(
+        env, "SERVE_MAX_QUEUED_REQUESTS", int_setting(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
+        # TF Serving queues whole batches; this server queues requests, each up to a batch.
+        "SAGEMAKER_TFS_MAX_ENQUEUED_BATCHES", lambda: int_setting(env, "SAGEMAKER_TFS_MAX_ENQUEUED_BATCHES", 0, minimum=1) * max_batch_size,
+    )
+    # Read only to refuse a bad value as TF Serving would; it has no equivalent (WITHOUT_EFFECT).
+    int_setting(env, "SAGEMAKER_TFS_NUM_BATCH_THREADS", 1, minimum=1)
+    model_name, model_name_variable = _model_name(env)
     output = env.get("SERVE_MODEL_OUTPUT", "auto").strip().lower() or "auto"
     if output not in OUTPUT_KINDS:
         raise ConfigError(f"SERVE_MODEL_OUTPUT must be one of {', '.join(OUTPUT_KINDS)}, got {output!r}.")
@@ -182,26 +231,82 @@ def load_settings(env: Mapping[str, str] | None = None) -> ServeSettings:
         instance_type=(env.get(ENV_INSTANCE_TYPE) or env.get("SERVING_INSTANCE_TYPE") or "").strip() or None,
         batching=switch_setting(env, "SERVE_BATCHING", default=True),
         tfs_batching=_tfs_batching(env),
-        max_batch_size=int_setting(env, "SERVE_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE, minimum=1, maximum=65536),
+        max_batch_size=max_batch_size,
         max_batch_delay_ms=delay,
-        max_queued_requests=int_setting(env, "SERVE_MAX_QUEUED_REQUESTS", DEFAULT_MAX_QUEUED_REQUESTS, minimum=1),
+        max_queued_requests=max_queued,
         # The job's MaxPayloadInMB wins: SageMaker sends payloads up to it, whatever the model's own limit.
         max_request_bytes=request_bytes if payload_mb is None else payload_mb * MB,
         output=output,
         replicas=int_setting(env, "SERVE_REPLICAS", 0, minimum=0, maximum=64),
-        model_name=_model_name(env),
+        model_name=model_name,
+        model_name_variable=model_name_variable,
         default_accept=env.get("SAGEMAKER_DEFAULT_INVOCATIONS_ACCEPT", "").strip() or "application/json",
         warmup=switch_setting(env, "SERVE_WARMUP", default=True),
         batch_transform=_batch_transform(env),
         max_payload_in_mb=payload_mb,
         batch_strategy=_batch_strategy(env),
         max_concurrent_transforms=int_setting(env, "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS", 0, minimum=0) or None,
-        # Batch transform's own bound is the job's InvocationsTimeoutInSeconds (600 s by default), and one
-        # request may carry 100 MB: no bound of ours unless the job sets one.
-        request_timeout_s=int_setting(env, "SAGEMAKER_MODEL_SERVER_TIMEOUT",
-                                      0 if _batch_transform(env) else DEFAULT_MODEL_SERVER_TIMEOUT_S, minimum=0),  # fmt: skip
+        request_timeout_s=_request_timeout(env),
         access_log=switch_setting(env, "SERVE_ACCESS_LOG", default=True),
+        without_effect=tuple(name for name in WITHOUT_EFFECT if env.get(name, "").strip()),
     )
+
+
+def _refuse_multi_model(env: Mapping[str, str]) -> None:
+    """``SAGEMAKER_MULTI_MODEL``: AWS's container's switch for a multi-model endpoint, which this image does not serve."""
+    raw = env.get("SAGEMAKER_MULTI_MODEL", "").strip().lower()
+    if raw and raw not in ("true", "false"):
+        raise ConfigError(f"SAGEMAKER_MULTI_MODEL must be true or false, got {raw!r}.")
+    if raw == "true":
+        raise ConfigError(
+            "SAGEMAKER_MULTI_MODEL=true: multi-model endpoints (models loaded from S3 on demand through /models) are not "
+            "served by this image. Deploy one model per endpoint, or pack several models into one model.tar.gz "
+            "(<name>/1/saved_model.pb each) and pick one per request with tfs-model-name=<name>; "
+            "unset SAGEMAKER_MULTI_MODEL (or set it to false)."
+        )
+
+
+def _batch_delay_ms(env: Mapping[str, str]) -> float:
+    """``SERVE_MAX_BATCH_DELAY_MS``, else AWS's ``SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS`` in ms; both set, they must agree."""
+    raw_delay = env.get("SERVE_MAX_BATCH_DELAY_MS", "").strip()
+    try:
+        delay = float(raw_delay) if raw_delay else DEFAULT_MAX_BATCH_DELAY_MS
+    except ValueError:
+        raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be a number of milliseconds, got {raw_delay!r}.") from None
+    if not 0 <= delay <= 1000:
+        raise ConfigError(f"SERVE_MAX_BATCH_DELAY_MS must be between 0 and 1000, got {raw_delay!r}.")
+    return _one_of(
+        env, "SERVE_MAX_BATCH_DELAY_MS", delay,
+        "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS", lambda: int_setting(env, "SAGEMAKER_TFS_BATCH_TIMEOUT_MICROS", 0, minimum=0, maximum=1_000_000) / 1000.0,
+    )  # fmt: skip
+
+
+def _one_of(env: Mapping[str, str], ours: str, value: Any, theirs: str, read_theirs: Callable[[], Any]) -> Any:
+    """Our variable's ``value``, else AWS's equivalent variable's (read and checked by ``read_theirs``).
+
+    Both set must agree, as ``SAGEMAKER_TFS_ENABLE_BATCHING`` and ``SERVE_BATCHING`` must: one of
+    them would otherwise be dropped without a word.
+    """
+    if not env.get(theirs, "").strip():
+        return value
+    other = read_theirs()
+    if env.get(ours, "").strip() and other != value:
+        raise ConfigError(f"{ours}={env[ours].strip()} and {theirs}={env[theirs].strip()} disagree; set one of them.")
+    return other
+
+
+def _request_timeout(env: Mapping[str, str]) -> int:
+    """``SAGEMAKER_MODEL_SERVER_TIMEOUT``, else AWS's serving container's nginx/gunicorn timeouts when set, else the default."""
+    if env.get("SAGEMAKER_MODEL_SERVER_TIMEOUT", "").strip():
+        return int_setting(env, "SAGEMAKER_MODEL_SERVER_TIMEOUT", DEFAULT_MODEL_SERVER_TIMEOUT_S, minimum=0)
+    nginx = int_setting(env, "SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS", AWS_NGINX_READ_TIMEOUT_S, minimum=1)
+    gunicorn = int_setting(env, "SAGEMAKER_GUNICORN_TIMEOUT_SECONDS", AWS_GUNICORN_TIMEOUT_S, minimum=1)
+    if any(env.get(name, "").strip() for name in ("SAGEMAKER_NGINX_PROXY_READ_TIMEOUT_SECONDS", "SAGEMAKER_GUNICORN_TIMEOUT_SECONDS")):
+        # serve.py raises nginx's proxy_read_timeout to gunicorn's timeout when that is larger.
+        return max(nginx, gunicorn)
+    # Batch transform's own bound is the job's InvocationsTimeoutInSeconds (600 s by default), and one
+    # request may carry 100 MB: no bound of ours unless the job sets one.
+    return 0 if _batch_transform(env) else DEFAULT_MODEL_SERVER_TIMEOUT_S
 
 
 def _tfs_batching(env: Mapping[str, str]) -> bool:
@@ -249,12 +354,13 @@ def _batch_transform(env: Mapping[str, str]) -> bool:
     return raw == "true"
 
 
-def _model_name(env: Mapping[str, str]) -> str:
+def _model_name(env: Mapping[str, str]) -> tuple[str, str | None]:
+    """The default model's name and the variable that gave it (None: unset, ``model``)."""
     # AWS's container reads SAGEMAKER_TFS_DEFAULT_MODEL_NAME and hands it to TF Serving's side as TFS_DEFAULT_MODEL_NAME.
     for variable in ("SAGEMAKER_TFS_DEFAULT_MODEL_NAME", "TFS_DEFAULT_MODEL_NAME"):
         name = env.get(variable, "").strip()
         if name:
             if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
                 raise ConfigError(f"{variable} must be letters, digits, '_', '.' or '-', got {name!r}.")
-            return name
-    return "model"
+            return name, variable
+    return "model", None

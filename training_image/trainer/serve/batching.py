@@ -12,8 +12,8 @@ With several model replicas (one per GPU), one draining task per replica takes f
 queue, each with its own worker thread, so the GPUs work on different batches at once.
 
 A request is a float32 matrix (the built-in classifier) or a parsed TF Serving request (any other
-model): requests for the same signature whose inputs agree in every dimension but the first are
-joined along it, and each gets its rows of every output back. A columnar TF Serving request
+model): requests for the same model version and signature whose inputs agree in every dimension
+but the first are joined along it, and each gets its rows of every output back. A columnar TF Serving request
 (``"inputs"``) is never joined: in TF Serving's format it is one batch, which the model may treat
 as a whole. Joining suits models whose rows are independent: the server batches the built-in
 classifier by default and other models only when the user opts in (``ServeSettings.tfs_batching``). A batch whose
@@ -59,7 +59,8 @@ def _size_and_key(payload: Any) -> tuple[int, Any]:
         if payload.rows is None or not payload.row_format:
             return payload.rows or 1, object()  # a columnar request is one batch of its own: never joined
         shapes = tuple((name, t.shape[1:], t.dtype.str) for name, t in sorted(payload.tensors.items()))
-        return payload.rows, (payload.signature_name, shapes)
+        # Requests for different model versions never share a call, even with the same signature.
+        return payload.rows, (payload.target, payload.signature_name, shapes)
     return len(payload), None
 
 
@@ -69,7 +70,7 @@ def _join(payloads: list[Any]) -> Any:
         return first
     if isinstance(first, PredictRequest):
         tensors = {name: np.concatenate([p.tensors[name] for p in payloads]) for name in first.tensors}
-        return PredictRequest(first.signature_name, tensors, first.row_format, sum(p.rows for p in payloads))
+        return PredictRequest(first.signature_name, tensors, first.row_format, sum(p.rows for p in payloads), first.target)
     return np.concatenate(payloads)
 
 

@@ -1,9 +1,12 @@
 """``code/inference.py`` in ``model.tar.gz``: the user's request handlers, both of AWS's families.
 
 Found at ``<model dir>/code/inference.py``, as AWS's TensorFlow serving container looks for it.
-``code/requirements.txt`` is installed at start-up from wheels shipped in ``code/lib`` (offline:
-an endpoint may have no network), into a scratch directory first on ``sys.path`` with ``code/``
-and ``code/lib``; a requirement no wheel satisfies fails the start with one line naming it.
+``code/`` and ``code/lib`` go on ``sys.path``. ``code/requirements.txt`` is installed at start-up
+from wheels shipped in ``code/lib`` (offline: an endpoint may have no network), into a scratch
+directory first on ``sys.path``; a requirement no wheel satisfies fails the start with one line
+naming it. A ``code/lib`` without wheels holds packages unpacked, as AWS's container expects them:
+``requirements.txt`` is then skipped with one warning line, as that container skips it
+(``serve.py``: "loading modules in lib, ignoring requirements.txt").
 
 - The serving container's family (``sagemaker-tensorflow-serving-container``'s
   ``python_service.py``): ``handler(data, context)``, or ``input_handler(data, context)`` whose
@@ -11,7 +14,9 @@ and ``code/lib``; a requirement no wheel satisfies fails the start with one line
   given that ``requests`` response. ``data`` is the request body stream (``data.read()``),
   ``context`` the container's ``Context`` tuple; ``context.rest_uri`` is this server's own
   ``/v1/models/<name>:predict``, so a ``handler`` can call it as it calls TF Serving there.
-  The result is ``(body, content_type)``.
+  The result is ``(body, content_type)``. These are called with exactly ``(data, context)`` (or
+  ``(response, context)``), as ``python_service.py`` calls them: the toolkit's "one more argument"
+  rule is the toolkit's.
 - The inference toolkit's family (``sagemaker-inference-toolkit``'s ``transformer.py``):
   ``model_fn(model_dir)``, ``input_fn(input_data, content_type)``, ``predict_fn(data, model)``,
   ``output_fn(prediction, accept)``, or ``transform_fn(model, input_data, content_type, accept)``
@@ -19,8 +24,14 @@ and ``code/lib``; a requirement no wheel satisfies fails the start with one line
   the model server's context the toolkit passes: ``system_properties`` with ``model_dir`` and
   ``gpu_id``, ``request_processor``, request headers, response status and headers). ``input_data``
   is the body as ``bytes``, decoded to ``str`` only when the content type is exactly
-  ``application/json`` or ``text/csv``, as the toolkit decodes it. A missing function gets the
-  default: the platform's model, the TF Serving request, its answer as JSON.
+  ``application/json`` or ``text/csv``, as the toolkit decodes it. A missing function gets a
+  default. With ``model_fn`` (the user's model) they are the toolkit's
+  (``default_inference_handler.py``): ``input_fn`` decodes JSON, CSV or ``.npy`` into a NumPy array
+  (``decoder.decode``; any other type is 415), ``output_fn`` encodes the prediction as the first
+  of ``Accept``'s JSON, CSV or ``.npy`` (``encoder.encode``; none of them is 406), and
+  ``predict_fn`` calls the model (the toolkit has none: it raises). Without ``model_fn`` the
+  platform loads the model and the defaults are the platform's: the body as a TF Serving request,
+  that model's TF Serving answer, as JSON.
 
 A handler that raises answers 500 (or the ``status_code`` 4xx/5xx its exception carries, as the
 toolkit's ``BaseInferenceToolkitError`` does) with ``{"error": "<exception> (inference.py line N,
@@ -43,7 +54,7 @@ import numpy as np
 
 from trainer.contract.errors import SourceError
 from trainer.logs import log
-from trainer.serve.codec import CSV, JSON, JSON_LINES
+from trainer.serve.codec import CSV, JSON, NPY
 from trainer.user_code import modules, source
 
 CODE_DIR = "code"
@@ -267,6 +278,18 @@ class UserCode:
         except Exception as err:  # noqa: BLE001 - the user's failure, reported with their file and line
             raise self._fail(err, name) from err
 
+    def _call_direct(self, name: str, *args: Any) -> Any:
+        """A serving-container handler, called with exactly ``args`` as ``python_service.py`` calls it
+        (``handler(data, context)``): a signature such as ``(data, context, **kwargs)`` is the user's
+        business, not a request for the context twice."""
+        function: Callable[..., Any] = getattr(self.module, name)
+        try:
+            return function(*args)
+        except HandlerError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's failure, reported with their file and line
+            raise self._fail(err, name) from err
+
     def _default(self, stage: str, run: Callable[[], Any]) -> Any:
         """A default the toolkit supplies for a function left out; its failure answers as a handler's does."""
         try:
@@ -306,11 +329,11 @@ class UserCode:
     def _serving_container(self, body: bytes, context: Any, post: Callable[[str, Any], Any]) -> Reply:
         data = io.BytesIO(body)
         if "handler" in self.functions:
-            result = self._call("handler", data, context)
+            result = self._call_direct("handler", data, context)
         else:
-            processed = self._call("input_handler", data, context)
+            processed = self._call_direct("input_handler", data, context)
             response = self._default("POST to context.rest_uri", lambda: post(context.rest_uri, processed))
-            result = self._call("output_handler", response, context)
+            result = self._call_direct("output_handler", response, context)
         if not (isinstance(result, tuple) and len(result) == 2):
             name = "handler" if "handler" in self.functions else "output_handler"
             raise HandlerError(500, f"{SCRIPT}: {name} returned {type(result).__name__}; return (body, content_type).")
@@ -329,8 +352,13 @@ class UserCode:
         if "transform_fn" in self.functions:
             result = self._call("transform_fn", model, input_data, content_type, accept, context=context)
         else:
+            # With model_fn the defaults are the toolkit's (a NumPy array in, the encoding Accept asks
+            # for out); without it the platform loaded the model and its TF Serving contract applies.
+            toolkit_defaults = self.loads_own_model
             if "input_fn" in self.functions:
                 data = self._call("input_fn", input_data, content_type, context=context)
+            elif toolkit_defaults:
+                data = toolkit_decode(input_data, content_type)
             else:
                 data = _default_input(body, content_type)
             if "predict_fn" in self.functions:
@@ -341,6 +369,8 @@ class UserCode:
                 )
             if "output_fn" in self.functions:
                 result = self._call("output_fn", prediction, accept, context=context)
+            elif toolkit_defaults:
+                result = self._default("output_fn (default)", lambda: toolkit_encode(prediction, accept))
             else:
                 result = self._default(
                     "output_fn (default)", lambda: (json.dumps(prediction, default=_json_default), "application/json")
@@ -368,8 +398,77 @@ def _default_input(body: bytes, content_type: str) -> Any:
         raise HandlerError(err.status, str(err)) from None
 
 
+TOOLKIT_DECODED = (JSON, CSV, NPY)
+"""What the toolkit's default input_fn decodes (``decoder._decoder_map``; ``.npz`` needs SciPy, not in the image)."""
+TOOLKIT_ENCODED = (JSON, CSV, NPY)
+"""What the toolkit's default output_fn encodes (``encoder.SUPPORTED_CONTENT_TYPES``)."""
+
+
+def _media_type(header: str) -> str:
+    return header.split(";", 1)[0].strip().lower()
+
+
+def toolkit_decode(input_data: Any, content_type: str) -> Any:
+    """The inference toolkit's default ``input_fn`` (``decoder.decode``): JSON -> ``np.array(json.loads(...))``,
+    CSV -> ``np.genfromtxt(..., delimiter=",")``, ``.npy`` -> the array (without pickles).
+
+    Raises:
+        HandlerError: 415 for another content type (the toolkit's UnsupportedFormatError), 400 for a
+            body that is not what its type says.
+    """
+    mime = _media_type(content_type or "")
+    if mime not in TOOLKIT_DECODED:
+        raise HandlerError(
+            415,
+            f"Content type {content_type or '(none)'!r} is not decoded by the inference toolkit's default input_fn "
+            f"(it takes {', '.join(TOOLKIT_DECODED)}); send one of them or define input_fn in {SCRIPT}.",
+        )
+    try:
+        if mime == NPY:
+            return np.load(io.BytesIO(_body_bytes(input_data)), allow_pickle=False)
+        text = input_data.decode("utf-8") if isinstance(input_data, (bytes, bytearray)) else input_data
+        if mime == JSON:
+            return np.array(json.loads(text))
+        return np.genfromtxt(io.StringIO(text), delimiter=",")
+    except (ValueError, OSError, EOFError, UnicodeDecodeError) as err:
+        reason = " ".join(str(err).split())[:200]
+        raise HandlerError(400, f"The default input_fn could not decode the {mime} body: {type(err).__name__}: {reason}") from None
+
+
+def toolkit_encode(prediction: Any, accept: str) -> tuple[bytes, str]:
+    """The inference toolkit's default ``output_fn``: the first type in ``Accept`` it encodes
+    (``encoder.encode``: JSON, CSV with ``np.savetxt``, ``.npy`` with ``np.save``).
+
+    Raises:
+        HandlerError: 406 when ``Accept`` names none of them (the toolkit's UnsupportedFormatError).
+    """
+    for mime in (_media_type(part) for part in accept.split(",")):
+        if mime == JSON:
+            return json.dumps(prediction, default=_json_default).encode("utf-8"), JSON
+        if mime == CSV:
+            stream = io.StringIO()
+            np.savetxt(stream, prediction, delimiter=",", fmt="%s")
+            return stream.getvalue().encode("utf-8"), CSV
+        if mime == NPY:
+            buffer = io.BytesIO()
+            np.save(buffer, prediction)
+            return buffer.getvalue(), NPY
+    raise HandlerError(
+        406,
+        f"Accept {accept!r} is not encoded by the inference toolkit's default output_fn (it answers "
+        f"{', '.join(TOOLKIT_ENCODED)}); accept one of them or define output_fn in {SCRIPT}.",
+    )
+
+
 def _predict_with(model: Any, data: Any) -> Any:
-    """The default predict_fn for a model the user's model_fn returned (a Keras model or a callable)."""
+    """The default predict_fn for a model the user's model_fn returned (a Keras model or a callable).
+
+    The toolkit has none (its default raises NotImplementedError); this one feeds the decoded array
+    to ``model.predict`` or ``model(...)``. A TF Serving request object (JSON decoded by the toolkit
+    into a 0-d object array holding the dict) gives its ``instances`` or ``inputs``.
+    """
+    if isinstance(data, np.ndarray) and data.dtype == object and data.ndim == 0:
+        data = data.item()
     if isinstance(data, dict) and ("instances" in data or "inputs" in data):
         data = data.get("instances", data.get("inputs"))
     array = np.asarray(data, dtype=np.float32)
@@ -378,7 +477,8 @@ def _predict_with(model: Any, data: Any) -> Any:
 
 
 def load(model_dir: Path) -> UserCode | None:
-    """Installs ``code/requirements.txt`` from ``code/lib`` and imports ``code/inference.py``; None without one.
+    """Installs ``code/requirements.txt`` from the wheels in ``code/lib`` (skipped, with a warning, when
+    ``code/lib`` holds no wheels) and imports ``code/inference.py``; None without one.
 
     Raises:
         SourceError: a requirement no shipped wheel satisfies, an import that fails (the user's
@@ -388,13 +488,21 @@ def load(model_dir: Path) -> UserCode | None:
     script = code_dir / SCRIPT
     if not script.is_file():
         return None
-    search = [code_dir, code_dir / LIB_DIR]
+    lib = code_dir / LIB_DIR
+    search = [code_dir, lib]
     installed: tuple[str, ...] = ()
     if (code_dir / source.REQUIREMENTS_FILE).is_file():
-        # The model directory may be read-only (SageMaker mounts it so): install beside it.
-        site_dir = Path(tempfile.mkdtemp(prefix="serve-code-packages-"))
-        installed = source.install_requirements(code_dir, site_dir, wheel_dirs=[code_dir / LIB_DIR])
-        search.insert(0, site_dir)
+        if lib.is_dir() and not any(lib.glob("*.whl")):
+            # AWS's container: a lib/ holds the packages unpacked and requirements.txt is not installed.
+            log(
+                "serve-requirements-skipped",
+                warning=repr(f"loading modules in {lib}, ignoring {source.REQUIREMENTS_FILE} (lib/ holds no wheels to install it from)"),
+            )
+        else:
+            # The model directory may be read-only (SageMaker mounts it so): install beside it.
+            site_dir = Path(tempfile.mkdtemp(prefix="serve-code-packages-"))
+            installed = source.install_requirements(code_dir, site_dir, wheel_dirs=[lib])
+            search.insert(0, site_dir)
     module = modules.import_file(script, MODULE_NAME, search)
     user_code = UserCode(code_dir, module, installed)
     log("serve-user-code", script=str(script), family=user_code.family, functions=",".join(sorted(user_code.functions)), installed=",".join(installed) or "none")

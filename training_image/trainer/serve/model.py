@@ -2,10 +2,17 @@
 
 SageMaker extracts the training job's ``model.tar.gz`` into ``/opt/ml/model``. What can be there:
 
-- the built-in trainer's ``model.keras`` with ``trainer_config.json`` beside it (logits out);
-- a user's model from script mode: one ``*.keras`` file, or a TensorFlow SavedModel, either at the
-  root (``saved_model.pb``) or in numbered version directories (``1/saved_model.pb``, as SageMaker
-  TensorFlow scripts save to ``SM_MODEL_DIR/1``); the highest version wins, as in TF Serving.
+- TensorFlow SavedModels, found as AWS's TensorFlow serving container finds them
+  (``tfs_utils.find_models``): every ``saved_model.pb`` in a numbered version folder anywhere in
+  the tree; the folder above the version folder is a model, named after it (``half_plus_three/1/``
+  is ``half_plus_three``, the legacy ``export/Servo/1527/`` is ``Servo``, and ``1/`` directly in
+  the model directory is ``model``, as ``/opt/ml/model`` is named there), and every version is
+  served (leading zeros dropped: ``000000001/`` is version 1). The first model found (folders in
+  name order) is the default. A ``saved_model.pb`` at the root itself is served too, unversioned;
+- only when there is no SavedModel: the built-in trainer's ``model.keras`` with
+  ``trainer_config.json`` beside it (logits out), else a user's single ``*.keras`` file. A stray
+  Keras file (a checkpoint beside an export) never displaces a SavedModel, since AWS's container
+  serves SavedModels only.
 
 Two ways to serve a model:
 
@@ -50,18 +57,104 @@ class ModelSource:
             ``saved_model``.
         path: The ``.keras`` file or the SavedModel directory.
         trainer_config: The trainer's ``trainer_config.json`` when present.
+        name: The model's name in TF Serving's routes and ``tfs-model-name``: its folder's name
+            for a SavedModel in a version folder (``model`` for one directly in the model
+            directory), else the name the settings give (``SAGEMAKER_TFS_DEFAULT_MODEL_NAME``,
+            default ``model``).
+        version: The version folder's number without leading zeros (``"1"`` for ``0001/``);
+            None for a model outside a version folder.
     """
 
     kind: str
     path: Path
     trainer_config: dict[str, Any] = field(default_factory=dict)
+    name: str = "model"
+    version: str | None = None
 
 
-def find_model(model_dir: Path) -> ModelSource:
-    """Picks the model to serve from ``model_dir``.
+ROOT_MODEL_NAME = "model"
+"""The name of the model directly in the model directory: what AWS's container calls ``/opt/ml/model``'s."""
+
+
+def _saved_model_files(directory: Path) -> list[Path]:
+    """Every ``saved_model.pb`` under ``directory``, depth first with entries in name order (AWS's
+    container walks with ``os.scandir``, whose order is the file system's: name order is the
+    same walk, made the same on every host)."""
+    found: list[Path] = []
+    try:
+        entries = sorted(directory.iterdir(), key=lambda p: p.name)
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.is_dir() and not entry.is_symlink():  # a linked folder could loop the walk forever
+            found.extend(_saved_model_files(entry))
+        elif entry.name == SAVED_MODEL_FILE:
+            found.append(entry)
+    return found
+
+
+def version_number(text: str) -> str:
+    """A version folder's name as TF Serving's version: leading zeros dropped (``0001`` -> ``1``),
+    as ``tfs_utils.find_model_versions`` drops them."""
+    return text[:-1].lstrip("0") + text[-1]
+
+
+def _saved_models(model_dir: Path, root_name: str) -> list[ModelSource]:
+    """The SavedModels as ``tfs_utils.find_models`` finds them, each version its own source:
+    models in the order found, versions in ascending order; raises ModelLoadError for two models
+    of one name or two folders of one version."""
+    by_path: dict[Path, dict[str, Path]] = {}
+    root: Path | None = None
+    for pb in _saved_model_files(model_dir):
+        folder = pb.parent
+        if folder == model_dir:
+            root = folder  # not a TF Serving layout (no version), served as it always was here
+        elif folder.name.isascii() and folder.name.isdigit():  # TF Serving's versions are int64s
+            versions = by_path.setdefault(folder.parent, {})
+            number = version_number(folder.name)
+            if number in versions:
+                raise ModelLoadError(
+                    f"{versions[number].relative_to(model_dir)} and {folder.relative_to(model_dir)} are both version {number} "
+                    "of one model; keep one of them."
+                )
+            versions[number] = folder
+    sources: list[ModelSource] = []
+    names: dict[str, Path] = {}
+    if root is not None:
+        names[root_name] = root
+        sources.append(ModelSource("saved_model", root, name=root_name))
+    for path, versions in by_path.items():
+        name = ROOT_MODEL_NAME if path == model_dir else path.name
+        if path == model_dir and root is not None:
+            raise ModelLoadError(
+                f"{model_dir} holds saved_model.pb at its root and in version folders ({', '.join(sorted(versions, key=int))}/); "
+                "keep one layout (TF Serving's is <version>/saved_model.pb)."
+            )
+        if name in names:
+            where = [str(p.relative_to(model_dir)) for p in (names[name], path)]
+            raise ModelLoadError(
+                f"Two models are named {name!r} ({where[0]} and {where[1]} in {model_dir}); a model is named "
+                "after its folder, so rename one folder."
+            )
+        names[name] = path
+        for number in sorted(versions, key=int):
+            sources.append(ModelSource("saved_model", versions[number], name=name, version=number))
+    return sources
+
+
+def find_models(model_dir: Path, name: str = ROOT_MODEL_NAME) -> list[ModelSource]:
+    """Every servable in ``model_dir`` (each version of each model its own source), in the order
+    AWS's container finds them; the first one's model is the default.
+
+    SavedModels come first and alone: a ``*.keras`` file counts only when there is no SavedModel
+    (the trainer's ``model.keras``, or one user's file).
+
+    Args:
+        model_dir: Where SageMaker extracted ``model.tar.gz``.
+        name: The name of a model outside a version folder (a root SavedModel, a Keras file).
 
     Raises:
-        ModelLoadError: saying what was looked for, when nothing or more than one candidate is there.
+        ModelLoadError: saying what was looked for, when nothing or an ambiguous set is there.
     """
     if not model_dir.is_dir():
         raise ModelLoadError(
@@ -75,26 +168,44 @@ def find_model(model_dir: Path) -> ModelSource:
             trainer_config = json.loads(config_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as err:
             raise ModelLoadError(f"{config_path} is not valid JSON: {err}.") from err
+    saved = _saved_models(model_dir, name)
+    if saved:
+        return [ModelSource(s.kind, s.path, trainer_config, s.name, s.version) for s in saved]
     if (model_dir / BUILT_IN_MODEL).is_file():
         kind = "trainer" if trainer_config else "keras"
-        return ModelSource(kind, model_dir / BUILT_IN_MODEL, trainer_config)
+        return [ModelSource(kind, model_dir / BUILT_IN_MODEL, trainer_config, name)]
     keras_files = sorted(p for p in model_dir.rglob("*.keras") if not p.name.startswith("."))
     if len(keras_files) > 1:
         names = ", ".join(str(p.relative_to(model_dir)) for p in keras_files)
         raise ModelLoadError(f"Model directory {model_dir} holds several Keras models ({names}); keep exactly one.")
     if keras_files:
-        return ModelSource("keras", keras_files[0], trainer_config)
-    if (model_dir / SAVED_MODEL_FILE).is_file():
-        return ModelSource("saved_model", model_dir, trainer_config)
-    versions = sorted(
-        (int(p.name), p) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit() and (p / SAVED_MODEL_FILE).is_file()
+        return [ModelSource("keras", keras_files[0], trainer_config, name)]
+    unversioned = [str(p.parent.relative_to(model_dir)) for p in _saved_model_files(model_dir)]
+    hint = (
+        f" Found saved_model.pb in {', '.join(unversioned)}, outside a version folder: move each into a "
+        "numbered folder (<model>/1/saved_model.pb), as TF Serving loads it."
+        if unversioned else ""
     )
-    if versions:
-        return ModelSource("saved_model", versions[-1][1], trainer_config)
     raise ModelLoadError(
-        f"No model in {model_dir}: expected model.keras (the trainer's), one *.keras file, or a SavedModel "
-        "(saved_model.pb at the root or in a numbered version directory such as 1/)."
+        f"No model in {model_dir}: expected a SavedModel (saved_model.pb in a numbered version folder such as "
+        f"1/ or <model name>/1/, or at the root), the trainer's model.keras, or one *.keras file.{hint}"
     )
+
+
+def latest(sources: list[ModelSource], name: str) -> ModelSource:
+    """Model ``name``'s highest version (TF Serving's answer when a request names no version)."""
+    versions = [s for s in sources if s.name == name]
+    return max(versions, key=lambda s: -1 if s.version is None else int(s.version))
+
+
+def find_model(model_dir: Path, name: str = ROOT_MODEL_NAME) -> ModelSource:
+    """The default servable: the first model found, at its highest version (see :func:`find_models`).
+
+    Raises:
+        ModelLoadError: saying what was looked for, when nothing or an ambiguous set is there.
+    """
+    sources = find_models(model_dir, name)
+    return latest(sources, sources[0].name)
 
 
 def softmax(values: np.ndarray) -> np.ndarray:
@@ -188,11 +299,11 @@ def _compile(
     return predict
 
 
-def load_model(model_dir: Path, output: str = "auto", device: str | None = None) -> LoadedModel:
-    """Finds, loads and compiles the model (its variables on ``device``); raises ModelLoadError."""
+def load_model(model_dir: Path, output: str = "auto", device: str | None = None, source: ModelSource | None = None) -> LoadedModel:
+    """Finds (or takes ``source``), loads and compiles the model (its variables on ``device``); raises ModelLoadError."""
     import tensorflow as tf
 
-    source = find_model(model_dir)
+    source = source or find_model(model_dir)
     try:
         with tf.device(device):
             if source.kind == "saved_model":
@@ -328,11 +439,11 @@ def _numpy_outputs(outputs: dict[str, Any]) -> dict[str, np.ndarray]:
     return {name: np.asarray(value.numpy() if hasattr(value, "numpy") else value) for name, value in outputs.items()}
 
 
-def load_tensor_model(model_dir: Path, device: str | None = None) -> TensorModel:
-    """Finds and loads any model for TF Serving's contract; raises ModelLoadError."""
+def load_tensor_model(model_dir: Path, device: str | None = None, source: ModelSource | None = None) -> TensorModel:
+    """Finds (or takes ``source``) and loads any model for TF Serving's contract; raises ModelLoadError."""
     import tensorflow as tf
 
-    source = find_model(model_dir)
+    source = source or find_model(model_dir)
     try:
         with tf.device(device):
             if source.kind == "saved_model":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import functools
 import json
 import re
@@ -41,8 +42,18 @@ from trainer.gpu_check import inspect_devices, resolve_expectation, smoke_test
 from trainer.logs import log, log_json
 from trainer.serve import codec, handlers, tfserving
 from trainer.serve.batching import DynamicBatcher, QueueFull
-from trainer.serve.model import LoadedModel, TensorModel, load_model, load_tensor_model
-from trainer.contract.serving import MAX_PAYLOAD_IN_MB, MB, ServeSettings, load_settings
+from trainer.serve.model import (
+    LoadedModel,
+    ModelLoadError,
+    ModelSource,
+    TensorModel,
+    find_models,
+    latest,
+    load_model,
+    load_tensor_model,
+    version_number,
+)
+from trainer.contract.serving import MAX_PAYLOAD_IN_MB, MB, WITHOUT_EFFECT, ServeSettings, load_settings
 
 # Threads that run the user's inference.py handlers: each request's handler runs off the event
 # loop, so a slow handler (or one calling back into /v1/models) never blocks the server.
@@ -55,9 +66,34 @@ _TFS_ROUTE = re.compile(r"^(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?:(?P<m
 _TFS_ATTRIBUTE = re.compile(r"(tfs-[a-z\-]+=[^,]+)")
 TFS_METHODS = ("predict",)
 """TF Serving's REST methods this server answers (``classify`` and ``regress`` take tf.Example protos)."""
+EXTERNAL_PATHS = ("/invocations",)
+"""The prediction routes SageMaker fronts, where its request limit applies; the loopback TF Serving
+route (``context.rest_uri``) is the container's own, as TF Serving is behind nginx's
+``client_max_body_size 0`` in AWS's container: an ``input_handler`` may expand a small request."""
 SHUTDOWN_TIMEOUT_S = 10.0
 DEFAULT_DRAIN_S = 60.0
 """How long SIGTERM waits for the predictions and ``inference.py`` calls in flight when ``SAGEMAKER_MODEL_SERVER_TIMEOUT`` is 0."""
+
+
+@dataclass(frozen=True)
+class Servable:
+    """One model version this server answers for, as TF Serving serves every version of every model.
+
+    Attributes:
+        name: The model's name (``tfs-model-name``, ``/v1/models/<name>``).
+        version: Its version (``tfs-model-version``); None outside a version folder.
+        tensor_replicas: The version loaded on each device, for TF Serving's contract; empty for
+            the built-in classifier (``ServingState.replicas``) and a ``model_fn`` model.
+    """
+
+    name: str
+    version: str | None
+    tensor_replicas: tuple[TensorModel, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """What a parsed request carries to the batcher, which runs it on this servable."""
+        return f"{self.name}:{self.version}"
 
 
 @dataclass
@@ -77,8 +113,10 @@ class ServingState:
         user_code: ``code/inference.py``, when the model carries one.
         workers: The devices that run model calls (one per replica: each GPU, or the CPU), once
             the GPU check has found them.
-        version: The served SavedModel's version directory (``1`` for ``model/1/``), None when
-            the model is not in one.
+        servables: Every model version served, in the order found; empty until loaded.
+        default_model: The model a request that names none gets; None: ``settings.model_name``.
+        not_served: Model versions found but not loaded (``name:version``): the classifier
+            (``SERVE_MODEL_OUTPUT``) serves one; a request naming another is told so.
         draining: SIGTERM came: new ``/invocations`` get 503 while the predictions in flight finish.
         requests_in_flight: ``/invocations`` and TF Serving requests accepted and not yet answered,
             counted from their headers on (a body still arriving counts), for the drain.
@@ -94,7 +132,9 @@ class ServingState:
     tensor_replicas: list[TensorModel] = field(default_factory=list)
     user_code: handlers.UserCode | None = None
     workers: int = 0
-    version: str | None = None
+    servables: list[Servable] = field(default_factory=list)
+    default_model: str | None = None
+    not_served: list[str] = field(default_factory=list)
     draining: bool = False
     requests_in_flight: int = 0
     _handler_pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -107,6 +147,28 @@ class ServingState:
         if self.tensor_replicas:
             return self.tensor_replicas[0].describe()
         return None
+
+    @property
+    def default_name(self) -> str:
+        """The default model's name."""
+        return self.default_model or self.settings.model_name
+
+    def served(self) -> list[Servable]:
+        """The servables; one (the default model, unversioned) when the state was built with
+        replicas only, or the model is the user's ``model_fn``'s."""
+        if self.servables:
+            return self.servables
+        return [Servable(self.default_name, None, tuple(self.tensor_replicas))]
+
+    def servable(self, key: str) -> Servable:
+        """The servable a parsed request was routed to; for a request with no key, the default
+        model's highest version (TF Serving's answer to a request that names neither)."""
+        served = self.served()
+        found = next((s for s in served if s.key == key), None)
+        if found is not None:
+            return found
+        defaults = [s for s in served if s.name == self.default_name] or served
+        return max(defaults, key=lambda s: -1 if s.version is None else int(s.version))
 
     @property
     def batching(self) -> bool:
@@ -182,24 +244,40 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
             state.user_code.load_model(settings.model_dir, gpu_id=gpu_id)
             warm_sizes, devices = [], ["model_fn"]
             described = {"kind": "model_fn"}
-        elif serves_as_classifier(settings):
-            replicas = [load_model(settings.model_dir, settings.output, device) for device in devices]
-            for replica in replicas:
-                replica.buckets = padding_buckets(settings, replica.device)
-                for size in warm_sizes:
-                    replica.predict(np.zeros((size, replica.num_features), dtype=np.float32))
-            state.replicas = replicas
-            state.model = replicas[0]
-            described = replicas[0].describe()
         else:
-            tensor_replicas = [load_tensor_model(settings.model_dir, device) for device in devices]
-            for tensor_replica in tensor_replicas:
-                warm_sizes = tensor_replica.warm_up(warm_sizes)
-            state.tensor_replicas = tensor_replicas
-            described = tensor_replicas[0].describe()
-            described["signatures"] = ",".join(described["signatures"])
-        if described.get("kind") != "model_fn":
-            state.version = served_version(settings)
+            sources = find_models(settings.model_dir, settings.model_name)
+            state.default_model = default_model(sources, settings)
+            chosen = latest(sources, state.default_model)
+            if serves_as_classifier(settings, sources):
+                replicas = [load_model(settings.model_dir, settings.output, device, source=chosen) for device in devices]
+                for replica in replicas:
+                    replica.buckets = padding_buckets(settings, replica.device)
+                    for size in warm_sizes:
+                        replica.predict(np.zeros((size, replica.num_features), dtype=np.float32))
+                state.replicas = replicas
+                state.model = replicas[0]
+                state.servables = [Servable(chosen.name, chosen.version)]
+                described = replicas[0].describe()
+                # The classifier is one model; the other versions found answer 404 saying so, never another's answer.
+                state.not_served = [f"{s.name}:{s.version}" for s in sources if s is not chosen]
+                if state.not_served:
+                    log("serve-classifier-serves-one", model=chosen.name, version=chosen.version or "none",
+                        not_served=",".join(state.not_served))  # fmt: skip
+            else:
+                state.servables = load_servables(settings, sources, devices)
+                # The default model's highest version answers a request that names neither.
+                default = state.servable(chosen_key(chosen))
+                warmed = warm_sizes
+                for servable in state.servables:
+                    sizes = [servable_replica.warm_up(warm_sizes) for servable_replica in servable.tensor_replicas]
+                    if servable is default and sizes:
+                        warmed = sizes[0]  # what the log line reports: the default model's warm-up
+                warm_sizes = warmed
+                state.tensor_replicas = list(default.tensor_replicas)
+                described = state.tensor_replicas[0].describe()
+                described["signatures"] = ",".join(described["signatures"])
+            described["models"] = ",".join(f"{s.name}:{s.version or '-'}" for s in state.servables)
+            described["default_model"] = state.default_model
         log(
             "serve-ready",
             seconds=f"{time.monotonic() - started:.2f}",
@@ -222,17 +300,37 @@ def start_up(state: ServingState, gpu_check: Callable[[ServeSettings], dict[str,
         log("serve-failed", reason=repr(state.failure))
 
 
-def served_version(settings: ServeSettings) -> str | None:
-    """The version directory the served model is in (TF Serving's version), None outside one."""
-    from trainer.serve.model import find_model
+def default_model(sources: list[ModelSource], settings: ServeSettings) -> str:
+    """The model a request that names none gets: the one ``SAGEMAKER_TFS_DEFAULT_MODEL_NAME`` names,
+    else the first found, as AWS's ``serve.py`` picks it (``basename(models[0])``).
 
-    path = find_model(settings.model_dir).path
-    for part in (path, *path.parents):
-        if part == settings.model_dir:
-            return None
-        if part.parent == settings.model_dir and part.name.isdigit():
-            return part.name
-    return None
+    Raises:
+        ModelLoadError: the variable names no model found (AWS's container never turns healthy then).
+    """
+    names = list(dict.fromkeys(s.name for s in sources))
+    if settings.model_name_variable is None:
+        return names[0]
+    if settings.model_name not in names:
+        raise ModelLoadError(
+            f"{settings.model_name_variable}={settings.model_name} names no model in {settings.model_dir}; found "
+            f"{', '.join(names)} (a model is named after the folder holding its version folders, 'model' for "
+            f"1/ at the root). Set it to one of them, or unset it to make {names[0]} the default."
+        )
+    return settings.model_name
+
+
+def chosen_key(source: ModelSource) -> str:
+    """The :attr:`Servable.key` of a source."""
+    return Servable(source.name, source.version).key
+
+
+def load_servables(settings: ServeSettings, sources: list[ModelSource], devices: list[str]) -> list[Servable]:
+    """Every model version found, loaded on every device for TF Serving's contract, as TF Serving
+    loads every version of every model AWS's container configures."""
+    return [
+        Servable(source.name, source.version, tuple(load_tensor_model(settings.model_dir, device, source=source) for device in devices))
+        for source in sources
+    ]
 
 
 def padding_buckets(settings: ServeSettings, device: str | None) -> tuple[int, ...]:
@@ -244,14 +342,13 @@ def padding_buckets(settings: ServeSettings, device: str | None) -> tuple[int, .
     return settings.batch_buckets if "GPU" in (device or "").upper() else ()
 
 
-def serves_as_classifier(settings: ServeSettings) -> bool:
+def serves_as_classifier(settings: ServeSettings, sources: list[ModelSource] | None = None) -> bool:
     """The built-in classifier answers (class and probabilities): the trainer's model, or any
     model with ``SERVE_MODEL_OUTPUT=logits|probabilities``; every other model answers as TF Serving."""
     if settings.output != "auto":
         return True
-    from trainer.serve.model import find_model
-
-    return find_model(settings.model_dir).kind == "trainer"
+    sources = find_models(settings.model_dir, settings.model_name) if sources is None else sources
+    return sources[0].kind == "trainer"
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -352,19 +449,19 @@ async def invocations(request: web.Request) -> web.Response:
     if not state.ready.is_set():
         return _error(503, state.failure or "Not ready: the model is still loading.")
     attributes = tfs_attributes(request.headers.get(CUSTOM_ATTRIBUTES_HEADER))
-    unknown = _unknown_target(
+    target = resolve(
         state,
         attributes.get("tfs-model-name"),
         attributes.get("tfs-model-version"),
         attributes.get("tfs-method"),
         where=f"{CUSTOM_ATTRIBUTES_HEADER} names",
     )
-    if unknown is not None:
-        return unknown
+    if isinstance(target, web.Response):
+        return target
     if state.user_code is not None:
-        return await _user_code(request, state, attributes)
+        return await _user_code(request, state, attributes, target)
     if state.model is None:
-        return await _tensors(request, state, rest=False)
+        return await _tensors(request, state, target, rest=False)
     return await _classify(request, state)
 
 
@@ -376,24 +473,41 @@ def tfs_attributes(header: str | None) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value in pairs}
 
 
-def _unknown_target(
+def resolve(
     state: ServingState, name: str | None, version: str | None, method: str | None, *, where: str
-) -> web.Response | None:
-    """404 (one line) when a request names a model, version or method this server does not serve, as TF Serving answers."""
-    held = state.settings.model_name
-    if name is not None and name != held:
-        return _error(404, f"Servable not found: {where} model {name!r}; this server holds {held!r}.")
-    if version is not None and version != state.version:
-        holds = f"version {state.version}" if state.version else "no numbered version"
-        return _error(404, f"Servable not found: {where} {held!r} version {version}; this server holds {holds}.")
+) -> Servable | web.Response:
+    """The servable a request names (model, else the default; version, else the model's highest),
+    or 404 (one line) when it names a model, version or method this server does not serve, as TF
+    Serving answers."""
+    served = state.served()
+    target = name if name is not None else state.default_name
+    # TF Serving's versions are numbers: 0001 is version 1, as the folder 0001/ is.
+    wanted = version_number(version) if version is not None and version.isdigit() else version
+    skipped = any(key.startswith(f"{target}:") and (wanted is None or key == f"{target}:{wanted}") for key in state.not_served)
+    why = " (found, but SERVE_MODEL_OUTPUT serves one model version as the classifier)" if skipped else ""
+    versions = [s for s in served if s.name == target]
+    if not versions:
+        held = ", ".join(repr(n) for n in dict.fromkeys(s.name for s in served))
+        return _error(404, f"Servable not found: {where} model {name!r}; this server holds {held}{why}.")
+    if wanted is not None:
+        found = [s for s in versions if s.version == wanted]
+        if not found:
+            numbered = [s.version for s in versions if s.version is not None]
+            holds = f"version {', '.join(numbered)}" if numbered else "no numbered version"
+            return _error(404, f"Servable not found: {where} {target!r} version {version}; this server holds {holds}{why}.")
+        versions = found
     if method is not None and method not in TFS_METHODS:
-        return _error(404, f"{where} TF Serving method {method!r}; this server answers {', '.join(TFS_METHODS)}.")
-    return None
+        return _error(
+            404,
+            f"{where} TF Serving method {method!r}, which is not served: this server answers {', '.join(TFS_METHODS)} only "
+            "(classify and regress take tf.Example protos); send tfs-method=predict or leave it out.",
+        )
+    return max(versions, key=lambda s: -1 if s.version is None else int(s.version))
 
 
-def rest_uri(settings: ServeSettings, attributes: dict[str, str]) -> str:
+def rest_uri(settings: ServeSettings, attributes: dict[str, str], default_model: str | None = None) -> str:
     """TF Serving's REST URI for a request, as tfs_utils.make_tfs_uri makes it (on this server's loopback)."""
-    uri = f"http://127.0.0.1:{settings.port}/v1/models/{attributes.get('tfs-model-name', settings.model_name)}"
+    uri = f"http://127.0.0.1:{settings.port}/v1/models/{attributes.get('tfs-model-name', default_model or settings.model_name)}"
     if attributes.get("tfs-model-version"):
         uri += "/versions/" + attributes["tfs-model-version"]
     return uri + ":" + attributes.get("tfs-method", "predict")
@@ -411,34 +525,41 @@ async def tfs_predict(request: web.Request) -> web.Response:
     match = _TFS_ROUTE.match(request.match_info["tail"])
     if match is None:
         return _error(404, f"POST {request.path}: only /v1/models/<name>[/versions/<n>]:predict is served.")
-    unknown = _unknown_target(state, match["name"], match["version"], match["method"], where=f"POST {request.path}:")
-    if unknown is not None:
-        return unknown
+    target = resolve(state, match["name"], match["version"], match["method"], where=f"POST {request.path}:")
+    if isinstance(target, web.Response):
+        return target
     if not state.ready.is_set():
         return _error(503, state.failure or "Not ready: the model is still loading.")
     if state.model is not None:
         return await _classify(request, state, rest=True)
-    if not state.tensor_replicas:
+    if not target.tensor_replicas:
         return _error(404, f"{handlers.SCRIPT}'s model_fn loaded the model: it has no TF Serving route.")
-    return await _tensors(request, state, rest=True)
+    return await _tensors(request, state, target, rest=True)
 
 
 async def _body(request: web.Request, state: ServingState) -> bytes | web.Response:
-    """The request body, or 413 naming the limit and the variable that sets it (0: no limit)."""
-    limit = state.settings.max_request_bytes
+    """The request body, or 413 naming the limit and the variable that sets it (0: no limit).
+
+    The limit is SageMaker's, so it applies where SageMaker sends requests (:data:`EXTERNAL_PATHS`);
+    the loopback TF Serving route reads any size, as TF Serving does behind AWS's nginx.
+    """
+    limit = state.settings.max_request_bytes if request.path in EXTERNAL_PATHS else 0
+    if not limit:
+        return await request.read()
     where = f"the {limit}-byte limit ({state.settings.request_limit_setting})"
-    if limit and request.content_length is not None and request.content_length > limit:
+    if request.content_length is not None and request.content_length > limit:
         return _error(413, f"Request body of {request.content_length} bytes is over {where}.")
     try:
-        return await request.read()
+        # The application reads any size (the loopback route); this route reads up to the limit.
+        return await request.clone(client_max_size=limit).read()
     except web.HTTPRequestEntityTooLarge:
         return _error(413, f"Request body is over {where}.")
 
 
-def _answer_type(accept: str, *, npy: bool = True) -> str | None:
+def _answer_type(accept: str, *, npy: bool = True, otherwise: str | None = None) -> str | None:
     """The response content type for ``Accept``: JSON, JSON lines (the same one-line body, as AWS's
     TensorFlow serving container answers it) or ``.npy`` (where ``npy``), the client's first choice
-    we can answer in; None: refuse."""
+    we can answer in; else ``otherwise`` (None: refuse)."""
     types = [part.split(";", 1)[0].strip().lower() for part in accept.split(",") if part.strip()]
     if not types:
         return codec.JSON
@@ -447,7 +568,7 @@ def _answer_type(accept: str, *, npy: bool = True) -> str | None:
             return mime
         if mime in (codec.JSON, "*/*", "application/*"):
             return codec.JSON
-    return None
+    return otherwise
 
 
 async def run_tensors(
@@ -464,28 +585,31 @@ async def run_tensors(
         raise codec.RequestError(500, f"The model failed on this request ({type(err).__name__}); see the endpoint's logs.") from err
 
 
-async def predict_tensors(state: ServingState, payload: Any) -> dict[str, Any]:
-    """A TF Serving request object -> TF Serving's answer.
+async def predict_tensors(state: ServingState, payload: Any, servable: Servable | None = None) -> dict[str, Any]:
+    """A TF Serving request object -> TF Serving's answer, from ``servable`` (default: the default model's).
 
     Raises:
         codec.RequestError: the request does not fit the signature (400), or the model failed (500).
     """
-    parsed = tfserving.parse(payload, state.tensor_replicas[0].signatures)
+    servable = servable or state.servable("")
+    parsed = _routed(tfserving.parse(payload, servable.tensor_replicas[0].signatures), servable)
     return tfserving.respond(parsed, await run_tensors(state, parsed))
 
 
-async def _tensors(request: web.Request, state: ServingState, *, rest: bool) -> web.Response:
+def _routed(parsed: tfserving.PredictRequest, servable: Servable) -> tfserving.PredictRequest:
+    """The request, marked for the servable that runs it (the batcher joins only requests for one)."""
+    return dataclasses.replace(parsed, target=servable.key)
+
+
+async def _tensors(request: web.Request, state: ServingState, servable: Servable, *, rest: bool) -> web.Response:
     accept = request.headers.get("Accept", "").strip()
-    answer_type = _answer_type(accept)
-    if answer_type is None:
-        return _error(
-            406, f"Unsupported Accept {accept!r}; predictions are returned as application/json, application/jsonlines or application/x-npy."
-        )
+    # AWS's container never refuses an Accept: one it does not know gets TF Serving's JSON, unchanged.
+    answer_type = _answer_type(accept, otherwise=codec.JSON)
     body = await _body(request, state)
     if isinstance(body, web.Response):
         return body
     content_type = request.headers.get("Content-Type", "")
-    signatures = state.tensor_replicas[0].signatures
+    signatures = servable.tensor_replicas[0].signatures
     try:
         if content_type.split(";", 1)[0].strip().lower() == codec.NPY and not rest:
             parsed = tfserving.from_npy(body, signatures)
@@ -497,6 +621,7 @@ async def _tensors(request: web.Request, state: ServingState, *, rest: bool) -> 
             else:
                 payload = tfserving.to_tfs_request(body, content_type)
             parsed = tfserving.parse(payload, signatures)
+        parsed = _routed(parsed, servable)
         outputs = await run_tensors(state, parsed, _batch_info(request))
         if answer_type == codec.NPY:
             return web.Response(body=tfserving.npy_answer(outputs), content_type=codec.NPY)
@@ -515,7 +640,7 @@ def handler_context(request: web.Request, state: ServingState, attributes: dict[
     accept = _accept_for_handlers(request.headers.get("Accept", ""), settings.default_accept)
     if state.user_code.family == handlers.INFERENCE_TOOLKIT:
         return handlers.ToolkitContext(
-            model_name=settings.model_name,
+            model_name=state.default_name,
             model_dir=str(settings.model_dir),
             gpu_id=0 if state.gpu_report.get("expected", 0) > 0 else None,
             headers=dict(request.headers),
@@ -526,7 +651,7 @@ def handler_context(request: web.Request, state: ServingState, attributes: dict[
         model_name=attributes.get("tfs-model-name"),
         model_version=attributes.get("tfs-model-version"),
         method=attributes.get("tfs-method"),
-        rest_uri=rest_uri(settings, attributes),
+        rest_uri=rest_uri(settings, attributes, state.default_name),
         grpc_port=None,  # no gRPC here: handlers use rest_uri
         channel=None,
         custom_attributes=request.headers.get(CUSTOM_ATTRIBUTES_HEADER),
@@ -536,8 +661,12 @@ def handler_context(request: web.Request, state: ServingState, attributes: dict[
     )
 
 
-async def _user_code(request: web.Request, state: ServingState, attributes: dict[str, str]) -> web.Response:
-    """One request through ``inference.py``, in a handler thread; its failure is a 4xx/5xx with the user's line."""
+async def _user_code(request: web.Request, state: ServingState, attributes: dict[str, str], servable: Servable) -> web.Response:
+    """One request through ``inference.py``, in a handler thread; its failure is a 4xx/5xx with the user's line.
+
+    The default predict (the toolkit family without ``predict_fn``) runs on ``servable``, the model
+    version the custom attributes name.
+    """
     assert state.user_code is not None
     body = await _body(request, state)
     if isinstance(body, web.Response):
@@ -552,7 +681,7 @@ async def _user_code(request: web.Request, state: ServingState, attributes: dict
             if state.model is not None:
                 rows = codec.decode(json.dumps(data).encode(), codec.JSON, state.model.num_features)
                 return json.loads(codec.encode(state.model.predict(rows)))
-            return asyncio.run_coroutine_threadsafe(predict_tensors(state, data), loop).result()
+            return asyncio.run_coroutine_threadsafe(predict_tensors(state, data, servable), loop).result()
         except codec.RequestError as err:
             raise handlers.HandlerError(err.status, f"predict failed: {err}") from None
 
@@ -617,6 +746,8 @@ async def stats(request: web.Request) -> web.Response:
         "ready": state.ready.is_set(),
         "failure": state.failure,
         "model": state.describe_model,
+        "models": [{"name": s.name, "version": s.version} for s in state.servables],
+        "default_model": state.default_name,
         "replicas": [replica.device for replica in state.replicas or state.tensor_replicas],
         "user_code": state.user_code.family if state.user_code else None,
         "batching": state.batching,
@@ -694,8 +825,10 @@ def _batcher(state: ServingState) -> DynamicBatcher:
     """The batcher over every replica, made on the event loop by the first request after start-up."""
     if state.batcher is None:
         settings = state.settings
+        # One task and thread per device; a TF Serving request names its servable, so every model
+        # version on a device shares that device's thread, as TF Serving shares the device.
         predicts: list[Callable[[Any], Any]] = [replica.predict for replica in state.replicas] or [
-            functools.partial(_run_request, replica) for replica in state.tensor_replicas
+            functools.partial(_run_request, state, index) for index in range(len(state.tensor_replicas))
         ]
         state.batcher = DynamicBatcher(
             predicts,
@@ -708,14 +841,16 @@ def _batcher(state: ServingState) -> DynamicBatcher:
     return state.batcher
 
 
-def _run_request(replica: TensorModel, request: tfserving.PredictRequest) -> dict[str, np.ndarray]:
-    return replica.run(request.signature_name, request.tensors)
+def _run_request(state: ServingState, index: int, request: tfserving.PredictRequest) -> dict[str, np.ndarray]:
+    """A batch of requests for one servable, on that servable's replica on device ``index``."""
+    return state.servable(request.target).tensor_replicas[index].run(request.signature_name, request.tensors)
 
 
 def create_app(state: ServingState) -> web.Application:
     """The aiohttp application; its batcher stops with it."""
-    settings = state.settings
-    app = web.Application(client_max_size=settings.max_request_bytes, middlewares=[count_in_flight, access_log_and_timeout, one_line_errors])
+    # No application-wide body limit: SageMaker's applies to /invocations only (_body), not to the
+    # loopback route an input_handler posts its (possibly larger) TF Serving request to.
+    app = web.Application(client_max_size=0, middlewares=[count_in_flight, access_log_and_timeout, one_line_errors])
     app[STATE] = state
 
     async def stop_batcher(app: web.Application) -> None:
@@ -730,6 +865,13 @@ def create_app(state: ServingState) -> web.Application:
     app.router.add_post("/v1/models/{tail:.+}", tfs_predict)
     app.router.add_get("/stats", stats)
     return app
+
+
+def log_without_effect(settings: ServeSettings) -> None:
+    """One line per AWS serving-container variable that is set and has no equivalent here, with why:
+    said once at start-up, never dropped silently."""
+    for variable in settings.without_effect:
+        log("serve-setting-without-effect", variable=variable, reason=repr(WITHOUT_EFFECT[variable]))
 
 
 def main(argv: Sequence[str] = ()) -> int:
@@ -747,6 +889,7 @@ def main(argv: Sequence[str] = ()) -> int:
         "serve-config",
         {k: str(v) for k, v in settings.__dict__.items()},
     )
+    log_without_effect(settings)
     threading.Thread(target=start_up, args=(state,), name="serve-start-up", daemon=True).start()
     asyncio.run(serve_until_stopped(state))
     log("serve-stopped")

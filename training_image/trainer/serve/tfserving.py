@@ -6,7 +6,8 @@ What AWS's TensorFlow serving container does in front of TF Serving, and TF Serv
   ``tensorflow-serving.js`` makes it: ``application/json`` with ``"instances"``, ``"inputs"`` (or
   ``"examples"``, refused here) passes as is; JSON lines (``application/jsonlines`` and its
   aliases, or an ``application/json`` body that is not one JSON document but one per line) become
-  one instance per line; any other JSON value becomes
+  one instance per line, and a one-line body is read as ``application/json`` (the container sends
+  it down that path: ``[1, 2, 3]`` is one instance); any other JSON value becomes
   ``{"instances": value}`` (wrapped in a list unless it already is a list of lists);
   ``text/csv`` becomes one instance per line, a list when the line has several columns.
 - TF Serving's request: ``{"signature_name": ..., "instances": [...]}`` (row format: one entry per
@@ -78,12 +79,14 @@ class PredictRequest:
         row_format: ``instances`` (answer with ``predictions``) or ``inputs`` (``outputs``).
         rows: Examples in the request (the batch size), ``None`` for a columnar request whose
             inputs disagree on it.
+        target: Which model version runs it (the server's servable key); empty: the default.
     """
 
     signature_name: str
     tensors: dict[str, np.ndarray]
     row_format: bool
     rows: int | None
+    target: str = ""
 
 
 def _reject_constant(name: str) -> float:
@@ -155,8 +158,9 @@ def to_tfs_request(body: bytes, content_type: str) -> dict[str, Any]:
         if len(lines) > 1 and isinstance(err, json.JSONDecodeError) and err.msg == "Extra data":
             return {"instances": [_loads(line, f"line {n}") for n, line in lines]}
         raise _malformed(err, "the body") from None
-    if mime in JSON_LINES:
-        return {"instances": payload}  # one line: that line is the instance, as the container sends it
+    # One document, whatever the JSON type says (one JSON line is one document too): the container
+    # sends a one-line body down its application/json path (generic_json_request), so the line
+    # [1, 2, 3] is one instance, {"x": ...} one named instance, {"instances": ...} a TF Serving request.
     if isinstance(payload, dict) and any(key in payload for key in ("instances", "inputs", "examples")):
         return payload
     if not (isinstance(payload, list) and payload and isinstance(payload[0], list)):
