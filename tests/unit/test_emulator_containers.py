@@ -531,7 +531,7 @@ def test_stop_hyper_parameter_tuning_job_stops_it_and_its_running_trials_as_sage
             "HyperParameterTuningJobObjective": {"Type": "Minimize", "MetricName": "train:loss"},
         },
         TrainingJobDefinition={
-            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"}, "RoleArn": role,
+            "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"}, "RoleArn": role,
             "OutputDataConfig": {"S3OutputPath": "s3://out/x/"}, "StoppingCondition": {"MaxRuntimeInSeconds": 60},
             "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
         },

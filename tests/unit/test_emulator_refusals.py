@@ -137,6 +137,17 @@ TRAINING_REFUSALS = [
         "TensorBoardOutputConfig s3://artifacts/tensorboard/",
         id="tensorboard",
     ),
+    # The runner runs the platform's image whatever the job names: another image would be trained with code it did not ask for.
+    pytest.param(
+        {"AlgorithmSpecification": {"TrainingImage": "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.14-gpu",
+                                    "TrainingInputMode": "File"}},
+        "AlgorithmSpecification.TrainingImage 763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-training:2.14-gpu",
+        id="aws-framework-image",
+    ),
+    pytest.param({"AlgorithmSpecification": {"TrainingImage": "tensorflow/tensorflow:2.16.1-gpu", "TrainingInputMode": "File"}},
+                 "AlgorithmSpecification.TrainingImage tensorflow/tensorflow:2.16.1-gpu", id="docker-hub-image"),
+    pytest.param({"AlgorithmSpecification": {"AlgorithmName": "xgboost-algorithm", "TrainingInputMode": "File"}},
+                 "AlgorithmSpecification.AlgorithmName xgboost-algorithm", id="algorithm-name"),
     pytest.param(
         {"InputDataConfig": [{"ChannelName": "training", "DataSource": {"FileSystemDataSource": {
             "FileSystemId": "fs-0123456789abcdef0", "FileSystemAccessMode": "ro", "FileSystemType": "EFS", "DirectoryPath": "/data"}}}]},
@@ -165,10 +176,17 @@ def test_a_training_job_the_runner_cannot_play_fails_in_one_line_before_anything
     assert "ModelArtifacts" not in described or not described["ModelArtifacts"].get("S3ModelArtifacts")
 
 
+def _described(job: dict[str, Any]) -> dict[str, Any]:
+    """``job`` as DescribeTrainingJob/DescribeProcessingJob answers it: with its ARN (account and region)."""
+    kind, name = ("training-job", job["TrainingJobName"]) if "TrainingJobName" in job else ("processing-job", job["ProcessingJobName"])
+    key = "TrainingJobArn" if kind == "training-job" else "ProcessingJobArn"
+    return {**job, key: f"arn:aws:sagemaker:{server.REGION}:{server.ACCOUNT}:{kind}/{name}"}
+
+
 def test_several_refused_fields_are_named_in_the_same_line() -> None:
     job = _training_request("j", InputDataConfig=[_channel(InputMode="Pipe", CompressionType="Gzip")], TensorBoardOutputConfig={
         "S3OutputPath": "s3://artifacts/tb/", "LocalPath": "/opt/ml/output/tb"})
-    reason = training_refusal(job) or ""
+    reason = training_refusal(_described(job)) or ""
     assert reason.count("is not played") == 3 and "nothing nothing" not in reason
     assert "InputMode Pipe" in reason and "CompressionType Gzip" in reason and "nothing uploads /opt/ml/output/tb" in reason
 
@@ -185,7 +203,7 @@ def test_several_refused_fields_are_named_in_the_same_line() -> None:
     ],
 )
 def test_what_the_platform_and_the_sdk_send_is_played(job: dict[str, Any]) -> None:
-    assert training_refusal(job) is None
+    assert training_refusal(_described(job)) is None
 
 
 # --- processing ---------------------------------------------------------------------------------
@@ -245,16 +263,16 @@ def test_a_processing_job_the_runner_cannot_play_fails_in_one_line_before_anythi
 
 
 def test_what_the_platform_and_the_sdk_send_for_processing_is_played() -> None:
-    assert processing_refusal(_processing_request("p", [_s3_input()], [_s3_output()])) is None
+    assert processing_refusal(_described(_processing_request("p", [_s3_input()], [_s3_output()]))) is None
     # Defaults left out, as a minimal request leaves them.
     bare_in = {"InputName": "raw", "S3Input": {"S3Uri": "s3://d/", "LocalPath": "/opt/ml/processing/input/raw"}}
     bare_out = {"OutputName": "o", "S3Output": {"S3Uri": "s3://d/o", "LocalPath": "/opt/ml/processing/output/o"}}
-    assert processing_refusal(_processing_request("p", [bare_in], [bare_out])) is None
+    assert processing_refusal(_described(_processing_request("p", [bare_in], [bare_out]))) is None
 
 
 def test_a_dataset_definition_input_is_refused_naming_it() -> None:
     item = {"InputName": "athena", "DatasetDefinition": {"LocalPath": "/opt/ml/processing/input/athena"}}
-    assert processing_refusal(_processing_request("p", [item], [])) == (
+    assert processing_refusal(_described(_processing_request("p", [item], []))) == (
         "ProcessingInputs[athena] DatasetDefinition is not played by the emulator's processing runner (S3Input is); nothing ran."
     )
 
@@ -348,3 +366,20 @@ def test_an_endpoint_config_with_several_variants_is_refused_in_one_line_before_
         "emulator's hosting runner (one ProductionVariant is); nothing was started for gputrain-ab."
     )
     assert not hosting.hosted and not (tmp_path / "endpoints").exists()
+
+
+def test_a_processing_job_on_another_image_is_refused_naming_it(emulator, runner: LocalSageMaker) -> None:
+    """A processor on AWS's or Docker Hub's image would run the platform's image here: refused, not run."""
+    name = "gputrain-refused-p-foreign-image"
+    request = _processing_request(name, [_s3_input()], [_s3_output()])
+    request["AppSpecification"] = {**request["AppSpecification"], "ImageUri": "python:3.12-slim"}
+    sagemaker = _client(emulator, "sagemaker")
+    sagemaker.create_processing_job(**request)
+    outcome = runner.run_processing_job(name)
+    assert outcome.status == "Failed"
+    assert outcome.failure_reason == (
+        "ClientError: AppSpecification.ImageUri python:3.12-slim is not played by the emulator's processing runner (an image"
+        f" of this account's ECR, {server.ACCOUNT}.dkr.ecr.{server.REGION}.amazonaws.com/<repository>, is: it runs the"
+        " platform's image); nothing ran."
+    )
+    assert not (runner.work_dir / name).exists()
