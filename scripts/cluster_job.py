@@ -15,10 +15,14 @@ A job is one ``SendCommand`` of the cluster stack's ``<project>-cluster-train`` 
 every node at once (``MaxConcurrency`` 100%: a multi-node job needs all its workers) and
 ``MaxErrors`` 0, its output in the cluster's log group. The document's parameter patterns and the
 image's hyperparameter rules are checked here first, so a bad request is refused in one line before
-any node is touched; so is a second job while one runs (one job at a time per cluster), and a job
-while a node is not running. ``status`` reads ``ListCommandInvocations``; ``stop`` sends the
-document's ``stop`` action, which gives each node's container SIGTERM and 120 s to write its
-checkpoint, and waits (at most :data:`STOP_WAIT_SECONDS`) for the run to end by itself: each
+any node is touched; so is a second job while one runs (one job at a time per cluster), a job
+while a node is not running, and a ``--max-runtime`` that would outlast the nodes: each powers itself
+off ``cluster.max_lifetime_hours`` after its first boot (15 minutes after a start past that), which
+the tool estimates from EC2's record of the instances; without ``--max-runtime`` the job's maximum
+runtime is shortened to what is left, saying so. Each node checks the same against its own
+schedule (and syncs the run's checkpoints every 5 minutes and at shutdown). ``status`` reads
+``ListCommandInvocations``; ``stop`` sends the document's ``stop`` action, which gives each node's
+container SIGTERM and 120 s to write its checkpoint, and waits (at most :data:`STOP_WAIT_SECONDS`) for the run to end by itself: each
 node's script uploads the checkpoints, model and outputs and exits 143. It never cancels first:
 ``CancelCommand`` SIGKILLs the script's whole process group on each node (amazon-ssm-agent sends no
 SIGTERM), so a cancel before the upload would lose the checkpoint; it cancels only a run that
@@ -42,6 +46,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -94,6 +99,14 @@ GUARD_WAIT_SLACK_SECONDS = 60
 report: its delivery to the nodes and their last poll."""
 STOPPED_EXIT = 143
 """A container stopped with SIGTERM exits 143: the exit of every node of a stopped job."""
+LIFETIME_GRACE = timedelta(minutes=15)
+"""bootstrap.sh's ``LIFETIME_GRACE_MINUTES``: a node started after its maximum lifetime powers off this long after."""
+RUN_MARGIN_SECONDS = STOP_GRACE_SECONDS + DELIVERY_TIMEOUT_SECONDS
+"""What a run needs before its nodes power off besides its maximum runtime: the container's stop (each node refuses
+a run without it, ``cluster_job.sh``'s ``check_lifetime``) and the delivery, GPU check, pull and downloads first."""
+MIN_RUNTIME_SECONDS = 600
+"""Below this much runtime left before the power-off (a node started past its lifetime has 15 minutes), a run is
+refused rather than shortened to nothing useful."""
 
 
 @dataclass(frozen=True)
@@ -184,8 +197,9 @@ def job_parameters(deployment: Deployment, args: argparse.Namespace) -> dict[str
                                     gpus_per_node=cluster.gpus_per_node)  # fmt: skip
     if found:
         raise OperatorError(f"refused before any node is touched: {'; '.join(found)}")
-    if not 1 <= args.max_runtime <= MAX_RUNTIME_LIMIT_SECONDS:
-        raise UsageError(f"--max-runtime must be 1-{MAX_RUNTIME_LIMIT_SECONDS} seconds, not {args.max_runtime}")
+    max_runtime = requested_runtime(args)
+    if not 1 <= max_runtime <= MAX_RUNTIME_LIMIT_SECONDS:
+        raise UsageError(f"--max-runtime must be 1-{MAX_RUNTIME_LIMIT_SECONDS} seconds, not {max_runtime}")
     parameters = {
         "Action": "run",
         "JobName": args.job_name,
@@ -193,7 +207,7 @@ def job_parameters(deployment: Deployment, args: argparse.Namespace) -> dict[str
         "Channels": ",".join(args.channel),
         "CodeKey": args.code_key or (code_key(f"cluster-{args.job_name}") if args.source_dir is not None else ""),
         "EntryPoint": args.entry_point or "",
-        "MaxRuntimeSeconds": str(args.max_runtime),
+        "MaxRuntimeSeconds": str(max_runtime),
         # Only when given: a cluster deployed before the parameter still takes every other job.
         **({"ImageTag": args.image_tag} if args.image_tag is not None else {}),
     }
@@ -201,6 +215,11 @@ def job_parameters(deployment: Deployment, args: argparse.Namespace) -> dict[str
     if refusals or any(".." in channel for channel in args.channel):
         raise OperatorError(f"refused before any node is touched: {'; '.join(refusals) or 'a channel prefix with ..'}")
     return parameters
+
+
+def requested_runtime(args: argparse.Namespace) -> int:
+    """``--max-runtime``, or the document's default where it was not given."""
+    return DEFAULT_MAX_RUNTIME_SECONDS if args.max_runtime is None else int(args.max_runtime)
 
 
 def send_command_request(deployment: Deployment, cluster: Cluster, parameters: dict[str, str]) -> dict[str, Any]:
@@ -262,18 +281,67 @@ def latest_run(deployment: Deployment, cluster: Cluster, job_name: str) -> dict[
     return commands[0]
 
 
-def running_nodes(deployment: Deployment, cluster: Cluster) -> list[str]:
-    """The running instances the command's target selects; an :class:`OperatorError` unless every node runs."""
+def running_nodes(deployment: Deployment, cluster: Cluster) -> list[dict[str, Any]]:
+    """The nodes' instances (``DescribeInstances``), in node order; an :class:`OperatorError` unless every node runs."""
     ec2 = deployment.aws.client("ec2")
     reservations = ec2.describe_instances(Filters=[{"Name": f"tag:{STACK_TAG}", "Values": [cluster.stack]}])["Reservations"]
-    states = {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
+    instances = {i["InstanceId"]: i for r in reservations for i in r["Instances"]}
+    states = {i: instance["State"]["Name"] for i, instance in instances.items()}
     down = [f"{cluster.node_name(i)} ({i}) {states.get(i, 'missing')}" for i in cluster.instance_ids if states.get(i) != "running"]
     if down:
+        hours = deployment.config.cluster.max_lifetime_hours
+        # A started node re-arms its lifetime from its first boot: one past it powers off again within 15 minutes.
+        lifetime = (f"; a node started more than cluster.max_lifetime_hours={hours} h after its first boot powers off "
+                    "again within 15 min (raise it, 0: off, and redeploy)") if hours else ""  # fmt: skip
         raise OperatorError(
             f"refused: every node must run for a cluster job, and {', '.join(down)}: start it "
-            f"(aws ec2 start-instances --instance-ids ...) or redeploy {cluster.stack}"
+            f"(aws ec2 start-instances --instance-ids ...{lifetime}) or redeploy {cluster.stack}"
         )
-    return list(cluster.instance_ids)
+    return [instances[i] for i in cluster.instance_ids]
+
+
+def poweroff_time(instance: dict[str, Any], max_lifetime_hours: int) -> Optional[datetime]:
+    """When a node's maximum lifetime powers it off (bootstrap.sh's ``arm_max_lifetime``: ``max_lifetime_hours``
+    after its first boot, or :data:`LIFETIME_GRACE` after a boot past that), estimated from EC2's own record and
+    never later than the node's: its primary network interface is attached at launch, before the first boot, and
+    ``LaunchTime`` is its last start, before this boot. ``None``: no lifetime (0), or no record."""
+    if not max_lifetime_hours:
+        return None
+    attached = [
+        (eni.get("Attachment") or {}).get("AttachTime")
+        for eni in instance.get("NetworkInterfaces") or []
+        if (eni.get("Attachment") or {}).get("DeviceIndex") == 0
+    ]
+    if not attached or attached[0] is None or instance.get("LaunchTime") is None:
+        return None
+    return max(attached[0] + timedelta(hours=max_lifetime_hours), instance["LaunchTime"] + LIFETIME_GRACE)
+
+
+def lifetime_runtime(deployment: Deployment, args: argparse.Namespace, parameters: dict[str, str],
+                     nodes: Sequence[dict[str, Any]], now: Optional[datetime] = None) -> dict[str, str]:  # fmt: skip
+    """``parameters`` with a maximum runtime that ends (and stops) before the first node's maximum lifetime powers it
+    off: each node refuses a run that would not (``cluster_job.sh``), so it is checked here first. The default runtime
+    is shortened to what is left, saying so; a ``--max-runtime`` given, or too little time left, is refused in one line."""
+    hours = deployment.config.cluster.max_lifetime_hours
+    times = [t for t in (poweroff_time(n, hours) for n in nodes) if t is not None]
+    if not times:
+        return parameters
+    poweroff = min(times)
+    left = (poweroff - (now or datetime.now(timezone.utc))).total_seconds()
+    most = int(left) - RUN_MARGIN_SECONDS
+    runtime = int(parameters["MaxRuntimeSeconds"])
+    if runtime <= most:
+        return parameters
+    when = f"the nodes power off at {poweroff.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC, {max(left, 0) / 60:.0f} min from now"
+    why = f"cluster.max_lifetime_hours={hours} after their first boot"
+    fix = f"raise cluster.max_lifetime_hours (0: off) and redeploy {stack_name(deployment.config, 'cluster')}"
+    if most < MIN_RUNTIME_SECONDS:
+        raise OperatorError(f"refused: {when} ({why}): no time left for a job; {fix}")
+    if args.max_runtime is not None:
+        raise OperatorError(f"refused: {when} ({why}), before --max-runtime {runtime} s and the stop are over: "
+                            f"--max-runtime {most} or less, or {fix}")  # fmt: skip
+    print(f"maximum runtime {most} s, not the default {runtime} s: {when} ({why}); for longer jobs, {fix}")
+    return {**parameters, "MaxRuntimeSeconds": str(most)}
 
 
 def lost_nodes(deployment: Deployment, cluster: Cluster, nodes: Sequence[dict[str, Any]]) -> list[str]:
@@ -317,7 +385,7 @@ def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
     archive = pack_source(args.source_dir, args.entry_point) if args.source_dir is not None else None
     cluster = Cluster.of(deployment)
     request = send_command_request(deployment, cluster, parameters)
-    price = price_line(deployment, args.job_name, args.max_runtime)
+    price = price_line(deployment, args.job_name, int(parameters["MaxRuntimeSeconds"]))
     if args.dry_run:
         print(json.dumps(request, indent=2))
         print(price)
@@ -328,6 +396,11 @@ def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
         raise OperatorError(f"refused: cluster job {name} is running (command {running[0]['CommandId']}); one job at a "
                             f"time: wait for it, or {PROG} stop {name}")  # fmt: skip
     nodes = running_nodes(deployment, cluster)
+    shortened = lifetime_runtime(deployment, args, parameters, nodes)
+    if shortened is not parameters:
+        parameters = shortened
+        request = send_command_request(deployment, cluster, parameters)
+        price = price_line(deployment, args.job_name, int(parameters["MaxRuntimeSeconds"]))
     if archive is not None:
         uri = upload_archive(deployment, archive, f"cluster-{args.job_name}", dry_run=False)
         print(f"uploaded {args.source_dir} to {uri}")
@@ -589,8 +662,9 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--code-key", help="script mode: a sourcedir.tar.gz under code/ in the artifacts bucket "
                             "(scripts.launch --source-dir DIR --entry-point train.py --upload-only puts one there)")  # fmt: skip
     run_parser.add_argument("--entry-point", help="script mode: the script inside --source-dir or --code-key")
-    run_parser.add_argument("--max-runtime", type=int, default=DEFAULT_MAX_RUNTIME_SECONDS, metavar="SECONDS",
-                            help=f"SIGTERM after this long (default {DEFAULT_MAX_RUNTIME_SECONDS})")  # fmt: skip
+    run_parser.add_argument("--max-runtime", type=int, metavar="SECONDS",
+                            help=f"SIGTERM after this long (default {DEFAULT_MAX_RUNTIME_SECONDS}, or what is left before the "
+                            "nodes' maximum lifetime powers them off)")  # fmt: skip
     run_parser.add_argument("--image-tag", metavar="TAG",
                             help="this job's image: <repository>:TAG, pulled by each node first (never latest; "
                             "default: the image the nodes pulled at boot, image.tag)")  # fmt: skip

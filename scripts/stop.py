@@ -13,7 +13,10 @@ execution of that name (``scripts.launch``, ``--tune``) is stopped as well: Step
 stops its job; the job is also stopped directly, so a job launched with ``--direct`` stops the same
 way. Stopping a tuning job stops its running trials, and its tuner starts no new one (stopping a
 trial alone does not stop its tuner). A job that has already ended is reported and left alone
-(exit 0). Exit 3 when there is neither a job nor an execution of that name.
+(exit 0). A training job's SageMaker warm pool bills until it ends: a running job with a keep-alive
+gets KeepAlivePeriodInSeconds 0 before its stop (UpdateTrainingJob), so it keeps no pool, and an ended
+job whose pool is still ``Available`` has it ended the same way. Exit 3 when there is neither a job
+nor an execution of that name.
 """
 
 from __future__ import annotations
@@ -65,12 +68,16 @@ def stop_job(
     deployment: Deployment, name: str, kind: JobKind = TRAINING_JOB, *, job: Optional[Mapping[str, Any]] = None
 ) -> Optional[str]:
     """Ask SageMaker to stop the ``kind`` job ``name``; its status before (``None`` if it does not exist).
-    ``job``: its description, where the caller has just read it (not read again)."""
+    ``job``: its description, where the caller has just read it (not read again). A training job with a
+    warm pool gets KeepAlivePeriodInSeconds 0 first (:func:`no_warm_pool_after`): a stopped job keeps
+    none to bill."""
     job = job if job is not None else describe_sagemaker_job(deployment.aws, kind, name)
     if job is None:
         return None
     status = str(job[kind.status_key])
     if status in ACTIVE_JOB_STATES:
+        if kind is TRAINING_JOB:
+            no_warm_pool_after(deployment, name, job)
         try:
             getattr(deployment.aws.client("sagemaker"), kind.stop)(**{kind.name_key: name})
         except ClientError as err:
@@ -78,6 +85,42 @@ def stop_job(
             if not (error_code(err) == "ValidationException" and "stop" in error_message(err).lower()):
                 raise
     return status
+
+
+def warm_pool_available(job: Mapping[str, Any]) -> bool:
+    """Whether a training job's description shows its warm pool kept (``Available``: billing until it ends)."""
+    return (job.get("WarmPoolStatus") or {}).get("Status") == "Available"
+
+
+def end_warm_pool(deployment: Deployment, name: str) -> bool:
+    """End the ``Available`` warm pool of training job ``name`` (KeepAlivePeriodInSeconds=0); whether
+    SageMaker took the request. An error is printed, not raised."""
+    print(f"ending the warm pool of training job {name} (KeepAlivePeriodInSeconds=0)")
+    try:
+        _keep_alive_off(deployment, name)
+    except ClientError as err:
+        # Its period may have run out in the meantime.
+        print(f"  {name}: {error_code(err)}: {error_message(err)}")
+        return False
+    return True
+
+
+def no_warm_pool_after(deployment: Deployment, name: str, job: Mapping[str, Any]) -> None:
+    """Before an InProgress training job with a warm pool (``job``: its description) is stopped: its
+    KeepAlivePeriodInSeconds set to 0 (UpdateTrainingJob takes it while the job runs), so that it
+    leaves no pool to bill. An error is printed, not raised: the stop goes on, and a pool left all the
+    same is ended once the job has ended (``--wait``, ``scripts.teardown``)."""
+    if job["TrainingJobStatus"] != "InProgress" or not (job.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds"):
+        return
+    try:
+        _keep_alive_off(deployment, name)
+    except ClientError as err:
+        print(f"  {name}: warm pool kept for now: {error_code(err)}: {error_message(err)}")
+
+
+def _keep_alive_off(deployment: Deployment, name: str) -> None:
+    """UpdateTrainingJob ``KeepAlivePeriodInSeconds=0``: an Available warm pool ends, a running job leaves none."""
+    deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
 
 
 def wait_until_ended(
@@ -141,14 +184,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if found is None:
         print(f"{name}: the execution had not created its job yet")
         return 0
-    kind = found[0]
-    before = stop_job(deployment, name, kind, job=found[1])
+    kind, job = found
+    before = stop_job(deployment, name, kind, job=job)
     if before is None or before not in ACTIVE_JOB_STATES:
+        if kind is TRAINING_JOB and warm_pool_available(job):
+            # Ended, but its instances are kept for a next job and bill until the keep-alive runs out.
+            print(f"{kind.label} {name} already {before}, but its warm pool is Available (billing)")
+            end_warm_pool(deployment, name)
+            return 0
         print(f"{kind.label} {name} already {before or 'gone'}; nothing to stop")
         return 0
     print(f"stopping {kind.label} {name}" + (" (and its running trials)" if kind.label == "tuning job" else ""))
     if args.wait:
         print(f"{name} {wait_until_ended(deployment, name, timeout=args.timeout, interval=args.interval, kind=kind)}")
+        ended = describe_sagemaker_job(deployment.aws, kind, name) if kind is TRAINING_JOB else None
+        if ended is not None and warm_pool_available(ended):
+            end_warm_pool(deployment, name)  # the keep-alive could not be set to 0 before the stop
     return 0
 
 

@@ -50,7 +50,7 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from botocore.exceptions import ClientError, WaiterError
 
@@ -83,7 +83,7 @@ from scripts.common import (
     seconds_argument,
 )
 from stacks.components.endpoint_spec import endpoint_name
-from scripts.stop import ACTIVE_JOB_STATES, stop_job
+from scripts.stop import ACTIVE_JOB_STATES, end_warm_pool, stop_job
 from stacks.components.training_job_notifications import gpu_idle_alarm_prefix
 
 ACTIVE = ("InProgress", "Stopping")
@@ -316,8 +316,7 @@ def stop_running(
         print(f"stopping training job {name}")
         job = describe_job(deployment.aws, name)
         if job is not None:
-            _no_warm_pool_after(deployment, name, job)
-            stop_job(deployment, name, job=job)
+            stop_job(deployment, name, job=job)  # a warm pool's keep-alive set to 0 first
     ended_pools = {name for name in running.warm_pools if end_warm_pool(deployment, name)}
     for kind, names in ((PROCESSING_JOB, running.processing_jobs), (TRANSFORM_JOB, running.transform_jobs)):
         for name in names:
@@ -336,36 +335,6 @@ def stop_running(
         ended_pools.update(name for name in left.warm_pools if name not in ended_pools and end_warm_pool(deployment, name))
         print(f"waiting for {', '.join(left.names())} to end ...")
         sleep(interval)
-
-
-def end_warm_pool(deployment: Deployment, name: str) -> bool:
-    """End the ``Available`` warm pool of training job ``name`` (KeepAlivePeriodInSeconds=0); whether
-    SageMaker took the request. An error is printed, not raised."""
-    print(f"ending the warm pool of training job {name} (KeepAlivePeriodInSeconds=0)")
-    try:
-        _keep_alive_off(deployment, name)
-    except ClientError as err:
-        # Its period may have run out in the meantime.
-        print(f"  {name}: {error_code(err)}: {error_message(err)}")
-        return False
-    return True
-
-
-def _no_warm_pool_after(deployment: Deployment, name: str, job: Mapping[str, Any]) -> None:
-    """Before an InProgress training job with a warm pool (``job``: its description) is stopped: its
-    KeepAlivePeriodInSeconds set to 0 (UpdateTrainingJob takes it while the job runs), so that it
-    leaves no pool to bill. An error is printed, not raised: the wait loop ends a pool left all the same."""
-    if job["TrainingJobStatus"] != "InProgress" or not (job.get("ResourceConfig") or {}).get("KeepAlivePeriodInSeconds"):
-        return
-    try:
-        _keep_alive_off(deployment, name)
-    except ClientError as err:
-        print(f"  {name}: warm pool kept for now: {error_code(err)}: {error_message(err)}")
-
-
-def _keep_alive_off(deployment: Deployment, name: str) -> None:
-    """UpdateTrainingJob ``KeepAlivePeriodInSeconds=0``: an Available warm pool ends, a running job leaves none."""
-    deployment.aws.client("sagemaker").update_training_job(TrainingJobName=name, ResourceConfig={"KeepAlivePeriodInSeconds": 0})
 
 
 def _stop_in_progress(deployment: Deployment, kind: JobKind, name: str) -> bool:

@@ -50,10 +50,19 @@ SOURCE_CODE_KEYS = f"{USER_CODE_PREFIX}cluster-*/sourcedir.tar.gz"
 what the operators' policy may write."""
 _EOF = "GPUTRAIN_JOB_EOF"
 
-_HYPERPARAMETER_KEY = r"[A-Za-z0-9_.:-]{1,256}"
-_HYPERPARAMETER_VALUE = r"[A-Za-z0-9 _.,:;/+=@%()\[\]{}*!?#&~^|<>'-]{0,2500}"
+# One character of a JSON string as json.dumps writes it: anything but a quote, a backslash or a
+# control character (a raw newline would end the object's line), or an escape (\" \\ \n, \u00e9 for é).
+# SageMaker takes any value (HyperParameterValue: .*, at most 2500) and any key (at most 256): so does
+# the node, where the object reaches the shell only as SSM_Hyperparameters and is written with
+# printf '%s' (data, never interpreted); only the object's shape is checked.
+_JSON_CHAR = r'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))'
+_HYPERPARAMETER_KEY = _JSON_CHAR + "{1,256}"
+_HYPERPARAMETER_VALUE = _JSON_CHAR + "{0,2500}"
 _ENTRY = f'"{_HYPERPARAMETER_KEY}": "{_HYPERPARAMETER_VALUE}"'
-_CHANNEL = r"[A-Za-z0-9][A-Za-z0-9-]{0,63}=[A-Za-z0-9_./-]{0,900}"
+# SageMaker's ChannelName ([A-Za-z0-9.-_]{1,64}) less a leading dot: the name is a directory under
+# input/data on the node (never . or ..; cluster_job.sh checks it again).
+CHANNEL_NAME = r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}"
+_CHANNEL = CHANNEL_NAME + r"=[A-Za-z0-9_./-]{0,900}"
 _TAG_FIRST, _TAG_REST = "A-Za-z0-9_", "A-Za-z0-9_.-"
 _MUTABLE_TAG = "latest"
 
@@ -133,9 +142,14 @@ PARAMETERS: tuple[Parameter, ...] = (
     Parameter("JobName", "The job: names its container, its outputs and its checkpoints (a rerun resumes).", None,
               pattern=r"^[a-z0-9](-?[a-z0-9]){0,62}$"),
     Parameter("Hyperparameters", "SageMaker's hyperparameters: a flat JSON object of strings, as json.dumps writes it.",
-              "{}", pattern=rf"^\{{({_ENTRY}(, {_ENTRY}){{0,99}})?\}}$"),
+              "{}", pattern=rf"^\{{({_ENTRY}(, {_ENTRY}){{0,99}})?\}}$",
+              rule='a flat JSON object of strings as json.dumps writes it ({"key": "value", "key2": "value2"}): at most 100 '
+              "entries, keys of 1-256 and values of at most 2500 characters, a newline or other control character only "
+              "escaped (\\n)"),
     Parameter("Channels", "Comma-separated NAME=PREFIX: channel NAME is synced from PREFIX in the datasets bucket.", "",
-              pattern=rf"^({_CHANNEL}(,{_CHANNEL}){{0,19}})?$"),
+              pattern=rf"^({_CHANNEL}(,{_CHANNEL}){{0,19}})?$",
+              rule="comma-separated NAME=PREFIX, at most 20: NAME 1-64 letters, digits, _ . - (not . first), PREFIX "
+              "at most 900 letters, digits, _ . / -"),
     Parameter("CodeKey", f"Script mode: a sourcedir.tar.gz under {USER_CODE_PREFIX} in the artifacts bucket.", "",
               pattern=rf"^({re.escape(USER_CODE_PREFIX)}[A-Za-z0-9_.!*'()/-]{{1,1000}})?$"),
     Parameter("EntryPoint", "Script mode: the script in CodeKey to run (sagemaker_program).", "",

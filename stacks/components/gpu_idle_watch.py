@@ -5,7 +5,7 @@ SageMaker publishes ``GPUUtilization`` for every training instance (namespace
 instance's GPUs (0-100 per GPU). A job's alarm is created when its state changes to InProgress
 and deleted when it completes, fails or stops, whoever launched it (the workflow, the pipeline,
 ``scripts.launch --direct``): a state machine, started by an EventBridge rule on SageMaker's
-job state events for ``<project>-*``, calls ``PutMetricAlarm``/``DeleteAlarms``. Per job rather
+job state events for ``<project>-*`` jobs tagged ``Project=<project>``, calls ``PutMetricAlarm``/``DeleteAlarms``. Per job rather
 than one Metrics Insights query over all jobs because the threshold must scale with each job's
 GPU count, which a query cannot, and because a query cannot select the project's jobs by name
 prefix.
@@ -34,6 +34,7 @@ from stacks.components.log_group import encrypted_log_group
 from stacks.components.policy import state_machine_logging_statements, state_machine_principal
 from stacks.components.training_job_notifications import (
     JOB_END_STATES,
+    PROJECT_TAG,
     gpu_idle_alarm_prefix,
     idle_alarm_pattern,
     project_job_state_pattern,
@@ -121,7 +122,19 @@ class GpuIdleWatch(Construct):
             *state_machine_logging_statements(),
         ]
         if settings.stop_job:
-            statements.append(iam.PolicyStatement(sid="StopIdleJobs", actions=["sagemaker:StopTrainingJob"], resources=[jobs]))
+            # The name pattern alone also matches another project's jobs (<project>-dev-*), which carry
+            # their own Project tag: those may not be stopped. ...IfExists: AWS's authorization data lists
+            # aws:ResourceTag for SageMaker's training-job resource type but not in StopTrainingJob's own
+            # row, so where SageMaker left it out of the request a plain StringEquals would deny every
+            # stop (an idle job left billing); the rule's Project tag match keeps untagged jobs away.
+            statements.append(
+                iam.PolicyStatement(
+                    sid="StopIdleJobs",
+                    actions=["sagemaker:StopTrainingJob"],
+                    resources=[jobs],
+                    conditions={"StringEqualsIfExists": {f"aws:ResourceTag/{PROJECT_TAG}": project_name}},
+                )
+            )
         policy = iam.ManagedPolicy(self, "RolePolicy", statements=statements, roles=[role])
         acknowledge_wildcard_resources(
             policy,

@@ -7,7 +7,8 @@ every account). It lets them run ``scripts.launch`` through the workflows, ``wat
 ``list_jobs``, ``stop``, ``invoke``, ``sdk_config`` and ``preflight`` on this project's resources:
 
 - start, follow and stop the project's workflows (``<project>-training-job``, ``<project>-pipeline``);
-- describe, list and stop ``<project>-*`` jobs, read their log streams, invoke ``<project>-*`` endpoints;
+- describe, list and stop ``<project>-*`` jobs (ending a training job's warm pool: keep-alive 0 only), read
+  their log streams, invoke ``<project>-*`` endpoints;
 - upload source code (``code/`` of the artifacts bucket, with the platform key through S3 only).
 
 ``<project>-<region>-operator-direct`` (``DirectLaunchPolicyName``) adds the ``--direct`` launches,
@@ -111,6 +112,14 @@ class OperatorPolicy(Construct):
                     "sagemaker:ListTags",
                 ],
                 resources=list(jobs.values()),
+            ),
+            # scripts.stop ends a training job's warm pool (billing until it ends): UpdateTrainingJob, and only
+            # to set its keep-alive to 0, never to keep instances longer or change anything else.
+            iam.PolicyStatement(
+                sid="EndWarmPools",
+                actions=["sagemaker:UpdateTrainingJob"],
+                resources=[jobs["training-job"]],
+                conditions={"NumericEquals": {"sagemaker:KeepAlivePeriod": 0}},
             ),
             iam.PolicyStatement(
                 sid="ListJobs",

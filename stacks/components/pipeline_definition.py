@@ -887,6 +887,10 @@ def _end_states(states_arn: str, *, project_name: str, topic_arn: str, output_ke
     }
 
 
+SUBJECT_MAX_CHARS = 99
+"""SNS Publish takes a Subject of less than 100 characters."""
+
+
 def _notify_outcome(
     states_arn: str, *, project_name: str, topic_arn: str, outcome: str, details: str, next_state: str
 ) -> dict[str, Any]:
@@ -900,8 +904,10 @@ def _notify_outcome(
         "Resource": f"{states_arn}sns:publish",
         "Arguments": {
             "TopicArn": topic_arn,
+            # SNS refuses a Subject of 100 characters or more ("less than 100"), and the Catch below
+            # would swallow that refusal: nobody notified. 99 at most.
             "Subject": "{% $substring(" + json.dumps(f"{project_name} pipeline {outcome}: ")
-            + " & $states.context.Execution.Name, 0, 100) %}",
+            + f" & $states.context.Execution.Name, 0, {SUBJECT_MAX_CHARS}) %}}",
             "Message": "{% " + json.dumps(f"{project_name} pipeline ")
             + f" & $states.context.Execution.Name & ' {outcome}: ' & " + details + " %}",
         },

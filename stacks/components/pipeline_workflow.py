@@ -620,10 +620,11 @@ def _transform_statements(config: PlatformConfig, arns: _ProjectArns, *, key: km
             resources=[arns.transform_jobs],
             conditions=conditions,
         ),
-        # CreateTransformJob with Tags also authorizes sagemaker:AddTags.
+        # CreateTransformJob with Tags also authorizes sagemaker:AddTags; the .sync integration reads
+        # the job's tags (ListTags, in AWS's IAM template for createTransformJob.sync), as for the others.
         iam.PolicyStatement(
             sid="FollowAndStopTransformJobs",
-            actions=["sagemaker:DescribeTransformJob", "sagemaker:StopTransformJob", "sagemaker:AddTags"],
+            actions=["sagemaker:DescribeTransformJob", "sagemaker:StopTransformJob", "sagemaker:AddTags", "sagemaker:ListTags"],
             resources=[arns.transform_jobs],
         ),
     ]

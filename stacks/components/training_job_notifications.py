@@ -16,6 +16,9 @@ from constructs import Construct
 from stacks.components.encryption_key import topic_key
 
 JOB_END_STATES = ("Completed", "Failed", "Stopped")
+PROJECT_TAG = "Project"
+"""The tag every job of the project carries (``stacks.config.PLATFORM_TAGS``): what tells its jobs from
+another project's whose name begins the same."""
 EXECUTION_FAILURES = ("FAILED", "TIMED_OUT", "ABORTED")
 PIPELINE_INTERRUPTIONS = ("TIMED_OUT", "ABORTED")
 """A pipeline execution that failed published its reason itself; these ends skip its last states."""
@@ -47,13 +50,21 @@ def idle_alarm_pattern(prefix: str) -> events.EventPattern:
 
 
 def project_job_state_pattern(project_name: str, statuses: Sequence[str]) -> events.EventPattern:
-    """A project training job (``<project>-*``) entering one of ``statuses``."""
+    """A project training job (``<project>-*``, tagged ``Project=<project>``) entering one of ``statuses``.
+
+    The name prefix alone is not the project's: ``gputrain-`` also begins every job of project
+    ``gputrain-dev`` (a legal name), whose jobs would get this project's idle alarms (and, with
+    ``stop_job``, be stopped by them) and notifications. Every job the platform creates carries the
+    ``Project`` tag (the job templates; a tuning job's tags go to its trials), and SageMaker's event
+    carries the job's tags as a map (``detail.Tags``), so the rule takes only this project's.
+    """
     return events.EventPattern(
         source=["aws.sagemaker"],
         detail_type=["SageMaker Training Job State Change"],
         detail={
             "TrainingJobStatus": list(statuses),
             "TrainingJobName": [{"prefix": f"{project_name}-"}],
+            "Tags": {PROJECT_TAG: [project_name]},
         },
     )
 
@@ -69,7 +80,7 @@ def execution_ended_pattern(statuses: Sequence[str], state_machine_arn: str) -> 
 class TrainingJobNotifications(Construct):
     """An encrypted SNS topic fed by two EventBridge rules.
 
-    - ``JobStateChange``: a project job (``<project>-*``) completed, failed or stopped, whether
+    - ``JobStateChange``: a project job (``<project>-*``, tagged ``Project=<project>``) completed, failed or stopped, whether
       the workflow or ``scripts.launch --direct`` started it.
     - ``WorkflowFailure``: an execution of the workflow failed, timed out or was aborted (also
       when it failed before creating a job, e.g. on invalid launch options).

@@ -225,8 +225,54 @@ def test_a_second_job_is_refused_naming_the_running_one(cluster, capsys):
 def test_a_job_needs_every_node_running(cluster, capsys):
     boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=[cluster[1]])
     assert run(cluster_job.main, ["run", "half-cluster"]) == 3
-    assert f"node-1 ({cluster[1]}) stopped" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"node-1 ({cluster[1]}) stopped" in err
+    # Starting it is not all: its maximum lifetime still counts from its first boot.
+    assert ("aws ec2 start-instances --instance-ids ...; a node started more than cluster.max_lifetime_hours=24 h after "
+            "its first boot powers off again within 15 min (raise it, 0: off, and redeploy)") in err
     assert _commands() == []
+
+
+def test_without_max_runtime_a_job_ends_before_the_nodes_maximum_lifetime_powers_them_off(cluster, capsys):
+    """The nodes power off 24 h after their first boot (cdk.json): a default 24 h job would be killed on the way."""
+    assert run(cluster_job.main, ["run", "life-1"]) == 0
+    (command,) = _commands()
+    runtime = int(command.parameters["MaxRuntimeSeconds"][0])
+    most = 24 * 3600 - cluster_job.RUN_MARGIN_SECONDS
+    assert most - 120 <= runtime <= most
+    out = capsys.readouterr().out
+    assert f"maximum runtime {runtime} s, not the default 86400 s: the nodes power off at " in out
+    assert "for longer jobs, raise cluster.max_lifetime_hours (0: off) and redeploy gputrain-cluster" in out
+
+
+def test_a_max_runtime_the_nodes_lifetime_would_cut_short_is_refused_before_send_command(cluster, capsys):
+    assert run(cluster_job.main, ["run", "life-2", "--max-runtime", "86400"]) == 3
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("error: refused: the nodes power off at ")
+    assert re.search(r"\(cluster.max_lifetime_hours=24 after their first boot\), before --max-runtime 86400 s and the stop "
+                     r"are over: --max-runtime 85\d{3} or less, or raise cluster.max_lifetime_hours \(0: off\) and redeploy "
+                     r"gputrain-cluster$", err.strip()), err
+    assert _commands() == []
+    # Without a lifetime the nodes run until stopped: nothing to shorten.
+    assert run(cluster_job.main, ["run", "life-3", "--max-runtime", "86400", "-c", "cluster.max_lifetime_hours=0"]) == 0
+    assert [c.parameters["MaxRuntimeSeconds"] for c in _commands()] == [["86400"]]
+
+
+def test_nodes_started_after_their_lifetime_have_15_minutes_left_and_take_no_job():
+    """bootstrap.sh re-arms the power-off from the first boot; past it, 15 minutes after this boot."""
+    from datetime import datetime, timedelta, timezone
+    from types import SimpleNamespace
+
+    now = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
+    node = {"InstanceId": "i-1", "LaunchTime": now - timedelta(minutes=2),
+            "NetworkInterfaces": [{"Attachment": {"DeviceIndex": 1, "AttachTime": now - timedelta(minutes=1)}},
+                                  {"Attachment": {"DeviceIndex": 0, "AttachTime": now - timedelta(hours=30)}}]}  # fmt: skip
+    assert cluster_job.poweroff_time(node, 24) == now + timedelta(minutes=13)
+    assert cluster_job.poweroff_time(node, 48) == now + timedelta(hours=18)  # first boot 30 h ago
+    assert cluster_job.poweroff_time(node, 0) is None
+    deployment = Deployment(config=load_platform_config(), aws=Aws(boto3.Session(region_name=REGION)))
+    with pytest.raises(common.OperatorError, match=r"13 min from now .*: no time left for a job; raise cluster.max_lifetime_hours"):
+        cluster_job.lifetime_runtime(deployment, SimpleNamespace(max_runtime=None), {"MaxRuntimeSeconds": "86400"}, [node], now=now)
 
 
 def test_status_shows_each_node_and_fails_when_a_node_failed(cluster, capsys):

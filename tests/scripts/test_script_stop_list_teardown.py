@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 from scripts import common, list_jobs, stop, teardown
 from scripts.common import Aws, Deployment, load_platform_config, run
 from scripts.launch import main as launch_main
-from tests.scripts.conftest import PROJECT, REGION
+from tests.scripts.conftest import PROJECT, REGION, STOP_CALLS, UPDATE_CALLS
 
 
 def _running_job(moto_backends, name: str) -> None:
@@ -74,6 +74,43 @@ def test_stop_leaves_an_ended_job_alone(aws, moto_backends, capsys):
     capsys.readouterr()
     assert run(stop.main, [f"{PROJECT}-stop-done"]) == 0
     assert f"training job {PROJECT}-stop-done already Completed; nothing to stop" in capsys.readouterr().out
+
+
+def _warm_job(moto_backends, name: str, status: str, **attributes) -> None:
+    """A --direct job kept warm 900 s after it ends (on-demand: warm pools are not for spot)."""
+    assert launch_main(["--direct", "--on-demand", "--keep-alive", "900", "--name", name, "--yes"]) == 0
+    moto_backends.set_job(name, status, "Training" if status == "InProgress" else status, **attributes)
+    UPDATE_CALLS.clear()
+    STOP_CALLS.clear()
+
+
+def test_stop_ends_the_warm_pool_an_ended_job_keeps_billing(aws, moto_backends, capsys):
+    """A Completed job whose pool is Available still bills: 'nothing to stop' would leave it so."""
+    name = f"{PROJECT}-stop-warm-done"
+    _warm_job(moto_backends, name, "Completed", warm_pool_status="Available")
+    try:
+        capsys.readouterr()
+        assert run(stop.main, [name]) == 0
+        out = capsys.readouterr().out
+        assert UPDATE_CALLS == [(name, {"KeepAlivePeriodInSeconds": 0})] and STOP_CALLS == []
+        assert moto_backends.job(name).warm_pool_status == "Terminated"
+        assert f"training job {name} already Completed, but its warm pool is Available (billing)" in out
+        assert "nothing to stop" not in out
+    finally:
+        moto_backends.job(name).warm_pool_status = None
+
+
+def test_stop_sets_a_running_jobs_keep_alive_to_0_first_so_it_leaves_no_warm_pool(aws, moto_backends, capsys):
+    name = f"{PROJECT}-stop-warm-run"
+    _warm_job(moto_backends, name, "InProgress")
+    try:
+        assert run(stop.main, [name, "--wait", "--interval", "0"]) == 0
+        assert UPDATE_CALLS == [(name, {"KeepAlivePeriodInSeconds": 0})] and STOP_CALLS == [("StopTrainingJob", name)]
+        job = moto_backends.job(name)
+        # moto's stop leaves a pool where the keep-alive is still above 0: the update came first.
+        assert job.training_job_status == "Stopped" and getattr(job, "warm_pool_status", None) is None
+    finally:
+        moto_backends.job(name).warm_pool_status = None
 
 
 def test_stop_of_an_unknown_job_is_one_line_and_exit_3(aws, capsys):

@@ -23,6 +23,7 @@ from typing import Callable
 import pytest
 
 from stacks.components.cluster_job_document import (
+    CHANNEL_NAME,
     EXECUTION_TIMEOUT_SECONDS,
     JOB_SCRIPT,
     MAX_RUNTIME_LIMIT_SECONDS,
@@ -167,11 +168,14 @@ def test_a_well_formed_request_passes_every_pattern():
         ("JobName", "job;reboot"),
         ("JobName", "a" * 64),
         ("Hyperparameters", '{"epochs": "5"; "x": "$(reboot)"}'),
-        ("Hyperparameters", '{"epochs": "`id`"}'),
+        ("Hyperparameters", '{"note": "two\nlines"}'),  # a raw newline: json.dumps writes \\n
+        ("Hyperparameters", '{"note": "bell\x07"}'),  # a raw control character
+        ("Hyperparameters", '{"note": "end\\"}'),  # a lone backslash escapes the closing quote
         ("Hyperparameters", '{"epochs": 5}'),  # SageMaker's values are strings
         ("Hyperparameters", '{"a": "1"}\n{"b": "2"}'),
         ("Channels", "train=s3://elsewhere/x"),
         ("Channels", "../etc=train/"),
+        ("Channels", ".hidden=train/"),  # the name is a directory on the node: never . first
         ("CodeKey", "training-jobs/x/model.tar.gz"),  # users' code only
         ("EntryPoint", "../train.py"),
         ("EntryPoint", "/etc/passwd"),
@@ -188,6 +192,40 @@ def test_a_well_formed_request_passes_every_pattern():
 def test_malformed_values_are_refused(name, value):
     (refusal,) = request_refusals({**GOOD, name: value})
     assert refusal.startswith(name)
+
+
+@pytest.mark.parametrize(
+    "hyperparameters",
+    [
+        {"tags": '["a","b"]'},  # quotes and brackets: SageMaker takes any value (.*)
+        {"name": "café"},  # json.dumps writes \u00e9
+        {"cost": "a$b", "cmd": "`id` $(reboot)"},  # data: the node never lets the shell read it
+        {"path": "C:\\data\\x", "tab": "a\tb", "emoji": "\U0001f600"},
+        {"lr schedule": "0.1 -> 0.01"},  # any key, as SageMaker
+    ],
+)
+def test_legal_sagemaker_hyperparameters_pass_as_json_dumps_writes_them(hyperparameters):
+    assert request_refusals({**GOOD, "Hyperparameters": json.dumps(hyperparameters)}) == []
+    assert request_refusals({**GOOD, "Hyperparameters": json.dumps(hyperparameters, ensure_ascii=False)}) == []
+
+
+def test_sagemakers_channel_names_pass_but_never_a_name_that_leaves_input_data():
+    assert request_refusals({**GOOD, "Channels": "train_v1.2=train/,val-2=mnist/val/"}) == []
+    for channel in ("..=x/", ".=x/", ".x=x/", "a" * 65 + "=x/"):
+        assert request_refusals({**GOOD, "Channels": channel}), channel
+
+
+def test_a_refused_hyperparameters_or_channels_value_says_why_in_words_not_in_a_regex():
+    (hyperparameters,) = request_refusals({**GOOD, "Hyperparameters": '{"note": "two\nlines"}'})
+    assert hyperparameters.startswith("Hyperparameters ") and "flat JSON object of strings as json.dumps writes it" in hyperparameters
+    (channels,) = request_refusals({**GOOD, "Channels": "../etc=train/"})
+    assert channels.startswith("Channels '../etc=train/' is not comma-separated NAME=PREFIX")
+    for refusal in (hyperparameters, channels):
+        assert "(?:" not in refusal and "{0," not in refusal and len(refusal) < 300, refusal
+
+
+def test_the_node_checks_channel_names_with_the_documents_rule():
+    assert f"[[ $channel =~ ^{CHANNEL_NAME}=[A-Za-z0-9_./-]*$ && $channel != *..* ]]" in SCRIPT.read_text()
 
 
 @pytest.mark.parametrize(
@@ -252,6 +290,10 @@ case $1 in
 esac
 exit 0
 """
+FAKE_SYSTEMCTL = """#!/usr/bin/env bash
+# Fake systemctl: records calls.
+printf 'systemctl %s\\n' "$*" >>"$FAKE_CALLS"
+"""
 FAKE_AWS = """#!/usr/bin/env bash
 # Fake aws: records calls; FAKE_S3_FAIL: an s3 sync whose arguments contain it fails; FAKE_S3_SLOW:
 # one whose arguments contain it takes 30 s (a large checkpoint), once (FAKE_S3_SLOW_DONE marks it).
@@ -297,12 +339,13 @@ def node(tmp_path: Path) -> Callable[..., Job]:
     for tool in {"bash", "sh", "basename", "tee", "awk", "tr", "touch", "setsid", *TOOLS}:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     for name, text in (("nvidia-smi", FAKE_NVIDIA_SMI), ("curl", FAKE_CURL), ("dcgmi", FAKE_DCGMI),
-                       ("docker", FAKE_DOCKER), ("aws", FAKE_AWS)):  # fmt: skip
+                       ("docker", FAKE_DOCKER), ("aws", FAKE_AWS), ("systemctl", FAKE_SYSTEMCTL)):  # fmt: skip
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     compute = tmp_path / "fake_gpu_compute"
     compute.write_text(FAKE_COMPUTE)
     compute.chmod(0o755)
+    (tmp_path / "systemd").mkdir()
     env_file = tmp_path / "node.env"
     settings = {
         "NODE_NAME": "node-1",
@@ -337,6 +380,8 @@ def node(tmp_path: Path) -> Callable[..., Job]:
             "GPUTRAIN_ENV_FILE": str(env_file),
             "GPUTRAIN_LOG_DIR": str(tmp_path / "log"),
             "GPUTRAIN_JOBS_DIR": str(tmp_path / "jobs"),
+            "GPUTRAIN_SYSTEMD_DIR": str(tmp_path / "systemd"),
+            "GPUTRAIN_SHUTDOWN_SCHEDULE": str(tmp_path / "shutdown-scheduled"),  # none unless a test writes it
             "GPU_COMPUTE_CMD": str(compute),
             "FAKE_CALLS": str(calls),
             "FAKE_DOCKER_ENV": str(tmp_path / "docker.env"),
@@ -406,6 +451,18 @@ def test_a_built_in_job_runs_as_sagemaker_lays_it_out(node, tmp_path):
     assert "job mlp-1: the container exited 0" in job.log
 
 
+def test_the_node_writes_legal_hyperparameters_and_channel_names_as_given_never_through_the_shell(node, tmp_path):
+    """What the document now lets through, the node takes as data: the hyperparameters file parses back to the request
+    (no $, backtick or quote interpreted), and a SageMaker channel name with _ and . is a channel."""
+    hyperparameters = {"tags": '["a","b"]', "name": "café", "cost": "a$b", "cmd": f"$(touch {tmp_path}/pwned) `id`"}
+    job = node(JobName="legal-1", Hyperparameters=json.dumps(hyperparameters), Channels="train_v1.2=train/")
+    assert job.returncode == 0, job.log
+    assert job.config("hyperparameters.json") == hyperparameters
+    assert set(job.config("inputdataconfig.json")) == {"train_v1.2"}
+    assert job.called(f"aws s3 sync {DATASETS}train/ {job.ml}/input/data/train_v1.2")
+    assert not (tmp_path / "pwned").exists()
+
+
 def test_script_mode_adds_sagemakers_entries_to_the_hyperparameters(node):
     job = node(JobName="script-1", Hyperparameters='{"epochs": "2"}', CodeKey="code/run-1/sourcedir.tar.gz", EntryPoint="train.py")
     assert job.returncode == 0, job.log
@@ -466,6 +523,61 @@ def _wait_for_call(tmp_path: Path, prefix: str, timeout: float = 20) -> list[str
     raise AssertionError(f"no call {prefix!r} within {timeout:.0f}s: {calls}")
 
 
+def _schedule_poweroff(tmp_path: Path, seconds_from_now: int) -> None:
+    """What systemd writes for bootstrap.sh's ``shutdown --poweroff +N`` (the node's maximum lifetime)."""
+    usec = (int(time.time()) + seconds_from_now) * 1_000_000
+    (tmp_path / "shutdown-scheduled").write_text(f"USEC={usec}\nWARN_WALL=1\nMODE=poweroff\nWALL_MESSAGE=gputrain: maximum lifetime of 24h reached\n")
+
+
+def test_a_run_the_nodes_lifetime_would_cut_short_is_refused_before_anything_starts(node, tmp_path):
+    """A node restarted after its maximum lifetime powers off in about 15 minutes: a 24 h job there would be
+    killed on the way. Refused in one line (how long is left, and the fix) before the GPU check, pull or container."""
+    _schedule_poweroff(tmp_path, 600)
+    job = node(JobName="late-1", MaxRuntimeSeconds="86400")
+    assert job.returncode == 1
+    (line,) = [l for l in job.log.splitlines() if "ERROR" in l]
+    assert re.search(r"refused: this node powers off at \S+Z, (9|10) min from now \(its maximum lifetime: "
+                     r"cluster.max_lifetime_hours=24 after its first boot\), before MaxRuntimeSeconds 86400 \(\+120 s to stop\) "
+                     r"is over: run with --max-runtime 4[78]\d or less, or raise cluster.max_lifetime_hours \(0: off\) "
+                     r"and redeploy the cluster$", line), line
+    assert [c for c in job.calls if not c.startswith("docker ps")] == [], "only the look for a running job came first"
+    # A run that ends (and stops) before the power-off, or a node with no power-off scheduled, runs.
+    assert node(JobName="late-2", MaxRuntimeSeconds="300").returncode == 0
+    _schedule_poweroff(tmp_path, 2 * 86400)
+    assert node(JobName="late-3", MaxRuntimeSeconds="86400").returncode == 0
+    (tmp_path / "shutdown-scheduled").unlink()
+    assert node(JobName="late-4", MaxRuntimeSeconds="169200").returncode == 0
+
+
+def test_a_runs_checkpoints_go_to_s3_every_5_minutes_and_at_shutdown_as_boot_trainings_do(node, tmp_path):
+    """Not only after the container: a power-off mid-run (the lifetime, an idle stop) would otherwise lose
+    every epoch since the last run, as a rerun restores the older S3 snapshot."""
+    job = node(JobName="synced-1")
+    assert job.returncode == 0, job.log
+    uri = "s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/synced-1/"
+    sync = f"{BOOT_DIR}/bootstrap.sh sync-checkpoints {job.ml}/checkpoints {uri}"
+    unit = (tmp_path / "systemd" / "gputrain-job-checkpoint-sync.service").read_text()
+    assert f"ExecStart=/bin/bash -c 'while sleep 300; do {sync}; done'" in unit
+    assert "ExecStop=-/usr/bin/docker stop --time 120 gputrain-job-synced-1" in unit and f"ExecStop={sync}" in unit
+    assert "After=network-online.target docker.service" in unit and "TimeoutStopSec=900" in unit
+    unit_calls = [c for c in job.calls if c.startswith("systemctl")]
+    # One left from an earlier run is stopped before the restore; this run's from its container to its end.
+    assert unit_calls == ["systemctl stop gputrain-job-checkpoint-sync.service", "systemctl daemon-reload",
+                          "systemctl start gputrain-job-checkpoint-sync.service", "systemctl stop gputrain-job-checkpoint-sync.service"]
+    restore, start = (job.calls.index(c) for c in (
+        f"aws s3 sync s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-0/synced-1/ {job.ml}/checkpoints "
+        "--region us-east-1 --only-show-errors", "systemctl start gputrain-job-checkpoint-sync.service"))
+    first, end = (i for i, c in enumerate(job.calls) if c == "systemctl stop gputrain-job-checkpoint-sync.service")
+    assert first < restore < job.index("docker run") < start
+    assert start < job.index("docker wait") < end < job.index(f"aws s3 sync {job.ml}/checkpoints {uri}"), job.calls
+    # The unit's command syncs this run's checkpoints (boot training's mechanism, with this run's paths).
+    env = {"PATH": str(tmp_path / "bin"), "GPUTRAIN_ENV_FILE": str(tmp_path / "node.env"), "GPUTRAIN_LOG_DIR": str(tmp_path / "log"),
+           "FAKE_CALLS": str(tmp_path / "unit-calls.log")}  # fmt: skip
+    subprocess.run(["bash", *sync.split()], env=env, check=True, timeout=30)
+    assert (tmp_path / "unit-calls.log").read_text().splitlines() == [
+        f"aws s3 sync {job.ml}/checkpoints {uri} --region us-east-1 --only-show-errors"]
+
+
 def test_a_cancelled_command_sigkills_the_script_and_the_guard_stops_the_container_and_uploads(node, tmp_path):
     """Run Command's cancel SIGKILLs the command's process group (no trap runs): the guard, in a session of its
     own, sees the script gone, gives the container SIGTERM (a checkpoint), uploads, and lets a new run start after."""
@@ -477,6 +589,9 @@ def test_a_cancelled_command_sigkills_the_script_and_the_guard_stops_the_contain
     stop = calls.index("docker stop --time 120 0123abcdef")  # by its id: a rerun reuses the name
     checkpoints = f"aws s3 sync {job.ml}/checkpoints s3://artifacts-bucket/cluster-checkpoints/gputrain-cluster/node-1/cancelled/ "
     assert stop < next(i for i, call in enumerate(calls) if call.startswith(checkpoints)), calls
+    # The run's periodic sync ends with it (the guard stops it too, its last sync before the uploads).
+    unit_stop = max(i for i, call in enumerate(calls) if call == "systemctl stop gputrain-job-checkpoint-sync.service")
+    assert stop < unit_stop < next(i for i, call in enumerate(calls) if call.startswith(checkpoints)), calls
     deadline = time.monotonic() + 10
     while (tmp_path / "jobs" / "cancelled" / "guard.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -129,6 +129,7 @@ def test_rules_roles_and_notification_by_default(synth_app):
                 "detail": {
                     "TrainingJobStatus": ["InProgress", "Completed", "Failed", "Stopped"],
                     "TrainingJobName": [{"prefix": "gputrain-"}],
+                    "Tags": {"Project": ["gputrain"]},
                 },
             },
             "Targets": [Match.object_like({"RoleArn": Match.any_value()})],
@@ -173,6 +174,31 @@ def test_stop_job_adds_the_stop_rule_and_permission(synth_app):
     assert stop["Action"] == "sagemaker:StopTrainingJob" and ":training-job/gputrain-*" in json.dumps(stop["Resource"])
     definition = parse_definition(synth_app({"training_job.gpu_idle_alarm.stop_job": True}).template_json("gputrain-training"), name="gputrain-gpu-idle-watch")
     assert "StopIdleJob" in definition["States"]
+
+
+def _job_state_event(job: str, project: str) -> dict[str, Any]:
+    """SageMaker's event of a job tagged ``Project=<project>``: its tags as a map (``detail.Tags``)."""
+    event = job_event("InProgress", job=job)
+    event["detail"]["Tags"] = {"Project": project, "team": "ml"}
+    return event
+
+
+def test_another_projects_jobs_named_alike_get_no_alarm_no_notice_and_cannot_be_stopped(synth_app):
+    """Project gputrain-dev's jobs (gputrain-dev-*) begin with gputrain-: only the Project tag tells them apart."""
+    from moto.events.models import EventPattern
+
+    template = synth_app({"training_job.gpu_idle_alarm.stop_job": True}).template_json("gputrain-training")
+    rules = {r["Properties"]["Name"]: r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::Events::Rule"}
+    ours, theirs = _job_state_event("gputrain-20260101-000000-abcd", "gputrain"), _job_state_event("gputrain-dev-20260101-000000-abcd", "gputrain-dev")
+    for rule in ("gputrain-gpu-idle-watch-jobs", "gputrain-training-job-state"):  # the watch, the notifications
+        pattern = EventPattern.load(json.dumps(rules[rule]["EventPattern"]))
+        if rule == "gputrain-training-job-state":
+            ours["detail"]["TrainingJobStatus"] = theirs["detail"]["TrainingJobStatus"] = "Completed"
+        assert pattern.matches_event(ours), rule
+        assert not pattern.matches_event(theirs), rule
+    stop = next(s for s in _policy_statements(synth_app({"training_job.gpu_idle_alarm.stop_job": True}).template("gputrain-training"),
+                                              "GpuIdleWatchRolePolicy") if s["Sid"] == "StopIdleJobs")
+    assert stop["Condition"] == {"StringEqualsIfExists": {"aws:ResourceTag/Project": "gputrain"}}
 
 
 def test_disabled_deploys_no_watch(synth_app):

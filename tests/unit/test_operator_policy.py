@@ -191,6 +191,7 @@ def _calls(deployment) -> dict[str, list[tuple[str, str]]]:
         "stop": [
             ("states:StopExecution", f"{states}:execution:gputrain-training-job:{job}"),
             ("sagemaker:StopTrainingJob", f"{SM}:training-job/{job}"),
+            ("sagemaker:UpdateTrainingJob", f"{SM}:training-job/{job}"),  # a warm pool's keep-alive to 0
             ("sagemaker:StopHyperParameterTuningJob", f"{SM}:hyper-parameter-tuning-job/gputrain-t1"),
             ("sagemaker:StopTransformJob", f"{SM}:transform-job/gputrain-run-1-transform"),
         ],
@@ -247,6 +248,13 @@ def test_what_an_operator_must_not_do_is_not_allowed(deployment):
         ("ssm:SendCommand", f"arn:aws:ssm:{REGION}:{ACCOUNT}:document/gputrain-cluster-train"),
     ]
     assert [call for call in forbidden if allows(statements, *call)] == []
+
+
+def test_operators_may_update_a_training_job_only_to_end_its_warm_pool(deployment):
+    """scripts.stop sets KeepAlivePeriodInSeconds to 0; a longer keep-alive (instances kept, billing) is not theirs."""
+    statements = deployment[0]
+    assert not allows(statements, "sagemaker:UpdateTrainingJob", f"{SM}:training-job/team2-20261128-010203-ab12")
+    assert _conditions(statements, "EndWarmPools") == {"NumericEquals": {"sagemaker:KeepAlivePeriod": 0}}
 
 
 def _conditions(statements: list[PolicyStatement], sid: str) -> Mapping[str, Any]:

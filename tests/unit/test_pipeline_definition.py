@@ -702,6 +702,19 @@ def test_a_lost_notification_does_not_change_the_outcome():
     assert (result["end"], result["error"]) == ("Fail", "OutputPrefixNotEmpty")
 
 
+def test_the_subject_stays_under_snss_100_characters_for_the_longest_execution_name():
+    """SNS refuses a Subject of 100 characters or more, and the state's Catch would swallow that refusal."""
+    name = "n" * 80  # Step Functions' longest execution name
+    process = {"process": {"job_name": "gputrain-p1"}}  # the default job name would be too long
+    succeeded = _run(process, name=name)
+    failed = _run(process, name=name, CheckOutputPrefix=[{"result": {"KeyCount": 3}}])
+    assert (succeeded["end"], failed["error"]) == ("Succeed", "OutputPrefixNotEmpty")
+    for result, state in ((succeeded, "NotifySuccess"), (failed, "NotifyFailure")):
+        [notice] = _args(result, state)
+        assert len(notice["Subject"]) < 100, notice["Subject"]
+        assert notice["Subject"].startswith("gputrain pipeline ") and name in notice["Message"]
+
+
 def test_scale_to_zero_endpoints_are_not_promoted_by_the_pipeline():
     definition, *_ = _build(**{"serving.scale_to_zero": True})
     assert not {"CreateModel", "UpdateEndpoint", "CheckEndpoint"} & set(definition["States"])

@@ -487,7 +487,9 @@ def test_pipeline_role_creates_only_hardened_project_transform_jobs(synth_app, t
     # Results with the platform key; ml.g5.xlarge has local NVMe: no volume key (SageMaker rejects one).
     assert list(condition["ArnEquals"]) == ["sagemaker:OutputKmsKey"] and "PlatformKey" in _text(condition["ArnEquals"])
     follow = statements["FollowAndStopTransformJobs"]
-    assert sorted(follow["Action"]) == ["sagemaker:AddTags", "sagemaker:DescribeTransformJob", "sagemaker:StopTransformJob"]
+    # ListTags: AWS's IAM template for createTransformJob.sync grants it (the .sync integration reads the job's tags).
+    assert sorted(follow["Action"]) == ["sagemaker:AddTags", "sagemaker:DescribeTransformJob", "sagemaker:ListTags",
+                                        "sagemaker:StopTransformJob"]
     assert follow["Resource"] == f"{ARN}transform-job/gputrain-*"
     assert "arn:aws:events:us-east-1:123456789012:rule/StepFunctionsGetEventsForSageMakerTransformJobsRule" in (
         statements["SyncIntegrationRules"]["Resource"])

@@ -166,7 +166,8 @@ def test_an_input_with_tuning_takes_the_tune_branch_with_the_direct_tuning_reque
     assert requested["Choices"] == [{"Condition": "{% $exists($states.input.tuning) %}", "Next": "ResolveTuningOptions"}]
     resolve = states["ResolveTuningOptions"]
     assert resolve["Type"] == "Pass" and resolve["Next"] == "FindLaunchProblems"
-    assert set(resolve["Assign"]) == {"tuning", "ranges", "max_jobs", "max_parallel_jobs", "job_name", "keep_alive_seconds", "hyperparameters"}
+    assert set(resolve["Assign"]) == {"tuning", "ranges", "max_jobs", "max_parallel_jobs", "job_name", "keep_alive_seconds", "hyperparameters",
+                                     "batch_tuned"}
     choices = states["CheckLaunchOptions"]["Choices"]
     assert [c["Next"] for c in choices] == ["CreateTrainingJob", "FindTuningProblems"]
     assert choices[1]["Condition"] == "{% $exists($states.input.tuning) and ($count($launch_problems) = 0) %}"
@@ -562,7 +563,8 @@ def test_job_state_changes_go_to_an_encrypted_topic(default, alternative):
             "EventPattern": {
                 "source": ["aws.sagemaker"],
                 "detail-type": ["SageMaker Training Job State Change"],
-                "detail": {"TrainingJobStatus": ["Completed", "Failed", "Stopped"], "TrainingJobName": [{"prefix": "gputrain-"}]},
+                "detail": {"TrainingJobStatus": ["Completed", "Failed", "Stopped"], "TrainingJobName": [{"prefix": "gputrain-"}],
+                           "Tags": {"Project": ["gputrain"]}},  # gputrain-dev's jobs begin with gputrain- too
             },
             "Targets": [Match.object_like({"Arn": {"Ref": Match.string_like_regexp("NotificationsTopic")}})],
         },

@@ -13,8 +13,9 @@
 #      with CODE_S3_URI and ENTRY_POINT, the container runs that user script (script mode)
 #
 #   bootstrap.sh                   the boot sequence
-#   bootstrap.sh sync-checkpoints  copy /opt/ml/checkpoints to CHECKPOINT_S3_URI (the systemd
-#                                  unit, every 5 minutes; a failure is logged and retried, it
+#   bootstrap.sh sync-checkpoints [DIR S3_URI]
+#                                  copy /opt/ml/checkpoints (DIR) to CHECKPOINT_S3_URI (S3_URI) (the
+#                                  systemd unit, every 5 minutes; a failure is logged and retried, it
 #                                  never changes the node's health, which is decided at boot)
 #   bootstrap.sh start-training    (re)start the training container on a healthy node;
 #                                  GPUTRAIN_CODE_S3_URI / GPUTRAIN_ENTRY_POINT override the code
@@ -125,32 +126,38 @@ pull_image() {
   return 1
 }
 
+# $1 $2: the checkpoints and where they go (default: boot training's; a cluster job's are its own).
 sync_checkpoints() {
-  mkdir -p "$ML_DIR/checkpoints"
-  if ! aws s3 sync "$ML_DIR/checkpoints" "$CHECKPOINT_S3_URI" --region "$AWS_REGION" --only-show-errors; then
-    log "WARNING: checkpoint sync to $CHECKPOINT_S3_URI failed; the next sync retries"
+  local dir=${1:-$ML_DIR/checkpoints} uri=${2:-$CHECKPOINT_S3_URI}
+  mkdir -p "$dir"
+  if ! aws s3 sync "$dir" "$uri" --region "$AWS_REGION" --only-show-errors; then
+    log "WARNING: checkpoint sync to $uri failed; the next sync retries"
     return 1
   fi
 }
 
+# The unit $1 that syncs $3 to $4 every 5 minutes and, when it stops (at shutdown: the maximum
+# lifetime, an idle stop), stops container $2 (120 s for a last checkpoint) and syncs once more.
+# Boot training's by default; cluster_job.sh writes one per run. The caller starts it.
 install_checkpoint_sync() {
-  cat >"$SYSTEMD_DIR/gputrain-checkpoint-sync.service" <<EOF
+  local unit=${1:-gputrain-checkpoint-sync} container=${2:-$CONTAINER} dir=${3:-$ML_DIR/checkpoints}
+  local uri=${4:-$CHECKPOINT_S3_URI}
+  cat >"$SYSTEMD_DIR/$unit.service" <<EOF
 [Unit]
-Description=gputrain: copy $ML_DIR/checkpoints to $CHECKPOINT_S3_URI every 5 minutes and at shutdown
+Description=gputrain: copy $dir to $uri every 5 minutes and at shutdown
 Wants=network-online.target
 After=network-online.target docker.service
 
 [Service]
-ExecStart=/bin/bash -c 'while sleep 300; do $NODE_DIR/bootstrap.sh sync-checkpoints; done'
-ExecStop=-/usr/bin/docker stop --time 120 $CONTAINER
-ExecStop=$NODE_DIR/bootstrap.sh sync-checkpoints
+ExecStart=/bin/bash -c 'while sleep 300; do $NODE_DIR/bootstrap.sh sync-checkpoints $dir $uri; done'
+ExecStop=-/usr/bin/docker stop --time 120 $container
+ExecStop=$NODE_DIR/bootstrap.sh sync-checkpoints $dir $uri
 TimeoutStopSec=900
 
 [Install]
 WantedBy=multi-user.target
 EOF
   systemctl daemon-reload
-  systemctl enable --now gputrain-checkpoint-sync.service
 }
 
 # Script mode: the user's sourcedir.tar.gz becomes the container's code channel, and
@@ -205,6 +212,7 @@ start_training() {
   container_options "$CONTAINER" training
   docker run --detach "${CONTAINER_OPTIONS[@]}" "$IMAGE_URI" >/dev/null
   install_checkpoint_sync
+  systemctl enable --now gputrain-checkpoint-sync.service
   log "training started: $TRAINING_CURRENT_HOST of $TRAINING_HOSTS, ${#EFA_DEVICES[@]} EFA device option(s)"
 }
 
@@ -238,14 +246,14 @@ boot() {
 if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
   case ${1:-boot} in
     boot) boot ;;
-    sync-checkpoints) sync_checkpoints ;;
+    sync-checkpoints) sync_checkpoints "${@:2}" ;;
     start-training)
       mkdir -p "$LOG_DIR"
       INSTANCE_ID=$(imds instance-id)
       start_training
       ;;
     *)
-      echo "usage: $0 [boot | sync-checkpoints | start-training]" >&2
+      echo "usage: $0 [boot | sync-checkpoints [DIR S3_URI] | start-training]" >&2
       exit 2
       ;;
   esac

@@ -12,8 +12,11 @@
 #                    container): input/config/{hyperparameters,resourceconfig,inputdataconfig}.json
 #                    with the fixed host list, the channels synced from S3 first, the chief's
 #                    (node-0's) checkpoints restored; the container waited for, up to the maximum
-#                    runtime; then the model and outputs to <OUTPUT_S3_URI><job>/<node>/ and the
-#                    checkpoints to <CHECKPOINT_S3_URI><job>/. The exit code is the container's
+#                    runtime, its checkpoints synced to <CHECKPOINT_S3_URI><job>/ every 5 minutes and
+#                    at shutdown (bootstrap.sh's checkpoint unit, one per run); then the model and
+#                    outputs to <OUTPUT_S3_URI><job>/<node>/ and the checkpoints once more. Refused
+#                    first (exit 1) where the node's scheduled power-off (its maximum lifetime) comes
+#                    before the maximum runtime and the stop are over. The exit code is the container's
 #                    (143: stopped, as SageMaker's SIGTERM), so SSM reports each node truthfully;
 #                    UPLOAD_FAILED_EXIT (75) when the container exited 0 but its checkpoints,
 #                    model or outputs did not reach S3 (one line names which).
@@ -53,6 +56,10 @@ PULL_SECONDS=900
 UPLOAD_FAILED_EXIT=75
 GUARD_POLL_SECONDS=${GPUTRAIN_GUARD_POLL_SECONDS:-5}
 STOP_ACTION_WAIT=${GPUTRAIN_STOP_ACTION_WAIT:-840}
+JOB_SYNC_UNIT=gputrain-job-checkpoint-sync
+# Where systemd keeps a scheduled shutdown (bootstrap.sh's arm_max_lifetime: shutdown --poweroff +N):
+# its USEC= line is the power-off time, in microseconds since the epoch.
+SHUTDOWN_SCHEDULE=${GPUTRAIN_SHUTDOWN_SCHEDULE:-/run/systemd/shutdown/scheduled}
 
 log() { printf '%s job %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$NODE_NAME" "$*"; }
 die() {
@@ -152,6 +159,36 @@ pull_job_image() {
 
 stop_container() { docker stop --time "$STOP_SECONDS" "$JOB_CONTAINER" >/dev/null 2>&1 || true; }
 
+# The node powers itself off at its maximum lifetime (bootstrap.sh), wherever a job is: a run that could
+# not reach its maximum runtime and stop before then is refused here, before anything starts, rather than
+# killed on the way (a node started again after that lifetime powers off within 15 minutes).
+check_lifetime() {
+  local usec poweroff left fix="raise cluster.max_lifetime_hours (0: off) and redeploy the cluster"
+  usec=$(sed -n 's/^USEC=\([0-9][0-9]*\)$/\1/p' "$SHUTDOWN_SCHEDULE" 2>/dev/null || true)
+  [[ -n $usec ]] || return 0
+  poweroff=$((usec / 1000000))
+  left=$((poweroff - $(date +%s)))
+  ((left < SSM_MaxRuntimeSeconds + STOP_SECONDS)) || return 0
+  if ((left > STOP_SECONDS)); then fix="run with --max-runtime $((left - STOP_SECONDS)) or less, or $fix"; fi
+  die "refused: this node powers off at $(date -u -d "@$poweroff" +%Y-%m-%dT%H:%M:%SZ), $((left / 60)) min from now" \
+    "(its maximum lifetime: cluster.max_lifetime_hours=$MAX_LIFETIME_HOURS after its first boot), before MaxRuntimeSeconds" \
+    "$SSM_MaxRuntimeSeconds (+$STOP_SECONDS s to stop) is over: $fix"
+}
+
+# This run's checkpoints to S3 every 5 minutes and at shutdown, as boot training's are (bootstrap.sh's
+# unit, with this run's container, directory and prefix): a power-off mid-run (the maximum lifetime, an
+# idle stop) stops the container (a last checkpoint) and uploads it, and a rerun restores from there.
+# Not enabled: it never starts at boot; the run (or its guard) stops it when the run ends.
+start_checkpoint_sync() {
+  install_checkpoint_sync "$JOB_SYNC_UNIT" "$JOB_CONTAINER" "$ML_DIR/checkpoints" "$JOB_CHECKPOINTS" &&
+    systemctl start "$JOB_SYNC_UNIT.service" &&
+    log "checkpoints to $JOB_CHECKPOINTS every 5 minutes and at shutdown ($JOB_SYNC_UNIT)"
+}
+
+# Its stop syncs once more (the unit's ExecStop; the container has ended by now, so its docker stop is
+# nothing), and no later sync of this directory can race a rerun's restore.
+stop_checkpoint_sync() { systemctl stop "$JOB_SYNC_UNIT.service" >/dev/null 2>&1 || true; }
+
 # The guard (see the header), run by setsid with this script's functions exported: $1 the
 # script's pid, $2 the container's id (not its name, which a rerun reuses). Its mark, a file
 # holding its pid, is what run_job refuses a new run on.
@@ -170,6 +207,7 @@ guard_job() {
     "(SIGTERM, $STOP_SECONDS s to write a checkpoint), then its uploads"
   docker stop --time "$STOP_SECONDS" "$container_id" >/dev/null 2>&1 || true
   code=$(docker wait "$container_id" 2>/dev/null) || code="?"
+  stop_checkpoint_sync
   upload_results
   log "job $JOB_NAME: the container exited $code after the cancel"
   if [[ -n $UPLOAD_FAILURES ]]; then log "ERROR: upload failed: $UPLOAD_FAILURES"; fi
@@ -178,8 +216,8 @@ guard_job() {
 
 start_guard() {
   local container_id=$1
-  export -f guard_job log upload_results
-  export JOBS_DIR JOB_NAME JOB_CONTAINER JOB_CHECKPOINTS ML_DIR STOP_SECONDS GUARD_POLL_SECONDS
+  export -f guard_job log upload_results stop_checkpoint_sync
+  export JOBS_DIR JOB_NAME JOB_CONTAINER JOB_CHECKPOINTS ML_DIR STOP_SECONDS GUARD_POLL_SECONDS JOB_SYNC_UNIT
   mkdir -p "$LOG_DIR"
   setsid bash -c 'guard_job "$@"' guard "$$" "$container_id" </dev/null >>"$LOG_DIR/boot.log" 2>&1 &
   # What the stop action waits for (setsid in the background does not fork again: $! is the guard).
@@ -222,6 +260,7 @@ run_job() {
   guarded=$(guarded_job)
   [[ -z $guarded ]] || die "refused: cancelled job $guarded is still stopping and uploading on this node" \
     "(see its <instance id>/boot log); run again in a few minutes"
+  check_lifetime
   INSTANCE_ID=$(imds instance-id)
   export INSTANCE_ID
   log "job $JOB_NAME on $INSTANCE_ID ($TRAINING_CURRENT_HOST of $TRAINING_HOSTS)"
@@ -233,6 +272,9 @@ run_job() {
   fi
 
   ML_DIR=$JOBS_DIR/$JOB_NAME/ml
+  # A sync unit still active from an earlier run (none should be) is stopped with its own definition
+  # (its container, its directory) before this run's replaces it and before the restore below.
+  stop_checkpoint_sync
   # Checkpoints too: every node restores exactly the chief's S3 snapshot below. A local epoch newer
   # than it (a stop's, never uploaded by a worker) would make the nodes restore different epochs.
   rm -rf "$ML_DIR/input" "$ML_DIR/model" "$ML_DIR/output" "$ML_DIR/checkpoints"
@@ -252,7 +294,10 @@ run_job() {
   container_id=$(docker run --detach "${CONTAINER_OPTIONS[@]}" "$IMAGE_URI")
   start_guard "${container_id:-$JOB_CONTAINER}"
   log "started $JOB_CONTAINER from $IMAGE_URI: ${#EFA_DEVICES[@]} EFA device option(s), at most $SSM_MaxRuntimeSeconds s"
+  # Without it the run still uploads at its end: a warning, not a reason to stop a started job.
+  start_checkpoint_sync || log "WARNING: no periodic checkpoint sync for this run ($JOB_SYNC_UNIT did not start)"
   wait_for_container
+  stop_checkpoint_sync
   upload_results
   # (Best effort: without it the guard uploads again, which is harmless.)
   : >"$JOBS_DIR/$JOB_NAME/done.${container_id:-$JOB_CONTAINER}" 2>/dev/null || true
@@ -277,7 +322,8 @@ check_parameters() {
     die "MaxRuntimeSeconds '$SSM_MaxRuntimeSeconds' is not 1-$MAX_RUNTIME_LIMIT"
   fi
   for channel in ${SSM_Channels//,/ }; do
-    [[ $channel =~ ^[A-Za-z0-9][A-Za-z0-9-]{0,63}=[A-Za-z0-9_./-]*$ && $channel != *..* ]] ||
+    # The document's CHANNEL_NAME (SageMaker's names less a leading dot: the name is a directory here).
+    [[ $channel =~ ^[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}=[A-Za-z0-9_./-]*$ && $channel != *..* ]] ||
       die "invalid channel '$channel'"
   done
 }
