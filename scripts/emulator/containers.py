@@ -24,12 +24,13 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING_IMAGE_DIR = ROOT / "training_image"
@@ -212,3 +213,19 @@ def end_process(process: subprocess.Popen[bytes], grace_seconds: float = 30) -> 
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=30)
+
+
+def image_not_played(field: str, image: Any, arn: str, runner: str) -> str | None:
+    """Why a job's (or model's) image that is not in its own account's ECR in its region is not played,
+    or None: the runners run the platform's image (its code here, or the image built from it) whatever
+    the request names, so one naming another image (AWS's framework containers, Docker Hub) would run
+    code it did not ask for. ``arn``: the job's or model's ARN (its account and region)."""
+    parts = arn.split(":")
+    region, account = (parts[3], parts[4]) if len(parts) > 5 else ("", "")
+    registry = f"{account}.dkr.ecr.{region}.amazonaws.com"
+    if isinstance(image, str) and re.fullmatch(rf"{re.escape(registry)}(\.cn)?/[a-z0-9][a-z0-9._/-]*([:@].+)?", image):
+        return None
+    return (
+        f"{field} {image} is not played by the emulator's {runner} runner (an image of this account's ECR,"
+        f" {registry}/<repository>, is: it runs the platform's image)"
+    )

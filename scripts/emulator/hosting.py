@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from scripts.emulator.containers import end_process
+from scripts.emulator.containers import end_process, image_not_played
 from scripts.emulator.docker_hosts import DockerHosts, container_name
 from scripts.emulator.aws import free_port
 
@@ -159,7 +159,18 @@ class LocalHosting:
         never gets healthy."""
         sagemaker, s3 = self._client("sagemaker"), self._client("s3")
         endpoint_name = name
-        container = sagemaker.describe_model(ModelName=model_name)["PrimaryContainer"]
+        model = sagemaker.describe_model(ModelName=model_name)
+        containers = model.get("Containers") or []
+        container = (containers[0] if len(containers) == 1 else None) if containers else model.get("PrimaryContainer")
+        if not container:
+            # An inference pipeline (several Containers) would be answered by one model server alone.
+            raise HostingRefused(
+                f"ClientError: Model {model_name} Containers (an inference pipeline) is not played by the emulator's hosting runner"
+                f" (one PrimaryContainer is); nothing was started for {endpoint_name}."
+            )
+        foreign = image_not_played(f"Model {model_name} PrimaryContainer.Image", container.get("Image"), model.get("ModelArn", ""), "hosting")
+        if foreign:
+            raise HostingRefused(f"ClientError: {foreign}; nothing was started for {endpoint_name}.")
         model_data_url = container["ModelDataUrl"]
 
         base = self.work_dir / endpoint_name / config_name

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from scripts.emulator.containers import (
+    image_not_played,
     ContainerRefused,
     JobNetwork,
     container_command,
@@ -894,19 +895,6 @@ def _refusal(refusals: list[str]) -> str | None:
     return "; ".join(refusals) + "; nothing ran." if refusals else None
 
 
-def _image_refusal(field: str, image: Any, arn: str, runner: str) -> str | None:
-    """The refusal of a job's image that is not in its own account's ECR in its region: the runners run
-    the platform's image (its code here, or the image built from it) whatever the job names, so a job
-    naming another image (AWS's framework containers, Docker Hub, a built-in algorithm) would train or
-    process with code it did not ask for."""
-    parts = arn.split(":")
-    region, account = (parts[3], parts[4]) if len(parts) > 5 else ("", "")
-    registry = f"{account}.dkr.ecr.{region}.amazonaws.com"
-    if isinstance(image, str) and re.fullmatch(rf"{re.escape(registry)}(\.cn)?/[a-z0-9][a-z0-9._/-]*([:@].+)?", image):
-        return None
-    return _not_played(field, image, runner, f"an image of this account's ECR, {registry}/<repository>, is: it runs the platform's image")
-
-
 def training_refusal(job: Mapping[str, Any]) -> str | None:
     """One line naming each field (and its value) of a DescribeTrainingJob answer that the training
     runner cannot play, or None: such a job fails before anything is downloaded or run, never runs
@@ -920,7 +908,7 @@ def training_refusal(job: Mapping[str, Any]) -> str | None:
     if spec.get("AlgorithmName"):
         no("AlgorithmSpecification.AlgorithmName", spec["AlgorithmName"], "TrainingImage, the platform's, is")
     else:
-        image = _image_refusal("AlgorithmSpecification.TrainingImage", spec.get("TrainingImage"), job.get("TrainingJobArn", ""), "training")
+        image = image_not_played("AlgorithmSpecification.TrainingImage", spec.get("TrainingImage"), job.get("TrainingJobArn", ""), "training")
         refusals.extend([image] if image else [])
     resources = job.get("ResourceConfig") or {}
     groups = resources.get("InstanceGroups")
@@ -973,7 +961,7 @@ def processing_refusal(job: Mapping[str, Any]) -> str | None:
 
     refusals: list[str] = []
     app = job.get("AppSpecification") or {}
-    image = _image_refusal("AppSpecification.ImageUri", app.get("ImageUri"), job.get("ProcessingJobArn", ""), "processing")
+    image = image_not_played("AppSpecification.ImageUri", app.get("ImageUri"), job.get("ProcessingJobArn", ""), "processing")
     refusals.extend([image] if image else [])
     for item in job.get("ProcessingInputs") or []:
         where = f"ProcessingInputs[{item.get('InputName')}]"

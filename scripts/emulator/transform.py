@@ -466,7 +466,7 @@ def run_transform_job(
     """Play one transform job from its description to its outputs (the caller records the outcome);
     the serving container's log lines go to ``log_sink`` (its CloudWatch stream) at the end. A stop
     (StopTransformJob turned the job Stopping) sends no further object: the job ends Stopped."""
-    from scripts.emulator.hosting import LocalHosting
+    from scripts.emulator.hosting import HostingRefused, LocalHosting
 
     started = time.monotonic()
     request = TransformRequest.from_description(sagemaker.describe_transform_job(TransformJobName=name))
@@ -474,6 +474,8 @@ def run_transform_job(
     hosting = LocalHosting(endpoint_url=endpoint_url, region=region, work_dir=work_dir, on_event=on_event, docker=docker)
     try:
         hosted = hosting.start_model(name, "transform", request.model_name, request.batch_environment(), label="transform job")
+    except HostingRefused as err:  # already one ClientError line naming what is not played
+        raise TransformFailed(str(err)) from None
     except RuntimeError as err:
         raise TransformFailed(f"ClientError: the model {request.model_name} did not start for batch transform: {err}") from None
     outputs, count = [], 0

@@ -383,3 +383,39 @@ def test_a_processing_job_on_another_image_is_refused_naming_it(emulator, runner
         " platform's image); nothing ran."
     )
     assert not (runner.work_dir / name).exists()
+
+
+@pytest.mark.parametrize(
+    ("container", "named"),
+    [
+        pytest.param({"Image": "763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-inference:2.14-gpu"},
+                     "Model {model} PrimaryContainer.Image 763104351884.dkr.ecr.us-east-1.amazonaws.com/tensorflow-inference:2.14-gpu"
+                     " is not played by the emulator's hosting runner (an image of this account's ECR,", id="aws-serving-image"),
+        pytest.param(None, "Model {model} Containers (an inference pipeline) is not played by the emulator's hosting runner", id="pipeline"),
+    ],
+)
+def test_an_endpoint_on_another_image_or_an_inference_pipeline_is_refused_before_anything_starts(
+    emulator, tmp_path: Path, container: dict[str, Any] | None, named: str
+) -> None:
+    """One model server of the platform's image answers an endpoint here: a model naming another image, or
+    several containers, would be answered by it instead."""
+    sagemaker = _client(emulator, "sagemaker")
+    model, endpoint = f"foreign-{'pipeline' if container is None else 'image'}", f"gputrain-foreign-{'p' if container is None else 'i'}"
+    data = {"ModelDataUrl": "s3://artifacts/model/model.tar.gz"}
+    if container is None:
+        sagemaker.create_model(ModelName=model, ExecutionRoleArn=ROLE, Containers=[{"Image": IMAGE, **data}, {"Image": IMAGE, **data}])
+    else:
+        sagemaker.create_model(ModelName=model, ExecutionRoleArn=ROLE, PrimaryContainer={**container, **data})
+    sagemaker.create_endpoint_config(EndpointConfigName=model, ProductionVariants=[
+        {"VariantName": "a", "ModelName": model, "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}])
+    sagemaker.create_endpoint(EndpointName=endpoint, EndpointConfigName=model)
+    hosting = LocalHosting(endpoint_url=emulator.endpoint_url, region=server.REGION, work_dir=tmp_path / "endpoints", on_event=lambda _: None)
+    try:
+        with pytest.raises(HostingRefused) as refused:
+            hosting.serve(endpoint)
+    finally:
+        hosting.stop()
+    message = str(refused.value)
+    assert message.startswith(f"ClientError: {named.format(model=model)}"), message
+    assert message.endswith(f"; nothing was started for {endpoint}.") and "\n" not in message
+    assert not hosting.hosted and not (tmp_path / "endpoints").exists()
