@@ -34,38 +34,54 @@ def resolve_environment(app: App) -> Environment:
     return Environment(account=account or OFFLINE_ACCOUNT, region=region or OFFLINE_REGION)
 
 
-SERVING_OVERRIDES = tuple(f"{CONTEXT_KEY}.serving.{key}" for key in ("enabled", "training_job_name", "model_artifact_key"))
+SERVING_ENABLED = f"{CONTEXT_KEY}.serving.enabled"
 
 
 class PromotionRecordError(Exception):
-    """The promotion record exists but cannot be read or used (one line)."""
+    """The promotion record exists but cannot be read or used, or the settings contradict it (one line)."""
 
 
-def promoted_job(config: PlatformConfig, context: dict, region: str) -> str | None:
-    """The live job of the promotion record ``/<project>/serving/promotion`` (``scripts.promote``),
-    read at every synth with the CLI's credentials (and ``AWS_ENDPOINT_URL``), so ``cdk deploy
-    --all`` keeps the promoted model and ``cdk destroy --all`` removes its endpoint.
+def promoted_source(config: PlatformConfig, context: dict, region: str) -> tuple[str, str] | None:
+    """The model source (``("training_job_name", job)`` or ``("model_artifact_key", key)``) of the live
+    model of the promotion record ``/<project>/serving/promotion`` (``scripts.promote``), read at every
+    synth with the CLI's credentials (and ``AWS_ENDPOINT_URL``), so ``cdk deploy --all`` keeps the
+    promoted model and ``cdk destroy --all`` removes its endpoint.
 
     ``None`` (the app as configured) when synthesizing offline (the CDK CLI sets
-    ``CDK_DEFAULT_ACCOUNT`` only when it found credentials), when the command line already
-    chooses the model or turns serving off (``-c gpu_training.serving.enabled=false``,
-    ``...training_job_name=``, ``...model_artifact_key=``: ``scripts.promote``'s deploy), or when
-    nothing was promoted. Read live rather than cached in ``cdk.context.json``, which would go
-    stale at the next promotion or rollback.
+    ``CDK_DEFAULT_ACCOUNT`` only when it found credentials) or for another account than the
+    credentials' (``-c account=``), when the command line turns serving off
+    (``-c gpu_training.serving.enabled=false``), for ``scripts.promote``'s own deploy (it passes
+    ``-c promote:deploy=true`` with the model it records once the endpoint serves it), when nothing
+    was promoted, or when the configured model is the live one. Read live rather than cached in
+    ``cdk.context.json``, which would go stale at the next promotion or rollback.
+
+    Raises:
+        PromotionRecordError: the record cannot be read, or ``serving.training_job_name`` /
+            ``serving.model_artifact_key`` (``cdk.json`` or ``-c``) names another model than the live
+            one: deploying it would move the endpoint off the recorded model without recording it,
+            and the next plain deploy would silently move it back.
     """
-    if not os.environ.get("CDK_DEFAULT_ACCOUNT") or any(key in platform_overrides(context) for key in SERVING_OVERRIDES):
+    credentials_account = os.environ.get("CDK_DEFAULT_ACCOUNT")
+    if not credentials_account:
         return None
-    if config.serving.training_job_name or config.serving.model_artifact_key:
+    # -c account=<another account> (scripts.architecture's offline synth): the credentials' record is
+    # not that account's.
+    if context.get("account") and str(context["account"]) != credentials_account:
+        return None
+    if str(platform_overrides(context).get(SERVING_ENABLED, "")).strip().lower() == "false":
+        return None
+    from stacks.components.endpoint_spec import PROMOTE_CONTEXT, context_flag, promotion_record_name
+
+    if context_flag(context.get(PROMOTE_CONTEXT)):
         return None
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     from scripts.common import OperatorError
-    from scripts.promote import PromotionRecord
-    from stacks.components.endpoint_spec import promotion_record_name
+    from scripts.promote import ARTIFACT_TEMPLATE, PromotionRecord, artifact_key, source_job
 
     name = promotion_record_name(config.project_name)
-    fix = f"grant ssm:GetParameter on {name}, or pass -c {CONTEXT_KEY}.serving.enabled=false to leave the serving stack out"
+    fix = f"grant ssm:GetParameter on {name}, or pass -c {SERVING_ENABLED}=false to leave the serving stack out"
     try:
         value = boto3.session.Session(region_name=region).client("ssm").get_parameter(Name=name)["Parameter"]["Value"]
     except ClientError as err:
@@ -77,11 +93,31 @@ def promoted_job(config: PlatformConfig, context: dict, region: str) -> str | No
     try:
         record = PromotionRecord.from_json(value, f"the promotion record {name}")
     except OperatorError as err:
-        raise PromotionRecordError(f"{err}, or pass -c {CONTEXT_KEY}.serving.enabled=false") from None
+        raise PromotionRecordError(f"{err}, or pass -c {SERVING_ENABLED}=false") from None
     if record.live is None:
         return None
-    print(f"note: the serving stack serves {record.live.job}, the live model of the promotion record {name}", file=sys.stderr)
-    return record.live.job
+    live, live_key = record.live, artifact_key(record.live.model_data_url)
+    serving = config.serving
+    if serving.training_job_name or serving.model_artifact_key:
+        if serving.model_key == live_key:
+            return None
+        setting = "training_job_name" if serving.training_job_name else "model_artifact_key"
+        value = serving.training_job_name or serving.model_artifact_key
+        job = serving.training_job_name or source_job(serving.model_key)
+        promote = (
+            f"python -m scripts.promote {job}"
+            if job
+            else f"python -m scripts.promote JOB --artifact-key {serving.model_artifact_key} (JOB: the training job whose model it is)"
+        )
+        raise PromotionRecordError(
+            f"serving.{setting}={value} is not the live model of the promotion record {name} ({live.job}, {live.model_data_url}): "
+            f"deploying it would replace the live model without recording it, and the next deploy would move the endpoint back; "
+            f"serve it with {promote}, or clear serving.{setting} (null in cdk.json, no -c) to keep serving {live.job}"
+        )
+    print(f"note: the serving stack serves {live.job}, the live model of the promotion record {name}", file=sys.stderr)
+    if live_key == ARTIFACT_TEMPLATE.format(job=live.job):
+        return "training_job_name", live.job
+    return "model_artifact_key", live_key
 
 
 class LeftOutStackError(Exception):
@@ -151,10 +187,17 @@ def main(*, policy_packs: bool = True) -> int:
     try:
         config = load_config(context)
         env = resolve_environment(app)
-        job = promoted_job(config, context, str(env.region))
-        if job is not None:
+        source = promoted_source(config, context, str(env.region))
+        if source is not None:
+            setting, value = source
+            other = "model_artifact_key" if setting == "training_job_name" else "training_job_name"
             config = load_config(
-                {**context, f"{CONTEXT_KEY}.serving.enabled": "true", f"{CONTEXT_KEY}.serving.training_job_name": job}
+                {
+                    **context,
+                    SERVING_ENABLED: "true",
+                    f"{CONTEXT_KEY}.serving.{setting}": value,
+                    f"{CONTEXT_KEY}.serving.{other}": "null",
+                }
             )
     except ConfigError as err:
         print(f"error: invalid configuration: {err}", file=sys.stderr)

@@ -174,9 +174,34 @@ _MODEL_LOADER = botocore.loaders.create_loader()
 """Service models are read from disk once per process, however many sessions are made."""
 
 
+INVOKE_READ_TIMEOUT_SECONDS = 70
+"""SageMaker gives a model 60 seconds to answer an invocation and asks SDKs for a 70-second socket
+timeout (InvokeEndpoint's documentation): botocore's default read timeout is the same 60 seconds, so a
+slow but successful answer would be cut off just before it arrives."""
+
+
+def client_config(service: str) -> Config:
+    """Standard-mode retries (throttling, 5xx, timeouts) for the control plane's calls; none for
+    ``sagemaker-runtime``, with a read timeout past SageMaker's invocation limit.
+
+    A control-plane call is a read or an idempotent change, so retrying it is safe. An invocation
+    is a model's work: botocore's standard mode retries a read timeout and a 500 or 503 answer,
+    which would run the same inference (up to 60 s of GPU) again, several times, after the first
+    may have succeeded. ``scripts.invoke`` retries only what never reached the model: throttling
+    and a model not ready yet (``invoke.invoke``).
+    """
+    if service == "sagemaker-runtime":
+        return Config(
+            retries={"mode": "standard", "total_max_attempts": 1},
+            read_timeout=INVOKE_READ_TIMEOUT_SECONDS,
+            user_agent_extra="gputrain-scripts",
+        )
+    return Config(retries={"mode": "standard", "max_attempts": 4}, user_agent_extra="gputrain-scripts")
+
+
 @dataclass
 class Aws:
-    """One boto3 session and its clients (retries in standard mode).
+    """One boto3 session and its clients (:func:`client_config`).
 
     Attributes:
         session: The session (``--profile``/``--region`` or the environment).
@@ -209,13 +234,9 @@ class Aws:
         return self.session.region_name
 
     def client(self, service: str) -> Any:
-        """A cached client for ``service`` in :attr:`region`."""
+        """A cached client for ``service`` in :attr:`region` (:func:`client_config`)."""
         if service not in self._clients:
-            self._clients[service] = self.session.client(
-                service,
-                region_name=self.region,
-                config=Config(retries={"mode": "standard", "max_attempts": 4}, user_agent_extra="gputrain-scripts"),
-            )
+            self._clients[service] = self.session.client(service, region_name=self.region, config=client_config(service))
         return self._clients[service]
 
     def account(self) -> str:

@@ -11,22 +11,30 @@ CSV (one row of features per line, no header, no label) or JSON (``{"instances":
 list of rows, or one row): by the file's extension, else by its first character. The file is
 checked before anything is sent, so a bad file is one line naming the line or the JSON error
 (exit 2, a usage mistake). Exit codes as for every script (common.py): 1 when the endpoint
-refused the request, 3 when it cannot be reached (missing endpoint, throttled, no credentials).
+refused the request or did not answer in time, 3 when it cannot be reached (missing endpoint,
+still throttled or without a ready model after a few tries, no credentials).
+
+An invocation is sent once: a request the model may have run (a timeout, a 500 or 503) is not sent
+again (:func:`scripts.common.client_config`); only a refusal before the model saw it (throttling, a
+model not ready yet) is tried again, a few times with growing waits.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from scripts.common import (
     AWS_CREDENTIALS,
     EXIT_FAILED,
+    INVOKE_READ_TIMEOUT_SECONDS,
     Aws,
     OperatorError,
     UsageError,
@@ -42,6 +50,13 @@ from stacks.components.model_endpoint import endpoint_name, inference_component_
 JSON, CSV = "application/json", "text/csv"
 # SageMaker real-time invocations accept at most 6 MB of payload.
 MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
+
+INVOKE_ATTEMPTS = 5
+"""Tries of an invocation refused before the model ran it (throttling, a model not ready)."""
+RETRY_BASE_SECONDS = 1.0
+"""First wait between two such tries; it doubles each time (with jitter), about 15 s in all."""
+NOT_RUN = ("ThrottlingException", "TooManyRequestsException", "ModelNotReadyException")
+"""Error codes of invocations SageMaker refused without running the model: safe to send again."""
 
 
 def read_payload(source: str, content_type: Optional[str] = None) -> tuple[bytes, str]:
@@ -79,36 +94,62 @@ def read_payload(source: str, content_type: Optional[str] = None) -> tuple[bytes
 
 def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: Optional[str] = None) -> Any:
     """``InvokeEndpoint``; the answer's JSON value, or its text where it is not JSON (an ``inference.py``
-    output handler's CSV). Every failure becomes one OperatorError line."""
+    output handler's CSV). Throttling and a model not ready are tried again (:data:`INVOKE_ATTEMPTS`),
+    nothing else. Every failure becomes one OperatorError line."""
     extra = {"InferenceComponentName": component} if component else {}
-    try:
-        response = aws.client("sagemaker-runtime").invoke_endpoint(
-            EndpointName=endpoint, ContentType=content_type, Accept=JSON, Body=body, **extra
-        )
-    except ClientError as err:
-        code, message = error_code(err), error_message(err)
-        if code in ("ThrottlingException", "TooManyRequestsException") or "throttl" in message.lower():
-            raise OperatorError(f"{endpoint} is throttling requests ({code}): retry later or raise serving.max_instances") from None
-        if code == "ModelError":
-            detail = err.response.get("OriginalMessage") or message
-            try:
-                detail = json.loads(detail).get("error", detail)
-            except (ValueError, AttributeError):
-                pass
-            status = err.response.get("OriginalStatusCode", "?")
-            raise OperatorError(f"{endpoint} refused the request (HTTP {status}): {detail}", EXIT_FAILED) from None
-        if code == "ValidationError" and "not found" in message.lower():
+    runtime = aws.client("sagemaker-runtime")
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response = runtime.invoke_endpoint(EndpointName=endpoint, ContentType=content_type, Accept=JSON, Body=body, **extra)
+            break
+        except ReadTimeoutError:
             raise OperatorError(
-                f"endpoint {endpoint} not found in {aws.region}: deploy it (serving.enabled, python -m scripts.promote JOB) "
-                "or pass --endpoint"
+                f"{endpoint} did not answer within {INVOKE_READ_TIMEOUT_SECONDS} s (SageMaker gives a model 60 s); not sent "
+                "again, since the model may have run it: send fewer rows per request, or see the endpoint's ModelLatency",
+                EXIT_FAILED,
             ) from None
-        raise
-    body = response["Body"].read()
+        except ClientError as err:
+            code, message = error_code(err), error_message(err)
+            not_run = code in NOT_RUN or "throttl" in message.lower()
+            if not_run and attempt < INVOKE_ATTEMPTS:
+                time.sleep(RETRY_BASE_SECONDS * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
+                continue
+            raise _invoke_error(aws, endpoint, err, attempt) from None
+    answer = response["Body"].read()
     try:
-        return json.loads(body)
+        return json.loads(answer)
     except ValueError:
         # An inference.py output_handler may answer CSV or any other text: kept as it came.
-        return body.decode("utf-8", "replace")
+        return answer.decode("utf-8", "replace")
+
+
+def _invoke_error(aws: Aws, endpoint: str, err: ClientError, attempts: int) -> Exception:
+    """The one line for a refused invocation (``err`` itself where no line fits: the caller's run() prints it)."""
+    code, message = error_code(err), error_message(err)
+    tries = f" ({attempts} tries)" if attempts > 1 else ""
+    if code == "ModelNotReadyException":
+        return OperatorError(
+            f"{endpoint} has no model ready to serve{tries}: its instances are still starting or loading the model "
+            "(minutes on a GPU after a deploy or a scale-out); retry later"
+        )
+    if code in ("ThrottlingException", "TooManyRequestsException") or "throttl" in message.lower():
+        return OperatorError(f"{endpoint} is throttling requests ({code}){tries}: retry later or raise serving.max_instances")
+    if code == "ModelError":
+        detail = err.response.get("OriginalMessage") or message
+        try:
+            detail = json.loads(detail).get("error", detail)
+        except (ValueError, AttributeError):
+            pass
+        status = err.response.get("OriginalStatusCode", "?")
+        return OperatorError(f"{endpoint} refused the request (HTTP {status}): {detail}", EXIT_FAILED)
+    if code == "ValidationError" and "not found" in message.lower():
+        return OperatorError(
+            f"endpoint {endpoint} not found in {aws.region}: deploy it (serving.enabled, python -m scripts.promote JOB) "
+            "or pass --endpoint"
+        )
+    return err
 
 
 def render(answer: Any) -> str:

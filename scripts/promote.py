@@ -7,6 +7,8 @@ Usage (from the repository root)::
     python -m scripts.promote --best-of TUNING_JOB # the best training job of a tuning job (launch --tune)
     python -m scripts.promote --rollback           # back to the previous approved model
     python -m scripts.promote --show               # the promotion record: live and previous models
+    python -m scripts.promote JOB --artifact-key models/JOB/model.tar.gz  # JOB's model, copied to that key
+    python -m scripts.promote JOB --no-auto-rollback  # emergency: while the live model itself trips the alarms
 
 The job must have completed and its ``model.tar.gz`` must be where the serving stack reads it
 (``training-jobs/<job>/output/model.tar.gz`` in the artifacts bucket). Then the serving stack is
@@ -28,12 +30,24 @@ updated back onto the stack's EndpointConfig (same blue/green deployment and ala
 its models' ``ModelDataUrl`` is the job's afterwards this script exits 1 with the record unchanged. The record lives outside CloudFormation:
 ``cdk destroy`` keeps it (rollback history), and the next ``promote`` after a redeploy goes on
 from it.
+
+Its deploys pass ``-c promote:deploy=true``: ``app.py`` refuses any other deploy whose
+``serving.training_job_name``/``model_artifact_key`` is not the record's live model (a model served
+but not recorded would be moved back by the next plain deploy). When ``serving.instance_type`` is
+not the live variant's, SageMaker refuses the update while the variant is an autoscaling target,
+so the deploy goes in two steps: the live type and model without autoscaling
+(``-c promote:no_autoscaling=true``), then the new type with it; if the second fails, a third
+deploy puts autoscaling back on the live type. ``--no-auto-rollback`` deploys with no rollback
+alarms (``-c promote:no_auto_rollback=true``): the alarms watch both fleets during a blue/green
+update, so while the live model errors every promotion of a fix would be rolled back; the next
+deploy names them again.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -47,17 +61,23 @@ from scripts.common import (
     EXIT_FAILED,
     Deployment,
     OperatorError,
+    UsageError,
     add_common_arguments,
     cdk_command,
     describe_job,
     error_code,
+    error_message,
     help_epilog,
+    load_platform_config,
     run,
     run_cdk,
     stack_name,
 )
 from stacks.components.endpoint_spec import (
     MAX_PROMOTION_RECORD_BYTES,
+    NO_AUTO_ROLLBACK_CONTEXT,
+    NO_AUTOSCALING_CONTEXT,
+    PROMOTE_CONTEXT,
     PROMOTION_RECORD_SHAPES,
     deployment_config,
     endpoint_name,
@@ -66,8 +86,30 @@ from stacks.components.endpoint_spec import (
     rollback_alarm_names,
     update_endpoint_request,
 )
+from stacks.config import full_key
 
 ARTIFACT_TEMPLATE = "training-jobs/{job}/output/model.tar.gz"
+_JOB_ARTIFACT = re.compile(r"training-jobs/([^/]+)/output/model\.tar\.gz")
+
+
+def artifact_key(model_data_url: str) -> str:
+    """``s3://<artifacts>/<key>`` -> ``<key>`` (every served model is in the artifacts bucket)."""
+    return model_data_url.split("/", 3)[3] if model_data_url.startswith("s3://") and model_data_url.count("/") >= 3 else model_data_url
+
+
+def source_job(key: str) -> Optional[str]:
+    """The job whose ``model.tar.gz`` ``key`` is, where the job wrote it (``training-jobs/<job>/output/``)."""
+    match = _JOB_ARTIFACT.fullmatch(key)
+    return match.group(1) if match else None
+
+
+def source_overrides(key: str) -> list[str]:
+    """The serving stack's model source for the artifact ``key``: the job's own setting where ``key`` is a
+    job's ``model.tar.gz`` where the job wrote it, else the key (the other setting null: they are exclusive)."""
+    job = source_job(key)
+    if job:
+        return [f"serving.training_job_name={job}", "serving.model_artifact_key=null"]
+    return ["serving.training_job_name=null", f"serving.model_artifact_key={key}"]
 
 
 @dataclass(frozen=True)
@@ -212,8 +254,9 @@ def promotion_of(deployment: Deployment, job: str, model: str) -> Promotion:
     )
 
 
-def check_job(deployment: Deployment, job: str) -> str:
-    """The job's model URI, after checking the job completed and the artifact is in place."""
+def check_job(deployment: Deployment, job: str, key: Optional[str] = None) -> str:
+    """The model URI to serve, after checking the job completed and the artifact is in place: the job's
+    ``model.tar.gz`` where it wrote it, or (``key``, ``--artifact-key``) that key in the artifacts bucket."""
     description = describe_job(deployment.aws, job)
     if description is None:
         raise OperatorError(f"training job {job} not found in {deployment.aws.region} (see python -m scripts.list_jobs)")
@@ -222,14 +265,23 @@ def check_job(deployment: Deployment, job: str) -> str:
         reason = f": {description['FailureReason']}" if description.get("FailureReason") else ""
         raise OperatorError(f"{job} is {status}{reason}; only a Completed job's model can be promoted", EXIT_FAILED)
     bucket = deployment.outputs("data", ("ArtifactsBucketName",))["ArtifactsBucketName"]
-    key = ARTIFACT_TEMPLATE.format(job=job)
-    expected = f"s3://{bucket}/{key}"
     actual = (description.get("ModelArtifacts") or {}).get("S3ModelArtifacts")
+    if key is None:
+        key = ARTIFACT_TEMPLATE.format(job=job)
+        expected = f"s3://{bucket}/{key}"
+        if actual != expected:
+            # Served through promote, so that the record names it (app.py refuses a model set by hand
+            # that is not the record's live one).
+            inside = actual is not None and actual.startswith(f"s3://{bucket}/")
+            how = (
+                f"promote it with python -m scripts.promote {job} --artifact-key {artifact_key(actual)}"
+                if inside
+                else f"copy it into {bucket} and promote it with python -m scripts.promote {job} --artifact-key <key>"
+            )
+            raise OperatorError(f"{job} wrote its model to {actual or 'nowhere'}, not {expected} where the serving stack reads it: {how}")
+    expected = f"s3://{bucket}/{key}"
     if actual != expected:
-        raise OperatorError(
-            f"{job} wrote its model to {actual or 'nowhere'}, not {expected} where the serving stack reads it; "
-            "deploy with -c serving.model_artifact_key=<key> instead"
-        )
+        print(f"note: {job} wrote its model to {actual or 'nowhere'}; serving {expected} (--artifact-key) as its model")
     try:
         deployment.aws.client("s3").head_object(Bucket=bucket, Key=key)
     except ClientError as err:
@@ -261,23 +313,127 @@ def best_of(deployment: Deployment, tuning_job: str) -> str:
     return str(best)
 
 
-def deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -> list[str]:
-    """``cdk deploy <project>-serving`` with the serving stack pointed at ``job``."""
+def deploy_command(
+    deployment: Deployment, key: str, overrides: Sequence[str], *, settings: Sequence[str] = (), markers: Sequence[str] = ()
+) -> list[str]:
+    """``cdk deploy <project>-serving`` serving the artifact ``key``, as promote's own deploy
+    (:data:`PROMOTE_CONTEXT`), with ``settings`` over the operator's and the context ``markers``."""
+    ours = [*source_overrides(key), *settings]
+    # The CLI keeps the last -c of a key; the operator's own value of a setting promote sets is dropped
+    # anyway, so the command printed is the one that runs.
+    set_here = {full_key(item.partition("=")[0]) for item in ours}
+    kept = [item for item in overrides if full_key(item.partition("=")[0]) not in set_here]
     return cdk_command(
         "deploy", stack_name(deployment.config, "serving"), "--require-approval", "never",
-        overrides=[*overrides, "serving.enabled=true", f"serving.training_job_name={job}"],
+        overrides=[*kept, "serving.enabled=true", *ours, *(f"{marker}=true" for marker in (PROMOTE_CONTEXT, *markers))],
     )  # fmt: skip
 
 
-def print_deploy_command(deployment: Deployment, job: str, overrides: Sequence[str]) -> list[str]:
-    command = deploy_command(deployment, job, overrides)
-    print("deploy: cdk " + " ".join(command[command.index("deploy") :]))
-    return command
+def print_command(command: Sequence[str], label: str = "deploy") -> None:
+    print(f"{label}: cdk " + " ".join(command[list(command).index("deploy") :]))
 
 
-def deploy(deployment: Deployment, job: str, overrides: Sequence[str]) -> None:
-    """Run the serving stack's deploy for ``job``; :class:`OperatorError` (exit 1) when it fails."""
-    command = print_deploy_command(deployment, job, overrides)
+@dataclass(frozen=True)
+class InstanceTypeChange:
+    """The live variant runs another instance type than ``serving.instance_type``.
+
+    Attributes:
+        live_type: The live variant's instance type.
+        stack_key: The artifact key of the model the serving stack deploys now.
+    """
+
+    live_type: str
+    stack_key: str
+
+
+def instance_type_change(deployment: Deployment) -> Optional[InstanceTypeChange]:
+    """The change of instance type this deploy makes to the live variant, if any (none before the endpoint
+    exists, and none with ``scale_to_zero``, whose scalable target is the component's copies)."""
+    serving = deployment.config.serving
+    if serving.scale_to_zero:
+        return None
+    sagemaker = deployment.aws.client("sagemaker")
+    endpoint = endpoint_name(deployment.config.project_name)
+    try:
+        described = sagemaker.describe_endpoint(EndpointName=endpoint)
+    except ClientError as err:
+        if error_code(err) in ("ValidationException", "ValidationError") and "could not find" in error_message(err).lower():
+            return None
+        raise
+    variants = sagemaker.describe_endpoint_config(EndpointConfigName=described["EndpointConfigName"])["ProductionVariants"]
+    live_type = next((str(v["InstanceType"]) for v in variants if v.get("InstanceType")), None)
+    if live_type is None or live_type == serving.instance_type:
+        return None
+    stack_models = served_models(deployment, stack_endpoint_config(deployment))
+    if len(stack_models) != 1:
+        raise OperatorError(
+            f"{stack_name(deployment.config, 'serving')} serves {', '.join(sorted(stack_models)) or 'no model'}, not one: "
+            "cannot change serving.instance_type in two steps; redeploy it on the live type first"
+        )
+    return InstanceTypeChange(live_type=live_type, stack_key=artifact_key(next(iter(stack_models))))
+
+
+def deploy(
+    deployment: Deployment,
+    job: str,
+    overrides: Sequence[str],
+    *,
+    key: Optional[str] = None,
+    auto_rollback: bool = True,
+    dry_run: bool = False,
+) -> None:
+    """Run (or with ``dry_run`` print) the serving stack's deploy of ``job``'s model (``key``, default
+    where the job wrote it); :class:`OperatorError` (exit 1) when it fails.
+
+    A change of ``serving.instance_type`` goes in two deploys (SageMaker refuses an UpdateEndpoint that
+    changes the instance type of a variant that is an autoscaling target): the live type and the
+    stack's current model without autoscaling, which changes nothing the endpoint serves, then this
+    model on the new type with autoscaling. If the second fails, the first's settings are deployed
+    again with autoscaling, so nothing is left half-done.
+    """
+    key = key or ARTIFACT_TEMPLATE.format(job=job)
+    markers = () if auto_rollback else (NO_AUTO_ROLLBACK_CONTEXT,)
+    final = deploy_command(deployment, key, overrides, markers=markers)
+    change = instance_type_change(deployment)
+    if change is None:
+        print_command(final)
+        if not dry_run:
+            _run_deploy(deployment, final)
+        return
+    endpoint = endpoint_name(deployment.config.project_name)
+    wanted = deployment.config.serving.instance_type
+    print(
+        f"{endpoint} runs {change.live_type} and serving.instance_type is {wanted}: SageMaker refuses that change while "
+        f"autoscaling targets the variant, so this deploys twice: {change.live_type} without autoscaling, then {wanted} with it"
+    )
+    live = [f"serving.instance_type={change.live_type}"]
+    first = deploy_command(deployment, change.stack_key, overrides, settings=live, markers=(NO_AUTOSCALING_CONTEXT,))
+    print_command(first, "deploy 1/2")
+    print_command(final, "deploy 2/2")
+    if dry_run:
+        return
+    _run_deploy(deployment, first)
+    returncode = run_cdk(final)
+    if returncode == 0:
+        return
+    restore = deploy_command(deployment, change.stack_key, overrides, settings=live)
+    print(f"deploy 2/2 failed (exit {returncode}): putting autoscaling back on {change.live_type}")
+    print_command(restore, "restore")
+    restored = run_cdk(restore) == 0
+    state = (
+        f"autoscaling is back on {change.live_type}"
+        if restored
+        else f"restoring autoscaling on {change.live_type} failed too, so the variant does not scale until a deploy succeeds "
+        "(run this command again)"
+    )
+    raise OperatorError(
+        f"deploy of {stack_name(deployment.config, 'serving')} on {wanted} failed (exit {returncode}); the endpoint serves the "
+        f"previous model on {change.live_type} and {state} (the promotion record is unchanged)",
+        EXIT_FAILED,
+    )
+
+
+def _run_deploy(deployment: Deployment, command: Sequence[str]) -> None:
     returncode = run_cdk(command)
     if returncode != 0:
         raise OperatorError(
@@ -418,28 +574,46 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--show", action="store_true", help="print the promotion record only")
     which.add_argument("--best-of", metavar="TUNING_JOB", help="promote the best training job of this tuning job (launch --tune)")
     parser.add_argument("--dry-run", action="store_true", help="check the job and print the deploy command only")
+    parser.add_argument(
+        "--artifact-key", metavar="KEY",
+        help="with JOB or --best-of: serve this model.tar.gz key of the artifacts bucket as the job's model "
+        "(a job that wrote its model elsewhere); recorded, so later deploys and --rollback keep it",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-auto-rollback", action="store_true",
+        help="emergency: deploy without rollback alarms (they watch both fleets, so a live model that errors rolls "
+        "every fix back); the next deploy names them again",
+    )  # fmt: skip
     add_common_arguments(parser)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.artifact_key and not (args.job_name or args.best_of):
+        raise UsageError("--artifact-key names the model of a job: give JOB (or --best-of) with it")
     deployment = Deployment.from_args(args)
+    if args.artifact_key:
+        # The key as the serving stack will take it (a relative model.tar.gz key): refused here in one
+        # line rather than by the deploy's synth.
+        load_platform_config([*args.context, *source_overrides(args.artifact_key)])
     record = read_record(deployment)
     if args.show:
         show(deployment, record)
         return 0
+    options = {"auto_rollback": not args.no_auto_rollback, "dry_run": args.dry_run}
     if args.rollback:
         if not record.previous:
             live = f"{record.live.job} is live" if record.live else "nothing was promoted yet"
             raise OperatorError(f"no previous approved model to roll back to ({live}; see python -m scripts.promote --show)")
         target = record.previous[0]
-        model = check_job(deployment, target.job)
+        key = artifact_key(target.model_data_url)
+        key = None if key == ARTIFACT_TEMPLATE.format(job=target.job) else key
+        model = check_job(deployment, target.job, key)
         print(f"rolling back {record.live.job if record.live else 'the endpoint'} -> {target.job} (model {model})")
+        deploy(deployment, target.job, args.context, key=key, **options)
         if args.dry_run:
-            print_deploy_command(deployment, target.job, args.context)
             return 0
-        deploy(deployment, target.job, args.context)
         ensure_served(deployment, target.job, model)
         # Read again: the deploy bakes for minutes, and the pipeline may have recorded a promotion meanwhile.
         write_record(deployment, read_record(deployment).rolled_back_to(target))
@@ -448,13 +622,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.best_of:
         args.job_name = best_of(deployment, args.best_of)
         print(f"{args.best_of}: best training job {args.job_name}")
-    model = check_job(deployment, args.job_name)
+    model = check_job(deployment, args.job_name, args.artifact_key)
     print(f"{args.job_name} completed; model {model}")
     if args.dry_run:
-        print_deploy_command(deployment, args.job_name, args.context)
+        deploy(deployment, args.job_name, args.context, key=args.artifact_key, **options)
         return 0
     new = promotion_of(deployment, args.job_name, model)
-    deploy(deployment, args.job_name, args.context)
+    deploy(deployment, args.job_name, args.context, key=args.artifact_key, **options)
     ensure_served(deployment, args.job_name, model)
     write_record(deployment, read_record(deployment).promoted(new))
     print(f"{stack_name(deployment.config, 'serving')} serves {args.job_name}; recorded in {record_parameter(deployment)}")

@@ -13,6 +13,7 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack
 from constructs import Construct
 
+from stacks.components.endpoint_spec import NO_AUTO_ROLLBACK_CONTEXT, NO_AUTOSCALING_CONTEXT, context_flag
 from stacks.components.model_endpoint import GpuEndpoint
 from stacks.config import PlatformConfig
 from stacks.data_plane_stack import DataPlaneStack
@@ -31,6 +32,10 @@ class ServingStack(Stack):
         """Build the endpoint on the data plane's key, artifacts bucket, repository and network."""
         super().__init__(scope, construct_id, **kwargs)
         network = data_plane.network
+        # Not settings: markers only scripts.promote's own deploys pass (one deploy each), so a
+        # later plain deploy puts autoscaling and the rollback alarms back.
+        autoscaling = not context_flag(self.node.try_get_context(NO_AUTOSCALING_CONTEXT))
+        auto_rollback = not context_flag(self.node.try_get_context(NO_AUTO_ROLLBACK_CONTEXT))
         self.endpoint = GpuEndpoint(
             self,
             "Endpoint",
@@ -42,6 +47,8 @@ class ServingStack(Stack):
             image_tag=config.image.tag,
             network=network,
             subnet_ids=network.private_subnet_ids,
+            autoscaling=autoscaling,
+            auto_rollback=auto_rollback,
         )
         outputs = {
             "EndpointName": (self.endpoint.endpoint_name, "python -m scripts.invoke --endpoint <this> FILE"),

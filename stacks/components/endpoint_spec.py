@@ -70,6 +70,26 @@ def inference_component_name(project_name: str) -> str:
     return f"{project_name}-model"
 
 
+PROMOTE_CONTEXT = "promote:deploy"
+"""Context ``scripts.promote`` passes to its own ``cdk deploy`` (``-c promote:deploy=true``): the model
+it names on the command line is the one it records once the endpoint serves it, so ``app.py`` does not
+hold it against the promotion record. Not a setting (a key holding ``:`` is left to the app)."""
+
+NO_AUTOSCALING_CONTEXT = "promote:no_autoscaling"
+"""Context of ``scripts.promote``'s first deploy of an instance type change: the serving stack leaves
+the variant's autoscaling out, since SageMaker refuses an UpdateEndpoint that changes the instance type
+of a variant that is a scalable target; the second deploy (the new type) puts it back."""
+
+NO_AUTO_ROLLBACK_CONTEXT = "promote:no_auto_rollback"
+"""Context of ``scripts.promote --no-auto-rollback``: the endpoint's blue/green deployment names no
+rollback alarms (an emergency path while the live model itself trips them); the next deploy names them again."""
+
+
+def context_flag(value: object) -> bool:
+    """A ``-c key=true`` value (the CLI passes strings; tests may pass booleans)."""
+    return str(value).strip().lower() == "true"
+
+
 def rollback_alarm_names(project_name: str) -> tuple[str, str]:
     """The endpoint's fixed-name alarms (5xx errors, model latency) that roll a deployment back."""
     name = endpoint_name(project_name)
@@ -203,7 +223,8 @@ def component_endpoint_config_properties(config: ServingConfig, resources: Model
 
 
 def deployment_config(config: ServingConfig, alarm_names: Sequence[str]) -> dict[str, Any]:
-    """Blue/green with automatic rollback on ``alarm_names`` (the Endpoint's ``DeploymentConfig``)."""
+    """Blue/green with automatic rollback on ``alarm_names`` (the Endpoint's ``DeploymentConfig``);
+    none with no alarms (``scripts.promote --no-auto-rollback``)."""
     traffic: dict[str, Any] = (
         {
             "Type": "CANARY",
@@ -213,13 +234,33 @@ def deployment_config(config: ServingConfig, alarm_names: Sequence[str]) -> dict
         if config.rollout == "canary"
         else {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": config.bake_seconds}
     )
-    return {
+    policy: dict[str, Any] = {
         "BlueGreenUpdatePolicy": {
             "TrafficRoutingConfiguration": traffic,
             "TerminationWaitInSeconds": config.bake_seconds,
             "MaximumExecutionTimeoutInSeconds": 3 * config.bake_seconds + 3600,
         },
-        "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": name} for name in alarm_names]},
+    }
+    if alarm_names:
+        policy["AutoRollbackConfiguration"] = {"Alarms": [{"AlarmName": name} for name in alarm_names]}
+    return policy
+
+
+def retained_variant_properties() -> dict[str, Any]:
+    """How an update treats the live variant (the Endpoint's properties and UpdateEndpoint's alike).
+
+    Without ``RetainAllVariantProperties`` every update starts the new fleet at the config's
+    ``InitialInstanceCount``, while autoscaling is blocked for the whole update: a promotion of an
+    endpoint scaled out to 4 instances would serve all its traffic from 1 until it ends. Retained,
+    the new fleet starts at the variant's current ``DesiredInstanceCount``. Retention covers the
+    variant's instance count and weight (AWS's ``VariantProperty``): the model and the instance type
+    still change with the new config. AWS lists ``DataCaptureConfig`` as a variant property it does
+    not currently support, so it is not in the exclusions. The weight is not retained: the one
+    variant always serves all traffic (``InitialVariantWeight`` 1), whatever was set by hand.
+    """
+    return {
+        "RetainAllVariantProperties": True,
+        "ExcludeRetainedVariantProperties": [{"VariantPropertyType": "DesiredWeight"}],
     }
 
 
@@ -263,11 +304,13 @@ def create_endpoint_config_request(
 def update_endpoint_request(
     config: ServingConfig, *, endpoint: str, config_name: Union[str, Jsonata], alarm_names: Sequence[str]
 ) -> dict[str, Any]:
-    """UpdateEndpoint to ``config_name`` with the serving stack's blue/green deployment and rollback alarms."""
+    """UpdateEndpoint to ``config_name`` with the serving stack's blue/green deployment, rollback alarms
+    and retained variant properties (the current instance count)."""
     return render(
         {
             "EndpointName": endpoint,
             "EndpointConfigName": config_name,
             "DeploymentConfig": deployment_config(config, alarm_names),
+            **retained_variant_properties(),
         }
     )

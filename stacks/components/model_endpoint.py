@@ -35,6 +35,7 @@ from stacks.components.endpoint_spec import (
     endpoint_name,
     inference_component_name,
     model_properties,
+    retained_variant_properties,
     rollback_alarm_names,
     volume_kms_allowed,
 )
@@ -76,6 +77,11 @@ def typing_cast_str(value: Optional[str]) -> str:
     return value
 
 
+ERROR_RATE_ALARM = 0.1
+"""The share of a minute's invocations answered 5xx at which the 5xx alarm counts that minute as
+failing, whatever the count (``serving.error_alarm_threshold`` is the count)."""
+
+
 def per_minute_sagemaker_metric(metric_name: str, dimensions: Mapping[str, str], *, statistic: str) -> cloudwatch.Metric:
     """An endpoint's (or inference component's) ``AWS/SageMaker`` metric, one datapoint a minute."""
     return cloudwatch.Metric(
@@ -94,7 +100,8 @@ class EndpointAlarms(Construct):
 
     Attributes:
         topic: Alarm notifications.
-        errors: ``Invocation5XXErrors`` sum per minute at or above the threshold, 2 minutes running.
+        errors: 2 minutes running with 5xx answers at or above ``error_alarm_threshold`` per minute,
+            or at or above :data:`ERROR_RATE_ALARM` of the minute's invocations.
         latency: Average ``ModelLatency`` above the threshold, 3 minutes running.
     """
 
@@ -151,13 +158,32 @@ class EndpointAlarms(Construct):
                 conditions=from_these_alarms,
             )
         )
+        # SageMaker's Invocation5XXErrors is 1 for each invocation answered 5xx and 0 for the others:
+        # its Sum is the count of 5xx answers, its Average their share of the invocations. A count
+        # alone never fires on a low-traffic endpoint (a model failing every one of 2 requests a
+        # minute stays under 5), so a minute also fails on the share. A minute without invocations
+        # has no datapoint: missing data is not breaching, so an idle endpoint never rolls a
+        # deployment back; CloudWatch evaluates the most recent real datapoints within its
+        # evaluation range first, so sparse failing traffic still fires.
+        failing_minutes = cloudwatch.MathExpression(
+            expression=f"IF(errors >= {config.error_alarm_threshold} OR rate >= {ERROR_RATE_ALARM}, 1, 0)",
+            using_metrics={
+                "errors": per_minute_sagemaker_metric("Invocation5XXErrors", dimensions, statistic="Sum"),
+                "rate": per_minute_sagemaker_metric("Invocation5XXErrors", dimensions, statistic="Average"),
+            },
+            label="minute failing on 5xx (count or share)",
+            period=Duration.minutes(1),
+        )
         self.errors = cloudwatch.Alarm(
             self,
             "Errors5xx",
             alarm_name=errors_name,
-            alarm_description=f"{endpoint}: the model container answers 5xx; rolls a deployment back",
-            metric=per_minute_sagemaker_metric("Invocation5XXErrors", dimensions, statistic="Sum"),
-            threshold=config.error_alarm_threshold,
+            alarm_description=(
+                f"{endpoint}: the model container answers 5xx ({config.error_alarm_threshold} a minute, or "
+                f"{ERROR_RATE_ALARM:.0%} of the invocations, 2 minutes running); rolls a deployment back"
+            ),
+            metric=failing_minutes,
+            threshold=1,
             evaluation_periods=2,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
@@ -190,7 +216,7 @@ class GpuEndpoint(Construct):
         endpoint: ``AWS::SageMaker::Endpoint``.
         alarms: 5xx and latency alarms (also the rollback alarms).
         scaling_target: The Application Auto Scaling target of the variant (or, with
-            ``scale_to_zero``, of the inference component's copies).
+            ``scale_to_zero``, of the inference component's copies); ``None`` with ``autoscaling=False``.
         inference_component: With ``scale_to_zero``: the model as an inference component whose
             copies (and the instances under them) scale to zero when idle; else ``None``.
         inference_component_name: Its fixed name (``<project>-model``), else ``None``.
@@ -209,8 +235,15 @@ class GpuEndpoint(Construct):
         image_tag: str,
         network: TrainingNetwork,
         subnet_ids: Sequence[str],
+        autoscaling: bool = True,
+        auto_rollback: bool = True,
     ) -> None:
-        """Create the endpoint for ``config`` (validated: a model source is set)."""
+        """Create the endpoint for ``config`` (validated: a model source is set).
+
+        ``autoscaling=False`` leaves the variant's scaling out (``scripts.promote``'s first deploy of an
+        instance type change); ``auto_rollback=False`` names no rollback alarms in the deployment
+        (``scripts.promote --no-auto-rollback``). Both only with a real-time variant.
+        """
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         self.endpoint_name = endpoint_name(project_name)
@@ -262,20 +295,31 @@ class GpuEndpoint(Construct):
             alarm_names=rollback_alarm_names(project_name),
         )
         rollback_alarms = [alarm.alarm_name for alarm in (self.alarms.errors, self.alarms.latency)]
+        # With inference components a new model is a rolling update of the component (below), and
+        # managed instance scaling owns the instance count.
+        update: dict[str, Any] = (
+            {}
+            if config.scale_to_zero
+            else cfn_arguments(
+                {
+                    "DeploymentConfig": deployment_config(config, rollback_alarms if auto_rollback else ()),
+                    **retained_variant_properties(),
+                }
+            )
+        )
         self.endpoint = sagemaker.CfnEndpoint(
             self,
             "Endpoint",
             endpoint_name=self.endpoint_name,
             endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
-            # With inference components a new model is a rolling update of the component (below).
-            deployment_config=None
-            if config.scale_to_zero
-            else cfn_arguments({"DeploymentConfig": deployment_config(config, rollback_alarms)})["deployment_config"],
+            **update,
         )
         self.inference_component: Optional[sagemaker.CfnInferenceComponent] = None
         if config.scale_to_zero:
             self.inference_component = self._inference_component(config, rollback_alarms)
-        self.scaling_target = self._scaling(config)
+        self.scaling_target: Optional[appscaling.ScalableTarget] = (
+            self._scaling(config) if autoscaling or config.scale_to_zero else None
+        )
 
     def _security_group(self, network: TrainingNetwork) -> ec2.SecurityGroup:
         group = closed_security_group(

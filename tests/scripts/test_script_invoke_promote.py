@@ -38,6 +38,14 @@ def runtime(monkeypatch):
     stubber.assert_no_pending_responses()
 
 
+@pytest.fixture
+def no_sleep(monkeypatch):
+    """The waits between tries of a throttled invocation, recorded instead of slept."""
+    waits: list[float] = []
+    monkeypatch.setattr(invoke.time, "sleep", waits.append)
+    return waits
+
+
 def _body(payload: dict) -> StreamingBody:
     raw = json.dumps(payload).encode()
     return StreamingBody(io.BytesIO(raw), len(raw))
@@ -124,7 +132,13 @@ def test_an_answer_that_is_not_a_json_object_is_printed_as_it_came(runtime, tmp_
             1,
             "error: gputrain-endpoint refused the request (HTTP 400): Row 1 has 3 values but the model takes 4 features.",
         ),
-        ("ThrottlingException", {}, 3, "error: gputrain-endpoint is throttling requests (ThrottlingException): retry later"),
+        ("ThrottlingException", {}, 3, "error: gputrain-endpoint is throttling requests (ThrottlingException) (5 tries): retry later"),
+        (
+            "ModelNotReadyException",
+            {},
+            3,
+            "error: gputrain-endpoint has no model ready to serve (5 tries): its instances are still starting",
+        ),
         (
             "ValidationError",
             {},
@@ -132,13 +146,15 @@ def test_an_answer_that_is_not_a_json_object_is_printed_as_it_came(runtime, tmp_
             "error: endpoint gputrain-endpoint not found in us-east-1: deploy it",
         ),
     ],
-    ids=["model-4xx", "throttled", "missing-endpoint"],
+    ids=["model-4xx", "throttled", "model-not-ready", "missing-endpoint"],
 )
-def test_endpoint_failures_are_one_line(runtime, tmp_path, capsys, code, extra, exit_code, line):
+def test_endpoint_failures_are_one_line(runtime, tmp_path, capsys, no_sleep, code, extra, exit_code, line):
     rows = tmp_path / "rows.csv"
     rows.write_text("1,2,3\n")
     message = "Endpoint gputrain-endpoint of account 123456789012 not found." if code == "ValidationError" else "no"
-    runtime.add_client_error("invoke_endpoint", service_error_code=code, service_message=message, response_meta=None)
+    tries = invoke.INVOKE_ATTEMPTS if code in invoke.NOT_RUN else 1  # only a refusal before the model ran is sent again
+    for _ in range(tries):
+        runtime.add_client_error("invoke_endpoint", service_error_code=code, service_message=message, response_meta=None)
     if extra:
         # Stubber cannot set top-level error fields; patch the response the client sees.
         original = runtime.client._make_api_call
@@ -154,6 +170,84 @@ def test_endpoint_failures_are_one_line(runtime, tmp_path, capsys, code, extra, 
     assert run(invoke.main, [str(rows)]) == exit_code
     err = capsys.readouterr().err.strip()
     assert err.startswith(line) and "\n" not in err
+
+
+def test_throttling_and_a_model_not_ready_are_sent_again_with_growing_waits(runtime, tmp_path, capsys, no_sleep):
+    rows = tmp_path / "rows.csv"
+    rows.write_text("1,2\n")
+    runtime.add_client_error("invoke_endpoint", service_error_code="ThrottlingException", service_message="Rate exceeded")
+    runtime.add_client_error("invoke_endpoint", service_error_code="ModelNotReadyException", service_message="loading",
+                             http_status_code=429)
+    runtime.add_response("invoke_endpoint", {"Body": _body(ANSWER), "ContentType": "application/json"})
+    assert run(invoke.main, [str(rows)]) == 0
+    assert capsys.readouterr().out.startswith("row 1: class 1")
+    assert len(no_sleep) == 2 and 0.5 <= no_sleep[0] <= 1 and 1 <= no_sleep[1] <= 2
+
+
+def test_a_read_timeout_is_one_line_and_not_sent_again(runtime, tmp_path, capsys, no_sleep):
+    """Before: botocore's standard mode retried a ReadTimeoutError, running the same slow inference again."""
+    from botocore.exceptions import ReadTimeoutError
+
+    rows = tmp_path / "rows.csv"
+    rows.write_text("1,2\n")
+    calls = []
+
+    def call(operation, params):
+        calls.append(operation)
+        raise ReadTimeoutError(endpoint_url="https://runtime.sagemaker.us-east-1.amazonaws.com/endpoints/x/invocations")
+
+    runtime.client._make_api_call = call
+    assert run(invoke.main, [str(rows)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "error: gputrain-endpoint did not answer within 70 s (SageMaker gives a model 60 s); not sent again, since the model "
+        "may have run it: send fewer rows per request, or see the endpoint's ModelLatency"
+    )
+    assert calls == ["InvokeEndpoint"] and no_sleep == []
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_an_invocation_the_model_may_have_run_is_sent_once(monkeypatch, tmp_path, capsys, no_sleep, status):
+    """Through botocore's own retry handler, against a local server answering 500 or 503: one request.
+    Before: standard mode with max_attempts 4 sent it 5 times (each a full inference on the endpoint)."""
+    import http.server
+    import threading
+
+    requests: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            requests.append(self.path)
+            body = json.dumps({"message": "boom"}).encode()
+            self.send_response(status)
+            self.send_header("x-amzn-ErrorType", "InternalFailure" if status == 500 else "ServiceUnavailable")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", f"http://127.0.0.1:{server.server_port}")
+    aws = Aws(boto3.Session(aws_access_key_id="x", aws_secret_access_key="x", region_name=REGION))
+    monkeypatch.setattr(invoke.Aws, "from_args", classmethod(lambda cls, args: aws))
+    rows = tmp_path / "rows.csv"
+    rows.write_text("1,2\n")
+    try:
+        assert run(invoke.main, [str(rows)]) != 0
+    finally:
+        server.shutdown()
+    assert requests == [f"/endpoints/{PROJECT}-endpoint/invocations"]
+    assert capsys.readouterr().err.strip().startswith("error: InvokeEndpoint failed: ")
+
+
+def test_the_runtime_client_waits_past_sagemakers_60_s_and_retries_nothing():
+    config = common.client_config("sagemaker-runtime")
+    assert config.read_timeout == 70 and config.retries == {"mode": "standard", "total_max_attempts": 1}
+    assert common.client_config("sagemaker").retries["mode"] == "standard"
 
 
 @pytest.mark.parametrize(
@@ -197,6 +291,8 @@ def test_promote_checks_the_job_and_prints_the_blue_green_deploy(aws, moto_backe
     assert f"{PROJECT}-promote-ok completed; model s3://" in out
     assert f"deploy {PROJECT}-serving --require-approval never -c gpu_training.serving.enabled=true " in out
     assert f"-c gpu_training.serving.training_job_name={PROJECT}-promote-ok" in out
+    # Its own deploy (app.py does not hold the model against the promotion record), the other source null.
+    assert "-c gpu_training.serving.model_artifact_key=null" in out and out.rstrip().endswith("-c promote:deploy=true")
 
 
 @pytest.mark.parametrize("status", ["Failed", "Stopped", "InProgress"])
@@ -229,62 +325,91 @@ def test_promote_of_a_missing_job_or_artifact_is_one_line(aws, moto_backends, ca
 
 
 class FakeCdk:
-    """Stands in for ``cdk deploy`` (the emulator suite runs the real one): records each deploy's
-    training_job_name, returns the exit code the test sets and, on success, does what CloudFormation
-    does with the serving stack in moto: a Model of the job's artifact, the stack's EndpointConfig on it
-    (a real ``<project>-serving`` stack, so ``list_stack_resources`` names it) and the endpoint on that
-    config. A template unchanged since the last deploy changes nothing ("no changes"), as with cdk."""
+    """Stands in for ``cdk deploy`` (the emulator suite runs the real one): records each deploy's model
+    (the job of training_job_name, or the model_artifact_key) and context, returns the exit code the test
+    sets and, on success, does what CloudFormation does with the serving stack in moto: a Model of the
+    artifact, the stack's EndpointConfig on it (a real ``<project>-serving`` stack, so
+    ``list_stack_resources`` names it) on ``serving.instance_type`` and the endpoint on that config. A
+    template unchanged since the last deploy changes nothing ("no changes"), as with cdk. SageMaker's
+    refusal is played too: an update that changes the live variant's instance type fails while the
+    variant is an autoscaling target (every deploy but one with ``promote:no_autoscaling`` leaves one)."""
 
     def __init__(self) -> None:
         self.deployed: list[str] = []
+        self.contexts: list[dict[str, str]] = []
         self.returncode = 0
+        self.fail_on_type: Optional[str] = None
         self.template: Optional[str] = None
+        self.scaling = False
 
     def __call__(self, command, **kwargs):
         assert command[command.index("deploy") + 1] == f"{PROJECT}-serving"
         assert kwargs["cwd"] == common.ROOT and command[-2] == "--output", command
         assert not command[-1].startswith(str(common.ROOT)), "not the checkout's cdk.out, where another CLI may be"
-        (job,) = [c.split("=", 1)[1] for c in command if c.startswith("gpu_training.serving.training_job_name=")]
-        self.deployed.append(job)
-        if self.returncode == 0:
-            self._deploy(job)
-        return type("Completed", (), {"returncode": self.returncode})()
+        context = dict(c.split("=", 1) for c in command[command.index("deploy") + 2 : -2] if "=" in c)
+        job, key = context["gpu_training.serving.training_job_name"], context["gpu_training.serving.model_artifact_key"]
+        assert (job == "null") != (key == "null"), context  # exactly one source: they are exclusive
+        assert context.get("promote:deploy") == "true", "promote's own deploy: app.py does not hold it against the record"
+        self.deployed.append(job if job != "null" else key)
+        self.contexts.append(context)
+        returncode = self.returncode
+        if returncode == 0:
+            returncode = self._deploy(key if key != "null" else f"training-jobs/{job}/output/model.tar.gz", context)
+        return type("Completed", (), {"returncode": returncode})()
 
-    def _deploy(self, job: str) -> None:
-        template = json.dumps({"Resources": {"EndpointConfig": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {
-            "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": _model(job), "InitialInstanceCount": 1,
-                                    "InstanceType": "ml.g4dn.xlarge"}]}}}})  # fmt: skip
-        if template == self.template:
-            return  # cdk: "(no changes)", exit 0
-        cloudformation = boto3.client("cloudformation", region_name=REGION)
-        if self.template is None:
-            cloudformation.create_stack(StackName=SERVING, TemplateBody=template)
-        else:
-            cloudformation.update_stack(StackName=SERVING, TemplateBody=template)
-        self.template = template
-        resources = cloudformation.list_stack_resources(StackName=SERVING)["StackResourceSummaries"]
-        config = resources[0]["PhysicalResourceId"].rsplit("/", 1)[-1]
+    def _deploy(self, key: str, context: dict[str, str]) -> int:
+        instance_type = context.get("gpu_training.serving.instance_type", SERVING_TYPE)
+        if instance_type == self.fail_on_type:
+            return 1
         sagemaker = boto3.client("sagemaker", region_name=REGION)
-        if ENDPOINT not in [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]:
-            sagemaker.create_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
-        else:
-            sagemaker.update_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
+        exists = ENDPOINT in [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]
+        template = json.dumps({"Resources": {"EndpointConfig": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {
+            "ProductionVariants": [{"VariantName": "AllTraffic", "ModelName": _model(key), "InitialInstanceCount": 1,
+                                    "InstanceType": instance_type}]}}}})  # fmt: skip
+        if template != self.template:
+            if exists and _live_type() != instance_type and self.scaling:
+                return 1  # UpdateEndpoint refused: the instance type of an autoscaling target; the stack rolls back
+            cloudformation = boto3.client("cloudformation", region_name=REGION)
+            if self.template is None:
+                cloudformation.create_stack(StackName=SERVING, TemplateBody=template)
+            else:
+                cloudformation.update_stack(StackName=SERVING, TemplateBody=template)
+            self.template = template
+            resources = cloudformation.list_stack_resources(StackName=SERVING)["StackResourceSummaries"]
+            config = resources[0]["PhysicalResourceId"].rsplit("/", 1)[-1]
+            if not exists:
+                sagemaker.create_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
+            else:
+                sagemaker.update_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
+        # The scalable target is removed or created after the endpoint's update (it depends on the endpoint).
+        self.scaling = context.get("promote:no_autoscaling") != "true"
+        return 0
+
+
+def _live_type() -> str:
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    config = sagemaker.describe_endpoint(EndpointName=ENDPOINT)["EndpointConfigName"]
+    return sagemaker.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]["InstanceType"]
 
 
 SERVING, ENDPOINT = f"{PROJECT}-serving", f"{PROJECT}-endpoint"
+SERVING_TYPE = "ml.g4dn.xlarge"
+"""serving.instance_type of these tests (moto's CloudFormation knows no g5 type): cdk.json's, as far as
+the scripts and FakeCdk can tell."""
 UPDATE_ENDPOINT_CALLS: list[dict] = []
 
 
-def _model(job: str) -> str:
-    """The Model of ``job``'s artifact (CloudFormation's, or the pipeline's CreateModel)."""
+def _model(job_or_key: str) -> str:
+    """The Model of a job's artifact, or of an artifact key (CloudFormation's, or the pipeline's CreateModel)."""
+    key = job_or_key if "/" in job_or_key else f"training-jobs/{job_or_key}/output/model.tar.gz"
     sagemaker = boto3.client("sagemaker", region_name=REGION)
-    name = f"{PROJECT}-model-{job}"[:63]
+    name = f"{PROJECT}-model-{key.split('/')[1]}"[:63]
     if name not in [m["ModelName"] for m in sagemaker.list_models()["Models"]]:
         outputs = boto3.client("cloudformation", region_name=REGION).describe_stacks(StackName=f"{PROJECT}-data")["Stacks"][0]["Outputs"]
         artifacts = {o["OutputKey"]: o["OutputValue"] for o in outputs}["ArtifactsBucketName"]
         sagemaker.create_model(
             ModelName=name, ExecutionRoleArn=f"arn:aws:iam::123456789012:role/{PROJECT}-endpoint",
-            PrimaryContainer={"Image": "image:1", "ModelDataUrl": f"s3://{artifacts}/training-jobs/{job}/output/model.tar.gz"},
+            PrimaryContainer={"Image": "image:1", "ModelDataUrl": f"s3://{artifacts}/{key}"},
         )  # fmt: skip
     return name
 
@@ -318,6 +443,8 @@ ROLLED_BACK: set[str] = set()
 def fake_cdk(monkeypatch):
     cdk = FakeCdk()
     monkeypatch.setattr(common.subprocess, "run", cdk)
+    project_context = common.project_context
+    monkeypatch.setattr(common, "project_context", lambda overrides=(): project_context([f"serving.instance_type={SERVING_TYPE}", *overrides]))
     _patch_update_endpoint(monkeypatch)
     UPDATE_ENDPOINT_CALLS.clear()
     ROLLED_BACK.clear()
@@ -344,7 +471,7 @@ def _pipeline_promotes(job: str) -> str:
     sagemaker = boto3.client("sagemaker", region_name=REGION)
     config = f"{PROJECT}-pipeline-{job}"[:63]
     sagemaker.create_endpoint_config(EndpointConfigName=config, ProductionVariants=[
-        {"VariantName": "AllTraffic", "ModelName": _model(job), "InitialInstanceCount": 1, "InstanceType": "ml.g4dn.xlarge"}])  # fmt: skip
+        {"VariantName": "AllTraffic", "ModelName": _model(job), "InitialInstanceCount": 1, "InstanceType": SERVING_TYPE}])  # fmt: skip
     sagemaker.update_endpoint(EndpointName=ENDPOINT, EndpointConfigName=config)
     aws = common.Aws(boto3.Session(region_name=REGION))
     deployment = common.Deployment(aws=aws, config=common.load_platform_config())
@@ -401,8 +528,8 @@ def test_a_promotion_recorded_during_the_deploy_is_kept(aws, moto_backends, fake
     assert run(promote.main, [first]) == 0
     deploy = promote.deploy
 
-    def deploy_while_the_pipeline_promotes(deployment, job, context):
-        deploy(deployment, job, context)
+    def deploy_while_the_pipeline_promotes(deployment, job, context, **options):
+        deploy(deployment, job, context, **options)
         record = promote.read_record(deployment)
         pipeline = promote.Promotion(job=meanwhile, model_data_url=f"s3://a/training-jobs/{meanwhile}/output/model.tar.gz")
         promote.write_record(deployment, record.promoted(pipeline))
@@ -493,6 +620,95 @@ def test_rollback_refuses_a_previous_model_whose_artifact_is_gone(aws, moto_back
     assert run(promote.main, ["--rollback"]) == 3
     assert "model.tar.gz does not exist" in capsys.readouterr().err
     assert fake_cdk.deployed == [old, new] and _record()["live"]["job"] == new
+
+
+def _artifacts_bucket() -> str:
+    outputs = boto3.client("cloudformation", region_name=REGION).describe_stacks(StackName=f"{PROJECT}-data")["Stacks"][0]["Outputs"]
+    return {o["OutputKey"]: o["OutputValue"] for o in outputs}["ArtifactsBucketName"]
+
+
+def test_a_model_written_elsewhere_is_promoted_by_its_key_and_recorded(aws, moto_backends, fake_cdk, capsys):
+    """Before: promote's error said to deploy with -c serving.model_artifact_key=<key>, which the record never
+    learnt of: the next plain deploy moved the endpoint back. Now the line names promote --artifact-key,
+    which serves the key, records it, and rolls back to it."""
+    first, moved = f"{PROJECT}-key-first", f"{PROJECT}-key-moved"
+    _completed_job_with_model(moto_backends, first)
+    assert run(promote.main, [first]) == 0
+    assert launch_main(["--direct", "--name", moved]) == 0
+    bucket, key = _artifacts_bucket(), f"models/{moved}/model.tar.gz"
+    moto_backends.set_job(moved, "Completed", "Completed", model_artifacts={"S3ModelArtifacts": f"s3://{bucket}/{key}"})
+    boto3.client("s3", region_name=REGION).put_object(Bucket=bucket, Key=key, Body=b"model")
+    capsys.readouterr()
+    assert run(promote.main, [moved]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(f"where the serving stack reads it: promote it with python -m scripts.promote {moved} --artifact-key {key}")
+    assert run(promote.main, [moved, "--artifact-key", key]) == 0
+    assert fake_cdk.deployed[-1] == key and fake_cdk.contexts[-1]["gpu_training.serving.training_job_name"] == "null"
+    assert _served()[1] == f"s3://{bucket}/{key}"
+    record = _record()
+    assert record["live"] == {**record["live"], "job": moved, "model_data_url": f"s3://{bucket}/{key}"}
+    # A rollback to it serves it from its key again.
+    assert run(promote.main, [first]) == 0
+    assert run(promote.main, ["--rollback"]) == 0
+    assert fake_cdk.deployed[-1] == key and _served()[1] == f"s3://{bucket}/{key}" and _record()["live"]["job"] == moved
+
+
+def test_artifact_key_needs_the_job_whose_model_it_is(capsys):
+    assert run(promote.main, ["--rollback", "--artifact-key", "models/x/model.tar.gz"]) == 2
+    assert capsys.readouterr().err.strip() == "error: --artifact-key names the model of a job: give JOB (or --best-of) with it"
+
+
+def test_an_instance_type_change_deploys_twice_with_autoscaling_off_in_between(aws, moto_backends, fake_cdk, capsys):
+    """SageMaker refuses an UpdateEndpoint that changes the instance type of an autoscaling target (FakeCdk
+    plays it). Before: the deploy failed. Now: the live type and model without autoscaling, then the new
+    type and model with it."""
+    first, second = f"{PROJECT}-type-first", f"{PROJECT}-type-second"
+    for name in (first, second):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [first]) == 0 and fake_cdk.scaling
+    stack_config, first_url = _served()
+    capsys.readouterr()
+    assert run(promote.main, [second, "-c", "serving.instance_type=ml.p3.2xlarge"]) == 0
+    out = capsys.readouterr().out
+    assert f"{ENDPOINT} runs {SERVING_TYPE} and serving.instance_type is ml.p3.2xlarge: SageMaker refuses that change" in out
+    step1, step2 = fake_cdk.contexts[-2:]
+    assert fake_cdk.deployed[-2:] == [first, second]  # the first step changes nothing the endpoint serves
+    assert step1["gpu_training.serving.instance_type"] == SERVING_TYPE and step1["promote:no_autoscaling"] == "true"
+    assert step2["gpu_training.serving.instance_type"] == "ml.p3.2xlarge" and "promote:no_autoscaling" not in step2
+    assert fake_cdk.scaling and _live_type() == "ml.p3.2xlarge"
+    assert _served()[1].endswith(f"/training-jobs/{second}/output/model.tar.gz") and _record()["live"]["job"] == second
+
+
+def test_a_failed_second_step_puts_autoscaling_back_on_the_live_type(aws, moto_backends, fake_cdk, capsys):
+    first, second = f"{PROJECT}-type-a", f"{PROJECT}-type-b"
+    for name in (first, second):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [first]) == 0
+    served = _served()
+    fake_cdk.fail_on_type = "ml.p3.2xlarge"  # e.g. no capacity for the new type, or its alarms rolled it back
+    capsys.readouterr()
+    assert run(promote.main, [second, "-c", "serving.instance_type=ml.p3.2xlarge"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: deploy of {SERVING} on ml.p3.2xlarge failed (exit 1); the endpoint serves the previous model on "
+        f"{SERVING_TYPE} and autoscaling is back on {SERVING_TYPE} (the promotion record is unchanged)"
+    )
+    restore = fake_cdk.contexts[-1]
+    assert fake_cdk.deployed[-3:] == [first, second, first] and "promote:no_autoscaling" not in restore
+    assert restore["gpu_training.serving.instance_type"] == SERVING_TYPE
+    assert fake_cdk.scaling and _served() == served and _record()["live"]["job"] == first
+
+
+def test_no_auto_rollback_deploys_without_the_rollback_alarms_once(aws, moto_backends, fake_cdk, capsys):
+    """The alarms watch both fleets during a blue/green update: while the live model errors, every fix
+    would be rolled back. The emergency path deploys without them; the next deploy names them again."""
+    first, fix = f"{PROJECT}-nar-first", f"{PROJECT}-nar-fix"
+    for name in (first, fix):
+        _completed_job_with_model(moto_backends, name)
+    assert run(promote.main, [first]) == 0
+    assert run(promote.main, [fix, "--no-auto-rollback"]) == 0
+    assert fake_cdk.contexts[-1]["promote:no_auto_rollback"] == "true" and "promote:no_auto_rollback" not in fake_cdk.contexts[0]
+    assert _record()["live"]["job"] == fix
 
 
 def test_a_corrupt_record_is_one_line_naming_the_parameter(aws, fake_cdk, capsys):

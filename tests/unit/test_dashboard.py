@@ -150,7 +150,9 @@ def test_endpoint_graphs_watch_what_the_endpoint_alarms_watch(synth_app, overrid
     alarms = [
         r["Properties"] for r in synthesized.template_json("gputrain-serving")["Resources"].values() if r["Type"] == "AWS::CloudWatch::Alarm"
     ]
-    alarm_dimensions = {tuple(x for d in a["Dimensions"] for x in (d["Name"], d["Value"])) for a in alarms if a["Namespace"] == "AWS/SageMaker"}
+    # An alarm on one metric, or on metric math over several (the 5xx alarm: count and share).
+    watched = [m for a in alarms for m in ([s["MetricStat"]["Metric"] for s in a["Metrics"] if "MetricStat" in s] if "Metrics" in a else [a])]
+    alarm_dimensions = {tuple(x for d in m["Dimensions"] for x in (d["Name"], d["Value"])) for m in watched if m["Namespace"] == "AWS/SageMaker"}
     body = _body(synthesized)
     requests, latency = _widget(body, "Endpoint gputrain-endpoint: invocations"), _widget(body, "Endpoint gputrain-endpoint: model latency")
     named = _named(requests) + _named(latency)

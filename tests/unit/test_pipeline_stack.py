@@ -15,6 +15,7 @@ from stacks.components.endpoint_spec import (
     endpoint_config_properties,
     model_properties,
     rollback_alarm_names,
+    update_endpoint_request,
 )
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.config import load_config
@@ -367,6 +368,11 @@ def test_serving_resources_equal_the_shared_builder(synth_app, overrides):
         expected_config["DataCaptureConfig"]["DestinationS3Uri"] = capture["DestinationS3Uri"]
     assert {k: v for k, v in config.items() if k != "Tags"} == expected_config
     assert _resolve_refs(endpoint["DeploymentConfig"], resources) == deployment_config(serving, rollback_alarm_names("gputrain"))
+    # A promotion by the pipeline keeps the fleet size autoscaling reached, as CloudFormation's update does.
+    request = update_endpoint_request(serving, endpoint="gputrain-endpoint", config_name="c", alarm_names=rollback_alarm_names("gputrain"))
+    update_options = {k: v for k, v in endpoint.items() if k not in ("EndpointName", "EndpointConfigName", "DeploymentConfig", "Tags")}
+    assert update_options == {k: v for k, v in request.items() if k not in ("EndpointName", "EndpointConfigName", "DeploymentConfig")}
+    assert update_options["RetainAllVariantProperties"] is True
 
 
 # ------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from aws_cdk.assertions import Match
@@ -151,26 +152,113 @@ def test_canary_rollout(alternative):
 
 
 def test_alarms_on_5xx_and_model_latency_notify_an_encrypted_topic(default):
-    default.has_resource_properties(
-        "AWS::CloudWatch::Alarm",
-        {
-            "MetricName": "Invocation5XXErrors",
-            "Namespace": "AWS/SageMaker",
-            "Statistic": "Sum",
-            "Period": 60,
-            "Threshold": 5,
-            "EvaluationPeriods": 2,
-            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-            "Dimensions": Match.array_with([{"Name": "EndpointName", "Value": "gputrain-endpoint"}]),
-            "AlarmActions": [{"Ref": Match.string_like_regexp("AlarmsTopic")}],
-        },
+    errors = _error_alarm(default)
+    assert (errors["Threshold"], errors["EvaluationPeriods"], errors["ComparisonOperator"]) == (
+        1, 2, "GreaterThanOrEqualToThreshold"
     )
+    assert len(errors["AlarmActions"]) == 1 and "AlarmsTopic" in errors["AlarmActions"][0]["Ref"]
     default.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {"MetricName": "ModelLatency", "Statistic": "Average", "Threshold": 200_000, "EvaluationPeriods": 3},
     )
     topic = _only(default, "AWS::SNS::Topic")
     assert "KmsMasterKeyId" in topic
+
+
+def _error_alarm(template):
+    [alarm] = [
+        r["Properties"] for r in template.find_resources("AWS::CloudWatch::Alarm").values()
+        if r["Properties"]["AlarmName"] == "gputrain-endpoint-5xx"
+    ]
+    return alarm
+
+
+def _failing_minute(alarm, *, errors: int, invocations: int) -> bool:
+    """The alarm's metric math for one minute of ``invocations`` of which ``errors`` answered 5xx:
+    SageMaker's Invocation5XXErrors is 1 per 5xx answer and 0 per other answer, so its Sum is the
+    count and its Average the share."""
+    metrics = {m["Id"]: m for m in alarm["Metrics"]}
+    [expression] = [m["Expression"] for m in alarm["Metrics"] if "Expression" in m]
+    values = {}
+    for metric_id, metric in metrics.items():
+        if "MetricStat" in metric:
+            stat = metric["MetricStat"]
+            assert stat["Metric"]["MetricName"] == "Invocation5XXErrors" and stat["Period"] == 60
+            assert {"Name": "EndpointName", "Value": "gputrain-endpoint"} in stat["Metric"]["Dimensions"]
+            values[metric_id] = {"Sum": errors, "Average": errors / invocations}[stat["Stat"]]
+    python = expression.replace(" OR ", " or ").replace(" AND ", " and ")
+    match = re.fullmatch(r"IF\((.*), 1, 0\)", python)
+    assert match, expression
+    return bool(eval(match.group(1), {}, values))  # noqa: S307 - the template's own expression, on numbers
+
+
+@pytest.mark.parametrize(
+    ("errors", "invocations", "fails"),
+    [
+        (2, 2, True),  # a low-traffic endpoint whose model fails every request
+        (1, 1, True),
+        (1, 20, False),  # one 5xx among 20: 5 %
+        (3, 20, True),  # 15 %
+        (5, 10_000, True),  # the count (serving.error_alarm_threshold) still applies at high traffic
+        (4, 10_000, False),
+        (0, 50, False),
+    ],
+)
+def test_the_5xx_alarm_counts_a_minute_failing_on_the_count_or_the_share(default, errors, invocations, fails):
+    """Before: a Sum of 5xx at 5 a minute, which a model failing every one of a few requests a minute
+    never reaches, so a deployment of a broken model to a quiet endpoint was never rolled back."""
+    assert _failing_minute(_error_alarm(default), errors=errors, invocations=invocations) is fails
+
+
+def test_no_traffic_is_not_a_failing_minute(default):
+    # No invocations, no Invocation5XXErrors datapoint: an idle endpoint must not roll a deployment
+    # back (and the alarm stays OK for the topic).
+    assert _error_alarm(default)["TreatMissingData"] == "notBreaching"
+    assert _only(default, "AWS::SageMaker::Endpoint")["DeploymentConfig"]["AutoRollbackConfiguration"]
+
+
+def test_an_update_keeps_the_fleet_size_autoscaling_reached(default, alternative, zero):
+    """Without RetainAllVariantProperties every promotion started the new fleet at InitialInstanceCount
+    while autoscaling is blocked for the whole update."""
+    for template in (default, alternative):
+        endpoint = _only(template, "AWS::SageMaker::Endpoint")
+        assert endpoint["RetainAllVariantProperties"] is True
+        assert endpoint["ExcludeRetainedVariantProperties"] == [{"VariantPropertyType": "DesiredWeight"}]
+    # An inference component's instances are managed instance scaling's.
+    assert "RetainAllVariantProperties" not in _only(zero, "AWS::SageMaker::Endpoint")
+
+
+def _synth_with_context(tmp_path, extra: dict) -> dict:
+    from aws_cdk import App
+
+    from stacks.platform import build_platform
+    from tests.synth import TEST_ENV, project_context
+
+    context = project_context()
+    context.update({f"gpu_training.{k}": json.dumps(v) for k, v in DEFAULT.items()})
+    context.update(extra)
+    app = App(context=context, outdir=str(tmp_path))
+    platform = build_platform(app, load_config(context), TEST_ENV)
+    app.synth()
+    return json.loads((tmp_path / platform.serving.template_file).read_text())
+
+
+def test_promotes_markers_leave_out_autoscaling_or_the_rollback_alarms(tmp_path):
+    """scripts.promote's first deploy of an instance type change has no scalable target (SageMaker
+    refuses to change the type of one), --no-auto-rollback no rollback alarms; the alarms stay."""
+    from stacks.components.endpoint_spec import NO_AUTO_ROLLBACK_CONTEXT, NO_AUTOSCALING_CONTEXT
+
+    template = _synth_with_context(tmp_path / "a", {NO_AUTOSCALING_CONTEXT: "true"})
+    types = {r["Type"] for r in template["Resources"].values()}
+    assert "AWS::ApplicationAutoScaling::ScalableTarget" not in types and "AWS::CloudWatch::Alarm" in types
+    [endpoint] = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Endpoint"]
+    assert endpoint["DeploymentConfig"]["AutoRollbackConfiguration"]
+
+    template = _synth_with_context(tmp_path / "b", {NO_AUTO_ROLLBACK_CONTEXT: "true"})
+    [endpoint] = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::SageMaker::Endpoint"]
+    assert "AutoRollbackConfiguration" not in endpoint["DeploymentConfig"]
+    assert "BlueGreenUpdatePolicy" in endpoint["DeploymentConfig"]
+    assert "AWS::ApplicationAutoScaling::ScalableTarget" in {r["Type"] for r in template["Resources"].values()}
 
 
 def test_autoscaling_tracks_invocations_per_instance_within_min_and_max(default):
@@ -229,7 +317,10 @@ def test_scale_to_zero_rolls_new_models_out_with_rollback_on_both_alarms(zero):
     alarms = zero.find_resources("AWS::CloudWatch::Alarm")
     assert len(rollback) == 2 and rollback <= set(alarms)
     for logical_id in rollback:
-        assert alarms[logical_id]["Properties"]["Dimensions"] == [{"Name": "InferenceComponentName", "Value": "gputrain-model"}]
+        properties = alarms[logical_id]["Properties"]
+        watched = [m["MetricStat"]["Metric"] for m in properties.get("Metrics", []) if "MetricStat" in m] or [properties]
+        for metric in watched:
+            assert metric["Dimensions"] == [{"Name": "InferenceComponentName", "Value": "gputrain-model"}]
 
 
 def test_scale_to_zero_scales_copies_to_zero_and_wakes_on_a_request(zero):
