@@ -119,7 +119,7 @@ class OperatorPolicy(Construct):
                 sid="EndWarmPools",
                 actions=["sagemaker:UpdateTrainingJob"],
                 resources=[jobs["training-job"]],
-                conditions={"NumericEquals": {"sagemaker:KeepAlivePeriod": 0}},
+                conditions={"NumericEquals": {"sagemaker:KeepAlivePeriod": "0"}},
             ),
             iam.PolicyStatement(
                 sid="ListJobs",

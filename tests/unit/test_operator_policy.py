@@ -254,7 +254,7 @@ def test_operators_may_update_a_training_job_only_to_end_its_warm_pool(deploymen
     """scripts.stop sets KeepAlivePeriodInSeconds to 0; a longer keep-alive (instances kept, billing) is not theirs."""
     statements = deployment[0]
     assert not allows(statements, "sagemaker:UpdateTrainingJob", f"{SM}:training-job/team2-20261128-010203-ab12")
-    assert _conditions(statements, "EndWarmPools") == {"NumericEquals": {"sagemaker:KeepAlivePeriod": 0}}
+    assert _conditions(statements, "EndWarmPools") == {"NumericEquals": {"sagemaker:KeepAlivePeriod": "0"}}
 
 
 def _conditions(statements: list[PolicyStatement], sid: str) -> Mapping[str, Any]:
