@@ -117,22 +117,36 @@ def _client(socket_path: str, python_args: list[str]) -> None:
         sock.connect(socket_path)
     except OSError:
         os.execv(sys.executable, fresh)
-    request = {"args": python_args, "env": dict(os.environ), "cwd": os.getcwd(), "child": child}
-    _send(sock, request, [0, 1, 2])
-    answer, _ = _receive(sock)
-    if answer is None or "fresh" in answer:
-        sock.close()
-        os.execv(sys.executable, fresh)
-    pid = answer["pid"]
+    # Forwarding is set up before the run exists: the run can write its first line (which a test
+    # waits for before signalling) before this client has read its pid, and a signal in between
+    # would end the client with the default action instead of reaching the run. Held until then.
+    run: dict[str, int] = {}
+    held: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
+        if "pid" not in run:
+            held.append(signum)
+            return
         try:
-            os.kill(pid, signum)
+            os.kill(run["pid"], signum)
         except ProcessLookupError:
             pass
 
     for signum in _FORWARDED_SIGNALS:
         signal.signal(signum, forward)
+    request = {"args": python_args, "env": dict(os.environ), "cwd": os.getcwd(), "child": child}
+    _send(sock, request, [0, 1, 2])
+    answer, _ = _receive(sock)
+    if answer is None or "fresh" in answer:
+        sock.close()
+        for signum in _FORWARDED_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        for signum in held:  # nothing ran yet: what the signal would have done to a fresh interpreter
+            os.kill(os.getpid(), signum)
+        os.execv(sys.executable, fresh)
+    run["pid"] = answer["pid"]
+    for signum in held:
+        forward(signum, None)
     status, _ = _receive(sock)
     if status is None:  # the server went away: the run was killed with it
         os._exit(255)
