@@ -62,6 +62,22 @@ def test_an_image_model_takes_flattened_rows(tmp_path):
     np.testing.assert_allclose(loaded.predict(ROWS), want, atol=1e-6)
 
 
+def test_an_image_model_with_uint8_pixels_refuses_values_it_would_truncate(tmp_path):
+    import keras
+
+    from trainer.serve.codec import RequestError
+
+    inputs = keras.Input(shape=(2, 2, 1), dtype="uint8")
+    hidden = keras.layers.Flatten()(keras.layers.Rescaling(1 / 255)(inputs))
+    keras.Model(inputs, keras.layers.Dense(3)(hidden)).save(tmp_path / "cnn.keras")
+    loaded = load_model(tmp_path)
+    assert loaded.input_dtype == "uint8"
+    assert loaded.predict(np.array([[0, 255, 7, 1]], np.float32)).shape == (1, 3)
+    with pytest.raises(RequestError) as caught:
+        loaded.predict(np.array([[0.0, 0.5, 1.0, 0.25]], np.float32))
+    assert caught.value.status == 400 and "from 0 to 1" in str(caught.value) and "not all whole numbers" in str(caught.value)
+
+
 @pytest.mark.parametrize("layout", ["root", "versioned"])
 def test_a_saved_model_is_called_through_its_serving_signature(tmp_path, layout):
     model = _user_model("softmax")
@@ -188,7 +204,9 @@ def test_saved_models_are_found_named_and_versioned_as_aws_container_finds_them(
         (["1/saved_model.pb", "model.keras"], "1"),
         (["1/saved_model.pb", "checkpoints/e1.keras", "checkpoints/e2.keras"], "1"),
         (["1/saved_model.pb", "2/saved_model.pb", "model.keras", "trainer_config.json"], "2"),
-        (["model.keras", "best.keras"], "model.keras"),  # the trainer's own layout: no SavedModel, its model.keras
+        # The trainer's own layout: no SavedModel; model.keras (the best epoch's with validation), never last.keras
+        # (the last epoch's) nor an older trainer's best.keras.
+        (["model.keras", "last.keras", "best.keras", "trainer_config.json"], "model.keras"),
     ],
     ids=["savedmodel-beside-model-keras", "savedmodel-beside-checkpoints", "savedmodel-beside-trainer-files", "trainer-layout"],
 )

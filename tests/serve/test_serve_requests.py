@@ -142,6 +142,18 @@ def test_the_classifier_refuses_values_beyond_float32_instead_of_answering_nan(t
     assert answers[3][0] == 200 and json.loads(answers[3][2])["predictions"][0]["predicted_class"] == 0  # 3e38 fits
 
 
+def test_the_classifier_refuses_pixels_that_a_uint8_model_would_truncate(tmp_path):
+    # An image model takes uint8 pixels: [0, 1] floats would be cast to nearly all zeros, one constant answer with 200.
+    state = _classifier_state(tmp_path)
+    state.model.input_dtype = "uint8"
+    answers = _serve(state, [("/invocations", b'{"instances": [[0.5, 0.25]]}', JSON), ("/invocations", b"[[300, 1]]", JSON),
+                             ("/invocations", b"[[255, 0]]", JSON)])  # fmt: skip
+    scaled = _one_line_error(answers[0], 400)
+    assert "takes 0-255 integers (pixel values)" in scaled and "from 0.25 to 0.5" in scaled, scaled
+    assert "from 1 to 300" in _one_line_error(answers[1], 400)
+    assert answers[2][0] == 200
+
+
 TOOLKIT_DEFAULTS = """\
     def predict_fn(data, model):
         return {"echo": data}

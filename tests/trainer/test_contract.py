@@ -307,10 +307,11 @@ def test_run_recorded_maps_each_outcome(tmp_path: Path, capsys: pytest.CaptureFi
 def test_the_reason_is_one_line_and_a_stale_model_goes(tmp_path: Path) -> None:
     paths = environment.resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)})
     paths.model_dir.mkdir(parents=True)
-    (paths.model_dir / "model.keras").write_text("stale", encoding="utf-8")
+    for stale in ("model.keras", "last.keras", "best.keras"):
+        (paths.model_dir / stale).write_text("stale", encoding="utf-8")
     record_failure(paths, "line one\n  line two")
     assert paths.failure_file.read_text(encoding="utf-8") == "line one line two\n"
-    assert not (paths.model_dir / "model.keras").exists()
+    assert not list(paths.model_dir.glob("*.keras"))
     message = tmp_path / "output" / "message"
     write_reason(message, "x" * 5000)
     assert message.read_bytes() == b"x" * 1023 + b"\n"

@@ -170,6 +170,29 @@ def test_round_robin_shards_differ_by_at_most_one_and_empty_ones_go(tmp_path):
     assert sorted(p.name for p in (tmp_path / "few").iterdir()) == ["part-00000.tfrecord", "part-00001.tfrecord"]
 
 
+def test_shuffled_shards_hold_every_record_once_in_a_seeded_order_not_the_input_order(tmp_path):
+    records = [f"{i:05d}".encode() for i in range(3000)]
+
+    def shards(name: str, seed: int) -> list[list[bytes]]:
+        (tmp_path / name).mkdir()
+        writer = ShardWriter(tmp_path / name, 2, shuffle_seed=seed, staging_files=3)
+        for start in range(0, len(records), 700):  # written in batches, as the transform writes
+            writer.write_all(records[start : start + 700])
+        assert writer.examples == len(records)
+        written = writer.close()
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["part-00000.tfrecord", "part-00001.tfrecord"]
+        return [read_examples_of(shard.path) for shard in written]
+
+    first = shards("a", seed=5)
+    assert sorted(first[0] + first[1]) == records and abs(len(first[0]) - len(first[1])) <= 1
+    for shard in first:
+        # Input order would be ascending; a seeded random order has about as many descents as ascents.
+        descents = sum(a > b for a, b in zip(shard, shard[1:]))
+        assert 0.4 < descents / len(shard) < 0.6, descents
+    assert shards("b", seed=5) == first
+    assert shards("c", seed=6) != first
+
+
 def test_running_moments_keep_precision_far_from_zero_and_merge_groups():
     rng = np.random.default_rng(0)
     # Features arrive as float32 (as the trainer parses them); the accumulators are float64.

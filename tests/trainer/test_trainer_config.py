@@ -202,3 +202,32 @@ def test_every_value_a_parser_accepts_matches_the_pattern_the_workflow_checks() 
             refused += not matched
     assert misses == []
     assert refused > 10_000  # and the patterns do refuse: they are not '.*'
+
+
+def test_the_saved_config_maps_each_output_index_to_its_class():
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from trainer.contract.environment import Cluster
+    from trainer.datasets import images
+    from trainer.datasets import tabular as data
+    from trainer.train import runner
+
+    strategy = SimpleNamespace(num_replicas_in_sync=1)
+    cluster = Cluster(hosts=("algo-1",), current_host="algo-1", worker_port=2222, source="test")
+    result = runner.TrainingResult(completed_epochs=2, resumed_from_epoch=0, last_metrics=None, weights_sha256="0")
+
+    def saved(spec) -> dict:
+        return json.loads(json.dumps(runner._resolved_config(TrainingConfig(), spec, strategy, cluster, "float32", {}, result)))
+
+    # Class directories: label i is the i-th name in sorted order, whatever order the file system lists them in.
+    pictures = images.ImageDataset("train", Path("/d"), "image-dir", ("/d/dog/1.jpg", "/d/cat/1.jpg"), (1, 0), (), 2, 2,
+                                   class_names=("cat", "dog"))  # fmt: skip
+    assert saved(pictures)["class_names"] == ["cat", "dog"]
+    # Shards whose manifest names no classes: unknown, so absent rather than guessed.
+    shards = images.ImageDataset("train", Path("/d"), "image-tfrecord", ("/d/a",), (), (4,), 4, 3)
+    assert "class_names" not in saved(shards)
+    # Feature rows: the label column holds the index itself.
+    rows = data.DatasetSpec("train", Path("/d"), "csv", (), num_features=2, num_classes=3, scanned=True)
+    assert saved(rows)["class_names"] == ["0", "1", "2"]
+    assert saved(rows)["model"] == {"file": "model.keras", "selected_by": "last_epoch", "epoch": 2}

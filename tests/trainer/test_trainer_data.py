@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -387,3 +388,71 @@ def test_a_new_format_plugs_in_through_its_reader_and_parser(tmp_path, monkeypat
     batches = list(data.make_epochs(spec, plan, first_epoch=1, last_epoch=2, cache=True, pipeline_index=0,
                                     num_pipelines=1, per_replica_batch=2, batches=2, shuffle_buffer=4, seed=0))  # fmt: skip
     assert len(batches) == 4 and batches[0][0].shape == (2, 2)
+
+
+# --- label-sorted rows: training batches must mix the classes -----------------------------------
+
+SORTED_ROWS = 20_000  # per class: twice the default shuffle buffer
+
+
+def _label_sorted_csv(directory: Path) -> Path:
+    """One CSV of 2 x SORTED_ROWS rows, every label 0 before every label 1 (as a sorted export is)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    labels = np.repeat([0, 1], SORTED_ROWS)
+    rows = np.char.add(np.char.add((labels + np.arange(labels.size) % 7 / 10).astype(str), ","), labels.astype(str))
+    (directory / "sorted.csv").write_text("x,label\n" + "\n".join(rows.tolist()) + "\n")
+    return directory
+
+
+def _batch_label_means(spec: data.DatasetSpec, *, cache: bool, batch: int = 500) -> list[float]:
+    (plan,) = data.plan_shards(spec, 1)
+    epochs = data.make_epochs(spec, plan, first_epoch=1, last_epoch=2, cache=cache, pipeline_index=0, num_pipelines=1,
+                              per_replica_batch=batch, batches=spec.examples // batch, shuffle_buffer=10_000, seed=1)  # fmt: skip
+    return [float(np.mean(labels.numpy())) for _, labels in epochs]
+
+
+def test_label_sorted_rows_held_in_memory_are_shuffled_over_the_whole_epoch(tmp_path):
+    _label_sorted_csv(_channel(tmp_path))
+    spec = data.count_channel(_discover(tmp_path), 0)
+    means = _batch_label_means(spec, cache=True)
+    assert len(means) == 2 * (2 * SORTED_ROWS // 500)
+    assert all(0.3 <= m <= 0.7 for m in means), f"single-class batches: {sorted(means)[:3]} .. {sorted(means)[-3:]}"
+
+
+def test_rows_held_in_memory_are_read_from_the_files_once(tmp_path):
+    _channel(tmp_path, SyntheticSpec("csv", examples=64, features=3, classes=2, shards=2))
+    spec = data.count_channel(_discover(tmp_path), 0)
+    (plan,) = data.plan_shards(spec, 1)
+    epochs = iter(data.make_epochs(spec, plan, first_epoch=1, last_epoch=3, cache=True, pipeline_index=0, num_pipelines=1,
+                                   per_replica_batch=8, batches=8, shuffle_buffer=10, seed=0))  # fmt: skip
+    first = [labels.numpy().tolist() for _, labels in (next(epochs) for _ in range(8))]
+    for file in spec.files:
+        Path(file.path).unlink()  # later epochs must come from memory
+    later = [labels.numpy().tolist() for _, labels in epochs]
+    assert len(later) == 16 and later[:8] != first and sorted(sum(later[:8], [])) == sorted(sum(first, []))
+
+
+def test_label_sorted_rows_streamed_from_processed_shards_are_mixed(tmp_path):
+    from trainer.process import contract, transform
+    from trainer.process.options import TransformOptions
+
+    _label_sorted_csv(tmp_path / "processing" / "input" / "raw")
+    env = contract.load_environment({"SAGEMAKER_BASE_DIR": str(tmp_path)})
+    transform.run(env, TransformOptions(shards=4, validation_fraction=0.1, seed=3))
+    paths = resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)})
+    channel = tmp_path / "processing" / "output" / "train"
+    spec = data.count_channel(data.discover_channel(replace(paths, data_dir=channel.parent), TrainingConfig(), {}, channel="train"), 0)
+    assert len(spec.files) == 4 and spec.examples > 30_000
+    # Streamed (no cache): the shuffle buffer alone could not mix a sorted input; the shards must already be mixed.
+    means = _batch_label_means(spec, cache=False)
+    assert all(0.3 <= m <= 0.7 for m in means), f"single-class batches: {sorted(means)[:3]} .. {sorted(means)[-3:]}"
+
+
+def test_a_long_run_of_one_label_is_warned_about_when_rows_are_streamed(tmp_path, capsys):
+    _label_sorted_csv(_channel(tmp_path))
+    spec = data.count_channel(_discover(tmp_path), 0)
+    assert data.label_order_warning(spec, shuffle_buffer=10_000, cached=True) is None  # the whole epoch is shuffled
+    warning = data.label_order_warning(spec, shuffle_buffer=10_000, cached=False)
+    assert warning is not None and "\n" not in warning
+    assert f"{SORTED_ROWS} rows in a row with label 0" in warning and "sorted.csv" in warning and "10000" in warning
+    assert data.label_order_warning(spec, shuffle_buffer=2 * SORTED_ROWS, cached=False) is None

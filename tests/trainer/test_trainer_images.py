@@ -195,6 +195,25 @@ def test_the_trainers_validation_channel_takes_the_training_classes(tmp_path):
     assert validation.labels == (1, 2) and validation.num_classes == 3
 
 
+def test_image_examples_counts_the_training_shards_not_the_validation_shards(tmp_path):
+    from dataclasses import replace
+
+    from trainer.contract.environment import load_environment
+    from trainer.train import runner
+
+    data = tmp_path / "input" / "data"
+    shards = _spec("image-tfrecord", examples=12, classes=2, image_shape=(8, 8, 3), features=8 * 8 * 3, shards=2)
+    write_dataset(data / "train", shards)
+    write_dataset(data / "validation", replace(shards, examples=5, seed=9))
+    for channel in ("train", "validation"):
+        (data / channel / "manifest.json").unlink()  # counts from image_examples, else the record headers
+    env = load_environment({"SAGEMAKER_BASE_DIR": str(tmp_path)})
+    config = TrainingConfig(model="resnet50", image_size=8, num_classes=2, image_examples=12)
+    spec = images.from_config(data / "train", config, channel="train")
+    assert spec.examples == 12
+    assert runner._discover_validation(env, config, spec).examples == 5
+
+
 def test_a_training_epoch_reads_every_picture_once_however_the_threads_finish(tmp_path):
     # Out-of-order decoding must not let the next repetition's fastest pictures fill the epoch:
     # one would be read twice, another (perhaps a corrupt one) never. One class per picture.
@@ -479,7 +498,11 @@ def test_the_trainer_trains_resnet50_on_an_image_channel_and_evaluates_its_valid
     assert (event["format"], event["examples"], event["classes"]) == (data_format, "16", "2")
     rows = run.metrics()
     assert len(rows) == 2 and all("val_loss" in r and "val_accuracy" in r for r in rows), rows
-    assert (base / "model" / "best.keras").exists(), "the best-by-validation model is kept beside the last"
+    assert (base / "model" / "last.keras").exists(), "the last epoch's model is kept beside the best (model.keras)"
+    resolved = json.loads((base / "model" / "trainer_config.json").read_text())
+    assert resolved["model"]["selected_by"] == "best_val_loss"
+    if data_format == "image-dir":
+        assert resolved["class_names"] == sorted(p.name for p in (base / "input" / "data" / "train").iterdir() if p.is_dir())
     (event,) = run.events("validation-data")
     assert (event["channel"], event["examples"]) == ("validation", "12")
 

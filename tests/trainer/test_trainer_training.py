@@ -450,10 +450,15 @@ def test_validation_channel_is_reported_and_the_best_model_kept(tmp_path):
     ] * 2
     # Same centroids as the training data: the model generalises.
     assert metrics[-1]["val_accuracy"] > LEARNED, run.explain()
+    scalars = read_scalars(base / "output" / "tensorboard")
+    for field in ("loss", "accuracy"):
+        assert scalars[f"validation/{field}"] == {int(m["epoch"]): pytest.approx(m[f"val_{field}"], abs=1e-5) for m in metrics}
     import keras
 
-    best = keras.models.load_model(base / "model" / "best.keras")
-    assert best.input_shape == (None, 12) and run.model_path.exists()
+    best = keras.models.load_model(run.model_path)  # with validation: the best epoch's model
+    assert best.input_shape == (None, 12) and (base / "model" / "last.keras").exists()
+    resolved = json.loads((base / "model" / "trainer_config.json").read_text())
+    assert resolved["model"]["selected_by"] == "best_val_loss" and resolved["class_names"] == ["0", "1", "2", "3"]
 
 
 @pytest.mark.slow
@@ -477,7 +482,12 @@ def test_a_validation_loss_that_is_not_finite_is_said_and_never_kept_as_the_best
     (line,) = [line for line in run.stdout.splitlines() if line.startswith(f"[trainer] validation-not-finite epoch={not_finite[0]} ")]
     assert "validation channel overflow" in line and "not kept as the best model" in line
     best_epochs = [int(m["epoch"]) for m in run.metrics() if math.isfinite(float(m.get("val_loss", "nan")))]
-    assert (base / "model" / "best.keras").exists() == bool(best_epochs), "a non-finite epoch was kept as the best"
+    selected = json.loads((base / "model" / "trainer_config.json").read_text())["model"]
+    if best_epochs:
+        best = min(best_epochs, key=lambda e: float(run.metrics()[e - 1]["val_loss"]))
+        assert (selected["selected_by"], selected["epoch"]) == ("best_val_loss", best), "a non-finite epoch was kept as the best"
+    else:
+        assert selected["selected_by"] == "last_epoch"
     assert run.model_path.exists()
 
 
@@ -492,9 +502,26 @@ def test_early_stopping_ends_training_when_val_loss_stops_improving(tmp_path):
     epochs = [int(m["epoch"]) for m in run.metrics()]
     assert epochs[-1] == int(stop["epoch"]) < 8
     losses = [m["val_loss"] for m in run.metrics()]
-    assert min(losses[:-1]) <= losses[-1]  # the last evaluation did not improve on the best
+    assert min(losses[:-1]) < losses[-1] - 1e-3  # the last evaluation did not improve on the best
     assert float(stop["best_val_loss"]) == pytest.approx(min(losses), abs=1e-5)
-    assert (base / "model" / "best.keras").exists() and run.model_path.exists()
+    # The served model.keras is the best epoch's, not the last's (kept as last.keras), and the config says which.
+    best_epoch = epochs[losses.index(min(losses))]
+    resolved = json.loads((base / "model" / "trainer_config.json").read_text())
+    assert resolved["model"] == {"file": "model.keras", "selected_by": "best_val_loss", "epoch": best_epoch,
+                                 "val_loss": pytest.approx(min(losses), abs=1e-5), "last_epoch": epochs[-1],
+                                 "last_epoch_file": "last.keras"}  # fmt: skip
+    import keras
+
+    features, labels = _load_csv(base / "input" / "data" / "validation")
+
+    def val_loss(path) -> float:
+        logits = keras.models.load_model(path).predict(features, verbose=0).astype(np.float64)
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        return float(np.mean(np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(len(labels)), labels]))
+
+    assert val_loss(run.model_path) == pytest.approx(min(losses), abs=1e-4)
+    assert val_loss(base / "model" / "last.keras") == pytest.approx(losses[-1], abs=1e-4)
+    assert sorted(p.name for p in (base / "model").glob("*.keras")) == ["last.keras", "model.keras"]
 
 
 def test_unexpected_command_line_arguments_are_refused(tmp_path):

@@ -61,14 +61,15 @@ def run_recorded(work: Callable[[], None], record: Callable[[str], None], what: 
 
 
 def record_failure(paths: Paths, message: str) -> None:
-    """Writes the reason to ``output/failure`` and removes any ``model/model.keras`` and ``model/best.keras``.
+    """Writes the reason to ``output/failure`` and removes any ``model/model.keras``, ``model/last.keras`` and
+    ``model/best.keras`` (an older trainer's).
 
     The final model is written last, atomically, so a model present when a failure is being
     recorded is stale (from an earlier run in the same directory) and must not look like this
     run's result.
     """
     write_reason(paths.failure_file, message)
-    for stale_model in (paths.model_dir / "model.keras", paths.model_dir / "best.keras"):
+    for stale_model in (paths.model_dir / "model.keras", paths.model_dir / "last.keras", paths.model_dir / "best.keras"):
         try:
             stale_model.unlink(missing_ok=True)
         except OSError as err:

@@ -472,7 +472,7 @@ def _discover_dir(
 
 
 def from_config(
-    directory: Path, config: TrainingConfig, *, channel: str, class_names: Sequence[str] = ()
+    directory: Path, config: TrainingConfig, *, channel: str, class_names: Sequence[str] = (), training: bool = True
 ) -> ImageDataset | None:
     """The channel as an image dataset if it is one, per the hyperparameters; pure Python.
 
@@ -480,6 +480,8 @@ def from_config(
     :func:`detect_format`. Returns None for feature-row channels (``trainer.datasets.tabular`` reads those)
     and for a missing directory (``trainer.datasets.tabular.discover_channel`` names it).
     ``class_names``: a validation channel's, the training channel's classes (see :func:`discover`).
+    ``training``: False for the validation channel, which ``image_examples`` (the training
+    channel's count) does not describe: its shards are counted from their manifest or headers.
 
     Raises:
         DataError: ``model=resnet50`` on a channel that holds no image dataset, or a layout
@@ -511,7 +513,7 @@ def from_config(
         channel=channel,
         data_format=data_format,
         num_classes=config.num_classes,
-        examples=config.image_examples,
+        examples=config.image_examples if training else None,
         label_base=config.image_label_base,
         class_names=class_names,
     )

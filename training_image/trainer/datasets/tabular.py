@@ -22,6 +22,7 @@ to back; a shard small enough is parsed once and kept in memory (``cache_max_mb`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -74,6 +75,8 @@ class DatasetSpec:
         num_features: Values per example (0 until scanned).
         num_classes: Classes the model predicts (0 until scanned).
         scanned: Whether :func:`scan_channel` has filled in counts and shapes.
+        label_run: The longest run of one label within a file, as the scan found it:
+            ``(path, rows, label)``; None without a scan (counts from a manifest).
     """
 
     channel: str
@@ -83,6 +86,8 @@ class DatasetSpec:
     num_features: int = 0
     num_classes: int = 0
     scanned: bool = False
+    # What the scan saw, not what the channel is: a spec counted from its manifest equals a scanned one.
+    label_run: tuple[str, int, int] | None = dataclasses.field(default=None, compare=False)
 
     @property
     def examples(self) -> int:
@@ -533,7 +538,7 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
 
     def accumulate(state: Any, batch: Any) -> Any:
         (features, labels), size = batch
-        count, high, bad, consumed = state
+        count, high, bad, consumed, runs = state
         # NaN fails the floor test, inf the bound: neither may reach the class count.
         bad_labels = tf.logical_or(
             tf.logical_or(labels < 0, labels > MAX_LABEL), tf.not_equal(labels, tf.floor(labels))
@@ -544,6 +549,7 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
             tf.maximum(high, tf.reduce_max(labels)),
             bad + tf.reduce_sum(tf.cast(bad_rows, tf.int64)),
             consumed + size,
+            _label_runs(runs, labels),
         )
 
     def file_stats(path: Any, header: Any) -> Any:
@@ -552,7 +558,9 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
             lambda lines: (parse(lines), tf.reduce_sum(tf.cast(tf.strings.length(lines), tf.int64) + 16))
         )
         zero = tf.constant(0, tf.int64)
-        return batches.reduce((zero, tf.constant(-math.inf, tf.float64), zero, zero), accumulate)
+        no_label = tf.constant(math.nan, tf.float64)
+        runs = (no_label, zero, zero, no_label)
+        return batches.reduce((zero, tf.constant(-math.inf, tf.float64), zero, zero, runs), accumulate)
 
     # One pipeline over all files (per-file statistics, files scanned in parallel) rather than
     # one per file: building and tracing a pipeline per file costs more than reading a shard.
@@ -560,7 +568,10 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
         (tf.constant([f.path for f in files]), tf.constant([int(f.header) for f in files], tf.int64))
     ).map(file_stats, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     try:
-        per_file = [(int(n), float(high), int(bad), int(size)) for n, high, bad, size in stats.as_numpy_iterator()]
+        per_file = [
+            (int(n), float(high), int(bad), int(size), (int(runs[2]), float(runs[3])))
+            for n, high, bad, size, runs in stats.as_numpy_iterator()
+        ]
     except tf.errors.OpError as err:
         # The error does not say which file; walking them in Python does, with the line or record.
         for file in files:
@@ -573,7 +584,10 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
 
     scanned = []
     highest = -math.inf
-    for file, (count, high, bad, consumed) in zip(files, per_file, strict=True):
+    label_run = None
+    for file, (count, high, bad, consumed, (run, run_label)) in zip(files, per_file, strict=True):
+        if run and (label_run is None or run > label_run[1]):
+            label_run = (file.path, run, int(run_label))
         if record_format.check_end is not None:
             record_format.check_end(file.path, consumed, count)
         if bad or (num_classes and count and high >= num_classes):
@@ -583,7 +597,7 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
         highest = max(highest, high) if count else highest
         scanned.append(replace(file, examples=count))
 
-    result = replace(spec, files=tuple(scanned), num_features=num_features, scanned=True)
+    result = replace(spec, files=tuple(scanned), num_features=num_features, scanned=True, label_run=label_run)
     if result.examples == 0:
         raise DataError(
             f"Input channel {spec.channel!r} at {spec.directory} holds {len(files)} file(s) but no examples "
@@ -596,6 +610,50 @@ def scan_channel(spec: DatasetSpec, num_classes: int) -> DatasetSpec:
             "(or set the num_classes hyperparameter)."
         )
     return replace(result, num_classes=num_classes or inferred)
+
+
+def _label_runs(state: Any, labels: Any) -> Any:
+    """Carries ``(last label, current run, longest run, its label)`` over one more batch of a file's labels.
+
+    Vectorised: a run starts where a label differs from the one before it; each row's run length
+    is its distance from its run's start, plus the carried run for rows that continue it.
+    """
+    import tensorflow as tf
+
+    last, current, longest, longest_label = state
+    size = tf.size(labels, out_type=tf.int64)
+    previous = tf.concat([tf.reshape(last, [1]), labels[:-1]], axis=0)
+    starts = tf.not_equal(labels, previous)  # NaN (no row yet) differs from every label
+    run_of = tf.cumsum(tf.cast(starts, tf.int64))  # 0: the rows that continue the carried run
+    positions = tf.range(size, dtype=tf.int64)
+    first = tf.math.unsorted_segment_min(positions, run_of, size + 1)
+    lengths = positions - tf.gather(first, run_of) + 1 + tf.where(run_of == 0, current, tf.zeros_like(current))
+    at = tf.argmax(lengths, output_type=tf.int64)
+    better = lengths[at] > longest
+    return (
+        labels[-1],
+        lengths[-1],
+        tf.where(better, lengths[at], longest),
+        tf.where(better, labels[at], longest_label),
+    )
+
+
+def label_order_warning(spec: DatasetSpec, *, shuffle_buffer: int, cached: bool) -> str | None:
+    """One line when streamed rows would reach training in long runs of one label, else None.
+
+    Streamed (not ``cached``), rows are mixed only within the shuffle buffer, so a file with more
+    rows of one label in a row than the buffer holds (a CSV sorted by label) trains one class per
+    batch for a while; cached rows are permuted over the whole epoch. Known only after a scan.
+    """
+    if cached or spec.label_run is None or spec.label_run[1] <= shuffle_buffer:
+        return None
+    path, rows, label = spec.label_run
+    return (
+        f"{path} holds {rows} rows in a row with label {label}, more than shuffle_buffer={shuffle_buffer}: the channel "
+        "is streamed (larger than cache_max_mb), so rows mix only within the shuffle buffer and batches may hold "
+        "one class at a time. Shuffle the rows before training (the processing job writes its shards in a random "
+        "order), or raise cache_max_mb or shuffle_buffer."
+    )
 
 
 # --- counts without a scan: the channel manifest ---------------------------------------------
@@ -800,8 +858,12 @@ def make_epochs(
     function of ``seed`` and its number only, so a resumed run replays it exactly.
 
     With ``cache``, the pipeline's examples are parsed once (in file order, in batches) and kept
-    in memory as tensors; every later epoch shuffles and batches those, with no file read or
-    parse. Without it, every epoch is :func:`make_dataset`.
+    in memory as two tensors (features ``[N, F]``, labels ``[N]``); every epoch is a fresh
+    permutation of all ``N`` (``tf.random.experimental.index_shuffle`` keyed by ``seed`` and the
+    epoch), gathered batch by batch, with no file read or parse. A bounded shuffle buffer would
+    only mix neighbouring rows: a file sorted by label would train in label order. The first
+    batch waits for the whole pipeline to be parsed (the permutation draws from all of it).
+    Without ``cache``, every epoch is :func:`make_dataset`.
     """
     import tensorflow as tf
 
@@ -813,19 +875,35 @@ def make_epochs(
         return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs).apply(exactly)).prefetch(
             tf.data.AUTOTUNE
         )
-    examples = _parsed_examples(spec, plan, kwargs["pipeline_index"], kwargs["num_pipelines"]).cache()
-    seed, shuffle_buffer = kwargs["seed"], kwargs["shuffle_buffer"]
+    table = _parsed_table(spec, plan, kwargs["pipeline_index"], kwargs["num_pipelines"]).cache()
+    seed = kwargs["seed"]
     per_replica_batch, batches = kwargs["per_replica_batch"], kwargs["batches"]
 
     def epoch_batches(epoch: Any) -> Any:
-        shuffled = examples.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
-        return shuffled.batch(per_replica_batch, drop_remainder=True).take(batches).apply(exactly)
+        key = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+
+        def permuted(features: Any, labels: Any) -> Any:
+            count = tf.shape(labels, out_type=tf.int64)[0]
+
+            def gather(step: Any) -> Any:
+                # Positions step*B .. step*B+B-1 of the epoch's permutation of all the rows.
+                positions = tf.range(step * per_replica_batch, (step + 1) * per_replica_batch, dtype=tf.int64)
+                rows = tf.random.experimental.index_shuffle(positions, key, count - 1)
+                return tf.gather(features, rows), tf.gather(labels, rows)
+
+            # At most the epoch's batches, here rather than by a take() after the flat_map: a take
+            # would stop before the cached table's iterator reached its end, and tf.data drops a
+            # cache whose first reader did not finish (every epoch would read the files again).
+            steps = tf.minimum(count // per_replica_batch, batches)
+            return tf.data.Dataset.range(steps).map(gather, num_parallel_calls=tf.data.AUTOTUNE)
+
+        return table.flat_map(permuted).apply(exactly)
 
     return epochs.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)
 
 
-def _parsed_examples(spec: DatasetSpec, plan: ShardPlan, pipeline_index: int, num_pipelines: int) -> Any:
-    """The pipeline's examples ``(features [F], label int32)`` in a fixed order, parsed in batches."""
+def _parsed_table(spec: DatasetSpec, plan: ShardPlan, pipeline_index: int, num_pipelines: int) -> Any:
+    """One element: the pipeline's examples as ``(features [N, F], labels int32 [N])``, in file order."""
     import tensorflow as tf
 
     paths = tf.constant([f.path for f in plan.files])
@@ -838,7 +916,12 @@ def _parsed_examples(spec: DatasetSpec, plan: ShardPlan, pipeline_index: int, nu
     )
     if not plan.by_file and num_pipelines > 1:
         records = records.shard(num_pipelines, pipeline_index)
-    return records.batch(SCAN_BATCH).map(checked_batch(spec), num_parallel_calls=tf.data.AUTOTUNE).unbatch()
+    parsed = records.batch(SCAN_BATCH).map(checked_batch(spec), num_parallel_calls=tf.data.AUTOTUNE)
+    # Every parsed batch into one element, a single copy (batching row by row costs ~1 us a row). The
+    # batch count bounds ragged_batch's size: a huge one would be reserved up front. Files that
+    # hold more rows than counted leave a second element, which take(1) drops.
+    whole = parsed.ragged_batch(max(plan.examples, 1) // SCAN_BATCH + 2)
+    return whole.take(1).map(lambda features, labels: (features.values, labels.values))
 
 
 def checked_batch(spec: DatasetSpec) -> Any:

@@ -7,14 +7,20 @@ map entry, ``Features``, ``Example``), so it runs inside a parallel ``tf.data`` 
 parse with ``tf.io.parse_example`` and ``tf.train.Example.FromString`` like any other Example.
 
 :class:`ShardWriter` deals a split's records round-robin over its shards: whatever the number of
-examples (unknown until the input is read), shard sizes differ by at most one.
+examples (unknown until the input is read), shard sizes differ by at most one. With a shuffle seed
+it first scatters the records over staging files at random, then shuffles each staging file in
+memory and deals it out: the shards hold the records in a seeded random order, not the input's.
 """
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 # tensorflow.Feature's oneof member per kind of value list.
 _LIST = {"float": ("tensorflow.FloatList", "float_list"), "int64": ("tensorflow.Int64List", "int64_list"),
@@ -67,10 +73,21 @@ class Shard:
 class ShardWriter:
     """Writes one split's records over ``count`` TFRecord shards, round-robin (sizes differ by at most one).
 
+    With ``shuffle_seed``, the shards hold the records in a seeded random order instead of the
+    order they were written in. A trainer reads a few shards at a time and mixes records only
+    within its shuffle buffer, so shards in input order would train a label-sorted CSV one class
+    at a time. The shuffle streams: each record goes to one of ``staging_files`` hidden files
+    (``.staging-<prefix>/``) picked at random; :meth:`close` then reads each staging file into
+    memory, permutes it and deals it round-robin over the shards, deleting it. Random assignment
+    then a permutation of each part is a uniform permutation of the whole, and memory holds one
+    staging file (the caller sizes them), disk one staging file more than the output.
+
     Shards that end up empty (fewer examples than shards) are deleted at :meth:`close`.
     """
 
-    def __init__(self, directory: Path, count: int, prefix: str = "part") -> None:
+    def __init__(
+        self, directory: Path, count: int, prefix: str = "part", *, shuffle_seed: int | None = None, staging_files: int = 1
+    ) -> None:
         import tensorflow as tf
 
         self.directory = directory
@@ -78,9 +95,28 @@ class ShardWriter:
         self.counts = [0] * count
         self._writers = [tf.io.TFRecordWriter(str(path)) for path in self.paths]
         self._next = 0
+        self._written = 0
+        self._staging: list[Any] = []
+        self._staging_dir = directory / f".staging-{prefix}"
+        if shuffle_seed is not None:
+            self._staging_dir.mkdir(parents=True, exist_ok=True)
+            self._staging_paths = [self._staging_dir / f"{index:05d}.tfrecord" for index in range(max(1, staging_files))]
+            self._staging = [tf.io.TFRecordWriter(str(path)) for path in self._staging_paths]
+            # Its own stream of the seed: the same seed and input give the same shards.
+            self._rng = np.random.default_rng([shuffle_seed & 0xFFFFFFFFFFFFFFFF, 0x5_4A2D])
 
     def write_all(self, records: Any) -> None:
-        """Writes every serialized record of ``records`` (bytes), continuing the round-robin."""
+        """Writes every serialized record of ``records`` (bytes), continuing the round-robin (or, shuffling, to a random staging file)."""
+        if self._staging:
+            staging = self._staging
+            targets = self._rng.integers(0, len(staging), size=len(records)).tolist()
+            for record, target in zip(records, targets, strict=True):
+                staging[target].write(record)
+            self._written += len(targets)
+            return
+        self._deal(records)
+
+    def _deal(self, records: Any) -> None:
         writers, counts, count = self._writers, self.counts, len(self._writers)
         index = self._next
         for record in records:
@@ -92,10 +128,27 @@ class ShardWriter:
     @property
     def examples(self) -> int:
         """Records written so far."""
-        return sum(self.counts)
+        return self._written if self._staging else sum(self.counts)
 
-    def close(self) -> list[Shard]:
-        """Closes every shard; returns the non-empty ones in name order."""
+    def close(self, between_files: Callable[[], None] | None = None) -> list[Shard]:
+        """Closes every shard (after dealing out the staging files, shuffled); returns the non-empty ones in name order.
+
+        ``between_files``: called before each staging file is shuffled (a stop check).
+        """
+        import tensorflow as tf
+
+        if self._staging:
+            for writer in self._staging:
+                writer.close()
+            self._staging = []
+            for path in self._staging_paths:
+                if between_files is not None:
+                    between_files()
+                records = list(tf.data.TFRecordDataset(str(path)).batch(8192).as_numpy_iterator())
+                held = np.concatenate(records) if records else np.array([], dtype=object)
+                self._deal(held[self._rng.permutation(len(held))])
+                path.unlink()
+            shutil.rmtree(self._staging_dir, ignore_errors=True)
         for writer in self._writers:
             writer.close()
         shards = []
@@ -105,6 +158,13 @@ class ShardWriter:
             else:
                 path.unlink(missing_ok=True)
         return shards
+
+    def abort(self) -> None:
+        """Closes every file without dealing out the staging files (the run failed; the caller removes the output)."""
+        for writer in (*self._staging, *self._writers):
+            writer.close()
+        self._staging = []
+        shutil.rmtree(self._staging_dir, ignore_errors=True)
 
 
 # --- raw-pixel image records, built in Python (one tobytes and a few joins per picture) --------

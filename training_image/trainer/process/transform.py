@@ -56,6 +56,9 @@ TARGET_SHARD_BYTES = 128 * 2**20  # TFRecord guidance: 100-200 MB per shard
 CSV_BATCH = 8192
 IMAGE_BATCH = 64
 JPEG_QUALITY = 95
+# Serialized training records per staging file of the CSV shuffle (held in memory one at a time,
+# with Python's per-record overhead): 4x an underestimated row count still fits a few hundred MB.
+SHUFFLE_STAGING_BYTES = 64 * 2**20
 _HASH_BUCKETS = 1 << 30
 # Keys the split hash apart from any other use of the seed.
 _SPLIT_SALT = 0x5EED_5B17
@@ -288,7 +291,15 @@ def convert_csv(
     batches = lines.batch(CSV_BATCH).enumerate().map(convert, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     log("transform-start", format="csv", files=len(checked), features=num_features, shards=f"{train_shards}+{validation_shards}",
         statistics_on=reduce_on or "tf.data-map")  # fmt: skip
-    writers = (ShardWriter(outputs.train, train_shards), ShardWriter(outputs.validation, validation_shards))
+    # Training shards in a seeded random order: CSV rows arrive in the input's order (a file sorted
+    # by label is common), and the trainer mixes rows only within its shuffle buffer. Validation is
+    # read in order anyway.
+    estimated_train_bytes = _estimated_rows(files) * record_bytes * (1.0 - fraction)
+    writers = (
+        ShardWriter(outputs.train, train_shards, shuffle_seed=seed,
+                    staging_files=max(1, math.ceil(estimated_train_bytes / SHUFFLE_STAGING_BYTES))),
+        ShardWriter(outputs.validation, validation_shards),
+    )  # fmt: skip
     moments = (RunningMoments(num_features, reduce_on or device), RunningMoments(num_features, reduce_on or device))
     try:
         for reduced, to_validation, records, bad in batches.prefetch(tf.data.AUTOTUNE):
@@ -307,9 +318,14 @@ def convert_csv(
                 moments[0].update_rows(features, labels, tf.logical_not(to_validation))
                 moments[1].update_rows(features, labels, to_validation)
     except tf.errors.OpError as err:
+        for writer in writers:
+            writer.abort()
         raise _csv_problem(checked, num_features, err) from err
-    finally:
-        written = tuple(w.close() for w in writers)
+    except BaseException:
+        for writer in writers:
+            writer.abort()  # no shuffle pass for a run that failed or was stopped
+        raise
+    written = tuple(w.close(between_files=stopping.check) for w in writers)
     counts = (writers[0].examples, writers[1].examples)
     _check_split(*counts, sum(counts), fraction)
     classes = max(max(m.classes) for m in moments if m.classes) + 1

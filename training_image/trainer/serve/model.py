@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from trainer.contract.errors import TrainerError
+from trainer.serve.codec import RequestError
 from trainer.serve.tfserving import DEFAULT_SIGNATURE, Signature, TensorSpec
 
 TRAINER_CONFIG = "trainer_config.json"
@@ -234,6 +235,9 @@ class LoadedModel:
         device: The device this replica's variables and ops are on (``None``: TensorFlow's choice).
         buckets: Batch sizes calls are padded up to (with zero rows, cut from the answer); empty:
             no padding. A batch above the largest runs at its own size.
+        input_dtype: The model input's dtype (``uint8`` for the trainer's image models); rows
+            arrive as float32 and are cast to it, so an integer dtype takes whole numbers in its
+            range only (:meth:`check_rows`).
     """
 
     source: ModelSource
@@ -244,9 +248,36 @@ class LoadedModel:
     owner: Any = None
     device: str | None = None
     buckets: tuple[int, ...] = ()
+    input_dtype: str = "float32"
+
+    def check_rows(self, batch: np.ndarray) -> None:
+        """Raises RequestError (400) when the model's integer input would not hold ``batch`` as sent.
+
+        The cast to an integer dtype truncates and wraps: pixels scaled to [0, 1] become nearly
+        all zeros, and the model answers one class for every picture. Float inputs take anything.
+        """
+        if not np.issubdtype(np.dtype(self.input_dtype), np.integer) or not batch.size:
+            return
+        limits = np.iinfo(np.dtype(self.input_dtype))
+        low, high = float(batch.min()), float(batch.max())
+        whole = bool(np.all(batch == np.floor(batch)))
+        if whole and low >= limits.min and high <= limits.max:
+            return
+        what = " (pixel values)" if self.input_dtype == "uint8" else ""
+        raise RequestError(
+            400,
+            f"The model takes {limits.min}-{limits.max} integers{what} ({self.input_dtype} input); the request's values "
+            f"range from {low:g} to {high:g}{'' if whole else ', not all whole numbers'}. Send the unscaled values "
+            "(for pictures, the 0-255 pixels, not pixels divided by 255).",
+        )
 
     def predict(self, batch: np.ndarray) -> np.ndarray:
-        """Class probabilities (float64, rows sum to 1) for a ``[n, num_features]`` float32 batch."""
+        """Class probabilities (float64, rows sum to 1) for a ``[n, num_features]`` float32 batch.
+
+        Raises:
+            RequestError: 400, values the model's integer input cannot hold (:meth:`check_rows`).
+        """
+        self.check_rows(batch)
         rows = len(batch)
         bucket = next((size for size in self.buckets if size >= rows), rows)
         if bucket > rows:
@@ -338,7 +369,7 @@ def _load_keras(source: ModelSource, output: str, device: str | None) -> LoadedM
         return model(inputs, training=False)
 
     fn = _compile(call, num_features, inner_shape, dtype, device)
-    return LoadedModel(source, num_features, max(num_classes, 2), output, fn, device=device)
+    return LoadedModel(source, num_features, max(num_classes, 2), output, fn, device=device, input_dtype=_dtype_name(dtype))
 
 
 def _load_saved_model(source: ModelSource, output: str, device: str | None) -> LoadedModel:
@@ -375,7 +406,16 @@ def _load_saved_model(source: ModelSource, output: str, device: str | None) -> L
         return signature(**{input_name: inputs})[output_name]
 
     fn = _compile(call, num_features, inner_shape, spec.dtype, device)
-    return LoadedModel(source, num_features, max(num_classes, 2), output, fn, owner=loaded, device=device)
+    return LoadedModel(
+        source, num_features, max(num_classes, 2), output, fn, owner=loaded, device=device, input_dtype=_dtype_name(spec.dtype)
+    )
+
+
+def _dtype_name(dtype: Any) -> str:
+    """``uint8``, ``float32``, ... for a Keras dtype string or a ``tf.DType``."""
+    import tensorflow as tf
+
+    return tf.as_dtype(dtype).name
 
 
 @dataclass

@@ -727,6 +727,7 @@ async def _classify(request: web.Request, state: ServingState, *, rest: bool = F
     try:
         content_type = codec.JSON if rest else request.headers.get("Content-Type", "")
         rows = codec.decode(body, content_type, state.model.num_features)
+        state.model.check_rows(rows)  # an integer (uint8 pixel) input takes whole numbers in range: a 400, not a cast
     except codec.RequestError as err:
         return _error(err.status, str(err))
     try:

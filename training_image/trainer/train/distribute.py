@@ -144,3 +144,45 @@ def create_strategy(cluster: Cluster, inventory: DeviceInventory, instance_type:
         workers=cluster.num_workers,
     )
     return strategy
+
+
+def replica_local_statistics(model: Any) -> list[Any]:
+    """The model's variables each replica updates on its own: non-trainable floats with no aggregation.
+
+    Keras creates BatchNormalization's ``moving_mean`` and ``moving_variance`` with
+    ``aggregation="none"`` (keras/src/layers/normalization/batch_normalization.py), and a
+    MirroredVariable with ``VariableAggregation.NONE`` assigned in a replica context updates only
+    that replica's copy (tensorflow/python/distribute/values.py, ``_on_write_update_replica``):
+    each replica keeps the statistics of its own batches, and saving writes replica 0's.
+    """
+    return [
+        v for v in model.non_trainable_variables
+        if str(getattr(v, "aggregation", "none")).lower() in ("none", "variableaggregation.none")
+        and "float" in str(v.dtype)
+    ]  # fmt: skip
+
+
+def statistics_sync(model: Any, strategy: Any) -> Any:
+    """``sync()`` that sets every replica's copy of those variables to their mean over all replicas
+    (all workers: it is a collective every worker must call); None when there is nothing to sync.
+
+    Called before each validation and checkpoint, so validation, the saved models and every
+    worker's weights use one set of statistics, the average of what the replicas saw.
+    """
+    import tensorflow as tf
+
+    variables = replica_local_statistics(model)
+    if strategy.num_replicas_in_sync == 1 or not variables:
+        return None
+
+    @tf.function
+    def sync() -> None:
+        def replica_fn() -> None:
+            context = tf.distribute.get_replica_context()
+            means = context.all_reduce(tf.distribute.ReduceOp.MEAN, [tf.identity(v.value) for v in variables])
+            for variable, mean in zip(variables, means, strict=True):
+                variable.assign(mean)  # aggregation none: each replica writes its own copy
+
+        strategy.run(replica_fn)
+
+    return sync

@@ -42,6 +42,10 @@ from trainer.train import diagnosis, distribute, lr_schedule, models
 from trainer.train.metrics import EpochMetrics, emit
 
 MODEL_FILENAME = "model.keras"
+# With a validation channel model.keras is the best epoch's model and this one the last epoch's.
+LAST_MODEL_FILENAME = "last.keras"
+# Where the best model is kept during training (the checkpoint directory, so a resumed run keeps
+# it); earlier versions also wrote it beside model.keras.
 BEST_MODEL_FILENAME = "best.keras"
 CONFIG_FILENAME = "trainer_config.json"
 KEEP_CHECKPOINTS = 3
@@ -76,8 +80,10 @@ class TrainingResult:
         completed_epochs: Epochs completed in total (equals ``epochs`` on success).
         resumed_from_epoch: Completed epochs restored from a checkpoint at the start (0 if none).
         last_metrics: Metrics of the last epoch this process trained, if it trained any.
-        weights_sha256: Digest of the final weights; identical on every worker.
+        weights_sha256: Digest of the last epoch's weights; identical on every worker.
         best_model: The best-by-``val_loss`` model (chief, with a validation channel), else None.
+        best_epoch: The epoch of ``best_model`` (None when unknown: a checkpoint from before it was kept).
+        best_val_loss: Its ``val_loss``.
     """
 
     completed_epochs: int
@@ -85,6 +91,8 @@ class TrainingResult:
     last_metrics: EpochMetrics | None
     weights_sha256: str
     best_model: Path | None = None
+    best_epoch: int | None = None
+    best_val_loss: float | None = None
 
 
 def run(env: TrainingEnvironment) -> TrainingResult:
@@ -207,7 +215,35 @@ def _resolved_config(
         "completed_epochs": result.completed_epochs,
         "resumed_from_epoch": result.resumed_from_epoch,
         "weights_sha256": result.weights_sha256,
+        "model": _model_record(result),
+        **({"class_names": names} if (names := class_names(spec)) else {}),
     }
+
+
+def _model_record(result: TrainingResult) -> dict[str, Any]:
+    """Which epoch ``model.keras`` holds: the best by ``val_loss`` with a validation channel, else the last."""
+    if result.best_model is None:
+        return {"file": MODEL_FILENAME, "selected_by": "last_epoch", "epoch": result.completed_epochs}
+    return {
+        "file": MODEL_FILENAME,
+        "selected_by": "best_val_loss",
+        "epoch": result.best_epoch,
+        "val_loss": result.best_val_loss,
+        "last_epoch": result.completed_epochs,
+        "last_epoch_file": LAST_MODEL_FILENAME,
+    }
+
+
+def class_names(spec: Any) -> list[str]:
+    """What each output index means, when known: ``class_names[i]`` is the class of logit ``i``.
+
+    Image channels: the class directory names in sorted order (``image-dir``), or those the shards'
+    ``manifest.json`` names (the processing mode writes them); feature rows: the label values
+    themselves (the label column holds the index). Empty when unknown (shards that name no classes).
+    """
+    if isinstance(spec, images.ImageDataset):
+        return list(spec.class_names)
+    return [str(label) for label in range(spec.num_classes)]
 
 
 def _weights_digest(model: Any) -> str:
@@ -404,11 +440,13 @@ class _Trainable:
     completed: Any
     best_val_loss: Any
     evals_since_best: Any
+    best_epoch: Any
     checkpoint: Any
     manager: Any
     write_dir: Path
     best_path: Path
     resumed_from: int
+    sync_statistics: Any = None
 
 
 def _plan_batching(config: TrainingConfig, spec: data.DatasetSpec, strategy: Any, cluster: Cluster) -> _Batching:
@@ -464,12 +502,15 @@ def _build_trainable(
     completed = tf.Variable(0, dtype=tf.int64, trainable=False, name="completed_epochs")
     best_val_loss = tf.Variable(math.inf, dtype=tf.float64, trainable=False, name="best_val_loss")
     evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
+    # 0: unknown (a checkpoint written before the trainer kept it restores without it).
+    best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_epoch")
     checkpoint = tf.train.Checkpoint(
         model=model,
         optimizer=optimizer,
         completed_epochs=completed,
         best_val_loss=best_val_loss,
         evals_since_best=evals_since_best,
+        best_epoch=best_epoch,
     )
     resumed_from = _restore(checkpoint, completed, paths, config, spec)
     _agree_on_resume(strategy, resumed_from, cluster, paths)
@@ -479,7 +520,8 @@ def _build_trainable(
     if cluster.is_chief and resumed_from == 0:
         best_path.unlink(missing_ok=True)  # from another job that used this checkpoint directory
     return _Trainable(
-        model, optimizer, completed, best_val_loss, evals_since_best, checkpoint, manager, write_dir, best_path, resumed_from
+        model, optimizer, completed, best_val_loss, evals_since_best, best_epoch, checkpoint, manager, write_dir, best_path,
+        resumed_from, distribute.statistics_sync(model, strategy),
     )
 
 
@@ -543,6 +585,11 @@ def _input_pipeline(
     cache = not is_images and max(data.plan_bytes(plan) for plan in plans) <= config.cache_max_mb * 2**20
     log("input", cache=cache, cache_max_mb=config.cache_max_mb, input_threads=input_threads or "shared",
         image_records=getattr(spec, "encoding", None))  # fmt: skip
+    if not is_images:
+        warning = data.label_order_warning(spec, shuffle_buffer=config.shuffle_buffer, cached=cache)
+        if warning:
+            log("WARNING", label_order=json.dumps(warning))
+            print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
     def pipeline(context: Any | None, first_epoch: int) -> Any:
         index = context.input_pipeline_id if context else 0
@@ -680,6 +727,10 @@ def _end_epoch(
     """
     epoch = metrics.epoch
     stopped_early = False
+    if state.sync_statistics is not None:
+        # BatchNormalization's moving statistics are per replica (distribute.replica_local_statistics):
+        # one mean for all before validation, the best model and the checkpoint read them.
+        _sync_statistics(state, cluster, epoch)
     if evaluate is not None and (epoch % config.validation_every_epochs == 0 or epoch == config.epochs):
         val_loss, val_accuracy = evaluate()
         metrics = replace(metrics, val_loss=val_loss, val_accuracy=val_accuracy)
@@ -697,6 +748,7 @@ def _end_epoch(
         if val_loss < float(state.best_val_loss.numpy()):
             state.best_val_loss.assign(val_loss)
             state.evals_since_best.assign(0)
+            state.best_epoch.assign(epoch)
             if cluster.is_chief:
                 _save_keras(state.model, state.best_path)
         else:
@@ -727,6 +779,18 @@ def _end_epoch(
             patience=config.early_stopping_patience,
         )
     return metrics, stopped_early
+
+
+def _sync_statistics(state: _Trainable, cluster: Cluster, epoch: int) -> None:
+    """The all-reduce of the replicas' statistics; a peer lost in it is the named multi-host failure."""
+    import tensorflow as tf
+
+    try:
+        state.sync_statistics()
+    except tf.errors.OpError as err:
+        if cluster.num_workers > 1:
+            raise distribute.peer_failure(cluster, f"the end of epoch {epoch}'s statistics all-reduce", err) from err
+        raise
 
 
 def _stop_after_last_step(
@@ -813,12 +877,15 @@ def _train_loop(
     verdict = diagnosis.diagnose(trained, spec.data_format, cached=cache)
     if verdict and cluster.is_chief:
         diagnosis.emit(verdict)
+    best_model = state.best_path if evaluate is not None and state.best_path.exists() else None
     result = TrainingResult(
         completed_epochs=int(state.completed.numpy()),
         resumed_from_epoch=state.resumed_from,
         last_metrics=last_metrics,
         weights_sha256=_weights_digest(state.model),
-        best_model=state.best_path if evaluate is not None and state.best_path.exists() else None,
+        best_model=best_model,
+        best_epoch=(int(state.best_epoch.numpy()) or None) if best_model is not None else None,
+        best_val_loss=float(state.best_val_loss.numpy()) if best_model is not None else None,
     )
     return result, state.model
 
@@ -882,7 +949,9 @@ def _discover_validation(env: TrainingEnvironment, config: TrainingConfig, spec:
     if env.input_data_config and channel not in env.input_data_config:
         return None
     # Labels by class name: the training channel's classes, not the validation channel's own listing.
-    val_spec = images.from_config(env.paths.channel_dir(channel), config, channel=channel, class_names=spec.class_names)
+    val_spec = images.from_config(
+        env.paths.channel_dir(channel), config, channel=channel, class_names=spec.class_names, training=False
+    )
     if val_spec is None and env.paths.channel_dir(channel).is_dir():
         raise DataError(
             f"Validation channel {channel!r} ({env.paths.channel_dir(channel)}) holds no images, but the training "
@@ -976,7 +1045,7 @@ def _save_keras(model: Any, path: Path) -> None:
 
 
 def _write_scalars(writer: Any, metrics: EpochMetrics) -> None:
-    """Writes the epoch's metrics as TensorBoard scalars.
+    """Writes the epoch's metrics as TensorBoard scalars (``train/*``, and ``validation/*`` when it evaluated).
 
     ``tf.summary.scalar`` lives in the tensorboard package, which TensorFlow 2.21 no longer
     depends on; the core ``tf.summary.write`` op with the scalars plugin's metadata produces the
@@ -992,20 +1061,36 @@ def _write_scalars(writer: Any, metrics: EpochMetrics) -> None:
     with writer.as_default(step=metrics.epoch):
         for name in ("loss", "accuracy", "examples_per_sec", "step_time_ms"):
             tf.summary.write(f"train/{name}", tf.constant(getattr(metrics, name), tf.float32), metadata=metadata)
+        # Only in epochs that evaluated the validation channel (as the metric line's val_ fields).
+        for name in ("loss", "accuracy"):
+            value = getattr(metrics, f"val_{name}")
+            if value is not None:
+                tf.summary.write(f"validation/{name}", tf.constant(value, tf.float32), metadata=metadata)
     writer.flush()
 
 
 def _save_model(paths: Paths, model: Any, resolved: dict[str, Any], best_model: Path | None) -> None:
-    """Writes the resolved config, the best-by-validation model if any, then the last model, each
-    atomically, so a partial model is never taken as good."""
+    """Writes the resolved config, then the models, each atomically, so a partial model is never taken as good.
+
+    ``model.keras``, what serving loads, is the best-by-``val_loss`` model when there is one (a
+    validation channel): the last epoch's can be ``early_stopping_patience`` evaluations past it.
+    The last epoch's model is then ``last.keras``. Without validation ``model.keras`` is the last
+    epoch's. Written last, so its presence means done.
+    """
     paths.model_dir.mkdir(parents=True, exist_ok=True)
     (paths.model_dir / CONFIG_FILENAME).write_text(
         json.dumps(resolved, indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
-    if best_model is not None:
-        partial = paths.model_dir / f".incomplete-{BEST_MODEL_FILENAME}"
-        shutil.copyfile(best_model, partial)
-        partial.replace(paths.model_dir / BEST_MODEL_FILENAME)
-        log("model-saved", path=paths.model_dir / BEST_MODEL_FILENAME, kind="best_val_loss")
-    _save_keras(model, paths.model_dir / MODEL_FILENAME)
-    log("model-saved", path=paths.model_dir / MODEL_FILENAME)
+    # No stale Keras file of an earlier run in this directory beside this run's (serving loads model.keras).
+    for stale in (BEST_MODEL_FILENAME, LAST_MODEL_FILENAME):
+        (paths.model_dir / stale).unlink(missing_ok=True)
+    if best_model is None:
+        _save_keras(model, paths.model_dir / MODEL_FILENAME)
+        log("model-saved", path=paths.model_dir / MODEL_FILENAME, kind="last_epoch")
+        return
+    _save_keras(model, paths.model_dir / LAST_MODEL_FILENAME)
+    log("model-saved", path=paths.model_dir / LAST_MODEL_FILENAME, kind="last_epoch")
+    partial = paths.model_dir / f".incomplete-{MODEL_FILENAME}"
+    shutil.copyfile(best_model, partial)
+    partial.replace(paths.model_dir / MODEL_FILENAME)
+    log("model-saved", path=paths.model_dir / MODEL_FILENAME, kind="best_val_loss", epoch=resolved["model"]["epoch"])
