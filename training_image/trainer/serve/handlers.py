@@ -271,17 +271,13 @@ class UserCode:
             args = (*args, context)
         elif accepted != len(args):
             raise HandlerError(500, f"{SCRIPT}: {name} takes {accepted} arguments; the toolkit passes {len(args)} (or {len(args) + 1} with the context).")
-        try:
-            return function(*args)
-        except HandlerError:
-            raise
-        except Exception as err:  # noqa: BLE001 - the user's failure, reported with their file and line
-            raise self._fail(err, name) from err
+        return self._call_direct(name, *args)
 
     def _call_direct(self, name: str, *args: Any) -> Any:
         """A serving-container handler, called with exactly ``args`` as ``python_service.py`` calls it
         (``handler(data, context)``): a signature such as ``(data, context, **kwargs)`` is the user's
-        business, not a request for the context twice."""
+        business, not a request for the context twice. The toolkit's functions end here too, once
+        :meth:`_call` has chosen their arguments."""
         function: Callable[..., Any] = getattr(self.module, name)
         try:
             return function(*args)
