@@ -70,7 +70,7 @@ def promoted_source(config: PlatformConfig, context: dict, region: str) -> tuple
         return None
     if str(platform_overrides(context).get(SERVING_ENABLED, "")).strip().lower() == "false":
         return None
-    from stacks.components.endpoint_spec import PROMOTE_CONTEXT, context_flag, promotion_record_name
+    from stacks.components.endpoint_spec import PROMOTE_CONTEXT, TEARDOWN_CONTEXT, context_flag, promotion_record_name
 
     if context_flag(context.get(PROMOTE_CONTEXT)):
         return None
@@ -99,7 +99,7 @@ def promoted_source(config: PlatformConfig, context: dict, region: str) -> tuple
     live, live_key = record.live, artifact_key(record.live.model_data_url)
     serving = config.serving
     if serving.training_job_name or serving.model_artifact_key:
-        if serving.model_key == live_key:
+        if serving.model_key == live_key or context_flag(context.get(TEARDOWN_CONTEXT)):
             return None
         setting = "training_job_name" if serving.training_job_name else "model_artifact_key"
         value = serving.training_job_name or serving.model_artifact_key
@@ -113,6 +113,7 @@ def promoted_source(config: PlatformConfig, context: dict, region: str) -> tuple
             f"serving.{setting}={value} is not the live model of the promotion record {name} ({live.job}, {live.model_data_url}): "
             f"deploying it would replace the live model without recording it, and the next deploy would move the endpoint back; "
             f"serve it with {promote}, or clear serving.{setting} (null in cdk.json, no -c) to keep serving {live.job}"
+            " (to tear down meanwhile: python -m scripts.teardown --destroy)"
         )
     print(f"note: the serving stack serves {live.job}, the live model of the promotion record {name}", file=sys.stderr)
     if live_key == ARTIFACT_TEMPLATE.format(job=live.job):

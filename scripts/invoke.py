@@ -112,7 +112,8 @@ def invoke(aws: Aws, endpoint: str, body: bytes, content_type: str, component: O
             ) from None
         except ClientError as err:
             code, message = error_code(err), error_message(err)
-            not_run = code in NOT_RUN or "throttl" in message.lower()
+            # A ModelError is the model's own answer (it ran), whatever its message says: never sent again.
+            not_run = code in NOT_RUN or (code != "ModelError" and "throttl" in message.lower())
             if not_run and attempt < INVOKE_ATTEMPTS:
                 time.sleep(RETRY_BASE_SECONDS * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
                 continue
@@ -134,7 +135,7 @@ def _invoke_error(aws: Aws, endpoint: str, err: ClientError, attempts: int) -> E
             f"{endpoint} has no model ready to serve{tries}: its instances are still starting or loading the model "
             "(minutes on a GPU after a deploy or a scale-out); retry later"
         )
-    if code in ("ThrottlingException", "TooManyRequestsException") or "throttl" in message.lower():
+    if code in ("ThrottlingException", "TooManyRequestsException") or (code != "ModelError" and "throttl" in message.lower()):
         return OperatorError(f"{endpoint} is throttling requests ({code}){tries}: retry later or raise serving.max_instances")
     if code == "ModelError":
         detail = err.response.get("OriginalMessage") or message

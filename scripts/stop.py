@@ -65,18 +65,19 @@ def stop_execution(deployment: Deployment, name: str) -> bool:
 
 
 def stop_job(
-    deployment: Deployment, name: str, kind: JobKind = TRAINING_JOB, *, job: Optional[Mapping[str, Any]] = None
+    deployment: Deployment, name: str, kind: JobKind = TRAINING_JOB, *, job: Optional[Mapping[str, Any]] = None,
+    keep_alive_done: bool = False,
 ) -> Optional[str]:
     """Ask SageMaker to stop the ``kind`` job ``name``; its status before (``None`` if it does not exist).
     ``job``: its description, where the caller has just read it (not read again). A training job with a
-    warm pool gets KeepAlivePeriodInSeconds 0 first (:func:`no_warm_pool_after`): a stopped job keeps
-    none to bill."""
+    warm pool gets KeepAlivePeriodInSeconds 0 first (:func:`no_warm_pool_after`; ``keep_alive_done``:
+    the caller did that already): a stopped job keeps none to bill."""
     job = job if job is not None else describe_sagemaker_job(deployment.aws, kind, name)
     if job is None:
         return None
     status = str(job[kind.status_key])
     if status in ACTIVE_JOB_STATES:
-        if kind is TRAINING_JOB:
+        if kind is TRAINING_JOB and not keep_alive_done:
             no_warm_pool_after(deployment, name, job)
         try:
             getattr(deployment.aws.client("sagemaker"), kind.stop)(**{kind.name_key: name})
@@ -172,8 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args, deployment = parse_operator_args(build_parser(), argv)
     name = args.job_name
-    stopped_execution = stop_execution(deployment, name)
     found = find_sagemaker_job(deployment.aws, name, JOB_KINDS)
+    keep_alive_done = found is not None and found[0] is TRAINING_JOB
+    if keep_alive_done:
+        # Before the execution's stop: Step Functions stops the job itself, and a job already Stopping
+        # no longer takes a keep-alive of 0 the way a running one does.
+        no_warm_pool_after(deployment, name, found[1])
+    stopped_execution = stop_execution(deployment, name)
+    if stopped_execution and found is not None:
+        found = find_sagemaker_job(deployment.aws, name, JOB_KINDS)  # the workflow's stop may have moved it on
     if found is None and not stopped_execution:
         raise OperatorError(
             f"no training, tuning, processing or transform job named {name} in {deployment.aws.region}"
@@ -185,8 +193,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{name}: the execution had not created its job yet")
         return 0
     kind, job = found
-    before = stop_job(deployment, name, kind, job=job)
-    if before is None or before not in ACTIVE_JOB_STATES:
+    before = stop_job(deployment, name, kind, job=job, keep_alive_done=keep_alive_done)
+    # Stopping by its workflow execution's stop (just asked): as a stop of this command's, --wait waits for it.
+    stopping = before in ACTIVE_JOB_STATES or (before == "Stopping" and stopped_execution)
+    if not stopping:
         if kind is TRAINING_JOB and warm_pool_available(job):
             # Ended, but its instances are kept for a next job and bill until the keep-alive runs out.
             print(f"{kind.label} {name} already {before}, but its warm pool is Available (billing)")

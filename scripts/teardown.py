@@ -82,7 +82,7 @@ from scripts.common import (
     stack_name,
     seconds_argument,
 )
-from stacks.components.endpoint_spec import endpoint_name
+from stacks.components.endpoint_spec import TEARDOWN_CONTEXT, endpoint_name
 from scripts.stop import ACTIVE_JOB_STATES, end_warm_pool, stop_job
 from stacks.components.training_job_notifications import gpu_idle_alarm_prefix
 
@@ -428,7 +428,8 @@ def destroy(deployment: Deployment, overrides: Sequence[str], *, timeout: float,
 
 def cdk_destroy(overrides: Sequence[str] = ()) -> int:
     """``cdk destroy --all --force`` with the project's pinned CLI and the same ``-c`` overrides; its exit code."""
-    command = cdk_command("destroy", "--all", "--force", overrides=overrides)
+    # A serving model set by hand that the promotion record contradicts stops a deploy, not a teardown.
+    command = cdk_command("destroy", "--all", "--force", "-c", f"{TEARDOWN_CONTEXT}=true", overrides=overrides)
     print("running: cdk " + " ".join(command[command.index("destroy") :]))
     return run_cdk(command)
 

@@ -85,6 +85,12 @@ NO_AUTO_ROLLBACK_CONTEXT = "promote:no_auto_rollback"
 rollback alarms (an emergency path while the live model itself trips them); the next deploy names them again."""
 
 
+TEARDOWN_CONTEXT = "teardown:destroy"
+"""Context ``scripts.teardown`` passes to its ``cdk destroy`` (``-c teardown:destroy=true``): a serving
+model set by hand that differs from the promotion record does not stop a teardown (which model the
+serving stack would deploy no longer matters), as it stops a deploy."""
+
+
 def context_flag(value: object) -> bool:
     """A ``-c key=true`` value (the CLI passes strings; tests may pass booleans)."""
     return str(value).strip().lower() == "true"

@@ -21,6 +21,9 @@ pytestmark = [pytest.mark.integration]
 PROJECT = "gputrain"
 TAGS = [{"Key": "Project", "Value": PROJECT}]
 
+IMAGE = f"{server.ACCOUNT}.dkr.ecr.{server.REGION}.amazonaws.com/gputrain-training:1"
+"""An image of the emulated account's ECR: the only kind the emulator's runners play."""
+
 
 @pytest.fixture()
 def emulator(tmp_path: Path) -> Iterator[server.Emulator]:
@@ -139,7 +142,7 @@ def test_audit_flags_a_live_endpoint_as_compute_left_behind(emulator: server.Emu
     sagemaker = _client(emulator, "sagemaker")
     role = f"arn:aws:iam::123456789012:role/{PROJECT}-serving-role"
     sagemaker.create_model(
-        ModelName=f"{PROJECT}-model", ExecutionRoleArn=role, PrimaryContainer={"Image": "img:1"}, Tags=TAGS
+        ModelName=f"{PROJECT}-model", ExecutionRoleArn=role, PrimaryContainer={"Image": IMAGE}, Tags=TAGS
     )
     sagemaker.create_endpoint_config(
         EndpointConfigName=f"{PROJECT}-config",
@@ -166,7 +169,7 @@ def test_invoking_an_endpoint_no_local_process_serves_is_refused_never_a_canned_
     from moto.sagemaker.models import sagemaker_backends
 
     sagemaker, runtime = _client(emulator, "sagemaker"), _client(emulator, "sagemaker-runtime")
-    sagemaker.create_model(ModelName="m", ExecutionRoleArn="arn:aws:iam::123456789012:role/r", PrimaryContainer={"Image": "img:1"})
+    sagemaker.create_model(ModelName="m", ExecutionRoleArn="arn:aws:iam::123456789012:role/r", PrimaryContainer={"Image": IMAGE})
     sagemaker.create_endpoint_config(
         EndpointConfigName="c",
         ProductionVariants=[{"VariantName": "AllTraffic", "ModelName": "m", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}],
@@ -193,7 +196,7 @@ def test_job_kinds_without_a_local_runner_fail_saying_so_never_completed(emulato
     # moto makes transform, tuning and compilation jobs Completed at creation; nothing ran them.
     sagemaker = _client(emulator, "sagemaker")
     role = "arn:aws:iam::123456789012:role/r"
-    sagemaker.create_model(ModelName="m", ExecutionRoleArn=role, PrimaryContainer={"Image": "img:1"})
+    sagemaker.create_model(ModelName="m", ExecutionRoleArn=role, PrimaryContainer={"Image": IMAGE})
     sagemaker.create_transform_job(
         TransformJobName="t",
         ModelName="m",
@@ -214,7 +217,7 @@ def test_job_kinds_without_a_local_runner_fail_saying_so_never_completed(emulato
             "HyperParameterTuningJobObjective": {"Type": "Maximize", "MetricName": "accuracy"},
         },
         TrainingJobDefinition={
-            "AlgorithmSpecification": {"TrainingImage": "img:1", "TrainingInputMode": "File"},
+            "AlgorithmSpecification": {"TrainingImage": IMAGE, "TrainingInputMode": "File"},
             "RoleArn": role,
             "OutputDataConfig": {"S3OutputPath": "s3://out/x/"},
             "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
@@ -258,7 +261,7 @@ def test_local_hosting_serves_an_endpoint_with_sagemakers_error_contract(emulato
         ModelName="m",
         ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
         PrimaryContainer={
-            "Image": "img:1",
+            "Image": IMAGE,
             "ModelDataUrl": "s3://artifacts-bucket/training-jobs/j/output/model.tar.gz",
             "Environment": {"EXPECTED_GPU_COUNT": "1", "SERVE_MAX_BATCH_SIZE": "8"},
         },
@@ -334,7 +337,7 @@ def test_update_endpoint_moves_to_the_new_model_or_rolls_back(emulator: server.E
         sagemaker.create_model(
             ModelName=name,
             ExecutionRoleArn="arn:aws:iam::123456789012:role/r",
-            PrimaryContainer={"Image": "img:1", "ModelDataUrl": f"s3://artifacts-bucket/{name}/model.tar.gz"},
+            PrimaryContainer={"Image": IMAGE, "ModelDataUrl": f"s3://artifacts-bucket/{name}/model.tar.gz"},
         )
         sagemaker.create_endpoint_config(
             EndpointConfigName=f"{name}-config",
@@ -387,7 +390,7 @@ def test_audit_judges_processing_jobs_and_the_pipelines_models(emulator: server.
         Tags=TAGS,
     )
     sagemaker.create_model(ModelName=f"{PROJECT}-e1", ExecutionRoleArn="arn:aws:iam::123456789012:role/m",
-                           PrimaryContainer={"Image": "img:1"})
+                           PrimaryContainer={"Image": IMAGE})
     # No local runner here: the emulator keeps the job InProgress, which is compute left running.
     report = audit(project=PROJECT, data_retained=True, session=_session(), endpoint_url=emulator.endpoint_url)
     verdicts = {f.kind: f.verdict for f in report.findings}

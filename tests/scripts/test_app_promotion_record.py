@@ -108,6 +108,8 @@ def test_a_synth_for_another_account_never_reads_the_credentials_record(ssm, mon
         # scripts.promote's deploy: the model it records once the endpoint serves it
         {"serving.enabled": "true", "serving.training_job_name": f"{PROJECT}-other", "promote:deploy": "true"},
         {"serving.enabled": "true", "serving.model_artifact_key": "models/x/model.tar.gz", "promote:deploy": "true"},
+        # scripts.teardown's destroy: which model the serving stack would deploy no longer matters
+        {"serving.enabled": "true", "serving.training_job_name": f"{PROJECT}-other", "teardown:destroy": "true"},
         # the configured model is the live one
         {"serving.enabled": "true", "serving.training_job_name": f"{PROJECT}-second"},
         {"serving.enabled": "true", "serving.model_artifact_key": f"training-jobs/{PROJECT}-second/output/model.tar.gz"},
@@ -140,7 +142,7 @@ def test_a_model_set_by_hand_that_is_not_the_live_one_is_refused_in_one_line(ssm
         _job(_context(**override))
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"{setting} is not the live model of the promotion record {RECORD} ({PROJECT}-second, ")
-    assert fix in message
+    assert fix in message and message.endswith("(to tear down meanwhile: python -m scripts.teardown --destroy)")
 
 
 def test_a_corrupt_record_is_one_line_naming_it(ssm):

@@ -132,6 +132,13 @@ def test_an_answer_that_is_not_a_json_object_is_printed_as_it_came(runtime, tmp_
             1,
             "error: gputrain-endpoint refused the request (HTTP 400): Row 1 has 3 values but the model takes 4 features.",
         ),
+        # The model's own 429 whose message says "throttled": it ran, so it is its refusal, sent once.
+        (
+            "ModelError",
+            {"OriginalStatusCode": 429, "OriginalMessage": '{"error": "upstream feature store throttled"}'},
+            1,
+            "error: gputrain-endpoint refused the request (HTTP 429): upstream feature store throttled",
+        ),
         ("ThrottlingException", {}, 3, "error: gputrain-endpoint is throttling requests (ThrottlingException) (5 tries): retry later"),
         (
             "ModelNotReadyException",
@@ -146,12 +153,14 @@ def test_an_answer_that_is_not_a_json_object_is_printed_as_it_came(runtime, tmp_
             "error: endpoint gputrain-endpoint not found in us-east-1: deploy it",
         ),
     ],
-    ids=["model-4xx", "throttled", "model-not-ready", "missing-endpoint"],
+    ids=["model-4xx", "model-429-throttled", "throttled", "model-not-ready", "missing-endpoint"],
 )
 def test_endpoint_failures_are_one_line(runtime, tmp_path, capsys, no_sleep, code, extra, exit_code, line):
     rows = tmp_path / "rows.csv"
     rows.write_text("1,2,3\n")
-    message = "Endpoint gputrain-endpoint of account 123456789012 not found." if code == "ValidationError" else "no"
+    message = {"ValidationError": "Endpoint gputrain-endpoint of account 123456789012 not found.",
+               "ModelError": f"Received client error ({extra.get('OriginalStatusCode')}) from primary with message"
+                             f" \"{extra.get('OriginalMessage')}\""}.get(code, "no")  # fmt: skip
     tries = invoke.INVOKE_ATTEMPTS if code in invoke.NOT_RUN else 1  # only a refusal before the model ran is sent again
     for _ in range(tries):
         runtime.add_client_error("invoke_endpoint", service_error_code=code, service_message=message, response_meta=None)

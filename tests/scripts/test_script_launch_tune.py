@@ -131,13 +131,19 @@ def test_promote_best_of_reads_the_tuning_jobs_best_training_job(aws, monkeypatc
     from scripts import promote
 
     sagemaker = boto3.client("sagemaker", region_name=REGION)
-    monkeypatch.setattr(promote, "check_job", lambda deployment, job: f"s3://artifacts/training-jobs/{job}/output/model.tar.gz")
+    monkeypatch.setattr(promote, "check_job", lambda deployment, job, key=None: f"s3://artifacts/training-jobs/{job}/output/model.tar.gz")
     monkeypatch.setattr(promote, "read_record", lambda deployment: promote.PromotionRecord())
 
     class Described:
         def describe_hyper_parameter_tuning_job(self, HyperParameterTuningJobName):
             assert HyperParameterTuningJobName == f"{PROJECT}-tune-3"
             return {"HyperParameterTuningJobStatus": "Completed", "BestTrainingJob": {"TrainingJobName": f"{PROJECT}-tune-3-002-abcdef12"}}
+
+        def describe_endpoint(self, EndpointName):  # the first promotion: no endpoint yet (no instance type to change)
+            from botocore.exceptions import ClientError
+
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": f"Could not find endpoint {EndpointName}."}},
+                              "DescribeEndpoint")  # fmt: skip
 
     monkeypatch.setattr(Aws, "client", lambda self, service: Described() if service == "sagemaker" else sagemaker)
     assert promote.main(["--best-of", f"{PROJECT}-tune-3", "--dry-run"]) == 0

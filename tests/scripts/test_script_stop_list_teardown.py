@@ -113,6 +113,33 @@ def test_stop_sets_a_running_jobs_keep_alive_to_0_first_so_it_leaves_no_warm_poo
         moto_backends.job(name).warm_pool_status = None
 
 
+def test_a_workflow_jobs_keep_alive_goes_to_0_before_the_executions_stop_stops_the_job(aws, moto_backends, capsys, monkeypatch):
+    """Step Functions' .sync integration stops the job when its execution is stopped: the job is Stopping by
+    the time it is described again, too late for the keep-alive. So it is set to 0 first, and --wait still
+    waits for that stop."""
+    name = f"{PROJECT}-stop-warm-flow"
+    assert launch_main(["--on-demand", "--keep-alive", "900", "--name", name]) == 0  # the workflow execution
+    _warm_job(moto_backends, name, "InProgress")
+    original = stop.stop_execution
+
+    def stop_execution_and_its_job(deployment, job_name):  # as Step Functions does (moto runs no workflow)
+        stopped = original(deployment, job_name)
+        assert UPDATE_CALLS == [(name, {"KeepAlivePeriodInSeconds": 0})], "the keep-alive comes before the stop"
+        moto_backends.set_job(name, "Stopping", "Stopping")
+        return stopped
+
+    monkeypatch.setattr(stop, "stop_execution", stop_execution_and_its_job)
+    try:
+        capsys.readouterr()
+        assert run(stop.main, [name]) == 0
+        out = capsys.readouterr().out
+        assert f"stopped workflow execution {name}" in out and f"stopping training job {name}" in out
+        assert "nothing to stop" not in out and STOP_CALLS == []  # Step Functions' stop, not a second one
+    finally:
+        moto_backends.job(name).warm_pool_status = None
+        moto_backends.set_job(name, "Stopped", "Stopped")  # ended: the module's teardown tests wait for the project's jobs
+
+
 def test_stop_of_an_unknown_job_is_one_line_and_exit_3(aws, capsys):
     assert run(stop.main, [f"{PROJECT}-not-there"]) == 3
     assert capsys.readouterr().err == (

@@ -245,6 +245,9 @@ def test_a_host_without_the_promised_gpu_never_turns_healthy(model_and_dir, tmp_
         assert ping.json()["error"].startswith("GPU check failed: expected 1 GPU(s) (EXPECTED_GPU_COUNT) but TensorFlow sees 0")
         invoke = server.invoke(json.dumps(ROWS))
         assert invoke.status == 503 and "GPU check failed" in invoke.json()["error"]
+        # The loopback TF Serving route too, whatever model it names: not a 404 "not found" while not ready.
+        loopback = server.request("POST", "/v1/models/half_plus_three:predict", json.dumps({"instances": ROWS}).encode())
+        assert loopback.status == 503 and "GPU check failed" in loopback.json()["error"]
         assert "serve-ready" not in server.output()
         assert server.process.poll() is None  # still answering /ping, so SageMaker replaces the host
 

@@ -185,3 +185,30 @@ def test_without_the_checkpoint_file_the_newest_whole_checkpoint_is_found_by_num
         data_file.unlink()
     _, completed, checkpoint = _checkpoint(config, _spec(5, 3))
     assert train._restore(checkpoint, completed, paths, config, _spec(5, 3)) == 2
+
+
+def test_a_checkpoint_written_before_best_epoch_was_kept_still_resumes(tmp_path):
+    """A rerun after an image update resumes an older trainer's checkpoint (no ``best_epoch``): the
+    later variable stays 0 (unknown) rather than the checkpoint being refused as another model's."""
+    import tensorflow as tf
+
+    config = TrainingConfig.from_hyperparameters({"hidden_units": "8"})
+    paths = resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)})
+    spec = _spec(5, 3)
+    _, completed, old = _checkpoint(config, spec)
+    completed.assign(2)
+    tf.train.CheckpointManager(old, str(paths.checkpoint_dir), max_to_keep=3).save(checkpoint_number=2)
+
+    model, completed, fresh = _checkpoint(config, spec)
+    best_epoch = tf.Variable(7, dtype=tf.int64)
+    required = tf.train.Checkpoint(model=model, optimizer=fresh.optimizer, completed_epochs=completed)
+    assert train._restore(required, completed, paths, config, spec, tf.train.Checkpoint(best_epoch=best_epoch)) == 2
+    assert int(best_epoch.numpy()) == 7  # not in the checkpoint: left as it was
+
+    # Written with it, it comes back.
+    best_epoch.assign(1)
+    tf.train.Checkpoint(model=model, optimizer=required.optimizer, completed_epochs=completed, best_epoch=best_epoch).write(
+        str(tmp_path / "with-best" / "ckpt"))  # fmt: skip
+    best_epoch.assign(0)
+    tf.train.Checkpoint(best_epoch=best_epoch).restore(str(tmp_path / "with-best" / "ckpt")).expect_partial()
+    assert int(best_epoch.numpy()) == 1

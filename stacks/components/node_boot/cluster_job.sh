@@ -286,6 +286,9 @@ run_job() {
   download_channels
   aws s3 sync "$CHIEF_CHECKPOINTS" "$ML_DIR/checkpoints" --region "$AWS_REGION" --only-show-errors ||
     log "no checkpoints restored from $CHIEF_CHECKPOINTS"
+  # Again, now that the GPU check, the pull (up to PULL_SECONDS) and the downloads have taken their time:
+  # the runtime starts only with the container.
+  check_lifetime
 
   docker rm -f "$JOB_CONTAINER" >/dev/null 2>&1 || true
   container_options "$JOB_CONTAINER" "job/$JOB_NAME"

@@ -525,11 +525,12 @@ async def tfs_predict(request: web.Request) -> web.Response:
     match = _TFS_ROUTE.match(request.match_info["tail"])
     if match is None:
         return _error(404, f"POST {request.path}: only /v1/models/<name>[/versions/<n>]:predict is served.")
+    if not state.ready.is_set():
+        # Before resolving: while loading, the models found are not known yet, and a name would read as "not found".
+        return _error(503, state.failure or "Not ready: the model is still loading.")
     target = resolve(state, match["name"], match["version"], match["method"], where=f"POST {request.path}:")
     if isinstance(target, web.Response):
         return target
-    if not state.ready.is_set():
-        return _error(503, state.failure or "Not ready: the model is still loading.")
     if state.model is not None:
         return await _classify(request, state, rest=True)
     if not target.tensor_replicas:

@@ -318,7 +318,9 @@ def _missing_files(prefix: str) -> str | None:
     return None
 
 
-def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConfig, spec: data.DatasetSpec) -> int:
+def _restore(
+    checkpoint: Any, completed: Any, paths: Paths, config: TrainingConfig, spec: data.DatasetSpec, optional: Any = None
+) -> int:
     """Restores the newest intact checkpoint; returns its completed epochs (0 when there is none).
 
     SageMaker uploads ``/opt/ml/checkpoints`` in the background, so a spot interruption during
@@ -327,6 +329,8 @@ def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConf
     skipped with a ``checkpoint-skipped`` line and the one before it restored; the walk depends
     only on the files, so workers that see the same directory restore the same epoch (checked by
     :func:`_agree_on_resume`). A checkpoint that is whole but does not fit the model still fails.
+    ``optional``: a checkpoint of what later trainers added (``best_epoch``), restored where the
+    checkpoint has it: one written before them must not read as another model's.
     """
     import tensorflow as tf
 
@@ -350,6 +354,8 @@ def _restore(checkpoint: Any, completed: Any, paths: Paths, config: TrainingConf
             reason = f"unreadable: {' '.join(str(err).split())[:200]}"
             log("checkpoint-skipped", checkpoint=candidate, reason=json.dumps(reason))
             continue
+        if optional is not None:
+            optional.restore(candidate).expect_partial()
         restored = int(completed.numpy())
         log("resume", checkpoint=candidate, completed_epochs=restored, epochs=config.epochs)
         return restored
@@ -504,15 +510,11 @@ def _build_trainable(
     evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
     # 0: unknown (a checkpoint written before the trainer kept it restores without it).
     best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_epoch")
-    checkpoint = tf.train.Checkpoint(
-        model=model,
-        optimizer=optimizer,
-        completed_epochs=completed,
-        best_val_loss=best_val_loss,
-        evals_since_best=evals_since_best,
-        best_epoch=best_epoch,
-    )
-    resumed_from = _restore(checkpoint, completed, paths, config, spec)
+    kept = {"model": model, "optimizer": optimizer, "completed_epochs": completed, "best_val_loss": best_val_loss,
+            "evals_since_best": evals_since_best}  # fmt: skip
+    checkpoint = tf.train.Checkpoint(**kept, best_epoch=best_epoch)
+    # Restored as two: what every checkpoint holds must match; best_epoch only where it was written.
+    resumed_from = _restore(tf.train.Checkpoint(**kept), completed, paths, config, spec, tf.train.Checkpoint(best_epoch=best_epoch))
     _agree_on_resume(strategy, resumed_from, cluster, paths)
     write_dir = _checkpoint_write_dir(paths, cluster)
     manager = tf.train.CheckpointManager(checkpoint, str(write_dir), max_to_keep=KEEP_CHECKPOINTS)
