@@ -195,20 +195,27 @@ def test_an_argument_the_script_does_not_accept_is_named(tmp_path: Path) -> None
     assert "unrecognized arguments: --batch_size 64" in (run.failure or "")
 
 
-def test_requirements_install_offline_from_shipped_wheels(tmp_path: Path) -> None:
+def _run_with_a_shipped_wheel(tmp_path: Path, files: dict[str, str]) -> tuple[Path, Any]:
+    """A job whose source ships the wheel ``platformdemo==1.0`` (``VALUE = 42``) in ``wheels/`` beside
+    ``files``; its run, after checking it wrote that value to the model directory."""
     base = tmp_path / "opt-ml"
     source = tmp_path / "src"
     build_wheel(source / "wheels", "platformdemo", "1.0", "VALUE = 42\n")
-    files = {
-        "requirements.txt": "# what the script needs\nnumpy\nplatformdemo==1.0\n",
-        "train.py": "import os, platformdemo\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'value.txt'), 'w').write(str(platformdemo.VALUE))\n",
-    }
     _job_with_code(base, tmp_path, files)
     # _job_with_code wrote src/ again: the wheel is packed with it.
     pack(source, base / "input" / "data" / "code" / "sourcedir.tar.gz")
     run = run_trainer(base)
     assert run.returncode == 0, run.explain()
     assert (base / "model" / "value.txt").read_text() == "42"
+    return base, run
+
+
+def test_requirements_install_offline_from_shipped_wheels(tmp_path: Path) -> None:
+    files = {
+        "requirements.txt": "# what the script needs\nnumpy\nplatformdemo==1.0\n",
+        "train.py": "import os, platformdemo\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'value.txt'), 'w').write(str(platformdemo.VALUE))\n",
+    }
+    _, run = _run_with_a_shipped_wheel(tmp_path, files)
     installed = run.events("requirements")
     assert installed and installed[0]["installed"] == "platformdemo==1.0", "numpy came from the image, not a wheel"
 
@@ -721,19 +728,12 @@ setup(name="mytrainer", version="0.1", py_modules=["helper"], install_requires=[
 
 def test_a_source_directory_with_setup_py_is_installed_with_its_dependencies_offline(tmp_path: Path) -> None:
     """As AWS's toolkit runs `pip install .`: install_requires from the shipped wheels, what the image has is kept."""
-    base = tmp_path / "opt-ml"
-    source = tmp_path / "src"
-    build_wheel(source / "wheels", "platformdemo", "1.0", "VALUE = 42\n")
     files = {
         "setup.py": SETUP_PY.format(dependency="platformdemo==1.0"),
         "helper.py": "def value():\n    import platformdemo\n    return platformdemo.VALUE\n",
         "train.py": "import os, helper\nopen(os.path.join(os.environ['SM_MODEL_DIR'], 'value.txt'), 'w').write(str(helper.value()))\n",
     }
-    _job_with_code(base, tmp_path, files)
-    pack(source, base / "input" / "data" / "code" / "sourcedir.tar.gz")
-    run = run_trainer(base)
-    assert run.returncode == 0, run.explain()
-    assert (base / "model" / "value.txt").read_text() == "42"
+    _, run = _run_with_a_shipped_wheel(tmp_path, files)
     installed = run.events("requirements")
     assert installed and sorted(installed[0]["installed"].split(",")) == ["mytrainer==0.1", "platformdemo==1.0"], installed
 

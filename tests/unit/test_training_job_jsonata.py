@@ -373,18 +373,26 @@ def test_a_batch_the_replicas_do_not_split_is_refused_before_an_instance_starts_
     does and in the same words (the image's), and leaves a user's script, one replica and an invalid
     instance type or count (their own rules') alone."""
     template = JobTemplate.from_config(load_config(project_context()), RESOURCES)
+    problem = _workflow_then_direct(template, launch, refused is not None)
+    if refused is not None:
+        assert problem.startswith(f"Invalid launch options: {refused}"), problem
+        assert problem.count(SPLIT) == refused.count(SPLIT), problem
+
+
+def _workflow_then_direct(template: JobTemplate, launch: dict, refused: bool) -> str:
+    """``launch`` (named gputrain-x1) through the workflow's JSONata and ``launch --direct``: both take it
+    and send the same request, or (``refused``) both refuse it in the same words; those words."""
     launch = {"job_name": "gputrain-x1", **launch}
     [result] = _evaluate(template, [{"input": launch, "execution_name": "e"}])
-    if refused is None:
+    if not refused:
         assert result["ok"] is True, result["problem"]
         assert result["request"] == create_training_job_request(template, resolve_launch(template, LaunchOptions(**launch)))
-        return
+        return ""
     assert result["ok"] is False
-    assert result["problem"].startswith(f"Invalid launch options: {refused}"), result["problem"]
-    assert result["problem"].count(SPLIT) == refused.count(SPLIT), result["problem"]
     with pytest.raises(LaunchError) as info:
         resolve_launch(template, LaunchOptions(**launch))
     assert str(info.value) == result["problem"]
+    return result["problem"]
 
 
 @pytest.mark.parametrize(
@@ -409,14 +417,6 @@ def test_without_a_batch_size_the_images_default_batch_is_the_one_split(launch, 
     context = {**project_context(), "gpu_training.training_job.hyperparameters": '{"batch_size": null}'}
     template = JobTemplate.from_config(load_config(context), RESOURCES)
     assert "batch_size" not in template.default_hyperparameters
-    launch = {"job_name": "gputrain-x1", **launch}
-    [result] = _evaluate(template, [{"input": launch, "execution_name": "e"}])
-    if refused is None:
-        assert result["ok"] is True, result["problem"]
-        assert result["request"] == create_training_job_request(template, resolve_launch(template, LaunchOptions(**launch)))
-        return
-    assert result["ok"] is False
-    assert result["problem"] == f"Invalid launch options: {refused}.", result["problem"]
-    with pytest.raises(LaunchError) as info:
-        resolve_launch(template, LaunchOptions(**launch))
-    assert str(info.value) == result["problem"]
+    problem = _workflow_then_direct(template, launch, refused is not None)
+    if refused is not None:
+        assert problem == f"Invalid launch options: {refused}.", problem
