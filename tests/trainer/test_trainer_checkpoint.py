@@ -130,28 +130,39 @@ class _StopFromTheStart(train.StopRequest):
         self.requested = True
 
 
-def _train_until_stopped(tmp_path, steps_per_execution: int):
-    """Trains a small MLP in-process (8 steps an epoch) with a stop requested; returns the error, paths and output."""
+def _train(tmp_path, steps_per_execution: int, stop: train.StopRequest, **hyperparameters: str):
+    """Trains a small MLP in-process (8 steps an epoch, seeded as ``run`` seeds it) in ``tmp_path``; returns the
+    loop's result and paths."""
+    import keras
     import tensorflow as tf
 
     from trainer.contract.environment import Cluster
-    from trainer.contract.errors import TrainingInterrupted
     from trainer.datasets.synthetic import SyntheticSpec, write_dataset
 
     paths = resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)})
-    write_dataset(paths.channel_dir("train"), SyntheticSpec("csv", examples=64, features=4, classes=3, seed=1))
+    if not paths.channel_dir("train").is_dir():
+        write_dataset(paths.channel_dir("train"), SyntheticSpec("csv", examples=64, features=4, classes=3, seed=1))
     config = TrainingConfig.from_hyperparameters(
         {"hidden_units": "8", "batch_size": "8", "epochs": "3", "checkpoint_every_epochs": "2",
-         "steps_per_execution": str(steps_per_execution)}
+         "steps_per_execution": str(steps_per_execution), **hyperparameters}
     )  # fmt: skip
+    keras.utils.set_random_seed(config.seed)
     spec = data.count_channel(data.discover_channel(paths, config, {}), config.num_classes)
     cluster = Cluster(hosts=("algo-1",), current_host="algo-1", worker_port=2222, source="test")
+    result, _ = train._train_loop(
+        config=config, spec=spec, val_spec=None, strategy=tf.distribute.get_strategy(), cluster=cluster,
+        paths=paths, stop=stop, precision="float32",
+    )  # fmt: skip
+    return result, paths
+
+
+def _train_until_stopped(tmp_path, steps_per_execution: int, **hyperparameters: str):
+    """Trains with a stop requested from the start; returns the error and paths."""
+    from trainer.contract.errors import TrainingInterrupted
+
     with pytest.raises(TrainingInterrupted) as caught:
-        train._train_loop(
-            config=config, spec=spec, val_spec=None, strategy=tf.distribute.get_strategy(), cluster=cluster,
-            paths=paths, stop=_StopFromTheStart(), precision="float32",
-        )  # fmt: skip
-    return caught.value, paths
+        _train(tmp_path, steps_per_execution, _StopFromTheStart(), **hyperparameters)
+    return caught.value, resolve_paths({"SAGEMAKER_BASE_DIR": str(tmp_path)})
 
 
 def test_a_stop_with_the_epochs_last_call_checkpoints_that_epoch(tmp_path, capsys):
@@ -171,11 +182,34 @@ def test_a_stop_with_the_epochs_last_call_checkpoints_that_epoch(tmp_path, capsy
     assert train._restore(checkpoint, completed, paths, config, spec) == 1
 
 
-def test_a_stop_before_the_epochs_last_call_saves_nothing_of_that_epoch(tmp_path, capsys):
-    error, paths = _train_until_stopped(tmp_path, steps_per_execution=4)
-    assert "Training stopped by SIGTERM in epoch 1 at step 4 of 8. Completed epochs: 0" in str(error)
-    assert "[metrics] epoch=1 " not in capsys.readouterr().out
-    assert not list(paths.checkpoint_dir.glob("ckpt-*"))
+@pytest.mark.parametrize("cache", ["cached", "streamed"])
+def test_a_stop_in_the_middle_of_an_epoch_keeps_its_steps_and_the_restart_goes_on_from_the_next(tmp_path, capsys, cache):
+    """A spot interruption mid-epoch: the steps applied are checkpointed (an epoch of a large dataset can take
+    an hour); the restart trains the rest of that epoch on the batches it would have had, to the weights of
+    an uninterrupted run. Before: the stop saved nothing, and the restart redid the epoch from its start."""
+    hyperparameters = {"cache_max_mb": "0"} if cache == "streamed" else {}
+    error, paths = _train_until_stopped(tmp_path / "job", steps_per_execution=4, **hyperparameters)
+    first = paths.checkpoint_dir / "ckpt-1"
+    assert str(error) == (
+        f"Training stopped by SIGTERM in epoch 1 at step 4 of 8, checkpointed ({first}): a restart with the "
+        f"checkpoint directory {paths.checkpoint_dir} resumes at step 5. Completed epochs: 0."
+    )
+    printed = capsys.readouterr().out
+    assert f"input cache={cache == 'cached'} " in printed
+    assert "[metrics] epoch=1 " not in printed  # the epoch is not done
+    assert f"checkpoint path={first} epoch=0 epoch_steps=4" in printed
+
+    resumed, _ = _train(tmp_path / "job", 4, train.StopRequest(), **hyperparameters)
+    printed = capsys.readouterr().out
+    assert f"resume checkpoint={first} completed_epochs=0 epochs=3 epoch_steps=4" in printed
+    assert "first-step epoch=1 steps=4 " in printed and [line.split()[1] for line in printed.splitlines() if
+                                                          line.startswith("[metrics] ")] == ["epoch=1", "epoch=2", "epoch=3"]
+    # Numbered after the stop's: the end of epoch 2 (checkpoint_every_epochs) and the last.
+    assert f"checkpoint path={paths.checkpoint_dir / 'ckpt-2'} epoch=2" in printed
+    assert f"checkpoint path={paths.checkpoint_dir / 'ckpt-3'} epoch=3" in printed
+    uninterrupted, _ = _train(tmp_path / "uninterrupted", 4, train.StopRequest(), **hyperparameters)
+    assert resumed.weights_sha256 == uninterrupted.weights_sha256
+    assert resumed.completed_epochs == 3 and resumed.resumed_from_epoch == 0
 
 
 def test_without_the_checkpoint_file_the_newest_whole_checkpoint_is_found_by_number(tmp_path):

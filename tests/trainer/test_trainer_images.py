@@ -319,6 +319,23 @@ def test_augmentation_only_in_training_and_seeded(tmp_path):
     assert len({picture.tobytes() for picture in first}) > 1  # crops differ from picture to picture
 
 
+def test_a_resumed_epoch_skips_the_batches_its_steps_took_and_keeps_the_rest(tmp_path):
+    """A run resumed after a stop mid-epoch leaves out the batches the applied steps took; the rest are
+    exactly the epoch's own (same pictures, same crops: a crop is seeded by the picture's place)."""
+    write_dataset(tmp_path, _spec("image-dir", examples=24, classes=3))
+    spec = images.discover(tmp_path, channel="train", data_format="image-dir")
+
+    def batches(skip: int) -> list[np.ndarray]:
+        dataset = images.make_dataset(spec, training=True, image_size=16, per_replica_batch=4, batches=5, seed=5,
+                                      epoch=2, ordered=True, skip_batches=skip)  # fmt: skip
+        return [pictures.numpy() for pictures, _ in dataset]
+
+    whole, resumed = batches(0), batches(2)
+    assert len(whole) == 5 and len(resumed) == 3
+    for kept, replayed in zip(whole[2:], resumed, strict=True):
+        np.testing.assert_array_equal(kept, replayed)
+
+
 def test_workers_read_disjoint_shares(tmp_path):
     write_dataset(tmp_path / "dir", _spec("image-dir", examples=9))
     write_dataset(tmp_path / "shards", _spec("image-tfrecord", examples=9, shards=1))

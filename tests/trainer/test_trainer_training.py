@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import re
 import signal
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.forkserver import python_command
 from tests.trainer.helpers import (
+    TRAINING_IMAGE,
     TrainerRun,
     finish,
     free_ports,
@@ -23,6 +27,7 @@ from tests.trainer.helpers import (
     read_until,
     run_trainer,
     start_trainer,
+    trainer_env,
     write_job,
 )
 from trainer.datasets.synthetic import SyntheticSpec
@@ -265,12 +270,15 @@ def test_a_peer_that_refuses_connections_fails_the_rendezvous_before_the_timeout
 
 
 RESUME_DATA = SyntheticSpec("csv", examples=1024, features=12, classes=4, shards=2, seed=2)
-RESUME_HP = {"epochs": 4, "batch_size": 64, "learning_rate": 0.003, "hidden_units": "32"}
+# One step a call, so a stop can land between two steps of an epoch (16 steps), on two replicas fed by one
+# pipeline (a resumed epoch skips two batches a step).
+RESUME_HP = {"epochs": 4, "batch_size": 64, "learning_rate": 0.003, "hidden_units": "32", "steps_per_execution": 1}
+REPLICAS = {"TRAINER_LOGICAL_CPU_DEVICES": 2}
 
 
 @pytest.fixture(scope="module")
 def uninterrupted_run(tmp_path_factory) -> TrainerRun:
-    run = run_trainer(write_job(tmp_path_factory.mktemp("uninterrupted"), RESUME_HP, RESUME_DATA))
+    run = run_trainer(write_job(tmp_path_factory.mktemp("uninterrupted"), RESUME_HP, RESUME_DATA), **REPLICAS)
     assert run.returncode == 0, run.explain()
     return run
 
@@ -280,33 +288,41 @@ def test_stops_by_sigterm_and_sigkill_resume_to_the_weights_of_an_uninterrupted_
     epochs = RESUME_HP["epochs"]
     base = write_job(tmp_path, RESUME_HP, RESUME_DATA)
 
-    # 1. SIGTERM (SageMaker stop, spot notice): stop at the next step, say so, exit 143.
-    process = start_trainer(base, "train")
+    # 1. SIGTERM (SageMaker stop, spot notice) in the middle of epoch 2 (every batch held 0.2 s: the
+    # epoch takes 3 s): stop at the next step, checkpoint the steps applied, say so, exit 143.
+    process = subprocess.Popen(
+        python_command(str(Path(__file__).with_name("slow_input.py")), "train"), cwd=TRAINING_IMAGE,
+        env=trainer_env(base, SLOW_INPUT_SECONDS="0.2", **REPLICAS), stdout=subprocess.PIPE,
+        stderr=(base / "stderr.txt").open("w"), text=True, bufsize=1,
+    )  # fmt: skip
     printed = read_until(process, "[metrics] epoch=1 ")
     process.send_signal(signal.SIGTERM)
     stopped = finish(process, base, printed)
     assert stopped.returncode == 143, stopped.explain()
-    completed = [int(m["epoch"]) for m in stopped.metrics()]
-    assert 1 <= completed[-1] < epochs - 1
-    assert "Training stopped by SIGTERM" in stopped.failure
-    assert f"Completed epochs: {completed[-1]}" in stopped.failure
+    assert [int(m["epoch"]) for m in stopped.metrics()] == [1]
+    (checkpoint,) = [event for event in stopped.events("checkpoint") if event["epoch"] == "1" and "epoch_steps" in event]
+    applied = int(checkpoint["epoch_steps"])
+    assert 1 <= applied < 16, checkpoint
+    assert stopped.failure.startswith(f"Training stopped by SIGTERM in epoch 2 at step {applied} of 16, checkpointed (")
+    assert "Completed epochs: 1." in stopped.failure
     assert not stopped.model_path.exists()
+    completed = [1]
 
     # 2. Restart: resumes after the last completed epoch; then SIGKILL, no grace at all.
     (base / "output" / "failure").unlink()
-    process = start_trainer(base, "train")
+    process = start_trainer(base, "train", **REPLICAS)
     printed = read_until(process, f"[metrics] epoch={completed[-1] + 1} ")
     process.send_signal(signal.SIGKILL)
     killed = finish(process, base, printed)
     assert killed.returncode == -signal.SIGKILL
     (resume,) = killed.events("resume")
-    assert int(resume["completed_epochs"]) == completed[-1]
+    assert (int(resume["completed_epochs"]), int(resume["epoch_steps"])) == (completed[-1], applied)
     assert killed.metrics()[0]["epoch"] == completed[-1] + 1
     last_printed = int(killed.metrics()[-1]["epoch"])
     assert last_printed < epochs and not killed.model_path.exists()
 
     # 3. Restart again: finishes the remaining epochs only.
-    resumed = run_trainer(base, "train")
+    resumed = run_trainer(base, "train", **REPLICAS)
     assert resumed.returncode == 0, resumed.explain()
     (resume,) = resumed.events("resume")
     restored = int(resume["completed_epochs"])

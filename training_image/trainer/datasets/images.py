@@ -725,6 +725,7 @@ def make_dataset(
     ordered: bool = False,
     threads: int | None = None,
     crop_on_device: bool = False,
+    skip_batches: int = 0,
 ) -> Any:
     """One input pipeline's batches ``(images uint8 [B, S, S, 3], labels int32 [B])``.
 
@@ -744,6 +745,8 @@ def make_dataset(
     :func:`_make_raw_dataset`. ``threads``: the pipeline's private thread pool (None: TensorFlow's
     shared pool), see :func:`input_threads`. ``crop_on_device``: raw-record training batches carry
     crop boxes for the training step to apply (:func:`apply_crops`); other batches are unchanged.
+    ``skip_batches``: the epoch's first batches left out, before any picture is decoded (a run
+    resumed in the middle of the epoch); the others are exactly what they would have been.
     """
     import tensorflow as tf
 
@@ -762,6 +765,7 @@ def make_dataset(
             ordered=ordered,
             threads=threads,
             crop_on_device=crop_on_device,
+            skip_batches=skip_batches,
         )
     if spec.data_format == "image-dir":
         items = tf.data.Dataset.from_tensor_slices((list(spec.files), list(spec.labels)))
@@ -798,7 +802,10 @@ def make_dataset(
 
     # One map (read or parse, decode, crop, flip) in parallel; out of order in training, where
     # pictures of uneven size would otherwise hold the queue behind the slowest.
-    images = items.enumerate().map(load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered or not training)
+    # Skipped after enumerate: a picture's crop and flip depend on its place in the epoch's order.
+    images = items.enumerate().skip(skip_batches * per_replica_batch).map(
+        load, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered or not training
+    )
     batched = images.batch(per_replica_batch, drop_remainder=training, num_parallel_calls=tf.data.AUTOTUNE)
     return _with_options(batched.prefetch(tf.data.AUTOTUNE), threads)
 
@@ -846,6 +853,7 @@ def _make_raw_dataset(
     ordered: bool,
     threads: int | None,
     crop_on_device: bool = False,
+    skip_batches: int = 0,
 ) -> Any:
     """Batches from raw-pixel records: parse, check, reshape, crop, flip, one batch at a time.
 
@@ -922,7 +930,10 @@ def _make_raw_dataset(
     batched = items.batch(per_replica_batch, drop_remainder=training)
     if batches is not None:
         batched = batched.take(batches)
-    images = batched.enumerate().map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered or not training)
+    # Skipped unparsed, after enumerate: a batch's crops depend on its place in the epoch.
+    images = batched.enumerate().skip(skip_batches).map(
+        parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=ordered or not training
+    )
     return _with_options(images.prefetch(tf.data.AUTOTUNE), threads)
 
 

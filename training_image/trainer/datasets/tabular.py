@@ -849,6 +849,7 @@ def make_epochs(
     first_epoch: int,
     last_epoch: int,
     cache: bool = False,
+    first_epoch_skip: int = 0,
     **kwargs: Any,
 ) -> Any:
     """Epochs ``first_epoch..last_epoch`` of training batches back to back, as one dataset.
@@ -863,7 +864,8 @@ def make_epochs(
     epoch), gathered batch by batch, with no file read or parse. A bounded shuffle buffer would
     only mix neighbouring rows: a file sorted by label would train in label order. The first
     batch waits for the whole pipeline to be parsed (the permutation draws from all of it).
-    Without ``cache``, every epoch is :func:`make_dataset`.
+    Without ``cache``, every epoch is :func:`make_dataset`. ``first_epoch_skip``: the first epoch's
+    first batches left out (a run resumed in the middle of it); the rest are the epoch's own.
     """
     import tensorflow as tf
 
@@ -871,10 +873,14 @@ def make_epochs(
     # An epoch short of batches (counts that promise more than the files hold) must fail, not
     # let the next epoch's batches slide into it.
     exactly = tf.data.experimental.assert_cardinality(kwargs["batches"])
+
+    def skipped(epoch: Any) -> Any:
+        return tf.where(tf.equal(epoch, first_epoch), tf.constant(first_epoch_skip, tf.int64), tf.constant(0, tf.int64))
+
     if not cache:
-        return epochs.flat_map(lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs).apply(exactly)).prefetch(
-            tf.data.AUTOTUNE
-        )
+        return epochs.flat_map(
+            lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs).apply(exactly).skip(skipped(epoch))
+        ).prefetch(tf.data.AUTOTUNE)
     table = _parsed_table(spec, plan, kwargs["pipeline_index"], kwargs["num_pipelines"]).cache()
     seed = kwargs["seed"]
     per_replica_batch, batches = kwargs["per_replica_batch"], kwargs["batches"]
@@ -897,7 +903,7 @@ def make_epochs(
             steps = tf.minimum(count // per_replica_batch, batches)
             return tf.data.Dataset.range(steps).map(gather, num_parallel_calls=tf.data.AUTOTUNE)
 
-        return table.flat_map(permuted).apply(exactly)
+        return table.flat_map(permuted).apply(exactly).skip(skipped(epoch))
 
     return epochs.flat_map(epoch_batches).prefetch(tf.data.AUTOTUNE)
 

@@ -55,9 +55,10 @@ class StopRequest:
     """Turns SIGTERM into a flag the loop checks after every step.
 
     SageMaker (job stop, spot interruption) and ``docker stop`` send SIGTERM and allow about
-    120 s before SIGKILL. Stopping at a step boundary keeps the last completed epoch's
-    checkpoint valid; a restart resumes from it. The handler is also what makes SIGTERM work at
-    all when the trainer runs as PID 1 in a container, where default dispositions are ignored.
+    120 s before SIGKILL. The loop stops at a step boundary and checkpoints the steps applied so
+    far (an epoch of a large dataset can take an hour: a spot interruption must not cost it); a
+    restart resumes at the next step. The handler is also what makes SIGTERM work at all when the
+    trainer runs as PID 1 in a container, where default dispositions are ignored.
     """
 
     def __init__(self) -> None:
@@ -69,7 +70,7 @@ class StopRequest:
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.requested = True
-        log("sigterm", action="stopping at the next step; completed epochs stay checkpointed")
+        log("sigterm", action="stopping at the next step and checkpointing the steps applied so far")
 
 
 @dataclass(frozen=True)
@@ -262,8 +263,9 @@ def _checkpoint_write_dir(paths: Paths, cluster: Cluster) -> Path:
     return paths.checkpoint_dir / f".worker-{cluster.worker_index}-tmp"
 
 
-def _agree_on_resume(strategy: Any, restored_epoch: int, cluster: Cluster, paths: Paths) -> None:
-    """Fails if workers restored different epochs (checkpoint storage not shared or synced)."""
+def _agree_on_resume(strategy: Any, restored: tuple[int, int], cluster: Cluster, paths: Paths) -> None:
+    """Fails if workers restored different points (completed epochs, steps of the next), i.e. the
+    checkpoint storage is not shared or synced."""
     if cluster.num_workers == 1:
         return
     import tensorflow as tf
@@ -271,13 +273,14 @@ def _agree_on_resume(strategy: Any, restored_epoch: int, cluster: Cluster, paths
     @tf.function
     def gather() -> Any:
         def replica_fn() -> Any:
-            mine = tf.constant([float(restored_epoch)])
+            mine = tf.constant([[float(restored[0]), float(restored[1])]])
             return tf.distribute.get_replica_context().all_gather(mine, axis=0)
 
         return strategy.run(replica_fn)
 
-    seen = sorted({int(v) for v in strategy.experimental_local_results(gather())[0].numpy()})
-    if len(seen) > 1:
+    points = sorted({(int(epoch), int(step)) for epoch, step in strategy.experimental_local_results(gather())[0].numpy()})
+    if len(points) > 1:
+        seen = [epoch if not step else f"{epoch} and {step} steps" for epoch, step in points]
         raise CheckpointError(
             f"Workers restored different checkpoints from {paths.checkpoint_dir} (completed epochs {seen}); "
             "every node must see the chief's checkpoints (SageMaker CheckpointConfig, or shared storage via "
@@ -329,8 +332,8 @@ def _restore(
     skipped with a ``checkpoint-skipped`` line and the one before it restored; the walk depends
     only on the files, so workers that see the same directory restore the same epoch (checked by
     :func:`_agree_on_resume`). A checkpoint that is whole but does not fit the model still fails.
-    ``optional``: a checkpoint of what later trainers added (``best_epoch``), restored where the
-    checkpoint has it: one written before them must not read as another model's.
+    ``optional``: a checkpoint of what later trainers added (``best_epoch``, ``epoch_steps``),
+    restored where the checkpoint has it: one written before them must not read as another model's.
     """
     import tensorflow as tf
 
@@ -354,10 +357,14 @@ def _restore(
             reason = f"unreadable: {' '.join(str(err).split())[:200]}"
             log("checkpoint-skipped", checkpoint=candidate, reason=json.dumps(reason))
             continue
+        steps = {}
         if optional is not None:
             optional.restore(candidate).expect_partial()
+            epoch_steps = getattr(optional, "epoch_steps", None)
+            if epoch_steps is not None and int(epoch_steps.numpy()):
+                steps = {"epoch_steps": int(epoch_steps.numpy())}  # a stop mid-epoch: the next epoch's applied steps
         restored = int(completed.numpy())
-        log("resume", checkpoint=candidate, completed_epochs=restored, epochs=config.epochs)
+        log("resume", checkpoint=candidate, completed_epochs=restored, epochs=config.epochs, **steps)
         return restored
     if candidates:
         log("checkpoint-none-intact", directory=paths.checkpoint_dir, action="training from epoch 1")
@@ -437,9 +444,14 @@ class _Batching:
         return self.replicas > 1
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Trainable:
-    """The model, its optimizer and the checkpointed counters, restored from the last checkpoint."""
+    """The model, its optimizer and the checkpointed counters, restored from the last checkpoint.
+
+    ``epoch_steps``: the steps of epoch ``completed + 1`` applied before the checkpoint (a stop in
+    the middle of an epoch); 0 at every epoch's end. ``last_number``: the number of the newest
+    ``ckpt-<n>`` in the checkpoint directory; saves are numbered after it, in the order written.
+    """
 
     model: Any
     optimizer: Any
@@ -447,12 +459,28 @@ class _Trainable:
     best_val_loss: Any
     evals_since_best: Any
     best_epoch: Any
+    epoch_steps: Any
     checkpoint: Any
     manager: Any
     write_dir: Path
     best_path: Path
     resumed_from: int
+    last_number: int
     sync_statistics: Any = None
+
+    def save(self, cluster: Cluster, **where: int) -> str:
+        """Writes the next checkpoint (a collective: every worker calls it); returns its path.
+
+        Workers other than the chief write to a directory of their own, removed at once
+        (``_checkpoint_write_dir``); the chief logs ``checkpoint`` with ``where`` (epoch, step).
+        """
+        self.last_number += 1
+        saved = self.manager.save(checkpoint_number=self.last_number)
+        if not cluster.is_chief:
+            shutil.rmtree(self.write_dir, ignore_errors=True)
+        else:
+            log("checkpoint", path=saved, **where)
+        return str(saved)
 
 
 def _plan_batching(config: TrainingConfig, spec: data.DatasetSpec, strategy: Any, cluster: Cluster) -> _Batching:
@@ -510,21 +538,32 @@ def _build_trainable(
     evals_since_best = tf.Variable(0, dtype=tf.int64, trainable=False, name="evals_since_best")
     # 0: unknown (a checkpoint written before the trainer kept it restores without it).
     best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_epoch")
+    # Steps of the next epoch already applied (a stop mid-epoch); 0 in checkpoints written before it was kept.
+    epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_steps")
     kept = {"model": model, "optimizer": optimizer, "completed_epochs": completed, "best_val_loss": best_val_loss,
             "evals_since_best": evals_since_best}  # fmt: skip
-    checkpoint = tf.train.Checkpoint(**kept, best_epoch=best_epoch)
-    # Restored as two: what every checkpoint holds must match; best_epoch only where it was written.
-    resumed_from = _restore(tf.train.Checkpoint(**kept), completed, paths, config, spec, tf.train.Checkpoint(best_epoch=best_epoch))
-    _agree_on_resume(strategy, resumed_from, cluster, paths)
+    later = {"best_epoch": best_epoch, "epoch_steps": epoch_steps}
+    checkpoint = tf.train.Checkpoint(**kept, **later)
+    # Restored as two: what every checkpoint holds must match; what later trainers added only where it was written.
+    resumed_from = _restore(tf.train.Checkpoint(**kept), completed, paths, config, spec, tf.train.Checkpoint(**later))
+    _agree_on_resume(strategy, (resumed_from, int(epoch_steps.numpy())), cluster, paths)
     write_dir = _checkpoint_write_dir(paths, cluster)
     manager = tf.train.CheckpointManager(checkpoint, str(write_dir), max_to_keep=KEEP_CHECKPOINTS)
     best_path = paths.checkpoint_dir / BEST_MODEL_FILENAME
-    if cluster.is_chief and resumed_from == 0:
+    if cluster.is_chief and resumed_from == 0 and int(epoch_steps.numpy()) == 0:
         best_path.unlink(missing_ok=True)  # from another job that used this checkpoint directory
     return _Trainable(
-        model, optimizer, completed, best_val_loss, evals_since_best, best_epoch, checkpoint, manager, write_dir, best_path,
-        resumed_from, distribute.statistics_sync(model, strategy),
+        model, optimizer, completed, best_val_loss, evals_since_best, best_epoch, epoch_steps, checkpoint, manager,
+        write_dir, best_path, resumed_from, _newest_number(paths.checkpoint_dir), distribute.statistics_sync(model, strategy),
     )
+
+
+def _newest_number(directory: Path) -> int:
+    """The highest ``n`` of the ``ckpt-<n>`` checkpoints in ``directory`` (0 when none): the next save
+    takes a number after every checkpoint there, restored, skipped or of an earlier job, so it never
+    overwrites one."""
+    numbers = [path.name[len("ckpt-") : -len(".index")] for path in directory.glob("ckpt-*.index")] if directory.is_dir() else []
+    return max((int(n) for n in numbers if n.isdigit()), default=0)
 
 
 def _step_function(model: Any, optimizer: Any, strategy: Any, config: TrainingConfig, *, distributed: bool) -> Any:
@@ -580,7 +619,9 @@ def _step_function(model: Any, optimizer: Any, strategy: Any, config: TrainingCo
 def _input_pipeline(
     config: TrainingConfig, spec: data.DatasetSpec, batching: _Batching, input_threads: int | None
 ) -> tuple[Any, bool]:
-    """The per-pipeline dataset function ``(context, first_epoch) -> dataset`` and whether rows are cached."""
+    """The per-pipeline dataset function ``(context, first_epoch, skip_steps) -> dataset`` and whether rows
+    are cached. ``skip_steps``: steps of the first epoch applied before a stop mid-epoch; their batches
+    are left out, so the epoch goes on with the batches it would have had next."""
     # Same decision on every worker (file sizes are the same everywhere), so all agree on the order.
     is_images = isinstance(spec, images.ImageDataset)
     plans = batching.plans
@@ -593,8 +634,10 @@ def _input_pipeline(
             log("WARNING", label_order=json.dumps(warning))
             print(f"WARNING: {warning}", file=sys.stderr, flush=True)
 
-    def pipeline(context: Any | None, first_epoch: int) -> Any:
+    def pipeline(context: Any | None, first_epoch: int, skip_steps: int = 0) -> Any:
         index = context.input_pipeline_id if context else 0
+        # Every step takes one batch for each replica this pipeline feeds.
+        skip = skip_steps * batching.replicas_per_pipeline
         if is_images:
             # Every epoch's decode/crop/flip pipeline, back to back, as make_epochs streams rows.
             epochs = [
@@ -611,6 +654,7 @@ def _input_pipeline(
                     epoch=epoch,
                     threads=input_threads,
                     crop_on_device=True,
+                    skip_batches=skip if epoch == first_epoch else 0,
                 )
                 for epoch in range(first_epoch, config.epochs + 1)
             ]
@@ -620,6 +664,7 @@ def _input_pipeline(
             plans[index],
             cache=cache,
             first_epoch=first_epoch,
+            first_epoch_skip=skip,
             last_epoch=config.epochs,
             pipeline_index=index,
             num_pipelines=context.num_input_pipelines if context else 1,
@@ -642,23 +687,26 @@ def _train_epoch(
     config: TrainingConfig,
     spec: data.DatasetSpec,
     cluster: Cluster,
-    paths: Paths,
     stop: StopRequest,
     watch: DivergenceWatch,
     precision: str,
     sampler: Any,
+    start_step: int = 0,
 ) -> tuple[EpochMetrics, bool]:
-    """Runs one epoch's steps; returns its metrics and whether a stop (SIGTERM) came with its last call.
+    """Runs one epoch's steps from ``start_step``; returns its metrics and whether a stop (SIGTERM) came
+    with its last call.
 
     A failed step becomes the error that names its cause (data, peer, NaN); a stop that arrives
-    before the last call raises TrainingInterrupted at once. One that arrives with the last call
-    lets the epoch finish: all its steps are applied, and the caller checkpoints it before stopping.
+    before the last call raises :class:`_StoppedMidEpoch` at once, for the caller to checkpoint
+    the steps applied. One that arrives with the last call lets the epoch finish: all its steps
+    are applied, and the caller checkpoints it before stopping. The metrics of an epoch resumed
+    at ``start_step`` cover its remaining steps.
     """
     import tensorflow as tf
 
     totals = [0.0, 0.0, 0.0]
     waited = 0.0
-    step = 0
+    step = start_step
     if sampler is not None:
         sampler.take()  # the epoch's GPU figures cover its steps only
     started = time.perf_counter()
@@ -683,7 +731,7 @@ def _train_epoch(
                 raise images.explain_failure(spec, err, epoch=epoch, step=step + 1) from err
             problem = data.locate_problem(spec) if isinstance(err, data_like) else None
             raise _step_failure(err, epoch, step + 1, spec, problem, cluster) from err
-        if step == 0 and epoch == first_epoch:
+        if step == start_step and epoch == first_epoch:
             # Start-up ends here: the benchmark times process start to this line.
             log("first-step", epoch=epoch, steps=count, loss=f"{float(losses[0]):.6f}")
         for offset, loss in enumerate(losses.tolist(), start=1):
@@ -691,11 +739,7 @@ def _train_epoch(
         step += count
         stop_voted = bool(sums[3] > 0)
         if stop_voted and step < steps:
-            raise TrainingInterrupted(
-                f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}. Completed epochs: "
-                f"{epoch - 1} (checkpointed in {paths.checkpoint_dir} every {config.checkpoint_every_epochs} "
-                "epoch(s)); a restart with the same checkpoint directory resumes from the last checkpoint."
-            )
+            raise _StoppedMidEpoch(epoch, step)
         totals = [t + float(v) for t, v in zip(totals, sums[:3], strict=True)]
     elapsed = time.perf_counter() - started
     usage = sampler.take() if sampler is not None else None
@@ -704,7 +748,7 @@ def _train_epoch(
         loss=totals[0] / totals[2],
         accuracy=totals[1] / totals[2],
         examples_per_sec=totals[2] / elapsed,
-        step_time_ms=1000.0 * elapsed / steps,
+        step_time_ms=1000.0 * elapsed / (steps - start_step),
         input_wait_pct=min(100.0, 100.0 * waited / elapsed),
         gpu_util_pct=usage.utilization_pct if usage else None,
         gpu_mem_mib=usage.memory_used_mib if usage else None,
@@ -759,12 +803,9 @@ def _end_epoch(
             config.early_stopping_patience and int(state.evals_since_best.numpy()) >= config.early_stopping_patience
         )
     state.completed.assign(epoch)
+    state.epoch_steps.assign(0)
     if force_checkpoint or epoch % config.checkpoint_every_epochs == 0 or epoch == config.epochs or stopped_early:
-        saved = state.manager.save(checkpoint_number=epoch)
-        if not cluster.is_chief:
-            shutil.rmtree(state.write_dir, ignore_errors=True)
-        else:
-            log("checkpoint", path=saved, epoch=epoch)
+        state.save(cluster, epoch=epoch)
     # The metric line comes after the checkpoint, so a printed epoch is always resumable.
     loss_scale = precisions.loss_scale_state(state.optimizer)
     if loss_scale is not None:
@@ -793,6 +834,37 @@ def _sync_statistics(state: _Trainable, cluster: Cluster, epoch: int) -> None:
         if cluster.num_workers > 1:
             raise distribute.peer_failure(cluster, f"the end of epoch {epoch}'s statistics all-reduce", err) from err
         raise
+
+
+class _StoppedMidEpoch(Exception):
+    """A stop (SIGTERM) voted before the epoch's last call: ``step`` of its steps are applied."""
+
+    def __init__(self, epoch: int, step: int) -> None:
+        super().__init__(f"stopped in epoch {epoch} at step {step}")
+        self.epoch = epoch
+        self.step = step
+
+
+def _stop_mid_epoch(
+    stopped: _StoppedMidEpoch, state: _Trainable, *, cluster: Cluster, paths: Paths, steps: int
+) -> None:
+    """Checkpoints the steps of the epoch applied before a stop, then raises TrainingInterrupted.
+
+    A spot interruption or a stop leaves about 120 s; an epoch of a large dataset can take an
+    hour, so the checkpoint keeps its steps (``epoch_steps``, with the optimizer's state): the
+    restart resumes at the next step with the batches the epoch would have had next. Every
+    worker gets here at the same step (the stop vote is all-reduced with the step's metrics), so
+    the statistics all-reduce and the save, both collectives, meet.
+    """
+    epoch, step = stopped.epoch, stopped.step
+    if state.sync_statistics is not None:
+        _sync_statistics(state, cluster, epoch)
+    state.epoch_steps.assign(step)
+    saved = state.save(cluster, epoch=epoch - 1, epoch_steps=step)
+    raise TrainingInterrupted(
+        f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}, checkpointed ({saved}): a restart "
+        f"with the checkpoint directory {paths.checkpoint_dir} resumes at step {step + 1}. Completed epochs: {epoch - 1}."
+    ) from None
 
 
 def _stop_after_last_step(
@@ -852,11 +924,18 @@ def _train_loop(
         config.early_stopping_patience and int(state.evals_since_best.numpy()) >= config.early_stopping_patience
     )
     first_epoch = state.resumed_from + 1
+    skip_steps = int(state.epoch_steps.numpy())
+    if skip_steps >= steps:
+        # The batch size, the workers or the data changed since the stop: the epoch's steps are not those counted.
+        if cluster.is_chief:
+            log("resume-epoch-restarted", epoch=first_epoch, epoch_steps=skip_steps, steps_per_epoch=steps,
+                reason=json.dumps("the checkpoint was taken further into the epoch than it now has steps"))  # fmt: skip
+        skip_steps = 0
     if first_epoch <= config.epochs and not stopped_early:
         dataset = (
-            strategy.distribute_datasets_from_function(lambda context: pipeline(context, first_epoch))
+            strategy.distribute_datasets_from_function(lambda context: pipeline(context, first_epoch, skip_steps))
             if batching.distributed
-            else pipeline(None, first_epoch)
+            else pipeline(None, first_epoch, skip_steps)
         )
         iterator = iter(dataset)
     sampler = gpu_monitor.start()
@@ -864,10 +943,14 @@ def _train_loop(
     for epoch in range(first_epoch, config.epochs + 1):
         if stopped_early:
             break
-        metrics, stop_voted = _train_epoch(
-            run_steps, iterator, epoch=epoch, first_epoch=first_epoch, steps=steps, config=config, spec=spec,
-            cluster=cluster, paths=paths, stop=stop, watch=watch, precision=precision, sampler=sampler,
-        )  # fmt: skip
+        try:
+            metrics, stop_voted = _train_epoch(
+                run_steps, iterator, epoch=epoch, first_epoch=first_epoch, steps=steps, config=config, spec=spec,
+                cluster=cluster, stop=stop, watch=watch, precision=precision, sampler=sampler,
+                start_step=skip_steps if epoch == first_epoch else 0,
+            )  # fmt: skip
+        except _StoppedMidEpoch as stopped:
+            _stop_mid_epoch(stopped, state, cluster=cluster, paths=paths, steps=steps)
         if stop_voted:
             _stop_after_last_step(metrics, state, config=config, cluster=cluster, writer=writer, paths=paths, steps=steps)
         metrics, stopped_early = _end_epoch(metrics, state, evaluate=evaluate, config=config, cluster=cluster, writer=writer)
