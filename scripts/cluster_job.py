@@ -3,7 +3,7 @@
 Usage (from the repository root)::
 
     python -m scripts.cluster_job run mlp-1 --hp epochs=5 --channel train=train/
-    python -m scripts.cluster_job run mlp-1 --dry-run        # print the SendCommand request only
+    python -m scripts.cluster_job run mlp-1 --dry-run        # check, and print the SendCommand request only
     python -m scripts.cluster_job run s-1 --source-dir my_code/ --entry-point train.py   # your script
     python -m scripts.cluster_job run mlp-2 --image-tag tf2.21.0-gpu-2   # another tag of the repository
     python -m scripts.cluster_job status mlp-1               # each node's invocation
@@ -384,23 +384,21 @@ def cmd_run(deployment: Deployment, args: argparse.Namespace) -> int:
     # Packed (and checked) now; uploaded only when the job is sent, after every other check.
     archive = pack_source(args.source_dir, args.entry_point) if args.source_dir is not None else None
     cluster = Cluster.of(deployment)
-    request = send_command_request(deployment, cluster, parameters)
-    price = price_line(deployment, args.job_name, int(parameters["MaxRuntimeSeconds"]))
-    if args.dry_run:
-        print(json.dumps(request, indent=2))
-        print(price)
-        return 0
+    # A dry run makes every check a run makes (reads only) and prints what it would send: the runtime the
+    # nodes' lifetime leaves, not the default it would not send.
     running = [c for c in job_commands(deployment, cluster) if c["Status"] in ACTIVE]
     if running:
         name = running[0]["Parameters"]["JobName"][0]
         raise OperatorError(f"refused: cluster job {name} is running (command {running[0]['CommandId']}); one job at a "
                             f"time: wait for it, or {PROG} stop {name}")  # fmt: skip
     nodes = running_nodes(deployment, cluster)
-    shortened = lifetime_runtime(deployment, args, parameters, nodes)
-    if shortened is not parameters:
-        parameters = shortened
-        request = send_command_request(deployment, cluster, parameters)
-        price = price_line(deployment, args.job_name, int(parameters["MaxRuntimeSeconds"]))
+    parameters = lifetime_runtime(deployment, args, parameters, nodes)
+    request = send_command_request(deployment, cluster, parameters)
+    price = price_line(deployment, args.job_name, int(parameters["MaxRuntimeSeconds"]))
+    if args.dry_run:
+        print(json.dumps(request, indent=2))
+        print(price)
+        return 0
     if archive is not None:
         uri = upload_archive(deployment, archive, f"cluster-{args.job_name}", dry_run=False)
         print(f"uploaded {args.source_dir} to {uri}")
@@ -668,7 +666,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_parser.add_argument("--image-tag", metavar="TAG",
                             help="this job's image: <repository>:TAG, pulled by each node first (never latest; "
                             "default: the image the nodes pulled at boot, image.tag)")  # fmt: skip
-    run_parser.add_argument("--dry-run", action="store_true", help="print the SendCommand request; send nothing")
+    run_parser.add_argument("--dry-run", action="store_true",
+                            help="make a run's checks and print the SendCommand request; upload and send nothing")
     for name, what in (("status", "each node's invocation of the job"), ("stop", "stop the job on every node")):
         commands.add_parser(name, help=what).add_argument("job_name")
     logs_parser = commands.add_parser("logs", help="each node's output")

@@ -142,7 +142,7 @@ def test_a_script_mode_job_passes_its_code_and_entry_point(cluster):
 def test_an_image_tag_is_passed_shown_by_dry_run_status_and_list_and_left_out_when_not_given(cluster, capsys):
     assert run(cluster_job.main, ["run", "tagged-1", "--image-tag", "tf2.21.0-gpu-2", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert json.loads(out[: out.index("\nprice:")])["Parameters"]["ImageTag"] == ["tf2.21.0-gpu-2"]
+    assert json.loads(out[out.index("{"): out.index("\nprice:")])["Parameters"]["ImageTag"] == ["tf2.21.0-gpu-2"]
     assert _commands() == []
     assert run(cluster_job.main, ["run", "tagged-1", "--image-tag", "tf2.21.0-gpu-2"]) == 0
     (command,) = _commands()
@@ -243,6 +243,22 @@ def test_without_max_runtime_a_job_ends_before_the_nodes_maximum_lifetime_powers
     out = capsys.readouterr().out
     assert f"maximum runtime {runtime} s, not the default 86400 s: the nodes power off at " in out
     assert "for longer jobs, raise cluster.max_lifetime_hours (0: off) and redeploy gputrain-cluster" in out
+
+
+def test_a_dry_run_shows_the_runtime_a_run_would_send_and_refuses_what_a_run_refuses(cluster, capsys):
+    """Before: a dry run printed the default 24 h, which the run itself then shortened to the nodes' lifetime."""
+    assert run(cluster_job.main, ["run", "life-dry", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    request = json.loads(out[out.index("{"): out.index("\nprice:")])
+    runtime = int(request["Parameters"]["MaxRuntimeSeconds"][0])
+    assert runtime <= 24 * 3600 - cluster_job.RUN_MARGIN_SECONDS
+    assert out.startswith(f"maximum runtime {runtime} s, not the default 86400 s: the nodes power off at ")
+    assert run(cluster_job.main, ["run", "life-dry", "--max-runtime", "86400", "--dry-run"]) == 3
+    assert capsys.readouterr().err.startswith("error: refused: the nodes power off at ")
+    boto3.client("ec2", region_name=REGION).stop_instances(InstanceIds=[cluster[1]])
+    assert run(cluster_job.main, ["run", "life-dry", "--max-runtime", "3600", "--dry-run"]) == 3
+    assert f"node-1 ({cluster[1]}) stopped" in capsys.readouterr().err
+    assert _commands() == []
 
 
 def test_a_max_runtime_the_nodes_lifetime_would_cut_short_is_refused_before_send_command(cluster, capsys):
