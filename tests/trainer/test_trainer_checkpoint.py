@@ -212,6 +212,43 @@ def test_a_stop_in_the_middle_of_an_epoch_keeps_its_steps_and_the_restart_goes_o
     assert resumed.completed_epochs == 3 and resumed.resumed_from_epoch == 0
 
 
+class _StopAfterCalls(train.StopRequest):
+    """A SIGTERM that arrives after ``calls`` calls into TensorFlow: the next call carries the stop vote."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    @property
+    def requested(self) -> bool:  # read once per call
+        self.calls -= 1
+        return self.calls < 0
+
+
+def test_a_resume_with_another_batch_size_trains_the_stopped_epoch_from_its_start(tmp_path, capsys):
+    """The steps a stop applied are counted in its batches: with another batch size the same count would leave
+    out other examples, so the epoch starts over, saying why."""
+    _train_until_stopped(tmp_path, steps_per_execution=4)
+    capsys.readouterr()
+    resumed, _ = _train(tmp_path, 4, train.StopRequest(), batch_size="4")
+    printed = capsys.readouterr().out
+    assert "resume-epoch-restarted epoch=1 epoch_steps=4 counted_in=8x8 now=16x4 " in printed
+    assert "first-step epoch=1 steps=4 " in printed and resumed.completed_epochs == 3
+
+
+def test_a_resume_with_fewer_epochs_than_the_stopped_one_says_its_steps_stay_in_the_model(tmp_path, capsys):
+    from trainer.contract.errors import TrainingInterrupted
+
+    with pytest.raises(TrainingInterrupted, match="in epoch 2 at step 4 of 8"):
+        _train(tmp_path, 4, _StopAfterCalls(2))
+    capsys.readouterr()
+    resumed, _ = _train(tmp_path, 4, train.StopRequest(), epochs="1")
+    captured = capsys.readouterr()
+    warning = ("the checkpoint holds 4 steps of epoch 2, beyond epochs=1: the model written has them (set epochs=2 or more "
+               "to finish that epoch)")
+    assert f"WARNING: {warning}" in captured.err and "[metrics]" not in captured.out
+    assert resumed.completed_epochs == 1
+
+
 def test_without_the_checkpoint_file_the_newest_whole_checkpoint_is_found_by_number(tmp_path):
     paths, config = _three_checkpoints(tmp_path)
     (paths.checkpoint_dir / "checkpoint").unlink()

@@ -807,10 +807,12 @@ def make_dataset(
     shuffle_buffer: int,
     seed: int,
     epoch: int,
+    skip_batches: Any = 0,
 ) -> Any:
     """One epoch of per-replica batches ``(features float32 [B, F], labels int32 [B])``.
 
     The order depends only on ``seed`` and ``epoch``, so a resumed run replays the same epochs.
+    ``skip_batches``: the epoch's first batches left out unparsed (a run resumed in the middle of it).
     """
     import tensorflow as tf
 
@@ -831,10 +833,8 @@ def make_dataset(
     records = records.shuffle(shuffle_buffer, seed=seed * 7919 + epoch)
     to_training = checked_batch(spec)
 
-    batched = records.batch(per_replica_batch, drop_remainder=True).map(
-        to_training, num_parallel_calls=tf.data.AUTOTUNE
-    )
-    return batched.take(batches).prefetch(tf.data.AUTOTUNE)
+    lines = records.batch(per_replica_batch, drop_remainder=True).take(batches).skip(skip_batches)
+    return lines.map(to_training, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
 def plan_bytes(plan: ShardPlan) -> int:
@@ -879,7 +879,9 @@ def make_epochs(
 
     if not cache:
         return epochs.flat_map(
-            lambda epoch: make_dataset(spec, plan, epoch=epoch, **kwargs).apply(exactly).skip(skipped(epoch))
+            lambda epoch: make_dataset(spec, plan, epoch=epoch, skip_batches=skipped(epoch), **kwargs).apply(
+                tf.data.experimental.assert_cardinality(kwargs["batches"] - skipped(epoch))
+            )
         ).prefetch(tf.data.AUTOTUNE)
     table = _parsed_table(spec, plan, kwargs["pipeline_index"], kwargs["num_pipelines"]).cache()
     seed = kwargs["seed"]

@@ -449,7 +449,8 @@ class _Trainable:
     """The model, its optimizer and the checkpointed counters, restored from the last checkpoint.
 
     ``epoch_steps``: the steps of epoch ``completed + 1`` applied before the checkpoint (a stop in
-    the middle of an epoch); 0 at every epoch's end. ``last_number``: the number of the newest
+    the middle of an epoch); 0 at every epoch's end. ``epoch_plan``: ``[steps per epoch, global
+    batch]`` those steps were counted in. ``last_number``: the number of the newest
     ``ckpt-<n>`` in the checkpoint directory; saves are numbered after it, in the order written.
     """
 
@@ -460,6 +461,7 @@ class _Trainable:
     evals_since_best: Any
     best_epoch: Any
     epoch_steps: Any
+    epoch_plan: Any
     checkpoint: Any
     manager: Any
     write_dir: Path
@@ -540,9 +542,11 @@ def _build_trainable(
     best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_epoch")
     # Steps of the next epoch already applied (a stop mid-epoch); 0 in checkpoints written before it was kept.
     epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_steps")
+    # What those steps were counted in: [steps per epoch, global batch].
+    epoch_plan = tf.Variable([0, 0], dtype=tf.int64, trainable=False, name="epoch_plan")
     kept = {"model": model, "optimizer": optimizer, "completed_epochs": completed, "best_val_loss": best_val_loss,
             "evals_since_best": evals_since_best}  # fmt: skip
-    later = {"best_epoch": best_epoch, "epoch_steps": epoch_steps}
+    later = {"best_epoch": best_epoch, "epoch_steps": epoch_steps, "epoch_plan": epoch_plan}
     checkpoint = tf.train.Checkpoint(**kept, **later)
     # Restored as two: what every checkpoint holds must match; what later trainers added only where it was written.
     resumed_from = _restore(tf.train.Checkpoint(**kept), completed, paths, config, spec, tf.train.Checkpoint(**later))
@@ -553,7 +557,7 @@ def _build_trainable(
     if cluster.is_chief and resumed_from == 0 and int(epoch_steps.numpy()) == 0:
         best_path.unlink(missing_ok=True)  # from another job that used this checkpoint directory
     return _Trainable(
-        model, optimizer, completed, best_val_loss, evals_since_best, best_epoch, epoch_steps, checkpoint, manager,
+        model, optimizer, completed, best_val_loss, evals_since_best, best_epoch, epoch_steps, epoch_plan, checkpoint, manager,
         write_dir, best_path, resumed_from, _newest_number(paths.checkpoint_dir), distribute.statistics_sync(model, strategy),
     )
 
@@ -846,7 +850,7 @@ class _StoppedMidEpoch(Exception):
 
 
 def _stop_mid_epoch(
-    stopped: _StoppedMidEpoch, state: _Trainable, *, cluster: Cluster, paths: Paths, steps: int
+    stopped: _StoppedMidEpoch, state: _Trainable, *, cluster: Cluster, paths: Paths, steps: int, global_batch: int
 ) -> None:
     """Checkpoints the steps of the epoch applied before a stop, then raises TrainingInterrupted.
 
@@ -860,6 +864,7 @@ def _stop_mid_epoch(
     if state.sync_statistics is not None:
         _sync_statistics(state, cluster, epoch)
     state.epoch_steps.assign(step)
+    state.epoch_plan.assign([steps, global_batch])
     saved = state.save(cluster, epoch=epoch - 1, epoch_steps=step)
     raise TrainingInterrupted(
         f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}, checkpointed ({saved}): a restart "
@@ -924,13 +929,7 @@ def _train_loop(
         config.early_stopping_patience and int(state.evals_since_best.numpy()) >= config.early_stopping_patience
     )
     first_epoch = state.resumed_from + 1
-    skip_steps = int(state.epoch_steps.numpy())
-    if skip_steps >= steps:
-        # The batch size, the workers or the data changed since the stop: the epoch's steps are not those counted.
-        if cluster.is_chief:
-            log("resume-epoch-restarted", epoch=first_epoch, epoch_steps=skip_steps, steps_per_epoch=steps,
-                reason=json.dumps("the checkpoint was taken further into the epoch than it now has steps"))  # fmt: skip
-        skip_steps = 0
+    skip_steps = _resumed_steps(state, config, cluster, first_epoch=first_epoch, steps=steps)
     if first_epoch <= config.epochs and not stopped_early:
         dataset = (
             strategy.distribute_datasets_from_function(lambda context: pipeline(context, first_epoch, skip_steps))
@@ -950,7 +949,7 @@ def _train_loop(
                 start_step=skip_steps if epoch == first_epoch else 0,
             )  # fmt: skip
         except _StoppedMidEpoch as stopped:
-            _stop_mid_epoch(stopped, state, cluster=cluster, paths=paths, steps=steps)
+            _stop_mid_epoch(stopped, state, cluster=cluster, paths=paths, steps=steps, global_batch=config.batch_size)
         if stop_voted:
             _stop_after_last_step(metrics, state, config=config, cluster=cluster, writer=writer, paths=paths, steps=steps)
         metrics, stopped_early = _end_epoch(metrics, state, evaluate=evaluate, config=config, cluster=cluster, writer=writer)
@@ -973,6 +972,36 @@ def _train_loop(
         best_val_loss=float(state.best_val_loss.numpy()) if best_model is not None else None,
     )
     return result, state.model
+
+
+def _resumed_steps(state: _Trainable, config: TrainingConfig, cluster: Cluster, *, first_epoch: int, steps: int) -> int:
+    """The steps of ``first_epoch`` a stop mid-epoch applied, to leave out; 0 where the epoch restarts.
+
+    Counted in the steps and global batch of the stopped run: with another batch size, worker
+    count or data the same number would leave out other batches, so the epoch is trained from
+    its start again, saying so.
+    """
+    applied = int(state.epoch_steps.numpy())
+    if not applied:
+        return 0
+    if first_epoch > config.epochs:
+        warning = (
+            f"the checkpoint holds {applied} steps of epoch {first_epoch}, beyond epochs={config.epochs}: the model "
+            f"written has them (set epochs={first_epoch} or more to finish that epoch)"
+        )
+        if cluster.is_chief:
+            log("WARNING", resume=json.dumps(warning))
+            print(f"WARNING: {warning}", file=sys.stderr, flush=True)
+        return 0
+    counted_in = [int(v) for v in state.epoch_plan.numpy()]
+    if counted_in != [steps, config.batch_size]:
+        if cluster.is_chief:
+            log("resume-epoch-restarted", epoch=first_epoch, epoch_steps=applied, counted_in=f"{counted_in[0]}x{counted_in[1]}",
+                now=f"{steps}x{config.batch_size}", reason=json.dumps(
+                    "the steps per epoch or the global batch changed since the stop (batch_size, the instance count "
+                    "or the data): the epoch is trained from its start"))  # fmt: skip
+        return 0
+    return applied
 
 
 def _timed_next(iterator: Any, after: Any) -> tuple[Any, Any, Any]:
