@@ -8,6 +8,7 @@ Usage (from the repository root)::
     python -m scripts.launch --direct                         # CreateTrainingJob without the workflow
     python -m scripts.launch --dry-run [--direct]             # print what would be sent
     python -m scripts.launch --source-dir my_code --entry-point train.py --hp epochs=5   # your own script
+    python -m scripts.launch --resume-from gputrain-20261128-061500-ab12 --hp epochs=80  # continue a stopped job
     python -m scripts.launch --pipeline --promote                # raw data -> shards -> model -> endpoint
     python -m scripts.launch --pipeline --skip-process --hp epochs=5
     python -m scripts.launch --process --direct --process-arg=--shards --process-arg=4   # one processing job
@@ -33,6 +34,15 @@ into ``sourcedir.tar.gz``, uploads it KMS-encrypted to ``code/<job name>/`` in t
 bucket (the only code prefix the job role may read), and the job gets it as its ``code``
 channel, as the SageMaker SDK does for network-isolated jobs. ``--legacy-keras`` runs the script
 with Keras 2 (tf-keras). Hyperparameters reach the script as ``--key value`` arguments.
+
+``--resume-from JOB`` continues a training job that ended (stopped, out of runtime, failed, or done
+and to be trained further with a larger ``--hp epochs``): the new job runs as JOB ran (its instance
+type and count, spot or not, hyperparameters, channels and code, from DescribeTrainingJob), with
+this command line's options over them, and uses JOB's checkpoint location
+(``checkpoints/<name>/``), so the trainer resumes at JOB's last checkpoint, in the middle of an
+epoch where a SIGTERM left it. It is refused while JOB runs (two jobs would write the same
+checkpoints), for a job that kept none, and for a tuning trial (each keeps its checkpoints in
+a folder of its own).
 
 The pipeline (``--pipeline``): one execution of ``<project>-pipeline`` runs process -> train ->
 promote (-> transform), each step optional (``--skip-process``, ``--skip-train``; promote only with
@@ -101,6 +111,7 @@ from scripts.common import (
     UsageError,
     add_common_arguments,
     describe_execution,
+    describe_job,
     execution_console_url,
     find_sagemaker_job,
     help_epilog,
@@ -125,6 +136,10 @@ from stacks.components.processing_job_spec import (
 )
 from stacks.config import PlatformConfig
 from stacks.components.training_job_spec import (
+    CHECKPOINT_PREFIX,
+    CODE_CHANNEL,
+    LEGACY_KERAS_ENV,
+    PROGRAM_HYPERPARAMETER,
     JobResources,
     JobTemplate,
     LaunchError,
@@ -137,6 +152,7 @@ from stacks.components.training_job_spec import (
     resolve_launch,
 )
 from stacks.components.tuning_job_spec import (
+    CHECKPOINT_PER_JOB_ENV,
     TuningOptions,
     TuningValues,
     create_tuning_job_request,
@@ -241,6 +257,76 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
     )
 
 
+RUNNING = ("InProgress", "Stopping")
+"""Training job states in which the job still writes its checkpoints."""
+
+
+def resumed_options(deployment: Deployment, options: LaunchOptions, job: str, *, own_code: bool) -> LaunchOptions:
+    """``options`` over ``job``'s own launch, with its checkpoint location (``launch --resume-from JOB``).
+
+    From ``DescribeTrainingJob``: the instance type and count, spot, the hyperparameters (less the
+    platform's ``sagemaker_*``), the channels, and with ``own_code`` false (no ``--source-dir``) its
+    script and Keras flag; what ``options`` sets wins, its hyperparameters merged over the job's. The
+    checkpoint location is the job's own, which is the first job's of a chain of resumes.
+
+    Raises:
+        OperatorError: no such job; it is still running; it kept no checkpoints, or they are not where
+            this deployment's jobs keep theirs, or none was written; it is a tuning trial.
+    """
+    if isinstance(deployment, OfflineDeployment):
+        print(f"note: offline, {job} cannot be read: the request resumes from checkpoints/{job}/ with this command line's "
+              "options only", file=sys.stderr)  # fmt: skip
+        return replace(options, checkpoint_name=job)
+    described = describe_job(deployment.aws, job)
+    if described is None:
+        raise OperatorError(f"no training job {job} in {deployment.region} to resume (python -m scripts.list_jobs lists them)")
+    status = described["TrainingJobStatus"]
+    if status in RUNNING:
+        raise OperatorError(f"refused: {job} is {status}, and the new job would write the same checkpoints: wait for it to end, "
+                            f"or stop it (python -m scripts.stop {job}), then resume it")  # fmt: skip
+    environment = described.get("Environment") or {}
+    if environment.get(CHECKPOINT_PER_JOB_ENV):
+        raise OperatorError(f"refused: {job} is a tuning trial, whose checkpoints are in a folder of their own: promote it "
+                            f"(python -m scripts.promote {job}), or launch its hyperparameters afresh")  # fmt: skip
+    uri = (described.get("CheckpointConfig") or {}).get("S3Uri")
+    if not uri:
+        raise OperatorError(f"refused: {job} kept no checkpoints (it ran with training_job.checkpointing off): nothing to "
+                            "resume from; launch it afresh")  # fmt: skip
+    bucket = deployment.job_resources().artifacts_bucket
+    location = f"s3://{bucket}/{CHECKPOINT_PREFIX}"
+    name = uri.removeprefix(location).rstrip("/")
+    if not uri.startswith(location) or "/" in name or not name:
+        raise OperatorError(f"refused: {job}'s checkpoints are at {uri}, not in {location}<job>/, the only checkpoints this "
+                            "deployment's jobs may read")  # fmt: skip
+    listed = deployment.aws.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"{CHECKPOINT_PREFIX}{name}/", MaxKeys=1000)
+    if not listed.get("KeyCount"):
+        raise OperatorError(f"refused: {uri} holds no checkpoint ({job} ended before it wrote one): launch it afresh")
+    hyperparameters = {k: v for k, v in (described.get("HyperParameters") or {}).items() if not k.startswith("sagemaker_")}
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in described.get("InputDataConfig") or []
+                if "S3DataSource" in c.get("DataSource", {})}  # fmt: skip
+    code_uri = channels.pop(CODE_CHANNEL, None)
+    program = (described.get("HyperParameters") or {}).get(PROGRAM_HYPERPARAMETER)
+    resources = described["ResourceConfig"]
+    script = {} if own_code or not code_uri else {
+        "code_uri": code_uri, "entry_point": program, "legacy_keras": environment.get(LEGACY_KERAS_ENV) == "1" or None,
+    }  # fmt: skip
+    print(
+        f"resuming {job} ({status}): from its checkpoints in {uri}, on its {resources['InstanceCount']} x "
+        f"{resources['InstanceType']}, with its hyperparameters, channels{' and code' if script else ''}, and this "
+        "command line's options over them"
+    )
+    return replace(
+        options,
+        instance_type=options.instance_type or resources["InstanceType"],
+        instance_count=options.instance_count or resources["InstanceCount"],
+        use_spot=bool(described.get("EnableManagedSpotTraining")) if options.use_spot is None else options.use_spot,
+        hyperparameters={**hyperparameters, **options.hyperparameters},
+        channels={**channels, **options.channels},
+        **{key: getattr(options, key) if getattr(options, key) is not None else value for key, value in script.items()},
+        checkpoint_name=name,
+    )
+
+
 def refuse_taken_name(deployment: Deployment, name: str, *, dry_run: bool) -> None:
     """Refuse ``name`` when a job (training, tuning, processing, transform) or a training workflow execution
     has it: the code goes to ``code/<name>/`` before SageMaker would refuse the duplicate, and would replace
@@ -287,8 +373,8 @@ def check_options(deployment: Deployment, options: LaunchOptions, *, code_pendin
             as one under the code prefix, checked for real once it is uploaded. A script's own
             hyperparameters are then passed through, as they will be.
     """
-    # A code URI is checked against the deployed artifacts bucket, as the workflow does.
-    resources = deployment.job_resources() if options.code_uri else _PLACEHOLDER_RESOURCES
+    # A code URI and channels (a resumed job's) are checked against the deployed buckets, as the workflow does.
+    resources = deployment.job_resources() if options.code_uri or options.channels else _PLACEHOLDER_RESOURCES
     template = JobTemplate.from_config(deployment.config, resources, metric_definitions=())
     if code_pending and options.entry_point:
         options = replace(options, code_uri=f"{code_uri_prefix(template)}{PENDING_CODE}")
@@ -354,6 +440,7 @@ def launch(
     dry_run: bool = False,
     source_dir: Optional[Path] = None,
     yes: bool = False,
+    resume_from: Optional[str] = None,
 ) -> Launched:
     """Start the job through the workflow, or with CreateTrainingJob when ``direct``.
 
@@ -364,7 +451,10 @@ def launch(
         dry_run: Build and return the request without sending (or uploading) anything.
         source_dir: Your script's directory (with ``options.entry_point``): packed and uploaded first.
         yes: Launch even when the job can cost more than ``cost.confirm_above_usd`` (:func:`confirm_spend`).
+        resume_from: A training job to continue from its checkpoints, run as it ran (:func:`resumed_options`).
     """
+    if resume_from is not None:
+        options = resumed_options(deployment, options, resume_from, own_code=source_dir is not None)
     options = with_job_name(deployment, options)
     # A bad option is an error, online or not; the code's location is checked once it is uploaded.
     price = training_price(deployment.config, check_options(deployment, options, code_pending=source_dir is not None))
@@ -713,6 +803,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: config training_job.keep_alive_seconds)",
     )
     parser.add_argument(
+        "--resume-from", metavar="JOB",
+        help="continue training job JOB from its last checkpoint, run as JOB ran (its instance type and count, spot, "
+        "hyperparameters, channels and code), with this command line's options over them",
+    )
+    parser.add_argument(
         "--upload-only",
         action="store_true",
         help="upload --source-dir and print its code_key for the GPU cluster (cluster.code_key); start no job",
@@ -793,7 +888,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.tune is not None:
         return _main_tuning(deployment, args)
     launched = launch(
-        deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir, yes=args.yes
+        deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir, yes=args.yes,
+        resume_from=args.resume_from,
     )
     if not _report(deployment, launched, "job", dry_run=args.dry_run):
         return 0
@@ -805,6 +901,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _refuse_mixed_modes(args: argparse.Namespace) -> None:
+    if args.resume_from is not None:
+        other = [flag for flag, on in (("--pipeline", args.pipeline), ("--process", args.process), ("--tune", args.tune is not None),
+                                       ("--upload-only", args.upload_only)) if on]  # fmt: skip
+        if other:
+            raise UsageError(f"--resume-from continues one training job; {', '.join(other)} does not apply")
     pipeline_only = [
         flag for flag, on in (("--skip-process", args.skip_process), ("--skip-train", args.skip_train), ("--promote", args.promote),
                               ("--skip-transform", args.skip_transform)) if on

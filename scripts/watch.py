@@ -123,7 +123,8 @@ def limit_stop(job: dict[str, Any]) -> Optional[str]:
     if job.get("TrainingJobStatus") != "Stopped" or secondary not in LIMIT_STOPS:
         return None
     checkpoints = (job.get("CheckpointConfig") or {}).get("S3Uri")
-    kept = f"; its checkpoints stay in {checkpoints} (a new launch starts from scratch)" if checkpoints else ""
+    kept = (f"; its checkpoints stay in {checkpoints}: continue it with python -m scripts.launch --resume-from "
+            f"{job['TrainingJobName']}" if checkpoints else "")  # fmt: skip
     return f"{job['TrainingJobName']} was stopped by SageMaker ({secondary}): {LIMIT_STOPS[secondary]}{kept}"
 
 

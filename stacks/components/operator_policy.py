@@ -38,7 +38,7 @@ from constructs import Construct
 
 from stacks.components.policy import hardened_job_conditions, pass_role_to_sagemaker, pinned_job_creation_statements
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP, ProcessingTemplate
-from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, JobTemplate
+from stacks.components.training_job_spec import CHECKPOINT_PREFIX, SAGEMAKER_LOG_GROUP, JobTemplate
 from stacks.components.training_job_workflow import acknowledge_wildcard_resources, workflow_name
 from stacks.components.transform_job_spec import SAGEMAKER_TRANSFORM_LOG_GROUP
 from stacks.config import USER_CODE_PREFIX
@@ -134,6 +134,13 @@ class OperatorPolicy(Construct):
             ),
             *self._log_statements(),
             *self._source_code_statements(key, artifacts_bucket),
+            # launch --resume-from JOB checks that JOB's checkpoint location holds a checkpoint (names only).
+            iam.PolicyStatement(
+                sid="FindJobCheckpoints",
+                actions=["s3:ListBucket"],
+                resources=[artifacts_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": f"{CHECKPOINT_PREFIX}{project_name}-*"}},
+            ),
             *self._preflight_statements(),
         ]
         name = operator_policy_name(project_name, stack.region)

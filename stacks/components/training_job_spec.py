@@ -356,6 +356,8 @@ class LaunchOptions:
             reads: a configured channel prefix or ``processing.output_prefix``.
         keep_alive_seconds: Keep the instances as a warm pool this long after the job (0-3600;
             on-demand jobs only).
+        checkpoint_name: The job whose checkpoint location (``checkpoints/<name>/``) this job
+            uses: restores at start and writes to (``scripts.launch --resume-from``). Default: its own.
     """
 
     job_name: Optional[str] = None
@@ -368,12 +370,13 @@ class LaunchOptions:
     legacy_keras: Optional[bool] = None
     channels: Mapping[str, str] = field(default_factory=dict)
     keep_alive_seconds: Optional[int] = None
+    checkpoint_name: Optional[str] = None
 
     def state_machine_input(self) -> dict[str, Any]:
         """The execution input the workflow reads: only what is overridden."""
         data: dict[str, Any] = {}
         for key in ("job_name", "instance_type", "instance_count", "use_spot", "code_uri", "entry_point", "legacy_keras",
-                    "keep_alive_seconds"):
+                    "keep_alive_seconds", "checkpoint_name"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         if self.hyperparameters:
@@ -402,6 +405,8 @@ class LaunchValues:
     """Channel name -> S3 URI; ``None``: the template's configured channels."""
     keep_alive_seconds: Union[int, Jsonata] = 0
     """The warm pool kept after the job (``ResourceConfig.KeepAlivePeriodInSeconds``); 0: none."""
+    checkpoint_name: Union[str, Jsonata, None] = None
+    """The name in the checkpoint location ``checkpoints/<name>/``; ``None``: ``job_name``."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -502,6 +507,10 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
     spot = Var("use_spot")
     return (
         job_name_rule("job_name", "job_name", prefix, MAX_JOB_NAME_LENGTH, f", as the workflow's role may only create {prefix}* jobs (scripts.launch --name)"),
+        job_name_rule(
+            "checkpoint_name", "checkpoint_name", prefix, MAX_JOB_NAME_LENGTH,
+            f": the name of a {prefix}* job whose checkpoint location checkpoints/<name>/ this job continues from (scripts.launch --resume-from JOB)",
+        ),
         Rule(
             "instance_type",
             all_of(eq(type_of(Var("instance_type")), "string"), InTable(Var("instance_facts"), Var("instance_type"))),
@@ -698,8 +707,9 @@ def launch_variables(
     else:
         hyperparameters = given
     channels = options.channels
+    job_name = default_job_name(template, now) if options.job_name is None else options.job_name
     return {
-        "job_name": default_job_name(template, now) if options.job_name is None else options.job_name,
+        "job_name": job_name,
         "instance_type": template.default_instance_type if options.instance_type is None else options.instance_type,
         "instance_count": template.default_instance_count if options.instance_count is None else options.instance_count,
         "use_spot": template.default_use_spot if options.use_spot is None else options.use_spot,
@@ -709,6 +719,7 @@ def launch_variables(
         "legacy_keras": False if options.legacy_keras is None else options.legacy_keras,
         "keep_alive_seconds": template.default_keep_alive_seconds if options.keep_alive_seconds is None else options.keep_alive_seconds,
         "channels": {**template.default_channel_uris, **channels} if isinstance(channels, Mapping) else channels,
+        "checkpoint_name": job_name if options.checkpoint_name is None else options.checkpoint_name,
         "instance_facts": instance_facts_table(template.allowed_instance_types or None),
         hyperparameter_rules.BATCH_TUNED: bool(set(tuned) & hyperparameter_rules.BATCH_SETTERS),
     }
@@ -745,6 +756,7 @@ def resolve_launch(
         has_code=values["code_uri"] != "",
         channels=values["channels"],
         keep_alive_seconds=values["keep_alive_seconds"],
+        checkpoint_name=values["checkpoint_name"],
     )
 
 
@@ -782,6 +794,7 @@ STATE_MACHINE_VALUES = LaunchValues(
     has_code=Jsonata("$code_uri != ''"),
     channels=Jsonata("$channels"),
     keep_alive_seconds=Jsonata("$keep_alive_seconds"),
+    checkpoint_name=Jsonata("$checkpoint_name"),
 )
 """The launch values as the workflow's variables (assigned by :func:`state_machine_assignments`)."""
 
@@ -817,10 +830,11 @@ def state_machine_assignments(template: JobTemplate, source: str = "$states.inpu
     defaults = f"($exists({source}.code_uri) ? {{}} : {to_jsonata(dict(template.default_hyperparameters))})"
     merged = f"$merge($append([{defaults}], {stringified}))"
     suffix = f" & {json.dumps('-' + job_name_suffix)}" if job_name_suffix else ""
+    job_name = _input_or("job_name", f"{json.dumps(template.job_name_prefix)} & $states.context.Execution.Name{suffix}", source)
     return {
-        "job_name": _input_or(
-            "job_name", f"{json.dumps(template.job_name_prefix)} & $states.context.Execution.Name{suffix}", source
-        ),
+        "job_name": job_name,
+        # An Assign's values are computed before any is assigned: the job name's own expression.
+        "checkpoint_name": _input_or("checkpoint_name", f"({job_name.removeprefix('{% ').removesuffix(' %}')})", source),
         "instance_type": _input_or("instance_type", json.dumps(template.default_instance_type), source),
         "instance_count": _input_or("instance_count", json.dumps(template.default_instance_count), source),
         "use_spot": _input_or("use_spot", json.dumps(template.default_use_spot), source),
@@ -945,8 +959,13 @@ def training_job_request_values(template: JobTemplate, launch: LaunchValues) -> 
     }
     if template.checkpointing:
         request["CheckpointConfig"] = {
-            # One prefix per job: a spot restart or a retry of the same job resumes from it.
-            "S3Uri": concat(f"s3://{r.artifacts_bucket}/{CHECKPOINT_PREFIX}", launch.job_name, "/"),
+            # One prefix per job: a spot restart or a retry of the same job resumes from it; a launch
+            # --resume-from JOB takes JOB's, to continue from its checkpoints.
+            "S3Uri": concat(
+                f"s3://{r.artifacts_bucket}/{CHECKPOINT_PREFIX}",
+                launch.job_name if launch.checkpoint_name is None else launch.checkpoint_name,
+                "/",
+            ),
             "LocalPath": CHECKPOINT_LOCAL_PATH,
         }
     return request

@@ -514,7 +514,7 @@ def state_machine_tuning_values(settings: TuningConfig) -> TuningValues:
     training launch's :data:`STATE_MACHINE_VALUES`); trials keep no warm pool."""
     return TuningValues(
         job_name=Jsonata("$job_name"),
-        training=replace(STATE_MACHINE_VALUES, keep_alive_seconds=0),
+        training=replace(STATE_MACHINE_VALUES, keep_alive_seconds=0, checkpoint_name=Jsonata("$job_name")),
         ranges=Jsonata("$ranges"),
         max_jobs=Jsonata("$max_jobs"),
         max_parallel_jobs=Jsonata("$max_parallel_jobs"),

@@ -44,7 +44,7 @@ def test_a_job_sagemaker_stopped_on_its_limit_failed_and_names_the_setting(aws, 
     assert f"  {name} was stopped by SageMaker ({secondary}): " in out
     line = next(line for line in out.splitlines() if "was stopped by SageMaker" in line)
     assert f"raise {setting}" in line and "rerun" not in line
-    assert re.search(rf"; its checkpoints stay in s3://\S+/checkpoints/{name}/ \(a new launch starts from scratch\)$", line), line
+    assert re.search(rf"; its checkpoints stay in s3://\S+/checkpoints/{name}/: continue it with python -m scripts.launch --resume-from {name}$", line), line
     # The pipeline's tracker says so too.
     tracked = io.StringIO()
     _JobTracker(aws=Aws(boto3.Session()), kind="training", name=name, logs=False, out=tracked).poll()

@@ -83,6 +83,8 @@ FIELDS = (
     Field("legacy_keras", (ABSENT, True, False), ("yes", 0)),
     # A positive keep-alive is valid only on demand, which one deployment's default is not: see the spot case below.
     Field("keep_alive_seconds", (ABSENT, 0), (-1, 3601, 1.5, "60", True)),
+    # launch --resume-from: another job's checkpoint location.
+    Field("checkpoint_name", (ABSENT, "gputrain-earlier-1"), ("other-x", "gputrain-a/b", "gputrain-", 7)),
     Field("channels", (ABSENT, {}, {"train": "s3://datasets/processed/p/train/"}, {"extra": "s3://datasets/train/more/"}),
           ({"train": "s3://other/train/"}, {"train": "s3://datasets/raw/x/"}, {"train": "s3://datasets/train/../raw/"},
            {"bad name": "s3://datasets/train/"}, {f"c{i}": "s3://datasets/train/" for i in range(20)})),
@@ -108,7 +110,7 @@ def _launch(choice: dict[str, Any], source: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in choice.items() if v is not ABSENT}, **source}
 
 
-def generated_launches(seed: int = 22, mixes: int = 150) -> list[tuple[dict[str, Any], str | None]]:
+def generated_launches(seed: int = 24, mixes: int = 150) -> list[tuple[dict[str, Any], str | None]]:
     """``(execution input, the one invalid field or None)``: valid grids, each invalid value alone, random mixes."""
     baseline = {f.name: ABSENT for f in FIELDS}
     launches: list[tuple[dict[str, Any], str | None]] = []

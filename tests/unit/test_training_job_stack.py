@@ -192,8 +192,12 @@ def test_an_input_with_tuning_takes_the_tune_branch_with_the_direct_tuning_reque
     job = states["CreateTrainingJob"]["Arguments"]
     trial = arguments["TrainingJobDefinition"]
     for key in ("RoleArn", "VpcConfig", "OutputDataConfig", "EnableNetworkIsolation", "InputDataConfig",
-                "StoppingCondition", "EnableManagedSpotTraining", "RetryStrategy", "CheckpointConfig"):
+                "StoppingCondition", "EnableManagedSpotTraining", "RetryStrategy"):
         assert trial[key] == job[key], key
+    # The tuning job's own checkpoint location (each trial a folder in it), a training job's that of the job it
+    # continues (launch --resume-from), by default its own.
+    assert trial["CheckpointConfig"]["S3Uri"] == job["CheckpointConfig"]["S3Uri"].replace("$checkpoint_name", "$job_name")
+    assert "($checkpoint_name)" in job["CheckpointConfig"]["S3Uri"]
     assert trial["StaticHyperParameters"] == job["HyperParameters"]
     assert "KeepAlivePeriodInSeconds" not in trial["ResourceConfig"]  # trials keep no warm pool
     config = load_config(project_context())
@@ -339,10 +343,16 @@ def test_spot_by_default_with_max_wait_checkpoints_and_retries(default, args, de
     assert args["StoppingCondition"] == (
         '{% ($use_spot) ? {"MaxRuntimeInSeconds": 86400, "MaxWaitTimeInSeconds": 172800} : {"MaxRuntimeInSeconds": 86400} %}'
     )
+    # The job's own checkpoint location unless the launch continues another job's (launch --resume-from).
     assert args["CheckpointConfig"] == {
-        "S3Uri": '{% "s3://' + artifacts + '/checkpoints/" & ($job_name) & "/" %}',
+        "S3Uri": '{% "s3://' + artifacts + '/checkpoints/" & ($checkpoint_name) & "/" %}',
         "LocalPath": "/opt/ml/checkpoints",
     }
+    assign = definition["States"]["ResolveLaunchOptions"]["Assign"]
+    assert assign["checkpoint_name"] == (
+        "{% $exists($states.input.checkpoint_name) ? $states.input.checkpoint_name : ("
+        + assign["job_name"].removeprefix("{% ").removesuffix(" %}") + ") %}"
+    )
     assert args["RetryStrategy"] == {"MaximumRetryAttempts": 2}
 
 
