@@ -212,6 +212,27 @@ def test_a_stop_in_the_middle_of_an_epoch_keeps_its_steps_and_the_restart_goes_o
     assert resumed.completed_epochs == 3 and resumed.resumed_from_epoch == 0
 
 
+def test_checkpoint_every_minutes_keeps_steps_of_a_long_epoch_for_a_failure_that_gives_no_sigterm(tmp_path, capsys):
+    """A lost host or a kill gives no SIGTERM: with the minutes passed, the steps applied are checkpointed at a
+    call's end, and a restart after a crash goes on from there to the weights of an uninterrupted run."""
+    finished, paths = _train(tmp_path / "job", 4, train.StopRequest(), epochs="1", checkpoint_every_minutes="1e-9")
+    printed = capsys.readouterr().out
+    # 8 steps in 2 calls: after the first, the minutes have passed; the epoch's end has its own checkpoint.
+    assert f"checkpoint path={paths.checkpoint_dir / 'ckpt-1'} epoch=0 epoch_steps=4" in printed
+    assert f"checkpoint path={paths.checkpoint_dir / 'ckpt-2'} epoch=1" in printed and "ckpt-3" not in printed
+    # The host is lost before the epoch's end was saved: only the first checkpoint reached S3.
+    for path in paths.checkpoint_dir.glob("ckpt-2.*"):
+        path.unlink()
+    (paths.checkpoint_dir / "checkpoint").unlink()
+    resumed, _ = _train(tmp_path / "job", 4, train.StopRequest(), epochs="1", checkpoint_every_minutes="0")
+    printed = capsys.readouterr().out
+    assert f"resume checkpoint={paths.checkpoint_dir / 'ckpt-1'} completed_epochs=0 epochs=1 epoch_steps=4" in printed
+    assert resumed.weights_sha256 == finished.weights_sha256
+    # Off (0), and by default (30 minutes) in a run this short: epochs only.
+    _train(tmp_path / "default", 4, train.StopRequest(), epochs="1")
+    assert "epoch_steps=" not in capsys.readouterr().out
+
+
 class _StopAfterCalls(train.StopRequest):
     """A SIGTERM that arrives after ``calls`` calls into TensorFlow: the next call carries the stop vote."""
 

@@ -69,6 +69,9 @@ class TrainingConfig:
         expected_gpu_count: GPUs per host, used when ``EXPECTED_GPU_COUNT`` is not set.
         seed: Seed for weight initialisation and shuffling.
         checkpoint_every_epochs: Checkpoint every this many epochs (the last epoch always is).
+        checkpoint_every_minutes: Also checkpoint in the middle of an epoch once this many minutes
+            have passed since the last checkpoint (at a call's end, on every worker at once), so a
+            failure without SIGTERM (a lost host, a kill) costs at most that much; 0: epochs only.
         steps_per_execution: Training steps run per call into TensorFlow (like Keras'
             ``steps_per_execution``); SIGTERM is honoured at the end of such a call.
         cache_max_mb: Keep a worker's parsed examples in memory after the first epoch when its
@@ -108,6 +111,7 @@ class TrainingConfig:
     expected_gpu_count: int | None = None
     seed: int = 1234
     checkpoint_every_epochs: int = 1
+    checkpoint_every_minutes: float = 30.0
     steps_per_execution: int = 16
     cache_max_mb: int = 2048
     validation_channel: str = "validation"
@@ -268,6 +272,7 @@ _PARSERS: dict[str, Callable[[str], Any]] = {
     "expected_gpu_count": _optional_int,
     "seed": _int(0),
     "checkpoint_every_epochs": _int(1),
+    "checkpoint_every_minutes": _float(0.0, 10_000.0, low_inclusive=True),
     "steps_per_execution": _int(1),
     "cache_max_mb": _int(0),
     "validation_channel": _channel,
@@ -320,6 +325,7 @@ VALUE_PATTERNS: dict[str, str] = {
     "expected_gpu_count": f"({_WHOLE})?",
     "seed": _WHOLE,
     "checkpoint_every_epochs": _WHOLE,
+    "checkpoint_every_minutes": _NUMBER,
     "steps_per_execution": _WHOLE,
     "cache_max_mb": _WHOLE,
     "validation_channel": r"[^\/]*",

@@ -19,7 +19,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -469,6 +469,8 @@ class _Trainable:
     resumed_from: int
     last_number: int
     sync_statistics: Any = None
+    saved_at: float = field(default_factory=time.monotonic)
+    """When the last checkpoint was written (or training started): ``checkpoint_every_minutes`` counts from it."""
 
     def save(self, cluster: Cluster, **where: int) -> str:
         """Writes the next checkpoint (a collective: every worker calls it); returns its path.
@@ -478,6 +480,7 @@ class _Trainable:
         """
         self.last_number += 1
         saved = self.manager.save(checkpoint_number=self.last_number)
+        self.saved_at = time.monotonic()
         if not cluster.is_chief:
             shutil.rmtree(self.write_dir, ignore_errors=True)
         else:
@@ -585,7 +588,7 @@ def _step_function(model: Any, optimizer: Any, strategy: Any, config: TrainingCo
         grads = tape.gradient(scaled, model.trainable_variables)
         return grads, per_example, logits
 
-    def replica_step(features: Any, labels: Any, stop_vote: Any) -> Any:
+    def replica_step(features: Any, labels: Any, stop_vote: Any, save_vote: Any) -> Any:
         # Raw-record batches arrive uncropped with their boxes: crop on this replica's device,
         # outside the XLA cluster (CropAndResize has no XLA kernel).
         features = images.apply_crops(features, config.image_size)
@@ -593,26 +596,26 @@ def _step_function(model: Any, optimizer: Any, strategy: Any, config: TrainingCo
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), labels), tf.float32))
         count = tf.cast(tf.shape(labels)[0], tf.float32)
-        return tf.stack([tf.reduce_sum(per_example), correct, count, stop_vote])
+        return tf.stack([tf.reduce_sum(per_example), correct, count, stop_vote, save_vote])
 
     @tf.function
-    def run_steps(iterator: Any, count: Any, stop_vote: Any) -> Any:
+    def run_steps(iterator: Any, count: Any, stop_vote: Any, save_vote: Any) -> Any:
         losses = tf.TensorArray(tf.float32, size=count)
-        totals = tf.zeros([4])
+        totals = tf.zeros([5])
         waited = tf.zeros([], tf.float64)
         for index in tf.range(count):
             features, labels, wait = _timed_next(iterator, after=totals)
             waited += wait
             if distributed:
-                # One small all-reduce carries the metrics and every worker's stop vote, so all
-                # workers see the same loss and stop at the same step.
+                # One small all-reduce carries the metrics and every worker's stop and checkpoint
+                # votes, so all workers see the same loss, and stop or checkpoint at the same step.
                 stats = strategy.reduce(
                     tf.distribute.ReduceOp.SUM,
-                    strategy.run(replica_step, args=(features, labels, stop_vote)),
+                    strategy.run(replica_step, args=(features, labels, stop_vote, save_vote)),
                     axis=None,
                 )
             else:
-                stats = replica_step(features, labels, stop_vote)
+                stats = replica_step(features, labels, stop_vote, save_vote)
             losses = losses.write(index, stats[0] / stats[2])
             totals += stats
         return losses.stack(), totals, waited
@@ -696,6 +699,7 @@ def _train_epoch(
     precision: str,
     sampler: Any,
     start_step: int = 0,
+    periodic: Any = None,
 ) -> tuple[EpochMetrics, bool]:
     """Runs one epoch's steps from ``start_step``; returns its metrics and whether a stop (SIGTERM) came
     with its last call.
@@ -704,7 +708,9 @@ def _train_epoch(
     before the last call raises :class:`_StoppedMidEpoch` at once, for the caller to checkpoint
     the steps applied. One that arrives with the last call lets the epoch finish: all its steps
     are applied, and the caller checkpoints it before stopping. The metrics of an epoch resumed
-    at ``start_step`` cover its remaining steps.
+    at ``start_step`` cover its remaining steps. ``periodic`` (:class:`_PeriodicCheckpoint`): each
+    call carries this worker's vote that a checkpoint is due; when any worker's is, every worker
+    checkpoints the steps applied after that call (not after the epoch's last: its own follows).
     """
     import tensorflow as tf
 
@@ -717,7 +723,10 @@ def _train_epoch(
     while step < steps:
         count = min(config.steps_per_execution, steps - step)
         try:
-            losses, sums, wait = run_steps(iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0))
+            due = periodic is not None and periodic.due()
+            losses, sums, wait = run_steps(
+                iterator, tf.constant(count), tf.constant(1.0 if stop.requested else 0.0), tf.constant(1.0 if due else 0.0)
+            )
             losses, sums = losses.numpy(), sums.numpy()
             waited += float(wait)
         except (tf.errors.OutOfRangeError, tf.errors.FailedPreconditionError) as err:
@@ -744,6 +753,8 @@ def _train_epoch(
         stop_voted = bool(sums[3] > 0)
         if stop_voted and step < steps:
             raise _StoppedMidEpoch(epoch, step)
+        if periodic is not None and sums[4] > 0 and step < steps:
+            periodic.save(epoch, step)
         totals = [t + float(v) for t, v in zip(totals, sums[:3], strict=True)]
     elapsed = time.perf_counter() - started
     usage = sampler.take() if sampler is not None else None
@@ -840,6 +851,34 @@ def _sync_statistics(state: _Trainable, cluster: Cluster, epoch: int) -> None:
         raise
 
 
+def _checkpoint_mid_epoch(state: _Trainable, *, cluster: Cluster, epoch: int, step: int, steps: int, global_batch: int) -> str:
+    """Checkpoints ``step`` applied steps of ``epoch`` (a collective: every worker calls it at the same step)."""
+    if state.sync_statistics is not None:
+        _sync_statistics(state, cluster, epoch)
+    state.epoch_steps.assign(step)
+    state.epoch_plan.assign([steps, global_batch])
+    return state.save(cluster, epoch=epoch - 1, epoch_steps=step)
+
+
+@dataclass
+class _PeriodicCheckpoint:
+    """``checkpoint_every_minutes``: whether this worker votes for a checkpoint, and the checkpoint."""
+
+    state: _Trainable
+    config: TrainingConfig
+    cluster: Cluster
+    steps: int
+
+    def due(self) -> bool:
+        minutes = self.config.checkpoint_every_minutes
+        return minutes > 0 and time.monotonic() - self.state.saved_at >= 60.0 * minutes
+
+    def save(self, epoch: int, step: int) -> None:
+        _checkpoint_mid_epoch(
+            self.state, cluster=self.cluster, epoch=epoch, step=step, steps=self.steps, global_batch=self.config.batch_size
+        )
+
+
 class _StoppedMidEpoch(Exception):
     """A stop (SIGTERM) voted before the epoch's last call: ``step`` of its steps are applied."""
 
@@ -861,11 +900,7 @@ def _stop_mid_epoch(
     the statistics all-reduce and the save, both collectives, meet.
     """
     epoch, step = stopped.epoch, stopped.step
-    if state.sync_statistics is not None:
-        _sync_statistics(state, cluster, epoch)
-    state.epoch_steps.assign(step)
-    state.epoch_plan.assign([steps, global_batch])
-    saved = state.save(cluster, epoch=epoch - 1, epoch_steps=step)
+    saved = _checkpoint_mid_epoch(state, cluster=cluster, epoch=epoch, step=step, steps=steps, global_batch=global_batch)
     raise TrainingInterrupted(
         f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}, checkpointed ({saved}): a restart "
         f"with the checkpoint directory {paths.checkpoint_dir} resumes at step {step + 1}. Completed epochs: {epoch - 1}."
@@ -938,6 +973,8 @@ def _train_loop(
         )
         iterator = iter(dataset)
     sampler = gpu_monitor.start()
+    periodic = _PeriodicCheckpoint(state, config, cluster, steps) if config.checkpoint_every_minutes > 0 else None
+    state.saved_at = time.monotonic()  # the minutes count from the first step's call, not from the build
     trained: list[EpochMetrics] = []
     for epoch in range(first_epoch, config.epochs + 1):
         if stopped_early:
@@ -946,7 +983,7 @@ def _train_loop(
             metrics, stop_voted = _train_epoch(
                 run_steps, iterator, epoch=epoch, first_epoch=first_epoch, steps=steps, config=config, spec=spec,
                 cluster=cluster, stop=stop, watch=watch, precision=precision, sampler=sampler,
-                start_step=skip_steps if epoch == first_epoch else 0,
+                start_step=skip_steps if epoch == first_epoch else 0, periodic=periodic,
             )  # fmt: skip
         except _StoppedMidEpoch as stopped:
             _stop_mid_epoch(stopped, state, cluster=cluster, paths=paths, steps=steps, global_batch=config.batch_size)
