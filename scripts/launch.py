@@ -273,6 +273,8 @@ def resumed_options(deployment: Deployment, options: LaunchOptions, job: str, *,
         OperatorError: no such job; it is still running; it kept no checkpoints, or they are not where
             this deployment's jobs keep theirs, or none was written; it is a tuning trial.
     """
+    if options.job_name == job:
+        raise UsageError(f"--resume-from {job} starts a new job: give it another --name (or none, for a generated one)")
     if isinstance(deployment, OfflineDeployment):
         print(f"note: offline, {job} cannot be read: the request resumes from checkpoints/{job}/ with this command line's "
               "options only", file=sys.stderr)  # fmt: skip
@@ -301,11 +303,17 @@ def resumed_options(deployment: Deployment, options: LaunchOptions, job: str, *,
     listed = deployment.aws.client("s3").list_objects_v2(Bucket=bucket, Prefix=f"{CHECKPOINT_PREFIX}{name}/", MaxKeys=1000)
     if not listed.get("KeyCount"):
         raise OperatorError(f"refused: {uri} holds no checkpoint ({job} ended before it wrote one): launch it afresh")
+    writer = _running_job_writing(deployment, f"{location}{name}/")
+    if writer is not None:
+        raise OperatorError(f"refused: {writer} (a resume of it too) is running and writes {location}{name}/, which the new "
+                            f"job would write as well: wait for {writer} to end, or stop it (python -m scripts.stop {writer})")  # fmt: skip
     hyperparameters = {k: v for k, v in (described.get("HyperParameters") or {}).items() if not k.startswith("sagemaker_")}
     channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in described.get("InputDataConfig") or []
                 if "S3DataSource" in c.get("DataSource", {})}  # fmt: skip
     code_uri = channels.pop(CODE_CHANNEL, None)
     program = (described.get("HyperParameters") or {}).get(PROGRAM_HYPERPARAMETER)
+    if program and program.startswith('"'):
+        program = json.loads(program)  # the SageMaker SDK's estimators send every value JSON-encoded
     resources = described["ResourceConfig"]
     script = {} if own_code or not code_uri else {
         "code_uri": code_uri, "entry_point": program, "legacy_keras": environment.get(LEGACY_KERAS_ENV) == "1" or None,
@@ -320,11 +328,24 @@ def resumed_options(deployment: Deployment, options: LaunchOptions, job: str, *,
         instance_type=options.instance_type or resources["InstanceType"],
         instance_count=options.instance_count or resources["InstanceCount"],
         use_spot=bool(described.get("EnableManagedSpotTraining")) if options.use_spot is None else options.use_spot,
+        keep_alive_seconds=resources.get("KeepAlivePeriodInSeconds", 0) if options.keep_alive_seconds is None else options.keep_alive_seconds,
         hyperparameters={**hyperparameters, **options.hyperparameters},
         channels={**channels, **options.channels},
         **{key: getattr(options, key) if getattr(options, key) is not None else value for key, value in script.items()},
         checkpoint_name=name,
     )
+
+
+def _running_job_writing(deployment: Deployment, location: str) -> Optional[str]:
+    """A running (or stopping) training job of the project whose checkpoint location is ``location``, if any."""
+    sagemaker = deployment.aws.client("sagemaker")
+    for status in RUNNING:
+        pages = sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals=status, NameContains=f"{deployment.config.project_name}-")
+        for summary in (s for page in pages for s in page["TrainingJobSummaries"]):
+            described = describe_job(deployment.aws, summary["TrainingJobName"]) or {}
+            if ((described.get("CheckpointConfig") or {}).get("S3Uri") or "").rstrip("/") + "/" == location:
+                return summary["TrainingJobName"]
+    return None
 
 
 def refuse_taken_name(deployment: Deployment, name: str, *, dry_run: bool) -> None:

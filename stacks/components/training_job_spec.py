@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from types import MappingProxyType
@@ -507,10 +507,7 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
     spot = Var("use_spot")
     return (
         job_name_rule("job_name", "job_name", prefix, MAX_JOB_NAME_LENGTH, f", as the workflow's role may only create {prefix}* jobs (scripts.launch --name)"),
-        job_name_rule(
-            "checkpoint_name", "checkpoint_name", prefix, MAX_JOB_NAME_LENGTH,
-            f": the name of a {prefix}* job whose checkpoint location checkpoints/<name>/ this job continues from (scripts.launch --resume-from JOB)",
-        ),
+        _checkpoint_name_rule(prefix),
         Rule(
             "instance_type",
             all_of(eq(type_of(Var("instance_type")), "string"), InTable(Var("instance_facts"), Var("instance_type"))),
@@ -577,6 +574,17 @@ def training_launch_rules(template: JobTemplate) -> tuple[Rule, ...]:
             Var(hyperparameter_rules.BATCH_TUNED),
         ),
     )
+
+
+def _checkpoint_name_rule(prefix: str) -> Rule:
+    """``checkpoint_name`` is the job's own name (said once, by ``job_name``'s rule), or another of the project's
+    job names: the job whose checkpoint location the launch continues from."""
+    rule = job_name_rule(
+        "checkpoint_name", "checkpoint_name", prefix, MAX_JOB_NAME_LENGTH,
+        f": the name of a {prefix}* job whose checkpoint location checkpoints/<name>/ this job continues from"
+        " (scripts.launch --resume-from JOB)",
+    )
+    return replace(rule, condition=any_of(eq(Var("checkpoint_name"), Var("job_name")), rule.condition))
 
 
 def _platform_hyperparameter_count(code_uri: Var, instance_count: Var) -> Expr:

@@ -525,7 +525,7 @@ def state_machine_tuning_values(settings: TuningConfig) -> TuningValues:
 def tuning_state_machine_assignments(template: JobTemplate, settings: TuningConfig, source: str = "$states.input") -> dict[str, Any]:
     """``Assign`` of the Tune branch's first state, over the training launch's variables: ``tuning``,
     ``ranges`` (null when absent), ``max_jobs`` and ``max_parallel_jobs`` (the config's caps by default,
-    the parallel one no more than ``max_jobs``), ``keep_alive_seconds`` (0 unless given: trials keep no
+    the parallel one no more than ``max_jobs``), ``checkpoint_name`` (the tuning job's), ``keep_alive_seconds`` (0 unless given: trials keep no
     warm pool), ``hyperparameters`` without the tuned names (the static ones), ``batch_tuned`` (the ranges
     set the global batch: the launch rules' batch split leaves it to the ranges' rule), and without a given
     ``job_name`` the tuning job's own: ``<project>-`` and the execution name's letters and digits, cut
@@ -554,6 +554,9 @@ def tuning_state_machine_assignments(template: JobTemplate, settings: TuningConf
         + member("max_parallel_jobs", f"($m := {max_jobs}; $type($m) = 'number' and $m < {parallel_cap} ? $m : {parallel_cap})")
         + " %}",
         "job_name": f"{{% $exists({source}.job_name) ? $job_name : {default_name} %}}",
+        # The tuning job's own location (each trial a folder in it), as its name: the training launch's default,
+        # the execution's full name, need not be a valid job name here.
+        "checkpoint_name": f"{{% $exists({source}.job_name) ? $job_name : {default_name} %}}",
         "keep_alive_seconds": f"{{% $exists({source}.keep_alive_seconds) ? {source}.keep_alive_seconds : 0 %}}",
         "hyperparameters": f"{{% $type($hyperparameters) = 'object' ? {static} : $hyperparameters %}}",
         hyperparameter_rules.BATCH_TUNED: (

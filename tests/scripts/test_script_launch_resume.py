@@ -88,6 +88,42 @@ def test_a_script_jobs_code_and_entry_point_are_resumed_unless_new_code_is_given
     assert code.endswith(f"/code/{third}/sourcedir.tar.gz") and job["CheckpointConfig"]["S3Uri"].endswith(f"/{first}/")
 
 
+def test_a_job_is_not_resumed_while_a_resume_of_it_writes_its_checkpoints(aws, moto_backends, capsys):
+    first, second = f"{PROJECT}-res-twice1", f"{PROJECT}-res-twice2"
+    assert main(["--direct", "--name", first]) == 0
+    moto_backends.set_job(first, "Stopped", "Stopped")
+    location = _checkpoint(aws, first)
+    assert main(["--direct", "--resume-from", first, "--name", second]) == 0
+    moto_backends.set_job(second, "InProgress", "Training")
+    capsys.readouterr()
+    assert run(main, ["--direct", "--resume-from", first, "--name", f"{PROJECT}-res-twice3"]) == 3
+    err = capsys.readouterr().err.strip()
+    assert f"refused: {second} (a resume of it too) is running and writes {location}" in err and "\n" not in err
+    assert run(main, ["--direct", "--resume-from", first, "--name", first]) == 2
+    assert f"--resume-from {first} starts a new job: give it another --name" in capsys.readouterr().err
+
+
+def test_an_sdk_jobs_entry_point_and_a_warm_pool_are_taken_as_sent(aws, moto_backends, capsys, monkeypatch):
+    """The SageMaker SDK's estimators JSON-encode every hyperparameter; an on-demand job's warm pool is its own."""
+    name, bucket = f"{PROJECT}-res-sdk", aws.data["ArtifactsBucketName"]
+    _checkpoint(aws, name)
+    described = {
+        "TrainingJobName": name, "TrainingJobStatus": "Stopped", "EnableManagedSpotTraining": False,
+        "HyperParameters": {"sagemaker_program": '"train.py"', "sagemaker_submit_directory": '"/opt/ml/input/data/code/sourcedir.tar.gz"',
+                            "epochs": "3"},
+        "InputDataConfig": [{"ChannelName": "code", "DataSource": {"S3DataSource": {"S3Uri": f"s3://{bucket}/code/{name}/sourcedir.tar.gz"}}}],
+        "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "KeepAlivePeriodInSeconds": 600},
+        "CheckpointConfig": {"S3Uri": f"s3://{bucket}/{CHECKPOINT_PREFIX}{name}"},
+    }  # fmt: skip
+    monkeypatch.setattr(launch, "describe_job", lambda aws_, job: described if job == name else None)
+    assert main(["--direct", "--resume-from", name, "--name", f"{name}-2", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    request = json.loads(out[out.index("{"):])
+    assert request["HyperParameters"]["sagemaker_program"] == "train.py"
+    assert request["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 600
+    assert request["CheckpointConfig"]["S3Uri"] == f"s3://{bucket}/{CHECKPOINT_PREFIX}{name}/"
+
+
 def _trial_description(name: str, bucket: str) -> dict:
     return {"TrainingJobName": name, "TrainingJobStatus": "Completed", "Environment": {"CHECKPOINT_PER_JOB": "true"},
             "CheckpointConfig": {"S3Uri": f"s3://{bucket}/{CHECKPOINT_PREFIX}{PROJECT}-tune/"}}  # fmt: skip

@@ -252,7 +252,8 @@ def test_a_resume_with_another_batch_size_trains_the_stopped_epoch_from_its_star
     capsys.readouterr()
     resumed, _ = _train(tmp_path, 4, train.StopRequest(), batch_size="4")
     printed = capsys.readouterr().out
-    assert "resume-epoch-restarted epoch=1 epoch_steps=4 counted_in=8x8 now=16x4 " in printed
+    assert ("resume-epoch-restarted epoch=1 epoch_steps=4 counted_in=8-steps-of-8-on-1-workers-over-64-examples "
+            "now=16-steps-of-4-on-1-workers-over-64-examples ") in printed
     assert "first-step epoch=1 steps=4 " in printed and resumed.completed_epochs == 3
 
 

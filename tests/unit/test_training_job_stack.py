@@ -166,7 +166,7 @@ def test_an_input_with_tuning_takes_the_tune_branch_with_the_direct_tuning_reque
     assert requested["Choices"] == [{"Condition": "{% $exists($states.input.tuning) %}", "Next": "ResolveTuningOptions"}]
     resolve = states["ResolveTuningOptions"]
     assert resolve["Type"] == "Pass" and resolve["Next"] == "FindLaunchProblems"
-    assert set(resolve["Assign"]) == {"tuning", "ranges", "max_jobs", "max_parallel_jobs", "job_name", "keep_alive_seconds", "hyperparameters",
+    assert set(resolve["Assign"]) == {"tuning", "ranges", "max_jobs", "max_parallel_jobs", "job_name", "checkpoint_name", "keep_alive_seconds", "hyperparameters",
                                      "batch_tuned"}
     choices = states["CheckLaunchOptions"]["Choices"]
     assert [c["Next"] for c in choices] == ["CreateTrainingJob", "FindTuningProblems"]

@@ -142,6 +142,16 @@ def test_an_execution_with_only_ranges_gets_the_deployed_caps_and_a_tuning_job_n
     assert request == direct
 
 
+def test_an_execution_name_that_is_no_job_name_still_names_the_tuning_job_and_its_checkpoints():
+    """The training launch's default names (``<project>-<execution name>``) need not be valid job names for a tuning
+    launch, which names its job from the execution's letters and digits: its checkpoint location too."""
+    [result] = _evaluate(_config(), [{"input": {"tuning": {"ranges": RANGES}}, "execution_name": "my_tune_run"}])
+    assert result["ok"] is True, result["problem"]
+    request = result["request"]
+    assert request["HyperParameterTuningJobName"] == "gputrain-mytunerun"
+    assert request["TrainingJobDefinition"]["CheckpointConfig"]["S3Uri"].endswith("/checkpoints/gputrain-mytunerun/")
+
+
 LR = {"type": "continuous", "min": 0.001, "max": 0.1}
 REFUSED = [
     # (execution input's tuning, or the whole input with "input"; what the one line names)

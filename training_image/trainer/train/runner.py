@@ -449,8 +449,8 @@ class _Trainable:
     """The model, its optimizer and the checkpointed counters, restored from the last checkpoint.
 
     ``epoch_steps``: the steps of epoch ``completed + 1`` applied before the checkpoint (a stop in
-    the middle of an epoch); 0 at every epoch's end. ``epoch_plan``: ``[steps per epoch, global
-    batch]`` those steps were counted in. ``last_number``: the number of the newest
+    the middle of an epoch); 0 at every epoch's end. ``epoch_plan``: what those steps were counted
+    in, ``[steps per epoch, global batch, workers, training examples]`` (:func:`_epoch_plan`). ``last_number``: the number of the newest
     ``ckpt-<n>`` in the checkpoint directory; saves are numbered after it, in the order written.
     """
 
@@ -545,8 +545,8 @@ def _build_trainable(
     best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_epoch")
     # Steps of the next epoch already applied (a stop mid-epoch); 0 in checkpoints written before it was kept.
     epoch_steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_steps")
-    # What those steps were counted in: [steps per epoch, global batch].
-    epoch_plan = tf.Variable([0, 0], dtype=tf.int64, trainable=False, name="epoch_plan")
+    # What those steps were counted in: [steps per epoch, global batch, workers, examples].
+    epoch_plan = tf.Variable([0, 0, 0, 0], dtype=tf.int64, trainable=False, name="epoch_plan")
     kept = {"model": model, "optimizer": optimizer, "completed_epochs": completed, "best_val_loss": best_val_loss,
             "evals_since_best": evals_since_best}  # fmt: skip
     later = {"best_epoch": best_epoch, "epoch_steps": epoch_steps, "epoch_plan": epoch_plan}
@@ -851,12 +851,19 @@ def _sync_statistics(state: _Trainable, cluster: Cluster, epoch: int) -> None:
         raise
 
 
-def _checkpoint_mid_epoch(state: _Trainable, *, cluster: Cluster, epoch: int, step: int, steps: int, global_batch: int) -> str:
+def _epoch_plan(steps: int, config: TrainingConfig, cluster: Cluster, spec: Any) -> list[int]:
+    """What a stop's applied steps are counted in: ``[steps per epoch, global batch, workers, training
+    examples]``. A resume with any of them changed would leave out other examples than the steps took (with
+    data sharded by example, 1 or 2 workers can make the same steps of another order)."""
+    return [steps, config.batch_size, cluster.num_workers, int(spec.examples)]
+
+
+def _checkpoint_mid_epoch(state: _Trainable, *, cluster: Cluster, epoch: int, step: int, plan: list[int]) -> str:
     """Checkpoints ``step`` applied steps of ``epoch`` (a collective: every worker calls it at the same step)."""
     if state.sync_statistics is not None:
         _sync_statistics(state, cluster, epoch)
     state.epoch_steps.assign(step)
-    state.epoch_plan.assign([steps, global_batch])
+    state.epoch_plan.assign(plan)
     return state.save(cluster, epoch=epoch - 1, epoch_steps=step)
 
 
@@ -865,18 +872,15 @@ class _PeriodicCheckpoint:
     """``checkpoint_every_minutes``: whether this worker votes for a checkpoint, and the checkpoint."""
 
     state: _Trainable
-    config: TrainingConfig
+    minutes: float
     cluster: Cluster
-    steps: int
+    plan: list[int]
 
     def due(self) -> bool:
-        minutes = self.config.checkpoint_every_minutes
-        return minutes > 0 and time.monotonic() - self.state.saved_at >= 60.0 * minutes
+        return self.minutes > 0 and time.monotonic() - self.state.saved_at >= 60.0 * self.minutes
 
     def save(self, epoch: int, step: int) -> None:
-        _checkpoint_mid_epoch(
-            self.state, cluster=self.cluster, epoch=epoch, step=step, steps=self.steps, global_batch=self.config.batch_size
-        )
+        _checkpoint_mid_epoch(self.state, cluster=self.cluster, epoch=epoch, step=step, plan=self.plan)
 
 
 class _StoppedMidEpoch(Exception):
@@ -889,7 +893,7 @@ class _StoppedMidEpoch(Exception):
 
 
 def _stop_mid_epoch(
-    stopped: _StoppedMidEpoch, state: _Trainable, *, cluster: Cluster, paths: Paths, steps: int, global_batch: int
+    stopped: _StoppedMidEpoch, state: _Trainable, *, cluster: Cluster, paths: Paths, plan: list[int]
 ) -> None:
     """Checkpoints the steps of the epoch applied before a stop, then raises TrainingInterrupted.
 
@@ -900,9 +904,9 @@ def _stop_mid_epoch(
     the statistics all-reduce and the save, both collectives, meet.
     """
     epoch, step = stopped.epoch, stopped.step
-    saved = _checkpoint_mid_epoch(state, cluster=cluster, epoch=epoch, step=step, steps=steps, global_batch=global_batch)
+    saved = _checkpoint_mid_epoch(state, cluster=cluster, epoch=epoch, step=step, plan=plan)
     raise TrainingInterrupted(
-        f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {steps}, checkpointed ({saved}): a restart "
+        f"Training stopped by SIGTERM in epoch {epoch} at step {step} of {plan[0]}, checkpointed ({saved}): a restart "
         f"with the checkpoint directory {paths.checkpoint_dir} resumes at step {step + 1}. Completed epochs: {epoch - 1}."
     ) from None
 
@@ -964,7 +968,8 @@ def _train_loop(
         config.early_stopping_patience and int(state.evals_since_best.numpy()) >= config.early_stopping_patience
     )
     first_epoch = state.resumed_from + 1
-    skip_steps = _resumed_steps(state, config, cluster, first_epoch=first_epoch, steps=steps)
+    plan = _epoch_plan(steps, config, cluster, spec)
+    skip_steps = _resumed_steps(state, config, cluster, first_epoch=first_epoch, plan=plan)
     if first_epoch <= config.epochs and not stopped_early:
         dataset = (
             strategy.distribute_datasets_from_function(lambda context: pipeline(context, first_epoch, skip_steps))
@@ -973,7 +978,7 @@ def _train_loop(
         )
         iterator = iter(dataset)
     sampler = gpu_monitor.start()
-    periodic = _PeriodicCheckpoint(state, config, cluster, steps) if config.checkpoint_every_minutes > 0 else None
+    periodic = _PeriodicCheckpoint(state, config.checkpoint_every_minutes, cluster, plan) if config.checkpoint_every_minutes > 0 else None
     state.saved_at = time.monotonic()  # the minutes count from the first step's call, not from the build
     trained: list[EpochMetrics] = []
     for epoch in range(first_epoch, config.epochs + 1):
@@ -986,7 +991,7 @@ def _train_loop(
                 start_step=skip_steps if epoch == first_epoch else 0, periodic=periodic,
             )  # fmt: skip
         except _StoppedMidEpoch as stopped:
-            _stop_mid_epoch(stopped, state, cluster=cluster, paths=paths, steps=steps, global_batch=config.batch_size)
+            _stop_mid_epoch(stopped, state, cluster=cluster, paths=paths, plan=plan)
         if stop_voted:
             _stop_after_last_step(metrics, state, config=config, cluster=cluster, writer=writer, paths=paths, steps=steps)
         metrics, stopped_early = _end_epoch(metrics, state, evaluate=evaluate, config=config, cluster=cluster, writer=writer)
@@ -1011,11 +1016,11 @@ def _train_loop(
     return result, state.model
 
 
-def _resumed_steps(state: _Trainable, config: TrainingConfig, cluster: Cluster, *, first_epoch: int, steps: int) -> int:
+def _resumed_steps(state: _Trainable, config: TrainingConfig, cluster: Cluster, *, first_epoch: int, plan: list[int]) -> int:
     """The steps of ``first_epoch`` a stop mid-epoch applied, to leave out; 0 where the epoch restarts.
 
-    Counted in the steps and global batch of the stopped run: with another batch size, worker
-    count or data the same number would leave out other batches, so the epoch is trained from
+    Counted in the stopped run's :func:`_epoch_plan`: with another batch size, worker count or
+    amount of data the same number would leave out other examples, so the epoch is trained from
     its start again, saying so.
     """
     applied = int(state.epoch_steps.numpy())
@@ -1031,12 +1036,14 @@ def _resumed_steps(state: _Trainable, config: TrainingConfig, cluster: Cluster, 
             print(f"WARNING: {warning}", file=sys.stderr, flush=True)
         return 0
     counted_in = [int(v) for v in state.epoch_plan.numpy()]
-    if counted_in != [steps, config.batch_size]:
+    if counted_in != plan:
         if cluster.is_chief:
-            log("resume-epoch-restarted", epoch=first_epoch, epoch_steps=applied, counted_in=f"{counted_in[0]}x{counted_in[1]}",
-                now=f"{steps}x{config.batch_size}", reason=json.dumps(
-                    "the steps per epoch or the global batch changed since the stop (batch_size, the instance count "
-                    "or the data): the epoch is trained from its start"))  # fmt: skip
+            def said(values: list[int]) -> str:
+                return f"{values[0]}-steps-of-{values[1]}-on-{values[2]}-workers-over-{values[3]}-examples"
+
+            log("resume-epoch-restarted", epoch=first_epoch, epoch_steps=applied, counted_in=said(counted_in), now=said(plan),
+                reason=json.dumps("the batch size, the instance count or the data changed since the stop: the epoch "
+                                  "is trained from its start"))  # fmt: skip
         return 0
     return applied
 
