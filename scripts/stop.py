@@ -205,6 +205,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{kind.label} {name} already {before or 'gone'}; nothing to stop")
         return 0
     print(f"stopping {kind.label} {name}" + (" (and its running trials)" if kind.label == "tuning job" else ""))
+    checkpoints = (job.get("CheckpointConfig") or {}).get("S3Uri") if kind is TRAINING_JOB and job else None
+    if checkpoints:
+        # The built-in trainer checkpoints the steps applied on SIGTERM, in the middle of an epoch too.
+        print(f"its checkpoints stay in {checkpoints}: continue it with python -m scripts.launch --resume-from {name}")
     if args.wait:
         print(f"{name} {wait_until_ended(deployment, name, timeout=args.timeout, interval=args.interval, kind=kind)}")
         ended = describe_sagemaker_job(deployment.aws, kind, name) if kind is TRAINING_JOB else None

@@ -65,6 +65,9 @@ def test_stop_stops_the_execution_and_the_job(aws, moto_backends, capsys):
     assert run(stop.main, [name, "--wait", "--interval", "0"]) == 0
     out = capsys.readouterr().out
     assert f"stopped workflow execution {name}" in out and f"{name} Stopped" in out
+    # The trainer checkpointed the steps applied on SIGTERM: where they are, and how to go on from them.
+    assert (f"its checkpoints stay in s3://{aws.data['ArtifactsBucketName']}/checkpoints/{name}/: continue it with "
+            f"python -m scripts.launch --resume-from {name}") in out
     assert _execution_status(aws, name) == "ABORTED"
     assert moto_backends.job(name).training_job_status == "Stopped"
 
