@@ -267,3 +267,20 @@ def read_scalars(directory: Path) -> dict[str, dict[int, float]]:
             for value in event.summary.value:
                 scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
     return scalars
+
+
+def assert_a_resumed_epoch_keeps_the_rest(spec: Any, skip: int, batches: int, **make_dataset: Any) -> None:
+    """``images.make_dataset(..., skip_batches=skip)`` yields exactly the epoch's batches after its first ``skip``
+    (in order: ``ordered=True``), as a run resumed after a stop mid-epoch must."""
+    import numpy as np
+
+    from trainer.datasets import images
+
+    def pictures(skip_batches: int) -> list[Any]:
+        dataset = images.make_dataset(spec, training=True, ordered=True, batches=batches, skip_batches=skip_batches, **make_dataset)
+        return [batch.numpy() for batch, _ in dataset]
+
+    whole, resumed = pictures(0), pictures(skip)
+    assert len(whole) == batches and len(resumed) == batches - skip
+    for kept, replayed in zip(whole[skip:], resumed, strict=True):
+        np.testing.assert_array_equal(kept, replayed)

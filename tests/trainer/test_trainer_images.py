@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.trainer.helpers import assert_a_resumed_epoch_keeps_the_rest
 from trainer.contract.errors import ConfigError, DataError
 from trainer.contract.hyperparameters import TrainingConfig
 from trainer.datasets import images
@@ -324,16 +325,7 @@ def test_a_resumed_epoch_skips_the_batches_its_steps_took_and_keeps_the_rest(tmp
     exactly the epoch's own (same pictures, same crops: a crop is seeded by the picture's place)."""
     write_dataset(tmp_path, _spec("image-dir", examples=24, classes=3))
     spec = images.discover(tmp_path, channel="train", data_format="image-dir")
-
-    def batches(skip: int) -> list[np.ndarray]:
-        dataset = images.make_dataset(spec, training=True, image_size=16, per_replica_batch=4, batches=5, seed=5,
-                                      epoch=2, ordered=True, skip_batches=skip)  # fmt: skip
-        return [pictures.numpy() for pictures, _ in dataset]
-
-    whole, resumed = batches(0), batches(2)
-    assert len(whole) == 5 and len(resumed) == 3
-    for kept, replayed in zip(whole[2:], resumed, strict=True):
-        np.testing.assert_array_equal(kept, replayed)
+    assert_a_resumed_epoch_keeps_the_rest(spec, 2, 5, image_size=16, per_replica_batch=4, seed=5, epoch=2)
 
 
 def test_workers_read_disjoint_shares(tmp_path):

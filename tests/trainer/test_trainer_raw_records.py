@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.trainer.helpers import assert_a_resumed_epoch_keeps_the_rest
 from tests.trainer.process_helpers import output_dir, write_raw
 from trainer.contract.errors import ConfigError, DataError
 from trainer.datasets import images
@@ -140,15 +141,8 @@ def test_training_batches_are_seeded_crops_and_flips_that_differ_by_epoch(raw_ru
 def test_a_resumed_epoch_skips_the_batches_its_steps_took_unparsed_and_keeps_the_rest(raw_run):
     base, _, _ = raw_run
     spec = images.discover(output_dir(base, "train"), channel="train", data_format="image-tfrecord")
-
-    def batches(skip: int) -> list[np.ndarray]:
-        dataset = images.make_dataset(spec, training=True, image_size=16, per_replica_batch=4, batches=4, seed=7,
-                                      epoch=3, ordered=True, skip_batches=skip)  # fmt: skip
-        return [pictures.numpy() for pictures, _ in dataset]
-
-    whole, resumed = batches(0), batches(3)
-    assert len(whole) == 4 and len(resumed) == 1
-    np.testing.assert_array_equal(whole[3], resumed[0])
+    assert spec.encoding == "raw"
+    assert_a_resumed_epoch_keeps_the_rest(spec, 3, 4, image_size=16, per_replica_batch=4, seed=7, epoch=3)
 
 
 def test_each_pipeline_reads_its_own_shards_and_together_they_read_all(raw_run):
