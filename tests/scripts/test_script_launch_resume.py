@@ -96,7 +96,10 @@ def test_a_job_is_not_resumed_while_a_resume_of_it_writes_its_checkpoints(aws, m
     assert main(["--direct", "--resume-from", first, "--name", second]) == 0
     moto_backends.set_job(second, "InProgress", "Training")
     capsys.readouterr()
-    assert run(main, ["--direct", "--resume-from", first, "--name", f"{PROJECT}-res-twice3"]) == 3
+    try:
+        assert run(main, ["--direct", "--resume-from", first, "--name", f"{PROJECT}-res-twice3"]) == 3
+    finally:
+        moto_backends.set_job(second, "Stopped", "Stopped")  # ended: other modules list and tear down the project's jobs
     err = capsys.readouterr().err.strip()
     assert f"refused: {second} (a resume of it too) is running and writes {location}" in err and "\n" not in err
     assert run(main, ["--direct", "--resume-from", first, "--name", first]) == 2
@@ -145,7 +148,10 @@ def test_what_cannot_be_resumed_is_refused_in_one_line_before_anything_is_sent(a
         moto_backends.set_job(name, "Stopped", "Stopped")
     target = f"{PROJECT}-nope" if case == "no such job" else name
     capsys.readouterr()
-    assert run(main, ["--direct", "--resume-from", target, "--name", new]) == 3
+    try:
+        assert run(main, ["--direct", "--resume-from", target, "--name", new]) == 3
+    finally:
+        moto_backends.set_job(name, "Stopped", "Stopped")  # ended: other modules list and tear down the project's jobs
     err = capsys.readouterr().err.strip()
     expected = {
         "running": f"refused: {name} is InProgress, and the new job would write the same checkpoints",
