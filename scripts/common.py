@@ -545,6 +545,9 @@ TRANSFORM_JOB = JobKind(
 JOB_KINDS = (TRAINING_JOB, TUNING_JOB, PROCESSING_JOB, TRANSFORM_JOB)
 """Every kind of job the platform starts, in the order a bare name is looked up."""
 
+RUNNING_JOB_STATES = ("InProgress", "Stopping")
+"""A job's states while it still runs (and writes its outputs and checkpoints)."""
+
 
 def _not_found(err: ClientError) -> bool:
     # SageMaker says so in several ways: ResourceNotFound (tuning jobs), or ValidationException with

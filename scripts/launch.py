@@ -104,6 +104,7 @@ from scripts.common import (
     EXIT_STOPPED,
     PIPELINE_OUTPUTS,
     PROCESSING_OUTPUTS,
+    RUNNING_JOB_STATES,
     TRAINING_OUTPUTS,
     Aws,
     Deployment,
@@ -118,6 +119,7 @@ from scripts.common import (
     job_console_url,
     parse_hyperparameters,
     parse_operator_args,
+    project_jobs,
     run,
     stack_name,
     tuning_console_url,
@@ -257,10 +259,6 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
     )
 
 
-RUNNING = ("InProgress", "Stopping")
-"""Training job states in which the job still writes its checkpoints."""
-
-
 def resumed_options(deployment: Deployment, options: LaunchOptions, job: str, *, own_code: bool) -> LaunchOptions:
     """``options`` over ``job``'s own launch, with its checkpoint location (``launch --resume-from JOB``).
 
@@ -283,7 +281,7 @@ def resumed_options(deployment: Deployment, options: LaunchOptions, job: str, *,
     if described is None:
         raise OperatorError(f"no training job {job} in {deployment.region} to resume (python -m scripts.list_jobs lists them)")
     status = described["TrainingJobStatus"]
-    if status in RUNNING:
+    if status in RUNNING_JOB_STATES:
         raise OperatorError(f"refused: {job} is {status}, and the new job would write the same checkpoints: wait for it to end, "
                             f"or stop it (python -m scripts.stop {job}), then resume it")  # fmt: skip
     environment = described.get("Environment") or {}
@@ -338,10 +336,8 @@ def resumed_options(deployment: Deployment, options: LaunchOptions, job: str, *,
 
 def _running_job_writing(deployment: Deployment, location: str) -> Optional[str]:
     """A running (or stopping) training job of the project whose checkpoint location is ``location``, if any."""
-    sagemaker = deployment.aws.client("sagemaker")
-    for status in RUNNING:
-        pages = sagemaker.get_paginator("list_training_jobs").paginate(StatusEquals=status, NameContains=f"{deployment.config.project_name}-")
-        for summary in (s for page in pages for s in page["TrainingJobSummaries"]):
+    for status in RUNNING_JOB_STATES:
+        for summary in project_jobs(deployment, status=status, limit=sys.maxsize):
             described = describe_job(deployment.aws, summary["TrainingJobName"]) or {}
             if ((described.get("CheckpointConfig") or {}).get("S3Uri") or "").rstrip("/") + "/" == location:
                 return summary["TrainingJobName"]

@@ -62,6 +62,7 @@ from scripts.common import (
     EXIT_FAILED,
     EXIT_OK,
     PROCESSING_JOB,
+    RUNNING_JOB_STATES,
     TRAINING_JOB,
     TRANSFORM_JOB,
     TUNING_JOB,
@@ -86,7 +87,6 @@ from stacks.components.endpoint_spec import TEARDOWN_CONTEXT, endpoint_name
 from scripts.stop import ACTIVE_JOB_STATES, end_warm_pool, stop_job
 from stacks.components.training_job_notifications import gpu_idle_alarm_prefix
 
-ACTIVE = ("InProgress", "Stopping")
 
 
 @dataclass
@@ -145,7 +145,7 @@ def find_running(deployment: Deployment) -> Running:
         for arn in machines:
             for page in paginator.paginate(stateMachineArn=arn, statusFilter="RUNNING"):
                 running.executions.extend(e["executionArn"] for e in page["executions"])
-    for status in ACTIVE:
+    for status in RUNNING_JOB_STATES:
         running.jobs.extend(project_job_names(deployment, TRAINING_JOB, status))
         running.processing_jobs.extend(project_job_names(deployment, PROCESSING_JOB, status))
         running.tuning_jobs.extend(project_job_names(deployment, TUNING_JOB, status))

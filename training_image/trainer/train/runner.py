@@ -553,11 +553,12 @@ def _build_trainable(
     checkpoint = tf.train.Checkpoint(**kept, **later)
     # Restored as two: what every checkpoint holds must match; what later trainers added only where it was written.
     resumed_from = _restore(tf.train.Checkpoint(**kept), completed, paths, config, spec, tf.train.Checkpoint(**later))
-    _agree_on_resume(strategy, (resumed_from, int(epoch_steps.numpy())), cluster, paths)
+    resumed_steps = int(epoch_steps.numpy())
+    _agree_on_resume(strategy, (resumed_from, resumed_steps), cluster, paths)
     write_dir = _checkpoint_write_dir(paths, cluster)
     manager = tf.train.CheckpointManager(checkpoint, str(write_dir), max_to_keep=KEEP_CHECKPOINTS)
     best_path = paths.checkpoint_dir / BEST_MODEL_FILENAME
-    if cluster.is_chief and resumed_from == 0 and int(epoch_steps.numpy()) == 0:
+    if cluster.is_chief and resumed_from == 0 and resumed_steps == 0:
         best_path.unlink(missing_ok=True)  # from another job that used this checkpoint directory
     return _Trainable(
         model, optimizer, completed, best_val_loss, evals_since_best, best_epoch, epoch_steps, epoch_plan, checkpoint, manager,
@@ -869,7 +870,8 @@ def _checkpoint_mid_epoch(state: _Trainable, *, cluster: Cluster, epoch: int, st
 
 @dataclass
 class _PeriodicCheckpoint:
-    """``checkpoint_every_minutes``: whether this worker votes for a checkpoint, and the checkpoint."""
+    """``checkpoint_every_minutes`` (made only when it is above 0): whether this worker votes for a checkpoint,
+    and the checkpoint."""
 
     state: _Trainable
     minutes: float
@@ -877,7 +879,7 @@ class _PeriodicCheckpoint:
     plan: list[int]
 
     def due(self) -> bool:
-        return self.minutes > 0 and time.monotonic() - self.state.saved_at >= 60.0 * self.minutes
+        return time.monotonic() - self.state.saved_at >= 60.0 * self.minutes
 
     def save(self, epoch: int, step: int) -> None:
         _checkpoint_mid_epoch(self.state, cluster=self.cluster, epoch=epoch, step=step, plan=self.plan)
