@@ -9,6 +9,7 @@ Usage (from the repository root)::
     python -m scripts.launch --dry-run [--direct]             # print what would be sent
     python -m scripts.launch --source-dir my_code --entry-point train.py --hp epochs=5   # your own script
     python -m scripts.launch --resume-from gputrain-20261128-061500-ab12 --hp epochs=80  # continue a stopped job
+    python -m scripts.launch --channel train=train/2026-11/ --channel validation=train/held-out/   # your data
     python -m scripts.launch --pipeline --promote                # raw data -> shards -> model -> endpoint
     python -m scripts.launch --pipeline --skip-process --hp epochs=5
     python -m scripts.launch --process --direct --process-arg=--shards --process-arg=4   # one processing job
@@ -34,6 +35,14 @@ into ``sourcedir.tar.gz``, uploads it KMS-encrypted to ``code/<job name>/`` in t
 bucket (the only code prefix the job role may read), and the job gets it as its ``code``
 channel, as the SageMaker SDK does for network-isolated jobs. ``--legacy-keras`` runs the script
 with Keras 2 (tf-keras). Hyperparameters reach the script as ``--key value`` arguments.
+
+Data: ``--channel NAME=PREFIX`` (repeatable) gives the job channel ``NAME`` from ``PREFIX`` in the
+datasets bucket (``NAME=s3://BUCKET/PREFIX`` names the URI itself), over the configured
+``training_job.channels`` (``--channel train=train/2026-11/`` replaces the ``train`` channel;
+a new name adds one, as ``estimator.fit({...})`` does). The launch rules refuse, in one line, a URI
+outside the prefixes the job role reads (the configured channels' and ``processing.output_prefix``).
+With ``--tune`` every trial reads them; with ``--pipeline`` only with ``--skip-process`` (otherwise
+the train step reads the processing run's outputs).
 
 ``--resume-from JOB`` continues a training job that ended (stopped, out of runtime, failed, or done
 and to be trained further with a larger ``--hp epochs``): the new job runs as JOB ran (its instance
@@ -91,7 +100,7 @@ import sys
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -241,8 +250,34 @@ _UNREADABLE_STACK = (OperatorError, BotoCoreError, ClientError)
 """What reading the stacks raises without region, credentials, network or deployment."""
 
 
-def options_from_args(args: argparse.Namespace) -> LaunchOptions:
-    """The launch options the command line asks for (the code is uploaded later, by :func:`launch`)."""
+def parse_channels(items: Sequence[str], datasets_bucket: Callable[[], str]) -> dict[str, str]:
+    """``--channel NAME=PREFIX`` (a key prefix in the datasets bucket, as ``scripts.cluster_job`` takes
+    it) or ``NAME=s3://BUCKET/PREFIX`` -> ``{NAME: s3 URI}``. Whether the job role may read it is the
+    launch rules' to say (:func:`check_options`), as the workflow's."""
+    channels: dict[str, str] = {}
+    for item in items:
+        name, sep, where = (part.strip() for part in item.partition("="))
+        if not sep or not name or not where or where.startswith("/"):
+            raise UsageError(f"channel {item!r} is not NAME=PREFIX (a key prefix in the datasets bucket) or NAME=s3://BUCKET/PREFIX, "
+                             "e.g. --channel train=train/2026-11/")  # fmt: skip
+        if name in channels:
+            raise UsageError(f"channel {name} is given twice (--channel {name}=...): give each channel once")
+        channels[name] = where if where.startswith("s3://") else f"s3://{datasets_bucket()}/{where}"
+    return channels
+
+
+def options_from_args(args: argparse.Namespace, deployment: Optional[Deployment] = None) -> LaunchOptions:
+    """The launch options the command line asks for (the code is uploaded later, by :func:`launch`).
+
+    ``deployment`` gives the datasets bucket a ``--channel NAME=PREFIX`` is read from (an offline one
+    its ``<stack.Output>``); without one, only ``NAME=s3://...`` channels are taken.
+    """
+
+    def datasets_bucket() -> str:
+        if deployment is None:
+            raise UsageError("--channel NAME=PREFIX needs the deployed datasets bucket here: give NAME=s3://BUCKET/PREFIX")
+        return deployment.outputs("data", DATA_OUTPUTS)["DatasetsBucketName"]
+
     if args.source_dir is None and (args.entry_point or args.legacy_keras):
         raise UsageError("--entry-point and --legacy-keras need --source-dir DIR (the directory with your script)")
     if args.source_dir is not None and not args.entry_point:
@@ -255,6 +290,7 @@ def options_from_args(args: argparse.Namespace) -> LaunchOptions:
         hyperparameters=parse_hyperparameters(args.hp),
         entry_point=args.entry_point,
         legacy_keras=True if args.legacy_keras else None,
+        channels=parse_channels(args.channel, datasets_bucket),
         keep_alive_seconds=args.keep_alive,
     )
 
@@ -634,7 +670,7 @@ def pipeline_input(
         raise UsageError("processing options (--input-uri, --process-*) have no effect with --skip-process")
 
     if names.training_job:
-        options = replace(options_from_args(args), job_name=names.training_job)
+        options = replace(options_from_args(args, deployment), job_name=names.training_job)
         if args.source_dir is not None:
             options = upload_source(deployment, options, args.source_dir, dry_run=dry_run)
             check_options(deployment, options)
@@ -672,7 +708,7 @@ def pipeline_prices(deployment: Deployment, args: argparse.Namespace, names: pip
         options = processing_options_from_args(args, job_name=names.processing_job)
         prices.append(processing_price(deployment.config, processing_values(deployment, replace(options, entry_point=None))))
     if names.training_job:
-        options = replace(options_from_args(args), job_name=names.training_job)
+        options = replace(options_from_args(args, deployment), job_name=names.training_job)
         prices.append(training_price(deployment.config, check_options(deployment, options, code_pending=args.source_dir is not None)))
     if names.tuning_job:
         tuning = _on_pipeline_channels(deployment, args, names, tuning_options(deployment, args, job_name=names.tuning_job))
@@ -714,7 +750,7 @@ def tuning_options(deployment: Deployment, args: argparse.Namespace, *, job_name
     """The tuning launch the command line asks for, named ``job_name`` (the pipeline's), ``--name`` or
     a generated name (the code is uploaded later)."""
     template = JobTemplate.from_config(deployment.config, _PLACEHOLDER_RESOURCES, metric_definitions=())
-    training = options_from_args(args)
+    training = options_from_args(args, deployment)
     name = job_name or args.name or default_tuning_job_name(template, suffix=secrets.token_hex(2))
     try:
         ranges = parse_ranges(read_ranges(args.tune), source=str(args.tune))
@@ -810,6 +846,11 @@ def build_parser() -> argparse.ArgumentParser:
     spot.add_argument("--spot", dest="spot", action="store_true", default=None, help="managed spot training")
     spot.add_argument("--on-demand", dest="spot", action="store_false", help="on-demand instances")
     parser.add_argument("--hp", action="append", default=[], metavar="KEY=VALUE", help="hyperparameter override (repeatable)")
+    parser.add_argument(
+        "--channel", action="append", default=[], metavar="NAME=PREFIX",
+        help="input channel NAME from PREFIX in the datasets bucket, or NAME=s3://BUCKET/PREFIX (repeatable); over the "
+        "configured training_job.channels, under a prefix the job role reads",
+    )
     parser.add_argument("--name", help="job name, <project>-... (default: <project>-<UTC time>-<random>)")
     parser.add_argument("--source-dir", type=Path, help="your training code's directory (SageMaker script mode)")
     parser.add_argument("--entry-point", help="the script in --source-dir to run, e.g. train.py")
@@ -886,7 +927,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.upload_only:
         if args.source_dir is None:
             raise UsageError("--upload-only needs --source-dir DIR and --entry-point SCRIPT")
-        options = with_job_name(deployment, options_from_args(args))
+        options = with_job_name(deployment, options_from_args(args, deployment))
         uploaded = upload_source(deployment, options, args.source_dir, dry_run=args.dry_run)
         key = code_key(str(options.job_name))
         print(f"code: {uploaded.code_uri}")
@@ -905,7 +946,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.tune is not None:
         return _main_tuning(deployment, args)
     launched = launch(
-        deployment, options_from_args(args), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir, yes=args.yes,
+        deployment, options_from_args(args, deployment), direct=args.direct, dry_run=args.dry_run, source_dir=args.source_dir, yes=args.yes,
         resume_from=args.resume_from,
     )
     if not _report(deployment, launched, "job", dry_run=args.dry_run):
@@ -938,13 +979,20 @@ def _refuse_mixed_modes(args: argparse.Namespace) -> None:
             raise UsageError(
                 "--process creates one processing job directly: add --direct (through the workflow: --pipeline --skip-train)"
             )
-        training = [flag for flag, on in (("--hp", args.hp), ("--source-dir", args.source_dir), ("--spot/--on-demand", args.spot is not None),
+        training = [flag for flag, on in (("--hp", args.hp), ("--channel", args.channel), ("--source-dir", args.source_dir),
+                                          ("--spot/--on-demand", args.spot is not None),
                                           ("--instance-type", args.instance_type), ("--instance-count", args.instance_count),
                                           ("--keep-alive", args.keep_alive is not None)) if on]
         if training:
             raise UsageError(f"{', '.join(training)} are training options; a processing job takes --process-* options")
     if args.pipeline and args.direct:
         raise UsageError("--pipeline starts the pipeline's state machine; --direct does not apply")
+    if args.pipeline and args.channel:
+        if args.skip_train:
+            raise UsageError("--channel: --skip-train leaves the pipeline no step that reads channels")
+        if not args.skip_process:
+            raise UsageError("--channel: the pipeline's train step reads the processing run's outputs; to train on your own "
+                             "channels, skip processing: --pipeline --skip-process --channel NAME=PREFIX")  # fmt: skip
     _refuse_tuning_mixes(args)
 
 

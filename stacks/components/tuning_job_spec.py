@@ -365,7 +365,7 @@ def _missing_validation_channel(settings: TuningConfig, channel: Any) -> tuple[A
     name here, an expression in the workflow's rule), open at its end for the direct path's last words."""
     return (
         f"tuning.objective_metric {settings.objective_metric} is measured on the '", channel, "' input channel, which this job"
-        " does not have: add the channel (training_job.channels.", channel, "), or tune train:loss (deploy the training"
+        " does not have: add the channel (training_job.channels.", channel, ", or --channel ", channel, "=PREFIX at the launch), or tune train:loss (deploy the training"
         " stack with -c gpu_training.tuning.objective_metric=train:loss: the workflow's objective is the deployed one",
     )
 

@@ -125,7 +125,7 @@ def test_dry_run_offline_prints_the_full_request_from_the_config(tmp_path, extra
         **extra_env,
     )
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.launch", "--dry-run", *direct, "--hp", "epochs=3", "--name", "gputrain-offline-1"],
+        [sys.executable, "-m", "scripts.launch", "--dry-run", *direct, "--hp", "epochs=3", "--channel", "train=train/2026-11/", "--name", "gputrain-offline-1"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr
@@ -137,7 +137,8 @@ def test_dry_run_offline_prints_the_full_request_from_the_config(tmp_path, extra
     validate_parameters(request, shape)
     assert request["TrainingJobName"] == "gputrain-offline-1"
     assert request["RoleArn"] == "<gputrain-training.JobRoleArn>"
-    assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://<gputrain-data.DatasetsBucketName>/train/"
+    # A channel's key prefix is read from the datasets bucket the deployment will have.
+    assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://<gputrain-data.DatasetsBucketName>/train/2026-11/"
     assert request["HyperParameters"]["epochs"] == "3" and request["EnableManagedSpotTraining"] is True
 
 
@@ -249,3 +250,49 @@ def test_upload_only_prints_the_cluster_code_key(aws, capsys, tmp_path):
     config = load_platform_config([o.removeprefix("gpu_training.") for o in overrides])
     assert (config.cluster.code_key, config.cluster.entry_point) == (key, "train.py"), "the printed settings validate"
     assert boto3.client("sagemaker", region_name=REGION).list_training_jobs(NameContains=name)["TrainingJobSummaries"] == []
+
+
+def test_channels_from_the_command_line_replace_and_add_to_the_configured_ones(aws, capsys):
+    """Before: a launch trained on the configured channels only (cdk.json's ``train/``), as no
+    ``estimator.fit({...})`` could name other data."""
+    datasets = aws.data["DatasetsBucketName"]
+    name = f"{PROJECT}-channels-1"
+    # A key prefix is read from the datasets bucket; an s3:// URI is taken as given.
+    argv = ["--channel", "train=train/2026-11/", "--channel", f"holdout=s3://{datasets}/train/holdout/", "--name", name]
+    assert main(["--direct", *argv]) == 0
+    job = boto3.client("sagemaker", region_name=REGION).describe_training_job(TrainingJobName=name)
+    assert {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in job["InputDataConfig"]} == {
+        "train": f"s3://{datasets}/train/2026-11/",
+        "holdout": f"s3://{datasets}/train/holdout/",
+    }
+    capsys.readouterr()
+    # Through the workflow, the execution carries them and the workflow checks them as the launch did.
+    assert main([*argv[:-1], f"{PROJECT}-channels-2"]) == 0
+    arn = aws.training["StateMachineArn"].replace(":stateMachine:", ":execution:") + f":{PROJECT}-channels-2"
+    execution = boto3.client("stepfunctions", region_name=REGION).describe_execution(executionArn=arn)
+    assert json.loads(execution["input"])["channels"] == {
+        "train": f"s3://{datasets}/train/2026-11/",
+        "holdout": f"s3://{datasets}/train/holdout/",
+    }
+
+
+@pytest.mark.parametrize(
+    "argv, code, message",
+    [
+        (["--channel", "train=raw/secret/"], 3, "must be named with letters, digits, . - _ (not code with a script) and lie under one of s3://"),
+        (["--channel", "train=s3://someone-elses-bucket/train/"], 3, "lie under one of s3://"),
+        (["--channel", "train"], 2, "channel 'train' is not NAME=PREFIX"),
+        (["--channel", "train=/abs/"], 2, "is not NAME=PREFIX"),
+        (["--channel", "train=train/a/", "--channel", "train=train/b/"], 2, "channel train is given twice"),
+        (["--pipeline", "--channel", "train=train/a/"], 2, "the pipeline's train step reads the processing run's outputs"),
+        (["--pipeline", "--skip-process", "--skip-train", "--promote", "--channel", "train=train/a/"], 2, "--skip-train leaves"),
+        (["--process", "--direct", "--channel", "train=train/a/"], 2, "--channel are training options"),
+    ],
+)
+def test_bad_channels_get_one_line_before_anything_starts(aws, capsys, argv, message, code):
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    before = sfn.list_executions(stateMachineArn=aws.training["StateMachineArn"])["executions"]
+    assert run(main, ["--dry-run", *argv] if code == 2 else argv) == code
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert sfn.list_executions(stateMachineArn=aws.training["StateMachineArn"])["executions"] == before

@@ -61,13 +61,15 @@ def test_through_the_workflow_the_execution_carries_the_checkpoint_location_and_
     assert main(["--direct", "--name", first, "--on-demand", "--hp", "epochs=3"]) == 0
     moto_backends.set_job(first, "Stopped", "Stopped", "Stopped by the user")
     _checkpoint(aws, first)
-    assert main(["--resume-from", first, "--name", second]) == 0
+    # --channel replaces a copied channel, as --hp a copied hyperparameter.
+    assert main(["--resume-from", first, "--name", second, "--channel", "train=train/v2/"]) == 0
     arn = aws.training["StateMachineArn"].replace(":stateMachine:", ":execution:") + f":{second}"
     execution = json.loads(boto3.client("stepfunctions", region_name=REGION).describe_execution(executionArn=arn)["input"])
     assert execution["checkpoint_name"] == first
     assert (execution["instance_type"], execution["instance_count"], execution["use_spot"]) == ("ml.g5.xlarge", 1, False)
     assert execution["hyperparameters"] == {"model": "mlp", "epochs": "3", "batch_size": "256"}
     assert set(execution["channels"]) == {c["ChannelName"] for c in _job(first)["InputDataConfig"]}
+    assert execution["channels"]["train"] == f"s3://{aws.data['DatasetsBucketName']}/train/v2/"
 
 
 def test_a_script_jobs_code_and_entry_point_are_resumed_unless_new_code_is_given(aws, moto_backends, capsys, tmp_path):

@@ -204,6 +204,9 @@ def test_pipeline_tune_without_processing_checks_the_objective_on_the_configured
         "ranges": {"learning_rate": {"type": "continuous", "min": "0.001", "max": "0.1", "scaling": "Logarithmic"},
                    "optimizer": {"type": "categorical", "values": ["adam", "sgd"]}},
         "max_jobs": 8, "max_parallel_jobs": 2}}}
+    # A validation channel of the user's own gives every trial its objective.
+    assert main(["--pipeline", "--skip-process", "--tune", str(ranges), "--dry-run", "--name", "run-9", "--channel", "validation=train/held-out/"]) == 0
+    assert json.loads(capsys.readouterr().out)["train"]["channels"] == {"validation": f"s3://<{PROJECT}-data.DatasetsBucketName>/train/held-out/"}
 
 
 @pytest.mark.parametrize(

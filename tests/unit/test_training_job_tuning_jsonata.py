@@ -217,7 +217,7 @@ def test_a_validation_objective_needs_the_validation_channel():
     [result] = _evaluate(config, [{"input": {"job_name": "gputrain-t1", "tuning": {"ranges": {"learning_rate": LR}},
                                              "hyperparameters": {"validation_channel": "holdout"}}}])
     assert "holdout" not in channels
-    assert result["ok"] is False and "is measured on the 'holdout' input channel, which this job does not have: add the channel (training_job.channels.holdout), or tune train:loss" in result["problem"]
+    assert result["ok"] is False and "is measured on the 'holdout' input channel, which this job does not have: add the channel (training_job.channels.holdout, or --channel holdout=PREFIX at the launch), or tune train:loss" in result["problem"]
 
 
 def test_a_grid_takes_categorical_ranges_within_the_cap():
