@@ -164,26 +164,9 @@ def _keys(run: Lifecycle, prefix: str) -> list[str]:
     return [item["Key"] for page in pages for item in page.get("Contents", [])]
 
 
-def test_two_nodes_train_one_model_and_upload_it_where_the_script_does(cluster: Lifecycle) -> None:
-    command = _start(cluster, "mlp-1", "--hp", "epochs=2", *TINY)
-    outcome = cluster.cluster.wait(command, 300)
-    assert outcome.status == "Success" and outcome.nodes == {"node-0": ("Success", 0), "node-1": ("Success", 0)}, outcome
-
-    status = _cluster_job(cluster, "status", "mlp-1")
-    assert status.returncode == 0 and "mlp-1: Success" in status.stdout, status.stdout + status.stderr
-    logs = _cluster_job(cluster, "logs", "mlp-1").stdout
-    digests = {node: re.findall(rf"^{node}: \[trainer\] finished .*weights_sha256=(\w+)", logs, re.M) for node in ("node-0", "node-1")}
-    assert len(digests["node-0"]) == 1 and digests["node-0"] == digests["node-1"], logs[-3000:]
-    assert "node-1: " in logs and "job node-1: job mlp-1: the container exited 0" in logs  # the command's own stream too
-
-    outputs = f"cluster-outputs/{STACK}/mlp-1/"
-    keys = _keys(cluster, outputs)
-    assert f"{outputs}node-0/model/model.keras" in keys, keys
-    assert not [k for k in keys if k.startswith(f"{outputs}node-1/model/model.keras")]  # only the chief writes the model
-    assert f"cluster-checkpoints/{STACK}/node-0/mlp-1/checkpoint" in _keys(cluster, f"cluster-checkpoints/{STACK}/node-0/mlp-1/")
-
-
 def test_a_second_job_is_refused_a_stop_exits_143_with_a_checkpoint_and_a_rerun_resumes(cluster: Lifecycle) -> None:
+    """A stop, then a rerun to the end: both nodes train one model (one final weights digest), and the outputs and
+    checkpoints land where the script puts them (the model once, by the chief)."""
     command = _start(cluster, "long-1", "--hp", f"epochs={LONG_EPOCHS}", *TINY)
     _wait_for_epoch(cluster, "long-1")
 
@@ -207,6 +190,16 @@ def test_a_second_job_is_refused_a_stop_exits_143_with_a_checkpoint_and_a_rerun_
     assert outcome.status == "Success", (outcome, logs[-4000:])
     assert re.search(rf"^node-0: \[trainer\] resume .*completed_epochs={completed}\b", logs, re.M), logs[-4000:]
     assert re.search(rf"^node-0: \[trainer\] finished worker=0 epochs={completed + 1} resumed_from_epoch={completed}\b", logs, re.M)
+    assert outcome.nodes == {"node-0": ("Success", 0), "node-1": ("Success", 0)}, outcome
+    status = _cluster_job(cluster, "status", "long-1")
+    assert status.returncode == 0 and "long-1: Success" in status.stdout, status.stdout + status.stderr
+    digests = _weights_digests(cluster, "long-1")
+    assert len(digests["node-0"]) == 1 and digests["node-0"] == digests["node-1"], logs[-3000:]
+    assert "job node-1: job long-1: the container exited 0" in logs  # the command's own stream too
+    outputs = f"cluster-outputs/{STACK}/long-1/"
+    keys = _keys(cluster, outputs)
+    assert f"{outputs}node-0/model/model.keras" in keys, keys
+    assert not [k for k in keys if k.startswith(f"{outputs}node-1/model/model.keras")]  # only the chief writes the model
 
 
 def _boot_lines(run: Lifecycle, instance: str) -> list[str]:
