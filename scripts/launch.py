@@ -41,8 +41,10 @@ datasets bucket (``NAME=s3://BUCKET/PREFIX`` names the URI itself), over the con
 ``training_job.channels`` (``--channel train=train/2026-11/`` replaces the ``train`` channel;
 a new name adds one, as ``estimator.fit({...})`` does). The launch rules refuse, in one line, a URI
 outside the prefixes the job role reads (the configured channels' and ``processing.output_prefix``).
-With ``--tune`` every trial reads them; with ``--pipeline`` only with ``--skip-process`` (otherwise
-the train step reads the processing run's outputs).
+With ``--tune`` every trial reads them; with ``--pipeline`` the train step reads them beside the
+processing run's outputs (``train``, ``validation``: names ``--channel`` may not take), or in their
+place with ``--skip-process``. End a folder's prefix with ``/``: SageMaker reads every key that starts
+with it (``train/2026`` is ``train/2026-11/`` and ``train/2026-12/``).
 
 ``--resume-from JOB`` continues a training job that ended (stopped, out of runtime, failed, or done
 and to be trained further with a larger ``--hp epochs``): the new job runs as JOB ran (its instance
@@ -100,7 +102,7 @@ import sys
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -250,19 +252,27 @@ _UNREADABLE_STACK = (OperatorError, BotoCoreError, ClientError)
 """What reading the stacks raises without region, credentials, network or deployment."""
 
 
-def parse_channels(items: Sequence[str], datasets_bucket: Callable[[], str]) -> dict[str, str]:
+def parse_channels(items: Sequence[str], datasets_bucket: Callable[[], str], *, offline: bool = False) -> dict[str, str]:
     """``--channel NAME=PREFIX`` (a key prefix in the datasets bucket, as ``scripts.cluster_job`` takes
     it) or ``NAME=s3://BUCKET/PREFIX`` -> ``{NAME: s3 URI}``. Whether the job role may read it is the
-    launch rules' to say (:func:`check_options`), as the workflow's."""
+    launch rules' to say (:func:`check_options`), as the workflow's; ``offline`` (a dry run that reads
+    no stack), a URI in a bucket other than the config's datasets bucket cannot be checked, and is refused."""
     channels: dict[str, str] = {}
     for item in items:
         name, sep, where = (part.strip() for part in item.partition("="))
-        if not sep or not name or not where or where.startswith("/"):
+        scheme, has_scheme, rest = where.partition("://")
+        if not sep or not name or not where or where.startswith("/") or (has_scheme and scheme.lower() != "s3"):
             raise UsageError(f"channel {item!r} is not NAME=PREFIX (a key prefix in the datasets bucket) or NAME=s3://BUCKET/PREFIX, "
                              "e.g. --channel train=train/2026-11/")  # fmt: skip
         if name in channels:
             raise UsageError(f"channel {name} is given twice (--channel {name}=...): give each channel once")
-        channels[name] = where if where.startswith("s3://") else f"s3://{datasets_bucket()}/{where}"
+        if not has_scheme:
+            channels[name] = f"s3://{datasets_bucket()}/{where}"
+            continue
+        if offline and rest.split("/", 1)[0] != datasets_bucket():
+            raise UsageError(f"channel {name}: offline, no stack says whether {rest.split('/', 1)[0]} is the datasets bucket; give the "
+                             f"channel as a key prefix in it (--channel {name}=PREFIX), or dry-run with the deployment's credentials")  # fmt: skip
+        channels[name] = f"s3://{rest}"
     return channels
 
 
@@ -290,7 +300,7 @@ def options_from_args(args: argparse.Namespace, deployment: Optional[Deployment]
         hyperparameters=parse_hyperparameters(args.hp),
         entry_point=args.entry_point,
         legacy_keras=True if args.legacy_keras else None,
-        channels=parse_channels(args.channel, datasets_bucket),
+        channels=parse_channels(args.channel, datasets_bucket, offline=isinstance(deployment, OfflineDeployment)),
         keep_alive_seconds=args.keep_alive,
     )
 
@@ -670,7 +680,7 @@ def pipeline_input(
         raise UsageError("processing options (--input-uri, --process-*) have no effect with --skip-process")
 
     if names.training_job:
-        options = replace(options_from_args(args, deployment), job_name=names.training_job)
+        options = _with_pipeline_channels(deployment, args, names, replace(options_from_args(args, deployment), job_name=names.training_job))
         if args.source_dir is not None:
             options = upload_source(deployment, options, args.source_dir, dry_run=dry_run)
             check_options(deployment, options)
@@ -681,23 +691,46 @@ def pipeline_input(
             refuse_taken_name(deployment, names.tuning_job, dry_run=dry_run)
             code_uri = upload_code(deployment, args.source_dir, str(args.entry_point), names.tuning_job, dry_run=dry_run)
             tuning = replace(tuning, training=replace(tuning.training, code_uri=code_uri))
-        _, values = tuning_values(deployment, _on_pipeline_channels(deployment, args, names, tuning))
-        # The pipeline names the tuning job and feeds it the processing run's outputs itself.
-        execution_input["train"] = {k: v for k, v in tuning_execution_input(tuning, values).items() if k != "job_name"}
+        checked = _on_pipeline_channels(deployment, args, names, tuning)
+        _, values = tuning_values(deployment, checked)
+        # The pipeline names the tuning job and, unless --channel adds channels, feeds it the processing run's outputs itself.
+        sent = checked if tuning.training.channels else tuning
+        execution_input["train"] = {k: v for k, v in tuning_execution_input(sent, values).items() if k != "job_name"}
     return execution_input, names, prices
+
+
+def _pipeline_train_channels(deployment: Deployment, args: argparse.Namespace, names: pipeline.PipelineNames,
+                             channels: Mapping[str, str]) -> dict[str, str]:
+    """The channels the pipeline's train step reads, over the config's: with a processing step, its outputs
+    (``train``, and ``validation`` unless a processing script of the user's writes them) and ``channels``
+    (``--channel``) beside them; without one, ``channels``."""
+    if not names.processing_job:
+        return dict(channels)
+    template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
+    out = str(processing_output_uri(template, names.processing_job))
+    outputs = {TRAIN_OUTPUT: f"{out}{TRAIN_OUTPUT}/"}
+    if args.process_source_dir is None:
+        outputs[VALIDATION_OUTPUT] = f"{out}{VALIDATION_OUTPUT}/"
+    taken = sorted(set(outputs) & set(channels))
+    if taken:
+        raise UsageError(f"--channel {', '.join(taken)}: the pipeline's train step reads the processing run's output there; "
+                         "give your channel another name, or train on it without processing (--skip-process)")  # fmt: skip
+    return {**outputs, **channels}
+
+
+def _with_pipeline_channels(deployment: Deployment, args: argparse.Namespace, names: pipeline.PipelineNames,
+                            options: LaunchOptions) -> LaunchOptions:
+    """``options`` with the channels its train step reads where ``--channel`` adds some (without, the pipeline
+    derives them itself from the processing run)."""
+    if not options.channels:
+        return options
+    return replace(options, channels=_pipeline_train_channels(deployment, args, names, options.channels))
 
 
 def _on_pipeline_channels(deployment: Deployment, args: argparse.Namespace, names: pipeline.PipelineNames,
                           options: TuningOptions) -> TuningOptions:
-    """``options`` checked on the channels the pipeline's train step reads: the processing run's outputs
-    (``train``, and ``validation`` unless a processing script of the user's writes them), else the config's."""
-    if not names.processing_job:
-        return options
-    template = ProcessingTemplate.from_config(deployment.config, deployment.processing_resources())
-    out = str(processing_output_uri(template, names.processing_job))
-    channels = {TRAIN_OUTPUT: f"{out}{TRAIN_OUTPUT}/"}
-    if args.process_source_dir is None:
-        channels[VALIDATION_OUTPUT] = f"{out}{VALIDATION_OUTPUT}/"
+    """``options`` on the channels the pipeline's train step reads (:func:`_pipeline_train_channels`), else the config's."""
+    channels = _pipeline_train_channels(deployment, args, names, options.training.channels)
     return replace(options, training=replace(options.training, channels=channels))
 
 
@@ -708,7 +741,7 @@ def pipeline_prices(deployment: Deployment, args: argparse.Namespace, names: pip
         options = processing_options_from_args(args, job_name=names.processing_job)
         prices.append(processing_price(deployment.config, processing_values(deployment, replace(options, entry_point=None))))
     if names.training_job:
-        options = replace(options_from_args(args, deployment), job_name=names.training_job)
+        options = _with_pipeline_channels(deployment, args, names, replace(options_from_args(args, deployment), job_name=names.training_job))
         prices.append(training_price(deployment.config, check_options(deployment, options, code_pending=args.source_dir is not None)))
     if names.tuning_job:
         tuning = _on_pipeline_channels(deployment, args, names, tuning_options(deployment, args, job_name=names.tuning_job))
@@ -886,7 +919,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--max-parallel-jobs", type=int, metavar="N", help="--tune: trials at once, at most tuning.max_parallel_jobs (default: that cap)"
     )
-    parser.add_argument("--skip-process", action="store_true", help="pipeline: no processing step (train on the configured channels)")
+    parser.add_argument("--skip-process", action="store_true", help="pipeline: no processing step (train on the configured channels and --channel)")
     parser.add_argument("--skip-train", action="store_true", help="pipeline: no training step")
     parser.add_argument("--promote", action="store_true", help="pipeline: serve the trained model on the deployed endpoint")
     parser.add_argument(
@@ -927,6 +960,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.upload_only:
         if args.source_dir is None:
             raise UsageError("--upload-only needs --source-dir DIR and --entry-point SCRIPT")
+        if args.channel:
+            raise UsageError("--upload-only uploads code and starts no job: --channel does not apply (the cluster's jobs take "
+                             "python -m scripts.cluster_job run JOB --channel NAME=PREFIX)")
         options = with_job_name(deployment, options_from_args(args, deployment))
         uploaded = upload_source(deployment, options, args.source_dir, dry_run=args.dry_run)
         key = code_key(str(options.job_name))
@@ -987,12 +1023,8 @@ def _refuse_mixed_modes(args: argparse.Namespace) -> None:
             raise UsageError(f"{', '.join(training)} are training options; a processing job takes --process-* options")
     if args.pipeline and args.direct:
         raise UsageError("--pipeline starts the pipeline's state machine; --direct does not apply")
-    if args.pipeline and args.channel:
-        if args.skip_train:
-            raise UsageError("--channel: --skip-train leaves the pipeline no step that reads channels")
-        if not args.skip_process:
-            raise UsageError("--channel: the pipeline's train step reads the processing run's outputs; to train on your own "
-                             "channels, skip processing: --pipeline --skip-process --channel NAME=PREFIX")  # fmt: skip
+    if args.pipeline and args.channel and args.skip_train:
+        raise UsageError("--channel: --skip-train leaves the pipeline no step that reads channels")
     _refuse_tuning_mixes(args)
 
 

@@ -142,6 +142,18 @@ def test_dry_run_offline_prints_the_full_request_from_the_config(tmp_path, extra
     assert request["HyperParameters"]["epochs"] == "3" and request["EnableManagedSpotTraining"] is True
 
 
+def test_offline_an_s3_channel_outside_the_configs_datasets_bucket_is_refused_naming_the_prefix_form(monkeypatch, capsys):
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    assert run(main, ["--dry-run", "--channel", "train=s3://my-datasets/train/x/"]) == 2
+    err = capsys.readouterr().err
+    assert "offline, no stack says whether my-datasets is the datasets bucket" in err and "--channel train=PREFIX" in err
+    # A bucket the config names is known before the deploy.
+    assert main(["--dry-run", "--direct", "-c", "data.datasets_bucket_name=my-datasets", "--channel", "train=s3://my-datasets/train/x/"]) == 0
+    request = json.loads(capsys.readouterr().out)
+    assert request["InputDataConfig"][0]["DataSource"]["S3DataSource"]["S3Uri"] == "s3://my-datasets/train/x/"
+
+
 def test_dry_run_offline_still_refuses_bad_options(monkeypatch, capsys):
     monkeypatch.delenv("AWS_REGION", raising=False)
     monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
@@ -284,7 +296,9 @@ def test_channels_from_the_command_line_replace_and_add_to_the_configured_ones(a
         (["--channel", "train"], 2, "channel 'train' is not NAME=PREFIX"),
         (["--channel", "train=/abs/"], 2, "is not NAME=PREFIX"),
         (["--channel", "train=train/a/", "--channel", "train=train/b/"], 2, "channel train is given twice"),
-        (["--pipeline", "--channel", "train=train/a/"], 2, "the pipeline's train step reads the processing run's outputs"),
+        (["--pipeline", "--channel", "train=train/a/"], 2, "--channel train: the pipeline's train step reads the processing run's output there"),
+        (["--channel", "train=https://example.com/train/"], 2, "is not NAME=PREFIX"),
+        (["--upload-only", "--source-dir", ".", "--entry-point", "app.py", "--channel", "train=train/a/"], 2, "--channel does not apply"),
         (["--pipeline", "--skip-process", "--skip-train", "--promote", "--channel", "train=train/a/"], 2, "--skip-train leaves"),
         (["--process", "--direct", "--channel", "train=train/a/"], 2, "--channel are training options"),
     ],

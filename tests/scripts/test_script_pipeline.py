@@ -132,6 +132,17 @@ def test_pipeline_steps_can_be_skipped(aws, capsys):
     assert json.loads(_execution(aws, "run-3")["input"]) == {"process": {"input_uri": f"s3://{aws.data['DatasetsBucketName']}/raw/a/"}}
 
 
+def test_channels_of_the_users_own_are_read_beside_the_processing_runs_outputs(aws, capsys):
+    datasets = aws.data["DatasetsBucketName"]
+    assert launch(["--pipeline", "--name", "run-ch", "--channel", "vocab=train/vocab/"]) == 0
+    out = f"s3://{datasets}/processed/{PROJECT}-run-ch-process/"
+    assert json.loads(_execution(aws, "run-ch")["input"])["train"] == {"channels": {
+        "train": f"{out}train/", "validation": f"{out}validation/", "vocab": f"s3://{datasets}/train/vocab/"}}
+    # Without processing, they are the train step's channels (over the configured ones).
+    assert launch(["--pipeline", "--skip-process", "--name", "run-ch2", "--channel", "train=train/2026-11/"]) == 0
+    assert json.loads(_execution(aws, "run-ch2")["input"])["train"] == {"channels": {"train": f"s3://{datasets}/train/2026-11/"}}
+
+
 def test_pipeline_uploads_a_processing_script_and_sends_its_location(aws, capsys, tmp_path):
     assert launch(["--pipeline", "--skip-train", "--name", "run-4", "--process-source-dir", str(_processing_script(tmp_path)),
                    "--process-entry-point", "prep.py"]) == 0
