@@ -2,7 +2,8 @@
 
 One lifecycle for the module (deploying is the slow part): the tests below run in file order
 against it: first what ``cdk deploy`` made, then what training produced (through the deployed
-training workflow, run by the local Step Functions executor), the served model, a user's script,
+training workflow, run by the local Step Functions executor), a job stopped and resumed from its
+checkpoint (``launch --resume-from``), the served model, a user's script,
 then the pipeline from raw data (process -> train, then process -> train -> promote onto the same
 endpoint, then process -> tune -> the best trial), then what ``cdk destroy`` left. Select with
 ``-m integration``; skip with ``-m "not slow"``.
@@ -264,6 +265,60 @@ def test_training_produced_a_loadable_model_in_the_artifacts_bucket(trained: Lif
     )
     assert check.returncode == 0, check.stderr[-2000:]
     assert json.loads(check.stdout.strip().splitlines()[-1]) == [3, trained.options.classes]
+
+
+# --- a stop, then launch --resume-from ----------------------------------------------------------
+
+
+def _job_lines(run: Lifecycle, job: str) -> list[str]:
+    """The job's CloudWatch lines, as SageMaker's log stream has them (``<job>/algo-1-<time>``)."""
+    logs = run.client("logs")
+    streams = logs.describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=f"{job}/")["logStreams"]
+    return [e["message"] for s in streams
+            for e in logs.get_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=s["logStreamName"], startFromHead=True)["events"]]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stopped_then_resumed(trained: Lifecycle) -> dict[str, Any]:
+    """A long job through the workflow, stopped with ``scripts.stop --wait`` once an epoch is done (SIGTERM: the
+    trainer checkpoints, the runner uploads), then ``scripts.launch --resume-from`` it to one epoch more."""
+    run = trained
+    project = run.config().project_name
+    first, second = f"{project}-stop-1", f"{project}-resume-1"
+    run.run_script("launch", "--name", first, "--hp", "epochs=100000", "--hp", "batch_size=16", "--yes")
+    deadline = time.monotonic() + 120
+    while not any(line.startswith("[metrics] epoch=") for line in _job_lines(run, first)):
+        assert time.monotonic() < deadline, f"no epoch of {first} within 120 s: {_job_lines(run, first)[-20:]}"
+        time.sleep(1)
+    stopped = run.run_script("stop", first, "--wait", "--interval", "1")
+    run.runner.wait(first, 120)
+    completed = max(int(m) for m in re.findall(r"^\[metrics\] epoch=(\d+)", "\n".join(_job_lines(run, first)), re.M))
+    launched = run.run_script("launch", "--resume-from", first, "--name", second, "--hp", f"epochs={completed + 1}", "--yes")
+    run.runner.wait(second, 300)
+    sagemaker = run.client("sagemaker")
+    return {"stopped": stopped, "launched": launched, "completed": completed, "first": sagemaker.describe_training_job(TrainingJobName=first),
+            "second": sagemaker.describe_training_job(TrainingJobName=second), "first_lines": _job_lines(run, first),
+            "second_lines": _job_lines(run, second)}  # fmt: skip
+
+
+def test_a_stopped_job_resumes_from_its_checkpoint_where_the_stop_left_it(stopped_then_resumed: dict[str, Any]) -> None:
+    first, second, completed = stopped_then_resumed["first"], stopped_then_resumed["second"], stopped_then_resumed["completed"]
+    assert first["TrainingJobStatus"] == "Stopped", first.get("FailureReason")
+    assert f"resuming {first['TrainingJobName']} (Stopped): from its checkpoints in {first['CheckpointConfig']['S3Uri']}" in stopped_then_resumed["launched"]
+    assert second["TrainingJobStatus"] == "Completed", second.get("FailureReason")
+    assert second["CheckpointConfig"]["S3Uri"] == first["CheckpointConfig"]["S3Uri"]
+    assert second["HyperParameters"]["batch_size"] == "16"  # the stopped job's own, copied
+    # Where the SIGTERM left the trainer (an epoch's end, or a step inside the next one) is where the resume starts.
+    stop = next(line for line in stopped_then_resumed["first_lines"] if "Training stopped by SIGTERM" in line)
+    mid_epoch = re.search(r"in epoch (\d+) at step (\d+) of", stop)
+    (resume,) = [line for line in stopped_then_resumed["second_lines"] if line.startswith("[trainer] resume ")]
+    assert f"completed_epochs={completed} " in resume + " ", (stop, resume)
+    if mid_epoch:
+        assert int(mid_epoch.group(1)) == completed + 1 and f"epoch_steps={mid_epoch.group(2)}" in resume, (stop, resume)
+    else:
+        assert "epoch_steps=" not in resume, (stop, resume)
+    finished = [line for line in stopped_then_resumed["second_lines"] if line.startswith("[trainer] finished ")]
+    assert finished and f"epochs={completed + 1} resumed_from_epoch={completed}" in finished[0], finished
 
 
 # --- a tuning job through the deployed workflow -------------------------------------------------
