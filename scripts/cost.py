@@ -25,7 +25,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -234,6 +234,32 @@ def job_price(
         kind, name, instance_type, instance_count, spot, on_demand, expected, max_runtime_seconds / 3600,
         (max_wait_seconds or max_runtime_seconds) / 3600 if spot else None, keep_alive_seconds / 3600,
     )
+
+
+def billed(job: Mapping[str, Any]) -> str | None:
+    """What an ended training job billed, in one line, from its ``DescribeTrainingJob`` (``None`` before SageMaker
+    reports ``BillableTimeInSeconds``, or for a type the price table lacks).
+
+    SageMaker bills ``BillableTimeInSeconds`` x ``InstanceCount`` at its on-demand rate: managed spot's saving
+    is in fewer billable seconds than trained ones (``1 - billable / TrainingTimeInSeconds``), not in a lower
+    rate. A warm pool's ``ResourceRetainedBillableTimeInSeconds`` bills at the same rate. List prices (see
+    the module's notes), so an estimate of the bill, not the bill.
+    """
+    resources = job.get("ResourceConfig") or {}
+    billable, instance_type = job.get("BillableTimeInSeconds"), str(resources.get("InstanceType") or "")
+    if billable is None or lookup(instance_type) is None:
+        return None
+    count = int(resources.get("InstanceCount") or 1)
+    rate = job_price("training job", str(job.get("TrainingJobName", "")), instance_type, count, spot=False,
+                     volume_gb=int(resources.get("VolumeSizeInGB") or 0), max_runtime_seconds=1).on_demand_usd_per_hour / 3600
+    text = f"billed: {count} x {instance_type} for {int(billable):,} s, about ${int(billable) * rate:,.2f}"
+    trained = int(job.get("TrainingTimeInSeconds") or 0)
+    if job.get("EnableManagedSpotTraining") and trained:
+        text += f" (managed spot: {int(billable):,} of {trained:,} s trained are billed, {1 - int(billable) / trained:.0%} saved)"
+    retained = int((job.get("WarmPoolStatus") or {}).get("ResourceRetainedBillableTimeInSeconds") or 0)
+    if retained:
+        text += f"; its warm pool {retained:,} s, about ${retained * rate:,.2f}"
+    return f"{text} ({PRICE_REGION} list prices)"
 
 
 def tuning_price(

@@ -101,6 +101,7 @@ from scripts.common import (
     run,
     tuning_console_url,
 )
+from scripts.cost import billed
 from scripts.epochs import EpochReader, plot, read_log
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
@@ -481,6 +482,9 @@ def _report_end(job: dict[str, Any], out: TextIO) -> int:
     for key in ("TrainingTimeInSeconds", "BillableTimeInSeconds"):
         if key in job:
             print(f"  {key}: {job[key]}", file=out)
+    cost = billed(job)
+    if cost:
+        print(f"  {cost}", file=out)
     artifacts = job.get("ModelArtifacts", {}).get("S3ModelArtifacts")
     if artifacts and status == "Completed":
         print(f"  model: {artifacts}", file=out)

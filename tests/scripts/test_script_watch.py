@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 import time
 
 import boto3
@@ -65,7 +66,8 @@ def test_follow_shows_transitions_logs_and_last_metrics_until_completed(aws, mot
             lambda: (moto_backends.set_job(name, "InProgress", "Training", "Training image download completed"),
                      _log(name, "starting", METRIC_LINE.format(epoch=1, loss=0.9))),
             lambda: _log(name, METRIC_LINE.format(epoch=2, loss=0.41)),
-            lambda: moto_backends.set_job(name, "Completed", "Completed", "Training job completed"),
+            lambda: moto_backends.set_job(name, "Completed", "Completed", "Training job completed", training_time_in_seconds=1500,
+                                          billable_time_in_seconds=600),
         ]
     )
     out = io.StringIO()
@@ -80,6 +82,9 @@ def test_follow_shows_transitions_logs_and_last_metrics_until_completed(aws, mot
     shown = " ".join(f"{d['Name']}={last[d['Name']]}" for d in load_metric_definitions() if d["Name"] in last)
     assert f"InProgress / Training  {shown}\n" in text
     assert f"{name} Completed\n" in text and "  model: s3://" in text
+    # What it billed: managed spot (the launch's default) bills 600 of its 1,500 s.
+    assert re.search(r"\n  billed: 1 x ml\.g5\.xlarge for 600 s, about \$0\.\d\d \(managed spot: 600 of 1,500 s trained are billed, "
+                     r"60% saved\) \(us-east-1 list prices\)\n", text), text
 
 
 @pytest.mark.parametrize(

@@ -196,3 +196,19 @@ def test_training_on_boot_is_bounded_by_the_maximum_lifetime_not_a_job_runtime()
     unbounded = cost.ec2_cluster(config(cluster__start_training_on_boot=True, cluster__max_lifetime_hours=0, cluster__idle_stop_minutes=0), hours=24)[-1]
     assert unbounded.usd_per_run is None and "no cap" in unbounded.note and "idle stop off" in unbounded.note
     assert len(cost.ec2_cluster(config(), hours=24)) == 2
+
+
+def test_an_ended_jobs_bill_is_its_billable_seconds_times_instances_at_the_on_demand_rate():
+    """Managed spot bills fewer seconds, not a lower rate: 600 billable of 1,500 trained is 60% saved."""
+    rate = 1.006 * 1.40 + 100 * 0.14 / 730  # g5.xlarge's EC2 price, SageMaker's g5 surcharge, 100 GB of ML storage, per hour
+    job = {"TrainingJobName": "j", "BillableTimeInSeconds": 600, "TrainingTimeInSeconds": 1500, "EnableManagedSpotTraining": True,
+           "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100}}
+    assert cost.billed(job) == (f"billed: 2 x ml.g5.xlarge for 600 s, about ${2 * 600 * rate / 3600:,.2f} (managed spot: 600 of "
+                                "1,500 s trained are billed, 60% saved) (us-east-1 list prices)")
+    warm = {**job, "EnableManagedSpotTraining": False, "BillableTimeInSeconds": 1500,
+            "WarmPoolStatus": {"Status": "Terminated", "ResourceRetainedBillableTimeInSeconds": 900}}
+    assert cost.billed(warm).endswith(f"for 1,500 s, about ${2 * 1500 * rate / 3600:,.2f}; its warm pool 900 s, about "
+                                      f"${2 * 900 * rate / 3600:,.2f} (us-east-1 list prices)")
+    # Before SageMaker reports it, or a type the price table lacks: no line rather than a wrong one.
+    assert cost.billed({**job, "BillableTimeInSeconds": None}) is None
+    assert cost.billed({**job, "ResourceConfig": {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1}}) is None
