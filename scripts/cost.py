@@ -220,6 +220,13 @@ class JobPrice:
         return f"price: {self.kind} {self.name}: {what}, {rate}{limit}".replace(f" {self.kind} :", f" {self.kind}:")
 
 
+def on_demand_usd_per_hour(instance_type: str, instance_count: int, volume_gb: int) -> float:
+    """SageMaker's on-demand list price of ``instance_count`` x ``instance_type`` with ``volume_gb`` of ML storage each."""
+    row = _row(instance_type)
+    per_instance = row.on_demand_usd_per_hour * (1 + SAGEMAKER_SURCHARGE[row.family])
+    return (per_instance + volume_gb * ML_STORAGE_USD_PER_GB_MONTH / HOURS_PER_MONTH) * instance_count
+
+
 def job_price(
     kind: str, name: str, instance_type: str, instance_count: int, *, spot: bool, volume_gb: int,
     max_runtime_seconds: int, max_wait_seconds: int | None = None, keep_alive_seconds: int = 0,
@@ -228,7 +235,7 @@ def job_price(
     row = _row(instance_type)
     per_instance = row.on_demand_usd_per_hour * (1 + SAGEMAKER_SURCHARGE[row.family])
     storage = volume_gb * ML_STORAGE_USD_PER_GB_MONTH / HOURS_PER_MONTH
-    on_demand = (per_instance + storage) * instance_count
+    on_demand = on_demand_usd_per_hour(instance_type, instance_count, volume_gb)
     expected = (per_instance * (1 - SPOT_DISCOUNT_ASSUMED) + storage) * instance_count if spot else on_demand
     return JobPrice(
         kind, name, instance_type, instance_count, spot, on_demand, expected, max_runtime_seconds / 3600,
@@ -242,7 +249,8 @@ def billed(job: Mapping[str, Any]) -> str | None:
 
     SageMaker bills ``BillableTimeInSeconds`` x ``InstanceCount`` at its on-demand rate: managed spot's saving
     is in fewer billable seconds than trained ones (``1 - billable / TrainingTimeInSeconds``), not in a lower
-    rate. A warm pool's ``ResourceRetainedBillableTimeInSeconds`` bills at the same rate. List prices (see
+    rate. A warm pool's ``ResourceRetainedBillableTimeInSeconds`` bills at the same rate, reported once the pool
+    has ended (an ``Available`` one is said to bill on, at its hourly rate). List prices (see
     the module's notes), so an estimate of the bill, not the bill.
     """
     resources = job.get("ResourceConfig") or {}
@@ -250,15 +258,18 @@ def billed(job: Mapping[str, Any]) -> str | None:
     if billable is None or lookup(instance_type) is None:
         return None
     count = int(resources.get("InstanceCount") or 1)
-    rate = job_price("training job", str(job.get("TrainingJobName", "")), instance_type, count, spot=False,
-                     volume_gb=int(resources.get("VolumeSizeInGB") or 0), max_runtime_seconds=1).on_demand_usd_per_hour / 3600
-    text = f"billed: {count} x {instance_type} for {int(billable):,} s, about ${int(billable) * rate:,.2f}"
+    per_hour = on_demand_usd_per_hour(instance_type, count, int(resources.get("VolumeSizeInGB") or 0))
+    text = f"billed: {count} x {instance_type} for {int(billable):,} s, about ${int(billable) * per_hour / 3600:,.2f}"
     trained = int(job.get("TrainingTimeInSeconds") or 0)
     if job.get("EnableManagedSpotTraining") and trained:
         text += f" (managed spot: {int(billable):,} of {trained:,} s trained are billed, {1 - int(billable) / trained:.0%} saved)"
-    retained = int((job.get("WarmPoolStatus") or {}).get("ResourceRetainedBillableTimeInSeconds") or 0)
-    if retained:
-        text += f"; its warm pool {retained:,} s, about ${retained * rate:,.2f}"
+    pool = job.get("WarmPoolStatus") or {}
+    retained = int(pool.get("ResourceRetainedBillableTimeInSeconds") or 0)
+    if pool.get("Status") in ("Available", "InUse"):
+        # SageMaker reports the pool's retained time once it has ended; until then it bills on.
+        text += f"; its warm pool is {pool['Status']} and bills on, about ${per_hour:,.2f}/h, until a job reuses it or its keep-alive ends"
+    elif retained:
+        text += f"; its warm pool {retained:,} s, about ${retained * per_hour / 3600:,.2f}"
     return f"{text} ({PRICE_REGION} list prices)"
 
 

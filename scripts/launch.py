@@ -255,8 +255,9 @@ _UNREADABLE_STACK = (OperatorError, BotoCoreError, ClientError)
 def parse_channels(items: Sequence[str], datasets_bucket: Callable[[], str], *, offline: bool = False) -> dict[str, str]:
     """``--channel NAME=PREFIX`` (a key prefix in the datasets bucket, as ``scripts.cluster_job`` takes
     it) or ``NAME=s3://BUCKET/PREFIX`` -> ``{NAME: s3 URI}``. Whether the job role may read it is the
-    launch rules' to say (:func:`check_options`), as the workflow's; ``offline`` (a dry run that reads
-    no stack), a URI in a bucket other than the config's datasets bucket cannot be checked, and is refused."""
+    launch rules' to say (:func:`check_options`), as the workflow's. ``offline``: a dry run that reads no
+    stack cannot tell whether another bucket than the config's datasets bucket is the deployment's, so such
+    a URI is refused, naming the ``NAME=PREFIX`` form."""
     channels: dict[str, str] = {}
     for item in items:
         name, sep, where = (part.strip() for part in item.partition("="))

@@ -309,7 +309,9 @@ def test_a_stopped_job_resumes_from_its_checkpoint_where_the_stop_left_it(stoppe
     assert second["CheckpointConfig"]["S3Uri"] == first["CheckpointConfig"]["S3Uri"]
     assert second["HyperParameters"]["batch_size"] == "16"  # the stopped job's own, copied
     # Where the SIGTERM left the trainer (an epoch's end, or a step inside the next one) is where the resume starts.
-    stop = next(line for line in stopped_then_resumed["first_lines"] if "Training stopped by SIGTERM" in line)
+    assert f"stopping training job {first['TrainingJobName']}" in stopped_then_resumed["stopped"], stopped_then_resumed["stopped"]
+    stop = next((line for line in stopped_then_resumed["first_lines"] if "Training stopped by SIGTERM" in line), None)
+    assert stop is not None, stopped_then_resumed["first_lines"][-20:]
     mid_epoch = re.search(r"in epoch (\d+) at step (\d+) of", stop)
     (resume,) = [line for line in stopped_then_resumed["second_lines"] if line.startswith("[trainer] resume ")]
     assert f"completed_epochs={completed} " in resume + " ", (stop, resume)

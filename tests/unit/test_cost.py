@@ -209,6 +209,10 @@ def test_an_ended_jobs_bill_is_its_billable_seconds_times_instances_at_the_on_de
             "WarmPoolStatus": {"Status": "Terminated", "ResourceRetainedBillableTimeInSeconds": 900}}
     assert cost.billed(warm).endswith(f"for 1,500 s, about ${2 * 1500 * rate / 3600:,.2f}; its warm pool 900 s, about "
                                       f"${2 * 900 * rate / 3600:,.2f} (us-east-1 list prices)")
+    # A pool still Available has no retained time yet: it bills on, at the instances' hourly rate.
+    available = {**warm, "WarmPoolStatus": {"Status": "Available"}}
+    assert cost.billed(available).endswith(f"; its warm pool is Available and bills on, about ${2 * rate:,.2f}/h, until a job "
+                                           "reuses it or its keep-alive ends (us-east-1 list prices)")
     # Before SageMaker reports it, or a type the price table lacks: no line rather than a wrong one.
     assert cost.billed({**job, "BillableTimeInSeconds": None}) is None
     assert cost.billed({**job, "ResourceConfig": {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1}}) is None
