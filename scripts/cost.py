@@ -253,16 +253,14 @@ def billed(job: Mapping[str, Any]) -> str | None:
     has ended (an ``Available`` one is said to bill on, at its hourly rate). List prices (see
     the module's notes), so an estimate of the bill, not the bill.
     """
-    resources = job.get("ResourceConfig") or {}
-    billable, instance_type = job.get("BillableTimeInSeconds"), str(resources.get("InstanceType") or "")
-    if billable is None or lookup(instance_type) is None:
+    per_hour = _billed_usd_per_hour(job)
+    if per_hour is None:
         return None
-    count = int(resources.get("InstanceCount") or 1)
-    per_hour = on_demand_usd_per_hour(instance_type, count, int(resources.get("VolumeSizeInGB") or 0))
-    text = f"billed: {count} x {instance_type} for {int(billable):,} s, about ${int(billable) * per_hour / 3600:,.2f}"
+    resources, billable = job["ResourceConfig"], int(job["BillableTimeInSeconds"])
+    text = f"billed: {resources.get('InstanceCount') or 1} x {resources['InstanceType']} for {billable:,} s, about ${billable * per_hour / 3600:,.2f}"
     trained = int(job.get("TrainingTimeInSeconds") or 0)
     if job.get("EnableManagedSpotTraining") and trained:
-        text += f" (managed spot: {int(billable):,} of {trained:,} s trained are billed, {1 - int(billable) / trained:.0%} saved)"
+        text += f" (managed spot: {billable:,} of {trained:,} s trained are billed, {1 - billable / trained:.0%} saved)"
     pool = job.get("WarmPoolStatus") or {}
     retained = int(pool.get("ResourceRetainedBillableTimeInSeconds") or 0)
     if pool.get("Status") in ("Available", "InUse"):
@@ -271,6 +269,31 @@ def billed(job: Mapping[str, Any]) -> str | None:
     elif retained:
         text += f"; its warm pool {retained:,} s, about ${retained * per_hour / 3600:,.2f}"
     return f"{text} ({PRICE_REGION} list prices)"
+
+
+def billed_trials(jobs: Sequence[Mapping[str, Any]]) -> str | None:
+    """What a tuning job's trials (their ``DescribeTrainingJob``) billed together, each as :func:`billed` counts
+    it, in one line; ``None`` while none has reported ``BillableTimeInSeconds``."""
+    counted = [(job, rate) for job in jobs if (rate := _billed_usd_per_hour(job)) is not None]
+    if not counted:
+        return None
+    usd = sum(int(job["BillableTimeInSeconds"]) * rate / 3600 for job, rate in counted)
+    billable = sum(int(job["BillableTimeInSeconds"]) for job, _ in counted)
+    text = f"billed: {len(counted)} trial(s) for {billable:,} s in all, about ${usd:,.2f}"
+    trained = sum(int(job.get("TrainingTimeInSeconds") or 0) for job, _ in counted)
+    if all(job.get("EnableManagedSpotTraining") for job, _ in counted) and trained:
+        text += f" (managed spot: {billable:,} of {trained:,} s trained are billed, {1 - billable / trained:.0%} saved)"
+    return f"{text} ({PRICE_REGION} list prices)"
+
+
+def _billed_usd_per_hour(job: Mapping[str, Any]) -> float | None:
+    """The on-demand rate a described training job's billable seconds bill at (its instances and ML storage);
+    ``None`` before SageMaker reports ``BillableTimeInSeconds``, or for a type the price table lacks."""
+    resources = job.get("ResourceConfig") or {}
+    instance_type = str(resources.get("InstanceType") or "")
+    if job.get("BillableTimeInSeconds") is None or lookup(instance_type) is None:
+        return None
+    return on_demand_usd_per_hour(instance_type, int(resources.get("InstanceCount") or 1), int(resources.get("VolumeSizeInGB") or 0))
 
 
 def tuning_price(

@@ -101,7 +101,7 @@ from scripts.common import (
     run,
     tuning_console_url,
 )
-from scripts.cost import billed
+from scripts.cost import billed, billed_trials
 from scripts.epochs import EpochReader, plot, read_log
 from stacks.components.processing_job_spec import SAGEMAKER_PROCESSING_LOG_GROUP
 from stacks.components.training_job_spec import SAGEMAKER_LOG_GROUP, load_metric_definitions
@@ -638,10 +638,11 @@ def follow_tuning(
         if described is None:
             raise deleted("tuning", name)
         job = described
-    return _report_tuning_end(job, out)
+    return _report_tuning_end(job, out, [d for t in tuning_trials(aws, name) if (d := describe_job(aws, t["TrainingJobName"]))])
 
 
-def _report_tuning_end(job: dict[str, Any], out: TextIO) -> int:
+def _report_tuning_end(job: dict[str, Any], out: TextIO, trials: Sequence[dict[str, Any]] = ()) -> int:
+    """The tuning job's end: its status, best trial, failure reason and what its ``trials`` (described) billed."""
     name, status = job["HyperParameterTuningJobName"], job["HyperParameterTuningJobStatus"]
     print(f"{name} {status}", file=out)
     best = job.get("BestTrainingJob") or {}
@@ -651,6 +652,9 @@ def _report_tuning_end(job: dict[str, Any], out: TextIO) -> int:
             print(f"  serve it: python -m scripts.promote --best-of {name}", file=out)
     if job.get("FailureReason"):
         print(f"  FailureReason: {job['FailureReason']}", file=out)
+    cost = billed_trials(trials)
+    if cost:
+        print(f"  {cost}", file=out)
     return END_STATES[status]
 
 

@@ -391,8 +391,11 @@ def test_scripts_watch_tuning_shows_the_ended_tuning_jobs_trials_and_best_trial(
     best = job["BestTrainingJob"]
     metric = best["FinalHyperParameterTuningJobObjectiveMetric"]
     assert f"    best so far: {best['TrainingJobName']} {metric['MetricName']}={metric['Value']:g}\n" in watched
-    assert watched.endswith(f"{name} Completed\n  best training job: {best['TrainingJobName']} {metric['MetricName']}={metric['Value']:g}\n"
-                            f"  serve it: python -m scripts.promote --best-of {name}\n"), watched  # fmt: skip
+    assert f"{name} Completed\n  best training job: {best['TrainingJobName']} {metric['MetricName']}={metric['Value']:g}\n" \
+           f"  serve it: python -m scripts.promote --best-of {name}\n" in watched, watched  # fmt: skip
+    # Last, what the two trials billed together (the local runner reports each one's billable seconds).
+    assert re.search(r"\n  billed: 2 trial\(s\) for [\d,]+ s in all, about \$\d+\.\d\d (\(managed spot: [^)]*\) )?"
+                     r"\(us-east-1 list prices\)\n$", watched), watched
 
 
 # --- after serving -----------------------------------------------------------------------------

@@ -216,3 +216,14 @@ def test_an_ended_jobs_bill_is_its_billable_seconds_times_instances_at_the_on_de
     # Before SageMaker reports it, or a type the price table lacks: no line rather than a wrong one.
     assert cost.billed({**job, "BillableTimeInSeconds": None}) is None
     assert cost.billed({**job, "ResourceConfig": {"InstanceType": "ml.trn1.2xlarge", "InstanceCount": 1}}) is None
+
+
+def test_a_tuning_jobs_trials_are_billed_together_as_each_would_be():
+    rate = 1.006 * 1.40 + 100 * 0.14 / 730
+    trial = {"ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 100}, "EnableManagedSpotTraining": True}
+    trials = [{**trial, "BillableTimeInSeconds": 300, "TrainingTimeInSeconds": 1000},
+              {**trial, "BillableTimeInSeconds": 500, "TrainingTimeInSeconds": 1000},
+              {**trial}]  # a trial that never started: nothing billed, nothing counted
+    assert cost.billed_trials(trials) == (f"billed: 2 trial(s) for 800 s in all, about ${2 * 800 * rate / 3600:,.2f} (managed spot: "
+                                          "800 of 2,000 s trained are billed, 60% saved) (us-east-1 list prices)")
+    assert cost.billed_trials([trial]) is None and cost.billed_trials([]) is None
