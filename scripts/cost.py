@@ -272,17 +272,27 @@ def billed(job: Mapping[str, Any]) -> str | None:
 
 
 def billed_trials(jobs: Sequence[Mapping[str, Any]]) -> str | None:
-    """What a tuning job's trials (their ``DescribeTrainingJob``) billed together, each as :func:`billed` counts
-    it, in one line; ``None`` while none has reported ``BillableTimeInSeconds``."""
+    """What a tuning job's trials (their ``DescribeTrainingJob``) billed together, in one line: each trial's
+    billable seconds x instances at its on-demand rate (trials keep no warm pool). ``None`` while none has
+    reported ``BillableTimeInSeconds``; a trial that has not is named in the count ("2 of 3 trial(s)")."""
     counted = [(job, rate) for job in jobs if (rate := _billed_usd_per_hour(job)) is not None]
     if not counted:
         return None
     usd = sum(int(job["BillableTimeInSeconds"]) * rate / 3600 for job, rate in counted)
     billable = sum(int(job["BillableTimeInSeconds"]) for job, _ in counted)
-    text = f"billed: {len(counted)} trial(s) for {billable:,} s in all, about ${usd:,.2f}"
-    trained = sum(int(job.get("TrainingTimeInSeconds") or 0) for job, _ in counted)
-    if all(job.get("EnableManagedSpotTraining") for job, _ in counted) and trained:
-        text += f" (managed spot: {billable:,} of {trained:,} s trained are billed, {1 - billable / trained:.0%} saved)"
+    shapes = {(job["ResourceConfig"].get("InstanceCount") or 1, job["ResourceConfig"]["InstanceType"]) for job, _ in counted}
+    trials = f"{len(counted)}{f' of {len(jobs)}' if len(counted) < len(jobs) else ''} trial(s)"
+    if len(shapes) == 1:
+        (count, instance_type), = shapes
+        text = f"billed: {trials} of {count} x {instance_type}, {billable:,} s in all, about ${usd:,.2f}"
+    else:
+        seconds = sum(int(job["BillableTimeInSeconds"]) * int(job["ResourceConfig"].get("InstanceCount") or 1) for job, _ in counted)
+        text = f"billed: {trials}, {seconds:,} instance-seconds in all, about ${usd:,.2f}"
+    # Managed spot's saving over the trials that report both times (a trial stopped before training reports no training time).
+    spot = [job for job, _ in counted if job.get("EnableManagedSpotTraining") and job.get("TrainingTimeInSeconds")]
+    if spot and len(spot) == len(counted):
+        paid, trained = sum(int(j["BillableTimeInSeconds"]) for j in spot), sum(int(j["TrainingTimeInSeconds"]) for j in spot)
+        text += f" (managed spot: {paid:,} of {trained:,} s trained are billed, {1 - paid / trained:.0%} saved)"
     return f"{text} ({PRICE_REGION} list prices)"
 
 

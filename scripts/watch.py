@@ -72,7 +72,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TextIO
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from scripts.common import (
     AWS_CREDENTIALS,
@@ -638,11 +638,27 @@ def follow_tuning(
         if described is None:
             raise deleted("tuning", name)
         job = described
-    return _report_tuning_end(job, out, [d for t in tuning_trials(aws, name) if (d := describe_job(aws, t["TrainingJobName"]))])
+    code = _report_tuning_end(job, out)
+    _report_trials_bill(aws, name, out)
+    return code
 
 
-def _report_tuning_end(job: dict[str, Any], out: TextIO, trials: Sequence[dict[str, Any]] = ()) -> int:
-    """The tuning job's end: its status, best trial, failure reason and what its ``trials`` (described) billed."""
+def _report_trials_bill(aws: Aws, name: str, out: TextIO) -> None:
+    """What the tuning job's started trials billed together (:func:`scripts.cost.billed_trials`), after its end
+    is reported: a trial that cannot be described leaves the line out, said in one line, and the exit code as it is."""
+    try:
+        trials = [describe_job(aws, t["TrainingJobName"]) for t in tuning_trials(aws, name) if t.get("TrainingStartTime")]
+    except (ClientError, BotoCoreError) as err:
+        cause = error_code(err) if isinstance(err, ClientError) else type(err).__name__
+        print(f"  billed: not read ({cause}); python -m scripts.watch TRIAL shows one trial's", file=out)
+        return
+    cost = billed_trials([t for t in trials if t is not None])
+    if cost:
+        print(f"  {cost}", file=out)
+
+
+def _report_tuning_end(job: dict[str, Any], out: TextIO) -> int:
+    """The tuning job's end: its status, best trial and failure reason; the exit code of its outcome."""
     name, status = job["HyperParameterTuningJobName"], job["HyperParameterTuningJobStatus"]
     print(f"{name} {status}", file=out)
     best = job.get("BestTrainingJob") or {}
@@ -652,9 +668,6 @@ def _report_tuning_end(job: dict[str, Any], out: TextIO, trials: Sequence[dict[s
             print(f"  serve it: python -m scripts.promote --best-of {name}", file=out)
     if job.get("FailureReason"):
         print(f"  FailureReason: {job['FailureReason']}", file=out)
-    cost = billed_trials(trials)
-    if cost:
-        print(f"  {cost}", file=out)
     return END_STATES[status]
 
 

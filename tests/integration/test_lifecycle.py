@@ -394,7 +394,7 @@ def test_scripts_watch_tuning_shows_the_ended_tuning_jobs_trials_and_best_trial(
     assert f"{name} Completed\n  best training job: {best['TrainingJobName']} {metric['MetricName']}={metric['Value']:g}\n" \
            f"  serve it: python -m scripts.promote --best-of {name}\n" in watched, watched  # fmt: skip
     # Last, what the two trials billed together (the local runner reports each one's billable seconds).
-    assert re.search(r"\n  billed: 2 trial\(s\) for [\d,]+ s in all, about \$\d+\.\d\d (\(managed spot: [^)]*\) )?"
+    assert re.search(r"\n  billed: 2 trial\(s\) of 1 x ml\.g5\.xlarge, [\d,]+ s in all, about \$\d+\.\d\d (\(managed spot: [^)]*\) )?"
                      r"\(us-east-1 list prices\)\n$", watched), watched
 
 

@@ -195,3 +195,36 @@ def test_a_pipelines_tuning_step_shows_the_tuning_progress(aws, moto_backends, r
     assert f"  tuning job {name}: Stopped, trials: 0 completed, 0 in progress, 0 failed, 1 stopped of 3\n" in text
     assert f"    trial {trial}: Stopped  learning_rate=0.01  (Stopped)\n" not in text and f"    trial {trial}: Stopped  learning_rate=0.01\n" in text
     assert text.index("tuning job") < text.index("pipeline execution wt-1 ABORTED")
+
+
+def test_the_end_says_what_the_started_trials_billed_and_a_trial_that_cannot_be_read_changes_nothing_else(
+        aws, moto_backends, ranges, monkeypatch, capsys):  # fmt: skip
+    from botocore.exceptions import ClientError
+
+    import scripts.watch
+
+    name = f"{PROJECT}-wtune-bill"
+    _create(name, ranges)
+    started, never = f"{name}-001-abcd1234", f"{name}-002-abcd1234"
+    moto_backends.set_tuning_job(name, "Completed", best=started, trials=[
+        {**_trial(started, "Completed", "0.01", 0.5), "TrainingStartTime": "2026-01-01T12:00:00Z"},
+        _trial(never, "Stopped", "0.02")])  # fmt: skip
+    described = {"TrainingJobName": started, "BillableTimeInSeconds": 900, "TrainingTimeInSeconds": 900,
+                 "ResourceConfig": {"InstanceType": "ml.g5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 100}}  # fmt: skip
+    asked = []
+    monkeypatch.setattr(scripts.watch, "describe_job", lambda aws_, job: asked.append(job) or described)
+    capsys.readouterr()
+    assert run(main, ["--tuning", name, "--interval", "0"]) == 0
+    out = capsys.readouterr().out
+    assert asked == [started]  # a trial that never started billed nothing: not described
+    assert out.endswith(f"  serve it: python -m scripts.promote --best-of {name}\n"
+                        "  billed: 1 trial(s) of 1 x ml.g5.xlarge, 900 s in all, about $0.36 (us-east-1 list prices)\n")
+
+    def throttled(aws_: Any, job: str) -> None:
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "DescribeTrainingJob")
+
+    monkeypatch.setattr(scripts.watch, "describe_job", throttled)
+    assert run(main, ["--tuning", name, "--interval", "0"]) == 0  # the tuning job's outcome, as before
+    out = capsys.readouterr().out
+    assert f"  best training job: {started} train:loss=0.5\n  serve it: python -m scripts.promote --best-of {name}\n" in out
+    assert out.endswith("  billed: not read (ThrottlingException); python -m scripts.watch TRIAL shows one trial's\n")

@@ -224,6 +224,10 @@ def test_a_tuning_jobs_trials_are_billed_together_as_each_would_be():
     trials = [{**trial, "BillableTimeInSeconds": 300, "TrainingTimeInSeconds": 1000},
               {**trial, "BillableTimeInSeconds": 500, "TrainingTimeInSeconds": 1000},
               {**trial}]  # a trial that never started: nothing billed, nothing counted
-    assert cost.billed_trials(trials) == (f"billed: 2 trial(s) for 800 s in all, about ${2 * 800 * rate / 3600:,.2f} (managed spot: "
-                                          "800 of 2,000 s trained are billed, 60% saved) (us-east-1 list prices)")
+    assert cost.billed_trials(trials) == (f"billed: 2 of 3 trial(s) of 2 x ml.g5.xlarge, 800 s in all, about ${2 * 800 * rate / 3600:,.2f} "
+                                          "(managed spot: 800 of 2,000 s trained are billed, 60% saved) (us-east-1 list prices)")
     assert cost.billed_trials([trial]) is None and cost.billed_trials([]) is None
+    # A trial without its training time leaves the saving out rather than understating it; other shapes count instance-seconds.
+    other = {**trials[0], "ResourceConfig": {**trial["ResourceConfig"], "InstanceCount": 1}, "TrainingTimeInSeconds": None}
+    assert cost.billed_trials([trials[1], other]) == (f"billed: 2 trial(s), 1,300 instance-seconds in all, about ${1300 * rate / 3600:,.2f} "
+                                                      "(us-east-1 list prices)")
