@@ -25,6 +25,7 @@ from scripts.common import (
     JOB_KINDS,
     TRAINING_JOB,
     JobKind,
+    RUNNING_JOB_STATES,
     UsageError,
     add_common_arguments,
     count_argument,
@@ -59,7 +60,7 @@ def job_rows(jobs: Sequence[dict[str, Any]], now: Optional[datetime] = None, kin
     rows = []
     for job in jobs:
         created = job["CreationTime"]
-        end = job.get(kind.end_key) if job[kind.status_key] not in ("InProgress", "Stopping") else None
+        end = job.get(kind.end_key) if job[kind.status_key] not in RUNNING_JOB_STATES else None
         rows.append(
             [
                 job[kind.name_key],

@@ -35,6 +35,7 @@ from scripts.common import (
     Deployment,
     JobKind,
     OperatorError,
+    RUNNING_JOB_STATES,
     add_common_arguments,
     describe_execution,
     describe_sagemaker_job,
@@ -138,7 +139,7 @@ def wait_until_ended(
     while True:
         job = describe_sagemaker_job(deployment.aws, kind, name)
         status = str(job[kind.status_key]) if job else "Stopped"
-        if status not in ("InProgress", "Stopping"):
+        if status not in RUNNING_JOB_STATES:
             return status
         if time.monotonic() > deadline:
             raise OperatorError(f"{name} is still {status} after {timeout:.0f}s", 1)

@@ -49,6 +49,7 @@ from scripts.cluster_job import running_commands
 from scripts.common import (
     AWS_CREDENTIALS,
     PROCESSING_JOB,
+    RUNNING_JOB_STATES,
     TRAINING_JOB,
     TRANSFORM_JOB,
     TUNING_JOB,
@@ -388,7 +389,7 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
         return Finding(arn, kind, ERROR, f"compute left behind: instance is {state}")
     if kind == "sagemaker:training-job":
         status, pool = _training_job_status(client("sagemaker"), name)
-        if status in {"InProgress", "Stopping"}:
+        if status in RUNNING_JOB_STATES:
             return Finding(arn, kind, ERROR, f"compute left behind: training job is {status}")
         if pool == "Available":
             return Finding(arn, kind, ERROR, "compute left behind: its warm pool is Available (the instances bill until it "
@@ -396,13 +397,13 @@ def _judge(arn: str, *, data_retained: bool, client: Callable[[str], Any], ec2: 
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
     if kind == "sagemaker:processing-job":
         status = _job_status(client("sagemaker"), PROCESSING_JOB, name)
-        if status in {"InProgress", "Stopping"}:
+        if status in RUNNING_JOB_STATES:
             return Finding(arn, kind, ERROR, f"compute left behind: processing job is {status}")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
     if kind in JOB_STATUS:
         what, job_kind = JOB_STATUS[kind]
         status = _job_status(client("sagemaker"), job_kind, name)
-        if status in {"InProgress", "Stopping"}:
+        if status in RUNNING_JOB_STATES:
             return Finding(arn, kind, ERROR, f"compute left behind: {what} is {status}; python -m scripts.teardown --stop-running stops it")
         return Finding(arn, kind, INFO, f"job record ({status}); SageMaker keeps job history")
     if kind in {"sagemaker:model", "sagemaker:endpoint-config"}:
